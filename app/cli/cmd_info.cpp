@@ -1,0 +1,120 @@
+// `fafo info -m FILE`: what a GGUF file holds: format, architecture and
+// hyperparameters, tokenizer summary, tensor table, parameter count and size.
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "commands.h"
+#include "fafo/gguf.h"
+#include "fafo/model.h"
+#include "fafo/tokenizer.h"
+
+namespace fafo::cli {
+
+namespace {
+
+struct InfoArgs {
+  std::string model;
+  bool all_metadata = false;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024.0 && u < 4) {
+    b /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int run_info(const InfoArgs& args) {
+  auto file = GgufFile::open(args.model);
+  const GgufFile& f = *file;
+  std::printf("file:          %s\n", f.path().c_str());
+  std::printf("format:        GGUF v%u, %s, alignment %llu, %zu metadata keys, %zu tensors\n", f.version(),
+              human_bytes(static_cast<double>(f.file_size())).c_str(), static_cast<unsigned long long>(f.alignment()),
+              f.metadata().size(), f.tensors().size());
+
+  std::printf("\n== model ==\n");
+  try {
+    const ModelConfig c = ModelConfig::from_gguf(f);
+    std::printf("architecture:  %s%s\n", c.arch.c_str(), c.name.empty() ? "" : (" (" + c.name + ")").c_str());
+    std::printf("layers:        %d\n", c.n_layer);
+    std::printf("embedding:     %d\n", c.n_embd);
+    std::printf("heads:         %d (KV heads %d, head size %d%s)\n", c.n_head, c.n_head_kv, c.head_dim,
+                c.n_head_kv != c.n_head ? ", GQA" : "");
+    std::printf("feed-forward:  %d\n", c.n_ff);
+    std::printf("vocabulary:    %d\n", c.n_vocab);
+    std::printf("context:       %d (trained)\n", c.n_ctx_train);
+    std::printf("RMSNorm eps:   %g\n", static_cast<double>(c.rms_eps));
+    std::printf("RoPE:          %s, %d dims, base %g, scaling %s%s\n", c.rope.neox ? "neox" : "normal", c.rope.n_dims,
+                static_cast<double>(c.rope.freq_base), c.rope_scaling.c_str(),
+                f.find_tensor("rope_freqs.weight") ? " (rope_freqs tensor)" : "");
+    std::printf("output:        %s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
+                c.qkv_bias ? ", QKV bias" : "");
+  } catch (const std::exception& e) {
+    std::printf("not loadable by fafo: %s\n", e.what());
+  }
+
+  std::printf("\n== tokenizer ==\n");
+  try {
+    const Vocab v = Vocab::from_gguf(f);
+    std::printf("model:         %s%s\n", v.model.c_str(), v.pre.empty() ? "" : (" (pre: " + v.pre + ")").c_str());
+    std::printf("tokens:        %d\n", v.size());
+    auto tok = [&](int32_t id) { return id >= 0 && id < v.size() ? std::to_string(id) + " '" + v.tokens[static_cast<size_t>(id)] + "'" : std::string("none"); };
+    std::printf("BOS / EOS:     %s / %s (add BOS: %s, add EOS: %s)\n", tok(v.bos).c_str(), tok(v.eos).c_str(),
+                v.add_bos ? "yes" : "no", v.add_eos ? "yes" : "no");
+    std::printf("chat template: %s\n", f.find("tokenizer.chat_template") ? "present" : "none");
+  } catch (const std::exception& e) {
+    std::printf("not loadable by fafo: %s\n", e.what());
+  }
+
+  std::printf("\n== metadata ==\n");
+  for (const auto& [key, value] : f.metadata()) {
+    if (!args.all_metadata && key.rfind("tokenizer.ggml.", 0) == 0 && value.type == GgufType::ARRAY) {
+      std::printf("  %-44s %s\n", key.c_str(), value.summary(0).c_str());
+      continue;
+    }
+    std::printf("  %-44s %s\n", key.c_str(), value.summary(args.all_metadata ? 1u << 20 : 8).c_str());
+  }
+
+  std::printf("\n== tensors ==\n");
+  std::printf("  %-32s %-6s %-20s %12s\n", "name", "type", "shape", "bytes");
+  uint64_t n_params = 0, n_bytes = 0;
+  std::map<std::string, int> by_type;
+  for (const GgufTensor& t : f.tensors()) {
+    std::printf("  %-32s %-6s %-20s %12llu\n", t.name.c_str(), std::string(tensor_type_name(t.type)).c_str(),
+                shape_text(t.shape).c_str(), static_cast<unsigned long long>(t.n_bytes));
+    n_params += static_cast<uint64_t>(t.n_elements());
+    n_bytes += t.n_bytes;
+    ++by_type[std::string(tensor_type_name(t.type))];
+  }
+  std::string types;
+  for (const auto& [name, count] : by_type) types += (types.empty() ? "" : ", ") + name + " x" + std::to_string(count);
+  std::printf("\nparameters:    %llu (%.3f M)\n", static_cast<unsigned long long>(n_params), static_cast<double>(n_params) / 1e6);
+  std::printf("weights size:  %s (%.2f bits per weight)\n", human_bytes(static_cast<double>(n_bytes)).c_str(),
+              n_params ? 8.0 * static_cast<double>(n_bytes) / static_cast<double>(n_params) : 0.0);
+  std::printf("tensor types:  %s\n", types.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command add_info_command(CLI::App& app) {
+  auto args = std::make_shared<InfoArgs>();
+  CLI::App* cmd = app.add_subcommand("info", "Show a GGUF file's architecture, hyperparameters, tokenizer and tensors");
+  cmd->add_option("-m,--model", args->model, "GGUF file")->required();
+  cmd->add_flag("--all-metadata", args->all_metadata, "Print long metadata arrays in full");
+  return [args] { return run_info(*args); };
+}
+
+}  // namespace fafo::cli

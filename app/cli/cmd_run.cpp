@@ -1,0 +1,133 @@
+// `fafo run`: generate text from a prompt, streaming it as it is produced, or
+// print one JSON object at the end with --json.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "fafo/generator.h"
+#include "fafo/utf8_stream.h"
+#include "loaded_model.h"
+
+namespace fafo::cli {
+
+namespace {
+
+struct RunArgs {
+  std::string model;
+  std::string prompt;
+  std::string prompt_file;
+  int32_t n_predict = 128;
+  int32_t n_ctx = 0;
+  SamplerOptions sampling{0.8f, 40, 0.95f, 0.05f, 0};
+  bool seed_given = false;
+  BackendChoice backend;
+  bool json = false;
+  bool no_bos = false;
+  bool ignore_eos = false;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot read prompt file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int run_generate(RunArgs& args) {
+  if (!args.prompt.empty() && !args.prompt_file.empty())
+    throw std::runtime_error("give the prompt with -p or -f, not both");
+  const std::string prompt = args.prompt_file.empty() ? args.prompt : read_file(args.prompt_file);
+  if (!args.seed_given) args.sampling.seed = std::random_device{}();
+
+  LoadedModel m = load_model(args.model, args.backend, args.n_ctx);
+  const Tokenizer& tok = *m.tokenizer;
+  const bool add_bos = !args.no_bos && tok.vocab().add_bos;
+  const std::vector<int32_t> prompt_ids = tok.encode(prompt, add_bos);
+  if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty and the model adds no BOS token; give a prompt");
+
+  if (!args.json) {
+    std::fprintf(stderr, "fafo: %s, %s, backend %s (%s), context %d, prompt %zu tokens\n",
+                 m.model->config().arch.c_str(), args.model.c_str(), m.model->backend().name().c_str(),
+                 m.model->backend().description().c_str(), m.model->n_ctx(), prompt_ids.size());
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+
+  GenerationOptions options;
+  options.n_predict = args.n_predict;
+  options.sampling = args.sampling;
+  options.stop_at_end_of_generation = !args.ignore_eos;
+  Utf8Stream stream;
+  bool first = true;
+  auto on_token = [&](int32_t id) {
+    if (args.json) return true;
+    std::string piece = tok.token_to_piece(id);
+    // With an empty prompt, drop the space SentencePiece puts before the first word.
+    if (first && prompt.empty() && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+    first = false;
+    std::fputs(stream.push(piece).c_str(), stdout);
+    std::fflush(stdout);
+    return true;
+  };
+  const GenerationResult r = generate(*m.model, tok, prompt_ids, options, on_token);
+
+  if (args.json) {
+    nlohmann::json j;
+    j["prompt_ids"] = r.prompt_ids;
+    j["ids"] = r.ids;
+    j["text"] = tok.decode(r.ids);
+    j["n_steps"] = r.n_steps;
+    j["tau"] = r.tokens_per_step();
+    j["tokens_per_s"] = r.tokens_per_second();
+    j["prefill_s"] = r.prefill_seconds;
+    j["decode_s"] = r.decode_seconds;
+    j["stop"] = stop_reason_name(r.stop);
+    j["backend"] = m.model->backend().name();
+    j["strategy"] = "ar";
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::fputs(stream.flush().c_str(), stdout);
+    std::printf("\n");
+    std::fprintf(stderr, "\nfafo: %zu tokens in %.3f s (%.1f tokens/s), prompt %zu tokens in %.3f s, %d steps, stop: %s\n",
+                 r.ids.size(), r.decode_seconds, r.tokens_per_second(), r.prompt_ids.size(), r.prefill_seconds,
+                 r.n_steps, stop_reason_name(r.stop));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (streams it; --json prints one object at the end)");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
+  cmd->add_option("-p,--prompt", args->prompt, "Prompt text (default: empty, i.e. BOS only)");
+  cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from a file");
+  cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate; -1 = until end of text or a full context")
+      ->capture_default_str();
+  cmd->add_option("-c,--ctx-size", args->n_ctx, "Context length (0 = the model's, at most 4096)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temp", args->sampling.temperature, "Temperature; 0 = greedy (pure argmax)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", args->sampling.top_k, "Top-k sampling (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", args->sampling.top_p, "Top-p (nucleus) sampling (1 = off)")->capture_default_str()
+      ->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--min-p", args->sampling.min_p, "Min-p sampling (0 = off)")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--seed", args->sampling.seed, "Random seed (default: random)")->each([args](const std::string&) {
+    args->seed_given = true;
+  });
+  cmd->add_option("--backend", args->backend.name, "Compute backend")->capture_default_str()->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("-t,--threads", args->backend.threads, "CPU threads (0 = all)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", args->json, "Print one JSON object at the end instead of streaming text");
+  cmd->add_flag("--no-bos", args->no_bos, "Do not add the BOS token before the prompt");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-text tokens");
+  return [args] { return run_generate(*args); };
+}
+
+}  // namespace fafo::cli

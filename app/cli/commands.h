@@ -1,0 +1,16 @@
+// Subcommands of the `fafo` CLI. Each registers its options on the CLI11 app and
+// returns the function that runs it (returning the process exit code).
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace fafo::cli {
+
+using Command = std::function<int()>;
+
+Command add_info_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
+
+}  // namespace fafo::cli

@@ -1,0 +1,27 @@
+// fafo: command-line entry point. Dispatches to the subcommands in cmd_*.cpp.
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fafo: a portable runtime for Llama-family models (GGUF), with lossless multi-token decoding"};
+  app.set_version_flag("--version", "fafo 0.1.0");
+  app.require_subcommand(1);
+  const fafo::cli::Command info = fafo::cli::add_info_command(app);
+  const fafo::cli::Command run = fafo::cli::add_run_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (app.got_subcommand("info")) return info();
+    if (app.got_subcommand("run")) return run();
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nfafo: error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

@@ -1,0 +1,80 @@
+// A Llama-family model loaded from GGUF onto a backend, and its forward pass.
+//
+// Supported architectures: `llama` (Llama 2/3/3.1/3.2, Mistral, TinyLlama, SmolLM) and
+// `qwen2` (QKV bias, NEOX RoPE). The model owns the backend and the KV cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fafo/backend.h"
+#include "fafo/gguf.h"
+#include "fafo/step_batch.h"
+
+namespace fafo {
+
+struct ModelConfig {
+  std::string arch;          // "llama" or "qwen2"
+  std::string name;          // general.name
+  int32_t n_layer = 0;
+  int32_t n_embd = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  int32_t n_ff = 0;
+  int32_t n_vocab = 0;
+  int32_t n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  RopeParams rope;
+  std::string rope_scaling;  // "none", "linear" or "llama3"
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+
+  // Reads and validates the hyperparameters; throws GgufError naming the key.
+  static ModelConfig from_gguf(const GgufFile& file);
+  int32_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+struct ModelOptions {
+  int32_t n_ctx = 0;  // KV cache length; 0 uses min(context length of the model, 4096)
+};
+
+class Model {
+ public:
+  // Validates the file (architecture, hyperparameters, every tensor's presence, type
+  // and shape) and uploads the weights. Throws GgufError / std::runtime_error.
+  Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend, const ModelOptions& options = {});
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() { return *backend_; }
+  const GgufFile& file() const { return *file_; }
+  int32_t n_ctx() const { return n_ctx_; }
+
+  // Committed KV entries (the length of the context the next step continues).
+  int32_t n_past() const { return n_past_; }
+  // Runs one step; returns batch.logit_rows().size() rows of n_vocab logits. The
+  // batch's n_past is set to n_past(). Throws std::length_error when the step does
+  // not fit in the context.
+  std::vector<float> forward(StepBatch& batch);
+  // Makes the first n tokens of the last step part of the committed context.
+  void commit(int32_t n);
+  // Forgets the context after the first n entries (n <= n_past()).
+  void truncate(int32_t n);
+
+ private:
+  struct Weights;
+  struct Buffers;
+  std::shared_ptr<const GgufFile> file_;
+  std::unique_ptr<Backend> backend_;
+  ModelConfig config_;
+  std::unique_ptr<Weights> weights_;
+  std::unique_ptr<Buffers> buffers_;
+  int32_t n_ctx_ = 0;
+  int32_t n_past_ = 0;
+  int32_t last_step_size_ = 0;
+};
+
+}  // namespace fafo

@@ -1,0 +1,52 @@
+// StepBatch: what one forward pass computes. Prefill, plain decoding and (later)
+// multi-token steps are all expressed as a StepBatch of T tokens.
+//
+// Token i of the batch has a RoPE position, sees the committed KV prefix, and sees the
+// batch tokens j <= i whose bit is set in its row of the in-step mask. Its key and value
+// are written to KV slot `n_past + i` for the duration of the step; committing the step
+// (Model::commit) makes the first n of them part of the cache.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace fafo {
+
+class StepBatch {
+ public:
+  // A causal batch: token i sees tokens 0..i of the batch, positions n_past..n_past+T-1.
+  static StepBatch causal(const std::vector<int32_t>& tokens, int32_t n_past, bool logits_for_all = false);
+
+  // An empty batch for custom masks; add tokens one by one.
+  StepBatch() = default;
+  // Adds a token at `pos` that sees the batch tokens listed in `sees` (all < its index,
+  // itself is always seen). Returns its index.
+  int32_t add(int32_t token, int32_t pos, const std::vector<int32_t>& sees, bool wants_logits);
+
+  int32_t size() const { return static_cast<int32_t>(tokens_.size()); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  const std::vector<int32_t>& positions() const { return positions_; }
+  // Does batch token i see batch token j (j <= i)?
+  bool sees(int32_t i, int32_t j) const {
+    return (mask_[static_cast<size_t>(i) * words_per_row() + static_cast<size_t>(j) / 64] >> (j % 64)) & 1u;
+  }
+  // Rows whose logits the step returns, in increasing order.
+  const std::vector<int32_t>& logit_rows() const { return logit_rows_; }
+  // Committed KV entries every token sees (the cache length before the step).
+  int32_t n_past() const { return n_past_; }
+  void set_n_past(int32_t n) { n_past_ = n; }
+
+  static constexpr int32_t kMaxTokens = 1024;
+
+ private:
+  size_t words_per_row() const { return kMaxTokens / 64; }
+
+  std::vector<int32_t> tokens_;
+  std::vector<int32_t> positions_;
+  std::vector<uint64_t> mask_;  // T rows of kMaxTokens bits
+  std::vector<int32_t> logit_rows_;
+  int32_t n_past_ = 0;
+};
+
+}  // namespace fafo

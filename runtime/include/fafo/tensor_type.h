@@ -1,0 +1,66 @@
+// Weight formats as GGUF stores them (ggml type ids), their block layouts, and
+// conversion to and from float32 on the CPU.
+//
+// Every format is a sequence of fixed-size blocks; a block encodes `block_size`
+// consecutive values of a row in `block_bytes` bytes. Rows are always a whole
+// number of blocks. The byte layouts are exactly those of GGUF files from the Hub.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace fafo {
+
+// Numeric values are the ggml type ids written in GGUF tensor infos.
+enum class TensorType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  BF16 = 30,
+};
+
+struct TensorTypeInfo {
+  TensorType type;
+  std::string_view name;   // upper case, as ggml names it ("Q4_K")
+  uint32_t block_size;     // values per block
+  uint32_t block_bytes;    // bytes per block
+  bool has_dequantize;     // fafo can read it
+  bool has_quantize;       // fafo can write it
+};
+
+// Info for a ggml type id, or nullptr when the id is unknown to fafo.
+const TensorTypeInfo* tensor_type_info(uint32_t ggml_type_id);
+const TensorTypeInfo& tensor_type_info(TensorType type);
+std::string_view tensor_type_name(TensorType type);
+// Case-insensitive lookup by name ("q4_k", "F16", "bf16").
+std::optional<TensorType> tensor_type_from_name(std::string_view name);
+
+// Bytes used by a row of n values; n must be a multiple of the block size.
+size_t tensor_row_bytes(TensorType type, int64_t n);
+
+// Decodes n values (a multiple of the block size) from src into dst.
+void dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
+// Encodes n values (a multiple of the block size) from src into dst
+// (tensor_row_bytes(type, n) bytes).
+void quantize_row(TensorType type, const float* src, void* dst, int64_t n);
+
+// Scalar half / bfloat16 conversions (round to nearest even).
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);
+float bf16_to_fp32(uint16_t h);
+uint16_t fp32_to_bf16(float f);
+
+}  // namespace fafo

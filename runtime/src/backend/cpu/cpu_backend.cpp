@@ -1,0 +1,207 @@
+// The CPU reference backend: executes each kernel as soon as the model issues it,
+// parallel over rows (matmul), heads (attention) or batch tokens (the rest).
+// Weights are used in place from the memory-mapped file; quantized rows are
+// dequantized on the fly into per-thread scratch.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "fafo/backend.h"
+#include "util/thread_pool.h"
+
+namespace fafo {
+
+namespace {
+
+struct CpuWeight {
+  TensorType type;
+  int64_t rows, cols;
+  const uint8_t* data;
+  size_t row_bytes;
+  std::vector<float> dense;  // dequantized copy for small vectors (norm gains, biases)
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads) : pool_(n_threads) {}
+
+  std::string name() const override { return "cpu"; }
+  std::string description() const override {
+    return "CPU reference backend, " + std::to_string(pool_.size()) + " threads";
+  }
+
+  Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
+    CpuWeight w{type, rows, cols, static_cast<const uint8_t*>(data), tensor_row_bytes(type, cols), {}};
+    if (rows == 1) {
+      w.dense.resize(static_cast<size_t>(cols));
+      dequantize_row(type, data, w.dense.data(), cols);
+    }
+    weights_.push_back(std::move(w));
+    return Weight{static_cast<int32_t>(weights_.size() - 1), type, rows, cols};
+  }
+
+  Activation alloc_activation(int64_t max_rows, int64_t cols) override {
+    activations_.emplace_back(static_cast<size_t>(max_rows * cols), 0.0f);
+    activation_rows_.push_back(max_rows);
+    return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
+  }
+
+  void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim) override {
+    const size_t per_layer = static_cast<size_t>(n_ctx) * static_cast<size_t>(kv_dim);
+    keys_.assign(static_cast<size_t>(n_layer), std::vector<float>(per_layer, 0.0f));
+    values_.assign(static_cast<size_t>(n_layer), std::vector<float>(per_layer, 0.0f));
+    kv_ctx_ = n_ctx;
+    kv_dim_ = kv_dim;
+  }
+  int32_t kv_capacity() const override { return kv_ctx_; }
+
+  void begin_step(const StepBatch& batch) override {
+    gathered_rows_.clear();
+    if (batch.n_past() + batch.size() > kv_ctx_)
+      throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
+                              " but the cache holds " + std::to_string(kv_ctx_));
+    batch_ = &batch;
+  }
+
+  void embed(const Weight& table, Activation& out) override {
+    const CpuWeight& w = weights_.at(static_cast<size_t>(table.id));
+    const int32_t T = batch_->size();
+    for (int32_t tok : batch_->tokens())
+      if (tok < 0 || tok >= w.rows)
+        throw std::out_of_range("token id " + std::to_string(tok) + " is outside the vocabulary (" + std::to_string(w.rows) + " tokens)");
+    pool_.parallel_for(T, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        const int32_t tok = batch_->tokens()[static_cast<size_t>(i)];
+        dequantize_row(w.type, w.data + static_cast<size_t>(tok) * w.row_bytes, row(out, i), w.cols);
+      }
+    });
+  }
+
+  void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
+    const float* g = weights_.at(static_cast<size_t>(gain.id)).dense.data();
+    for (int64_t i = 0; i < rows_of(x); ++i) cpu::rms_norm_row(row(x, i), g, eps, row(out, i), x.cols);
+  }
+
+  void matmul(const Weight& weight, const Activation& x, Activation& out) override {
+    const CpuWeight& w = weights_.at(static_cast<size_t>(weight.id));
+    const int64_t T = rows_of(x);
+    scratch_.resize(static_cast<size_t>(pool_.size()));
+    for (auto& s : scratch_) s.resize(static_cast<size_t>(w.cols));
+    pool_.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int thread) {
+      float* wrow = scratch_[static_cast<size_t>(thread)].data();
+      for (int64_t r = b; r < e; ++r) {
+        const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_bytes;
+        const float* dense = reinterpret_cast<const float*>(src);
+        if (w.type != TensorType::F32) {
+          dequantize_row(w.type, src, wrow, w.cols);
+          dense = wrow;
+        }
+        for (int64_t t = 0; t < T; ++t) row(out, t)[r] = cpu::dot(dense, row(x, t), w.cols);
+      }
+    });
+  }
+
+  void add_bias(const Weight& bias, Activation& x) override {
+    const float* b = weights_.at(static_cast<size_t>(bias.id)).dense.data();
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] += b[c];
+  }
+
+  void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) override {
+    for (int64_t i = 0; i < batch_rows(); ++i)
+      for (int32_t h = 0; h < n_heads; ++h)
+        cpu::rope_head(row(x, i) + h * head_dim, batch_->positions()[static_cast<size_t>(i)], p);
+  }
+
+  void store_kv(int32_t layer, const Activation& k, const Activation& v) override {
+    for (int64_t i = 0; i < batch_rows(); ++i) {
+      const size_t slot = static_cast<size_t>(batch_->n_past() + i);
+      std::memcpy(&keys_[static_cast<size_t>(layer)][slot * static_cast<size_t>(kv_dim_)], row(k, i), sizeof(float) * static_cast<size_t>(kv_dim_));
+      std::memcpy(&values_[static_cast<size_t>(layer)][slot * static_cast<size_t>(kv_dim_)], row(v, i), sizeof(float) * static_cast<size_t>(kv_dim_));
+    }
+  }
+
+  void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
+    const int32_t T = batch_->size();
+    const int32_t n_past = batch_->n_past();
+    const int32_t group = s.n_head / s.n_head_kv;
+    // Slots each batch token attends: the whole committed prefix, then its visible batch tokens.
+    std::vector<std::vector<int32_t>> slots(static_cast<size_t>(T));
+    for (int32_t i = 0; i < T; ++i) {
+      auto& list = slots[static_cast<size_t>(i)];
+      list.reserve(static_cast<size_t>(n_past + i + 1));
+      for (int32_t j = 0; j < n_past; ++j) list.push_back(j);
+      for (int32_t j = 0; j <= i; ++j)
+        if (batch_->sees(i, j)) list.push_back(n_past + j);
+    }
+    const float* K = keys_[static_cast<size_t>(layer)].data();
+    const float* V = values_[static_cast<size_t>(layer)].data();
+    pool_.parallel_for(static_cast<int64_t>(T) * s.n_head, 1, [&](int64_t b, int64_t e, int) {
+      std::vector<float> scratch(static_cast<size_t>(n_past + T));
+      for (int64_t task = b; task < e; ++task) {
+        const int32_t i = static_cast<int32_t>(task / s.n_head);
+        const int32_t h = static_cast<int32_t>(task % s.n_head);
+        const auto& list = slots[static_cast<size_t>(i)];
+        cpu::attend_head(row(q, i) + h * s.head_dim, K, V, kv_dim_, static_cast<int64_t>(h / group) * s.head_dim,
+                         list.data(), static_cast<int32_t>(list.size()), s.head_dim, s.scale, scratch.data(),
+                         row(out, i) + h * s.head_dim);
+      }
+    });
+  }
+
+  void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
+    for (int64_t i = 0; i < rows_of(gate); ++i)
+      for (int64_t c = 0; c < gate.cols; ++c) row(out, i)[c] = cpu::silu(row(gate, i)[c]) * row(up, i)[c];
+  }
+
+  void add(Activation& x, const Activation& y) override {
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] += row(y, i)[c];
+  }
+
+  void gather_rows(const Activation& src, const std::vector<int32_t>& rows, Activation& dst) override {
+    if (static_cast<int64_t>(rows.size()) > dst.rows) throw std::out_of_range("gather_rows: destination too small");
+    for (size_t k = 0; k < rows.size(); ++k)
+      std::memcpy(row(dst, static_cast<int64_t>(k)), row(src, rows[k]), sizeof(float) * static_cast<size_t>(src.cols));
+    gathered_rows_[dst.id] = static_cast<int64_t>(rows.size());
+  }
+
+  void finish_step() override { gathered_rows_.clear(); }
+
+  std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
+    const float* p = row(x, 0);
+    return std::vector<float>(p, p + n_rows * x.cols);
+  }
+
+ private:
+  // Gathered buffers hold fewer rows than the batch; every other buffer holds one row per batch token.
+  int64_t rows_of(const Activation& a) const {
+    auto it = gathered_rows_.find(a.id);
+    return it != gathered_rows_.end() ? it->second : batch_rows();
+  }
+  int64_t batch_rows() const { return batch_->size(); }
+  float* row(const Activation& a, int64_t i) {
+    return activations_[static_cast<size_t>(a.id)].data() + static_cast<size_t>(i * a.cols);
+  }
+
+  ThreadPool pool_;
+  std::vector<CpuWeight> weights_;
+  std::vector<std::vector<float>> activations_;
+  std::vector<int64_t> activation_rows_;
+  std::vector<std::vector<float>> keys_, values_;
+  std::vector<std::vector<float>> scratch_;
+  std::unordered_map<int32_t, int64_t> gathered_rows_;
+  int32_t kv_ctx_ = 0;
+  int32_t kv_dim_ = 0;
+  const StepBatch* batch_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+
+}  // namespace fafo

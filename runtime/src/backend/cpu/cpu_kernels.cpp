@@ -1,0 +1,65 @@
+#include "backend/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fafo::cpu {
+
+float dot(const float* a, const float* b, int64_t n) {
+  // Eight independent partial sums: vectorizable and a fixed summation order.
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+void rms_norm_row(const float* x, const float* gain, float eps, float* out, int64_t n) {
+  double sum_sq = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * gain[i];
+}
+
+void rope_head(float* head, int32_t pos, const RopeParams& p) {
+  const int32_t half = p.n_dims / 2;
+  const float position = static_cast<float>(pos) * p.freq_scale;
+  for (int32_t i = 0; i < half; ++i) {
+    float theta = position * std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_dims));
+    if (!p.freq_factors.empty()) theta /= p.freq_factors[static_cast<size_t>(i)];
+    const float c = std::cos(theta), s = std::sin(theta);
+    // NEOX pairs dimension i with i + n_dims/2; the "normal" layout pairs 2i with 2i+1.
+    const int32_t a = p.neox ? i : 2 * i;
+    const int32_t b = p.neox ? i + half : 2 * i + 1;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * c - x1 * s;
+    head[b] = x0 * s + x1 * c;
+  }
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+void attend_head(const float* q, const float* keys, const float* values, int64_t stride, int64_t offset,
+                 const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch, float* out) {
+  float max_score = -INFINITY;
+  for (int32_t j = 0; j < n_keys; ++j) {
+    scratch[j] = dot(q, keys + slots[j] * stride + offset, head_dim) * scale;
+    max_score = std::max(max_score, scratch[j]);
+  }
+  double total = 0.0;
+  for (int32_t j = 0; j < n_keys; ++j) {
+    scratch[j] = std::exp(scratch[j] - max_score);
+    total += scratch[j];
+  }
+  const float inv = total > 0.0 ? static_cast<float>(1.0 / total) : 0.0f;
+  std::fill(out, out + head_dim, 0.0f);
+  for (int32_t j = 0; j < n_keys; ++j) {
+    const float w = scratch[j] * inv;
+    const float* v = values + slots[j] * stride + offset;
+    for (int32_t d = 0; d < head_dim; ++d) out[d] += w * v[d];
+  }
+}
+
+}  // namespace fafo::cpu

@@ -1,0 +1,187 @@
+// Loading a Llama-family model (tensor names, shapes, types) and its forward pass,
+// written once against the Backend interface. The forward reads top to bottom like
+// llama2.c: embed, then per layer RMSNorm -> QKV -> RoPE -> attention -> output
+// projection -> residual -> RMSNorm -> SwiGLU FFN -> residual; final norm and logits.
+#include <cmath>
+#include <stdexcept>
+
+#include "fafo/model.h"
+
+namespace fafo {
+
+namespace {
+constexpr int32_t kMaxStepTokens = 512;
+}
+
+struct Model::Weights {
+  struct Layer {
+    Weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+  };
+  Weight token_embd, output_norm, output;
+  std::vector<Layer> layers;
+};
+
+struct Model::Buffers {
+  Activation x, xn, q, k, v, attn, proj, gate, up, ffn, last, last_norm, logits;
+};
+
+namespace {
+
+// Uploads a named tensor after checking its type and shape ([cols] or [cols, rows] in ggml order).
+class WeightLoader {
+ public:
+  WeightLoader(const GgufFile& f, Backend& b) : f_(f), b_(b) {}
+
+  Weight matrix(const std::string& name, int64_t cols, int64_t rows) { return load(f_.require_tensor(name), cols, rows); }
+  Weight vector(const std::string& name, int64_t n) { return load(f_.require_tensor(name), n, 1); }
+  Weight optional_vector(const std::string& name, int64_t n) {
+    const GgufTensor* t = f_.find_tensor(name);
+    return t ? load(*t, n, 1) : Weight{};
+  }
+
+ private:
+  Weight load(const GgufTensor& t, int64_t cols, int64_t rows) {
+    const int64_t t_rows = t.n_rows();
+    const bool shape_ok = t.shape[0] == cols && t_rows == rows && (rows == 1 ? t.shape.size() <= 2 : t.shape.size() == 2);
+    if (!shape_ok) {
+      std::string got;
+      for (int64_t d : t.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      throw GgufError(f_.path(), "tensor '" + t.name + "' has shape [" + got + "], expected [" + std::to_string(cols) +
+                                     (rows == 1 ? "" : ", " + std::to_string(rows)) + "]");
+    }
+    if (!tensor_type_info(t.type).has_dequantize)
+      throw GgufError(f_.path(), "tensor '" + t.name + "' has type " + std::string(tensor_type_name(t.type)) +
+                                     ", which fafo cannot compute with");
+    return b_.upload_weight(t.type, rows, cols, t.data);
+  }
+
+  const GgufFile& f_;
+  Backend& b_;
+};
+
+}  // namespace
+
+Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend, const ModelOptions& options)
+    : file_(std::move(file)), backend_(std::move(backend)), config_(ModelConfig::from_gguf(*file_)) {
+  const ModelConfig& c = config_;
+  if (const GgufTensor* rf = file_->find_tensor("rope_freqs.weight")) {
+    if (rf->type != TensorType::F32 || rf->n_elements() != c.rope.n_dims / 2)
+      throw GgufError(file_->path(), "rope_freqs.weight must be F32 with rope.dimension_count/2 values");
+    const float* p = reinterpret_cast<const float*>(rf->data);
+    config_.rope.freq_factors.assign(p, p + c.rope.n_dims / 2);
+  }
+
+  WeightLoader load(*file_, *backend_);
+  weights_ = std::make_unique<Weights>();
+  Weights& w = *weights_;
+  w.token_embd = load.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  w.output_norm = load.vector("output_norm.weight", c.n_embd);
+  w.output = c.tied_embeddings ? w.token_embd : load.matrix("output.weight", c.n_embd, c.n_vocab);
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Weights::Layer L;
+    L.attn_norm = load.vector(p + "attn_norm.weight", c.n_embd);
+    L.wq = load.matrix(p + "attn_q.weight", c.n_embd, q_dim);
+    L.wk = load.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim());
+    L.wv = load.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim());
+    L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
+    if (c.qkv_bias) {
+      L.bq = load.vector(p + "attn_q.bias", q_dim);
+      L.bk = load.vector(p + "attn_k.bias", c.kv_dim());
+      L.bv = load.vector(p + "attn_v.bias", c.kv_dim());
+    }
+    L.ffn_norm = load.vector(p + "ffn_norm.weight", c.n_embd);
+    L.w_gate = load.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
+    L.w_up = load.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
+    L.w_down = load.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
+    w.layers.push_back(L);
+  }
+
+  n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
+  backend_->alloc_kv_cache(c.n_layer, n_ctx_, c.kv_dim());
+
+  buffers_ = std::make_unique<Buffers>();
+  Buffers& b = *buffers_;
+  const int64_t T = kMaxStepTokens;
+  b.x = backend_->alloc_activation(T, c.n_embd);
+  b.xn = backend_->alloc_activation(T, c.n_embd);
+  b.q = backend_->alloc_activation(T, q_dim);
+  b.k = backend_->alloc_activation(T, c.kv_dim());
+  b.v = backend_->alloc_activation(T, c.kv_dim());
+  b.attn = backend_->alloc_activation(T, q_dim);
+  b.proj = backend_->alloc_activation(T, c.n_embd);
+  b.gate = backend_->alloc_activation(T, c.n_ff);
+  b.up = backend_->alloc_activation(T, c.n_ff);
+  b.ffn = backend_->alloc_activation(T, c.n_embd);
+  b.last = backend_->alloc_activation(T, c.n_embd);
+  b.last_norm = backend_->alloc_activation(T, c.n_embd);
+  b.logits = backend_->alloc_activation(T, c.n_vocab);
+}
+
+Model::~Model() = default;
+
+std::vector<float> Model::forward(StepBatch& batch) {
+  const ModelConfig& c = config_;
+  const Weights& w = *weights_;
+  Buffers& b = *buffers_;
+  Backend& be = *backend_;
+  if (batch.size() == 0) throw std::invalid_argument("forward: empty batch");
+  if (batch.size() > kMaxStepTokens)
+    throw std::invalid_argument("forward: " + std::to_string(batch.size()) + " tokens in one step (at most " +
+                                std::to_string(kMaxStepTokens) + ")");
+  if (n_past_ + batch.size() > n_ctx_)
+    throw std::length_error("the context is full: " + std::to_string(n_past_) + " + " + std::to_string(batch.size()) +
+                            " tokens exceed the context length " + std::to_string(n_ctx_));
+  batch.set_n_past(n_past_);
+
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  be.begin_step(batch);
+  be.embed(w.token_embd, b.x);
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
+    // Attention block.
+    be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
+    be.matmul(L.wq, b.xn, b.q);
+    be.matmul(L.wk, b.xn, b.k);
+    be.matmul(L.wv, b.xn, b.v);
+    if (c.qkv_bias) {
+      be.add_bias(L.bq, b.q);
+      be.add_bias(L.bk, b.k);
+      be.add_bias(L.bv, b.v);
+    }
+    be.rope(b.q, c.n_head, c.head_dim, c.rope);
+    be.rope(b.k, c.n_head_kv, c.head_dim, c.rope);
+    be.store_kv(l, b.k, b.v);
+    be.attention(l, b.q, shape, b.attn);
+    be.matmul(L.wo, b.attn, b.proj);
+    be.add(b.x, b.proj);
+    // Feed-forward block.
+    be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
+    be.matmul(L.w_gate, b.xn, b.gate);
+    be.matmul(L.w_up, b.xn, b.up);
+    be.swiglu(b.gate, b.up, b.gate);
+    be.matmul(L.w_down, b.gate, b.ffn);
+    be.add(b.x, b.ffn);
+  }
+  const auto& rows = batch.logit_rows();
+  be.gather_rows(b.x, rows, b.last);
+  be.rms_norm(b.last, w.output_norm, c.rms_eps, b.last_norm);
+  be.matmul(w.output, b.last_norm, b.logits);
+  be.finish_step();
+  last_step_size_ = batch.size();
+  return be.read_rows(b.logits, static_cast<int64_t>(rows.size()));
+}
+
+void Model::commit(int32_t n) {
+  if (n < 0 || n > last_step_size_) throw std::invalid_argument("commit: more tokens than the last step had");
+  n_past_ += n;
+  last_step_size_ = 0;
+}
+
+void Model::truncate(int32_t n) {
+  if (n < 0 || n > n_past_) throw std::invalid_argument("truncate: beyond the committed context");
+  n_past_ = n;
+}
+
+}  // namespace fafo

@@ -1,0 +1,55 @@
+// Per-format row kernels behind fafo::dequantize_row / fafo::quantize_row (type_table.cpp).
+//
+// Each kernel converts n_blocks whole blocks; the public entry points validate the type and
+// the value count first. Packed data is read and written through byte pointers without any
+// alignment requirement.
+#pragma once
+
+#include <cstdint>
+
+namespace fafo::quant {
+
+// Plain float formats (half_float.cpp). n is a value count.
+void dequantize_f16(const uint8_t* src, float* dst, int64_t n);
+void quantize_f16(const float* src, uint8_t* dst, int64_t n);
+void dequantize_bf16(const uint8_t* src, float* dst, int64_t n);
+void quantize_bf16(const float* src, uint8_t* dst, int64_t n);
+
+// Legacy 32-value block formats (legacy_formats.cpp).
+void dequantize_q4_0(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q4_1(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q5_0(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q5_1(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q8_1(const uint8_t* src, float* dst, int64_t n_blocks);
+void quantize_q4_0(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q4_1(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q5_0(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q5_1(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q8_0(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q8_1(const float* src, uint8_t* dst, int64_t n_blocks);
+
+// K-quants, 256-value super-blocks (k_quant_dequantize.cpp, k_quant_quantize.cpp).
+void dequantize_q2_k(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q3_k(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q4_k(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q5_k(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q6_k(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_q8_k(const uint8_t* src, float* dst, int64_t n_blocks);
+void quantize_q2_k(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q3_k(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q4_k(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q5_k(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q6_k(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_q8_k(const float* src, uint8_t* dst, int64_t n_blocks);
+
+// Rounds v to the nearest integer (halves away from zero) after clamping it to [lo, hi].
+// NaN maps to lo. Used by every quantizer, so out-of-range or non-finite inputs never
+// reach an undefined float-to-int conversion.
+inline int round_clamped(float v, int lo, int hi) {
+  if (!(v > static_cast<float>(lo))) return lo;
+  if (!(v < static_cast<float>(hi))) return hi;
+  return static_cast<int>(v >= 0.0f ? v + 0.5f : v - 0.5f);
+}
+
+}  // namespace fafo::quant

@@ -1,0 +1,134 @@
+// The table of weight formats fafo knows, lookups by id and name, row sizes, and the
+// dispatch of dequantize_row / quantize_row to the per-format kernels.
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "fafo/tensor_type.h"
+#include "quant/blocks.h"
+#include "quant/formats.h"
+
+namespace fafo {
+
+namespace {
+
+constexpr std::array kTypes = {
+    TensorTypeInfo{TensorType::F32, "F32", 1, 4, true, true},
+    TensorTypeInfo{TensorType::F16, "F16", 1, 2, true, true},
+    TensorTypeInfo{TensorType::Q4_0, "Q4_0", quant::kLegacyBlock, sizeof(quant::BlockQ4_0), true, true},
+    TensorTypeInfo{TensorType::Q4_1, "Q4_1", quant::kLegacyBlock, sizeof(quant::BlockQ4_1), true, true},
+    TensorTypeInfo{TensorType::Q5_0, "Q5_0", quant::kLegacyBlock, sizeof(quant::BlockQ5_0), true, true},
+    TensorTypeInfo{TensorType::Q5_1, "Q5_1", quant::kLegacyBlock, sizeof(quant::BlockQ5_1), true, true},
+    TensorTypeInfo{TensorType::Q8_0, "Q8_0", quant::kLegacyBlock, sizeof(quant::BlockQ8_0), true, true},
+    TensorTypeInfo{TensorType::Q8_1, "Q8_1", quant::kLegacyBlock, sizeof(quant::BlockQ8_1), true, true},
+    TensorTypeInfo{TensorType::Q2_K, "Q2_K", quant::kSuperBlock, sizeof(quant::BlockQ2_K), true, true},
+    TensorTypeInfo{TensorType::Q3_K, "Q3_K", quant::kSuperBlock, sizeof(quant::BlockQ3_K), true, true},
+    TensorTypeInfo{TensorType::Q4_K, "Q4_K", quant::kSuperBlock, sizeof(quant::BlockQ4_K), true, true},
+    TensorTypeInfo{TensorType::Q5_K, "Q5_K", quant::kSuperBlock, sizeof(quant::BlockQ5_K), true, true},
+    TensorTypeInfo{TensorType::Q6_K, "Q6_K", quant::kSuperBlock, sizeof(quant::BlockQ6_K), true, true},
+    TensorTypeInfo{TensorType::Q8_K, "Q8_K", quant::kSuperBlock, sizeof(quant::BlockQ8_K), true, true},
+    TensorTypeInfo{TensorType::BF16, "BF16", 1, 2, true, true},
+};
+
+const TensorTypeInfo* find_info(uint32_t id) {
+  const auto* it = std::find_if(kTypes.begin(), kTypes.end(),
+                                [id](const TensorTypeInfo& info) { return static_cast<uint32_t>(info.type) == id; });
+  return it == kTypes.end() ? nullptr : &*it;
+}
+
+std::string describe(TensorType type) {
+  const TensorTypeInfo* info = find_info(static_cast<uint32_t>(type));
+  const std::string id = "ggml type id " + std::to_string(static_cast<uint32_t>(type));
+  return info ? std::string(info->name) + " (" + id + ")" : id;
+}
+
+// Checks n against the block size and returns the number of blocks.
+int64_t block_count(const TensorTypeInfo& info, int64_t n, const char* what) {
+  if (n < 0 || n % info.block_size != 0) {
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(n) + " values is not a whole number of " +
+                                std::string(info.name) + " blocks of " + std::to_string(info.block_size));
+  }
+  return n / info.block_size;
+}
+
+}  // namespace
+
+const TensorTypeInfo* tensor_type_info(uint32_t ggml_type_id) { return find_info(ggml_type_id); }
+
+const TensorTypeInfo& tensor_type_info(TensorType type) {
+  const TensorTypeInfo* info = find_info(static_cast<uint32_t>(type));
+  if (!info) throw std::invalid_argument("unknown tensor type: " + describe(type));
+  return *info;
+}
+
+std::string_view tensor_type_name(TensorType type) { return tensor_type_info(type).name; }
+
+std::optional<TensorType> tensor_type_from_name(std::string_view name) {
+  for (const TensorTypeInfo& info : kTypes) {
+    const bool same = std::equal(name.begin(), name.end(), info.name.begin(), info.name.end(), [](char a, char b) {
+      return std::toupper(static_cast<unsigned char>(a)) == std::toupper(static_cast<unsigned char>(b));
+    });
+    if (same) return info.type;
+  }
+  return std::nullopt;
+}
+
+size_t tensor_row_bytes(TensorType type, int64_t n) {
+  const TensorTypeInfo& info = tensor_type_info(type);
+  return static_cast<size_t>(block_count(info, n, "tensor_row_bytes")) * info.block_bytes;
+}
+
+void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
+  const TensorTypeInfo& info = tensor_type_info(type);
+  if (!info.has_dequantize) throw std::invalid_argument("dequantize_row: unsupported type " + describe(type));
+  const int64_t blocks = block_count(info, n, "dequantize_row");
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  switch (type) {
+    case TensorType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case TensorType::F16: quant::dequantize_f16(bytes, dst, n); return;
+    case TensorType::BF16: quant::dequantize_bf16(bytes, dst, n); return;
+    case TensorType::Q4_0: quant::dequantize_q4_0(bytes, dst, blocks); return;
+    case TensorType::Q4_1: quant::dequantize_q4_1(bytes, dst, blocks); return;
+    case TensorType::Q5_0: quant::dequantize_q5_0(bytes, dst, blocks); return;
+    case TensorType::Q5_1: quant::dequantize_q5_1(bytes, dst, blocks); return;
+    case TensorType::Q8_0: quant::dequantize_q8_0(bytes, dst, blocks); return;
+    case TensorType::Q8_1: quant::dequantize_q8_1(bytes, dst, blocks); return;
+    case TensorType::Q2_K: quant::dequantize_q2_k(bytes, dst, blocks); return;
+    case TensorType::Q3_K: quant::dequantize_q3_k(bytes, dst, blocks); return;
+    case TensorType::Q4_K: quant::dequantize_q4_k(bytes, dst, blocks); return;
+    case TensorType::Q5_K: quant::dequantize_q5_k(bytes, dst, blocks); return;
+    case TensorType::Q6_K: quant::dequantize_q6_k(bytes, dst, blocks); return;
+    case TensorType::Q8_K: quant::dequantize_q8_k(bytes, dst, blocks); return;
+  }
+  throw std::invalid_argument("dequantize_row: unsupported type " + describe(type));
+}
+
+void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
+  const TensorTypeInfo& info = tensor_type_info(type);
+  if (!info.has_quantize) throw std::invalid_argument("quantize_row: unsupported type " + describe(type));
+  const int64_t blocks = block_count(info, n, "quantize_row");
+  auto* bytes = static_cast<uint8_t*>(dst);
+  switch (type) {
+    case TensorType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case TensorType::F16: quant::quantize_f16(src, bytes, n); return;
+    case TensorType::BF16: quant::quantize_bf16(src, bytes, n); return;
+    case TensorType::Q4_0: quant::quantize_q4_0(src, bytes, blocks); return;
+    case TensorType::Q4_1: quant::quantize_q4_1(src, bytes, blocks); return;
+    case TensorType::Q5_0: quant::quantize_q5_0(src, bytes, blocks); return;
+    case TensorType::Q5_1: quant::quantize_q5_1(src, bytes, blocks); return;
+    case TensorType::Q8_0: quant::quantize_q8_0(src, bytes, blocks); return;
+    case TensorType::Q8_1: quant::quantize_q8_1(src, bytes, blocks); return;
+    case TensorType::Q2_K: quant::quantize_q2_k(src, bytes, blocks); return;
+    case TensorType::Q3_K: quant::quantize_q3_k(src, bytes, blocks); return;
+    case TensorType::Q4_K: quant::quantize_q4_k(src, bytes, blocks); return;
+    case TensorType::Q5_K: quant::quantize_q5_k(src, bytes, blocks); return;
+    case TensorType::Q6_K: quant::quantize_q6_k(src, bytes, blocks); return;
+    case TensorType::Q8_K: quant::quantize_q8_k(src, bytes, blocks); return;
+  }
+  throw std::invalid_argument("quantize_row: unsupported type " + describe(type));
+}
+
+}  // namespace fafo

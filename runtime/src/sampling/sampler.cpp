@@ -1,0 +1,76 @@
+#include "fafo/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+namespace fafo {
+
+int32_t argmax(const float* logits, int32_t n) {
+  if (n <= 0) throw std::invalid_argument("argmax over an empty vocabulary");
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; ++i)
+    if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
+  if (options.temperature < 0.0f) throw std::invalid_argument("temperature must be >= 0");
+  if (options.top_k < 0) throw std::invalid_argument("top-k must be >= 0");
+  if (!(options.top_p > 0.0f && options.top_p <= 1.0f)) throw std::invalid_argument("top-p must be in (0, 1]");
+  if (!(options.min_p >= 0.0f && options.min_p < 1.0f)) throw std::invalid_argument("min-p must be in [0, 1)");
+}
+
+std::vector<float> Sampler::distribution(const float* logits, int32_t n_vocab) const {
+  std::vector<float> probs(static_cast<size_t>(n_vocab), 0.0f);
+  if (greedy()) {
+    probs[static_cast<size_t>(argmax(logits, n_vocab))] = 1.0f;
+    return probs;
+  }
+  // Candidates sorted by logit, best first (ties: lower id first).
+  std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  size_t keep = ids.size();
+  if (options_.top_k > 0) keep = std::min(keep, static_cast<size_t>(options_.top_k));
+
+  // Softmax at temperature 1 over the kept candidates, for the top-p and min-p cuts.
+  auto softmax = [&](size_t count, float temperature) {
+    std::vector<double> p(count);
+    const double max_logit = logits[ids[0]];
+    double total = 0.0;
+    for (size_t k = 0; k < count; ++k) total += p[k] = std::exp((logits[ids[k]] - max_logit) / temperature);
+    for (double& v : p) v /= total;
+    return p;
+  };
+  if (options_.top_p < 1.0f) {
+    const auto p = softmax(keep, 1.0f);
+    double cumulative = 0.0;
+    for (size_t k = 0; k < keep; ++k) {
+      cumulative += p[k];
+      if (cumulative >= options_.top_p) {
+        keep = k + 1;
+        break;
+      }
+    }
+  }
+  if (options_.min_p > 0.0f) {
+    const auto p = softmax(keep, 1.0f);
+    size_t k = 1;
+    while (k < keep && p[k] >= options_.min_p * p[0]) ++k;
+    keep = k;
+  }
+  const auto p = softmax(keep, options_.temperature);
+  for (size_t k = 0; k < keep; ++k) probs[static_cast<size_t>(ids[k])] = static_cast<float>(p[k]);
+  return probs;
+}
+
+int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+  if (greedy()) return argmax(logits, n_vocab);
+  const std::vector<float> probs = distribution(logits, n_vocab);
+  std::discrete_distribution<int32_t> pick(probs.begin(), probs.end());
+  return pick(rng_);
+}
+
+}  // namespace fafo

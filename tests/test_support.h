@@ -1,0 +1,25 @@
+// Shared helpers for the test suite: where ../shared lives, and skipping when it is absent.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace fafo::test {
+
+// Path inside ../shared (FAFO_SHARED_DIR at configure time, or $FAFO_SHARED_DIR).
+std::filesystem::path shared_path(const std::string& relative);
+// Path of a built program (e.g. "app/cli/fafo").
+std::filesystem::path binary_path(const std::string& relative);
+// A fresh temporary directory for one test.
+std::filesystem::path temp_dir(const std::string& name);
+
+}  // namespace fafo::test
+
+// Skips the current test, saying why, when a shared file is missing.
+#define FAFO_REQUIRE_SHARED(path_var, relative)                                            \
+  const std::filesystem::path path_var = ::fafo::test::shared_path(relative);             \
+  if (!std::filesystem::exists(path_var))                                                 \
+    GTEST_SKIP() << "shared data not found: " << path_var.string()                         \
+                 << " (tests read ../shared beside the checkout; set FAFO_SHARED_DIR)"

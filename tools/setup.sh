@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package needed to build, test and run fafo and fafo-studio.
+# Usage: sudo tools/setup.sh   (or as root: tools/setup.sh)
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "tools/setup.sh: needs root to install packages; run: sudo tools/setup.sh" >&2
+  exit 1
+fi
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git python3
+  # Vulkan: loader + headers, Mesa's CPU driver (lavapipe), validation layers, shader compiler
+  libvulkan-dev vulkan-tools mesa-vulkan-drivers vulkan-validationlayers
+  glslang-tools spirv-tools
+  # app: GLFW, Dear ImGui (static lib with glfw/opengl3/vulkan backends), stb, OpenGL, headless X
+  libglfw3-dev libimgui-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth
+  # libraries used by the runtime and CLI
+  nlohmann-json3-dev libcli11-dev
+  # tests
+  libgtest-dev libgmock-dev googletest tmux
+)
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${packages[@]}"
+echo "tools/setup.sh: all packages installed"

@@ -1,0 +1,245 @@
+#include "synthetic_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "fafo/gguf.h"
+#include "synthetic_vocab.h"
+
+namespace fafo::synth {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Fills `out` with N(mean, stddev) values (Box-Muller over splitmix64).
+void fill_normal(uint64_t seed, float mean, float stddev, float* out, int64_t n) {
+  uint64_t state = seed;
+  for (int64_t i = 0; i < n; i += 2) {
+    const double u1 = (static_cast<double>(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;
+    const double u2 = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    out[i] = mean + stddev * static_cast<float>(r * std::cos(2.0 * M_PI * u2));
+    if (i + 1 < n) out[i + 1] = mean + stddev * static_cast<float>(r * std::sin(2.0 * M_PI * u2));
+  }
+}
+
+// llama.cpp's rule for which layers get more bits in the _M mixes.
+bool use_more_bits(int32_t layer, int32_t n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+int32_t layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  return std::stoi(name.substr(4));
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// When a row does not fit a format's blocks, use the format llama.cpp falls back to.
+TensorType fit_row(TensorType t, int64_t row_length) {
+  if (row_length % tensor_type_info(t).block_size == 0) return t;
+  switch (t) {
+    case TensorType::Q2_K:
+    case TensorType::Q3_K: t = TensorType::Q4_0; break;
+    case TensorType::Q4_K: t = TensorType::Q5_0; break;
+    case TensorType::Q5_K: t = TensorType::Q5_1; break;
+    case TensorType::Q6_K: t = TensorType::Q8_0; break;
+    default: break;
+  }
+  return row_length % tensor_type_info(t).block_size == 0 ? t : TensorType::F16;
+}
+
+struct TensorPlan {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorType type;
+  float mean, stddev;
+};
+
+}  // namespace
+
+std::optional<SyntheticConfig> preset(const std::string& name) {
+  SyntheticConfig c;
+  c.name = name;
+  if (name == "llama3-8b") {
+    c.n_layer = 32, c.n_embd = 4096, c.n_head = 32, c.n_head_kv = 8, c.n_ff = 14336, c.n_vocab = 128256;
+    c.n_ctx = 8192, c.rope_base = 500000.0f, c.weight_type = "Q4_K_M";
+  } else if (name == "llama2-7b") {
+    c.n_layer = 32, c.n_embd = 4096, c.n_head = 32, c.n_head_kv = 32, c.n_ff = 11008, c.n_vocab = 32000;
+    c.n_ctx = 4096, c.weight_type = "Q4_K_M";
+  } else if (name == "tinyllama-1.1b") {
+    c.n_layer = 22, c.n_embd = 2048, c.n_head = 32, c.n_head_kv = 4, c.n_ff = 5632, c.n_vocab = 32000;
+    c.n_ctx = 2048, c.weight_type = "Q4_K_M";
+  } else if (name == "qwen2.5-0.5b") {
+    c.arch = "qwen2", c.n_layer = 24, c.n_embd = 896, c.n_head = 14, c.n_head_kv = 2, c.n_ff = 4864;
+    c.n_vocab = 151936, c.n_ctx = 32768, c.rope_base = 1000000.0f, c.tied_embeddings = true, c.rms_eps = 1e-6f;
+    c.weight_type = "Q8_0";
+  } else if (name == "tiny") {
+    // defaults
+  } else {
+    return std::nullopt;
+  }
+  return c;
+}
+
+void validate(const SyntheticConfig& c) {
+  auto bad = [](const std::string& what) { throw std::invalid_argument("synthetic model: " + what); };
+  if (c.arch != "llama" && c.arch != "qwen2") bad("architecture must be llama or qwen2, not '" + c.arch + "'");
+  if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.n_ff <= 0 || c.n_ctx <= 0)
+    bad("layers, dim, heads, KV heads, FFN size and context must be positive");
+  if (c.n_embd % c.n_head != 0) bad("dim " + std::to_string(c.n_embd) + " is not a multiple of heads " + std::to_string(c.n_head));
+  if ((c.n_embd / c.n_head) % 2 != 0) bad("the head size must be even (RoPE rotates pairs)");
+  if (c.n_head % c.n_head_kv != 0) bad("heads must be a multiple of KV heads");
+  if (c.n_vocab < 259) bad("vocab must be at least 259 (3 special tokens + 256 byte tokens)");
+  if (c.rope_scaling != "none" && c.rope_scaling != "linear" && c.rope_scaling != "llama3")
+    bad("rope scaling must be none, linear or llama3");
+  tensor_type_for(c, "blk.0.attn_q.weight", 256);  // checks the type name
+}
+
+TensorType tensor_type_for(const SyntheticConfig& c, const std::string& name, int64_t row_length) {
+  static const std::map<std::string, TensorType> mixes = {{"Q4_K_M", TensorType::Q4_K}, {"Q5_K_M", TensorType::Q5_K}};
+  if (ends_with(name, "_norm.weight") || ends_with(name, ".bias")) return TensorType::F32;
+  TensorType t;
+  if (auto mix = mixes.find(c.weight_type); mix != mixes.end()) {
+    t = mix->second;
+    const int32_t layer = layer_of(name);
+    if (name == "output.weight") t = TensorType::Q6_K;
+    if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) && use_more_bits(layer, c.n_layer))
+      t = TensorType::Q6_K;
+  } else {
+    auto parsed = tensor_type_from_name(c.weight_type);
+    if (!parsed || !tensor_type_info(*parsed).has_quantize)
+      throw std::invalid_argument("synthetic model: unknown or unsupported weight type '" + c.weight_type +
+                                  "' (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q4_K_M Q5_K_M)");
+    t = *parsed;
+  }
+  return fit_row(t, row_length);
+}
+
+uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path,
+                               const std::function<void(size_t, size_t)>& progress) {
+  validate(c);
+  const int64_t head_dim = c.n_embd / c.n_head;
+  const int64_t q_dim = c.n_head * head_dim;
+  const int64_t kv_dim = c.n_head_kv * head_dim;
+
+  GgufWriter w;
+  const std::string a = c.arch + ".";
+  w.set_string("general.architecture", c.arch);
+  w.set_string("general.name", c.name);
+  static const std::map<std::string, uint32_t> file_types = {
+      {"F32", 0},   {"F16", 1},   {"Q4_0", 2},  {"Q4_1", 3},  {"Q8_0", 7},    {"Q5_0", 8},    {"Q5_1", 9},
+      {"Q2_K", 10}, {"Q3_K", 12}, {"Q4_K", 15}, {"Q5_K", 17}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32}};
+  std::string upper = c.weight_type;
+  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  w.set_u32("general.file_type", file_types.count(upper) ? file_types.at(upper) : 0);
+  w.set_u32(a + "block_count", static_cast<uint32_t>(c.n_layer));
+  w.set_u32(a + "context_length", static_cast<uint32_t>(c.n_ctx));
+  w.set_u32(a + "embedding_length", static_cast<uint32_t>(c.n_embd));
+  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(c.n_ff));
+  w.set_u32(a + "attention.head_count", static_cast<uint32_t>(c.n_head));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_head_kv));
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_f32(a + "rope.freq_base", c.rope_base);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.set_u32(a + "vocab_size", static_cast<uint32_t>(c.n_vocab));
+  if (c.rope_scaling != "none") {
+    w.set_string(a + "rope.scaling.type", c.rope_scaling);
+    w.set_f32(a + "rope.scaling.factor", c.rope_scaling_factor);
+    if (c.rope_scaling == "llama3") {
+      w.set_f32(a + "rope.scaling.low_freq_factor", 1.0f);
+      w.set_f32(a + "rope.scaling.high_freq_factor", 4.0f);
+      w.set_u32(a + "rope.scaling.original_context_length", 8192);
+    }
+  }
+  const SyntheticVocab vocab = make_synthetic_vocab(c.n_vocab);
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  w.set_f32_array("tokenizer.ggml.scores", vocab.scores);
+  w.set_i32_array("tokenizer.ggml.token_type", vocab.types);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  w.set_bool("tokenizer.ggml.add_eos_token", false);
+
+  // Tensors in the order llama.cpp's converter writes them.
+  std::vector<TensorPlan> plan;
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
+    plan.push_back({name, {cols, rows}, tensor_type_for(c, name, cols), 0.0f, stddev});
+  };
+  auto vec = [&](const std::string& name, int64_t n, float mean, float stddev) {
+    plan.push_back({name, {n}, TensorType::F32, mean, stddev});
+  };
+  const float in_std = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
+  matrix("token_embd.weight", c.n_embd, c.n_vocab, 1.0f);
+  vec("output_norm.weight", c.n_embd, 1.0f, 0.02f);
+  if (!c.tied_embeddings) matrix("output.weight", c.n_embd, c.n_vocab, in_std);
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    vec(p + "attn_norm.weight", c.n_embd, 1.0f, 0.02f);
+    matrix(p + "attn_q.weight", c.n_embd, q_dim, in_std);
+    matrix(p + "attn_k.weight", c.n_embd, kv_dim, in_std);
+    matrix(p + "attn_v.weight", c.n_embd, kv_dim, in_std);
+    if (c.arch == "qwen2") {
+      vec(p + "attn_q.bias", q_dim, 0.0f, 0.02f);
+      vec(p + "attn_k.bias", kv_dim, 0.0f, 0.02f);
+      vec(p + "attn_v.bias", kv_dim, 0.0f, 0.02f);
+    }
+    matrix(p + "attn_output.weight", q_dim, c.n_embd, 1.0f / std::sqrt(static_cast<float>(q_dim)));
+    vec(p + "ffn_norm.weight", c.n_embd, 1.0f, 0.02f);
+    matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, in_std);
+    matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, in_std);
+    matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, 1.0f / std::sqrt(static_cast<float>(c.n_ff)));
+  }
+  for (const TensorPlan& t : plan) w.add_tensor_info(t.name, t.type, t.shape);
+
+  const unsigned n_threads = std::max(1u, std::thread::hardware_concurrency());
+  w.write(path, [&](size_t index, std::vector<uint8_t>& out) {
+    const TensorPlan& t = plan[index];
+    const int64_t cols = t.shape[0];
+    const int64_t rows = t.shape.size() > 1 ? t.shape[1] : 1;
+    const size_t row_bytes = tensor_row_bytes(t.type, cols);
+    const uint64_t tensor_seed = c.seed ^ hash_name(t.name);
+    auto work = [&](int64_t begin, int64_t end) {
+      std::vector<float> values(static_cast<size_t>(cols));
+      for (int64_t r = begin; r < end; ++r) {
+        fill_normal(tensor_seed + static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull, t.mean, t.stddev, values.data(), cols);
+        quantize_row(t.type, values.data(), out.data() + static_cast<size_t>(r) * row_bytes, cols);
+      }
+    };
+    std::vector<std::thread> threads;
+    const int64_t per = (rows + n_threads - 1) / n_threads;
+    for (unsigned k = 1; k < n_threads; ++k) {
+      const int64_t b = std::min<int64_t>(rows, per * k), e = std::min<int64_t>(rows, per * (k + 1));
+      if (b < e) threads.emplace_back(work, b, e);
+    }
+    work(0, std::min<int64_t>(rows, per));
+    for (auto& th : threads) th.join();
+    if (progress) progress(index + 1, plan.size());
+  });
+  uint64_t total = 0;
+  for (const TensorPlan& t : plan) total += tensor_row_bytes(t.type, t.shape[0]) * static_cast<uint64_t>(t.shape.size() > 1 ? t.shape[1] : 1);
+  return total;
+}
+
+}  // namespace fafo::synth
