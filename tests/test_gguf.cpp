@@ -213,7 +213,7 @@ TEST(GgufErrors, TruncatedTensorData) {
 
 TEST(GgufErrors, StringLengthPastEnd) {
   RawGguf g;
-  g.header(3, 0, 1).raw<uint64_t>(1ull << 40);  // key length
+  g.header(3, 0, 1).raw<uint64_t>(1ull << 40).data(16);  // key length, then too few bytes
   const std::string msg = open_error(g.write("strlen.gguf"));
   EXPECT_ERROR_HAS(msg, "offset 24");
   EXPECT_ERROR_HAS(msg, "string length");

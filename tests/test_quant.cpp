@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -10,7 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -245,6 +245,8 @@ struct DumpCase {
   std::string tensor;  // short name: attn_q / ffn_down
 };
 
+void PrintTo(const DumpCase& c, std::ostream* os) { *os << c.label << " blk.0." << c.tensor; }
+
 class GoldenDequant : public ::testing::TestWithParam<DumpCase> {};
 
 TEST_P(GoldenDequant, MatchesGgmlBitForBit) {
@@ -407,6 +409,8 @@ struct RoundTripCase {
   double max_rel_rmse;  // llama.cpp's own error on N(0, 0.05) is in golden/quant/README.md
 };
 
+void PrintTo(const RoundTripCase& c, std::ostream* os) { *os << fafo::tensor_type_name(c.type); }
+
 class QuantRoundTrip : public ::testing::TestWithParam<RoundTripCase> {};
 
 TEST_P(QuantRoundTrip, RelativeErrorWithinBound) {
@@ -441,11 +445,29 @@ TEST_P(QuantRoundTrip, ZerosExactConstantsClose) {
       if (value == 0.0f) {
         ASSERT_EQ(y[i], 0.0f) << "value " << i;
       } else {
-        // A constant is one level of every format, up to the fp16 rounding of its scales.
-        ASSERT_NEAR(y[i], value, std::fabs(value) * 2e-3) << "value " << i;
+        // A constant is one level of every format, up to the fp16 rounding of its scales
+        // (coarser for 1e-3, where the K-quants' super-block scales are fp16 subnormals).
+        ASSERT_NEAR(y[i], value, std::fabs(value) * (std::fabs(value) < 0.01f ? 5e-3 : 2e-3)) << "value " << i;
       }
     }
   }
+}
+
+TEST_P(QuantRoundTrip, UnalignedBuffersGiveTheSameBytes) {
+  const TensorType type = GetParam().type;
+  const int64_t n = 512;
+  const std::vector<float> x = random_normal(n, 0.1f, 5);
+  const size_t row_bytes = fafo::tensor_row_bytes(type, n);
+  std::vector<uint8_t> aligned(row_bytes);
+  fafo::quantize_row(type, x.data(), aligned.data(), n);
+  std::vector<uint8_t> shifted(row_bytes + 1);
+  fafo::quantize_row(type, x.data(), shifted.data() + 1, n);
+  EXPECT_TRUE(std::equal(aligned.begin(), aligned.end(), shifted.begin() + 1));
+  std::vector<float> y_aligned(n);
+  std::vector<float> y_shifted(n);
+  fafo::dequantize_row(type, aligned.data(), y_aligned.data(), n);
+  fafo::dequantize_row(type, shifted.data() + 1, y_shifted.data(), n);
+  EXPECT_TRUE(same_bits(y_shifted.data(), y_aligned, y_aligned.size()));
 }
 
 TEST_P(QuantRoundTrip, OutliersAndMixedScales) {
@@ -464,7 +486,7 @@ INSTANTIATE_TEST_SUITE_P(
     AllFormats, QuantRoundTrip,
     ::testing::Values(RoundTripCase{TensorType::F32, 1e-9}, RoundTripCase{TensorType::F16, 4e-4},
                       RoundTripCase{TensorType::BF16, 2.5e-3}, RoundTripCase{TensorType::Q8_0, 0.008},
-                      RoundTripCase{TensorType::Q8_1, 0.008}, RoundTripCase{TensorType::Q8_K, 0.008},
+                      RoundTripCase{TensorType::Q8_1, 0.008}, RoundTripCase{TensorType::Q8_K, 0.009},
                       RoundTripCase{TensorType::Q4_0, 0.1}, RoundTripCase{TensorType::Q4_1, 0.09},
                       RoundTripCase{TensorType::Q5_0, 0.05}, RoundTripCase{TensorType::Q5_1, 0.045},
                       RoundTripCase{TensorType::Q2_K, 0.35}, RoundTripCase{TensorType::Q3_K, 0.175},
@@ -472,45 +494,59 @@ INSTANTIATE_TEST_SUITE_P(
                       RoundTripCase{TensorType::Q6_K, 0.021}),
     [](const auto& p) { return std::string(fafo::tensor_type_name(p.param.type)); });
 
-// Quantizing values ggml decoded from a real file and decoding again gives them back, bit for bit.
+// Quantizing values ggml decoded from a real file (every quantized tensor of it) and decoding
+// again gives them back.
+//  * Exact for F16, BF16, the legacy formats and Q2_K: the legacy quantizers recover the
+//    block scale exactly, and the K-quant search tries the step sizes llama.cpp's quantizer
+//    picks from, so the least-squares refit lands on the original grid.
+//  * Nearly exact for Q3_K..Q6_K: a few sub-blocks (< 0.5%) come back on a different grid.
+//    When llama.cpp's codes skip the lowest level, "codes shifted down by one with a smaller
+//    min" fits the floats equally well, but that min is not on the 6-bit grid of mins. Where a
+//    symmetric scale's sign flips, some -0.0 come back as +0.0 (equal values).
 struct IdempotenceCase {
   std::string label;
-  bool exact;  // false: only much closer than the format's error
+  bool exact;
 };
+
+void PrintTo(const IdempotenceCase& c, std::ostream* os) { *os << c.label << (c.exact ? " (exact)" : " (nearly exact)"); }
 
 class GoldenIdempotence : public ::testing::TestWithParam<IdempotenceCase> {};
 
 TEST_P(GoldenIdempotence, RequantizingDecodedValues) {
   const IdempotenceCase& c = GetParam();
-  FAFO_REQUIRE_SHARED(dump_path, "golden/quant/dequant/" + c.label + ".blk.0.attn_q.json");
-  const json dump = read_json(dump_path);
-  const TensorType type = *fafo::tensor_type_from_name(dump["type"].get<std::string>());
-  const auto row_length = dump["shape"][0].get<int64_t>();
-  const std::vector<float> x = json_floats(dump.contains("values_all") ? dump["values_all"] : dump["values_first_4096"]);
-  const int64_t rows = static_cast<int64_t>(x.size()) / row_length;
-  const std::vector<float> used(x.begin(), x.begin() + rows * row_length);
-
-  const std::vector<float> y = dequantize_rows(type, quantize_rows(type, used, row_length), row_length, rows);
-  if (c.exact) {
-    // -0.0 may come back as +0.0 (the sign of a zero code follows the stored scale), so
-    // compare values here; the blocks themselves are checked by MatchesGgmlBitForBit.
+  FAFO_REQUIRE_SHARED(table_path, "golden/quant/tensors/" + c.label + ".tensors.json");
+  const json table = read_json(table_path);
+  FAFO_REQUIRE_SHARED(gguf_path, "golden/quant/gguf/" + table["file"].get<std::string>());
+  int checked = 0;
+  for (const json& info : table["tensors"]) {
+    if (info["type"] == "F32") continue;
+    SCOPED_TRACE(info["tensor"].get<std::string>());
+    const GoldenTensor t = load_golden_tensor(gguf_path, table, info);
+    const std::vector<float> x = dequantize_tensor(t);
+    const std::vector<float> y = dequantize_rows(t.type, quantize_rows(t.type, x, t.row_length), t.row_length, t.rows);
     size_t differ = 0;
-    for (size_t i = 0; i < used.size(); ++i) differ += y[i] != used[i];
-    EXPECT_EQ(differ, 0u) << "of " << used.size();
-  } else {
-    EXPECT_LT(rel_rmse(used, y), 0.01);
+    for (size_t i = 0; i < x.size(); ++i) differ += y[i] != x[i];
+    if (c.exact) {
+      EXPECT_EQ(differ, 0u) << "of " << x.size() << " values (rel_rmse " << rel_rmse(x, y) << ")";
+    } else {
+      EXPECT_LT(static_cast<double>(differ), 0.01 * static_cast<double>(x.size()));
+      EXPECT_LT(rel_rmse(x, y), 2e-3);
+    }
+    ++checked;
   }
+  EXPECT_EQ(checked, 16);
 }
 
-INSTANTIATE_TEST_SUITE_P(GoldenFormats, GoldenIdempotence,
-                         ::testing::Values(IdempotenceCase{"F16-pure", true}, IdempotenceCase{"BF16-pure", true},
-                                           IdempotenceCase{"Q8_0-pure", true}, IdempotenceCase{"Q4_0-pure", true},
-                                           IdempotenceCase{"Q4_1-pure", true}, IdempotenceCase{"Q5_0-pure", true},
-                                           IdempotenceCase{"Q5_1-pure", true}, IdempotenceCase{"Q2_K-pure", false},
-                                           IdempotenceCase{"Q3_K_M-pure", false},
-                                           IdempotenceCase{"Q4_K_M-pure", false},
-                                           IdempotenceCase{"Q5_K_M-pure", false}, IdempotenceCase{"Q6_K-pure", false}),
-                         [](const auto& p) { return test_name(p.param.label); });
+INSTANTIATE_TEST_SUITE_P(
+    GoldenFormats, GoldenIdempotence,
+    ::testing::Values(IdempotenceCase{"F16-pure", true}, IdempotenceCase{"BF16-pure", true},
+                      IdempotenceCase{"Q8_0-pure", true}, IdempotenceCase{"Q4_0-pure", true},
+                      IdempotenceCase{"Q4_1-pure", true}, IdempotenceCase{"Q5_0-pure", true},
+                      IdempotenceCase{"Q5_1-pure", true}, IdempotenceCase{"Q2_K-pure", true},
+                      IdempotenceCase{"Q3_K_M-pure", false}, IdempotenceCase{"Q4_K_M-pure", false},
+                      IdempotenceCase{"Q5_K_M-pure", false}, IdempotenceCase{"Q6_K-pure", false},
+                      IdempotenceCase{"Q4_K_M-mixed", false}),
+    [](const auto& p) { return test_name(p.param.label); });
 
 // Timing on a slice of a Llama-3-8B ffn matrix (rows of 14336); the full 4096-row tensor is
 // DISABLED_ (run with --gtest_also_run_disabled_tests).

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package needed to build, test and run fafo and fafo-studio.
-# Usage: sudo tools/setup.sh   (or as root: tools/setup.sh)
+# Usage: tools/setup.sh   (re-runs itself with sudo when not root)
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "tools/setup.sh: needs root to install packages; run: sudo tools/setup.sh" >&2
+  if command -v sudo >/dev/null 2>&1; then
+    exec sudo "$0" "$@"
+  fi
+  echo "tools/setup.sh: needs root to install packages (and sudo is not installed); run it as root" >&2
   exit 1
 fi
 

@@ -3,7 +3,14 @@
 //
 // Every format is a sequence of fixed-size blocks; a block encodes `block_size`
 // consecutive values of a row in `block_bytes` bytes. Rows are always a whole
-// number of blocks. The byte layouts are exactly those of GGUF files from the Hub.
+// number of blocks. The byte layouts are exactly those of GGUF files from the Hub
+// (ggml's block structs, little endian; see runtime/src/quant/blocks.h).
+//
+// Dequantization is bit-exact with ggml's CPU reference (to_float), -0.0 included.
+// Quantization produces valid blocks with llama.cpp-like error but not llama-quantize's
+// exact bits (no importance matrix). Every type in the table below can be read and written,
+// including Q8_1 and Q8_K (ggml's activation formats). Errors (unknown type, a value count
+// that is not a whole number of blocks) throw std::invalid_argument.
 #pragma once
 
 #include <cstddef>
@@ -43,21 +50,26 @@ struct TensorTypeInfo {
 
 // Info for a ggml type id, or nullptr when the id is unknown to fafo.
 const TensorTypeInfo* tensor_type_info(uint32_t ggml_type_id);
+// Info for a type; throws std::invalid_argument for a value outside the table.
 const TensorTypeInfo& tensor_type_info(TensorType type);
 std::string_view tensor_type_name(TensorType type);
 // Case-insensitive lookup by name ("q4_k", "F16", "bf16").
 std::optional<TensorType> tensor_type_from_name(std::string_view name);
 
-// Bytes used by a row of n values; n must be a multiple of the block size.
+// Bytes used by a row of n values; n must be a multiple of the block size
+// (std::invalid_argument otherwise).
 size_t tensor_row_bytes(TensorType type, int64_t n);
 
-// Decodes n values (a multiple of the block size) from src into dst.
+// Decodes n values (a multiple of the block size) from src into dst. src needs no
+// particular alignment. Throws std::invalid_argument for an unsupported type or a bad n.
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
 // Encodes n values (a multiple of the block size) from src into dst
-// (tensor_row_bytes(type, n) bytes).
+// (tensor_row_bytes(type, n) bytes, no alignment needed). Throws like dequantize_row.
+// Single-threaded; rows are independent, so callers may quantize rows in parallel.
 void quantize_row(TensorType type, const float* src, void* dst, int64_t n);
 
-// Scalar half / bfloat16 conversions (round to nearest even).
+// Scalar half / bfloat16 conversions (round to nearest even; infinities kept, NaNs stay
+// NaNs (quiet), fp16 subnormals produced and read exactly).
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);

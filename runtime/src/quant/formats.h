@@ -5,6 +5,7 @@
 // alignment requirement.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace fafo::quant {
@@ -46,10 +47,13 @@ void quantize_q8_k(const float* src, uint8_t* dst, int64_t n_blocks);
 // Rounds v to the nearest integer (halves away from zero) after clamping it to [lo, hi].
 // NaN maps to lo. Used by every quantizer, so out-of-range or non-finite inputs never
 // reach an undefined float-to-int conversion.
+// Written without early returns so that compilers can vectorise the loops that call it.
 inline int round_clamped(float v, int lo, int hi) {
-  if (!(v > static_cast<float>(lo))) return lo;
-  if (!(v < static_cast<float>(hi))) return hi;
-  return static_cast<int>(v >= 0.0f ? v + 0.5f : v - 0.5f);
+  const auto lo_f = static_cast<float>(lo);
+  const auto hi_f = static_cast<float>(hi);
+  v = v > lo_f ? v : lo_f;  // false for NaN too
+  v = v < hi_f ? v : hi_f;
+  return static_cast<int>(v + std::copysign(0.5f, v));
 }
 
 }  // namespace fafo::quant

@@ -91,7 +91,7 @@ class CpuBackend final : public Backend {
     const int64_t T = rows_of(x);
     scratch_.resize(static_cast<size_t>(pool_.size()));
     for (auto& s : scratch_) s.resize(static_cast<size_t>(w.cols));
-    pool_.parallel_for(w.rows, 16, [&](int64_t b, int64_t e, int thread) {
+    pool_.parallel_for(w.rows, grain_for(w.cols * T), [&](int64_t b, int64_t e, int thread) {
       float* wrow = scratch_[static_cast<size_t>(thread)].data();
       for (int64_t r = b; r < e; ++r) {
         const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_bytes;
@@ -140,7 +140,8 @@ class CpuBackend final : public Backend {
     }
     const float* K = keys_[static_cast<size_t>(layer)].data();
     const float* V = values_[static_cast<size_t>(layer)].data();
-    pool_.parallel_for(static_cast<int64_t>(T) * s.n_head, 1, [&](int64_t b, int64_t e, int) {
+    const int64_t task_cost = static_cast<int64_t>(n_past + T) * s.head_dim * 2;
+    pool_.parallel_for(static_cast<int64_t>(T) * s.n_head, grain_for(task_cost), [&](int64_t b, int64_t e, int) {
       std::vector<float> scratch(static_cast<size_t>(n_past + T));
       for (int64_t task = b; task < e; ++task) {
         const int32_t i = static_cast<int32_t>(task / s.n_head);
@@ -178,6 +179,10 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Items per parallel chunk so that a chunk does at least ~64K multiply-adds: below
+  // that, waking threads costs more than it saves (small models run single-threaded).
+  static int64_t grain_for(int64_t cost_per_item) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, cost_per_item)); }
+
   // Gathered buffers hold fewer rows than the batch; every other buffer holds one row per batch token.
   int64_t rows_of(const Activation& a) const {
     auto it = gathered_rows_.find(a.id);

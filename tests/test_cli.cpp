@@ -1,0 +1,136 @@
+// The `fafo` command line as a user runs it: streaming and --json output on
+// stories260K, `info`, and clear errors with a non-zero exit for bad input.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "test_support.h"
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+Outcome run_fafo(const std::string& args) {
+  const auto dir = fafo::test::temp_dir("cli");
+  const std::string err_path = (dir / "stderr.txt").string();
+  const std::string cmd = fafo::test::binary_path("app/cli/fafo").string() + " " + args + " 2>" + err_path;
+  Outcome o;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return o;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
+  const int status = pclose(p);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  o.err.assign(std::istreambuf_iterator<char>(e), {});
+  return o;
+}
+
+std::string quote(const std::filesystem::path& p) {
+  std::string s = "'";
+  s += p.string();
+  s += "'";
+  return s;
+}
+
+#define EXPECT_HAS(s, text) EXPECT_NE((s).find(text), std::string::npos) << (s)
+
+}  // namespace
+
+TEST(Cli, GreedyStreamFromBosEqualsGoldenText) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  FAFO_REQUIRE_SHARED(golden, "golden/stories260K.greedy_256steps.golden.txt");
+  const Outcome o = run_fafo("run -m " + quote(model) + " -n 256 --temp 0");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  std::ifstream in(golden);
+  const std::string expected((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(o.out, expected);
+  EXPECT_HAS(o.err, "backend cpu");
+}
+
+TEST(Cli, JsonOutputHasTheDocumentedFields) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome o = run_fafo("run -m " + quote(model) + " -p 'Once upon a time' -n 12 --temp 0 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["prompt_ids"], (std::vector<int>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(j["ids"], (std::vector<int>{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338}));
+  EXPECT_EQ(j["text"], ", there was a little girl named Lily. She");
+  EXPECT_EQ(j["n_steps"], 12);
+  EXPECT_DOUBLE_EQ(j["tau"].get<double>(), 1.0);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_EQ(j["strategy"], "ar");
+}
+
+TEST(Cli, SamplingIsReproducibleWithASeedAndVariesAcrossSeeds) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string base = "run -m " + quote(model) + " -p 'The dog' -n 40 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --json";
+  const auto a = nlohmann::json::parse(run_fafo(base + " --seed 1").out);
+  const auto b = nlohmann::json::parse(run_fafo(base + " --seed 1").out);
+  const auto c = nlohmann::json::parse(run_fafo(base + " --seed 2").out);
+  EXPECT_EQ(a["ids"], b["ids"]);
+  EXPECT_NE(a["ids"], c["ids"]);
+}
+
+TEST(Cli, PromptFromFile) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("cli-file");
+  std::ofstream(dir / "p.txt") << "Once upon a time";
+  const Outcome o = run_fafo("run -m " + quote(model) + " -f " + quote(dir / "p.txt") + " -n 3 --temp 0 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(nlohmann::json::parse(o.out)["ids"], (std::vector<int>{432, 383, 286}));
+}
+
+TEST(Cli, InfoShowsArchitectureTokenizerAndTensors) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome o = run_fafo("info -m " + quote(model));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_HAS(o.out, "architecture:  llama");
+  EXPECT_HAS(o.out, "layers:        5");
+  EXPECT_HAS(o.out, "heads:         8 (KV heads 4, head size 8, GQA)");
+  EXPECT_HAS(o.out, "tokens:        512");
+  EXPECT_HAS(o.out, "blk.0.attn_q.weight");
+  EXPECT_HAS(o.out, "[64, 64]");
+  EXPECT_HAS(o.out, "parameters:");
+}
+
+TEST(Cli, MissingModelFileIsAClearError) {
+  const Outcome o = run_fafo("run -m /nonexistent/model.gguf -p hi");
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_HAS(o.err, "/nonexistent/model.gguf: no such file");
+}
+
+TEST(Cli, NotAGgufFileIsAClearError) {
+  const auto dir = fafo::test::temp_dir("cli-bad");
+  std::ofstream(dir / "bad.gguf") << "this is not a model";
+  const Outcome o = run_fafo("info -m " + quote(dir / "bad.gguf"));
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_HAS(o.err, "bad magic");
+}
+
+TEST(Cli, BadFlagsAreRejected) {
+  EXPECT_NE(run_fafo("run --no-such-flag").exit_code, 0);
+  EXPECT_NE(run_fafo("run -m x.gguf --temp -1").exit_code, 0);
+  EXPECT_NE(run_fafo("run -m x.gguf --backend tpu").exit_code, 0);
+  EXPECT_NE(run_fafo("").exit_code, 0);
+  const Outcome help = run_fafo("run --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_HAS(help.out, "--temp");
+  EXPECT_HAS(help.out, "--json");
+}
+
+TEST(Cli, PromptLongerThanTheContextIsAClearError) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome o = run_fafo("run -m " + quote(model) + " -c 8 -p 'Once upon a time there was a little girl named Lily'");
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_HAS(o.err, "but the context holds 8");
+}

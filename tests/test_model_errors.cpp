@@ -1,0 +1,147 @@
+// Bad models and bad requests get clear errors, never a crash: missing or misshapen
+// tensors, unsupported architectures, missing keys, prompts that do not fit.
+#include <functional>
+
+#include "fafo/generator.h"
+#include "model_fixtures.h"
+#include "test_support.h"
+
+using namespace fafo;
+
+namespace {
+
+struct Edit {
+  std::function<bool(const std::string& key, GgufValue& value)> metadata;  // return false to drop
+  std::function<bool(const std::string& name, std::vector<int64_t>& shape, TensorType& type)> tensor;
+};
+
+// Writes a small valid model, then a copy of it with the edits applied; returns the copy's path.
+std::string edited_model(const std::string& name, const Edit& edit) {
+  const auto dir = test::temp_dir("model-err-" + name);
+  synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 64, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 96, c.n_vocab = 300, c.n_ctx = 32;
+  const std::string src = (dir / "src.gguf").string();
+  synth::write_synthetic_model(c, src);
+  auto f = GgufFile::open(src);
+  GgufWriter w;
+  for (auto [key, value] : f->metadata())
+    if (!edit.metadata || edit.metadata(key, value)) w.set(key, value);
+  for (const GgufTensor& t : f->tensors()) {
+    std::vector<int64_t> shape = t.shape;
+    TensorType type = t.type;
+    if (edit.tensor && !edit.tensor(t.name, shape, type)) continue;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<uint8_t> data(tensor_row_bytes(type, shape[0]) * static_cast<size_t>(n / shape[0]), 0);
+    std::copy(t.data, t.data + std::min<size_t>(data.size(), t.n_bytes), data.begin());
+    w.add_tensor(t.name, type, shape, std::move(data));
+  }
+  const std::string out = (dir / (name + ".gguf")).string();
+  w.write(out);
+  return out;
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    test::load_test_model(path);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "model loaded but should not have: " << path;
+  return "";
+}
+
+#define EXPECT_HAS(msg, text) EXPECT_NE((msg).find(text), std::string::npos) << "message: " << (msg)
+
+}  // namespace
+
+TEST(ModelErrors, MissingTensor) {
+  const auto path = edited_model("missing", {nullptr, [](const std::string& n, auto&, auto&) { return n != "blk.1.ffn_up.weight"; }});
+  const std::string msg = load_error(path);
+  EXPECT_HAS(msg, path);
+  EXPECT_HAS(msg, "missing required tensor 'blk.1.ffn_up.weight'");
+}
+
+TEST(ModelErrors, WrongTensorShape) {
+  const auto path = edited_model("shape", {nullptr, [](const std::string& n, std::vector<int64_t>& shape, auto&) {
+                                             if (n == "blk.0.attn_k.weight") shape[1] = 48;
+                                             return true;
+                                           }});
+  const std::string msg = load_error(path);
+  EXPECT_HAS(msg, "tensor 'blk.0.attn_k.weight' has shape [64, 48], expected [64, 32]");
+}
+
+TEST(ModelErrors, UnsupportedArchitecture) {
+  const auto path = edited_model("arch", {[](const std::string& k, GgufValue& v) {
+                                            if (k == "general.architecture") v.v = std::string("mamba");
+                                            return true;
+                                          },
+                                          nullptr});
+  EXPECT_HAS(load_error(path), "unsupported architecture 'mamba' (supported: llama, qwen2)");
+}
+
+TEST(ModelErrors, MissingRequiredKey) {
+  const auto path = edited_model("key", {[](const std::string& k, GgufValue&) { return k != "llama.block_count"; }, nullptr});
+  EXPECT_HAS(load_error(path), "missing required key 'llama.block_count'");
+}
+
+TEST(ModelErrors, HeadCountsThatDoNotDivide) {
+  const auto path = edited_model("heads", {[](const std::string& k, GgufValue& v) {
+                                             if (k == "llama.attention.head_count_kv") v.v = uint64_t{3};
+                                             return true;
+                                           },
+                                           nullptr});
+  EXPECT_HAS(load_error(path), "not a multiple of head_count_kv 3");
+}
+
+TEST(ModelErrors, VocabularyAndEmbeddingDisagree) {
+  const auto path = edited_model("vocab", {nullptr, [](const std::string& n, std::vector<int64_t>& shape, auto&) {
+                                             if (n == "token_embd.weight" || n == "output.weight") shape[1] = 310;
+                                             return true;
+                                           }});
+  // The model itself loads (310 rows) but the tokenizer has 300 tokens: the CLI refuses it;
+  // the model still never reads past its own table.
+  auto m = test::load_test_model(path);
+  EXPECT_EQ(m.model->config().n_vocab, 310);
+  EXPECT_EQ(m.tokenizer->vocab().size(), 300);
+}
+
+TEST(ModelErrors, PromptLongerThanContext) {
+  auto m = test::load_test_model(edited_model("ctx", {}), /*n_ctx=*/16);
+  std::vector<int32_t> prompt(20, 5);
+  GenerationOptions o;
+  o.sampling.temperature = 0;
+  try {
+    generate(*m.model, *m.tokenizer, prompt, o);
+    FAIL() << "expected std::length_error";
+  } catch (const std::length_error& e) {
+    EXPECT_HAS(std::string(e.what()), "the prompt has 20 tokens but the context holds 16");
+  }
+  EXPECT_THROW(generate(*m.model, *m.tokenizer, {}, o), std::invalid_argument);
+}
+
+TEST(ModelErrors, GenerationStopsCleanlyWhenTheContextFills) {
+  auto m = test::load_test_model(edited_model("fill", {}), /*n_ctx=*/16);
+  GenerationOptions o;
+  o.n_predict = -1;
+  o.sampling.temperature = 0;
+  o.stop_at_end_of_generation = false;
+  const auto r = generate(*m.model, *m.tokenizer, {1, 20, 30, 40}, o);
+  EXPECT_EQ(r.stop, StopReason::ContextFull);
+  EXPECT_EQ(r.ids.size(), 13u);  // 16 - 4 prompt tokens processed, plus the last sampled one
+  EXPECT_EQ(m.model->n_past(), 16);
+  // A further step is refused with a clear error, not a crash.
+  StepBatch b = StepBatch::causal({5}, m.model->n_past());
+  EXPECT_THROW(m.model->forward(b), std::length_error);
+}
+
+TEST(ModelErrors, TokenOutsideTheVocabulary) {
+  auto m = test::load_test_model(edited_model("tok", {}));
+  StepBatch b = StepBatch::causal({1, 300}, 0);
+  try {
+    m.model->forward(b);
+    FAIL();
+  } catch (const std::out_of_range& e) {
+    EXPECT_HAS(std::string(e.what()), "token id 300 is outside the vocabulary");
+  }
+}
