@@ -1,7 +1,9 @@
 // StepBatch: what one forward pass computes. Prefill, plain decoding and (later)
 // multi-token steps are all expressed as a StepBatch of T tokens.
 //
-// Token i of the batch has a RoPE position, sees the committed KV prefix, and sees the
+// Token i of the batch has a RoPE position, sees a view of the committed KV prefix
+// (FULL: every committed entry; COMPRESSED: only the entries listed in
+// compressed_slots(), e.g. sinks + recent for FAFO's fumble rows), and sees the
 // batch tokens j <= i whose bit is set in its row of the in-step mask. Its key and value
 // are written to KV slot `n_past + i` for the duration of the step; committing the step
 // (Model::commit) makes the first n of them part of the cache.
@@ -13,6 +15,9 @@
 
 namespace fafo {
 
+// Which committed KV entries a batch token attends.
+enum class PrefixView : uint8_t { Full, Compressed };
+
 class StepBatch {
  public:
   // A causal batch: token i sees tokens 0..i of the batch, positions n_past..n_past+T-1.
@@ -22,7 +27,8 @@ class StepBatch {
   StepBatch() = default;
   // Adds a token at `pos` that sees the batch tokens listed in `sees` (all < its index,
   // itself is always seen). Returns its index.
-  int32_t add(int32_t token, int32_t pos, const std::vector<int32_t>& sees, bool wants_logits);
+  int32_t add(int32_t token, int32_t pos, const std::vector<int32_t>& sees, bool wants_logits,
+              PrefixView prefix = PrefixView::Full);
 
   int32_t size() const { return static_cast<int32_t>(tokens_.size()); }
   const std::vector<int32_t>& tokens() const { return tokens_; }
@@ -31,6 +37,10 @@ class StepBatch {
   bool sees(int32_t i, int32_t j) const {
     return (mask_[static_cast<size_t>(i) * words_per_row() + static_cast<size_t>(j) / 64] >> (j % 64)) & 1u;
   }
+  PrefixView prefix(int32_t i) const { return prefixes_[static_cast<size_t>(i)]; }
+  // Committed KV slots (each < n_past) that COMPRESSED rows attend, in increasing order.
+  const std::vector<int32_t>& compressed_slots() const { return compressed_slots_; }
+  void set_compressed_slots(std::vector<int32_t> slots);
   // Rows whose logits the step returns, in increasing order.
   const std::vector<int32_t>& logit_rows() const { return logit_rows_; }
   // Committed KV entries every token sees (the cache length before the step).
@@ -44,6 +54,8 @@ class StepBatch {
 
   std::vector<int32_t> tokens_;
   std::vector<int32_t> positions_;
+  std::vector<PrefixView> prefixes_;
+  std::vector<int32_t> compressed_slots_;
   std::vector<uint64_t> mask_;  // T rows of kMaxTokens bits
   std::vector<int32_t> logit_rows_;
   int32_t n_past_ = 0;

@@ -134,6 +134,8 @@ std::vector<float> Model::forward(StepBatch& batch) {
     throw std::length_error("the context is full: " + std::to_string(n_past_) + " + " + std::to_string(batch.size()) +
                             " tokens exceed the context length " + std::to_string(n_ctx_));
   batch.set_n_past(n_past_);
+  if (!batch.compressed_slots().empty() && batch.compressed_slots().back() >= n_past_)
+    throw std::out_of_range("forward: a compressed slot is beyond the committed context");
 
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   be.begin_step(batch);

@@ -1,6 +1,7 @@
 #include "fafo/step_batch.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 namespace fafo {
@@ -18,11 +19,13 @@ StepBatch StepBatch::causal(const std::vector<int32_t>& tokens, int32_t n_past, 
   return b;
 }
 
-int32_t StepBatch::add(int32_t token, int32_t pos, const std::vector<int32_t>& sees, bool wants_logits) {
+int32_t StepBatch::add(int32_t token, int32_t pos, const std::vector<int32_t>& sees, bool wants_logits,
+                       PrefixView prefix) {
   const int32_t index = size();
   if (index >= kMaxTokens) throw std::length_error("StepBatch: more than " + std::to_string(kMaxTokens) + " tokens");
   tokens_.push_back(token);
   positions_.push_back(pos);
+  prefixes_.push_back(prefix);
   mask_.resize(mask_.size() + words_per_row(), 0);
   uint64_t* row = &mask_[static_cast<size_t>(index) * words_per_row()];
   for (int32_t j : sees) {
@@ -32,6 +35,14 @@ int32_t StepBatch::add(int32_t token, int32_t pos, const std::vector<int32_t>& s
   row[index / 64] |= uint64_t{1} << (index % 64);
   if (wants_logits) logit_rows_.push_back(index);
   return index;
+}
+
+void StepBatch::set_compressed_slots(std::vector<int32_t> slots) {
+  std::sort(slots.begin(), slots.end());
+  if (std::adjacent_find(slots.begin(), slots.end()) != slots.end())
+    throw std::invalid_argument("StepBatch: duplicate compressed slot");
+  if (!slots.empty() && slots.front() < 0) throw std::out_of_range("StepBatch: negative compressed slot");
+  compressed_slots_ = std::move(slots);
 }
 
 }  // namespace fafo

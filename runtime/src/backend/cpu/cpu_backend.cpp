@@ -129,12 +129,16 @@ class CpuBackend final : public Backend {
     const int32_t T = batch_->size();
     const int32_t n_past = batch_->n_past();
     const int32_t group = s.n_head / s.n_head_kv;
-    // Slots each batch token attends: the whole committed prefix, then its visible batch tokens.
+    // Slots each batch token attends: its view of the committed prefix, then its visible batch tokens.
     std::vector<std::vector<int32_t>> slots(static_cast<size_t>(T));
     for (int32_t i = 0; i < T; ++i) {
       auto& list = slots[static_cast<size_t>(i)];
       list.reserve(static_cast<size_t>(n_past + i + 1));
-      for (int32_t j = 0; j < n_past; ++j) list.push_back(j);
+      if (batch_->prefix(i) == PrefixView::Full) {
+        for (int32_t j = 0; j < n_past; ++j) list.push_back(j);
+      } else {
+        list = batch_->compressed_slots();
+      }
       for (int32_t j = 0; j <= i; ++j)
         if (batch_->sees(i, j)) list.push_back(n_past + j);
     }

@@ -1,0 +1,104 @@
+// Sampling: greedy is pure argmax; top-k / top-p / min-p cut the distribution as
+// documented; temperature sharpens it; draws follow the distribution and are
+// reproducible from the seed.
+#include <cmath>
+
+#include "fafo/sampler.h"
+#include "fafo/utf8_stream.h"
+#include "test_support.h"
+
+using namespace fafo;
+
+namespace {
+const std::vector<float> kLogits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f};
+
+SamplerOptions opts(float temp, int32_t top_k, float top_p, float min_p) { return SamplerOptions{temp, top_k, top_p, min_p, 42}; }
+
+int support(const std::vector<float>& p) {
+  int n = 0;
+  for (float x : p) n += x > 0.0f;
+  return n;
+}
+}  // namespace
+
+TEST(Sampler, GreedyIsArgmaxWithLowestIndexOnTies) {
+  EXPECT_EQ(argmax(kLogits.data(), 6), 1);
+  Sampler s(opts(0.0f, 40, 0.95f, 0.05f));
+  EXPECT_EQ(s.sample(kLogits.data(), 6), 1);
+  const auto p = s.distribution(kLogits.data(), 6);
+  EXPECT_EQ(p[1], 1.0f);
+  EXPECT_EQ(support(p), 1);
+}
+
+TEST(Sampler, PlainSoftmaxWhenFiltersAreOff) {
+  Sampler s(opts(1.0f, 0, 1.0f, 0.0f));
+  const auto p = s.distribution(kLogits.data(), 6);
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NEAR(p[i], std::exp(kLogits[i]) / z, 1e-6);
+}
+
+TEST(Sampler, TopKKeepsTheKBest) {
+  Sampler s(opts(1.0f, 2, 1.0f, 0.0f));
+  const auto p = s.distribution(kLogits.data(), 6);
+  EXPECT_EQ(support(p), 2);
+  EXPECT_NEAR(p[1], 0.5, 1e-6);
+  EXPECT_NEAR(p[3], 0.5, 1e-6);
+}
+
+TEST(Sampler, TopPKeepsTheSmallestSetReachingP) {
+  // Softmax of kLogits: p(1) = p(3) ~ 0.384, p(2) ~ 0.141: 0.8 needs three tokens,
+  // 0.6 two and 0.3 one.
+  Sampler s(opts(1.0f, 0, 0.8f, 0.0f));
+  EXPECT_EQ(support(s.distribution(kLogits.data(), 6)), 3);
+  Sampler t(opts(1.0f, 0, 0.6f, 0.0f));
+  EXPECT_EQ(support(t.distribution(kLogits.data(), 6)), 2);
+  Sampler u(opts(1.0f, 0, 0.3f, 0.0f));
+  EXPECT_EQ(support(u.distribution(kLogits.data(), 6)), 1);
+}
+
+TEST(Sampler, MinPDropsTokensBelowAFractionOfTheBest) {
+  // p(2)/p(1) = e^-1 ~ 0.37; p(0)/p(1) = e^-2 ~ 0.135.
+  Sampler s(opts(1.0f, 0, 1.0f, 0.3f));
+  EXPECT_EQ(support(s.distribution(kLogits.data(), 6)), 3);
+  Sampler t(opts(1.0f, 0, 1.0f, 0.1f));
+  EXPECT_EQ(support(t.distribution(kLogits.data(), 6)), 4);
+}
+
+TEST(Sampler, LowTemperatureSharpens) {
+  Sampler hot(opts(2.0f, 0, 1.0f, 0.0f)), cold(opts(0.25f, 0, 1.0f, 0.0f));
+  EXPECT_LT(hot.distribution(kLogits.data(), 6)[1], cold.distribution(kLogits.data(), 6)[1]);
+}
+
+TEST(Sampler, DrawsFollowTheDistributionAndTheSeed) {
+  Sampler s(opts(1.0f, 0, 1.0f, 0.0f));
+  const auto p = s.distribution(kLogits.data(), 6);
+  std::vector<int> counts(6, 0);
+  const int n = 60000;
+  for (int i = 0; i < n; ++i) ++counts[static_cast<size_t>(s.sample(kLogits.data(), 6))];
+  double chi2 = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    const double e = p[i] * n;
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  EXPECT_LT(chi2, 20.5);  // 5 degrees of freedom, p ~ 0.001
+  Sampler a(opts(1.0f, 0, 1.0f, 0.0f)), b(opts(1.0f, 0, 1.0f, 0.0f));
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(kLogits.data(), 6), b.sample(kLogits.data(), 6));
+}
+
+TEST(Sampler, InvalidOptionsAreRejected) {
+  EXPECT_THROW(Sampler(opts(-1.0f, 0, 1.0f, 0.0f)), std::invalid_argument);
+  EXPECT_THROW(Sampler(opts(1.0f, -3, 1.0f, 0.0f)), std::invalid_argument);
+  EXPECT_THROW(Sampler(opts(1.0f, 0, 0.0f, 0.0f)), std::invalid_argument);
+  EXPECT_THROW(Sampler(opts(1.0f, 0, 1.0f, 1.0f)), std::invalid_argument);
+}
+
+TEST(Utf8Stream, HoldsBackSplitCharacters) {
+  Utf8Stream s;
+  EXPECT_EQ(s.push("a\xE2"), "a");
+  EXPECT_EQ(s.push("\x80"), "");
+  EXPECT_EQ(s.push("\x99 b"), "\xE2\x80\x99 b");
+  EXPECT_EQ(s.push("\xF0\x9F"), "");
+  EXPECT_EQ(s.flush(), "\xF0\x9F");
+  EXPECT_EQ(s.push("\x80"), "\x80");  // a stray continuation byte is not held forever
+}
