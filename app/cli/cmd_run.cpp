@@ -122,8 +122,8 @@ Command add_run_command(CLI::App& app) {
     args->seed_given = true;
   });
   cmd->add_option("--backend", args->backend.name, "Compute backend")->capture_default_str()->check(CLI::IsMember({"cpu"}));
-  cmd->add_option("-t,--threads", args->backend.threads, "CPU threads (0 = all)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", args->backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   cmd->add_flag("--json", args->json, "Print one JSON object at the end instead of streaming text");
   cmd->add_flag("--no-bos", args->no_bos, "Do not add the BOS token before the prompt");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-text tokens");

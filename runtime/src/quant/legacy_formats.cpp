@@ -16,14 +16,7 @@
 #include "quant/blocks.h"
 #include "quant/formats.h"
 
-// Bit-exactness with ggml needs every product rounded before the following add/subtract
-// (ggml's reference code is built without FMA). Stop the compiler from fusing a * b + c
-// when the build targets a CPU with FMA (-march=native, aarch64).
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+// Built with -ffp-contract=off (runtime/CMakeLists.txt): see there why.
 
 namespace fafo::quant {
 

@@ -1,11 +1,16 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace fafo {
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads > kMaxThreads)
+    throw std::invalid_argument("thread count " + std::to_string(n_threads) + " is too large (at most " +
+                                std::to_string(kMaxThreads) + ")");
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 

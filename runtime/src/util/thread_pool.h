@@ -13,7 +13,9 @@ namespace fafo {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);  // n_threads <= 0: hardware concurrency
+  static constexpr int kMaxThreads = 1024;
+  // n_threads <= 0: hardware concurrency; more than kMaxThreads: std::invalid_argument.
+  explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
