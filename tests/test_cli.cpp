@@ -134,3 +134,23 @@ TEST(Cli, PromptLongerThanTheContextIsAClearError) {
   EXPECT_NE(o.exit_code, 0);
   EXPECT_HAS(o.err, "but the context holds 8");
 }
+
+TEST(Cli, JsonTextKeepsTheSpaceBeforeTheFirstGeneratedWord) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome o = run_fafo("run -m " + quote(model) + " -p 'Once upon a time,' -n 4 --temp 0 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const std::string text = nlohmann::json::parse(o.out)["text"];
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text[0], ' ') << text;
+}
+
+TEST(Cli, ParseErrorsAreOneClearLine) {
+  const Outcome o = run_fafo("run -m x.gguf --bogus");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_EQ(o.err.rfind("fafo: error: ", 0), 0u) << o.err;
+  EXPECT_HAS(o.err, "--bogus");
+  const Outcome p = run_fafo("run -m x.gguf --top-p 0");
+  EXPECT_NE(p.exit_code, 0);
+  EXPECT_HAS(p.err, "top-p");
+  EXPECT_EQ(p.err.find("no such file"), std::string::npos) << "options must be checked before the model is opened";
+}

@@ -1,5 +1,8 @@
 // GGUF reader/writer: round trip of every metadata type, and a clear GgufError
 // (naming the file and offset) for every kind of malformed file.
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -361,4 +364,58 @@ TEST(GgufErrors, RandomCorruptionNeverCrashes) {
   }
   EXPECT_EQ(opened + rejected, 400);
   EXPECT_GT(rejected, 0);
+}
+
+TEST(GgufErrors, ByteSizeThatWrapsAroundIsRejected) {
+  RawGguf g;
+  g.header(3, 1, 0).tensor_info("wrap", {1ull << 62}, 0 /* F32: 4 bytes each */, 0).pad(32).data(32);
+  const std::string msg = open_error(g.write("wrap.gguf"));
+  EXPECT_ERROR_HAS(msg, "tensor 'wrap'");
+  EXPECT_ERROR_HAS(msg, "byte size overflows");
+}
+
+TEST(GgufErrors, AlignmentBelowEightIsRejected) {
+  RawGguf g;
+  g.header(3, 0, 1).kv_u32("general.alignment", 2);
+  EXPECT_ERROR_HAS(open_error(g.write("align2.gguf")), "smaller than 8");
+}
+
+TEST(GgufErrors, IntegerTooLargeForItsUse) {
+  RawGguf g;
+  g.header(3, 0, 1).str("big").raw<uint32_t>(10).raw<uint64_t>(1ull << 63);
+  auto f = GgufFile::open(g.write("bigint.gguf"));
+  try {
+    f->require_int("big");
+    FAIL();
+  } catch (const GgufError& e) {
+    EXPECT_ERROR_HAS(std::string(e.what()), "key 'big'");
+    EXPECT_ERROR_HAS(std::string(e.what()), "too large");
+  }
+}
+
+TEST(GgufErrors, FifoIsRejectedWithoutHanging) {
+  const auto path = test::temp_dir("gguf-fifo") / "pipe.gguf";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  EXPECT_ERROR_HAS(open_error(path.string()), "not a regular file");
+}
+
+TEST(GgufErrors, HugeMetadataArraysAreRefused) {
+  // 17M one-byte elements: more than the reader keeps in memory for metadata.
+  RawGguf g;
+  const uint64_t n = (1ull << 24) + 16;
+  g.header(3, 0, 1).str("blob").raw<uint32_t>(9).raw<uint32_t>(0).raw<uint64_t>(n).data(n);
+  EXPECT_ERROR_HAS(open_error(g.write("blob.gguf")), "refusing to load them");
+}
+
+TEST(Gguf, ManyMetadataKeysOpenQuickly) {
+  RawGguf g;
+  const int n = 50000;
+  g.header(3, 0, n);
+  for (int i = 0; i < n; ++i) g.kv_u32("key." + std::to_string(i), static_cast<uint32_t>(i));
+  const auto path = g.write("manykeys.gguf");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto f = GgufFile::open(path);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(f->metadata().size(), static_cast<size_t>(n));
+  EXPECT_LT(s, 2.0);  // quadratic duplicate checks took ~5 s here
 }

@@ -1,5 +1,6 @@
 // Bad models and bad requests get clear errors, never a crash: missing or misshapen
 // tensors, unsupported architectures, missing keys, prompts that do not fit.
+#include <cmath>
 #include <functional>
 
 #include "fafo/generator.h"
@@ -144,4 +145,41 @@ TEST(ModelErrors, TokenOutsideTheVocabulary) {
   } catch (const std::out_of_range& e) {
     EXPECT_HAS(std::string(e.what()), "token id 300 is outside the vocabulary");
   }
+}
+
+TEST(ModelErrors, KvCacheLargerThanMemoryIsAClearError) {
+  const auto path = (test::temp_dir("model-err-kv") / "m.gguf").string();
+  synth::SyntheticConfig c;
+  c.n_layer = 8, c.n_embd = 512, c.n_head = 8, c.n_head_kv = 8, c.n_ff = 64, c.n_vocab = 300;
+  synth::write_synthetic_model(c, path);
+  try {
+    test::load_test_model(path, /*n_ctx=*/1 << 22);  // 8 layers x 4M x 512 x 2 x 4 bytes = 128 GiB
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_HAS(std::string(e.what()), "more than this machine's memory");
+  }
+}
+
+TEST(ModelErrors, ZeroTokensRequestedGeneratesNothing) {
+  auto m = test::load_test_model(edited_model("zero", {}));
+  GenerationOptions o;
+  o.n_predict = 0;
+  o.sampling.temperature = 0;
+  const auto r = generate(*m.model, *m.tokenizer, {1, 20}, o);
+  EXPECT_TRUE(r.ids.empty());
+  EXPECT_EQ(r.n_steps, 0);
+  o.n_predict = 5;
+  const auto r5 = generate(*m.model, *m.tokenizer, {1, 20}, o);
+  EXPECT_EQ(r5.ids.size(), 5u);
+  EXPECT_EQ(r5.n_steps, 5);
+  EXPECT_DOUBLE_EQ(r5.tokens_per_step(), 1.0);
+}
+
+TEST(ModelErrors, NonFiniteRopeParametersAreRejected) {
+  const auto path = edited_model("rope", {[](const std::string& k, GgufValue& v) {
+                                            if (k == "llama.rope.freq_base") v.v = std::nan("");
+                                            return true;
+                                          },
+                                          nullptr});
+  EXPECT_HAS(load_error(path), "rope.freq_base must be a positive finite number");
 }

@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "fafo/generator.h"
+#include "fafo/sampler.h"
 #include "fafo/utf8_stream.h"
 #include "loaded_model.h"
 
@@ -43,6 +44,7 @@ int run_generate(RunArgs& args) {
     throw std::runtime_error("give the prompt with -p or -f, not both");
   const std::string prompt = args.prompt_file.empty() ? args.prompt : read_file(args.prompt_file);
   if (!args.seed_given) args.sampling.seed = std::random_device{}();
+  Sampler check_options(args.sampling);  // reject bad sampling options before loading anything
 
   LoadedModel m = load_model(args.model, args.backend, args.n_ctx);
   const Tokenizer& tok = *m.tokenizer;
@@ -80,7 +82,12 @@ int run_generate(RunArgs& args) {
     nlohmann::json j;
     j["prompt_ids"] = r.prompt_ids;
     j["ids"] = r.ids;
-    j["text"] = tok.decode(r.ids);
+    // The generated text as it reads after the prompt: decode prompt + output and cut
+    // the prompt off, so a leading space of the first generated word is kept.
+    std::vector<int32_t> all = r.prompt_ids;
+    all.insert(all.end(), r.ids.begin(), r.ids.end());
+    const std::string prompt_text = tok.decode(r.prompt_ids), full_text = tok.decode(all);
+    j["text"] = full_text.compare(0, prompt_text.size(), prompt_text) == 0 ? full_text.substr(prompt_text.size()) : tok.decode(r.ids);
     j["n_steps"] = r.n_steps;
     j["tau"] = r.tokens_per_step();
     j["tokens_per_s"] = r.tokens_per_second();
@@ -109,15 +116,14 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (default: empty, i.e. BOS only)");
   cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from a file");
   cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate; -1 = until end of text or a full context")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
   cmd->add_option("-c,--ctx-size", args->n_ctx, "Context length (0 = the model's, at most 4096)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 22));
   cmd->add_option("--temp", args->sampling.temperature, "Temperature; 0 = greedy (pure argmax)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-k", args->sampling.top_k, "Top-k sampling (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", args->sampling.top_p, "Top-p (nucleus) sampling (1 = off)")->capture_default_str()
-      ->check(CLI::Range(0.0f, 1.0f));
-  cmd->add_option("--min-p", args->sampling.min_p, "Min-p sampling (0 = off)")->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--top-p", args->sampling.top_p, "Top-p (nucleus) sampling, in (0, 1]; 1 = off")->capture_default_str();
+  cmd->add_option("--min-p", args->sampling.min_p, "Min-p sampling, in [0, 1); 0 = off")->capture_default_str();
   cmd->add_option("--seed", args->sampling.seed, "Random seed (default: random)")->each([args](const std::string&) {
     args->seed_given = true;
   });

@@ -12,15 +12,22 @@ int main(int argc, char** argv) {
   const fafo::cli::Command run = fafo::cli::add_run_command(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "fafo: error: %s\nRun 'fafo --help' or 'fafo SUBCOMMAND --help' for the options.\n", e.what());
+    return 2;
   }
   try {
     if (app.got_subcommand("info")) return info();
     if (app.got_subcommand("run")) return run();
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "\nfafo: error: %s\n", e.what());
+    std::fprintf(stderr, "fafo: error: %s\n", e.what());
     return 1;
   }
   return 1;

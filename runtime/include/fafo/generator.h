@@ -15,7 +15,7 @@
 namespace fafo {
 
 struct GenerationOptions {
-  int32_t n_predict = 128;       // new tokens at most; < 0: until the context is full
+  int32_t n_predict = 128;       // new tokens at most; -1: until the context is full
   SamplerOptions sampling;
   bool stop_at_end_of_generation = true;
   int32_t prefill_chunk = 512;   // prompt tokens per prefill step
@@ -27,12 +27,17 @@ const char* stop_reason_name(StopReason r);
 struct GenerationResult {
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> ids;      // generated tokens (the end-of-generation token included)
-  int32_t n_steps = 0;           // decoding forward passes (the prefill not counted)
+  // Steps that produced tokens: the prefill step (which yields the first token) plus
+  // every decoding forward pass. For plain decoding n_steps == ids.size().
+  int32_t n_steps = 0;
   double prefill_seconds = 0.0;
-  double decode_seconds = 0.0;
+  double decode_seconds = 0.0;   // after the prefill, until the last token
   StopReason stop = StopReason::Length;
   double tokens_per_step() const { return n_steps ? static_cast<double>(ids.size()) / n_steps : 0.0; }
-  double tokens_per_second() const { return decode_seconds > 0.0 ? static_cast<double>(ids.size()) / decode_seconds : 0.0; }
+  // Decoding speed: tokens produced by decoding steps (all but the first) per second.
+  double tokens_per_second() const {
+    return decode_seconds > 0.0 && ids.size() > 1 ? static_cast<double>(ids.size() - 1) / decode_seconds : 0.0;
+  }
 };
 
 // Called for each new token; return false to stop generating.

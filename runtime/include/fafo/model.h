@@ -28,7 +28,7 @@ struct ModelConfig {
   int32_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
   RopeParams rope;
-  std::string rope_scaling;  // "none", "linear" or "llama3"
+  std::string rope_scaling;  // "none" or "linear" (rope.freq_scale); per-pair factors come from rope_freqs.weight
   bool tied_embeddings = false;
   bool qkv_bias = false;
 

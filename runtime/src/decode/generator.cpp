@@ -49,7 +49,9 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   auto t1 = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 
+  if (options.n_predict == 0) return result;
   int32_t token = sampler.sample(logits.data(), n_vocab);
+  result.n_steps = 1;  // the prefill step produced the first token
   for (;;) {
     result.ids.push_back(token);
     if (on_token && !on_token(token)) {
@@ -75,8 +77,6 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     token = sampler.sample(logits.data(), n_vocab);
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
-  // The first generated token comes from the prefill step; count it as a step too.
-  result.n_steps += 1;
   return result;
 }
 

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <unordered_set>
 
 #include "fafo/gguf.h"
 
@@ -22,6 +23,8 @@ namespace {
 constexpr uint32_t kMaxDims = 4;             // ggml tensors have at most 4 dimensions
 constexpr int kMaxArrayNesting = 8;          // deeper nesting is treated as hostile
 constexpr uint64_t kMaxStringBytes = 1ull << 30;
+// Real vocabularies are below 300k tokens (tokens + scores + types + merges ~ 1.2M items).
+constexpr uint64_t kMaxMetadataArrayItems = 1ull << 24;
 
 std::string format_error(const std::string& file, uint64_t offset, const std::string& what) {
   return file + ": at byte offset " + std::to_string(offset) + ": " + what;
@@ -98,8 +101,10 @@ class GgufParser {
   std::string read_string(const char* what) {
     const uint64_t at = pos_;
     const uint64_t len = read_u64(what);
-    if (len > remaining() || len > kMaxStringBytes)
+    if (len > remaining())
       fail(at, std::string(what) + ": string length " + std::to_string(len) + " runs past the end of the file");
+    if (len > kMaxStringBytes)
+      fail(at, std::string(what) + ": string length " + std::to_string(len) + " is over the 1 GiB limit");
     std::string s(reinterpret_cast<const char*>(f_.base_ + pos_), len);
     pos_ += len;
     return s;
@@ -150,6 +155,12 @@ class GgufParser {
         const GgufType elem_type = static_cast<GgufType>(elem);
         if (count > remaining() / min_value_bytes(elem_type))
           fail(count_at, "key '" + key + "': array length " + std::to_string(count) + " runs past the end of the file");
+        // Each element becomes a GgufValue (tens of bytes): cap the total so a hostile
+        // file cannot make the reader allocate many times its own size.
+        array_items_ += count;
+        if (array_items_ > kMaxMetadataArrayItems)
+          fail(count_at, "key '" + key + "': metadata arrays hold more than " + std::to_string(kMaxMetadataArrayItems) +
+                             " elements in total; refusing to load them");
         GgufValue::Array arr;
         arr.elem_type = elem_type;
         arr.items.reserve(count);
@@ -165,8 +176,7 @@ class GgufParser {
     const uint64_t at = pos_;
     std::string key = read_string("metadata key");
     if (key.empty()) fail(at, "metadata entry " + std::to_string(index) + " has an empty key");
-    for (const auto& [existing, value] : f_.kv_)
-      if (existing == key) fail(at, "duplicate metadata key '" + key + "'");
+    if (!keys_seen_.insert(key).second) fail(at, "duplicate metadata key '" + key + "'");
     const uint64_t type_at = pos_;
     const uint32_t type = read_u32("metadata value type");
     if (!valid_type(type))
@@ -182,6 +192,8 @@ class GgufParser {
     const uint64_t v = a->as_uint();
     if (v == 0 || (v & (v - 1)) != 0)
       throw GgufError(f_.path_, "general.alignment " + std::to_string(v) + " is not a power of two");
+    if (v < 8)  // the GGUF spec asks for a multiple of 8; it also keeps f32/f16 data aligned
+      throw GgufError(f_.path_, "general.alignment " + std::to_string(v) + " is smaller than 8");
     f_.alignment_ = v;
   }
 
@@ -218,11 +230,11 @@ class GgufParser {
     if (t.shape[0] % info->block_size != 0)
       fail(type_at, "tensor '" + t.name + "': row length " + std::to_string(t.shape[0]) + " is not a multiple of the " +
                         std::string(info->name) + " block size " + std::to_string(info->block_size));
-    const uint64_t row_bytes = static_cast<uint64_t>(t.shape[0]) / info->block_size * info->block_bytes;
-    const uint64_t n_rows = n_elements / static_cast<uint64_t>(t.shape[0]);
-    if (n_rows != 0 && row_bytes > std::numeric_limits<uint64_t>::max() / n_rows)
+    const uint64_t n_blocks = n_elements / info->block_size;  // exact: rows are whole blocks
+    if (n_blocks > std::numeric_limits<uint64_t>::max() / info->block_bytes ||
+        n_blocks * info->block_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       fail(type_at, "tensor '" + t.name + "': byte size overflows 64 bits");
-    t.n_bytes = row_bytes * n_rows;
+    t.n_bytes = n_blocks * info->block_bytes;
 
     const uint64_t off_at = pos_;
     t.offset = read_u64("tensor data offset");
@@ -247,12 +259,15 @@ class GgufParser {
 
   GgufFile& f_;
   uint64_t pos_ = 0;
+  std::unordered_set<std::string> keys_seen_;
+  uint64_t array_items_ = 0;  // across all metadata arrays
 };
 
 std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
-  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is rejected below).
+  f->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (f->fd_ < 0) throw GgufError(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(f->fd_, &st) != 0) throw GgufError(path, std::string("cannot stat: ") + std::strerror(errno));
@@ -282,7 +297,11 @@ int64_t GgufFile::require_int(std::string_view key) const {
   if (!v) throw GgufError(path_, "missing required key '" + std::string(key) + "'");
   if (!v->is_integer())
     throw GgufError(path_, "key '" + std::string(key) + "' must be an integer, found " + std::string(gguf_type_name(v->type)));
-  return v->as_int();
+  try {
+    return v->as_int();
+  } catch (const std::runtime_error& e) {
+    throw GgufError(path_, "key '" + std::string(key) + "': " + e.what());
+  }
 }
 
 double GgufFile::require_float(std::string_view key) const {

@@ -1,4 +1,5 @@
 // GgufValue accessors and rendering.
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -32,7 +33,11 @@ bool GgufValue::is_integer() const {
 bool GgufValue::is_float() const { return std::holds_alternative<double>(v); }
 
 int64_t GgufValue::as_int() const {
-  if (auto* u = std::get_if<uint64_t>(&v)) return static_cast<int64_t>(*u);
+  if (auto* u = std::get_if<uint64_t>(&v)) {
+    if (*u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw std::runtime_error("integer " + std::to_string(*u) + " is too large");
+    return static_cast<int64_t>(*u);
+  }
   if (auto* i = std::get_if<int64_t>(&v)) return *i;
   if (auto* b = std::get_if<bool>(&v)) return *b ? 1 : 0;
   throw std::runtime_error("expected an integer, found " + std::string(gguf_type_name(type)));

@@ -3,6 +3,7 @@
 // llama2.c: embed, then per layer RMSNorm -> QKV -> RoPE -> attention -> output
 // projection -> residual -> RMSNorm -> SwiGLU FFN -> residual; final norm and logits.
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "fafo/model.h"
@@ -67,8 +68,10 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   if (const GgufTensor* rf = file_->find_tensor("rope_freqs.weight")) {
     if (rf->type != TensorType::F32 || rf->n_elements() != c.rope.n_dims / 2)
       throw GgufError(file_->path(), "rope_freqs.weight must be F32 with rope.dimension_count/2 values");
-    const float* p = reinterpret_cast<const float*>(rf->data);
-    config_.rope.freq_factors.assign(p, p + c.rope.n_dims / 2);
+    config_.rope.freq_factors.resize(static_cast<size_t>(c.rope.n_dims / 2));
+    std::memcpy(config_.rope.freq_factors.data(), rf->data, rf->n_bytes);
+    for (float v : config_.rope.freq_factors)
+      if (!std::isfinite(v) || v <= 0.0f) throw GgufError(file_->path(), "rope_freqs.weight holds a value that is not a positive number");
   }
 
   WeightLoader load(*file_, *backend_);

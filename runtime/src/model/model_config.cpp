@@ -1,6 +1,5 @@
 // Hyperparameters from GGUF metadata, as each architecture defines them.
 #include <cmath>
-#include <numbers>
 
 #include "fafo/model.h"
 
@@ -12,28 +11,6 @@ int32_t positive_int(const GgufFile& f, const std::string& key, int64_t limit = 
   const int64_t v = f.require_int(key);
   if (v <= 0 || v > limit) throw GgufError(f.path(), "key '" + key + "' has invalid value " + std::to_string(v));
   return static_cast<int32_t>(v);
-}
-
-// Llama 3.1 "llama3" RoPE scaling: low frequencies are slowed by `factor`, high ones
-// kept, and the band between them interpolated. Expressed as a per-pair divisor.
-std::vector<float> llama3_freq_factors(const RopeParams& p, float factor, float low_freq_factor, float high_freq_factor,
-                                       float original_ctx) {
-  const float low_freq_wavelen = original_ctx / low_freq_factor;
-  const float high_freq_wavelen = original_ctx / high_freq_factor;
-  std::vector<float> factors;
-  for (int32_t i = 0; i < p.n_dims / 2; ++i) {
-    const float freq = std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_dims));
-    const float wavelen = 2.0f * std::numbers::pi_v<float> / freq;
-    if (wavelen < high_freq_wavelen) {
-      factors.push_back(1.0f);
-    } else if (wavelen > low_freq_wavelen) {
-      factors.push_back(factor);
-    } else {
-      const float smooth = (original_ctx / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
-      factors.push_back(1.0f / ((1.0f - smooth) / factor + smooth));
-    }
-  }
-  return factors;
 }
 
 }  // namespace
@@ -65,20 +42,21 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     throw GgufError(f.path(), "rope.dimension_count " + std::to_string(c.rope.n_dims) + " is invalid for head size " +
                                   std::to_string(c.head_dim));
   c.rope.freq_base = static_cast<float>(f.get_float(a + "rope.freq_base", 10000.0));
+  if (!std::isfinite(c.rope.freq_base) || c.rope.freq_base <= 0.0f)
+    throw GgufError(f.path(), "rope.freq_base must be a positive finite number");
   c.rope.neox = c.arch == "qwen2";  // llama GGUFs store Q/K permuted for the interleaved layout
-  c.rope_scaling = f.get_string(a + "rope.scaling.type", "none");
+  // As llama.cpp reads it: the type defaults to linear; the factor comes from
+  // rope.scaling.factor, else the legacy rope.scale_linear; 0 means no scaling.
+  // Llama 3.1/3.2 files carry their scaling as a rope_freqs.weight tensor instead (see Model).
+  c.rope_scaling = f.get_string(a + "rope.scaling.type", "linear");
+  double factor = f.get_float(a + "rope.scaling.factor", 0.0);
+  if (factor == 0.0) factor = f.get_float(a + "rope.scale_linear", 1.0);
+  if (!std::isfinite(factor) || factor < 0.0) throw GgufError(f.path(), "rope.scaling.factor must be a finite number >= 0");
+  if (factor == 0.0) factor = 1.0;
   if (c.rope_scaling == "linear") {
-    const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
-    if (factor <= 0.0) throw GgufError(f.path(), "rope.scaling.factor must be positive");
     c.rope.freq_scale = static_cast<float>(1.0 / factor);
-  } else if (c.rope_scaling == "llama3") {
-    c.rope.freq_factors = llama3_freq_factors(
-        c.rope, static_cast<float>(f.get_float(a + "rope.scaling.factor", 8.0)),
-        static_cast<float>(f.get_float(a + "rope.scaling.low_freq_factor", 1.0)),
-        static_cast<float>(f.get_float(a + "rope.scaling.high_freq_factor", 4.0)),
-        static_cast<float>(f.get_float(a + "rope.scaling.original_context_length", 8192.0)));
   } else if (c.rope_scaling != "none") {
-    throw GgufError(f.path(), "unsupported rope.scaling.type '" + c.rope_scaling + "' (supported: none, linear, llama3)");
+    throw GgufError(f.path(), "unsupported rope.scaling.type '" + c.rope_scaling + "' (supported: none, linear)");
   }
 
   const GgufTensor& embd = f.require_tensor("token_embd.weight");

@@ -9,6 +9,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <unistd.h>
+
 #include "backend/cpu/cpu_kernels.h"
 #include "fafo/backend.h"
 #include "util/thread_pool.h"
@@ -52,6 +54,12 @@ class CpuBackend final : public Backend {
 
   void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim) override {
     const size_t per_layer = static_cast<size_t>(n_ctx) * static_cast<size_t>(kv_dim);
+    const double need = 2.0 * sizeof(float) * static_cast<double>(per_layer) * n_layer;
+    const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    if (have > 0 && need > 0.8 * have)
+      throw std::runtime_error("the KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
+                               std::to_string(need / (1 << 30)) + " GiB, more than this machine's memory (" +
+                               std::to_string(have / (1 << 30)) + " GiB); use a smaller --ctx-size");
     keys_.assign(static_cast<size_t>(n_layer), std::vector<float>(per_layer, 0.0f));
     values_.assign(static_cast<size_t>(n_layer), std::vector<float>(per_layer, 0.0f));
     kv_ctx_ = n_ctx;
