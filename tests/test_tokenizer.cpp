@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -544,6 +545,19 @@ TEST_F(TokenizerGguf, LengthMismatches) {
                {"tokenizer.ggml.token_type", "5 entries", "4"});
   expect_error([](GgufWriter& g) { g.set_string_array("tokenizer.ggml.scores", {"a", "b", "c", "d"}); },
                {"tokenizer.ggml.scores", "not a number"});
+}
+
+TEST_F(TokenizerGguf, NonFiniteScores) {
+  // A NaN score breaks the merge heap's comparator; inf is no usable score either.
+  expect_error([](GgufWriter& g) {
+    g.set_f32_array("tokenizer.ggml.scores", {0, 0, std::numeric_limits<float>::quiet_NaN(), -1});
+  }, {"tokenizer.ggml.scores", "entry 2", "finite"});
+  expect_error([](GgufWriter& g) {
+    g.set_f32_array("tokenizer.ggml.scores", {0, 0, 0, std::numeric_limits<float>::infinity()});
+  }, {"tokenizer.ggml.scores", "entry 3", "finite"});
+  expect_error([](GgufWriter& g) {
+    g.set_f32_array("tokenizer.ggml.scores", {-std::numeric_limits<float>::infinity(), 0, 0, -1});
+  }, {"tokenizer.ggml.scores", "entry 0", "finite"});
 }
 
 TEST_F(TokenizerGguf, BadTokenTypes) {

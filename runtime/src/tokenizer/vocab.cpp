@@ -1,4 +1,5 @@
 // Vocab::from_gguf: reads and validates the tokenizer.ggml.* metadata of a GGUF file.
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -106,7 +107,13 @@ Vocab Vocab::from_gguf(const GgufFile& file) {
       const GgufValue& item = scores->items[i];
       if (!item.is_float() && !item.is_integer())
         r.fail("tokenizer.ggml.scores", "entry " + std::to_string(i) + " is not a number");
-      vocab.scores.push_back(static_cast<float>(item.as_float()));
+      // A NaN score would break the merge heap's ordering (and inf is no score either);
+      // checked after the conversion so that an F64 beyond float's range is caught too.
+      const float score = static_cast<float>(item.as_float());
+      if (!std::isfinite(score))
+        r.fail("tokenizer.ggml.scores", "entry " + std::to_string(i) + " is not a finite number (" +
+                                            std::to_string(item.as_float()) + ")");
+      vocab.scores.push_back(score);
     }
   }
 

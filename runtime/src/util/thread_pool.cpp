@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace fafo {
 
@@ -11,16 +12,51 @@ ThreadPool::ThreadPool(int n_threads) {
   if (n_threads > kMaxThreads)
     throw std::invalid_argument("thread count " + std::to_string(n_threads) + " is too large (at most " +
                                 std::to_string(kMaxThreads) + ")");
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  workers_.reserve(static_cast<size_t>(n_threads - 1));
+  try {
+    for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  } catch (const std::exception& e) {
+    // Destroying a joinable std::thread calls std::terminate: stop the started ones first.
+    const size_t started = workers_.size();
+    stop_and_join();
+    throw std::runtime_error("cannot start " + std::to_string(n_threads) + " threads (the system refused thread " +
+                             std::to_string(started + 1) + ": " + e.what() + "); use fewer threads");
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_and_join(); }
+
+void ThreadPool::stop_and_join() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
-  for (auto& w : workers_) w.join();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
+}
+
+void ThreadPool::run_chunks(std::unique_lock<std::mutex>& lock, int index) {
+  for (;;) {
+    const int64_t begin = next_;
+    if (begin >= job_n_) return;
+    next_ = std::min(job_n_, next_ + chunk_);
+    const int64_t end = next_;
+    const auto* job = job_;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      (*job)(begin, end, index);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (error) {
+      if (!error_) error_ = error;
+      next_ = job_n_;  // hand out no further chunks
+      return;
+    }
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
@@ -36,22 +72,20 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   chunk_ = std::max<int64_t>(grain, (n + threads * 4 - 1) / (threads * 4));
   next_ = 0;
   pending_ = static_cast<int>(workers_.size());
+  error_ = nullptr;
   ++generation_;
   lock.unlock();
   wake_.notify_all();
 
-  // The caller works too.
-  for (;;) {
-    lock.lock();
-    const int64_t begin = next_;
-    next_ = std::min(job_n_, next_ + chunk_);
-    lock.unlock();
-    if (begin >= job_n_) break;
-    fn(begin, std::min(job_n_, begin + chunk_), 0);
-  }
+  // The caller works too. Whatever happens, it waits for every worker before returning:
+  // they hold references to fn and to whatever fn captured.
   lock.lock();
+  run_chunks(lock, 0);
   done_.wait(lock, [this] { return pending_ == 0; });
   job_ = nullptr;
+  std::exception_ptr error = std::exchange(error_, nullptr);
+  lock.unlock();
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::worker_loop(int index) {
@@ -61,16 +95,7 @@ void ThreadPool::worker_loop(int index) {
     wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
     seen = generation_;
-    for (;;) {
-      const int64_t begin = next_;
-      if (begin >= job_n_) break;
-      next_ = std::min(job_n_, next_ + chunk_);
-      const int64_t end = next_;
-      const auto* job = job_;
-      lock.unlock();
-      (*job)(begin, end, index);
-      lock.lock();
-    }
+    run_chunks(lock, index);
     if (--pending_ == 0) done_.notify_all();
   }
 }

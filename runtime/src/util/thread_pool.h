@@ -1,9 +1,12 @@
 // A fixed pool of worker threads running index ranges in parallel (used by the CPU
-// backend). parallel_for blocks until every chunk is done.
+// backend). parallel_for blocks until every chunk is done. An exception thrown by fn (in
+// any thread) stops the handing out of further chunks; once every thread has finished the
+// chunk it was running, parallel_for rethrows the first such exception in the caller.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -15,6 +18,7 @@ class ThreadPool {
  public:
   static constexpr int kMaxThreads = 1024;
   // n_threads <= 0: hardware concurrency; more than kMaxThreads: std::invalid_argument.
+  // When the system cannot start a thread: std::runtime_error (the started ones are joined).
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -27,6 +31,10 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
+  // Runs fn over the chunks still to hand out, as thread `index`, until none are left or
+  // one has thrown. Called and returns with `lock` held.
+  void run_chunks(std::unique_lock<std::mutex>& lock, int index);
+  void stop_and_join();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -37,6 +45,7 @@ class ThreadPool {
   int64_t chunk_ = 0;
   int64_t next_ = 0;
   int pending_ = 0;
+  std::exception_ptr error_;  // the first exception thrown by the current job
   uint64_t generation_ = 0;
   bool stop_ = false;
 };
