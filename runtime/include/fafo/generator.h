@@ -19,6 +19,9 @@ struct GenerationOptions {
   SamplerOptions sampling;
   bool stop_at_end_of_generation = true;
   int32_t prefill_chunk = 512;   // prompt tokens per prefill step
+  // false: start from an empty context. true: append the prompt after what the model
+  // already holds (multi-turn chat: only the new tokens are prefilled).
+  bool keep_context = false;
 };
 
 enum class StopReason { Length, EndOfGeneration, ContextFull, Cancelled };
@@ -43,8 +46,10 @@ struct GenerationResult {
 // Called for each new token; return false to stop generating.
 using TokenCallback = std::function<bool(int32_t token)>;
 
-// Generates a continuation of `prompt` (which must be non-empty) on an empty context.
-// Throws std::length_error when the prompt does not fit in the context.
+// Generates a continuation of `prompt` (which must be non-empty). On return the
+// model's context holds the prompt and every generated token except the last one
+// (it was sampled but never fed back), so a caller continuing the conversation
+// must feed that token first. Throws std::length_error when the prompt does not fit.
 GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                           const GenerationOptions& options, const TokenCallback& on_token = {});
 

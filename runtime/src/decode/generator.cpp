@@ -34,13 +34,14 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
                           const GenerationOptions& options, const TokenCallback& on_token) {
   using Clock = std::chrono::steady_clock;
   if (prompt.empty()) throw std::invalid_argument("the prompt is empty (no tokens)");
-  if (static_cast<int64_t>(prompt.size()) >= model.n_ctx())
+  if (!options.keep_context) model.truncate(0);
+  const int64_t room = model.n_ctx() - model.n_past();
+  if (static_cast<int64_t>(prompt.size()) >= room)
     throw std::length_error("the prompt has " + std::to_string(prompt.size()) + " tokens but the context holds " +
-                            std::to_string(model.n_ctx()) + " (including at least one generated token); use a shorter "
-                            "prompt or a larger --ctx-size");
+                            (model.n_past() ? std::to_string(room) + " more" : std::to_string(model.n_ctx())) +
+                            " (including at least one generated token); use a shorter prompt or a larger --ctx-size");
   GenerationResult result;
   result.prompt_ids = prompt;
-  model.truncate(0);
   Sampler sampler(options.sampling);
   const int32_t n_vocab = model.config().n_vocab;
 
