@@ -12,5 +12,7 @@ using Command = std::function<int()>;
 
 Command add_info_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
+Command add_tokenize_command(CLI::App& app);
+Command add_chat_command(CLI::App& app);
 
 }  // namespace fafo::cli

@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const fafo::cli::Command info = fafo::cli::add_info_command(app);
   const fafo::cli::Command run = fafo::cli::add_run_command(app);
+  const fafo::cli::Command chat = fafo::cli::add_chat_command(app);
+  const fafo::cli::Command tokenize = fafo::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -25,6 +27,8 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("info")) return info();
     if (app.got_subcommand("run")) return run();
+    if (app.got_subcommand("chat")) return chat();
+    if (app.got_subcommand("tokenize")) return tokenize();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "fafo: error: %s\n", e.what());
