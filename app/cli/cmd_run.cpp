@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "fafo/decoding.h"
 #include "fafo/generator.h"
+#include "fafo/step_trace_json.h"
 #include "fafo/sampler.h"
 #include "fafo/utf8_stream.h"
 #include "loaded_model.h"
@@ -29,6 +31,9 @@ struct RunArgs {
   bool json = false;
   bool no_bos = false;
   bool ignore_eos = false;
+  std::string strategy = "ar";
+  DecodingOptions decoding;
+  std::string trace_path;
 };
 
 std::string read_file(const std::string& path) {
@@ -44,7 +49,14 @@ int run_generate(RunArgs& args) {
     throw std::runtime_error("give the prompt with -p or -f, not both");
   const std::string prompt = args.prompt_file.empty() ? args.prompt : read_file(args.prompt_file);
   if (!args.seed_given) args.sampling.seed = std::random_device{}();
-  Sampler check_options(args.sampling);  // reject bad sampling options before loading anything
+  Sampler check_options(args.sampling);  // reject bad options before loading anything
+  args.decoding.strategy = parse_strategy(args.strategy);
+  args.decoding.validate();
+  std::ofstream trace_file;
+  if (!args.trace_path.empty()) {
+    trace_file.open(args.trace_path, std::ios::trunc);
+    if (!trace_file) throw std::runtime_error(args.trace_path + ": cannot open the trace file for writing");
+  }
 
   LoadedModel m = load_model(args.model, args.backend, args.n_ctx);
   const Tokenizer& tok = *m.tokenizer;
@@ -64,6 +76,9 @@ int run_generate(RunArgs& args) {
   options.n_predict = args.n_predict;
   options.sampling = args.sampling;
   options.stop_at_end_of_generation = !args.ignore_eos;
+  options.decoding = args.decoding;
+  if (trace_file.is_open())
+    options.on_step = [&](const StepTrace& t) { trace_file << step_trace_to_json(t).dump() << '\n'; };
   Utf8Stream stream;
   bool first = true;
   auto on_token = [&](int32_t id) {
@@ -95,14 +110,22 @@ int run_generate(RunArgs& args) {
     j["decode_s"] = r.decode_seconds;
     j["stop"] = stop_reason_name(r.stop);
     j["backend"] = m.model->backend().name();
-    j["strategy"] = "ar";
+    j["strategy"] = strategy_name(args.decoding.strategy);
+    j["accepted_histogram"] = r.accepted_histogram;
+    j["pool"] = {{"keys", r.pool_keys}, {"ngrams", r.pool_ngrams}, {"lookups", r.pool_lookups}, {"hits", r.pool_hits},
+                 {"hit_rate", r.pool_lookups ? static_cast<double>(r.pool_hits) / static_cast<double>(r.pool_lookups) : 0.0}};
+    if (args.decoding.strategy != Strategy::Ar)
+      j["params"] = {{"window", args.decoding.window}, {"ngram", args.decoding.ngram}, {"guesses", args.decoding.guesses},
+                     {"lookback", args.decoding.lookback}, {"sinks", args.decoding.sinks}, {"recent", args.decoding.recent}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fputs(stream.flush().c_str(), stdout);
     std::printf("\n");
-    std::fprintf(stderr, "\nfafo: %zu tokens in %.3f s (%.1f tokens/s), prompt %zu tokens in %.3f s, %d steps, stop: %s\n",
-                 r.ids.size(), r.decode_seconds, r.tokens_per_second(), r.prompt_ids.size(), r.prefill_seconds,
-                 r.n_steps, stop_reason_name(r.stop));
+    std::fprintf(stderr,
+                 "\nfafo: %zu tokens in %.3f s (%.1f tokens/s), prompt %zu tokens in %.3f s, %d steps (%.2f tokens/step, "
+                 "%s), stop: %s\n",
+                 r.ids.size(), r.decode_seconds, r.tokens_per_second(), r.prompt_ids.size(), r.prefill_seconds, r.n_steps,
+                 r.tokens_per_step(), strategy_name(args.decoding.strategy), stop_reason_name(r.stop));
   }
   return 0;
 }
@@ -130,6 +153,20 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--backend", args->backend.name, "Compute backend")->capture_default_str()->check(CLI::IsMember({"cpu"}));
   cmd->add_option("-t,--threads", args->backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  cmd->add_option("--strategy", args->strategy,
+                  "Decoding strategy: ar (plain), jacobi, lookahead, fafo; all emit the same tokens as ar")
+      ->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
+  cmd->add_option("--window", args->decoding.window, "W: 2D-window columns (jacobi: guesses per step)")->capture_default_str();
+  cmd->add_option("--ngram", args->decoding.ngram, "N: n-gram size (window rows = N-1, candidate length = N-1)")
+      ->capture_default_str();
+  cmd->add_option("--guesses", args->decoding.guesses, "G: candidates verified per step and kept per pool key")
+      ->capture_default_str();
+  cmd->add_option("--lookback", args->decoding.lookback, "k: longest context key FAFO caches candidates under")
+      ->capture_default_str();
+  cmd->add_option("--sinks", args->decoding.sinks, "FAFO fumble rows see the first S committed tokens ...")->capture_default_str();
+  cmd->add_option("--recent", args->decoding.recent, "... and the most recent L (StreamingLLM)")->capture_default_str();
+  cmd->add_flag("--pool-from-prompt", args->decoding.pool_from_prompt, "Seed the candidate pool with the prompt's n-grams");
+  cmd->add_option("--trace", args->trace_path, "Write one JSON line per decoding step (StepTrace) to this file");
   cmd->add_flag("--json", args->json, "Print one JSON object at the end instead of streaming text");
   cmd->add_flag("--no-bos", args->no_bos, "Do not add the BOS token before the prompt");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-text tokens");

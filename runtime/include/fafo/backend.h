@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fafo/step_batch.h"
@@ -86,6 +87,9 @@ class Backend {
   virtual void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) = 0;
   // Writes this step's k and v rows into layer `layer`'s cache at slots n_past + i.
   virtual void store_kv(int32_t layer, const Activation& k, const Activation& v) = 0;
+  // Copies KV entries between slots in every layer (src -> dst, applied in order).
+  // Used when a step's accepted tokens were not laid out at their final slots.
+  virtual void move_kv(const std::vector<std::pair<int32_t, int32_t>>& moves) = 0;
   // Attention of q over the layer's cache: committed prefix plus the visible batch tokens.
   virtual void attention(int32_t layer, const Activation& q, const AttentionShape& shape, Activation& out) = 0;
   // out = silu(gate) * up.

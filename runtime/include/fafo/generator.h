@@ -1,6 +1,7 @@
-// Text generation on a Model: prompt prefill (in chunks), then plain autoregressive
-// decoding, one token per step. Tokens are reported through a callback as they are
-// produced so callers can stream them.
+// Text generation on a Model: prompt prefill (in chunks), then decoding steps with
+// the chosen strategy (plain autoregressive, Jacobi, Lookahead or FAFO; see
+// fafo/decoding.h). Tokens are reported through a callback as they are produced so
+// callers can stream them; every strategy emits the tokens plain decoding would.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fafo/decoding.h"
 #include "fafo/model.h"
 #include "fafo/sampler.h"
 #include "fafo/tokenizer.h"
@@ -22,6 +24,8 @@ struct GenerationOptions {
   // false: start from an empty context. true: append the prompt after what the model
   // already holds (multi-turn chat: only the new tokens are prefilled).
   bool keep_context = false;
+  DecodingOptions decoding;      // strategy (ar, jacobi, lookahead, fafo) and its parameters
+  StepCallback on_step;          // receives a StepTrace after every step (may be empty)
 };
 
 enum class StopReason { Length, EndOfGeneration, ContextFull, Cancelled };
@@ -36,6 +40,8 @@ struct GenerationResult {
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;   // after the prefill, until the last token
   StopReason stop = StopReason::Length;
+  std::vector<int64_t> accepted_histogram;  // [m] = decoding steps that emitted m tokens
+  int64_t pool_keys = 0, pool_ngrams = 0, pool_lookups = 0, pool_hits = 0;
   double tokens_per_step() const { return n_steps ? static_cast<double>(ids.size()) / n_steps : 0.0; }
   // Decoding speed: tokens produced by decoding steps (all but the first) per second.
   double tokens_per_second() const {

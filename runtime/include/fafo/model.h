@@ -61,6 +61,9 @@ class Model {
   std::vector<float> forward(StepBatch& batch);
   // Makes the first n tokens of the last step part of the committed context.
   void commit(int32_t n);
+  // Makes the listed rows of the last step (in this order) the next committed entries;
+  // their KV entries are moved into place. Their positions must continue the context.
+  void commit_rows(const std::vector<int32_t>& rows);
   // Forgets the context after the first n entries (n <= n_past()).
   void truncate(int32_t n);
 

@@ -1,7 +1,18 @@
+// The decoding loop shared by every strategy: build the step (StepLayout), run the
+// model, verify (verifier), keep what is emitted, commit its KV, update the strategy's
+// state (2D window, candidate pool, Jacobi guesses) and report a StepTrace.
 #include "fafo/generator.h"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
+#include <random>
 #include <stdexcept>
+
+#include "decode/lookahead_window.h"
+#include "decode/step_layout.h"
+#include "decode/verifier.h"
+#include "fafo/candidate_pool.h"
 
 namespace fafo {
 
@@ -30,10 +41,115 @@ std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int
   return logits;
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// The per-generation state of a strategy: what it guesses with and remembers.
+class StrategyState {
+ public:
+  StrategyState(const DecodingOptions& o, const std::vector<int32_t>& prompt)
+      : o_(o), rng_(o.seed), pool_(std::max(1, o.guesses), o.strategy == Strategy::Fafo ? o.lookback : 1) {
+    if (uses_window()) {
+      window_.emplace(o.ngram - 1, o.window, o.strategy == Strategy::Fafo ? o.lookback - 1 : 0);
+      window_->init_from(prompt, rng_);
+    }
+    if (o.strategy == Strategy::Jacobi) fill_guesses(prompt);
+    if (o.pool_from_prompt && uses_window()) seed_pool(prompt);
+  }
+
+  bool uses_window() const { return o_.strategy == Strategy::Lookahead || o_.strategy == Strategy::Fafo; }
+  const CandidatePool& pool() const { return pool_; }
+  const LookaheadWindow* window() const { return window_ ? &*window_ : nullptr; }
+
+  // Lays out the step for `input` after the committed `history` (history ends with input).
+  void build(StepLayout& layout, const std::vector<int32_t>& history, int32_t n_past, StepTrace& trace) {
+    if (o_.strategy == Strategy::Jacobi) {
+      layout.add_chain(guesses_);
+      trace.candidates.push_back({guesses_, 0, 0, -1, -1, false});
+      return;
+    }
+    if (!uses_window()) return;
+    const int32_t chain_length = o_.ngram - 1;
+    for (const RetrievedCandidate& c : pool_.retrieve(history, o_.guesses)) {
+      layout.add_chain(c.ngram);
+      trace.candidates.push_back({c.ngram, c.key_length, 0, c.origin_step, c.origin_column, false});
+    }
+    if (o_.strategy == Strategy::Fafo) {
+      // Pad to G candidates so every step has the same shape.
+      while (static_cast<int32_t>(layout.chains().size()) < o_.guesses) {
+        const std::vector<int32_t> filler(static_cast<size_t>(chain_length), history.back());
+        layout.add_chain(filler, /*padding=*/true);
+        trace.candidates.push_back({filler, 0, 0, -1, -1, true});
+      }
+      layout.set_compressed_slots(compressed_slots(n_past));
+    }
+    layout.add_window(*window_, o_.strategy == Strategy::Fafo ? PrefixView::Compressed : PrefixView::Full);
+  }
+
+  // StreamingLLM's view of the committed context: the first `sinks` and last `recent` entries.
+  std::vector<int32_t> compressed_slots(int32_t n_past) const {
+    std::vector<int32_t> slots;
+    for (int32_t s = 0; s < std::min(o_.sinks, n_past); ++s) slots.push_back(s);
+    for (int32_t s = std::max(std::min(o_.sinks, n_past), n_past - o_.recent); s < n_past; ++s) slots.push_back(s);
+    return slots;
+  }
+
+  // After verification: update guesses / window / pool. `emitted` tokens were kept.
+  void update(const StepLayout& layout, int32_t input, const std::vector<int32_t>& emitted,
+              const std::vector<int32_t>& history, int32_t step, StepTrace& trace) {
+    const int32_t V = layout.n_vocab();
+    if (o_.strategy == Strategy::Jacobi) {
+      // Jacobi update: the predictions after the accepted prefix become the new guesses.
+      const auto& rows = layout.chains().front().rows;
+      std::vector<int32_t> next;
+      for (size_t i = emitted.size(); i <= rows.size(); ++i) next.push_back(argmax(layout.logits(rows[i - 1]), V));
+      guesses_ = next;
+      fill_guesses(history);
+      trace.new_guesses = guesses_;
+      return;
+    }
+    if (!uses_window()) return;
+    std::vector<int32_t> new_row;
+    for (int32_t row : layout.window_output_rows()) new_row.push_back(argmax(layout.logits(row), V));
+    trace.new_guesses = new_row;
+    if (window_->warmed_up())
+      for (int32_t c = 0; c < window_->columns(); ++c)
+        pool_.add(window_->key_context(c, input), window_->ngram(c, new_row[static_cast<size_t>(c)]), step, c);
+    window_->shift(new_row, input);
+    for (size_t extra = 1; extra < emitted.size(); ++extra) window_->shift_recycled(emitted[extra - 1]);
+  }
+
+ private:
+  void fill_guesses(const std::vector<int32_t>& source) {
+    std::uniform_int_distribution<size_t> pick(0, source.size() - 1);
+    while (static_cast<int32_t>(guesses_.size()) < o_.window) guesses_.push_back(source[pick(rng_)]);
+  }
+
+  void seed_pool(const std::vector<int32_t>& prompt) {
+    const size_t n = static_cast<size_t>(o_.ngram - 1);
+    for (size_t i = 0; i + n < prompt.size(); ++i) {
+      const std::vector<int32_t> context(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(i + 1));
+      const std::vector<int32_t> ngram(prompt.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                                       prompt.begin() + static_cast<std::ptrdiff_t>(i + 1 + n));
+      pool_.add(context, ngram);
+    }
+  }
+
+  DecodingOptions o_;
+  std::mt19937_64 rng_;
+  CandidatePool pool_;
+  std::optional<LookaheadWindow> window_;
+  std::vector<int32_t> guesses_;
+};
+
+}  // namespace
+
 GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                           const GenerationOptions& options, const TokenCallback& on_token) {
-  using Clock = std::chrono::steady_clock;
   if (prompt.empty()) throw std::invalid_argument("the prompt is empty (no tokens)");
+  options.decoding.validate();
   if (!options.keep_context) model.truncate(0);
   const int64_t room = model.n_ctx() - model.n_past();
   if (static_cast<int64_t>(prompt.size()) >= room)
@@ -43,41 +159,131 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   GenerationResult result;
   result.prompt_ids = prompt;
   Sampler sampler(options.sampling);
+  std::mt19937_64 accept_rng(options.sampling.seed ^ 0x5eedull);
   const int32_t n_vocab = model.config().n_vocab;
+  const DecodingOptions& dec = options.decoding;
 
   auto t0 = Clock::now();
   std::vector<float> logits = prefill(model, prompt, options.prefill_chunk);
   auto t1 = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-
   if (options.n_predict == 0) return result;
-  int32_t token = sampler.sample(logits.data(), n_vocab);
-  result.n_steps = 1;  // the prefill step produced the first token
-  for (;;) {
-    result.ids.push_back(token);
-    if (on_token && !on_token(token)) {
-      result.stop = StopReason::Cancelled;
-      break;
+
+  StrategyState state(dec, prompt);
+  std::vector<int32_t> history = prompt;  // the text the pool is searched with (ends with the input token)
+
+  // Emits tokens through the callback; returns how many were kept and sets `stop`.
+  auto emit = [&](const std::vector<int32_t>& tokens, std::optional<StopReason>& stop) {
+    size_t kept = 0;
+    for (int32_t t : tokens) {
+      result.ids.push_back(t);
+      history.push_back(t);
+      ++kept;
+      if (on_token && !on_token(t)) {
+        stop = StopReason::Cancelled;
+        break;
+      }
+      if (options.stop_at_end_of_generation && tokenizer.is_end_of_generation(t)) {
+        stop = StopReason::EndOfGeneration;
+        break;
+      }
+      if (options.n_predict >= 0 && static_cast<int32_t>(result.ids.size()) >= options.n_predict) {
+        stop = StopReason::Length;
+        break;
+      }
     }
-    if (options.stop_at_end_of_generation && tokenizer.is_end_of_generation(token)) {
-      result.stop = StopReason::EndOfGeneration;
-      break;
+    return kept;
+  };
+
+  std::optional<StopReason> stop;
+  {
+    const int32_t first = sampler.greedy() ? argmax(logits.data(), n_vocab) : sampler.sample(logits.data(), n_vocab);
+    result.n_steps = 1;  // the prefill step produced the first token
+    emit({first}, stop);
+    if (options.on_step) {
+      StepTrace t;
+      t.step = 0;
+      t.strategy = dec.strategy;
+      t.n_past = 0;
+      t.batch_size = static_cast<int32_t>(prompt.size());
+      t.accepted = {first};
+      t.accepted_sources = {TokenSource{}};
+      t.forward_ms = result.prefill_seconds * 1e3;
+      options.on_step(t);
     }
-    if (options.n_predict >= 0 && static_cast<int32_t>(result.ids.size()) >= options.n_predict) {
-      result.stop = StopReason::Length;
-      break;
-    }
-    if (model.n_past() >= model.n_ctx()) {
-      result.stop = StopReason::ContextFull;
-      break;
-    }
-    StepBatch step = StepBatch::causal({token}, model.n_past());
-    logits = model.forward(step);
-    model.commit(1);
-    ++result.n_steps;
-    token = sampler.sample(logits.data(), n_vocab);
   }
+
+  while (!stop) {
+    if (model.n_past() >= model.n_ctx()) {
+      stop = StopReason::ContextFull;
+      break;
+    }
+    const int32_t input = result.ids.back();
+    const int32_t step = result.n_steps;
+    StepTrace trace;
+    trace.step = step;
+    trace.strategy = dec.strategy;
+    trace.n_past = model.n_past();
+    if (const LookaheadWindow* w = state.window()) trace.window_before = w->grid();
+
+    auto tb = Clock::now();
+    StepLayout layout(model.n_past(), input);
+    state.build(layout, history, model.n_past(), trace);
+    bool full_step = true;
+    if (layout.size() > 1 && model.n_past() + layout.size() > model.n_ctx()) {
+      layout = StepLayout(model.n_past(), input);  // near the end of the context: a plain step fits
+      trace.candidates.clear();
+      full_step = false;
+    }
+    trace.batch_size = layout.size();
+    trace.build_ms = ms_since(tb);
+
+    auto tf = Clock::now();
+    layout.set_logits(model.forward(layout.batch()), n_vocab);
+    trace.forward_ms = ms_since(tf);
+
+    auto tv = Clock::now();
+    const Verdict verdict = sampler.greedy() ? verify_greedy(layout) : verify_sampling(layout, sampler, accept_rng);
+    const size_t kept = emit(verdict.tokens, stop);
+    // The input and every kept token but the last are in the cache now.
+    model.commit_rows(std::vector<int32_t>(verdict.commit_rows.begin(), verdict.commit_rows.begin() + static_cast<std::ptrdiff_t>(kept)));
+    ++result.n_steps;
+    if (result.accepted_histogram.size() <= kept) result.accepted_histogram.resize(kept + 1, 0);
+    ++result.accepted_histogram[kept];
+
+    const std::vector<int32_t> emitted(verdict.tokens.begin(), verdict.tokens.begin() + static_cast<std::ptrdiff_t>(kept));
+    if (full_step) state.update(layout, input, emitted, history, step, trace);
+    trace.verify_ms = ms_since(tv);
+
+    if (options.on_step) {
+      for (size_t g = 0; g < trace.candidates.size() && g < verdict.match_lengths.size(); ++g)
+        trace.candidates[g].match_length = verdict.match_lengths[g];
+      trace.accepted = emitted;
+      for (size_t k = 0; k < emitted.size(); ++k) {
+        TokenSource src;
+        if (k + 1 < verdict.commit_rows.size()) {  // a verified candidate token, not the step's own prediction
+          src.kind = TokenSource::Candidate;
+          if (verdict.winner >= 0 && static_cast<size_t>(verdict.winner) < trace.candidates.size()) {
+            src.origin_step = trace.candidates[static_cast<size_t>(verdict.winner)].origin_step;
+            src.origin_column = trace.candidates[static_cast<size_t>(verdict.winner)].origin_column;
+          }
+        }
+        trace.accepted_sources.push_back(src);
+      }
+      if (const LookaheadWindow* w = state.window()) trace.window_after = w->grid();
+      trace.pool_keys = state.pool().key_count();
+      trace.pool_ngrams = state.pool().ngram_count();
+      trace.pool_lookups = state.pool().lookups();
+      trace.pool_hits = state.pool().hits();
+      options.on_step(trace);
+    }
+  }
+  result.stop = *stop;
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  result.pool_keys = state.pool().key_count();
+  result.pool_ngrams = state.pool().ngram_count();
+  result.pool_lookups = state.pool().lookups();
+  result.pool_hits = state.pool().hits();
   return result;
 }
 

@@ -184,6 +184,19 @@ void Model::commit(int32_t n) {
   last_step_size_ = 0;
 }
 
+void Model::commit_rows(const std::vector<int32_t>& rows) {
+  std::vector<std::pair<int32_t, int32_t>> moves;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const int32_t row = rows[k];
+    if (row < 0 || row >= last_step_size_) throw std::invalid_argument("commit_rows: row outside the last step");
+    if (k > 0 && row <= rows[k - 1]) throw std::invalid_argument("commit_rows: rows must be increasing");
+    if (row != static_cast<int32_t>(k)) moves.emplace_back(n_past_ + row, n_past_ + static_cast<int32_t>(k));
+  }
+  if (!moves.empty()) backend_->move_kv(moves);
+  n_past_ += static_cast<int32_t>(rows.size());
+  last_step_size_ = 0;
+}
+
 void Model::truncate(int32_t n) {
   if (n < 0 || n > n_past_) throw std::invalid_argument("truncate: beyond the committed context");
   n_past_ = n;

@@ -133,6 +133,17 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void move_kv(const std::vector<std::pair<int32_t, int32_t>>& moves) override {
+    const size_t n = static_cast<size_t>(kv_dim_);
+    for (const auto& [src, dst] : moves) {
+      if (src < 0 || dst < 0 || src >= kv_ctx_ || dst >= kv_ctx_) throw std::out_of_range("move_kv: slot outside the cache");
+      for (size_t l = 0; l < keys_.size(); ++l) {
+        std::memmove(&keys_[l][static_cast<size_t>(dst) * n], &keys_[l][static_cast<size_t>(src) * n], n * sizeof(float));
+        std::memmove(&values_[l][static_cast<size_t>(dst) * n], &values_[l][static_cast<size_t>(src) * n], n * sizeof(float));
+      }
+    }
+  }
+
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
     const int32_t T = batch_->size();
     const int32_t n_past = batch_->n_past();

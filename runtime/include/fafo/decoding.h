@@ -1,0 +1,76 @@
+// Multi-token decoding: which strategy generates the tokens, its parameters, and the
+// StepTrace each step reports (to the CLI's --json/--trace and to fafo-studio).
+//
+// Every strategy emits exactly the tokens plain decoding (`ar`) emits: greedy steps
+// accept only candidates whose every token equals the model's argmax, and sampling
+// steps accept by the speculative-sampling rule, which keeps the distribution.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fafo {
+
+enum class Strategy { Ar, Jacobi, Lookahead, Fafo };
+const char* strategy_name(Strategy s);
+// Parses "ar", "jacobi", "lookahead", "fafo"; throws std::invalid_argument otherwise.
+Strategy parse_strategy(const std::string& name);
+
+struct DecodingOptions {
+  Strategy strategy = Strategy::Ar;
+  // Defaults tuned on stories260K (CPU backend, MT-Bench/GSM8K prompts); see --help.
+  int32_t window = 8;     // W: columns of the 2D window (jacobi: guesses per step)
+  int32_t ngram = 5;      // N: n-gram size; the window has N-1 rows; candidates have N-1 tokens
+  int32_t guesses = 8;    // G: candidates verified per step (and n-grams kept per pool key)
+  int32_t lookback = 4;   // k: longest key (tokens of context) a FAFO candidate is cached under
+  int32_t sinks = 4;      // FAFO fumble rows attend the first `sinks` committed tokens ...
+  int32_t recent = 64;    // ... and the last `recent` (StreamingLLM)
+  bool pool_from_prompt = false;  // seed the candidate pool with the prompt's n-grams
+  uint64_t seed = 0xFAF0;         // window initialisation from prompt tokens
+
+  // Throws std::invalid_argument with a clear message for out-of-range values.
+  void validate() const;
+};
+
+// Where an accepted token came from.
+struct TokenSource {
+  enum Kind : uint8_t { Plain, Candidate } kind = Plain;
+  int32_t origin_step = -1;    // step whose window produced the candidate (-1: prompt or plain)
+  int32_t origin_column = -1;  // column of the 2D window that produced it
+};
+
+struct CandidateTrace {
+  std::vector<int32_t> tokens;
+  int32_t key_length = 0;      // context tokens the pool matched it under
+  int32_t match_length = 0;    // leading tokens that verification accepted
+  int32_t origin_step = -1;
+  int32_t origin_column = -1;
+  bool padding = false;        // filler to keep the step shape fixed; never verified
+};
+
+// One decoding step, reported after it is verified.
+struct StepTrace {
+  int32_t step = 0;            // 0 = the prefill step that produced the first token
+  Strategy strategy = Strategy::Ar;
+  int32_t n_past = 0;          // committed context before the step
+  int32_t batch_size = 0;      // tokens in the forward pass
+  std::vector<std::vector<int32_t>> window_before;  // rows x columns (empty for ar)
+  std::vector<std::vector<int32_t>> window_after;
+  std::vector<int32_t> new_guesses;                 // the tokens the last window row produced
+  std::vector<CandidateTrace> candidates;           // tried this step
+  std::vector<int32_t> accepted;                    // tokens this step emitted
+  std::vector<TokenSource> accepted_sources;
+  int64_t pool_keys = 0;
+  int64_t pool_ngrams = 0;
+  int64_t pool_lookups = 0;    // cumulative
+  int64_t pool_hits = 0;       // cumulative lookups that returned at least one candidate
+  double build_ms = 0.0;
+  double forward_ms = 0.0;
+  double verify_ms = 0.0;
+};
+
+using StepCallback = std::function<void(const StepTrace&)>;
+
+}  // namespace fafo

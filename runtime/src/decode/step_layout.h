@@ -1,0 +1,55 @@
+// Lays out one multi-token step as a StepBatch, the one builder every strategy uses:
+//   row 0            the input token (the last emitted token) at position p0 = n_past
+//   chains           candidate n-grams to verify (or Jacobi guesses): tokens at
+//                    p0+1, p0+2, ..., each seeing the input and its chain's earlier tokens
+//   window           the 2D window (Lookahead / FAFO fumble rows): token (r, c) at
+//                    p0+r+c sees the input, row 0 up to column c, and rows 1..r-1 of
+//                    column c; FAFO gives these rows the COMPRESSED prefix view
+// After the forward pass it hands out each row's logits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "decode/lookahead_window.h"
+#include "fafo/step_batch.h"
+
+namespace fafo {
+
+struct ChainRows {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> rows;  // batch row of each token
+  bool padding = false;       // keeps the step shape fixed; never verified
+};
+
+class StepLayout {
+ public:
+  StepLayout(int32_t n_past, int32_t input_token);
+
+  int32_t size() const { return batch_.size(); }
+  // Adds a chain after the input token; returns its index in chains().
+  int32_t add_chain(const std::vector<int32_t>& tokens, bool padding = false);
+  // Adds the window; window_output_rows()[c] is the row predicting column c's next guess.
+  void add_window(const LookaheadWindow& window, PrefixView view);
+  void set_compressed_slots(std::vector<int32_t> slots) { batch_.set_compressed_slots(std::move(slots)); }
+
+  StepBatch& batch() { return batch_; }
+  const std::vector<ChainRows>& chains() const { return chains_; }
+  const std::vector<int32_t>& window_output_rows() const { return window_outputs_; }
+
+  // Takes the forward pass's logits (one row per batch.logit_rows() entry).
+  void set_logits(std::vector<float> logits, int32_t n_vocab);
+  const float* logits(int32_t row) const;
+  int32_t n_vocab() const { return n_vocab_; }
+
+ private:
+  StepBatch batch_;
+  int32_t p0_;
+  std::vector<ChainRows> chains_;
+  std::vector<int32_t> window_outputs_;
+  std::vector<int32_t> logit_index_;  // batch row -> index into logits_, or -1
+  std::vector<float> logits_;
+  int32_t n_vocab_ = 0;
+};
+
+}  // namespace fafo

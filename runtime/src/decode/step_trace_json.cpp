@@ -1,0 +1,68 @@
+#include "fafo/step_trace_json.h"
+
+namespace fafo {
+
+using nlohmann::json;
+
+json step_trace_to_json(const StepTrace& t) {
+  json candidates = json::array();
+  for (const CandidateTrace& c : t.candidates)
+    candidates.push_back({{"tokens", c.tokens},
+                          {"key_length", c.key_length},
+                          {"match_length", c.match_length},
+                          {"origin_step", c.origin_step},
+                          {"origin_column", c.origin_column},
+                          {"padding", c.padding}});
+  json sources = json::array();
+  for (const TokenSource& s : t.accepted_sources)
+    sources.push_back({{"kind", s.kind == TokenSource::Candidate ? "candidate" : "plain"},
+                       {"origin_step", s.origin_step},
+                       {"origin_column", s.origin_column}});
+  return {{"step", t.step},
+          {"strategy", strategy_name(t.strategy)},
+          {"n_past", t.n_past},
+          {"batch_size", t.batch_size},
+          {"window_before", t.window_before},
+          {"window_after", t.window_after},
+          {"new_guesses", t.new_guesses},
+          {"candidates", candidates},
+          {"accepted", t.accepted},
+          {"accepted_sources", sources},
+          {"pool", {{"keys", t.pool_keys}, {"ngrams", t.pool_ngrams}, {"lookups", t.pool_lookups}, {"hits", t.pool_hits}}},
+          {"ms", {{"build", t.build_ms}, {"forward", t.forward_ms}, {"verify", t.verify_ms}}}};
+}
+
+StepTrace step_trace_from_json(const json& j) {
+  StepTrace t;
+  t.step = j.at("step").get<int32_t>();
+  t.strategy = parse_strategy(j.at("strategy").get<std::string>());
+  t.n_past = j.at("n_past").get<int32_t>();
+  t.batch_size = j.at("batch_size").get<int32_t>();
+  t.window_before = j.at("window_before").get<std::vector<std::vector<int32_t>>>();
+  t.window_after = j.at("window_after").get<std::vector<std::vector<int32_t>>>();
+  t.new_guesses = j.at("new_guesses").get<std::vector<int32_t>>();
+  for (const json& c : j.at("candidates"))
+    t.candidates.push_back({c.at("tokens").get<std::vector<int32_t>>(), c.at("key_length").get<int32_t>(),
+                            c.at("match_length").get<int32_t>(), c.at("origin_step").get<int32_t>(),
+                            c.at("origin_column").get<int32_t>(), c.at("padding").get<bool>()});
+  t.accepted = j.at("accepted").get<std::vector<int32_t>>();
+  for (const json& s : j.at("accepted_sources")) {
+    TokenSource src;
+    src.kind = s.at("kind").get<std::string>() == "candidate" ? TokenSource::Candidate : TokenSource::Plain;
+    src.origin_step = s.at("origin_step").get<int32_t>();
+    src.origin_column = s.at("origin_column").get<int32_t>();
+    t.accepted_sources.push_back(src);
+  }
+  const json& pool = j.at("pool");
+  t.pool_keys = pool.at("keys").get<int64_t>();
+  t.pool_ngrams = pool.at("ngrams").get<int64_t>();
+  t.pool_lookups = pool.at("lookups").get<int64_t>();
+  t.pool_hits = pool.at("hits").get<int64_t>();
+  const json& ms = j.at("ms");
+  t.build_ms = ms.at("build").get<double>();
+  t.forward_ms = ms.at("forward").get<double>();
+  t.verify_ms = ms.at("verify").get<double>();
+  return t;
+}
+
+}  // namespace fafo
