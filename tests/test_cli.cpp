@@ -154,3 +154,51 @@ TEST(Cli, ParseErrorsAreOneClearLine) {
   EXPECT_HAS(p.err, "top-p");
   EXPECT_EQ(p.err.find("no such file"), std::string::npos) << "options must be checked before the model is opened";
 }
+
+TEST(Cli, StrategiesGiveTheSameIdsAndATraceFile) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("cli-strategy");
+  const std::string base = "run -m " + quote(model) + " -p 'Once upon a time' -n 60 --temp 0 --json";
+  const auto ar = nlohmann::json::parse(run_fafo(base).out);
+  for (const char* s : {"jacobi", "lookahead", "fafo"}) {
+    const auto trace = dir / (std::string(s) + ".jsonl");
+    const Outcome o = run_fafo(base + " --strategy " + s + " --trace " + quote(trace));
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+    const auto j = nlohmann::json::parse(o.out);
+    EXPECT_EQ(j["ids"], ar["ids"]) << s;
+    EXPECT_EQ(j["strategy"], s);
+    EXPECT_GE(j["tau"].get<double>(), 1.0);
+    EXPECT_TRUE(j.contains("accepted_histogram"));
+    EXPECT_TRUE(j["pool"].contains("hit_rate"));
+    std::ifstream in(trace);
+    int lines = 0;
+    std::vector<int> joined;
+    for (std::string line; std::getline(in, line); ++lines)
+      for (int t : nlohmann::json::parse(line)["accepted"]) joined.push_back(t);
+    EXPECT_EQ(lines, j["n_steps"].get<int>()) << s;
+    EXPECT_EQ(nlohmann::json(joined), j["ids"]) << s;
+  }
+  EXPECT_NE(run_fafo(base + " --strategy medusa").exit_code, 0);
+  EXPECT_NE(run_fafo(base + " --strategy fafo --ngram 1").exit_code, 0);
+}
+
+TEST(Cli, BenchComparesStrategiesSideBySide) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("cli-bench");
+  std::ofstream(dir / "p.jsonl") << "{\"prompt\": \"Once upon a time\"}\n{\"question\": \"The little dog\"}\n";
+  const Outcome o = run_fafo("bench -m " + quote(model) + " -r 1 --pp 16 --tg 16 --curve 1,4 --prompts " +
+                             quote(dir / "p.jsonl") + " -n 40 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_HAS(o.out, "| pp16 |");
+  EXPECT_HAS(o.out, "| tg16 |");
+  const auto j = nlohmann::json::parse(o.out.substr(o.out.find("\n{") + 1));
+  ASSERT_EQ(j["step_cost"].size(), 2u);
+  ASSERT_EQ(j["strategies"].size(), 4u);
+  for (const auto& row : j["strategies"]) {
+    EXPECT_EQ(row["ids_equal_ar"], 2) << row["strategy"];
+    EXPECT_EQ(row["tokens"], 2 * 39) << row["strategy"];
+    EXPECT_GE(row["tau"].get<double>(), 1.0);
+  }
+  EXPECT_DOUBLE_EQ(j["strategies"][0]["tau"].get<double>(), 1.0);
+  EXPECT_GT(j["strategies"][2]["tau"].get<double>(), 1.0);  // lookahead accepted guesses
+}

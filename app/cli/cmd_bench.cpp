@@ -1,0 +1,239 @@
+// `fafo bench`: speed measured side by side in one run, llama-bench style.
+//   - pp512 / tg128: prompt processing and plain generation, tokens/s, mean ± sd
+//   - the step-cost curve t(T): one forward pass of T tokens after a 128-token context
+//   - with --prompts: every strategy over the same prompts, tau (tokens per step),
+//     tokens/s and the speedup over plain decoding in this run, and a check that every
+//     strategy emitted exactly the plain-decoding ids
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "fafo/decoding.h"
+#include "fafo/generator.h"
+#include "loaded_model.h"
+
+namespace fafo::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  BackendChoice backend;
+  int32_t n_ctx = 0;
+  int repetitions = 3;
+  int32_t pp = 512;
+  int32_t tg = 128;
+  std::vector<int32_t> curve = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  std::string prompts_file;
+  int32_t n_prompts = 20;
+  int32_t n_generate = 256;
+  std::vector<std::string> strategies = {"ar", "jacobi", "lookahead", "fafo"};
+  DecodingOptions decoding;
+  bool json = false;
+};
+
+struct Stats {
+  double mean = 0, sd = 0;
+};
+Stats stats(const std::vector<double>& xs) {
+  Stats s;
+  if (xs.empty()) return s;
+  s.mean = std::accumulate(xs.begin(), xs.end(), 0.0) / static_cast<double>(xs.size());
+  double v = 0;
+  for (double x : xs) v += (x - s.mean) * (x - s.mean);
+  s.sd = xs.size() > 1 ? std::sqrt(v / static_cast<double>(xs.size() - 1)) : 0.0;
+  return s;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Prompts from a JSONL file: MT-Bench ("turns"[0]), GSM8K ("question"), or "prompt"/"text".
+std::vector<std::string> read_prompts(const std::string& path, int32_t limit) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot read the prompts file");
+  std::vector<std::string> out;
+  int line_no = 0;
+  for (std::string line; std::getline(in, line) && static_cast<int32_t>(out.size()) < limit;) {
+    ++line_no;
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) throw std::runtime_error(path + ":" + std::to_string(line_no) + ": not valid JSON");
+    if (j.contains("turns")) out.push_back(j["turns"][0].get<std::string>());
+    else if (j.contains("question")) out.push_back(j["question"].get<std::string>());
+    else if (j.contains("prompt")) out.push_back(j["prompt"].get<std::string>());
+    else if (j.contains("text")) out.push_back(j["text"].get<std::string>());
+    else throw std::runtime_error(path + ":" + std::to_string(line_no) + ": no turns/question/prompt/text field");
+  }
+  return out;
+}
+
+int run_bench(const BenchArgs& args) {
+  LoadedModel m = load_model(args.model, args.backend, args.n_ctx);
+  Model& model = *m.model;
+  const ModelConfig& c = model.config();
+  const std::string name = std::filesystem::path(args.model).filename().string();
+  std::printf("model: %s (%s, %d layers, dim %d, vocab %d), backend: %s (%s), context %d\n", name.c_str(), c.arch.c_str(),
+              c.n_layer, c.n_embd, c.n_vocab, model.backend().name().c_str(), model.backend().description().c_str(),
+              model.n_ctx());
+  nlohmann::json report = {{"model", name}, {"backend", model.backend().name()}, {"device", model.backend().description()}};
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> any_token(3, c.n_vocab - 1);
+  auto random_tokens = [&](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = any_token(rng);
+    return t;
+  };
+
+  std::printf("\n| test | t/s | \n|---|---:|\n");
+  // pp: prompt processing.
+  const int32_t pp = std::min(args.pp, model.n_ctx() - 1);
+  if (pp > 0) {
+    std::vector<double> tps;
+    for (int r = 0; r < args.repetitions; ++r) {
+      model.truncate(0);
+      const auto tokens = random_tokens(pp);
+      const auto t0 = std::chrono::steady_clock::now();
+      prefill(model, tokens, 512);
+      tps.push_back(pp / seconds_since(t0));
+    }
+    const Stats s = stats(tps);
+    std::printf("| pp%d | %.2f ± %.2f |\n", pp, s.mean, s.sd);
+    report["pp"] = {{"tokens", pp}, {"tokens_per_s", s.mean}, {"sd", s.sd}};
+  }
+  // tg: plain generation, one token per step.
+  const int32_t tg = std::min(args.tg, model.n_ctx() - 2);
+  if (tg > 0) {
+    std::vector<double> tps;
+    for (int r = 0; r < args.repetitions; ++r) {
+      GenerationOptions o;
+      o.n_predict = tg + 1;  // the first token comes from the prefill step
+      o.sampling.temperature = 0;
+      o.stop_at_end_of_generation = false;
+      const auto res = generate(model, *m.tokenizer, {any_token(rng)}, o);
+      tps.push_back(res.tokens_per_second());
+    }
+    const Stats s = stats(tps);
+    std::printf("| tg%d | %.2f ± %.2f |\n", tg, s.mean, s.sd);
+    report["tg"] = {{"tokens", tg}, {"tokens_per_s", s.mean}, {"sd", s.sd}};
+  }
+  // t(T): cost of one step of T tokens after a 128-token context.
+  if (!args.curve.empty()) {
+    std::printf("\nstep cost t(T) after a 128-token context:\n| T | ms / step | ms / token | t(T) / t(1) |\n|---:|---:|---:|---:|\n");
+    const int32_t context = std::min(128, model.n_ctx() / 2);
+    model.truncate(0);
+    prefill(model, random_tokens(context), 512);
+    double t1 = 0;
+    nlohmann::json curve = nlohmann::json::array();
+    for (int32_t T : args.curve) {
+      if (T <= 0) continue;
+      if (T > 512 || context + T > model.n_ctx()) break;
+      std::vector<double> ms;
+      for (int r = 0; r < std::max(3, args.repetitions); ++r) {
+        StepBatch b = StepBatch::causal(random_tokens(T), model.n_past(), /*logits_for_all=*/true);
+        const auto t0 = std::chrono::steady_clock::now();
+        model.forward(b);
+        ms.push_back(seconds_since(t0) * 1e3);
+      }
+      const Stats s = stats(ms);
+      if (T == args.curve.front()) t1 = s.mean;
+      std::printf("| %d | %.3f ± %.3f | %.4f | %.2f |\n", T, s.mean, s.sd, s.mean / T, t1 > 0 ? s.mean / t1 : 0.0);
+      curve.push_back({{"T", T}, {"ms", s.mean}, {"sd", s.sd}});
+    }
+    report["step_cost"] = curve;
+  }
+  // Strategies side by side over the same prompts.
+  if (!args.prompts_file.empty()) {
+    const auto prompts = read_prompts(args.prompts_file, args.n_prompts);
+    std::printf("\n%zu prompts from %s, %d new tokens each (greedy):\n", prompts.size(), args.prompts_file.c_str(),
+                args.n_generate);
+    std::printf("| strategy | W | N | G | k | tokens | steps | tau | tokens/s | speedup vs ar | ids equal ar |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::vector<std::vector<int32_t>> reference;
+    double ar_tps = 0;
+    nlohmann::json rows = nlohmann::json::array();
+    for (const std::string& sname : args.strategies) {
+      DecodingOptions d = args.decoding;
+      d.strategy = parse_strategy(sname);
+      int64_t tokens = 0, steps = 0;
+      double seconds = 0;
+      int equal = 0;
+      for (size_t p = 0; p < prompts.size(); ++p) {
+        GenerationOptions o;
+        o.n_predict = args.n_generate;
+        o.sampling.temperature = 0;
+        o.stop_at_end_of_generation = false;
+        o.decoding = d;
+        const auto ids = m.tokenizer->encode(prompts[p], m.tokenizer->vocab().add_bos);
+        const auto res = generate(model, *m.tokenizer, ids, o);
+        tokens += static_cast<int64_t>(res.ids.size()) - 1;  // the prefill's token is not a decoding step's
+        steps += res.n_steps - 1;
+        seconds += res.decode_seconds;
+        if (d.strategy == Strategy::Ar) reference.push_back(res.ids);
+        equal += p < reference.size() && reference[p] == res.ids;
+      }
+      const double tps = seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0;
+      if (d.strategy == Strategy::Ar) ar_tps = tps;
+      const double tau = steps ? static_cast<double>(tokens) / static_cast<double>(steps) : 0.0;
+      const bool multi = d.strategy != Strategy::Ar;
+      std::printf("| %s | %s | %s | %s | %s | %lld | %lld | %.3f | %.1f | %s | %d/%zu |\n", sname.c_str(),
+                  multi ? std::to_string(d.window).c_str() : "-", multi ? std::to_string(d.ngram).c_str() : "-",
+                  multi ? std::to_string(d.guesses).c_str() : "-",
+                  d.strategy == Strategy::Fafo ? std::to_string(d.lookback).c_str() : "-", static_cast<long long>(tokens),
+                  static_cast<long long>(steps), tau, tps, ar_tps > 0 ? (std::to_string(tps / ar_tps).substr(0, 5) + "x").c_str() : "n/a",
+                  equal, prompts.size());
+      rows.push_back({{"strategy", sname}, {"window", d.window}, {"ngram", d.ngram}, {"guesses", d.guesses},
+                      {"lookback", d.lookback}, {"tokens", tokens}, {"steps", steps}, {"tau", tau}, {"tokens_per_s", tps},
+                      {"speedup", ar_tps > 0 ? tps / ar_tps : 0.0}, {"ids_equal_ar", equal}, {"prompts", prompts.size()}});
+    }
+    report["strategies"] = rows;
+  }
+  if (args.json) std::printf("%s\n", report.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure speed: pp/tg rows, the step-cost curve t(T), strategies side by side");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
+  cmd->add_option("--backend", args->backend.name, "Compute backend")->capture_default_str()->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("-t,--threads", args->backend.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
+  cmd->add_option("-c,--ctx-size", args->n_ctx, "Context length (0 = the model's, at most 4096)")->check(CLI::Range(0, 1 << 22));
+  cmd->add_option("-r,--repetitions", args->repetitions, "Repetitions per measurement")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--pp", args->pp, "Prompt-processing test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--tg", args->tg, "Generation test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--curve", args->curve, "Step sizes T for t(T) (empty list = skip)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--prompts", args->prompts_file, "JSONL prompts (MT-Bench question.jsonl, GSM8K test.jsonl, or {\"prompt\": ...})");
+  cmd->add_option("--n-prompts", args->n_prompts, "Prompts to use from the file")->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("-n,--n-predict", args->n_generate, "New tokens per prompt")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--strategies", args->strategies, "Strategies to compare (ar first: it is the reference)")
+      ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
+  cmd->add_option("--window", args->decoding.window, "W")->capture_default_str();
+  cmd->add_option("--ngram", args->decoding.ngram, "N")->capture_default_str();
+  cmd->add_option("--guesses", args->decoding.guesses, "G")->capture_default_str();
+  cmd->add_option("--lookback", args->decoding.lookback, "k (fafo)")->capture_default_str();
+  cmd->add_option("--sinks", args->decoding.sinks, "fafo sinks")->capture_default_str();
+  cmd->add_option("--recent", args->decoding.recent, "fafo recent window")->capture_default_str();
+  cmd->add_flag("--json", args->json, "Also print the results as JSON");
+  return [args] {
+    args->decoding.validate();
+    if (!args->strategies.empty() && args->strategies.front() != "ar" && !args->prompts_file.empty())
+      throw std::runtime_error("--strategies must start with ar (the reference the others are compared with)");
+    return run_bench(*args);
+  };
+}
+
+}  // namespace fafo::cli
