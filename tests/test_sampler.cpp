@@ -2,6 +2,9 @@
 // documented; temperature sharpens it; draws follow the distribution and are
 // reproducible from the seed.
 #include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "fafo/sampler.h"
 #include "fafo/utf8_stream.h"
@@ -91,6 +94,90 @@ TEST(Sampler, InvalidOptionsAreRejected) {
   EXPECT_THROW(Sampler(opts(1.0f, -3, 1.0f, 0.0f)), std::invalid_argument);
   EXPECT_THROW(Sampler(opts(1.0f, 0, 0.0f, 0.0f)), std::invalid_argument);
   EXPECT_THROW(Sampler(opts(1.0f, 0, 1.0f, 1.0f)), std::invalid_argument);
+}
+
+namespace {
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Expects std::runtime_error whose message contains `part`.
+template <typename F>
+void expect_runtime_error(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning " << part;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message: " << e.what();
+  }
+}
+}  // namespace
+
+TEST(Sampler, NaNLogitsAreAnError) {
+  for (const size_t at : {size_t{0}, size_t{2}, size_t{5}}) {
+    std::vector<float> logits = kLogits;
+    logits[at] = kNaN;
+    const float* l = logits.data();
+    expect_runtime_error([&] { argmax(l, 6); }, "non-finite logits (NaN");
+    for (const SamplerOptions& o : {opts(0.0f, 40, 0.95f, 0.05f), opts(1.0f, 0, 1.0f, 0.0f), opts(0.8f, 40, 0.95f, 0.05f),
+                                    opts(1.0f, 2, 1.0f, 0.0f)}) {
+      Sampler s(o);
+      expect_runtime_error([&] { s.sample(l, 6); }, "non-finite logits (NaN");
+      expect_runtime_error([&] { s.distribution(l, 6); }, "non-finite logits (NaN");
+    }
+  }
+  // Every logit NaN, too.
+  const std::vector<float> all(6, kNaN);
+  Sampler s(opts(1.0f, 0, 1.0f, 0.0f));
+  expect_runtime_error([&] { s.sample(all.data(), 6); }, "NaN");
+}
+
+TEST(Sampler, AllNegativeInfinityIsAnError) {
+  const std::vector<float> all(6, -kInf);
+  expect_runtime_error([&] { argmax(all.data(), 6); }, "-inf");
+  for (const SamplerOptions& o : {opts(0.0f, 40, 0.95f, 0.05f), opts(1.0f, 0, 1.0f, 0.0f), opts(0.8f, 40, 0.95f, 0.05f)}) {
+    Sampler s(o);
+    expect_runtime_error([&] { s.sample(all.data(), 6); }, "-inf");
+    expect_runtime_error([&] { s.distribution(all.data(), 6); }, "-inf");
+  }
+}
+
+TEST(Sampler, NegativeInfinityLogitsGetNoProbability) {
+  // Masked tokens (-inf) next to finite ones: the finite ones keep a proper softmax.
+  const std::vector<float> logits = {-kInf, 1.0f, -kInf, 2.0f, -kInf, -kInf};
+  EXPECT_EQ(argmax(logits.data(), 6), 3);
+  for (const SamplerOptions& o : {opts(1.0f, 0, 1.0f, 0.0f), opts(1.0f, 5, 0.999f, 0.0f), opts(0.5f, 0, 1.0f, 0.01f)}) {
+    Sampler s(o);
+    const auto p = s.distribution(logits.data(), 6);
+    const double ratio = std::exp(-1.0 / o.temperature);
+    EXPECT_NEAR(p[3], 1.0 / (1.0 + ratio), 1e-6);
+    EXPECT_NEAR(p[1], ratio / (1.0 + ratio), 1e-6);
+    EXPECT_EQ(support(p), 2);
+    for (int i = 0; i < 200; ++i) {
+      const int32_t t = s.sample(logits.data(), 6);
+      EXPECT_TRUE(t == 1 || t == 3) << t;
+    }
+  }
+}
+
+TEST(Sampler, PositiveInfinityLogitIsChosen) {
+  const std::vector<float> logits = {1.0f, 3.0f, kInf, 3.0f, -kInf, 0.5f};
+  EXPECT_EQ(argmax(logits.data(), 6), 2);
+  for (const SamplerOptions& o : {opts(0.0f, 40, 0.95f, 0.05f), opts(1.0f, 0, 1.0f, 0.0f), opts(0.8f, 40, 0.95f, 0.05f),
+                                  opts(2.0f, 3, 0.5f, 0.0f)}) {
+    Sampler s(o);
+    const auto p = s.distribution(logits.data(), 6);
+    EXPECT_EQ(p[2], 1.0f);
+    EXPECT_EQ(support(p), 1);
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample(logits.data(), 6), 2);
+  }
+  // Several +inf logits: greedy takes the first; sampling splits the mass between them.
+  const std::vector<float> two = {kInf, 0.0f, kInf, 5.0f};
+  EXPECT_EQ(argmax(two.data(), 4), 0);
+  Sampler s(opts(1.0f, 0, 1.0f, 0.0f));
+  const auto p = s.distribution(two.data(), 4);
+  EXPECT_FLOAT_EQ(p[0], 0.5f);
+  EXPECT_FLOAT_EQ(p[2], 0.5f);
+  EXPECT_EQ(support(p), 2);
 }
 
 TEST(Utf8Stream, HoldsBackSplitCharacters) {

@@ -1,8 +1,12 @@
 // The synthetic-model tool: files it writes load and run, in every format and in
 // odd shapes; quantized files stay close to their F32 twin; batched and one-token
 // steps agree; the Q4_K_M mix matches llama.cpp's recipe.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "fafo/generator.h"
 #include "model_fixtures.h"
@@ -179,19 +183,108 @@ TEST(SyntheticModel, Qwen2WithBiasTiedEmbeddingsAndNeoxRope) {
 }
 
 TEST(SyntheticModel, Llama3RopeScalingChangesLongPositionsOnly) {
+  // Like the Hub's Llama 3.1/3.2 GGUFs: the scaling is a rope_freqs.weight tensor of
+  // per-pair divisors, with no rope.scaling.* metadata.
   synth::SyntheticConfig plain = odd_config("F32");
   synth::SyntheticConfig scaled = plain;
   scaled.rope_scaling = "llama3";
   auto a = test::load_test_model(write_model(plain, "rope-plain"));
   auto b = test::load_test_model(write_model(scaled, "rope-llama3"));
+  EXPECT_EQ(a.file->find_tensor("rope_freqs.weight"), nullptr);
+  for (const auto& [key, value] : b.file->metadata())
+    EXPECT_EQ(key.find("rope.scaling"), std::string::npos) << key << " should not be written for llama3 scaling";
+
+  // The divisors llama.cpp's converter computes (factor 8, low/high frequency factors 1
+  // and 4, original context 8192), for head_dim 16 and base 10000.
+  std::vector<float> expected;
+  for (int i = 0; i < 16; i += 2) {
+    const double wavelen = 2.0 * M_PI * std::pow(10000.0, i / 16.0);
+    double d = 1.0;
+    if (wavelen > 8192.0) {
+      d = 8.0;
+    } else if (wavelen >= 8192.0 / 4.0) {
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      d = 1.0 / ((1.0 - smooth) / 8.0 + smooth);
+    }
+    expected.push_back(static_cast<float>(d));
+  }
+  const GgufTensor* rf = b.file->find_tensor("rope_freqs.weight");
+  ASSERT_NE(rf, nullptr);
+  EXPECT_EQ(rf->type, TensorType::F32);
+  ASSERT_EQ(rf->shape, (std::vector<int64_t>{8}));  // head_dim 16 -> 8 pairs
+  std::vector<float> stored(8);
+  std::memcpy(stored.data(), rf->data, sizeof(float) * 8);
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(stored[i], expected[i], 1e-5 * expected[i]) << "pair " << i;
+  EXPECT_EQ(synth::llama3_rope_freqs(scaled), stored);
+  // Some pair lies between the two wavelength bounds, so the interpolation is exercised.
+  EXPECT_TRUE(std::any_of(stored.begin(), stored.end(), [](float v) { return v > 1.0f && v < 8.0f; }));
+
   const auto& f = b.model->config().rope.freq_factors;
-  ASSERT_EQ(f.size(), 8u);  // head_dim 16 -> 8 pairs
+  EXPECT_EQ(f, stored);
+  EXPECT_TRUE(a.model->config().rope.freq_factors.empty());
   EXPECT_FLOAT_EQ(f.front(), 1.0f);  // highest frequency kept
   EXPECT_FLOAT_EQ(f.back(), 8.0f);   // lowest frequency slowed by the factor
   const auto la = batch_logits(*a.model, kTokens), lb = batch_logits(*b.model, kTokens);
   // Position 0 is not rotated, so the first row is identical; later rows differ.
   EXPECT_EQ(std::vector<float>(la.begin(), la.begin() + 301), std::vector<float>(lb.begin(), lb.begin() + 301));
   EXPECT_GT(max_abs_diff(la, lb), 1e-4);
+}
+
+TEST(SyntheticModel, LinearRopeScalingIsMetadata) {
+  synth::SyntheticConfig c = odd_config("F32");
+  c.rope_scaling = "linear";
+  c.rope_scaling_factor = 4.0f;
+  auto m = test::load_test_model(write_model(c, "rope-linear"));
+  EXPECT_EQ(m.file->get_string("llama.rope.scaling.type", ""), "linear");
+  EXPECT_EQ(m.file->get_float("llama.rope.scaling.factor", 0.0), 4.0);
+  EXPECT_EQ(m.file->find_tensor("rope_freqs.weight"), nullptr);
+  EXPECT_FLOAT_EQ(m.model->config().rope.freq_scale, 0.25f);
+  EXPECT_TRUE(m.model->config().rope.freq_factors.empty());
+}
+
+TEST(SyntheticModel, TiedEmbeddingsGetTheOutputTypeInKQuantMixes) {
+  // llama.cpp: without output.weight, token_embd is quantized like output (Q6_K, or
+  // Q8_0 when its rows are not a multiple of 256).
+  for (const char* mix : {"Q4_K_M", "Q5_K_M"}) {
+    synth::SyntheticConfig c = aligned_config(mix);
+    c.tied_embeddings = true;
+    EXPECT_EQ(synth::tensor_type_for(c, "token_embd.weight", 256), TensorType::Q6_K) << mix;
+    EXPECT_EQ(synth::tensor_type_for(c, "token_embd.weight", 96), TensorType::Q8_0) << mix;
+    c.tied_embeddings = false;
+    EXPECT_EQ(synth::tensor_type_for(c, "token_embd.weight", 256), mix == std::string("Q4_K_M") ? TensorType::Q4_K
+                                                                                                 : TensorType::Q5_K);
+  }
+  // Pure single-type files keep token_embd in their type.
+  synth::SyntheticConfig pure = aligned_config("Q4_K");
+  pure.tied_embeddings = true;
+  EXPECT_EQ(synth::tensor_type_for(pure, "token_embd.weight", 256), TensorType::Q4_K);
+
+  synth::SyntheticConfig c = aligned_config("Q4_K_M");
+  c.tied_embeddings = true;
+  auto m = test::load_test_model(write_model(c, "tied-q4km"));
+  EXPECT_EQ(m.file->find_tensor("output.weight"), nullptr);
+  EXPECT_EQ(m.file->require_tensor("token_embd.weight").type, TensorType::Q6_K);
+  EXPECT_TRUE(m.model->config().tied_embeddings);
+  synth::SyntheticConfig odd = odd_config("Q5_K_M");
+  odd.tied_embeddings = true;
+  auto n = test::load_test_model(write_model(odd, "tied-q5km-odd"));
+  EXPECT_EQ(n.file->require_tensor("token_embd.weight").type, TensorType::Q8_0);
+  for (float x : batch_logits(*n.model, kTokens)) ASSERT_TRUE(std::isfinite(x));
+}
+
+TEST(SyntheticModel, FileTypeIdsFollowLlamaCpp) {
+  const std::map<std::string, uint32_t> ids = {
+      {"F32", 0},   {"F16", 1},   {"Q4_0", 2},  {"Q4_1", 3},  {"Q8_0", 7},    {"Q5_0", 8},    {"Q5_1", 9},
+      {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32}};
+  for (const auto& [type, id] : ids) EXPECT_EQ(synth::file_type_id(type), id) << type;
+  EXPECT_EQ(synth::file_type_id("q4_k_m"), 15u);
+  EXPECT_THROW(synth::file_type_id("Q7_X"), std::invalid_argument);
+  for (const auto& [type, id] : std::map<std::string, uint32_t>{{"Q4_K", 14}, {"Q5_K_M", 17}, {"Q3_K", 11}}) {
+    synth::SyntheticConfig c = odd_config(type);
+    c.n_layer = 1;
+    const auto file = GgufFile::open(write_model(c, "ftype-" + type));
+    EXPECT_EQ(file->get_int("general.file_type", -1), static_cast<int64_t>(id)) << type;
+  }
 }
 
 TEST(SyntheticModel, VocabularyTokenizesAndRoundTrips) {
@@ -216,5 +309,9 @@ TEST(SyntheticModel, InvalidConfigurationsAreRejected) {
   EXPECT_THROW(synth::validate(c), std::invalid_argument);
   c = odd_config("F32");
   c.arch = "gpt2";
+  EXPECT_THROW(synth::validate(c), std::invalid_argument);
+  c = odd_config("F32");
+  c.rope_scaling = "llama3";
+  c.rope_scaling_factor = 0.0f;
   EXPECT_THROW(synth::validate(c), std::invalid_argument);
 }

@@ -25,8 +25,10 @@ int main(int argc, char** argv) {
   auto* o_vocab = app.add_option("--vocab", c.n_vocab, "Vocabulary size (>= 259)");
   auto* o_ctx = app.add_option("--ctx", c.n_ctx, "Context length written to the metadata");
   auto* o_base = app.add_option("--rope-base", c.rope_base, "RoPE frequency base");
-  auto* o_scaling = app.add_option("--rope-scaling", c.rope_scaling, "none, linear or llama3");
-  auto* o_factor = app.add_option("--rope-factor", c.rope_scaling_factor, "RoPE scaling factor");
+  auto* o_scaling = app.add_option("--rope-scaling", c.rope_scaling,
+                                   "none, linear (rope.scaling.* metadata) or llama3 (a rope_freqs.weight tensor, "
+                                   "as in the Hub's Llama 3.1/3.2 GGUFs)");
+  auto* o_factor = app.add_option("--rope-factor", c.rope_scaling_factor, "RoPE scaling factor (default 8)");
   auto* o_tied = app.add_flag("--tied", c.tied_embeddings, "Tie the output matrix to the token embeddings");
   auto* o_type = app.add_option("-t,--type", c.weight_type,
                                 "Weight format: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K, or the mixes Q4_K_M Q5_K_M");

@@ -73,6 +73,7 @@ struct TensorPlan {
   std::vector<int64_t> shape;
   TensorType type;
   float mean, stddev;
+  std::vector<float> values;  // fixed F32 contents (rope_freqs); empty: random N(mean, stddev)
 };
 
 }  // namespace
@@ -112,17 +113,23 @@ void validate(const SyntheticConfig& c) {
   if (c.n_vocab < 259) bad("vocab must be at least 259 (3 special tokens + 256 byte tokens)");
   if (c.rope_scaling != "none" && c.rope_scaling != "linear" && c.rope_scaling != "llama3")
     bad("rope scaling must be none, linear or llama3");
+  if (c.rope_scaling != "none" && !(std::isfinite(c.rope_scaling_factor) && c.rope_scaling_factor > 0.0f))
+    bad("the rope scaling factor must be a positive finite number");
   tensor_type_for(c, "blk.0.attn_q.weight", 256);  // checks the type name
 }
 
 TensorType tensor_type_for(const SyntheticConfig& c, const std::string& name, int64_t row_length) {
   static const std::map<std::string, TensorType> mixes = {{"Q4_K_M", TensorType::Q4_K}, {"Q5_K_M", TensorType::Q5_K}};
-  if (ends_with(name, "_norm.weight") || ends_with(name, ".bias")) return TensorType::F32;
+  if (ends_with(name, "_norm.weight") || ends_with(name, ".bias") || name == "rope_freqs.weight") return TensorType::F32;
   TensorType t;
   if (auto mix = mixes.find(c.weight_type); mix != mixes.end()) {
     t = mix->second;
     const int32_t layer = layer_of(name);
-    if (name == "output.weight") t = TensorType::Q6_K;
+    // llama.cpp's output rule, which a tied token_embd (no output.weight) gets too: Q6_K,
+    // or Q8_0 when the row is not a multiple of the K-quant block (256).
+    if (name == "output.weight" || (c.tied_embeddings && name == "token_embd.weight")) {
+      t = row_length % tensor_type_info(TensorType::Q6_K).block_size == 0 ? TensorType::Q6_K : TensorType::Q8_0;
+    }
     if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) && use_more_bits(layer, c.n_layer))
       t = TensorType::Q6_K;
   } else {
@@ -133,6 +140,44 @@ TensorType tensor_type_for(const SyntheticConfig& c, const std::string& name, in
     t = *parsed;
   }
   return fit_row(t, row_length);
+}
+
+uint32_t file_type_id(const std::string& weight_type) {
+  // llama.cpp's llama_ftype values. The pure single-type choices Q3_K / Q4_K / Q5_K have
+  // no ftype of their own: they are labelled with the _S variants (Q3_K_S = 11,
+  // Q4_K_S = 14, Q5_K_S = 16), the closest llama.cpp names; the _M mixes get 15 and 17.
+  static const std::map<std::string, uint32_t> file_types = {
+      {"F32", 0},   {"F16", 1},   {"Q4_0", 2},  {"Q4_1", 3},  {"Q8_0", 7},    {"Q5_0", 8},    {"Q5_1", 9},
+      {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32}};
+  std::string upper = weight_type;
+  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  const auto it = file_types.find(upper);
+  if (it == file_types.end()) throw std::invalid_argument("synthetic model: no GGUF file type for '" + weight_type + "'");
+  return it->second;
+}
+
+std::vector<float> llama3_rope_freqs(const SyntheticConfig& c) {
+  // As llama.cpp's convert_hf_to_gguf.py computes them for Llama 3.1/3.2 (factor from the
+  // config, low_freq_factor 1, high_freq_factor 4, original context 8192).
+  const double factor = c.rope_scaling_factor, low_freq_factor = 1.0, high_freq_factor = 4.0, original_ctx = 8192.0;
+  const double low_freq_wavelen = original_ctx / low_freq_factor, high_freq_wavelen = original_ctx / high_freq_factor;
+  const int64_t dim = c.n_embd / c.n_head;  // rope.dimension_count
+  std::vector<float> divisors;
+  for (int64_t i = 0; i < dim; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(c.rope_base), static_cast<double>(i) / static_cast<double>(dim));
+    const double wavelen = 2.0 * M_PI / freq;
+    double d;
+    if (wavelen < high_freq_wavelen) {
+      d = 1.0;
+    } else if (wavelen > low_freq_wavelen) {
+      d = factor;
+    } else {
+      const double smooth = (original_ctx / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      d = 1.0 / ((1.0 - smooth) / factor + smooth);
+    }
+    divisors.push_back(static_cast<float>(d));
+  }
+  return divisors;
 }
 
 uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path,
@@ -146,12 +191,7 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
   const std::string a = c.arch + ".";
   w.set_string("general.architecture", c.arch);
   w.set_string("general.name", c.name);
-  static const std::map<std::string, uint32_t> file_types = {
-      {"F32", 0},   {"F16", 1},   {"Q4_0", 2},  {"Q4_1", 3},  {"Q8_0", 7},    {"Q5_0", 8},    {"Q5_1", 9},
-      {"Q2_K", 10}, {"Q3_K", 12}, {"Q4_K", 15}, {"Q5_K", 17}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32}};
-  std::string upper = c.weight_type;
-  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  w.set_u32("general.file_type", file_types.count(upper) ? file_types.at(upper) : 0);
+  w.set_u32("general.file_type", file_type_id(c.weight_type));
   w.set_u32(a + "block_count", static_cast<uint32_t>(c.n_layer));
   w.set_u32(a + "context_length", static_cast<uint32_t>(c.n_ctx));
   w.set_u32(a + "embedding_length", static_cast<uint32_t>(c.n_embd));
@@ -162,14 +202,11 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
   w.set_f32(a + "rope.freq_base", c.rope_base);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   w.set_u32(a + "vocab_size", static_cast<uint32_t>(c.n_vocab));
-  if (c.rope_scaling != "none") {
-    w.set_string(a + "rope.scaling.type", c.rope_scaling);
+  // Linear scaling is metadata. Llama 3 scaling is not: the Hub's Llama 3.1/3.2 GGUFs
+  // carry it as a rope_freqs.weight tensor of per-pair divisors (written below).
+  if (c.rope_scaling == "linear") {
+    w.set_string(a + "rope.scaling.type", "linear");
     w.set_f32(a + "rope.scaling.factor", c.rope_scaling_factor);
-    if (c.rope_scaling == "llama3") {
-      w.set_f32(a + "rope.scaling.low_freq_factor", 1.0f);
-      w.set_f32(a + "rope.scaling.high_freq_factor", 4.0f);
-      w.set_u32(a + "rope.scaling.original_context_length", 8192);
-    }
   }
   const SyntheticVocab vocab = make_synthetic_vocab(c.n_vocab);
   w.set_string("tokenizer.ggml.model", "llama");
@@ -185,15 +222,20 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
   // Tensors in the order llama.cpp's converter writes them.
   std::vector<TensorPlan> plan;
   auto matrix = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
-    plan.push_back({name, {cols, rows}, tensor_type_for(c, name, cols), 0.0f, stddev});
+    plan.push_back({name, {cols, rows}, tensor_type_for(c, name, cols), 0.0f, stddev, {}});
   };
   auto vec = [&](const std::string& name, int64_t n, float mean, float stddev) {
-    plan.push_back({name, {n}, TensorType::F32, mean, stddev});
+    plan.push_back({name, {n}, TensorType::F32, mean, stddev, {}});
   };
   const float in_std = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
   matrix("token_embd.weight", c.n_embd, c.n_vocab, 1.0f);
   vec("output_norm.weight", c.n_embd, 1.0f, 0.02f);
   if (!c.tied_embeddings) matrix("output.weight", c.n_embd, c.n_vocab, in_std);
+  if (c.rope_scaling == "llama3") {
+    std::vector<float> divisors = llama3_rope_freqs(c);
+    const auto n = static_cast<int64_t>(divisors.size());
+    plan.push_back({"rope_freqs.weight", {n}, TensorType::F32, 0.0f, 0.0f, std::move(divisors)});
+  }
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", c.n_embd, 1.0f, 0.02f);
@@ -223,7 +265,10 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
     auto work = [&](int64_t begin, int64_t end) {
       std::vector<float> values(static_cast<size_t>(cols));
       for (int64_t r = begin; r < end; ++r) {
-        fill_normal(tensor_seed + static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull, t.mean, t.stddev, values.data(), cols);
+        if (!t.values.empty())
+          std::copy_n(t.values.begin() + static_cast<std::ptrdiff_t>(r * cols), cols, values.begin());
+        else
+          fill_normal(tensor_seed + static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull, t.mean, t.stddev, values.data(), cols);
         quantize_row(t.type, values.data(), out.data() + static_cast<size_t>(r) * row_bytes, cols);
       }
     };

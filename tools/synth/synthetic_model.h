@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fafo/tensor_type.h"
 
@@ -24,13 +25,16 @@ struct SyntheticConfig {
   int32_t n_vocab = 320;        // at least 259 (3 specials + 256 byte tokens)
   int32_t n_ctx = 512;
   float rope_base = 10000.0f;
-  std::string rope_scaling = "none";  // "none", "linear", "llama3"
-  float rope_scaling_factor = 8.0f;
+  // "none"; "linear" (rope.scaling.type/factor metadata); "llama3": a rope_freqs.weight
+  // tensor of per-pair divisors, as the Hub's Llama 3.1/3.2 GGUFs carry it (no metadata).
+  std::string rope_scaling = "none";
+  float rope_scaling_factor = 8.0f;  // > 0
   bool tied_embeddings = false;
   float rms_eps = 1e-5f;
   // "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
   // "Q4_K", "Q5_K", "Q6_K" (every matrix in that type), or the llama.cpp mixes
-  // "Q4_K_M" / "Q5_K_M" (Q6_K for output and some attn_v / ffn_down layers).
+  // "Q4_K_M" / "Q5_K_M" (Q6_K for output, or for token_embd when the embeddings are
+  // tied, and for some attn_v / ffn_down layers).
   std::string weight_type = "F32";
   uint64_t seed = 1;
 };
@@ -41,6 +45,15 @@ std::optional<SyntheticConfig> preset(const std::string& name);
 // The type each tensor gets under cfg.weight_type. Throws std::invalid_argument for
 // an unknown type name or a row length that is not a multiple of its block size.
 TensorType tensor_type_for(const SyntheticConfig& cfg, const std::string& tensor_name, int64_t row_length);
+
+// llama.cpp's general.file_type id for a weight type name (the pure Q3_K / Q4_K / Q5_K
+// get the _S ids 11 / 14 / 16). Throws std::invalid_argument for an unknown name.
+uint32_t file_type_id(const std::string& weight_type);
+
+// The rope_freqs.weight divisors llama.cpp's converter writes for Llama 3 RoPE scaling
+// (factor cfg.rope_scaling_factor, low/high frequency factors 1 and 4, original context
+// 8192): one per rotated pair, head_dim/2 values, from 1 (high frequencies) to the factor.
+std::vector<float> llama3_rope_freqs(const SyntheticConfig& cfg);
 
 // Checks the configuration; throws std::invalid_argument with a clear message.
 void validate(const SyntheticConfig& cfg);

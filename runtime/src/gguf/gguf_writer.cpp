@@ -1,8 +1,10 @@
 // GGUF v3 writer: metadata, tensor infos, aligned tensor data.
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+#include <string>
 
 #include "fafo/gguf.h"
 
@@ -58,6 +60,30 @@ void write_value(ByteSink& s, const GgufValue& v) {
   }
 }
 
+// Checks a tensor's shape against its type and returns its size in bytes: 1 to 4
+// dimensions, each > 0, a row length that is a whole number of the type's blocks, and a
+// size that fits. Throws std::invalid_argument naming the tensor.
+size_t checked_tensor_bytes(const std::string& name, TensorType type, const std::vector<int64_t>& shape) {
+  auto bad = [&](const std::string& what) { throw std::invalid_argument("tensor '" + name + "': " + what); };
+  if (shape.empty() || shape.size() > 4) bad("1 to 4 dimensions expected, got " + std::to_string(shape.size()));
+  int64_t rows = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] <= 0)
+      bad("dimension " + std::to_string(i) + " is " + std::to_string(shape[i]) + " (every dimension must be > 0)");
+    if (i > 0) {
+      if (rows > INT64_MAX / shape[i]) bad("too many elements");
+      rows *= shape[i];
+    }
+  }
+  const TensorTypeInfo& info = tensor_type_info(type);
+  if (shape[0] % info.block_size != 0)
+    bad("row length " + std::to_string(shape[0]) + " is not a multiple of " + std::string(info.name) + "'s block size " +
+        std::to_string(info.block_size));
+  const size_t row_bytes = tensor_row_bytes(type, shape[0]);
+  if (static_cast<uint64_t>(rows) > SIZE_MAX / row_bytes) bad("too many bytes");
+  return row_bytes * static_cast<size_t>(rows);
+}
+
 GgufValue scalar(GgufType t, std::variant<uint64_t, int64_t, double, bool, std::string, GgufValue::Array> v) {
   GgufValue out;
   out.type = t;
@@ -104,10 +130,7 @@ void GgufWriter::set_i32_array(const std::string& key, const std::vector<int32_t
 }
 
 void GgufWriter::add_tensor(const std::string& name, TensorType type, std::vector<int64_t> shape, std::vector<uint8_t> data) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  if (shape.empty() || shape.size() > 4) throw std::invalid_argument("tensor '" + name + "': 1 to 4 dimensions expected");
-  const size_t expected = tensor_row_bytes(type, shape[0]) * static_cast<size_t>(n / shape[0]);
+  const size_t expected = checked_tensor_bytes(name, type, shape);
   if (data.size() != expected)
     throw std::invalid_argument("tensor '" + name + "': " + std::to_string(data.size()) + " bytes given, " +
                                 std::to_string(expected) + " expected");
@@ -115,10 +138,7 @@ void GgufWriter::add_tensor(const std::string& name, TensorType type, std::vecto
 }
 
 void GgufWriter::add_tensor_info(const std::string& name, TensorType type, std::vector<int64_t> shape) {
-  if (shape.empty() || shape.size() > 4) throw std::invalid_argument("tensor '" + name + "': 1 to 4 dimensions expected");
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  const size_t n_bytes = tensor_row_bytes(type, shape[0]) * static_cast<size_t>(n / shape[0]);
+  const size_t n_bytes = checked_tensor_bytes(name, type, shape);
   tensors_.push_back({name, type, std::move(shape), {}, n_bytes, true});
 }
 

@@ -3,16 +3,45 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <limits>
 #include <stdexcept>
+#include <string>
 
 namespace fafo {
+namespace {
+
+[[noreturn]] void throw_nan(int32_t index) {
+  throw std::runtime_error("the model produced non-finite logits (NaN, first at token " + std::to_string(index) +
+                           "): the weights or the computation are broken");
+}
+
+[[noreturn]] void throw_all_negative_infinity() {
+  throw std::runtime_error("every logit is -inf: the model rules out every token");
+}
+
+// NaN anywhere, or -inf everywhere, leaves nothing to choose from: both throw. (NaN would
+// also break the ordering the sort below relies on.)
+void check_logits(const float* logits, int32_t n) {
+  bool any_above_negative_infinity = false;
+  for (int32_t i = 0; i < n; ++i) {
+    if (std::isnan(logits[i])) throw_nan(i);
+    any_above_negative_infinity |= logits[i] > -std::numeric_limits<float>::infinity();
+  }
+  if (!any_above_negative_infinity) throw_all_negative_infinity();
+}
+
+}  // namespace
 
 int32_t argmax(const float* logits, int32_t n) {
   if (n <= 0) throw std::invalid_argument("argmax over an empty vocabulary");
+  if (std::isnan(logits[0])) throw_nan(0);
   int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i)
+  for (int32_t i = 1; i < n; ++i) {
+    if (std::isnan(logits[i])) throw_nan(i);
     if (logits[i] > logits[best]) best = i;
-  return best;
+  }
+  if (logits[best] == -std::numeric_limits<float>::infinity()) throw_all_negative_infinity();
+  return best;  // a +inf logit wins (the first one, as for any tie)
 }
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
@@ -28,6 +57,8 @@ std::vector<float> Sampler::distribution(const float* logits, int32_t n_vocab) c
     probs[static_cast<size_t>(argmax(logits, n_vocab))] = 1.0f;
     return probs;
   }
+  if (n_vocab <= 0) throw std::invalid_argument("sampling from an empty vocabulary");
+  check_logits(logits, n_vocab);
   // Candidates sorted by logit, best first (ties: lower id first).
   std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
   std::iota(ids.begin(), ids.end(), 0);
@@ -35,12 +66,17 @@ std::vector<float> Sampler::distribution(const float* logits, int32_t n_vocab) c
   size_t keep = ids.size();
   if (options_.top_k > 0) keep = std::min(keep, static_cast<size_t>(options_.top_k));
 
-  // Softmax at temperature 1 over the kept candidates, for the top-p and min-p cuts.
+  // Softmax at temperature 1 over the kept candidates, for the top-p and min-p cuts. The
+  // best logit is finite or +inf (check_logits); -inf logits get probability 0, and when
+  // the best is +inf the +inf logits share all the mass (the limit of a growing logit).
   auto softmax = [&](size_t count, float temperature) {
     std::vector<double> p(count);
     const double max_logit = logits[ids[0]];
+    const bool infinite = std::isinf(max_logit);
     double total = 0.0;
-    for (size_t k = 0; k < count; ++k) total += p[k] = std::exp((logits[ids[k]] - max_logit) / temperature);
+    for (size_t k = 0; k < count; ++k)
+      total += p[k] = infinite ? (logits[ids[k]] == max_logit ? 1.0 : 0.0)
+                               : std::exp((logits[ids[k]] - max_logit) / temperature);
     for (double& v : p) v /= total;
     return p;
   };
