@@ -173,8 +173,10 @@ TEST(Cli, StrategiesGiveTheSameIdsAndATraceFile) {
     std::ifstream in(trace);
     int lines = 0;
     std::vector<int> joined;
-    for (std::string line; std::getline(in, line); ++lines)
-      for (int t : nlohmann::json::parse(line)["accepted"]) joined.push_back(t);
+    for (std::string line; std::getline(in, line); ++lines) {
+      const auto step = nlohmann::json::parse(line);
+      for (int t : step["accepted"]) joined.push_back(t);
+    }
     EXPECT_EQ(lines, j["n_steps"].get<int>()) << s;
     EXPECT_EQ(nlohmann::json(joined), j["ids"]) << s;
   }
