@@ -25,8 +25,10 @@ std::vector<nlohmann::json> golden_prompts() {
 }
 
 GenerationResult run(test::TestModel& m, const std::vector<int32_t>& prompt, Strategy s, int32_t n,
-                     DecodingOptions d = {}, bool stop_at_eog = false, std::vector<StepTrace>* traces = nullptr) {
+                     DecodingOptions d = {}, bool stop_at_eog = false, std::vector<StepTrace>* traces = nullptr,
+                     KvPolicyOptions kv = {}) {
   GenerationOptions o;
+  o.kv = kv;
   o.n_predict = n;
   o.sampling.temperature = 0;
   o.stop_at_end_of_generation = stop_at_eog;
@@ -90,8 +92,13 @@ TEST(Decoding, RandomParameterCombinationsStayLossless) {
     d.ngram = std::uniform_int_distribution<int>(2, 7)(rng);
     d.guesses = std::uniform_int_distribution<int>(0, 12)(rng);
     d.lookback = std::uniform_int_distribution<int>(1, 8)(rng);
-    d.sinks = std::uniform_int_distribution<int>(0, 8)(rng);
-    d.recent = std::uniform_int_distribution<int>(1, 64)(rng);
+    KvPolicyOptions kv;
+    const char* policies[] = {"stream", "quest", "snapkv", "chunks"};
+    kv.name = policies[std::uniform_int_distribution<int>(0, 3)(rng)];
+    kv.budget = std::uniform_int_distribution<int>(1, 96)(rng);
+    kv.sinks = std::uniform_int_distribution<int>(0, std::min(8, kv.budget))(rng);
+    kv.recent = std::uniform_int_distribution<int>(1, kv.budget)(rng);
+    kv.update_interval = std::uniform_int_distribution<int>(1, 6)(rng);
     d.pool_from_prompt = trial % 2 == 0;
     d.seed = rng();
     const Strategy s = kMultiToken[trial % 3];
@@ -99,9 +106,10 @@ TEST(Decoding, RandomParameterCombinationsStayLossless) {
     // -1 runs until the 160-token context is full: the last steps must shrink to fit.
     const int32_t n = trial % 4 == 0 ? -1 : std::uniform_int_distribution<int>(1, 150)(rng);
     const auto ar = run(m, prompt, Strategy::Ar, n);
-    const auto r = run(m, prompt, s, n, d);
+    const auto r = run(m, prompt, s, n, d, false, nullptr, kv);
     EXPECT_EQ(r.ids, ar.ids) << strategy_name(s) << " W=" << d.window << " N=" << d.ngram << " G=" << d.guesses
-                             << " k=" << d.lookback << " sinks=" << d.sinks << " recent=" << d.recent << " n=" << n;
+                             << " k=" << d.lookback << " " << kv.name << " budget=" << kv.budget << " sinks=" << kv.sinks
+                             << " recent=" << kv.recent << " n=" << n;
     EXPECT_EQ(r.stop, ar.stop);
     EXPECT_EQ(m.model->n_past(), static_cast<int32_t>(prompt.size() + r.ids.size() - 1));
   }

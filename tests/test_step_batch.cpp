@@ -1,5 +1,6 @@
 // StepBatch semantics in the forward pass: the in-step mask and the FULL /
 // COMPRESSED prefix views, checked through logits on a small random model.
+#include <algorithm>
 #include <cmath>
 
 #include "model_fixtures.h"
@@ -9,10 +10,10 @@ using namespace fafo;
 
 namespace {
 
-test::TestModel small_model(int32_t n_ctx = 64) {
+test::TestModel small_model(int32_t n_ctx = 64, int32_t n_layer = 2) {
   synth::SyntheticConfig c;
-  c.n_layer = 2, c.n_embd = 48, c.n_head = 6, c.n_head_kv = 3, c.n_ff = 80, c.n_vocab = 270, c.seed = 3;
-  const auto path = (test::temp_dir("stepbatch") / "m.gguf").string();
+  c.n_layer = n_layer, c.n_embd = 48, c.n_head = 6, c.n_head_kv = 3, c.n_ff = 80, c.n_vocab = 270, c.seed = 3;
+  const auto path = (test::temp_dir("stepbatch" + std::to_string(n_layer)) / "m.gguf").string();
   synth::write_synthetic_model(c, path);
   return test::load_test_model(path, n_ctx);
 }
@@ -41,8 +42,6 @@ TEST(StepBatch, CausalMaskAndValidation) {
   c.add(1, 0, {}, false);
   EXPECT_THROW(c.add(2, 1, {1}, false), std::out_of_range);  // cannot see itself-or-later by index
   EXPECT_THROW(c.add(2, 1, {-1}, false), std::out_of_range);
-  EXPECT_THROW(c.set_compressed_slots({3, 3}), std::invalid_argument);
-  EXPECT_THROW(c.set_compressed_slots({-2}), std::out_of_range);
 }
 
 TEST(StepBatch, InStepMaskHidesTokens) {
@@ -69,28 +68,65 @@ TEST(StepBatch, InStepMaskHidesTokens) {
   EXPECT_GT(max_diff(row(tree_logits, 1, V), row(tree_logits, 2, V)), 1e-3);
 }
 
-TEST(StepBatch, CompressedViewOfEverySlotEqualsFull) {
+// A stream policy whose region covers the whole context: COMPRESSED == FULL.
+TEST(StepBatch, CompressedViewOfTheWholeContextEqualsFull) {
   auto m = small_model();
   const size_t V = 270;
+  KvPolicyOptions kv;
+  kv.budget = 16;
+  m.model->set_kv_policy(make_kv_policy(kv));
   StepBatch prefix = StepBatch::causal({1, 7, 8, 9, 10, 11}, 0);
   m.model->forward(prefix);
   m.model->commit(6);
+  EXPECT_EQ(m.model->kv_layout().region_count(), 6);
   StepBatch b;
   b.add(50, 6, {}, true, PrefixView::Full);
   b.add(50, 6, {}, true, PrefixView::Compressed);
-  b.set_compressed_slots({0, 1, 2, 3, 4, 5});
   const auto l = m.model->forward(b);
   EXPECT_LT(max_diff(row(l, 0, V), row(l, 1, V)), 1e-6);
 }
 
-TEST(StepBatch, CompressedViewAttendsOnlyTheListedSlots) {
+TEST(StepBatch, CompressedViewAttendsOnlyTheRegion) {
+  // One layer: an entry's key and value depend only on its token and position, so a
+  // FULL row over a context made of just the region's tokens is the exact reference.
+  auto m = small_model(64, 1);
+  const size_t V = 270;
+  KvPolicyOptions kv;
+  kv.budget = 4;
+  kv.sinks = 2;  // region = sinks {0, 1} + the 2 most recent {6, 7}
+  m.model->set_kv_policy(make_kv_policy(kv));
+  StepBatch prefix = StepBatch::causal({1, 7, 8, 9, 10, 11, 12, 13}, 0);
+  m.model->forward(prefix);
+  m.model->commit(8);
+  auto region = m.model->kv_layout().region_entries();
+  std::sort(region.begin(), region.end());
+  EXPECT_EQ(region, (std::vector<int32_t>{0, 1, 6, 7}));
+  StepBatch b;
+  b.add(60, 8, {}, true, PrefixView::Compressed);
+  b.add(60, 8, {}, true, PrefixView::Full);
+  const auto l = m.model->forward(b);
+
+  m.model->set_kv_policy(nullptr);
+  m.model->truncate(0);
+  StepBatch ref;
+  ref.add(1, 0, {}, false);
+  ref.add(7, 1, {0}, false);
+  ref.add(12, 6, {0, 1}, false);
+  ref.add(13, 7, {0, 1, 2}, false);
+  ref.add(60, 8, {0, 1, 2, 3}, true);
+  const auto expected = m.model->forward(ref);
+  EXPECT_LT(max_diff(row(l, 0, V), expected), 1e-5);
+  EXPECT_GT(max_diff(row(l, 1, V), expected), 1e-4);  // the FULL row saw entries 2..5 too
+}
+
+TEST(StepBatch, EmptyRegionSeesOnlyTheStep) {
+  // With no policy the region is empty: a COMPRESSED token sees only itself, which
+  // (RoPE keeps q.k at equal positions) equals the token alone at position 0.
   auto m = small_model();
   const size_t V = 270;
   StepBatch prefix = StepBatch::causal({1, 7, 8, 9, 10, 11}, 0);
   m.model->forward(prefix);
   m.model->commit(6);
-  // With no slots, a token sees only itself; RoPE preserves q.k at equal positions,
-  // so it equals the same token alone at position 0 in an empty context.
   StepBatch lonely;
   lonely.add(60, 6, {}, true, PrefixView::Compressed);
   lonely.add(60, 6, {}, true, PrefixView::Full);
@@ -100,15 +136,4 @@ TEST(StepBatch, CompressedViewAttendsOnlyTheListedSlots) {
   const auto ref = m.model->forward(alone);
   EXPECT_LT(max_diff(row(l, 0, V), ref), 1e-4);
   EXPECT_GT(max_diff(row(l, 1, V), ref), 1e-3);  // the FULL row did see the prefix
-}
-
-TEST(StepBatch, CompressedSlotsMustBeCommitted) {
-  auto m = small_model();
-  StepBatch prefix = StepBatch::causal({1, 7}, 0);
-  m.model->forward(prefix);
-  m.model->commit(2);
-  StepBatch b;
-  b.add(5, 2, {}, true, PrefixView::Compressed);
-  b.set_compressed_slots({0, 2});
-  EXPECT_THROW(m.model->forward(b), std::out_of_range);
 }

@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "fafo/decoding.h"
 #include "fafo/generator.h"
+#include "decoding_flags.h"
 #include "loaded_model.h"
 
 namespace fafo::cli {
@@ -39,6 +40,7 @@ struct BenchArgs {
   int32_t n_generate = 256;
   std::vector<std::string> strategies = {"ar", "jacobi", "lookahead", "fafo"};
   DecodingOptions decoding;
+  KvPolicyOptions kv;
   bool json = false;
 };
 
@@ -175,6 +177,7 @@ int run_bench(const BenchArgs& args) {
         o.sampling.temperature = 0;
         o.stop_at_end_of_generation = false;
         o.decoding = d;
+        o.kv = args.kv;
         const auto ids = m.tokenizer->encode(prompts[p], m.tokenizer->vocab().add_bos);
         const auto res = generate(model, *m.tokenizer, ids, o);
         tokens += static_cast<int64_t>(res.ids.size()) - 1;  // the prefill's token is not a decoding step's
@@ -221,15 +224,11 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("-n,--n-predict", args->n_generate, "New tokens per prompt")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--strategies", args->strategies, "Strategies to compare (ar first: it is the reference)")
       ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
-  cmd->add_option("--window", args->decoding.window, "W")->capture_default_str();
-  cmd->add_option("--ngram", args->decoding.ngram, "N")->capture_default_str();
-  cmd->add_option("--guesses", args->decoding.guesses, "G")->capture_default_str();
-  cmd->add_option("--lookback", args->decoding.lookback, "k (fafo)")->capture_default_str();
-  cmd->add_option("--sinks", args->decoding.sinks, "fafo sinks")->capture_default_str();
-  cmd->add_option("--recent", args->decoding.recent, "fafo recent window")->capture_default_str();
+  add_decoding_flags(cmd, args->decoding, args->kv);
   cmd->add_flag("--json", args->json, "Also print the results as JSON");
   return [args] {
     args->decoding.validate();
+    args->kv.validate();
     if (!args->strategies.empty() && args->strategies.front() != "ar" && !args->prompts_file.empty())
       throw std::runtime_error("--strategies must start with ar (the reference the others are compared with)");
     return run_bench(*args);

@@ -13,6 +13,7 @@
 #include "fafo/step_trace_json.h"
 #include "fafo/sampler.h"
 #include "fafo/utf8_stream.h"
+#include "decoding_flags.h"
 #include "loaded_model.h"
 
 namespace fafo::cli {
@@ -33,6 +34,7 @@ struct RunArgs {
   bool ignore_eos = false;
   std::string strategy = "ar";
   DecodingOptions decoding;
+  KvPolicyOptions kv;
   std::string trace_path;
 };
 
@@ -52,6 +54,7 @@ int run_generate(RunArgs& args) {
   Sampler check_options(args.sampling);  // reject bad options before loading anything
   args.decoding.strategy = parse_strategy(args.strategy);
   args.decoding.validate();
+  args.kv.validate();
   std::ofstream trace_file;
   if (!args.trace_path.empty()) {
     trace_file.open(args.trace_path, std::ios::trunc);
@@ -77,6 +80,7 @@ int run_generate(RunArgs& args) {
   options.sampling = args.sampling;
   options.stop_at_end_of_generation = !args.ignore_eos;
   options.decoding = args.decoding;
+  options.kv = args.kv;
   if (trace_file.is_open())
     options.on_step = [&](const StepTrace& t) { trace_file << step_trace_to_json(t).dump() << '\n'; };
   Utf8Stream stream;
@@ -116,7 +120,9 @@ int run_generate(RunArgs& args) {
                  {"hit_rate", r.pool_lookups ? static_cast<double>(r.pool_hits) / static_cast<double>(r.pool_lookups) : 0.0}};
     if (args.decoding.strategy != Strategy::Ar)
       j["params"] = {{"window", args.decoding.window}, {"ngram", args.decoding.ngram}, {"guesses", args.decoding.guesses},
-                     {"lookback", args.decoding.lookback}, {"sinks", args.decoding.sinks}, {"recent", args.decoding.recent}};
+                     {"lookback", args.decoding.lookback}};
+    if (args.decoding.strategy == Strategy::Fafo)
+      j["kv"] = {{"policy", args.kv.name}, {"budget", args.kv.budget}, {"swaps", m.model->kv_swaps()}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fputs(stream.flush().c_str(), stdout);
@@ -156,18 +162,10 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--strategy", args->strategy,
                   "Decoding strategy: ar (plain), jacobi, lookahead, fafo; all emit the same tokens as ar")
       ->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
-  cmd->add_option("--window", args->decoding.window, "W: 2D-window columns (jacobi: guesses per step)")->capture_default_str();
-  cmd->add_option("--ngram", args->decoding.ngram, "N: n-gram size (window rows = N-1, candidate length = N-1)")
-      ->capture_default_str();
-  cmd->add_option("--guesses", args->decoding.guesses, "G: candidates verified per step and kept per pool key")
-      ->capture_default_str();
-  cmd->add_option("--lookback", args->decoding.lookback, "k: longest context key FAFO caches candidates under")
-      ->capture_default_str();
-  cmd->add_option("--sinks", args->decoding.sinks, "FAFO fumble rows see the first S committed tokens ...")->capture_default_str();
-  cmd->add_option("--recent", args->decoding.recent, "... and the most recent L (StreamingLLM)")->capture_default_str();
-  cmd->add_flag("--pool-from-prompt", args->decoding.pool_from_prompt, "Seed the candidate pool with the prompt's n-grams");
+  add_decoding_flags(cmd, args->decoding, args->kv);
   cmd->footer(
-      "Multi-token decoding: the defaults (W=8, N=5, G=8, k=4, sinks 4, recent 64) were tuned on stories260K over\n"
+      "Multi-token decoding: the defaults (W=8, N=5, G=8, k=4; FAFO region: stream, 4 sinks + 64 recent) were tuned\n"
+      "on stories260K over\n"
       "MT-Bench prompts: tau 1.65 tokens per step at 64 tokens per step; larger windows raise tau (W=16, N=7, G=16:\n"
       "tau 1.91) at three times the step size. On the CPU backend a step costs about T times a one-token step,\n"
       "so multi-token strategies are slower there; they pay off where a step is memory-bound (GPUs).");

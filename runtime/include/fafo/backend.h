@@ -55,6 +55,16 @@ struct RopeParams {
   std::vector<float> freq_factors;  // optional per-pair divisor (Llama 3.1 "rope_freqs")
 };
 
+// How a step sees the committed KV entries (see fafo/kv_layout.h): FULL rows visit
+// `full_order` (physical slots in logical order; empty = slots 0..n_past-1), and
+// COMPRESSED rows visit only the region, physical slots [0, region_count), except in
+// the first `dense_layers` layers, where they read everything like FULL rows.
+struct KvView {
+  const std::vector<int32_t>* full_order = nullptr;
+  int32_t region_count = 0;
+  int32_t dense_layers = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -74,7 +84,8 @@ class Backend {
 
   // --- a step -----------------------------------------------------------------------
   // Starts a step over `batch`; activations used in it get batch.size() rows.
-  virtual void begin_step(const StepBatch& batch) = 0;
+  // `kv` says where the committed entries are (see KvView).
+  virtual void begin_step(const StepBatch& batch, const KvView& kv) = 0;
   // out[i] = table row batch.tokens()[i], dequantized.
   virtual void embed(const Weight& table, Activation& out) = 0;
   // out = x / rms(x) * gain, per row.
@@ -87,6 +98,14 @@ class Backend {
   virtual void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) = 0;
   // Writes this step's k and v rows into layer `layer`'s cache at slots n_past + i.
   virtual void store_kv(int32_t layer, const Activation& k, const Activation& v) = 0;
+  // Exchanges the KV entries of two physical slots in every layer (region <-> rest).
+  virtual void swap_kv(const std::vector<std::pair<int32_t, int32_t>>& pairs) = 0;
+  // Keys of `count` physical slots starting at `first` in one layer (count x kv_dim).
+  virtual std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) = 0;
+  // Batch rows whose queries (after RoPE) the next steps keep, per layer, for the
+  // compression policy; captured_queries(layer) returns them (rows x q_dim).
+  virtual void set_query_capture(const std::vector<int32_t>& rows) = 0;
+  virtual std::vector<float> captured_queries(int32_t layer) = 0;
   // Copies KV entries between slots in every layer (src -> dst, applied in order).
   // Used when a step's accepted tokens were not laid out at their final slots.
   virtual void move_kv(const std::vector<std::pair<int32_t, int32_t>>& moves) = 0;

@@ -25,8 +25,7 @@ struct DecodingOptions {
   int32_t ngram = 5;      // N: n-gram size; the window has N-1 rows; candidates have N-1 tokens
   int32_t guesses = 8;    // G: candidates verified per step (and n-grams kept per pool key)
   int32_t lookback = 4;   // k: longest key (tokens of context) a FAFO candidate is cached under
-  int32_t sinks = 4;      // FAFO fumble rows attend the first `sinks` committed tokens ...
-  int32_t recent = 64;    // ... and the last `recent` (StreamingLLM)
+  // (FAFO's fumble rows attend the compressed region; its policy is GenerationOptions::kv.)
   bool pool_from_prompt = false;  // seed the candidate pool with the prompt's n-grams
   uint64_t seed = 0xFAF0;         // window initialisation from prompt tokens
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fafo/decoding.h"
+#include "fafo/kv_policy.h"
 #include "fafo/model.h"
 #include "fafo/sampler.h"
 #include "fafo/tokenizer.h"
@@ -25,6 +26,7 @@ struct GenerationOptions {
   // already holds (multi-turn chat: only the new tokens are prefilled).
   bool keep_context = false;
   DecodingOptions decoding;      // strategy (ar, jacobi, lookahead, fafo) and its parameters
+  KvPolicyOptions kv;            // fafo: the compression policy of the fumble rows' region
   StepCallback on_step;          // receives a StepTrace after every step (may be empty)
 };
 

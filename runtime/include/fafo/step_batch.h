@@ -2,8 +2,8 @@
 // multi-token steps are all expressed as a StepBatch of T tokens.
 //
 // Token i of the batch has a RoPE position, sees a view of the committed KV prefix
-// (FULL: every committed entry; COMPRESSED: only the entries listed in
-// compressed_slots(), e.g. sinks + recent for FAFO's fumble rows), and sees the
+// (FULL: every committed entry; COMPRESSED: only the compressed region the model's
+// KV policy keeps, see fafo/kv_layout.h; FAFO's fumble rows use it), and sees the
 // batch tokens j <= i whose bit is set in its row of the in-step mask. Its key and value
 // are written to KV slot `n_past + i` for the duration of the step; committing the step
 // (Model::commit) makes the first n of them part of the cache.
@@ -38,9 +38,6 @@ class StepBatch {
     return (mask_[static_cast<size_t>(i) * words_per_row() + static_cast<size_t>(j) / 64] >> (j % 64)) & 1u;
   }
   PrefixView prefix(int32_t i) const { return prefixes_[static_cast<size_t>(i)]; }
-  // Committed KV slots (each < n_past) that COMPRESSED rows attend, in increasing order.
-  const std::vector<int32_t>& compressed_slots() const { return compressed_slots_; }
-  void set_compressed_slots(std::vector<int32_t> slots);
   // Rows whose logits the step returns, in increasing order.
   const std::vector<int32_t>& logit_rows() const { return logit_rows_; }
   // Committed KV entries every token sees (the cache length before the step).
@@ -55,7 +52,6 @@ class StepBatch {
   std::vector<int32_t> tokens_;
   std::vector<int32_t> positions_;
   std::vector<PrefixView> prefixes_;
-  std::vector<int32_t> compressed_slots_;
   std::vector<uint64_t> mask_;  // T rows of kMaxTokens bits
   std::vector<int32_t> logit_rows_;
   int32_t n_past_ = 0;

@@ -31,7 +31,6 @@ void DecodingOptions::validate() const {
   check(ngram >= 2 && ngram <= 16, "--ngram must be in 2..16");
   check(guesses >= 0 && guesses <= 64, "--guesses must be in 0..64");
   check(lookback >= 1 && lookback <= 16, "--lookback must be in 1..16");
-  check(sinks >= 0 && recent >= 1, "--sinks must be >= 0 and --recent >= 1");
 }
 
 }  // namespace fafo

@@ -64,7 +64,7 @@ class StrategyState {
   const LookaheadWindow* window() const { return window_ ? &*window_ : nullptr; }
 
   // Lays out the step for `input` after the committed `history` (history ends with input).
-  void build(StepLayout& layout, const std::vector<int32_t>& history, int32_t n_past, StepTrace& trace) {
+  void build(StepLayout& layout, const std::vector<int32_t>& history, StepTrace& trace) {
     if (o_.strategy == Strategy::Jacobi) {
       layout.add_chain(guesses_);
       trace.candidates.push_back({guesses_, 0, 0, -1, -1, false});
@@ -83,17 +83,8 @@ class StrategyState {
         layout.add_chain(filler, /*padding=*/true);
         trace.candidates.push_back({filler, 0, 0, -1, -1, true});
       }
-      layout.set_compressed_slots(compressed_slots(n_past));
     }
     layout.add_window(*window_, o_.strategy == Strategy::Fafo ? PrefixView::Compressed : PrefixView::Full);
-  }
-
-  // StreamingLLM's view of the committed context: the first `sinks` and last `recent` entries.
-  std::vector<int32_t> compressed_slots(int32_t n_past) const {
-    std::vector<int32_t> slots;
-    for (int32_t s = 0; s < std::min(o_.sinks, n_past); ++s) slots.push_back(s);
-    for (int32_t s = std::max(std::min(o_.sinks, n_past), n_past - o_.recent); s < n_past; ++s) slots.push_back(s);
-    return slots;
   }
 
   // After verification: update guesses / window / pool. `emitted` tokens were kept.
@@ -163,8 +154,11 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   const int32_t n_vocab = model.config().n_vocab;
   const DecodingOptions& dec = options.decoding;
 
+  // FAFO's fumble rows read the region its policy keeps; other strategies need none.
+  model.set_kv_policy(dec.strategy == Strategy::Fafo ? make_kv_policy(options.kv) : nullptr);
   auto t0 = Clock::now();
   std::vector<float> logits = prefill(model, prompt, options.prefill_chunk);
+  model.end_prefill();
   auto t1 = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   if (options.n_predict == 0) return result;
@@ -228,7 +222,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
 
     auto tb = Clock::now();
     StepLayout layout(model.n_past(), input);
-    state.build(layout, history, model.n_past(), trace);
+    state.build(layout, history, trace);
     bool full_step = true;
     if (layout.size() > 1 && model.n_past() + layout.size() > model.n_ctx()) {
       layout = StepLayout(model.n_past(), input);  // near the end of the context: a plain step fits

@@ -31,7 +31,6 @@ class StepLayout {
   int32_t add_chain(const std::vector<int32_t>& tokens, bool padding = false);
   // Adds the window; window_output_rows()[c] is the row predicting column c's next guess.
   void add_window(const LookaheadWindow& window, PrefixView view);
-  void set_compressed_slots(std::vector<int32_t> slots) { batch_.set_compressed_slots(std::move(slots)); }
 
   StepBatch& batch() { return batch_; }
   const std::vector<ChainRows>& chains() const { return chains_; }

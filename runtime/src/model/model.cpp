@@ -137,11 +137,22 @@ std::vector<float> Model::forward(StepBatch& batch) {
     throw std::length_error("the context is full: " + std::to_string(n_past_) + " + " + std::to_string(batch.size()) +
                             " tokens exceed the context length " + std::to_string(n_ctx_));
   batch.set_n_past(n_past_);
-  if (!batch.compressed_slots().empty() && batch.compressed_slots().back() >= n_past_)
-    throw std::out_of_range("forward: a compressed slot is beyond the committed context");
+  KvView view;
+  view.full_order = layout_.is_identity() ? nullptr : &layout_.full_order();
+  view.region_count = layout_.region_count();
+  view.dense_layers = policy_ ? policy_->dense_layers() : 0;
+  if (policy_) {
+    // The policy may look at the queries of the first row (the newest token) and of
+    // the last rows (a prompt's observation window).
+    std::vector<int32_t> rows = {0};
+    for (int32_t r = std::max(1, batch.size() - 32); r < batch.size(); ++r) rows.push_back(r);
+    be.set_query_capture(rows);
+  } else {
+    be.set_query_capture({});
+  }
 
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  be.begin_step(batch);
+  be.begin_step(batch, view);
   be.embed(w.token_embd, b.x);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
@@ -182,6 +193,65 @@ void Model::commit(int32_t n) {
   if (n < 0 || n > last_step_size_) throw std::invalid_argument("commit: more tokens than the last step had");
   n_past_ += n;
   last_step_size_ = 0;
+  layout_.append(n);
+  after_commit();
+}
+
+// Lets a policy look at committed keys (by logical index) and the captured queries.
+class Model::Inspector final : public KvInspector {
+ public:
+  explicit Inspector(Model& m) : m_(m) {}
+  int32_t n_layer() const override { return m_.config_.n_layer; }
+  int32_t n_head() const override { return m_.config_.n_head; }
+  int32_t n_head_kv() const override { return m_.config_.n_head_kv; }
+  int32_t head_dim() const override { return m_.config_.head_dim; }
+  std::vector<float> keys(int32_t layer, int32_t first, int32_t count) const override {
+    return m_.committed_keys(layer, first, count);
+  }
+  std::vector<float> captured_queries(int32_t layer) const override { return m_.backend_->captured_queries(layer); }
+
+ private:
+  Model& m_;
+};
+
+void Model::apply_swaps(const std::vector<std::pair<int32_t, int32_t>>& swaps) {
+  if (swaps.empty()) return;
+  backend_->swap_kv(swaps);
+  kv_swaps_ += static_cast<int64_t>(swaps.size());
+}
+
+void Model::after_commit() {
+  ++steps_;
+  if (!policy_) return;
+  Inspector inspector(*this);
+  const KvPolicyEvent event{KvPolicyEvent::Committed, n_past_, prompt_end_, steps_};
+  if (auto chosen = policy_->choose(event, inspector)) apply_swaps(layout_.select(*chosen));
+}
+
+void Model::end_prefill() {
+  prompt_end_ = n_past_;
+  if (!policy_) return;
+  Inspector inspector(*this);
+  const KvPolicyEvent event{KvPolicyEvent::Prefilled, n_past_, prompt_end_, steps_};
+  if (auto chosen = policy_->choose(event, inspector)) apply_swaps(layout_.select(*chosen));
+}
+
+void Model::set_kv_policy(std::unique_ptr<KvPolicy> policy) {
+  apply_swaps(layout_.truncate(n_past_));  // back to logical order
+  policy_ = std::move(policy);
+  const int32_t budget = policy_ ? std::min(policy_->budget(), n_ctx_) : 0;
+  KvLayout fresh(budget);
+  fresh.append(n_past_);
+  layout_ = fresh;
+  if (policy_ && n_past_ > 0) end_prefill();
+}
+
+std::vector<float> Model::committed_keys(int32_t layer, int32_t first, int32_t count) {
+  if (layer < 0 || layer >= config_.n_layer || first < 0 || count < 0 || first + count > n_past_)
+    throw std::out_of_range("committed_keys: outside the committed context");
+  std::vector<int32_t> slots;
+  for (int32_t l = first; l < first + count; ++l) slots.push_back(layout_.physical_of(l));
+  return backend_->read_keys(layer, slots);
 }
 
 void Model::commit_rows(const std::vector<int32_t>& rows) {
@@ -195,11 +265,16 @@ void Model::commit_rows(const std::vector<int32_t>& rows) {
   if (!moves.empty()) backend_->move_kv(moves);
   n_past_ += static_cast<int32_t>(rows.size());
   last_step_size_ = 0;
+  layout_.append(static_cast<int32_t>(rows.size()));
+  after_commit();
 }
 
 void Model::truncate(int32_t n) {
   if (n < 0 || n > n_past_) throw std::invalid_argument("truncate: beyond the committed context");
+  apply_swaps(layout_.truncate(n));
   n_past_ = n;
+  if (prompt_end_ > n) prompt_end_ = n;
+  if (n == 0) steps_ = 0;
 }
 
 }  // namespace fafo

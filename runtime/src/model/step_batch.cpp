@@ -37,12 +37,4 @@ int32_t StepBatch::add(int32_t token, int32_t pos, const std::vector<int32_t>& s
   return index;
 }
 
-void StepBatch::set_compressed_slots(std::vector<int32_t> slots) {
-  std::sort(slots.begin(), slots.end());
-  if (std::adjacent_find(slots.begin(), slots.end()) != slots.end())
-    throw std::invalid_argument("StepBatch: duplicate compressed slot");
-  if (!slots.empty() && slots.front() < 0) throw std::out_of_range("StepBatch: negative compressed slot");
-  compressed_slots_ = std::move(slots);
-}
-
 }  // namespace fafo

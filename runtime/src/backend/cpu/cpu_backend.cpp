@@ -67,8 +67,9 @@ class CpuBackend final : public Backend {
   }
   int32_t kv_capacity() const override { return kv_ctx_; }
 
-  void begin_step(const StepBatch& batch) override {
+  void begin_step(const StepBatch& batch, const KvView& kv) override {
     gathered_rows_.clear();
+    kv_view_ = kv;
     if (batch.n_past() + batch.size() > kv_ctx_)
       throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
                               " but the cache holds " + std::to_string(kv_ctx_));
@@ -133,6 +134,30 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void swap_kv(const std::vector<std::pair<int32_t, int32_t>>& pairs) override {
+    const size_t n = static_cast<size_t>(kv_dim_);
+    for (const auto& [a, b] : pairs) {
+      if (a < 0 || b < 0 || a >= kv_ctx_ || b >= kv_ctx_) throw std::out_of_range("swap_kv: slot outside the cache");
+      for (size_t l = 0; l < keys_.size(); ++l) {
+        std::swap_ranges(&keys_[l][static_cast<size_t>(a) * n], &keys_[l][static_cast<size_t>(a) * n] + n, &keys_[l][static_cast<size_t>(b) * n]);
+        std::swap_ranges(&values_[l][static_cast<size_t>(a) * n], &values_[l][static_cast<size_t>(a) * n] + n, &values_[l][static_cast<size_t>(b) * n]);
+      }
+    }
+  }
+
+  std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) override {
+    const size_t n = static_cast<size_t>(kv_dim_);
+    std::vector<float> out(slots.size() * n);
+    for (size_t k = 0; k < slots.size(); ++k)
+      std::memcpy(&out[k * n], &keys_.at(static_cast<size_t>(layer))[static_cast<size_t>(slots[k]) * n], n * sizeof(float));
+    return out;
+  }
+
+  void set_query_capture(const std::vector<int32_t>& rows) override { capture_rows_ = rows; }
+  std::vector<float> captured_queries(int32_t layer) override {
+    return layer < static_cast<int32_t>(captured_.size()) ? captured_[static_cast<size_t>(layer)] : std::vector<float>{};
+  }
+
   void move_kv(const std::vector<std::pair<int32_t, int32_t>>& moves) override {
     const size_t n = static_cast<size_t>(kv_dim_);
     for (const auto& [src, dst] : moves) {
@@ -148,15 +173,32 @@ class CpuBackend final : public Backend {
     const int32_t T = batch_->size();
     const int32_t n_past = batch_->n_past();
     const int32_t group = s.n_head / s.n_head_kv;
-    // Slots each batch token attends: its view of the committed prefix, then its visible batch tokens.
+    // Keep the queries the compression policy asked for.
+    if (!capture_rows_.empty()) {
+      if (captured_.size() <= static_cast<size_t>(layer)) captured_.resize(static_cast<size_t>(layer) + 1);
+      auto& dst = captured_[static_cast<size_t>(layer)];
+      dst.clear();
+      for (int32_t r : capture_rows_)
+        if (r < T) dst.insert(dst.end(), row(q, r), row(q, r) + q.cols);
+    }
+    // Slots each batch token attends: its view of the committed prefix (FULL: every
+    // entry in logical order; COMPRESSED: the region), then its visible batch tokens.
+    const bool dense_layer = layer < kv_view_.dense_layers;
+    std::vector<int32_t> full;
+    if (kv_view_.full_order) {
+      full.assign(kv_view_.full_order->begin(), kv_view_.full_order->begin() + n_past);
+    } else {
+      full.resize(static_cast<size_t>(n_past));
+      for (int32_t j = 0; j < n_past; ++j) full[static_cast<size_t>(j)] = j;
+    }
     std::vector<std::vector<int32_t>> slots(static_cast<size_t>(T));
     for (int32_t i = 0; i < T; ++i) {
       auto& list = slots[static_cast<size_t>(i)];
       list.reserve(static_cast<size_t>(n_past + i + 1));
-      if (batch_->prefix(i) == PrefixView::Full) {
-        for (int32_t j = 0; j < n_past; ++j) list.push_back(j);
+      if (batch_->prefix(i) == PrefixView::Full || dense_layer) {
+        list = full;
       } else {
-        list = batch_->compressed_slots();
+        for (int32_t j = 0; j < std::min(kv_view_.region_count, n_past); ++j) list.push_back(j);
       }
       for (int32_t j = 0; j <= i; ++j)
         if (batch_->sees(i, j)) list.push_back(n_past + j);
@@ -226,6 +268,9 @@ class CpuBackend final : public Backend {
   int32_t kv_ctx_ = 0;
   int32_t kv_dim_ = 0;
   const StepBatch* batch_ = nullptr;
+  KvView kv_view_;
+  std::vector<int32_t> capture_rows_;
+  std::vector<std::vector<float>> captured_;
 };
 
 }  // namespace

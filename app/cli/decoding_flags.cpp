@@ -1,0 +1,19 @@
+#include "decoding_flags.h"
+
+namespace fafo::cli {
+
+void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) {
+  cmd->add_option("--window", d.window, "W: 2D-window columns (jacobi: guesses per step)")->capture_default_str();
+  cmd->add_option("--ngram", d.ngram, "N: n-gram size (window rows = N-1, candidate length = N-1)")->capture_default_str();
+  cmd->add_option("--guesses", d.guesses, "G: candidates verified per step and kept per pool key")->capture_default_str();
+  cmd->add_option("--lookback", d.lookback, "k: longest context key FAFO caches candidates under")->capture_default_str();
+  cmd->add_flag("--pool-from-prompt", d.pool_from_prompt, "Seed the candidate pool with the prompt's n-grams");
+  cmd->add_option("--kv-policy", kv.name, "FAFO: what the fumble rows' region keeps: stream, quest, snapkv, chunks")
+      ->capture_default_str()->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks"}));
+  cmd->add_option("--kv-budget", kv.budget, "FAFO: region size in KV entries")->capture_default_str();
+  cmd->add_option("--sinks", kv.sinks, "stream: first entries always in the region")->capture_default_str();
+  cmd->add_option("--recent", kv.recent, "quest/snapkv/chunks: most recent entries always in the region")->capture_default_str();
+  cmd->add_option("--update-interval", kv.update_interval, "quest: steps between page re-selections")->capture_default_str();
+}
+
+}  // namespace fafo::cli

@@ -1,0 +1,74 @@
+// KV compression policies: which committed entries the fixed region holds for
+// FAFO's fumble rows (COMPRESSED prefix view). One interface, one class per policy:
+//   stream  StreamingLLM: the first `sinks` entries and the most recent ones
+//   quest   Quest: 16-token pages with per-page elementwise min/max keys; the pages
+//           with the largest upper bound of q.k for the newest query, refreshed every
+//           `update_interval` steps; the first `dense_layers` layers stay dense
+//   snapkv  SnapKV: after prefill the last `window` prompt queries score the prompt's
+//           keys (softmax attention, summed over heads and layers, pooled with kernel
+//           5); the best prompt tokens are kept, plus the most recent tokens
+//   chunks  8-token chunks of the prompt scored once after prefill in the same way;
+//           the best chunks are kept, plus the most recent tokens
+// The region holds `budget` entries. A policy only chooses; KvLayout moves entries.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fafo {
+
+struct KvPolicyOptions {
+  std::string name = "stream";  // stream, quest, snapkv, chunks
+  int32_t budget = 68;          // region entries (--kv-budget)
+  int32_t sinks = 4;            // stream: first entries always kept (at most budget)
+  int32_t recent = 32;          // snapkv / chunks / quest: most recent entries always kept (at most budget)
+  int32_t update_interval = 4;  // quest: steps between re-selections (--update-interval)
+  int32_t dense_layers = 2;     // quest: layers whose COMPRESSED rows read everything
+  int32_t page = 16;            // quest page size
+  int32_t chunk = 8;            // chunks: chunk size
+  int32_t window = 16;          // snapkv / chunks: observation window (last prompt queries)
+  int32_t pool_kernel = 5;      // snapkv: pooling kernel
+  void validate() const;        // throws std::invalid_argument
+};
+
+// What a policy can look at when it chooses.
+class KvInspector {
+ public:
+  virtual ~KvInspector() = default;
+  virtual int32_t n_layer() const = 0;
+  virtual int32_t n_head() const = 0;
+  virtual int32_t n_head_kv() const = 0;
+  virtual int32_t head_dim() const = 0;
+  // Keys (after RoPE) of a layer's committed entries, by logical index, n x kv_dim.
+  virtual std::vector<float> keys(int32_t layer, int32_t first, int32_t count) const = 0;
+  // Queries (after RoPE) of the rows captured in the last step, rows x (n_head*head_dim).
+  virtual std::vector<float> captured_queries(int32_t layer) const = 0;
+};
+
+struct KvPolicyEvent {
+  enum Kind { Prefilled, Committed } kind = Committed;
+  int32_t n_past = 0;       // committed entries after the event
+  int32_t prompt_end = 0;   // entries that belong to the prompt
+  int64_t step = 0;         // decoding steps so far
+};
+
+class KvPolicy {
+ public:
+  virtual ~KvPolicy() = default;
+  virtual std::string name() const = 0;
+  virtual int32_t budget() const = 0;
+  // Layers whose COMPRESSED rows read everything.
+  virtual int32_t dense_layers() const { return 0; }
+  // Rows of the next step whose queries the policy wants captured (batch indices).
+  virtual std::vector<int32_t> wanted_query_rows(const KvPolicyEvent& next_step) const { return {}; }
+  // The logical entries the region should hold now (at most budget), or nullopt to
+  // keep the current choice.
+  virtual std::optional<std::vector<int32_t>> choose(const KvPolicyEvent& event, const KvInspector& kv) = 0;
+};
+
+std::unique_ptr<KvPolicy> make_kv_policy(const KvPolicyOptions& options);
+
+}  // namespace fafo
