@@ -20,6 +20,7 @@
 #include "commands.h"
 #include "fafo/decoding.h"
 #include "fafo/generator.h"
+#include "attention_bench.h"
 #include "decoding_flags.h"
 #include "loaded_model.h"
 
@@ -42,6 +43,8 @@ struct BenchArgs {
   DecodingOptions decoding;
   KvPolicyOptions kv;
   bool json = false;
+  bool attention = false;
+  AttentionBenchOptions attention_options;
 };
 
 struct Stats {
@@ -82,6 +85,11 @@ std::vector<std::string> read_prompts(const std::string& path, int32_t limit) {
 }
 
 int run_bench(const BenchArgs& args) {
+  if (args.attention) {
+    const auto j = run_attention_bench(args.model, args.backend, args.attention_options);
+    if (args.json) std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
   LoadedModel m = load_model(args.model, args.backend, args.n_ctx);
   Model& model = *m.model;
   const ModelConfig& c = model.config();
@@ -225,10 +233,19 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--strategies", args->strategies, "Strategies to compare (ar first: it is the reference)")
       ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
   add_decoding_flags(cmd, args->decoding, args->kv);
+  cmd->add_flag("--attention", args->attention,
+                "Instead: attention cost of COMPRESSED rows vs context length, with and without the region, and swap cost");
+  cmd->add_option("--contexts", args->attention_options.contexts, "--attention: context lengths")->delimiter(',')->capture_default_str();
+  cmd->add_option("--rows", args->attention_options.rows, "--attention: COMPRESSED rows per step")->capture_default_str()
+      ->check(CLI::Range(1, 512));
   cmd->add_flag("--json", args->json, "Also print the results as JSON");
   return [args] {
     args->decoding.validate();
     args->kv.validate();
+    args->attention_options.budget = args->kv.budget;
+    args->attention_options.repetitions = args->repetitions;
+    for (int32_t n : args->attention_options.contexts)
+      if (n < 1 || n > (1 << 22)) throw std::runtime_error("--contexts must be in 1..4194304");
     if (!args->strategies.empty() && args->strategies.front() != "ar" && !args->prompts_file.empty())
       throw std::runtime_error("--strategies must start with ar (the reference the others are compared with)");
     return run_bench(*args);

@@ -98,6 +98,9 @@ class Backend {
   virtual void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) = 0;
   // Writes this step's k and v rows into layer `layer`'s cache at slots n_past + i.
   virtual void store_kv(int32_t layer, const Activation& k, const Activation& v) = 0;
+  // Writes `count` entries into one layer's cache at physical slots first.. (count x
+  // kv_dim floats each); used by benchmarks and tests to set up long contexts.
+  virtual void write_kv(int32_t layer, int32_t first, int32_t count, const float* keys, const float* values) = 0;
   // Exchanges the KV entries of two physical slots in every layer (region <-> rest).
   virtual void swap_kv(const std::vector<std::pair<int32_t, int32_t>>& pairs) = 0;
   // Keys of `count` physical slots starting at `first` in one layer (count x kv_dim).

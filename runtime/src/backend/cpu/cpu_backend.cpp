@@ -134,6 +134,14 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void write_kv(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) override {
+    if (layer < 0 || layer >= static_cast<int32_t>(keys_.size()) || first < 0 || count < 0 || first + count > kv_ctx_)
+      throw std::out_of_range("write_kv: outside the cache");
+    const size_t n = static_cast<size_t>(count) * static_cast<size_t>(kv_dim_), at = static_cast<size_t>(first) * static_cast<size_t>(kv_dim_);
+    std::memcpy(&keys_[static_cast<size_t>(layer)][at], k, n * sizeof(float));
+    std::memcpy(&values_[static_cast<size_t>(layer)][at], v, n * sizeof(float));
+  }
+
   void swap_kv(const std::vector<std::pair<int32_t, int32_t>>& pairs) override {
     const size_t n = static_cast<size_t>(kv_dim_);
     for (const auto& [a, b] : pairs) {
@@ -205,18 +213,48 @@ class CpuBackend final : public Backend {
     }
     const float* K = keys_[static_cast<size_t>(layer)].data();
     const float* V = values_[static_cast<size_t>(layer)].data();
-    const int64_t task_cost = static_cast<int64_t>(n_past + T) * s.head_dim * 2;
-    pool_.parallel_for(static_cast<int64_t>(T) * s.n_head, grain_for(task_cost), [&](int64_t b, int64_t e, int) {
-      std::vector<float> scratch(static_cast<size_t>(n_past + T));
-      for (int64_t task = b; task < e; ++task) {
-        const int32_t i = static_cast<int32_t>(task / s.n_head);
-        const int32_t h = static_cast<int32_t>(task % s.n_head);
-        const auto& list = slots[static_cast<size_t>(i)];
-        cpu::attend_head(row(q, i) + h * s.head_dim, K, V, kv_dim_, static_cast<int64_t>(h / group) * s.head_dim,
-                         list.data(), static_cast<int32_t>(list.size()), s.head_dim, s.scale, scratch.data(),
-                         row(out, i) + h * s.head_dim);
+    // Work items: (row, head, part of the row's keys). Long rows are split into parts of
+    // kKeysPerPart keys that run in parallel and are combined exactly afterwards, so a
+    // single long row does not serialize the step. The split depends only on the row's
+    // key count, so a token gets the same arithmetic in any batch.
+    constexpr int32_t kKeysPerPart = 2048;
+    struct Item {
+      int32_t row, head, first, count, part;
+    };
+    std::vector<Item> items;
+    std::vector<int32_t> first_part(static_cast<size_t>(T) * static_cast<size_t>(s.n_head));
+    int32_t n_parts_total = 0;
+    for (int32_t i = 0; i < T; ++i) {
+      const int32_t n_keys = static_cast<int32_t>(slots[static_cast<size_t>(i)].size());
+      for (int32_t h = 0; h < s.n_head; ++h) {
+        first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h)] = n_parts_total;
+        for (int32_t first = 0; first < n_keys; first += kKeysPerPart)  // n_keys >= 1: a token sees itself
+          items.push_back({i, h, first, std::min(kKeysPerPart, n_keys - first), n_parts_total++});
+      }
+    }
+    std::vector<cpu::AttentionPart> parts(static_cast<size_t>(n_parts_total));
+    std::vector<float> accs(static_cast<size_t>(n_parts_total) * static_cast<size_t>(s.head_dim));
+    const int64_t item_cost = static_cast<int64_t>(std::min(n_past + T, kKeysPerPart)) * s.head_dim * 2;
+    pool_.parallel_for(static_cast<int64_t>(items.size()), grain_for(item_cost), [&](int64_t b, int64_t e, int) {
+      std::vector<float> scratch(static_cast<size_t>(kKeysPerPart));
+      for (int64_t k = b; k < e; ++k) {
+        const Item& it = items[static_cast<size_t>(k)];
+        const auto& list = slots[static_cast<size_t>(it.row)];
+        parts[static_cast<size_t>(it.part)] = cpu::attend_head_part(
+            row(q, it.row) + it.head * s.head_dim, K, V, kv_dim_, static_cast<int64_t>(it.head / group) * s.head_dim,
+            list.data() + it.first, it.count, s.head_dim, s.scale, scratch.data(),
+            accs.data() + static_cast<size_t>(it.part) * static_cast<size_t>(s.head_dim));
       }
     });
+    for (int32_t i = 0; i < T; ++i)
+      for (int32_t h = 0; h < s.n_head; ++h) {
+        const int32_t p0 = first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h)];
+        const int32_t p1 = (h + 1 < s.n_head || i + 1 < T)
+                               ? first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h) + 1]
+                               : n_parts_total;
+        cpu::combine_parts(parts.data() + p0, accs.data() + static_cast<size_t>(p0) * static_cast<size_t>(s.head_dim), p1 - p0,
+                           s.head_dim, row(out, i) + h * s.head_dim);
+      }
   }
 
   void swiglu(const Activation& gate, const Activation& up, Activation& out) override {

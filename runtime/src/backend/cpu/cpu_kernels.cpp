@@ -41,25 +41,37 @@ void rope_head(float* head, int32_t pos, const RopeParams& p) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-void attend_head(const float* q, const float* keys, const float* values, int64_t stride, int64_t offset,
-                 const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch, float* out) {
-  float max_score = -INFINITY;
+AttentionPart attend_head_part(const float* q, const float* keys, const float* values, int64_t stride, int64_t offset,
+                               const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
+                               float* acc) {
+  AttentionPart part;
   for (int32_t j = 0; j < n_keys; ++j) {
     scratch[j] = dot(q, keys + slots[j] * stride + offset, head_dim) * scale;
-    max_score = std::max(max_score, scratch[j]);
+    part.max = std::max(part.max, scratch[j]);
   }
-  double total = 0.0;
+  std::fill(acc, acc + head_dim, 0.0f);
   for (int32_t j = 0; j < n_keys; ++j) {
-    scratch[j] = std::exp(scratch[j] - max_score);
-    total += scratch[j];
+    const float w = std::exp(scratch[j] - part.max);
+    part.sum += w;
+    const float* v = values + slots[j] * stride + offset;
+    for (int32_t d = 0; d < head_dim; ++d) acc[d] += w * v[d];
+  }
+  return part;
+}
+
+void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t head_dim, float* out) {
+  float max = -INFINITY;
+  for (int32_t p = 0; p < n_parts; ++p) max = std::max(max, parts[p].max);
+  double total = 0.0;
+  std::fill(out, out + head_dim, 0.0f);
+  for (int32_t p = 0; p < n_parts; ++p) {
+    if (parts[p].sum == 0.0) continue;
+    const float rescale = std::exp(parts[p].max - max);
+    total += parts[p].sum * rescale;
+    for (int32_t d = 0; d < head_dim; ++d) out[d] += accs[static_cast<size_t>(p) * static_cast<size_t>(head_dim) + static_cast<size_t>(d)] * rescale;
   }
   const float inv = total > 0.0 ? static_cast<float>(1.0 / total) : 0.0f;
-  std::fill(out, out + head_dim, 0.0f);
-  for (int32_t j = 0; j < n_keys; ++j) {
-    const float w = scratch[j] * inv;
-    const float* v = values + slots[j] * stride + offset;
-    for (int32_t d = 0; d < head_dim; ++d) out[d] += w * v[d];
-  }
+  for (int32_t d = 0; d < head_dim; ++d) out[d] *= inv;
 }
 
 }  // namespace fafo::cpu

@@ -2,6 +2,7 @@
 // The CPU backend calls them in parallel; tests compare every GPU kernel with them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "fafo/backend.h"
@@ -14,10 +15,20 @@ void rms_norm_row(const float* x, const float* gain, float eps, float* out, int6
 void rope_head(float* head, int32_t pos, const RopeParams& p);
 float silu(float x);
 
-// Attention of one query head over `n_keys` keys/values gathered by slot index.
-// keys/values: base of the layer's cache; stride: floats per slot (kv_dim); offset: the
-// head's first float inside a slot. scratch holds n_keys floats.
-void attend_head(const float* q, const float* keys, const float* values, int64_t stride, int64_t offset,
-                 const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch, float* out);
+// Attention of one query head over part of its keys (flash-decoding style): keys and
+// values are gathered by slot index from the layer's cache (stride: floats per slot,
+// offset: the head's first float in a slot). Writes the unnormalised sum of
+// exp(score - max) * value to `acc` and returns max and the sum of exp(score - max),
+// so parts computed by different threads combine exactly with combine_parts().
+// scratch holds n_keys floats.
+struct AttentionPart {
+  float max = -INFINITY;
+  double sum = 0.0;
+};
+AttentionPart attend_head_part(const float* q, const float* keys, const float* values, int64_t stride, int64_t offset,
+                               const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
+                               float* acc);
+// out = the softmax-weighted values of all parts (accs: n_parts x head_dim).
+void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t head_dim, float* out);
 
 }  // namespace fafo::cpu
