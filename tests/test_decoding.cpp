@@ -179,6 +179,8 @@ TEST(Decoding, TracesDescribeEveryStep) {
     EXPECT_EQ(back.accepted, t.accepted);
     EXPECT_EQ(back.window_after, t.window_after);
     EXPECT_EQ(back.candidates.size(), t.candidates.size());
+    EXPECT_EQ(back.kv_region, t.kv_region);
+    EXPECT_EQ(static_cast<int32_t>(t.kv_region.size()), std::min(68, t.n_past + static_cast<int32_t>(t.accepted.size())));
   }
   EXPECT_EQ(joined, r.ids);
   EXPECT_GT(traces.back().pool_ngrams, 0);

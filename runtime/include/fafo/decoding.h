@@ -65,6 +65,10 @@ struct StepTrace {
   int64_t pool_ngrams = 0;
   int64_t pool_lookups = 0;    // cumulative
   int64_t pool_hits = 0;       // cumulative lookups that returned at least one candidate
+  // FAFO's compressed KV region after the step: the logical entries it holds (in
+  // physical order) and how many entries were exchanged with the rest this step.
+  std::vector<int32_t> kv_region;
+  int64_t kv_swaps = 0;
   double build_ms = 0.0;
   double forward_ms = 0.0;
   double verify_ms = 0.0;

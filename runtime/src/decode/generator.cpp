@@ -237,6 +237,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     trace.forward_ms = ms_since(tf);
 
     auto tv = Clock::now();
+    const int64_t swaps_before = model.kv_swaps();
     const Verdict verdict = sampler.greedy() ? verify_greedy(layout) : verify_sampling(layout, sampler, accept_rng);
     const size_t kept = emit(verdict.tokens, stop);
     // The input and every kept token but the last are in the cache now.
@@ -265,6 +266,8 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
         trace.accepted_sources.push_back(src);
       }
       if (const LookaheadWindow* w = state.window()) trace.window_after = w->grid();
+      if (model.kv_policy()) trace.kv_region = model.kv_layout().region_entries();
+      trace.kv_swaps = model.kv_swaps() - swaps_before;
       trace.pool_keys = state.pool().key_count();
       trace.pool_ngrams = state.pool().ngram_count();
       trace.pool_lookups = state.pool().lookups();

@@ -28,6 +28,7 @@ json step_trace_to_json(const StepTrace& t) {
           {"candidates", candidates},
           {"accepted", t.accepted},
           {"accepted_sources", sources},
+          {"kv", {{"region", t.kv_region}, {"swaps", t.kv_swaps}}},
           {"pool", {{"keys", t.pool_keys}, {"ngrams", t.pool_ngrams}, {"lookups", t.pool_lookups}, {"hits", t.pool_hits}}},
           {"ms", {{"build", t.build_ms}, {"forward", t.forward_ms}, {"verify", t.verify_ms}}}};
 }
@@ -52,6 +53,10 @@ StepTrace step_trace_from_json(const json& j) {
     src.origin_step = s.at("origin_step").get<int32_t>();
     src.origin_column = s.at("origin_column").get<int32_t>();
     t.accepted_sources.push_back(src);
+  }
+  if (j.contains("kv")) {
+    t.kv_region = j.at("kv").at("region").get<std::vector<int32_t>>();
+    t.kv_swaps = j.at("kv").at("swaps").get<int64_t>();
   }
   const json& pool = j.at("pool");
   t.pool_keys = pool.at("keys").get<int64_t>();
