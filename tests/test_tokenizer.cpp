@@ -412,6 +412,7 @@ TEST(TokenizerEndOfGeneration, EndOfTurnTokensByName) {
   Vocab w = make_vocab({{"stop", 0}}, false);
   w.eos = -1;
   w.eot = id_of(tok, "<s>");  // any id: eot marks it
+  w.tokens[2] = "</eos>";  // "</s>" itself ends generation by name (llama.cpp's list)
   const Tokenizer t2(w);
   EXPECT_FALSE(t2.is_end_of_generation(2));
   EXPECT_TRUE(t2.is_end_of_generation(1));
@@ -420,7 +421,7 @@ TEST(TokenizerEndOfGeneration, EndOfTurnTokensByName) {
 TEST(TokenizerVocab, InconsistentVocabIsRejected) {
   Vocab v = make_vocab({{"a", 0}}, false);
   Vocab bad = v;
-  bad.model = "gpt2";
+  bad.model = "t5";  // Unigram: not supported
   EXPECT_THROW(Tokenizer{bad}, std::invalid_argument);
   bad = v;
   bad.scores.pop_back();
@@ -580,6 +581,56 @@ TEST_F(TokenizerGguf, SpecialIdsOutOfRange) {
                {"tokenizer.ggml.bos_token_id", "integer"});
   expect_error([](GgufWriter& g) { g.set_string("tokenizer.ggml.add_bos_token", "yes"); },
                {"tokenizer.ggml.add_bos_token", "bool"});
+}
+
+// ---------------------------------------------------------------- special tokens (SPM)
+
+TEST(TokenizerSpecial, Phi3ChatPromptDropsNewlinesAfterSpecialTokens) {
+  FAFO_REQUIRE_SHARED(path, "vocab/ggml-vocab-phi-3.gguf");
+  const Tokenizer tok = load_tokenizer(path);
+  EXPECT_EQ(tok.vocab().name, "Phi3");
+  const std::string prompt = "<|user|>\nHello<|end|>\n<|assistant|>";
+  // llama.cpp: Phi-3's special tokens strip the whitespace after them, and the text
+  // after a special token gets the SentencePiece space prefix.
+  EXPECT_EQ(tok.encode(prompt, true, true), (Ids{1, 32010, 15043, 32007, 32001}));
+  const Ids plain = tok.encode(prompt, true, false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 32010), 0);
+  EXPECT_EQ(tok.decode(tok.encode(prompt, false, false)), prompt);
+  EXPECT_EQ(tok.token_to_piece(32010), "");
+  EXPECT_EQ(tok.token_to_piece(32010, true), "<|user|>");
+  EXPECT_TRUE(tok.is_control(32007));
+}
+
+TEST(TokenizerSpecial, SpacePrefixAfterEverySpecialToken) {
+  FAFO_REQUIRE_SHARED(path, "models/stories260K.gguf");
+  const Tokenizer tok = load_tokenizer(path);
+  const Ids plain = tok.encode("Hello", false);
+  Ids expected = {1, 1};  // BOS, then "<s>" from the text
+  expected.insert(expected.end(), plain.begin(), plain.end());
+  expected.push_back(2);
+  const Ids world = tok.encode(" world", false);  // "▁▁world": the prefix and the text's space
+  expected.insert(expected.end(), world.begin(), world.end());
+  EXPECT_EQ(tok.encode("<s>Hello</s> world", true, true), expected);
+  EXPECT_EQ(tok.token_to_piece(1, true), "<s>");
+  // Without parsing, "<s>" is text.
+  EXPECT_EQ(tok.decode(tok.encode("<s>Hello</s>", false)), "<s>Hello</s>");
+}
+
+TEST(TokenizerSpecial, UserDefinedTokensAreAlwaysSingleTokens) {
+  Vocab v = make_vocab({{kSpace, -1}, {"a", -1}, {"b", -1}, {std::string(kSpace) + "a", -2},
+                        {std::string(kSpace) + "b", -2}, {"<tool>", 0}, {"<tool_call>", 0}},
+                       false);
+  v.kinds[static_cast<size_t>(v.size() - 2)] = TokenKind::UserDefined;
+  v.kinds[static_cast<size_t>(v.size() - 1)] = TokenKind::UserDefined;
+  const Tokenizer tok(v);
+  const int32_t sa = id_of(tok, std::string(kSpace) + "a"), sb = id_of(tok, std::string(kSpace) + "b");
+  const int32_t tool = id_of(tok, "<tool>"), tool_call = id_of(tok, "<tool_call>");
+  EXPECT_EQ(tok.encode("a<tool>b", false), (Ids{sa, tool, sb}));
+  EXPECT_EQ(tok.encode("a<tool_call>b<tool>", false, true), (Ids{sa, tool_call, sb, tool}));  // longest first
+  EXPECT_EQ(tok.decode(tok.encode("a<tool>b", false)), "a<tool> b");  // the prefix space shows
+  // Control tokens: only with parse_special.
+  EXPECT_EQ(tok.encode("<s>", false, true), (Ids{1}));
+  EXPECT_NE(tok.encode("<s>", false, false), (Ids{1}));
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
-// Token ids -> text: token_to_piece and decode, as llama.cpp's SPM detokenizer.
+// Token ids -> text: token_to_piece and decode, as llama.cpp's detokenizer.
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/unicode.h"
 
 namespace fafo {
 namespace {
@@ -40,25 +41,34 @@ std::string unescape_whitespace(std::string_view text) {
   return out;
 }
 
+// GPT-2's byte alphabet back to bytes. A character outside the alphabet (a hand-made
+// vocabulary) is kept as its UTF-8 text.
+std::string byte_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const detail::Utf8Char& c : detail::decode_utf8(text)) {
+    const int byte = c.length > 1 || c.cp < 0x80 ? detail::codepoint_to_byte(c.cp) : -1;
+    if (byte >= 0)
+      out += static_cast<char>(byte);
+    else
+      out.append(text.substr(c.offset, c.length));
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string Tokenizer::token_to_piece(int32_t id) const {
+std::string Tokenizer::token_to_piece(int32_t id, bool special) const {
   impl_->check_id(id);
   const std::string& text = impl_->vocab.tokens[static_cast<size_t>(id)];
-  switch (impl_->vocab.kinds[static_cast<size_t>(id)]) {
-    case TokenKind::Normal:
-      return unescape_whitespace(text);
-    case TokenKind::UserDefined:
-      return text;
-    case TokenKind::Byte: {
-      const int byte = parse_byte_token(text);
-      return byte < 0 ? std::string() : std::string(1, static_cast<char>(byte));
-    }
-    case TokenKind::Control:
-    case TokenKind::Unknown:
-    case TokenKind::Unused:
-    case TokenKind::Undefined:
-      return {};
+  // llama.cpp's order: control and unknown tokens print only when asked for, their text
+  // as is (as do user-defined tokens); then normal and byte tokens; anything else is "".
+  if (impl_->has(id, kAttrControl | kAttrUnknown)) return special ? text : std::string();
+  if (impl_->has(id, kAttrUserDefined)) return text;
+  if (impl_->has(id, kAttrNormal)) return impl_->bpe ? byte_decode(text) : unescape_whitespace(text);
+  if (impl_->has(id, kAttrByte)) {
+    const int byte = parse_byte_token(text);
+    return byte < 0 ? std::string() : std::string(1, static_cast<char>(byte));
   }
   return {};
 }

@@ -8,6 +8,7 @@
 
 #include "fafo/gguf.h"
 #include "fafo/tokenizer.h"
+#include "tokenizer/pretokenizer.h"
 
 namespace fafo {
 namespace {
@@ -81,6 +82,8 @@ Vocab Vocab::from_gguf(const GgufFile& file) {
   Vocab vocab;
   vocab.model = r.string("tokenizer.ggml.model", true);
   vocab.pre = r.string("tokenizer.ggml.pre", false);
+  if (const GgufValue* name = file.find("general.name"); name && name->type == GgufType::STRING)
+    vocab.name = name->as_string();  // informative only: any other type is ignored
 
   const GgufValue::Array* tokens = r.array("tokenizer.ggml.tokens");
   if (!tokens) r.fail("tokenizer.ggml.tokens", "missing");
@@ -134,16 +137,39 @@ Vocab Vocab::from_gguf(const GgufFile& file) {
     vocab.kinds.assign(n, TokenKind::Normal);
   }
 
+  if (const GgufValue::Array* merges = r.array("tokenizer.ggml.merges")) {
+    if (merges->elem_type != GgufType::STRING)
+      r.fail("tokenizer.ggml.merges",
+             "expected an array of strings, found an array of " + std::string(gguf_type_name(merges->elem_type)));
+    vocab.merges.reserve(merges->items.size());
+    for (size_t i = 0; i < merges->items.size(); ++i) {
+      const GgufValue& item = merges->items[i];
+      if (item.type != GgufType::STRING)
+        r.fail("tokenizer.ggml.merges", "entry " + std::to_string(i) + " is not a string");
+      vocab.merges.push_back(item.as_string());
+    }
+  } else if (vocab.model == "gpt2") {
+    r.fail("tokenizer.ggml.merges", "missing (a 'gpt2' byte-level BPE vocabulary needs its merges)");
+  }
+
   vocab.bos = r.special_id("tokenizer.ggml.bos_token_id", n);
   vocab.eos = r.special_id("tokenizer.ggml.eos_token_id", n);
   vocab.unk = r.special_id("tokenizer.ggml.unknown_token_id", n);
   vocab.pad = r.special_id("tokenizer.ggml.padding_token_id", n);
   vocab.eot = r.special_id("tokenizer.ggml.eot_token_id", n);
   vocab.eom = r.special_id("tokenizer.ggml.eom_token_id", n);
+  vocab.sep = r.special_id("tokenizer.ggml.seperator_token_id", n);  // llama.cpp's spelling
 
+  // llama.cpp's defaults: SPM adds BOS and a space prefix; BPE adds BOS only for the
+  // pre-tokenizers that ask for it (Llama 3, tekken).
+  // WordPiece: [CLS] first and [SEP] last (llama.cpp's WPM defaults).
   const bool spm = vocab.model == "llama";
-  vocab.add_bos = r.flag("tokenizer.ggml.add_bos_token", spm);
+  const bool wpm = vocab.model == "bert";
+  const bool bpe_bos = vocab.model == "gpt2" && detail::pre_tokenizer_spec(vocab.pre).add_bos;
+  if (wpm && vocab.bos < 0) vocab.bos = r.special_id("tokenizer.ggml.cls_token_id", n);
+  vocab.add_bos = r.flag("tokenizer.ggml.add_bos_token", spm || wpm || bpe_bos);
   vocab.add_eos = r.flag("tokenizer.ggml.add_eos_token", false);
+  vocab.add_sep = r.flag("tokenizer.ggml.add_sep_token", wpm);
   vocab.add_space_prefix = r.flag("tokenizer.ggml.add_space_prefix", spm);
   return vocab;
 }

@@ -1,6 +1,7 @@
 // VocabIndex: validation of a Vocab and its text -> id and byte -> id tables.
 #include "tokenizer/vocab_index.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -32,11 +33,13 @@ VocabIndex::VocabIndex(const Vocab& vocab) : vocab_(vocab) {
   check_special(vocab, vocab.pad, "padding");
   check_special(vocab, vocab.eot, "EOT");
   check_special(vocab, vocab.eom, "EOM");
+  check_special(vocab, vocab.sep, "separator");
 
   ids_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     if (vocab.tokens[i].empty()) continue;  // can never match a non-empty symbol
     ids_[vocab.tokens[i]] = static_cast<int32_t>(i);
+    max_token_length_ = std::max(max_token_length_, vocab.tokens[i].size());
   }
 
   static constexpr char kHex[] = "0123456789ABCDEF";

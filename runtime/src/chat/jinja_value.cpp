@@ -1,0 +1,712 @@
+#include "chat/jinja_value.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+namespace fafo::jinja {
+
+using Kind = ChatTemplateError::Kind;
+
+// ---- construction -----------------------------------------------------------------
+
+Value Value::undefined(std::string hint) { return Value(Data(UndefinedData{std::move(hint)})); }
+Value Value::none() { return Value(Data(NoneData{})); }
+Value Value::boolean(bool b) { return Value(Data(b)); }
+Value Value::integer(int64_t i) { return Value(Data(i)); }
+Value Value::number(double d) { return Value(Data(d)); }
+Value Value::string(std::string s) { return Value(Data(StringData{std::move(s), false})); }
+Value Value::markup(std::string s) { return Value(Data(StringData{std::move(s), true})); }
+
+Value Value::list(std::vector<Value> items) {
+  auto l = std::make_shared<ListObject>();
+  l->items = std::move(items);
+  return Value(Data(std::move(l)));
+}
+
+Value Value::tuple(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  v.as_list().is_tuple = true;
+  return v;
+}
+
+Value Value::dict() { return Value(Data(std::make_shared<DictObject>())); }
+
+Value Value::namespace_object() {
+  Value v = dict();
+  v.as_dict().is_namespace = true;
+  return v;
+}
+
+Value Value::function(std::string name, std::function<Value(CallArgs&)> body) {
+  return Value(Data(std::make_shared<Function>(Function{std::move(name), std::move(body)})));
+}
+
+bool Value::is_tuple() const { return is_list() && as_list().is_tuple; }
+bool Value::is_namespace() const { return is_dict() && as_dict().is_namespace; }
+
+int64_t Value::as_int() const { return is_bool() ? (as_bool() ? 1 : 0) : std::get<int64_t>(data_); }
+
+double Value::as_double() const {
+  if (is_float()) return std::get<double>(data_);
+  return static_cast<double>(as_int());
+}
+
+bool Value::truthy() const {
+  switch (type()) {
+    case Type::Undefined:
+    case Type::None: return false;
+    case Type::Bool: return as_bool();
+    case Type::Int: return as_int() != 0;
+    case Type::Float: return as_double() != 0.0;
+    case Type::String: return !as_string().empty();
+    case Type::List: return !as_list().items.empty();
+    case Type::Dict: return as_dict().is_namespace || !as_dict().entries.empty();
+    case Type::Function: return true;
+  }
+  return false;
+}
+
+const Value* DictObject::find(const Value& key) const {
+  for (const auto& [k, v] : entries)
+    if (equals(k, key)) return &v;
+  return nullptr;
+}
+
+const Value* DictObject::find(std::string_view key) const {
+  for (const auto& [k, v] : entries)
+    if (k.is_string() && k.as_string() == key) return &v;
+  return nullptr;
+}
+
+void DictObject::set(Value key, Value value) {
+  for (auto& [k, v] : entries) {
+    if (equals(k, key)) {
+      v = std::move(value);
+      return;
+    }
+  }
+  entries.emplace_back(std::move(key), std::move(value));
+}
+
+const Value* CallArgs::get(size_t index, std::string_view name) const {
+  for (const auto& [k, v] : keyword)
+    if (k == name) return &v;
+  return index < positional.size() ? &positional[index] : nullptr;
+}
+
+void CallArgs::expect_at_most(std::string_view function, size_t max_positional,
+                              std::initializer_list<std::string_view> names) const {
+  if (positional.size() > max_positional)
+    fail_type(std::string(function) + "() takes at most " + std::to_string(max_positional) + " positional argument(s), " +
+              std::to_string(positional.size()) + " given");
+  for (const auto& [k, v] : keyword)
+    if (std::find(names.begin(), names.end(), k) == names.end())
+      fail_type(std::string(function) + "() got an unexpected keyword argument '" + k + "'");
+}
+
+// ---- errors -----------------------------------------------------------------------
+
+void fail(Kind kind, std::string message) { throw ChatTemplateError(kind, std::move(message)); }
+void fail_type(std::string message) { fail(Kind::Type, std::move(message)); }
+void fail_undefined(const Value& v) {
+  fail(Kind::Undefined, v.is_undefined() && !v.undefined_hint().empty() ? v.undefined_hint() : "a value is undefined");
+}
+
+// ---- UTF-8 ------------------------------------------------------------------------
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+bool is_ascii(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+}
+
+std::vector<std::string> utf8_chars(std::string_view s) {
+  std::vector<std::string> out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    if (i + n > s.size()) n = 1;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) n = 1;
+    out.emplace_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+// Decodes one code point at s[i] (advancing i); invalid bytes decode as themselves.
+static uint32_t next_code_point(std::string_view s, size_t& i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+  if (i + n > s.size()) n = 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) n = 1;
+  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  i += n;
+  return cp;
+}
+
+// ---- type names and text ----------------------------------------------------------
+
+std::string type_name(const Value& v) {
+  switch (v.type()) {
+    case Value::Type::Undefined: return "Undefined";
+    case Value::Type::None: return "NoneType";
+    case Value::Type::Bool: return "bool";
+    case Value::Type::Int: return "int";
+    case Value::Type::Float: return "float";
+    case Value::Type::String: return "str";
+    case Value::Type::List: return v.is_tuple() ? "tuple" : "list";
+    case Value::Type::Dict: return v.is_namespace() ? "Namespace" : "dict";
+    case Value::Type::Function: return "function";
+  }
+  return "object";
+}
+
+// Python's repr() of a float: the shortest digits that round-trip, in positional
+// notation for exponents -4..15 and scientific notation (1e+16, 1e-05) otherwise.
+static std::string format_float(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d < 0 ? "-inf" : "inf";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);
+  const bool negative = sci[0] == '-';
+  if (negative) sci.erase(0, 1);
+  const size_t e = sci.find('e');
+  std::string digits = sci.substr(0, e);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  const int exponent = std::stoi(sci.substr(e + 1));
+  std::string out;
+  if (exponent >= -4 && exponent < 16) {
+    if (exponent < 0) {
+      out = "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
+    } else if (static_cast<size_t>(exponent) + 1 >= digits.size()) {
+      out = digits + std::string(static_cast<size_t>(exponent) + 1 - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, static_cast<size_t>(exponent) + 1) + "." + digits.substr(static_cast<size_t>(exponent) + 1);
+    }
+  } else {
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char exp[16];
+    std::snprintf(exp, sizeof exp, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    out += exp;
+  }
+  return negative ? "-" + out : out;
+}
+
+static std::string repr_string(const std::string& s) {
+  const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, quote);
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (ch == quote || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7F) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    } else {
+      out += ch;
+    }
+  }
+  out += quote;
+  return out;
+}
+
+static std::string repr_at_depth(const Value& v, int depth);
+
+static std::string str_at_depth(const Value& v, int depth) {
+  switch (v.type()) {
+    case Value::Type::Undefined: return "";
+    case Value::Type::None: return "None";
+    case Value::Type::Bool: return v.as_bool() ? "True" : "False";
+    case Value::Type::Int: return std::to_string(v.as_int());
+    case Value::Type::Float: return format_float(v.as_double());
+    case Value::Type::String: return v.as_string();
+    default: return repr_at_depth(v, depth);
+  }
+}
+
+static std::string repr_at_depth(const Value& v, int depth) {
+  if (depth > 64) fail(Kind::Limit, "a value nests too deeply (or contains itself) to be printed");
+  switch (v.type()) {
+    case Value::Type::Undefined: return "Undefined";
+    case Value::Type::String: return repr_string(v.as_string());
+    case Value::Type::List: {
+      const ListObject& l = v.as_list();
+      std::string out = l.is_tuple ? "(" : "[";
+      for (size_t i = 0; i < l.items.size(); ++i) {
+        if (i) out += ", ";
+        out += repr_at_depth(l.items[i], depth + 1);
+      }
+      if (l.is_tuple && l.items.size() == 1) out += ",";
+      return out + (l.is_tuple ? ")" : "]");
+    }
+    case Value::Type::Dict: {
+      const DictObject& d = v.as_dict();
+      std::string out = d.is_namespace ? "<Namespace {" : "{";
+      bool first = true;
+      for (const auto& [k, item] : d.entries) {
+        if (!first) out += ", ";
+        first = false;
+        out += repr_at_depth(k, depth + 1) + ": " + repr_at_depth(item, depth + 1);
+      }
+      return out + (d.is_namespace ? "}>" : "}");
+    }
+    case Value::Type::Function: return "<function " + v.as_function().name + ">";
+    default: return str_at_depth(v, depth);
+  }
+}
+
+std::string to_str(const Value& v) { return str_at_depth(v, 0); }
+std::string to_repr(const Value& v) { return repr_at_depth(v, 0); }
+
+// ---- JSON -------------------------------------------------------------------------
+
+static void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
+  out += '"';
+  size_t i = 0;
+  while (i < s.size()) {
+    const char ch = s[i];
+    const auto c = static_cast<unsigned char>(ch);
+    char hex[16];
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+      ++i;
+    } else if (ch == '\n') {
+      out += "\\n", ++i;
+    } else if (ch == '\r') {
+      out += "\\r", ++i;
+    } else if (ch == '\t') {
+      out += "\\t", ++i;
+    } else if (ch == '\b') {
+      out += "\\b", ++i;
+    } else if (ch == '\f') {
+      out += "\\f", ++i;
+    } else if (c < 0x20) {
+      std::snprintf(hex, sizeof hex, "\\u%04x", c);
+      out += hex, ++i;
+    } else if (c >= 0x80 && ensure_ascii) {
+      uint32_t cp = next_code_point(s, i);
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        std::snprintf(hex, sizeof hex, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+      } else {
+        std::snprintf(hex, sizeof hex, "\\u%04x", cp);
+      }
+      out += hex;
+    } else {
+      out += ch, ++i;
+    }
+  }
+  out += '"';
+}
+
+static std::string json_key(const Value& k) {
+  switch (k.type()) {
+    case Value::Type::String: return k.as_string();
+    case Value::Type::Bool: return k.as_bool() ? "true" : "false";
+    case Value::Type::None: return "null";
+    case Value::Type::Int:
+    case Value::Type::Float: return to_str(k);
+    default: fail_type("keys must be str, int, float, bool or None, not " + type_name(k));
+  }
+}
+
+static void json_value(std::string& out, const Value& v, const JsonFormat& f, int depth) {
+  if (depth > 64) fail(Kind::Limit, "a value nests too deeply (or contains itself) for tojson");
+  const std::string newline = f.indent >= 0 ? "\n" + std::string(static_cast<size_t>(f.indent) * (depth + 1), ' ') : "";
+  const std::string closing = f.indent >= 0 ? "\n" + std::string(static_cast<size_t>(f.indent) * depth, ' ') : "";
+  const std::string item_sep = !f.item_separator.empty() ? f.item_separator : f.indent >= 0 ? "," : ", ";
+  switch (v.type()) {
+    case Value::Type::None: out += "null"; return;
+    case Value::Type::Bool: out += v.as_bool() ? "true" : "false"; return;
+    case Value::Type::Int: out += std::to_string(v.as_int()); return;
+    case Value::Type::Float: {
+      const double d = v.as_double();
+      out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : format_float(d);
+      return;
+    }
+    case Value::Type::String: json_string(out, v.as_string(), f.ensure_ascii); return;
+    case Value::Type::List: {
+      const auto& items = v.as_list().items;
+      if (items.empty()) {
+        out += "[]";
+        return;
+      }
+      out += '[';
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += item_sep;
+        out += newline;
+        json_value(out, items[i], f, depth + 1);
+      }
+      out += closing + "]";
+      return;
+    }
+    case Value::Type::Dict: {
+      if (v.is_namespace()) break;
+      std::vector<std::pair<std::string, const Value*>> entries;
+      for (const auto& [k, item] : v.as_dict().entries) entries.emplace_back(json_key(k), &item);
+      if (f.sort_keys)
+        std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (entries.empty()) {
+        out += "{}";
+        return;
+      }
+      out += '{';
+      for (size_t i = 0; i < entries.size(); ++i) {
+        if (i) out += item_sep;
+        out += newline;
+        json_string(out, entries[i].first, f.ensure_ascii);
+        out += f.key_separator;
+        json_value(out, *entries[i].second, f, depth + 1);
+      }
+      out += closing + "}";
+      return;
+    }
+    default: break;
+  }
+  fail_type("Object of type " + type_name(v) + " is not JSON serializable");
+}
+
+std::string to_json(const Value& v, const JsonFormat& format) {
+  std::string out;
+  json_value(out, v, format, 0);
+  return out;
+}
+
+Value from_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null: return Value::none();
+    case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return Value::integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: return Value::integer(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_float: return Value::number(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      std::vector<Value> items;
+      for (const auto& item : j) items.push_back(from_json(item));
+      return Value::list(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Value d = Value::dict();
+      for (const auto& [k, item] : j.items()) d.as_dict().entries.emplace_back(Value::string(k), from_json(item));
+      return d;
+    }
+    default: return Value();
+  }
+}
+
+// ---- comparisons ------------------------------------------------------------------
+
+bool equals(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
+    return a.as_int() == b.as_int();
+  }
+  if (a.type() != b.type()) return false;
+  switch (a.type()) {
+    case Value::Type::Undefined:
+    case Value::Type::None: return true;
+    case Value::Type::String: return a.as_string() == b.as_string();
+    case Value::Type::List: {
+      const auto &x = a.as_list().items, &y = b.as_list().items;
+      if (a.is_tuple() != b.is_tuple() || x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i)
+        if (!equals(x[i], y[i])) return false;
+      return true;
+    }
+    case Value::Type::Dict: {
+      if (a.is_namespace() || b.is_namespace()) return &a.as_dict() == &b.as_dict();
+      const DictObject &x = a.as_dict(), &y = b.as_dict();
+      if (x.entries.size() != y.entries.size()) return false;
+      for (const auto& [k, v] : x.entries) {
+        const Value* other = y.find(k);
+        if (!other || !equals(v, *other)) return false;
+      }
+      return true;
+    }
+    case Value::Type::Function: return &a.as_function() == &b.as_function();
+    default: return false;
+  }
+}
+
+int compare(const Value& a, const Value& b, std::string_view op) {
+  if (a.is_undefined()) fail_undefined(a);
+  if (b.is_undefined()) fail_undefined(b);
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) {
+      const double x = a.as_double(), y = b.as_double();
+      return x < y ? -1 : x > y ? 1 : 0;
+    }
+    const int64_t x = a.as_int(), y = b.as_int();
+    return x < y ? -1 : x > y ? 1 : 0;
+  }
+  if (a.is_string() && b.is_string()) {
+    const int c = a.as_string().compare(b.as_string());  // UTF-8 byte order is code point order
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+  }
+  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    const auto &x = a.as_list().items, &y = b.as_list().items;
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+      if (equals(x[i], y[i])) continue;
+      return compare(x[i], y[i], op);
+    }
+    return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
+  }
+  fail_type("'" + std::string(op) + "' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
+}
+
+bool contains(const Value& container, const Value& item) {
+  switch (container.type()) {
+    case Value::Type::Undefined: return false;  // iterating an undefined value gives nothing
+    case Value::Type::String:
+      if (!item.is_string()) fail_type("'in <string>' requires string as left operand, not " + type_name(item));
+      return container.as_string().find(item.as_string()) != std::string::npos;
+    case Value::Type::List:
+      return std::any_of(container.as_list().items.begin(), container.as_list().items.end(),
+                         [&](const Value& v) { return equals(v, item); });
+    case Value::Type::Dict:
+      if (container.is_namespace()) break;
+      return container.as_dict().find(item) != nullptr;
+    default: break;
+  }
+  fail_type("argument of type '" + type_name(container) + "' is not iterable");
+}
+
+// ---- arithmetic -------------------------------------------------------------------
+
+static int64_t floor_div(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+static Value repeat(const Value& seq, int64_t times) {
+  if (times < 0) times = 0;
+  if (seq.is_string()) {
+    if (static_cast<double>(seq.as_string().size()) * static_cast<double>(times) > 16e6)
+      fail(Kind::Limit, "string repetition would exceed 16 MB");
+    std::string out;
+    for (int64_t i = 0; i < times; ++i) out += seq.as_string();
+    return Value::string(std::move(out));
+  }
+  const auto& items = seq.as_list().items;
+  if (static_cast<double>(items.size()) * static_cast<double>(times) > 1e6) fail(Kind::Limit, "list repetition would exceed 1e6 items");
+  std::vector<Value> out;
+  for (int64_t i = 0; i < times; ++i) out.insert(out.end(), items.begin(), items.end());
+  return seq.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+}
+
+Value binary_op(std::string_view op, const Value& a, const Value& b) {
+  if (op == "~") return Value::string(to_str(a) + to_str(b));
+  if (a.is_undefined()) fail_undefined(a);
+  if (b.is_undefined()) fail_undefined(b);
+  auto unsupported = [&]() -> Value {
+    if (op == "+" && (a.is_string() || a.is_list()))  // Python's wording for str + int, list + str, ...
+      fail_type("can only concatenate " + type_name(a) + " (not \"" + type_name(b) + "\") to " + type_name(a));
+    fail_type("unsupported operand type(s) for " + std::string(op) + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
+  };
+  if (op == "+") {
+    if (a.is_string() && b.is_string()) {
+      if (a.is_markup() == b.is_markup()) {
+        std::string sum = a.as_string() + b.as_string();
+        return a.is_markup() ? Value::markup(std::move(sum)) : Value::string(std::move(sum));
+      }
+      return Value::markup((a.is_markup() ? a.as_string() : html_escape(a.as_string())) +
+                           (b.is_markup() ? b.as_string() : html_escape(b.as_string())));
+    }
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+      std::vector<Value> items = a.as_list().items;
+      items.insert(items.end(), b.as_list().items.begin(), b.as_list().items.end());
+      return a.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+    }
+  }
+  if (op == "*") {
+    if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) return repeat(a, b.as_int());
+    if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) return repeat(b, a.as_int());
+  }
+  if (!a.is_number() || !b.is_number()) return unsupported();
+  const bool floating = a.is_float() || b.is_float();
+  if (op == "/") {
+    if (b.as_double() == 0.0) fail_type("division by zero");
+    return Value::number(a.as_double() / b.as_double());
+  }
+  if (op == "**") {
+    if (!floating && b.as_int() >= 0) {
+      int64_t r = 1;
+      for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
+      return Value::integer(r);
+    }
+    return Value::number(std::pow(a.as_double(), b.as_double()));
+  }
+  if (floating) {
+    const double x = a.as_double(), y = b.as_double();
+    if (op == "+") return Value::number(x + y);
+    if (op == "-") return Value::number(x - y);
+    if (op == "*") return Value::number(x * y);
+    if (y == 0.0 && (op == "//" || op == "%")) fail_type("float division by zero");
+    if (op == "//") return Value::number(std::floor(x / y));
+    if (op == "%") {
+      double m = std::fmod(x, y);
+      if (m != 0.0 && ((m < 0) != (y < 0))) m += y;
+      return Value::number(m);
+    }
+  } else {
+    const int64_t x = a.as_int(), y = b.as_int();
+    if (op == "+") return Value::integer(x + y);
+    if (op == "-") return Value::integer(x - y);
+    if (op == "*") return Value::integer(x * y);
+    if (y == 0 && (op == "//" || op == "%")) fail_type("integer division or modulo by zero");
+    if (op == "//") return Value::integer(floor_div(x, y));
+    if (op == "%") return Value::integer(x - floor_div(x, y) * y);
+  }
+  return unsupported();
+}
+
+// ---- containers -------------------------------------------------------------------
+
+std::vector<Value> iterate(const Value& v) {
+  switch (v.type()) {
+    case Value::Type::Undefined: return {};
+    case Value::Type::List: return v.as_list().items;
+    case Value::Type::Dict: {
+      if (v.is_namespace()) break;
+      std::vector<Value> keys;
+      for (const auto& [k, item] : v.as_dict().entries) keys.push_back(k);
+      return keys;
+    }
+    case Value::Type::String: {
+      std::vector<Value> chars;
+      for (auto& c : utf8_chars(v.as_string())) chars.push_back(Value::string(std::move(c)));
+      return chars;
+    }
+    default: break;
+  }
+  fail_type("'" + type_name(v) + "' object is not iterable");
+}
+
+int64_t length(const Value& v) {
+  switch (v.type()) {
+    case Value::Type::Undefined: return 0;
+    case Value::Type::String:
+      return is_ascii(v.as_string()) ? static_cast<int64_t>(v.as_string().size())
+                                     : static_cast<int64_t>(utf8_chars(v.as_string()).size());
+    case Value::Type::List: return static_cast<int64_t>(v.as_list().items.size());
+    case Value::Type::Dict:
+      if (v.is_namespace()) break;
+      return static_cast<int64_t>(v.as_dict().entries.size());
+    default: break;
+  }
+  fail_type("object of type '" + type_name(v) + "' has no len()");
+}
+
+static std::string object_description(const Value& obj) {
+  return obj.is_none() ? "'None'" : "'" + type_name(obj) + " object'";
+}
+
+Value get_item(const Value& obj, const Value& key) {
+  if (obj.is_undefined()) fail_undefined(obj);
+  auto missing = [&]() {
+    if (key.is_string()) return Value::undefined(object_description(obj) + " has no attribute '" + key.as_string() + "'");
+    return Value::undefined(type_name(obj) + " object has no element " + to_repr(key));
+  };
+  if (obj.is_dict() && !obj.is_namespace()) {
+    const Value* v = obj.as_dict().find(key);
+    return v ? *v : missing();
+  }
+  if (obj.is_namespace() && key.is_string()) {
+    const Value* v = obj.as_dict().find(key);
+    return v ? *v : missing();
+  }
+  if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
+    int64_t i = key.as_int();
+    if (obj.is_list()) {
+      const auto& items = obj.as_list().items;
+      if (i < 0) i += static_cast<int64_t>(items.size());
+      if (i < 0 || i >= static_cast<int64_t>(items.size())) return missing();
+      return items[static_cast<size_t>(i)];
+    }
+    const std::vector<std::string> chars = utf8_chars(obj.as_string());
+    if (i < 0) i += static_cast<int64_t>(chars.size());
+    if (i < 0 || i >= static_cast<int64_t>(chars.size())) return missing();
+    return Value::string(chars[static_cast<size_t>(i)]);
+  }
+  return missing();
+}
+
+Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v) {
+  if (obj.is_undefined()) fail_undefined(obj);
+  auto bound = [](const Value& b, const char* what) -> std::optional<int64_t> {
+    if (b.is_undefined() || b.is_none()) return std::nullopt;
+    if (!b.is_int() && !b.is_bool()) fail_type(std::string("slice ") + what + " must be an integer or None, not " + type_name(b));
+    return b.as_int();
+  };
+  const int64_t step = bound(step_v, "step").value_or(1);
+  if (step == 0) fail_type("slice step cannot be zero");
+  std::vector<std::string> chars;
+  int64_t n = 0;
+  if (obj.is_string()) {
+    chars = utf8_chars(obj.as_string());
+    n = static_cast<int64_t>(chars.size());
+  } else if (obj.is_list()) {
+    n = static_cast<int64_t>(obj.as_list().items.size());
+  } else {
+    fail_type("'" + type_name(obj) + "' object is not subscriptable");
+  }
+  // Python's PySlice_AdjustIndices.
+  auto adjust = [&](std::optional<int64_t> b, int64_t dflt) {
+    if (!b) return dflt;
+    int64_t i = *b;
+    if (i < 0) {
+      i += n;
+      if (i < 0) i = step < 0 ? -1 : 0;
+    } else if (i >= n) {
+      i = step < 0 ? n - 1 : n;
+    }
+    return i;
+  };
+  const int64_t start = adjust(bound(start_v, "start"), step < 0 ? n - 1 : 0);
+  const int64_t stop = adjust(bound(stop_v, "stop"), step < 0 ? -1 : n);
+  std::vector<size_t> picked;
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) picked.push_back(static_cast<size_t>(i));
+  if (obj.is_string()) {
+    std::string out;
+    for (size_t i : picked) out += chars[i];
+    return Value::string(std::move(out));
+  }
+  std::vector<Value> items;
+  for (size_t i : picked) items.push_back(obj.as_list().items[i]);
+  return obj.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+}
+
+}  // namespace fafo::jinja

@@ -1,0 +1,191 @@
+// The values a Jinja template computes with, modelled on the Python objects Jinja2
+// hands to templates: undefined, None, bool, int, float, str, list / tuple, dict,
+// namespace and callables (macros, builtins, bound methods).
+//
+// Lists, dicts and namespaces are shared by reference, as in Python: a namespace
+// passed to a macro and changed there is changed for the caller too. Strings are
+// UTF-8; lengths, indexing and slicing count code points, as Python does.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fafo/chat_template.h"
+
+namespace fafo::jinja {
+
+class Value;
+struct ListObject;
+struct DictObject;
+struct Function;
+struct CallArgs;
+
+class Value {
+ public:
+  enum class Type { Undefined, None, Bool, Int, Float, String, List, Dict, Function };
+
+  // An undefined value; `hint` says why ("'tools' is undefined") for the error raised
+  // when the value is used.
+  Value() : data_(UndefinedData{}) {}
+  static Value undefined(std::string hint);
+  static Value none();
+  static Value boolean(bool b);
+  static Value integer(int64_t i);
+  static Value number(double d);
+  static Value string(std::string s);
+  // A string marked safe (Jinja2's Markup, from `| safe` or `| escape`): adding a
+  // plain string to it HTML-escapes the plain string, as Markup.__add__ does.
+  static Value markup(std::string s);
+  static Value list(std::vector<Value> items = {});
+  static Value tuple(std::vector<Value> items);
+  static Value dict();
+  static Value namespace_object();
+  static Value function(std::string name, std::function<Value(CallArgs&)> body);
+
+  Type type() const { return static_cast<Type>(data_.index()); }
+  bool is_undefined() const { return type() == Type::Undefined; }
+  bool is_none() const { return type() == Type::None; }
+  bool is_bool() const { return type() == Type::Bool; }
+  bool is_int() const { return type() == Type::Int; }
+  bool is_float() const { return type() == Type::Float; }
+  bool is_number() const { return is_int() || is_float() || is_bool(); }  // Python: bool is an int
+  bool is_string() const { return type() == Type::String; }
+  bool is_markup() const { return is_string() && std::get<StringData>(data_).markup; }
+  bool is_list() const { return type() == Type::List; }      // lists and tuples
+  bool is_dict() const { return type() == Type::Dict; }      // dicts and namespaces
+  bool is_function() const { return type() == Type::Function; }
+  bool is_tuple() const;
+  bool is_namespace() const;
+
+  bool as_bool() const { return std::get<bool>(data_); }
+  int64_t as_int() const;  // Int or Bool
+  double as_double() const;  // Int, Bool or Float
+  const std::string& as_string() const { return std::get<StringData>(data_).text; }
+  ListObject& as_list() const { return *std::get<std::shared_ptr<ListObject>>(data_); }
+  DictObject& as_dict() const { return *std::get<std::shared_ptr<DictObject>>(data_); }
+  const Function& as_function() const { return *std::get<std::shared_ptr<Function>>(data_); }
+  const std::string& undefined_hint() const { return std::get<UndefinedData>(data_).hint; }
+
+  // Python truthiness: undefined, None, False, 0, 0.0, "", [] and {} are false.
+  bool truthy() const;
+
+ private:
+  struct UndefinedData {
+    std::string hint;
+  };
+  struct NoneData {};
+  struct StringData {
+    std::string text;
+    bool markup = false;
+  };
+  using Data = std::variant<UndefinedData, NoneData, bool, int64_t, double, StringData, std::shared_ptr<ListObject>,
+                            std::shared_ptr<DictObject>, std::shared_ptr<Function>>;
+  explicit Value(Data d) : data_(std::move(d)) {}
+  Data data_;
+};
+
+struct ListObject {
+  std::vector<Value> items;
+  bool is_tuple = false;
+};
+
+// An insertion-ordered dict (Python 3.7+ semantics). Also the storage of
+// namespace() objects, whose attributes templates may assign.
+struct DictObject {
+  std::vector<std::pair<Value, Value>> entries;
+  bool is_namespace = false;
+
+  const Value* find(const Value& key) const;
+  const Value* find(std::string_view key) const;
+  void set(Value key, Value value);
+};
+
+// Arguments of a call: f(1, 2, indent=4).
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+
+  // The argument at `index` or named `name` (a keyword wins), or nullptr.
+  const Value* get(size_t index, std::string_view name) const;
+  // Throws a Type error naming `function` when an argument is neither in the first
+  // `max_positional` positions nor one of `names`.
+  void expect_at_most(std::string_view function, size_t max_positional, std::initializer_list<std::string_view> names) const;
+};
+
+struct Function {
+  std::string name;
+  std::function<Value(CallArgs&)> body;
+};
+
+// ---- errors -----------------------------------------------------------------------
+
+[[noreturn]] void fail(ChatTemplateError::Kind kind, std::string message);
+[[noreturn]] void fail_type(std::string message);
+// Raises the UndefinedError an undefined value stands for.
+[[noreturn]] void fail_undefined(const Value& v);
+
+// ---- conversions ------------------------------------------------------------------
+
+// Python's str(): strings as they are, None as "None", True as "True", floats
+// as repr() prints them, containers as their repr; undefined prints as "".
+std::string to_str(const Value& v);
+// Python's repr(): strings quoted ('a'), containers as Python prints them.
+std::string to_repr(const Value& v);
+
+struct JsonFormat {
+  int indent = -1;  // < 0: one line
+  std::string item_separator;  // default: ", " on one line, "," with an indent
+  std::string key_separator = ": ";
+  bool sort_keys = false;
+  bool ensure_ascii = false;
+};
+// json.dumps(v, ...) as Hugging Face's tojson filter calls it. Undefined values,
+// functions and namespaces are not JSON: a Type error.
+std::string to_json(const Value& v, const JsonFormat& format);
+// JSON (as ordered_json keeps key order) to a value: objects become dicts.
+Value from_json(const nlohmann::ordered_json& j);
+
+// "str", "int", "list", "dict", "NoneType", ... (Python's type names, for messages).
+std::string type_name(const Value& v);
+
+// ---- operations -------------------------------------------------------------------
+
+bool equals(const Value& a, const Value& b);
+// -1, 0, 1 for <, ==, >: numbers with numbers, strings with strings, lists
+// element-wise. Other pairs: a Type error naming `op`.
+int compare(const Value& a, const Value& b, std::string_view op);
+// `item in container`: a substring, a list element, a dict key.
+bool contains(const Value& container, const Value& item);
+// Python's binary operators + - * / // % ** and Jinja's ~ (string concatenation).
+// Adding a plain string to a markup string escapes the plain one (Markup.__add__).
+Value binary_op(std::string_view op, const Value& a, const Value& b);
+// The items a for loop visits: list items, dict keys, string characters; nothing for
+// an undefined value.
+std::vector<Value> iterate(const Value& v);
+// Python len(): code points of a string, items of a list or dict.
+int64_t length(const Value& v);
+// obj[key] as Jinja evaluates it: missing keys and out-of-range indexes give an
+// undefined value (an error only once it is used); subscribing undefined fails.
+Value get_item(const Value& obj, const Value& key);
+// obj[start:stop:step] for strings and lists, with Python's semantics; absent
+// bounds are undefined values.
+Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+
+// ---- UTF-8 ------------------------------------------------------------------------
+
+// The characters (code points, as UTF-8 substrings) of a string; an invalid byte is
+// one character of its own.
+std::vector<std::string> utf8_chars(std::string_view s);
+bool is_ascii(std::string_view s);
+// HTML escaping as markupsafe.escape does it: & < > " '.
+std::string html_escape(std::string_view s);
+
+}  // namespace fafo::jinja

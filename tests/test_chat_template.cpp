@@ -1,0 +1,604 @@
+// Chat templates: every real template in ../shared/templates rendered exactly as
+// the reference Jinja2 engine rendered it (golden/templates/renderings.json),
+// built-in formats, and the interpreter's constructs and error messages.
+#include <algorithm>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fafo/chat_template.h"
+#include "test_support.h"
+
+namespace {
+
+using fafo::ChatMessage;
+using fafo::ChatTemplate;
+using fafo::ChatTemplateContext;
+using fafo::ChatTemplateError;
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The golden data's fixed clock: strftime_now() renders 2026-11-22.
+std::tm golden_day() {
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 10;
+  tm.tm_mday = 22;
+  tm.tm_hour = 12;
+  tm.tm_wday = 0;  // a Sunday
+  tm.tm_yday = 325;
+  return tm;
+}
+
+ChatTemplateContext context(const std::string& bos = "<s>", const std::string& eos = "</s>") {
+  ChatTemplateContext ctx;
+  ctx.bos_token = bos;
+  ctx.eos_token = eos;
+  ctx.now = golden_day();
+  return ctx;
+}
+
+// Renders `source` with no messages (or the given ones); the common case of the
+// construct tests below.
+std::string render(const std::string& source, const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(),
+                   const std::vector<ChatMessage>& messages = {}) {
+  ChatTemplateContext ctx = context();
+  ctx.extra = extra;
+  return ChatTemplate::from_source(source).render(messages, false, ctx);
+}
+
+// The error a template raises while parsing or rendering.
+ChatTemplateError render_error(const std::string& source, const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) {
+  try {
+    render(source, extra);
+  } catch (const ChatTemplateError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error from: " << source;
+  return ChatTemplateError(ChatTemplateError::Kind::Syntax, "none");
+}
+
+#define EXPECT_CONTAINS(s, part) EXPECT_NE(std::string(s).find(part), std::string::npos) << "in: " << (s)
+
+// ---- golden renderings of the real templates --------------------------------------
+
+TEST(ChatTemplateGolden, EveryTemplateRendersEveryConversationExactly) {
+  FAFO_REQUIRE_SHARED(renderings, "golden/templates/renderings.json");
+  FAFO_REQUIRE_SHARED(templates, "templates");
+  const nlohmann::json golden = nlohmann::json::parse(read_text(renderings));
+  ASSERT_GE(golden["templates"].size(), 17u);
+  int checked = 0, errors = 0;
+  for (const auto& [name, entry] : golden["templates"].items()) {
+    SCOPED_TRACE(name);
+    const std::filesystem::path file = templates / (name + ".jinja");
+    ASSERT_TRUE(std::filesystem::exists(file)) << file;
+    std::optional<ChatTemplate> parsed;
+    try {
+      parsed = ChatTemplate::from_source(read_text(file), name);
+    } catch (const ChatTemplateError& e) {
+      ADD_FAILURE() << e.kind_name() << ": " << e.what();
+      continue;
+    }
+    const ChatTemplate& tmpl = *parsed;
+    const ChatTemplateContext ctx = context(entry["bos_token"], entry["eos_token"]);
+    for (const auto& [key, expected] : entry["renderings"].items()) {
+      SCOPED_TRACE(key);
+      const std::string conversation = key.substr(0, key.find('.'));
+      const bool add_generation_prompt = key.substr(key.find('.') + 1) == "gen1";
+      nlohmann::ordered_json messages = nlohmann::ordered_json::parse(golden["conversations"][conversation].dump());
+      if (expected["ok"].get<bool>()) {
+        try {
+          EXPECT_EQ(tmpl.render_json(messages, add_generation_prompt, ctx), expected["text"].get<std::string>());
+        } catch (const ChatTemplateError& e) {
+          ADD_FAILURE() << e.kind_name() << ": " << e.what();
+        }
+      } else {
+        // The golden error is "ExceptionClass: message", e.g. "TemplateError: System role not supported".
+        const std::string want = expected["error"];
+        try {
+          const std::string text = tmpl.render_json(messages, add_generation_prompt, ctx);
+          ADD_FAILURE() << "expected the error '" << want << "', rendered:\n" << text;
+        } catch (const ChatTemplateError& e) {
+          EXPECT_EQ(std::string(e.kind_name()) + ": " + e.message(), want);
+          ++errors;
+        }
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, static_cast<int>(golden["templates"].size()) * 4);
+  EXPECT_GT(errors, 0);
+}
+
+TEST(ChatTemplateGolden, RenderingWithChatMessagesEqualsRenderingWithJson) {
+  FAFO_REQUIRE_SHARED(file, "templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+  const ChatTemplate tmpl = ChatTemplate::from_source(read_text(file));
+  const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const auto& m : messages) j.push_back({{"role", m.role}, {"content", m.content}});
+  EXPECT_EQ(tmpl.render(messages, true, context()), tmpl.render_json(j, true, context()));
+}
+
+// Tools, as Hugging Face passes them, reach the templates that format them.
+TEST(ChatTemplateGolden, QwenFormatsToolsWithTojson) {
+  FAFO_REQUIRE_SHARED(file, "templates/Qwen-Qwen2.5-7B-Instruct.jinja");
+  ChatTemplateContext ctx = context("", "<|im_end|>");
+  ctx.extra["tools"] = nlohmann::ordered_json::parse(
+      R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  const std::string text = ChatTemplate::from_source(read_text(file)).render({{"user", "Weather in Paris?"}}, true, ctx);
+  EXPECT_CONTAINS(text, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+                        "\"Weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+                        "{\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n</tools>");
+  EXPECT_CONTAINS(text, "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n");
+}
+
+// ---- the interpreter's constructs, against Jinja2 3.1 -----------------------------
+
+struct ConstructCase {
+  const char* name;
+  const char* source;
+  const char* expected;  // what Jinja2 3.1.6 renders (trim_blocks, lstrip_blocks, sandboxed)
+};
+
+const ConstructCase kConstructs[] = {
+    {"arithmetic",
+     R"J({{ 1 + 2 * 3 }}|{{ (1 + 2) * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % 3 }}|{{ -7 % 3 }}|{{ 7 / 2 }}|{{ 2 ** 10 }}|{{ 1.5 + 1 }}|{{ 10 / 5 }})J",
+     R"J(7|9|3|-4|1|2|3.5|1024|2.5|2.0)J"},
+    {"concatenation_and_membership",
+     R"J({{ "a" ~ 1 ~ none ~ true }}|{{ "ab" * 3 }}|{{ [1, 2] + [3] }}|{{ 'x' in 'xyz' }}|{{ 2 in [1, 2] }}|{{ 'k' in {'k': 1} }}|{{ 3 not in [1] }})J",
+     R"J(a1NoneTrue|ababab|[1, 2, 3]|True|True|True|True)J"},
+    {"comparisons",
+     R"J({{ 1 < 2 < 3 }}|{{ 3 > 2 > 2 }}|{{ 'a' < 'b' }}|{{ 1 == 1.0 }}|{{ none == none }}|{{ [1, 2] == [1, 2] }}|{{ 1 != 2 }})J",
+     R"J(True|False|True|True|True|True|True)J"},
+    {"float_repr",
+     R"J({{ 0.1 + 0.2 }}|{{ 1e20 }}|{{ 1.0 }}|{{ 100000000000000000.0 }}|{{ 0.0001 }}|{{ 0.00001 }}|{{ 3.0 * 2 }}|{{ -0.5 }})J",
+     R"J(0.30000000000000004|1e+20|1.0|1e+17|0.0001|1e-05|6.0|-0.5)J"},
+    {"container_repr",
+     R"J({{ [1, 'a', none, true, 1.5, [2], {'k': 'v'}] }}|{{ (1,) }}|{{ (1, 'b') }}|{{ {'a': "it's"} }}|{{ 'q"uote' }})J",
+     R"J([1, 'a', None, True, 1.5, [2], {'k': 'v'}]|(1,)|(1, 'b')|{'a': "it's"}|q"uote)J"},
+    {"tests",
+     R"J({{ x is defined }}|{{ x is undefined }}|{{ none is none }}|{{ 'a' is string }}|{{ 1 is number }}|{{ 1.0 is float }}|{{ 1 is integer }}|{{ {} is mapping }}|{{ [] is iterable }}|{{ 'a' is iterable }}|{{ 3 is odd }}|{{ 4 is even }}|{{ 9 is divisibleby 3 }}|{{ 1 is eq 1 }}|{{ true is boolean }}|{{ y is not defined }}|{{ 'ab' is lower }})J",
+     R"J(False|True|True|True|True|True|True|True|True|True|True|True|True|True|True|True|True)J"},
+    {"logic_and_inline_if",
+     R"J({{ not true }}|{{ true and 'x' }}|{{ false or 'y' }}|{{ none or [] }}|{{ 'a' if 1 else 'b' }}|{{ 'a' if 0 else 'b' }}|{{ 'a' if 0 }}|{{ not 1 == 2 }})J",
+     R"J(False|x|y|[]|a|b||True)J"},
+    {"string_filters",
+     R"J({{ '  hi  ' | trim }}|{{ 'xxhixx' | trim('x') }}|{{ 'Hello' | upper }}|{{ 'Hello' | lower }}|{{ 'hello world' | title }}|{{ 'hELLO wORLD' | capitalize }}|{{ [3, 1, 2] | length }}|{{ 'héllo' | length }}|{{ {'a': 1} | length }}|{{ x | length }})J",
+     R"J(hi|hi|HELLO|hello|Hello World|Hello world|3|5|1|0)J"},
+    {"sequence_filters",
+     R"J({{ [1, 2, 3] | join(', ') }}|{{ ['a', 'b'] | join }}|{{ [1, 2, 3] | first }}|{{ [1, 2, 3] | last }}|{{ 'abc' | first }}|{{ [3, 1, 2] | sort }}|{{ [3, 1, 2] | sort(reverse=true) }}|{{ ['b', 'A', 'c'] | sort }}|{{ [1, 2, 1, 3] | unique | list }}|{{ [1, 2, 3] | reverse | list }}|{{ 'abc' | reverse }})J",
+     R"J(1, 2, 3|ab|1|3|a|[1, 2, 3]|[3, 2, 1]|['A', 'b', 'c']|[1, 2, 3]|[3, 2, 1]|cba)J"},
+    {"default_filter",
+     R"J({{ x | default('d') }}|{{ '' | default('d') }}|{{ '' | default('d', true) }}|{{ none | default('d') }}|{{ 0 | d('z', boolean=true) }})J",
+     R"J(d||d|None|z)J"},
+    {"conversion_filters",
+     R"J({{ {'b': 1, 'a': 2} | items | list }}|{{ {'b': 1, 'a': 2} | dictsort }}|{{ x | items | list }}|{{ 'a-b-c' | replace('-', '+') }}|{{ 'aaa' | replace('a', 'b', 2) }}|{{ 42 | string }}|{{ '42' | int + 1 }}|{{ '4.5' | float }}|{{ 'x' | int }}|{{ 3.7 | int }}|{{ -3 | abs }}|{{ 2.567 | round(2) }}|{{ 2.5 | round }}|{{ [1, 2, 3] | sum }}|{{ [1, 5, 3] | max }}|{{ [4, 2, 8] | min }})J",
+     R"J([('b', 1), ('a', 2)]|[('a', 2), ('b', 1)]|[]|a+b+c|bba|42|43|4.5|0|3|3|2.57|2.0|6|5|2)J"},
+    {"select_map_filters",
+     R"J({{ [{'n': 'a', 'v': 1}, {'n': 'b'}] | selectattr('v') | list }}|{{ [{'n': 'a', 'v': 1}, {'n': 'b'}] | rejectattr('v', 'defined') | list }}|{{ [{'n': 'a', 'v': 1}, {'n': 'b'}] | map(attribute='n') | join(',') }}|{{ [{'t': 'x'}, {'t': 'y'}, {'t': 'x'}] | selectattr('t', 'equalto', 'x') | list | length }}|{{ ['a', 'B'] | map('upper') | list }}|{{ [1, 2, 3, 4] | select('odd') | list }}|{{ [1, 2, 3, 4] | reject('even') | list }}|{{ none | selectattr('x') | list }}|{{ [{'a': {'b': 5}}] | map(attribute='a.b') | list }}|{{ [{'a': 1}] | map(attribute='z', default=0) | list }})J",
+     R"J([{'n': 'a', 'v': 1}]|[{'n': 'b'}]|a,b|2|['A', 'B']|[1, 3]|[1, 3]|[]|[5]|[0])J"},
+    {"tojson",
+     R"J({{ {'a': [1, 'x', none, true, 1.5], 'b': {'c': 'é<>&\'"'}} | tojson }}|{{ [] | tojson }}|{{ {} | tojson }}|{{ 'a\nb\t"c"\\' | tojson }}|{{ {'z': 1, 'a': [1, 2]} | tojson(indent=2) }}|{{ [[], {}] | tojson(indent=1) }}|{{ {'b': 1, 'a': 2} | tojson(sort_keys=true) }}|{{ 'ü' | tojson(ensure_ascii=true) }})J",
+     R"J({"a": [1, "x", null, true, 1.5], "b": {"c": "é<>&'\""}}|[]|{}|"a\nb\t\"c\"\\"|{
+  "z": 1,
+  "a": [
+    1,
+    2
+  ]
+}|[
+ [],
+ {}
+]|{"a": 2, "b": 1}|"\u00fc")J"},
+    {"indent_escape_safe_format",
+     R"J({{ 'line1\nline2\n\nline4' | indent }}|{{ 'a\nb' | indent(2, first=true) }}|{{ 'a\n\nb' | indent('> ', blank=true) }}|{{ 'one two  three' | wordcount }}|{{ '<a href="x">' | e }}|{{ ('<b>' | safe) + '<i>' }}|{{ '<i>' + ('<b>' | safe) }}|{{ '%s has %d' | format('x', 3) }})J",
+     R"J(line1
+    line2
+
+    line4|  a
+  b|a
+> 
+> b|3|&lt;a href=&#34;x&#34;&gt;|<b>&lt;i&gt;|&lt;i&gt;<b>|x has 3)J"},
+    {"string_methods",
+     R"J({{ '  a b  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '  a '.lstrip() }}|{{ ' a  '.rstrip() }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}|{{ 'a.b.c'.rsplit('.', 1) }}|{{ 'abc'.startswith('ab') }}|{{ 'abc'.endswith(('x', 'c')) }}|{{ 'abc'.upper() }}|{{ 'ABC'.lower() }}|{{ "they're bill's".title() }}|{{ 'aXa'.replace('a', 'b') }}|{{ 'abcabc'.find('c') }}|{{ 'abc'.find('z') }}|{{ 'abcabc'.rfind('b') }}|{{ 'abcab'.count('ab') }}|{{ '-'.join(['a', 'b']) }}|{{ '{} and {}'.format(1, 'x') }}|{{ '{0}{name}'.format(7, name='n') }}|{{ '12'.isdigit() }}|{{ 'ab'.isalpha() }}|{{ 'a\nb\r\nc'.splitlines() }}|{{ 'hello'.capitalize() }})J",
+     R"J(a b|a|a | a|['a', 'b', '', 'c']|['a', 'b']|['a', 'b c']|['a.b', 'c']|True|True|ABC|abc|They'Re Bill'S|bXb|2|-1|4|2|a-b|1 and x|7n|True|True|['a', 'b', 'c']|Hello)J"},
+    {"dict_and_list_methods",
+     R"J({{ {'a': 1}.get('a') }}|{{ {'a': 1}.get('b') }}|{{ {'a': 1}.get('b', 5) }}|{{ {'a': 1, 'b': 2}.keys() | list }}|{{ {'a': 1, 'b': 2}.values() | list }}|{{ {'a': 1}.items() | list }}|{{ [1, 2, 3].index(2) }}|{{ [1, 1, 2].count(1) }})J",
+     R"J(1|None|5|['a', 'b']|[1, 2]|[('a', 1)]|1|2)J"},
+    {"slicing",
+     R"J({% set xs = [0, 1, 2, 3, 4, 5] %}{{ xs[1:] }}|{{ xs[:2] }}|{{ xs[::-1] }}|{{ xs[-2:] }}|{{ xs[1:5:2] }}|{{ xs[-1] }}|{{ xs[10] }}|{{ 'hello'[1:3] }}|{{ 'héllo'[::-1] }}|{{ 'abc'[-1] }}|{{ xs[:-1] }}|{{ xs[5:1:-2] }})J",
+     R"J([1, 2, 3, 4, 5]|[0, 1]|[5, 4, 3, 2, 1, 0]|[4, 5]|[1, 3]|5||el|olléh|c|[0, 1, 2, 3, 4]|[5, 3])J"},
+    {"loop_variables",
+     R"J({% for i in range(3) %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }}/{{ loop.cycle('a', 'b') }};{% endfor %})J",
+     R"J(1/0/3/2/True/False/3/a;2/1/2/1/False/False/3/b;3/2/1/0/False/True/3/a;)J"},
+    {"loop_over_dicts_and_strings",
+     R"J({% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }}{% if not loop.last %},{% endif %}{% endfor %}|{% for k in {'x': 1, 'y': 2} %}{{ k }}{% endfor %}|{% for c in 'abc' %}{{ c }}.{% endfor %})J",
+     R"J(a=1,b=2|xy|a.b.c.)J"},
+    {"loop_filter_else_break_continue",
+     R"J({% for x in [1, 2, 3, 4] if x is even %}{{ x }}:{{ loop.index }}/{{ loop.length }} {% endfor %}|{% for x in [] %}no{% else %}empty{% endfor %}|{% for x in [1, 2, 3] %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %}|{% for x in [1, 2, 3] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %})J",
+     R"J(2:1/2 4:2/2 |empty|13|1)J"},
+    {"loop_previtem_unpacking",
+     R"J({% for x in [1, 2, 3] %}{{ loop.previtem | default('-') }}{{ x }}{{ loop.nextitem | default('-') }} {% endfor %}|{% for a, b in [(1, 2), (3, 4)] %}{{ a + b }} {% endfor %}|{% for x in undefined_var | default([]) %}{% endfor %}ok)J",
+     R"J(-12 123 23- |3 7 |ok)J"},
+    {"scoping_and_namespace",
+     R"J({% set a = 1 %}{% for i in [1, 2] %}{% set a = a + i %}{{ a }}{% endfor %}{{ a }}|{% set ns = namespace(total=0, items=[]) %}{% for i in [1, 2, 3] %}{% set ns.total = ns.total + i %}{% set ns.items = ns.items + [i] %}{% endfor %}{{ ns.total }}{{ ns.items }}|{% if true %}{% set b = 5 %}{% endif %}{{ b }}|{% set p, q = 1, 2 %}{{ p }}{{ q }}|{% set t = (1, 2) %}{{ t }})J",
+     R"J(231|6[1, 2, 3]|5|12|(1, 2))J"},
+    {"block_set_filter_with",
+     R"J({% set capture %}  inner {{ 1 + 1 }}  {% endset %}[{{ capture }}]|{% set up | upper %}shout{% endset %}{{ up }}|{% filter upper %}loud {{ 'x' }}{% endfilter %}|{% filter trim %}   t   {% endfilter %}|{% with w = 3 %}{{ w * 2 }}{% endwith %}{{ w is defined }})J",
+     R"J([  inner 2  ]|SHOUT|LOUD X|t|6False)J"},
+    {"macros",
+     R"J({% macro greet(name, greeting='Hello') %}{{ greeting }}, {{ name }}!{% endmacro %}{{ greet('Ann') }}|{{ greet('Bo', greeting='Hi') }}|{{ greet('Cy', 'Yo') }}|{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1) | int }}{% endif %}{% endmacro %}{{ fact(5) }}|{% macro args() %}{{ varargs }}{% endmacro %}{{ args(1, 2) }}|{% macro m(x) %}{{ x is defined }}{% endmacro %}{{ m() }})J",
+     R"J(Hello, Ann!|Hi, Bo!|Yo, Cy!|120|(1, 2)|False)J"},
+    {"macro_closure_and_globals",
+     R"J({% set ns2 = namespace(v='a') %}{% macro bump() %}{% set ns2.v = ns2.v + 'b' %}{% endmacro %}{{ bump() }}{{ bump() }}{{ ns2.v }}|{% set d = dict(a=1, b='x') %}{{ d }}|{{ namespace(a=1).a }}|{{ range(2, 10, 3) | list }}|{{ range(3, 0, -1) | list }})J",
+     R"J(abb|{'a': 1, 'b': 'x'}|1|[2, 5, 8]|[3, 2, 1])J"},
+    {"attribute_and_item_access",
+     R"J({{ x is defined and x.y is defined }}|{{ {'a': 1}.b is defined }}|{{ {'a': {'b': 2}}['a']['b'] }}|{{ {'a': {'b': 2}}.a.b }}|{{ [[1, 2]][0][1] }}|{{ [1, 2].0 }}|{{ "adjacent" " strings" }}|{{ 'esc: \x41\u00e9\t|' }}|{{ "it\'s" }}|{{ 'a\\b' }}|{{ 'unknown \d escape' }})J",
+     R"J(False|False|2|2|2|1|adjacent strings|esc: Aé	||it's|a\b|unknown \d escape)J"},
+    {"number_literals_and_precedence",
+     R"J({{ 1_000 }}|{{ 2e3 }}|{{ True }}{{ False }}{{ None }}|{{ -(3) }}|{{ +4 }}|{{ - 2 | abs }}|{{ [1,2,3][1:][0] }}|{{ {'a': 1} == {'a': 1} }}|{{ (1, 2) == (1, 2) }}|{{ 'a' ~ 'b' + 'c' }}|{{ 2 * 3 ~ 4 }})J",
+     R"J(1000|2000.0|TrueFalseNone|-3|4|2|2|True|True|abc|64)J"},
+    {"whitespace_lstrip_and_trim_blocks",
+     R"J(  {% if true %}
+    yes
+  {% endif %}
+after
+)J",
+     R"J(    yes
+after)J"},
+    {"whitespace_for_block_lines",
+     R"J({% for i in [1,2] %}
+  {{ i }}
+{% endfor %}
+end)J",
+     R"J(  1
+  2
+end)J"},
+    {"whitespace_minus_strips_all_whitespace",
+     R"J(a  {%- if true -%}  b  {%- endif -%}  c)J",
+     R"J(abc)J"},
+    {"whitespace_plus_keeps_indentation",
+     R"J(a
+  {%+ if true %}x{% endif %}
+b)J",
+     R"J(a
+  xb)J"},
+    {"whitespace_comments",
+     R"J(line1
+{# comment #}
+line2
+  {# indented comment #}
+line3)J",
+     R"J(line1
+line2
+line3)J"},
+    {"whitespace_output_tags_do_not_trim",
+     R"J(x {{- ' y ' -}} z
+{{ 'w' }}  
+  {{ 'v' }}
+)J",
+     R"J(x y z
+w  
+  v)J"},
+    {"whitespace_trailing_newline_dropped",
+     R"J({% if true %}A{% endif %}
+{% if true %}B{% endif %}
+
+)J",
+     R"J(AB)J"},
+    {"whitespace_inline_blocks",
+     R"J(a {% if true %}b{% endif %} c
+   {% set x = 1 %}   d
+)J",
+     R"J(a b c
+   d)J"},
+    {"whitespace_minus_inside_loop",
+     R"J({%- for m in ['a', 'b'] %}
+    {{- m }}
+{%- endfor %}
+)J",
+     R"J(ab)J"},
+    {"whitespace_tabs_are_stripped",
+     R"J(start
+	{% if 1 %}
+	tab
+	{% endif %}
+end)J",
+     R"J(start
+	tab
+end)J"},
+    {"whitespace_plus_keeps_newline",
+     R"J({% if true +%}
+keep newline{% endif %})J",
+     R"J(
+keep newline)J"},
+    {"whitespace_one_trailing_newline_dropped",
+     R"J(trailing newline
+
+)J",
+     R"J(trailing newline
+)J"},
+    {"whitespace_crlf_normalized",
+     "{{ 'a' }}\n{{ 'b' }}\r\n{{ 'c' }}\rd",
+     R"J(a
+b
+c
+d)J"},
+    {"whitespace_comment_minus",
+     R"J({#- leading comment -#}
+
+  text {#- c -#}  more)J",
+     R"J(textmore)J"},
+};
+
+TEST(JinjaConstructs, RenderAsJinja2Does) {
+  for (const ConstructCase& c : kConstructs) {
+    SCOPED_TRACE(c.name);
+    try {
+      EXPECT_EQ(render(c.source), c.expected) << "template: " << c.source;
+    } catch (const ChatTemplateError& e) {
+      ADD_FAILURE() << e.what() << "\ntemplate: " << c.source;
+    }
+  }
+}
+
+TEST(JinjaConstructs, VariablesFromTheContext) {
+  const nlohmann::ordered_json extra = {{"tools", {{{"name", "f"}}}}, {"date_string", "1 May 2025"}, {"flag", true}};
+  EXPECT_EQ(render("{{ tools[0].name }} {{ date_string }} {{ flag }} {{ bos_token }}{{ eos_token }}", extra), "f 1 May 2025 True <s></s>");
+  EXPECT_EQ(render("{% for m in messages %}{{ m.role }}:{{ m['content'] }};{% endfor %}", nlohmann::ordered_json::object(),
+                   {{"user", "a"}, {"assistant", "b"}}),
+            "user:a;assistant:b;");
+  // Key order is kept, as Python dicts keep it.
+  EXPECT_EQ(render("{{ d | tojson }}", {{"d", {{"zeta", 1}, {"alpha", 2}}}}), R"({"zeta": 1, "alpha": 2})");
+}
+
+TEST(JinjaConstructs, StrftimeNowFormatsTheContextTime) {
+  EXPECT_EQ(render(R"({{ strftime_now("%d %b %Y") }}|{{ strftime_now("%Y-%m-%d") }})"), "22 Nov 2026|2026-11-22");
+  // Without a fixed time it formats the current date.
+  ChatTemplateContext ctx;
+  const std::string year = ChatTemplate::from_source(R"({{ strftime_now("%Y") }})").render({}, false, ctx);
+  EXPECT_EQ(year.size(), 4u);
+  EXPECT_GE(std::stoi(year), 2024);
+}
+
+TEST(JinjaConstructs, GenerationBlockRendersItsBody) {
+  EXPECT_EQ(render("a{% generation %}b{{ 1 }}{% endgeneration %}c"), "ab1c");
+}
+
+TEST(JinjaConstructs, DeepRecursionIsAnErrorNotACrash) {
+  const ChatTemplateError e = render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Limit);
+  EXPECT_CONTAINS(e.message(), "recursion");
+  const ChatTemplateError big = render_error("{{ 'x' * 100000000 }}");
+  EXPECT_EQ(big.kind(), ChatTemplateError::Kind::Limit);
+  const ChatTemplateError nested = render_error("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}");
+  EXPECT_EQ(nested.kind(), ChatTemplateError::Kind::Limit);
+}
+
+// ---- errors -------------------------------------------------------------------------
+
+TEST(JinjaErrors, RaiseExceptionCarriesTheTemplatesMessage) {
+  const ChatTemplateError e = render_error("line one\n{{ raise_exception('Conversation roles must alternate') }}");
+  EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Raised);
+  EXPECT_STREQ(e.what(), "Conversation roles must alternate");
+  EXPECT_EQ(e.message(), "Conversation roles must alternate");
+  EXPECT_STREQ(e.kind_name(), "TemplateError");
+  EXPECT_EQ(e.line(), 2);
+}
+
+TEST(JinjaErrors, UnsupportedConstructsAreNamedWithTheirLine) {
+  struct Case {
+    const char* source;
+    const char* construct;
+    int line;
+  };
+  const Case cases[] = {
+      {"ok\n{% include 'other.jinja' %}", "'{% include %}'", 2},
+      {"{% import 'macros' as m %}", "'{% import %}'", 1},
+      {"a\nb\n{% extends 'base' %}", "'{% extends %}'", 3},
+      {"{% block body %}{% endblock %}", "'{% block %}'", 1},
+      {"{% call foo() %}x{% endcall %}", "'{% call %}'", 1},
+      {"{% raw %}{{ x }}{% endraw %}", "'{% raw %}'", 1},
+      {"{% do x.append(1) %}", "'{% do %}'", 1},
+      {"\n\n{{ messages | groupby('role') }}", "the filter 'groupby'", 3},
+      {"{% if x is sameish y %}{% endif %}", "the test 'sameish'", 1},
+      {"{% for m in messages recursive %}{% endfor %}", "recursive for loops", 1},
+      {"{{ f(*args) }}", "argument unpacking", 1},
+      {"{{ '{:>5}'.format(1) }}", "str.format() field", 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.source);
+    const ChatTemplateError e = render_error(c.source);
+    EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Unsupported) << e.what();
+    EXPECT_CONTAINS(e.message(), c.construct);
+    EXPECT_EQ(e.line(), c.line);
+    EXPECT_CONTAINS(e.what(), "line " + std::to_string(c.line));
+  }
+}
+
+TEST(JinjaErrors, SyntaxErrorsNameTheProblemAndLine) {
+  struct Case {
+    const char* source;
+    const char* says;
+    int line;
+  };
+  const Case cases[] = {
+      {"{% if true %}\nno end", "'{% if %}' is never closed", 1},
+      {"x\n{% for m in messages %}", "'{% for %}' is never closed", 2},
+      {"{% endfor %}", "unexpected '{% endfor %}'", 1},
+      {"{{ 1 + }}", "unexpected '}}'", 1},
+      {"\n{{ 'unterminated }}", "unterminated string", 2},
+      {"{{ a @ b }}", "unexpected character '@'", 1},
+      {"{{ x ", "never closed", 1},
+      {"{# open comment", "never closed", 1},
+      {"{% break %}", "outside of a for loop", 1},
+      {"{% frobnicate %}", "unknown statement '{% frobnicate %}'", 1},
+      {"{% for x on y %}{% endfor %}", "expected 'in'", 1},
+      {"{{ (1, 2 }}", "unexpected '}'", 1},
+      {"{% set %}", "expected a name", 1},
+      {"{{ x is defined if y }}", "expected '}}'", 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.source);
+    const ChatTemplateError e = render_error(c.source);
+    EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Syntax) << e.what();
+    EXPECT_CONTAINS(e.message(), c.says);
+    EXPECT_EQ(e.line(), c.line) << e.what();
+  }
+}
+
+TEST(JinjaErrors, RuntimeErrorsAsJinja2RaisesThem) {
+  struct Case {
+    const char* source;
+    ChatTemplateError::Kind kind;
+    const char* message;
+  };
+  using K = ChatTemplateError::Kind;
+  const Case cases[] = {
+      {"{{ functions + 'x' }}", K::Undefined, "'functions' is undefined"},
+      {"{{ x.y }}", K::Undefined, "'x' is undefined"},
+      {"{{ {'a': 1}.b.c }}", K::Undefined, "'dict object' has no attribute 'b'"},
+      {"{{ [1][3] + 1 }}", K::Undefined, "list object has no element 3"},
+      {"{{ none.x.y }}", K::Undefined, "'None' has no attribute 'x'"},
+      {"{{ 'a' + 1 }}", K::Type, "can only concatenate str (not \"int\") to str"},
+      {"{{ 1 + 'a' }}", K::Type, "unsupported operand type(s) for +: 'int' and 'str'"},
+      {"{{ [1, 2] < 'a' }}", K::Type, "'<' not supported between instances of 'list' and 'str'"},
+      {"{% for x in 5 %}{% endfor %}", K::Type, "'int' object is not iterable"},
+      {"{% set ns = 1 %}{% set ns.a = 2 %}", K::Type, "cannot assign attribute on non-namespace object"},
+      {"{{ x | tojson }}", K::Type, "Object of type Undefined is not JSON serializable"},
+      {"{{ [].append(1) }}", K::Type, "sandbox forbids"},
+      {"{{ {'a': 1}.update({}) }}", K::Type, "sandbox forbids"},
+      {"{% set a, b = [1, 2, 3] %}", K::Type, "too many values to unpack"},
+      {"{{ 1 // 0 }}", K::Type, "division or modulo by zero"},
+      {"{{ 'abc'() }}", K::Type, "'str' object is not callable"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.source);
+    const ChatTemplateError e = render_error(c.source);
+    EXPECT_EQ(e.kind(), c.kind) << e.what();
+    EXPECT_CONTAINS(e.message(), c.message);
+    EXPECT_EQ(e.line(), 1);
+  }
+}
+
+TEST(JinjaErrors, UndefinedValuesAreQuietUntilUsed) {
+  // Printing, iterating, testing and defaulting an undefined value is fine in Jinja2.
+  EXPECT_EQ(render("[{{ x }}]{% for i in x %}{{ i }}{% endfor %}{{ x is defined }}{{ x | length }}{{ x | default('d') }}"
+                   "{% if not x %}falsy{% endif %}{{ (x.y is defined) if x is defined else 'guarded' }}"),
+            "[]False0dfalsyguarded");
+}
+
+// ---- built-in formats ---------------------------------------------------------------
+
+TEST(BuiltinTemplates, NamesCoverTheCommonFormats) {
+  const auto& names = fafo::builtin_chat_template_names();
+  for (const char* n : {"chatml", "llama2", "llama3", "mistral", "phi3", "gemma", "deepseek-r1"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  for (const std::string& n : names) {
+    SCOPED_TRACE(n);
+    const ChatTemplate t = ChatTemplate::builtin(n);
+    EXPECT_EQ(t.name(), n);
+    const std::string text = t.render({{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}}, true, context());
+    for (const char* part : {"S", "U", "A", "V"}) EXPECT_CONTAINS(text, part);
+  }
+  try {
+    ChatTemplate::builtin("nope");
+    ADD_FAILURE() << "no error for an unknown name";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_CONTAINS(e.what(), "'nope'");
+    EXPECT_CONTAINS(e.what(), "chatml");
+  }
+}
+
+TEST(BuiltinTemplates, RenderTheFormatsOfTheModelFamilies) {
+  const std::vector<ChatMessage> conversation = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  const ChatTemplateContext ctx = context();
+  EXPECT_EQ(ChatTemplate::builtin("chatml").render(conversation, true, ctx),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
+            "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(ChatTemplate::builtin("llama2").render(conversation, true, ctx),
+            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]");
+  EXPECT_EQ(ChatTemplate::builtin("llama3").render(conversation, true, context("<|begin_of_text|>", "<|eot_id|>")),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(ChatTemplate::builtin("mistral").render(conversation, true, ctx),
+            "<s>[INST] Be brief.\n\nHi [/INST]Hello.</s>[INST] Bye [/INST]");
+  EXPECT_EQ(ChatTemplate::builtin("gemma").render(conversation, true, context("<bos>", "<eos>")),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  // Roles out of order are refused, as the models' own templates refuse them.
+  EXPECT_THROW(ChatTemplate::builtin("llama2").render({{"assistant", "A"}}, true, ctx), ChatTemplateError);
+  // Earlier reasoning is dropped from DeepSeek-R1 conversations.
+  EXPECT_EQ(ChatTemplate::builtin("deepseek-r1").render({{"user", "Q"}, {"assistant", "<think>\nhm\n</think>\n\nA"}, {"user", "R"}}, true, ctx),
+            "<s><｜User｜>Q<｜Assistant｜>\n\nA<｜end▁of▁sentence｜><｜User｜>R<｜Assistant｜><think>\n");
+}
+
+// Where a family's published template renders a plain conversation in the same
+// format, the built-in one renders the golden text exactly.
+TEST(BuiltinTemplates, MatchTheGoldenRenderingsOfTheirFamilies) {
+  FAFO_REQUIRE_SHARED(renderings, "golden/templates/renderings.json");
+  const nlohmann::json golden = nlohmann::json::parse(read_text(renderings));
+  struct Match {
+    const char* builtin;
+    const char* golden_template;
+    std::vector<std::string> keys;
+  };
+  const Match matches[] = {
+      {"chatml", "Qwen-Qwen2.5-7B-Instruct", {"system_multiturn.gen1", "system_multiturn.gen0"}},
+      {"phi3", "microsoft-Phi-3.5-mini-instruct", {"system_multiturn.gen1", "no_system.gen1"}},
+      {"gemma", "google-gemma-2-2b-it", {"no_system.gen1", "no_system.gen0"}},
+      {"deepseek-r1", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
+       {"system_multiturn.gen1", "system_multiturn.gen0", "no_system.gen1", "no_system.gen0"}},
+  };
+  for (const Match& m : matches) {
+    const auto& entry = golden["templates"][m.golden_template];
+    const ChatTemplateContext ctx = context(entry["bos_token"], entry["eos_token"]);
+    for (const std::string& key : m.keys) {
+      SCOPED_TRACE(std::string(m.builtin) + " " + key);
+      const std::string conversation = key.substr(0, key.find('.'));
+      const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(golden["conversations"][conversation].dump());
+      EXPECT_EQ(ChatTemplate::builtin(m.builtin).render_json(messages, key.ends_with("gen1"), ctx),
+                entry["renderings"][key]["text"].get<std::string>());
+    }
+  }
+}
+
+TEST(BuiltinTemplates, RecogniseTheFormatOfRealTemplates) {
+  FAFO_REQUIRE_SHARED(templates, "templates");
+  const std::pair<const char*, const char*> expected[] = {
+      {"Qwen-Qwen2.5-7B-Instruct", "chatml"},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "chatml"},
+      {"meta-llama-Llama-3.1-8B-Instruct", "llama3"},
+      {"meta-llama-Llama-3.2-3B-Instruct", "llama3"},
+      {"google-gemma-2-2b-it", "gemma"},
+      {"microsoft-Phi-3.5-mini-instruct", "phi3"},
+      {"mistralai-Mistral-Nemo-Instruct-2407", "mistral"},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1"},
+  };
+  for (const auto& [file, name] : expected)
+    EXPECT_EQ(fafo::builtin_template_name_for(read_text(templates / (std::string(file) + ".jinja"))).value_or("?"), name) << file;
+  EXPECT_EQ(fafo::builtin_template_name_for("{{ messages[0].content }}"), std::nullopt);
+  for (const std::string& n : fafo::builtin_chat_template_names())
+    EXPECT_EQ(fafo::builtin_template_name_for(ChatTemplate::builtin(n).source()), n);
+}
+
+TEST(BuiltinTemplates, AssistantTurnEndIsTheTextClosingAReply) {
+  EXPECT_EQ(ChatTemplate::builtin("chatml").assistant_turn_end(context()), "<|im_end|>");
+  EXPECT_EQ(ChatTemplate::builtin("llama3").assistant_turn_end(context()), "<|eot_id|>");
+  EXPECT_EQ(ChatTemplate::builtin("mistral").assistant_turn_end(context("<s>", "</s>")), "</s>");
+  EXPECT_EQ(ChatTemplate::builtin("phi3").assistant_turn_end(context()), "<|end|>");
+  EXPECT_EQ(ChatTemplate::builtin("gemma").assistant_turn_end(context()), "<end_of_turn>");
+  EXPECT_EQ(ChatTemplate::from_source("{% for m in messages %}{{ m.content }}{% endfor %}").assistant_turn_end(context()), "");
+  EXPECT_EQ(ChatTemplate::from_source("{{ raise_exception('no') }}").assistant_turn_end(context()), "");
+}
+
+}  // namespace

@@ -1,0 +1,367 @@
+// `fafo chat` driven as a user drives it: in a terminal (a tmux pane), typing
+// messages, reading the streamed replies, /reset, Ctrl-C and /exit; plus piped input
+// and bad options. The model is stories260K (no chat template of its own: the
+// conversations use the built-in chatml format), so replies are story text.
+//
+// Every wait has a deadline; a test that runs out of time fails (or skips, when the
+// machine lacks tmux) and its tmux server is killed.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "fafo/chat_template.h"
+#include "fafo/gguf.h"
+#include "fafo/tokenizer.h"
+#include "test_support.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs a shell command; returns its exit code and stdout.
+std::pair<int, std::string> shell(const std::string& command) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return {-1, out};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool wait_until(const std::function<bool()>& done, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+bool have_tmux() { return shell("command -v tmux >/dev/null 2>&1").first == 0; }
+
+// One statistics line fafo chat prints to stderr after a reply.
+struct TurnStats {
+  int generated = 0;
+  int prompt = 0;
+  int fresh = 0;   // prompt tokens prefilled in this turn
+  int reused = 0;  // prompt tokens already in the KV cache
+  std::string stop;
+};
+
+std::vector<TurnStats> parse_stats(const std::string& err) {
+  static const std::regex line(
+      R"(fafo: (\d+) tokens in [0-9.]+ s \([0-9.]+ tokens/s\); prompt (\d+) tokens in [0-9.]+ s: (\d+) new, (\d+) reused from the cache; context \d+/\d+; stop: ([^\n]+))");
+  std::vector<TurnStats> out;
+  for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    out.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), std::stoi(m[4]), m[5]});
+  }
+  return out;
+}
+
+// A detached tmux session on a private server socket, running fafo chat with stderr
+// and the exit code captured in files.
+class ChatInTmux {
+ public:
+  explicit ChatInTmux(const std::string& chat_args) : dir_(fafo::test::temp_dir("chat-tmux")) {
+    static std::atomic<int> counter{0};
+    socket_ = "fafo-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    // Ctrl-C reaches the whole foreground process group: the wrapping shell traps it
+    // so that it lives on to record fafo's exit code.
+    const std::string command = "trap : INT; " + quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat " + chat_args + " 2>" +
+                                quote((dir_ / "stderr.txt").string()) + "; echo $? >" + quote((dir_ / "exit.txt").string());
+    started_ = tmux("new-session -d -s chat -x 220 -y 60 " + quote(command)).first == 0;
+  }
+  ~ChatInTmux() { tmux("kill-server"); }
+  ChatInTmux(const ChatInTmux&) = delete;
+  ChatInTmux& operator=(const ChatInTmux&) = delete;
+
+  bool started() const { return started_; }
+  void type(const std::string& text) { tmux("send-keys -t chat -l " + quote(text)); }
+  void key(const std::string& name) { tmux("send-keys -t chat " + name); }
+  void send_line(const std::string& text) {
+    type(text);
+    key("Enter");
+  }
+  // The pane's whole history, wrapped lines joined.
+  std::string screen() { return tmux("capture-pane -p -J -S -1000 -t chat").second; }
+  std::string err() const { return read_text(dir_ / "stderr.txt"); }
+  std::vector<TurnStats> stats() const { return parse_stats(err()); }
+  bool wait_for_replies(size_t n, double seconds) {
+    return wait_until([&] { return stats().size() >= n; }, seconds);
+  }
+  // Waits for the prompt "> " at the start of the last non-empty screen line.
+  bool wait_for_prompt(double seconds) {
+    return wait_until(
+        [&] {
+          std::string s = screen();
+          while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+          const size_t nl = s.rfind('\n');
+          const std::string last = s.substr(nl == std::string::npos ? 0 : nl + 1);
+          return last == ">";
+        },
+        seconds);
+  }
+  // The exit code once the program has ended, or -1 at the deadline.
+  int wait_for_exit(double seconds) {
+    const auto file = dir_ / "exit.txt";
+    if (!wait_until([&] { return std::filesystem::exists(file) && !read_text(file).empty(); }, seconds)) return -1;
+    return std::stoi(read_text(file));
+  }
+
+ private:
+  std::pair<int, std::string> tmux(const std::string& args) {
+    // SHELL: tmux runs the command with it; the command is sh syntax.
+    return shell("SHELL=/bin/sh timeout 20 tmux -L " + socket_ + " -f /dev/null " + args + " 2>/dev/null");
+  }
+  std::filesystem::path dir_;
+  std::string socket_;
+  bool started_ = false;
+};
+
+// The reply printed after the screen line "> <message>": the lines up to the next prompt.
+std::string reply_after(const std::string& screen, const std::string& message) {
+  const std::string marker = "> " + message + "\n";
+  const size_t at = screen.find(marker);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + marker.size();
+  const size_t end = screen.find("\n>", begin);
+  return screen.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+bool has_words(const std::string& s) {
+  return std::count_if(s.begin(), s.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); }) >= 3;
+}
+
+#define REQUIRE_TMUX()                                                                          \
+  if (!have_tmux()) GTEST_SKIP() << "tmux is not installed (tools/setup.sh installs it); the terminal tests need it"
+
+std::string model_args(const std::filesystem::path& model, const std::string& more) {
+  return "-m " + quote(model.string()) + " --chat-template chatml --temp 0 " + more;
+}
+
+TEST(CliChat, TwoTurnsInATerminalPrefillOnlyTheNewTokens) {
+  REQUIRE_TMUX();
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  ChatInTmux chat(model_args(model, "-n 24 -c 512"));
+  ASSERT_TRUE(chat.started()) << "tmux could not start a session";
+  ASSERT_TRUE(chat.wait_for_prompt(60)) << chat.screen() << chat.err();
+
+  chat.send_line("Once upon a time");
+  ASSERT_TRUE(chat.wait_for_replies(1, 60)) << chat.screen() << chat.err();
+  ASSERT_TRUE(chat.wait_for_prompt(30)) << chat.screen();
+  chat.send_line("Tell me about the dog");
+  ASSERT_TRUE(chat.wait_for_replies(2, 60)) << chat.screen() << chat.err();
+  ASSERT_TRUE(chat.wait_for_prompt(30)) << chat.screen();
+
+  const std::string screen = chat.screen();
+  EXPECT_TRUE(has_words(reply_after(screen, "Once upon a time"))) << screen;
+  EXPECT_TRUE(has_words(reply_after(screen, "Tell me about the dog"))) << screen;
+
+  const std::vector<TurnStats> s = chat.stats();
+  ASSERT_EQ(s.size(), 2u) << chat.err();
+  EXPECT_EQ(s[0].generated, 24);
+  EXPECT_EQ(s[0].reused, 0);
+  EXPECT_EQ(s[0].fresh, s[0].prompt);
+  // The second turn reuses everything the first one left in the KV cache (its prompt
+  // and all generated tokens but the last, which was never fed back) and prefills only
+  // that last token and the new turn's text.
+  EXPECT_EQ(s[1].reused, s[0].prompt + s[0].generated - 1) << chat.err();
+  EXPECT_EQ(s[1].fresh, s[1].prompt - s[1].reused);
+  // Exactly: that token, then the text chatml puts after a reply and around the new
+  // message, tokenized with its special tokens.
+  const fafo::ChatTemplate chatml = fafo::ChatTemplate::builtin("chatml");
+  const std::string reply = "REPLY";
+  const std::string before = chatml.render({{"user", "Once upon a time"}}, true) + reply;
+  const std::string after = chatml.render({{"user", "Once upon a time"}, {"assistant", reply}, {"user", "Tell me about the dog"}}, true);
+  ASSERT_EQ(after.compare(0, before.size(), before), 0);
+  const fafo::Tokenizer tok(fafo::Vocab::from_gguf(*fafo::GgufFile::open(model.string())));
+  EXPECT_EQ(s[1].fresh, 1 + static_cast<int>(tok.encode(after.substr(before.size()), false, true).size())) << chat.err();
+
+  chat.send_line("/exit");
+  EXPECT_EQ(chat.wait_for_exit(30), 0) << chat.screen() << chat.err();
+}
+
+TEST(CliChat, CtrlCStopsTheReplyButNotTheChatAndAtThePromptExits) {
+  REQUIRE_TMUX();
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  // An unbounded reply in a 4096-token context takes seconds on this tiny model.
+  ChatInTmux chat(model_args(model, "-n -1 -c 4096"));
+  ASSERT_TRUE(chat.started());
+  ASSERT_TRUE(chat.wait_for_prompt(60)) << chat.screen() << chat.err();
+  chat.send_line("Once upon a time");
+  ASSERT_TRUE(wait_until([&] { return has_words(reply_after(chat.screen(), "Once upon a time")); }, 60)) << chat.screen();
+  chat.key("C-c");
+  ASSERT_TRUE(chat.wait_for_replies(1, 60)) << chat.screen() << chat.err();
+  const TurnStats first = chat.stats()[0];
+  if (first.stop.find("interrupted") == std::string::npos)
+    GTEST_SKIP() << "the reply ended (" << first.stop << ") before Ctrl-C arrived; this machine is too fast for the test";
+  EXPECT_LT(first.generated, 4000);
+
+  // Still chatting: the next turn runs and keeps the interrupted reply in the cache.
+  ASSERT_TRUE(chat.wait_for_prompt(30)) << chat.screen();
+  chat.send_line("The end");
+  ASSERT_TRUE(chat.wait_for_replies(2, 60)) << chat.screen() << chat.err();
+  EXPECT_EQ(chat.stats()[1].reused, first.prompt + first.generated - 1);
+  if (chat.stats()[1].stop.find("interrupted") == std::string::npos) {
+    ASSERT_TRUE(chat.wait_for_prompt(30)) << chat.screen();
+    chat.key("C-c");
+    EXPECT_EQ(chat.wait_for_exit(30), 130) << chat.screen() << chat.err();
+  }
+}
+
+TEST(CliChat, ResetStartsOverAndCtrlDQuits) {
+  REQUIRE_TMUX();
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  ChatInTmux chat(model_args(model, "-n 16 -c 512 --system 'You tell stories.'"));
+  ASSERT_TRUE(chat.started());
+  ASSERT_TRUE(chat.wait_for_prompt(60)) << chat.screen() << chat.err();
+  chat.send_line("A cat");
+  ASSERT_TRUE(chat.wait_for_replies(1, 60)) << chat.err();
+  ASSERT_TRUE(chat.wait_for_prompt(30));
+  chat.send_line("/reset");
+  ASSERT_TRUE(wait_until([&] { return chat.err().find("new conversation") != std::string::npos; }, 30)) << chat.err();
+  ASSERT_TRUE(chat.wait_for_prompt(30));
+  chat.send_line("A cat");
+  ASSERT_TRUE(chat.wait_for_replies(2, 60)) << chat.err();
+  const std::vector<TurnStats> s = chat.stats();
+  // The same first turn again, from an empty cache, gives the same greedy reply.
+  EXPECT_EQ(s[1].reused, 0);
+  EXPECT_EQ(s[1].prompt, s[0].prompt);
+  EXPECT_EQ(s[1].generated, s[0].generated);
+  const std::string screen = chat.screen();
+  const size_t second = screen.rfind("> A cat\n");
+  ASSERT_NE(second, std::string::npos);
+  EXPECT_EQ(reply_after(screen, "A cat"), reply_after(screen.substr(second), "A cat"));
+
+  ASSERT_TRUE(chat.wait_for_prompt(30));
+  chat.key("C-d");
+  EXPECT_EQ(chat.wait_for_exit(30), 0) << chat.screen() << chat.err();
+}
+
+// Without a terminal: messages on stdin, one per line; the end of input quits.
+TEST(CliChat, PipedInputRunsEveryTurn) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("chat-pipe");
+  const std::string err_path = (dir / "stderr.txt").string();
+  const auto [code, out] = shell("printf 'Hello\\nOnce upon a time\\n' | timeout 120 " +
+                                 quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat " +
+                                 model_args(model, "-n 12 -c 256") + " 2>" + quote(err_path));
+  const std::string err = read_text(err_path);
+  EXPECT_EQ(code, 0) << err;
+  const std::vector<TurnStats> s = parse_stats(err);
+  ASSERT_EQ(s.size(), 2u) << err;
+  EXPECT_EQ(s[1].reused, s[0].prompt + s[0].generated - 1);
+  EXPECT_NE(err.find("chat template chatml"), std::string::npos) << err;
+  EXPECT_NE(out.find("> "), std::string::npos);
+}
+
+TEST(CliChat, WithoutATemplateItWarnsAndUsesChatml) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("chat-default");
+  const std::string err_path = (dir / "stderr.txt").string();
+  const auto [code, out] = shell("printf 'Hi\\n' | timeout 120 " + quote(fafo::test::binary_path("app/cli/fafo").string()) +
+                                 " chat -m " + quote(model.string()) + " -n 4 --temp 0 -c 128 2>" + quote(err_path));
+  const std::string err = read_text(err_path);
+  EXPECT_EQ(code, 0) << err;
+  EXPECT_NE(err.find("warning"), std::string::npos) << err;
+  EXPECT_NE(err.find("no chat template"), std::string::npos) << err;
+  EXPECT_EQ(parse_stats(err).size(), 1u) << err;
+}
+
+// stories260K with a tokenizer.chat_template of our choice.
+std::filesystem::path with_chat_template(const std::filesystem::path& model, const std::string& source, const std::string& name) {
+  const auto in = fafo::GgufFile::open(model.string());
+  fafo::GgufWriter w(in->alignment());
+  for (const auto& [key, value] : in->metadata()) w.set(key, value);
+  w.set_string("tokenizer.chat_template", source);
+  for (const fafo::GgufTensor& t : in->tensors()) w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  const auto out = fafo::test::temp_dir("chat-gguf-" + name) / "model.gguf";
+  w.write(out.string());
+  return out;
+}
+
+TEST(CliChat, UsesTheTemplateInTheModelFile) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  FAFO_REQUIRE_SHARED(phi, "templates/microsoft-Phi-3.5-mini-instruct.jinja");
+  const auto file = with_chat_template(model, read_text(phi), "phi");
+  const auto dir = fafo::test::temp_dir("chat-gguf-run");
+  const std::string err_path = (dir / "stderr.txt").string();
+  const auto [code, out] = shell("printf 'Hi\\nMore\\n' | timeout 120 " + quote(fafo::test::binary_path("app/cli/fafo").string()) +
+                                 " chat -m " + quote(file.string()) + " -n 8 --temp 0 -c 256 2>" + quote(err_path));
+  const std::string err = read_text(err_path);
+  EXPECT_EQ(code, 0) << err;
+  EXPECT_NE(err.find("chat template from the model"), std::string::npos) << err;
+  EXPECT_NE(err.find("turn end <|end|>"), std::string::npos) << err;
+  EXPECT_EQ(err.find("warning"), std::string::npos) << err;
+  const std::vector<TurnStats> s = parse_stats(err);
+  ASSERT_EQ(s.size(), 2u) << err;
+  EXPECT_EQ(s[1].reused, s[0].prompt + s[0].generated - 1) << err;
+}
+
+TEST(CliChat, AnUnsupportedTemplateInTheModelFileNamesTheConstructAndTheWayOut) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto file = with_chat_template(
+      model, "{% for m in messages %}\n<|im_start|>{{ m.role }}\n{{ m.content | wordwrap(40) }}<|im_end|>\n{% endfor %}", "wrap");
+  const auto [code, out] = shell("timeout 60 " + quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat -m " +
+                                 quote(file.string()) + " </dev/null 2>&1");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("the filter 'wordwrap'"), std::string::npos) << out;
+  EXPECT_NE(out.find("line 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("--chat-template chatml"), std::string::npos) << out;
+}
+
+TEST(CliChat, BadTemplatesAreClearErrors) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string fafo = quote(fafo::test::binary_path("app/cli/fafo").string());
+  const std::string m = " chat -m " + quote(model.string());
+  {
+    const auto [code, out] = shell("timeout 60 " + fafo + m + " --chat-template nosuch </dev/null 2>&1");
+    EXPECT_EQ(code, 1) << out;
+    EXPECT_NE(out.find("'nosuch'"), std::string::npos) << out;
+    EXPECT_NE(out.find("chatml"), std::string::npos) << out;
+  }
+  const auto dir = fafo::test::temp_dir("chat-bad-template");
+  {
+    const auto file = dir / "include.jinja";
+    std::ofstream(file) << "{{ bos_token }}\n{% include 'header.jinja' %}";
+    const auto [code, out] = shell("timeout 60 " + fafo + m + " --chat-template " + quote(file.string()) + " </dev/null 2>&1");
+    EXPECT_EQ(code, 1) << out;
+    EXPECT_NE(out.find("line 2"), std::string::npos) << out;
+    EXPECT_NE(out.find("include"), std::string::npos) << out;
+  }
+  {
+    // Gemma's own template refuses a system message: say so before the chat starts.
+    FAFO_REQUIRE_SHARED(gemma, "templates/google-gemma-2-2b-it.jinja");
+    const auto [code, out] = shell("timeout 60 " + fafo + m + " --chat-template " + quote(gemma.string()) +
+                                   " --system 'Be brief.' </dev/null 2>&1");
+    EXPECT_EQ(code, 1) << out;
+    EXPECT_NE(out.find("System role not supported"), std::string::npos) << out;
+  }
+}
+
+}  // namespace
