@@ -11,35 +11,9 @@
 
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-Outcome run_fafo(const std::string& args) {
-  const auto dir = fafo::test::temp_dir("cli");
-  const std::string err_path = (dir / "stderr.txt").string();
-  const std::string cmd = fafo::test::binary_path("app/cli/fafo").string() + " " + args + " 2>" + err_path;
-  Outcome o;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
-  const int status = pclose(p);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_path);
-  o.err.assign(std::istreambuf_iterator<char>(e), {});
-  return o;
-}
-
-std::string quote(const std::filesystem::path& p) {
-  std::string s = "'";
-  s += p.string();
-  s += "'";
-  return s;
-}
+using Outcome = fafo::test::CommandResult;
+using fafo::test::run_fafo;
+std::string quote(const std::filesystem::path& p) { return fafo::test::shell_quote(p); }
 
 #define EXPECT_HAS(s, text) EXPECT_NE((s).find(text), std::string::npos) << (s)
 

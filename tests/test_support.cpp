@@ -1,6 +1,11 @@
 #include "test_support.h"
 
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <unistd.h>
 
 namespace fafo::test {
@@ -20,6 +25,31 @@ std::filesystem::path temp_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+CommandResult run_command(const std::string& command) {
+  static int counter = 0;
+  const auto err_path = temp_dir("stderr-" + std::to_string(++counter)) / "stderr.txt";
+  CommandResult r;
+  FILE* p = popen((command + " 2>" + shell_quote(err_path)).c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  return r;
+}
+
+CommandResult run_fafo(const std::string& args) { return run_command(shell_quote(binary_path("app/cli/fafo")) + " " + args); }
+
+std::string shell_quote(const std::filesystem::path& p) {
+  std::string s = "'";
+  for (char c : p.string()) s += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  s += '\'';
+  return s;
 }
 
 }  // namespace fafo::test

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -14,6 +15,18 @@ std::filesystem::path shared_path(const std::string& relative);
 std::filesystem::path binary_path(const std::string& relative);
 // A fresh temporary directory for one test.
 std::filesystem::path temp_dir(const std::string& name);
+
+// Runs a shell command; captures stdout and stderr separately.
+struct CommandResult {
+  int exit_code = -1;  // -1: did not exit normally
+  std::string out;
+  std::string err;
+};
+CommandResult run_command(const std::string& command);
+// Runs the built `fafo` with these arguments.
+CommandResult run_fafo(const std::string& args);
+// A path quoted for the shell.
+std::string shell_quote(const std::filesystem::path& p);
 
 }  // namespace fafo::test
 

@@ -189,36 +189,26 @@ TEST(ConvertTokenizer, ClearErrors) {
   std::filesystem::remove_all(dir);
 }
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-};
-
-Outcome run(const std::string& cmd) {
-  Outcome o;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
-  const int status = pclose(p);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
+// Runs a command; stderr is appended to stdout.
+static test::CommandResult run(const std::string& cmd) {
+  test::CommandResult r = test::run_command(cmd);
+  r.out += r.err;
+  return r;
 }
 
 TEST(ConvertTokenizerCli, WritesAVocabOnlyGguf) {
   FAFO_REQUIRE_SHARED(path, "tokenizers/qwen3-from-npm/tokenizer.json");
   const std::filesystem::path bin = test::binary_path("tools/convert_tokenizer/fafo-convert-tokenizer");
   const std::filesystem::path dir = test::temp_dir("tokenizer_convert_cli");
-  const Outcome ok = run(bin.string() + " '" + path.string() + "' -o '" + (dir / "q.gguf").string() + "'");
+  const auto ok = run(bin.string() + " '" + path.string() + "' -o '" + (dir / "q.gguf").string() + "'");
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
   EXPECT_NE(ok.out.find("151669 tokens"), std::string::npos) << ok.out;
   EXPECT_NE(ok.out.find("pre 'qwen2'"), std::string::npos) << ok.out;
   EXPECT_TRUE(std::filesystem::exists(dir / "q.gguf"));
-  const Outcome neither = run(bin.string() + " -o '" + (dir / "x.gguf").string() + "'");
+  const auto neither = run(bin.string() + " -o '" + (dir / "x.gguf").string() + "'");
   EXPECT_EQ(neither.exit_code, 1);
   EXPECT_NE(neither.out.find("fafo-convert-tokenizer: error:"), std::string::npos) << neither.out;
-  const Outcome missing = run(bin.string() + " /nonexistent/tokenizer.json -o '" + (dir / "y.gguf").string() + "'");
+  const auto missing = run(bin.string() + " /nonexistent/tokenizer.json -o '" + (dir / "y.gguf").string() + "'");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.out.find("/nonexistent/tokenizer.json"), std::string::npos) << missing.out;
   std::filesystem::remove_all(dir);

@@ -21,7 +21,7 @@
 #include "fafo/decoding.h"
 #include "fafo/generator.h"
 #include "attention_bench.h"
-#include "decoding_flags.h"
+#include "shared_flags.h"
 #include "loaded_model.h"
 
 namespace fafo::cli {
@@ -220,8 +220,7 @@ Command add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure speed: pp/tg rows, the step-cost curve t(T), strategies side by side");
   cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
-  cmd->add_option("--backend", args->backend.name, "Compute backend")->capture_default_str()->check(CLI::IsMember({"cpu"}));
-  cmd->add_option("-t,--threads", args->backend.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
+  add_backend_flags(cmd, args->backend);
   cmd->add_option("-c,--ctx-size", args->n_ctx, "Context length (0 = the model's, at most 4096)")->check(CLI::Range(0, 1 << 22));
   cmd->add_option("-r,--repetitions", args->repetitions, "Repetitions per measurement")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--pp", args->pp, "Prompt-processing test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));

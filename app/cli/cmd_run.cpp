@@ -13,7 +13,7 @@
 #include "fafo/step_trace_json.h"
 #include "fafo/sampler.h"
 #include "fafo/utf8_stream.h"
-#include "decoding_flags.h"
+#include "shared_flags.h"
 #include "loaded_model.h"
 
 namespace fafo::cli {
@@ -27,7 +27,7 @@ struct RunArgs {
   int32_t n_predict = 128;
   int32_t n_ctx = 0;
   SamplerOptions sampling{0.8f, 40, 0.95f, 0.05f, 0};
-  bool seed_given = false;
+  std::shared_ptr<bool> seed_given = std::make_shared<bool>(false);
   BackendChoice backend;
   bool json = false;
   bool no_bos = false;
@@ -50,7 +50,7 @@ int run_generate(RunArgs& args) {
   if (!args.prompt.empty() && !args.prompt_file.empty())
     throw std::runtime_error("give the prompt with -p or -f, not both");
   const std::string prompt = args.prompt_file.empty() ? args.prompt : read_file(args.prompt_file);
-  if (!args.seed_given) args.sampling.seed = std::random_device{}();
+  if (!*args.seed_given) args.sampling.seed = std::random_device{}();
   Sampler check_options(args.sampling);  // reject bad options before loading anything
   args.decoding.strategy = parse_strategy(args.strategy);
   args.decoding.validate();
@@ -148,17 +148,8 @@ Command add_run_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
   cmd->add_option("-c,--ctx-size", args->n_ctx, "Context length (0 = the model's, at most 4096)")->capture_default_str()
       ->check(CLI::Range(0, 1 << 22));
-  cmd->add_option("--temp", args->sampling.temperature, "Temperature; 0 = greedy (pure argmax)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", args->sampling.top_k, "Top-k sampling (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", args->sampling.top_p, "Top-p (nucleus) sampling, in (0, 1]; 1 = off")->capture_default_str();
-  cmd->add_option("--min-p", args->sampling.min_p, "Min-p sampling, in [0, 1); 0 = off")->capture_default_str();
-  cmd->add_option("--seed", args->sampling.seed, "Random seed (default: random)")->each([args](const std::string&) {
-    args->seed_given = true;
-  });
-  cmd->add_option("--backend", args->backend.name, "Compute backend")->capture_default_str()->check(CLI::IsMember({"cpu"}));
-  cmd->add_option("-t,--threads", args->backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
-      ->check(CLI::Range(0, 1024));
+  add_sampling_flags(cmd, args->sampling, args->seed_given);
+  add_backend_flags(cmd, args->backend);
   cmd->add_option("--strategy", args->strategy,
                   "Decoding strategy: ar (plain), jacobi, lookahead, fafo; all emit the same tokens as ar")
       ->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));

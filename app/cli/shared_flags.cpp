@@ -1,4 +1,4 @@
-#include "decoding_flags.h"
+#include "shared_flags.h"
 
 namespace fafo::cli {
 
@@ -14,6 +14,23 @@ void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) 
   cmd->add_option("--sinks", kv.sinks, "stream: first entries always in the region")->capture_default_str();
   cmd->add_option("--recent", kv.recent, "quest/snapkv/chunks: most recent entries always in the region")->capture_default_str();
   cmd->add_option("--update-interval", kv.update_interval, "quest: steps between page re-selections")->capture_default_str();
+}
+
+void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr<bool> seed_given) {
+  cmd->add_option("--temp", sampling.temperature, "Temperature; 0 = greedy (pure argmax)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", sampling.top_k, "Top-k sampling (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", sampling.top_p, "Top-p (nucleus) sampling, in (0, 1]; 1 = off")->capture_default_str();
+  cmd->add_option("--min-p", sampling.min_p, "Min-p sampling, in [0, 1); 0 = off")->capture_default_str();
+  cmd->add_option("--seed", sampling.seed, "Random seed (default: random)")->each([seed_given](const std::string&) {
+    *seed_given = true;
+  });
+}
+
+void add_backend_flags(CLI::App* cmd, BackendChoice& backend) {
+  cmd->add_option("--backend", backend.name, "Compute backend")->capture_default_str()->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("-t,--threads", backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
+      ->check(CLI::Range(0, 1024));
 }
 
 }  // namespace fafo::cli
