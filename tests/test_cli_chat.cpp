@@ -365,3 +365,18 @@ TEST(CliChat, BadTemplatesAreClearErrors) {
 }
 
 }  // namespace
+
+TEST(CliChatStrategies, MultiTokenStrategiesGiveTheSameReplies) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string base = "printf 'Hello there\\nTell me a story\\n/exit\\n' | " +
+                           fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo")) + " chat -m " +
+                           fafo::test::shell_quote(model) + " --temp 0 -n 40";
+  const auto ar = fafo::test::run_command(base);
+  ASSERT_EQ(ar.exit_code, 0) << ar.err;
+  ASSERT_GT(ar.out.size(), 20u);
+  for (const char* s : {"lookahead", "fafo"}) {
+    const auto r = fafo::test::run_command(base + " --strategy " + s);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, ar.out) << s;
+  }
+}

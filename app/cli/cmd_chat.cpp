@@ -41,6 +41,9 @@ struct ChatArgs {
   SamplerOptions sampling{0.8f, 40, 0.95f, 0.05f, 0};
   std::shared_ptr<bool> seed_given = std::make_shared<bool>(false);
   BackendChoice backend;
+  std::string strategy = "ar";
+  DecodingOptions decoding;
+  KvPolicyOptions kv;
 };
 
 // ---- Ctrl-C -------------------------------------------------------------------------
@@ -216,6 +219,8 @@ class ChatSession {
     options.n_predict = args_.n_predict;
     options.sampling = args_.sampling;
     options.keep_context = true;
+    options.decoding = args_.decoding;
+    options.kv = args_.kv;
     TurnEndWatcher watcher(turn_end_);
     Utf8Stream stream;
     bool at_start = true;  // drop the space SentencePiece puts before the first word
@@ -429,7 +434,15 @@ Command add_chat_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 22));
   add_sampling_flags(cmd, args->sampling, args->seed_given);
   add_backend_flags(cmd, args->backend);
-  return [args] { return run_chat(*args); };
+  cmd->add_option("--strategy", args->strategy, "Decoding strategy: ar, jacobi, lookahead, fafo (same replies as ar)")
+      ->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
+  add_decoding_flags(cmd, args->decoding, args->kv);
+  return [args] {
+    args->decoding.strategy = parse_strategy(args->strategy);
+    args->decoding.validate();
+    args->kv.validate();
+    return run_chat(*args);
+  };
 }
 
 }  // namespace fafo::cli
