@@ -1,0 +1,136 @@
+#include "studio_app.h"
+
+#include <GLFW/glfw3.h>
+#include <backends/imgui_impl_glfw.h>
+#include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "panels.h"
+#include "screenshot.h"
+
+namespace fafo::studio {
+
+namespace {
+
+void glfw_error(int code, const char* message) { std::fprintf(stderr, "fafo-studio: GLFW error %d: %s\n", code, message); }
+
+// Screenshot mode: how many steps to show, and whether they are all there yet.
+struct ScreenshotTarget {
+  size_t steps = 0;
+  bool ready = false;
+};
+
+ScreenshotTarget screenshot_target(const StudioState& s, const AppOptions& o) {
+  const size_t want = o.steps > 0 ? static_cast<size_t>(o.steps) : s.traces.size();
+  const bool done = !s.live || s.live->finished();
+  if (s.traces.size() >= want && want > 0) return {want, true};
+  return {s.traces.size(), done};
+}
+
+void draw_frame(StudioState& s) {
+  draw_controls_panel(s);
+  draw_charts_panel(s);
+  draw_window_panel(s);
+  draw_candidates_panel(s);
+  draw_kv_panel(s);
+  draw_transcript_panel(s);
+  draw_chat_panel(s);
+}
+
+}  // namespace
+
+const char* const kNoDisplayMessage = "fafo-studio: no display: run under xvfb-run or set DISPLAY\n";
+
+bool have_display() {
+  const char* x = std::getenv("DISPLAY");
+  const char* wayland = std::getenv("WAYLAND_DISPLAY");
+  return (x && *x) || (wayland && *wayland);
+}
+
+int run_studio(StudioState& s, const AppOptions& o) {
+  if (!have_display()) {
+    std::fputs(kNoDisplayMessage, stderr);
+    return 3;
+  }
+  glfwSetErrorCallback(glfw_error);
+  if (!glfwInit()) {
+    std::fputs(kNoDisplayMessage, stderr);
+    return 3;
+  }
+  GLFWwindow* window = glfwCreateWindow(o.width, o.height, "fafo-studio", nullptr, nullptr);
+  if (!window) {
+    std::fputs("fafo-studio: cannot create an OpenGL window (no display or no OpenGL 3)\n", stderr);
+    glfwTerminate();
+    return 3;
+  }
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(o.screenshot.empty() ? 1 : 0);
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGui::GetIO().IniFilename = nullptr;  // the same layout on every start
+  ImGui::StyleColorsDark();
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init("#version 130");
+
+  const bool screenshot = !o.screenshot.empty();
+  if (screenshot) s.playback.set_speed(0.0);  // show every step as soon as it is known
+  int exit_code = 0;
+  int settle_frames = 0;  // frames rendered after the target was reached (ImGui lays out over two)
+  const auto start = std::chrono::steady_clock::now();
+  auto last = start;
+  while (!glfwWindowShouldClose(window)) {
+    glfwPollEvents();
+    if (s.live) s.live->drain(s.traces);
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - last).count();
+    last = now;
+    bool capture = false;
+    if (screenshot) {
+      const ScreenshotTarget target = screenshot_target(s, o);
+      if (target.ready && target.steps > 0) s.playback.seek(target.steps - 1, s.traces.size());
+      const double waited = std::chrono::duration<double>(now - start).count();
+      if (target.ready || waited > 50.0) {
+        if (!target.ready) std::fputs("fafo-studio: warning: steps still missing after 50 s; writing what is there\n", stderr);
+        capture = ++settle_frames >= 3;
+      }
+    } else {
+      s.playback.update(dt, s.traces.size());
+    }
+
+    ImGui_ImplOpenGL3_NewFrame();
+    ImGui_ImplGlfw_NewFrame();
+    ImGui::NewFrame();
+    draw_frame(s);
+    ImGui::Render();
+    int fb_w = 0, fb_h = 0;
+    glfwGetFramebufferSize(window, &fb_w, &fb_h);
+    glViewport(0, 0, fb_w, fb_h);
+    glClearColor(0.08f, 0.08f, 0.1f, 1.0f);
+    glClear(GL_COLOR_BUFFER_BIT);
+    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    if (capture) {
+      if (write_framebuffer_png(o.screenshot, fb_w, fb_h)) {
+        std::fprintf(stderr, "fafo-studio: wrote %s (%dx%d, %zu steps)\n", o.screenshot.c_str(), fb_w, fb_h,
+                     s.playback.shown());
+      } else {
+        std::fprintf(stderr, "fafo-studio: cannot write %s\n", o.screenshot.c_str());
+        exit_code = 1;
+      }
+      break;
+    }
+    glfwSwapBuffers(window);
+  }
+  if (s.live) s.live->stop();
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  return exit_code;
+}
+
+}  // namespace fafo::studio
