@@ -9,10 +9,9 @@
 #include <random>
 #include <stdexcept>
 
-#include "decode/lookahead_window.h"
 #include "decode/step_layout.h"
+#include "decode/strategy_state.h"
 #include "decode/verifier.h"
-#include "fafo/candidate_pool.h"
 
 namespace fafo {
 
@@ -45,95 +44,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-// The per-generation state of a strategy: what it guesses with and remembers.
-class StrategyState {
- public:
-  StrategyState(const DecodingOptions& o, const std::vector<int32_t>& prompt)
-      : o_(o), rng_(o.seed), pool_(std::max(1, o.guesses), o.strategy == Strategy::Fafo ? o.lookback : 1) {
-    if (uses_window()) {
-      window_.emplace(o.ngram - 1, o.window, o.strategy == Strategy::Fafo ? o.lookback - 1 : 0);
-      window_->init_from(prompt, rng_);
-    }
-    if (o.strategy == Strategy::Jacobi) fill_guesses(prompt);
-    if (o.pool_from_prompt && uses_window()) seed_pool(prompt);
-  }
-
-  bool uses_window() const { return o_.strategy == Strategy::Lookahead || o_.strategy == Strategy::Fafo; }
-  const CandidatePool& pool() const { return pool_; }
-  const LookaheadWindow* window() const { return window_ ? &*window_ : nullptr; }
-
-  // Lays out the step for `input` after the committed `history` (history ends with input).
-  void build(StepLayout& layout, const std::vector<int32_t>& history, StepTrace& trace) {
-    if (o_.strategy == Strategy::Jacobi) {
-      layout.add_chain(guesses_);
-      trace.candidates.push_back({guesses_, 0, 0, -1, -1, false});
-      return;
-    }
-    if (!uses_window()) return;
-    const int32_t chain_length = o_.ngram - 1;
-    for (const RetrievedCandidate& c : pool_.retrieve(history, o_.guesses)) {
-      layout.add_chain(c.ngram);
-      trace.candidates.push_back({c.ngram, c.key_length, 0, c.origin_step, c.origin_column, false});
-    }
-    if (o_.strategy == Strategy::Fafo) {
-      // Pad to G candidates so every step has the same shape.
-      while (static_cast<int32_t>(layout.chains().size()) < o_.guesses) {
-        const std::vector<int32_t> filler(static_cast<size_t>(chain_length), history.back());
-        layout.add_chain(filler, /*padding=*/true);
-        trace.candidates.push_back({filler, 0, 0, -1, -1, true});
-      }
-    }
-    layout.add_window(*window_, o_.strategy == Strategy::Fafo ? PrefixView::Compressed : PrefixView::Full);
-  }
-
-  // After verification: update guesses / window / pool. `emitted` tokens were kept.
-  void update(const StepLayout& layout, int32_t input, const std::vector<int32_t>& emitted,
-              const std::vector<int32_t>& history, int32_t step, StepTrace& trace) {
-    const int32_t V = layout.n_vocab();
-    if (o_.strategy == Strategy::Jacobi) {
-      // Jacobi update: the predictions after the accepted prefix become the new guesses.
-      const auto& rows = layout.chains().front().rows;
-      std::vector<int32_t> next;
-      for (size_t i = emitted.size(); i <= rows.size(); ++i) next.push_back(argmax(layout.logits(rows[i - 1]), V));
-      guesses_ = next;
-      fill_guesses(history);
-      trace.new_guesses = guesses_;
-      return;
-    }
-    if (!uses_window()) return;
-    std::vector<int32_t> new_row;
-    for (int32_t row : layout.window_output_rows()) new_row.push_back(argmax(layout.logits(row), V));
-    trace.new_guesses = new_row;
-    if (window_->warmed_up())
-      for (int32_t c = 0; c < window_->columns(); ++c)
-        pool_.add(window_->key_context(c, input), window_->ngram(c, new_row[static_cast<size_t>(c)]), step, c);
-    window_->shift(new_row, input);
-    for (size_t extra = 1; extra < emitted.size(); ++extra) window_->shift_recycled(emitted[extra - 1]);
-  }
-
- private:
-  void fill_guesses(const std::vector<int32_t>& source) {
-    std::uniform_int_distribution<size_t> pick(0, source.size() - 1);
-    while (static_cast<int32_t>(guesses_.size()) < o_.window) guesses_.push_back(source[pick(rng_)]);
-  }
-
-  void seed_pool(const std::vector<int32_t>& prompt) {
-    const size_t n = static_cast<size_t>(o_.ngram - 1);
-    for (size_t i = 0; i + n < prompt.size(); ++i) {
-      const std::vector<int32_t> context(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(i + 1));
-      const std::vector<int32_t> ngram(prompt.begin() + static_cast<std::ptrdiff_t>(i + 1),
-                                       prompt.begin() + static_cast<std::ptrdiff_t>(i + 1 + n));
-      pool_.add(context, ngram);
-    }
-  }
-
-  DecodingOptions o_;
-  std::mt19937_64 rng_;
-  CandidatePool pool_;
-  std::optional<LookaheadWindow> window_;
-  std::vector<int32_t> guesses_;
-};
 
 }  // namespace
 
