@@ -15,5 +15,6 @@ Command add_run_command(CLI::App& app);
 Command add_tokenize_command(CLI::App& app);
 Command add_chat_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_devices_command(CLI::App& app);
 
 }  // namespace fafo::cli

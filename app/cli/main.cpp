@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   const fafo::cli::Command chat = fafo::cli::add_chat_command(app);
   const fafo::cli::Command tokenize = fafo::cli::add_tokenize_command(app);
   const fafo::cli::Command bench = fafo::cli::add_bench_command(app);
+  const fafo::cli::Command devices = fafo::cli::add_devices_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("chat")) return chat();
     if (app.got_subcommand("tokenize")) return tokenize();
     if (app.got_subcommand("bench")) return bench();
+    if (app.got_subcommand("devices")) return devices();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "fafo: error: %s\n", e.what());

@@ -1,0 +1,99 @@
+#include "backend/vulkan/buffer.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/vulkan_error.h"
+
+namespace fafo::vulkan {
+
+Buffer::Buffer(const Context& context, VkDeviceSize bytes) : device_(context.device()), size_(bytes) {
+  if (bytes == 0) throw std::invalid_argument("Vulkan buffer of 0 bytes");
+  const VkDeviceSize range = context.properties().limits.maxStorageBufferRange;
+  if (bytes > range)
+    throw VulkanError("a Vulkan buffer of " + std::to_string(bytes) + " bytes exceeds maxStorageBufferRange (" +
+                      std::to_string(range) + " bytes) of " + context.device_name());
+  try {
+    VkBufferCreateInfo info{};
+    info.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+    info.size = bytes;
+    info.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+    check(vkCreateBuffer(device_, &info, nullptr, &buffer_), "vkCreateBuffer");
+
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(device_, buffer_, &req);
+    const uint32_t type = context.find_memory_type(req.memoryTypeBits,
+                                                   VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                                                   VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    const VkPhysicalDeviceMemoryProperties& props = context.memory_properties();
+    const VkDeviceSize heap_size = props.memoryHeaps[props.memoryTypes[type].heapIndex].size;
+    if (req.size > heap_size)
+      throw VulkanError("a Vulkan buffer of " + std::to_string(req.size) + " bytes does not fit in the memory heap of " +
+                        std::to_string(heap_size) + " bytes of " + context.device_name());
+    VkMemoryAllocateInfo alloc{};
+    alloc.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+    alloc.allocationSize = req.size;
+    alloc.memoryTypeIndex = type;
+    check(vkAllocateMemory(device_, &alloc, nullptr, &memory_), "vkAllocateMemory");
+    check(vkBindBufferMemory(device_, buffer_, memory_, 0), "vkBindBufferMemory");
+    check(vkMapMemory(device_, memory_, 0, VK_WHOLE_SIZE, 0, &mapped_), "vkMapMemory");
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+Buffer::~Buffer() { release(); }
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : device_(std::exchange(other.device_, VK_NULL_HANDLE)),
+      buffer_(std::exchange(other.buffer_, VK_NULL_HANDLE)),
+      memory_(std::exchange(other.memory_, VK_NULL_HANDLE)),
+      mapped_(std::exchange(other.mapped_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    device_ = std::exchange(other.device_, VK_NULL_HANDLE);
+    buffer_ = std::exchange(other.buffer_, VK_NULL_HANDLE);
+    memory_ = std::exchange(other.memory_, VK_NULL_HANDLE);
+    mapped_ = std::exchange(other.mapped_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void Buffer::release() noexcept {
+  if (device_ == VK_NULL_HANDLE) return;
+  if (mapped_) vkUnmapMemory(device_, memory_);
+  if (buffer_ != VK_NULL_HANDLE) vkDestroyBuffer(device_, buffer_, nullptr);
+  if (memory_ != VK_NULL_HANDLE) vkFreeMemory(device_, memory_, nullptr);
+  mapped_ = nullptr;
+  buffer_ = VK_NULL_HANDLE;
+  memory_ = VK_NULL_HANDLE;
+  device_ = VK_NULL_HANDLE;
+  size_ = 0;
+}
+
+void Buffer::upload(const void* data, size_t bytes, size_t offset) {
+  if (!mapped_) throw std::logic_error("upload into an empty Vulkan buffer");
+  if (offset + bytes > size_)
+    throw std::out_of_range("upload of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+                            " into a Vulkan buffer of " + std::to_string(size_) + " bytes");
+  std::memcpy(static_cast<char*>(mapped_) + offset, data, bytes);
+}
+
+void Buffer::download(void* data, size_t bytes, size_t offset) const {
+  if (!mapped_) throw std::logic_error("download from an empty Vulkan buffer");
+  if (offset + bytes > size_)
+    throw std::out_of_range("download of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+                            " from a Vulkan buffer of " + std::to_string(size_) + " bytes");
+  std::memcpy(data, static_cast<const char*>(mapped_) + offset, bytes);
+}
+
+}  // namespace fafo::vulkan

@@ -1,0 +1,45 @@
+// A compute pipeline built from an embedded SPIR-V shader: its bindings are
+// `n_buffers` storage buffers (binding 0..n-1 of set 0) and it takes
+// `push_constant_bytes` of push constants. Created once (at load time), reused by
+// every CommandSequence.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <vulkan/vulkan.h>
+
+#include "backend/vulkan/embedded_shaders.h"
+
+namespace fafo::vulkan {
+
+class Context;
+
+class ComputePipeline {
+ public:
+  ComputePipeline(const Context& context, const EmbeddedShader& shader, uint32_t n_buffers,
+                  uint32_t push_constant_bytes);
+  ~ComputePipeline();
+  ComputePipeline(const ComputePipeline&) = delete;
+  ComputePipeline& operator=(const ComputePipeline&) = delete;
+
+  VkPipeline handle() const { return pipeline_; }
+  VkPipelineLayout layout() const { return layout_; }
+  VkDescriptorSetLayout set_layout() const { return set_layout_; }
+  uint32_t n_buffers() const { return n_buffers_; }
+  uint32_t push_constant_bytes() const { return push_constant_bytes_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  void destroy() noexcept;
+
+  VkDevice device_ = VK_NULL_HANDLE;
+  std::string name_;
+  uint32_t n_buffers_ = 0;
+  uint32_t push_constant_bytes_ = 0;
+  VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  VkPipeline pipeline_ = VK_NULL_HANDLE;
+};
+
+}  // namespace fafo::vulkan

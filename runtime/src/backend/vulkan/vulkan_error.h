@@ -1,0 +1,29 @@
+// Vulkan failures as C++ exceptions: every VkResult error names the call that failed.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <vulkan/vulkan.h>
+
+namespace fafo::vulkan {
+
+class VulkanError : public std::runtime_error {
+ public:
+  VulkanError(const std::string& call, VkResult result);
+  explicit VulkanError(const std::string& message) : std::runtime_error(message) {}
+  VkResult result() const { return result_; }
+
+ private:
+  VkResult result_ = VK_ERROR_UNKNOWN;
+};
+
+// "VK_ERROR_OUT_OF_DEVICE_MEMORY" etc.; the number for codes it does not know.
+std::string result_name(VkResult result);
+
+// Throws VulkanError("vkCreateBuffer failed: VK_ERROR_...") for any result < 0.
+inline void check(VkResult result, const char* call) {
+  if (result < 0) throw VulkanError(call, result);
+}
+
+}  // namespace fafo::vulkan
