@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "fafo/chat_template.h"
+#include "tokenizer/unicode.h"
 
 namespace fafo::jinja {
 
@@ -32,24 +33,6 @@ std::string normalize_newlines(std::string_view source, bool keep_trailing_newli
   }
   if (!keep_trailing_newline && !out.empty() && out.back() == '\n') out.pop_back();
   return out;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 class Lexer {
@@ -265,7 +248,7 @@ class Lexer {
                                                   src_.begin() + static_cast<std::ptrdiff_t>(p + n),
                                                   [](char h) { return std::isxdigit(static_cast<unsigned char>(h)); }))
             error(std::string("truncated \\") + e + " escape in a string literal", line_);
-          append_utf8(value, static_cast<uint32_t>(std::strtoul(src_.substr(p, n).c_str(), nullptr, 16)));
+          detail::append_utf8(value, static_cast<uint32_t>(std::strtoul(src_.substr(p, n).c_str(), nullptr, 16)));
           p += n;
           break;
         }
