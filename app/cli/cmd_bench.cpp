@@ -43,6 +43,7 @@ struct BenchArgs {
   DecodingOptions decoding;
   KvPolicyOptions kv;
   bool json = false;
+  double peak_gbps = 0;
   bool attention = false;
   AttentionBenchOptions attention_options;
 };
@@ -137,6 +138,18 @@ int run_bench(const BenchArgs& args) {
     const Stats s = stats(tps);
     std::printf("| tg%d | %.2f ± %.2f |\n", tg, s.mean, s.sd);
     report["tg"] = {{"tokens", tg}, {"tokens_per_s", s.mean}, {"sd", s.sd}};
+    // Memory-bandwidth efficiency: every weight matrix is read once per generated
+    // token (the embedding table only for its one row, unless the output shares it).
+    double bytes = 0;
+    for (const GgufTensor& t : m.file->tensors())
+      if (t.name != "token_embd.weight" || c.tied_embeddings) bytes += static_cast<double>(t.n_bytes);
+    const double gbps = bytes * s.mean / 1e9;
+    std::printf("\ntg: %.3f GB of weights read per token -> %.1f GB/s", bytes / 1e9, gbps);
+    if (args.peak_gbps > 0) std::printf(", %.1f%% of the %.0f GB/s peak", 100.0 * gbps / args.peak_gbps, args.peak_gbps);
+    std::printf("\n");
+    report["tg"]["weight_bytes_per_token"] = bytes;
+    report["tg"]["effective_gb_per_s"] = gbps;
+    if (args.peak_gbps > 0) report["tg"]["bandwidth_efficiency"] = gbps / args.peak_gbps;
   }
   // t(T): cost of one step of T tokens after a 128-token context.
   if (!args.curve.empty()) {
@@ -237,6 +250,9 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--contexts", args->attention_options.contexts, "--attention: context lengths")->delimiter(',')->capture_default_str();
   cmd->add_option("--rows", args->attention_options.rows, "--attention: COMPRESSED rows per step")->capture_default_str()
       ->check(CLI::Range(1, 512));
+  cmd->add_option("--peak-gbps", args->peak_gbps,
+                  "The device's memory bandwidth in GB/s: tg then reports its efficiency as a fraction of it")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--json", args->json, "Also print the results as JSON");
   return [args] {
     args->decoding.validate();

@@ -9,12 +9,7 @@ LoadedModel load_model(const std::string& path, const BackendChoice& backend, in
   if (!std::filesystem::exists(path)) throw std::runtime_error(path + ": no such file");
   LoadedModel m;
   m.file = GgufFile::open(path);
-  std::unique_ptr<Backend> be;
-  if (backend.name == "cpu") {
-    be = make_cpu_backend(backend.threads);
-  } else {
-    throw std::runtime_error("unknown backend '" + backend.name + "' (available: cpu)");
-  }
+  std::unique_ptr<Backend> be = make_backend(BackendSpec{backend.name, backend.device, backend.threads});
   ModelOptions options;
   options.n_ctx = n_ctx;
   m.model = std::make_unique<Model>(m.file, std::move(be), options);

@@ -11,8 +11,9 @@
 namespace fafo::cli {
 
 struct BackendChoice {
-  std::string name = "cpu";
-  int threads = 0;
+  std::string name = "auto";  // auto, cpu, vulkan (see fafo::make_backend)
+  std::string device;         // vulkan: index or part of a name
+  int threads = 0;            // cpu
 };
 
 struct LoadedModel {

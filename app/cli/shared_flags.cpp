@@ -28,7 +28,20 @@ void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr
 }
 
 void add_backend_flags(CLI::App* cmd, BackendChoice& backend) {
-  cmd->add_option("--backend", backend.name, "Compute backend")->capture_default_str()->check(CLI::IsMember({"cpu"}));
+  std::vector<std::string> names = {"auto"};
+  for (const std::string& n : available_backends()) names.push_back(n);
+  cmd->add_option("--backend", backend.name,
+                  "Compute backend: auto (vulkan when a Vulkan GPU exists, else cpu; lavapipe only when asked), " +
+                      [&] {
+                        std::string list;
+                        for (size_t i = 1; i < names.size(); ++i) list += (i > 1 ? ", " : "") + names[i];
+                        return list;
+                      }())
+      ->capture_default_str()
+      ->check(CLI::IsMember(names));
+  cmd->add_option("--device", backend.device,
+                  "Vulkan device: an index or part of a name from `fafo devices` (default: the first discrete GPU, "
+                  "else integrated, else any)");
   cmd->add_option("-t,--threads", backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
       ->check(CLI::Range(0, 1024));
 }

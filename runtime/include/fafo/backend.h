@@ -131,4 +131,19 @@ class Backend {
 // The CPU reference backend. n_threads <= 0 uses every hardware thread.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
 
+// Which backend to create, as a user names it (`--backend`, `--device`, `--threads`).
+struct BackendSpec {
+  std::string name = "auto";  // "auto" (vulkan when a Vulkan GPU exists, else cpu), "cpu", "vulkan"
+  std::string device;         // vulkan: an index in `fafo devices` order, or part of a device name; empty = best
+  int threads = 0;            // cpu: threads (0 = every hardware thread)
+};
+
+// Backend names this build can create ("cpu", plus "vulkan" when compiled in).
+std::vector<std::string> available_backends();
+// The backend "auto" resolves to on this machine.
+std::string default_backend_name();
+// Creates the backend; throws std::runtime_error naming the problem (unknown backend,
+// no such device, Vulkan unavailable).
+std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
+
 }  // namespace fafo

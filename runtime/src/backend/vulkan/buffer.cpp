@@ -10,7 +10,7 @@
 
 namespace fafo::vulkan {
 
-Buffer::Buffer(const Context& context, VkDeviceSize bytes) : device_(context.device()), size_(bytes) {
+Buffer::Buffer(const Context& context, VkDeviceSize bytes, Memory memory) : device_(context.device()), size_(bytes) {
   if (bytes == 0) throw std::invalid_argument("Vulkan buffer of 0 bytes");
   const VkDeviceSize range = context.properties().limits.maxStorageBufferRange;
   if (bytes > range)
@@ -26,9 +26,11 @@ Buffer::Buffer(const Context& context, VkDeviceSize bytes) : device_(context.dev
 
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(device_, buffer_, &req);
-    const uint32_t type = context.find_memory_type(req.memoryTypeBits,
-                                                   VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                                                   VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    constexpr VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const uint32_t type = memory == Memory::HostVisible
+                              ? context.find_memory_type(req.memoryTypeBits, host, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
+                              : context.find_memory_type(req.memoryTypeBits, 0, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    const VkMemoryPropertyFlags flags = context.memory_properties().memoryTypes[type].propertyFlags;
     const VkPhysicalDeviceMemoryProperties& props = context.memory_properties();
     const VkDeviceSize heap_size = props.memoryHeaps[props.memoryTypes[type].heapIndex].size;
     if (req.size > heap_size)
@@ -38,9 +40,14 @@ Buffer::Buffer(const Context& context, VkDeviceSize bytes) : device_(context.dev
     alloc.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
     alloc.allocationSize = req.size;
     alloc.memoryTypeIndex = type;
-    check(vkAllocateMemory(device_, &alloc, nullptr, &memory_), "vkAllocateMemory");
+    const VkResult allocated = vkAllocateMemory(device_, &alloc, nullptr, &memory_);
+    if (allocated == VK_ERROR_OUT_OF_DEVICE_MEMORY || allocated == VK_ERROR_OUT_OF_HOST_MEMORY)
+      throw VulkanError("out of " + std::string(allocated == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host") +
+                            " memory allocating " + std::to_string(req.size) + " bytes on " + context.device_name() +
+                        " (" + result_name(allocated) + ")");
+    check(allocated, "vkAllocateMemory");
     check(vkBindBufferMemory(device_, buffer_, memory_, 0), "vkBindBufferMemory");
-    check(vkMapMemory(device_, memory_, 0, VK_WHOLE_SIZE, 0, &mapped_), "vkMapMemory");
+    if ((flags & host) == host) check(vkMapMemory(device_, memory_, 0, VK_WHOLE_SIZE, 0, &mapped_), "vkMapMemory");
   } catch (...) {
     release();
     throw;
@@ -81,7 +88,7 @@ void Buffer::release() noexcept {
 }
 
 void Buffer::upload(const void* data, size_t bytes, size_t offset) {
-  if (!mapped_) throw std::logic_error("upload into an empty Vulkan buffer");
+  if (!mapped_) throw std::logic_error("upload into a Vulkan buffer that is empty or not host-visible");
   if (offset + bytes > size_)
     throw std::out_of_range("upload of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
                             " into a Vulkan buffer of " + std::to_string(size_) + " bytes");
@@ -89,7 +96,7 @@ void Buffer::upload(const void* data, size_t bytes, size_t offset) {
 }
 
 void Buffer::download(void* data, size_t bytes, size_t offset) const {
-  if (!mapped_) throw std::logic_error("download from an empty Vulkan buffer");
+  if (!mapped_) throw std::logic_error("download from a Vulkan buffer that is empty or not host-visible");
   if (offset + bytes > size_)
     throw std::out_of_range("download of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
                             " from a Vulkan buffer of " + std::to_string(size_) + " bytes");

@@ -1,7 +1,10 @@
-// A storage buffer that owns its VkBuffer and VkDeviceMemory (move-only). The memory
-// is host-visible and coherent, mapped for the buffer's lifetime, and device-local
-// too when the device has such memory (integrated GPUs, lavapipe, ReBAR). A staging
-// path into device-only memory for discrete GPUs is later work.
+// A storage buffer that owns its VkBuffer and VkDeviceMemory (move-only).
+//   Memory::HostVisible  host-visible and coherent, mapped for the buffer's lifetime,
+//                        and device-local too when the device has such memory
+//                        (integrated GPUs, lavapipe, ReBAR).
+//   Memory::Device       device-local; mapped only when that memory happens to be
+//                        host-visible too, otherwise filled and read through a staging
+//                        buffer (backend/vulkan/transfer.h).
 #pragma once
 
 #include <cstddef>
@@ -14,11 +17,14 @@ namespace fafo::vulkan {
 
 class Context;
 
+enum class Memory { HostVisible, Device };
+
 class Buffer {
  public:
   Buffer() = default;
-  // Throws VulkanError when `bytes` exceeds maxStorageBufferRange or the memory heap.
-  Buffer(const Context& context, VkDeviceSize bytes);
+  // Throws VulkanError when `bytes` exceeds maxStorageBufferRange or the memory heap,
+  // or the device is out of memory (the message says which and the sizes).
+  Buffer(const Context& context, VkDeviceSize bytes, Memory memory = Memory::HostVisible);
   ~Buffer();
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;
@@ -27,6 +33,8 @@ class Buffer {
 
   VkBuffer handle() const { return buffer_; }
   VkDeviceSize size() const { return size_; }
+  // Whether upload()/download() work directly (the memory is mapped).
+  bool mapped() const { return mapped_ != nullptr; }
 
   // Copies host data in or out (bounds checked). Reading is valid once the work that
   // wrote the buffer has completed (CommandSequence::submit_and_wait).

@@ -6,6 +6,7 @@
 
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/context.h"
+#include "backend/vulkan/descriptor_cache.h"
 #include "backend/vulkan/pipeline.h"
 #include "backend/vulkan/vulkan_error.h"
 
@@ -16,20 +17,20 @@ namespace {
 // Storage-buffer descriptors the pool holds per dispatch.
 constexpr uint32_t kMaxBuffersPerDispatch = 8;
 
+constexpr VkPipelineStageFlags kDeviceStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+
 void memory_barrier(VkCommandBuffer commands, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
   VkMemoryBarrier barrier{};
   barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   barrier.dstAccessMask = dst_access;
-  vkCmdPipelineBarrier(commands, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst_stage, 0, 1, &barrier, 0, nullptr, 0,
-                       nullptr);
+  vkCmdPipelineBarrier(commands, kDeviceStages, dst_stage, 0, 1, &barrier, 0, nullptr, 0, nullptr);
 }
 
 }  // namespace
 
 CommandSequence::CommandSequence(const Context& context, uint32_t max_dispatches)
     : context_(context), max_dispatches_(max_dispatches) {
-  const VkDevice device = context.device();
   try {
     VkDescriptorPoolSize size{};
     size.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
@@ -39,27 +40,41 @@ CommandSequence::CommandSequence(const Context& context, uint32_t max_dispatches
     pool_info.maxSets = max_dispatches;
     pool_info.poolSizeCount = 1;
     pool_info.pPoolSizes = &size;
-    check(vkCreateDescriptorPool(device, &pool_info, nullptr, &pool_), "vkCreateDescriptorPool");
-
-    VkCommandBufferAllocateInfo alloc{};
-    alloc.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
-    alloc.commandPool = context.command_pool();
-    alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    alloc.commandBufferCount = 1;
-    check(vkAllocateCommandBuffers(device, &alloc, &commands_), "vkAllocateCommandBuffers");
-
-    VkFenceCreateInfo fence_info{};
-    fence_info.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
-    check(vkCreateFence(device, &fence_info, nullptr, &fence_), "vkCreateFence");
-
-    VkCommandBufferBeginInfo begin{};
-    begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-    begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    check(vkBeginCommandBuffer(commands_, &begin), "vkBeginCommandBuffer");
+    check(vkCreateDescriptorPool(context.device(), &pool_info, nullptr, &pool_), "vkCreateDescriptorPool");
+    begin();
   } catch (...) {
     destroy();
     throw;
   }
+}
+
+CommandSequence::CommandSequence(const Context& context, DescriptorCache& cache)
+    : context_(context), cache_(&cache), max_dispatches_(UINT32_MAX) {
+  try {
+    begin();
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+void CommandSequence::begin() {
+  const VkDevice device = context_.device();
+  VkCommandBufferAllocateInfo alloc{};
+  alloc.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+  alloc.commandPool = context_.command_pool();
+  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  alloc.commandBufferCount = 1;
+  check(vkAllocateCommandBuffers(device, &alloc, &commands_), "vkAllocateCommandBuffers");
+
+  VkFenceCreateInfo fence_info{};
+  fence_info.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+  check(vkCreateFence(device, &fence_info, nullptr, &fence_), "vkCreateFence");
+
+  VkCommandBufferBeginInfo begin_info{};
+  begin_info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  begin_info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  check(vkBeginCommandBuffer(commands_, &begin_info), "vkBeginCommandBuffer");
 }
 
 CommandSequence::~CommandSequence() { destroy(); }
@@ -75,6 +90,52 @@ void CommandSequence::destroy() noexcept {
   fence_ = VK_NULL_HANDLE;
   commands_ = VK_NULL_HANDLE;
   pool_ = VK_NULL_HANDLE;
+}
+
+void CommandSequence::barrier_before_command() {
+  if (submitted_) throw std::logic_error("recording into a command sequence already submitted");
+  if (commands_recorded_ > 0)
+    memory_barrier(commands_, kDeviceStages,
+                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                       VK_ACCESS_TRANSFER_WRITE_BIT);
+  ++commands_recorded_;
+}
+
+VkDescriptorSet CommandSequence::descriptor_set(const ComputePipeline& pipeline,
+                                                std::initializer_list<const Buffer*> buffers) {
+  std::vector<VkBuffer> handles;
+  handles.reserve(buffers.size());
+  for (const Buffer* b : buffers) {
+    if (b == nullptr || b->handle() == VK_NULL_HANDLE)
+      throw std::invalid_argument("shader " + pipeline.name() + ": an empty buffer was bound");
+    handles.push_back(b->handle());
+  }
+  if (cache_) return cache_->get(pipeline.set_layout(), handles);
+
+  const VkDevice device = context_.device();
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  const VkDescriptorSetLayout set_layout = pipeline.set_layout();
+  VkDescriptorSetAllocateInfo alloc{};
+  alloc.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
+  alloc.descriptorPool = pool_;
+  alloc.descriptorSetCount = 1;
+  alloc.pSetLayouts = &set_layout;
+  check(vkAllocateDescriptorSets(device, &alloc, &set), "vkAllocateDescriptorSets");
+  std::vector<VkDescriptorBufferInfo> infos;
+  infos.reserve(handles.size());
+  for (VkBuffer b : handles) infos.push_back({b, 0, VK_WHOLE_SIZE});
+  std::vector<VkWriteDescriptorSet> writes(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    writes[i] = {};
+    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+    writes[i].dstSet = set;
+    writes[i].dstBinding = static_cast<uint32_t>(i);
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  vkUpdateDescriptorSets(device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
+  return set;
 }
 
 void CommandSequence::dispatch(const ComputePipeline& pipeline, std::initializer_list<const Buffer*> buffers,
@@ -96,38 +157,8 @@ void CommandSequence::dispatch(const ComputePipeline& pipeline, std::initializer
     throw std::invalid_argument("shader " + pipeline.name() + ": workgroup count " + std::to_string(groups_x) + "x" +
                                 std::to_string(groups_y) + "x" + std::to_string(groups_z) +
                                 " is empty or over the device limit");
-
-  const VkDevice device = context_.device();
-  VkDescriptorSet set = VK_NULL_HANDLE;
-  const VkDescriptorSetLayout set_layout = pipeline.set_layout();
-  VkDescriptorSetAllocateInfo alloc{};
-  alloc.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO;
-  alloc.descriptorPool = pool_;
-  alloc.descriptorSetCount = 1;
-  alloc.pSetLayouts = &set_layout;
-  check(vkAllocateDescriptorSets(device, &alloc, &set), "vkAllocateDescriptorSets");
-
-  std::vector<VkDescriptorBufferInfo> infos;
-  infos.reserve(buffers.size());
-  for (const Buffer* b : buffers) {
-    if (b == nullptr || b->handle() == VK_NULL_HANDLE)
-      throw std::invalid_argument("shader " + pipeline.name() + ": an empty buffer was bound");
-    infos.push_back({b->handle(), 0, VK_WHOLE_SIZE});
-  }
-  std::vector<VkWriteDescriptorSet> writes(infos.size());
-  for (size_t i = 0; i < infos.size(); ++i) {
-    writes[i] = {};
-    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-    writes[i].dstSet = set;
-    writes[i].dstBinding = static_cast<uint32_t>(i);
-    writes[i].descriptorCount = 1;
-    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    writes[i].pBufferInfo = &infos[i];
-  }
-  vkUpdateDescriptorSets(device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
-
-  if (dispatches_ > 0)
-    memory_barrier(commands_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+  const VkDescriptorSet set = descriptor_set(pipeline, buffers);
+  barrier_before_command();
   vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle());
   vkCmdBindDescriptorSets(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1, &set, 0, nullptr);
   if (push_bytes > 0)
@@ -136,9 +167,25 @@ void CommandSequence::dispatch(const ComputePipeline& pipeline, std::initializer
   ++dispatches_;
 }
 
+void CommandSequence::copy(const Buffer& src, const Buffer& dst, const std::vector<VkBufferCopy>& regions) {
+  if (regions.empty()) return;
+  for (const VkBufferCopy& r : regions)
+    if (r.size == 0 || r.srcOffset + r.size > src.size() || r.dstOffset + r.size > dst.size())
+      throw std::out_of_range("buffer copy of " + std::to_string(r.size) + " bytes from offset " +
+                              std::to_string(r.srcOffset) + " (of " + std::to_string(src.size()) + ") to offset " +
+                              std::to_string(r.dstOffset) + " (of " + std::to_string(dst.size()) + ")");
+  barrier_before_command();
+  vkCmdCopyBuffer(commands_, src.handle(), dst.handle(), static_cast<uint32_t>(regions.size()), regions.data());
+}
+
+void CommandSequence::zero(const Buffer& dst) {
+  barrier_before_command();
+  vkCmdFillBuffer(commands_, dst.handle(), 0, VK_WHOLE_SIZE, 0);
+}
+
 void CommandSequence::submit_and_wait(std::chrono::milliseconds timeout) {
   if (submitted_) throw std::logic_error("a command sequence is submitted only once");
-  if (dispatches_ > 0) memory_barrier(commands_, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  if (commands_recorded_ > 0) memory_barrier(commands_, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
   check(vkEndCommandBuffer(commands_), "vkEndCommandBuffer");
   VkSubmitInfo submit{};
   submit.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;

@@ -1,13 +1,15 @@
-// A sequence of compute dispatches recorded into one command buffer, then submitted
-// once and waited for with a fence. Each dispatch gets its own descriptor set (from
-// the sequence's pool) and is separated from the next by a compute->compute memory
-// barrier, so a dispatch sees everything the earlier ones wrote; after the last one
-// a compute->host barrier makes the results readable with Buffer::download.
+// A sequence of compute dispatches and buffer copies recorded into one command
+// buffer, then submitted once and waited for with a fence. Descriptor sets come from
+// a DescriptorCache shared with later sequences (a backend's steps) or, without one,
+// from the sequence's own pool. Every command is separated from the next by a memory
+// barrier, so it sees everything the earlier ones wrote; after the last one a
+// barrier to the host makes the results readable with Buffer::download.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include <vulkan/vulkan.h>
 
@@ -16,10 +18,14 @@ namespace fafo::vulkan {
 class Context;
 class Buffer;
 class ComputePipeline;
+class DescriptorCache;
 
 class CommandSequence {
  public:
   explicit CommandSequence(const Context& context, uint32_t max_dispatches = 256);
+  // Takes descriptor sets from `cache` (which must outlive the sequence); no limit
+  // on the number of dispatches.
+  CommandSequence(const Context& context, DescriptorCache& cache);
   ~CommandSequence();
   CommandSequence(const CommandSequence&) = delete;
   CommandSequence& operator=(const CommandSequence&) = delete;
@@ -34,21 +40,36 @@ class CommandSequence {
     dispatch(pipeline, buffers, &push, sizeof push, groups_x, groups_y, groups_z);
   }
 
+  // Copies `regions` (byte offsets and sizes) from src to dst.
+  void copy(const Buffer& src, const Buffer& dst, const std::vector<VkBufferCopy>& regions);
+  void copy(const Buffer& src, VkDeviceSize src_offset, const Buffer& dst, VkDeviceSize dst_offset, VkDeviceSize bytes) {
+    copy(src, dst, {VkBufferCopy{src_offset, dst_offset, bytes}});
+  }
+
+  // Sets every byte of dst to zero.
+  void zero(const Buffer& dst);
+
   uint32_t dispatch_count() const { return dispatches_; }
+  uint32_t command_count() const { return commands_recorded_; }
 
   // Ends recording, submits, and waits; throws VulkanError on failure or when the
   // device does not finish within `timeout` (never hangs). Only once per sequence.
   void submit_and_wait(std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
  private:
+  void begin();
   void destroy() noexcept;
+  void barrier_before_command();
+  VkDescriptorSet descriptor_set(const ComputePipeline& pipeline, std::initializer_list<const Buffer*> buffers);
 
   const Context& context_;
+  DescriptorCache* cache_ = nullptr;
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   VkCommandBuffer commands_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   uint32_t max_dispatches_ = 0;
   uint32_t dispatches_ = 0;
+  uint32_t commands_recorded_ = 0;
   bool submitted_ = false;
 };
 

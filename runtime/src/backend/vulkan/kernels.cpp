@@ -26,6 +26,31 @@ struct MatmulPush {
   uint32_t cols;
 };
 
+struct RopePush {
+  uint32_t rows, n_heads, head_dim, n_pairs, stride, neox;
+};
+struct ElementwisePush {
+  uint32_t n, cols, op;
+};
+struct CombinePush {
+  uint32_t T, n_head, head_dim, n_parts, out_stride;
+};
+struct AttentionPush {
+  uint32_t T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, region, dense, use_order, part_keys, n_parts,
+      mask_words, mask_offset, order_offset;
+  float scale;
+};
+struct KvPermutePush {
+  uint32_t n_pairs, kv_dim, mode;
+};
+enum ElementwiseOp : uint32_t { kAdd = 0, kBias = 1, kSwiglu = 2 };
+
+// Workgroups for a grid-stride loop over n items, wg_size per workgroup.
+uint32_t groups_for(uint64_t n, uint32_t wg_size, const Context& context) {
+  const uint64_t groups = (n + wg_size - 1) / wg_size;
+  return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(groups, context.properties().limits.maxComputeWorkGroupCount[0])));
+}
+
 void require_size(const Buffer& b, uint64_t floats, const char* what, const char* kernel) {
   const uint64_t bytes = floats * sizeof(float);
   if (b.size() < bytes)
@@ -39,7 +64,12 @@ Kernels::Kernels(const Context& context)
     : context_(context),
       rms_norm_(std::make_unique<ComputePipeline>(context, shaders::rms_norm, 3, sizeof(RmsNormPush))),
       matmul_f32_t1_(std::make_unique<ComputePipeline>(context, shaders::matmul_f32_t1, 3, sizeof(MatmulPush))),
-      matmul_f32_t4_(std::make_unique<ComputePipeline>(context, shaders::matmul_f32_t4, 3, sizeof(MatmulPush))) {}
+      matmul_f32_t4_(std::make_unique<ComputePipeline>(context, shaders::matmul_f32_t4, 3, sizeof(MatmulPush))),
+      rope_(std::make_unique<ComputePipeline>(context, shaders::rope, 2, sizeof(RopePush))),
+      elementwise_(std::make_unique<ComputePipeline>(context, shaders::elementwise, 3, sizeof(ElementwisePush))),
+      attention_(std::make_unique<ComputePipeline>(context, shaders::attention, 5, sizeof(AttentionPush))),
+      attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 2, sizeof(CombinePush))),
+      kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))) {}
 
 Kernels::~Kernels() = default;
 
@@ -67,6 +97,81 @@ void Kernels::matmul_f32(CommandSequence& seq, const Buffer& x, const Buffer& w,
   const ComputePipeline& pipeline = tile == 1 ? *matmul_f32_t1_ : *matmul_f32_t4_;
   seq.dispatch(pipeline, {&x, &w, &out}, MatmulPush{T, rows, cols}, std::min(rows, max_groups[0]),
                std::min(tiles, max_groups[1]));
+}
+
+void Kernels::rope(CommandSequence& seq, const Buffer& x, const Buffer& table, uint32_t rows, uint32_t n_heads,
+                   uint32_t head_dim, uint32_t n_pairs, uint32_t stride, bool neox) const {
+  if (rows == 0 || n_heads == 0 || n_pairs == 0) return;
+  if (2 * n_pairs > head_dim || uint64_t{n_heads} * head_dim > stride)
+    throw std::invalid_argument("rope: " + std::to_string(n_pairs) + " pairs of " + std::to_string(n_heads) +
+                                " heads of " + std::to_string(head_dim) + " do not fit rows of " +
+                                std::to_string(stride));
+  require_size(x, uint64_t{rows} * stride, "x", "rope");
+  require_size(table, uint64_t{rows} * n_pairs * 2, "table", "rope");
+  seq.dispatch(*rope_, {&x, &table}, RopePush{rows, n_heads, head_dim, n_pairs, stride, neox ? 1u : 0u},
+               groups_for(uint64_t{rows} * n_heads * n_pairs, 64, context_));
+}
+
+void Kernels::add(CommandSequence& seq, const Buffer& a, const Buffer& b, const Buffer& out, uint32_t n) const {
+  if (n == 0) return;
+  require_size(a, n, "a", "add");
+  require_size(b, n, "b", "add");
+  require_size(out, n, "out", "add");
+  seq.dispatch(*elementwise_, {&a, &b, &out}, ElementwisePush{n, n, kAdd}, groups_for(n, 256, context_));
+}
+
+void Kernels::add_bias(CommandSequence& seq, const Buffer& a, const Buffer& bias, const Buffer& out, uint32_t n,
+                       uint32_t cols) const {
+  if (n == 0) return;
+  if (cols == 0 || n % cols != 0) throw std::invalid_argument("add_bias: n must be a multiple of cols");
+  require_size(a, n, "a", "add_bias");
+  require_size(bias, cols, "bias", "add_bias");
+  require_size(out, n, "out", "add_bias");
+  seq.dispatch(*elementwise_, {&a, &bias, &out}, ElementwisePush{n, cols, kBias}, groups_for(n, 256, context_));
+}
+
+void Kernels::swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const {
+  if (n == 0) return;
+  require_size(gate, n, "gate", "swiglu");
+  require_size(up, n, "up", "swiglu");
+  require_size(out, n, "out", "swiglu");
+  seq.dispatch(*elementwise_, {&gate, &up, &out}, ElementwisePush{n, n, kSwiglu}, groups_for(n, 256, context_));
+}
+
+void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& keys, const Buffer& values,
+                        const Buffer& step_info, const Buffer& partials, const Buffer& out,
+                        const AttentionArgs& a) const {
+  if (a.T == 0) return;
+  if (a.n_head == 0 || a.n_head_kv == 0 || a.n_head % a.n_head_kv != 0)
+    throw std::invalid_argument("attention: " + std::to_string(a.n_head) + " heads cannot share " +
+                                std::to_string(a.n_head_kv) + " KV heads");
+  if (a.head_dim == 0 || a.head_dim > kMaxHeadDim)
+    throw std::invalid_argument("attention: head size " + std::to_string(a.head_dim) + " is not in 1.." +
+                                std::to_string(kMaxHeadDim));
+  if (a.part_keys == 0 || a.n_parts == 0 || uint64_t{a.part_keys} * a.n_parts < uint64_t{a.n_past} + a.T)
+    throw std::invalid_argument("attention: the parts do not cover the keys");
+  require_size(q, uint64_t{a.T} * a.q_stride, "q", "attention");
+  require_size(keys, uint64_t{a.n_past + a.T} * a.kv_dim, "keys", "attention");
+  require_size(values, uint64_t{a.n_past + a.T} * a.kv_dim, "values", "attention");
+  require_size(partials, uint64_t{a.T} * a.n_head * a.n_parts * (a.head_dim + 2), "partials", "attention");
+  require_size(out, uint64_t{a.T} * a.out_stride, "out", "attention");
+  const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
+  if (a.n_parts > max_groups[0] || a.n_head > max_groups[1] || a.T > max_groups[2])
+    throw std::invalid_argument("attention: grid over the device limit");
+  const AttentionPush push{a.T,         a.n_past,     a.n_head,      a.n_head_kv, a.head_dim,  a.kv_dim,
+                           a.q_stride,  a.region,     a.dense,       a.use_order, a.part_keys, a.n_parts,
+                           a.mask_words, a.mask_offset, a.order_offset, a.scale};
+  seq.dispatch(*attention_, {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head, a.T);
+  seq.dispatch(*attention_combine_, {&partials, &out}, CombinePush{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride},
+               a.n_head, a.T);
+}
+
+void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs,
+                         uint32_t kv_dim, bool swap) const {
+  if (n_pairs == 0 || kv_dim == 0) return;
+  require_size(pairs, uint64_t{n_pairs} * 2, "pairs", "kv_permute");
+  seq.dispatch(*kv_permute_, {&cache, &pairs}, KvPermutePush{n_pairs, kv_dim, swap ? 0u : 1u},
+               groups_for(kv_dim, 64, context_));
 }
 
 }  // namespace fafo::vulkan

@@ -1,5 +1,6 @@
-// The compute kernels written so far, each recorded into a CommandSequence. The
-// pipelines are created once, with the Kernels object.
+// The compute kernels on activations and the KV cache (weight-format kernels are in
+// weight_kernels.h), each recorded into a CommandSequence. The pipelines are created
+// once, with the Kernels object.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +29,46 @@ class Kernels {
   void matmul_f32(CommandSequence& seq, const Buffer& x, const Buffer& w, const Buffer& out, uint32_t T,
                   uint32_t rows, uint32_t cols, uint32_t tile = 0) const;
 
+  // Rotates n_heads heads of head_dim in each of `rows` rows of x (row stride
+  // `stride` floats) by the angles in `table` (cos, sin per row and pair; n_pairs
+  // pairs per head).
+  void rope(CommandSequence& seq, const Buffer& x, const Buffer& table, uint32_t rows, uint32_t n_heads,
+            uint32_t head_dim, uint32_t n_pairs, uint32_t stride, bool neox) const;
+
+  // out = a + b, out = a + bias (broadcast over rows of `cols`), out = silu(a) * b;
+  // n floats. out may be the same buffer as a.
+  void add(CommandSequence& seq, const Buffer& a, const Buffer& b, const Buffer& out, uint32_t n) const;
+  void add_bias(CommandSequence& seq, const Buffer& a, const Buffer& bias, const Buffer& out, uint32_t n,
+                uint32_t cols) const;
+  void swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
+
+  // Attention over a step (see shaders/attention.comp for the key order and the
+  // step_info layout); writes n_parts partial results per (row, head) to `partials`
+  // and then combines them into out[row * out_stride + head * head_dim + d].
+  struct AttentionArgs {
+    uint32_t T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, out_stride;
+    uint32_t region, dense, use_order, part_keys, n_parts, mask_words, mask_offset, order_offset;
+    float scale;
+  };
+  static constexpr uint32_t kMaxHeadDim = 256;
+  void attention(CommandSequence& seq, const Buffer& q, const Buffer& keys, const Buffer& values,
+                 const Buffer& step_info, const Buffer& partials, const Buffer& out, const AttentionArgs& a) const;
+
+  // Applies (first, second) slot pairs in order to one [n_ctx x kv_dim] cache:
+  // swap exchanges the two entries, otherwise first is copied over second.
+  void kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs, uint32_t kv_dim,
+                  bool swap) const;
+
  private:
   const Context& context_;
   std::unique_ptr<ComputePipeline> rms_norm_;
   std::unique_ptr<ComputePipeline> matmul_f32_t1_;
   std::unique_ptr<ComputePipeline> matmul_f32_t4_;
+  std::unique_ptr<ComputePipeline> rope_;
+  std::unique_ptr<ComputePipeline> elementwise_;
+  std::unique_ptr<ComputePipeline> attention_;
+  std::unique_ptr<ComputePipeline> attention_combine_;
+  std::unique_ptr<ComputePipeline> kv_permute_;
 };
 
 }  // namespace fafo::vulkan

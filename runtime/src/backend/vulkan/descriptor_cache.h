@@ -1,0 +1,42 @@
+// Descriptor sets that live as long as the backend: one set per distinct (pipeline
+// layout, bound buffers) combination, written once and reused by every later step.
+// A model's forward pass binds the same buffers to the same pipelines step after
+// step, so after the first step no descriptor set is allocated or written again.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include <vulkan/vulkan.h>
+
+namespace fafo::vulkan {
+
+class Context;
+
+class DescriptorCache {
+ public:
+  explicit DescriptorCache(const Context& context);
+  ~DescriptorCache();
+  DescriptorCache(const DescriptorCache&) = delete;
+  DescriptorCache& operator=(const DescriptorCache&) = delete;
+
+  // The set for `layout` with `buffers` at bindings 0..n-1 (whole buffers), creating
+  // and writing it the first time this combination is asked for.
+  VkDescriptorSet get(VkDescriptorSetLayout layout, const std::vector<VkBuffer>& buffers);
+  // Drops every set that binds `buffer` (call before destroying a buffer that may be
+  // bound again later under a recycled handle).
+  void forget(VkBuffer buffer);
+  size_t size() const { return sets_.size(); }
+
+ private:
+  VkDescriptorSet allocate(VkDescriptorSetLayout layout);
+
+  const Context& context_;
+  std::vector<VkDescriptorPool> pools_;
+  uint32_t sets_left_in_pool_ = 0;
+  std::map<std::pair<VkDescriptorSetLayout, std::vector<VkBuffer>>, VkDescriptorSet> sets_;
+};
+
+}  // namespace fafo::vulkan

@@ -1,0 +1,42 @@
+// The Vulkan backend: the whole forward pass as compute shaders on one Vulkan device.
+//
+// Memory: weights are uploaded once (through staging when device memory is not
+// host-visible); a weight larger than maxStorageBufferRange is split by rows into
+// several buffers that the kernels visit one after another. Vectors (norm gains,
+// biases) are stored as F32. Activations and the KV cache (fp32, one K and one V
+// buffer per layer) live in device memory. Everything allocated is counted against
+// the device's memory heap, so a model that does not fit fails at load time with the
+// sizes in the message.
+//
+// A step: begin_step() writes the step's tokens, masks and KV view into small
+// host-visible buffers; every kernel call records into one command buffer;
+// finish_step() submits it once and waits. Pipelines are created when the backend is;
+// descriptor sets are created the first time a (pipeline, buffers) combination is
+// used and reused by every later step.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/vulkan/context.h"
+#include "fafo/backend.h"
+
+namespace fafo::vulkan {
+
+struct VulkanBackendOptions {
+  // "" = the best device (discrete, then integrated, then any); a number = that index
+  // in `fafo devices` order; otherwise a case-insensitive part of the device name.
+  std::string device;
+  // Enable the Khronos validation layer (also with FAFO_VULKAN_VALIDATION=1 in the
+  // environment); its messages go to validation_log.
+  bool validation = false;
+  std::shared_ptr<ValidationLog> validation_log;
+};
+
+std::unique_ptr<Backend> make_backend(const VulkanBackendOptions& options);
+
+// Resolves a --device string to an index in enumeration order; throws
+// std::runtime_error listing the devices when nothing matches.
+int resolve_device(const std::string& device);
+
+}  // namespace fafo::vulkan

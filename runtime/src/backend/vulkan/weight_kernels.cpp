@@ -1,0 +1,191 @@
+#include "backend/vulkan/weight_kernels.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "backend/vulkan/buffer.h"
+#include "backend/vulkan/command_sequence.h"
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/embedded_shaders.h"
+#include "backend/vulkan/pipeline.h"
+
+namespace fafo::vulkan {
+
+namespace {
+
+// Push constants, laid out as shaders/matmul.comp and shaders/embed.comp declare them.
+struct MatmulPush {
+  uint32_t T;
+  uint32_t rows;
+  uint32_t cols;
+  uint32_t x_stride;
+  uint32_t out_stride;
+  uint32_t out_offset;
+  uint32_t row_bytes;
+};
+struct EmbedPush {
+  uint32_t T;
+  uint32_t cols;
+  uint32_t first_row;
+  uint32_t n_rows;
+  uint32_t row_bytes;
+};
+
+// The matmul variants as runtime/CMakeLists.txt compiles them: rows per workgroup
+// (ROW_GROUPS) of each SplitRows tile, and the WholeRows tokens per pass and rows per
+// workgroup. These only size the grid (the shaders stride over row blocks and token
+// tiles), so a mismatch would cost speed, never correctness.
+constexpr std::array<uint32_t, WeightKernels::kTokenTiles.size()> kSplitRowsPerWorkgroup = {8, 8, 8, 4, 2, 2};
+constexpr uint32_t kWholeRowsTokensPerPass = 32;
+constexpr uint32_t kWholeRowsPerWorkgroup = 8;
+static_assert(std::ranges::all_of(kSplitRowsPerWorkgroup,
+                                  [](uint32_t r) { return r <= WeightKernels::kMaxRowsPerWorkgroup; }));
+static_assert(kWholeRowsPerWorkgroup <= WeightKernels::kMaxRowsPerWorkgroup);
+
+struct FormatShaders {
+  TensorType type;
+  std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows;
+  const EmbeddedShader* whole_rows;
+  const EmbeddedShader* embed;
+};
+
+#define FAFO_WEIGHT_FORMAT_SHADERS(format, TYPE)                                                \
+  FormatShaders{TensorType::TYPE,                                                               \
+                {&shaders::weight_matmul_##format##_t1, &shaders::weight_matmul_##format##_t2,  \
+                 &shaders::weight_matmul_##format##_t4, &shaders::weight_matmul_##format##_t8,  \
+                 &shaders::weight_matmul_##format##_t16, &shaders::weight_matmul_##format##_t32}, \
+                &shaders::weight_matmul_##format##_rows, &shaders::weight_embed_##format},
+const FormatShaders kFormatShaders[] = {FAFO_VULKAN_WEIGHT_FORMATS(FAFO_WEIGHT_FORMAT_SHADERS)};
+#undef FAFO_WEIGHT_FORMAT_SHADERS
+
+const FormatShaders* find_shaders(TensorType type) {
+  for (const FormatShaders& f : kFormatShaders)
+    if (f.type == type) return &f;
+  return nullptr;
+}
+
+std::string type_name(TensorType type) {
+  const TensorTypeInfo* info = tensor_type_info(static_cast<uint32_t>(type));
+  return info ? std::string(info->name) : "ggml type id " + std::to_string(static_cast<uint32_t>(type));
+}
+
+void require_bytes(const Buffer& b, uint64_t bytes, const char* what, const char* kernel) {
+  if (b.size() < bytes)
+    throw std::invalid_argument(std::string(kernel) + ": buffer " + what + " holds " + std::to_string(b.size()) +
+                                " bytes, needs " + std::to_string(bytes));
+}
+
+// cols must be a positive whole number of blocks.
+void require_cols(TensorType type, uint32_t cols, const char* kernel) {
+  const uint32_t block = tensor_type_info(type).block_size;
+  if (cols == 0 || cols % block != 0)
+    throw std::invalid_argument(std::string(kernel) + ": cols = " + std::to_string(cols) + " is not a positive multiple of the " +
+                                type_name(type) + " block size " + std::to_string(block));
+}
+
+uint32_t row_bytes_u32(TensorType type, uint32_t cols, const char* kernel) {
+  const uint64_t bytes = tensor_row_bytes(type, cols);
+  if (bytes > UINT32_MAX)
+    throw std::invalid_argument(std::string(kernel) + ": a row of " + std::to_string(cols) + " " + type_name(type) +
+                                " values is over 4 GiB");
+  return static_cast<uint32_t>(bytes);
+}
+
+uint32_t ceil_div(uint64_t a, uint64_t b) { return static_cast<uint32_t>(std::min<uint64_t>((a + b - 1) / b, UINT32_MAX)); }
+
+}  // namespace
+
+WeightKernels::WeightKernels(const Context& context)
+    : context_(context), cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+  formats_.reserve(std::size(kFormatShaders));
+  for (const FormatShaders& shaders : kFormatShaders) {
+    FormatPipelines& f = formats_.emplace_back();
+    f.type = shaders.type;
+    for (size_t i = 0; i < kTokenTiles.size(); ++i)
+      f.split_rows[i] = std::make_unique<ComputePipeline>(context, *shaders.split_rows[i], 3, sizeof(MatmulPush));
+    f.whole_rows = std::make_unique<ComputePipeline>(context, *shaders.whole_rows, 3, sizeof(MatmulPush));
+    f.embed = std::make_unique<ComputePipeline>(context, *shaders.embed, 3, sizeof(EmbedPush));
+  }
+}
+
+WeightKernels::~WeightKernels() = default;
+
+bool WeightKernels::supports(TensorType type) { return find_shaders(type) != nullptr; }
+
+uint64_t WeightKernels::weight_bytes(TensorType type, uint32_t rows, uint32_t cols) {
+  const uint64_t bytes = uint64_t{rows} * tensor_row_bytes(type, cols);
+  return (bytes + 3) / 4 * 4;
+}
+
+const WeightKernels::FormatPipelines& WeightKernels::pipelines(TensorType type, const char* kernel) const {
+  for (const FormatPipelines& f : formats_)
+    if (f.type == type) return f;
+  throw std::invalid_argument(std::string(kernel) + ": weight type " + type_name(type) +
+                              " is not supported by the Vulkan kernels");
+}
+
+void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,
+                           const MatmulShape& s, const MatmulVariant& variant) const {
+  constexpr const char* kernel = "WeightKernels::matmul";
+  const FormatPipelines& f = pipelines(type, kernel);
+  require_cols(type, s.cols, kernel);
+  MatmulMapping mapping = variant.mapping;
+  if (mapping == MatmulMapping::Auto) mapping = cpu_device_ ? MatmulMapping::WholeRows : MatmulMapping::SplitRows;
+  size_t tile_index = kTokenTiles.size() - 1;
+  if (mapping == MatmulMapping::WholeRows) {
+    if (variant.tile != 0)
+      throw std::invalid_argument(std::string(kernel) + ": tile " + std::to_string(variant.tile) +
+                                  " given for the WholeRows mapping, which has no tiles (pass 0)");
+  } else if (variant.tile == 0) {
+    const auto fits = std::ranges::find_if(kTokenTiles, [&](uint32_t t) { return t >= s.T; });
+    if (fits != kTokenTiles.end()) tile_index = static_cast<size_t>(fits - kTokenTiles.begin());
+  } else {
+    const auto found = std::ranges::find(kTokenTiles, variant.tile);
+    if (found == kTokenTiles.end())
+      throw std::invalid_argument(std::string(kernel) + ": tile " + std::to_string(variant.tile) +
+                                  " is not 0 or one of 1, 2, 4, 8, 16, 32");
+    tile_index = static_cast<size_t>(found - kTokenTiles.begin());
+  }
+  if (s.T == 0 || s.rows == 0) return;
+  if (s.T > 1 && s.x_stride < s.cols)
+    throw std::invalid_argument(std::string(kernel) + ": x_stride " + std::to_string(s.x_stride) + " < cols " +
+                                std::to_string(s.cols));
+  if (s.T > 1 && s.out_stride < uint64_t{s.out_offset} + s.rows)
+    throw std::invalid_argument(std::string(kernel) + ": out_stride " + std::to_string(s.out_stride) +
+                                " < out_offset + rows = " + std::to_string(uint64_t{s.out_offset} + s.rows) +
+                                " (tokens' outputs would overlap)");
+  const uint32_t row_bytes = row_bytes_u32(type, s.cols, kernel);
+  require_bytes(w, weight_bytes(type, s.rows, s.cols), "w (rows rounded up to 4 bytes)", kernel);
+  require_bytes(x, (uint64_t{s.T - 1} * s.x_stride + s.cols) * sizeof(float), "x", kernel);
+  require_bytes(out, (uint64_t{s.T - 1} * s.out_stride + s.out_offset + s.rows) * sizeof(float), "out", kernel);
+
+  const bool whole = mapping == MatmulMapping::WholeRows;
+  const uint32_t rows_per_group = whole ? kWholeRowsPerWorkgroup : kSplitRowsPerWorkgroup[tile_index];
+  const uint32_t tokens_per_tile = whole ? kWholeRowsTokensPerPass : kTokenTiles[tile_index];
+  const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
+  const uint32_t groups_x = std::min(ceil_div(s.rows, rows_per_group), max_groups[0]);
+  const uint32_t groups_y = std::min(ceil_div(s.T, tokens_per_tile), max_groups[1]);
+  const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes};
+  seq.dispatch(whole ? *f.whole_rows : *f.split_rows[tile_index], {&x, &w, &out}, push, groups_x, groups_y);
+}
+
+void WeightKernels::embed(CommandSequence& seq, TensorType type, const Buffer& table, const Buffer& tokens,
+                          const Buffer& out, uint32_t T, uint32_t cols, uint32_t first_row, uint32_t n_rows) const {
+  constexpr const char* kernel = "WeightKernels::embed";
+  const FormatPipelines& f = pipelines(type, kernel);
+  require_cols(type, cols, kernel);
+  if (T == 0 || n_rows == 0) return;
+  const uint32_t row_bytes = row_bytes_u32(type, cols, kernel);
+  require_bytes(table, weight_bytes(type, n_rows, cols), "table (rows rounded up to 4 bytes)", kernel);
+  require_bytes(tokens, uint64_t{T} * sizeof(uint32_t), "tokens", kernel);
+  require_bytes(out, uint64_t{T} * cols * sizeof(float), "out", kernel);
+  constexpr uint32_t kWorkgroupSize = 64;  // WG_SIZE in shaders/embed.comp
+  const uint64_t items = uint64_t{T} * ((cols + 15) / 16);
+  if (items > UINT32_MAX)
+    throw std::invalid_argument(std::string(kernel) + ": T x cols is too large for one dispatch");
+  const uint32_t groups = std::min(ceil_div(items, kWorkgroupSize), context_.properties().limits.maxComputeWorkGroupCount[0]);
+  seq.dispatch(*f.embed, {&tokens, &table, &out}, EmbedPush{T, cols, first_row, n_rows, row_bytes}, groups);
+}
+
+}  // namespace fafo::vulkan

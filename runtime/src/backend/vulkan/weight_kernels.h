@@ -1,0 +1,102 @@
+// The Vulkan kernels that read weights in their GGUF format, for every format in
+// supports(): the matmul family and the embedding lookup. Shaders: shaders/matmul.comp
+// (its header explains the design), shaders/embed.comp and shaders/dequant.glsl (the
+// decoders, bit-exact with fafo::dequantize_row). All pipelines are created with the
+// WeightKernels object.
+//
+// A weight buffer holds `rows` packed rows of tensor_row_bytes(type, cols) bytes each,
+// back to back from offset 0, in a buffer of at least weight_bytes(type, rows, cols)
+// bytes (the rows rounded up to a multiple of 4: the shaders read 32-bit words).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "fafo/tensor_type.h"
+
+namespace fafo::vulkan {
+
+class Context;
+class Buffer;
+class CommandSequence;
+class ComputePipeline;
+
+// The shape of one WeightKernels::matmul (also WeightKernels::MatmulShape).
+struct MatmulShape {
+  uint32_t T;           // tokens
+  uint32_t rows;        // weight rows (outputs per token)
+  uint32_t cols;        // values per row, a multiple of the format's block size
+  uint32_t x_stride;    // floats between tokens in x (>= cols when T > 1)
+  uint32_t out_stride;  // floats between tokens in out (>= out_offset + rows when T > 1)
+  uint32_t out_offset;  // first output column written
+};
+
+// How matmul spreads a weight matrix over invocations (shaders/matmul.comp). Both give
+// the same bits; only the speed differs.
+enum class MatmulMapping {
+  Auto,       // WholeRows on CPU devices (lavapipe), SplitRows on GPUs
+  SplitRows,  // each row split over 32 invocations; token tiles of 1..32 (GPUs)
+  WholeRows,  // one invocation per row, any token count per pass (CPU implementations)
+};
+
+// Which matmul variant to run; the default picks by T and the device.
+struct MatmulVariant {
+  uint32_t tile = 0;  // SplitRows: tokens per tile, one of kTokenTiles; 0 = the smallest >= T
+  MatmulMapping mapping = MatmulMapping::Auto;
+};
+
+class WeightKernels {
+ public:
+  using MatmulShape = vulkan::MatmulShape;
+
+  // Tokens per tile of the SplitRows variants, smallest first. Above the largest, the
+  // largest tile is repeated (one more pass over the weights per tile).
+  static constexpr std::array<uint32_t, 6> kTokenTiles = {1, 2, 4, 8, 16, 32};
+  // The most weight rows one matmul workgroup covers (every variant; workgroups stride
+  // over row blocks, so rows beyond this x the workgroup-count limit still work).
+  static constexpr uint32_t kMaxRowsPerWorkgroup = 8;
+
+  explicit WeightKernels(const Context& context);
+  ~WeightKernels();
+  WeightKernels(const WeightKernels&) = delete;
+  WeightKernels& operator=(const WeightKernels&) = delete;
+
+  // out[t * out_stride + out_offset + r] = x[t * x_stride ...] . W[r] for t < T, r < rows.
+  // W holds `rows` rows in `type`. The result for a token depends only on its x and W,
+  // never on T or the variant: every variant sums in the same order (shaders/matmul.comp).
+  // Records one dispatch, or nothing when T or rows is 0. Throws std::invalid_argument
+  // for an unsupported type, a bad shape or variant, or a buffer too small for the shape.
+  void matmul(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,
+              const MatmulShape& s, const MatmulVariant& variant = {}) const;
+
+  // out[t * cols + c] = table[tokens[t] - first_row][c] for every t < T whose token is in
+  // [first_row, first_row + n_rows); other tokens' rows of out are not written. The
+  // table holds n_rows rows in `type`; tokens are 32-bit (uint or int). Values are
+  // bit-exact with dequantize_row. Throws like matmul.
+  void embed(CommandSequence& seq, TensorType type, const Buffer& table, const Buffer& tokens, const Buffer& out,
+             uint32_t T, uint32_t cols, uint32_t first_row, uint32_t n_rows) const;
+
+  // Whether matmul and embed read `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+  // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
+  static bool supports(TensorType type);
+  // Bytes a buffer of `rows` rows of `cols` values in `type` must have: the packed rows,
+  // rounded up to a multiple of 4. Throws std::invalid_argument like tensor_row_bytes.
+  static uint64_t weight_bytes(TensorType type, uint32_t rows, uint32_t cols);
+
+ private:
+  struct FormatPipelines {
+    TensorType type;
+    std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows;
+    std::unique_ptr<ComputePipeline> whole_rows;
+    std::unique_ptr<ComputePipeline> embed;
+  };
+  const FormatPipelines& pipelines(TensorType type, const char* kernel) const;
+
+  const Context& context_;
+  bool cpu_device_ = false;  // Auto picks WholeRows
+  std::vector<FormatPipelines> formats_;
+};
+
+}  // namespace fafo::vulkan

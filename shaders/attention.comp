@@ -1,0 +1,141 @@
+#version 450
+// Attention over a StepBatch, split into parts (flash-decoding): workgroup
+// (part, head, row) computes, for one query head of one batch row, the softmax
+// statistics and the unnormalised weighted sum of values over one contiguous range of
+// the row's keys, and writes (max, sum of exp, acc[head_dim]) to `partials`;
+// attention_combine.comp merges the parts exactly.
+//
+// The keys of batch row i, in order:
+//   1. its view of the committed prefix: FULL rows (and every row of the first
+//      `dense` layers) see all n_past entries, in logical order (slot order[k] when
+//      use_order, else slot k); COMPRESSED rows see the region, slots [0, region).
+//   2. the batch tokens j <= i, at slots n_past + j, masked out unless bit j of the
+//      row's in-step mask is set.
+// Keys are processed WG_SIZE at a time with an online softmax: each invocation
+// scores one key, the workgroup reduces max and sum in shared memory, and each
+// invocation accumulates its own head dimensions (head_dim <= 4 * WG_SIZE).
+#define WG_SIZE 64
+#define DIMS_PER_THREAD 4
+#define MAX_HEAD_DIM (WG_SIZE * DIMS_PER_THREAD)
+
+layout(local_size_x = WG_SIZE) in;
+
+layout(std430, binding = 0) readonly buffer Q { float q[]; };           // [T x q_stride]
+layout(std430, binding = 1) readonly buffer K { float kc[]; };          // [n_ctx x kv_dim]
+layout(std430, binding = 2) readonly buffer V { float vc[]; };          // [n_ctx x kv_dim]
+layout(std430, binding = 3) readonly buffer Step { uint step_info[]; };  // prefix flags, masks, order
+layout(std430, binding = 4) writeonly buffer Partials { float partials[]; };
+
+layout(push_constant) uniform Params {
+  uint T;
+  uint n_past;
+  uint n_head;
+  uint n_head_kv;
+  uint head_dim;
+  uint kv_dim;
+  uint q_stride;
+  uint region;        // entries in the compressed region (slots [0, region))
+  uint dense;         // 1: COMPRESSED rows read the full prefix in this layer
+  uint use_order;     // 1: the full prefix is step_info[order_offset + k]
+  uint part_keys;     // keys per part
+  uint n_parts;
+  uint mask_words;    // uint words per row of the in-step mask
+  uint mask_offset;   // where the masks start in step_info (the prefix flags come first)
+  uint order_offset;
+  float scale;
+} p;
+
+shared float q_sh[MAX_HEAD_DIM];
+shared float red[WG_SIZE];
+shared float weight_sh[WG_SIZE];
+shared uint slot_sh[WG_SIZE];
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x;
+  const uint part = gl_WorkGroupID.x;
+  const uint head = gl_WorkGroupID.y;
+  const uint row = gl_WorkGroupID.z;
+  const uint kv_head = head / (p.n_head / p.n_head_kv);
+  const uint kv_offset = kv_head * p.head_dim;
+
+  const bool compressed = step_info[row] != 0 && p.dense == 0;
+  const uint prefix = compressed ? min(p.region, p.n_past) : p.n_past;
+  const uint n_keys = prefix + row + 1;
+  const uint first = part * p.part_keys;
+  const uint last = min(first + p.part_keys, n_keys);
+
+  for (uint d = lid; d < p.head_dim; d += WG_SIZE) q_sh[d] = q[row * p.q_stride + head * p.head_dim + d];
+  barrier();
+
+  float m = -1.0 / 0.0;  // running max
+  float l = 0.0;         // running sum of exp(score - m)
+  float acc[DIMS_PER_THREAD];
+  for (uint k = 0; k < DIMS_PER_THREAD; ++k) acc[k] = 0.0;
+
+  // The loop bounds are uniform over the workgroup, so every barrier is reached by all.
+  for (uint chunk = first; chunk < last; chunk += WG_SIZE) {
+    const uint key = chunk + lid;
+    float score = -1.0 / 0.0;
+    uint slot = 0;
+    if (key < last) {
+      bool visible = true;
+      if (key < prefix) {
+        slot = (!compressed && p.use_order != 0) ? step_info[p.order_offset + key] : key;
+      } else {
+        const uint j = key - prefix;
+        slot = p.n_past + j;
+        visible = ((step_info[p.mask_offset + row * p.mask_words + j / 32] >> (j % 32)) & 1u) != 0;
+      }
+      if (visible) {
+        const uint base = slot * p.kv_dim + kv_offset;
+        float dot_qk = 0.0;
+        for (uint d = 0; d < p.head_dim; ++d) dot_qk += q_sh[d] * kc[base + d];
+        score = dot_qk * p.scale;
+      }
+    }
+    red[lid] = score;
+    barrier();
+    for (uint stride = WG_SIZE / 2; stride > 0; stride >>= 1) {
+      if (lid < stride) red[lid] = max(red[lid], red[lid + stride]);
+      barrier();
+    }
+    const float chunk_max = red[0];
+    barrier();
+    const float m_new = max(m, chunk_max);
+    if (m_new == -1.0 / 0.0) continue;  // nothing visible yet (uniform: m and chunk_max are)
+    const float w = score == -1.0 / 0.0 ? 0.0 : exp(score - m_new);
+    weight_sh[lid] = w;
+    slot_sh[lid] = slot;
+    red[lid] = w;
+    barrier();
+    for (uint stride = WG_SIZE / 2; stride > 0; stride >>= 1) {
+      if (lid < stride) red[lid] += red[lid + stride];
+      barrier();
+    }
+    const float correction = m == -1.0 / 0.0 ? 0.0 : exp(m - m_new);
+    l = l * correction + red[0];
+    const uint count = min(WG_SIZE, last - chunk);
+    for (uint k = 0; k < DIMS_PER_THREAD; ++k) {
+      const uint d = lid + k * WG_SIZE;
+      if (d >= p.head_dim) break;
+      float sum = acc[k] * correction;
+      for (uint j = 0; j < count; ++j) {
+        const float wj = weight_sh[j];
+        if (wj != 0.0) sum += wj * vc[slot_sh[j] * p.kv_dim + kv_offset + d];
+      }
+      acc[k] = sum;
+    }
+    m = m_new;
+    barrier();  // weight_sh, slot_sh and red are rewritten by the next chunk
+  }
+
+  const uint at = ((row * p.n_head + head) * p.n_parts + part) * (p.head_dim + 2);
+  if (lid == 0) {
+    partials[at] = m;
+    partials[at + 1] = l;
+  }
+  for (uint k = 0; k < DIMS_PER_THREAD; ++k) {
+    const uint d = lid + k * WG_SIZE;
+    if (d < p.head_dim) partials[at + 2 + d] = acc[k];
+  }
+}

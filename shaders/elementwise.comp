@@ -1,0 +1,31 @@
+#version 450
+// Element-wise kernels over n floats (rows x cols), selected by p.op:
+//   0 ADD     out[i] = a[i] + b[i]             (residual adds: out aliases a)
+//   1 BIAS    out[i] = a[i] + b[i % cols]      (a bias row broadcast over rows)
+//   2 SWIGLU  out[i] = silu(a[i]) * b[i]       (silu(x) = x / (1 + exp(-x)))
+// Buffers are declared without readonly/writeonly because out may alias a.
+layout(local_size_x = 256) in;
+
+layout(std430, binding = 0) buffer A { float a[]; };
+layout(std430, binding = 1) buffer B { float b[]; };
+layout(std430, binding = 2) buffer Out { float y[]; };
+
+layout(push_constant) uniform Params {
+  uint n;
+  uint cols;
+  uint op;
+} p;
+
+void main() {
+  const uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+  for (uint i = gl_GlobalInvocationID.x; i < p.n; i += step) {
+    const float av = a[i];
+    if (p.op == 0) {
+      y[i] = av + b[i];
+    } else if (p.op == 1) {
+      y[i] = av + b[i % p.cols];
+    } else {
+      y[i] = av / (1.0 + exp(-av)) * b[i];
+    }
+  }
+}

@@ -1,0 +1,216 @@
+#version 450
+// Weight matmul over every GGUF weight format (dequant.glsl):
+//     out[t * out_stride + out_offset + r] = sum_c x[t * x_stride + c] * W[r][c]
+// for t < T tokens and r < rows, W in its packed format (binding 1), x and out fp32.
+// Compiled per format (-DFORMAT_*) and per variant: -DTILE_T (tokens per tile),
+// -DROW_GROUPS (rows per workgroup), -DWHOLE_ROWS=1 for the CPU-device mapping below.
+// WeightKernels (runtime/src/backend/vulkan/weight_kernels.cpp) picks the variant.
+//
+// Numerics, the same for every variant, mapping and T: a row is cut into 16-value
+// chunks and chunk j belongs to lane j % 32. Lane l accumulates the products of its
+// chunks' values in increasing column order with fma(w, x, acc) into a `precise` sum
+// (GLSL: fma feeding a precise variable gives invariant results); the 32 lane sums are
+// then added by a fixed tree (l + 16, then + 8, + 4, + 2, + 1). So out[t][r] depends only
+// on x[t] and W[r], never on T, the tile, the token's place in it or the mapping: a
+// batched step computes each token bit for bit as a single-token step (what lossless
+// multi-token decoding relies on; tests/test_vulkan_weight_kernels.cpp checks it).
+//
+// Split rows (GPUs). Workgroup = ROW_GROUPS rows x 32 invocations, invocation l of a row
+// being lane l (adjacent lanes read adjacent chunks: coalesced). A lane dequantizes its
+// chunk once into registers and multiplies it with the matching 16 x values of each of
+// the TILE_T tokens of its tile, so every weight byte read and decoded serves TILE_T
+// tokens. Tiles 1 (mat-vec), 2, 4, 8, 16, 32: the host takes the smallest tile >= T, so
+// up to 32 tokens the weights are read once per step whatever T is, and a tile's tokens
+// past T are skipped by a uniform branch (T = 9 in the 16-tile costs 9 tokens of
+// arithmetic, not a second pass over the weights: no cliff at 8 or any tile boundary).
+// Above 32 tokens the 32-tile repeats along y: one more pass over the weights per 32
+// tokens, small next to the arithmetic at that size. Lanes meet in shared memory (no
+// subgroup operations needed).
+//
+// Whole rows (WHOLE_ROWS=1, for CPU implementations such as lavapipe, which run
+// invocations as SIMD lanes, mask rather than skip branches and load per lane when
+// addresses differ): one invocation per row computes the 32 lane sums itself, in the
+// tree's depth-first order. Every x address is then the same across the workgroup (one
+// load for all lanes), there is no barrier, and the token loop has a run-time bound, so
+// the cost is proportional to T. TILE_T is the tokens per pass over the weights.
+//
+// Rows past `rows` in the last workgroup are computed from a clamped row and never
+// written; workgroups stride over row blocks (x) and token tiles (y), so any size fits
+// the device's workgroup-count limit.
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
+
+#ifndef TILE_T
+#define TILE_T 1
+#endif
+#ifndef ROW_GROUPS
+#define ROW_GROUPS 2
+#endif
+#ifndef WHOLE_ROWS
+#define WHOLE_ROWS 0
+#endif
+// The summation tree is written for 32 lanes.
+#define LANES 32u
+#if WHOLE_ROWS
+#define WG_SIZE ROW_GROUPS
+#else
+#define WG_SIZE (LANES * ROW_GROUPS)
+#endif
+
+layout(local_size_x = WG_SIZE) in;
+
+layout(std430, binding = 0) readonly buffer InX { float x[]; };
+layout(std430, binding = 1) readonly buffer InW { uint w_words[]; };
+layout(std430, binding = 2) writeonly buffer Out { float y[]; };
+
+layout(push_constant) uniform Params {
+  uint T;
+  uint rows;
+  uint cols;
+  uint x_stride;
+  uint out_stride;
+  uint out_offset;
+  uint row_bytes;  // tensor_row_bytes(type, cols)
+} p;
+
+#include "dequant.glsl"
+
+#if WHOLE_ROWS
+// One invocation per row: it computes the 32 lane sums itself, in the tree's depth-first
+// order (lane bitreverse(j) for j = 0..31), keeping one pending subtree per tree height
+// (a binary counter: leaf j closes one subtree per trailing 1 bit of j). All indices into
+// the token arrays are compile-time constants, so they stay in registers.
+void main() {
+  const uint full_chunks = p.cols / 16u;
+  const uint tail = p.cols % 16u;
+  const uint n_tiles = (p.T + TILE_T - 1u) / TILE_T;
+  const uint n_row_blocks = (p.rows + WG_SIZE - 1u) / WG_SIZE;
+  for (uint tile = gl_WorkGroupID.y; tile < n_tiles; tile += gl_NumWorkGroups.y) {
+    const uint t0 = tile * TILE_T;
+    const uint n_active = min(uint(TILE_T), p.T - t0);
+    for (uint block = gl_WorkGroupID.x; block < n_row_blocks; block += gl_NumWorkGroups.x) {
+      const uint row = block * WG_SIZE + gl_LocalInvocationID.x;
+      const uint row_off = min(row, p.rows - 1u) * p.row_bytes;
+      precise float pending[6][TILE_T];
+      [[unroll]] for (uint h = 0u; h < 6u; ++h) {
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) pending[h][t] = 0.0;
+      }
+      for (uint j = 0u; j < LANES; ++j) {
+        const uint lane = bitfieldReverse(j) >> 27;
+        precise float acc[TILE_T];
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) acc[t] = 0.0;
+        for (uint chunk = lane; chunk < full_chunks; chunk += LANES) {
+          float w[16];
+          dq_row_chunk(row_off, chunk, w);
+          const uint c0 = chunk * 16u;
+          [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+            if (t < n_active) {
+              const uint xb = (t0 + t) * p.x_stride + c0;
+              [[unroll]] for (uint k = 0u; k < 16u; ++k) acc[t] = fma(w[k], x[xb + k], acc[t]);
+            }
+          }
+        }
+#if DQ_PLAIN_FLOAT
+        if (tail != 0u && lane == full_chunks % LANES) {
+          const uint c0 = full_chunks * 16u;
+          for (uint k = 0u; k < tail; ++k) {
+            const float wv = dq_row_value(row_off, c0 + k);
+            [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+              if (t < n_active) acc[t] = fma(wv, x[(t0 + t) * p.x_stride + c0 + k], acc[t]);
+            }
+          }
+        }
+#endif
+        const uint closes = findLSB(~j);  // trailing 1 bits of j: subtrees completed by this leaf
+        [[unroll]] for (uint h = 0u; h < 5u; ++h) {
+          if (h < closes) {
+            [[unroll]] for (uint t = 0u; t < TILE_T; ++t) acc[t] = pending[h][t] + acc[t];
+          }
+        }
+        [[unroll]] for (uint h = 0u; h < 6u; ++h) {
+          if (h == closes) {
+            [[unroll]] for (uint t = 0u; t < TILE_T; ++t) pending[h][t] = acc[t];
+          }
+        }
+      }
+      [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+        if (t < n_active && row < p.rows) y[(t0 + t) * p.out_stride + p.out_offset + row] = pending[5][t];
+      }
+    }
+  }
+}
+
+#else  // split rows
+
+// One shared slot of 32 lane sums per (row, token) of the workgroup; padded by one float
+// so that reading a slot's lanes does not hit a single memory bank.
+#define SLOTS (ROW_GROUPS * TILE_T)
+#define SLOT_STRIDE (LANES + 1u)
+shared float partial[SLOTS * SLOT_STRIDE];
+
+// The fixed summation tree over the 32 lane sums of one slot.
+float sum_lanes(uint base) {
+  precise float s[LANES];
+  [[unroll]] for (uint l = 0u; l < LANES; ++l) s[l] = partial[base + l];
+  [[unroll]] for (uint l = 0u; l < 16u; ++l) s[l] = s[l] + s[l + 16u];
+  [[unroll]] for (uint l = 0u; l < 8u; ++l) s[l] = s[l] + s[l + 8u];
+  [[unroll]] for (uint l = 0u; l < 4u; ++l) s[l] = s[l] + s[l + 4u];
+  [[unroll]] for (uint l = 0u; l < 2u; ++l) s[l] = s[l] + s[l + 2u];
+  return s[0] + s[1];
+}
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x;
+  const uint lane = lid % LANES;
+  const uint group = lid / LANES;  // the workgroup's row this invocation works on
+  const uint full_chunks = p.cols / 16u;
+  const uint tail = p.cols % 16u;  // only plain float formats have one
+  const uint n_tiles = (p.T + TILE_T - 1u) / TILE_T;
+  const uint n_row_blocks = (p.rows + ROW_GROUPS - 1u) / ROW_GROUPS;
+
+  // Both loop bounds are uniform over the workgroup, so every barrier is reached by all.
+  for (uint tile = gl_WorkGroupID.y; tile < n_tiles; tile += gl_NumWorkGroups.y) {
+    const uint t0 = tile * TILE_T;
+    const uint n_active = min(uint(TILE_T), p.T - t0);
+    for (uint block = gl_WorkGroupID.x; block < n_row_blocks; block += gl_NumWorkGroups.x) {
+      const uint row_off = min(block * ROW_GROUPS + group, p.rows - 1u) * p.row_bytes;
+      precise float acc[TILE_T];
+      [[unroll]] for (uint t = 0u; t < TILE_T; ++t) acc[t] = 0.0;
+
+      for (uint chunk = lane; chunk < full_chunks; chunk += LANES) {
+        float w[16];
+        dq_row_chunk(row_off, chunk, w);
+        const uint c0 = chunk * 16u;
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+          if (t < n_active) {
+            const uint xb = (t0 + t) * p.x_stride + c0;
+            [[unroll]] for (uint k = 0u; k < 16u; ++k) acc[t] = fma(w[k], x[xb + k], acc[t]);
+          }
+        }
+      }
+#if DQ_PLAIN_FLOAT
+      // The last, partial chunk: the last chunk of its lane too, so the order holds.
+      if (tail != 0u && lane == full_chunks % LANES) {
+        const uint c0 = full_chunks * 16u;
+        for (uint k = 0u; k < tail; ++k) {
+          const float wv = dq_row_value(row_off, c0 + k);
+          [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+            if (t < n_active) acc[t] = fma(wv, x[(t0 + t) * p.x_stride + c0 + k], acc[t]);
+          }
+        }
+      }
+#endif
+
+      [[unroll]] for (uint t = 0u; t < TILE_T; ++t) partial[(group * TILE_T + t) * SLOT_STRIDE + lane] = acc[t];
+      barrier();
+      for (uint slot = lid; slot < SLOTS; slot += WG_SIZE) {
+        const uint t = slot % TILE_T;
+        const uint row = block * ROW_GROUPS + slot / TILE_T;
+        if (t < n_active && row < p.rows) y[(t0 + t) * p.out_stride + p.out_offset + row] = sum_lanes(slot * SLOT_STRIDE);
+      }
+      barrier();  // partial is rewritten for the next row block
+    }
+  }
+}
+
+#endif

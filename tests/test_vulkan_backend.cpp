@@ -1,0 +1,461 @@
+// The Vulkan backend against the CPU reference backend, through the Backend interface
+// the model uses: every op on odd shapes (inputs are written with embed() from an F32
+// table, so any activation can be set up), attention with in-step masks, FULL and
+// COMPRESSED prefixes, a permuted logical order, dense layers and contexts long
+// enough to be split; the KV operations; and whole models: greedy ids equal the CPU's
+// on stories260K's golden prompts and on random models in several formats, and every
+// decoding strategy stays token-identical to plain decoding on Vulkan.
+// The Khronos validation layer is on (when installed) and must report no error.
+// Skipped, with the reason, without a Vulkan build or device.
+#include <gtest/gtest.h>
+
+#if FAFO_HAVE_VULKAN
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/vulkan_backend.h"
+#include "fafo/backend.h"
+#include "fafo/generator.h"
+#include "fafo/vulkan_devices.h"
+#include "model_fixtures.h"
+#include "test_support.h"
+
+using namespace fafo;
+
+namespace {
+
+std::string join(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& l : lines) s += l + "\n";
+  return s;
+}
+
+std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i]))) << what << ", element " << i;
+}
+
+class VulkanBackend : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    log_ = std::make_shared<vulkan::ValidationLog>();
+    if (list_vulkan_devices().empty()) skip_reason_ = "no Vulkan device found";
+  }
+  static void TearDownTestSuite() {
+    if (log_) {
+      EXPECT_TRUE(log_->errors().empty()) << join(log_->errors());
+    }
+  }
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+    errors_before_ = log_->errors().size();
+  }
+  void TearDown() override {
+    if (!skip_reason_.empty()) return;
+    const std::vector<std::string> errors = log_->errors();
+    EXPECT_EQ(errors.size(), errors_before_) << "validation errors:\n" << join(errors);
+  }
+
+  static std::unique_ptr<Backend> make_vulkan() {
+    vulkan::VulkanBackendOptions options;
+    options.validation = true;
+    options.validation_log = log_;
+    return vulkan::make_backend(options);
+  }
+
+  static inline std::shared_ptr<vulkan::ValidationLog> log_;
+  static inline std::string skip_reason_;
+  size_t errors_before_ = 0;
+};
+
+// The same weights, activations and cache on the CPU and the Vulkan backend; `fill`
+// writes rows into an activation of both with embed() from an F32 table.
+struct Pair {
+  std::unique_ptr<Backend> cpu, gpu;
+  std::vector<std::vector<float>> tables;  // kept alive: the CPU backend uses weights in place
+
+  Pair(std::unique_ptr<Backend> vk) : cpu(make_cpu_backend(1)), gpu(std::move(vk)) {}
+
+  std::pair<Weight, Weight> weight(std::vector<float> values, int64_t rows, int64_t cols) {
+    tables.push_back(std::move(values));
+    const float* data = tables.back().data();
+    return {cpu->upload_weight(TensorType::F32, rows, cols, data), gpu->upload_weight(TensorType::F32, rows, cols, data)};
+  }
+  std::pair<Activation, Activation> activation(int64_t rows, int64_t cols) {
+    return {cpu->alloc_activation(rows, cols), gpu->alloc_activation(rows, cols)};
+  }
+  void kv(int32_t n_layer, int32_t n_ctx, int32_t kv_dim) {
+    cpu->alloc_kv_cache(n_layer, n_ctx, kv_dim);
+    gpu->alloc_kv_cache(n_layer, n_ctx, kv_dim);
+  }
+  template <class F>
+  void both(F&& f) {
+    f(*cpu, 0);
+    f(*gpu, 1);
+  }
+};
+
+// A batch of T tokens 0..T-1 (the rows of an embed table) at the given positions.
+StepBatch batch_of(int32_t T, int32_t n_past, uint32_t seed = 0, bool random_masks = false, bool compressed = false) {
+  std::mt19937 rng(seed);
+  StepBatch b;
+  for (int32_t i = 0; i < T; ++i) {
+    std::vector<int32_t> sees;
+    for (int32_t j = 0; j < i; ++j)
+      if (!random_masks || rng() % 3 != 0) sees.push_back(j);
+    const PrefixView view = compressed && rng() % 2 == 0 ? PrefixView::Compressed : PrefixView::Full;
+    b.add(i, n_past + (random_masks ? static_cast<int32_t>(rng() % 7) + i / 2 : i), sees, true, view);
+  }
+  b.set_n_past(n_past);
+  return b;
+}
+
+TEST_F(VulkanBackend, ElementwiseOpsMatmulAndGatherMatchCpu) {
+  Pair p(make_vulkan());
+  const int32_t T = 7, n = 45, rows = 33;
+  p.kv(1, 16, 4);
+  auto [tin_c, tin_g] = p.weight(random_values(T * n, 1, -2, 2), T, n);
+  auto [tin2_c, tin2_g] = p.weight(random_values(T * n, 2, -2, 2), T, n);
+  auto [gain_c, gain_g] = p.weight(random_values(n, 3, 0.5f, 1.5f), 1, n);
+  auto [bias_c, bias_g] = p.weight(random_values(n, 4), 1, n);
+  auto [w_c, w_g] = p.weight(random_values(rows * n, 5), rows, n);
+  auto [x_c, x_g] = p.activation(16, n);
+  auto [y_c, y_g] = p.activation(16, n);
+  auto [z_c, z_g] = p.activation(16, n);
+  auto [m_c, m_g] = p.activation(16, rows);
+  auto [g_c, g_g] = p.activation(16, n);
+  auto [gm_c, gm_g] = p.activation(16, rows);
+  StepBatch b = batch_of(T, 0);
+  std::vector<float> results[2][6];
+  p.both([&](Backend& be, int k) {
+    Activation x = k ? x_g : x_c, y = k ? y_g : y_c, z = k ? z_g : z_c, m = k ? m_g : m_c, g = k ? g_g : g_c,
+               gm = k ? gm_g : gm_c;
+    be.begin_step(b, KvView{});
+    be.embed(k ? tin_g : tin_c, x);
+    be.embed(k ? tin2_g : tin2_c, y);
+    be.rms_norm(x, k ? gain_g : gain_c, 1e-5f, z);
+    be.add_bias(k ? bias_g : bias_c, z);
+    be.add(z, y);
+    be.swiglu(z, y, z);
+    be.matmul(k ? w_g : w_c, z, m);
+    be.gather_rows(z, {5, 0, 3}, g);
+    be.rms_norm(g, k ? gain_g : gain_c, 1e-5f, g);
+    be.matmul(k ? w_g : w_c, g, gm);
+    be.finish_step();
+    results[k][0] = be.read_rows(z, T);
+    results[k][1] = be.read_rows(m, T);
+    results[k][2] = be.read_rows(g, 3);
+    results[k][3] = be.read_rows(gm, 3);
+  });
+  expect_close(results[1][0], results[0][0], 1e-5, "rms_norm + bias + add + swiglu");
+  expect_close(results[1][1], results[0][1], 1e-5, "matmul");
+  expect_close(results[1][2], results[0][2], 1e-5, "gather + rms_norm of the gathered rows");
+  expect_close(results[1][3], results[0][3], 1e-5, "matmul of the gathered rows");
+}
+
+TEST_F(VulkanBackend, RopeMatchesCpu) {
+  struct Case {
+    int32_t n_heads, head_dim, n_dims;
+    bool neox;
+    float scale;
+    bool factors;
+  };
+  for (const Case c : {Case{3, 16, 16, false, 1.0f, false}, Case{2, 20, 12, true, 0.25f, false},
+                       Case{5, 64, 64, false, 1.0f, true}, Case{1, 128, 128, true, 1.0f, true}}) {
+    SCOPED_TRACE("heads " + std::to_string(c.n_heads) + " dim " + std::to_string(c.head_dim));
+    Pair p(make_vulkan());
+    p.kv(1, 64, 4);
+    const int32_t T = 9, cols = c.n_heads * c.head_dim;
+    auto [t_c, t_g] = p.weight(random_values(static_cast<size_t>(T * cols), 9), T, cols);
+    auto [x_c, x_g] = p.activation(T, cols);
+    RopeParams rp;
+    rp.n_dims = c.n_dims;
+    rp.freq_base = 500000.0f;
+    rp.freq_scale = c.scale;
+    rp.neox = c.neox;
+    if (c.factors) rp.freq_factors = random_values(static_cast<size_t>(c.n_dims / 2), 4, 1.0f, 8.0f);
+    StepBatch b = batch_of(T, 40, 3, true);
+    std::vector<float> got[2];
+    p.both([&](Backend& be, int k) {
+      Activation x = k ? x_g : x_c;
+      be.begin_step(b, KvView{});
+      be.embed(k ? t_g : t_c, x);
+      be.rope(x, c.n_heads, c.head_dim, rp);
+      be.finish_step();
+      got[k] = be.read_rows(x, T);
+    });
+    expect_close(got[1], got[0], 1e-6, "rope");
+  }
+}
+
+struct AttentionCase {
+  int32_t n_past, T, n_head, n_head_kv, head_dim;
+  bool random_masks, compressed, permuted;
+  int32_t region, dense_layers;
+};
+
+// Sets up a cache of n_past committed entries with write_kv, then one step whose
+// batch rows write their own keys and attend; compares the outputs of both layers.
+void check_attention(Pair& p, const AttentionCase& c) {
+  const int32_t kv_dim = c.n_head_kv * c.head_dim, q_dim = c.n_head * c.head_dim, n_ctx = c.n_past + c.T + 3;
+  p.kv(2, n_ctx, kv_dim);
+  for (int32_t layer = 0; layer < 2; ++layer) {
+    const auto k = random_values(static_cast<size_t>(c.n_past) * kv_dim, 100 + layer, -1.5f, 1.5f);
+    const auto v = random_values(static_cast<size_t>(c.n_past) * kv_dim, 200 + layer);
+    if (c.n_past > 0) p.both([&](Backend& be, int) { be.write_kv(layer, 0, c.n_past, k.data(), v.data()); });
+  }
+  auto [tq_c, tq_g] = p.weight(random_values(static_cast<size_t>(c.T) * q_dim, 7, -1.5f, 1.5f), c.T, q_dim);
+  auto [tk_c, tk_g] = p.weight(random_values(static_cast<size_t>(c.T) * kv_dim, 8, -1.5f, 1.5f), c.T, kv_dim);
+  auto [tv_c, tv_g] = p.weight(random_values(static_cast<size_t>(c.T) * kv_dim, 9), c.T, kv_dim);
+  auto [q_c, q_g] = p.activation(c.T, q_dim);
+  auto [k_c, k_g] = p.activation(c.T, kv_dim);
+  auto [v_c, v_g] = p.activation(c.T, kv_dim);
+  auto [o_c, o_g] = p.activation(c.T, q_dim);
+  auto [o2_c, o2_g] = p.activation(c.T, q_dim);
+  StepBatch b = batch_of(c.T, c.n_past, 17 + static_cast<uint32_t>(c.T), c.random_masks, c.compressed);
+  std::vector<int32_t> order(static_cast<size_t>(c.n_past));
+  std::iota(order.begin(), order.end(), 0);
+  if (c.permuted) std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  KvView view;
+  view.full_order = c.permuted ? &order : nullptr;
+  view.region_count = c.region;
+  view.dense_layers = c.dense_layers;
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  std::vector<float> got[2][2];
+  p.both([&](Backend& be, int i) {
+    Activation q = i ? q_g : q_c, k = i ? k_g : k_c, v = i ? v_g : v_c, o = i ? o_g : o_c, o2 = i ? o2_g : o2_c;
+    be.begin_step(b, view);
+    be.embed(i ? tq_g : tq_c, q);
+    be.embed(i ? tk_g : tk_c, k);
+    be.embed(i ? tv_g : tv_c, v);
+    be.store_kv(0, k, v);
+    be.store_kv(1, k, v);
+    be.attention(0, q, shape, o);
+    be.attention(1, q, shape, o2);
+    be.finish_step();
+    got[i][0] = be.read_rows(o, c.T);
+    got[i][1] = be.read_rows(o2, c.T);
+  });
+  expect_close(got[1][0], got[0][0], 2e-5, "layer 0");
+  expect_close(got[1][1], got[0][1], 2e-5, "layer 1");
+}
+
+TEST_F(VulkanBackend, AttentionMatchesCpu) {
+  const AttentionCase cases[] = {
+      {0, 1, 4, 4, 16, false, false, false, 0, 0},       // first token
+      {0, 13, 6, 2, 20, false, false, false, 0, 0},      // prefill, GQA, odd head size
+      {37, 5, 6, 3, 8, true, false, false, 0, 0},        // random in-step masks
+      {300, 64, 4, 1, 64, true, true, false, 68, 0},     // FAFO-like: compressed rows, region 68
+      {300, 17, 4, 2, 32, true, true, true, 40, 1},      // permuted logical order, dense first layer
+      {90, 9, 2, 2, 256, true, true, true, 200, 0},      // region larger than the prefix, head 256
+      {2500, 3, 8, 2, 128, false, false, true, 0, 0},    // a long context split into parts
+      {1200, 33, 3, 1, 24, true, true, false, 1, 2},     // tiny region; both layers dense
+  };
+  for (const AttentionCase& c : cases) {
+    SCOPED_TRACE("n_past " + std::to_string(c.n_past) + " T " + std::to_string(c.T) + " heads " +
+                 std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " x " + std::to_string(c.head_dim));
+    Pair p(make_vulkan());
+    check_attention(p, c);
+  }
+}
+
+TEST_F(VulkanBackend, KvOperationsAndQueryCaptureMatchCpu) {
+  Pair p(make_vulkan());
+  const int32_t kv_dim = 12, n_ctx = 40, T = 6, q_dim = 24;
+  p.kv(3, n_ctx, kv_dim);
+  for (int32_t layer = 0; layer < 3; ++layer) {
+    const auto k = random_values(20u * kv_dim, 30 + layer), v = random_values(20u * kv_dim, 40 + layer);
+    p.both([&](Backend& be, int) { be.write_kv(layer, 0, 20, k.data(), v.data()); });
+  }
+  auto [tk_c, tk_g] = p.weight(random_values(T * kv_dim, 1), T, kv_dim);
+  auto [tq_c, tq_g] = p.weight(random_values(T * q_dim, 2), T, q_dim);
+  auto [k_c, k_g] = p.activation(T, kv_dim);
+  auto [q_c, q_g] = p.activation(T, q_dim);
+  auto [o_c, o_g] = p.activation(T, q_dim);
+  StepBatch b = batch_of(T, 20);
+  const AttentionShape shape{2, 1, 12, 0.3f};
+  p.both([&](Backend& be, int i) {
+    be.set_query_capture({0, 2, 5, 9});  // row 9 is outside the batch: skipped
+    be.begin_step(b, KvView{});
+    be.embed(i ? tk_g : tk_c, i ? k_g : k_c);
+    be.embed(i ? tq_g : tq_c, i ? q_g : q_c);
+    be.store_kv(1, i ? k_g : k_c, i ? k_g : k_c);
+    be.attention(1, i ? q_g : q_c, shape, i ? o_g : o_c);
+    be.finish_step();
+  });
+  EXPECT_EQ(p.gpu->captured_queries(1), p.cpu->captured_queries(1));
+  EXPECT_EQ(p.gpu->captured_queries(1).size(), 3u * q_dim);
+  // Swaps and moves that chain through shared slots: order matters.
+  const std::vector<std::pair<int32_t, int32_t>> swaps = {{0, 25}, {25, 3}, {3, 0}, {7, 19}};
+  const std::vector<std::pair<int32_t, int32_t>> moves = {{21, 2}, {2, 30}, {30, 21}, {5, 5}};
+  p.both([&](Backend& be, int) {
+    be.swap_kv(swaps);
+    be.move_kv(moves);
+  });
+  std::vector<int32_t> slots(n_ctx);
+  std::iota(slots.begin(), slots.end(), 0);
+  for (int32_t layer = 0; layer < 3; ++layer)
+    EXPECT_EQ(p.gpu->read_keys(layer, slots), p.cpu->read_keys(layer, slots)) << "layer " << layer;
+  EXPECT_EQ(p.gpu->read_keys(1, {26, 2, 2}), p.cpu->read_keys(1, {26, 2, 2}));
+}
+
+TEST_F(VulkanBackend, BadRequestsGiveClearErrors) {
+  try {
+    vulkan::VulkanBackendOptions o;
+    o.device = "no-such-gpu-xyz";
+    vulkan::make_backend(o);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no-such-gpu-xyz"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the devices are"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(vulkan::resolve_device("99"), std::runtime_error);
+  auto be = make_vulkan();
+  be->alloc_kv_cache(1, 8, 4);
+  StepBatch b = StepBatch::causal({1, 2, 3}, 6);
+  EXPECT_THROW(be->begin_step(b, KvView{}), std::length_error);  // 6 + 3 > 8 slots
+  // A KV cache larger than the device's buffers or memory is refused with the sizes.
+  try {
+    be->alloc_kv_cache(4, 1 << 30, 1024);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ctx-size"), std::string::npos) << e.what();
+  }
+}
+
+// --- whole models -------------------------------------------------------------------------
+
+struct Loaded {
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+Loaded load(const std::string& path, std::unique_ptr<Backend> be, int32_t n_ctx = 0) {
+  Loaded m;
+  m.file = GgufFile::open(path);
+  ModelOptions o;
+  o.n_ctx = n_ctx;
+  m.model = std::make_unique<Model>(m.file, std::move(be), o);
+  m.tokenizer = std::make_unique<Tokenizer>(Vocab::from_gguf(*m.file));
+  return m;
+}
+
+// Greedy continuation with the logits of every step (teacher-forced: the step's token
+// is the argmax of the previous step).
+struct Greedy {
+  std::vector<int32_t> ids;
+  std::vector<float> margins;  // top-1 minus top-2 logit per step
+};
+
+Greedy greedy(Model& model, const std::vector<int32_t>& prompt, int32_t n) {
+  Greedy g;
+  model.truncate(0);
+  StepBatch b = StepBatch::causal(prompt, 0);
+  std::vector<float> logits = model.forward(b);
+  model.commit(b.size());
+  const int32_t V = model.config().n_vocab;
+  for (int32_t s = 0; s < n; ++s) {
+    const float* row = logits.data() + logits.size() - static_cast<size_t>(V);
+    const int32_t best = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    float second = -INFINITY;
+    for (int32_t v = 0; v < V; ++v)
+      if (v != best) second = std::max(second, row[v]);
+    g.ids.push_back(best);
+    g.margins.push_back(row[best] - second);
+    StepBatch next = StepBatch::causal({best}, model.n_past());
+    logits = model.forward(next);
+    model.commit(1);
+  }
+  return g;
+}
+
+// The Vulkan ids equal the CPU ids; they may part only at a step where the CPU's top
+// two logits are within `tie` (a different summation order may then pick the other).
+void expect_same_ids(const Greedy& cpu, const Greedy& gpu, float tie, const std::string& what, size_t min_agree) {
+  size_t agree = 0;
+  while (agree < cpu.ids.size() && cpu.ids[agree] == gpu.ids[agree]) ++agree;
+  if (agree < cpu.ids.size()) {
+    EXPECT_LT(cpu.margins[agree], tie) << what << ": ids part at step " << agree << " where the CPU margin is "
+                                       << cpu.margins[agree];
+  }
+  EXPECT_GE(agree, std::min(min_agree, cpu.ids.size())) << what;
+}
+
+TEST_F(VulkanBackend, GreedyIdsEqualCpuOnStoriesGoldenPrompts) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  FAFO_REQUIRE_SHARED(golden_path, "golden/stories260K.greedy.jsonl");
+  Loaded cpu = load(model_path.string(), make_cpu_backend(2));
+  Loaded gpu = load(model_path.string(), make_vulkan());
+  std::ifstream in(golden_path);
+  int cases = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto prompt = nlohmann::json::parse(line)["prompt_ids"].get<std::vector<int32_t>>();
+    const Greedy want = greedy(*cpu.model, prompt, 64), got = greedy(*gpu.model, prompt, 64);
+    expect_same_ids(want, got, 1e-3f, "golden prompt " + std::to_string(cases), 32);
+    ++cases;
+  }
+  EXPECT_GE(cases, 3);
+}
+
+TEST_F(VulkanBackend, GreedyIdsEqualCpuOnRandomModelsInSeveralFormats) {
+  for (const std::string type : {"F32", "F16", "Q8_0", "Q4_0", "Q5_1", "Q4_K", "Q6_K", "Q4_K_M"}) {
+    SCOPED_TRACE(type);
+    synth::SyntheticConfig c;
+    c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
+    c.weight_type = type;
+    c.seed = 3;
+    const std::string path = (test::temp_dir("vk-e2e-" + type) / "m.gguf").string();
+    synth::write_synthetic_model(c, path);
+    Loaded cpu = load(path, make_cpu_backend(2), 128);
+    Loaded gpu = load(path, make_vulkan(), 128);
+    const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31};
+    expect_same_ids(greedy(*cpu.model, prompt, 24), greedy(*gpu.model, prompt, 24), 1e-3f, type, 12);
+  }
+}
+
+TEST_F(VulkanBackend, EveryStrategyEqualsArOnVulkan) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  Loaded m = load(model_path.string(), make_vulkan(), 512);
+  const std::vector<int32_t> prompt = m.tokenizer->encode("Once upon a time, there was a little girl named Lily.", true);
+  auto run = [&](Strategy s, const std::string& policy) {
+    GenerationOptions o;
+    o.n_predict = 80;
+    o.sampling.temperature = 0;
+    o.decoding.strategy = s;
+    o.kv.name = policy;
+    o.kv.budget = 24;
+    return generate(*m.model, *m.tokenizer, prompt, o).ids;
+  };
+  const auto ar = run(Strategy::Ar, "stream");
+  ASSERT_EQ(ar.size(), 80u);
+  EXPECT_EQ(run(Strategy::Jacobi, "stream"), ar);
+  EXPECT_EQ(run(Strategy::Lookahead, "stream"), ar);
+  for (const std::string policy : {"stream", "quest", "snapkv", "chunks"}) EXPECT_EQ(run(Strategy::Fafo, policy), ar) << policy;
+}
+
+}  // namespace
+
+#else
+
+TEST(VulkanBackend, Skipped) { GTEST_SKIP() << "fafo was built without Vulkan (FAFO_VULKAN=OFF or no Vulkan SDK)"; }
+
+#endif

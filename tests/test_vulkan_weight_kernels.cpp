@@ -1,0 +1,657 @@
+// The Vulkan weight kernels (backend/vulkan/weight_kernels.h: matmul and embedding
+// lookup over every GGUF weight format) against fafo's CPU dequantize_row, on whatever
+// Vulkan device the machine has (lavapipe in CI), with the Khronos validation layer on
+// when installed: every test also asserts that the layer reported no error. Skipped,
+// with the reason, when fafo was built without Vulkan or no Vulkan device is found.
+//
+//   embed   bit-exact with dequantize_row, for weights made by fafo's quantizers and for
+//           random block bytes (every bit pattern of the codes and scales, fp16 scales
+//           finite but including subnormals), and for every fp16 / bf16 bit pattern.
+//   matmul  against a double-precision dot of the dequantized rows, within the
+//           rounding-error bound of the kernel's fp32 summation order; positions of
+//           out outside the written rows stay untouched; and every token's result is
+//           bit for bit the same whatever T and token tile computed it.
+#include <gtest/gtest.h>
+
+#if FAFO_HAVE_VULKAN
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/vulkan/buffer.h"
+#include "backend/vulkan/command_sequence.h"
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/vulkan_error.h"
+#include "backend/vulkan/weight_kernels.h"
+#include "fafo/tensor_type.h"
+
+namespace {
+
+using fafo::TensorType;
+using fafo::vulkan::Buffer;
+using fafo::vulkan::CommandSequence;
+using fafo::vulkan::Context;
+using fafo::vulkan::ContextOptions;
+using fafo::vulkan::ValidationLog;
+using fafo::vulkan::VulkanError;
+using fafo::vulkan::MatmulMapping;
+using fafo::vulkan::MatmulShape;
+using fafo::vulkan::MatmulVariant;
+using fafo::vulkan::WeightKernels;
+
+constexpr TensorType kFormats[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
+                                   TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
+                                   TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
+                                   TensorType::Q6_K};
+// Token counts around every tile boundary, up to a full lookahead/FAFO step.
+constexpr uint32_t kTokenCounts[] = {1, 2, 3, 5, 8, 9, 16, 17, 33, 64, 100, 256};
+constexpr uint32_t kMaxT = 256;
+// Written into out before a kernel runs, to see what it did not write (a NaN no kernel makes).
+constexpr uint32_t kSentinel = 0xffc0dead;
+
+std::string type_name(TensorType type) { return std::string(fafo::tensor_type_name(type)); }
+uint32_t block_size(TensorType type) { return fafo::tensor_type_info(type).block_size; }
+
+// Column counts for a format: one block, and several (for the plain float formats, whose
+// block is one value: lengths that end in a partial 16-value chunk).
+std::vector<uint32_t> test_cols(TensorType type) {
+  const uint32_t block = block_size(type);
+  if (block == 1) return {1, 37, 300};
+  return {block, 3 * block};
+}
+
+std::string join(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& l : lines) s += l + "\n";
+  return s;
+}
+
+// rows x cols weights in `type`, as the kernels read them, and the CPU's reading of them.
+struct Weights {
+  TensorType type;
+  uint32_t rows = 0, cols = 0;
+  std::vector<uint8_t> bytes;  // packed rows, padded to WeightKernels::weight_bytes
+  std::vector<float> values;   // dequantize_row of every row: the oracle
+};
+
+void dequantize_all(Weights& w) {
+  const size_t row_bytes = fafo::tensor_row_bytes(w.type, w.cols);
+  w.values.resize(size_t{w.rows} * w.cols);
+  for (uint32_t r = 0; r < w.rows; ++r)
+    fafo::dequantize_row(w.type, w.bytes.data() + r * row_bytes, w.values.data() + size_t{r} * w.cols, w.cols);
+}
+
+// Weights quantized by fafo's quantizers from random floats (rows of different scales).
+Weights quantized_weights(TensorType type, uint32_t rows, uint32_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::uniform_real_distribution<float> scale(0.05f, 3.0f);
+  Weights w{type, rows, cols, {}, {}};
+  const size_t row_bytes = fafo::tensor_row_bytes(type, cols);
+  w.bytes.assign(WeightKernels::weight_bytes(type, rows, cols), 0);
+  std::vector<float> row(cols);
+  for (uint32_t r = 0; r < rows; ++r) {
+    const float s = scale(rng);
+    for (float& v : row) v = value(rng) * s;
+    fafo::quantize_row(type, row.data(), w.bytes.data() + r * row_bytes, cols);
+  }
+  dequantize_all(w);
+  return w;
+}
+
+// Byte offsets of the fp16 fields (scales, mins) in a block of each quantized format.
+std::vector<uint32_t> half_fields(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0:
+    case TensorType::Q5_0:
+    case TensorType::Q8_0: return {0};
+    case TensorType::Q4_1:
+    case TensorType::Q5_1:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K: return {0, 2};
+    case TensorType::Q2_K: return {80, 82};
+    case TensorType::Q3_K: return {108};
+    case TensorType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+// Weights of random bytes: every bit pattern of the codes and packed scales. The fp16
+// fields are random too but finite (NaN payloads through arithmetic are not portable);
+// subnormal and zero scales occur. Plain float values are random finite bit patterns.
+Weights random_block_weights(TensorType type, uint32_t rows, uint32_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Weights w{type, rows, cols, {}, {}};
+  w.bytes.assign(WeightKernels::weight_bytes(type, rows, cols), 0);
+  const size_t packed = size_t{rows} * fafo::tensor_row_bytes(type, cols);
+  for (size_t i = 0; i < packed; ++i) w.bytes[i] = static_cast<uint8_t>(rng());
+  auto finite_half = [&](size_t at) {
+    uint16_t h;
+    std::memcpy(&h, &w.bytes[at], 2);
+    if ((h & 0x7c00u) == 0x7c00u) h = static_cast<uint16_t>(h & ~0x4000u);
+    std::memcpy(&w.bytes[at], &h, 2);
+  };
+  const fafo::TensorTypeInfo& info = fafo::tensor_type_info(type);
+  if (type == TensorType::F32) {
+    for (size_t at = 0; at < packed; at += 4) {
+      uint32_t f;
+      std::memcpy(&f, &w.bytes[at], 4);
+      if ((f & 0x7f800000u) == 0x7f800000u) f &= ~0x40000000u;
+      std::memcpy(&w.bytes[at], &f, 4);
+    }
+  } else if (type == TensorType::F16) {
+    for (size_t at = 0; at < packed; at += 2) finite_half(at);
+  } else if (type == TensorType::BF16) {
+    for (size_t at = 0; at < packed; at += 2) {
+      uint16_t h;
+      std::memcpy(&h, &w.bytes[at], 2);
+      if ((h & 0x7f80u) == 0x7f80u) h = static_cast<uint16_t>(h & ~0x4000u);
+      std::memcpy(&w.bytes[at], &h, 2);
+    }
+  } else {
+    for (size_t block = 0; block < packed; block += info.block_bytes)
+      for (const uint32_t field : half_fields(type)) finite_half(block + field);
+  }
+  dequantize_all(w);
+  return w;
+}
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+Buffer make_buffer(const Context& ctx, const void* data, size_t bytes) {
+  Buffer b(ctx, bytes);
+  b.upload(data, bytes);
+  return b;
+}
+
+Buffer sentinel_buffer(const Context& ctx, size_t words) {
+  const std::vector<uint32_t> fill(words, kSentinel);
+  return make_buffer(ctx, fill.data(), words * sizeof(uint32_t));
+}
+
+std::vector<uint32_t> read_bits(const Buffer& b, size_t words) {
+  std::vector<uint32_t> bits(words);
+  b.download(bits.data(), words * sizeof(uint32_t));
+  return bits;
+}
+
+// One validated context and one WeightKernels for the whole program (creating the
+// pipelines per test would make the suite slow under the validation layer).
+class VulkanWeightKernels : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    log_ = std::make_shared<ValidationLog>();
+    try {
+      ContextOptions options;
+      options.validation = true;
+      options.validation_log = log_;
+      context_ = std::make_unique<Context>(options);
+      kernels_ = std::make_unique<WeightKernels>(*context_);
+    } catch (const VulkanError& e) {
+      kernels_.reset();
+      context_.reset();
+      skip_reason_ = e.what();
+    }
+  }
+  static void TearDownTestSuite() {
+    kernels_.reset();
+    context_.reset();
+    if (log_) {
+      EXPECT_TRUE(log_->errors().empty()) << join(log_->errors());
+    }
+  }
+  void SetUp() override {
+    if (!context_) GTEST_SKIP() << "no Vulkan device: " << skip_reason_;
+    errors_before_ = log_->errors().size();
+  }
+  void TearDown() override {
+    if (!context_) return;
+    const std::vector<std::string> errors = log_->errors();
+    EXPECT_EQ(errors.size(), errors_before_) << "validation errors:\n" << join(errors);
+  }
+
+  static inline std::shared_ptr<ValidationLog> log_;
+  static inline std::unique_ptr<Context> context_;
+  static inline std::unique_ptr<WeightKernels> kernels_;
+  static inline std::string skip_reason_;
+  size_t errors_before_ = 0;
+};
+
+// ---- embed ----
+
+// Looks up `tokens` in a table holding rows [first_row, first_row + w.rows) and checks
+// every output row: the table row's exact bits, or the sentinel for tokens outside it.
+void check_embed(const Context& ctx, const WeightKernels& kernels, const Weights& w, uint32_t first_row,
+                 const std::vector<uint32_t>& tokens) {
+  const auto T = static_cast<uint32_t>(tokens.size());
+  const Buffer table = make_buffer(ctx, w.bytes.data(), w.bytes.size());
+  const Buffer token_buffer = make_buffer(ctx, tokens.data(), tokens.size() * sizeof(uint32_t));
+  const Buffer out = sentinel_buffer(ctx, size_t{T} * w.cols);
+  CommandSequence seq(ctx);
+  kernels.embed(seq, w.type, table, token_buffer, out, T, w.cols, first_row, w.rows);
+  seq.submit_and_wait();
+  const std::vector<uint32_t> got = read_bits(out, size_t{T} * w.cols);
+  for (uint32_t t = 0; t < T; ++t) {
+    const bool inside = tokens[t] >= first_row && tokens[t] - first_row < w.rows;
+    for (uint32_t c = 0; c < w.cols; ++c) {
+      const uint32_t want =
+          inside ? std::bit_cast<uint32_t>(w.values[size_t{tokens[t] - first_row} * w.cols + c]) : kSentinel;
+      ASSERT_EQ(got[size_t{t} * w.cols + c], want)
+          << "token " << t << " (id " << tokens[t] << ") column " << c << ": got "
+          << std::bit_cast<float>(got[size_t{t} * w.cols + c]) << ", want " << std::bit_cast<float>(want);
+    }
+  }
+}
+
+TEST_F(VulkanWeightKernels, EmbedIsBitExactForEveryFormat) {
+  // Tokens inside the table part [5, 16), below it, above it, and -1 as an int.
+  const std::vector<uint32_t> tokens = {5, 15, 7, 0, 16, 6, 4, 40, 10, 0xffffffffu, 11, 5, 12, 13, 14, 8, 9, 3, 15};
+  const uint32_t first_row = 5, n_rows = 11;
+  for (const TensorType type : kFormats) {
+    for (const uint32_t cols : test_cols(type)) {
+      SCOPED_TRACE(type_name(type) + " cols " + std::to_string(cols));
+      {
+        SCOPED_TRACE("quantized from random floats");
+        check_embed(*context_, *kernels_, quantized_weights(type, n_rows, cols, 100 + cols), first_row, tokens);
+      }
+      {
+        SCOPED_TRACE("random block bytes");
+        check_embed(*context_, *kernels_, random_block_weights(type, n_rows, cols, 200 + cols), first_row, tokens);
+      }
+    }
+  }
+}
+
+TEST_F(VulkanWeightKernels, EmbedReadsEveryHalfAndBfloat16BitPattern) {
+  // 256 rows of 256 values: every 16-bit pattern once (zeros, subnormals, infinities,
+  // NaNs). The fp16 decoder is integer code, so even NaN payloads come through.
+  const uint32_t side = 256;
+  std::vector<uint32_t> tokens(side);
+  for (uint32_t t = 0; t < side; ++t) tokens[t] = (t * 37) % side;  // every row, shuffled
+  for (const TensorType type : {TensorType::F16, TensorType::BF16}) {
+    SCOPED_TRACE(type_name(type));
+    Weights w{type, side, side, {}, {}};
+    w.bytes.resize(WeightKernels::weight_bytes(type, side, side));
+    for (uint32_t i = 0; i < side * side; ++i) {
+      const auto h = static_cast<uint16_t>(i);
+      std::memcpy(&w.bytes[2 * i], &h, 2);
+    }
+    dequantize_all(w);
+    check_embed(*context_, *kernels_, w, 0, tokens);
+  }
+}
+
+TEST_F(VulkanWeightKernels, EmbedOfATableSplitInPartsWritesEveryToken) {
+  // A table cut into two buffers at row 10 (as the backend splits tables larger than
+  // maxStorageBufferRange): one dispatch per part, each writes only its own tokens.
+  const uint32_t rows = 23, split = 10;
+  for (const TensorType type : {TensorType::Q4_0, TensorType::Q6_K, TensorType::F16}) {
+    SCOPED_TRACE(type_name(type));
+    const uint32_t cols = block_size(type) == 1 ? 20 : 2 * block_size(type);
+    const Weights whole = quantized_weights(type, rows, cols, 7);
+    const size_t row_bytes = fafo::tensor_row_bytes(type, cols);
+    std::vector<uint32_t> tokens(40);
+    std::mt19937 rng(3);
+    for (uint32_t& t : tokens) t = rng() % rows;
+    const auto T = static_cast<uint32_t>(tokens.size());
+    std::vector<uint8_t> part0(whole.bytes.begin(), whole.bytes.begin() + static_cast<long>(split * row_bytes));
+    std::vector<uint8_t> part1(whole.bytes.begin() + static_cast<long>(split * row_bytes),
+                               whole.bytes.begin() + static_cast<long>(rows * row_bytes));
+    part0.resize(WeightKernels::weight_bytes(type, split, cols));
+    part1.resize(WeightKernels::weight_bytes(type, rows - split, cols));
+    const Buffer b0 = make_buffer(*context_, part0.data(), part0.size());
+    const Buffer b1 = make_buffer(*context_, part1.data(), part1.size());
+    const Buffer token_buffer = make_buffer(*context_, tokens.data(), tokens.size() * sizeof(uint32_t));
+    const Buffer out = sentinel_buffer(*context_, size_t{T} * cols);
+    CommandSequence seq(*context_);
+    kernels_->embed(seq, type, b0, token_buffer, out, T, cols, 0, split);
+    kernels_->embed(seq, type, b1, token_buffer, out, T, cols, split, rows - split);
+    seq.submit_and_wait();
+    const std::vector<uint32_t> got = read_bits(out, size_t{T} * cols);
+    for (uint32_t t = 0; t < T; ++t)
+      for (uint32_t c = 0; c < cols; ++c)
+        ASSERT_EQ(got[size_t{t} * cols + c], std::bit_cast<uint32_t>(whole.values[size_t{tokens[t]} * cols + c]))
+            << "token " << t << " column " << c;
+  }
+}
+
+// ---- matmul ----
+
+// Tokens x in [kMaxT x x_stride] (the padding between tokens is garbage the kernel must
+// not read into the result).
+struct Activations {
+  uint32_t cols = 0, x_stride = 0;
+  std::vector<float> values;
+};
+
+Activations random_activations(uint32_t cols, uint32_t T, uint32_t seed) {
+  Activations a{cols, cols + 3, {}};
+  a.values = random_values(size_t{T} * a.x_stride, seed);
+  return a;
+}
+
+// The bound on |kernel - exact| for one output, from the kernel's summation order
+// (shaders/matmul.comp): a lane adds at most 16 * ceil(chunks / 32) (+ 15 for a partial
+// last chunk) products with one rounding each, then 5 tree levels add one rounding each,
+// every rounding at most 2^-24 of the sum of |w * x|.
+double error_bound(uint32_t cols, double magnitude) {
+  const uint32_t chunks = cols / 16;
+  const double roundings = 16.0 * ((chunks + 31) / 32) + (cols % 16 != 0 ? 15 : 0) + 5 + 1;
+  return roundings * std::ldexp(1.0, -24) * magnitude;
+}
+
+struct Reference {
+  std::vector<double> value;      // [t][row], exact up to double rounding
+  std::vector<double> magnitude;  // sum of |w * x|
+};
+
+Reference reference(const Weights& w, const Activations& a, uint32_t T) {
+  Reference ref;
+  ref.value.resize(size_t{T} * w.rows);
+  ref.magnitude.resize(size_t{T} * w.rows);
+  for (uint32_t t = 0; t < T; ++t) {
+    const float* x = &a.values[size_t{t} * a.x_stride];
+    for (uint32_t r = 0; r < w.rows; ++r) {
+      const float* wr = &w.values[size_t{r} * w.cols];
+      double sum = 0.0, magnitude = 0.0;
+      for (uint32_t c = 0; c < w.cols; ++c) {
+        const double p = static_cast<double>(wr[c]) * x[c];
+        sum += p;
+        magnitude += std::fabs(p);
+      }
+      ref.value[size_t{t} * w.rows + r] = sum;
+      ref.magnitude[size_t{t} * w.rows + r] = magnitude;
+    }
+  }
+  return ref;
+}
+
+// Out layout of the tests: token t's outputs at t * out_stride + out_offset, with
+// sentinel-filled gaps before, between and after them.
+struct OutLayout {
+  uint32_t out_stride, out_offset;
+  size_t words(uint32_t T, uint32_t rows) const { return size_t{T - 1} * out_stride + out_offset + rows + 3; }
+};
+OutLayout out_layout(uint32_t rows) { return {rows + 5, 2}; }
+
+// Checks out against the reference, and that nothing outside the outputs was written.
+void check_matmul(const std::vector<uint32_t>& got, const Reference& ref, uint32_t T, uint32_t rows, uint32_t cols,
+                  const OutLayout& layout) {
+  std::vector<bool> is_output(got.size(), false);
+  for (uint32_t t = 0; t < T; ++t) {
+    for (uint32_t r = 0; r < rows; ++r) {
+      const size_t at = size_t{t} * layout.out_stride + layout.out_offset + r;
+      is_output[at] = true;
+      const double want = ref.value[size_t{t} * rows + r];
+      const float value = std::bit_cast<float>(got[at]);
+      ASSERT_NEAR(value, want, error_bound(cols, ref.magnitude[size_t{t} * rows + r]))
+          << "token " << t << " row " << r << " (sum of |w*x| " << ref.magnitude[size_t{t} * rows + r] << ")";
+    }
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!is_output[i]) {
+      ASSERT_EQ(got[i], kSentinel) << "out[" << i << "] is not an output but was written";
+    }
+  }
+}
+
+TEST_F(VulkanWeightKernels, MatmulMatchesTheCpuForEveryFormatShapeAndTokenCount) {
+  for (const TensorType type : kFormats) {
+    for (const uint32_t rows : {1u, 7u, 33u, 257u}) {
+      for (const uint32_t cols : test_cols(type)) {
+        SCOPED_TRACE(type_name(type) + " rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+        const Weights w = quantized_weights(type, rows, cols, rows * 31 + cols);
+        const Activations a = random_activations(cols, kMaxT, rows + cols);
+        const Reference ref = reference(w, a, kMaxT);
+        const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
+        const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
+        const OutLayout layout = out_layout(rows);
+        constexpr MatmulMapping kMappings[] = {MatmulMapping::SplitRows, MatmulMapping::WholeRows};
+        std::vector<Buffer> outs;
+        CommandSequence seq(*context_);
+        for (const uint32_t T : kTokenCounts) {
+          for (const MatmulMapping mapping : kMappings) {
+            outs.push_back(sentinel_buffer(*context_, layout.words(T, rows)));
+            kernels_->matmul(seq, type, bw, bx, outs.back(),
+                             MatmulShape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset},
+                             MatmulVariant{0, mapping});
+          }
+        }
+        seq.submit_and_wait();
+        for (size_t i = 0; i < outs.size(); ++i) {
+          const uint32_t T = kTokenCounts[i / 2];
+          SCOPED_TRACE(std::string(i % 2 == 0 ? "SplitRows" : "WholeRows") + ", T " + std::to_string(T));
+          check_matmul(read_bits(outs[i], layout.words(T, rows)), ref, T, rows, cols, layout);
+        }
+      }
+    }
+  }
+}
+
+// Every variant the tests run: each SplitRows tile, WholeRows, and the automatic choice.
+struct NamedVariant {
+  std::string name;
+  MatmulVariant variant;
+};
+std::vector<NamedVariant> all_variants() {
+  std::vector<NamedVariant> variants;
+  for (const uint32_t tile : WeightKernels::kTokenTiles)
+    variants.push_back({"SplitRows tile " + std::to_string(tile), MatmulVariant{tile, MatmulMapping::SplitRows}});
+  variants.push_back({"WholeRows", MatmulVariant{0, MatmulMapping::WholeRows}});
+  variants.push_back({"automatic", MatmulVariant{}});
+  return variants;
+}
+
+TEST_F(VulkanWeightKernels, EveryVariantAndTokenCountGivesEachTokenTheMatVecBits) {
+  // Lossless multi-token decoding needs a token's logits not to depend on how many
+  // tokens share the step. The reference is the mat-vec (SplitRows tile 1) run token by
+  // token; every variant with all 256 tokens, and the automatic choice for every T,
+  // must reproduce it bit for bit.
+  const uint32_t rows = 33;
+  for (const TensorType type : kFormats) {
+    const uint32_t block = block_size(type);
+    const uint32_t cols = block == 1 ? 1007 : block == 32 ? 24 * block : 3 * block;
+    SCOPED_TRACE(type_name(type) + " cols " + std::to_string(cols));
+    const Weights w = quantized_weights(type, rows, cols, 11);
+    const Activations a = random_activations(cols, kMaxT, 12);
+    const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
+    const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
+    const OutLayout layout = out_layout(rows);
+    auto shape = [&](uint32_t T) { return MatmulShape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset}; };
+
+    struct Run {
+      std::string name;
+      uint32_t T;
+      Buffer out;
+    };
+    std::vector<Run> runs;
+    CommandSequence seq(*context_);
+    for (const NamedVariant& v : all_variants()) {
+      runs.push_back({v.name + ", T 256", kMaxT, sentinel_buffer(*context_, layout.words(kMaxT, rows))});
+      kernels_->matmul(seq, type, bw, bx, runs.back().out, shape(kMaxT), v.variant);
+    }
+    for (const uint32_t T : kTokenCounts) {
+      for (const MatmulMapping mapping : {MatmulMapping::SplitRows, MatmulMapping::WholeRows}) {
+        const bool split = mapping == MatmulMapping::SplitRows;
+        runs.push_back({std::string(split ? "SplitRows" : "WholeRows") + ", T " + std::to_string(T), T,
+                        sentinel_buffer(*context_, layout.words(T, rows))});
+        kernels_->matmul(seq, type, bw, bx, runs.back().out, shape(T), MatmulVariant{0, mapping});
+      }
+    }
+    seq.submit_and_wait();
+    const std::vector<uint32_t> mat_vec = read_bits(runs[0].out, layout.words(kMaxT, rows));
+    for (size_t i = 1; i < runs.size(); ++i) {
+      SCOPED_TRACE(runs[i].name);
+      const std::vector<uint32_t> got = read_bits(runs[i].out, layout.words(runs[i].T, rows));
+      for (uint32_t t = 0; t < runs[i].T; ++t)
+        for (uint32_t r = 0; r < rows; ++r) {
+          const size_t at = size_t{t} * layout.out_stride + layout.out_offset + r;
+          ASSERT_EQ(got[at], mat_vec[at]) << "token " << t << " row " << r << ": " << std::bit_cast<float>(got[at])
+                                          << " vs " << std::bit_cast<float>(mat_vec[at]);
+        }
+    }
+    // And the mat-vec itself is right.
+    check_matmul(mat_vec, reference(w, a, kMaxT), kMaxT, rows, cols, layout);
+  }
+}
+
+TEST_F(VulkanWeightKernels, MatmulStridesOverMoreRowsThanTheWorkgroupLimit) {
+  const uint32_t limit = context_->properties().limits.maxComputeWorkGroupCount[0];
+  const uint32_t rows = limit * WeightKernels::kMaxRowsPerWorkgroup + 37;
+  const uint32_t cols = 32;
+  const TensorType type = TensorType::Q4_0;
+  const Weights w = quantized_weights(type, rows, cols, 5);
+  const uint32_t max_T = 40;
+  const Activations a = random_activations(cols, max_T, 6);
+  const Reference ref = reference(w, a, max_T);
+  const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
+  const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
+  const OutLayout layout = out_layout(rows);
+  for (const uint32_t T : {1u, 3u, 17u, max_T}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " T " + std::to_string(T));
+    const Buffer out = sentinel_buffer(*context_, layout.words(T, rows));
+    CommandSequence seq(*context_);
+    kernels_->matmul(seq, type, bw, bx, out, MatmulShape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset});
+    seq.submit_and_wait();
+    check_matmul(read_bits(out, layout.words(T, rows)), ref, T, rows, cols, layout);
+  }
+}
+
+TEST_F(VulkanWeightKernels, MatmulAndEmbedChainInOneSubmission) {
+  // embed -> matmul reading the embeddings, in one command buffer.
+  const TensorType type = TensorType::Q4_K;
+  const uint32_t vocab = 50, cols = 256, rows = 19, T = 6;
+  const Weights table = quantized_weights(type, vocab, cols, 21);
+  const Weights w = quantized_weights(TensorType::Q8_0, rows, cols, 22);
+  const std::vector<uint32_t> tokens = {3, 49, 0, 17, 17, 8};
+  const Buffer btable = make_buffer(*context_, table.bytes.data(), table.bytes.size());
+  const Buffer btokens = make_buffer(*context_, tokens.data(), tokens.size() * sizeof(uint32_t));
+  const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
+  const Buffer embeddings(*context_, size_t{T} * cols * sizeof(float));
+  const Buffer out = sentinel_buffer(*context_, size_t{T} * rows);
+  CommandSequence seq(*context_);
+  kernels_->embed(seq, type, btable, btokens, embeddings, T, cols, 0, vocab);
+  kernels_->matmul(seq, TensorType::Q8_0, bw, embeddings, out, MatmulShape{T, rows, cols, cols, rows, 0});
+  seq.submit_and_wait();
+  Activations a{cols, cols, {}};
+  for (const uint32_t token : tokens)
+    a.values.insert(a.values.end(), table.values.begin() + size_t{token} * cols,
+                    table.values.begin() + size_t{token + 1} * cols);
+  check_matmul(read_bits(out, size_t{T} * rows), reference(w, a, T), T, rows, cols, OutLayout{rows, 0});
+}
+
+TEST_F(VulkanWeightKernels, MisuseIsAClearErrorNotACrash) {
+  Buffer small(*context_, 64);
+  Buffer big(*context_, 1 << 16);
+  CommandSequence seq(*context_);
+  const MatmulShape ok{2, 4, 32, 32, 4, 0};
+  auto expect_message = [&](auto&& call, const std::string& part) {
+    try {
+      call();
+      ADD_FAILURE() << "no exception; expected one mentioning \"" << part << "\"";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  EXPECT_NO_THROW(kernels_->matmul(seq, TensorType::Q4_0, big, big, big, ok));
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q8_K, big, big, big, ok); }, "not supported");
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q8_1, big, big, big, ok); }, "not supported");
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_K, big, big, big, ok); }, "block size 256");
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{2, 4, 0, 32, 4, 0}); },
+                 "cols = 0");
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, small, big, big, ok); }, "buffer w");
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, small, big, MatmulShape{2, 4, 32, 48, 4, 0}); },
+                 "buffer x");
+  expect_message([&] { kernels_->matmul(seq, TensorType::F32, big, big, small, MatmulShape{2, 15, 32, 32, 15, 0}); },
+                 "buffer out");
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{2, 4, 32, 16, 4, 0}); },
+                 "x_stride");
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{2, 4, 32, 32, 5, 2}); },
+                 "out_stride");
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, ok, MatmulVariant{3}); }, "tile 3");
+  expect_message(
+      [&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, ok, MatmulVariant{4, MatmulMapping::WholeRows}); },
+      "no tiles");
+  // A Q4_0 row is 18 bytes: 3 rows need 54 bytes, padded to 56.
+  Buffer exact(*context_, 54);
+  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, exact, big, big, MatmulShape{1, 3, 32, 32, 3, 0}); },
+                 "rounded up to 4 bytes");
+  EXPECT_EQ(WeightKernels::weight_bytes(TensorType::Q4_0, 3, 32), 56u);
+  expect_message([&] { kernels_->embed(seq, TensorType::Q2_K, big, big, big, 4, 100, 0, 4); }, "block size 256");
+  expect_message([&] { kernels_->embed(seq, TensorType::F16, big, small, big, 17, 8, 0, 4); }, "buffer tokens");
+  expect_message([&] { kernels_->embed(seq, TensorType::F16, big, big, small, 2, 16, 0, 4); }, "buffer out");
+  expect_message([&] { kernels_->embed(seq, TensorType::F16, small, big, big, 2, 16, 0, 4); }, "buffer table");
+  // Nothing to do is not an error, and records nothing.
+  const uint32_t before = seq.dispatch_count();
+  kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{0, 4, 32, 32, 4, 0});
+  kernels_->embed(seq, TensorType::Q4_0, big, big, big, 0, 32, 0, 4);
+  EXPECT_EQ(seq.dispatch_count(), before);
+  seq.submit_and_wait();
+  for (const TensorType type : kFormats) EXPECT_TRUE(WeightKernels::supports(type)) << type_name(type);
+  EXPECT_FALSE(WeightKernels::supports(TensorType::Q8_K));
+}
+
+// The step-cost curve t(T) of one weight matrix (run with
+// --gtest_also_run_disabled_tests; FAFO_BENCH_ROWS / FAFO_BENCH_COLS set the shape).
+TEST_F(VulkanWeightKernels, DISABLED_StepCostCurve) {
+  const auto env = [](const char* name, uint32_t fallback) {
+    const char* v = std::getenv(name);
+    return v ? static_cast<uint32_t>(std::stoul(v)) : fallback;
+  };
+  const uint32_t rows = env("FAFO_BENCH_ROWS", 1024), cols = env("FAFO_BENCH_COLS", 1024);
+  const uint32_t max_T = env("FAFO_BENCH_MAX_T", kMaxT);
+  const char* mapping_name = std::getenv("FAFO_BENCH_MAPPING");
+  const MatmulMapping mapping = !mapping_name                         ? MatmulMapping::Auto
+                                : std::string(mapping_name) == "split" ? MatmulMapping::SplitRows
+                                                                       : MatmulMapping::WholeRows;
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::F16}) {
+    const Weights w = quantized_weights(type, rows, cols, 1);
+    const Activations a = random_activations(cols, kMaxT, 2);
+    const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
+    const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
+    const Buffer out(*context_, size_t{max_T} * rows * sizeof(float));
+    std::printf("%s %ux%u:", type_name(type).c_str(), rows, cols);
+    double t1 = 0;
+    for (const uint32_t T : {1u, 2u, 3u, 4u, 5u, 8u, 9u, 12u, 16u, 17u, 24u, 32u, 33u, 48u, 64u, 65u, 128u, 256u}) {
+      if (T > max_T) break;
+      if (std::getenv("FAFO_BENCH_ONLY_T") && T != env("FAFO_BENCH_ONLY_T", 0)) continue;
+      double best = 1e30, first = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        CommandSequence seq(*context_);
+        kernels_->matmul(seq, type, bw, bx, out, MatmulShape{T, rows, cols, a.x_stride, rows, 0}, MatmulVariant{0, mapping});
+        const auto start = std::chrono::steady_clock::now();
+        seq.submit_and_wait();
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        if (rep == 0) first = ms;
+        best = std::min(best, ms);
+      }
+      if (std::getenv("FAFO_BENCH_VERBOSE")) std::printf(" [T%u first %.1fms]", T, first);
+      if (T == 1) t1 = best;
+      std::printf(" T%u %.2fms (%.2fx)", T, best, best / t1);
+    }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+#else  // !FAFO_HAVE_VULKAN
+
+TEST(VulkanWeightKernels, Skipped) { GTEST_SKIP() << "fafo was built without Vulkan (FAFO_VULKAN=OFF or not found)"; }
+
+#endif
