@@ -316,6 +316,51 @@ TEST_F(VulkanBackend, KvOperationsAndQueryCaptureMatchCpu) {
   EXPECT_EQ(p.gpu->read_keys(1, {26, 2, 2}), p.cpu->read_keys(1, {26, 2, 2}));
 }
 
+TEST_F(VulkanBackend, ArgmaxOnTheDeviceMatchesCpuWithTiesNanAndInfinity) {
+  for (const int32_t n : {1, 7, 1000, 32003}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Pair p(make_vulkan());
+    p.kv(1, 8, 4);
+    const int32_t T = 6;
+    std::vector<float> rows = random_values(static_cast<size_t>(T) * n, static_cast<uint32_t>(n), -5, 5);
+    auto at = [&](int32_t r, int32_t i) -> float& { return rows[static_cast<size_t>(r) * n + static_cast<size_t>(i)]; };
+    at(1, n - 1) = 9.0f;                              // the last element wins
+    at(2, n / 2) = 9.0f, at(2, n - 1) = 9.0f;          // a tie: the first index wins
+    at(3, n / 3) = std::nanf("");                     // NaN: -1
+    for (int32_t i = 0; i < n; ++i) at(4, i) = -INFINITY;  // only -inf: -2
+    at(5, 0) = INFINITY;                              // +inf wins
+    auto [t_c, t_g] = p.weight(rows, T, n);
+    auto [x_c, x_g] = p.activation(T, n);
+    auto [g_c, g_g] = p.activation(T, n);
+    StepBatch b = batch_of(T, 0);
+    std::vector<int32_t> all[2], gathered[2];
+    p.both([&](Backend& be, int k) {
+      be.begin_step(b, KvView{});
+      be.embed(k ? t_g : t_c, k ? x_g : x_c);
+      be.argmax_rows(k ? x_g : x_c);
+      be.finish_step();
+      all[k] = be.read_argmax(T);
+      be.begin_step(b, KvView{});
+      be.embed(k ? t_g : t_c, k ? x_g : x_c);
+      be.gather_rows(k ? x_g : x_c, {2, 0}, k ? g_g : g_c);
+      be.argmax_rows(k ? g_g : g_c);
+      be.finish_step();
+      gathered[k] = be.read_argmax(2);
+    });
+    EXPECT_EQ(all[1], all[0]);
+    EXPECT_EQ(gathered[1], gathered[0]);
+    ASSERT_EQ(all[0].size(), static_cast<size_t>(T));
+    EXPECT_EQ(all[0][1], n - 1);
+    if (n > 1) {
+      EXPECT_EQ(all[0][2], n / 2);
+    }
+    EXPECT_EQ(all[0][3], -1);
+    EXPECT_EQ(all[0][4], -2);
+    EXPECT_EQ(all[0][5], 0);
+    EXPECT_THROW(p.gpu->read_argmax(3), std::out_of_range);
+  }
+}
+
 TEST_F(VulkanBackend, BadRequestsGiveClearErrors) {
   try {
     vulkan::VulkanBackendOptions o;

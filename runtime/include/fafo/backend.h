@@ -122,6 +122,13 @@ class Backend {
   // for the rest of the step, kernels that read dst process rows.size() rows instead
   // of the batch size.
   virtual void gather_rows(const Activation& src, const std::vector<int32_t>& rows, Activation& dst) = 0;
+  // The index of the largest value in each row of x (the batch's rows, or the
+  // gathered count), ties to the first index; -1 marks a row holding a NaN and -2 a
+  // row of only -inf. Computed in the step (on the device for GPU backends), so a
+  // greedy step reads back one int per row instead of n_vocab floats; read it with
+  // read_argmax() after finish_step.
+  virtual void argmax_rows(const Activation& x) = 0;
+  virtual std::vector<int32_t> read_argmax(int64_t n_rows) = 0;
   // Runs (or submits and waits for) everything issued since begin_step.
   virtual void finish_step() = 0;
   // Reads the first n_rows rows of x back to the host (after finish_step).

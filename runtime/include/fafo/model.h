@@ -61,6 +61,11 @@ class Model {
   // batch's n_past is set to n_past(). Throws std::length_error when the step does
   // not fit in the context.
   std::vector<float> forward(StepBatch& batch);
+  // The same step, but returns only the argmax of each logit row (computed by the
+  // backend, on the device for GPU backends): what greedy decoding needs, without
+  // reading back n_vocab floats per row. Throws std::runtime_error when a row holds a
+  // NaN or only -inf, as fafo::argmax does.
+  std::vector<int32_t> forward_argmax(StepBatch& batch);
   // Makes the first n tokens of the last step part of the committed context.
   void commit(int32_t n);
   // Makes the listed rows of the last step (in this order) the next committed entries;
@@ -82,6 +87,7 @@ class Model {
   int64_t kv_swaps() const { return kv_swaps_; }
 
  private:
+  void record_step(StepBatch& batch);
   struct Weights;
   struct Buffers;
   std::shared_ptr<const GgufFile> file_;

@@ -143,7 +143,13 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     trace.build_ms = ms_since(tb);
 
     auto tf = Clock::now();
-    layout.set_logits(model.forward(layout.batch()), n_vocab);
+    // Greedy steps need only each row's argmax, which the backend computes (on the GPU:
+    // one int per row is read back instead of n_vocab floats).
+    if (sampler.greedy()) {
+      layout.set_argmax(model.forward_argmax(layout.batch()));
+    } else {
+      layout.set_logits(model.forward(layout.batch()), n_vocab);
+    }
     trace.forward_ms = ms_since(tf);
 
     auto tv = Clock::now();

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "fafo/sampler.h"
+
 namespace fafo {
 
 StepLayout::StepLayout(int32_t n_past, int32_t input_token) : p0_(n_past) {
@@ -49,10 +51,27 @@ void StepLayout::set_logits(std::vector<float> logits, int32_t n_vocab) {
   n_vocab_ = n_vocab;
 }
 
+void StepLayout::set_argmax(std::vector<int32_t> ids) {
+  const auto& rows = batch_.logit_rows();
+  if (ids.size() != rows.size()) throw std::logic_error("StepLayout: argmax size mismatch");
+  logit_index_.assign(static_cast<size_t>(batch_.size()), -1);
+  for (size_t k = 0; k < rows.size(); ++k) logit_index_[static_cast<size_t>(rows[k])] = static_cast<int32_t>(k);
+  argmax_ = std::move(ids);
+  logits_.clear();
+}
+
 const float* StepLayout::logits(int32_t row) const {
   const int32_t k = logit_index_.at(static_cast<size_t>(row));
   if (k < 0) throw std::logic_error("StepLayout: no logits were requested for batch row " + std::to_string(row));
+  if (logits_.empty()) throw std::logic_error("StepLayout: this step kept only the argmax of each row");
   return logits_.data() + static_cast<size_t>(k) * static_cast<size_t>(n_vocab_);
+}
+
+int32_t StepLayout::argmax(int32_t row) const {
+  if (argmax_.empty()) return fafo::argmax(logits(row), n_vocab_);
+  const int32_t k = logit_index_.at(static_cast<size_t>(row));
+  if (k < 0) throw std::logic_error("StepLayout: no logits were requested for batch row " + std::to_string(row));
+  return argmax_[static_cast<size_t>(k)];
 }
 
 }  // namespace fafo

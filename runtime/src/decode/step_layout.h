@@ -5,7 +5,7 @@
 //   window           the 2D window (Lookahead / FAFO fumble rows): token (r, c) at
 //                    p0+r+c sees the input, row 0 up to column c, and rows 1..r-1 of
 //                    column c; FAFO gives these rows the COMPRESSED prefix view
-// After the forward pass it hands out each row's logits.
+// After the forward pass it hands out each row's logits (or only their argmax).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,10 @@ class StepLayout {
   // Takes the forward pass's logits (one row per batch.logit_rows() entry).
   void set_logits(std::vector<float> logits, int32_t n_vocab);
   const float* logits(int32_t row) const;
+  // Greedy steps take only each logit row's argmax (Model::forward_argmax).
+  void set_argmax(std::vector<int32_t> ids);
+  // The argmax of a row's logits: from set_argmax's ids, else computed from the logits.
+  int32_t argmax(int32_t row) const;
   int32_t n_vocab() const { return n_vocab_; }
 
  private:
@@ -48,6 +52,7 @@ class StepLayout {
   std::vector<int32_t> window_outputs_;
   std::vector<int32_t> logit_index_;  // batch row -> index into logits_, or -1
   std::vector<float> logits_;
+  std::vector<int32_t> argmax_;
   int32_t n_vocab_ = 0;
 };
 

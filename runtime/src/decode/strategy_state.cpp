@@ -41,12 +41,11 @@ void StrategyState::build(StepLayout& layout, const std::vector<int32_t>& histor
 
 void StrategyState::update(const StepLayout& layout, int32_t input, const std::vector<int32_t>& emitted,
                            const std::vector<int32_t>& history, int32_t step, StepTrace& trace) {
-  const int32_t V = layout.n_vocab();
   if (o_.strategy == Strategy::Jacobi) {
     // Jacobi update: the predictions after the accepted prefix become the new guesses.
     const auto& rows = layout.chains().front().rows;
     std::vector<int32_t> next;
-    for (size_t i = emitted.size(); i <= rows.size(); ++i) next.push_back(argmax(layout.logits(rows[i - 1]), V));
+    for (size_t i = emitted.size(); i <= rows.size(); ++i) next.push_back(layout.argmax(rows[i - 1]));
     guesses_ = next;
     fill_guesses(history);
     trace.new_guesses = guesses_;
@@ -54,7 +53,7 @@ void StrategyState::update(const StepLayout& layout, int32_t input, const std::v
   }
   if (!uses_window()) return;
   std::vector<int32_t> new_row;
-  for (int32_t row : layout.window_output_rows()) new_row.push_back(argmax(layout.logits(row), V));
+  for (int32_t row : layout.window_output_rows()) new_row.push_back(layout.argmax(row));
   trace.new_guesses = new_row;
   if (window_->warmed_up())
     for (int32_t c = 0; c < window_->columns(); ++c)

@@ -8,10 +8,9 @@ namespace fafo {
 
 Verdict verify_greedy(const StepLayout& layout) {
   const auto& chains = layout.chains();
-  const int32_t V = layout.n_vocab();
   Verdict best;
   best.match_lengths.assign(chains.size(), 0);
-  const int32_t first = argmax(layout.logits(0), V);
+  const int32_t first = layout.argmax(0);
   best.tokens = {first};
   best.commit_rows = {0};
   for (size_t g = 0; g < chains.size(); ++g) {
@@ -23,7 +22,7 @@ Verdict verify_greedy(const StepLayout& layout) {
     for (; j < chain.tokens.size() && chain.tokens[j] == predicted; ++j) {
       tokens.push_back(predicted);
       rows.push_back(chain.rows[j]);
-      predicted = argmax(layout.logits(chain.rows[j]), V);
+      predicted = layout.argmax(chain.rows[j]);
     }
     best.match_lengths[g] = static_cast<int32_t>(j);
     tokens.push_back(predicted);

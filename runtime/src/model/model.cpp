@@ -125,6 +125,27 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
 Model::~Model() = default;
 
 std::vector<float> Model::forward(StepBatch& batch) {
+  record_step(batch);
+  backend_->finish_step();
+  last_step_size_ = batch.size();
+  return backend_->read_rows(buffers_->logits, static_cast<int64_t>(batch.logit_rows().size()));
+}
+
+std::vector<int32_t> Model::forward_argmax(StepBatch& batch) {
+  record_step(batch);
+  backend_->argmax_rows(buffers_->logits);
+  backend_->finish_step();
+  last_step_size_ = batch.size();
+  std::vector<int32_t> ids = backend_->read_argmax(static_cast<int64_t>(batch.logit_rows().size()));
+  for (int32_t id : ids) {
+    if (id == -1) throw std::runtime_error("the model produced non-finite logits (NaN): the weights or the computation are broken");
+    if (id < 0) throw std::runtime_error("every logit is -inf: the model rules out every token");
+  }
+  return ids;
+}
+
+// Issues the whole forward pass of `batch` to the backend, up to (not including) finish_step.
+void Model::record_step(StepBatch& batch) {
   const ModelConfig& c = config_;
   const Weights& w = *weights_;
   Buffers& b = *buffers_;
@@ -184,9 +205,6 @@ std::vector<float> Model::forward(StepBatch& batch) {
   be.gather_rows(b.x, rows, b.last);
   be.rms_norm(b.last, w.output_norm, c.rms_eps, b.last_norm);
   be.matmul(w.output, b.last_norm, b.logits);
-  be.finish_step();
-  last_step_size_ = batch.size();
-  return be.read_rows(b.logits, static_cast<int64_t>(rows.size()));
 }
 
 void Model::commit(int32_t n) {

@@ -274,6 +274,15 @@ class CpuBackend final : public Backend {
     gathered_rows_[dst.id] = static_cast<int64_t>(rows.size());
   }
 
+  void argmax_rows(const Activation& x) override {
+    argmax_.clear();
+    for (int64_t i = 0; i < rows_of(x); ++i) argmax_.push_back(cpu::argmax_row(row(x, i), x.cols));
+  }
+  std::vector<int32_t> read_argmax(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > static_cast<int64_t>(argmax_.size())) throw std::out_of_range("read_argmax: more rows than argmax_rows computed");
+    return std::vector<int32_t>(argmax_.begin(), argmax_.begin() + n_rows);
+  }
+
   void finish_step() override { gathered_rows_.clear(); }
 
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
@@ -309,6 +318,7 @@ class CpuBackend final : public Backend {
   KvView kv_view_;
   std::vector<int32_t> capture_rows_;
   std::vector<std::vector<float>> captured_;
+  std::vector<int32_t> argmax_;
 };
 
 }  // namespace

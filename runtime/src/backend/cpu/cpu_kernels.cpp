@@ -41,6 +41,15 @@ void rope_head(float* head, int32_t pos, const RopeParams& p) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+int32_t argmax_row(const float* x, int64_t n) {
+  int32_t best = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return -1;
+    if (x[i] > x[best]) best = static_cast<int32_t>(i);
+  }
+  return n == 0 || x[best] == -INFINITY ? -2 : best;
+}
+
 AttentionPart attend_head_part(const float* q, const float* keys, const float* values, int64_t stride, int64_t offset,
                                const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
                                float* acc) {

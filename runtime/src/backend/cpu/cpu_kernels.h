@@ -14,6 +14,8 @@ void rms_norm_row(const float* x, const float* gain, float eps, float* out, int6
 // Rotates one head in place at position `pos`.
 void rope_head(float* head, int32_t pos, const RopeParams& p);
 float silu(float x);
+// Index of the largest of n values, ties to the first; -1 when one is NaN, -2 when all are -inf.
+int32_t argmax_row(const float* x, int64_t n);
 
 // Attention of one query head over part of its keys (flash-decoding style): keys and
 // values are gathered by slot index from the layer's cache (stride: floats per slot,

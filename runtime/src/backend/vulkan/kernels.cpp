@@ -43,6 +43,9 @@ struct AttentionPush {
 struct KvPermutePush {
   uint32_t n_pairs, kv_dim, mode;
 };
+struct ArgmaxPush {
+  uint32_t rows, n;
+};
 enum ElementwiseOp : uint32_t { kAdd = 0, kBias = 1, kSwiglu = 2 };
 
 // Workgroups for a grid-stride loop over n items, wg_size per workgroup.
@@ -69,7 +72,8 @@ Kernels::Kernels(const Context& context)
       elementwise_(std::make_unique<ComputePipeline>(context, shaders::elementwise, 3, sizeof(ElementwisePush))),
       attention_(std::make_unique<ComputePipeline>(context, shaders::attention, 5, sizeof(AttentionPush))),
       attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 2, sizeof(CombinePush))),
-      kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))) {}
+      kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))),
+      argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))) {}
 
 Kernels::~Kernels() = default;
 
@@ -172,6 +176,14 @@ void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer
   require_size(pairs, uint64_t{n_pairs} * 2, "pairs", "kv_permute");
   seq.dispatch(*kv_permute_, {&cache, &pairs}, KvPermutePush{n_pairs, kv_dim, swap ? 0u : 1u},
                groups_for(kv_dim, 64, context_));
+}
+
+void Kernels::argmax(CommandSequence& seq, const Buffer& x, const Buffer& ids, uint32_t rows, uint32_t n) const {
+  if (rows == 0) return;
+  require_size(x, uint64_t{rows} * n, "x", "argmax");
+  require_size(ids, rows, "ids", "argmax");
+  seq.dispatch(*argmax_, {&x, &ids}, ArgmaxPush{rows, n},
+               std::min(rows, context_.properties().limits.maxComputeWorkGroupCount[0]));
 }
 
 }  // namespace fafo::vulkan

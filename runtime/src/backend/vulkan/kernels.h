@@ -54,6 +54,10 @@ class Kernels {
   void attention(CommandSequence& seq, const Buffer& q, const Buffer& keys, const Buffer& values,
                  const Buffer& step_info, const Buffer& partials, const Buffer& out, const AttentionArgs& a) const;
 
+  // ids[r] = argmax of row r of x (rows x n): ties to the first index, -1 for a row
+  // with a NaN, -2 for a row of only -inf.
+  void argmax(CommandSequence& seq, const Buffer& x, const Buffer& ids, uint32_t rows, uint32_t n) const;
+
   // Applies (first, second) slot pairs in order to one [n_ctx x kv_dim] cache:
   // swap exchanges the two entries, otherwise first is copied over second.
   void kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs, uint32_t kv_dim,
@@ -69,6 +73,7 @@ class Kernels {
   std::unique_ptr<ComputePipeline> attention_;
   std::unique_ptr<ComputePipeline> attention_combine_;
   std::unique_ptr<ComputePipeline> kv_permute_;
+  std::unique_ptr<ComputePipeline> argmax_;
 };
 
 }  // namespace fafo::vulkan

@@ -338,6 +338,23 @@ class VulkanBackend final : public Backend {
     gathered_rows_[dst.id] = static_cast<uint32_t>(rows.size());
   }
 
+  void argmax_rows(const Activation& x) override {
+    const uint32_t rows = rows_of(x);
+    if (!argmax_ids_ || argmax_ids_->size() < std::max<uint64_t>(rows, 1) * sizeof(int32_t)) {
+      if (argmax_ids_) descriptors_.forget(argmax_ids_->handle());
+      argmax_ids_ = std::make_unique<Buffer>(context_, std::max<uint64_t>(max_step_rows_, 1) * sizeof(int32_t),
+                                             Memory::HostVisible);
+    }
+    kernels_.argmax(step(), act(x), *argmax_ids_, rows, static_cast<uint32_t>(x.cols));
+    argmax_count_ = rows;
+  }
+  std::vector<int32_t> read_argmax(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > argmax_count_) throw std::out_of_range("read_argmax: more rows than argmax_rows computed");
+    std::vector<int32_t> ids(static_cast<size_t>(n_rows));
+    if (n_rows > 0) argmax_ids_->download(ids.data(), ids.size() * sizeof(int32_t));
+    return ids;
+  }
+
   void finish_step() override {
     if (!seq_) throw std::logic_error("finish_step without begin_step");
     std::unique_ptr<CommandSequence> seq = std::move(seq_);
@@ -506,6 +523,8 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Buffer> rope_table_;
   std::optional<std::tuple<int32_t, float, float, std::vector<float>>> rope_key_;
   std::unique_ptr<Buffer> pairs_;
+  std::unique_ptr<Buffer> argmax_ids_;
+  int64_t argmax_count_ = 0;
   uint32_t mask_words_ = 0;
   uint32_t mask_words_max_ = 0;
   bool use_order_ = false;
