@@ -1,5 +1,9 @@
-// fafo-studio --screenshot under Xvfb: the PNG exists and is not blank; without a
-// display the app fails with a clear message.
+// fafo-studio --screenshot under Xvfb. With --layout-json the app says where it drew
+// each panel; the test then looks inside each panel's contents rectangle of the PNG
+// and requires drawn content there (not just the window background), and checks
+// what each panel says it drew (rows, cells, tokens, messages). The checker is shown
+// to fail on a panel drawn empty (--debug-empty-panel). Without a display the app
+// fails with a clear message.
 #include <gtest/gtest.h>
 
 #define STB_IMAGE_IMPLEMENTATION
@@ -7,8 +11,12 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "fafo/generator.h"
 #include "fafo/step_trace_json.h"
@@ -19,82 +27,236 @@ namespace {
 
 bool have_xvfb() { return fafo::test::run_command("command -v xvfb-run >/dev/null 2>&1").exit_code == 0; }
 
+// `xvfb-run -a` starting from a display number of this process's own, so tests run in
+// parallel do not race for the same free display. XDG_CONFIG_HOME keeps the recent-files
+// list out of the user's configuration.
+std::string xvfb(const std::filesystem::path& dir) {
+  return "XDG_CONFIG_HOME=" + fafo::test::shell_quote(dir / "config") + " timeout 90 xvfb-run -a -n " +
+         std::to_string(100 + getpid() % 800) + " -s '-screen 0 1600x1000x24' ";
+}
+
+std::filesystem::path studio_path() { return fafo::test::binary_path("app/studio/fafo-studio"); }
+std::string studio() { return fafo::test::shell_quote(studio_path()); }
+
+struct Image {
+  int w = 0, h = 0;
+  std::vector<unsigned char> rgb;
+  bool load(const std::filesystem::path& png) {
+    int channels = 0;
+    unsigned char* data = stbi_load(png.string().c_str(), &w, &h, &channels, 3);
+    if (!data) return false;
+    rgb.assign(data, data + static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
+    stbi_image_free(data);
+    return true;
+  }
+  const unsigned char* at(int x, int y) const { return &rgb[(static_cast<size_t>(y) * static_cast<size_t>(w) + static_cast<size_t>(x)) * 3]; }
+};
+
 // Variance of the grey level over the image; a blank image gives 0.
-double pixel_variance(const std::filesystem::path& png, int* w, int* h) {
-  int channels = 0;
-  unsigned char* data = stbi_load(png.string().c_str(), w, h, &channels, 3);
-  if (!data) return -1.0;
-  const size_t n = static_cast<size_t>(*w) * static_cast<size_t>(*h);
+double pixel_variance(const Image& img) {
   double sum = 0.0, sum2 = 0.0;
+  const size_t n = static_cast<size_t>(img.w) * static_cast<size_t>(img.h);
   for (size_t i = 0; i < n; ++i) {
-    const double g = (data[3 * i] + data[3 * i + 1] + data[3 * i + 2]) / 3.0;
+    const double g = (img.rgb[3 * i] + img.rgb[3 * i + 1] + img.rgb[3 * i + 2]) / 3.0;
     sum += g;
     sum2 += g * g;
   }
-  stbi_image_free(data);
   const double mean = sum / static_cast<double>(n);
   return sum2 / static_cast<double>(n) - mean * mean;
 }
 
-// `xvfb-run -a` starting from a display number of this process's own, so tests run in
-// parallel do not race for the same free display.
-std::string xvfb() {
-  return "timeout 60 xvfb-run -a -n " + std::to_string(100 + getpid() % 800) + " -s '-screen 0 1600x1000x24' ";
+// The share of the rectangle's pixels that differ clearly from its most common colour
+// (the panel's background): text, table lines, plots, blocks.
+double ink(const Image& img, const nlohmann::json& rect) {
+  const int x0 = std::max(0, static_cast<int>(rect[0].get<double>()) + 2);
+  const int y0 = std::max(0, static_cast<int>(rect[1].get<double>()) + 2);
+  const int x1 = std::min(img.w, static_cast<int>(rect[0].get<double>() + rect[2].get<double>()) - 2);
+  const int y1 = std::min(img.h, static_cast<int>(rect[1].get<double>() + rect[3].get<double>()) - 2);
+  if (x1 <= x0 || y1 <= y0) return 0.0;
+  std::map<int, int> counts;
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x) {
+      const unsigned char* p = img.at(x, y);
+      ++counts[(p[0] / 8) << 10 | (p[1] / 8) << 5 | (p[2] / 8)];
+    }
+  int mode = 0, best = -1;
+  for (const auto& [key, n] : counts)
+    if (n > best) best = n, mode = key;
+  const int mr = (mode >> 10) * 8 + 4, mg = ((mode >> 5) & 31) * 8 + 4, mb = (mode & 31) * 8 + 4;
+  size_t lit = 0;
+  for (int y = y0; y < y1; ++y)
+    for (int x = x0; x < x1; ++x) {
+      const unsigned char* p = img.at(x, y);
+      if (std::abs(p[0] - mr) + std::abs(p[1] - mg) + std::abs(p[2] - mb) > 60) ++lit;
+    }
+  return static_cast<double>(lit) / static_cast<double>((x1 - x0) * (y1 - y0));
 }
 
-std::string studio() { return fafo::test::shell_quote(fafo::test::binary_path("app/studio/fafo-studio")); }
+struct Shot {
+  fafo::test::CommandResult run;
+  Image image;
+  nlohmann::json layout;
+  std::map<std::string, nlohmann::json> panels;  // by name
+};
+
+// Runs fafo-studio --screenshot with `args` and loads the PNG and the layout.
+Shot take(const std::string& name, const std::string& args) {
+  const auto dir = fafo::test::temp_dir("studio-" + name);
+  const auto png = dir / (name + ".png"), layout = dir / (name + ".json");
+  Shot s;
+  s.run = fafo::test::run_command(xvfb(dir) + studio() + " --screenshot " + fafo::test::shell_quote(png) +
+                                  " --layout-json " + fafo::test::shell_quote(layout) + " " + args);
+  if (s.run.exit_code != 0) return s;
+  s.image.load(png);
+  std::ifstream in(layout);
+  if (in) s.layout = nlohmann::json::parse(in, nullptr, false);
+  if (s.layout.is_object())
+    for (const auto& p : s.layout["panels"]) s.panels[p["name"].get<std::string>()] = p;
+  return s;
+}
+
+// Every panel of the view is there, inside the image, with content drawn in it.
+void expect_panels_drawn(const Shot& s, const std::vector<std::string>& names, double min_ink) {
+  ASSERT_GT(s.image.w, 0) << "no screenshot";
+  EXPECT_GT(pixel_variance(s.image), 50.0) << "the screenshot looks blank";
+  for (const std::string& name : names) {
+    const auto it = s.panels.find(name);
+    ASSERT_NE(it, s.panels.end()) << "panel '" << name << "' is missing from the layout";
+    const auto& rect = it->second["rect"];
+    EXPECT_GE(rect[0].get<double>(), 0.0) << name;
+    EXPECT_LE(rect[0].get<double>() + rect[2].get<double>(), s.image.w + 0.5) << name;
+    EXPECT_LE(rect[1].get<double>() + rect[3].get<double>(), s.image.h + 0.5) << name;
+    EXPECT_GT(rect[2].get<double>() * rect[3].get<double>(), 0.02 * s.image.w * s.image.h) << name << " is tiny";
+    const double v = ink(s.image, it->second["content"]);
+    std::printf("%s: ink %.4f, items %lld\n", name.c_str(), v, static_cast<long long>(it->second["items"].get<int64_t>()));
+    EXPECT_GE(v, min_ink) << "panel '" << name << "' shows nothing (ink " << v << ")";
+  }
+}
+
+int64_t items(const Shot& s, const std::string& panel) {
+  const auto it = s.panels.find(panel);
+  return it == s.panels.end() ? -2 : it->second["items"].get<int64_t>();
+}
+
+// A panel with a line of text or more has more than this share of ink; an empty one
+// (background only) has none.
+constexpr double kMinInk = 0.003;
+
+const std::vector<std::string> kDebuggerPanels = {"Controls",   "Charts",         "2D window", "Candidates",
+                                                  "KV map",     "Candidate pool", "Transcript"};
+const std::vector<std::string> kChatPanels = {"Model", "Decoding", "Chat", "Transcript"};
+
+#define REQUIRE_STUDIO()                                                                           \
+  if (!std::filesystem::exists(studio_path())) GTEST_SKIP() << "fafo-studio not built";            \
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not found: cannot render headless"
 
 }  // namespace
 
-TEST(StudioScreenshot, LiveFafoOnStories260K) {
+// The debugger mid-generation: FAFO on stories260K after 20 steps.
+TEST(StudioScreenshot, DebuggerShowsEveryViewLive) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
-  if (!std::filesystem::exists(fafo::test::binary_path("app/studio/fafo-studio"))) GTEST_SKIP() << "fafo-studio not built";
-  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not found: cannot render headless";
-  const auto png = fafo::test::temp_dir("studio-shot") / "live.png";
-  const auto r = fafo::test::run_command(xvfb() + studio() +
-                                         " --screenshot " + fafo::test::shell_quote(png) + " --model " +
-                                         fafo::test::shell_quote(model_path) +
-                                         " --prompt 'Once upon a time' --steps 20 --width 1280 --height 800");
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  ASSERT_TRUE(std::filesystem::exists(png)) << r.err;
-  int w = 0, h = 0;
-  const double variance = pixel_variance(png, &w, &h);
-  EXPECT_EQ(w, 1280);
-  EXPECT_EQ(h, 800);
-  EXPECT_GT(variance, 50.0) << "the screenshot looks blank";
-  EXPECT_NE(r.err.find("20 steps"), std::string::npos) << r.err;
+  REQUIRE_STUDIO();
+  const Shot s = take("debugger", "--model " + fafo::test::shell_quote(model_path) +
+                                      " --backend cpu --prompt 'Once upon a time' --steps 20 --width 1280 --height 800");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.out << s.run.err;
+  EXPECT_EQ(s.image.w, 1280);
+  EXPECT_EQ(s.image.h, 800);
+  EXPECT_NE(s.run.err.find("debugger view, 20 steps"), std::string::npos) << s.run.err;
+  ASSERT_TRUE(s.layout.is_object()) << "no layout JSON";
+  EXPECT_EQ(s.layout["view"], "debugger");
+  EXPECT_EQ(s.layout["steps"], 20);
+  expect_panels_drawn(s, kDebuggerPanels, kMinInk);
+  EXPECT_EQ(items(s, "2D window"), 4 * 8);  // N-1 rows x W columns
+  EXPECT_EQ(items(s, "KV map"), 5);         // one row per layer of stories260K
+  EXPECT_EQ(items(s, "Charts"), 20);
+  EXPECT_GT(items(s, "Candidate pool"), 0);
+  EXPECT_GE(items(s, "Transcript"), 20);  // at least a token per step
+  EXPECT_GE(items(s, "Candidates"), 0);
 }
 
 // Replays a recorded FAFO trace (as `fafo run --trace` writes it) and shows step 30.
 TEST(StudioScreenshot, ReplayOfARecordedTrace) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
-  if (!std::filesystem::exists(fafo::test::binary_path("app/studio/fafo-studio"))) GTEST_SKIP() << "fafo-studio not built";
-  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not found: cannot render headless";
-  const auto dir = fafo::test::temp_dir("studio-replay");
+  REQUIRE_STUDIO();
+  const auto dir = fafo::test::temp_dir("studio-trace");
   {
     auto m = fafo::test::load_test_model(model_path.string());
     fafo::GenerationOptions o;
     o.n_predict = 120;
     o.sampling.temperature = 0;
     o.decoding.strategy = fafo::Strategy::Fafo;
+    o.kv.name = "quest";
     std::ofstream out(dir / "trace.jsonl");
     o.on_step = [&](const fafo::StepTrace& t) { out << fafo::step_trace_to_json(t).dump() << "\n"; };
     fafo::generate(*m.model, *m.tokenizer, m.tokenizer->encode("Once upon a time", true), o);
   }
-  const auto png = dir / "replay.png";
-  const auto r = fafo::test::run_command(xvfb() + studio() +
-                                         " --screenshot " + fafo::test::shell_quote(png) + " --replay " +
-                                         fafo::test::shell_quote(dir / "trace.jsonl") + " --model " +
-                                         fafo::test::shell_quote(model_path) + " --steps 30");
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  int w = 0, h = 0;
-  EXPECT_GT(pixel_variance(png, &w, &h), 50.0) << "the screenshot looks blank";
-  EXPECT_EQ(w, 1600);
-  EXPECT_NE(r.err.find("30 steps"), std::string::npos) << r.err;
+  const Shot s = take("replay", "--replay " + fafo::test::shell_quote(dir / "trace.jsonl") + " --model " +
+                                    fafo::test::shell_quote(model_path) + " --backend cpu --steps 30");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.out << s.run.err;
+  EXPECT_EQ(s.image.w, 1600);
+  EXPECT_NE(s.run.err.find("30 steps"), std::string::npos) << s.run.err;
+  expect_panels_drawn(s, kDebuggerPanels, kMinInk);
+  EXPECT_EQ(items(s, "KV map"), 5);
+  EXPECT_GT(items(s, "Candidate pool"), 0) << "the trace carries the pool's snapshot";
+}
+
+// The chat view after a two-turn conversation on stories260K.
+TEST(StudioScreenshot, ChatViewShowsTheConversation) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  REQUIRE_STUDIO();
+  const Shot s = take("chat", "--model " + fafo::test::shell_quote(model_path) +
+                                  " --backend cpu -n 40 --chat 'Tell me a story.' --chat 'What happened next?'");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.out << s.run.err;
+  EXPECT_NE(s.run.err.find("chat view"), std::string::npos) << s.run.err;
+  ASSERT_TRUE(s.layout.is_object()) << "no layout JSON";
+  EXPECT_EQ(s.layout["view"], "chat");
+  expect_panels_drawn(s, kChatPanels, kMinInk);
+  EXPECT_EQ(items(s, "Chat"), 4);   // two messages, two replies
+  EXPECT_EQ(items(s, "Model"), 1);  // open
+  EXPECT_GT(items(s, "Transcript"), 0);
+  // The debugger's panels are not part of the chat view.
+  EXPECT_EQ(s.panels.count("Candidate pool"), 0u);
+}
+
+// The check above can fail: a panel drawn without its contents has no ink.
+TEST(StudioScreenshot, AnEmptyPanelIsDetected) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  REQUIRE_STUDIO();
+  const Shot s = take("empty", "--model " + fafo::test::shell_quote(model_path) +
+                                   " --backend cpu --prompt 'Once upon a time' --steps 10 --debug-empty-panel 'Candidate pool'");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.out << s.run.err;
+  ASSERT_EQ(s.panels.count("Candidate pool"), 1u);
+  EXPECT_TRUE(s.panels.at("Candidate pool")["empty"].get<bool>());
+  const double empty = ink(s.image, s.panels.at("Candidate pool")["content"]);
+  std::printf("empty panel: ink %.5f\n", empty);
+  EXPECT_LT(empty, kMinInk / 3);
+  EXPECT_GE(ink(s.image, s.panels.at("Candidates")["content"]), kMinInk);
+}
+
+// The in-app file dialog lists folders and *.gguf files only.
+TEST(StudioScreenshot, FileDialogListsFoldersAndModels) {
+  REQUIRE_STUDIO();
+  const auto dir = fafo::test::temp_dir("studio-browse-dir");
+  std::filesystem::create_directories(dir / "more");
+  std::ofstream(dir / "a.gguf") << "x";
+  std::ofstream(dir / "b.gguf") << "y";
+  std::ofstream(dir / "readme.txt") << "z";
+  const Shot s = take("browse", "--browse " + fafo::test::shell_quote(dir));
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.out << s.run.err;
+  expect_panels_drawn(s, {"File dialog", "Model", "Chat"}, kMinInk);
+  EXPECT_EQ(items(s, "File dialog"), 4);  // "..", more, a.gguf, b.gguf
+  EXPECT_EQ(items(s, "Model"), 0);        // nothing open yet
+}
+
+TEST(StudioScreenshot, AModelThatCannotBeOpenedFails) {
+  REQUIRE_STUDIO();
+  const Shot s = take("nomodel", "--model /nonexistent/m.gguf --chat hi");
+  EXPECT_EQ(s.run.exit_code, 1);
+  EXPECT_NE(s.run.err.find("/nonexistent/m.gguf: no such file"), std::string::npos) << s.run.err;
 }
 
 TEST(StudioScreenshot, BadTraceIsAClearError) {
-  if (!std::filesystem::exists(fafo::test::binary_path("app/studio/fafo-studio"))) GTEST_SKIP() << "fafo-studio not built";
+  if (!std::filesystem::exists(studio_path())) GTEST_SKIP() << "fafo-studio not built";
   const auto dir = fafo::test::temp_dir("studio-badtrace");
   std::ofstream(dir / "bad.jsonl") << "{not json\n";
   const auto r = fafo::test::run_command("timeout 60 " + studio() + " --replay " + fafo::test::shell_quote(dir / "bad.jsonl"));
@@ -103,7 +265,7 @@ TEST(StudioScreenshot, BadTraceIsAClearError) {
 }
 
 TEST(StudioScreenshot, NoDisplayIsAClearError) {
-  if (!std::filesystem::exists(fafo::test::binary_path("app/studio/fafo-studio"))) GTEST_SKIP() << "fafo-studio not built";
+  if (!std::filesystem::exists(studio_path())) GTEST_SKIP() << "fafo-studio not built";
   const auto dir = fafo::test::temp_dir("studio-nodisplay");
   {
     std::ofstream(dir / "empty.jsonl") << "";

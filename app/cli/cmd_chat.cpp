@@ -1,11 +1,10 @@
 // `fafo chat`: interactive multi-turn chat in the terminal.
 //
-// Each turn renders the whole conversation with the model's chat template (or a
-// built-in one), matches the rendering against the text of what the KV cache
-// already holds, keeps the longest matching part and prefills only the rest, so a
-// turn normally costs only its new tokens. Replies stream as they are generated and
-// end at an end-of-generation token, at the template's turn-end text, at -n tokens,
-// at a full context, or at Ctrl-C (which stops the reply, not the program).
+// The conversation is a fafo::ChatSession (fafo/chat_session.h): each turn renders
+// the whole conversation with the model's chat template (or a built-in one) and
+// prefills only the tokens the KV cache lacks. Replies stream as they are generated
+// and end at an end-of-generation token, at the template's turn-end text, at -n
+// tokens, at a full context, or at Ctrl-C (which stops the reply, not the program).
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,10 +20,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "fafo/chat_session.h"
 #include "fafo/chat_template.h"
 #include "fafo/generator.h"
 #include "fafo/sampler.h"
-#include "fafo/utf8_stream.h"
 #include "loaded_model.h"
 #include "shared_flags.h"
 
@@ -99,226 +98,44 @@ std::string trim(const std::string& s) {
   return s.substr(begin, s.find_last_not_of(" \t\r\n") - begin + 1);
 }
 
-// ---- stopping at the template's turn-end text -----------------------------------------
+// ---- one turn ----------------------------------------------------------------------------
 
-// Collects a reply's text and finds the turn-end text in it (a model that writes
-// "<|im_end|>" as plain text has finished). Text that might be the start of that
-// marker is held back from the screen until the next pieces decide.
-class TurnEndWatcher {
- public:
-  explicit TurnEndWatcher(std::string marker) : marker_(std::move(marker)) {}
-
-  // Adds generated text; returns what can be shown now.
-  std::string push(const std::string& piece) {
-    if (found_) return "";
-    text_ += piece;
-    size_t safe = text_.size();
-    if (!marker_.empty()) {
-      const size_t at = text_.find(marker_, shown_ > marker_.size() ? shown_ - marker_.size() : 0);
-      if (at != std::string::npos) {
-        found_ = true;
-        text_.resize(at);
-        safe = at;
-      } else {
-        // Hold back a tail that is a prefix of the marker.
-        for (size_t n = std::min(marker_.size() - 1, text_.size()); n > 0; --n) {
-          if (text_.compare(text_.size() - n, n, marker_, 0, n) == 0) {
-            safe = text_.size() - n;
-            break;
-          }
-        }
-      }
-    }
-    std::string out = safe > shown_ ? text_.substr(shown_, safe - shown_) : "";
-    shown_ = std::max(shown_, safe);
-    return out;
+// Sends `text` as the user's message, streams the reply to stdout and prints the turn's
+// statistics to stderr. A turn that cannot run is reported and left out of the conversation.
+void run_turn(ChatSession& session, const ChatArgs& args, const std::string& text) {
+  GenerationOptions options;
+  options.n_predict = args.n_predict;
+  options.sampling = args.sampling;
+  options.decoding = args.decoding;
+  options.kv = args.kv;
+  g_interrupted.store(false);
+  ChatTurnResult r;
+  try {
+    r = session.turn(
+        text, options,
+        [](const std::string& piece) {
+          std::fputs(piece.c_str(), stdout);
+          std::fflush(stdout);
+        },
+        [] { return g_interrupted.load(); });
+  } catch (const ChatTurnError& e) {
+    std::fprintf(stderr, "fafo: %s%s\n", e.what(),
+                 e.kind() == ChatTurnError::Kind::ContextFull ? "; /reset starts a new conversation" : "");
+    return;
   }
-  // The held-back rest, at the end of the reply.
-  std::string finish() {
-    std::string out = text_.size() > shown_ ? text_.substr(shown_) : "";
-    shown_ = text_.size();
-    return out;
-  }
-  bool found() const { return found_; }
-  // The reply: everything before the turn-end text.
-  const std::string& text() const { return text_; }
-
- private:
-  std::string marker_;
-  std::string text_;
-  size_t shown_ = 0;
-  bool found_ = false;
-};
-
-// ---- the KV cache as text -------------------------------------------------------------
-
-// Token ids the conversation has fed or produced, each group with the text it stands
-// for, in order. All but possibly the last group are in the KV cache: the last token
-// of a reply is sampled but not fed back (see generate()).
-struct CachedPiece {
-  std::string text;
-  std::vector<int32_t> ids;
-  bool in_cache = true;
-};
-
-// What a turn feeds: the cached pieces it keeps, then `ids`.
-struct Prefill {
-  size_t kept_pieces = 0;    // pieces_[0, kept_pieces) start the new rendering
-  int32_t reused = 0;        // KV entries they hold (the rest of the cache is dropped)
-  std::vector<int32_t> ids;  // to feed after them: a kept piece not yet in the cache, then `rest`
-  CachedPiece rest;          // the new text of the rendering and its tokens
-};
-
-class ChatSession {
- public:
-  ChatSession(Model& model, const Tokenizer& tok, ChatTemplate tmpl, ChatTemplateContext ctx, const ChatArgs& args)
-      : model_(model), tok_(tok), template_(std::move(tmpl)), ctx_(std::move(ctx)), args_(args),
-        turn_end_(template_.assistant_turn_end(ctx_)) {
-    reset();
-  }
-
-  const std::string& turn_end() const { return turn_end_; }
-  const std::string& template_name() const { return template_.name(); }
-
-  void reset() {
-    history_.clear();
-    if (!args_.system.empty()) history_.push_back({"system", args_.system});
-    pieces_.clear();
-    model_.truncate(0);
-  }
-
-  // Checks that the template renders a first turn (fails early, before any typing).
-  void check_template() const {
-    std::vector<ChatMessage> probe = history_;
-    probe.push_back({"user", "Hello"});
-    template_.render(probe, true, ctx_);
-  }
-
-  // One exchange: renders the conversation with `user_text`, prefills what the cache
-  // lacks, streams the reply. Returns false when the turn could not run (the message
-  // is then not part of the conversation).
-  bool turn(const std::string& user_text) {
-    std::vector<ChatMessage> messages = history_;
-    messages.push_back({"user", user_text});
-    std::string prompt;
-    try {
-      prompt = template_.render(messages, true, ctx_);
-    } catch (const ChatTemplateError& e) {
-      std::fprintf(stderr, "fafo: the chat template (%s) refuses this conversation: %s\n", template_.name().c_str(), e.what());
-      return false;
-    }
-    const Prefill prefill = plan_prefill(prompt);
-    if (static_cast<int64_t>(prefill.reused) + static_cast<int64_t>(prefill.ids.size()) >= model_.n_ctx()) {
-      std::fprintf(stderr, "fafo: the context is full (this turn needs %zu tokens, %d of %d are in use); /reset starts a new conversation\n",
-                   prefill.ids.size(), prefill.reused, model_.n_ctx());
-      return false;
-    }
-    apply(prefill);
-
-    GenerationOptions options;
-    options.n_predict = args_.n_predict;
-    options.sampling = args_.sampling;
-    options.keep_context = true;
-    options.decoding = args_.decoding;
-    options.kv = args_.kv;
-    TurnEndWatcher watcher(turn_end_);
-    Utf8Stream stream;
-    bool at_start = true;  // drop the space SentencePiece puts before the first word
-    auto show = [&](std::string text) {
-      if (at_start) {
-        const size_t begin = text.find_first_not_of(' ');
-        text = begin == std::string::npos ? "" : text.substr(begin);
-        if (!text.empty()) at_start = false;
-      }
-      std::fputs(stream.push(text).c_str(), stdout);
-      std::fflush(stdout);
-    };
-    g_interrupted.store(false);
-    auto on_token = [&](int32_t id) {
-      if (g_interrupted.load()) return false;
-      if (tok_.is_end_of_generation(id) || tok_.is_control(id)) return true;
-      show(watcher.push(tok_.token_to_piece(id)));
-      return !watcher.found();
-    };
-    const GenerationResult r = generate(model_, tok_, prefill.ids, options, on_token);
-    show(watcher.finish());
-    std::fputs(stream.flush().c_str(), stdout);
-    std::fputs("\n", stdout);
-    std::fflush(stdout);
-
-    for (size_t i = 0; i < r.ids.size(); ++i) {
-      const int32_t id = r.ids[i];
-      pieces_.push_back({tok_.token_to_piece(id, tok_.is_control(id)), {id}, i + 1 < r.ids.size()});
-    }
-    history_.push_back({"user", user_text});
-    history_.push_back({"assistant", watcher.text()});
-
-    const char* stop = g_interrupted.load() ? "interrupted (Ctrl-C)"
-                       : watcher.found()   ? "end of turn"
-                                           : r.stop == StopReason::EndOfGeneration ? "end of generation"
-                                           : r.stop == StopReason::ContextFull     ? "context full"
-                                                                                   : "length";
-    std::fprintf(stderr,
-                 "fafo: %zu tokens in %.3f s (%.1f tokens/s); prompt %zu tokens in %.3f s: %zu new, %d reused from the "
-                 "cache; context %d/%d; stop: %s\n",
-                 r.ids.size(), r.decode_seconds, r.tokens_per_second(), prefill.ids.size() + static_cast<size_t>(prefill.reused),
-                 r.prefill_seconds, prefill.ids.size(), prefill.reused, model_.n_past(), model_.n_ctx(), stop);
-    if (r.stop == StopReason::ContextFull)
-      std::fprintf(stderr, "fafo: the context is full; /reset starts a new conversation\n");
-    g_interrupted.store(false);
-    return true;
-  }
-
- private:
-  // Finds the cached pieces whose texts, in order, start `prompt`, and tokenizes the
-  // rest of it. Changes nothing: apply() does.
-  Prefill plan_prefill(const std::string& prompt) const {
-    Prefill p;
-    size_t matched_text = 0;
-    while (p.kept_pieces < pieces_.size() &&
-           prompt.compare(matched_text, pieces_[p.kept_pieces].text.size(), pieces_[p.kept_pieces].text) == 0) {
-      const CachedPiece& piece = pieces_[p.kept_pieces++];
-      matched_text += piece.text.size();
-      if (piece.in_cache) {
-        p.reused += static_cast<int32_t>(piece.ids.size());
-      } else {
-        p.ids.insert(p.ids.end(), piece.ids.begin(), piece.ids.end());  // a reply's last token, fed now
-      }
-    }
-    p.rest.text = prompt.substr(matched_text);
-    p.rest.ids = tok_.encode(p.rest.text, false, true);
-    // A conversation starts with BOS unless the template wrote it already.
-    const Vocab& vocab = tok_.vocab();
-    if (p.kept_pieces == 0 && vocab.add_bos && vocab.bos >= 0 && !(!ctx_.bos_token.empty() && prompt.starts_with(ctx_.bos_token)))
-      p.rest.ids.insert(p.rest.ids.begin(), vocab.bos);
-    p.ids.insert(p.ids.end(), p.rest.ids.begin(), p.rest.ids.end());
-    if (p.ids.empty() && p.kept_pieces > 0) {
-      // Everything is cached already: feed the last piece again so that there are
-      // logits to sample the reply's first token from.
-      const CachedPiece& last = pieces_[p.kept_pieces - 1];
-      p.reused -= static_cast<int32_t>(last.ids.size());
-      p.ids = last.ids;
-    }
-    return p;
-  }
-
-  // Truncates the KV cache to the kept pieces and records what the prefill adds.
-  void apply(const Prefill& p) {
-    pieces_.resize(p.kept_pieces);
-    for (CachedPiece& piece : pieces_) piece.in_cache = true;
-    if (!p.rest.text.empty() || !p.rest.ids.empty()) pieces_.push_back(p.rest);
-    model_.truncate(p.reused);
-  }
-
-  Model& model_;
-  const Tokenizer& tok_;
-  ChatTemplate template_;
-  ChatTemplateContext ctx_;
-  const ChatArgs& args_;
-  std::string turn_end_;
-  std::vector<ChatMessage> history_;
-  std::vector<CachedPiece> pieces_;
-};
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  const Model& model = session.model();
+  const GenerationResult& g = r.generation;
+  const char* stop = r.stop == ChatStop::Stopped ? "interrupted (Ctrl-C)" : chat_stop_text(r.stop);
+  std::fprintf(stderr,
+               "fafo: %zu tokens in %.3f s (%.1f tokens/s); prompt %zu tokens in %.3f s: %zu new, %d reused from the "
+               "cache; context %d/%d; stop: %s\n",
+               g.ids.size(), g.decode_seconds, g.tokens_per_second(), r.prompt_tokens, g.prefill_seconds, r.new_tokens,
+               r.reused, model.n_past(), model.n_ctx(), stop);
+  if (g.stop == StopReason::ContextFull) std::fprintf(stderr, "fafo: the context is full; /reset starts a new conversation\n");
+  g_interrupted.store(false);
+}
 
 // ---- choosing the template ---------------------------------------------------------------
 
@@ -359,20 +176,12 @@ ChatTemplate choose_template(const ChatArgs& args, const GgufFile& file) {
   }
 }
 
-ChatTemplateContext template_context(const Tokenizer& tok) {
-  ChatTemplateContext ctx;
-  const Vocab& v = tok.vocab();
-  if (v.bos >= 0) ctx.bos_token = v.tokens[static_cast<size_t>(v.bos)];
-  if (v.eos >= 0) ctx.eos_token = v.tokens[static_cast<size_t>(v.eos)];
-  return ctx;
-}
-
 int run_chat(ChatArgs& args) {
   if (!*args.seed_given) args.sampling.seed = std::random_device{}();
   Sampler check_options(args.sampling);  // reject bad options before loading anything
 
   LoadedModel m = load_model(args.model, args.backend, args.n_ctx);
-  ChatSession session(*m.model, *m.tokenizer, choose_template(args, *m.file), template_context(*m.tokenizer), args);
+  ChatSession session(*m.model, *m.tokenizer, choose_template(args, *m.file), chat_template_context(*m.tokenizer), args.system);
   try {
     session.check_template();
   } catch (const ChatTemplateError& e) {
@@ -414,7 +223,7 @@ int run_chat(ChatArgs& args) {
       std::fprintf(stderr, "fafo: commands: /reset (new conversation), /exit (quit; also Ctrl-D); Ctrl-C stops a reply\n");
       continue;
     }
-    session.turn(text);
+    run_turn(session, args, text);
   }
 }
 

@@ -1,71 +1,52 @@
-// fafo-studio: replays a recorded trace or generates live, and shows what
-// multi-token decoding does step by step (see app_options.cpp for the usage).
+// fafo-studio: chat with a local model, and watch what multi-token decoding does step
+// by step, live or replayed from a recorded trace (see app_options.cpp for the usage).
 #include <cstdio>
 #include <exception>
-#include <filesystem>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "app_options.h"
-#include "fafo/backend.h"
-#include "fafo/gguf.h"
-#include "fafo/model.h"
-#include "fafo/tokenizer.h"
-#include "live_session.h"
+#include "engine.h"
+#include "recent_files.h"
 #include "studio_app.h"
 #include "trace_io.h"
 
 namespace {
 
-struct OpenModel {
-  std::shared_ptr<const fafo::GgufFile> file;
-  std::unique_ptr<fafo::Model> model;
-  std::unique_ptr<fafo::Tokenizer> tokenizer;
-};
-
-OpenModel open_model(const std::string& path, int threads) {
-  if (!std::filesystem::exists(path)) throw std::runtime_error(path + ": no such file");
-  OpenModel m;
-  m.file = fafo::GgufFile::open(path);
-  m.model = std::make_unique<fafo::Model>(m.file, fafo::make_cpu_backend(threads), fafo::ModelOptions{});
-  m.tokenizer = std::make_unique<fafo::Tokenizer>(fafo::Vocab::from_gguf(*m.file));
-  return m;
-}
-
 int run(const fafo::studio::AppOptions& o) {
   using namespace fafo::studio;
   StudioState state;
-  OpenModel m;
-  if (!o.model.empty()) {
-    m = open_model(o.model, o.threads);
-    state.text = make_token_text(*m.tokenizer);
+  state.view = o.view;
+  state.settings = settings_from_options(o);
+  state.empty_panel = o.empty_panel;
+  if (!o.prompt.empty()) state.debug_prompt = o.prompt;
+  state.debug_max_steps = o.steps;
+  if (!o.browse.empty()) {
+    state.browser.emplace(o.browse, std::vector<std::string>{".gguf"});
+    state.browse = StudioState::Browse::Model;
   }
-  std::unique_ptr<LiveSession> live;
   if (!o.replay.empty()) {
     state.traces = load_trace_jsonl(o.replay);
     state.source = "replay: " + o.replay + " (" + std::to_string(state.traces.size()) + " steps)";
     state.playback.set_speed(4.0);
   }
-  if (!have_display()) {  // after checking the inputs, before starting a generator
+  if (!have_display()) {  // after checking the inputs, before starting the engine
     std::fputs(kNoDisplayMessage, stderr);
     return 3;
   }
-  if (o.replay.empty()) {
-    LiveOptions lo;
-    lo.prompt = o.prompt;
-    lo.max_steps = o.steps;
-    lo.generation.n_predict = o.n_predict;
-    lo.generation.sampling.temperature = o.temperature;
-    lo.generation.decoding = o.decoding;
-    live = std::make_unique<LiveSession>(*m.model, *m.tokenizer, lo);
-    state.live = live.get();
-    state.prompt = o.prompt;
-    state.source = std::string("live: ") + o.model + " (" + fafo::strategy_name(o.decoding.strategy) + ")";
-    live->start();
+  RecentFiles recent(RecentFiles::default_path());
+  state.recent = &recent;
+  Engine engine;
+  state.engine = &engine;
+  const fafo::GenerationOptions& g = state.settings.generation;
+  if (!o.model.empty()) engine.open_model(model_request(state.settings), chat_setup(state.settings));
+  if (!o.prompt.empty()) {
+    engine.run_prompt(o.prompt, g, o.steps);
+    state.source = std::string("live: ") + o.model + " (" + fafo::strategy_name(g.decoding.strategy) + ")";
   }
+  for (const std::string& message : o.chat) engine.send(message, g);
   return run_studio(state, o);
 }
 

@@ -5,13 +5,15 @@
 
 namespace fafo::studio {
 
-void draw_candidates_panel(const StudioState& s) {
-  if (begin_panel("Candidates", {0.25f, 0.3f, 0.45f, 0.3f})) {
+void draw_candidates_panel(StudioState& s) {
+  if (begin_panel(s, "Candidates")) {
     const StepTrace* t = s.current();
     if (!t) {
       ImGui::TextUnformatted("no step yet");
+      report_items(s, 0);
     } else {
       const CandidateView v = candidate_view(*t);
+      report_items(s, static_cast<int64_t>(v.rows.size()));
       ImGui::Text("step %d: %zu candidates, best match %d; pool %lld keys, %lld n-grams, hits %lld/%lld", v.step,
                   v.rows.size(), v.best_match, static_cast<long long>(t->pool_keys),
                   static_cast<long long>(t->pool_ngrams), static_cast<long long>(t->pool_hits),

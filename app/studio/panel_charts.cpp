@@ -22,9 +22,10 @@ void plot(const char* label, const std::vector<float>& values, bool histogram) {
 
 }  // namespace
 
-void draw_charts_panel(const StudioState& s) {
-  if (begin_panel("Charts", {0.0f, 0.22f, 0.25f, 0.78f})) {
+void draw_charts_panel(StudioState& s) {
+  if (begin_panel(s, "Charts")) {
     const ChartSeries c = chart_series(s.shown());
+    report_items(s, static_cast<int64_t>(c.tau.size()));
     ImGui::PushID("tau");
     plot("tau (tokens per step so far)", c.tau, false);
     ImGui::PopID();

@@ -1,27 +1,100 @@
-// A minimal chat view: the prompt and the text generated so far, as a conversation.
-// (Multi-turn chat with the model's template is not written yet.)
+// The Chat panel: the conversation with streaming replies, the message box, Send /
+// Stop / New chat, and tokens/s and tau, live while a reply is generated.
 #include <imgui.h>
+#include <imgui_stdlib.h>
 
 #include "panels.h"
 
 namespace fafo::studio {
 
-void draw_chat_panel(const StudioState& s) {
-  if (begin_panel("Chat", {0.7f, 0.6f, 0.3f, 0.4f})) {
-    const TranscriptView v = transcript_view(s.shown(), s.text);
-    std::string reply;
-    for (const TranscriptToken& tok : v.tokens) reply += tok.text.empty() ? token_label(s.text, tok.token) + " " : tok.text;
-    const ChartSeries c = chart_series(s.shown());
-    ImGui::Text("tau %.2f over %zu steps", c.tau.empty() ? 0.0 : static_cast<double>(c.tau.back()), c.tau.size());
+namespace {
+
+const ImVec4 kUser(0.55f, 0.78f, 1.0f, 1.0f);
+const ImVec4 kModel(0.55f, 1.0f, 0.6f, 1.0f);
+const ImVec4 kSystem(0.8f, 0.8f, 0.5f, 1.0f);
+
+std::string without_leading_space(const std::string& text) {
+  const size_t begin = text.find_first_not_of(' ');
+  return begin == std::string::npos ? "" : text.substr(begin);
+}
+
+void message(const char* who, const ImVec4& colour, const std::string& text) {
+  ImGui::TextColored(colour, "%s", who);
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextUnformatted(text.c_str());
+  ImGui::PopTextWrapPos();
+  ImGui::Spacing();
+}
+
+void stats_line(StudioState& s) {
+  const EngineView& ev = s.ev;
+  if (ev.activity == EngineView::Activity::Generating) {
+    const LiveStats live = s.engine->gate().stats();
+    ImGui::Text("generating: %lld tokens, %.1f tokens/s, tau %.2f (%s)%s", static_cast<long long>(live.tokens),
+                live.tokens_per_second(), live.tau(), strategy_name(s.settings.generation.decoding.strategy),
+                s.engine->gate().paused() ? "; paused in the debugger" : "");
+  } else if (ev.last) {
+    const TurnSummary& t = *ev.last;
+    ImGui::Text("last reply: %zu tokens, %.1f tokens/s, tau %.2f; prompt %zu new + %d cached; stop: %s", t.tokens,
+                t.tokens_per_second, t.tau, t.new_tokens, t.reused, t.stop.c_str());
+  } else {
+    ImGui::TextDisabled(ev.has_model ? "type a message below" : "open a model (left) to chat");
+  }
+  if (ev.has_model) ImGui::TextDisabled("context %d / %d tokens", ev.n_past, ev.n_ctx);
+}
+
+}  // namespace
+
+void draw_chat_panel(StudioState& s) {
+  if (begin_panel(s, "Chat")) {
+    const EngineView& ev = s.ev;
+    stats_line(s);
     ImGui::Separator();
-    ImGui::BeginChild("conversation");
-    if (!s.prompt.empty()) {
-      ImGui::TextColored(ImVec4(0.6f, 0.8f, 1.0f, 1.0f), "you");
-      ImGui::TextWrapped("%s", s.prompt.c_str());
+    const float input_height = ImGui::GetTextLineHeight() * 4.0f + ImGui::GetFrameHeightWithSpacing() * 2.0f;
+    ImGui::BeginChild("conversation", ImVec2(0, -input_height), true);
+    int64_t messages = 0;
+    size_t length = 0;
+    for (const ChatMessage& m : ev.conversation) {
+      const bool user = m.role == "user", system = m.role == "system";
+      message(user ? "you" : system ? "system" : "model", user ? kUser : system ? kSystem : kModel,
+              user ? m.content : without_leading_space(m.content));
+      ++messages;
+      length += m.content.size();
     }
-    ImGui::TextColored(ImVec4(0.6f, 1.0f, 0.6f, 1.0f), "model");
-    ImGui::TextWrapped("%s", reply.c_str());
+    if (!ev.pending_user.empty()) {
+      message("you", kUser, ev.pending_user);
+      message("model", kModel, ev.streaming + "_");
+      messages += 2;
+      length += ev.pending_user.size() + ev.streaming.size();
+    }
+    if (length != s.chat_seen) {  // new text: keep the end in view
+      ImGui::SetScrollHereY(1.0f);
+      s.chat_seen = length;
+    }
     ImGui::EndChild();
+
+    const bool generating = ev.activity == EngineView::Activity::Generating;
+    const bool can_send = ev.has_model && !ev.busy && settings_problem(s.settings).empty();
+    const ImGuiInputTextFlags flags = ImGuiInputTextFlags_EnterReturnsTrue | ImGuiInputTextFlags_CtrlEnterForNewLine;
+    const bool entered = ImGui::InputTextMultiline("##message", &s.input,
+                                                   ImVec2(-1.0f, ImGui::GetTextLineHeight() * 4.0f), flags);
+    ImGui::BeginDisabled(!can_send || s.input.empty());
+    if ((ImGui::Button("Send (Enter)") || entered) && can_send && !s.input.empty()) {
+      s.engine->send(s.input, s.settings.generation);
+      s.input.clear();
+    }
+    ImGui::EndDisabled();
+    ImGui::SameLine();
+    ImGui::BeginDisabled(!generating);
+    if (ImGui::Button("Stop")) s.engine->stop();
+    ImGui::EndDisabled();
+    ImGui::SameLine();
+    ImGui::BeginDisabled(ev.busy || !ev.has_model);
+    if (ImGui::Button("New chat")) s.engine->new_chat(chat_setup(s.settings));
+    ImGui::EndDisabled();
+    ImGui::SameLine();
+    ImGui::TextDisabled("Ctrl+Enter: new line");
+    report_items(s, messages);
   }
   end_panel();
 }

@@ -4,12 +4,38 @@
 
 namespace fafo::studio {
 
-bool begin_panel(const char* title, PanelRect rect) {
-  const ImVec2 size = ImGui::GetIO().DisplaySize;
-  ImGui::SetNextWindowPos(ImVec2(rect.x * size.x, rect.y * size.y), ImGuiCond_FirstUseEver);
-  ImGui::SetNextWindowSize(ImVec2(rect.w * size.x, rect.h * size.y), ImGuiCond_FirstUseEver);
-  return ImGui::Begin(title);
+namespace {
+
+float g_top = 0.0f;  // the menu bar's height this frame
+
+}  // namespace
+
+void begin_panels(StudioState& s, float top) {
+  g_top = top;
+  s.layout.clear();
 }
+
+bool begin_panel(StudioState& s, const char* title) {
+  if (const auto rect = panel_rect(s.view, title); rect && (s.relayout || s.fixed_layout)) {
+    const ImVec2 size = ImGui::GetIO().DisplaySize;
+    const float h = size.y - g_top;
+    ImGui::SetNextWindowPos(ImVec2(rect->x * size.x, g_top + rect->y * h), ImGuiCond_Always);
+    ImGui::SetNextWindowSize(ImVec2(rect->w * size.x, rect->h * h), ImGuiCond_Always);
+  }
+  const bool open = ImGui::Begin(title, nullptr, ImGuiWindowFlags_NoCollapse);
+  PanelRecord r;
+  r.name = title;
+  const ImVec2 pos = ImGui::GetWindowPos(), size = ImGui::GetWindowSize();
+  r.x = pos.x, r.y = pos.y, r.w = size.x, r.h = size.y;
+  const ImVec2 cmin = ImGui::GetWindowContentRegionMin(), cmax = ImGui::GetWindowContentRegionMax();
+  r.content_x = pos.x + cmin.x, r.content_y = pos.y + cmin.y;
+  r.content_w = cmax.x - cmin.x, r.content_h = cmax.y - cmin.y;
+  r.empty = s.empty_panel == title;
+  s.layout.add(r);
+  return open && !r.empty;
+}
+
+void report_items(StudioState& s, int64_t n) { s.layout.set_items(n); }
 
 void end_panel() { ImGui::End(); }
 

@@ -1,45 +1,72 @@
-// Controls: pause / single step / resume, speed, the step slider and the run's status.
+// Controls: where the steps come from, a raw prompt to run, pause / single step /
+// back / resume, speed, the step slider and the generator's status.
 #include <imgui.h>
+#include <imgui_stdlib.h>
 
 #include "panels.h"
 
 namespace fafo::studio {
 
+namespace {
+
+void run_prompt_controls(StudioState& s) {
+  const EngineView& ev = s.ev;
+  ImGui::SetNextItemWidth(-60.0f);
+  ImGui::InputText("##prompt", &s.debug_prompt);
+  ImGui::SameLine();
+  ImGui::BeginDisabled(ev.busy || !ev.has_model || s.debug_prompt.empty() || !settings_problem(s.settings).empty());
+  if (ImGui::Button("Run")) {
+    s.engine->run_prompt(s.debug_prompt, s.settings.generation, s.debug_max_steps);
+    s.source = "live: " + ev.model_path + " (" + strategy_name(s.settings.generation.decoding.strategy) + ")";
+  }
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("generate from this text with the Decoding settings (ends the chat's conversation)");
+}
+
+}  // namespace
+
 void draw_controls_panel(StudioState& s) {
-  if (begin_panel("Controls", {0.0f, 0.0f, 0.25f, 0.22f})) {
-    ImGui::TextUnformatted(s.source.c_str());
+  if (begin_panel(s, "Controls")) {
+    ImGui::TextUnformatted(s.source.empty() ? "no steps yet: chat, run a prompt, or open a trace" : s.source.c_str());
+    run_prompt_controls(s);
     const size_t available = s.traces.size();
     Playback& p = s.playback;
+    StepGate& gate = s.engine->gate();
+    const bool live = s.ev.activity == EngineView::Activity::Generating;
     if (p.paused()) {
       if (ImGui::Button("Resume")) {
         p.resume();
-        if (s.live) s.live->set_paused(false);
+        gate.set_paused(false);
       }
     } else if (ImGui::Button("Pause")) {
       p.pause();
-      if (s.live) s.live->set_paused(true);
+      gate.set_paused(true);
     }
     ImGui::SameLine();
     if (ImGui::Button("Step")) {
-      if (s.live && p.shown() >= available) {
-        s.live->set_paused(true);
-        s.live->allow_one_step();
+      if (live && p.shown() >= available) {
+        gate.set_paused(true);
+        gate.allow_one_step();
       }
       p.step_once(available);
     }
     ImGui::SameLine();
     if (ImGui::Button("Back")) p.step_back();
+    ImGui::SameLine();
+    ImGui::BeginDisabled(!live);
+    if (ImGui::Button("Stop")) s.engine->stop();
+    ImGui::EndDisabled();
     float speed = static_cast<float>(p.speed());
     if (ImGui::SliderFloat("steps/s (0: max)", &speed, 0.0f, 60.0f, "%.1f")) p.set_speed(speed);
     int index = static_cast<int>(p.shown()) - 1;
     if (available > 0 && ImGui::SliderInt("step", &index, 0, static_cast<int>(available) - 1))
       p.seek(static_cast<size_t>(index), available);
     ImGui::Text("showing %zu of %zu steps", p.shown(), available);
-    if (s.live) {
-      const std::string err = s.live->error();
-      if (!err.empty()) ImGui::TextColored(ImVec4(1, 0.3f, 0.3f, 1), "error: %s", err.c_str());
-      else ImGui::Text("generator: %s", s.live->finished() ? "finished" : (p.paused() ? "paused" : "running"));
-    }
+    if (!s.ev.error.empty()) ImGui::TextColored(ImVec4(1, 0.3f, 0.3f, 1), "error: %s", s.ev.error.c_str());
+    else if (live) ImGui::Text("generator: %s", gate.paused() ? "paused" : "running");
+    else ImGui::Text("generator: %s", s.ev.has_model ? "idle" : "no model open");
+    report_items(s, static_cast<int64_t>(available));
   }
   end_panel();
 }

@@ -15,8 +15,9 @@ const ImVec4 kSelected(1.0f, 0.85f, 0.3f, 1.0f);
 }  // namespace
 
 void draw_transcript_panel(StudioState& s) {
-  if (begin_panel("Transcript", {0.7f, 0.0f, 0.3f, 0.6f})) {
+  if (begin_panel(s, "Transcript")) {
     const TranscriptView v = transcript_view(s.shown(), s.text);
+    report_items(s, static_cast<int64_t>(v.tokens.size()));
     ImGui::Text("%zu tokens, %lld from accepted candidates", v.tokens.size(), static_cast<long long>(v.from_candidates));
     ImGui::TextColored(kPlain, "plain");
     ImGui::SameLine();

@@ -5,11 +5,12 @@
 
 namespace fafo::studio {
 
-void draw_window_panel(const StudioState& s) {
-  if (begin_panel("2D window", {0.25f, 0.0f, 0.45f, 0.3f})) {
+void draw_window_panel(StudioState& s) {
+  if (begin_panel(s, "2D window")) {
     const StepTrace* t = s.current();
     if (!t || t->window_after.empty()) {
       ImGui::TextUnformatted(t ? "this step has no window (prefill or ar)" : "no step yet");
+      report_items(s, 0);
     } else {
       const WindowView v = window_view(*t);
       ImGui::Text("step %d: %d rows x %d columns (highlighted: guesses made this step)", v.step, v.rows, v.columns);
@@ -31,6 +32,7 @@ void draw_window_panel(const StudioState& s) {
         }
         ImGui::EndTable();
       }
+      report_items(s, static_cast<int64_t>(v.rows) * v.columns);
     }
   }
   end_panel();

@@ -1,27 +1,40 @@
 // The ImGui panels of fafo-studio; each draws one window from the StudioState.
 #pragma once
 
+#include <string>
+
 #include "studio_state.h"
 
 namespace fafo::studio {
 
-// Where a panel goes on first use: fractions of the display.
-struct PanelRect {
-  float x, y, w, h;
-};
-// Opens a panel window at `rect` (first use only); returns whether to draw its contents.
-bool begin_panel(const char* title, PanelRect rect);
+// Starts a frame's panels: they go under a menu bar of `top` pixels.
+void begin_panels(StudioState& s, float top);
+// Opens panel `title` where the view's layout puts it (on a view change, or always in
+// screenshot mode) and records where it was drawn. Returns whether to draw its contents.
+bool begin_panel(StudioState& s, const char* title);
+// Says how many items (rows, cells, tokens, messages) the open panel drew.
+void report_items(StudioState& s, int64_t n);
 void end_panel();
 
 // Display text of a token piece (newlines and tabs escaped).
 std::string display_piece(const std::string& piece);
 
+// The menu bar (view switch, File menu); returns its height.
+float draw_menu_bar(StudioState& s);
+// The in-app file dialog (a modal), when one is open.
+void draw_file_dialog(StudioState& s);
+
+// The chat view.
+void draw_model_panel(StudioState& s);
+void draw_decoding_panel(StudioState& s);
+void draw_chat_panel(StudioState& s);
+// The debugger view.
 void draw_controls_panel(StudioState& s);
-void draw_window_panel(const StudioState& s);
-void draw_candidates_panel(const StudioState& s);
+void draw_window_panel(StudioState& s);
+void draw_candidates_panel(StudioState& s);
+void draw_pool_panel(StudioState& s);
 void draw_transcript_panel(StudioState& s);
-void draw_kv_panel(const StudioState& s);
-void draw_charts_panel(const StudioState& s);
-void draw_chat_panel(const StudioState& s);
+void draw_kv_panel(StudioState& s);
+void draw_charts_panel(StudioState& s);
 
 }  // namespace fafo::studio

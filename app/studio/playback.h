@@ -17,6 +17,11 @@ class Playback {
   void step_once(size_t available);
   void step_back();
   void seek(size_t index, size_t available);
+  // A new sequence of steps begins: show from its start again (pause state kept).
+  void restart() {
+    shown_ = 0;
+    credit_ = 0.0;
+  }
 
   bool paused() const { return paused_; }
   double speed() const { return speed_; }

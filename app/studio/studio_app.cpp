@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "panels.h"
 #include "screenshot.h"
@@ -18,27 +19,57 @@ namespace {
 
 void glfw_error(int code, const char* message) { std::fprintf(stderr, "fafo-studio: GLFW error %d: %s\n", code, message); }
 
-// Screenshot mode: how many steps to show, and whether they are all there yet.
+// Screenshot mode: whether what the picture should show is there, and which step to show.
 struct ScreenshotTarget {
   size_t steps = 0;
   bool ready = false;
 };
 
 ScreenshotTarget screenshot_target(const StudioState& s, const AppOptions& o) {
-  const size_t want = o.steps > 0 ? static_cast<size_t>(o.steps) : s.traces.size();
-  const bool done = !s.live || s.live->finished();
-  if (s.traces.size() >= want && want > 0) return {want, true};
-  return {s.traces.size(), done};
+  const size_t have = s.traces.size();
+  const size_t want = o.steps > 0 ? static_cast<size_t>(o.steps) : have;
+  // A generation stopped at --steps may still be finishing its last step: do not wait for it.
+  const bool enough = o.steps > 0 && have >= want && (s.ev.has_model || o.model.empty());
+  return {std::min(want, have), !s.ev.busy || enough};
+}
+
+// Takes the engine's news: this frame's state, new steps, a newly opened model.
+void sync(StudioState& s) {
+  s.ev = s.engine->view();
+  if (s.engine->gate().drain(s.traces)) {
+    s.playback.restart();
+    s.selected_token = -1;
+    if (s.source.empty() || s.source.rfind("replay: ", 0) == 0)
+      s.source = "live: " + s.ev.model_path;
+  }
+  if (s.ev.model_serial != s.seen_model_serial) {
+    s.seen_model_serial = s.ev.model_serial;
+    if (s.ev.has_model) {
+      s.text = s.ev.text;
+      if (s.recent) s.recent->add(s.ev.model_path);
+    }
+  }
 }
 
 void draw_frame(StudioState& s) {
-  draw_controls_panel(s);
-  draw_charts_panel(s);
-  draw_window_panel(s);
-  draw_candidates_panel(s);
-  draw_kv_panel(s);
-  draw_transcript_panel(s);
-  draw_chat_panel(s);
+  const float top = draw_menu_bar(s);
+  begin_panels(s, top);
+  if (s.view == View::Chat) {
+    draw_model_panel(s);
+    draw_decoding_panel(s);
+    draw_chat_panel(s);
+    draw_transcript_panel(s);
+  } else {
+    draw_controls_panel(s);
+    draw_charts_panel(s);
+    draw_window_panel(s);
+    draw_candidates_panel(s);
+    draw_kv_panel(s);
+    draw_pool_panel(s);
+    draw_transcript_panel(s);
+  }
+  draw_file_dialog(s);
+  s.relayout = false;
 }
 
 }  // namespace
@@ -77,14 +108,19 @@ int run_studio(StudioState& s, const AppOptions& o) {
   ImGui_ImplOpenGL3_Init("#version 130");
 
   const bool screenshot = !o.screenshot.empty();
+  s.fixed_layout = screenshot;
   if (screenshot) s.playback.set_speed(0.0);  // show every step as soon as it is known
   int exit_code = 0;
   int settle_frames = 0;  // frames rendered after the target was reached (ImGui lays out over two)
   const auto start = std::chrono::steady_clock::now();
   auto last = start;
-  while (!glfwWindowShouldClose(window)) {
-    glfwPollEvents();
-    if (s.live) s.live->drain(s.traces);
+  while (!glfwWindowShouldClose(window) && !s.quit) {
+    if (screenshot) {
+      glfwPollEvents();
+      if (settle_frames == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // leave the CPU to the engine
+    }
+    else glfwWaitEventsTimeout(1.0 / 60.0);  // redraw at least 60 times a second for live steps
+    sync(s);
     const auto now = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(now - last).count();
     last = now;
@@ -94,7 +130,7 @@ int run_studio(StudioState& s, const AppOptions& o) {
       if (target.ready && target.steps > 0) s.playback.seek(target.steps - 1, s.traces.size());
       const double waited = std::chrono::duration<double>(now - start).count();
       if (target.ready || waited > 50.0) {
-        if (!target.ready) std::fputs("fafo-studio: warning: steps still missing after 50 s; writing what is there\n", stderr);
+        if (!target.ready) std::fputs("fafo-studio: warning: still busy after 50 s; writing what is there\n", stderr);
         capture = ++settle_frames >= 3;
       }
     } else {
@@ -114,17 +150,26 @@ int run_studio(StudioState& s, const AppOptions& o) {
     ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
     if (capture) {
       if (write_framebuffer_png(o.screenshot, fb_w, fb_h)) {
-        std::fprintf(stderr, "fafo-studio: wrote %s (%dx%d, %zu steps)\n", o.screenshot.c_str(), fb_w, fb_h,
-                     s.playback.shown());
+        std::fprintf(stderr, "fafo-studio: wrote %s (%dx%d, %s view, %zu steps)\n", o.screenshot.c_str(), fb_w, fb_h,
+                     view_name(s.view), s.playback.shown());
       } else {
         std::fprintf(stderr, "fafo-studio: cannot write %s\n", o.screenshot.c_str());
+        exit_code = 1;
+      }
+      if (!o.layout_json.empty() &&
+          !write_json_file(o.layout_json, s.layout.to_json(s.view, fb_w, fb_h, s.playback.shown()))) {
+        std::fprintf(stderr, "fafo-studio: cannot write %s\n", o.layout_json.c_str());
+        exit_code = 1;
+      }
+      if (!s.ev.error.empty()) {
+        std::fprintf(stderr, "fafo-studio: error: %s\n", s.ev.error.c_str());
         exit_code = 1;
       }
       break;
     }
     glfwSwapBuffers(window);
   }
-  if (s.live) s.live->stop();
+  s.engine->stop();
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
   ImGui::DestroyContext();

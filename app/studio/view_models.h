@@ -53,6 +53,38 @@ struct CandidateView {
 };
 CandidateView candidate_view(const StepTrace& t);
 
+// (b2) The candidate pool after a step, as far as the trace's bounded snapshot shows
+// it: the keys this step's lookup used, then the most recently used ones, with their
+// n-grams, LRU ages and hit counts; the n-grams tried this step are marked with their
+// match lengths.
+struct PoolNgramRow {
+  std::vector<int32_t> tokens;
+  int64_t hits = 0;
+  int64_t age = 0;              // steps since last added, refreshed or retrieved
+  int32_t origin_step = -1;
+  int32_t origin_column = -1;
+  int32_t lru_rank = 0;         // 0: most recently used under its key (the last is evicted next)
+  int32_t tried_match = -1;     // match length when it was a candidate this step, else -1
+};
+struct PoolKeyRow {
+  std::vector<int32_t> key;
+  int64_t hits = 0;
+  int64_t age = 0;
+  bool retrieved = false;       // this step's lookup used the key
+  bool supplied = false;        // a candidate tried this step came from this key
+  std::vector<PoolNgramRow> ngrams;
+};
+struct PoolView {
+  int32_t step = 0;
+  int64_t keys = 0, ngrams = 0;            // the whole pool
+  int64_t lookups = 0, hits = 0;           // cumulative
+  double hit_rate = 0.0;                   // hits / lookups
+  int32_t tried = 0;                       // candidates tried this step (padding left out)
+  int32_t tried_in_snapshot = 0;           // of them, found among the shown keys
+  std::vector<PoolKeyRow> rows;            // most recently used key first
+};
+PoolView pool_view(const StepTrace& t);
+
 // (c) Every generated token with the step that produced it and how.
 struct TranscriptToken {
   int32_t token = 0;
@@ -79,6 +111,41 @@ struct KvMapView {
 };
 // `previous` is the step before (nullptr for the first).
 KvMapView kv_map_view(const StepTrace& t, const StepTrace* previous);
+
+// (d2) The KV cache per layer. The region's selection (and its swaps) is the same in
+// every layer; in the first `dense_layers` layers the fumble rows nevertheless read
+// every entry. Entries are grouped into at most `max_blocks` blocks of `block` entries.
+enum class KvCell : uint8_t {
+  Rest,     // not read by the fumble rows (verification rows read it)
+  Region,   // in the compressed region: read by the fumble rows
+  Entered,  // swapped into the region this step
+  Dense,    // a dense layer: the fumble rows read it although it is not in the region
+};
+struct KvBlock {
+  int32_t first = 0, count = 0;       // logical entries [first, first + count)
+  int32_t in_region = 0, entered = 0; // of them
+};
+struct KvLayerRow {
+  int32_t layer = 0;
+  bool dense = false;
+  std::vector<KvCell> cells;          // per block: Entered > Region > Rest (Dense in dense layers)
+};
+struct KvLayersView {
+  int32_t step = 0;
+  int32_t context = 0;
+  int32_t layers = 0;                 // 0 when the trace does not say (older traces): one row for all
+  int32_t dense_layers = 0;
+  int32_t block = 1;                  // entries per block
+  bool has_region = false;            // false: the fumble rows (if any) read everything
+  std::vector<KvBlock> blocks;
+  std::vector<KvLayerRow> rows;       // one per layer (one when layers is 0)
+  // The region in physical order: the logical entry in each slot, and whether the slot
+  // received it this step (swapped in from the rest).
+  std::vector<int32_t> slots;
+  std::vector<uint8_t> slot_swapped;
+  int64_t swaps = 0;
+};
+KvLayersView kv_layers_view(const StepTrace& t, const StepTrace* previous, int32_t max_blocks = 256);
 
 // (e) Chart series, one value per step.
 struct ChartSeries {

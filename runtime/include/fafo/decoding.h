@@ -28,6 +28,10 @@ struct DecodingOptions {
   // (FAFO's fumble rows attend the compressed region; its policy is GenerationOptions::kv.)
   bool pool_from_prompt = false;  // seed the candidate pool with the prompt's n-grams
   uint64_t seed = 0xFAF0;         // window initialisation from prompt tokens
+  // StepTrace::pool_snapshot holds this many keys of the pool (0 or less: none): the
+  // ones this step's candidates came from, then the most recently used. Copied only
+  // when a step callback is set: a few hundred integers a step.
+  int32_t trace_pool_keys = 16;
 
   // Throws std::invalid_argument with a clear message for out-of-range values.
   void validate() const;
@@ -38,6 +42,24 @@ struct TokenSource {
   enum Kind : uint8_t { Plain, Candidate } kind = Plain;
   int32_t origin_step = -1;    // step whose window produced the candidate (-1: prompt or plain)
   int32_t origin_column = -1;  // column of the 2D window that produced it
+};
+
+// One n-gram of the candidate pool as a StepTrace reports it.
+struct PoolNgramSnapshot {
+  std::vector<int32_t> tokens;
+  int32_t origin_step = -1;    // step whose window produced (or last refreshed) it; -1: the prompt
+  int32_t origin_column = -1;
+  int64_t hits = 0;            // times it was retrieved as a candidate
+  int64_t age = 0;             // pool lookups (decoding steps) since it was added, refreshed or retrieved
+};
+
+// One key (a suffix of the context) of the candidate pool and its n-grams.
+struct PoolKeySnapshot {
+  std::vector<int32_t> key;
+  int64_t hits = 0;            // lookups that took at least one candidate from this key
+  int64_t age = 0;             // pool lookups since the key was last used (added to or retrieved from)
+  bool retrieved = false;      // supplied candidates in the latest lookup (this step's)
+  std::vector<PoolNgramSnapshot> ngrams;  // most recently used first (the next eviction is the last)
 };
 
 struct CandidateTrace {
@@ -65,10 +87,19 @@ struct StepTrace {
   int64_t pool_ngrams = 0;
   int64_t pool_lookups = 0;    // cumulative
   int64_t pool_hits = 0;       // cumulative lookups that returned at least one candidate
+  // DecodingOptions::trace_pool_keys keys of the pool after the step: those that supplied
+  // this step's candidates, then the most recently used (empty for ar and jacobi, or
+  // when trace_pool_keys is 0).
+  std::vector<PoolKeySnapshot> pool_snapshot;
   // FAFO's compressed KV region after the step: the logical entries it holds (in
   // physical order) and how many entries were exchanged with the rest this step.
   std::vector<int32_t> kv_region;
   int64_t kv_swaps = 0;
+  // The model's layers, and how many of the first ones are dense: there the fumble
+  // rows read every entry instead of the region. The region's selection and its swaps
+  // are the same in every layer (0 / 0 when unknown, e.g. an older trace).
+  int32_t kv_layers = 0;
+  int32_t kv_dense_layers = 0;
   double build_ms = 0.0;
   double forward_ms = 0.0;
   double verify_ms = 0.0;

@@ -19,17 +19,30 @@ void CandidatePool::add(const std::vector<int32_t>& context, const std::vector<i
               origin_column);
 }
 
+PoolKey& CandidatePool::touch(Table::iterator it) {
+  PoolKey& k = it->second;
+  k.last_used = clock_;
+  if (recent_uses_.size() < kRecentUses) {
+    recent_uses_.push_back(&it->first);
+  } else {
+    recent_uses_[recent_next_] = &it->first;
+    recent_next_ = (recent_next_ + 1) % kRecentUses;
+  }
+  return k;
+}
+
 void CandidatePool::add_under(const std::vector<int32_t>& key, const std::vector<int32_t>& ngram, int32_t step,
                               int32_t column) {
-  std::list<PoolEntry>& entries = table_[key];
-  for (auto it = entries.begin(); it != entries.end(); ++it)
-    if (it->ngram == ngram) {  // refresh: most recently used, newest origin
-      it->origin_step = step;
-      it->origin_column = column;
-      entries.splice(entries.begin(), entries, it);
+  std::list<PoolEntry>& entries = touch(table_.try_emplace(key).first).entries;
+  for (auto e = entries.begin(); e != entries.end(); ++e)
+    if (e->ngram == ngram) {  // refresh: most recently used, newest origin
+      e->origin_step = step;
+      e->origin_column = column;
+      e->last_used = clock_;
+      entries.splice(entries.begin(), entries, e);
       return;
     }
-  entries.push_front(PoolEntry{ngram, step, column, 0});
+  entries.push_front(PoolEntry{ngram, step, column, 0, clock_});
   ++n_ngrams_;
   if (static_cast<int32_t>(entries.size()) > per_key_) {
     entries.pop_back();  // least recently used
@@ -38,6 +51,8 @@ void CandidatePool::add_under(const std::vector<int32_t>& key, const std::vector
 }
 
 std::vector<RetrievedCandidate> CandidatePool::retrieve(const std::vector<int32_t>& text, int32_t count) {
+  ++clock_;
+  last_retrieved_.clear();
   std::vector<RetrievedCandidate> out;
   if (count <= 0 || text.empty()) return out;
   ++lookups_;
@@ -47,14 +62,18 @@ std::vector<RetrievedCandidate> CandidatePool::retrieve(const std::vector<int32_
     const std::vector<int32_t> key(text.end() - static_cast<std::ptrdiff_t>(len), text.end());
     auto found = table_.find(key);
     if (found == table_.end()) continue;
-    std::list<PoolEntry>& entries = found->second;
+    std::list<PoolEntry>& entries = found->second.entries;
     std::vector<std::list<PoolEntry>::iterator> used;
     for (auto it = entries.begin(); it != entries.end() && static_cast<int32_t>(out.size()) < count; ++it) {
       if (!seen.insert(it->ngram).second) continue;
       ++it->hits;
+      it->last_used = clock_;
       out.push_back({it->ngram, static_cast<int32_t>(len), it->origin_step, it->origin_column});
       used.push_back(it);
     }
+    if (used.empty()) continue;
+    ++touch(found).hits;
+    last_retrieved_.push_back(&found->first);
     // Retrieved entries become most recently used (keeping their relative order).
     for (auto u = used.rbegin(); u != used.rend(); ++u) entries.splice(entries.begin(), entries, *u);
   }
@@ -63,9 +82,42 @@ std::vector<RetrievedCandidate> CandidatePool::retrieve(const std::vector<int32_
 }
 
 std::vector<PoolEntry> CandidatePool::entries(const std::vector<int32_t>& key) const {
+  const PoolKey* k = find(key);
+  if (!k) return {};
+  return std::vector<PoolEntry>(k->entries.begin(), k->entries.end());
+}
+
+const PoolKey* CandidatePool::find(const std::vector<int32_t>& key) const {
   auto found = table_.find(key);
-  if (found == table_.end()) return {};
-  return std::vector<PoolEntry>(found->second.begin(), found->second.end());
+  return found == table_.end() ? nullptr : &found->second;
+}
+
+std::vector<PoolKeySnapshot> CandidatePool::snapshot(int32_t max_keys) const {
+  std::vector<PoolKeySnapshot> out;
+  if (max_keys <= 0) return out;
+  std::vector<const std::vector<int32_t>*> taken;
+  auto take = [&](const std::vector<int32_t>* key, bool retrieved) {
+    taken.push_back(key);
+    const PoolKey& k = table_.find(*key)->second;
+    PoolKeySnapshot s;
+    s.key = *key;
+    s.hits = k.hits;
+    s.age = clock_ - k.last_used;
+    s.retrieved = retrieved;
+    s.ngrams.reserve(k.entries.size());
+    for (const PoolEntry& e : k.entries)
+      s.ngrams.push_back({e.ngram, e.origin_step, e.origin_column, e.hits, clock_ - e.last_used});
+    out.push_back(std::move(s));
+  };
+  for (const std::vector<int32_t>* key : last_retrieved_)
+    if (static_cast<int32_t>(out.size()) < max_keys) take(key, true);
+  // The ring from the newest use back; a key used several times is taken once.
+  const size_t n = recent_uses_.size();
+  for (size_t i = 0; i < n && static_cast<int32_t>(out.size()) < max_keys; ++i) {
+    const std::vector<int32_t>* key = recent_uses_[(recent_next_ + n - 1 - i) % n];
+    if (std::find(taken.begin(), taken.end(), key) == taken.end()) take(key, false);
+  }
+  return out;
 }
 
 }  // namespace fafo

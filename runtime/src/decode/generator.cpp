@@ -188,6 +188,9 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
       trace.pool_ngrams = state.pool().ngram_count();
       trace.pool_lookups = state.pool().lookups();
       trace.pool_hits = state.pool().hits();
+      if (state.uses_window()) trace.pool_snapshot = state.pool().snapshot(dec.trace_pool_keys);
+      trace.kv_layers = model.config().n_layer;
+      trace.kv_dense_layers = model.kv_policy() ? model.kv_policy()->dense_layers() : 0;
       options.on_step(trace);
     }
   }

@@ -4,6 +4,41 @@ namespace fafo {
 
 using nlohmann::json;
 
+namespace {
+
+json pool_snapshot_to_json(const std::vector<PoolKeySnapshot>& keys) {
+  json out = json::array();
+  for (const PoolKeySnapshot& k : keys) {
+    json ngrams = json::array();
+    for (const PoolNgramSnapshot& n : k.ngrams)
+      ngrams.push_back({{"tokens", n.tokens},
+                        {"origin_step", n.origin_step},
+                        {"origin_column", n.origin_column},
+                        {"hits", n.hits},
+                        {"age", n.age}});
+    out.push_back({{"key", k.key}, {"hits", k.hits}, {"age", k.age}, {"retrieved", k.retrieved}, {"ngrams", ngrams}});
+  }
+  return out;
+}
+
+std::vector<PoolKeySnapshot> pool_snapshot_from_json(const json& j) {
+  std::vector<PoolKeySnapshot> out;
+  for (const json& k : j) {
+    PoolKeySnapshot s;
+    s.key = k.at("key").get<std::vector<int32_t>>();
+    s.hits = k.at("hits").get<int64_t>();
+    s.age = k.at("age").get<int64_t>();
+    s.retrieved = k.value("retrieved", false);
+    for (const json& n : k.at("ngrams"))
+      s.ngrams.push_back({n.at("tokens").get<std::vector<int32_t>>(), n.at("origin_step").get<int32_t>(),
+                          n.at("origin_column").get<int32_t>(), n.at("hits").get<int64_t>(), n.at("age").get<int64_t>()});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
 json step_trace_to_json(const StepTrace& t) {
   json candidates = json::array();
   for (const CandidateTrace& c : t.candidates)
@@ -18,6 +53,13 @@ json step_trace_to_json(const StepTrace& t) {
     sources.push_back({{"kind", s.kind == TokenSource::Candidate ? "candidate" : "plain"},
                        {"origin_step", s.origin_step},
                        {"origin_column", s.origin_column}});
+  json pool = {{"keys", t.pool_keys}, {"ngrams", t.pool_ngrams}, {"lookups", t.pool_lookups}, {"hits", t.pool_hits}};
+  if (!t.pool_snapshot.empty()) pool["snapshot"] = pool_snapshot_to_json(t.pool_snapshot);
+  json kv = {{"region", t.kv_region}, {"swaps", t.kv_swaps}};
+  if (t.kv_layers > 0) {
+    kv["layers"] = t.kv_layers;
+    kv["dense_layers"] = t.kv_dense_layers;
+  }
   return {{"step", t.step},
           {"strategy", strategy_name(t.strategy)},
           {"n_past", t.n_past},
@@ -28,8 +70,8 @@ json step_trace_to_json(const StepTrace& t) {
           {"candidates", candidates},
           {"accepted", t.accepted},
           {"accepted_sources", sources},
-          {"kv", {{"region", t.kv_region}, {"swaps", t.kv_swaps}}},
-          {"pool", {{"keys", t.pool_keys}, {"ngrams", t.pool_ngrams}, {"lookups", t.pool_lookups}, {"hits", t.pool_hits}}},
+          {"kv", kv},
+          {"pool", pool},
           {"ms", {{"build", t.build_ms}, {"forward", t.forward_ms}, {"verify", t.verify_ms}}}};
 }
 
@@ -57,12 +99,15 @@ StepTrace step_trace_from_json(const json& j) {
   if (j.contains("kv")) {
     t.kv_region = j.at("kv").at("region").get<std::vector<int32_t>>();
     t.kv_swaps = j.at("kv").at("swaps").get<int64_t>();
+    t.kv_layers = j.at("kv").value("layers", 0);
+    t.kv_dense_layers = j.at("kv").value("dense_layers", 0);
   }
   const json& pool = j.at("pool");
   t.pool_keys = pool.at("keys").get<int64_t>();
   t.pool_ngrams = pool.at("ngrams").get<int64_t>();
   t.pool_lookups = pool.at("lookups").get<int64_t>();
   t.pool_hits = pool.at("hits").get<int64_t>();
+  if (pool.contains("snapshot")) t.pool_snapshot = pool_snapshot_from_json(pool.at("snapshot"));
   const json& ms = j.at("ms");
   t.build_ms = ms.at("build").get<double>();
   t.forward_ms = ms.at("forward").get<double>();

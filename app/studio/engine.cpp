@@ -1,0 +1,216 @@
+#include "engine.h"
+
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "fafo/backend.h"
+
+namespace fafo::studio {
+
+namespace {
+
+TurnSummary summarize(const GenerationResult& g, const std::string& stop) {
+  TurnSummary s;
+  s.tokens = g.ids.size();
+  s.steps = g.n_steps;
+  s.tau = g.tokens_per_step();
+  s.tokens_per_second = g.tokens_per_second();
+  s.prefill_seconds = g.prefill_seconds;
+  s.new_tokens = g.prompt_ids.size();
+  s.stop = stop;
+  return s;
+}
+
+}  // namespace
+
+Engine::Engine() : thread_([this] { loop(); }) {
+  submit([this] { find_devices(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    quit_ = true;
+    jobs_.clear();
+  }
+  quitting_.store(true);
+  gate_.stop();
+  changed_.notify_all();
+  thread_.join();
+}
+
+void Engine::submit(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(std::move(job));
+    view_.busy = true;
+  }
+  changed_.notify_all();
+}
+
+void Engine::loop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return quit_ || !jobs_.empty(); });
+      if (quit_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+      running_ = true;
+      view_.error.clear();
+    }
+    std::string error;
+    try {
+      job();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      running_ = false;
+      if (!error.empty()) {
+        view_.error = error;
+        jobs_.clear();  // what was queued after it relied on it (a chat message after opening a model)
+      }
+      view_.busy = !jobs_.empty();
+      view_.activity = EngineView::Activity::Idle;
+      view_.pending_user.clear();
+      view_.streaming.clear();
+      view_.conversation = chat_ ? chat_->history() : std::vector<ChatMessage>{};
+      if (model_) view_.n_past = model_->model->n_past();
+    }
+    changed_.notify_all();
+  }
+}
+
+void Engine::open_model(const ModelRequest& request, const ChatSetup& setup) {
+  submit([this, request, setup] { load(request, setup); });
+}
+
+void Engine::new_chat(const ChatSetup& setup) {
+  submit([this, setup] { start_chat(setup); });
+}
+
+void Engine::send(const std::string& text, const GenerationOptions& options) {
+  submit([this, text, options] { chat_turn(text, options); });
+}
+
+void Engine::run_prompt(const std::string& prompt, const GenerationOptions& options, int32_t max_steps) {
+  submit([this, prompt, options, max_steps] { prompt_run(prompt, options, max_steps); });
+}
+
+void Engine::stop() { gate_.stop(); }
+
+EngineView Engine::view() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return view_;
+}
+
+bool Engine::busy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return running_ || !jobs_.empty();
+}
+
+bool Engine::wait_idle(double seconds) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return !running_ && jobs_.empty(); });
+}
+
+// ---- jobs (worker thread) ------------------------------------------------------------------
+
+void Engine::find_devices() {
+  std::vector<VulkanDeviceInfo> devices = list_vulkan_devices();
+  std::vector<std::string> backends = available_backends();
+  std::string fallback = default_backend_name();
+  update([&](EngineView& v) {
+    v.devices = std::move(devices);
+    v.backends = std::move(backends);
+    v.default_backend = std::move(fallback);
+    v.devices_known = true;
+  });
+}
+
+void Engine::load(const ModelRequest& request, const ChatSetup& setup) {
+  update([&](EngineView& v) {
+    v.activity = EngineView::Activity::Loading;
+    v.has_model = false;
+    v.text = {};
+    v.note.clear();
+    v.last.reset();
+    v.model_path = request.path;
+  });
+  chat_.reset();
+  model_.reset();  // free the old model before loading the next
+  auto m = std::make_unique<StudioModel>(load_studio_model(request));
+  TokenText text = make_token_text(*m->tokenizer);
+  const std::string summary = model_summary(*m);
+  model_ = std::move(m);
+  update([&](EngineView& v) {
+    v.has_model = true;
+    ++v.model_serial;
+    v.model_summary = summary;
+    v.backend = model_->model->backend().name();
+    v.n_ctx = model_->model->n_ctx();
+    v.n_layer = model_->model->config().n_layer;
+    v.text = std::move(text);
+  });
+  start_chat(setup);
+}
+
+void Engine::start_chat(const ChatSetup& setup) {
+  if (!model_) throw std::runtime_error("open a model first");
+  chat_.reset();
+  std::string note;
+  ChatTemplate tmpl = studio_chat_template(*model_->file, setup.chat_template, &note);
+  chat_ = std::make_unique<ChatSession>(*model_->model, *model_->tokenizer, std::move(tmpl),
+                                        chat_template_context(*model_->tokenizer), setup.system);
+  update([&](EngineView& v) {
+    v.note = note;
+    v.template_name = chat_->template_name() == "gguf" ? "the model's" : chat_->template_name();
+    v.turn_end = chat_->turn_end();
+    v.last.reset();
+  });
+  try {
+    chat_->check_template();
+  } catch (const ChatTemplateError& e) {
+    throw std::runtime_error(std::string("the chat template cannot render a first message") +
+                             (setup.system.empty() ? "" : " after the system text") + ": " + e.what() +
+                             "; choose another template");
+  }
+}
+
+void Engine::chat_turn(const std::string& text, GenerationOptions options) {
+  if (!chat_) throw std::runtime_error("open a model first");
+  update([&](EngineView& v) {
+    v.activity = EngineView::Activity::Generating;
+    v.pending_user = text;
+    v.streaming.clear();
+  });
+  gate_.begin(0);
+  options.on_step = [this](const StepTrace& t) { gate_.on_step(t); };
+  const ChatTurnResult r = chat_->turn(
+      text, options, [this](const std::string& piece) { update([&](EngineView& v) { v.streaming += piece; }); },
+      [this] { return should_stop(); });
+  TurnSummary s = summarize(r.generation, chat_stop_text(r.stop));
+  s.new_tokens = r.new_tokens;
+  s.reused = r.reused;
+  update([&](EngineView& v) { v.last = s; });
+}
+
+void Engine::prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps) {
+  if (!model_) throw std::runtime_error("open a model first");
+  update([&](EngineView& v) { v.activity = EngineView::Activity::Generating; });
+  if (chat_) chat_->reset();  // the prompt replaces what the KV cache holds
+  gate_.begin(max_steps);
+  options.on_step = [this](const StepTrace& t) { gate_.on_step(t); };
+  options.keep_context = false;
+  const std::vector<int32_t> ids = model_->tokenizer->encode(prompt, true);
+  const GenerationResult r =
+      generate(*model_->model, *model_->tokenizer, ids, options, [this](int32_t) { return !should_stop(); });
+  const TurnSummary s = summarize(r, stop_reason_name(r.stop));
+  update([&](EngineView& v) { v.last = s; });
+}
+
+}  // namespace fafo::studio

@@ -1,0 +1,90 @@
+// The Decoding panel: strategy and its parameters, KV policy, sampling, reply length,
+// chat template and system text. Generation settings apply to the next reply; the
+// template and system text to the next conversation (New chat).
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+
+#include "fafo/chat_template.h"
+#include "panels.h"
+
+namespace fafo::studio {
+
+namespace {
+
+const char* const kStrategies[] = {"ar", "jacobi", "lookahead", "fafo"};
+const char* const kPolicies[] = {"stream", "quest", "snapkv", "chunks"};
+
+void strategy_settings(DecodingOptions& d, KvPolicyOptions& kv) {
+  int strategy = static_cast<int>(d.strategy);
+  if (ImGui::Combo("strategy", &strategy, kStrategies, 4)) d.strategy = static_cast<Strategy>(strategy);
+  const bool window = d.strategy == Strategy::Lookahead || d.strategy == Strategy::Fafo;
+  if (d.strategy != Strategy::Ar) ImGui::SliderInt(window ? "W: window columns" : "W: guesses", &d.window, 1, 64);
+  if (window) {
+    ImGui::SliderInt("N: n-gram size", &d.ngram, 2, 16);
+    ImGui::SliderInt("G: candidates per step", &d.guesses, 0, 64);
+  }
+  if (d.strategy == Strategy::Fafo) {
+    ImGui::SliderInt("k: lookback", &d.lookback, 1, 16);
+    int policy = 0;
+    for (int i = 0; i < 4; ++i)
+      if (kv.name == kPolicies[i]) policy = i;
+    if (ImGui::Combo("KV policy", &policy, kPolicies, 4)) kv.name = kPolicies[policy];
+    ImGui::InputInt("KV budget", &kv.budget, 4, 64);
+    kv.budget = std::max(kv.budget, 1);
+  }
+}
+
+void sampling_settings(GenerationOptions& g) {
+  SamplerOptions& sp = g.sampling;
+  ImGui::SliderFloat("temperature", &sp.temperature, 0.0f, 2.0f, sp.temperature <= 0.0f ? "0 (greedy)" : "%.2f");
+  if (sp.temperature > 0.0f) {
+    ImGui::SliderInt("top-k (0: off)", &sp.top_k, 0, 200);
+    ImGui::SliderFloat("top-p", &sp.top_p, 0.0f, 1.0f, "%.2f");
+    ImGui::SliderFloat("min-p", &sp.min_p, 0.0f, 1.0f, "%.2f");
+    int seed = static_cast<int>(sp.seed & 0x7fffffff);
+    if (ImGui::InputInt("seed", &seed)) sp.seed = static_cast<uint64_t>(std::max(seed, 0));
+  }
+  ImGui::InputInt("max tokens (-1: no limit)", &g.n_predict, 16, 128);
+}
+
+void conversation_settings(StudioState& s) {
+  StudioSettings& st = s.settings;
+  const std::string current = st.chat_template.empty() ? "the model's" : st.chat_template;
+  if (ImGui::BeginCombo("chat template", current.c_str())) {
+    if (ImGui::Selectable("the model's", st.chat_template.empty())) st.chat_template.clear();
+    for (const std::string& n : builtin_chat_template_names())
+      if (ImGui::Selectable(n.c_str(), st.chat_template == n)) st.chat_template = n;
+    ImGui::EndCombo();
+  }
+  ImGui::TextUnformatted("system message");
+  ImGui::InputTextMultiline("##system", &st.system, ImVec2(-1.0f, ImGui::GetTextLineHeight() * 3.5f));
+  ImGui::BeginDisabled(s.ev.busy || !s.ev.has_model);
+  if (ImGui::Button("New chat with these")) s.engine->new_chat(chat_setup(st));
+  ImGui::EndDisabled();
+}
+
+}  // namespace
+
+void draw_decoding_panel(StudioState& s) {
+  if (begin_panel(s, "Decoding")) {
+    GenerationOptions& g = s.settings.generation;
+    ImGui::PushItemWidth(ImGui::GetContentRegionAvail().x * 0.5f);
+    ImGui::TextDisabled("decoding (every strategy gives the same text as ar)");
+    strategy_settings(g.decoding, g.kv);
+    ImGui::Separator();
+    ImGui::TextDisabled("sampling");
+    sampling_settings(g);
+    ImGui::Separator();
+    ImGui::TextDisabled("conversation");
+    conversation_settings(s);
+    ImGui::PopItemWidth();
+    const std::string problem = settings_problem(s.settings);
+    if (!problem.empty()) ImGui::TextColored(ImVec4(1, 0.4f, 0.4f, 1), "%s", problem.c_str());
+    report_items(s, 1);
+  }
+  end_panel();
+}
+
+}  // namespace fafo::studio

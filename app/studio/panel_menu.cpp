@@ -1,0 +1,58 @@
+// The menu bar: switch between the chat and the debugger, open a model or a trace.
+#include <imgui.h>
+
+#include <filesystem>
+
+#include "panels.h"
+
+namespace fafo::studio {
+
+namespace {
+
+void open_browser(StudioState& s, StudioState::Browse purpose) {
+  std::filesystem::path start = purpose == StudioState::Browse::Model ? s.settings.model_path : s.source;
+  if (purpose == StudioState::Browse::Trace && s.source.rfind("replay: ", 0) == 0) start = s.source.substr(8);
+  s.browser.emplace(start, purpose == StudioState::Browse::Model ? std::vector<std::string>{".gguf"}
+                                                                 : std::vector<std::string>{".jsonl", ".json"});
+  s.browse = purpose;
+  s.browse_error.clear();
+}
+
+void set_view(StudioState& s, View v) {
+  if (s.view != v) s.relayout = true;
+  s.view = v;
+}
+
+}  // namespace
+
+float draw_menu_bar(StudioState& s) {
+  float height = 0.0f;
+  if (ImGui::BeginMainMenuBar()) {
+    if (ImGui::BeginMenu("File")) {
+      if (ImGui::MenuItem("Open model...")) open_browser(s, StudioState::Browse::Model);
+      if (ImGui::BeginMenu("Recent models", s.recent && !s.recent->paths().empty())) {
+        for (const std::string& p : s.recent->paths())
+          if (ImGui::MenuItem(p.c_str(), nullptr, false, !s.ev.busy)) {
+            s.settings.model_path = p;
+            s.engine->open_model(model_request(s.settings), chat_setup(s.settings));
+          }
+        ImGui::EndMenu();
+      }
+      if (ImGui::MenuItem("Open trace (fafo run --trace)...")) open_browser(s, StudioState::Browse::Trace);
+      ImGui::Separator();
+      if (ImGui::MenuItem("Quit")) s.quit = true;
+      ImGui::EndMenu();
+    }
+    if (ImGui::MenuItem("Chat", nullptr, s.view == View::Chat)) set_view(s, View::Chat);
+    if (ImGui::MenuItem("Debugger", nullptr, s.view == View::Debugger)) set_view(s, View::Debugger);
+    if (ImGui::BeginMenu("Layout")) {
+      if (ImGui::MenuItem("Reset panel positions")) s.relayout = true;
+      ImGui::EndMenu();
+    }
+    height = ImGui::GetWindowSize().y;
+    ImGui::EndMainMenuBar();
+  }
+  return height;
+}
+
+}  // namespace fafo::studio

@@ -1,0 +1,104 @@
+// The Model panel: which GGUF file (typed, browsed or recent), on which backend and
+// device, with which context size; Open loads it on the engine's thread.
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "panels.h"
+
+namespace fafo::studio {
+
+namespace {
+
+const ImVec4 kError(1.0f, 0.4f, 0.4f, 1.0f);
+const ImVec4 kNote(1.0f, 0.85f, 0.4f, 1.0f);
+
+std::string device_label(const VulkanDeviceInfo& d) { return std::to_string(d.index) + ": " + d.name + " (" + d.type + ")"; }
+
+void backend_picker(StudioState& s) {
+  StudioSettings& st = s.settings;
+  const EngineView& ev = s.ev;
+  const std::string auto_label = "auto" + (ev.default_backend.empty() ? "" : " (" + ev.default_backend + ")");
+  std::vector<std::string> names = {"auto"};
+  for (const std::string& b : ev.backends) names.push_back(b);
+  if (std::find(names.begin(), names.end(), "vulkan") == names.end()) names.push_back("vulkan");  // to say why not
+  if (ImGui::BeginCombo("backend", st.backend == "auto" ? auto_label.c_str() : st.backend.c_str())) {
+    for (const std::string& n : names)
+      if (ImGui::Selectable(n == "auto" ? auto_label.c_str() : n.c_str(), st.backend == n)) st.backend = n;
+    ImGui::EndCombo();
+  }
+  const std::string resolved = st.backend == "auto" ? ev.default_backend : st.backend;
+  if (resolved == "vulkan") {
+    std::string current = "best";
+    for (const VulkanDeviceInfo& d : ev.devices)
+      if (std::to_string(d.index) == st.device) current = device_label(d);
+    if (ImGui::BeginCombo("device", current.c_str())) {
+      if (ImGui::Selectable("best", st.device.empty())) st.device.clear();
+      for (const VulkanDeviceInfo& d : ev.devices)
+        if (ImGui::Selectable(device_label(d).c_str(), std::to_string(d.index) == st.device)) st.device = std::to_string(d.index);
+      ImGui::EndCombo();
+    }
+    if (!ev.devices_known) ImGui::TextDisabled("looking for Vulkan devices...");
+    else if (ev.devices.empty()) ImGui::TextColored(kNote, "no Vulkan device found");
+  } else {
+    ImGui::InputInt("threads (0: all)", &st.threads);
+    st.threads = std::max(st.threads, 0);
+  }
+}
+
+}  // namespace
+
+void draw_model_panel(StudioState& s) {
+  if (begin_panel(s, "Model")) {
+    StudioSettings& st = s.settings;
+    const EngineView& ev = s.ev;
+    ImGui::TextUnformatted("GGUF file");
+    ImGui::SetNextItemWidth(-90.0f);
+    ImGui::InputText("##path", &st.model_path);
+    ImGui::SameLine();
+    if (ImGui::Button("Browse...")) {
+      s.browser.emplace(st.model_path, std::vector<std::string>{".gguf"});
+      s.browse = StudioState::Browse::Model;
+      s.browse_error.clear();
+    }
+    const bool have_recent = s.recent && !s.recent->paths().empty();
+    ImGui::BeginDisabled(!have_recent);
+    if (ImGui::BeginCombo("recent", have_recent ? "pick a recent model" : "no recent models")) {
+      if (s.recent)
+        for (const std::string& p : s.recent->paths())
+          if (ImGui::Selectable(p.c_str(), p == st.model_path)) st.model_path = p;
+      ImGui::EndCombo();
+    }
+    ImGui::EndDisabled();
+    if (s.recent && !s.recent->problem().empty()) ImGui::TextColored(kNote, "%s", s.recent->problem().c_str());
+    backend_picker(s);
+    ImGui::InputInt("context (0: model's)", &st.n_ctx, 256, 1024);
+    st.n_ctx = std::clamp(st.n_ctx, 0, 1 << 20);
+
+    ImGui::BeginDisabled(ev.busy || st.model_path.empty());
+    if (ImGui::Button(ev.has_model ? "Open (replaces the model)" : "Open")) s.engine->open_model(model_request(st), chat_setup(st));
+    ImGui::EndDisabled();
+    ImGui::Separator();
+    if (ev.activity == EngineView::Activity::Loading) {
+      ImGui::TextWrapped("loading %s ...", ev.model_path.c_str());
+    } else if (ev.has_model) {
+      ImGui::TextWrapped("%s", ev.model_summary.c_str());
+      ImGui::TextWrapped("chat template: %s%s%s", ev.template_name.c_str(), ev.turn_end.empty() ? "" : ", turn end ",
+                         ev.turn_end.c_str());
+    } else {
+      ImGui::TextDisabled("no model open");
+    }
+    if (!ev.note.empty()) ImGui::TextColored(kNote, "%s", ev.note.c_str());
+    if (!ev.error.empty()) {
+      ImGui::PushTextWrapPos(0.0f);
+      ImGui::TextColored(kError, "error: %s", ev.error.c_str());
+      ImGui::PopTextWrapPos();
+    }
+    report_items(s, ev.has_model ? 1 : 0);
+  }
+  end_panel();
+}
+
+}  // namespace fafo::studio

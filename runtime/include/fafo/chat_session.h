@@ -1,0 +1,140 @@
+// A multi-turn chat with a model: the conversation, rendered with a chat template on
+// every turn, and a KV cache kept across turns.
+//
+// Each turn renders the whole conversation (with the generation prompt), matches the
+// rendering against the text of what the KV cache already holds, keeps the longest
+// matching part and prefills only the rest, so a turn normally costs only its new
+// tokens. The reply streams through a callback as displayable text (whole UTF-8
+// characters, SentencePiece's leading space dropped, the template's turn-end text
+// held back and cut off) and ends at an end-of-generation token, at the turn-end
+// text, at n_predict tokens, at a full context, or when the caller's stop flag is set.
+//
+// Who uses it: `fafo chat` (app/cli/cmd_chat.cpp) and fafo-studio's chat view, which
+// runs turns on a worker thread. Not thread-safe: one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fafo/chat_template.h"
+#include "fafo/generator.h"
+#include "fafo/model.h"
+#include "fafo/tokenizer.h"
+#include "fafo/utf8_stream.h"
+
+namespace fafo {
+
+// Why a reply ended.
+enum class ChatStop { EndOfTurn, EndOfGeneration, ContextFull, Length, Stopped };
+// "end of turn", "end of generation", "context full", "length", "stopped".
+const char* chat_stop_text(ChatStop s);
+
+// A turn that could not run; the message is not part of the conversation then.
+class ChatTurnError : public std::runtime_error {
+ public:
+  enum class Kind { TemplateRefused, ContextFull };
+  ChatTurnError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+struct ChatTurnResult {
+  std::string reply;            // the assistant's text, as it joins the conversation
+  GenerationResult generation;  // ids, speed, steps (tau = generation.tokens_per_step())
+  size_t prompt_tokens = 0;     // tokens of this turn's rendering: reused + fed
+  size_t new_tokens = 0;        // tokens prefilled this turn
+  int32_t reused = 0;           // tokens that were already in the KV cache
+  ChatStop stop = ChatStop::Length;
+};
+
+// The BOS / EOS texts a chat template renders with, from the tokenizer's vocabulary.
+ChatTemplateContext chat_template_context(const Tokenizer& tokenizer);
+
+class ChatSession {
+ public:
+  // Borrows the model and tokenizer (they must outlive the session). `system` starts
+  // every conversation when not empty. Starts a new conversation (empties the cache).
+  ChatSession(Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template, ChatTemplateContext context,
+              std::string system = "");
+
+  // A new conversation: only the system message, an empty KV cache.
+  void reset();
+  // The system message of the next conversation (after reset()).
+  void set_system(std::string system) { system_ = std::move(system); }
+  // Throws ChatTemplateError when the template cannot render a first user message.
+  void check_template() const;
+
+  using TextCallback = std::function<void(const std::string& text)>;
+  using StopFlag = std::function<bool()>;
+  // One exchange: `user_text`, then the model's reply generated with `options`
+  // (keep_context is set by the session; on_step, strategy, sampling, n_predict are
+  // the caller's). Throws ChatTurnError when the turn cannot run; generation errors
+  // propagate. A stopped reply still joins the conversation as far as it got.
+  ChatTurnResult turn(const std::string& user_text, const GenerationOptions& options, const TextCallback& on_text = {},
+                      const StopFlag& should_stop = {});
+
+  const std::vector<ChatMessage>& history() const { return history_; }
+  const std::string& turn_end() const { return turn_end_; }
+  const std::string& template_name() const { return template_.name(); }
+  Model& model() { return model_; }
+
+ private:
+  // Token ids the conversation has fed or produced, each group with the text it stands
+  // for, in order. All but possibly the last group are in the KV cache: the last token
+  // of a reply is sampled but not fed back (see generate()).
+  struct CachedPiece {
+    std::string text;
+    std::vector<int32_t> ids;
+    bool in_cache = true;
+  };
+  // What a turn feeds: the cached pieces it keeps, then `ids`.
+  struct Prefill {
+    size_t kept_pieces = 0;    // pieces_[0, kept_pieces) start the new rendering
+    int32_t reused = 0;        // KV entries they hold (the rest of the cache is dropped)
+    std::vector<int32_t> ids;  // to feed after them: a kept piece not yet in the cache, then `rest`
+    CachedPiece rest;          // the new text of the rendering and its tokens
+  };
+  Prefill plan_prefill(const std::string& prompt) const;
+  void apply(const Prefill& p);
+
+  Model& model_;
+  const Tokenizer& tok_;
+  ChatTemplate template_;
+  ChatTemplateContext ctx_;
+  std::string system_;
+  std::string turn_end_;
+  std::vector<ChatMessage> history_;
+  std::vector<CachedPiece> pieces_;
+};
+
+// Turns a reply's generated pieces into text to show: cuts at the template's turn-end
+// text (a model that writes "<|im_end|>" as plain text has finished), holding back a
+// tail that might be the start of it; drops the space SentencePiece puts before the
+// first word; never splits a UTF-8 character.
+class ChatReplyText {
+ public:
+  explicit ChatReplyText(std::string turn_end);
+  // Adds a generated piece; returns what can be shown now.
+  std::string push(const std::string& piece);
+  // The held-back rest, at the end of the reply.
+  std::string finish();
+  bool found_turn_end() const { return found_; }
+  // The reply as generated (its leading space kept): everything before the turn-end text.
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string display(std::string text);  // drops the leading space, keeps characters whole
+  std::string marker_;
+  std::string text_;
+  size_t shown_ = 0;
+  bool found_ = false;
+  bool at_start_ = true;
+  Utf8Stream utf8_;
+};
+
+}  // namespace fafo

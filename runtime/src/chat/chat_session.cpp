@@ -1,0 +1,199 @@
+// ChatSession: a conversation over a kept KV cache (see fafo/chat_session.h).
+#include "fafo/chat_session.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace fafo {
+
+const char* chat_stop_text(ChatStop s) {
+  switch (s) {
+    case ChatStop::EndOfTurn: return "end of turn";
+    case ChatStop::EndOfGeneration: return "end of generation";
+    case ChatStop::ContextFull: return "context full";
+    case ChatStop::Length: return "length";
+    case ChatStop::Stopped: return "stopped";
+  }
+  return "unknown";
+}
+
+ChatTemplateContext chat_template_context(const Tokenizer& tokenizer) {
+  ChatTemplateContext ctx;
+  const Vocab& v = tokenizer.vocab();
+  if (v.bos >= 0) ctx.bos_token = v.tokens[static_cast<size_t>(v.bos)];
+  if (v.eos >= 0) ctx.eos_token = v.tokens[static_cast<size_t>(v.eos)];
+  return ctx;
+}
+
+// ---- the reply's text -----------------------------------------------------------------
+
+ChatReplyText::ChatReplyText(std::string turn_end) : marker_(std::move(turn_end)) {}
+
+std::string ChatReplyText::push(const std::string& piece) {
+  if (found_) return "";
+  text_ += piece;
+  size_t safe = text_.size();
+  if (!marker_.empty()) {
+    const size_t at = text_.find(marker_, shown_ > marker_.size() ? shown_ - marker_.size() : 0);
+    if (at != std::string::npos) {
+      found_ = true;
+      text_.resize(at);
+      safe = at;
+    } else {
+      // Hold back a tail that is a prefix of the marker.
+      for (size_t n = std::min(marker_.size() - 1, text_.size()); n > 0; --n) {
+        if (text_.compare(text_.size() - n, n, marker_, 0, n) == 0) {
+          safe = text_.size() - n;
+          break;
+        }
+      }
+    }
+  }
+  std::string out = safe > shown_ ? text_.substr(shown_, safe - shown_) : "";
+  shown_ = std::max(shown_, safe);
+  return display(std::move(out));
+}
+
+std::string ChatReplyText::finish() {
+  std::string out = text_.size() > shown_ ? text_.substr(shown_) : "";
+  shown_ = text_.size();
+  return display(std::move(out)) + utf8_.flush();
+}
+
+std::string ChatReplyText::display(std::string text) {
+  if (at_start_) {
+    const size_t begin = text.find_first_not_of(' ');
+    text = begin == std::string::npos ? "" : text.substr(begin);
+    if (!text.empty()) at_start_ = false;
+  }
+  return utf8_.push(text);
+}
+
+// ---- the session ------------------------------------------------------------------------
+
+ChatSession::ChatSession(Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template,
+                         ChatTemplateContext context, std::string system)
+    : model_(model), tok_(tokenizer), template_(std::move(chat_template)), ctx_(std::move(context)),
+      system_(std::move(system)), turn_end_(template_.assistant_turn_end(ctx_)) {
+  reset();
+}
+
+void ChatSession::reset() {
+  history_.clear();
+  if (!system_.empty()) history_.push_back({"system", system_});
+  pieces_.clear();
+  model_.truncate(0);
+}
+
+void ChatSession::check_template() const {
+  std::vector<ChatMessage> probe = history_;
+  probe.push_back({"user", "Hello"});
+  template_.render(probe, true, ctx_);
+}
+
+ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationOptions& options,
+                                 const TextCallback& on_text, const StopFlag& should_stop) {
+  std::vector<ChatMessage> messages = history_;
+  messages.push_back({"user", user_text});
+  std::string prompt;
+  try {
+    prompt = template_.render(messages, true, ctx_);
+  } catch (const ChatTemplateError& e) {
+    throw ChatTurnError(ChatTurnError::Kind::TemplateRefused,
+                        "the chat template (" + template_.name() + ") refuses this conversation: " + e.what());
+  }
+  const Prefill prefill = plan_prefill(prompt);
+  if (static_cast<int64_t>(prefill.reused) + static_cast<int64_t>(prefill.ids.size()) >= model_.n_ctx())
+    throw ChatTurnError(ChatTurnError::Kind::ContextFull,
+                        "the context is full (this turn needs " + std::to_string(prefill.ids.size()) + " tokens, " +
+                            std::to_string(prefill.reused) + " of " + std::to_string(model_.n_ctx()) + " are in use)");
+  apply(prefill);
+
+  GenerationOptions g = options;
+  g.keep_context = true;
+  ChatReplyText reply(turn_end_);
+  bool stopped = false;
+  auto show = [&](const std::string& text) {
+    if (on_text && !text.empty()) on_text(text);
+  };
+  auto on_token = [&](int32_t id) {
+    if (should_stop && should_stop()) {
+      stopped = true;
+      return false;
+    }
+    if (tok_.is_end_of_generation(id) || tok_.is_control(id)) return true;
+    show(reply.push(tok_.token_to_piece(id)));
+    return !reply.found_turn_end();
+  };
+  ChatTurnResult r;
+  r.generation = generate(model_, tok_, prefill.ids, g, on_token);
+  show(reply.finish());
+
+  // What the cache now holds, with the text each token stands for in the next
+  // rendering. A control token inside the reply (a BOS a story model starts a new story
+  // with) is in the cache but not in the reply's text: it stands for no text. The last
+  // token keeps its special text, which the template may write after the reply ("</s>").
+  const std::vector<int32_t>& ids = r.generation.ids;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    const bool last = i + 1 == ids.size();
+    const bool control = tok_.is_control(id) || tok_.is_end_of_generation(id);
+    pieces_.push_back({control && !last ? std::string() : tok_.token_to_piece(id, control), {id}, !last});
+  }
+  history_.push_back({"user", user_text});
+  history_.push_back({"assistant", reply.text()});
+
+  r.reply = reply.text();
+  r.new_tokens = prefill.ids.size();
+  r.reused = prefill.reused;
+  r.prompt_tokens = prefill.ids.size() + static_cast<size_t>(prefill.reused);
+  r.stop = stopped                                                   ? ChatStop::Stopped
+           : reply.found_turn_end()                                  ? ChatStop::EndOfTurn
+           : r.generation.stop == StopReason::EndOfGeneration         ? ChatStop::EndOfGeneration
+           : r.generation.stop == StopReason::ContextFull             ? ChatStop::ContextFull
+                                                                      : ChatStop::Length;
+  return r;
+}
+
+// Finds the cached pieces whose texts, in order, start `prompt`, and tokenizes the rest
+// of it. Changes nothing: apply() does.
+ChatSession::Prefill ChatSession::plan_prefill(const std::string& prompt) const {
+  Prefill p;
+  size_t matched_text = 0;
+  while (p.kept_pieces < pieces_.size() &&
+         prompt.compare(matched_text, pieces_[p.kept_pieces].text.size(), pieces_[p.kept_pieces].text) == 0) {
+    const CachedPiece& piece = pieces_[p.kept_pieces++];
+    matched_text += piece.text.size();
+    if (piece.in_cache) {
+      p.reused += static_cast<int32_t>(piece.ids.size());
+    } else {
+      p.ids.insert(p.ids.end(), piece.ids.begin(), piece.ids.end());  // a reply's last token, fed now
+    }
+  }
+  p.rest.text = prompt.substr(matched_text);
+  p.rest.ids = tok_.encode(p.rest.text, false, true);
+  // A conversation starts with BOS unless the template wrote it already.
+  const Vocab& vocab = tok_.vocab();
+  if (p.kept_pieces == 0 && vocab.add_bos && vocab.bos >= 0 &&
+      !(!ctx_.bos_token.empty() && prompt.starts_with(ctx_.bos_token)))
+    p.rest.ids.insert(p.rest.ids.begin(), vocab.bos);
+  p.ids.insert(p.ids.end(), p.rest.ids.begin(), p.rest.ids.end());
+  if (p.ids.empty() && p.kept_pieces > 0) {
+    // Everything is cached already: feed the last piece again so that there are
+    // logits to sample the reply's first token from.
+    const CachedPiece& last = pieces_[p.kept_pieces - 1];
+    p.reused -= static_cast<int32_t>(last.ids.size());
+    p.ids = last.ids;
+  }
+  return p;
+}
+
+// Truncates the KV cache to the kept pieces and records what the prefill adds.
+void ChatSession::apply(const Prefill& p) {
+  pieces_.resize(p.kept_pieces);
+  for (CachedPiece& piece : pieces_) piece.in_cache = true;
+  if (!p.rest.text.empty() || !p.rest.ids.empty()) pieces_.push_back(p.rest);
+  model_.truncate(p.reused);
+}
+
+}  // namespace fafo

@@ -1,0 +1,162 @@
+// fafo::ChatSession, the conversation logic `fafo chat` and fafo-studio share: the
+// reply text (turn-end text cut off, held back while it may be starting, UTF-8 kept
+// whole, the leading space dropped), KV reuse across turns, stopping, resetting, a
+// full context, and a template that refuses a conversation. The model is stories260K
+// (no chat template of its own: chatml).
+#include <gtest/gtest.h>
+
+#include "fafo/chat_session.h"
+#include "model_fixtures.h"
+#include "test_support.h"
+
+using namespace fafo;
+
+TEST(ChatSession, ReplyTextCutsAtTheTurnEnd) {
+  ChatReplyText r("<|im_end|>");
+  std::string shown;
+  for (const char* piece : {" Hello", " there", "<|im", "_e", "nd|>", " more"}) shown += r.push(piece);
+  shown += r.finish();
+  EXPECT_EQ(shown, "Hello there");
+  EXPECT_TRUE(r.found_turn_end());
+  EXPECT_EQ(r.text(), " Hello there");  // as generated: the conversation keeps the space
+}
+
+TEST(ChatSession, ReplyTextHoldsBackAPossibleTurnEnd) {
+  ChatReplyText r("<|im_end|>");
+  EXPECT_EQ(r.push("a <"), "a ");    // "<" may start the marker
+  EXPECT_EQ(r.push("|im"), "");
+  EXPECT_EQ(r.push("x"), "<|imx");  // it did not
+  EXPECT_EQ(r.finish(), "");
+  EXPECT_FALSE(r.found_turn_end());
+  ChatReplyText tail("</s>");
+  EXPECT_EQ(tail.push("end </"), "end ");
+  EXPECT_EQ(tail.finish(), "</");  // the held-back rest comes out at the end
+}
+
+TEST(ChatSession, ReplyTextKeepsCharactersWhole) {
+  ChatReplyText r("");
+  EXPECT_EQ(r.push(" \xE2\x80"), "");  // the first two bytes of U+2019
+  EXPECT_EQ(r.push("\x99s"), "\xE2\x80\x99s");
+  EXPECT_EQ(r.push("   "), "   ");      // only the first leading space goes
+  EXPECT_EQ(r.finish(), "");
+}
+
+class ChatSessionOnStories : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto path = test::shared_path("models/stories260K.gguf");
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
+    m_ = test::load_test_model(path.string(), 512);
+  }
+  ChatSession session(const std::string& system = "") {
+    return ChatSession(*m_.model, *m_.tokenizer, ChatTemplate::builtin("chatml"), chat_template_context(*m_.tokenizer),
+                       system);
+  }
+  static GenerationOptions greedy(int32_t n, Strategy s = Strategy::Ar) {
+    GenerationOptions o;
+    o.n_predict = n;
+    o.sampling.temperature = 0;
+    o.decoding.strategy = s;
+    return o;
+  }
+  test::TestModel m_;
+};
+
+TEST_F(ChatSessionOnStories, TurnsReuseTheCacheAndStream) {
+  ChatSession chat = session("You tell stories.");
+  EXPECT_EQ(chat.turn_end(), "<|im_end|>");
+  std::string streamed;
+  const ChatTurnResult first = chat.turn("Once upon a time", greedy(30), [&](const std::string& t) { streamed += t; });
+  EXPECT_EQ(first.reused, 0);
+  EXPECT_EQ(first.new_tokens, first.prompt_tokens);
+  EXPECT_EQ(first.stop, ChatStop::Length);
+  EXPECT_EQ(first.generation.ids.size(), 30u);
+  const size_t begin = first.reply.find_first_not_of(' ');
+  EXPECT_EQ(streamed, first.reply.substr(begin));
+  EXPECT_FALSE(streamed.empty());
+  ASSERT_EQ(chat.history().size(), 3u);  // system, user, assistant
+  EXPECT_EQ(chat.history()[2].content, first.reply);
+
+  const int32_t after_first = m_.model->n_past();
+  const ChatTurnResult second = chat.turn("Tell me about the dog", greedy(20));
+  EXPECT_EQ(second.reused, after_first) << "the first turn's tokens stay in the cache";
+  EXPECT_LT(second.new_tokens, second.prompt_tokens);
+  EXPECT_EQ(chat.history().size(), 5u);
+
+  // The same conversation from scratch, with FAFO: the same replies (lossless), and the
+  // step callback sees the decoding.
+  ChatSession again = session("You tell stories.");
+  int steps = 0;
+  GenerationOptions fafo = greedy(30, Strategy::Fafo);
+  fafo.on_step = [&](const StepTrace&) { ++steps; };
+  EXPECT_EQ(again.turn("Once upon a time", fafo).reply, first.reply);
+  EXPECT_GT(steps, 0);
+  EXPECT_EQ(again.turn("Tell me about the dog", greedy(20, Strategy::Fafo)).reply, second.reply);
+}
+
+TEST_F(ChatSessionOnStories, StopFlagEndsTheReplyWhichStaysInTheConversation) {
+  ChatSession chat = session();
+  int tokens = 0;
+  const ChatTurnResult r = chat.turn("Once upon a time", greedy(100), {}, [&] { return ++tokens > 5; });
+  EXPECT_EQ(r.stop, ChatStop::Stopped);
+  EXPECT_LE(r.generation.ids.size(), 6u);
+  ASSERT_EQ(chat.history().size(), 2u);
+  EXPECT_EQ(chat.history()[1].content, r.reply);
+  // The conversation goes on from there.
+  EXPECT_GT(chat.turn("And then?", greedy(5)).reused, 0);
+}
+
+TEST_F(ChatSessionOnStories, ResetStartsOverWithAnEmptyCache) {
+  ChatSession chat = session("sys");
+  chat.turn("Once upon a time", greedy(10));
+  EXPECT_GT(m_.model->n_past(), 0);
+  chat.set_system("other");
+  chat.reset();
+  EXPECT_EQ(m_.model->n_past(), 0);
+  ASSERT_EQ(chat.history().size(), 1u);
+  EXPECT_EQ(chat.history()[0].content, "other");
+  EXPECT_EQ(chat.turn("Once upon a time", greedy(10)).reused, 0);
+}
+
+TEST_F(ChatSessionOnStories, FullContextAndRefusedTemplatesAreErrors) {
+  ChatSession chat = session();
+  try {
+    chat.turn(std::string(8000, 'a'), greedy(10));
+    FAIL() << "a turn longer than the context ran";
+  } catch (const ChatTurnError& e) {
+    EXPECT_EQ(e.kind(), ChatTurnError::Kind::ContextFull);
+    EXPECT_NE(std::string(e.what()).find("the context is full"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(chat.history().size(), 0u) << "the message that could not run is not in the conversation";
+
+  // A template that refuses system messages, as Gemma's does.
+  const char* source = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+                       "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}";
+  ChatSession refusing(*m_.model, *m_.tokenizer, ChatTemplate::from_source(source, "strict"),
+                       chat_template_context(*m_.tokenizer), "a system text");
+  EXPECT_THROW(refusing.check_template(), ChatTemplateError);
+  try {
+    refusing.turn("hi", greedy(5));
+    FAIL() << "the template accepted a system message";
+  } catch (const ChatTurnError& e) {
+    EXPECT_EQ(e.kind(), ChatTurnError::Kind::TemplateRefused);
+    EXPECT_NE(std::string(e.what()).find("the chat template (strict) refuses this conversation: System role not supported"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Long sampled replies (which sometimes contain a BOS where the story model starts a
+// new story) stay in the cache whole: the next turn reuses every fed token.
+TEST_F(ChatSessionOnStories, LongSampledRepliesStayInTheCache) {
+  for (uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
+    ChatSession chat = session();
+    GenerationOptions o = greedy(400);
+    o.sampling.temperature = 0.8f;
+    o.sampling.seed = seed;
+    const ChatTurnResult first = chat.turn("Once upon a time", o);
+    const ChatTurnResult second = chat.turn("The end", greedy(5));
+    EXPECT_EQ(second.reused, static_cast<int32_t>(first.prompt_tokens + first.generation.ids.size()) - 1)
+        << "seed " << seed << ", stop " << chat_stop_text(first.stop) << ", reply: " << first.reply;
+  }
+}

@@ -1,0 +1,183 @@
+// fafo-studio's engine: the one worker thread that opens models, runs chat turns and
+// raw-prompt generations while the UI thread only queues jobs and reads a copy of the
+// state. Errors (a missing file, a backend that cannot be made) end up in the view,
+// never in a crash; a paused generator waits for the debugger and stop() ends it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "engine.h"
+#include "test_support.h"
+
+using namespace fafo;
+using namespace fafo::studio;
+
+namespace {
+
+bool wait_for(const std::function<bool()>& done, double seconds = 60.0) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return done();
+}
+
+GenerationOptions greedy(int32_t n, Strategy s = Strategy::Fafo) {
+  GenerationOptions o;
+  o.n_predict = n;
+  o.sampling.temperature = 0;
+  o.decoding.strategy = s;
+  return o;
+}
+
+ModelRequest cpu(const std::string& path) {
+  ModelRequest r;
+  r.path = path;
+  r.backend.name = "cpu";
+  r.backend.threads = 2;
+  r.n_ctx = 512;
+  return r;
+}
+
+}  // namespace
+
+TEST(StudioEngine, ListsBackendsAndReportsLoadErrors) {
+  Engine engine;
+  ASSERT_TRUE(engine.wait_idle(60));
+  EngineView v = engine.view();
+  EXPECT_TRUE(v.devices_known);
+  ASSERT_FALSE(v.backends.empty());
+  EXPECT_EQ(v.backends[0], "cpu");
+  EXPECT_FALSE(v.default_backend.empty());
+
+  engine.open_model(cpu("/nonexistent/model.gguf"), {});
+  ASSERT_TRUE(engine.wait_idle(60));
+  v = engine.view();
+  EXPECT_FALSE(v.has_model);
+  EXPECT_NE(v.error.find("/nonexistent/model.gguf: no such file"), std::string::npos) << v.error;
+
+  // A generation without a model is an error, not a crash.
+  engine.send("hello", greedy(5));
+  ASSERT_TRUE(engine.wait_idle(60));
+  EXPECT_NE(engine.view().error.find("open a model first"), std::string::npos) << engine.view().error;
+}
+
+TEST(StudioEngine, AnUnusableBackendIsAnErrorInTheView) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  Engine engine;
+  ModelRequest r = cpu(model_path.string());
+  r.backend.name = "nosuch";
+  engine.open_model(r, {});
+  ASSERT_TRUE(engine.wait_idle(60));
+  EXPECT_NE(engine.view().error.find("unknown backend 'nosuch'"), std::string::npos) << engine.view().error;
+  // Vulkan with a device that does not exist (or without Vulkan at all): a clear error.
+  r.backend.name = "vulkan";
+  r.backend.device = "no such device 12345";
+  engine.open_model(r, {});
+  ASSERT_TRUE(engine.wait_idle(120));
+  const EngineView v = engine.view();
+  EXPECT_FALSE(v.has_model);
+  EXPECT_FALSE(v.error.empty());
+  std::printf("vulkan with a bogus device: %s\n", v.error.c_str());
+}
+
+TEST(StudioEngine, ChatsStreamsAndFeedsTheDebugger) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  Engine engine;
+  engine.open_model(cpu(model_path.string()), {"", "You tell stories."});
+  ASSERT_TRUE(engine.wait_idle(60));
+  EngineView v = engine.view();
+  ASSERT_TRUE(v.has_model) << v.error;
+  EXPECT_EQ(v.model_serial, 1u);
+  EXPECT_EQ(v.n_layer, 5);
+  EXPECT_EQ(v.n_ctx, 512);
+  EXPECT_EQ(v.template_name, "chatml");  // stories260K has no template of its own
+  EXPECT_NE(v.note.find("no chat template"), std::string::npos);
+  EXPECT_EQ(v.backend, "cpu");
+  ASSERT_TRUE(v.text);
+  ASSERT_EQ(v.conversation.size(), 1u);  // the system message
+
+  // A turn, watched while it runs: the reply streams into the view.
+  engine.gate().set_paused(true);  // the debugger holds the generator after its first step
+  engine.send("Once upon a time", greedy(40));
+  ASSERT_TRUE(wait_for([&] { return engine.gate().waiting(); }));
+  v = engine.view();
+  EXPECT_EQ(v.activity, EngineView::Activity::Generating);
+  EXPECT_EQ(v.pending_user, "Once upon a time");
+  EXPECT_TRUE(v.busy);
+  std::vector<StepTrace> traces;
+  EXPECT_TRUE(engine.gate().drain(traces));
+  EXPECT_EQ(traces.size(), 1u);
+  engine.gate().set_paused(false);
+  ASSERT_TRUE(engine.wait_idle(60));
+  v = engine.view();
+  EXPECT_TRUE(v.error.empty()) << v.error;
+  ASSERT_EQ(v.conversation.size(), 3u);
+  EXPECT_EQ(v.conversation[1].content, "Once upon a time");
+  EXPECT_FALSE(v.conversation[2].content.empty());
+  EXPECT_TRUE(v.streaming.empty());
+  ASSERT_TRUE(v.last.has_value());
+  EXPECT_EQ(v.last->tokens, 40u);
+  EXPECT_EQ(v.last->stop, "length");
+  EXPECT_GT(v.last->tau, 1.0) << "FAFO accepted nothing in 40 tokens of a story";
+  EXPECT_GT(v.n_past, 0);
+  engine.gate().drain(traces);
+  int64_t tokens = 0;
+  for (const StepTrace& t : traces) tokens += static_cast<int64_t>(t.accepted.size());
+  EXPECT_EQ(tokens, 40);
+  const LiveStats live = engine.gate().stats();
+  EXPECT_EQ(live.tokens, 40);
+  EXPECT_NEAR(live.tau(), v.last->tau, 1e-9);
+
+  // The second turn reuses the cache; a new chat empties it.
+  engine.send("Tell me about the dog", greedy(10));
+  ASSERT_TRUE(engine.wait_idle(60));
+  v = engine.view();
+  ASSERT_EQ(v.conversation.size(), 5u);
+  EXPECT_GT(v.last->reused, 0);
+  EXPECT_TRUE(engine.gate().drain(traces)) << "a new generation replaces the debugger's steps";
+  engine.new_chat({"llama3", ""});
+  ASSERT_TRUE(engine.wait_idle(60));
+  v = engine.view();
+  EXPECT_TRUE(v.conversation.empty());
+  EXPECT_EQ(v.template_name, "llama3");
+  EXPECT_EQ(v.n_past, 0);
+}
+
+TEST(StudioEngine, PromptRunsStopAtMaxStepsAndOnStop) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  Engine engine;
+  engine.open_model(cpu(model_path.string()), {});
+  engine.run_prompt("Once upon a time", greedy(200), 12);
+  ASSERT_TRUE(engine.wait_idle(60));
+  EngineView v = engine.view();
+  ASSERT_TRUE(v.error.empty()) << v.error;
+  std::vector<StepTrace> traces;
+  engine.gate().drain(traces);
+  EXPECT_GE(traces.size(), 12u);
+  EXPECT_LE(traces.size(), 13u);  // the step in flight when the limit was reached may finish
+  EXPECT_EQ(traces[0].step, 0);
+  EXPECT_EQ(v.last->stop, "cancelled");
+
+  // Stopped while paused: must not hang.
+  engine.gate().set_paused(true);
+  engine.run_prompt("Once upon a time", greedy(200));
+  ASSERT_TRUE(wait_for([&] { return engine.gate().waiting(); }));
+  engine.gate().allow_one_step();
+  ASSERT_TRUE(wait_for([&] {
+    engine.gate().drain(traces);
+    return traces.size() == 2 && engine.gate().waiting();
+  }));
+  engine.stop();
+  ASSERT_TRUE(engine.wait_idle(60));
+  engine.gate().drain(traces);
+  EXPECT_GE(traces.size(), 2u);
+  EXPECT_LE(traces.size(), 3u);  // the step after the stop request ends the generation and reports itself
+  engine.gate().set_paused(false);
+
+  // Destroying the engine while it generates stops the generation.
+  engine.run_prompt("Once upon a time", greedy(-1));
+}
