@@ -47,7 +47,7 @@ void main() {
       [[unroll]] for (uint k = 0u; k < 16u; ++k) out_bits[out_base + k] = floatBitsToUint(v[k]);
     } else {
 #if DQ_PLAIN_FLOAT
-      for (uint k = 0u; chunk * 16u + k < p.cols; ++k) out_bits[out_base + k] = floatBitsToUint(dq_row_value(row_off, chunk * 16u + k));
+      for (uint c = chunk * 16u; c < p.cols; ++c) out_bits[t * p.cols + c] = floatBitsToUint(dq_row_value(row_off, c));
 #endif
     }
   }

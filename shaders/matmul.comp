@@ -3,8 +3,9 @@
 //     out[t * out_stride + out_offset + r] = sum_c x[t * x_stride + c] * W[r][c]
 // for t < T tokens and r < rows, W in its packed format (binding 1), x and out fp32.
 // Compiled per format (-DFORMAT_*) and per variant: -DTILE_T (tokens per tile),
-// -DROW_GROUPS (rows per workgroup), -DWHOLE_ROWS=1 for the CPU-device mapping below.
-// WeightKernels (runtime/src/backend/vulkan/weight_kernels.cpp) picks the variant.
+// -DROW_GROUPS (rows, or with WHOLE_ROWS invocations, per workgroup), -DWHOLE_ROWS=<rows
+// per invocation> for the CPU-device mapping below. WeightKernels
+// (runtime/src/backend/vulkan/weight_kernels.cpp) picks the variant.
 //
 // Numerics, the same for every variant, mapping and T: a row is cut into 16-value
 // chunks and chunk j belongs to lane j % 32. Lane l accumulates the products of its
@@ -27,12 +28,14 @@
 // tokens, small next to the arithmetic at that size. Lanes meet in shared memory (no
 // subgroup operations needed).
 //
-// Whole rows (WHOLE_ROWS=1, for CPU implementations such as lavapipe, which run
-// invocations as SIMD lanes, mask rather than skip branches and load per lane when
-// addresses differ): one invocation per row computes the 32 lane sums itself, in the
-// tree's depth-first order. Every x address is then the same across the workgroup (one
-// load for all lanes), there is no barrier, and the token loop has a run-time bound, so
-// the cost is proportional to T. TILE_T is the tokens per pass over the weights.
+// Whole rows (WHOLE_ROWS = n, for CPU implementations such as lavapipe, which run
+// invocations as the lanes of SIMD registers, mask branches rather than skip them, pay
+// for every loaded component lane by lane, and run barriers as coroutine switches): an
+// invocation computes n rows entirely, the 32 lane sums of each in the tree's
+// depth-first order. No shared memory or barrier; each x value loaded serves n rows;
+// the token loop has a run-time bound, so a step costs in proportion to T (TILE_T is
+// only the tokens per pass over the weights). On lavapipe it is up to ~3.5 times faster
+// than split rows (T >= 3); on a GPU its token arrays would live in slow scratch memory.
 //
 // Rows past `rows` in the last workgroup are computed from a clamped row and never
 // written; workgroups stride over row blocks (x) and token tiles (y), so any size fits
@@ -76,37 +79,39 @@ layout(push_constant) uniform Params {
 #include "dequant.glsl"
 
 #if WHOLE_ROWS
-// One invocation per row: it computes the 32 lane sums itself, in the tree's depth-first
-// order (lane bitreverse(j) for j = 0..31), keeping one pending subtree per tree height
-// (a binary counter: leaf j closes one subtree per trailing 1 bit of j). All indices into
-// the token arrays are compile-time constants, so they stay in registers.
+// Each invocation computes WHOLE_ROWS rows entirely: the 32 lane sums of each, in the
+// tree's depth-first order (lane bitreverse(j) for j = 0..31), keeping one pending
+// subtree per tree height (a binary counter: leaf j closes one subtree per trailing 1
+// bit of j). An x value loaded serves all WHOLE_ROWS rows.
 void main() {
   const uint full_chunks = p.cols / 16u;
   const uint tail = p.cols % 16u;
   const uint n_tiles = (p.T + TILE_T - 1u) / TILE_T;
-  const uint n_row_blocks = (p.rows + WG_SIZE - 1u) / WG_SIZE;
+  const uint rows_per_group = WG_SIZE * WHOLE_ROWS;
+  const uint n_row_blocks = (p.rows + rows_per_group - 1u) / rows_per_group;
   for (uint tile = gl_WorkGroupID.y; tile < n_tiles; tile += gl_NumWorkGroups.y) {
     const uint t0 = tile * TILE_T;
     const uint n_active = min(uint(TILE_T), p.T - t0);
     for (uint block = gl_WorkGroupID.x; block < n_row_blocks; block += gl_NumWorkGroups.x) {
-      const uint row = block * WG_SIZE + gl_LocalInvocationID.x;
-      const uint row_off = min(row, p.rows - 1u) * p.row_bytes;
-      precise float pending[6][TILE_T];
-      [[unroll]] for (uint h = 0u; h < 6u; ++h) {
-        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) pending[h][t] = 0.0;
-      }
+      const uint first_row = (block * WG_SIZE + gl_LocalInvocationID.x) * WHOLE_ROWS;
+      uint row_off[WHOLE_ROWS];
+      [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) row_off[r] = min(first_row + r, p.rows - 1u) * p.row_bytes;
+      precise float pending[6][WHOLE_ROWS][TILE_T];
       for (uint j = 0u; j < LANES; ++j) {
         const uint lane = bitfieldReverse(j) >> 27;
-        precise float acc[TILE_T];
-        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) acc[t] = 0.0;
+        precise float acc[WHOLE_ROWS][TILE_T];
+        for (uint t = 0u; t < n_active; ++t) {
+          [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = 0.0;
+        }
         for (uint chunk = lane; chunk < full_chunks; chunk += LANES) {
-          float w[16];
-          dq_row_chunk(row_off, chunk, w);
+          float w[WHOLE_ROWS][16];
+          [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) dq_row_chunk(row_off[r], chunk, w[r]);
           const uint c0 = chunk * 16u;
-          [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
-            if (t < n_active) {
-              const uint xb = (t0 + t) * p.x_stride + c0;
-              [[unroll]] for (uint k = 0u; k < 16u; ++k) acc[t] = fma(w[k], x[xb + k], acc[t]);
+          for (uint t = 0u; t < n_active; ++t) {
+            const uint xb = (t0 + t) * p.x_stride + c0;
+            [[unroll]] for (uint k = 0u; k < 16u; ++k) {
+              const float xv = x[xb + k];
+              [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = fma(w[r][k], xv, acc[r][t]);
             }
           }
         }
@@ -114,27 +119,32 @@ void main() {
         if (tail != 0u && lane == full_chunks % LANES) {
           const uint c0 = full_chunks * 16u;
           for (uint k = 0u; k < tail; ++k) {
-            const float wv = dq_row_value(row_off, c0 + k);
-            [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
-              if (t < n_active) acc[t] = fma(wv, x[(t0 + t) * p.x_stride + c0 + k], acc[t]);
+            float wv[WHOLE_ROWS];
+            [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) wv[r] = dq_row_value(row_off[r], c0 + k);
+            for (uint t = 0u; t < n_active; ++t) {
+              const float xv = x[(t0 + t) * p.x_stride + c0 + k];
+              [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = fma(wv[r], xv, acc[r][t]);
             }
           }
         }
 #endif
-        const uint closes = findLSB(~j);  // trailing 1 bits of j: subtrees completed by this leaf
-        [[unroll]] for (uint h = 0u; h < 5u; ++h) {
-          if (h < closes) {
-            [[unroll]] for (uint t = 0u; t < TILE_T; ++t) acc[t] = pending[h][t] + acc[t];
+        uint height = 0u;
+        for (uint bits = j; (bits & 1u) != 0u; bits >>= 1) {
+          for (uint t = 0u; t < n_active; ++t) {
+            [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = pending[height][r][t] + acc[r][t];
           }
+          ++height;
         }
-        [[unroll]] for (uint h = 0u; h < 6u; ++h) {
-          if (h == closes) {
-            [[unroll]] for (uint t = 0u; t < TILE_T; ++t) pending[h][t] = acc[t];
-          }
+        for (uint t = 0u; t < n_active; ++t) {
+          [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) pending[height][r][t] = acc[r][t];
         }
       }
-      [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
-        if (t < n_active && row < p.rows) y[(t0 + t) * p.out_stride + p.out_offset + row] = pending[5][t];
+      [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) {
+        if (first_row + r < p.rows) {
+          for (uint t = 0u; t < n_active; ++t) {
+            y[(t0 + t) * p.out_stride + p.out_offset + first_row + r] = pending[5][r][t];
+          }
+        }
       }
     }
   }
@@ -206,7 +216,9 @@ void main() {
       for (uint slot = lid; slot < SLOTS; slot += WG_SIZE) {
         const uint t = slot % TILE_T;
         const uint row = block * ROW_GROUPS + slot / TILE_T;
-        if (t < n_active && row < p.rows) y[(t0 + t) * p.out_stride + p.out_offset + row] = sum_lanes(slot * SLOT_STRIDE);
+        if (t < n_active && row < p.rows) {
+          y[(t0 + t) * p.out_stride + p.out_offset + row] = sum_lanes(slot * SLOT_STRIDE);
+        }
       }
       barrier();  // partial is rewritten for the next row block
     }

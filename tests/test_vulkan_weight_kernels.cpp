@@ -41,11 +41,11 @@ using fafo::vulkan::Buffer;
 using fafo::vulkan::CommandSequence;
 using fafo::vulkan::Context;
 using fafo::vulkan::ContextOptions;
-using fafo::vulkan::ValidationLog;
-using fafo::vulkan::VulkanError;
 using fafo::vulkan::MatmulMapping;
 using fafo::vulkan::MatmulShape;
 using fafo::vulkan::MatmulVariant;
+using fafo::vulkan::ValidationLog;
+using fafo::vulkan::VulkanError;
 using fafo::vulkan::WeightKernels;
 
 constexpr TensorType kFormats[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
@@ -113,15 +113,21 @@ std::vector<uint32_t> half_fields(TensorType type) {
   switch (type) {
     case TensorType::Q4_0:
     case TensorType::Q5_0:
-    case TensorType::Q8_0: return {0};
+    case TensorType::Q8_0:
+      return {0};
     case TensorType::Q4_1:
     case TensorType::Q5_1:
     case TensorType::Q4_K:
-    case TensorType::Q5_K: return {0, 2};
-    case TensorType::Q2_K: return {80, 82};
-    case TensorType::Q3_K: return {108};
-    case TensorType::Q6_K: return {208};
-    default: return {};
+    case TensorType::Q5_K:
+      return {0, 2};
+    case TensorType::Q2_K:
+      return {80, 82};
+    case TensorType::Q3_K:
+      return {108};
+    case TensorType::Q6_K:
+      return {208};
+    default:
+      return {};
   }
 }
 
@@ -410,7 +416,21 @@ void check_matmul(const std::vector<uint32_t>& got, const Reference& ref, uint32
   }
 }
 
+std::string mapping_name(MatmulMapping mapping) {
+  switch (mapping) {
+    case MatmulMapping::Auto:
+      return "automatic";
+    case MatmulMapping::SplitRows:
+      return "SplitRows";
+    case MatmulMapping::WholeRows:
+      return "WholeRows";
+  }
+  return "?";
+}
+
 TEST_F(VulkanWeightKernels, MatmulMatchesTheCpuForEveryFormatShapeAndTokenCount) {
+  // The automatic choice for every shape; both mappings explicitly for the shapes up to
+  // 33 rows (the mapping the device does not prefer is slow there: SplitRows on lavapipe).
   for (const TensorType type : kFormats) {
     for (const uint32_t rows : {1u, 7u, 33u, 257u}) {
       for (const uint32_t cols : test_cols(type)) {
@@ -421,22 +441,27 @@ TEST_F(VulkanWeightKernels, MatmulMatchesTheCpuForEveryFormatShapeAndTokenCount)
         const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
         const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
         const OutLayout layout = out_layout(rows);
-        constexpr MatmulMapping kMappings[] = {MatmulMapping::SplitRows, MatmulMapping::WholeRows};
-        std::vector<Buffer> outs;
+        std::vector<MatmulMapping> mappings = {MatmulMapping::Auto};
+        if (rows <= 33) mappings = {MatmulMapping::SplitRows, MatmulMapping::WholeRows};
+        struct Run {
+          MatmulMapping mapping;
+          uint32_t T;
+          Buffer out;
+        };
+        std::vector<Run> runs;
         CommandSequence seq(*context_);
         for (const uint32_t T : kTokenCounts) {
-          for (const MatmulMapping mapping : kMappings) {
-            outs.push_back(sentinel_buffer(*context_, layout.words(T, rows)));
-            kernels_->matmul(seq, type, bw, bx, outs.back(),
+          for (const MatmulMapping mapping : mappings) {
+            runs.push_back({mapping, T, sentinel_buffer(*context_, layout.words(T, rows))});
+            kernels_->matmul(seq, type, bw, bx, runs.back().out,
                              MatmulShape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset},
                              MatmulVariant{0, mapping});
           }
         }
         seq.submit_and_wait();
-        for (size_t i = 0; i < outs.size(); ++i) {
-          const uint32_t T = kTokenCounts[i / 2];
-          SCOPED_TRACE(std::string(i % 2 == 0 ? "SplitRows" : "WholeRows") + ", T " + std::to_string(T));
-          check_matmul(read_bits(outs[i], layout.words(T, rows)), ref, T, rows, cols, layout);
+        for (const Run& run : runs) {
+          SCOPED_TRACE(mapping_name(run.mapping) + ", T " + std::to_string(run.T));
+          check_matmul(read_bits(run.out, layout.words(run.T, rows)), ref, run.T, rows, cols, layout);
         }
       }
     }
@@ -472,7 +497,9 @@ TEST_F(VulkanWeightKernels, EveryVariantAndTokenCountGivesEachTokenTheMatVecBits
     const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
     const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
     const OutLayout layout = out_layout(rows);
-    auto shape = [&](uint32_t T) { return MatmulShape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset}; };
+    auto shape = [&](uint32_t T) {
+      return MatmulShape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset};
+    };
 
     struct Run {
       std::string name;
@@ -510,25 +537,63 @@ TEST_F(VulkanWeightKernels, EveryVariantAndTokenCountGivesEachTokenTheMatVecBits
   }
 }
 
-TEST_F(VulkanWeightKernels, MatmulStridesOverMoreRowsThanTheWorkgroupLimit) {
-  const uint32_t limit = context_->properties().limits.maxComputeWorkGroupCount[0];
-  const uint32_t rows = limit * WeightKernels::kMaxRowsPerWorkgroup + 37;
-  const uint32_t cols = 32;
+TEST_F(VulkanWeightKernels, MatmulOfMoreThan65535Rows) {
+  // More rows than the smallest maxComputeWorkGroupCount a device may have (Q4_0, one
+  // block per row: cheap).
+  const uint32_t rows = 65535 + 37, cols = 32, max_T = 3;
   const TensorType type = TensorType::Q4_0;
   const Weights w = quantized_weights(type, rows, cols, 5);
-  const uint32_t max_T = 40;
   const Activations a = random_activations(cols, max_T, 6);
   const Reference ref = reference(w, a, max_T);
   const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
   const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
   const OutLayout layout = out_layout(rows);
-  for (const uint32_t T : {1u, 3u, 17u, max_T}) {
-    SCOPED_TRACE("rows " + std::to_string(rows) + " T " + std::to_string(T));
-    const Buffer out = sentinel_buffer(*context_, layout.words(T, rows));
-    CommandSequence seq(*context_);
-    kernels_->matmul(seq, type, bw, bx, out, MatmulShape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset});
-    seq.submit_and_wait();
-    check_matmul(read_bits(out, layout.words(T, rows)), ref, T, rows, cols, layout);
+  for (const MatmulMapping mapping : {MatmulMapping::SplitRows, MatmulMapping::WholeRows}) {
+    for (const uint32_t T : {1u, max_T}) {
+      SCOPED_TRACE(mapping_name(mapping) + " T " + std::to_string(T));
+      const Buffer out = sentinel_buffer(*context_, layout.words(T, rows));
+      CommandSequence seq(*context_);
+      kernels_->matmul(seq, type, bw, bx, out,
+                       MatmulShape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset},
+                       MatmulVariant{0, mapping});
+      seq.submit_and_wait();
+      check_matmul(read_bits(out, layout.words(T, rows)), ref, T, rows, cols, layout);
+    }
+  }
+}
+
+TEST_F(VulkanWeightKernels, WorkgroupsLoopOverWhatTheGridDoesNotCover) {
+  // Capped workgroup counts stand in for a device limit: each workgroup then handles
+  // several row blocks and token tiles, as with rows beyond limit x rows per workgroup.
+  const TensorType type = TensorType::Q6_K;
+  const uint32_t rows = 77, cols = 512, T = 100;
+  const Weights w = quantized_weights(type, rows, cols, 8);
+  const Activations a = random_activations(cols, T, 9);
+  const Reference ref = reference(w, a, T);
+  const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
+  const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
+  const OutLayout layout = out_layout(rows);
+  struct Run {
+    std::string name;
+    Buffer out;
+  };
+  std::vector<Run> runs;
+  CommandSequence seq(*context_);
+  for (const NamedVariant& v : all_variants()) {
+    for (const auto& [gx, gy] : {std::pair{1u, 1u}, std::pair{3u, 2u}}) {
+      MatmulVariant capped = v.variant;
+      capped.max_groups_x = gx;
+      capped.max_groups_y = gy;
+      runs.push_back({v.name + ", " + std::to_string(gx) + "x" + std::to_string(gy) + " workgroups",
+                      sentinel_buffer(*context_, layout.words(T, rows))});
+      kernels_->matmul(seq, type, bw, bx, runs.back().out,
+                       MatmulShape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset}, capped);
+    }
+  }
+  seq.submit_and_wait();
+  for (const Run& run : runs) {
+    SCOPED_TRACE(run.name);
+    check_matmul(read_bits(run.out, layout.words(T, rows)), ref, T, rows, cols, layout);
   }
 }
 
@@ -572,25 +637,45 @@ TEST_F(VulkanWeightKernels, MisuseIsAClearErrorNotACrash) {
   expect_message([&] { kernels_->matmul(seq, TensorType::Q8_K, big, big, big, ok); }, "not supported");
   expect_message([&] { kernels_->matmul(seq, TensorType::Q8_1, big, big, big, ok); }, "not supported");
   expect_message([&] { kernels_->matmul(seq, TensorType::Q4_K, big, big, big, ok); }, "block size 256");
-  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{2, 4, 0, 32, 4, 0}); },
-                 "cols = 0");
+  expect_message(
+      [&] {
+        kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{2, 4, 0, 32, 4, 0});
+      },
+      "cols = 0");
   expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, small, big, big, ok); }, "buffer w");
-  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, small, big, MatmulShape{2, 4, 32, 48, 4, 0}); },
-                 "buffer x");
-  expect_message([&] { kernels_->matmul(seq, TensorType::F32, big, big, small, MatmulShape{2, 15, 32, 32, 15, 0}); },
-                 "buffer out");
-  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{2, 4, 32, 16, 4, 0}); },
-                 "x_stride");
-  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{2, 4, 32, 32, 5, 2}); },
-                 "out_stride");
+  expect_message(
+      [&] {
+        kernels_->matmul(seq, TensorType::Q4_0, big, small, big, MatmulShape{2, 4, 32, 48, 4, 0});
+      },
+      "buffer x");
+  expect_message(
+      [&] {
+        kernels_->matmul(seq, TensorType::F32, big, big, small, MatmulShape{2, 15, 32, 32, 15, 0});
+      },
+      "buffer out");
+  expect_message(
+      [&] {
+        kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{2, 4, 32, 16, 4, 0});
+      },
+      "x_stride");
+  expect_message(
+      [&] {
+        kernels_->matmul(seq, TensorType::Q4_0, big, big, big, MatmulShape{2, 4, 32, 32, 5, 2});
+      },
+      "out_stride");
   expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, ok, MatmulVariant{3}); }, "tile 3");
   expect_message(
-      [&] { kernels_->matmul(seq, TensorType::Q4_0, big, big, big, ok, MatmulVariant{4, MatmulMapping::WholeRows}); },
+      [&] {
+        kernels_->matmul(seq, TensorType::Q4_0, big, big, big, ok, MatmulVariant{4, MatmulMapping::WholeRows});
+      },
       "no tiles");
   // A Q4_0 row is 18 bytes: 3 rows need 54 bytes, padded to 56.
   Buffer exact(*context_, 54);
-  expect_message([&] { kernels_->matmul(seq, TensorType::Q4_0, exact, big, big, MatmulShape{1, 3, 32, 32, 3, 0}); },
-                 "rounded up to 4 bytes");
+  expect_message(
+      [&] {
+        kernels_->matmul(seq, TensorType::Q4_0, exact, big, big, MatmulShape{1, 3, 32, 32, 3, 0});
+      },
+      "rounded up to 4 bytes");
   EXPECT_EQ(WeightKernels::weight_bytes(TensorType::Q4_0, 3, 32), 56u);
   expect_message([&] { kernels_->embed(seq, TensorType::Q2_K, big, big, big, 4, 100, 0, 4); }, "block size 256");
   expect_message([&] { kernels_->embed(seq, TensorType::F16, big, small, big, 17, 8, 0, 4); }, "buffer tokens");
@@ -606,41 +691,40 @@ TEST_F(VulkanWeightKernels, MisuseIsAClearErrorNotACrash) {
   EXPECT_FALSE(WeightKernels::supports(TensorType::Q8_K));
 }
 
-// The step-cost curve t(T) of one weight matrix (run with
-// --gtest_also_run_disabled_tests; FAFO_BENCH_ROWS / FAFO_BENCH_COLS set the shape).
+// The step-cost curve t(T) of one weight matrix, for a look at how the cost grows with T
+// (not a test: run with --gtest_also_run_disabled_tests). FAFO_BENCH_ROWS and
+// FAFO_BENCH_COLS set the shape (default 1024 x 1024), FAFO_BENCH_MAPPING=split|whole
+// the mapping (default: automatic).
 TEST_F(VulkanWeightKernels, DISABLED_StepCostCurve) {
   const auto env = [](const char* name, uint32_t fallback) {
     const char* v = std::getenv(name);
     return v ? static_cast<uint32_t>(std::stoul(v)) : fallback;
   };
   const uint32_t rows = env("FAFO_BENCH_ROWS", 1024), cols = env("FAFO_BENCH_COLS", 1024);
-  const uint32_t max_T = env("FAFO_BENCH_MAX_T", kMaxT);
-  const char* mapping_name = std::getenv("FAFO_BENCH_MAPPING");
-  const MatmulMapping mapping = !mapping_name                         ? MatmulMapping::Auto
-                                : std::string(mapping_name) == "split" ? MatmulMapping::SplitRows
-                                                                       : MatmulMapping::WholeRows;
+  const char* mapping_env = std::getenv("FAFO_BENCH_MAPPING");
+  const std::string asked = mapping_env ? mapping_env : "";
+  const MatmulMapping mapping = asked == "split"   ? MatmulMapping::SplitRows
+                                : asked == "whole" ? MatmulMapping::WholeRows
+                                                   : MatmulMapping::Auto;
   for (const TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::F16}) {
     const Weights w = quantized_weights(type, rows, cols, 1);
     const Activations a = random_activations(cols, kMaxT, 2);
     const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
     const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
-    const Buffer out(*context_, size_t{max_T} * rows * sizeof(float));
-    std::printf("%s %ux%u:", type_name(type).c_str(), rows, cols);
+    const Buffer out(*context_, size_t{kMaxT} * rows * sizeof(float));
+    std::printf("%s %ux%u, %s:", type_name(type).c_str(), rows, cols, mapping_name(mapping).c_str());
     double t1 = 0;
     for (const uint32_t T : {1u, 2u, 3u, 4u, 5u, 8u, 9u, 12u, 16u, 17u, 24u, 32u, 33u, 48u, 64u, 65u, 128u, 256u}) {
-      if (T > max_T) break;
-      if (std::getenv("FAFO_BENCH_ONLY_T") && T != env("FAFO_BENCH_ONLY_T", 0)) continue;
-      double best = 1e30, first = 0;
+      double best = 1e30;
       for (int rep = 0; rep < 3; ++rep) {
         CommandSequence seq(*context_);
-        kernels_->matmul(seq, type, bw, bx, out, MatmulShape{T, rows, cols, a.x_stride, rows, 0}, MatmulVariant{0, mapping});
+        kernels_->matmul(seq, type, bw, bx, out, MatmulShape{T, rows, cols, a.x_stride, rows, 0},
+                         MatmulVariant{0, mapping});
         const auto start = std::chrono::steady_clock::now();
         seq.submit_and_wait();
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-        if (rep == 0) first = ms;
-        best = std::min(best, ms);
+        best =
+            std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
       }
-      if (std::getenv("FAFO_BENCH_VERBOSE")) std::printf(" [T%u first %.1fms]", T, first);
       if (T == 1) t1 = best;
       std::printf(" T%u %.2fms (%.2fx)", T, best, best / t1);
     }

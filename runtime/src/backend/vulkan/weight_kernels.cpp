@@ -36,12 +36,9 @@ struct EmbedPush {
 // (ROW_GROUPS) of each SplitRows tile, and the WholeRows tokens per pass and rows per
 // workgroup. These only size the grid (the shaders stride over row blocks and token
 // tiles), so a mismatch would cost speed, never correctness.
-constexpr std::array<uint32_t, WeightKernels::kTokenTiles.size()> kSplitRowsPerWorkgroup = {8, 8, 8, 4, 2, 2};
+constexpr std::array<uint32_t, WeightKernels::kTokenTiles.size()> kSplitRowsPerWorkgroup = {4, 4, 4, 4, 2, 2};
 constexpr uint32_t kWholeRowsTokensPerPass = 32;
-constexpr uint32_t kWholeRowsPerWorkgroup = 8;
-static_assert(std::ranges::all_of(kSplitRowsPerWorkgroup,
-                                  [](uint32_t r) { return r <= WeightKernels::kMaxRowsPerWorkgroup; }));
-static_assert(kWholeRowsPerWorkgroup <= WeightKernels::kMaxRowsPerWorkgroup);
+constexpr uint32_t kWholeRowsPerWorkgroup = 32;
 
 struct FormatShaders {
   TensorType type;
@@ -50,12 +47,13 @@ struct FormatShaders {
   const EmbeddedShader* embed;
 };
 
-#define FAFO_WEIGHT_FORMAT_SHADERS(format, TYPE)                                                \
-  FormatShaders{TensorType::TYPE,                                                               \
-                {&shaders::weight_matmul_##format##_t1, &shaders::weight_matmul_##format##_t2,  \
-                 &shaders::weight_matmul_##format##_t4, &shaders::weight_matmul_##format##_t8,  \
+#define FAFO_WEIGHT_FORMAT_SHADERS(format, TYPE)                                                  \
+  FormatShaders{TensorType::TYPE,                                                                 \
+                {&shaders::weight_matmul_##format##_t1, &shaders::weight_matmul_##format##_t2,    \
+                 &shaders::weight_matmul_##format##_t4, &shaders::weight_matmul_##format##_t8,    \
                  &shaders::weight_matmul_##format##_t16, &shaders::weight_matmul_##format##_t32}, \
-                &shaders::weight_matmul_##format##_rows, &shaders::weight_embed_##format},
+                &shaders::weight_matmul_##format##_rows,                                          \
+                &shaders::weight_embed_##format},
 const FormatShaders kFormatShaders[] = {FAFO_VULKAN_WEIGHT_FORMATS(FAFO_WEIGHT_FORMAT_SHADERS)};
 #undef FAFO_WEIGHT_FORMAT_SHADERS
 
@@ -80,8 +78,9 @@ void require_bytes(const Buffer& b, uint64_t bytes, const char* what, const char
 void require_cols(TensorType type, uint32_t cols, const char* kernel) {
   const uint32_t block = tensor_type_info(type).block_size;
   if (cols == 0 || cols % block != 0)
-    throw std::invalid_argument(std::string(kernel) + ": cols = " + std::to_string(cols) + " is not a positive multiple of the " +
-                                type_name(type) + " block size " + std::to_string(block));
+    throw std::invalid_argument(std::string(kernel) + ": cols = " + std::to_string(cols) +
+                                " is not a positive multiple of the " + type_name(type) + " block size " +
+                                std::to_string(block));
 }
 
 uint32_t row_bytes_u32(TensorType type, uint32_t cols, const char* kernel) {
@@ -92,20 +91,22 @@ uint32_t row_bytes_u32(TensorType type, uint32_t cols, const char* kernel) {
   return static_cast<uint32_t>(bytes);
 }
 
-uint32_t ceil_div(uint64_t a, uint64_t b) { return static_cast<uint32_t>(std::min<uint64_t>((a + b - 1) / b, UINT32_MAX)); }
+uint32_t ceil_div(uint64_t a, uint64_t b) {
+  return static_cast<uint32_t>(std::min<uint64_t>((a + b - 1) / b, UINT32_MAX));
+}
 
 }  // namespace
 
 WeightKernels::WeightKernels(const Context& context)
     : context_(context), cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
   formats_.reserve(std::size(kFormatShaders));
-  for (const FormatShaders& shaders : kFormatShaders) {
+  for (const FormatShaders& sources : kFormatShaders) {
     FormatPipelines& f = formats_.emplace_back();
-    f.type = shaders.type;
+    f.type = sources.type;
     for (size_t i = 0; i < kTokenTiles.size(); ++i)
-      f.split_rows[i] = std::make_unique<ComputePipeline>(context, *shaders.split_rows[i], 3, sizeof(MatmulPush));
-    f.whole_rows = std::make_unique<ComputePipeline>(context, *shaders.whole_rows, 3, sizeof(MatmulPush));
-    f.embed = std::make_unique<ComputePipeline>(context, *shaders.embed, 3, sizeof(EmbedPush));
+      f.split_rows[i] = std::make_unique<ComputePipeline>(context, *sources.split_rows[i], 3, sizeof(MatmulPush));
+    f.whole_rows = std::make_unique<ComputePipeline>(context, *sources.whole_rows, 3, sizeof(MatmulPush));
+    f.embed = std::make_unique<ComputePipeline>(context, *sources.embed, 3, sizeof(EmbedPush));
   }
 }
 
@@ -164,8 +165,9 @@ void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& 
   const uint32_t rows_per_group = whole ? kWholeRowsPerWorkgroup : kSplitRowsPerWorkgroup[tile_index];
   const uint32_t tokens_per_tile = whole ? kWholeRowsTokensPerPass : kTokenTiles[tile_index];
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
-  const uint32_t groups_x = std::min(ceil_div(s.rows, rows_per_group), max_groups[0]);
-  const uint32_t groups_y = std::min(ceil_div(s.T, tokens_per_tile), max_groups[1]);
+  auto cap = [](uint32_t limit, uint32_t asked) { return asked == 0 ? limit : std::min(limit, asked); };
+  const uint32_t groups_x = std::min(ceil_div(s.rows, rows_per_group), cap(max_groups[0], variant.max_groups_x));
+  const uint32_t groups_y = std::min(ceil_div(s.T, tokens_per_tile), cap(max_groups[1], variant.max_groups_y));
   const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes};
   seq.dispatch(whole ? *f.whole_rows : *f.split_rows[tile_index], {&x, &w, &out}, push, groups_x, groups_y);
 }
@@ -182,9 +184,9 @@ void WeightKernels::embed(CommandSequence& seq, TensorType type, const Buffer& t
   require_bytes(out, uint64_t{T} * cols * sizeof(float), "out", kernel);
   constexpr uint32_t kWorkgroupSize = 64;  // WG_SIZE in shaders/embed.comp
   const uint64_t items = uint64_t{T} * ((cols + 15) / 16);
-  if (items > UINT32_MAX)
-    throw std::invalid_argument(std::string(kernel) + ": T x cols is too large for one dispatch");
-  const uint32_t groups = std::min(ceil_div(items, kWorkgroupSize), context_.properties().limits.maxComputeWorkGroupCount[0]);
+  if (items > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": T x cols is too large for one dispatch");
+  const uint32_t groups =
+      std::min(ceil_div(items, kWorkgroupSize), context_.properties().limits.maxComputeWorkGroupCount[0]);
   seq.dispatch(*f.embed, {&tokens, &table, &out}, EmbedPush{T, cols, first_row, n_rows, row_bytes}, groups);
 }
 

@@ -45,6 +45,11 @@ enum class MatmulMapping {
 struct MatmulVariant {
   uint32_t tile = 0;  // SplitRows: tokens per tile, one of kTokenTiles; 0 = the smallest >= T
   MatmulMapping mapping = MatmulMapping::Auto;
+  // Caps on the workgroup counts along x (row blocks) and y (token tiles); 0 = the
+  // device limit. Workgroups loop over what the grid does not cover, so a small cap
+  // exercises that on small shapes (tests) or limits the parallelism of one dispatch.
+  uint32_t max_groups_x = 0;
+  uint32_t max_groups_y = 0;
 };
 
 class WeightKernels {
@@ -54,9 +59,6 @@ class WeightKernels {
   // Tokens per tile of the SplitRows variants, smallest first. Above the largest, the
   // largest tile is repeated (one more pass over the weights per tile).
   static constexpr std::array<uint32_t, 6> kTokenTiles = {1, 2, 4, 8, 16, 32};
-  // The most weight rows one matmul workgroup covers (every variant; workgroups stride
-  // over row blocks, so rows beyond this x the workgroup-count limit still work).
-  static constexpr uint32_t kMaxRowsPerWorkgroup = 8;
 
   explicit WeightKernels(const Context& context);
   ~WeightKernels();
