@@ -46,3 +46,27 @@ TEST(Generator, PrefillChunkSizeDoesNotChangeTheOutput) {
   const auto chunked = generate(*m.model, *m.tokenizer, prompt, o);
   EXPECT_EQ(whole.ids, chunked.ids);
 }
+
+TEST(Generator, TopKSamplingFromTheBackendsCandidatesEqualsWholeRows) {
+  // Sampling steps read back only each row's k best logits (Model::forward_top_k); the
+  // tokens drawn must be those drawn from whole rows, for every strategy (lookahead's
+  // and FAFO's verification draws from several rows per step).
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  auto m = test::load_test_model(model_path.string());
+  const auto prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and Tom went to the park. Lily", true);
+  for (Strategy s : {Strategy::Ar, Strategy::Jacobi, Strategy::Lookahead, Strategy::Fafo}) {
+    for (uint64_t seed : {1u, 2u}) {
+      GenerationOptions o;
+      o.n_predict = 40;
+      o.stop_at_end_of_generation = false;
+      o.sampling = SamplerOptions{0.9f, 10, 0.95f, 0.02f, seed};
+      o.decoding.strategy = s;
+      o.decoding.pool_from_prompt = true;
+      const auto top = generate(*m.model, *m.tokenizer, prompt, o);
+      o.read_top_k_only = false;
+      const auto whole = generate(*m.model, *m.tokenizer, prompt, o);
+      EXPECT_EQ(top.ids, whole.ids) << strategy_name(s) << " seed " << seed;
+      EXPECT_EQ(top.n_steps, whole.n_steps) << strategy_name(s);
+    }
+  }
+}

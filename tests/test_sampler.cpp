@@ -1,12 +1,17 @@
 // Sampling: greedy is pure argmax; top-k / top-p / min-p cut the distribution as
 // documented; temperature sharpens it; draws follow the distribution and are
 // reproducible from the seed.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "fafo/sampler.h"
+#include "fafo/top_k.h"
 #include "fafo/utf8_stream.h"
 #include "test_support.h"
 
@@ -178,6 +183,94 @@ TEST(Sampler, PositiveInfinityLogitIsChosen) {
   EXPECT_FLOAT_EQ(p[0], 0.5f);
   EXPECT_FLOAT_EQ(p[2], 0.5f);
   EXPECT_EQ(support(p), 2);
+}
+
+// Logit rows with the cases the candidate order must get right: heavy ties (with -0.0
+// and +0.0), -inf, +inf.
+std::vector<std::vector<float>> candidate_test_rows() {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> rows;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int r = 0; r < 12; ++r) {
+    std::vector<float> row(r < 6 ? 50 : 517);
+    for (float& v : row) v = normal(rng);
+    if (r % 3 == 1) {  // few distinct values; the best tie at -0.0 / +0.0 in row 7
+      for (float& v : row) v = std::min(0.0f, std::round(v / 2.0f));
+      row[3] = -0.0f;
+      row[4] = 0.0f;
+    }
+    if (r % 4 == 2)
+      for (size_t i = 0; i < row.size(); i += 2) row[i] = -inf;
+    if (r == 11) row[9] = inf, row[20] = inf;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST(TopK, OrdersByValueThenLowerIdLikeTheSampler) {
+  for (const auto& row : candidate_test_rows()) {
+    const int32_t n = static_cast<int32_t>(row.size());
+    std::vector<int32_t> order(row.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    for (int32_t k : {1, 7, n}) {
+      std::vector<int32_t> ids(static_cast<size_t>(k));
+      std::vector<float> values(static_cast<size_t>(k));
+      ASSERT_TRUE(top_k_row(row.data(), n, k, ids.data(), values.data()));
+      for (int32_t j = 0; j < k; ++j) {
+        ASSERT_EQ(ids[j], order[j]) << "k " << k << " place " << j;
+        ASSERT_EQ(std::memcmp(&values[j], &row[ids[j]], sizeof(float)), 0);  // -0.0 stays -0.0
+      }
+    }
+  }
+  std::vector<float> nan_row = {1.0f, std::numeric_limits<float>::quiet_NaN(), 2.0f};
+  int32_t id;
+  float value;
+  EXPECT_FALSE(top_k_row(nan_row.data(), 3, 1, &id, &value));
+  EXPECT_THROW(top_k_row(nan_row.data(), 3, 4, &id, &value), std::invalid_argument);
+}
+
+TEST(Sampler, DistributionFromTheTopCandidatesEqualsTheWholeRow) {
+  // What a sampling step computes from the backend's top k must be, bit for bit, what
+  // it would compute from the whole row, for every filter combination.
+  const SamplerOptions cases[] = {opts(0.8f, 40, 0.95f, 0.05f), opts(1.0f, 5, 1.0f, 0.0f), opts(1.5f, 1, 0.9f, 0.0f),
+                                  opts(0.3f, 40, 1.0f, 0.2f), opts(0.0f, 40, 0.95f, 0.05f), opts(1.0f, 0, 0.5f, 0.0f)};
+  for (const SamplerOptions& o : cases) {
+    Sampler s(o);
+    for (const auto& row : candidate_test_rows()) {
+      const int32_t n = static_cast<int32_t>(row.size());
+      const int32_t k = o.top_k > 0 ? std::min(o.top_k, n) : n;  // top-k off: the whole row
+      ASSERT_TRUE(s.top_candidates_suffice(k, n));
+      std::vector<int32_t> ids(static_cast<size_t>(k));
+      std::vector<float> values(static_cast<size_t>(k));
+      ASSERT_TRUE(top_k_row(row.data(), n, k, ids.data(), values.data()));
+      const std::vector<float> whole = s.distribution(row.data(), n);
+      const std::vector<float> top = s.distribution_top(ids.data(), values.data(), k, n);
+      ASSERT_EQ(whole.size(), top.size());
+      for (size_t i = 0; i < whole.size(); ++i)
+        ASSERT_EQ(std::memcmp(&whole[i], &top[i], sizeof(float)), 0)
+            << "temperature " << o.temperature << " top_k " << o.top_k << " token " << i;
+    }
+  }
+}
+
+TEST(Sampler, TooFewOrBrokenCandidatesAreAnError) {
+  Sampler s(opts(1.0f, 40, 0.95f, 0.05f));
+  const int32_t ids[3] = {2, 0, 1};
+  const float good[3] = {3.0f, 2.0f, 1.0f};
+  EXPECT_FALSE(s.top_candidates_suffice(3, 100));
+  EXPECT_TRUE(s.top_candidates_suffice(3, 3));
+  EXPECT_THROW(s.distribution_top(ids, good, 3, 100), std::invalid_argument);
+  EXPECT_NO_THROW(s.distribution_top(ids, good, 3, 3));
+  const float nan[3] = {3.0f, std::numeric_limits<float>::quiet_NaN(), 1.0f};
+  EXPECT_THROW(s.distribution_top(ids, nan, 3, 3), std::runtime_error);
+  const float none[3] = {-INFINITY, -INFINITY, -INFINITY};
+  EXPECT_THROW(s.distribution_top(ids, none, 3, 3), std::runtime_error);
+  const int32_t outside[3] = {2, 0, 7};
+  EXPECT_THROW(s.distribution_top(outside, good, 3, 3), std::out_of_range);
+  Sampler off(opts(1.0f, 0, 0.95f, 0.05f));  // top-k off: only the whole row suffices
+  EXPECT_FALSE(off.top_candidates_suffice(1024, 2000));
 }
 
 TEST(Utf8Stream, HoldsBackSplitCharacters) {

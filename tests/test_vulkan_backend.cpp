@@ -361,6 +361,49 @@ TEST_F(VulkanBackend, ArgmaxOnTheDeviceMatchesCpuWithTiesNanAndInfinity) {
   }
 }
 
+TEST_F(VulkanBackend, TopKOnTheDeviceEqualsCpuIncludingGatheredRows) {
+  for (const int32_t n : {7, 1000, 32003}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Pair p(make_vulkan());
+    p.kv(1, 8, 4);
+    const int32_t T = 5, k = std::min(n, 40);
+    std::vector<float> rows = random_values(static_cast<size_t>(T) * n, static_cast<uint32_t>(n) + 5, -5, 5);
+    for (int32_t i = 0; i < n; ++i) rows[static_cast<size_t>(n) + static_cast<size_t>(i)] = static_cast<float>(i % 3);  // ties
+    rows[3 * static_cast<size_t>(n) + 2] = std::nanf("");
+    auto [t_c, t_g] = p.weight(rows, T, n);
+    auto [x_c, x_g] = p.activation(T, n);
+    auto [g_c, g_g] = p.activation(T, n);
+    StepBatch b = batch_of(T, 0);
+    TopK all[2], gathered[2];
+    p.both([&](Backend& be, int g) {
+      be.begin_step(b, KvView{});
+      be.embed(g ? t_g : t_c, g ? x_g : x_c);
+      be.top_k_rows(g ? x_g : x_c, k);
+      be.finish_step();
+      all[g] = be.read_top_k(T);
+      be.begin_step(b, KvView{});
+      be.embed(g ? t_g : t_c, g ? x_g : x_c);
+      be.gather_rows(g ? x_g : x_c, {1, 4}, g ? g_g : g_c);
+      be.top_k_rows(g ? g_g : g_c, k);
+      be.finish_step();
+      gathered[g] = be.read_top_k(2);
+    });
+    EXPECT_EQ(all[1].has_nan, all[0].has_nan);
+    EXPECT_EQ(all[0].has_nan, (std::vector<uint8_t>{0, 0, 0, 1, 0}));
+    for (int r : {0, 1, 2, 4}) {
+      EXPECT_EQ(std::vector<int32_t>(all[1].row_ids(r), all[1].row_ids(r) + k),
+                std::vector<int32_t>(all[0].row_ids(r), all[0].row_ids(r) + k)) << "row " << r;
+      EXPECT_EQ(std::vector<float>(all[1].row_values(r), all[1].row_values(r) + k),
+                std::vector<float>(all[0].row_values(r), all[0].row_values(r) + k)) << "row " << r;
+    }
+    EXPECT_EQ(gathered[1].ids, gathered[0].ids);
+    EXPECT_EQ(gathered[1].values, gathered[0].values);
+    EXPECT_EQ(std::vector<int32_t>(gathered[0].row_ids(0), gathered[0].row_ids(0) + k),
+              std::vector<int32_t>(all[0].row_ids(1), all[0].row_ids(1) + k));
+    EXPECT_THROW(p.gpu->read_top_k(3), std::out_of_range);
+  }
+}
+
 TEST_F(VulkanBackend, BadRequestsGiveClearErrors) {
   try {
     vulkan::VulkanBackendOptions o;
@@ -495,6 +538,26 @@ TEST_F(VulkanBackend, EveryStrategyEqualsArOnVulkan) {
   EXPECT_EQ(run(Strategy::Jacobi, "stream"), ar);
   EXPECT_EQ(run(Strategy::Lookahead, "stream"), ar);
   for (const std::string policy : {"stream", "quest", "snapkv", "chunks"}) EXPECT_EQ(run(Strategy::Fafo, policy), ar) << policy;
+}
+
+TEST_F(VulkanBackend, TopKSamplingOnTheDeviceEqualsWholeRows) {
+  // Sampling steps read back each row's 40 best logits from the device; every strategy
+  // must draw what it draws from whole rows of logits.
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  Loaded m = load(model_path.string(), make_vulkan(), 512);
+  const std::vector<int32_t> prompt = m.tokenizer->encode("Once upon a time, there was a little girl named Lily.", true);
+  for (Strategy s : {Strategy::Ar, Strategy::Lookahead, Strategy::Fafo}) {
+    GenerationOptions o;
+    o.n_predict = 48;
+    o.stop_at_end_of_generation = false;
+    o.sampling = SamplerOptions{0.8f, 40, 0.95f, 0.05f, 11};
+    o.decoding.strategy = s;
+    const auto top = generate(*m.model, *m.tokenizer, prompt, o);
+    o.read_top_k_only = false;
+    const auto whole = generate(*m.model, *m.tokenizer, prompt, o);
+    EXPECT_EQ(top.ids, whole.ids) << strategy_name(s);
+    EXPECT_EQ(top.ids.size(), 48u);
+  }
 }
 
 }  // namespace

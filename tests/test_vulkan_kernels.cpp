@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -19,6 +21,7 @@
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/kernels.h"
 #include "backend/vulkan/vulkan_error.h"
+#include "fafo/top_k.h"
 
 namespace {
 
@@ -212,12 +215,92 @@ TEST_F(VulkanKernels, ChainedDispatchesInOneSubmission) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i]) + 1e-5) << i;
 }
 
+// Rows for the top-k tests: plain random values, heavy ties (-0.0 and +0.0 among them),
+// mostly -inf, and +inf among finite values.
+std::vector<float> top_k_rows(uint32_t rows, uint32_t n, uint32_t seed) {
+  std::vector<float> x = random_values(size_t{rows} * n, seed, -8.0f, 8.0f);
+  std::mt19937 rng(seed + 1);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float ties[] = {-1.0f, -0.0f, 0.0f, 2.0f, 2.0f};
+  for (uint32_t r = 0; r < rows; ++r) {
+    float* row = &x[size_t{r} * n];
+    switch (r % 4) {
+      case 1:
+        for (uint32_t i = 0; i < n; ++i) row[i] = ties[rng() % 5];
+        break;
+      case 2:
+        for (uint32_t i = 0; i < n; ++i)
+          if (rng() % 8 != 0) row[i] = -inf;
+        break;
+      case 3:
+        for (uint32_t i = 0; i < n; i += 97) row[i] = inf;
+        break;
+      default: break;
+    }
+  }
+  return x;
+}
+
+// Runs the kernel and checks every row against fafo::top_k_row, ids and value bits.
+void expect_top_k_matches_host(const Context& ctx, const Kernels& kernels, const std::vector<float>& x, uint32_t rows,
+                               uint32_t n, uint32_t k, const std::vector<bool>& nan_rows = {}) {
+  Buffer bx = make_buffer(ctx, x);
+  Buffer result(ctx, Kernels::top_k_words(rows, k) * sizeof(uint32_t));
+  CommandSequence seq(ctx);
+  kernels.top_k(seq, bx, result, rows, n, k);
+  seq.submit_and_wait();
+  std::vector<uint32_t> words(Kernels::top_k_words(rows, k));
+  result.download(words.data(), words.size() * sizeof(uint32_t));
+  std::vector<int32_t> ids(k);
+  std::vector<float> values(k);
+  for (uint32_t r = 0; r < rows; ++r) {
+    const uint32_t* w = &words[size_t{r} * (1 + 2 * k)];
+    const bool host_ok = fafo::top_k_row(&x[size_t{r} * n], static_cast<int32_t>(n), static_cast<int32_t>(k), ids.data(),
+                                         values.data());
+    ASSERT_EQ(w[0], host_ok ? 0u : 1u) << "row " << r << " status";
+    if (!nan_rows.empty()) {
+      EXPECT_EQ(!host_ok, bool(nan_rows[r])) << r;
+    }
+    if (!host_ok) continue;
+    for (uint32_t j = 0; j < k; ++j) {
+      ASSERT_EQ(static_cast<int32_t>(w[1 + j]), ids[j]) << "rows " << rows << " n " << n << " k " << k << ": row " << r
+                                                        << " place " << j;
+      uint32_t bits;
+      std::memcpy(&bits, &values[j], sizeof bits);
+      ASSERT_EQ(w[1 + k + j], bits) << "row " << r << " place " << j;
+    }
+  }
+}
+
+TEST_F(VulkanKernels, TopKMatchesTheHostReferenceExactly) {
+  struct Shape {
+    uint32_t rows, n, k;
+  };
+  // Odd sizes; n below, at and above the workgroup size; k = 1, = n, the sampler's
+  // default 40 and the maximum; heavy ties straddle the threshold.
+  for (const Shape s : {Shape{1, 1, 1}, Shape{3, 7, 7}, Shape{4, 255, 40}, Shape{5, 257, 1}, Shape{8, 513, 40},
+                        Shape{4, 4099, 1024}, Shape{2, 32003, 40}, Shape{9, 1000, 999}}) {
+    SCOPED_TRACE("rows " + std::to_string(s.rows) + " n " + std::to_string(s.n) + " k " + std::to_string(s.k));
+    expect_top_k_matches_host(*context_, *kernels_, top_k_rows(s.rows, s.n, s.n + s.k), s.rows, s.n, s.k);
+  }
+}
+
+TEST_F(VulkanKernels, TopKFlagsRowsHoldingNaN) {
+  const uint32_t rows = 3, n = 300, k = 10;
+  std::vector<float> x = random_values(size_t{rows} * n, 91);
+  x[1 * n + 299] = std::numeric_limits<float>::quiet_NaN();
+  expect_top_k_matches_host(*context_, *kernels_, x, rows, n, k, {false, true, false});
+}
+
 TEST_F(VulkanKernels, MisuseIsAClearErrorNotACrash) {
   Buffer small(*context_, 4 * sizeof(float));
   Buffer gain(*context_, 8 * sizeof(float));
   CommandSequence seq(*context_);
   EXPECT_THROW(kernels_->rms_norm(seq, small, gain, small, 2, 8, 1e-5f), std::invalid_argument);
   EXPECT_THROW(kernels_->matmul_f32(seq, small, small, small, 1, 2, 2, 3), std::invalid_argument);
+  EXPECT_THROW(kernels_->top_k(seq, small, gain, 1, 4, 0), std::invalid_argument);     // k = 0
+  EXPECT_THROW(kernels_->top_k(seq, small, gain, 1, 4, 5), std::invalid_argument);     // k > n
+  EXPECT_THROW(kernels_->top_k(seq, small, gain, 2, 2, 2), std::invalid_argument);     // result too small
   seq.submit_and_wait();
   EXPECT_THROW(seq.submit_and_wait(), std::logic_error);
   EXPECT_THROW(small.upload(std::vector<float>(5).data(), 5 * sizeof(float)), std::out_of_range);

@@ -17,6 +17,7 @@
 
 #include "fafo/step_batch.h"
 #include "fafo/tensor_type.h"
+#include "fafo/top_k.h"
 
 namespace fafo {
 
@@ -129,6 +130,10 @@ class Backend {
   // read_argmax() after finish_step.
   virtual void argmax_rows(const Activation& x) = 0;
   virtual std::vector<int32_t> read_argmax(int64_t n_rows) = 0;
+  // Records the k best values of each row of x (1 <= k <= min(kMaxTopK, x.cols); the
+  // order of fafo/top_k.h), for sampling steps; read_top_k() after finish_step.
+  virtual void top_k_rows(const Activation& x, int32_t k) = 0;
+  virtual TopK read_top_k(int64_t n_rows) = 0;
   // Runs (or submits and waits for) everything issued since begin_step.
   virtual void finish_step() = 0;
   // Reads the first n_rows rows of x back to the host (after finish_step).

@@ -28,6 +28,9 @@ struct GenerationOptions {
   DecodingOptions decoding;      // strategy (ar, jacobi, lookahead, fafo) and its parameters
   KvPolicyOptions kv;            // fafo: the compression policy of the fumble rows' region
   StepCallback on_step;          // receives a StepTrace after every step (may be empty)
+  // Sampling with top-k (1..kMaxTopK) reads back only each row's k best logits, computed
+  // by the backend; false reads whole rows. Both draw the same tokens.
+  bool read_top_k_only = true;
 };
 
 enum class StopReason { Length, EndOfGeneration, ContextFull, Cancelled };

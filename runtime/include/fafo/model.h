@@ -66,6 +66,10 @@ class Model {
   // reading back n_vocab floats per row. Throws std::runtime_error when a row holds a
   // NaN or only -inf, as fafo::argmax does.
   std::vector<int32_t> forward_argmax(StepBatch& batch);
+  // The same step, returning the k best logits of each logit row (k is clamped to
+  // n_vocab; 1 <= k <= kMaxTopK): what top-k sampling needs. Throws std::runtime_error
+  // when a row holds a NaN, as the sampler does.
+  TopK forward_top_k(StepBatch& batch, int32_t k);
   // Makes the first n tokens of the last step part of the committed context.
   void commit(int32_t n);
   // Makes the listed rows of the last step (in this order) the next committed entries;

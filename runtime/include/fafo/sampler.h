@@ -26,10 +26,20 @@ class Sampler {
   bool greedy() const { return options_.temperature <= 0.0f; }
   int32_t sample(const float* logits, int32_t n_vocab);
   // The distribution sample() draws from (after top-k/top-p/min-p/temperature),
-  // as probabilities over the full vocabulary; used by tests.
+  // as probabilities over the full vocabulary.
   std::vector<float> distribution(const float* logits, int32_t n_vocab) const;
 
+  // The same distribution from a row's best candidates only (fafo/top_k.h order):
+  // `count` (id, logit) pairs, at least min(top_k, n_vocab) of them (the whole row when
+  // top-k is off). Equal to distribution() of the whole row, bit for bit.
+  std::vector<float> distribution_top(const int32_t* ids, const float* logits, int32_t count, int32_t n_vocab) const;
+  // Whether distribution_top can work from `k` candidates per row.
+  bool top_candidates_suffice(int32_t k, int32_t n_vocab) const;
+
  private:
+  // Top-p, min-p and temperature over the `keep` best candidates (sorted, checked).
+  std::vector<float> distribution_of_best(const int32_t* ids, const float* logits, size_t keep, int32_t n_vocab) const;
+
   SamplerOptions options_;
   std::mt19937_64 rng_;
 };

@@ -73,6 +73,8 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   if (options.n_predict == 0) return result;
 
+  const bool use_top_k = !sampler.greedy() && options.sampling.top_k > 0 && options.sampling.top_k <= kMaxTopK &&
+                         options.read_top_k_only;
   StrategyState state(dec, prompt);
   std::vector<int32_t> history = prompt;  // the text the pool is searched with (ends with the input token)
 
@@ -143,10 +145,13 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     trace.build_ms = ms_since(tb);
 
     auto tf = Clock::now();
-    // Greedy steps need only each row's argmax, which the backend computes (on the GPU:
-    // one int per row is read back instead of n_vocab floats).
+    // Greedy steps need only each row's argmax, and top-k sampling only each row's k best
+    // logits, which the backend computes (on a GPU: a few bytes per row are read back
+    // instead of n_vocab floats).
     if (sampler.greedy()) {
       layout.set_argmax(model.forward_argmax(layout.batch()));
+    } else if (use_top_k) {
+      layout.set_top_k(model.forward_top_k(layout.batch(), options.sampling.top_k), n_vocab);
     } else {
       layout.set_logits(model.forward(layout.batch()), n_vocab);
     }

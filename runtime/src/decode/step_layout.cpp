@@ -42,36 +42,57 @@ void StepLayout::add_window(const LookaheadWindow& w, PrefixView view) {
   window_outputs_ = rows_of[static_cast<size_t>(R - 1)];
 }
 
-void StepLayout::set_logits(std::vector<float> logits, int32_t n_vocab) {
+void StepLayout::index_logit_rows(size_t n_results) {
   const auto& rows = batch_.logit_rows();
-  if (logits.size() != rows.size() * static_cast<size_t>(n_vocab)) throw std::logic_error("StepLayout: logits size mismatch");
+  if (n_results != rows.size()) throw std::logic_error("StepLayout: result rows do not match the logit rows");
   logit_index_.assign(static_cast<size_t>(batch_.size()), -1);
   for (size_t k = 0; k < rows.size(); ++k) logit_index_[static_cast<size_t>(rows[k])] = static_cast<int32_t>(k);
+  logits_.clear();
+  argmax_.clear();
+  top_ = TopK{};
+}
+
+int32_t StepLayout::result_index(int32_t row) const {
+  const int32_t k = logit_index_.at(static_cast<size_t>(row));
+  if (k < 0) throw std::logic_error("StepLayout: no logits were requested for batch row " + std::to_string(row));
+  return k;
+}
+
+void StepLayout::set_logits(std::vector<float> logits, int32_t n_vocab) {
+  if (n_vocab <= 0 || logits.size() % static_cast<size_t>(n_vocab) != 0) throw std::logic_error("StepLayout: logits size mismatch");
+  index_logit_rows(logits.size() / static_cast<size_t>(n_vocab));
   logits_ = std::move(logits);
   n_vocab_ = n_vocab;
 }
 
 void StepLayout::set_argmax(std::vector<int32_t> ids) {
-  const auto& rows = batch_.logit_rows();
-  if (ids.size() != rows.size()) throw std::logic_error("StepLayout: argmax size mismatch");
-  logit_index_.assign(static_cast<size_t>(batch_.size()), -1);
-  for (size_t k = 0; k < rows.size(); ++k) logit_index_[static_cast<size_t>(rows[k])] = static_cast<int32_t>(k);
+  index_logit_rows(ids.size());
   argmax_ = std::move(ids);
-  logits_.clear();
+}
+
+void StepLayout::set_top_k(TopK top, int32_t n_vocab) {
+  index_logit_rows(static_cast<size_t>(top.rows()));
+  top_ = std::move(top);
+  n_vocab_ = n_vocab;
 }
 
 const float* StepLayout::logits(int32_t row) const {
-  const int32_t k = logit_index_.at(static_cast<size_t>(row));
-  if (k < 0) throw std::logic_error("StepLayout: no logits were requested for batch row " + std::to_string(row));
-  if (logits_.empty()) throw std::logic_error("StepLayout: this step kept only the argmax of each row");
+  const int32_t k = result_index(row);
+  if (logits_.empty()) throw std::logic_error("StepLayout: this step kept only the argmax or the best candidates of each row");
   return logits_.data() + static_cast<size_t>(k) * static_cast<size_t>(n_vocab_);
 }
 
 int32_t StepLayout::argmax(int32_t row) const {
-  if (argmax_.empty()) return fafo::argmax(logits(row), n_vocab_);
-  const int32_t k = logit_index_.at(static_cast<size_t>(row));
-  if (k < 0) throw std::logic_error("StepLayout: no logits were requested for batch row " + std::to_string(row));
-  return argmax_[static_cast<size_t>(k)];
+  const int32_t k = result_index(row);
+  if (!argmax_.empty()) return argmax_[static_cast<size_t>(k)];
+  if (top_.k > 0) return top_.row_ids(k)[0];
+  return fafo::argmax(logits(row), n_vocab_);
+}
+
+std::vector<float> StepLayout::distribution(int32_t row, const Sampler& sampler) const {
+  const int32_t k = result_index(row);
+  if (top_.k > 0) return sampler.distribution_top(top_.row_ids(k), top_.row_values(k), top_.k, n_vocab_);
+  return sampler.distribution(logits(row), n_vocab_);
 }
 
 }  // namespace fafo

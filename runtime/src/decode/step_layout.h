@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "decode/lookahead_window.h"
+#include "fafo/sampler.h"
 #include "fafo/step_batch.h"
+#include "fafo/top_k.h"
 
 namespace fafo {
 
@@ -41,8 +43,13 @@ class StepLayout {
   const float* logits(int32_t row) const;
   // Greedy steps take only each logit row's argmax (Model::forward_argmax).
   void set_argmax(std::vector<int32_t> ids);
-  // The argmax of a row's logits: from set_argmax's ids, else computed from the logits.
+  // Sampling steps with top-k take only each row's best candidates (Model::forward_top_k).
+  void set_top_k(TopK top, int32_t n_vocab);
+  // The argmax of a row's logits: from set_argmax's ids or the best candidate, else
+  // computed from the logits.
   int32_t argmax(int32_t row) const;
+  // The sampler's distribution for a row, from its logits or its best candidates.
+  std::vector<float> distribution(int32_t row, const Sampler& sampler) const;
   int32_t n_vocab() const { return n_vocab_; }
 
  private:
@@ -53,7 +60,11 @@ class StepLayout {
   std::vector<int32_t> logit_index_;  // batch row -> index into logits_, or -1
   std::vector<float> logits_;
   std::vector<int32_t> argmax_;
+  TopK top_;
   int32_t n_vocab_ = 0;
+
+  void index_logit_rows(size_t n_results);
+  int32_t result_index(int32_t row) const;
 };
 
 }  // namespace fafo

@@ -57,14 +57,13 @@ int32_t draw(const std::vector<float>& probs, std::mt19937_64& rng) {
 
 Verdict verify_sampling(const StepLayout& layout, const Sampler& sampler, std::mt19937_64& rng) {
   const auto& chains = layout.chains();
-  const int32_t V = layout.n_vocab();
   Verdict v;
   v.match_lengths.assign(chains.size(), 0);
   v.commit_rows = {0};
   std::vector<size_t> alive;  // chains that still agree with everything accepted
   for (size_t g = 0; g < chains.size(); ++g)
     if (!chains[g].padding) alive.push_back(g);
-  std::vector<float> P = sampler.distribution(layout.logits(0), V);
+  std::vector<float> P = layout.distribution(0, sampler);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (size_t depth = 0;; ++depth) {
     bool accepted = false;
@@ -78,7 +77,7 @@ Verdict verify_sampling(const StepLayout& layout, const Sampler& sampler, std::m
         v.tokens.push_back(t);
         v.commit_rows.push_back(chain.rows[depth]);
         v.winner = static_cast<int32_t>(g);
-        P = sampler.distribution(layout.logits(chain.rows[depth]), V);
+        P = layout.distribution(chain.rows[depth], sampler);
         std::vector<size_t> still;
         for (size_t h : alive)
           if (depth < chains[h].tokens.size() && chains[h].tokens[depth] == t) {

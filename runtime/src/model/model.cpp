@@ -144,6 +144,20 @@ std::vector<int32_t> Model::forward_argmax(StepBatch& batch) {
   return ids;
 }
 
+TopK Model::forward_top_k(StepBatch& batch, int32_t k) {
+  if (k < 1 || k > kMaxTopK)
+    throw std::invalid_argument("forward_top_k: k = " + std::to_string(k) + " is outside [1, " + std::to_string(kMaxTopK) + "]");
+  k = std::min(k, config_.n_vocab);
+  record_step(batch);
+  backend_->top_k_rows(buffers_->logits, k);
+  backend_->finish_step();
+  last_step_size_ = batch.size();
+  TopK top = backend_->read_top_k(static_cast<int64_t>(batch.logit_rows().size()));
+  for (uint8_t nan : top.has_nan)
+    if (nan) throw std::runtime_error("the model produced non-finite logits (NaN): the weights or the computation are broken");
+  return top;
+}
+
 // Issues the whole forward pass of `batch` to the backend, up to (not including) finish_step.
 void Model::record_step(StepBatch& batch) {
   const ModelConfig& c = config_;

@@ -52,8 +52,8 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(option
 }
 
 std::vector<float> Sampler::distribution(const float* logits, int32_t n_vocab) const {
-  std::vector<float> probs(static_cast<size_t>(n_vocab), 0.0f);
   if (greedy()) {
+    std::vector<float> probs(static_cast<size_t>(n_vocab), 0.0f);
     probs[static_cast<size_t>(argmax(logits, n_vocab))] = 1.0f;
     return probs;
   }
@@ -65,18 +65,51 @@ std::vector<float> Sampler::distribution(const float* logits, int32_t n_vocab) c
   std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   size_t keep = ids.size();
   if (options_.top_k > 0) keep = std::min(keep, static_cast<size_t>(options_.top_k));
+  std::vector<float> best(keep);
+  for (size_t k = 0; k < keep; ++k) best[k] = logits[ids[k]];
+  return distribution_of_best(ids.data(), best.data(), keep, n_vocab);
+}
 
+bool Sampler::top_candidates_suffice(int32_t k, int32_t n_vocab) const {
+  if (k >= n_vocab) return true;
+  return greedy() ? k >= 1 : options_.top_k > 0 && k >= options_.top_k;
+}
+
+std::vector<float> Sampler::distribution_top(const int32_t* ids, const float* logits, int32_t count,
+                                             int32_t n_vocab) const {
+  if (n_vocab <= 0 || count <= 0) throw std::invalid_argument("sampling from an empty vocabulary");
+  if (!top_candidates_suffice(count, n_vocab))
+    throw std::invalid_argument("sampling: " + std::to_string(count) + " candidates per row do not cover top-k " +
+                                std::to_string(options_.top_k));
+  for (int32_t k = 0; k < count; ++k) {
+    if (ids[k] < 0 || ids[k] >= n_vocab) throw std::out_of_range("sampling: candidate id out of the vocabulary");
+    if (std::isnan(logits[k])) throw_nan(ids[k]);
+  }
+  if (logits[0] == -std::numeric_limits<float>::infinity()) throw_all_negative_infinity();
+  if (greedy()) {
+    std::vector<float> probs(static_cast<size_t>(n_vocab), 0.0f);
+    probs[static_cast<size_t>(ids[0])] = 1.0f;
+    return probs;
+  }
+  size_t keep = static_cast<size_t>(std::min(count, n_vocab));
+  if (options_.top_k > 0) keep = std::min(keep, static_cast<size_t>(options_.top_k));
+  return distribution_of_best(ids, logits, keep, n_vocab);
+}
+
+std::vector<float> Sampler::distribution_of_best(const int32_t* ids, const float* best, size_t keep,
+                                                 int32_t n_vocab) const {
+  std::vector<float> probs(static_cast<size_t>(n_vocab), 0.0f);
   // Softmax at temperature 1 over the kept candidates, for the top-p and min-p cuts. The
-  // best logit is finite or +inf (check_logits); -inf logits get probability 0, and when
-  // the best is +inf the +inf logits share all the mass (the limit of a growing logit).
+  // best logit is finite or +inf (checked by the callers); -inf logits get probability
+  // 0, and when the best is +inf the +inf logits share all the mass (the limit of a
+  // growing logit).
   auto softmax = [&](size_t count, float temperature) {
     std::vector<double> p(count);
-    const double max_logit = logits[ids[0]];
+    const double max_logit = best[0];
     const bool infinite = std::isinf(max_logit);
     double total = 0.0;
     for (size_t k = 0; k < count; ++k)
-      total += p[k] = infinite ? (logits[ids[k]] == max_logit ? 1.0 : 0.0)
-                               : std::exp((logits[ids[k]] - max_logit) / temperature);
+      total += p[k] = infinite ? (best[k] == max_logit ? 1.0 : 0.0) : std::exp((best[k] - max_logit) / temperature);
     for (double& v : p) v /= total;
     return p;
   };

@@ -283,6 +283,27 @@ class CpuBackend final : public Backend {
     return std::vector<int32_t>(argmax_.begin(), argmax_.begin() + n_rows);
   }
 
+  void top_k_rows(const Activation& x, int32_t k) override {
+    if (k < 1 || k > kMaxTopK || k > x.cols) throw std::invalid_argument("top_k_rows: k out of range");
+    const int64_t rows = rows_of(x);
+    top_k_ = TopK{};
+    top_k_.k = k;
+    top_k_.ids.resize(static_cast<size_t>(rows * k));
+    top_k_.values.resize(static_cast<size_t>(rows * k));
+    top_k_.has_nan.resize(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i)
+      top_k_.has_nan[static_cast<size_t>(i)] = !top_k_row(row(x, i), static_cast<int32_t>(x.cols), k,
+                                                          top_k_.ids.data() + i * k, top_k_.values.data() + i * k);
+  }
+  TopK read_top_k(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > top_k_.rows()) throw std::out_of_range("read_top_k: more rows than top_k_rows computed");
+    TopK out = top_k_;
+    out.ids.resize(static_cast<size_t>(n_rows * out.k));
+    out.values.resize(static_cast<size_t>(n_rows * out.k));
+    out.has_nan.resize(static_cast<size_t>(n_rows));
+    return out;
+  }
+
   void finish_step() override { gathered_rows_.clear(); }
 
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
@@ -319,6 +340,7 @@ class CpuBackend final : public Backend {
   std::vector<int32_t> capture_rows_;
   std::vector<std::vector<float>> captured_;
   std::vector<int32_t> argmax_;
+  TopK top_k_;
 };
 
 }  // namespace

@@ -24,6 +24,7 @@ extern const EmbeddedShader attention;          // shaders/attention.comp
 extern const EmbeddedShader attention_combine;  // shaders/attention_combine.comp
 extern const EmbeddedShader kv_permute;         // shaders/kv_permute.comp
 extern const EmbeddedShader argmax;             // shaders/argmax.comp
+extern const EmbeddedShader top_k;              // shaders/top_k.comp
 }  // namespace shaders
 
 // The weight kernels (weight_kernels.h): shaders/matmul.comp and shaders/embed.comp, one

@@ -43,6 +43,9 @@ struct AttentionPush {
 struct KvPermutePush {
   uint32_t n_pairs, kv_dim, mode;
 };
+struct TopKPush {
+  uint32_t rows, n, k;
+};
 struct ArgmaxPush {
   uint32_t rows, n;
 };
@@ -73,7 +76,8 @@ Kernels::Kernels(const Context& context)
       attention_(std::make_unique<ComputePipeline>(context, shaders::attention, 5, sizeof(AttentionPush))),
       attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 2, sizeof(CombinePush))),
       kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))),
-      argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))) {}
+      argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))),
+      top_k_(std::make_unique<ComputePipeline>(context, shaders::top_k, 2, sizeof(TopKPush))) {}
 
 Kernels::~Kernels() = default;
 
@@ -183,6 +187,18 @@ void Kernels::argmax(CommandSequence& seq, const Buffer& x, const Buffer& ids, u
   require_size(x, uint64_t{rows} * n, "x", "argmax");
   require_size(ids, rows, "ids", "argmax");
   seq.dispatch(*argmax_, {&x, &ids}, ArgmaxPush{rows, n},
+               std::min(rows, context_.properties().limits.maxComputeWorkGroupCount[0]));
+}
+
+void Kernels::top_k(CommandSequence& seq, const Buffer& x, const Buffer& result, uint32_t rows, uint32_t n,
+                    uint32_t k) const {
+  if (rows == 0) return;
+  if (k < 1 || k > kMaxTopK || k > n)
+    throw std::invalid_argument("top_k: k = " + std::to_string(k) + " must be in [1, min(n = " + std::to_string(n) +
+                                ", " + std::to_string(kMaxTopK) + ")]");
+  require_size(x, uint64_t{rows} * n, "x", "top_k");
+  require_size(result, top_k_words(rows, k), "result", "top_k");
+  seq.dispatch(*top_k_, {&x, &result}, TopKPush{rows, n, k},
                std::min(rows, context_.properties().limits.maxComputeWorkGroupCount[0]));
 }
 

@@ -58,6 +58,13 @@ class Kernels {
   // with a NaN, -2 for a row of only -inf.
   void argmax(CommandSequence& seq, const Buffer& x, const Buffer& ids, uint32_t rows, uint32_t n) const;
 
+  // The k best values of each row of x (rows x n; 1 <= k <= min(n, kMaxTopK)) in the
+  // order of fafo/top_k.h, into `result`: per row 1 + 2k words, [status (1: the row
+  // holds a NaN)] [k ids] [k value bits].
+  static constexpr uint32_t kMaxTopK = 1024;  // fafo::kMaxTopK; shaders/top_k.comp's MAX_K
+  static constexpr uint64_t top_k_words(uint32_t rows, uint32_t k) { return uint64_t{rows} * (1u + 2u * uint64_t{k}); }
+  void top_k(CommandSequence& seq, const Buffer& x, const Buffer& result, uint32_t rows, uint32_t n, uint32_t k) const;
+
   // Applies (first, second) slot pairs in order to one [n_ctx x kv_dim] cache:
   // swap exchanges the two entries, otherwise first is copied over second.
   void kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs, uint32_t kv_dim,
@@ -74,6 +81,7 @@ class Kernels {
   std::unique_ptr<ComputePipeline> attention_combine_;
   std::unique_ptr<ComputePipeline> kv_permute_;
   std::unique_ptr<ComputePipeline> argmax_;
+  std::unique_ptr<ComputePipeline> top_k_;
 };
 
 }  // namespace fafo::vulkan

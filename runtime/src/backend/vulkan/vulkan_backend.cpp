@@ -20,9 +20,12 @@
 #include "backend/vulkan/weight_kernels.h"
 #include "fafo/vulkan_devices.h"
 #include "fafo/tensor_type.h"
+#include "fafo/top_k.h"
 
 namespace fafo {
 namespace vulkan {
+
+static_assert(Kernels::kMaxTopK == static_cast<uint32_t>(kMaxTopK), "shaders/top_k.comp's MAX_K follows fafo::kMaxTopK");
 
 namespace {
 
@@ -355,6 +358,41 @@ class VulkanBackend final : public Backend {
     return ids;
   }
 
+  void top_k_rows(const Activation& x, int32_t k) override {
+    const uint32_t rows = rows_of(x);
+    if (k < 1 || k > kMaxTopK || k > x.cols) throw std::invalid_argument("top_k_rows: k out of range");
+    const uint64_t bytes = Kernels::top_k_words(std::max<uint32_t>(static_cast<uint32_t>(max_step_rows_), 1),
+                                                static_cast<uint32_t>(k)) * sizeof(uint32_t);
+    if (!top_k_result_ || top_k_result_->size() < bytes) {
+      if (top_k_result_) descriptors_.forget(top_k_result_->handle());
+      top_k_result_.reset();
+      top_k_result_ = std::make_unique<Buffer>(context_, bytes, Memory::HostVisible);
+    }
+    kernels_.top_k(step(), act(x), *top_k_result_, rows, static_cast<uint32_t>(x.cols), static_cast<uint32_t>(k));
+    top_k_rows_ = rows;
+    top_k_k_ = k;
+  }
+  TopK read_top_k(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > top_k_rows_) throw std::out_of_range("read_top_k: more rows than top_k_rows computed");
+    const size_t stride = 1 + 2 * static_cast<size_t>(top_k_k_);
+    std::vector<uint32_t> words(static_cast<size_t>(n_rows) * stride);
+    if (!words.empty()) top_k_result_->download(words.data(), words.size() * sizeof(uint32_t));
+    TopK top;
+    top.k = top_k_k_;
+    top.ids.resize(static_cast<size_t>(n_rows * top_k_k_));
+    top.values.resize(top.ids.size());
+    top.has_nan.resize(static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const uint32_t* w = words.data() + static_cast<size_t>(r) * stride;
+      top.has_nan[static_cast<size_t>(r)] = w[0] != 0 ? 1 : 0;
+      for (int32_t j = 0; j < top_k_k_; ++j) {
+        top.ids[static_cast<size_t>(r * top_k_k_ + j)] = static_cast<int32_t>(w[1 + j]);
+        std::memcpy(&top.values[static_cast<size_t>(r * top_k_k_ + j)], &w[1 + top_k_k_ + j], sizeof(float));
+      }
+    }
+    return top;
+  }
+
   void finish_step() override {
     if (!seq_) throw std::logic_error("finish_step without begin_step");
     std::unique_ptr<CommandSequence> seq = std::move(seq_);
@@ -525,6 +563,9 @@ class VulkanBackend final : public Backend {
   std::unique_ptr<Buffer> pairs_;
   std::unique_ptr<Buffer> argmax_ids_;
   int64_t argmax_count_ = 0;
+  std::unique_ptr<Buffer> top_k_result_;
+  int64_t top_k_rows_ = 0;
+  int32_t top_k_k_ = 0;
   uint32_t mask_words_ = 0;
   uint32_t mask_words_max_ = 0;
   bool use_order_ = false;
