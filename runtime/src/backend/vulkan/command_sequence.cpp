@@ -121,20 +121,7 @@ VkDescriptorSet CommandSequence::descriptor_set(const ComputePipeline& pipeline,
   alloc.descriptorSetCount = 1;
   alloc.pSetLayouts = &set_layout;
   check(vkAllocateDescriptorSets(device, &alloc, &set), "vkAllocateDescriptorSets");
-  std::vector<VkDescriptorBufferInfo> infos;
-  infos.reserve(handles.size());
-  for (VkBuffer b : handles) infos.push_back({b, 0, VK_WHOLE_SIZE});
-  std::vector<VkWriteDescriptorSet> writes(infos.size());
-  for (size_t i = 0; i < infos.size(); ++i) {
-    writes[i] = {};
-    writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-    writes[i].dstSet = set;
-    writes[i].dstBinding = static_cast<uint32_t>(i);
-    writes[i].descriptorCount = 1;
-    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    writes[i].pBufferInfo = &infos[i];
-  }
-  vkUpdateDescriptorSets(device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
+  write_descriptor_set(device, set, handles);
   return set;
 }
 

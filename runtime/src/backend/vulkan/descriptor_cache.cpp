@@ -43,11 +43,7 @@ VkDescriptorSet DescriptorCache::allocate(VkDescriptorSetLayout layout) {
   return set;
 }
 
-VkDescriptorSet DescriptorCache::get(VkDescriptorSetLayout layout, const std::vector<VkBuffer>& buffers) {
-  auto key = std::make_pair(layout, buffers);
-  if (auto it = sets_.find(key); it != sets_.end()) return it->second;
-  if (buffers.size() > kBuffersPerSet) throw VulkanError("a dispatch binds more than 8 buffers");
-  const VkDescriptorSet set = allocate(layout);
+void write_descriptor_set(VkDevice device, VkDescriptorSet set, const std::vector<VkBuffer>& buffers) {
   std::vector<VkDescriptorBufferInfo> infos;
   infos.reserve(buffers.size());
   for (VkBuffer b : buffers) infos.push_back({b, 0, VK_WHOLE_SIZE});
@@ -61,7 +57,15 @@ VkDescriptorSet DescriptorCache::get(VkDescriptorSetLayout layout, const std::ve
     writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     writes[i].pBufferInfo = &infos[i];
   }
-  vkUpdateDescriptorSets(context_.device(), static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
+  vkUpdateDescriptorSets(device, static_cast<uint32_t>(writes.size()), writes.data(), 0, nullptr);
+}
+
+VkDescriptorSet DescriptorCache::get(VkDescriptorSetLayout layout, const std::vector<VkBuffer>& buffers) {
+  auto key = std::make_pair(layout, buffers);
+  if (auto it = sets_.find(key); it != sets_.end()) return it->second;
+  if (buffers.size() > kBuffersPerSet) throw VulkanError("a dispatch binds more than 8 buffers");
+  const VkDescriptorSet set = allocate(layout);
+  write_descriptor_set(context_.device(), set, buffers);
   sets_.emplace(std::move(key), set);
   return set;
 }

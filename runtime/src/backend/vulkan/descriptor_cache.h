@@ -15,6 +15,9 @@ namespace fafo::vulkan {
 
 class Context;
 
+// Writes `buffers` (whole buffers) into bindings 0..n-1 of `set` as storage buffers.
+void write_descriptor_set(VkDevice device, VkDescriptorSet set, const std::vector<VkBuffer>& buffers);
+
 class DescriptorCache {
  public:
   explicit DescriptorCache(const Context& context);
