@@ -560,6 +560,51 @@ TEST_F(VulkanBackend, TopKSamplingOnTheDeviceEqualsWholeRows) {
   }
 }
 
+TEST_F(VulkanBackend, LogitRowsAreCappedByTheDeviceBufferRange) {
+  // A device whose buffers cannot hold 512 rows of logits (lavapipe with a 128k
+  // vocabulary) limits the rows a step may want logits for; longer steps still run,
+  // and decoding falls back to plain steps where a window would want more: the same ids.
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  vulkan::VulkanBackendOptions options;
+  options.validation = true;
+  options.validation_log = log_;
+  options.max_buffer_bytes = 400 * 1024;  // 200 rows of 512 logits; every other buffer fits (weights split)
+  Loaded small = load(model_path.string(), vulkan::make_backend(options), 512);
+  Loaded full = load(model_path.string(), make_vulkan(), 512);
+  const int32_t V = small.model->config().n_vocab;
+  ASSERT_EQ(V, 512);
+  EXPECT_EQ(small.model->max_logit_rows(), 200);
+  EXPECT_EQ(full.model->max_logit_rows(), 512);
+
+  std::vector<int32_t> tokens(256);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(1 + (i * 37) % 500);
+  StepBatch too_many = StepBatch::causal(std::vector<int32_t>(tokens.begin(), tokens.begin() + 201), 0, true);
+  try {
+    small.model->forward(too_many);
+    ADD_FAILURE() << "201 logit rows were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 200 rows"), std::string::npos) << e.what();
+  }
+  StepBatch long_step = StepBatch::causal(tokens, 0);  // 256 tokens, logits for the last
+  StepBatch long_step_full = StepBatch::causal(tokens, 0);
+  const std::vector<float> a = small.model->forward(long_step), b = full.model->forward(long_step_full);
+  EXPECT_EQ(a, b);
+
+  const std::vector<int32_t> prompt = small.tokenizer->encode("Once upon a time, there was a little girl named Lily.", true);
+  auto run = [&](Model& model, Strategy s) {
+    GenerationOptions o;
+    o.n_predict = 24;
+    o.sampling.temperature = 0;
+    o.decoding.strategy = s;
+    o.decoding.window = 20, o.decoding.ngram = 6, o.decoding.guesses = 20;  // 201+ rows per step
+    return generate(model, *small.tokenizer, prompt, o);
+  };
+  const auto ar = run(*full.model, Strategy::Ar);
+  const auto capped = run(*small.model, Strategy::Lookahead);
+  EXPECT_EQ(capped.ids, ar.ids);
+  EXPECT_EQ(run(*full.model, Strategy::Lookahead).ids, ar.ids);
+}
+
 }  // namespace
 
 #else

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -79,6 +80,12 @@ class Backend {
   virtual Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) = 0;
   // Allocates a zeroed activation buffer with room for `max_rows` rows.
   virtual Activation alloc_activation(int64_t max_rows, int64_t cols) = 0;
+  // The most rows of `cols` floats one activation may hold (a device's buffer range:
+  // Vulkan's maxStorageBufferRange); unlimited by default.
+  virtual int64_t max_activation_rows(int64_t cols) const {
+    (void)cols;
+    return std::numeric_limits<int64_t>::max();
+  }
   // Allocates the KV cache: for each of n_layer layers, n_ctx entries of kv_dim floats for K and V.
   virtual void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim) = 0;
   virtual int32_t kv_capacity() const = 0;

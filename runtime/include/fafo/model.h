@@ -54,6 +54,9 @@ class Model {
   Backend& backend() { return *backend_; }
   const GgufFile& file() const { return *file_; }
   int32_t n_ctx() const { return n_ctx_; }
+  // The most rows one step may want logits for (the step itself may be longer): 512,
+  // or fewer where a device buffer cannot hold 512 rows of n_vocab logits.
+  int32_t max_logit_rows() const { return max_logit_rows_; }
 
   // Committed KV entries (the length of the context the next step continues).
   int32_t n_past() const { return n_past_; }
@@ -104,6 +107,7 @@ class Model {
   class Inspector;
 
   int32_t n_ctx_ = 0;
+  int32_t max_logit_rows_ = 0;
   int32_t n_past_ = 0;
   int32_t last_step_size_ = 0;
   KvLayout layout_;

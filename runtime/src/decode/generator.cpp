@@ -136,8 +136,11 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     StepLayout layout(model.n_past(), input);
     state.build(layout, history, trace);
     bool full_step = true;
-    if (layout.size() > 1 && model.n_past() + layout.size() > model.n_ctx()) {
-      layout = StepLayout(model.n_past(), input);  // near the end of the context: a plain step fits
+    // Near the end of the context, or where the device cannot hold logits for every row
+    // of the step (a huge vocabulary on a small-buffer device), a plain step fits.
+    if (layout.size() > 1 && (model.n_past() + layout.size() > model.n_ctx() ||
+                              static_cast<int32_t>(layout.batch().logit_rows().size()) > model.max_logit_rows())) {
+      layout = StepLayout(model.n_past(), input);
       trace.candidates.clear();
       full_step = false;
     }

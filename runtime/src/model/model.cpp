@@ -119,7 +119,14 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   b.ffn = backend_->alloc_activation(T, c.n_embd);
   b.last = backend_->alloc_activation(T, c.n_embd);
   b.last_norm = backend_->alloc_activation(T, c.n_embd);
-  b.logits = backend_->alloc_activation(T, c.n_vocab);
+  // A step's logits are computed only for its logit rows; where a device buffer cannot
+  // hold 512 rows of a large vocabulary (lavapipe: 128 MiB, 261 rows of 128256 floats),
+  // steps are limited to the rows it can hold.
+  max_logit_rows_ = static_cast<int32_t>(std::min<int64_t>(T, backend_->max_activation_rows(c.n_vocab)));
+  if (max_logit_rows_ < 1)
+    throw std::runtime_error("one row of " + std::to_string(c.n_vocab) + " logits does not fit in a buffer of the " +
+                             backend_->name() + " backend");
+  b.logits = backend_->alloc_activation(max_logit_rows_, c.n_vocab);
 }
 
 Model::~Model() = default;
@@ -171,6 +178,11 @@ void Model::record_step(StepBatch& batch) {
   if (n_past_ + batch.size() > n_ctx_)
     throw std::length_error("the context is full: " + std::to_string(n_past_) + " + " + std::to_string(batch.size()) +
                             " tokens exceed the context length " + std::to_string(n_ctx_));
+  if (static_cast<int64_t>(batch.logit_rows().size()) > max_logit_rows_)
+    throw std::invalid_argument("forward: " + std::to_string(batch.logit_rows().size()) +
+                                " rows want logits in one step, but the device holds at most " +
+                                std::to_string(max_logit_rows_) + " rows of " + std::to_string(config_.n_vocab) +
+                                " logits");
   batch.set_n_past(n_past_);
   KvView view;
   view.full_order = layout_.is_identity() ? nullptr : &layout_.full_order();

@@ -72,6 +72,7 @@ class VulkanBackend final : public Backend {
         heap_bytes_ = std::max<uint64_t>(heap_bytes_, mem.memoryHeaps[h].size);
     if (heap_bytes_ == 0 && mem.memoryHeapCount > 0) heap_bytes_ = mem.memoryHeaps[0].size;
     max_range_ = context_.properties().limits.maxStorageBufferRange;
+    if (options.max_buffer_bytes > 0) max_range_ = std::min<uint64_t>(max_range_, options.max_buffer_bytes & ~uint64_t{3});
   }
 
   ~VulkanBackend() override { seq_.reset(); }
@@ -121,6 +122,10 @@ class VulkanBackend final : public Backend {
     }
     weights_.push_back(std::move(w));
     return Weight{static_cast<int32_t>(weights_.size() - 1), type, rows, cols};
+  }
+
+  int64_t max_activation_rows(int64_t cols) const override {
+    return cols > 0 ? static_cast<int64_t>(max_range_ / (static_cast<uint64_t>(cols) * sizeof(float))) : 0;
   }
 
   Activation alloc_activation(int64_t max_rows, int64_t cols) override {

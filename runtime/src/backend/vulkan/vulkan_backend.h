@@ -31,6 +31,10 @@ struct VulkanBackendOptions {
   // environment); its messages go to validation_log.
   bool validation = false;
   std::shared_ptr<ValidationLog> validation_log;
+  // The largest buffer the backend makes; 0 = the device's maxStorageBufferRange. A
+  // smaller value behaves as a device with that range would (tests: row splitting and
+  // the logit-row cap on small models).
+  uint64_t max_buffer_bytes = 0;
 };
 
 std::unique_ptr<Backend> make_backend(const VulkanBackendOptions& options);
