@@ -1,4 +1,6 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
+#include "half.glsl"
 // Attention over a StepBatch, split into parts (flash-decoding): workgroup
 // (part, head, row) computes, for one query head of one batch row, the softmax
 // statistics and the unnormalised weighted sum of values over one contiguous range of
@@ -21,8 +23,22 @@
 layout(local_size_x = WG_SIZE) in;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };           // [T x q_stride]
+#ifndef KV_F16
+#define KV_F16 0
+#endif
+#if KV_F16
+// An fp16 cache: [n_ctx x kv_dim] halves, two per word, low half first; values are
+// widened exactly (shaders/half.glsl), so only the storage differs from fp32.
+layout(std430, binding = 1) readonly buffer K { uint kc[]; };
+layout(std430, binding = 2) readonly buffer V { uint vc[]; };
+float key_at(uint i) { return half_to_float((kc[i >> 1] >> ((i & 1u) << 4)) & 0xffffu); }
+float value_at(uint i) { return half_to_float((vc[i >> 1] >> ((i & 1u) << 4)) & 0xffffu); }
+#else
 layout(std430, binding = 1) readonly buffer K { float kc[]; };          // [n_ctx x kv_dim]
 layout(std430, binding = 2) readonly buffer V { float vc[]; };          // [n_ctx x kv_dim]
+float key_at(uint i) { return kc[i]; }
+float value_at(uint i) { return vc[i]; }
+#endif
 layout(std430, binding = 3) readonly buffer Step { uint step_info[]; };  // prefix flags, masks, order
 layout(std430, binding = 4) writeonly buffer Partials { float partials[]; };
 
@@ -89,7 +105,7 @@ void main() {
       if (visible) {
         const uint base = slot * p.kv_dim + kv_offset;
         float dot_qk = 0.0;
-        for (uint d = 0; d < p.head_dim; ++d) dot_qk += q_sh[d] * kc[base + d];
+        for (uint d = 0; d < p.head_dim; ++d) dot_qk += q_sh[d] * key_at(base + d);
         score = dot_qk * p.scale;
       }
     }
@@ -121,7 +137,7 @@ void main() {
       float sum = acc[k] * correction;
       for (uint j = 0; j < count; ++j) {
         const float wj = weight_sh[j];
-        if (wj != 0.0) sum += wj * vc[slot_sh[j] * p.kv_dim + kv_offset + d];
+        if (wj != 0.0) sum += wj * value_at(slot_sh[j] * p.kv_dim + kv_offset + d);
       }
       acc[k] = sum;
     }

@@ -34,6 +34,8 @@
 #ifndef FAFO_DEQUANT_GLSL
 #define FAFO_DEQUANT_GLSL
 
+#include "half.glsl"
+
 // ---- raw readers (byte offsets into w_words) ----
 
 uint dq_u8(uint off) { return (w_words[off >> 2] >> ((off & 3u) << 3)) & 0xffu; }
@@ -71,14 +73,7 @@ uvec4 dq_load16(uint off) {
 uint dq_byte(uvec4 bytes, uint k) { return (bytes[k >> 2] >> ((k & 3u) << 3)) & 0xffu; }
 
 // IEEE half bits -> float, exactly (subnormals become normal floats).
-float dq_half(uint h) {
-  const uint sign = (h & 0x8000u) << 16;
-  const uint e = (h >> 10) & 0x1fu;
-  const uint m = h & 0x3ffu;
-  if (e == 0x1fu) return uintBitsToFloat(sign | 0x7f800000u | (m << 13));  // inf, NaN
-  if (e != 0u) return uintBitsToFloat(sign | ((e + 112u) << 23) | (m << 13));
-  return uintBitsToFloat(sign | floatBitsToUint(float(m) * 5.9604644775390625e-8));  // m * 2^-24, exact
-}
+float dq_half(uint h) { return half_to_float(h); }
 
 float dq_bf16(uint h) { return uintBitsToFloat(h << 16); }
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <numeric>
@@ -24,6 +25,7 @@
 #include "backend/vulkan/vulkan_backend.h"
 #include "fafo/backend.h"
 #include "fafo/generator.h"
+#include "fafo/tensor_type.h"
 #include "fafo/vulkan_devices.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -101,9 +103,9 @@ struct Pair {
   std::pair<Activation, Activation> activation(int64_t rows, int64_t cols) {
     return {cpu->alloc_activation(rows, cols), gpu->alloc_activation(rows, cols)};
   }
-  void kv(int32_t n_layer, int32_t n_ctx, int32_t kv_dim) {
-    cpu->alloc_kv_cache(n_layer, n_ctx, kv_dim);
-    gpu->alloc_kv_cache(n_layer, n_ctx, kv_dim);
+  void kv(int32_t n_layer, int32_t n_ctx, int32_t kv_dim, KvCacheType kv_type = KvCacheType::F32) {
+    cpu->alloc_kv_cache(n_layer, n_ctx, kv_dim, kv_type);
+    gpu->alloc_kv_cache(n_layer, n_ctx, kv_dim, kv_type);
   }
   template <class F>
   void both(F&& f) {
@@ -213,9 +215,9 @@ struct AttentionCase {
 
 // Sets up a cache of n_past committed entries with write_kv, then one step whose
 // batch rows write their own keys and attend; compares the outputs of both layers.
-void check_attention(Pair& p, const AttentionCase& c) {
+void check_attention(Pair& p, const AttentionCase& c, KvCacheType kv_type = KvCacheType::F32) {
   const int32_t kv_dim = c.n_head_kv * c.head_dim, q_dim = c.n_head * c.head_dim, n_ctx = c.n_past + c.T + 3;
-  p.kv(2, n_ctx, kv_dim);
+  p.kv(2, n_ctx, kv_dim, kv_type);
   for (int32_t layer = 0; layer < 2; ++layer) {
     const auto k = random_values(static_cast<size_t>(c.n_past) * kv_dim, 100 + layer, -1.5f, 1.5f);
     const auto v = random_values(static_cast<size_t>(c.n_past) * kv_dim, 200 + layer);
@@ -274,12 +276,56 @@ TEST_F(VulkanBackend, AttentionMatchesCpu) {
     Pair p(make_vulkan());
     check_attention(p, c);
   }
+  // An fp16 cache (both backends compute with the same rounded keys and values).
+  for (size_t i : {1u, 3u, 4u, 5u, 6u}) {
+    SCOPED_TRACE("f16 cache, case " + std::to_string(i));
+    Pair p(make_vulkan());
+    check_attention(p, cases[i], KvCacheType::F16);
+  }
 }
 
+// Writes, stores, query capture, swaps and moves on both backends; the caches must be equal.
+void check_kv_operations(std::unique_ptr<Backend> vk, KvCacheType kv_type);
+
 TEST_F(VulkanBackend, KvOperationsAndQueryCaptureMatchCpu) {
+  for (const KvCacheType kv_type : {KvCacheType::F32, KvCacheType::F16}) {
+    SCOPED_TRACE(kv_cache_type_name(kv_type));
+    check_kv_operations(make_vulkan(), kv_type);
+  }
+}
+
+TEST_F(VulkanBackend, AnF16CacheStoresValuesRoundedToNearestEven) {
+  // Values chosen to round differently under truncation, ties-away and ties-to-even,
+  // plus subnormal, overflowing and zero halves: the device's rounding must be the CPU's.
   Pair p(make_vulkan());
+  const int32_t kv_dim = 8, T = 2;
+  p.kv(1, 4, kv_dim, KvCacheType::F16);
+  const std::vector<float> rows = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-12f, -2.0f - 0x1p-10f - 0x1p-11f,
+                                   3.0e-7f, -6.0e-8f, 70000.0f, -0.0f,
+                                   65504.0f, 65519.0f, 1e-9f, 0x1p-25f, 0x1.8p-25f, 123.456f, -7.77e-3f, 0.1f};
+  auto [t_c, t_g] = p.weight(rows, T, kv_dim);
+  auto [k_c, k_g] = p.activation(T, kv_dim);
+  StepBatch b = batch_of(T, 0);
+  p.both([&](Backend& be, int i) {
+    be.begin_step(b, KvView{});
+    be.embed(i ? t_g : t_c, i ? k_g : k_c);
+    be.store_kv(0, i ? k_g : k_c, i ? k_g : k_c);
+    be.finish_step();
+  });
+  const std::vector<float> got = p.gpu->read_keys(0, {0, 1});
+  ASSERT_EQ(got.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const float want = fp16_to_fp32(fp32_to_fp16(rows[i]));
+    EXPECT_EQ(std::memcmp(&got[i], &want, sizeof(float)), 0) << i << ": " << rows[i] << " -> " << got[i] << ", want " << want;
+  }
+  EXPECT_EQ(got, p.cpu->read_keys(0, {0, 1}));
+  EXPECT_NE(got[0], rows[0]);  // it was rounded
+}
+
+void check_kv_operations(std::unique_ptr<Backend> vk, KvCacheType kv_type) {
+  Pair p(std::move(vk));
   const int32_t kv_dim = 12, n_ctx = 40, T = 6, q_dim = 24;
-  p.kv(3, n_ctx, kv_dim);
+  p.kv(3, n_ctx, kv_dim, kv_type);
   for (int32_t layer = 0; layer < 3; ++layer) {
     const auto k = random_values(20u * kv_dim, 30 + layer), v = random_values(20u * kv_dim, 40 + layer);
     p.both([&](Backend& be, int) { be.write_kv(layer, 0, 20, k.data(), v.data()); });
@@ -416,12 +462,12 @@ TEST_F(VulkanBackend, BadRequestsGiveClearErrors) {
   }
   EXPECT_THROW(vulkan::resolve_device("99"), std::runtime_error);
   auto be = make_vulkan();
-  be->alloc_kv_cache(1, 8, 4);
+  be->alloc_kv_cache(1, 8, 4, KvCacheType::F32);
   StepBatch b = StepBatch::causal({1, 2, 3}, 6);
   EXPECT_THROW(be->begin_step(b, KvView{}), std::length_error);  // 6 + 3 > 8 slots
   // A KV cache larger than the device's buffers or memory is refused with the sizes.
   try {
-    be->alloc_kv_cache(4, 1 << 30, 1024);
+    be->alloc_kv_cache(4, 1 << 30, 1024, KvCacheType::F32);
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("ctx-size"), std::string::npos) << e.what();
@@ -436,11 +482,13 @@ struct Loaded {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
-Loaded load(const std::string& path, std::unique_ptr<Backend> be, int32_t n_ctx = 0) {
+Loaded load(const std::string& path, std::unique_ptr<Backend> be, int32_t n_ctx = 0,
+            KvCacheType kv_type = KvCacheType::F32) {
   Loaded m;
   m.file = GgufFile::open(path);
   ModelOptions o;
   o.n_ctx = n_ctx;
+  o.kv_type = kv_type;
   m.model = std::make_unique<Model>(m.file, std::move(be), o);
   m.tokenizer = std::make_unique<Tokenizer>(Vocab::from_gguf(*m.file));
   return m;
@@ -518,6 +566,41 @@ TEST_F(VulkanBackend, GreedyIdsEqualCpuOnRandomModelsInSeveralFormats) {
     const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31};
     expect_same_ids(greedy(*cpu.model, prompt, 24), greedy(*gpu.model, prompt, 24), 1e-3f, type, 12);
   }
+}
+
+TEST_F(VulkanBackend, AnF16CacheGivesCpuIdsAndHalvesTheCache) {
+  // With an fp16 cache on both backends, greedy ids agree as with fp32; and every
+  // strategy stays token-identical to AR on Vulkan.
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  FAFO_REQUIRE_SHARED(golden_path, "golden/stories260K.greedy.jsonl");
+  Loaded cpu = load(model_path.string(), make_cpu_backend(2), 0, KvCacheType::F16);
+  Loaded gpu = load(model_path.string(), make_vulkan(), 0, KvCacheType::F16);
+  std::ifstream in(golden_path);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const auto prompt = nlohmann::json::parse(line)["prompt_ids"].get<std::vector<int32_t>>();
+  expect_same_ids(greedy(*cpu.model, prompt, 48), greedy(*gpu.model, prompt, 48), 1e-3f, "f16 cache", 24);
+
+  const std::vector<int32_t> story = gpu.tokenizer->encode("Once upon a time, there was a little girl named Lily.", true);
+  auto run = [&](Strategy s) {
+    GenerationOptions o;
+    o.n_predict = 48;
+    o.sampling.temperature = 0;
+    o.decoding.strategy = s;
+    o.kv.name = "snapkv";
+    o.kv.budget = 24;
+    return generate(*gpu.model, *gpu.tokenizer, story, o).ids;
+  };
+  const auto ar = run(Strategy::Ar);
+  EXPECT_EQ(run(Strategy::Lookahead), ar);
+  EXPECT_EQ(run(Strategy::Fafo), ar);
+
+  // Half the bytes: a context whose fp32 cache does not fit in a 1 MiB buffer fits as fp16.
+  vulkan::VulkanBackendOptions small;
+  small.max_buffer_bytes = 1 << 20;
+  auto be32 = vulkan::make_backend(small), be16 = vulkan::make_backend(small);
+  EXPECT_THROW(be32->alloc_kv_cache(1, 8192, 64, KvCacheType::F32), std::runtime_error);  // 2 MiB per layer
+  EXPECT_NO_THROW(be16->alloc_kv_cache(1, 8192, 64, KvCacheType::F16));                  // 1 MiB
 }
 
 TEST_F(VulkanBackend, EveryStrategyEqualsArOnVulkan) {

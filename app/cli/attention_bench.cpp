@@ -18,7 +18,7 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendC
   if (choice.name != "cpu") throw std::runtime_error("unknown backend '" + choice.name + "'");
   auto be = make_cpu_backend(choice.threads);
   // One layer of the model's attention shape is enough: attention cost is per layer.
-  be->alloc_kv_cache(1, max_ctx + o.rows, c.kv_dim());
+  be->alloc_kv_cache(1, max_ctx + o.rows, c.kv_dim(), KvCacheType::F32);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int32_t chunk = 1024;
@@ -66,7 +66,7 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendC
   }
   // Swap cost: exchanging entries between the region and the rest, all layers of the model.
   auto be_full = make_cpu_backend(choice.threads);
-  be_full->alloc_kv_cache(c.n_layer, 4096, c.kv_dim());
+  be_full->alloc_kv_cache(c.n_layer, 4096, c.kv_dim(), KvCacheType::F32);
   std::vector<std::pair<int32_t, int32_t>> pairs;
   for (int32_t i = 0; i < 8; ++i) pairs.emplace_back(i, 1024 + 37 * i);
   const int reps = 2000;

@@ -68,9 +68,10 @@ int run_generate(RunArgs& args) {
   if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty and the model adds no BOS token; give a prompt");
 
   if (!args.json) {
-    std::fprintf(stderr, "fafo: %s, %s, backend %s (%s), context %d, prompt %zu tokens\n",
+    std::fprintf(stderr, "fafo: %s, %s, backend %s (%s), context %d (%s KV cache), prompt %zu tokens\n",
                  m.model->config().arch.c_str(), args.model.c_str(), m.model->backend().name().c_str(),
-                 m.model->backend().description().c_str(), m.model->n_ctx(), prompt_ids.size());
+                 m.model->backend().description().c_str(), m.model->n_ctx(), args.backend.cache_type.c_str(),
+                 prompt_ids.size());
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }

@@ -12,6 +12,7 @@ LoadedModel load_model(const std::string& path, const BackendChoice& backend, in
   std::unique_ptr<Backend> be = make_backend(BackendSpec{backend.name, backend.device, backend.threads});
   ModelOptions options;
   options.n_ctx = n_ctx;
+  options.kv_type = parse_kv_cache_type(backend.cache_type);
   m.model = std::make_unique<Model>(m.file, std::move(be), options);
   m.tokenizer = std::make_unique<Tokenizer>(Vocab::from_gguf(*m.file));
   if (m.tokenizer->vocab().size() != m.model->config().n_vocab)

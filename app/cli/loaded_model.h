@@ -14,6 +14,7 @@ struct BackendChoice {
   std::string name = "auto";  // auto, cpu, vulkan (see fafo::make_backend)
   std::string device;         // vulkan: index or part of a name
   int threads = 0;            // cpu
+  std::string cache_type = "f32";  // KV cache: f32 or f16
 };
 
 struct LoadedModel {

@@ -44,6 +44,10 @@ void add_backend_flags(CLI::App* cmd, BackendChoice& backend) {
                   "else integrated, else any)");
   cmd->add_option("-t,--threads", backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  cmd->add_option("--cache-type", backend.cache_type,
+                  "KV cache type: f32, or f16 (half the memory and attention reads; keys and values rounded to fp16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f16"}));
 }
 
 }  // namespace fafo::cli

@@ -67,6 +67,14 @@ struct KvView {
   int32_t dense_layers = 0;
 };
 
+// What the KV cache stores. F16 halves its memory and the bytes attention reads; every
+// backend rounds keys and values to fp16 (nearest even) as they are stored, so all
+// backends compute with the same cached values.
+enum class KvCacheType { F32, F16 };
+const char* kv_cache_type_name(KvCacheType t);
+// "f32" / "f16"; throws std::invalid_argument naming the accepted words.
+KvCacheType parse_kv_cache_type(const std::string& name);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -86,8 +94,9 @@ class Backend {
     (void)cols;
     return std::numeric_limits<int64_t>::max();
   }
-  // Allocates the KV cache: for each of n_layer layers, n_ctx entries of kv_dim floats for K and V.
-  virtual void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim) = 0;
+  // Allocates the KV cache: for each of n_layer layers, n_ctx entries of kv_dim values
+  // for K and V, stored as `type`. read_keys/captured values come back as floats.
+  virtual void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim, KvCacheType type) = 0;
   virtual int32_t kv_capacity() const = 0;
 
   // --- a step -----------------------------------------------------------------------

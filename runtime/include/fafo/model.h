@@ -41,6 +41,7 @@ struct ModelConfig {
 
 struct ModelOptions {
   int32_t n_ctx = 0;  // KV cache length; 0 uses min(context length of the model, 4096)
+  KvCacheType kv_type = KvCacheType::F32;  // F16 halves the cache (values rounded to fp16)
 };
 
 class Model {

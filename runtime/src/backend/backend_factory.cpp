@@ -11,6 +11,14 @@ namespace fafo {
 std::unique_ptr<Backend> make_vulkan_backend(const std::string& device);
 #endif
 
+const char* kv_cache_type_name(KvCacheType t) { return t == KvCacheType::F16 ? "f16" : "f32"; }
+
+KvCacheType parse_kv_cache_type(const std::string& name) {
+  if (name == "f32") return KvCacheType::F32;
+  if (name == "f16") return KvCacheType::F16;
+  throw std::invalid_argument("unknown KV cache type '" + name + "' (use f32 or f16)");
+}
+
 std::vector<std::string> available_backends() {
 #if FAFO_HAVE_VULKAN
   return {"cpu", "vulkan"};

@@ -102,7 +102,7 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   }
 
   n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
-  backend_->alloc_kv_cache(c.n_layer, n_ctx_, c.kv_dim());
+  backend_->alloc_kv_cache(c.n_layer, n_ctx_, c.kv_dim(), options.kv_type);
 
   buffers_ = std::make_unique<Buffers>();
   Buffers& b = *buffers_;

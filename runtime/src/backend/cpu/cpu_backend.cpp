@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "fafo/backend.h"
+#include "fafo/tensor_type.h"
 #include "util/thread_pool.h"
 
 namespace fafo {
@@ -52,7 +53,11 @@ class CpuBackend final : public Backend {
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
 
-  void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim) override {
+  // An F16 cache keeps fp32 storage here (this backend is the reference, not the memory
+  // saver) but rounds every stored value to fp16, so it computes with the very values a
+  // device's fp16 cache holds.
+  void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim, KvCacheType type) override {
+    kv_type_ = type;
     const size_t per_layer = static_cast<size_t>(n_ctx) * static_cast<size_t>(kv_dim);
     const double need = 2.0 * sizeof(float) * static_cast<double>(per_layer) * n_layer;
     const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
@@ -129,8 +134,8 @@ class CpuBackend final : public Backend {
   void store_kv(int32_t layer, const Activation& k, const Activation& v) override {
     for (int64_t i = 0; i < batch_rows(); ++i) {
       const size_t slot = static_cast<size_t>(batch_->n_past() + i);
-      std::memcpy(&keys_[static_cast<size_t>(layer)][slot * static_cast<size_t>(kv_dim_)], row(k, i), sizeof(float) * static_cast<size_t>(kv_dim_));
-      std::memcpy(&values_[static_cast<size_t>(layer)][slot * static_cast<size_t>(kv_dim_)], row(v, i), sizeof(float) * static_cast<size_t>(kv_dim_));
+      store_values(&keys_[static_cast<size_t>(layer)][slot * static_cast<size_t>(kv_dim_)], row(k, i), static_cast<size_t>(kv_dim_));
+      store_values(&values_[static_cast<size_t>(layer)][slot * static_cast<size_t>(kv_dim_)], row(v, i), static_cast<size_t>(kv_dim_));
     }
   }
 
@@ -138,8 +143,8 @@ class CpuBackend final : public Backend {
     if (layer < 0 || layer >= static_cast<int32_t>(keys_.size()) || first < 0 || count < 0 || first + count > kv_ctx_)
       throw std::out_of_range("write_kv: outside the cache");
     const size_t n = static_cast<size_t>(count) * static_cast<size_t>(kv_dim_), at = static_cast<size_t>(first) * static_cast<size_t>(kv_dim_);
-    std::memcpy(&keys_[static_cast<size_t>(layer)][at], k, n * sizeof(float));
-    std::memcpy(&values_[static_cast<size_t>(layer)][at], v, n * sizeof(float));
+    store_values(&keys_[static_cast<size_t>(layer)][at], k, n);
+    store_values(&values_[static_cast<size_t>(layer)][at], v, n);
   }
 
   void swap_kv(const std::vector<std::pair<int32_t, int32_t>>& pairs) override {
@@ -312,6 +317,15 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Copies n values into the cache, rounded to fp16 for an F16 cache.
+  void store_values(float* dst, const float* src, size_t n) const {
+    if (kv_type_ == KvCacheType::F32) {
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(fp32_to_fp16(src[i]));
+  }
+
   // Items per parallel chunk so that a chunk does at least ~64K multiply-adds: below
   // that, waking threads costs more than it saves (small models run single-threaded).
   static int64_t grain_for(int64_t cost_per_item) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, cost_per_item)); }
@@ -335,6 +349,7 @@ class CpuBackend final : public Backend {
   std::unordered_map<int32_t, int64_t> gathered_rows_;
   int32_t kv_ctx_ = 0;
   int32_t kv_dim_ = 0;
+  KvCacheType kv_type_ = KvCacheType::F32;
   const StepBatch* batch_ = nullptr;
   KvView kv_view_;
   std::vector<int32_t> capture_rows_;

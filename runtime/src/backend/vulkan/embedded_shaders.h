@@ -20,7 +20,9 @@ extern const EmbeddedShader matmul_f32_t1;  // shaders/matmul_f32.comp, TILE_T=1
 extern const EmbeddedShader matmul_f32_t4;  // shaders/matmul_f32.comp, TILE_T=4
 extern const EmbeddedShader rope;               // shaders/rope.comp
 extern const EmbeddedShader elementwise;        // shaders/elementwise.comp (add, bias, swiglu)
-extern const EmbeddedShader attention;          // shaders/attention.comp
+extern const EmbeddedShader attention;          // shaders/attention.comp (fp32 KV cache)
+extern const EmbeddedShader attention_kv_f16;   // shaders/attention.comp, KV_F16=1
+extern const EmbeddedShader kv_store;           // shaders/kv_store.comp (fp32 rows into an fp16 cache)
 extern const EmbeddedShader attention_combine;  // shaders/attention_combine.comp
 extern const EmbeddedShader kv_permute;         // shaders/kv_permute.comp
 extern const EmbeddedShader argmax;             // shaders/argmax.comp

@@ -41,7 +41,10 @@ struct AttentionPush {
   float scale;
 };
 struct KvPermutePush {
-  uint32_t n_pairs, kv_dim, mode;
+  uint32_t n_pairs, words, mode;
+};
+struct KvStorePush {
+  uint32_t rows, kv_dim, first_slot;
 };
 struct TopKPush {
   uint32_t rows, n, k;
@@ -74,6 +77,8 @@ Kernels::Kernels(const Context& context)
       rope_(std::make_unique<ComputePipeline>(context, shaders::rope, 2, sizeof(RopePush))),
       elementwise_(std::make_unique<ComputePipeline>(context, shaders::elementwise, 3, sizeof(ElementwisePush))),
       attention_(std::make_unique<ComputePipeline>(context, shaders::attention, 5, sizeof(AttentionPush))),
+      attention_kv_f16_(std::make_unique<ComputePipeline>(context, shaders::attention_kv_f16, 5, sizeof(AttentionPush))),
+      kv_store_f16_(std::make_unique<ComputePipeline>(context, shaders::kv_store, 4, sizeof(KvStorePush))),
       attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 2, sizeof(CombinePush))),
       kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))),
       argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))),
@@ -159,8 +164,10 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   if (a.part_keys == 0 || a.n_parts == 0 || uint64_t{a.part_keys} * a.n_parts < uint64_t{a.n_past} + a.T)
     throw std::invalid_argument("attention: the parts do not cover the keys");
   require_size(q, uint64_t{a.T} * a.q_stride, "q", "attention");
-  require_size(keys, uint64_t{a.n_past + a.T} * a.kv_dim, "keys", "attention");
-  require_size(values, uint64_t{a.n_past + a.T} * a.kv_dim, "values", "attention");
+  if (a.kv_f16 && a.kv_dim % 2 != 0) throw std::invalid_argument("attention: an fp16 cache needs an even kv_dim");
+  const uint64_t cache_words = a.kv_f16 ? uint64_t{a.n_past + a.T} * a.kv_dim / 2 : uint64_t{a.n_past + a.T} * a.kv_dim;
+  require_size(keys, cache_words, "keys", "attention");
+  require_size(values, cache_words, "values", "attention");
   require_size(partials, uint64_t{a.T} * a.n_head * a.n_parts * (a.head_dim + 2), "partials", "attention");
   require_size(out, uint64_t{a.T} * a.out_stride, "out", "attention");
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
@@ -169,17 +176,30 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   const AttentionPush push{a.T,         a.n_past,     a.n_head,      a.n_head_kv, a.head_dim,  a.kv_dim,
                            a.q_stride,  a.region,     a.dense,       a.use_order, a.part_keys, a.n_parts,
                            a.mask_words, a.mask_offset, a.order_offset, a.scale};
-  seq.dispatch(*attention_, {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head, a.T);
+  seq.dispatch(a.kv_f16 ? *attention_kv_f16_ : *attention_, {&q, &keys, &values, &step_info, &partials}, push,
+               a.n_parts, a.n_head, a.T);
   seq.dispatch(*attention_combine_, {&partials, &out}, CombinePush{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride},
                a.n_head, a.T);
 }
 
 void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs,
-                         uint32_t kv_dim, bool swap) const {
-  if (n_pairs == 0 || kv_dim == 0) return;
+                         uint32_t words, bool swap) const {
+  if (n_pairs == 0 || words == 0) return;
   require_size(pairs, uint64_t{n_pairs} * 2, "pairs", "kv_permute");
-  seq.dispatch(*kv_permute_, {&cache, &pairs}, KvPermutePush{n_pairs, kv_dim, swap ? 0u : 1u},
-               groups_for(kv_dim, 64, context_));
+  seq.dispatch(*kv_permute_, {&cache, &pairs}, KvPermutePush{n_pairs, words, swap ? 0u : 1u},
+               groups_for(words, 64, context_));
+}
+
+void Kernels::kv_store_f16(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k,
+                           const Buffer& cache_v, uint32_t rows, uint32_t kv_dim, uint32_t first_slot) const {
+  if (rows == 0) return;
+  if (kv_dim == 0 || kv_dim % 2 != 0) throw std::invalid_argument("kv_store_f16: kv_dim must be even and positive");
+  require_size(k, uint64_t{rows} * kv_dim, "k", "kv_store_f16");
+  require_size(v, uint64_t{rows} * kv_dim, "v", "kv_store_f16");
+  require_size(cache_k, (uint64_t{first_slot} + rows) * kv_dim / 2, "cache_k", "kv_store_f16");
+  require_size(cache_v, (uint64_t{first_slot} + rows) * kv_dim / 2, "cache_v", "kv_store_f16");
+  seq.dispatch(*kv_store_f16_, {&k, &v, &cache_k, &cache_v}, KvStorePush{rows, kv_dim, first_slot},
+               groups_for(uint64_t{rows} * kv_dim / 2, 64, context_));
 }
 
 void Kernels::argmax(CommandSequence& seq, const Buffer& x, const Buffer& ids, uint32_t rows, uint32_t n) const {

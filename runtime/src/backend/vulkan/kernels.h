@@ -49,6 +49,7 @@ class Kernels {
     uint32_t T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, out_stride;
     uint32_t region, dense, use_order, part_keys, n_parts, mask_words, mask_offset, order_offset;
     float scale;
+    bool kv_f16 = false;  // keys and values are an fp16 cache (kv_store); else fp32
   };
   static constexpr uint32_t kMaxHeadDim = 256;
   void attention(CommandSequence& seq, const Buffer& q, const Buffer& keys, const Buffer& values,
@@ -65,10 +66,16 @@ class Kernels {
   static constexpr uint64_t top_k_words(uint32_t rows, uint32_t k) { return uint64_t{rows} * (1u + 2u * uint64_t{k}); }
   void top_k(CommandSequence& seq, const Buffer& x, const Buffer& result, uint32_t rows, uint32_t n, uint32_t k) const;
 
-  // Applies (first, second) slot pairs in order to one [n_ctx x kv_dim] cache:
-  // swap exchanges the two entries, otherwise first is copied over second.
-  void kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs, uint32_t kv_dim,
+  // Applies (first, second) slot pairs in order to one cache of `words` 32-bit words per
+  // entry (kv_dim for fp32, kv_dim / 2 for fp16): swap exchanges the two entries,
+  // otherwise first is copied over second. Bits are moved unchanged.
+  void kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs, uint32_t words,
                   bool swap) const;
+
+  // Converts `rows` rows of K and V (fp32, kv_dim wide, kv_dim even) to fp16, rounding to
+  // nearest even as fafo::fp32_to_fp16, into slots first_slot.. of fp16 caches.
+  void kv_store_f16(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k,
+                    const Buffer& cache_v, uint32_t rows, uint32_t kv_dim, uint32_t first_slot) const;
 
  private:
   const Context& context_;
@@ -78,6 +85,8 @@ class Kernels {
   std::unique_ptr<ComputePipeline> rope_;
   std::unique_ptr<ComputePipeline> elementwise_;
   std::unique_ptr<ComputePipeline> attention_;
+  std::unique_ptr<ComputePipeline> attention_kv_f16_;
+  std::unique_ptr<ComputePipeline> kv_store_f16_;
   std::unique_ptr<ComputePipeline> attention_combine_;
   std::unique_ptr<ComputePipeline> kv_permute_;
   std::unique_ptr<ComputePipeline> argmax_;

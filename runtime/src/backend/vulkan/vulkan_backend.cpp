@@ -139,8 +139,11 @@ class VulkanBackend final : public Backend {
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
 
-  void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim) override {
-    const uint64_t bytes = static_cast<uint64_t>(n_ctx) * static_cast<uint64_t>(kv_dim) * sizeof(float);
+  void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim, KvCacheType type) override {
+    if (type == KvCacheType::F16 && kv_dim % 2 != 0)
+      throw std::invalid_argument("an f16 KV cache needs an even KV width; this model's is " + std::to_string(kv_dim));
+    kv_type_ = type;
+    const uint64_t bytes = static_cast<uint64_t>(n_ctx) * static_cast<uint64_t>(kv_dim) * kv_value_bytes(type);
     if (bytes > max_range_)
       throw std::runtime_error("one layer's KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
                                std::to_string(bytes) + " bytes, more than the device's maxStorageBufferRange (" +
@@ -241,10 +244,16 @@ class VulkanBackend final : public Backend {
 
   void store_kv(int32_t layer, const Activation& k, const Activation& v) override {
     check_layer(layer);
+    if (k.cols != kv_dim_ || v.cols != kv_dim_) throw std::invalid_argument("store_kv: rows are not kv_dim wide");
+    if (kv_type_ == KvCacheType::F16) {
+      kernels_.kv_store_f16(step(), act(k), act(v), keys_[static_cast<size_t>(layer)], values_[static_cast<size_t>(layer)],
+                            static_cast<uint32_t>(batch_->size()), static_cast<uint32_t>(kv_dim_),
+                            static_cast<uint32_t>(batch_->n_past()));
+      return;
+    }
     const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(kv_dim_) * sizeof(float);
     const VkDeviceSize at = static_cast<VkDeviceSize>(batch_->n_past()) * row_bytes;
     const VkDeviceSize bytes = static_cast<VkDeviceSize>(batch_->size()) * row_bytes;
-    if (k.cols != kv_dim_ || v.cols != kv_dim_) throw std::invalid_argument("store_kv: rows are not kv_dim wide");
     step().copy(act(k), 0, keys_[static_cast<size_t>(layer)], at, bytes);
     step().copy(act(v), 0, values_[static_cast<size_t>(layer)], at, bytes);
   }
@@ -252,8 +261,17 @@ class VulkanBackend final : public Backend {
   void write_kv(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) override {
     if (layer < 0 || layer >= static_cast<int32_t>(keys_.size()) || first < 0 || count < 0 || first + count > kv_ctx_)
       throw std::out_of_range("write_kv: outside the cache");
-    const size_t n = static_cast<size_t>(count) * static_cast<size_t>(kv_dim_) * sizeof(float);
-    const size_t at = static_cast<size_t>(first) * static_cast<size_t>(kv_dim_) * sizeof(float);
+    const size_t values = static_cast<size_t>(count) * static_cast<size_t>(kv_dim_);
+    const size_t n = values * kv_value_bytes(kv_type_);
+    const size_t at = static_cast<size_t>(first) * static_cast<size_t>(kv_dim_) * kv_value_bytes(kv_type_);
+    if (kv_type_ == KvCacheType::F16) {
+      std::vector<uint16_t> halves(values);
+      for (size_t i = 0; i < values; ++i) halves[i] = fp32_to_fp16(k[i]);
+      transfer_.upload(keys_[static_cast<size_t>(layer)], halves.data(), n, at);
+      for (size_t i = 0; i < values; ++i) halves[i] = fp32_to_fp16(v[i]);
+      transfer_.upload(values_[static_cast<size_t>(layer)], halves.data(), n, at);
+      return;
+    }
     transfer_.upload(keys_[static_cast<size_t>(layer)], k, n, at);
     transfer_.upload(values_[static_cast<size_t>(layer)], v, n, at);
   }
@@ -263,14 +281,21 @@ class VulkanBackend final : public Backend {
 
   std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) override {
     check_layer(layer);
-    const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(kv_dim_) * sizeof(float);
+    const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(kv_dim_) * kv_value_bytes(kv_type_);
     std::vector<VkBufferCopy> regions;
     for (int32_t s : slots) {
       if (s < 0 || s >= kv_ctx_) throw std::out_of_range("read_keys: slot outside the cache");
       regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(s) * row_bytes, 0, row_bytes});
     }
     std::vector<float> out(slots.size() * static_cast<size_t>(kv_dim_));
-    if (!regions.empty()) transfer_.download_regions(keys_[static_cast<size_t>(layer)], regions, out.data());
+    if (regions.empty()) return out;
+    if (kv_type_ == KvCacheType::F16) {
+      std::vector<uint16_t> halves(out.size());
+      transfer_.download_regions(keys_[static_cast<size_t>(layer)], regions, halves.data());
+      for (size_t i = 0; i < out.size(); ++i) out[i] = fp16_to_fp32(halves[i]);
+    } else {
+      transfer_.download_regions(keys_[static_cast<size_t>(layer)], regions, out.data());
+    }
     return out;
   }
 
@@ -318,6 +343,7 @@ class VulkanBackend final : public Backend {
     a.mask_offset = T;
     a.order_offset = T + T * mask_words_;
     a.scale = s.scale;
+    a.kv_f16 = kv_type_ == KvCacheType::F16;
     kernels_.attention(step(), act(q), keys_[static_cast<size_t>(layer)], values_[static_cast<size_t>(layer)],
                        step_info_, partials_, act(out), a);
     set_rows(out, T);
@@ -536,9 +562,10 @@ class VulkanBackend final : public Backend {
     }
     pairs_->upload(flat.data(), bytes);
     CommandSequence seq(context_, descriptors_);
+    const uint32_t words = static_cast<uint32_t>(kv_type_ == KvCacheType::F16 ? kv_dim_ / 2 : kv_dim_);
     for (size_t l = 0; l < keys_.size(); ++l) {
-      kernels_.kv_permute(seq, keys_[l], *pairs_, static_cast<uint32_t>(pairs.size()), static_cast<uint32_t>(kv_dim_), swap);
-      kernels_.kv_permute(seq, values_[l], *pairs_, static_cast<uint32_t>(pairs.size()), static_cast<uint32_t>(kv_dim_), swap);
+      kernels_.kv_permute(seq, keys_[l], *pairs_, static_cast<uint32_t>(pairs.size()), words, swap);
+      kernels_.kv_permute(seq, values_[l], *pairs_, static_cast<uint32_t>(pairs.size()), words, swap);
     }
     seq.submit_and_wait();
   }
@@ -555,7 +582,10 @@ class VulkanBackend final : public Backend {
   std::vector<DeviceWeight> weights_;
   std::vector<DeviceActivation> activations_;
   int64_t max_step_rows_ = 0;
+  static size_t kv_value_bytes(KvCacheType t) { return t == KvCacheType::F16 ? sizeof(uint16_t) : sizeof(float); }
+
   std::vector<Buffer> keys_, values_;
+  KvCacheType kv_type_ = KvCacheType::F32;
   int32_t kv_ctx_ = 0;
   int32_t kv_dim_ = 0;
 
