@@ -4,7 +4,8 @@
 // for t < T tokens and r < rows, W in its packed format (binding 1), x and out fp32.
 // Compiled per format (-DFORMAT_*) and per variant: -DTILE_T (tokens per tile),
 // -DROW_GROUPS (rows, or with WHOLE_ROWS invocations, per workgroup), -DWHOLE_ROWS=<rows
-// per invocation> for the CPU-device mapping below. WeightKernels
+// per invocation> for the CPU-device mapping below, -DSUBGROUP=1 for the split-rows
+// variant with subgroup shuffles (specialization constant 0: lanes). WeightKernels
 // (runtime/src/backend/vulkan/weight_kernels.cpp) picks the variant.
 //
 // Numerics, the same for every variant, mapping and T: a row is cut into 16-value
@@ -28,6 +29,17 @@
 // tokens, small next to the arithmetic at that size. Lanes meet in shared memory (no
 // subgroup operations needed).
 //
+// Split rows with subgroups (-DSUBGROUP=1, used when the device has subgroup shuffle and
+// full subgroups can be required: backend/vulkan/devices.h; FAFO_VULKAN_FEATURES=
+// -subgroup turns it off). The same tree, the steps of distance d < SG_LANES
+// (specialization constant: min(subgroup size, 32)) done with subgroupShuffleXor in
+// registers, the larger ones first through shared memory, so the bits are those of the
+// portable variant. With 32 or more lanes per subgroup there is no shared memory and no
+// barrier. Invocations are numbered by subgroup (subgroup id * size + invocation id):
+// with full subgroups (the host requires them) that numbering is dense, and lanes l and
+// l ^ d (d < SG_LANES) of a row share a subgroup whatever the implementation's mapping
+// of local invocation ids to subgroups.
+//
 // Whole rows (WHOLE_ROWS = n, for CPU implementations such as lavapipe, which run
 // invocations as the lanes of SIMD registers, mask branches rather than skip them, pay
 // for every loaded component lane by lane, and run barriers as coroutine switches): an
@@ -42,6 +54,13 @@
 // the device's workgroup-count limit.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_GOOGLE_include_directive : require
+#ifndef SUBGROUP
+#define SUBGROUP 0
+#endif
+#if SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 
 #ifndef TILE_T
 #define TILE_T 1
@@ -156,6 +175,47 @@ void main() {
 // so that reading a slot's lanes does not hit a single memory bank.
 #define SLOTS (ROW_GROUPS * TILE_T)
 #define SLOT_STRIDE (LANES + 1u)
+
+#if SUBGROUP
+// Lanes of the tree inside one subgroup: min(subgroup size, 32), set by the host.
+layout(constant_id = 0) const uint SG_LANES = 32u;
+// Tree steps left to shared memory: those of distance >= SG_LANES (none from 32 lanes on,
+// and then the array shrinks to one unused float).
+const uint SHARED_FLOATS = SG_LANES < LANES ? SLOTS * SLOT_STRIDE : 1u;
+shared float partial[SHARED_FLOATS];
+
+// The tree's steps of distance d < SG_LANES, over the subgroup: at step d, lane l with
+// bit d clear computes s[l] + s[l + d], exactly the tree's addition (lanes with bit d set
+// compute s[l - d] + s[l], equal since IEEE addition commutes, and never feed lane 0).
+// Lane 0 ends with the root.
+float subgroup_tree(float v) {
+  precise float s = v;
+  [[unroll]] for (uint d = LANES / 2u; d >= 1u; d >>= 1) {
+    if (d < SG_LANES) s = s + subgroupShuffleXor(s, d);
+  }
+  return s;
+}
+
+// The tree's steps of distance >= SG_LANES for lane `lane` (< SG_LANES) of the slot at
+// `base`: they add only lanes lane + k * SG_LANES, so this is the tree over k, in its
+// order: s[k] + s[k + h] for h = 16 / SG_LANES .. 1.
+float shared_tree(uint base, uint lane) {
+  const uint columns = LANES / SG_LANES;
+  precise float s[LANES];
+  [[unroll]] for (uint k = 0u; k < LANES; ++k) {
+    if (k < columns) s[k] = partial[base + lane + k * SG_LANES];
+  }
+  [[unroll]] for (uint h = LANES / 2u; h >= 1u; h >>= 1) {
+    if (h < columns) {
+      [[unroll]] for (uint k = 0u; k < LANES / 2u; ++k) {
+        if (k < h) s[k] = s[k] + s[k + h];
+      }
+    }
+  }
+  return s[0];
+}
+
+#else
 shared float partial[SLOTS * SLOT_STRIDE];
 
 // The fixed summation tree over the 32 lane sums of one slot.
@@ -168,9 +228,14 @@ float sum_lanes(uint base) {
   [[unroll]] for (uint l = 0u; l < 2u; ++l) s[l] = s[l] + s[l + 2u];
   return s[0] + s[1];
 }
+#endif
 
 void main() {
+#if SUBGROUP
+  const uint lid = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+#else
   const uint lid = gl_LocalInvocationID.x;
+#endif
   const uint lane = lid % LANES;
   const uint group = lid / LANES;  // the workgroup's row this invocation works on
   const uint full_chunks = p.cols / 16u;
@@ -211,6 +276,33 @@ void main() {
       }
 #endif
 
+#if SUBGROUP
+      if (SG_LANES >= LANES) {
+        // A row's 32 lanes are in one subgroup: the whole tree in registers. The branches
+        // are uniform over the workgroup, as the shuffles need.
+        const uint row = block * ROW_GROUPS + group;
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+          if (t < n_active) {
+            const float sum = subgroup_tree(acc[t]);
+            if (lane == 0u && row < p.rows) y[(t0 + t) * p.out_stride + p.out_offset + row] = sum;
+          }
+        }
+      } else {
+        // The large distances through shared memory, one slot per subgroup at a time
+        // (the slot, so every branch below, is uniform over the subgroup).
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) partial[(group * TILE_T + t) * SLOT_STRIDE + lane] = acc[t];
+        barrier();
+        for (uint slot = gl_SubgroupID; slot < SLOTS; slot += gl_NumSubgroups) {
+          const uint t = slot % TILE_T;
+          const uint row = block * ROW_GROUPS + slot / TILE_T;
+          if (t < n_active) {
+            const float sum = subgroup_tree(shared_tree(slot * SLOT_STRIDE, gl_SubgroupInvocationID));
+            if (gl_SubgroupInvocationID == 0u && row < p.rows) y[(t0 + t) * p.out_stride + p.out_offset + row] = sum;
+          }
+        }
+        barrier();  // partial is rewritten for the next row block
+      }
+#else
       [[unroll]] for (uint t = 0u; t < TILE_T; ++t) partial[(group * TILE_T + t) * SLOT_STRIDE + lane] = acc[t];
       barrier();
       for (uint slot = lid; slot < SLOTS; slot += WG_SIZE) {
@@ -221,6 +313,7 @@ void main() {
         }
       }
       barrier();  // partial is rewritten for the next row block
+#endif
     }
   }
 }

@@ -468,15 +468,21 @@ TEST_F(VulkanWeightKernels, MatmulMatchesTheCpuForEveryFormatShapeAndTokenCount)
   }
 }
 
-// Every variant the tests run: each SplitRows tile, WholeRows, and the automatic choice.
+// Every variant the tests run: each SplitRows tile (with the automatic reduction, which
+// is the subgroup one where the device has it, and the portable one), WholeRows, and the
+// automatic choice.
 struct NamedVariant {
   std::string name;
   MatmulVariant variant;
 };
 std::vector<NamedVariant> all_variants() {
   std::vector<NamedVariant> variants;
-  for (const uint32_t tile : WeightKernels::kTokenTiles)
+  for (const uint32_t tile : WeightKernels::kTokenTiles) {
     variants.push_back({"SplitRows tile " + std::to_string(tile), MatmulVariant{tile, MatmulMapping::SplitRows}});
+    MatmulVariant portable{tile, MatmulMapping::SplitRows};
+    portable.reduction = fafo::vulkan::MatmulReduction::Portable;
+    variants.push_back({"SplitRows tile " + std::to_string(tile) + " portable", portable});
+  }
   variants.push_back({"WholeRows", MatmulVariant{0, MatmulMapping::WholeRows}});
   variants.push_back({"automatic", MatmulVariant{}});
   return variants;

@@ -1,5 +1,7 @@
 #include "backend/vulkan/context.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/vulkan/vulkan_error.h"
@@ -9,6 +11,15 @@ namespace fafo::vulkan {
 namespace {
 
 constexpr const char* kValidationLayer = "VK_LAYER_KHRONOS_validation";
+// The highest Vulkan version fafo uses (1.3 for computeFullSubgroups and integer dot
+// product in core); a device is used at the lower of this and its own version.
+constexpr uint32_t kApiVersion = VK_API_VERSION_1_3;
+
+FeatureSelection feature_selection(const ContextOptions& options) {
+  if (options.features) return parse_feature_selection(*options.features);
+  const char* env = std::getenv("FAFO_VULKAN_FEATURES");
+  return env ? parse_feature_selection(env) : FeatureSelection{};
+}
 
 bool layer_installed(const char* name) {
   uint32_t count = 0;
@@ -87,12 +98,13 @@ std::vector<std::string> ValidationLog::warnings() const {
 
 Context::Context(ContextOptions options) : log_(options.validation_log) {
   if (!log_) log_ = std::make_shared<ValidationLog>();
+  const FeatureSelection selection = feature_selection(options);  // a bad value fails before any Vulkan call
   try {
     VkApplicationInfo app{};
     app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
     app.pApplicationName = "fafo";
     app.pEngineName = "fafo";
-    app.apiVersion = VK_API_VERSION_1_2;
+    app.apiVersion = kApiVersion;
 
     std::vector<const char*> layers;
     std::vector<const char*> extensions;
@@ -160,10 +172,56 @@ Context::Context(ContextOptions options) : log_(options.validation_log) {
     queue_info.queueFamilyIndex = queue_family_;
     queue_info.queueCount = 1;
     queue_info.pQueuePriorities = &priority;
+    // Optional features: the ones the device has and the selection allows, enabled
+    // through the 1.1/1.2(/1.3) feature structs, or on a 1.2 device through the
+    // extensions that carry the 1.3 ones.
+    const uint32_t api_version = std::min(properties_.apiVersion, kApiVersion);
+    const bool v13 = VK_API_VERSION_MINOR(api_version) >= 3 || VK_API_VERSION_MAJOR(api_version) > 1;
+    detected_features_ = detect_device_features(physical_device_, api_version);
+    features_ = select_features(detected_features_, selection);
+    VkPhysicalDeviceVulkan11Features f11{};
+    f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+    f11.storageBuffer16BitAccess = features_.storage_16bit;
+    VkPhysicalDeviceVulkan12Features f12{};
+    f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    f12.storageBuffer8BitAccess = features_.storage_8bit;
+    f12.shaderFloat16 = features_.shader_float16;
+    f12.shaderInt8 = features_.shader_int8;
+    VkPhysicalDeviceVulkan13Features f13{};
+    f13.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES;
+    f13.computeFullSubgroups = features_.full_subgroups;
+    f13.shaderIntegerDotProduct = features_.integer_dot_product;
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT size_control{};
+    size_control.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT;
+    size_control.computeFullSubgroups = features_.full_subgroups;
+    VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{};
+    dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR;
+    dot.shaderIntegerDotProduct = features_.integer_dot_product;
+    std::vector<const char*> device_extensions;
+    f11.pNext = &f12;
+    void** tail = &f12.pNext;
+    if (v13) {
+      *tail = &f13;
+    } else {
+      // detect_device_features saw these only through their extensions.
+      if (features_.full_subgroups) {
+        device_extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+        *tail = &size_control;
+        tail = &size_control.pNext;
+      }
+      if (features_.integer_dot_product) {
+        device_extensions.push_back(VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+        *tail = &dot;
+      }
+    }
+
     VkDeviceCreateInfo device_info{};
     device_info.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
+    device_info.pNext = &f11;
     device_info.queueCreateInfoCount = 1;
     device_info.pQueueCreateInfos = &queue_info;
+    device_info.enabledExtensionCount = static_cast<uint32_t>(device_extensions.size());
+    device_info.ppEnabledExtensionNames = device_extensions.data();
     check(vkCreateDevice(physical_device_, &device_info, nullptr, &device_), "vkCreateDevice");
     vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
 

@@ -1,8 +1,10 @@
 // The Vulkan object model of fafo, smallest first:
 //   Context          instance (+ validation layer and debug messenger when asked),
-//                    one physical device, its logical device, a compute queue and a
-//                    command pool. Owns them; everything else borrows the Context,
-//                    which must outlive every object created from it.
+//                    one physical device, its logical device (with the optional
+//                    features of devices.h that the device has and FAFO_VULKAN_FEATURES
+//                    allows), a compute queue and a command pool. Owns them;
+//                    everything else borrows the Context, which must outlive every
+//                    object created from it.
 //   Buffer           (buffer.h) a storage buffer with its own memory, move-only.
 //   ComputePipeline  (pipeline.h) an embedded SPIR-V shader + layout + push constants.
 //   CommandSequence  (command_sequence.h) dispatches recorded into one command
@@ -12,10 +14,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <vulkan/vulkan.h>
+
+#include "backend/vulkan/devices.h"
 
 namespace fafo::vulkan {
 
@@ -43,12 +48,17 @@ struct ContextOptions {
   // validation_log (created when null).
   bool validation = false;
   std::shared_ptr<ValidationLog> validation_log;
+  // Which optional features the kernels may use, as FAFO_VULKAN_FEATURES (devices.h)
+  // writes it; unset = the environment variable (unset too: every feature the device
+  // has). Tests set it to compare the portable and the optional paths.
+  std::optional<std::string> features;
 };
 
 class Context {
  public:
   // Throws VulkanError when there is no Vulkan driver, no device, or the chosen
-  // device does not exist or has no compute queue.
+  // device does not exist or has no compute queue; std::runtime_error for a bad
+  // FAFO_VULKAN_FEATURES (before touching Vulkan).
   explicit Context(ContextOptions options = {});
   ~Context();
   Context(const Context&) = delete;
@@ -64,6 +74,10 @@ class Context {
   const VkPhysicalDeviceProperties& properties() const { return properties_; }
   const VkPhysicalDeviceMemoryProperties& memory_properties() const { return memory_properties_; }
   std::string device_name() const { return properties_.deviceName; }
+  // The optional features enabled on the device for the kernels to use, and all the
+  // device has (whether enabled or not).
+  const DeviceFeatures& features() const { return features_; }
+  const DeviceFeatures& detected_features() const { return detected_features_; }
 
   // Whether the validation layer is active (asked for and installed).
   bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
@@ -88,6 +102,8 @@ class Context {
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
   VkPhysicalDeviceProperties properties_{};
   VkPhysicalDeviceMemoryProperties memory_properties_{};
+  DeviceFeatures detected_features_;
+  DeviceFeatures features_;
 };
 
 }  // namespace fafo::vulkan

@@ -1,7 +1,13 @@
 // list_vulkan_devices(): what `fafo devices` prints. Never throws for a missing
-// driver or device: Vulkan being unavailable is an empty list.
+// driver or device: Vulkan being unavailable is an empty list. Also the detection and
+// selection of the optional features the kernels may use (devices.h), shared with
+// Context so that both see a device the same way.
+#include "backend/vulkan/devices.h"
+
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <vulkan/vulkan.h>
@@ -69,7 +75,6 @@ VulkanDeviceInfo describe(VkPhysicalDevice device, uint32_t index) {
   VkPhysicalDeviceProperties base;
   vkGetPhysicalDeviceProperties(device, &base);
   const bool v12 = VK_API_VERSION_MAJOR(base.apiVersion) > 1 || VK_API_VERSION_MINOR(base.apiVersion) >= 2;
-  const bool v13 = VK_API_VERSION_MAJOR(base.apiVersion) > 1 || VK_API_VERSION_MINOR(base.apiVersion) >= 3;
 
   // Properties: driver (1.2 core) and subgroups (1.1 core).
   VkPhysicalDeviceDriverProperties driver{};
@@ -106,28 +111,14 @@ VulkanDeviceInfo describe(VkPhysicalDevice device, uint32_t index) {
   for (uint32_t h = 0; h < mem.memoryHeapCount; ++h)
     info.heaps.push_back({mem.memoryHeaps[h].size, (mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
 
-  // Features: the 1.1/1.2/1.3 feature structs, chained only where the device has them.
-  if (v12) {
-    VkPhysicalDeviceVulkan11Features f11{};
-    f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
-    VkPhysicalDeviceVulkan12Features f12{};
-    f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-    VkPhysicalDeviceVulkan13Features f13{};
-    f13.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES;
-    VkPhysicalDeviceFeatures2 features{};
-    features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-    features.pNext = &f11;
-    f11.pNext = &f12;
-    if (v13) f12.pNext = &f13;
-    vkGetPhysicalDeviceFeatures2(device, &features);
-    info.storage_16bit = f11.storageBuffer16BitAccess;
-    info.storage_8bit = f12.storageBuffer8BitAccess;
-    info.shader_float16 = f12.shaderFloat16;
-    info.shader_int8 = f12.shaderInt8;
-    info.integer_dot_product = v13 && f13.shaderIntegerDotProduct;
-  }
-  info.integer_dot_product = info.integer_dot_product || has_ext("VK_KHR_shader_integer_dot_product");
-  info.cooperative_matrix = has_ext("VK_KHR_cooperative_matrix") || has_ext("VK_NV_cooperative_matrix");
+  const vulkan::DeviceFeatures features = vulkan::detect_device_features(device, p.apiVersion);
+  info.storage_16bit = features.storage_16bit;
+  info.storage_8bit = features.storage_8bit;
+  info.shader_float16 = features.shader_float16;
+  info.shader_int8 = features.shader_int8;
+  // The extension alone counts here (fafo devices lists what a device offers).
+  info.integer_dot_product = features.integer_dot_product || has_ext("VK_KHR_shader_integer_dot_product");
+  info.cooperative_matrix = features.cooperative_matrix;
   return info;
 }
 
@@ -158,3 +149,186 @@ std::vector<VulkanDeviceInfo> list_vulkan_devices() {
 }
 
 }  // namespace fafo
+
+namespace fafo::vulkan {
+
+namespace {
+
+bool has_device_extension(VkPhysicalDevice device, const char* name) {
+  uint32_t count = 0;
+  if (vkEnumerateDeviceExtensionProperties(device, nullptr, &count, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkExtensionProperties> exts(count);
+  if (vkEnumerateDeviceExtensionProperties(device, nullptr, &count, exts.data()) < 0) return false;
+  exts.resize(count);
+  for (const VkExtensionProperties& e : exts)
+    if (std::strcmp(e.extensionName, name) == 0) return true;
+  return false;
+}
+
+bool at_least(uint32_t version, uint32_t minor) {
+  return VK_API_VERSION_MAJOR(version) > 1 || VK_API_VERSION_MINOR(version) >= minor;
+}
+
+// The words of FAFO_VULKAN_FEATURES that name one feature, with its flag.
+struct FeatureWord {
+  const char* word;
+  bool FeatureSelection::*flag;
+};
+constexpr FeatureWord kFeatureWords[] = {
+    {"subgroup", &FeatureSelection::subgroup}, {"fp16", &FeatureSelection::fp16},
+    {"storage16", &FeatureSelection::storage16}, {"storage8", &FeatureSelection::storage8},
+    {"int8", &FeatureSelection::int8},         {"dot", &FeatureSelection::dot},
+};
+
+void set_all(FeatureSelection& s, bool on) {
+  for (const FeatureWord& w : kFeatureWords) s.*w.flag = on;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& i : items) out += (out.empty() ? "" : ", ") + i;
+  return out;
+}
+
+}  // namespace
+
+FeatureSelection parse_feature_selection(std::string_view spec) {
+  FeatureSelection selection;  // starts from `all`
+  while (true) {
+    const size_t comma = spec.find(',');
+    const std::string_view item = trim(spec.substr(0, comma));
+    if (item == "all") {
+      set_all(selection, true);
+    } else if (item == "portable" || item == "none") {
+      set_all(selection, false);
+    } else if (!item.empty()) {
+      const bool on = item.front() != '-';
+      const std::string_view name = item.front() == '-' || item.front() == '+' ? item.substr(1) : item;
+      const FeatureWord* found = nullptr;
+      for (const FeatureWord& w : kFeatureWords)
+        if (name == w.word) found = &w;
+      if (!found) {
+        std::string words;
+        for (const FeatureWord& w : kFeatureWords) words += std::string(words.empty() ? "" : ", ") + w.word;
+        throw std::runtime_error("FAFO_VULKAN_FEATURES: unknown item \"" + std::string(item) +
+                                 "\"; expected a comma list of all, portable, none, or a feature name with an "
+                                 "optional - (off) or + (on): " + words);
+      }
+      selection.*found->flag = on;
+    }
+    if (comma == std::string_view::npos) break;
+    spec.remove_prefix(comma + 1);
+  }
+  return selection;
+}
+
+DeviceFeatures detect_device_features(VkPhysicalDevice device, uint32_t api_version) {
+  DeviceFeatures f;
+  const bool v13 = at_least(api_version, 3);
+
+  VkPhysicalDeviceSubgroupProperties subgroup{};
+  subgroup.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+  VkPhysicalDeviceProperties2 props{};
+  props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+  props.pNext = &subgroup;
+  vkGetPhysicalDeviceProperties2(device, &props);
+  const bool compute = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+  const bool basic = (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT) != 0;
+  f.subgroup_size = subgroup.subgroupSize;
+  f.subgroup_shuffle = compute && basic && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0;
+  f.subgroup_arithmetic =
+      compute && basic && (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) != 0;
+
+  // The 1.1 and 1.2 feature structs (fafo needs 1.2), the 1.3 one from 1.3 on, else
+  // the extensions that carry the same features on 1.2 devices.
+  VkPhysicalDeviceVulkan11Features f11{};
+  f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+  VkPhysicalDeviceVulkan12Features f12{};
+  f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+  VkPhysicalDeviceVulkan13Features f13{};
+  f13.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES;
+  VkPhysicalDeviceSubgroupSizeControlFeaturesEXT size_control{};
+  size_control.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT;
+  VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{};
+  dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR;
+  VkPhysicalDeviceFeatures2 features{};
+  features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+  features.pNext = &f11;
+  f11.pNext = &f12;
+  void** tail = &f12.pNext;
+  if (v13) {
+    *tail = &f13;
+    tail = &f13.pNext;
+  } else {
+    if (has_device_extension(device, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME)) {
+      *tail = &size_control;
+      tail = &size_control.pNext;
+    }
+    if (has_device_extension(device, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME)) {
+      *tail = &dot;
+      tail = &dot.pNext;
+    }
+  }
+  vkGetPhysicalDeviceFeatures2(device, &features);
+  f.full_subgroups = v13 ? f13.computeFullSubgroups : size_control.computeFullSubgroups;
+  f.integer_dot_product = v13 ? f13.shaderIntegerDotProduct : dot.shaderIntegerDotProduct;
+  f.storage_16bit = f11.storageBuffer16BitAccess;
+  f.storage_8bit = f12.storageBuffer8BitAccess;
+  f.shader_float16 = f12.shaderFloat16;
+  f.shader_int8 = f12.shaderInt8;
+  f.cooperative_matrix = has_device_extension(device, "VK_KHR_cooperative_matrix") ||
+                         has_device_extension(device, "VK_NV_cooperative_matrix");
+  return f;
+}
+
+DeviceFeatures select_features(const DeviceFeatures& detected, const FeatureSelection& selection) {
+  DeviceFeatures e;
+  e.subgroup_size = detected.subgroup_size;  // a fact about the device, kept for reports
+  e.subgroup_shuffle = selection.subgroup && detected.subgroup_shuffle;
+  e.subgroup_arithmetic = selection.subgroup && detected.subgroup_arithmetic;
+  e.full_subgroups = selection.subgroup && detected.full_subgroups;
+  e.storage_16bit = selection.storage16 && detected.storage_16bit;
+  e.storage_8bit = selection.storage8 && detected.storage_8bit;
+  e.shader_float16 = selection.fp16 && detected.shader_float16;
+  e.shader_int8 = selection.int8 && detected.shader_int8;
+  e.integer_dot_product = selection.dot && detected.integer_dot_product;
+  e.cooperative_matrix = false;
+  return e;
+}
+
+std::string describe_features(const DeviceFeatures& enabled, const DeviceFeatures& detected) {
+  std::string uses = enabled.subgroup_matmul() ? "subgroup shuffle (" + std::to_string(enabled.subgroup_size) +
+                                                     " lanes, for the split-rows matmul)"
+                                               : "none (portable path)";
+  std::vector<std::string> idle;    // enabled for future kernels
+  std::vector<std::string> unused;  // detected, not enabled
+  auto sort = [&](bool on, bool has, std::string name) {
+    if (on) {
+      idle.push_back(std::move(name));
+    } else if (has) {
+      unused.push_back(std::move(name));
+    }
+  };
+  if (!enabled.subgroup_matmul() && detected.subgroup_matmul()) unused.emplace_back("subgroup shuffle");
+  sort(enabled.shader_float16, detected.shader_float16, "fp16");
+  sort(enabled.storage_16bit, detected.storage_16bit, "16-bit storage");
+  sort(enabled.storage_8bit, detected.storage_8bit, "8-bit storage");
+  sort(enabled.shader_int8, detected.shader_int8, "int8");
+  std::string out = "optional features: " + uses;
+  if (!idle.empty()) out += "; enabled, no kernel uses them yet: " + join(idle);
+  if (!unused.empty()) out += "; turned off: " + join(unused);
+  if (detected.subgroup_shuffle && !detected.subgroup_matmul())
+    out += "; subgroup shuffle present, not used (full subgroups cannot be required)";
+  if (detected.integer_dot_product)
+    out += "; integer dot product detected, not used (needs 8-bit activations: results would differ from the CPU)";
+  if (detected.cooperative_matrix) out += "; cooperative matrix detected, not used (untested: lavapipe has none)";
+  return out;
+}
+
+}  // namespace fafo::vulkan

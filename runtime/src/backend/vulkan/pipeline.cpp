@@ -8,12 +8,14 @@
 namespace fafo::vulkan {
 
 ComputePipeline::ComputePipeline(const Context& context, const EmbeddedShader& shader, uint32_t n_buffers,
-                                 uint32_t push_constant_bytes)
+                                 uint32_t push_constant_bytes, const PipelineOptions& options)
     : device_(context.device()), name_(shader.name), n_buffers_(n_buffers), push_constant_bytes_(push_constant_bytes) {
   const uint32_t max_push = context.properties().limits.maxPushConstantsSize;
   if (push_constant_bytes > max_push)
     throw VulkanError("shader " + name_ + " needs " + std::to_string(push_constant_bytes) +
                       " bytes of push constants; the device allows " + std::to_string(max_push));
+  if (options.require_full_subgroups && !context.features().full_subgroups)
+    throw VulkanError("shader " + name_ + " asks for full subgroups, which the device does not have enabled");
   VkShaderModule module = VK_NULL_HANDLE;
   try {
     std::vector<VkDescriptorSetLayoutBinding> bindings(n_buffers);
@@ -48,12 +50,22 @@ ComputePipeline::ComputePipeline(const Context& context, const EmbeddedShader& s
     module_info.pCode = shader.words;
     check(vkCreateShaderModule(device_, &module_info, nullptr, &module), "vkCreateShaderModule");
 
+    std::vector<VkSpecializationMapEntry> entries(options.spec_constants.size());
+    for (uint32_t i = 0; i < entries.size(); ++i) entries[i] = {i, i * uint32_t{sizeof(uint32_t)}, sizeof(uint32_t)};
+    VkSpecializationInfo specialization{};
+    specialization.mapEntryCount = static_cast<uint32_t>(entries.size());
+    specialization.pMapEntries = entries.data();
+    specialization.dataSize = options.spec_constants.size() * sizeof(uint32_t);
+    specialization.pData = options.spec_constants.data();
+
     VkComputePipelineCreateInfo info{};
     info.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
     info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
     info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    if (options.require_full_subgroups) info.stage.flags = VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
     info.stage.module = module;
     info.stage.pName = "main";
+    if (!entries.empty()) info.stage.pSpecializationInfo = &specialization;
     info.layout = layout_;
     check(vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &info, nullptr, &pipeline_),
           ("vkCreateComputePipelines (" + name_ + ")").c_str());

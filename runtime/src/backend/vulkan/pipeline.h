@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <vulkan/vulkan.h>
 
@@ -15,10 +16,22 @@ namespace fafo::vulkan {
 
 class Context;
 
+// How to specialize a shader at pipeline creation.
+struct PipelineOptions {
+  // Values of the 32-bit specialization constants: element i is constant_id i (the
+  // shader's default is used for ids past the end).
+  std::vector<uint32_t> spec_constants;
+  // VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT: every subgroup of a
+  // workgroup is full. The device must have computeFullSubgroups enabled
+  // (Context::features().full_subgroups) and the workgroup width must be a multiple of
+  // the subgroup size.
+  bool require_full_subgroups = false;
+};
+
 class ComputePipeline {
  public:
   ComputePipeline(const Context& context, const EmbeddedShader& shader, uint32_t n_buffers,
-                  uint32_t push_constant_bytes);
+                  uint32_t push_constant_bytes, const PipelineOptions& options = {});
   ~ComputePipeline();
   ComputePipeline(const ComputePipeline&) = delete;
   ComputePipeline& operator=(const ComputePipeline&) = delete;

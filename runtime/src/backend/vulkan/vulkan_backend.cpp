@@ -81,8 +81,11 @@ class VulkanBackend final : public Backend {
   std::string description() const override {
     const char* types[] = {"other", "integrated GPU", "discrete GPU", "virtual GPU", "CPU"};
     const int t = static_cast<int>(context_.properties().deviceType);
+    // Then what matmul runs and the optional features in use, detected but unused, or
+    // turned off by FAFO_VULKAN_FEATURES (backend/vulkan/devices.h).
     return "Vulkan device " + std::to_string(context_.device_index()) + ": " + context_.device_name() + " (" +
-           (t >= 0 && t <= 4 ? types[t] : "other") + ", " + gib(heap_bytes_) + ")";
+           (t >= 0 && t <= 4 ? types[t] : "other") + ", " + gib(heap_bytes_) + "); " + weight_kernels_.describe() +
+           "; " + describe_features(context_.features(), context_.detected_features());
   }
 
   // --- memory -----------------------------------------------------------------------

@@ -43,16 +43,35 @@ constexpr uint32_t kWholeRowsPerWorkgroup = 32;
 struct FormatShaders {
   TensorType type;
   std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows;
+  std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows_subgroup;
   const EmbeddedShader* whole_rows;
   const EmbeddedShader* embed;
 };
 
-#define FAFO_WEIGHT_FORMAT_SHADERS(format, TYPE)                                                  \
-  FormatShaders{TensorType::TYPE,                                                                 \
-                {&shaders::weight_matmul_##format##_t1, &shaders::weight_matmul_##format##_t2,    \
-                 &shaders::weight_matmul_##format##_t4, &shaders::weight_matmul_##format##_t8,    \
-                 &shaders::weight_matmul_##format##_t16, &shaders::weight_matmul_##format##_t32}, \
-                &shaders::weight_matmul_##format##_rows,                                          \
+}  // namespace
+
+// The subgroup variants of the split-rows matmul (runtime/CMakeLists.txt: SUBGROUP=1),
+// used only here, so declared here rather than in embedded_shaders.h.
+#define FAFO_DECLARE_SUBGROUP_SHADERS(format, TYPE)                                                      \
+  extern const EmbeddedShader weight_matmul_##format##_t1_sg, weight_matmul_##format##_t2_sg,           \
+      weight_matmul_##format##_t4_sg, weight_matmul_##format##_t8_sg, weight_matmul_##format##_t16_sg, \
+      weight_matmul_##format##_t32_sg;
+namespace shaders {
+FAFO_VULKAN_WEIGHT_FORMATS(FAFO_DECLARE_SUBGROUP_SHADERS)
+}  // namespace shaders
+#undef FAFO_DECLARE_SUBGROUP_SHADERS
+
+namespace {
+
+#define FAFO_WEIGHT_FORMAT_SHADERS(format, TYPE)                                                        \
+  FormatShaders{TensorType::TYPE,                                                                       \
+                {&shaders::weight_matmul_##format##_t1, &shaders::weight_matmul_##format##_t2,          \
+                 &shaders::weight_matmul_##format##_t4, &shaders::weight_matmul_##format##_t8,          \
+                 &shaders::weight_matmul_##format##_t16, &shaders::weight_matmul_##format##_t32},       \
+                {&shaders::weight_matmul_##format##_t1_sg, &shaders::weight_matmul_##format##_t2_sg,    \
+                 &shaders::weight_matmul_##format##_t4_sg, &shaders::weight_matmul_##format##_t8_sg,    \
+                 &shaders::weight_matmul_##format##_t16_sg, &shaders::weight_matmul_##format##_t32_sg}, \
+                &shaders::weight_matmul_##format##_rows,                                                \
                 &shaders::weight_embed_##format},
 const FormatShaders kFormatShaders[] = {FAFO_VULKAN_WEIGHT_FORMATS(FAFO_WEIGHT_FORMAT_SHADERS)};
 #undef FAFO_WEIGHT_FORMAT_SHADERS
@@ -99,12 +118,26 @@ uint32_t ceil_div(uint64_t a, uint64_t b) {
 
 WeightKernels::WeightKernels(const Context& context)
     : context_(context), cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+  // The subgroup variant of a tile, where the context enabled subgroups and the tile's
+  // workgroup (32 lanes x rows) is a whole number of subgroups, as full subgroups need.
+  const DeviceFeatures& features = context.features();
+  PipelineOptions subgroup_options;
+  if (features.subgroup_matmul()) {
+    subgroup_options.spec_constants = {std::min<uint32_t>(features.subgroup_size, 32)};  // SG_LANES
+    subgroup_options.require_full_subgroups = true;
+    for (size_t i = 0; i < kTokenTiles.size(); ++i)
+      subgroup_tiles_[i] = (32 * kSplitRowsPerWorkgroup[i]) % features.subgroup_size == 0;
+  }
   formats_.reserve(std::size(kFormatShaders));
   for (const FormatShaders& sources : kFormatShaders) {
     FormatPipelines& f = formats_.emplace_back();
     f.type = sources.type;
-    for (size_t i = 0; i < kTokenTiles.size(); ++i)
+    for (size_t i = 0; i < kTokenTiles.size(); ++i) {
       f.split_rows[i] = std::make_unique<ComputePipeline>(context, *sources.split_rows[i], 3, sizeof(MatmulPush));
+      if (subgroup_tiles_[i])
+        f.split_rows_subgroup[i] = std::make_unique<ComputePipeline>(context, *sources.split_rows_subgroup[i], 3,
+                                                                     sizeof(MatmulPush), subgroup_options);
+    }
     f.whole_rows = std::make_unique<ComputePipeline>(context, *sources.whole_rows, 3, sizeof(MatmulPush));
     f.embed = std::make_unique<ComputePipeline>(context, *sources.embed, 3, sizeof(EmbedPush));
   }
@@ -113,6 +146,18 @@ WeightKernels::WeightKernels(const Context& context)
 WeightKernels::~WeightKernels() = default;
 
 bool WeightKernels::supports(TensorType type) { return find_shaders(type) != nullptr; }
+
+bool WeightKernels::has_subgroup_variant(uint32_t tile) const {
+  const auto found = std::ranges::find(kTokenTiles, tile);
+  return found != kTokenTiles.end() && subgroup_tiles_[static_cast<size_t>(found - kTokenTiles.begin())];
+}
+
+std::string WeightKernels::describe() const {
+  if (cpu_device_) return "matmul: whole rows (CPU device)";
+  if (std::ranges::find(subgroup_tiles_, true) == subgroup_tiles_.end()) return "matmul: split rows, portable";
+  return "matmul: split rows, subgroup shuffles (" +
+         std::to_string(std::min<uint32_t>(context_.features().subgroup_size, 32)) + " lanes)";
+}
 
 uint64_t WeightKernels::weight_bytes(TensorType type, uint32_t rows, uint32_t cols) {
   const uint64_t bytes = uint64_t{rows} * tensor_row_bytes(type, cols);
@@ -148,6 +193,21 @@ void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& 
                                   " is not 0 or one of 1, 2, 4, 8, 16, 32");
     tile_index = static_cast<size_t>(found - kTokenTiles.begin());
   }
+  bool subgroup = false;
+  if (mapping == MatmulMapping::WholeRows) {
+    if (variant.reduction == MatmulReduction::Subgroup)
+      throw std::invalid_argument(std::string(kernel) + ": the WholeRows mapping has no subgroup variant");
+  } else if (variant.reduction == MatmulReduction::Subgroup) {
+    if (!subgroup_tiles_[tile_index])
+      throw std::invalid_argument(std::string(kernel) + ": no subgroup variant of SplitRows tile " +
+                                  std::to_string(kTokenTiles[tile_index]) + " on " + context_.device_name() +
+                                  (context_.features().subgroup_matmul()
+                                       ? " (its workgroup is not a whole number of subgroups)"
+                                       : " (subgroup shuffle with full subgroups not enabled; see FAFO_VULKAN_FEATURES)"));
+    subgroup = true;
+  } else {
+    subgroup = variant.reduction == MatmulReduction::Auto && subgroup_tiles_[tile_index];
+  }
   if (s.T == 0 || s.rows == 0) return;
   if (s.T > 1 && s.x_stride < s.cols)
     throw std::invalid_argument(std::string(kernel) + ": x_stride " + std::to_string(s.x_stride) + " < cols " +
@@ -169,7 +229,9 @@ void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& 
   const uint32_t groups_x = std::min(ceil_div(s.rows, rows_per_group), cap(max_groups[0], variant.max_groups_x));
   const uint32_t groups_y = std::min(ceil_div(s.T, tokens_per_tile), cap(max_groups[1], variant.max_groups_y));
   const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes};
-  seq.dispatch(whole ? *f.whole_rows : *f.split_rows[tile_index], {&x, &w, &out}, push, groups_x, groups_y);
+  const ComputePipeline& pipeline =
+      whole ? *f.whole_rows : subgroup ? *f.split_rows_subgroup[tile_index] : *f.split_rows[tile_index];
+  seq.dispatch(pipeline, {&x, &w, &out}, push, groups_x, groups_y);
 }
 
 void WeightKernels::embed(CommandSequence& seq, TensorType type, const Buffer& table, const Buffer& tokens,

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "fafo/tensor_type.h"
@@ -41,6 +42,15 @@ enum class MatmulMapping {
   WholeRows,  // one invocation per row, any token count per pass (CPU implementations)
 };
 
+// How SplitRows adds up a row's 32 lane sums: both by the same tree, so both give the
+// same bits (shaders/matmul.comp).
+enum class MatmulReduction {
+  Auto,      // Subgroup where available, else Portable
+  Portable,  // through shared memory; needs no optional feature
+  Subgroup,  // subgroup shuffles (Context::features().subgroup_matmul(), and a workgroup
+             // width that is a multiple of the subgroup size); an error where unavailable
+};
+
 // Which matmul variant to run; the default picks by T and the device.
 struct MatmulVariant {
   uint32_t tile = 0;  // SplitRows: tokens per tile, one of kTokenTiles; 0 = the smallest >= T
@@ -50,6 +60,8 @@ struct MatmulVariant {
   // exercises that on small shapes (tests) or limits the parallelism of one dispatch.
   uint32_t max_groups_x = 0;
   uint32_t max_groups_y = 0;
+  // SplitRows only (WholeRows needs no optional feature and takes only Auto or Portable).
+  MatmulReduction reduction = MatmulReduction::Auto;
 };
 
 class WeightKernels {
@@ -80,6 +92,12 @@ class WeightKernels {
   void embed(CommandSequence& seq, TensorType type, const Buffer& table, const Buffer& tokens, const Buffer& out,
              uint32_t T, uint32_t cols, uint32_t first_row, uint32_t n_rows) const;
 
+  // Whether SplitRows with `tile` tokens per tile has its subgroup variant here.
+  bool has_subgroup_variant(uint32_t tile) const;
+  // What matmul runs by default on this device, for the backend description, e.g.
+  // "matmul: split rows, subgroup shuffles (32 lanes)".
+  std::string describe() const;
+
   // Whether matmul and embed read `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
   // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
   static bool supports(TensorType type);
@@ -91,6 +109,8 @@ class WeightKernels {
   struct FormatPipelines {
     TensorType type;
     std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows;
+    // The subgroup variants; null for tiles without one (see has_subgroup_variant).
+    std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows_subgroup;
     std::unique_ptr<ComputePipeline> whole_rows;
     std::unique_ptr<ComputePipeline> embed;
   };
@@ -98,6 +118,7 @@ class WeightKernels {
 
   const Context& context_;
   bool cpu_device_ = false;  // Auto picks WholeRows
+  std::array<bool, kTokenTiles.size()> subgroup_tiles_{};  // which tiles have a subgroup variant
   std::vector<FormatPipelines> formats_;
 };
 

@@ -1,0 +1,84 @@
+// The optional Vulkan features fafo's kernels may use, detected at run time. Every
+// kernel has a portable path that needs none of them; a feature is used only when the
+// device has it and the user did not turn it off.
+//
+// FAFO_VULKAN_FEATURES (read when a Context is created; ContextOptions::features
+// overrides it) restricts what is used: a comma list applied left to right, starting
+// from `all`:
+//     all                 every feature the device has (the default)
+//     portable, none      no optional feature at all
+//     -WORD               not this feature
+//     WORD, +WORD         this feature too (when the device has it)
+// with WORD one of
+//     subgroup    subgroup shuffle with full subgroups: the split-rows matmul reduces
+//                 its 32 lane sums in registers (shaders/matmul.comp), same bits
+//     fp16        shaderFloat16            (enabled; no kernel uses it yet)
+//     storage16   storageBuffer16BitAccess (enabled; no kernel uses it yet)
+//     storage8    storageBuffer8BitAccess  (enabled; no kernel uses it yet)
+//     int8        shaderInt8               (enabled; no kernel uses it yet)
+//     dot         shaderIntegerDotProduct  (enabled; no kernel uses it: it pays off
+//                 only on 8-bit quantized activations, whose results differ from the
+//                 CPU reference every kernel is tested against)
+// e.g. `portable`, `-subgroup`, `portable,subgroup`. Anything else is an error naming
+// the accepted words. Cooperative matrix is only detected: no kernel uses it, and
+// lavapipe, where the tests run, does not have it, so a kernel could not be tested.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <vulkan/vulkan.h>
+
+namespace fafo::vulkan {
+
+// Optional features of one device: what it supports (detect_device_features) or what a
+// Context enabled for its kernels (select_features).
+struct DeviceFeatures {
+  uint32_t subgroup_size = 0;        // the device's default subgroup size (0: unknown)
+  bool subgroup_shuffle = false;     // basic + shuffle operations in compute shaders
+  bool subgroup_arithmetic = false;  // basic + arithmetic operations in compute shaders
+  bool full_subgroups = false;       // computeFullSubgroups (Vulkan 1.3, or VK_EXT_subgroup_size_control)
+  bool storage_16bit = false;        // storageBuffer16BitAccess
+  bool storage_8bit = false;         // storageBuffer8BitAccess
+  bool shader_float16 = false;       // shaderFloat16 (fp16 arithmetic)
+  bool shader_int8 = false;          // shaderInt8
+  bool integer_dot_product = false;  // shaderIntegerDotProduct (Vulkan 1.3, or VK_KHR_shader_integer_dot_product)
+  bool cooperative_matrix = false;   // VK_KHR/NV_cooperative_matrix present (never enabled)
+
+  // Whether the subgroup split-rows matmul can run: shuffles, and full subgroups
+  // required at pipeline creation, which makes the shader's lane numbering dense (it
+  // numbers invocations by subgroup, so it needs no assumption on how the
+  // implementation maps local invocations to subgroups). Partial subgroups, possible
+  // without that guarantee, would leave lanes unnumbered: then the portable path runs.
+  bool subgroup_matmul() const { return subgroup_shuffle && full_subgroups && subgroup_size >= 2; }
+};
+
+// Which optional features a Context may use (FAFO_VULKAN_FEATURES).
+struct FeatureSelection {
+  bool subgroup = true;
+  bool fp16 = true;
+  bool storage16 = true;
+  bool storage8 = true;
+  bool int8 = true;
+  bool dot = true;
+};
+
+// Parses a FAFO_VULKAN_FEATURES value (grammar above). Throws std::runtime_error naming
+// the accepted words for anything else.
+FeatureSelection parse_feature_selection(std::string_view spec);
+
+// What the device supports. `api_version` is the version the device is used at (the
+// lower of the instance's and the device's): 1.3 features are read only from 1.3 on.
+DeviceFeatures detect_device_features(VkPhysicalDevice device, uint32_t api_version);
+
+// The detected features restricted to the selection: what a Context enables. The
+// cooperative matrix is never enabled.
+DeviceFeatures select_features(const DeviceFeatures& detected, const FeatureSelection& selection);
+
+// Part of the backend description: the optional features enabled and those detected
+// but not used, with why, e.g. "optional features: subgroup shuffle (8 lanes, for the
+// split-rows matmul); ...".
+std::string describe_features(const DeviceFeatures& enabled, const DeviceFeatures& detected);
+
+}  // namespace fafo::vulkan
