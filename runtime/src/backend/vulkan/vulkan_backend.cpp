@@ -106,6 +106,7 @@ class VulkanBackend final : public Backend {
         throw std::runtime_error("the Vulkan backend has no kernel for weights of type " +
                                  std::string(tensor_type_name(type)));
       w.type = type;
+      weight_kernels_.prepare(type);  // this format's pipelines, at load time rather than in a step
       const size_t row_bytes = tensor_row_bytes(type, cols);
       // Split by rows so that no buffer exceeds maxStorageBufferRange.
       const int64_t rows_per_part = std::max<int64_t>(1, static_cast<int64_t>((max_range_ - 4) / row_bytes));

@@ -121,26 +121,46 @@ WeightKernels::WeightKernels(const Context& context)
   // The subgroup variant of a tile, where the context enabled subgroups and the tile's
   // workgroup (32 lanes x rows) is a whole number of subgroups, as full subgroups need.
   const DeviceFeatures& features = context.features();
-  PipelineOptions subgroup_options;
   if (features.subgroup_matmul()) {
-    subgroup_options.spec_constants = {std::min<uint32_t>(features.subgroup_size, 32)};  // SG_LANES
-    subgroup_options.require_full_subgroups = true;
+    subgroup_options_.spec_constants = {std::min<uint32_t>(features.subgroup_size, 32)};  // SG_LANES
+    subgroup_options_.require_full_subgroups = true;
     for (size_t i = 0; i < kTokenTiles.size(); ++i)
       subgroup_tiles_[i] = (32 * kSplitRowsPerWorkgroup[i]) % features.subgroup_size == 0;
   }
   formats_.reserve(std::size(kFormatShaders));
-  for (const FormatShaders& sources : kFormatShaders) {
-    FormatPipelines& f = formats_.emplace_back();
-    f.type = sources.type;
-    for (size_t i = 0; i < kTokenTiles.size(); ++i) {
-      f.split_rows[i] = std::make_unique<ComputePipeline>(context, *sources.split_rows[i], 3, sizeof(MatmulPush));
-      if (subgroup_tiles_[i])
-        f.split_rows_subgroup[i] = std::make_unique<ComputePipeline>(context, *sources.split_rows_subgroup[i], 3,
-                                                                     sizeof(MatmulPush), subgroup_options);
-    }
-    f.whole_rows = std::make_unique<ComputePipeline>(context, *sources.whole_rows, 3, sizeof(MatmulPush));
-    f.embed = std::make_unique<ComputePipeline>(context, *sources.embed, 3, sizeof(EmbedPush));
+  for (const FormatShaders& sources : kFormatShaders) formats_.emplace_back().type = sources.type;
+}
+
+void WeightKernels::prepare(TensorType type) const {
+  FormatPipelines& f = pipelines(type, "WeightKernels::prepare");
+  embed_pipeline(f);
+  if (cpu_device_) {
+    whole_rows(f);
+    return;
   }
+  for (size_t i = 0; i < kTokenTiles.size(); ++i) split_rows(f, i, subgroup_tiles_[i]);
+}
+
+const ComputePipeline& WeightKernels::split_rows(FormatPipelines& f, size_t tile_index, bool subgroup) const {
+  const FormatShaders& sources = *find_shaders(f.type);
+  std::unique_ptr<ComputePipeline>& slot = subgroup ? f.split_rows_subgroup[tile_index] : f.split_rows[tile_index];
+  if (!slot) {
+    slot = subgroup ? std::make_unique<ComputePipeline>(context_, *sources.split_rows_subgroup[tile_index], 3,
+                                                        sizeof(MatmulPush), subgroup_options_)
+                    : std::make_unique<ComputePipeline>(context_, *sources.split_rows[tile_index], 3, sizeof(MatmulPush));
+  }
+  return *slot;
+}
+
+const ComputePipeline& WeightKernels::whole_rows(FormatPipelines& f) const {
+  if (!f.whole_rows)
+    f.whole_rows = std::make_unique<ComputePipeline>(context_, *find_shaders(f.type)->whole_rows, 3, sizeof(MatmulPush));
+  return *f.whole_rows;
+}
+
+const ComputePipeline& WeightKernels::embed_pipeline(FormatPipelines& f) const {
+  if (!f.embed) f.embed = std::make_unique<ComputePipeline>(context_, *find_shaders(f.type)->embed, 3, sizeof(EmbedPush));
+  return *f.embed;
 }
 
 WeightKernels::~WeightKernels() = default;
@@ -164,8 +184,8 @@ uint64_t WeightKernels::weight_bytes(TensorType type, uint32_t rows, uint32_t co
   return (bytes + 3) / 4 * 4;
 }
 
-const WeightKernels::FormatPipelines& WeightKernels::pipelines(TensorType type, const char* kernel) const {
-  for (const FormatPipelines& f : formats_)
+WeightKernels::FormatPipelines& WeightKernels::pipelines(TensorType type, const char* kernel) const {
+  for (FormatPipelines& f : formats_)
     if (f.type == type) return f;
   throw std::invalid_argument(std::string(kernel) + ": weight type " + type_name(type) +
                               " is not supported by the Vulkan kernels");
@@ -174,7 +194,7 @@ const WeightKernels::FormatPipelines& WeightKernels::pipelines(TensorType type, 
 void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,
                            const MatmulShape& s, const MatmulVariant& variant) const {
   constexpr const char* kernel = "WeightKernels::matmul";
-  const FormatPipelines& f = pipelines(type, kernel);
+  FormatPipelines& f = pipelines(type, kernel);
   require_cols(type, s.cols, kernel);
   MatmulMapping mapping = variant.mapping;
   if (mapping == MatmulMapping::Auto) mapping = cpu_device_ ? MatmulMapping::WholeRows : MatmulMapping::SplitRows;
@@ -229,15 +249,14 @@ void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& 
   const uint32_t groups_x = std::min(ceil_div(s.rows, rows_per_group), cap(max_groups[0], variant.max_groups_x));
   const uint32_t groups_y = std::min(ceil_div(s.T, tokens_per_tile), cap(max_groups[1], variant.max_groups_y));
   const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes};
-  const ComputePipeline& pipeline =
-      whole ? *f.whole_rows : subgroup ? *f.split_rows_subgroup[tile_index] : *f.split_rows[tile_index];
+  const ComputePipeline& pipeline = whole ? whole_rows(f) : split_rows(f, tile_index, subgroup);
   seq.dispatch(pipeline, {&x, &w, &out}, push, groups_x, groups_y);
 }
 
 void WeightKernels::embed(CommandSequence& seq, TensorType type, const Buffer& table, const Buffer& tokens,
                           const Buffer& out, uint32_t T, uint32_t cols, uint32_t first_row, uint32_t n_rows) const {
   constexpr const char* kernel = "WeightKernels::embed";
-  const FormatPipelines& f = pipelines(type, kernel);
+  FormatPipelines& f = pipelines(type, kernel);
   require_cols(type, cols, kernel);
   if (T == 0 || n_rows == 0) return;
   const uint32_t row_bytes = row_bytes_u32(type, cols, kernel);
@@ -249,7 +268,7 @@ void WeightKernels::embed(CommandSequence& seq, TensorType type, const Buffer& t
   if (items > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": T x cols is too large for one dispatch");
   const uint32_t groups =
       std::min(ceil_div(items, kWorkgroupSize), context_.properties().limits.maxComputeWorkGroupCount[0]);
-  seq.dispatch(*f.embed, {&tokens, &table, &out}, EmbedPush{T, cols, first_row, n_rows, row_bytes}, groups);
+  seq.dispatch(embed_pipeline(f), {&tokens, &table, &out}, EmbedPush{T, cols, first_row, n_rows, row_bytes}, groups);
 }
 
 }  // namespace fafo::vulkan

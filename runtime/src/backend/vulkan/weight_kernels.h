@@ -1,8 +1,10 @@
 // The Vulkan kernels that read weights in their GGUF format, for every format in
 // supports(): the matmul family and the embedding lookup. Shaders: shaders/matmul.comp
 // (its header explains the design), shaders/embed.comp and shaders/dequant.glsl (the
-// decoders, bit-exact with fafo::dequantize_row). All pipelines are created with the
-// WeightKernels object.
+// decoders, bit-exact with fafo::dequantize_row). A format's pipelines are created by
+// prepare() (the backend calls it while uploading the model's weights: only the formats
+// and variants a model uses on this device, 8 of 182 on a GPU); variants asked for
+// explicitly (tests) are created on first use.
 //
 // A weight buffer holds `rows` packed rows of tensor_row_bytes(type, cols) bytes each,
 // back to back from offset 0, in a buffer of at least weight_bytes(type, rows, cols)
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/vulkan/pipeline.h"
 #include "fafo/tensor_type.h"
 
 namespace fafo::vulkan {
@@ -98,6 +101,12 @@ class WeightKernels {
   // "matmul: split rows, subgroup shuffles (32 lanes)".
   std::string describe() const;
 
+  // Creates the pipelines that matmul and embed pick by default on this device for
+  // `type` (the backend calls it as it uploads each weight, so no step creates one).
+  // Other variants, asked for explicitly, are created on first use. Throws like matmul
+  // for an unsupported type.
+  void prepare(TensorType type) const;
+
   // Whether matmul and embed read `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
   // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
   static bool supports(TensorType type);
@@ -106,20 +115,26 @@ class WeightKernels {
   static uint64_t weight_bytes(TensorType type, uint32_t rows, uint32_t cols);
 
  private:
+  // A format's pipelines, created when first needed (prepare() creates the ones the
+  // automatic choice uses on this device); null until then.
   struct FormatPipelines {
     TensorType type;
     std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows;
-    // The subgroup variants; null for tiles without one (see has_subgroup_variant).
+    // The subgroup variants; never created for tiles without one (see has_subgroup_variant).
     std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows_subgroup;
     std::unique_ptr<ComputePipeline> whole_rows;
     std::unique_ptr<ComputePipeline> embed;
   };
-  const FormatPipelines& pipelines(TensorType type, const char* kernel) const;
+  FormatPipelines& pipelines(TensorType type, const char* kernel) const;
+  const ComputePipeline& split_rows(FormatPipelines& f, size_t tile_index, bool subgroup) const;
+  const ComputePipeline& whole_rows(FormatPipelines& f) const;
+  const ComputePipeline& embed_pipeline(FormatPipelines& f) const;
 
   const Context& context_;
   bool cpu_device_ = false;  // Auto picks WholeRows
   std::array<bool, kTokenTiles.size()> subgroup_tiles_{};  // which tiles have a subgroup variant
-  std::vector<FormatPipelines> formats_;
+  PipelineOptions subgroup_options_;
+  mutable std::vector<FormatPipelines> formats_;  // pipelines made on first use (not thread-safe)
 };
 
 }  // namespace fafo::vulkan
