@@ -30,6 +30,10 @@ TEST(VulkanDevices, ListedDevicesHaveTheirProperties) {
     for (const fafo::VulkanMemoryHeap& h : d.heaps) EXPECT_GT(h.size, 0u);
     EXPECT_GE(d.max_storage_buffer_range, 1u << 27) << "Vulkan guarantees 2^27 bytes";
     EXPECT_GE(d.max_push_constants_size, 128u);
+    EXPECT_EQ(d.features_in_use.rfind("optional features: ", 0), 0u) << d.features_in_use;
+    if (d.subgroup_size >= 2 && d.subgroup_in_compute) {
+      EXPECT_NE(d.features_in_use.find("subgroup"), std::string::npos) << d.features_in_use;
+    }
   }
 }
 
@@ -46,7 +50,7 @@ TEST(VulkanDevices, CommandListsEveryDevice) {
   }
   for (const char* field : {"type:", "driver:", "Vulkan API version:", "memory heap 0:", "maxStorageBufferRange:",
                             "16-bit storage:", "8-bit storage:", "shaderFloat16:", "subgroup size:",
-                            "integer dot product:", "cooperative matrix:"}) {
+                            "integer dot product:", "cooperative matrix:", "fafo uses:"}) {
     EXPECT_HAS(o.out, field);
   }
 }

@@ -47,6 +47,7 @@ void print_device(const VulkanDeviceInfo& d) {
               yes_no(d.subgroup_in_compute), ops.empty() ? "none" : ops.c_str());
   std::printf("  integer dot product:       %s\n", yes_no(d.integer_dot_product));
   std::printf("  cooperative matrix:        %s\n", yes_no(d.cooperative_matrix));
+  std::printf("  fafo uses:                 %s\n", d.features_in_use.c_str());
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ struct VulkanDeviceInfo {
   std::vector<std::string> subgroup_ops;  // "basic", "vote", "arithmetic", "ballot", "shuffle", ...
   bool integer_dot_product = false;    // VK_KHR_shader_integer_dot_product (or Vulkan 1.3 feature)
   bool cooperative_matrix = false;     // VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix present
+  // Which of them fafo's kernels use on this device and why the others are not
+  // (FAFO_VULKAN_FEATURES applied), as the backend description says it.
+  std::string features_in_use;
 };
 
 // Every Vulkan device, in enumeration order; empty when Vulkan is unavailable.

@@ -4,6 +4,7 @@
 // Context so that both see a device the same way.
 #include "backend/vulkan/devices.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -119,6 +120,17 @@ VulkanDeviceInfo describe(VkPhysicalDevice device, uint32_t index) {
   // The extension alone counts here (fafo devices lists what a device offers).
   info.integer_dot_product = features.integer_dot_product || has_ext("VK_KHR_shader_integer_dot_product");
   info.cooperative_matrix = features.cooperative_matrix;
+  // What a backend on this device would use, under FAFO_VULKAN_FEATURES when it is set.
+  vulkan::FeatureSelection selection;
+  if (const char* env = std::getenv("FAFO_VULKAN_FEATURES")) {
+    try {
+      selection = vulkan::parse_feature_selection(env);
+    } catch (const std::exception& e) {
+      info.features_in_use = e.what();
+      return info;
+    }
+  }
+  info.features_in_use = vulkan::describe_features(vulkan::select_features(features, selection), features);
   return info;
 }
 
