@@ -26,6 +26,7 @@
 #include "backend/vulkan/vulkan_error.h"
 #include "backend/vulkan/weight_kernels.h"
 #include "fafo/tensor_type.h"
+#include "vulkan_test_support.h"
 
 namespace {
 
@@ -46,17 +47,9 @@ using fafo::vulkan::WeightKernels;
 
 #define EXPECT_HAS(s, text) EXPECT_NE(std::string(s).find(text), std::string::npos) << (s)
 
-constexpr TensorType kFormats[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
-                                   TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
-                                   TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
-                                   TensorType::Q6_K};
+constexpr auto& kFormats = fafo::test::kAllWeightFormats;
+using fafo::test::join_lines;
 constexpr uint32_t kSentinel = 0xffc0dead;
-
-std::string join(const std::vector<std::string>& lines) {
-  std::string s;
-  for (const std::string& l : lines) s += l + "\n";
-  return s;
-}
 
 bool all_on(const FeatureSelection& s) { return s.subgroup && s.fp16 && s.storage16 && s.storage8 && s.int8 && s.dot; }
 bool all_off(const FeatureSelection& s) {
@@ -118,16 +111,7 @@ TEST(VulkanFeatureSelection, ABadValueFailsTheContextBeforeAnyVulkanCall) {
 // A Context with validation, or nullopt (and the reason) without a Vulkan device.
 std::unique_ptr<Context> make_context(std::optional<std::string> features, const std::shared_ptr<ValidationLog>& log,
                                       std::string& skip_reason) {
-  ContextOptions options;
-  options.validation = true;
-  options.validation_log = log;
-  options.features = std::move(features);
-  try {
-    return std::make_unique<Context>(options);
-  } catch (const VulkanError& e) {
-    skip_reason = e.what();
-    return nullptr;
-  }
+  return fafo::test::make_validated_context(log, skip_reason, std::move(features));
 }
 
 bool is_lavapipe(const Context& ctx) { return ctx.device_name().find("llvmpipe") != std::string::npos; }
@@ -206,7 +190,7 @@ TEST(VulkanContextFeatures, AllUsesWhatTheDeviceHasAndPortableUsesNothing) {
     EXPECT_FALSE(no_subgroup->features().subgroup_matmul());
     EXPECT_EQ(no_subgroup->features().storage_16bit, no_subgroup->detected_features().storage_16bit);
   }
-  EXPECT_TRUE(log->errors().empty()) << join(log->errors());
+  EXPECT_TRUE(log->errors().empty()) << join_lines(log->errors());
 }
 
 // ---- the subgroup matmul against the portable one ----
@@ -236,40 +220,18 @@ Buffer make_buffer(const Context& ctx, const void* data, size_t bytes) {
 
 // One validated context with every feature the device has and one WeightKernels for the
 // suite (pipeline creation under the validation layer is slow).
-class VulkanSubgroupMatmul : public ::testing::Test {
+class VulkanSubgroupMatmul : public fafo::test::ValidatedVulkanSuite<WeightKernels> {
  protected:
-  static void SetUpTestSuite() {
-    log_ = std::make_shared<ValidationLog>();
-    context_ = make_context("all", log_, skip_reason_);
-    if (context_) kernels_ = std::make_unique<WeightKernels>(*context_);
-  }
-  static void TearDownTestSuite() {
-    kernels_.reset();
-    context_.reset();
-    if (log_) {
-      EXPECT_TRUE(log_->errors().empty()) << join(log_->errors());
-    }
-  }
+  static void SetUpTestSuite() { open("all"); }
   void SetUp() override {
-    if (!context_) GTEST_SKIP() << "no Vulkan device: " << skip_reason_;
+    ValidatedVulkanSuite::SetUp();
+    if (!context_ || IsSkipped()) return;
     if (!context_->features().subgroup_matmul()) {
       // lavapipe has them: there a missing subgroup path is a failure, not a skip.
       ASSERT_FALSE(is_lavapipe(*context_)) << "lavapipe should have subgroup shuffle with full subgroups";
       GTEST_SKIP() << context_->device_name() << " has no subgroup shuffle with full subgroups";
     }
-    errors_before_ = log_->errors().size();
   }
-  void TearDown() override {
-    if (!context_) return;
-    const std::vector<std::string> errors = log_->errors();
-    EXPECT_EQ(errors.size(), errors_before_) << "validation errors:\n" << join(errors);
-  }
-
-  static inline std::shared_ptr<ValidationLog> log_;
-  static inline std::unique_ptr<Context> context_;
-  static inline std::unique_ptr<WeightKernels> kernels_;
-  static inline std::string skip_reason_;
-  size_t errors_before_ = 0;
 };
 
 TEST_F(VulkanSubgroupMatmul, SubgroupVariantGivesThePortableBitsForEveryFormatShapeAndTokenCount) {

@@ -22,6 +22,7 @@
 #include "backend/vulkan/kernels.h"
 #include "backend/vulkan/vulkan_error.h"
 #include "fafo/top_k.h"
+#include "vulkan_test_support.h"
 
 namespace {
 
@@ -53,54 +54,9 @@ std::vector<float> read(const Buffer& b, size_t n) {
   return out;
 }
 
-std::string join(const std::vector<std::string>& lines) {
-  std::string s;
-  for (const std::string& l : lines) s += l + "\n";
-  return s;
-}
-
 // One validated context for the whole program: creating one per test would make the
 // suite slow under the validation layer.
-class VulkanKernels : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    log_ = std::make_shared<ValidationLog>();
-    try {
-      ContextOptions options;
-      options.validation = true;
-      options.validation_log = log_;
-      context_ = std::make_unique<Context>(options);
-      kernels_ = std::make_unique<Kernels>(*context_);
-    } catch (const VulkanError& e) {
-      kernels_.reset();
-      context_.reset();
-      skip_reason_ = e.what();
-    }
-  }
-  static void TearDownTestSuite() {
-    kernels_.reset();
-    context_.reset();
-    // Objects leaked at vkDestroyDevice are reported here.
-    if (log_) {
-      EXPECT_TRUE(log_->errors().empty()) << join(log_->errors());
-    }
-  }
-  void SetUp() override {
-    if (!context_) GTEST_SKIP() << "no Vulkan device: " << skip_reason_;
-    errors_before_ = log_->errors().size();
-  }
-  void TearDown() override {
-    if (!context_) return;
-    const std::vector<std::string> errors = log_->errors();
-    EXPECT_EQ(errors.size(), errors_before_) << "validation errors:\n" << join(errors);
-  }
-
-  static inline std::shared_ptr<ValidationLog> log_;
-  static inline std::unique_ptr<Context> context_;
-  static inline std::unique_ptr<Kernels> kernels_;
-  static inline std::string skip_reason_;
-  size_t errors_before_ = 0;
-};
+using VulkanKernels = fafo::test::ValidatedVulkanSuite<Kernels>;
 
 TEST_F(VulkanKernels, ValidationLayerIsActiveWhenInstalled) {
   // Not a failure where the layer is not installed, but say so in the output.

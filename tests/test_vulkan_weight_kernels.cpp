@@ -33,6 +33,7 @@
 #include "backend/vulkan/vulkan_error.h"
 #include "backend/vulkan/weight_kernels.h"
 #include "fafo/tensor_type.h"
+#include "vulkan_test_support.h"
 
 namespace {
 
@@ -48,10 +49,7 @@ using fafo::vulkan::ValidationLog;
 using fafo::vulkan::VulkanError;
 using fafo::vulkan::WeightKernels;
 
-constexpr TensorType kFormats[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
-                                   TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
-                                   TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
-                                   TensorType::Q6_K};
+constexpr auto& kFormats = fafo::test::kAllWeightFormats;
 // Token counts around every tile boundary, up to a full lookahead/FAFO step.
 constexpr uint32_t kTokenCounts[] = {1, 2, 3, 5, 8, 9, 16, 17, 33, 64, 100, 256};
 constexpr uint32_t kMaxT = 256;
@@ -67,12 +65,6 @@ std::vector<uint32_t> test_cols(TensorType type) {
   const uint32_t block = block_size(type);
   if (block == 1) return {1, 37, 300};
   return {block, 3 * block};
-}
-
-std::string join(const std::vector<std::string>& lines) {
-  std::string s;
-  for (const std::string& l : lines) s += l + "\n";
-  return s;
 }
 
 // rows x cols weights in `type`, as the kernels read them, and the CPU's reading of them.
@@ -198,45 +190,7 @@ std::vector<uint32_t> read_bits(const Buffer& b, size_t words) {
 
 // One validated context and one WeightKernels for the whole program (creating the
 // pipelines per test would make the suite slow under the validation layer).
-class VulkanWeightKernels : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    log_ = std::make_shared<ValidationLog>();
-    try {
-      ContextOptions options;
-      options.validation = true;
-      options.validation_log = log_;
-      context_ = std::make_unique<Context>(options);
-      kernels_ = std::make_unique<WeightKernels>(*context_);
-    } catch (const VulkanError& e) {
-      kernels_.reset();
-      context_.reset();
-      skip_reason_ = e.what();
-    }
-  }
-  static void TearDownTestSuite() {
-    kernels_.reset();
-    context_.reset();
-    if (log_) {
-      EXPECT_TRUE(log_->errors().empty()) << join(log_->errors());
-    }
-  }
-  void SetUp() override {
-    if (!context_) GTEST_SKIP() << "no Vulkan device: " << skip_reason_;
-    errors_before_ = log_->errors().size();
-  }
-  void TearDown() override {
-    if (!context_) return;
-    const std::vector<std::string> errors = log_->errors();
-    EXPECT_EQ(errors.size(), errors_before_) << "validation errors:\n" << join(errors);
-  }
-
-  static inline std::shared_ptr<ValidationLog> log_;
-  static inline std::unique_ptr<Context> context_;
-  static inline std::unique_ptr<WeightKernels> kernels_;
-  static inline std::string skip_reason_;
-  size_t errors_before_ = 0;
-};
+using VulkanWeightKernels = fafo::test::ValidatedVulkanSuite<WeightKernels>;
 
 // ---- embed ----
 

@@ -60,19 +60,6 @@ VulkanDeviceInfo describe(VkPhysicalDevice device, uint32_t index) {
   VulkanDeviceInfo info;
   info.index = index;
 
-  uint32_t ext_count = 0;
-  std::vector<VkExtensionProperties> exts;
-  if (vkEnumerateDeviceExtensionProperties(device, nullptr, &ext_count, nullptr) == VK_SUCCESS) {
-    exts.resize(ext_count);
-    if (vkEnumerateDeviceExtensionProperties(device, nullptr, &ext_count, exts.data()) < 0) exts.clear();
-    exts.resize(ext_count);
-  }
-  auto has_ext = [&](const char* name) {
-    for (const VkExtensionProperties& e : exts)
-      if (std::strcmp(e.extensionName, name) == 0) return true;
-    return false;
-  };
-
   VkPhysicalDeviceProperties base;
   vkGetPhysicalDeviceProperties(device, &base);
   const bool v12 = VK_API_VERSION_MAJOR(base.apiVersion) > 1 || VK_API_VERSION_MINOR(base.apiVersion) >= 2;
@@ -118,7 +105,7 @@ VulkanDeviceInfo describe(VkPhysicalDevice device, uint32_t index) {
   info.shader_float16 = features.shader_float16;
   info.shader_int8 = features.shader_int8;
   // The extension alone counts here (fafo devices lists what a device offers).
-  info.integer_dot_product = features.integer_dot_product || has_ext("VK_KHR_shader_integer_dot_product");
+  info.integer_dot_product = features.integer_dot_product || vulkan::has_device_extension(device, "VK_KHR_shader_integer_dot_product");
   info.cooperative_matrix = features.cooperative_matrix;
   // What a backend on this device would use, under FAFO_VULKAN_FEATURES when it is set.
   vulkan::FeatureSelection selection;
@@ -164,8 +151,6 @@ std::vector<VulkanDeviceInfo> list_vulkan_devices() {
 
 namespace fafo::vulkan {
 
-namespace {
-
 bool has_device_extension(VkPhysicalDevice device, const char* name) {
   uint32_t count = 0;
   if (vkEnumerateDeviceExtensionProperties(device, nullptr, &count, nullptr) != VK_SUCCESS) return false;
@@ -176,6 +161,8 @@ bool has_device_extension(VkPhysicalDevice device, const char* name) {
     if (std::strcmp(e.extensionName, name) == 0) return true;
   return false;
 }
+
+namespace {
 
 bool at_least(uint32_t version, uint32_t minor) {
   return VK_API_VERSION_MAJOR(version) > 1 || VK_API_VERSION_MINOR(version) >= minor;

@@ -68,6 +68,9 @@ struct FeatureSelection {
 // the accepted words for anything else.
 FeatureSelection parse_feature_selection(std::string_view spec);
 
+// Whether the device offers the extension `name`.
+bool has_device_extension(VkPhysicalDevice device, const char* name);
+
 // What the device supports. `api_version` is the version the device is used at (the
 // lower of the instance's and the device's): 1.3 features are read only from 1.3 on.
 DeviceFeatures detect_device_features(VkPhysicalDevice device, uint32_t api_version);
