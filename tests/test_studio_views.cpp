@@ -195,10 +195,14 @@ TEST(StudioViews, OptionsParseAndReject) {
   EXPECT_THROW(parse_app_options({"--layout-json", "x.json"}), std::invalid_argument);  // needs --screenshot
   EXPECT_THROW(parse_app_options({"--kv-policy", "nosuch"}), std::invalid_argument);
   EXPECT_THROW(parse_app_options({"--temp", "warm"}), std::invalid_argument);
+  EXPECT_THROW(parse_app_options({"--cache-type", "f8"}), std::invalid_argument);
+  EXPECT_EQ(model_request(settings_from_options(parse_app_options({"-m", "m", "--cache-type", "f16"}))).kv_type,
+            KvCacheType::F16);
 
   const StudioSettings st = settings_from_options(chat);
   EXPECT_EQ(model_request(st).path, "m");
   EXPECT_EQ(model_request(st).backend.name, "auto");
+  EXPECT_EQ(model_request(st).kv_type, KvCacheType::F32);
   EXPECT_EQ(chat_setup(st).system, "s");
   EXPECT_TRUE(settings_problem(st).empty());
   StudioSettings bad = st;

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "fafo/backend.h"
+
 namespace fafo::studio {
 
 namespace {
@@ -55,6 +57,7 @@ AppOptions parse_app_options(const std::vector<std::string>& args) {
     else if (a == "--steps") o.steps = to_int(a, value());
     else if (a == "-n" || a == "--n-predict") o.n_predict = to_int(a, value());
     else if (a == "-c" || a == "--ctx-size") o.n_ctx = to_int(a, value());
+    else if (a == "--cache-type") o.cache_type = value();
     else if (a == "--temp") o.sampling.temperature = to_float(a, value());
     else if (a == "--top-k") o.sampling.top_k = to_int(a, value());
     else if (a == "--top-p") o.sampling.top_p = to_float(a, value());
@@ -92,6 +95,7 @@ AppOptions parse_app_options(const std::vector<std::string>& args) {
   if (!o.prompt.empty() && !o.chat.empty()) throw std::invalid_argument("give --prompt (debugger) or --chat, not both");
   if (o.steps < 0) throw std::invalid_argument("--steps must be >= 0");
   if (o.n_ctx < 0) throw std::invalid_argument("--ctx-size must be >= 0");
+  parse_kv_cache_type(o.cache_type);  // throws naming the accepted words
   if (o.width < 320 || o.height < 240) throw std::invalid_argument("--width/--height too small");
   if (!o.layout_json.empty() && o.screenshot.empty()) throw std::invalid_argument("--layout-json needs --screenshot");
   o.decoding.validate();
@@ -112,6 +116,7 @@ const char* app_usage() {
          "  --view chat|debugger  which view to show first\n"
          "  --browse DIR          open the model file dialog in DIR\n"
          "  --backend auto|cpu|vulkan  --device N|NAME  --threads T  -c N (context size)\n"
+         "  --cache-type f32|f16 (KV cache)\n"
          "  --strategy ar|jacobi|lookahead|fafo  --window W  --ngram N  --guesses G  --lookback k\n"
          "  --kv-policy stream|quest|snapkv|chunks  --kv-budget B\n"
          "  -n N (tokens per reply at most, default 256)  --temp T (default 0)  --top-k K  --top-p P  --min-p P  --seed S\n"

@@ -22,6 +22,7 @@ struct AppOptions {
   int32_t steps = 0;        // --steps K: steps to generate / show (0: all)
   int32_t n_predict = 256;  // -n
   int32_t n_ctx = 0;        // -c
+  std::string cache_type = "f32";  // --cache-type f32|f16
   SamplerOptions sampling{0.0f, 40, 0.95f, 0.05f, 0xFAF0};  // --temp (default 0: greedy) --top-k --top-p --min-p --seed
   std::string backend = "auto";  // --backend
   std::string device;            // --device

@@ -76,6 +76,9 @@ void draw_model_panel(StudioState& s) {
     backend_picker(s);
     ImGui::InputInt("context (0: model's)", &st.n_ctx, 256, 1024);
     st.n_ctx = std::clamp(st.n_ctx, 0, 1 << 20);
+    int cache = st.kv_type == KvCacheType::F16 ? 1 : 0;
+    if (ImGui::Combo("KV cache", &cache, "f32\0f16 (half the memory)\0"))
+      st.kv_type = cache == 1 ? KvCacheType::F16 : KvCacheType::F32;
 
     ImGui::BeginDisabled(ev.busy || st.model_path.empty());
     if (ImGui::Button(ev.has_model ? "Open (replaces the model)" : "Open")) s.engine->open_model(model_request(st), chat_setup(st));

@@ -11,6 +11,7 @@ StudioSettings settings_from_options(const AppOptions& o) {
   s.device = o.device;
   s.threads = o.threads;
   s.n_ctx = o.n_ctx;
+  s.kv_type = parse_kv_cache_type(o.cache_type);
   s.chat_template = o.chat_template;
   s.system = o.system;
   s.generation.n_predict = o.n_predict;
@@ -27,6 +28,7 @@ ModelRequest model_request(const StudioSettings& s) {
   r.backend.device = s.device;
   r.backend.threads = s.threads;
   r.n_ctx = s.n_ctx;
+  r.kv_type = s.kv_type;
   return r;
 }
 

@@ -19,6 +19,7 @@ struct StudioSettings {
   std::string device;            // vulkan: index or name part; "" = the best
   int threads = 0;               // cpu: 0 = every hardware thread
   int32_t n_ctx = 0;             // 0: the model's, at most 4096
+  KvCacheType kv_type = KvCacheType::F32;
   // How a conversation starts (applied by New chat and when a model opens).
   std::string chat_template;     // "" = the model's own
   std::string system;

@@ -15,6 +15,7 @@ StudioModel load_studio_model(const ModelRequest& request) {
   std::unique_ptr<Backend> backend = make_backend(request.backend);
   ModelOptions options;
   options.n_ctx = request.n_ctx;
+  options.kv_type = request.kv_type;
   m.model = std::make_unique<Model>(m.file, std::move(backend), options);
   m.tokenizer = std::make_unique<Tokenizer>(Vocab::from_gguf(*m.file));
   if (m.tokenizer->vocab().size() != m.model->config().n_vocab)

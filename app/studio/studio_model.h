@@ -18,6 +18,7 @@ struct ModelRequest {
   std::string path;
   BackendSpec backend;  // name "auto" | "cpu" | "vulkan", device, threads
   int32_t n_ctx = 0;    // 0: the model's, at most 4096
+  KvCacheType kv_type = KvCacheType::F32;
 };
 
 struct StudioModel {
