@@ -109,6 +109,17 @@ TEST(Cli, PromptLongerThanTheContextIsAClearError) {
   EXPECT_HAS(o.err, "but the context holds 8");
 }
 
+TEST(Cli, CacheTypeF16RunsAndSaysSo) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome o = run_fafo("run -m " + quote(model) + " --backend cpu --cache-type f16 -p 'Once upon a time' -n 8 --temp 0");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_HAS(o.err, "(f16 KV cache)");
+  EXPECT_HAS(o.out, "Once upon a time");
+  const Outcome bad = run_fafo("run -m " + quote(model) + " --cache-type q8_0");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_HAS(bad.err, "--cache-type");
+}
+
 TEST(Cli, JsonTextKeepsTheSpaceBeforeTheFirstGeneratedWord) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const Outcome o = run_fafo("run -m " + quote(model) + " -p 'Once upon a time,' -n 4 --temp 0 --json");
