@@ -1,4 +1,18 @@
 #version 450
+// Variants: KV_F16=1 reads an fp16 cache; with STORAGE16=1 too, it reads the halves as
+// float16_t through 16-bit storage (VK_KHR_16bit_storage) instead of unpacking words;
+// used only where a probe found that the device widens every half exactly
+// (vulkan::Kernels::half_storage_exact), so both give the same bits.
+#ifndef KV_F16
+#define KV_F16 0
+#endif
+#ifndef STORAGE16
+#define STORAGE16 0
+#endif
+#if STORAGE16
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
 #extension GL_GOOGLE_include_directive : require
 #include "half.glsl"
 // Attention over a StepBatch, split into parts (flash-decoding): workgroup
@@ -23,10 +37,12 @@
 layout(local_size_x = WG_SIZE) in;
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };           // [T x q_stride]
-#ifndef KV_F16
-#define KV_F16 0
-#endif
-#if KV_F16
+#if KV_F16 && STORAGE16
+layout(std430, binding = 1) readonly buffer K { float16_t kc[]; };
+layout(std430, binding = 2) readonly buffer V { float16_t vc[]; };
+float key_at(uint i) { return float(kc[i]); }
+float value_at(uint i) { return float(vc[i]); }
+#elif KV_F16
 // An fp16 cache: [n_ctx x kv_dim] halves, two per word, low half first; values are
 // widened exactly (shaders/half.glsl), so only the storage differs from fp32.
 layout(std430, binding = 1) readonly buffer K { uint kc[]; };

@@ -82,6 +82,14 @@ class VulkanBackend : public ::testing::Test {
     return vulkan::make_backend(options);
   }
 
+  static std::unique_ptr<Backend> make_vulkan_with(const std::string& features) {
+    vulkan::VulkanBackendOptions options;
+    options.validation = true;
+    options.validation_log = log_;
+    options.features = features;
+    return vulkan::make_backend(options);
+  }
+
   static inline std::shared_ptr<vulkan::ValidationLog> log_;
   static inline std::string skip_reason_;
   size_t errors_before_ = 0;
@@ -215,7 +223,7 @@ struct AttentionCase {
 
 // Sets up a cache of n_past committed entries with write_kv, then one step whose
 // batch rows write their own keys and attend; compares the outputs of both layers.
-void check_attention(Pair& p, const AttentionCase& c, KvCacheType kv_type = KvCacheType::F32) {
+void check_attention(Pair& p, const AttentionCase& c, KvCacheType kv_type = KvCacheType::F32, double tol = 2e-5) {
   const int32_t kv_dim = c.n_head_kv * c.head_dim, q_dim = c.n_head * c.head_dim, n_ctx = c.n_past + c.T + 3;
   p.kv(2, n_ctx, kv_dim, kv_type);
   for (int32_t layer = 0; layer < 2; ++layer) {
@@ -255,8 +263,8 @@ void check_attention(Pair& p, const AttentionCase& c, KvCacheType kv_type = KvCa
     got[i][0] = be.read_rows(o, c.T);
     got[i][1] = be.read_rows(o2, c.T);
   });
-  expect_close(got[1][0], got[0][0], 2e-5, "layer 0");
-  expect_close(got[1][1], got[0][1], 2e-5, "layer 1");
+  expect_close(got[1][0], got[0][0], tol, "layer 0");
+  expect_close(got[1][1], got[0][1], tol, "layer 1");
 }
 
 TEST_F(VulkanBackend, AttentionMatchesCpu) {
@@ -292,6 +300,24 @@ TEST_F(VulkanBackend, KvOperationsAndQueryCaptureMatchCpu) {
     SCOPED_TRACE(kv_cache_type_name(kv_type));
     check_kv_operations(make_vulkan(), kv_type);
   }
+}
+
+TEST_F(VulkanBackend, AnF16CacheReadThrough16BitStorageGivesTheSameBits) {
+  // Where 16-bit storage is enabled and exact (lavapipe), attention reads the halves
+  // directly; with it turned off, it unpacks 32-bit words: the outputs must be equal
+  // bit for bit (keys of up to +-1.5 and values in [-1, 1] include fp16 subnormals).
+  std::unique_ptr<Backend> words = make_vulkan_with("-storage16");
+  std::unique_ptr<Backend> storage = make_vulkan_with("all");
+  ASSERT_NE(words->description().find("turned off: 16-bit storage"), std::string::npos) << words->description();
+  EXPECT_NE(words->description().find("f16 KV cache reads: 32-bit words"), std::string::npos);
+  if (storage->description().find("f16 KV cache reads: 16-bit storage") == std::string::npos)
+    GTEST_SKIP() << "no exact 16-bit storage reads: " << storage->description();
+  Pair p(std::move(storage));
+  p.cpu = std::move(words);  // the reference side is the words reader here
+  check_attention(p, {300, 17, 4, 2, 32, true, true, true, 40, 1}, KvCacheType::F16, 0.0);
+  Pair q(make_vulkan_with("all"));
+  q.cpu = make_vulkan_with("-storage16");
+  check_attention(q, {90, 9, 2, 2, 256, true, true, true, 200, 0}, KvCacheType::F16, 0.0);
 }
 
 TEST_F(VulkanBackend, AnF16CacheStoresValuesRoundedToNearestEven) {

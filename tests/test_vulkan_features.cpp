@@ -23,6 +23,7 @@
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/devices.h"
+#include "backend/vulkan/kernels.h"
 #include "backend/vulkan/vulkan_error.h"
 #include "backend/vulkan/weight_kernels.h"
 #include "fafo/tensor_type.h"
@@ -147,6 +148,9 @@ TEST(VulkanContextFeatures, AllUsesWhatTheDeviceHasAndPortableUsesNothing) {
       const WeightKernels kernels(*all);
       for (const uint32_t tile : WeightKernels::kTokenTiles) EXPECT_TRUE(kernels.has_subgroup_variant(tile)) << tile;
       EXPECT_HAS(kernels.describe(), "whole rows");
+      // 16-bit storage reads of an fp16 KV cache: lavapipe widens every half exactly.
+      const fafo::vulkan::Kernels activation_kernels(*all);
+      EXPECT_TRUE(activation_kernels.half_storage_exact());
     }
   }
   {
@@ -162,6 +166,7 @@ TEST(VulkanContextFeatures, AllUsesWhatTheDeviceHasAndPortableUsesNothing) {
     if (portable->detected_features().subgroup_matmul()) {
       EXPECT_HAS(text, "turned off: subgroup shuffle");
     }
+    EXPECT_FALSE(fafo::vulkan::Kernels(*portable).half_storage_exact());
     const WeightKernels kernels(*portable);
     for (const uint32_t tile : WeightKernels::kTokenTiles) EXPECT_FALSE(kernels.has_subgroup_variant(tile)) << tile;
     // Asking for the subgroup variant is then a clear error; the portable one runs.

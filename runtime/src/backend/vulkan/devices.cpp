@@ -302,9 +302,13 @@ DeviceFeatures select_features(const DeviceFeatures& detected, const FeatureSele
 }
 
 std::string describe_features(const DeviceFeatures& enabled, const DeviceFeatures& detected) {
-  std::string uses = enabled.subgroup_matmul() ? "subgroup shuffle (" + std::to_string(enabled.subgroup_size) +
-                                                     " lanes, for the split-rows matmul)"
-                                               : "none (portable path)";
+  std::vector<std::string> used;
+  if (enabled.subgroup_matmul())
+    used.push_back("subgroup shuffle (" + std::to_string(enabled.subgroup_size) + " lanes, for the split-rows matmul)");
+  if (enabled.storage_16bit)
+    used.emplace_back("16-bit storage (attention reads an f16 KV cache as halves, where a probe finds them widened "
+                      "exactly)");
+  const std::string uses = used.empty() ? "none (portable path)" : join(used);
   std::vector<std::string> idle;    // enabled for future kernels
   std::vector<std::string> unused;  // detected, not enabled
   auto sort = [&](bool on, bool has, std::string name) {
@@ -316,7 +320,7 @@ std::string describe_features(const DeviceFeatures& enabled, const DeviceFeature
   };
   if (!enabled.subgroup_matmul() && detected.subgroup_matmul()) unused.emplace_back("subgroup shuffle");
   sort(enabled.shader_float16, detected.shader_float16, "fp16");
-  sort(enabled.storage_16bit, detected.storage_16bit, "16-bit storage");
+  if (!enabled.storage_16bit && detected.storage_16bit) unused.emplace_back("16-bit storage");
   sort(enabled.storage_8bit, detected.storage_8bit, "8-bit storage");
   sort(enabled.shader_int8, detected.shader_int8, "int8");
   std::string out = "optional features: " + uses;

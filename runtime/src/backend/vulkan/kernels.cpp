@@ -1,6 +1,9 @@
 #include "backend/vulkan/kernels.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
@@ -9,6 +12,7 @@
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/embedded_shaders.h"
 #include "backend/vulkan/pipeline.h"
+#include "fafo/tensor_type.h"
 
 namespace fafo::vulkan {
 
@@ -69,6 +73,35 @@ void require_size(const Buffer& b, uint64_t floats, const char* what, const char
 
 }  // namespace
 
+namespace {
+
+// Widens every half bit pattern through 16-bit storage on the device and compares with
+// the exact conversion: the same bits for every pattern a cache can hold (a device that
+// flushes fp16 subnormals or changes quiet NaN payloads fails).
+bool probe_half_storage(const Context& context) {
+  constexpr uint32_t n = 65536;
+  std::vector<uint16_t> halves(n);
+  for (uint32_t i = 0; i < n; ++i) halves[i] = static_cast<uint16_t>(i);
+  Buffer src(context, n * sizeof(uint16_t)), dst(context, n * sizeof(float));
+  src.upload(halves.data(), n * sizeof(uint16_t));
+  const ComputePipeline probe(context, shaders::probe_half_storage, 2, sizeof(uint32_t));
+  CommandSequence seq(context);
+  seq.dispatch(probe, {&src, &dst}, n, groups_for(n, 64, context));
+  seq.submit_and_wait();
+  std::vector<float> widened(n);
+  dst.download(widened.data(), n * sizeof(float));
+  for (uint32_t i = 0; i < n; ++i) {
+    const float want = fp16_to_fp32(static_cast<uint16_t>(i));
+    // A signaling NaN may come back quieted (lavapipe does): fafo never stores one in
+    // a cache (every conversion to fp16 quiets NaNs), so it only has to stay a NaN.
+    const bool signaling_nan = (i & 0x7c00u) == 0x7c00u && (i & 0x03ffu) != 0 && (i & 0x0200u) == 0;
+    if (signaling_nan ? !std::isnan(widened[i]) : std::memcmp(&want, &widened[i], sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Kernels::Kernels(const Context& context)
     : context_(context),
       rms_norm_(std::make_unique<ComputePipeline>(context, shaders::rms_norm, 3, sizeof(RmsNormPush))),
@@ -82,9 +115,30 @@ Kernels::Kernels(const Context& context)
       attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 2, sizeof(CombinePush))),
       kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))),
       argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))),
-      top_k_(std::make_unique<ComputePipeline>(context, shaders::top_k, 2, sizeof(TopKPush))) {}
+      top_k_(std::make_unique<ComputePipeline>(context, shaders::top_k, 2, sizeof(TopKPush))) {
+  if (context.features().storage_16bit && probe_half_storage(context)) {
+    half_storage_exact_ = true;
+    attention_kv_f16_storage16_ =
+        std::make_unique<ComputePipeline>(context, shaders::attention_kv_f16_storage16, 5, sizeof(AttentionPush));
+  }
+}
 
 Kernels::~Kernels() = default;
+
+
+const ComputePipeline& Kernels::attention_pipeline(const AttentionArgs& a) const {
+  if (!a.kv_f16) return *attention_;
+  switch (a.half_read) {
+    case AttentionArgs::HalfRead::Words: return *attention_kv_f16_;
+    case AttentionArgs::HalfRead::Storage16:
+      if (!attention_kv_f16_storage16_)
+        throw std::invalid_argument("attention: 16-bit storage reads of the fp16 cache are not available on " +
+                                    context_.device_name() + " (not enabled, or halves not widened exactly)");
+      return *attention_kv_f16_storage16_;
+    case AttentionArgs::HalfRead::Auto: break;
+  }
+  return attention_kv_f16_storage16_ ? *attention_kv_f16_storage16_ : *attention_kv_f16_;
+}
 
 void Kernels::rms_norm(CommandSequence& seq, const Buffer& x, const Buffer& gain, const Buffer& out, uint32_t rows,
                        uint32_t n, float eps) const {
@@ -176,8 +230,7 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   const AttentionPush push{a.T,         a.n_past,     a.n_head,      a.n_head_kv, a.head_dim,  a.kv_dim,
                            a.q_stride,  a.region,     a.dense,       a.use_order, a.part_keys, a.n_parts,
                            a.mask_words, a.mask_offset, a.order_offset, a.scale};
-  seq.dispatch(a.kv_f16 ? *attention_kv_f16_ : *attention_, {&q, &keys, &values, &step_info, &partials}, push,
-               a.n_parts, a.n_head, a.T);
+  seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head, a.T);
   seq.dispatch(*attention_combine_, {&partials, &out}, CombinePush{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride},
                a.n_head, a.T);
 }

@@ -50,7 +50,14 @@ class Kernels {
     uint32_t region, dense, use_order, part_keys, n_parts, mask_words, mask_offset, order_offset;
     float scale;
     bool kv_f16 = false;  // keys and values are an fp16 cache (kv_store); else fp32
+    // How an fp16 cache is read: Auto = through 16-bit storage where the device widens
+    // halves exactly (half_storage_exact()), else by unpacking 32-bit words; Words and
+    // Storage16 force one (Storage16 throws where it is not exact). Same bits either way.
+    enum class HalfRead { Auto, Words, Storage16 } half_read = HalfRead::Auto;
   };
+  // Whether 16-bit storage is enabled and a probe at construction found that the device
+  // widens all 65536 half bit patterns exactly (subnormals kept, NaN payloads kept).
+  bool half_storage_exact() const { return half_storage_exact_; }
   static constexpr uint32_t kMaxHeadDim = 256;
   void attention(CommandSequence& seq, const Buffer& q, const Buffer& keys, const Buffer& values,
                  const Buffer& step_info, const Buffer& partials, const Buffer& out, const AttentionArgs& a) const;
@@ -78,6 +85,8 @@ class Kernels {
                     const Buffer& cache_v, uint32_t rows, uint32_t kv_dim, uint32_t first_slot) const;
 
  private:
+  const ComputePipeline& attention_pipeline(const AttentionArgs& a) const;
+
   const Context& context_;
   std::unique_ptr<ComputePipeline> rms_norm_;
   std::unique_ptr<ComputePipeline> matmul_f32_t1_;
@@ -86,6 +95,8 @@ class Kernels {
   std::unique_ptr<ComputePipeline> elementwise_;
   std::unique_ptr<ComputePipeline> attention_;
   std::unique_ptr<ComputePipeline> attention_kv_f16_;
+  std::unique_ptr<ComputePipeline> attention_kv_f16_storage16_;  // null unless half_storage_exact_
+  bool half_storage_exact_ = false;
   std::unique_ptr<ComputePipeline> kv_store_f16_;
   std::unique_ptr<ComputePipeline> attention_combine_;
   std::unique_ptr<ComputePipeline> kv_permute_;

@@ -85,7 +85,8 @@ class VulkanBackend final : public Backend {
     // turned off by FAFO_VULKAN_FEATURES (backend/vulkan/devices.h).
     return "Vulkan device " + std::to_string(context_.device_index()) + ": " + context_.device_name() + " (" +
            (t >= 0 && t <= 4 ? types[t] : "other") + ", " + gib(heap_bytes_) + "); " + weight_kernels_.describe() +
-           "; " + describe_features(context_.features(), context_.detected_features());
+           "; f16 KV cache reads: " + (kernels_.half_storage_exact() ? "16-bit storage" : "32-bit words") + "; " +
+           describe_features(context_.features(), context_.detected_features());
   }
 
   // --- memory -----------------------------------------------------------------------
@@ -454,6 +455,7 @@ class VulkanBackend final : public Backend {
     const char* env = std::getenv("FAFO_VULKAN_VALIDATION");
     c.validation = options.validation || (env && std::string(env) == "1");
     c.validation_log = options.validation_log;
+    c.features = options.features;
     return c;
   }
 

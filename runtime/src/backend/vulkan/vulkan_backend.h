@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/vulkan/context.h"
@@ -36,6 +37,8 @@ struct VulkanBackendOptions {
   // smaller value behaves as a device with that range would (tests: row splitting and
   // the logit-row cap on small models).
   uint64_t max_buffer_bytes = 0;
+  // Optional features to use, as FAFO_VULKAN_FEATURES words; nullopt = that variable, or all.
+  std::optional<std::string> features;
 };
 
 std::unique_ptr<Backend> make_backend(const VulkanBackendOptions& options);
