@@ -1,5 +1,5 @@
 # Optional CUDA toolkit detection. A missing toolkit is not an error unless FAFO_CUDA=ON.
-set(FAFO_HAVE_CUDA OFF)
+# Only detection so far: no backend is built with it yet (the registry lists none).
 if(NOT FAFO_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   if(NOT CMAKE_CUDA_COMPILER)
@@ -12,7 +12,6 @@ if(NOT FAFO_CUDA STREQUAL "OFF")
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    set(FAFO_HAVE_CUDA ON)
     message(STATUS "fafo: CUDA toolkit found (${CMAKE_CUDA_COMPILER}); the CUDA backend is future work")
   elseif(FAFO_CUDA STREQUAL "ON")
     message(FATAL_ERROR "fafo: FAFO_CUDA=ON but no CUDA toolkit was found (set CMAKE_CUDA_COMPILER)")

@@ -125,7 +125,7 @@ TEST_P(PolicyGeneration, CacheStaysCompleteAndOutputEqualsAr) {
     EXPECT_EQ(m.model->committed_keys(l, 0, n), reference[static_cast<size_t>(l)]) << "layer " << l;
     std::vector<int32_t> region_slots(static_cast<size_t>(k.region_count()));
     std::iota(region_slots.begin(), region_slots.end(), 0);
-    const auto raw = m.model->backend().read_keys(l, region_slots);
+    const auto raw = m.model->kv_cache().read_keys(l, region_slots);
     const int32_t kv_dim = m.model->config().kv_dim();
     for (int32_t p = 0; p < k.region_count(); ++p) {
       const int32_t logical = k.logical_of(p);

@@ -1,8 +1,7 @@
-// The Vulkan backend against the CPU reference backend, through the Backend interface
-// the model uses: every op on odd shapes (inputs are written with embed() from an F32
-// table, so any activation can be set up), attention with in-step masks, FULL and
-// COMPRESSED prefixes, a permuted logical order, dense layers and contexts long
-// enough to be split; the KV operations; and whole models: greedy ids equal the CPU's
+// The Vulkan backend beyond the op-conformance table (tests/test_backend_ops.cpp runs
+// every op against the CPU reference on every device): an f16 cache read through
+// 16-bit storage or 32-bit words gives the same bits, stored halves round to nearest
+// even, bad requests give clear errors; and whole models: greedy ids equal the CPU's
 // on stories260K's golden prompts and on random models in several formats, and every
 // decoding strategy stays token-identical to plain decoding on Vulkan.
 // The Khronos validation layer is on (when installed) and must report no error.
@@ -112,8 +111,8 @@ struct Pair {
     return {cpu->alloc_activation(rows, cols), gpu->alloc_activation(rows, cols)};
   }
   void kv(int32_t n_layer, int32_t n_ctx, int32_t kv_dim, KvCacheType kv_type = KvCacheType::F32) {
-    cpu->alloc_kv_cache(n_layer, n_ctx, kv_dim, kv_type);
-    gpu->alloc_kv_cache(n_layer, n_ctx, kv_dim, kv_type);
+    cpu->create_kv_cache(KvCacheShape{n_layer, n_ctx, kv_dim, kv_type});
+    gpu->create_kv_cache(KvCacheShape{n_layer, n_ctx, kv_dim, kv_type});
   }
   template <class F>
   void both(F&& f) {
@@ -137,84 +136,6 @@ StepBatch batch_of(int32_t T, int32_t n_past, uint32_t seed = 0, bool random_mas
   return b;
 }
 
-TEST_F(VulkanBackend, ElementwiseOpsMatmulAndGatherMatchCpu) {
-  Pair p(make_vulkan());
-  const int32_t T = 7, n = 45, rows = 33;
-  p.kv(1, 16, 4);
-  auto [tin_c, tin_g] = p.weight(random_values(T * n, 1, -2, 2), T, n);
-  auto [tin2_c, tin2_g] = p.weight(random_values(T * n, 2, -2, 2), T, n);
-  auto [gain_c, gain_g] = p.weight(random_values(n, 3, 0.5f, 1.5f), 1, n);
-  auto [bias_c, bias_g] = p.weight(random_values(n, 4), 1, n);
-  auto [w_c, w_g] = p.weight(random_values(rows * n, 5), rows, n);
-  auto [x_c, x_g] = p.activation(16, n);
-  auto [y_c, y_g] = p.activation(16, n);
-  auto [z_c, z_g] = p.activation(16, n);
-  auto [m_c, m_g] = p.activation(16, rows);
-  auto [g_c, g_g] = p.activation(16, n);
-  auto [gm_c, gm_g] = p.activation(16, rows);
-  StepBatch b = batch_of(T, 0);
-  std::vector<float> results[2][6];
-  p.both([&](Backend& be, int k) {
-    Activation x = k ? x_g : x_c, y = k ? y_g : y_c, z = k ? z_g : z_c, m = k ? m_g : m_c, g = k ? g_g : g_c,
-               gm = k ? gm_g : gm_c;
-    be.begin_step(b, KvView{});
-    be.embed(k ? tin_g : tin_c, x);
-    be.embed(k ? tin2_g : tin2_c, y);
-    be.rms_norm(x, k ? gain_g : gain_c, 1e-5f, z);
-    be.add_bias(k ? bias_g : bias_c, z);
-    be.add(z, y);
-    be.swiglu(z, y, z);
-    be.matmul(k ? w_g : w_c, z, m);
-    be.gather_rows(z, {5, 0, 3}, g);
-    be.rms_norm(g, k ? gain_g : gain_c, 1e-5f, g);
-    be.matmul(k ? w_g : w_c, g, gm);
-    be.finish_step();
-    results[k][0] = be.read_rows(z, T);
-    results[k][1] = be.read_rows(m, T);
-    results[k][2] = be.read_rows(g, 3);
-    results[k][3] = be.read_rows(gm, 3);
-  });
-  expect_close(results[1][0], results[0][0], 1e-5, "rms_norm + bias + add + swiglu");
-  expect_close(results[1][1], results[0][1], 1e-5, "matmul");
-  expect_close(results[1][2], results[0][2], 1e-5, "gather + rms_norm of the gathered rows");
-  expect_close(results[1][3], results[0][3], 1e-5, "matmul of the gathered rows");
-}
-
-TEST_F(VulkanBackend, RopeMatchesCpu) {
-  struct Case {
-    int32_t n_heads, head_dim, n_dims;
-    bool neox;
-    float scale;
-    bool factors;
-  };
-  for (const Case c : {Case{3, 16, 16, false, 1.0f, false}, Case{2, 20, 12, true, 0.25f, false},
-                       Case{5, 64, 64, false, 1.0f, true}, Case{1, 128, 128, true, 1.0f, true}}) {
-    SCOPED_TRACE("heads " + std::to_string(c.n_heads) + " dim " + std::to_string(c.head_dim));
-    Pair p(make_vulkan());
-    p.kv(1, 64, 4);
-    const int32_t T = 9, cols = c.n_heads * c.head_dim;
-    auto [t_c, t_g] = p.weight(random_values(static_cast<size_t>(T * cols), 9), T, cols);
-    auto [x_c, x_g] = p.activation(T, cols);
-    RopeParams rp;
-    rp.n_dims = c.n_dims;
-    rp.freq_base = 500000.0f;
-    rp.freq_scale = c.scale;
-    rp.neox = c.neox;
-    if (c.factors) rp.freq_factors = random_values(static_cast<size_t>(c.n_dims / 2), 4, 1.0f, 8.0f);
-    StepBatch b = batch_of(T, 40, 3, true);
-    std::vector<float> got[2];
-    p.both([&](Backend& be, int k) {
-      Activation x = k ? x_g : x_c;
-      be.begin_step(b, KvView{});
-      be.embed(k ? t_g : t_c, x);
-      be.rope(x, c.n_heads, c.head_dim, rp);
-      be.finish_step();
-      got[k] = be.read_rows(x, T);
-    });
-    expect_close(got[1], got[0], 1e-6, "rope");
-  }
-}
-
 struct AttentionCase {
   int32_t n_past, T, n_head, n_head_kv, head_dim;
   bool random_masks, compressed, permuted;
@@ -229,7 +150,7 @@ void check_attention(Pair& p, const AttentionCase& c, KvCacheType kv_type = KvCa
   for (int32_t layer = 0; layer < 2; ++layer) {
     const auto k = random_values(static_cast<size_t>(c.n_past) * kv_dim, 100 + layer, -1.5f, 1.5f);
     const auto v = random_values(static_cast<size_t>(c.n_past) * kv_dim, 200 + layer);
-    if (c.n_past > 0) p.both([&](Backend& be, int) { be.write_kv(layer, 0, c.n_past, k.data(), v.data()); });
+    if (c.n_past > 0) p.both([&](Backend& be, int) { be.kv_cache()->write(layer, 0, c.n_past, k.data(), v.data()); });
   }
   auto [tq_c, tq_g] = p.weight(random_values(static_cast<size_t>(c.T) * q_dim, 7, -1.5f, 1.5f), c.T, q_dim);
   auto [tk_c, tk_g] = p.weight(random_values(static_cast<size_t>(c.T) * kv_dim, 8, -1.5f, 1.5f), c.T, kv_dim);
@@ -240,23 +161,26 @@ void check_attention(Pair& p, const AttentionCase& c, KvCacheType kv_type = KvCa
   auto [o_c, o_g] = p.activation(c.T, q_dim);
   auto [o2_c, o2_g] = p.activation(c.T, q_dim);
   StepBatch b = batch_of(c.T, c.n_past, 17 + static_cast<uint32_t>(c.T), c.random_masks, c.compressed);
-  std::vector<int32_t> order(static_cast<size_t>(c.n_past));
-  std::iota(order.begin(), order.end(), 0);
-  if (c.permuted) std::shuffle(order.begin(), order.end(), std::mt19937(5));
-  KvView view;
-  view.full_order = c.permuted ? &order : nullptr;
-  view.region_count = c.region;
-  view.dense_layers = c.dense_layers;
+  // The region holds `region` entries; a permuted case selects a shuffled set into it,
+  // which exchanges slots and makes the logical order differ from the physical one.
+  std::vector<int32_t> chosen(static_cast<size_t>(c.n_past));
+  std::iota(chosen.begin(), chosen.end(), 0);
+  std::shuffle(chosen.begin(), chosen.end(), std::mt19937(5));
+  chosen.resize(static_cast<size_t>(std::min(c.region, c.n_past)));
+  p.both([&](Backend& be, int) {
+    be.kv_cache()->reset_layout(c.region, c.dense_layers, c.n_past);
+    if (c.permuted) be.kv_cache()->select(chosen);
+  });
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   std::vector<float> got[2][2];
   p.both([&](Backend& be, int i) {
     Activation q = i ? q_g : q_c, k = i ? k_g : k_c, v = i ? v_g : v_c, o = i ? o_g : o_c, o2 = i ? o2_g : o2_c;
-    be.begin_step(b, view);
+    be.begin_step(b);
     be.embed(i ? tq_g : tq_c, q);
     be.embed(i ? tk_g : tk_c, k);
     be.embed(i ? tv_g : tv_c, v);
-    be.store_kv(0, k, v);
-    be.store_kv(1, k, v);
+    be.kv_cache()->store(0, k, v);
+    be.kv_cache()->store(1, k, v);
     be.attention(0, q, shape, o);
     be.attention(1, q, shape, o2);
     be.finish_step();
@@ -265,41 +189,6 @@ void check_attention(Pair& p, const AttentionCase& c, KvCacheType kv_type = KvCa
   });
   expect_close(got[1][0], got[0][0], tol, "layer 0");
   expect_close(got[1][1], got[0][1], tol, "layer 1");
-}
-
-TEST_F(VulkanBackend, AttentionMatchesCpu) {
-  const AttentionCase cases[] = {
-      {0, 1, 4, 4, 16, false, false, false, 0, 0},       // first token
-      {0, 13, 6, 2, 20, false, false, false, 0, 0},      // prefill, GQA, odd head size
-      {37, 5, 6, 3, 8, true, false, false, 0, 0},        // random in-step masks
-      {300, 64, 4, 1, 64, true, true, false, 68, 0},     // FAFO-like: compressed rows, region 68
-      {300, 17, 4, 2, 32, true, true, true, 40, 1},      // permuted logical order, dense first layer
-      {90, 9, 2, 2, 256, true, true, true, 200, 0},      // region larger than the prefix, head 256
-      {2500, 3, 8, 2, 128, false, false, true, 0, 0},    // a long context split into parts
-      {1200, 33, 3, 1, 24, true, true, false, 1, 2},     // tiny region; both layers dense
-  };
-  for (const AttentionCase& c : cases) {
-    SCOPED_TRACE("n_past " + std::to_string(c.n_past) + " T " + std::to_string(c.T) + " heads " +
-                 std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " x " + std::to_string(c.head_dim));
-    Pair p(make_vulkan());
-    check_attention(p, c);
-  }
-  // An fp16 cache (both backends compute with the same rounded keys and values).
-  for (size_t i : {1u, 3u, 4u, 5u, 6u}) {
-    SCOPED_TRACE("f16 cache, case " + std::to_string(i));
-    Pair p(make_vulkan());
-    check_attention(p, cases[i], KvCacheType::F16);
-  }
-}
-
-// Writes, stores, query capture, swaps and moves on both backends; the caches must be equal.
-void check_kv_operations(std::unique_ptr<Backend> vk, KvCacheType kv_type);
-
-TEST_F(VulkanBackend, KvOperationsAndQueryCaptureMatchCpu) {
-  for (const KvCacheType kv_type : {KvCacheType::F32, KvCacheType::F16}) {
-    SCOPED_TRACE(kv_cache_type_name(kv_type));
-    check_kv_operations(make_vulkan(), kv_type);
-  }
 }
 
 TEST_F(VulkanBackend, AnF16CacheReadThrough16BitStorageGivesTheSameBits) {
@@ -333,147 +222,19 @@ TEST_F(VulkanBackend, AnF16CacheStoresValuesRoundedToNearestEven) {
   auto [k_c, k_g] = p.activation(T, kv_dim);
   StepBatch b = batch_of(T, 0);
   p.both([&](Backend& be, int i) {
-    be.begin_step(b, KvView{});
+    be.begin_step(b);
     be.embed(i ? t_g : t_c, i ? k_g : k_c);
-    be.store_kv(0, i ? k_g : k_c, i ? k_g : k_c);
+    be.kv_cache()->store(0, i ? k_g : k_c, i ? k_g : k_c);
     be.finish_step();
   });
-  const std::vector<float> got = p.gpu->read_keys(0, {0, 1});
+  const std::vector<float> got = p.gpu->kv_cache()->read_keys(0, {0, 1});
   ASSERT_EQ(got.size(), rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const float want = fp16_to_fp32(fp32_to_fp16(rows[i]));
     EXPECT_EQ(std::memcmp(&got[i], &want, sizeof(float)), 0) << i << ": " << rows[i] << " -> " << got[i] << ", want " << want;
   }
-  EXPECT_EQ(got, p.cpu->read_keys(0, {0, 1}));
+  EXPECT_EQ(got, p.cpu->kv_cache()->read_keys(0, {0, 1}));
   EXPECT_NE(got[0], rows[0]);  // it was rounded
-}
-
-void check_kv_operations(std::unique_ptr<Backend> vk, KvCacheType kv_type) {
-  Pair p(std::move(vk));
-  const int32_t kv_dim = 12, n_ctx = 40, T = 6, q_dim = 24;
-  p.kv(3, n_ctx, kv_dim, kv_type);
-  for (int32_t layer = 0; layer < 3; ++layer) {
-    const auto k = random_values(20u * kv_dim, 30 + layer), v = random_values(20u * kv_dim, 40 + layer);
-    p.both([&](Backend& be, int) { be.write_kv(layer, 0, 20, k.data(), v.data()); });
-  }
-  auto [tk_c, tk_g] = p.weight(random_values(T * kv_dim, 1), T, kv_dim);
-  auto [tq_c, tq_g] = p.weight(random_values(T * q_dim, 2), T, q_dim);
-  auto [k_c, k_g] = p.activation(T, kv_dim);
-  auto [q_c, q_g] = p.activation(T, q_dim);
-  auto [o_c, o_g] = p.activation(T, q_dim);
-  StepBatch b = batch_of(T, 20);
-  const AttentionShape shape{2, 1, 12, 0.3f};
-  p.both([&](Backend& be, int i) {
-    be.set_query_capture({0, 2, 5, 9});  // row 9 is outside the batch: skipped
-    be.begin_step(b, KvView{});
-    be.embed(i ? tk_g : tk_c, i ? k_g : k_c);
-    be.embed(i ? tq_g : tq_c, i ? q_g : q_c);
-    be.store_kv(1, i ? k_g : k_c, i ? k_g : k_c);
-    be.attention(1, i ? q_g : q_c, shape, i ? o_g : o_c);
-    be.finish_step();
-  });
-  EXPECT_EQ(p.gpu->captured_queries(1), p.cpu->captured_queries(1));
-  EXPECT_EQ(p.gpu->captured_queries(1).size(), 3u * q_dim);
-  // Swaps and moves that chain through shared slots: order matters.
-  const std::vector<std::pair<int32_t, int32_t>> swaps = {{0, 25}, {25, 3}, {3, 0}, {7, 19}};
-  const std::vector<std::pair<int32_t, int32_t>> moves = {{21, 2}, {2, 30}, {30, 21}, {5, 5}};
-  p.both([&](Backend& be, int) {
-    be.swap_kv(swaps);
-    be.move_kv(moves);
-  });
-  std::vector<int32_t> slots(n_ctx);
-  std::iota(slots.begin(), slots.end(), 0);
-  for (int32_t layer = 0; layer < 3; ++layer)
-    EXPECT_EQ(p.gpu->read_keys(layer, slots), p.cpu->read_keys(layer, slots)) << "layer " << layer;
-  EXPECT_EQ(p.gpu->read_keys(1, {26, 2, 2}), p.cpu->read_keys(1, {26, 2, 2}));
-}
-
-TEST_F(VulkanBackend, ArgmaxOnTheDeviceMatchesCpuWithTiesNanAndInfinity) {
-  for (const int32_t n : {1, 7, 1000, 32003}) {
-    SCOPED_TRACE("n = " + std::to_string(n));
-    Pair p(make_vulkan());
-    p.kv(1, 8, 4);
-    const int32_t T = 6;
-    std::vector<float> rows = random_values(static_cast<size_t>(T) * n, static_cast<uint32_t>(n), -5, 5);
-    auto at = [&](int32_t r, int32_t i) -> float& { return rows[static_cast<size_t>(r) * n + static_cast<size_t>(i)]; };
-    at(1, n - 1) = 9.0f;                              // the last element wins
-    at(2, n / 2) = 9.0f, at(2, n - 1) = 9.0f;          // a tie: the first index wins
-    at(3, n / 3) = std::nanf("");                     // NaN: -1
-    for (int32_t i = 0; i < n; ++i) at(4, i) = -INFINITY;  // only -inf: -2
-    at(5, 0) = INFINITY;                              // +inf wins
-    auto [t_c, t_g] = p.weight(rows, T, n);
-    auto [x_c, x_g] = p.activation(T, n);
-    auto [g_c, g_g] = p.activation(T, n);
-    StepBatch b = batch_of(T, 0);
-    std::vector<int32_t> all[2], gathered[2];
-    p.both([&](Backend& be, int k) {
-      be.begin_step(b, KvView{});
-      be.embed(k ? t_g : t_c, k ? x_g : x_c);
-      be.argmax_rows(k ? x_g : x_c);
-      be.finish_step();
-      all[k] = be.read_argmax(T);
-      be.begin_step(b, KvView{});
-      be.embed(k ? t_g : t_c, k ? x_g : x_c);
-      be.gather_rows(k ? x_g : x_c, {2, 0}, k ? g_g : g_c);
-      be.argmax_rows(k ? g_g : g_c);
-      be.finish_step();
-      gathered[k] = be.read_argmax(2);
-    });
-    EXPECT_EQ(all[1], all[0]);
-    EXPECT_EQ(gathered[1], gathered[0]);
-    ASSERT_EQ(all[0].size(), static_cast<size_t>(T));
-    EXPECT_EQ(all[0][1], n - 1);
-    if (n > 1) {
-      EXPECT_EQ(all[0][2], n / 2);
-    }
-    EXPECT_EQ(all[0][3], -1);
-    EXPECT_EQ(all[0][4], -2);
-    EXPECT_EQ(all[0][5], 0);
-    EXPECT_THROW(p.gpu->read_argmax(3), std::out_of_range);
-  }
-}
-
-TEST_F(VulkanBackend, TopKOnTheDeviceEqualsCpuIncludingGatheredRows) {
-  for (const int32_t n : {7, 1000, 32003}) {
-    SCOPED_TRACE("n = " + std::to_string(n));
-    Pair p(make_vulkan());
-    p.kv(1, 8, 4);
-    const int32_t T = 5, k = std::min(n, 40);
-    std::vector<float> rows = random_values(static_cast<size_t>(T) * n, static_cast<uint32_t>(n) + 5, -5, 5);
-    for (int32_t i = 0; i < n; ++i) rows[static_cast<size_t>(n) + static_cast<size_t>(i)] = static_cast<float>(i % 3);  // ties
-    rows[3 * static_cast<size_t>(n) + 2] = std::nanf("");
-    auto [t_c, t_g] = p.weight(rows, T, n);
-    auto [x_c, x_g] = p.activation(T, n);
-    auto [g_c, g_g] = p.activation(T, n);
-    StepBatch b = batch_of(T, 0);
-    TopK all[2], gathered[2];
-    p.both([&](Backend& be, int g) {
-      be.begin_step(b, KvView{});
-      be.embed(g ? t_g : t_c, g ? x_g : x_c);
-      be.top_k_rows(g ? x_g : x_c, k);
-      be.finish_step();
-      all[g] = be.read_top_k(T);
-      be.begin_step(b, KvView{});
-      be.embed(g ? t_g : t_c, g ? x_g : x_c);
-      be.gather_rows(g ? x_g : x_c, {1, 4}, g ? g_g : g_c);
-      be.top_k_rows(g ? g_g : g_c, k);
-      be.finish_step();
-      gathered[g] = be.read_top_k(2);
-    });
-    EXPECT_EQ(all[1].has_nan, all[0].has_nan);
-    EXPECT_EQ(all[0].has_nan, (std::vector<uint8_t>{0, 0, 0, 1, 0}));
-    for (int r : {0, 1, 2, 4}) {
-      EXPECT_EQ(std::vector<int32_t>(all[1].row_ids(r), all[1].row_ids(r) + k),
-                std::vector<int32_t>(all[0].row_ids(r), all[0].row_ids(r) + k)) << "row " << r;
-      EXPECT_EQ(std::vector<float>(all[1].row_values(r), all[1].row_values(r) + k),
-                std::vector<float>(all[0].row_values(r), all[0].row_values(r) + k)) << "row " << r;
-    }
-    EXPECT_EQ(gathered[1].ids, gathered[0].ids);
-    EXPECT_EQ(gathered[1].values, gathered[0].values);
-    EXPECT_EQ(std::vector<int32_t>(gathered[0].row_ids(0), gathered[0].row_ids(0) + k),
-              std::vector<int32_t>(all[0].row_ids(1), all[0].row_ids(1) + k));
-    EXPECT_THROW(p.gpu->read_top_k(3), std::out_of_range);
-  }
 }
 
 TEST_F(VulkanBackend, BadRequestsGiveClearErrors) {
@@ -488,12 +249,12 @@ TEST_F(VulkanBackend, BadRequestsGiveClearErrors) {
   }
   EXPECT_THROW(vulkan::resolve_device("99"), std::runtime_error);
   auto be = make_vulkan();
-  be->alloc_kv_cache(1, 8, 4, KvCacheType::F32);
+  be->create_kv_cache(KvCacheShape{1, 8, 4, KvCacheType::F32});
   StepBatch b = StepBatch::causal({1, 2, 3}, 6);
-  EXPECT_THROW(be->begin_step(b, KvView{}), std::length_error);  // 6 + 3 > 8 slots
+  EXPECT_THROW(be->begin_step(b), std::length_error);  // 6 + 3 > 8 slots
   // A KV cache larger than the device's buffers or memory is refused with the sizes.
   try {
-    be->alloc_kv_cache(4, 1 << 30, 1024, KvCacheType::F32);
+    be->create_kv_cache(KvCacheShape{4, 1 << 30, 1024, KvCacheType::F32});
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("ctx-size"), std::string::npos) << e.what();
@@ -625,8 +386,8 @@ TEST_F(VulkanBackend, AnF16CacheGivesCpuIdsAndHalvesTheCache) {
   vulkan::VulkanBackendOptions small;
   small.max_buffer_bytes = 1 << 20;
   auto be32 = vulkan::make_backend(small), be16 = vulkan::make_backend(small);
-  EXPECT_THROW(be32->alloc_kv_cache(1, 8192, 64, KvCacheType::F32), std::runtime_error);  // 2 MiB per layer
-  EXPECT_NO_THROW(be16->alloc_kv_cache(1, 8192, 64, KvCacheType::F16));                  // 1 MiB
+  EXPECT_THROW(be32->create_kv_cache(KvCacheShape{1, 8192, 64, KvCacheType::F32}), std::runtime_error);  // 2 MiB per layer
+  EXPECT_NO_THROW(be16->create_kv_cache(KvCacheShape{1, 8192, 64, KvCacheType::F16}));                  // 1 MiB
 }
 
 TEST_F(VulkanBackend, EveryStrategyEqualsArOnVulkan) {
@@ -697,7 +458,10 @@ TEST_F(VulkanBackend, LogitRowsAreCappedByTheDeviceBufferRange) {
   StepBatch long_step = StepBatch::causal(tokens, 0);  // 256 tokens, logits for the last
   StepBatch long_step_full = StepBatch::causal(tokens, 0);
   const std::vector<float> a = small.model->forward(long_step), b = full.model->forward(long_step_full);
-  EXPECT_EQ(a, b);
+  // Attention splits long rows into as many parts as a 64 MiB scratch buffer holds, or
+  // the buffer range if smaller: here 400 KiB, so fewer parts and other last bits.
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1.0 + std::fabs(b[i]))) << i;
 
   const std::vector<int32_t> prompt = small.tokenizer->encode("Once upon a time, there was a little girl named Lily.", true);
   auto run = [&](Model& model, Strategy s) {

@@ -15,10 +15,10 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendC
   const auto file = GgufFile::open(model_path);
   const ModelConfig c = ModelConfig::from_gguf(*file);
   const int32_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
-  if (choice.name != "cpu") throw std::runtime_error("unknown backend '" + choice.name + "'");
-  auto be = make_cpu_backend(choice.threads);
+  const BackendSpec spec{choice.name, choice.device, choice.threads};
+  auto be = make_backend(spec);
   // One layer of the model's attention shape is enough: attention cost is per layer.
-  be->alloc_kv_cache(1, max_ctx + o.rows, c.kv_dim(), KvCacheType::F32);
+  KvCache& kv = be->create_kv_cache(KvCacheShape{1, max_ctx + o.rows, c.kv_dim(), KvCacheType::F32});
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int32_t chunk = 1024;
@@ -26,7 +26,7 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendC
   for (int32_t first = 0; first < max_ctx; first += chunk) {
     for (auto& x : k) x = normal(rng);
     for (auto& x : v) x = normal(rng);
-    be->write_kv(0, first, std::min(chunk, max_ctx - first), k.data(), v.data());
+    kv.write(0, first, std::min(chunk, max_ctx - first), k.data(), v.data());
   }
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   Activation q = be->alloc_activation(o.rows, q_dim), out = be->alloc_activation(o.rows, q_dim);
@@ -40,12 +40,11 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendC
       sees.push_back(i);
     }
     batch.set_n_past(n_past);
-    KvView kv;
-    kv.region_count = region;
+    kv.reset_layout(region, 0, n_past);  // [region | rest]: COMPRESSED rows read the first `region` entries
     std::vector<double> ms;
     for (int r = 0; r < o.repetitions; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      be->begin_step(batch, kv);
+      be->begin_step(batch);
       be->attention(0, q, shape, out);
       be->finish_step();
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -65,13 +64,13 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendC
     rows.push_back({{"context", n}, {"region_ms", with_region}, {"no_region_ms", without}, {"full_ms", full}});
   }
   // Swap cost: exchanging entries between the region and the rest, all layers of the model.
-  auto be_full = make_cpu_backend(choice.threads);
-  be_full->alloc_kv_cache(c.n_layer, 4096, c.kv_dim(), KvCacheType::F32);
+  auto be_full = make_backend(spec);
+  KvCache& kv_full = be_full->create_kv_cache(KvCacheShape{c.n_layer, 4096, c.kv_dim(), KvCacheType::F32});
   std::vector<std::pair<int32_t, int32_t>> pairs;
   for (int32_t i = 0; i < 8; ++i) pairs.emplace_back(i, 1024 + 37 * i);
   const int reps = 2000;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < reps; ++r) be_full->swap_kv(pairs);
+  for (int r = 0; r < reps; ++r) kv_full.swap_slots(pairs);
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / (reps * 8.0);
   std::printf("\nregion swap: %.3f us per exchanged entry (%d layers x K and V of %d floats); a FAFO step exchanges about one entry per accepted token\n",
               us, c.n_layer, c.kv_dim());

@@ -1,14 +1,23 @@
-// The backend interface: memory for weights, activations and the KV cache, and the
-// kernels of a Llama-family forward pass. The model's forward pass is written once
-// against it (runtime/src/model/llama_forward.cpp); backends never know which
-// decoding strategy runs.
+// The backend contract, part 1: compute. Memory for weights and activations, and the
+// kernels of a Llama-family forward pass. The forward pass is written once against it
+// (Model::record_step in runtime/src/model/model.cpp); backends never know which
+// decoding strategy or KV compression policy runs. Part 2 is the KV cache each backend
+// provides (fafo/kv_cache.h); part 3 is the registry that names and creates backends
+// (fafo/backend_registry.h).
 //
 // A step is bracketed by begin_step()/finish_step(): between them the model issues
 // kernel calls that a backend may execute at once (CPU) or record into one command
 // buffer submitted in finish_step() (GPU backends). Results are read back only by
-// read_rows() after finish_step().
+// read_rows(), read_argmax() and read_top_k() after finish_step().
+//
+// Numerics: every backend is T-invariant (a row's result is bit-identical whatever the
+// step's size and whatever other rows share it), which lossless multi-token decoding
+// relies on. numerics() says whether results equal the CPU reference bit for bit or
+// within a stated tolerance; tests/test_backend_ops.cpp checks both claims.
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -16,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "fafo/kv_cache.h"
 #include "fafo/step_batch.h"
 #include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
@@ -55,25 +65,24 @@ struct RopeParams {
   float freq_scale = 1.0f;   // linear position scaling (1/factor)
   bool neox = false;         // rotate (i, i+n_dims/2) pairs instead of (2i, 2i+1)
   std::vector<float> freq_factors;  // optional per-pair divisor (Llama 3.1 "rope_freqs")
+
+  // The rotation angle of pair `pair` at `position`: the one formula every backend uses
+  // (the CPU backend directly, GPU backends for their per-step cos/sin tables).
+  float angle(int32_t position, int32_t pair) const {
+    const float p = static_cast<float>(position) * freq_scale;
+    float theta = p * std::pow(freq_base, -2.0f * static_cast<float>(pair) / static_cast<float>(n_dims));
+    if (!freq_factors.empty()) theta /= freq_factors[static_cast<size_t>(pair)];
+    return theta;
+  }
 };
 
-// How a step sees the committed KV entries (see fafo/kv_layout.h): FULL rows visit
-// `full_order` (physical slots in logical order; empty = slots 0..n_past-1), and
-// COMPRESSED rows visit only the region, physical slots [0, region_count), except in
-// the first `dense_layers` layers, where they read everything like FULL rows.
-struct KvView {
-  const std::vector<int32_t>* full_order = nullptr;
-  int32_t region_count = 0;
-  int32_t dense_layers = 0;
+// How a backend's results relate to the CPU reference's.
+struct BackendNumerics {
+  bool exact = true;  // bit-identical to the reference for every op
+  // When not exact: the largest error allowed, |got - ref| <= tolerance * max(1, |ref|).
+  // Ids (embed rows, argmax, top-k order) must still match wherever the values do.
+  double tolerance = 0.0;
 };
-
-// What the KV cache stores. F16 halves its memory and the bytes attention reads; every
-// backend rounds keys and values to fp16 (nearest even) as they are stored, so all
-// backends compute with the same cached values.
-enum class KvCacheType { F32, F16 };
-const char* kv_cache_type_name(KvCacheType t);
-// "f32" / "f16"; throws std::invalid_argument naming the accepted words.
-KvCacheType parse_kv_cache_type(const std::string& name);
 
 class Backend {
  public:
@@ -81,6 +90,8 @@ class Backend {
   virtual std::string name() const = 0;
   // One-line description of the device (for `fafo run` and bench output).
   virtual std::string description() const = 0;
+  // Exact (the default) or a stated tolerance; see BackendNumerics.
+  virtual BackendNumerics numerics() const { return {}; }
 
   // --- memory ---------------------------------------------------------------------
   // Makes a weight resident. `data` stays valid for the backend's lifetime (it may
@@ -94,42 +105,31 @@ class Backend {
     (void)cols;
     return std::numeric_limits<int64_t>::max();
   }
-  // Allocates the KV cache: for each of n_layer layers, n_ctx entries of kv_dim values
-  // for K and V, stored as `type`. read_keys/captured values come back as floats.
-  virtual void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim, KvCacheType type) = 0;
-  virtual int32_t kv_capacity() const = 0;
+  // Creates the KV cache (replacing any earlier one): for each of shape.n_layer layers,
+  // shape.capacity entries of shape.kv_dim keys and values stored as shape.type. The
+  // backend owns it; kv_cache() returns it (nullptr before the first call). Throws
+  // std::runtime_error when it does not fit, naming the sizes.
+  virtual KvCache& create_kv_cache(const KvCacheShape& shape) = 0;
+  virtual KvCache* kv_cache() = 0;
 
   // --- a step -----------------------------------------------------------------------
-  // Starts a step over `batch`; activations used in it get batch.size() rows.
-  // `kv` says where the committed entries are (see KvView).
-  virtual void begin_step(const StepBatch& batch, const KvView& kv) = 0;
+  // Starts a step over `batch`; activations used in it get batch.size() rows. Needs
+  // the KV cache: the step's keys and values go to slots batch.n_past() onward.
+  virtual void begin_step(const StepBatch& batch) = 0;
   // out[i] = table row batch.tokens()[i], dequantized.
   virtual void embed(const Weight& table, Activation& out) = 0;
   // out = x / rms(x) * gain, per row.
   virtual void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) = 0;
-  // out[i] = W x[i] (+ bias): out is [T x w.rows], x is [T x w.cols].
+  // out[i] = W x[i]: out is [T x w.rows], x is [T x w.cols].
   virtual void matmul(const Weight& w, const Activation& x, Activation& out) = 0;
   // x[i] += bias (a 1 x cols weight).
   virtual void add_bias(const Weight& bias, Activation& x) = 0;
   // Rotates each head of x (n_heads heads of head_dim) by the batch positions.
   virtual void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) = 0;
-  // Writes this step's k and v rows into layer `layer`'s cache at slots n_past + i.
-  virtual void store_kv(int32_t layer, const Activation& k, const Activation& v) = 0;
-  // Writes `count` entries into one layer's cache at physical slots first.. (count x
-  // kv_dim floats each); used by benchmarks and tests to set up long contexts.
-  virtual void write_kv(int32_t layer, int32_t first, int32_t count, const float* keys, const float* values) = 0;
-  // Exchanges the KV entries of two physical slots in every layer (region <-> rest).
-  virtual void swap_kv(const std::vector<std::pair<int32_t, int32_t>>& pairs) = 0;
-  // Keys of `count` physical slots starting at `first` in one layer (count x kv_dim).
-  virtual std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) = 0;
-  // Batch rows whose queries (after RoPE) the next steps keep, per layer, for the
-  // compression policy; captured_queries(layer) returns them (rows x q_dim).
-  virtual void set_query_capture(const std::vector<int32_t>& rows) = 0;
-  virtual std::vector<float> captured_queries(int32_t layer) = 0;
-  // Copies KV entries between slots in every layer (src -> dst, applied in order).
-  // Used when a step's accepted tokens were not laid out at their final slots.
-  virtual void move_kv(const std::vector<std::pair<int32_t, int32_t>>& moves) = 0;
-  // Attention of q over the layer's cache: committed prefix plus the visible batch tokens.
+  // Attention of q over layer `layer` of the KV cache: each row reads its view of the
+  // committed entries (FULL rows: every entry, in the cache's logical order;
+  // COMPRESSED rows: the cache's region, or everything in its dense layers) and then
+  // the batch tokens its mask row lets it see (including itself).
   virtual void attention(int32_t layer, const Activation& q, const AttentionShape& shape, Activation& out) = 0;
   // out = silu(gate) * up.
   virtual void swiglu(const Activation& gate, const Activation& up, Activation& out) = 0;
@@ -156,22 +156,26 @@ class Backend {
   virtual std::vector<float> read_rows(const Activation& x, int64_t n_rows) = 0;
 };
 
-// The CPU reference backend. n_threads <= 0 uses every hardware thread.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
-
-// Which backend to create, as a user names it (`--backend`, `--device`, `--threads`).
+// Which backend to create, as a user names it (`--backend`, `--device`, `--threads`);
+// make_backend() and the rest of the registry are in fafo/backend_registry.h.
 struct BackendSpec {
-  std::string name = "auto";  // "auto" (vulkan when a Vulkan GPU exists, else cpu), "cpu", "vulkan"
-  std::string device;         // vulkan: an index in `fafo devices` order, or part of a device name; empty = best
-  int threads = 0;            // cpu: threads (0 = every hardware thread)
+  std::string name = "auto";  // "auto" or a registered backend's name ("cpu", "vulkan")
+  std::string device;         // an index in `fafo devices` order, or part of a device name; empty = the best
+  int threads = 0;            // host threads (0 = every hardware thread)
 };
 
-// Backend names this build can create ("cpu", plus "vulkan" when compiled in).
+// Backend names this build can create, in registration order (fafo/backend_registry.h).
 std::vector<std::string> available_backends();
-// The backend "auto" resolves to on this machine.
+// The backend "auto" resolves to on this machine: the GPU backend of highest rank that
+// finds a real GPU, else cpu.
 std::string default_backend_name();
-// Creates the backend; throws std::runtime_error naming the problem (unknown backend,
-// no such device, Vulkan unavailable).
+// Creates the backend the spec names ("auto" or "" = default_backend_name()); throws
+// std::runtime_error naming the problem (unknown backend, one not in this build, no
+// such device).
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
+
+// The CPU reference backend (the oracle of tests/test_backend_ops.cpp). n_threads <= 0
+// uses every hardware thread.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
 
 }  // namespace fafo

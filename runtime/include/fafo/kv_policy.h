@@ -62,8 +62,12 @@ class KvPolicy {
   virtual int32_t budget() const = 0;
   // Layers whose COMPRESSED rows read everything.
   virtual int32_t dense_layers() const { return 0; }
-  // Rows of the next step whose queries the policy wants captured (batch indices).
-  virtual std::vector<int32_t> wanted_query_rows(const KvPolicyEvent& next_step) const { return {}; }
+  // Rows of a step of `step_size` tokens whose queries (after RoPE) the policy wants to
+  // see in its next choose(), as KvInspector::captured_queries, in this order.
+  virtual std::vector<int32_t> wanted_query_rows(int32_t step_size) const {
+    (void)step_size;
+    return {};
+  }
   // The logical entries the region should hold now (at most budget), or nullopt to
   // keep the current choice.
   virtual std::optional<std::vector<int32_t>> choose(const KvPolicyEvent& event, const KvInspector& kv) = 0;

@@ -86,13 +86,15 @@ class Model {
   // region is empty). Setting it re-selects the region for the current context.
   void set_kv_policy(std::unique_ptr<KvPolicy> policy);
   const KvPolicy* kv_policy() const { return policy_.get(); }
-  const KvLayout& kv_layout() const { return layout_; }
+  const KvLayout& kv_layout() const { return kv_->layout(); }
+  // The backend's KV cache this model computes with.
+  KvCache& kv_cache() { return *kv_; }
   // Tells the policy that the prompt (the first n_past() entries) is complete.
   void end_prefill();
   // Keys of committed entries by logical index (count x kv_dim), for tests and tools.
   std::vector<float> committed_keys(int32_t layer, int32_t first, int32_t count);
   // Total KV entries exchanged between the region and the rest so far.
-  int64_t kv_swaps() const { return kv_swaps_; }
+  int64_t kv_swaps() const { return kv_->exchanges(); }
 
  private:
   void record_step(StepBatch& batch);
@@ -104,18 +106,16 @@ class Model {
   std::unique_ptr<Weights> weights_;
   std::unique_ptr<Buffers> buffers_;
   void after_commit();
-  void apply_swaps(const std::vector<std::pair<int32_t, int32_t>>& swaps);
   class Inspector;
 
   int32_t n_ctx_ = 0;
   int32_t max_logit_rows_ = 0;
   int32_t n_past_ = 0;
   int32_t last_step_size_ = 0;
-  KvLayout layout_;
+  KvCache* kv_ = nullptr;  // owned by backend_
   std::unique_ptr<KvPolicy> policy_;
   int32_t prompt_end_ = 0;
   int64_t steps_ = 0;
-  int64_t kv_swaps_ = 0;
 };
 
 }  // namespace fafo

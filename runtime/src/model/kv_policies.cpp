@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "fafo/kv_policy.h"
+#include "fafo/step_batch.h"
 
 namespace fafo {
 
@@ -21,7 +22,10 @@ void KvPolicyOptions::validate() const {
   check(update_interval >= 1, "--update-interval must be >= 1");
   check(dense_layers >= 0, "dense layers must be >= 0");
   check(page >= 1 && chunk >= 1 && pool_kernel >= 1, "page, chunk and pooling sizes must be >= 1");
-  check(window >= 1 && window <= 32, "the observation window must be in 1..32");
+  // The window's queries come from the prompt's last step (wanted_query_rows), so it
+  // cannot exceed a step's tokens.
+  check(window >= 1 && window <= StepBatch::kMaxTokens,
+        "the observation window must be in 1.." + std::to_string(StepBatch::kMaxTokens));
 }
 
 namespace {
@@ -103,6 +107,12 @@ class PromptScoredPolicy final : public KvPolicy {
   }
   std::string name() const override { return chunked_ ? "chunks" : "snapkv"; }
   int32_t budget() const override { return o_.budget; }
+  // The observation window: the last `window` rows of a step (the prompt's last queries).
+  std::vector<int32_t> wanted_query_rows(int32_t step_size) const override {
+    std::vector<int32_t> rows;
+    for (int32_t r = std::max(0, step_size - o_.window); r < step_size; ++r) rows.push_back(r);
+    return rows;
+  }
   std::optional<std::vector<int32_t>> choose(const KvPolicyEvent& e, const KvInspector& kv) override {
     if (e.kind == KvPolicyEvent::Prefilled) kept_ = score_prompt(e.prompt_end, kv);
     if (e.n_past <= o_.budget) return everything(e.n_past);
@@ -159,6 +169,10 @@ class QuestPolicy final : public KvPolicy {
   std::string name() const override { return "quest"; }
   int32_t budget() const override { return o_.budget; }
   int32_t dense_layers() const override { return o_.dense_layers; }
+  // Row 0: the newest committed token's query ranks the pages.
+  std::vector<int32_t> wanted_query_rows(int32_t step_size) const override {
+    return step_size > 0 ? std::vector<int32_t>{0} : std::vector<int32_t>{};
+  }
   std::optional<std::vector<int32_t>> choose(const KvPolicyEvent& e, const KvInspector& kv) override {
     if (e.n_past < summarized_) reset();
     summarize(e.n_past, kv);
@@ -216,7 +230,7 @@ class QuestPolicy final : public KvPolicy {
     std::vector<double> score(static_cast<size_t>(n_pages), 0.0);
     for (int32_t l = std::min(o_.dense_layers, kv.n_layer()); l < kv.n_layer(); ++l) {
       const std::vector<float> q = kv.captured_queries(l);
-      if (q.size() < static_cast<size_t>(H * D)) continue;  // row 0: the newest token
+      if (q.size() < static_cast<size_t>(H * D)) continue;  // no step captured yet
       for (int32_t p = 0; p < n_pages; ++p)
         for (int32_t h = 0; h < H; ++h) {
           const size_t base = static_cast<size_t>(p) * static_cast<size_t>(kv_dim) + static_cast<size_t>((h / group) * D);

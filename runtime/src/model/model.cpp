@@ -102,7 +102,7 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   }
 
   n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
-  backend_->alloc_kv_cache(c.n_layer, n_ctx_, c.kv_dim(), options.kv_type);
+  kv_ = &backend_->create_kv_cache(KvCacheShape{c.n_layer, n_ctx_, c.kv_dim(), options.kv_type});
 
   buffers_ = std::make_unique<Buffers>();
   Buffers& b = *buffers_;
@@ -184,22 +184,12 @@ void Model::record_step(StepBatch& batch) {
                                 std::to_string(max_logit_rows_) + " rows of " + std::to_string(config_.n_vocab) +
                                 " logits");
   batch.set_n_past(n_past_);
-  KvView view;
-  view.full_order = layout_.is_identity() ? nullptr : &layout_.full_order();
-  view.region_count = layout_.region_count();
-  view.dense_layers = policy_ ? policy_->dense_layers() : 0;
-  if (policy_) {
-    // The policy may look at the queries of the first row (the newest token) and of
-    // the last rows (a prompt's observation window).
-    std::vector<int32_t> rows = {0};
-    for (int32_t r = std::max(1, batch.size() - 32); r < batch.size(); ++r) rows.push_back(r);
-    be.set_query_capture(rows);
-  } else {
-    be.set_query_capture({});
-  }
+  KvCache& kv = *kv_;
+  kv.set_captured_rows(policy_ ? policy_->wanted_query_rows(batch.size()) : std::vector<int32_t>{});
+  const bool capture = !kv.captured_rows().empty();
 
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  be.begin_step(batch, view);
+  be.begin_step(batch);
   be.embed(w.token_embd, b.x);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
@@ -215,7 +205,8 @@ void Model::record_step(StepBatch& batch) {
     }
     be.rope(b.q, c.n_head, c.head_dim, c.rope);
     be.rope(b.k, c.n_head_kv, c.head_dim, c.rope);
-    be.store_kv(l, b.k, b.v);
+    kv.store(l, b.k, b.v);
+    if (capture) kv.capture_queries(l, b.q);
     be.attention(l, b.q, shape, b.attn);
     be.matmul(L.wo, b.attn, b.proj);
     be.add(b.x, b.proj);
@@ -237,7 +228,7 @@ void Model::commit(int32_t n) {
   if (n < 0 || n > last_step_size_) throw std::invalid_argument("commit: more tokens than the last step had");
   n_past_ += n;
   last_step_size_ = 0;
-  layout_.append(n);
+  kv_->append(n);
   after_commit();
 }
 
@@ -252,24 +243,18 @@ class Model::Inspector final : public KvInspector {
   std::vector<float> keys(int32_t layer, int32_t first, int32_t count) const override {
     return m_.committed_keys(layer, first, count);
   }
-  std::vector<float> captured_queries(int32_t layer) const override { return m_.backend_->captured_queries(layer); }
+  std::vector<float> captured_queries(int32_t layer) const override { return m_.kv_->captured_queries(layer); }
 
  private:
   Model& m_;
 };
-
-void Model::apply_swaps(const std::vector<std::pair<int32_t, int32_t>>& swaps) {
-  if (swaps.empty()) return;
-  backend_->swap_kv(swaps);
-  kv_swaps_ += static_cast<int64_t>(swaps.size());
-}
 
 void Model::after_commit() {
   ++steps_;
   if (!policy_) return;
   Inspector inspector(*this);
   const KvPolicyEvent event{KvPolicyEvent::Committed, n_past_, prompt_end_, steps_};
-  if (auto chosen = policy_->choose(event, inspector)) apply_swaps(layout_.select(*chosen));
+  if (auto chosen = policy_->choose(event, inspector)) kv_->select(*chosen);
 }
 
 void Model::end_prefill() {
@@ -277,16 +262,12 @@ void Model::end_prefill() {
   if (!policy_) return;
   Inspector inspector(*this);
   const KvPolicyEvent event{KvPolicyEvent::Prefilled, n_past_, prompt_end_, steps_};
-  if (auto chosen = policy_->choose(event, inspector)) apply_swaps(layout_.select(*chosen));
+  if (auto chosen = policy_->choose(event, inspector)) kv_->select(*chosen);
 }
 
 void Model::set_kv_policy(std::unique_ptr<KvPolicy> policy) {
-  apply_swaps(layout_.truncate(n_past_));  // back to logical order
   policy_ = std::move(policy);
-  const int32_t budget = policy_ ? std::min(policy_->budget(), n_ctx_) : 0;
-  KvLayout fresh(budget);
-  fresh.append(n_past_);
-  layout_ = fresh;
+  kv_->reset_layout(policy_ ? policy_->budget() : 0, policy_ ? policy_->dense_layers() : 0, n_past_);
   if (policy_ && n_past_ > 0) end_prefill();
 }
 
@@ -294,8 +275,8 @@ std::vector<float> Model::committed_keys(int32_t layer, int32_t first, int32_t c
   if (layer < 0 || layer >= config_.n_layer || first < 0 || count < 0 || first + count > n_past_)
     throw std::out_of_range("committed_keys: outside the committed context");
   std::vector<int32_t> slots;
-  for (int32_t l = first; l < first + count; ++l) slots.push_back(layout_.physical_of(l));
-  return backend_->read_keys(layer, slots);
+  for (int32_t l = first; l < first + count; ++l) slots.push_back(kv_->layout().physical_of(l));
+  return kv_->read_keys(layer, slots);
 }
 
 void Model::commit_rows(const std::vector<int32_t>& rows) {
@@ -306,16 +287,16 @@ void Model::commit_rows(const std::vector<int32_t>& rows) {
     if (k > 0 && row <= rows[k - 1]) throw std::invalid_argument("commit_rows: rows must be increasing");
     if (row != static_cast<int32_t>(k)) moves.emplace_back(n_past_ + row, n_past_ + static_cast<int32_t>(k));
   }
-  if (!moves.empty()) backend_->move_kv(moves);
+  if (!moves.empty()) kv_->move_slots(moves);
   n_past_ += static_cast<int32_t>(rows.size());
   last_step_size_ = 0;
-  layout_.append(static_cast<int32_t>(rows.size()));
+  kv_->append(static_cast<int32_t>(rows.size()));
   after_commit();
 }
 
 void Model::truncate(int32_t n) {
   if (n < 0 || n > n_past_) throw std::invalid_argument("truncate: beyond the committed context");
-  apply_swaps(layout_.truncate(n));
+  kv_->truncate(n);
   n_past_ = n;
   if (prompt_end_ > n) prompt_end_ = n;
   if (n == 0) steps_ = 0;

@@ -1,7 +1,7 @@
 // The CPU reference backend: executes each kernel as soon as the model issues it,
-// parallel over rows (matmul), heads (attention) or batch tokens (the rest).
-// Weights are used in place from the memory-mapped file; quantized rows are
-// dequantized on the fly into per-thread scratch.
+// parallel over rows (matmul) and attention heads. Weights are used in place from the
+// memory-mapped file; quantized rows are dequantized on the fly into per-thread
+// scratch. It is the oracle every backend is compared with (tests/test_backend_ops.cpp).
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -9,9 +9,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include <unistd.h>
-
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_kv_cache.h"
+#include "fafo/backend_registry.h"
 #include "fafo/backend.h"
 #include "fafo/tensor_type.h"
 #include "util/thread_pool.h"
@@ -28,7 +28,7 @@ struct CpuWeight {
   std::vector<float> dense;  // dequantized copy for small vectors (norm gains, biases)
 };
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public cpu::StepRows {
  public:
   explicit CpuBackend(int n_threads) : pool_(n_threads) {}
 
@@ -53,31 +53,19 @@ class CpuBackend final : public Backend {
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
 
-  // An F16 cache keeps fp32 storage here (this backend is the reference, not the memory
-  // saver) but rounds every stored value to fp16, so it computes with the very values a
-  // device's fp16 cache holds.
-  void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim, KvCacheType type) override {
-    kv_type_ = type;
-    const size_t per_layer = static_cast<size_t>(n_ctx) * static_cast<size_t>(kv_dim);
-    const double need = 2.0 * sizeof(float) * static_cast<double>(per_layer) * n_layer;
-    const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-    if (have > 0 && need > 0.8 * have)
-      throw std::runtime_error("the KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
-                               std::to_string(need / (1 << 30)) + " GiB, more than this machine's memory (" +
-                               std::to_string(have / (1 << 30)) + " GiB); use a smaller --ctx-size");
-    keys_.assign(static_cast<size_t>(n_layer), std::vector<float>(per_layer, 0.0f));
-    values_.assign(static_cast<size_t>(n_layer), std::vector<float>(per_layer, 0.0f));
-    kv_ctx_ = n_ctx;
-    kv_dim_ = kv_dim;
+  KvCache& create_kv_cache(const KvCacheShape& shape) override {
+    kv_.reset();
+    kv_ = std::make_unique<cpu::CpuKvCache>(shape, *this);
+    return *kv_;
   }
-  int32_t kv_capacity() const override { return kv_ctx_; }
+  KvCache* kv_cache() override { return kv_.get(); }
 
-  void begin_step(const StepBatch& batch, const KvView& kv) override {
+  void begin_step(const StepBatch& batch) override {
+    if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
     gathered_rows_.clear();
-    kv_view_ = kv;
-    if (batch.n_past() + batch.size() > kv_ctx_)
+    if (batch.n_past() + batch.size() > kv_->capacity())
       throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
-                              " but the cache holds " + std::to_string(kv_ctx_));
+                              " but the cache holds " + std::to_string(kv_->capacity()));
     batch_ = &batch;
   }
 
@@ -98,6 +86,7 @@ class CpuBackend final : public Backend {
   void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
     const float* g = weights_.at(static_cast<size_t>(gain.id)).dense.data();
     for (int64_t i = 0; i < rows_of(x); ++i) cpu::rms_norm_row(row(x, i), g, eps, row(out, i), x.cols);
+    set_rows(out, rows_of(x));
   }
 
   void matmul(const Weight& weight, const Activation& x, Activation& out) override {
@@ -117,6 +106,7 @@ class CpuBackend final : public Backend {
         for (int64_t t = 0; t < T; ++t) row(out, t)[r] = cpu::dot(dense, row(x, t), w.cols);
       }
     });
+    set_rows(out, T);
   }
 
   void add_bias(const Weight& bias, Activation& x) override {
@@ -131,75 +121,18 @@ class CpuBackend final : public Backend {
         cpu::rope_head(row(x, i) + h * head_dim, batch_->positions()[static_cast<size_t>(i)], p);
   }
 
-  void store_kv(int32_t layer, const Activation& k, const Activation& v) override {
-    for (int64_t i = 0; i < batch_rows(); ++i) {
-      const size_t slot = static_cast<size_t>(batch_->n_past() + i);
-      store_values(&keys_[static_cast<size_t>(layer)][slot * static_cast<size_t>(kv_dim_)], row(k, i), static_cast<size_t>(kv_dim_));
-      store_values(&values_[static_cast<size_t>(layer)][slot * static_cast<size_t>(kv_dim_)], row(v, i), static_cast<size_t>(kv_dim_));
-    }
-  }
-
-  void write_kv(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) override {
-    if (layer < 0 || layer >= static_cast<int32_t>(keys_.size()) || first < 0 || count < 0 || first + count > kv_ctx_)
-      throw std::out_of_range("write_kv: outside the cache");
-    const size_t n = static_cast<size_t>(count) * static_cast<size_t>(kv_dim_), at = static_cast<size_t>(first) * static_cast<size_t>(kv_dim_);
-    store_values(&keys_[static_cast<size_t>(layer)][at], k, n);
-    store_values(&values_[static_cast<size_t>(layer)][at], v, n);
-  }
-
-  void swap_kv(const std::vector<std::pair<int32_t, int32_t>>& pairs) override {
-    const size_t n = static_cast<size_t>(kv_dim_);
-    for (const auto& [a, b] : pairs) {
-      if (a < 0 || b < 0 || a >= kv_ctx_ || b >= kv_ctx_) throw std::out_of_range("swap_kv: slot outside the cache");
-      for (size_t l = 0; l < keys_.size(); ++l) {
-        std::swap_ranges(&keys_[l][static_cast<size_t>(a) * n], &keys_[l][static_cast<size_t>(a) * n] + n, &keys_[l][static_cast<size_t>(b) * n]);
-        std::swap_ranges(&values_[l][static_cast<size_t>(a) * n], &values_[l][static_cast<size_t>(a) * n] + n, &values_[l][static_cast<size_t>(b) * n]);
-      }
-    }
-  }
-
-  std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) override {
-    const size_t n = static_cast<size_t>(kv_dim_);
-    std::vector<float> out(slots.size() * n);
-    for (size_t k = 0; k < slots.size(); ++k)
-      std::memcpy(&out[k * n], &keys_.at(static_cast<size_t>(layer))[static_cast<size_t>(slots[k]) * n], n * sizeof(float));
-    return out;
-  }
-
-  void set_query_capture(const std::vector<int32_t>& rows) override { capture_rows_ = rows; }
-  std::vector<float> captured_queries(int32_t layer) override {
-    return layer < static_cast<int32_t>(captured_.size()) ? captured_[static_cast<size_t>(layer)] : std::vector<float>{};
-  }
-
-  void move_kv(const std::vector<std::pair<int32_t, int32_t>>& moves) override {
-    const size_t n = static_cast<size_t>(kv_dim_);
-    for (const auto& [src, dst] : moves) {
-      if (src < 0 || dst < 0 || src >= kv_ctx_ || dst >= kv_ctx_) throw std::out_of_range("move_kv: slot outside the cache");
-      for (size_t l = 0; l < keys_.size(); ++l) {
-        std::memmove(&keys_[l][static_cast<size_t>(dst) * n], &keys_[l][static_cast<size_t>(src) * n], n * sizeof(float));
-        std::memmove(&values_[l][static_cast<size_t>(dst) * n], &values_[l][static_cast<size_t>(src) * n], n * sizeof(float));
-      }
-    }
-  }
-
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
     const int32_t T = batch_->size();
     const int32_t n_past = batch_->n_past();
     const int32_t group = s.n_head / s.n_head_kv;
-    // Keep the queries the compression policy asked for.
-    if (!capture_rows_.empty()) {
-      if (captured_.size() <= static_cast<size_t>(layer)) captured_.resize(static_cast<size_t>(layer) + 1);
-      auto& dst = captured_[static_cast<size_t>(layer)];
-      dst.clear();
-      for (int32_t r : capture_rows_)
-        if (r < T) dst.insert(dst.end(), row(q, r), row(q, r) + q.cols);
-    }
+    if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
+    const int32_t kv_dim = kv_->shape().kv_dim;
     // Slots each batch token attends: its view of the committed prefix (FULL: every
     // entry in logical order; COMPRESSED: the region), then its visible batch tokens.
-    const bool dense_layer = layer < kv_view_.dense_layers;
+    const bool dense_layer = layer < kv_->dense_layers();
     std::vector<int32_t> full;
-    if (kv_view_.full_order) {
-      full.assign(kv_view_.full_order->begin(), kv_view_.full_order->begin() + n_past);
+    if (const std::vector<int32_t>* order = kv_->full_order()) {
+      full.assign(order->begin(), order->begin() + n_past);
     } else {
       full.resize(static_cast<size_t>(n_past));
       for (int32_t j = 0; j < n_past; ++j) full[static_cast<size_t>(j)] = j;
@@ -211,13 +144,13 @@ class CpuBackend final : public Backend {
       if (batch_->prefix(i) == PrefixView::Full || dense_layer) {
         list = full;
       } else {
-        for (int32_t j = 0; j < std::min(kv_view_.region_count, n_past); ++j) list.push_back(j);
+        for (int32_t j = 0; j < std::min(kv_->region_count(), n_past); ++j) list.push_back(j);
       }
       for (int32_t j = 0; j <= i; ++j)
         if (batch_->sees(i, j)) list.push_back(n_past + j);
     }
-    const float* K = keys_[static_cast<size_t>(layer)].data();
-    const float* V = values_[static_cast<size_t>(layer)].data();
+    const float* K = kv_->keys(layer);
+    const float* V = kv_->values(layer);
     // Work items: (row, head, part of the row's keys). Long rows are split into parts of
     // kKeysPerPart keys that run in parallel and are combined exactly afterwards, so a
     // single long row does not serialize the step. The split depends only on the row's
@@ -246,7 +179,7 @@ class CpuBackend final : public Backend {
         const Item& it = items[static_cast<size_t>(k)];
         const auto& list = slots[static_cast<size_t>(it.row)];
         parts[static_cast<size_t>(it.part)] = cpu::attend_head_part(
-            row(q, it.row) + it.head * s.head_dim, K, V, kv_dim_, static_cast<int64_t>(it.head / group) * s.head_dim,
+            row(q, it.row) + it.head * s.head_dim, K, V, kv_dim, static_cast<int64_t>(it.head / group) * s.head_dim,
             list.data() + it.first, it.count, s.head_dim, s.scale, scratch.data(),
             accs.data() + static_cast<size_t>(it.part) * static_cast<size_t>(s.head_dim));
       }
@@ -265,6 +198,7 @@ class CpuBackend final : public Backend {
   void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
     for (int64_t i = 0; i < rows_of(gate); ++i)
       for (int64_t c = 0; c < gate.cols; ++c) row(out, i)[c] = cpu::silu(row(gate, i)[c]) * row(up, i)[c];
+    set_rows(out, rows_of(gate));
   }
 
   void add(Activation& x, const Activation& y) override {
@@ -317,13 +251,9 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // Copies n values into the cache, rounded to fp16 for an F16 cache.
-  void store_values(float* dst, const float* src, size_t n) const {
-    if (kv_type_ == KvCacheType::F32) {
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    }
-    for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(fp32_to_fp16(src[i]));
+  const StepBatch& step_batch() const override { return *batch_; }
+  const float* data_of(const Activation& a) const override {
+    return activations_[static_cast<size_t>(a.id)].data();
   }
 
   // Items per parallel chunk so that a chunk does at least ~64K multiply-adds: below
@@ -336,6 +266,13 @@ class CpuBackend final : public Backend {
     return it != gathered_rows_.end() ? it->second : batch_rows();
   }
   int64_t batch_rows() const { return batch_->size(); }
+  // An op's output has as many rows as its input: results of gathered rows stay gathered.
+  void set_rows(const Activation& out, int64_t rows) {
+    if (rows != batch_rows())
+      gathered_rows_[out.id] = rows;
+    else
+      gathered_rows_.erase(out.id);
+  }
   float* row(const Activation& a, int64_t i) {
     return activations_[static_cast<size_t>(a.id)].data() + static_cast<size_t>(i * a.cols);
   }
@@ -344,16 +281,10 @@ class CpuBackend final : public Backend {
   std::vector<CpuWeight> weights_;
   std::vector<std::vector<float>> activations_;
   std::vector<int64_t> activation_rows_;
-  std::vector<std::vector<float>> keys_, values_;
+  std::unique_ptr<cpu::CpuKvCache> kv_;
   std::vector<std::vector<float>> scratch_;
   std::unordered_map<int32_t, int64_t> gathered_rows_;
-  int32_t kv_ctx_ = 0;
-  int32_t kv_dim_ = 0;
-  KvCacheType kv_type_ = KvCacheType::F32;
   const StepBatch* batch_ = nullptr;
-  KvView kv_view_;
-  std::vector<int32_t> capture_rows_;
-  std::vector<std::vector<float>> captured_;
   std::vector<int32_t> argmax_;
   TopK top_k_;
 };
@@ -361,5 +292,31 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+
+// Registered in backend_registry.cpp (FAFO_BACKEND(cpu)).
+BackendInfo cpu_backend_info() {
+  BackendInfo info;
+  info.name = "cpu";
+  info.display_name = "CPU";
+  info.summary = "the CPU reference backend (fp32, every op exact; the oracle of the op-conformance table)";
+  info.auto_rank = 0;
+  info.devices = [] {
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    BackendDevice d;
+    d.index = 0;
+    d.name = "host CPU";
+    d.kind = "cpu";
+    d.details.emplace_back("type", "cpu");
+    d.details.emplace_back("hardware threads", std::to_string(threads));
+    return std::vector<BackendDevice>{d};
+  };
+  info.create = [](const BackendSpec& spec) {
+    if (!spec.device.empty() && spec.device != "0")
+      throw std::runtime_error("the cpu backend has one device, 0 (the host CPU); --device '" + spec.device +
+                               "' does not name it");
+    return make_cpu_backend(spec.threads);
+  };
+  return info;
+}
 
 }  // namespace fafo

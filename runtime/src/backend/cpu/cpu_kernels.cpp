@@ -25,10 +25,8 @@ void rms_norm_row(const float* x, const float* gain, float eps, float* out, int6
 
 void rope_head(float* head, int32_t pos, const RopeParams& p) {
   const int32_t half = p.n_dims / 2;
-  const float position = static_cast<float>(pos) * p.freq_scale;
   for (int32_t i = 0; i < half; ++i) {
-    float theta = position * std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_dims));
-    if (!p.freq_factors.empty()) theta /= p.freq_factors[static_cast<size_t>(i)];
+    const float theta = p.angle(pos, i);
     const float c = std::cos(theta), s = std::sin(theta);
     // NEOX pairs dimension i with i + n_dims/2; the "normal" layout pairs 2i with 2i+1.
     const int32_t a = p.neox ? i : 2 * i;

@@ -13,7 +13,9 @@
 //     subgroup    subgroup shuffle with full subgroups: the split-rows matmul reduces
 //                 its 32 lane sums in registers (shaders/matmul.comp), same bits
 //     fp16        shaderFloat16            (enabled; no kernel uses it yet)
-//     storage16   storageBuffer16BitAccess (enabled; no kernel uses it yet)
+//     storage16   storageBuffer16BitAccess: attention reads an f16 KV cache as
+//                 float16_t where a start-up probe finds the halves widened exactly
+//                 (shaders/attention.comp STORAGE16=1), else it unpacks 32-bit words
 //     storage8    storageBuffer8BitAccess  (enabled; no kernel uses it yet)
 //     int8        shaderInt8               (enabled; no kernel uses it yet)
 //     dot         shaderIntegerDotProduct  (enabled; no kernel uses it: it pays off

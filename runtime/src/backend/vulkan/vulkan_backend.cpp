@@ -11,13 +11,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/vulkan/allocator.h"
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/descriptor_cache.h"
 #include "backend/vulkan/kernels.h"
 #include "backend/vulkan/transfer.h"
+#include "backend/vulkan/vulkan_kv_cache.h"
 #include "backend/vulkan/vulkan_error.h"
 #include "backend/vulkan/weight_kernels.h"
+#include "fafo/backend_registry.h"
 #include "fafo/vulkan_devices.h"
 #include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
@@ -28,12 +31,6 @@ namespace vulkan {
 static_assert(Kernels::kMaxTopK == static_cast<uint32_t>(kMaxTopK), "shaders/top_k.comp's MAX_K follows fafo::kMaxTopK");
 
 namespace {
-
-std::string gib(uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / double(1ull << 30));
-  return text;
-}
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -58,33 +55,35 @@ struct DeviceActivation {
   int64_t max_rows = 0, cols = 0;
 };
 
-class VulkanBackend final : public Backend {
+class VulkanBackend final : public Backend, public StepTarget {
  public:
   explicit VulkanBackend(const VulkanBackendOptions& options)
       : context_(make_context_options(options)),
         kernels_(context_),
         weight_kernels_(context_),
         descriptors_(context_),
-        transfer_(context_) {
-    const VkPhysicalDeviceMemoryProperties& mem = context_.memory_properties();
-    for (uint32_t h = 0; h < mem.memoryHeapCount; ++h)
-      if (mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
-        heap_bytes_ = std::max<uint64_t>(heap_bytes_, mem.memoryHeaps[h].size);
-    if (heap_bytes_ == 0 && mem.memoryHeapCount > 0) heap_bytes_ = mem.memoryHeaps[0].size;
-    max_range_ = context_.properties().limits.maxStorageBufferRange;
-    if (options.max_buffer_bytes > 0) max_range_ = std::min<uint64_t>(max_range_, options.max_buffer_bytes & ~uint64_t{3});
+        transfer_(context_),
+        allocator_(context_, options.max_buffer_bytes),
+        max_range_(allocator_.max_range()) {}
+
+  ~VulkanBackend() override {
+    seq_.reset();
+    kv_.reset();
   }
 
-  ~VulkanBackend() override { seq_.reset(); }
-
   std::string name() const override { return "vulkan"; }
+  // The weight kernels' summation trees, rms_norm, silu and the attention softmax are
+  // not the CPU reference's operation order, so results differ in the last bits
+  // (tests/test_backend_ops.cpp prints the largest difference per case); every kernel
+  // is T-invariant.
+  BackendNumerics numerics() const override { return BackendNumerics{false, 1e-4}; }
   std::string description() const override {
     const char* types[] = {"other", "integrated GPU", "discrete GPU", "virtual GPU", "CPU"};
     const int t = static_cast<int>(context_.properties().deviceType);
     // Then what matmul runs and the optional features in use, detected but unused, or
     // turned off by FAFO_VULKAN_FEATURES (backend/vulkan/devices.h).
     return "Vulkan device " + std::to_string(context_.device_index()) + ": " + context_.device_name() + " (" +
-           (t >= 0 && t <= 4 ? types[t] : "other") + ", " + gib(heap_bytes_) + "); " + weight_kernels_.describe() +
+           (t >= 0 && t <= 4 ? types[t] : "other") + ", " + gib(allocator_.heap_bytes()) + "); " + weight_kernels_.describe() +
            "; f16 KV cache reads: " + (kernels_.half_storage_exact() ? "16-bit storage" : "32-bit words") + "; " +
            describe_features(context_.features(), context_.detected_features());
   }
@@ -99,7 +98,7 @@ class VulkanBackend final : public Backend {
       std::vector<float> dense(static_cast<size_t>(cols));
       dequantize_row(type, data, dense.data(), cols);
       w.type = TensorType::F32;
-      WeightPart part{allocate(dense.size() * sizeof(float), "a weight vector"), 0, 1};
+      WeightPart part{allocator_.device(dense.size() * sizeof(float), "a weight vector"), 0, 1};
       transfer_.upload(part.buffer, dense.data(), dense.size() * sizeof(float));
       w.parts.push_back(std::move(part));
     } else {
@@ -117,7 +116,7 @@ class VulkanBackend final : public Backend {
       const auto* bytes = static_cast<const uint8_t*>(data);
       for (int64_t first = 0; first < rows; first += rows_per_part) {
         const int64_t n = std::min(rows_per_part, rows - first);
-        WeightPart part{allocate(WeightKernels::weight_bytes(type, static_cast<uint32_t>(n), static_cast<uint32_t>(cols)),
+        WeightPart part{allocator_.device(WeightKernels::weight_bytes(type, static_cast<uint32_t>(n), static_cast<uint32_t>(cols)),
                                  "a weight matrix"),
                         static_cast<uint32_t>(first),
                         static_cast<uint32_t>(n)};
@@ -139,53 +138,35 @@ class VulkanBackend final : public Backend {
       throw std::runtime_error("an activation of " + std::to_string(max_rows) + " x " + std::to_string(cols) +
                                " floats exceeds the device's maxStorageBufferRange of " + std::to_string(max_range_) +
                                " bytes");
-    activations_.push_back(DeviceActivation{allocate(bytes, "activations"), max_rows, cols});
+    activations_.push_back(DeviceActivation{allocator_.device(bytes, "activations"), max_rows, cols});
     max_step_rows_ = std::max(max_step_rows_, max_rows);
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
 
-  void alloc_kv_cache(int32_t n_layer, int32_t n_ctx, int32_t kv_dim, KvCacheType type) override {
-    if (type == KvCacheType::F16 && kv_dim % 2 != 0)
-      throw std::invalid_argument("an f16 KV cache needs an even KV width; this model's is " + std::to_string(kv_dim));
-    kv_type_ = type;
-    const uint64_t bytes = static_cast<uint64_t>(n_ctx) * static_cast<uint64_t>(kv_dim) * kv_value_bytes(type);
-    if (bytes > max_range_)
-      throw std::runtime_error("one layer's KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
-                               std::to_string(bytes) + " bytes, more than the device's maxStorageBufferRange (" +
-                               std::to_string(max_range_) + " bytes); use a smaller --ctx-size");
-    const uint64_t total = 2 * bytes * static_cast<uint64_t>(n_layer);
-    if (allocated_ + total > heap_bytes_)
-      throw std::runtime_error("the KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " + gib(total) +
-                               " but only " + gib(heap_bytes_ > allocated_ ? heap_bytes_ - allocated_ : 0) + " of " +
-                               gib(heap_bytes_) + " device memory is left after the weights; use a smaller --ctx-size");
-    keys_.clear();
-    values_.clear();
-    for (int32_t l = 0; l < n_layer; ++l) {
-      keys_.push_back(allocate(bytes, "the KV cache"));
-      values_.push_back(allocate(bytes, "the KV cache"));
-    }
-    kv_ctx_ = n_ctx;
-    kv_dim_ = kv_dim;
+  KvCache& create_kv_cache(const KvCacheShape& shape) override {
+    seq_.reset();
+    kv_.reset();
+    kv_ = std::make_unique<VulkanKvCache>(
+        shape, KvCacheServices{context_, kernels_, transfer_, descriptors_, allocator_, *this});
     // Per-step inputs: prefix flags, in-step masks and the logical order of the cache.
     const uint64_t T = static_cast<uint64_t>(StepBatch::kMaxTokens);
-    mask_words_max_ = static_cast<uint32_t>((T + 31) / 32);
-    step_info_ = Buffer(context_, (T + T * mask_words_max_ + static_cast<uint64_t>(n_ctx)) * sizeof(uint32_t),
-                        Memory::HostVisible);
-    tokens_ = Buffer(context_, T * sizeof(int32_t), Memory::HostVisible);
+    const uint64_t mask_words = (T + 31) / 32;
+    step_info_.ensure(context_, descriptors_, (T + T * mask_words + static_cast<uint64_t>(shape.capacity)) * sizeof(uint32_t));
+    tokens_.ensure(context_, descriptors_, T * sizeof(int32_t));
+    return *kv_;
   }
-  int32_t kv_capacity() const override { return kv_ctx_; }
+  KvCache* kv_cache() override { return kv_.get(); }
 
   // --- a step -----------------------------------------------------------------------
-  void begin_step(const StepBatch& batch, const KvView& kv) override {
-    if (kv_ctx_ == 0) throw std::logic_error("begin_step before alloc_kv_cache");
-    if (batch.n_past() + batch.size() > kv_ctx_)
+  void begin_step(const StepBatch& batch) override {
+    if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
+    if (batch.n_past() + batch.size() > kv_->capacity())
       throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
-                              " but the cache holds " + std::to_string(kv_ctx_));
+                              " but the cache holds " + std::to_string(kv_->capacity()));
     if (batch.size() > max_step_rows_)
       throw std::length_error("a step of " + std::to_string(batch.size()) + " tokens exceeds the " +
                               std::to_string(max_step_rows_) + " rows the activations hold");
     batch_ = &batch;
-    kv_view_ = kv;
     gathered_rows_.clear();
     rope_key_.reset();
     const uint32_t T = static_cast<uint32_t>(batch.size());
@@ -197,15 +178,16 @@ class VulkanBackend final : public Backend {
       for (uint32_t j = 0; j <= i; ++j)
         if (batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) info[T + i * mask_words_ + j / 32] |= 1u << (j % 32);
     }
-    step_info_.upload(info.data(), info.size() * sizeof(uint32_t));
-    use_order_ = kv.full_order != nullptr && batch.n_past() > 0;
+    step_info_.get().upload(info.data(), info.size() * sizeof(uint32_t));
+    const std::vector<int32_t>* order = kv_->full_order();
+    use_order_ = order != nullptr && batch.n_past() > 0;
     if (use_order_) {
-      if (static_cast<int32_t>(kv.full_order->size()) < batch.n_past())
-        throw std::invalid_argument("KvView::full_order is shorter than n_past");
-      step_info_.upload(kv.full_order->data(), static_cast<size_t>(batch.n_past()) * sizeof(int32_t),
-                        info.size() * sizeof(uint32_t));
+      if (static_cast<int32_t>(order->size()) < batch.n_past())
+        throw std::invalid_argument("the KV cache's logical order is shorter than n_past");
+      step_info_.get().upload(order->data(), static_cast<size_t>(batch.n_past()) * sizeof(int32_t),
+                              info.size() * sizeof(uint32_t));
     }
-    tokens_.upload(batch.tokens().data(), batch.tokens().size() * sizeof(int32_t));
+    tokens_.get().upload(batch.tokens().data(), batch.tokens().size() * sizeof(int32_t));
     seq_ = std::make_unique<CommandSequence>(context_, descriptors_);
   }
 
@@ -216,7 +198,7 @@ class VulkanBackend final : public Backend {
         throw std::out_of_range("token id " + std::to_string(tok) + " is outside the vocabulary (" +
                                 std::to_string(w.rows) + " tokens)");
     for (const WeightPart& part : w.parts)
-      weight_kernels_.embed(step(), w.type, part.buffer, tokens_, act(out), static_cast<uint32_t>(batch_->size()),
+      weight_kernels_.embed(step(), w.type, part.buffer, tokens_.get(), act(out), static_cast<uint32_t>(batch_->size()),
                             static_cast<uint32_t>(w.cols), part.first_row, part.n_rows);
   }
 
@@ -243,104 +225,43 @@ class VulkanBackend final : public Backend {
   void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) override {
     const uint32_t n_pairs = static_cast<uint32_t>(p.n_dims / 2);
     prepare_rope_table(p);
-    kernels_.rope(step(), act(x), *rope_table_, static_cast<uint32_t>(batch_->size()), static_cast<uint32_t>(n_heads),
+    kernels_.rope(step(), act(x), rope_table_.get(), static_cast<uint32_t>(batch_->size()), static_cast<uint32_t>(n_heads),
                   static_cast<uint32_t>(head_dim), n_pairs, static_cast<uint32_t>(x.cols), p.neox);
   }
 
-  void store_kv(int32_t layer, const Activation& k, const Activation& v) override {
-    check_layer(layer);
-    if (k.cols != kv_dim_ || v.cols != kv_dim_) throw std::invalid_argument("store_kv: rows are not kv_dim wide");
-    if (kv_type_ == KvCacheType::F16) {
-      kernels_.kv_store_f16(step(), act(k), act(v), keys_[static_cast<size_t>(layer)], values_[static_cast<size_t>(layer)],
-                            static_cast<uint32_t>(batch_->size()), static_cast<uint32_t>(kv_dim_),
-                            static_cast<uint32_t>(batch_->n_past()));
-      return;
-    }
-    const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(kv_dim_) * sizeof(float);
-    const VkDeviceSize at = static_cast<VkDeviceSize>(batch_->n_past()) * row_bytes;
-    const VkDeviceSize bytes = static_cast<VkDeviceSize>(batch_->size()) * row_bytes;
-    step().copy(act(k), 0, keys_[static_cast<size_t>(layer)], at, bytes);
-    step().copy(act(v), 0, values_[static_cast<size_t>(layer)], at, bytes);
-  }
-
-  void write_kv(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) override {
-    if (layer < 0 || layer >= static_cast<int32_t>(keys_.size()) || first < 0 || count < 0 || first + count > kv_ctx_)
-      throw std::out_of_range("write_kv: outside the cache");
-    const size_t values = static_cast<size_t>(count) * static_cast<size_t>(kv_dim_);
-    const size_t n = values * kv_value_bytes(kv_type_);
-    const size_t at = static_cast<size_t>(first) * static_cast<size_t>(kv_dim_) * kv_value_bytes(kv_type_);
-    if (kv_type_ == KvCacheType::F16) {
-      std::vector<uint16_t> halves(values);
-      for (size_t i = 0; i < values; ++i) halves[i] = fp32_to_fp16(k[i]);
-      transfer_.upload(keys_[static_cast<size_t>(layer)], halves.data(), n, at);
-      for (size_t i = 0; i < values; ++i) halves[i] = fp32_to_fp16(v[i]);
-      transfer_.upload(values_[static_cast<size_t>(layer)], halves.data(), n, at);
-      return;
-    }
-    transfer_.upload(keys_[static_cast<size_t>(layer)], k, n, at);
-    transfer_.upload(values_[static_cast<size_t>(layer)], v, n, at);
-  }
-
-  void swap_kv(const std::vector<std::pair<int32_t, int32_t>>& pairs) override { permute_kv(pairs, true, "swap_kv"); }
-  void move_kv(const std::vector<std::pair<int32_t, int32_t>>& moves) override { permute_kv(moves, false, "move_kv"); }
-
-  std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) override {
-    check_layer(layer);
-    const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(kv_dim_) * kv_value_bytes(kv_type_);
-    std::vector<VkBufferCopy> regions;
-    for (int32_t s : slots) {
-      if (s < 0 || s >= kv_ctx_) throw std::out_of_range("read_keys: slot outside the cache");
-      regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(s) * row_bytes, 0, row_bytes});
-    }
-    std::vector<float> out(slots.size() * static_cast<size_t>(kv_dim_));
-    if (regions.empty()) return out;
-    if (kv_type_ == KvCacheType::F16) {
-      std::vector<uint16_t> halves(out.size());
-      transfer_.download_regions(keys_[static_cast<size_t>(layer)], regions, halves.data());
-      for (size_t i = 0; i < out.size(); ++i) out[i] = fp16_to_fp32(halves[i]);
-    } else {
-      transfer_.download_regions(keys_[static_cast<size_t>(layer)], regions, out.data());
-    }
-    return out;
-  }
-
-  void set_query_capture(const std::vector<int32_t>& rows) override { capture_rows_ = rows; }
-  std::vector<float> captured_queries(int32_t layer) override {
-    if (layer < 0 || layer >= static_cast<int32_t>(captures_.size())) return {};
-    const Capture& c = captures_[static_cast<size_t>(layer)];
-    std::vector<float> out(static_cast<size_t>(c.rows) * static_cast<size_t>(c.cols));
-    if (!out.empty()) transfer_.download(c.buffer, out.data(), out.size() * sizeof(float));
-    return out;
-  }
-
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
-    check_layer(layer);
     const uint32_t T = static_cast<uint32_t>(batch_->size());
     const uint32_t n_past = static_cast<uint32_t>(batch_->n_past());
-    capture_queries(layer, q);
-    const uint64_t per_part = static_cast<uint64_t>(T) * static_cast<uint64_t>(s.n_head) *
-                              (static_cast<uint64_t>(s.head_dim) + 2);
-    ensure_partials(static_cast<uint64_t>(max_step_rows_) * static_cast<uint64_t>(s.n_head) *
-                    (static_cast<uint64_t>(s.head_dim) + 2));
-    // Split each row's keys into parts so that a long context keeps the device busy
-    // even for one token; the parts of all rows must fit in the partials buffer.
-    const uint64_t n_keys = uint64_t{n_past} + T;
-    constexpr uint64_t kMinKeysPerPart = 128;
-    uint64_t n_parts = std::max<uint64_t>(1, (n_keys + kMinKeysPerPart - 1) / kMinKeysPerPart);
-    n_parts = std::min<uint64_t>({n_parts, partials_floats_ / per_part, 65535});
-    n_parts = std::max<uint64_t>(n_parts, 1);
-    const uint64_t part_keys = (n_keys + n_parts - 1) / n_parts;
+    // Each row's keys are split into parts so that a long context keeps the device busy
+    // even for one token. The split depends on n_past only, never on T or the other
+    // rows, so a row gets the same arithmetic in every step (T-invariance): up to
+    // max_parts parts of part_keys keys, sized for the largest step; parts past a row's
+    // last key are empty and skipped by the combine.
+    const uint64_t per_row_part = static_cast<uint64_t>(s.n_head) * (static_cast<uint64_t>(s.head_dim) + 2);
+    const uint64_t rows_cap = static_cast<uint64_t>(std::max<int64_t>(max_step_rows_, 1));
+    // The partials buffer gets at most 64 MiB (half the smallest maxStorageBufferRange
+    // Vulkan allows), so the split is the same on every device whose range is the
+    // spec's minimum or more.
+    constexpr uint64_t kMaxParts = 16, kMinKeysPerPart = 128, kPartialsBudget = uint64_t{64} << 20;
+    const uint64_t max_parts = std::clamp<uint64_t>(
+        std::min<uint64_t>(kPartialsBudget, max_range_) / sizeof(float) / (rows_cap * per_row_part), 1, kMaxParts);
+    ensure_partials(rows_cap * per_row_part * max_parts);
+    const Buffer& keys = kv_->keys(layer);
+    const Buffer& values = kv_->values(layer);
+    const uint64_t span = uint64_t{n_past} + rows_cap;
+    const uint64_t part_keys = std::max(kMinKeysPerPart, (span + max_parts - 1) / max_parts);
+    const uint64_t n_parts = (uint64_t{n_past} + T + part_keys - 1) / part_keys;
     Kernels::AttentionArgs a{};
     a.T = T;
     a.n_past = n_past;
     a.n_head = static_cast<uint32_t>(s.n_head);
     a.n_head_kv = static_cast<uint32_t>(s.n_head_kv);
     a.head_dim = static_cast<uint32_t>(s.head_dim);
-    a.kv_dim = static_cast<uint32_t>(kv_dim_);
+    a.kv_dim = static_cast<uint32_t>(kv_->shape().kv_dim);
     a.q_stride = static_cast<uint32_t>(q.cols);
     a.out_stride = static_cast<uint32_t>(out.cols);
-    a.region = static_cast<uint32_t>(std::max(0, kv_view_.region_count));
-    a.dense = layer < kv_view_.dense_layers ? 1u : 0u;
+    a.region = static_cast<uint32_t>(std::max(0, kv_->region_count()));
+    a.dense = layer < kv_->dense_layers() ? 1u : 0u;
     a.use_order = use_order_ ? 1u : 0u;
     a.part_keys = static_cast<uint32_t>(part_keys);
     a.n_parts = static_cast<uint32_t>(n_parts);
@@ -348,9 +269,8 @@ class VulkanBackend final : public Backend {
     a.mask_offset = T;
     a.order_offset = T + T * mask_words_;
     a.scale = s.scale;
-    a.kv_f16 = kv_type_ == KvCacheType::F16;
-    kernels_.attention(step(), act(q), keys_[static_cast<size_t>(layer)], values_[static_cast<size_t>(layer)],
-                       step_info_, partials_, act(out), a);
+    a.kv_f16 = kv_->f16();
+    kernels_.attention(step(), act(q), keys, values, step_info_.get(), partials_, act(out), a);
     set_rows(out, T);
   }
 
@@ -379,18 +299,14 @@ class VulkanBackend final : public Backend {
 
   void argmax_rows(const Activation& x) override {
     const uint32_t rows = rows_of(x);
-    if (!argmax_ids_ || argmax_ids_->size() < std::max<uint64_t>(rows, 1) * sizeof(int32_t)) {
-      if (argmax_ids_) descriptors_.forget(argmax_ids_->handle());
-      argmax_ids_ = std::make_unique<Buffer>(context_, std::max<uint64_t>(max_step_rows_, 1) * sizeof(int32_t),
-                                             Memory::HostVisible);
-    }
-    kernels_.argmax(step(), act(x), *argmax_ids_, rows, static_cast<uint32_t>(x.cols));
+    const Buffer& ids = argmax_ids_.ensure(context_, descriptors_, std::max<uint64_t>(max_step_rows_, rows) * sizeof(int32_t));
+    kernels_.argmax(step(), act(x), ids, rows, static_cast<uint32_t>(x.cols));
     argmax_count_ = rows;
   }
   std::vector<int32_t> read_argmax(int64_t n_rows) override {
     if (n_rows < 0 || n_rows > argmax_count_) throw std::out_of_range("read_argmax: more rows than argmax_rows computed");
     std::vector<int32_t> ids(static_cast<size_t>(n_rows));
-    if (n_rows > 0) argmax_ids_->download(ids.data(), ids.size() * sizeof(int32_t));
+    if (n_rows > 0) argmax_ids_.get().download(ids.data(), ids.size() * sizeof(int32_t));
     return ids;
   }
 
@@ -399,12 +315,8 @@ class VulkanBackend final : public Backend {
     if (k < 1 || k > kMaxTopK || k > x.cols) throw std::invalid_argument("top_k_rows: k out of range");
     const uint64_t bytes = Kernels::top_k_words(std::max<uint32_t>(static_cast<uint32_t>(max_step_rows_), 1),
                                                 static_cast<uint32_t>(k)) * sizeof(uint32_t);
-    if (!top_k_result_ || top_k_result_->size() < bytes) {
-      if (top_k_result_) descriptors_.forget(top_k_result_->handle());
-      top_k_result_.reset();
-      top_k_result_ = std::make_unique<Buffer>(context_, bytes, Memory::HostVisible);
-    }
-    kernels_.top_k(step(), act(x), *top_k_result_, rows, static_cast<uint32_t>(x.cols), static_cast<uint32_t>(k));
+    const Buffer& result = top_k_result_.ensure(context_, descriptors_, bytes);
+    kernels_.top_k(step(), act(x), result, rows, static_cast<uint32_t>(x.cols), static_cast<uint32_t>(k));
     top_k_rows_ = rows;
     top_k_k_ = k;
   }
@@ -412,7 +324,7 @@ class VulkanBackend final : public Backend {
     if (n_rows < 0 || n_rows > top_k_rows_) throw std::out_of_range("read_top_k: more rows than top_k_rows computed");
     const size_t stride = 1 + 2 * static_cast<size_t>(top_k_k_);
     std::vector<uint32_t> words(static_cast<size_t>(n_rows) * stride);
-    if (!words.empty()) top_k_result_->download(words.data(), words.size() * sizeof(uint32_t));
+    if (!words.empty()) top_k_result_.get().download(words.data(), words.size() * sizeof(uint32_t));
     TopK top;
     top.k = top_k_k_;
     top.ids.resize(static_cast<size_t>(n_rows * top_k_k_));
@@ -444,10 +356,13 @@ class VulkanBackend final : public Backend {
   }
 
  private:
-  struct Capture {
-    Buffer buffer;
-    uint32_t rows = 0, cols = 0;
-  };
+  // StepTarget: what the KV cache records into.
+  CommandSequence& recording() override { return step(); }
+  const StepBatch& step_batch() const override {
+    if (!batch_) throw std::logic_error("the KV cache was used outside a step");
+    return *batch_;
+  }
+  const Buffer& buffer_of(const Activation& a) const override { return act(a); }
 
   static ContextOptions make_context_options(const VulkanBackendOptions& options) {
     ContextOptions c;
@@ -459,22 +374,6 @@ class VulkanBackend final : public Backend {
     return c;
   }
 
-  // Allocates device memory, counted against the device's heap.
-  Buffer allocate(uint64_t bytes, const char* what) {
-    bytes = std::max<uint64_t>(bytes, 4);
-    if (allocated_ + bytes > heap_bytes_)
-      throw std::runtime_error("out of device memory on " + context_.device_name() + ": " + what + " needs " +
-                               gib(bytes) + " with " + gib(allocated_) + " already allocated of " + gib(heap_bytes_) +
-                               "; the model does not fit on this device");
-    Buffer b(context_, bytes, Memory::Device);
-    allocated_ += bytes;
-    // Zeroed, like the CPU backend's memory: no step ever reads uninitialised values.
-    CommandSequence seq(context_, 1);
-    seq.zero(b);
-    seq.submit_and_wait();
-    return b;
-  }
-
   CommandSequence& step() {
     if (!seq_) throw std::logic_error("a kernel was issued outside begin_step/finish_step");
     return *seq_;
@@ -482,9 +381,6 @@ class VulkanBackend final : public Backend {
   const DeviceWeight& weight(const Weight& w) const { return weights_.at(static_cast<size_t>(w.id)); }
   const Buffer& vector(const Weight& w) const { return weight(w).parts.front().buffer; }
   const Buffer& act(const Activation& a) const { return activations_.at(static_cast<size_t>(a.id)).buffer; }
-  void check_layer(int32_t layer) const {
-    if (layer < 0 || layer >= static_cast<int32_t>(keys_.size())) throw std::out_of_range("layer outside the KV cache");
-  }
   uint32_t rows_of(const Activation& a) const {
     auto it = gathered_rows_.find(a.id);
     return it != gathered_rows_.end() ? it->second : static_cast<uint32_t>(batch_->size());
@@ -505,75 +401,24 @@ class VulkanBackend final : public Backend {
     const size_t floats = static_cast<size_t>(batch_->size()) * static_cast<size_t>(half) * 2;
     std::vector<float> table(floats);
     for (int32_t r = 0; r < batch_->size(); ++r) {
-      const float position = static_cast<float>(batch_->positions()[static_cast<size_t>(r)]) * p.freq_scale;
+      const int32_t position = batch_->positions()[static_cast<size_t>(r)];
       for (int32_t i = 0; i < half; ++i) {
-        float theta = position * std::pow(p.freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(p.n_dims));
-        if (!p.freq_factors.empty()) theta /= p.freq_factors[static_cast<size_t>(i)];
+        const float theta = p.angle(position, i);
         table[(static_cast<size_t>(r) * static_cast<size_t>(half) + static_cast<size_t>(i)) * 2] = std::cos(theta);
         table[(static_cast<size_t>(r) * static_cast<size_t>(half) + static_cast<size_t>(i)) * 2 + 1] = std::sin(theta);
       }
     }
     const size_t need = std::max<size_t>(1, static_cast<size_t>(StepBatch::kMaxTokens) * static_cast<size_t>(half) * 2);
-    if (!rope_table_ || rope_table_->size() < need * sizeof(float)) {
-      if (rope_table_) descriptors_.forget(rope_table_->handle());
-      rope_table_ = std::make_unique<Buffer>(context_, need * sizeof(float), Memory::HostVisible);
-    }
-    if (!table.empty()) rope_table_->upload(table.data(), table.size() * sizeof(float));
+    Buffer& rope_table = rope_table_.ensure(context_, descriptors_, need * sizeof(float));
+    if (!table.empty()) rope_table.upload(table.data(), table.size() * sizeof(float));
     rope_key_ = key;
   }
 
   void ensure_partials(uint64_t floats) {
     if (partials_floats_ >= floats) return;
-    if (partials_.handle() != VK_NULL_HANDLE) {
-      // Only reached before any step has used the buffer with these shapes.
-      descriptors_.forget(partials_.handle());
-      allocated_ -= partials_.size();
-      partials_ = Buffer();
-    }
-    partials_ = allocate(floats * sizeof(float), "attention scratch");
+    allocator_.release(partials_, descriptors_);  // only before a step has used it with these shapes
+    partials_ = allocator_.device(floats * sizeof(float), "attention scratch");
     partials_floats_ = floats;
-  }
-
-  void capture_queries(int32_t layer, const Activation& q) {
-    if (capture_rows_.empty()) return;
-    if (captures_.size() <= static_cast<size_t>(layer)) captures_.resize(static_cast<size_t>(layer) + 1);
-    Capture& c = captures_[static_cast<size_t>(layer)];
-    const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(q.cols) * sizeof(float);
-    std::vector<VkBufferCopy> regions;
-    for (int32_t r : capture_rows_)
-      if (r >= 0 && r < batch_->size())
-        regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(r) * row_bytes, regions.size() * row_bytes, row_bytes});
-    c.rows = static_cast<uint32_t>(regions.size());
-    c.cols = static_cast<uint32_t>(q.cols);
-    if (regions.empty()) return;
-    if (c.buffer.size() < regions.size() * row_bytes)
-      c.buffer = Buffer(context_, capture_rows_.size() * row_bytes, Memory::HostVisible);
-    step().copy(act(q), c.buffer, regions);
-  }
-
-  void permute_kv(const std::vector<std::pair<int32_t, int32_t>>& pairs, bool swap, const char* what) {
-    if (pairs.empty()) return;
-    seq_.reset();  // a step that failed while recording is abandoned
-    std::vector<int32_t> flat;
-    flat.reserve(pairs.size() * 2);
-    for (const auto& [a, b] : pairs) {
-      if (a < 0 || b < 0 || a >= kv_ctx_ || b >= kv_ctx_) throw std::out_of_range(std::string(what) + ": slot outside the cache");
-      flat.push_back(a);
-      flat.push_back(b);
-    }
-    const size_t bytes = flat.size() * sizeof(int32_t);
-    if (!pairs_ || pairs_->size() < bytes) {
-      if (pairs_) descriptors_.forget(pairs_->handle());
-      pairs_ = std::make_unique<Buffer>(context_, std::max<size_t>(bytes, 4096), Memory::HostVisible);
-    }
-    pairs_->upload(flat.data(), bytes);
-    CommandSequence seq(context_, descriptors_);
-    const uint32_t words = static_cast<uint32_t>(kv_type_ == KvCacheType::F16 ? kv_dim_ / 2 : kv_dim_);
-    for (size_t l = 0; l < keys_.size(); ++l) {
-      kernels_.kv_permute(seq, keys_[l], *pairs_, static_cast<uint32_t>(pairs.size()), words, swap);
-      kernels_.kv_permute(seq, values_[l], *pairs_, static_cast<uint32_t>(pairs.size()), words, swap);
-    }
-    seq.submit_and_wait();
   }
 
   Context context_;
@@ -581,41 +426,30 @@ class VulkanBackend final : public Backend {
   WeightKernels weight_kernels_;
   DescriptorCache descriptors_;
   Transfer transfer_;
-  uint64_t heap_bytes_ = 0;
-  uint64_t allocated_ = 0;
+  Allocator allocator_;
   uint64_t max_range_ = 0;
 
   std::vector<DeviceWeight> weights_;
   std::vector<DeviceActivation> activations_;
   int64_t max_step_rows_ = 0;
-  static size_t kv_value_bytes(KvCacheType t) { return t == KvCacheType::F16 ? sizeof(uint16_t) : sizeof(float); }
+  std::unique_ptr<VulkanKvCache> kv_;
 
-  std::vector<Buffer> keys_, values_;
-  KvCacheType kv_type_ = KvCacheType::F32;
-  int32_t kv_ctx_ = 0;
-  int32_t kv_dim_ = 0;
-
-  Buffer step_info_;
-  Buffer tokens_;
+  ScratchBuffer step_info_;
+  ScratchBuffer tokens_;
   Buffer partials_;
   uint64_t partials_floats_ = 0;
-  std::unique_ptr<Buffer> rope_table_;
+  ScratchBuffer rope_table_;
   std::optional<std::tuple<int32_t, float, float, std::vector<float>>> rope_key_;
-  std::unique_ptr<Buffer> pairs_;
-  std::unique_ptr<Buffer> argmax_ids_;
+  ScratchBuffer argmax_ids_;
   int64_t argmax_count_ = 0;
-  std::unique_ptr<Buffer> top_k_result_;
+  ScratchBuffer top_k_result_;
   int64_t top_k_rows_ = 0;
   int32_t top_k_k_ = 0;
   uint32_t mask_words_ = 0;
-  uint32_t mask_words_max_ = 0;
   bool use_order_ = false;
 
   const StepBatch* batch_ = nullptr;
-  KvView kv_view_;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
-  std::vector<int32_t> capture_rows_;
-  std::vector<Capture> captures_;
   std::unique_ptr<CommandSequence> seq_;
 };
 
@@ -643,11 +477,80 @@ std::unique_ptr<Backend> make_backend(const VulkanBackendOptions& options) {
 
 }  // namespace vulkan
 
-// Declared in runtime/src/backend/backend_factory.cpp.
-std::unique_ptr<Backend> make_vulkan_backend(const std::string& device) {
-  vulkan::VulkanBackendOptions options;
-  options.device = device;
-  return vulkan::make_backend(options);
+namespace {
+
+std::string format_bytes(uint64_t bytes) {
+  char buf[64];
+  const double gib = static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
+  if (gib >= 1.0) {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", gib);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  }
+  return buf;
+}
+
+// What `fafo devices` prints about a Vulkan device, label by label.
+std::vector<std::pair<std::string, std::string>> vulkan_details(const VulkanDeviceInfo& d) {
+  auto yes_no = [](bool b) { return std::string(b ? "yes" : "no"); };
+  std::vector<std::pair<std::string, std::string>> out;
+  char ids[64];
+  std::snprintf(ids, sizeof ids, "0x%04x / 0x%04x", d.vendor_id, d.device_id);
+  out.emplace_back("type", d.type);
+  out.emplace_back("driver", d.driver);
+  out.emplace_back("Vulkan API version", d.api_version);
+  out.emplace_back("vendor / device id", ids);
+  for (size_t h = 0; h < d.heaps.size(); ++h)
+    out.emplace_back("memory heap " + std::to_string(h),
+                     format_bytes(d.heaps[h].size) + (d.heaps[h].device_local ? " (device local)" : ""));
+  out.emplace_back("maxStorageBufferRange", format_bytes(d.max_storage_buffer_range) + " (" +
+                                                std::to_string(d.max_storage_buffer_range) + " bytes)");
+  out.emplace_back("max workgroup invocations", std::to_string(d.max_compute_workgroup_invocations));
+  out.emplace_back("max push constants", std::to_string(d.max_push_constants_size) + " bytes");
+  out.emplace_back("16-bit storage", yes_no(d.storage_16bit));
+  out.emplace_back("8-bit storage", yes_no(d.storage_8bit));
+  out.emplace_back("shaderFloat16", yes_no(d.shader_float16));
+  out.emplace_back("shaderInt8", yes_no(d.shader_int8));
+  std::string ops;
+  for (const std::string& op : d.subgroup_ops) ops += (ops.empty() ? "" : " ") + op;
+  out.emplace_back("subgroup size", std::to_string(d.subgroup_size) + " (compute: " + yes_no(d.subgroup_in_compute) +
+                                        "; ops: " + (ops.empty() ? "none" : ops) + ")");
+  out.emplace_back("integer dot product", yes_no(d.integer_dot_product));
+  out.emplace_back("cooperative matrix", yes_no(d.cooperative_matrix));
+  out.emplace_back("fafo uses", d.features_in_use);
+  return out;
+}
+
+}  // namespace
+
+// Registered in backend_registry.cpp (FAFO_BACKEND(vulkan)).
+BackendInfo vulkan_backend_info() {
+  BackendInfo info;
+  info.name = "vulkan";
+  info.display_name = "Vulkan";
+  info.summary = "compute shaders on any Vulkan device (within 1e-4 of the CPU reference, T-invariant)";
+  info.auto_rank = 1;
+  info.devices = [] {
+    std::vector<BackendDevice> out;
+    for (const VulkanDeviceInfo& d : list_vulkan_devices()) {
+      BackendDevice b;
+      b.index = static_cast<int>(d.index);
+      b.name = d.name;
+      b.kind = d.type == "cpu" || d.type == "other" ? d.type : d.type + " GPU";
+      // A software rasterizer such as lavapipe is a Vulkan device too, but on the
+      // machine it emulates a GPU on, the CPU backend is faster: only a real GPU counts.
+      b.gpu = d.type != "cpu" && d.type != "other";
+      b.details = vulkan_details(d);
+      out.push_back(std::move(b));
+    }
+    return out;
+  };
+  info.create = [](const BackendSpec& spec) {
+    vulkan::VulkanBackendOptions options;
+    options.device = spec.device;
+    return vulkan::make_backend(options);
+  };
+  return info;
 }
 
 }  // namespace fafo

@@ -3,10 +3,11 @@
 // Memory: weights are uploaded once (through staging when device memory is not
 // host-visible); a weight larger than maxStorageBufferRange is split by rows into
 // several buffers that the kernels visit one after another. Vectors (norm gains,
-// biases) are stored as F32. Activations and the KV cache (fp32, one K and one V
-// buffer per layer) live in device memory. Everything allocated is counted against
-// the device's memory heap, so a model that does not fit fails at load time with the
-// sizes in the message.
+// biases) are stored as F32. Activations and the KV cache (backend/vulkan/
+// vulkan_kv_cache.h: f32 or f16, one K and one V buffer per layer) live in device
+// memory. Everything allocated is counted against the device's memory heap
+// (backend/vulkan/allocator.h), so a model that does not fit fails at load time with
+// the sizes in the message.
 //
 // A step: begin_step() writes the step's tokens, masks and KV view into small
 // host-visible buffers; every kernel call records into one command buffer;

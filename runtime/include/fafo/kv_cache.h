@@ -1,0 +1,114 @@
+// The KV cache a backend provides beside its compute ops (fafo/backend.h).
+//
+// It holds, per layer, `capacity` entries of kv_dim keys and values in the backend's
+// memory, and everything about where the committed entries are:
+//   - storage: a step's keys and values stored at slots n_past.., entries written,
+//     exchanged (region <-> rest) and moved (accepted rows into place), keys read back;
+//   - the layout (fafo/kv_layout.h): which physical slots form the compressed region
+//     that COMPRESSED rows read, and the logical order FULL rows visit;
+//   - query capture: the rows of a step whose queries a compression policy asked for
+//     (KvPolicy::wanted_query_rows), kept per layer until the next capture.
+// Compute ops never see a policy: attention asks the cache for its region count, the
+// dense layers and the logical order. Policies see the cache through KvInspector
+// (fafo/kv_policy.h), which the model builds on it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fafo/kv_layout.h"
+
+namespace fafo {
+
+struct Activation;
+
+// What the KV cache stores. F16 halves its memory and the bytes attention reads; every
+// backend rounds keys and values to fp16 (nearest even) as they are stored, so all
+// backends compute with the same cached values.
+enum class KvCacheType { F32, F16 };
+const char* kv_cache_type_name(KvCacheType t);
+// "f32" / "f16"; throws std::invalid_argument naming the accepted words.
+KvCacheType parse_kv_cache_type(const std::string& name);
+
+struct KvCacheShape {
+  int32_t n_layer = 0;
+  int32_t capacity = 0;  // entries per layer (the context length)
+  int32_t kv_dim = 0;    // n_head_kv * head_dim
+  KvCacheType type = KvCacheType::F32;
+};
+
+using SlotPairs = std::vector<std::pair<int32_t, int32_t>>;
+
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  const KvCacheShape& shape() const { return shape_; }
+  int32_t capacity() const { return shape_.capacity; }
+
+  // --- storage (implemented by each backend) ----------------------------------------
+  // In a step (between Backend::begin_step and finish_step): writes the step's k and v
+  // rows (batch.size() rows of kv_dim) into layer `layer` at slots n_past + i.
+  virtual void store(int32_t layer, const Activation& k, const Activation& v) = 0;
+  // In a step: keeps the rows captured_rows() of q (after RoPE) for layer `layer`;
+  // captured_queries(layer) returns them after the step. Rows outside the step are skipped.
+  virtual void capture_queries(int32_t layer, const Activation& q) = 0;
+  // Outside a step: writes `count` entries of one layer at physical slots first..
+  // (count x kv_dim floats each); benchmarks and tests set up long contexts with it.
+  virtual void write(int32_t layer, int32_t first, int32_t count, const float* keys, const float* values) = 0;
+  // Keys of the listed physical slots of one layer, as floats (slots.size() x kv_dim).
+  virtual std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) = 0;
+  // The queries captured in the last step for `layer` (captured rows x q width).
+  virtual std::vector<float> captured_queries(int32_t layer) = 0;
+  // Exchanges the entries of two physical slots in every layer, pair by pair.
+  virtual void swap_slots(const SlotPairs& pairs) = 0;
+  // Copies entries src -> dst in every layer, applied in order.
+  virtual void move_slots(const SlotPairs& moves) = 0;
+
+  // --- layout: where the committed entries are --------------------------------------
+  const KvLayout& layout() const { return layout_; }
+  // Region slots in use ([0, region_count) is what COMPRESSED rows read).
+  int32_t region_count() const { return layout_.region_count(); }
+  // Physical slots in logical order for FULL rows, or nullptr while that is 0..n-1.
+  const std::vector<int32_t>* full_order() const { return layout_.is_identity() ? nullptr : &layout_.full_order(); }
+  // Layers whose COMPRESSED rows read every entry like FULL rows.
+  int32_t dense_layers() const { return dense_layers_; }
+  // Restores logical order for the first `committed` entries and starts a layout with
+  // a region of `region_size` entries (0: none) holding them.
+  void reset_layout(int32_t region_size, int32_t dense_layers, int32_t committed);
+  // Appends n committed entries at the next physical slots.
+  void append(int32_t n) { layout_.append(n); }
+  // Makes the region hold the logical entries `chosen`, exchanging slots as needed.
+  void select(const std::vector<int32_t>& chosen) { exchange(layout_.select(chosen)); }
+  // Restores logical order for the first n entries and forgets the rest.
+  void truncate(int32_t n) { exchange(layout_.truncate(n)); }
+  // Entries exchanged between the region and the rest so far.
+  int64_t exchanges() const { return exchanges_; }
+
+  // --- query capture -----------------------------------------------------------------
+  // Batch rows of the coming steps whose queries capture_queries keeps (empty: none).
+  void set_captured_rows(std::vector<int32_t> rows) { captured_rows_ = std::move(rows); }
+  const std::vector<int32_t>& captured_rows() const { return captured_rows_; }
+
+ protected:
+  explicit KvCache(const KvCacheShape& shape) : shape_(shape) {}
+
+ private:
+  void exchange(const SlotPairs& pairs) {
+    if (pairs.empty()) return;
+    swap_slots(pairs);
+    exchanges_ += static_cast<int64_t>(pairs.size());
+  }
+
+  KvCacheShape shape_;
+  KvLayout layout_;
+  int32_t dense_layers_ = 0;
+  int64_t exchanges_ = 0;
+  std::vector<int32_t> captured_rows_;
+};
+
+}  // namespace fafo

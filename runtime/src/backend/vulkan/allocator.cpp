@@ -1,0 +1,58 @@
+#include "backend/vulkan/allocator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "backend/vulkan/command_sequence.h"
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/descriptor_cache.h"
+
+namespace fafo::vulkan {
+
+std::string gib(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / double(1ull << 30));
+  return text;
+}
+
+Allocator::Allocator(const Context& context, uint64_t max_buffer_bytes) : context_(context) {
+  const VkPhysicalDeviceMemoryProperties& mem = context_.memory_properties();
+  for (uint32_t h = 0; h < mem.memoryHeapCount; ++h)
+    if (mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
+      heap_bytes_ = std::max<uint64_t>(heap_bytes_, mem.memoryHeaps[h].size);
+  if (heap_bytes_ == 0 && mem.memoryHeapCount > 0) heap_bytes_ = mem.memoryHeaps[0].size;
+  max_range_ = context_.properties().limits.maxStorageBufferRange;
+  if (max_buffer_bytes > 0) max_range_ = std::min<uint64_t>(max_range_, max_buffer_bytes & ~uint64_t{3});
+}
+
+Buffer Allocator::device(uint64_t bytes, const char* what) {
+  bytes = std::max<uint64_t>(bytes, 4);
+  if (allocated_ + bytes > heap_bytes_)
+    throw std::runtime_error("out of device memory on " + context_.device_name() + ": " + what + " needs " +
+                             gib(bytes) + " with " + gib(allocated_) + " already allocated of " + gib(heap_bytes_) +
+                             "; the model does not fit on this device");
+  Buffer b(context_, bytes, Memory::Device);
+  allocated_ += bytes;
+  CommandSequence seq(context_, 1);
+  seq.zero(b);
+  seq.submit_and_wait();
+  return b;
+}
+
+void Allocator::release(Buffer& buffer, DescriptorCache& descriptors) {
+  if (buffer.handle() == VK_NULL_HANDLE) return;
+  descriptors.forget(buffer.handle());
+  allocated_ -= std::min<uint64_t>(allocated_, std::max<uint64_t>(buffer.size(), 4));
+  buffer = Buffer();
+}
+
+Buffer& ScratchBuffer::ensure(const Context& context, DescriptorCache& descriptors, uint64_t bytes) {
+  bytes = std::max<uint64_t>(bytes, 4);
+  if (buffer_.handle() != VK_NULL_HANDLE && buffer_.size() >= bytes) return buffer_;
+  if (buffer_.handle() != VK_NULL_HANDLE) descriptors.forget(buffer_.handle());
+  buffer_ = Buffer(context, bytes, Memory::HostVisible);
+  return buffer_;
+}
+
+}  // namespace fafo::vulkan
