@@ -5,6 +5,8 @@
 // (no chat template of its own: chatml).
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "fafo/chat_session.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -46,10 +48,10 @@ class ChatSessionOnStories : public ::testing::Test {
   void SetUp() override {
     const auto path = test::shared_path("models/stories260K.gguf");
     if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
-    m_ = test::load_test_model(path.string(), 512);
+    m_ = std::make_unique<test::TestModel>(test::load_test_model(path.string(), 512));
   }
   ChatSession session(const std::string& system = "") {
-    return ChatSession(*m_.model, *m_.tokenizer, ChatTemplate::builtin("chatml"), chat_template_context(*m_.tokenizer),
+    return ChatSession(*m_->model, *m_->tokenizer, ChatTemplate::builtin("chatml"), chat_template_context(*m_->tokenizer),
                        system);
   }
   static GenerationOptions greedy(int32_t n, Strategy s = Strategy::Ar) {
@@ -59,7 +61,7 @@ class ChatSessionOnStories : public ::testing::Test {
     o.decoding.strategy = s;
     return o;
   }
-  test::TestModel m_;
+  std::unique_ptr<test::TestModel> m_;  // set in SetUp
 };
 
 TEST_F(ChatSessionOnStories, TurnsReuseTheCacheAndStream) {
@@ -77,7 +79,7 @@ TEST_F(ChatSessionOnStories, TurnsReuseTheCacheAndStream) {
   ASSERT_EQ(chat.history().size(), 3u);  // system, user, assistant
   EXPECT_EQ(chat.history()[2].content, first.reply);
 
-  const int32_t after_first = m_.model->n_past();
+  const int32_t after_first = m_->model->n_past();
   const ChatTurnResult second = chat.turn("Tell me about the dog", greedy(20));
   EXPECT_EQ(second.reused, after_first) << "the first turn's tokens stay in the cache";
   EXPECT_LT(second.new_tokens, second.prompt_tokens);
@@ -109,10 +111,10 @@ TEST_F(ChatSessionOnStories, StopFlagEndsTheReplyWhichStaysInTheConversation) {
 TEST_F(ChatSessionOnStories, ResetStartsOverWithAnEmptyCache) {
   ChatSession chat = session("sys");
   chat.turn("Once upon a time", greedy(10));
-  EXPECT_GT(m_.model->n_past(), 0);
+  EXPECT_GT(m_->model->n_past(), 0);
   chat.set_system("other");
   chat.reset();
-  EXPECT_EQ(m_.model->n_past(), 0);
+  EXPECT_EQ(m_->model->n_past(), 0);
   ASSERT_EQ(chat.history().size(), 1u);
   EXPECT_EQ(chat.history()[0].content, "other");
   EXPECT_EQ(chat.turn("Once upon a time", greedy(10)).reused, 0);
@@ -132,8 +134,8 @@ TEST_F(ChatSessionOnStories, FullContextAndRefusedTemplatesAreErrors) {
   // A template that refuses system messages, as Gemma's does.
   const char* source = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
                        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}";
-  ChatSession refusing(*m_.model, *m_.tokenizer, ChatTemplate::from_source(source, "strict"),
-                       chat_template_context(*m_.tokenizer), "a system text");
+  ChatSession refusing(*m_->model, *m_->tokenizer, ChatTemplate::from_source(source, "strict"),
+                       chat_template_context(*m_->tokenizer), "a system text");
   EXPECT_THROW(refusing.check_template(), ChatTemplateError);
   try {
     refusing.turn("hi", greedy(5));

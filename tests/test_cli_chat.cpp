@@ -21,6 +21,7 @@
 #include "fafo/chat_template.h"
 #include "fafo/gguf.h"
 #include "fafo/tokenizer.h"
+#include "chat_template_copy.h"
 #include "test_support.h"
 
 namespace {
@@ -293,17 +294,7 @@ TEST(CliChat, WithoutATemplateItWarnsAndUsesChatml) {
   EXPECT_EQ(parse_stats(err).size(), 1u) << err;
 }
 
-// stories260K with a tokenizer.chat_template of our choice.
-std::filesystem::path with_chat_template(const std::filesystem::path& model, const std::string& source, const std::string& name) {
-  const auto in = fafo::GgufFile::open(model.string());
-  fafo::GgufWriter w(in->alignment());
-  for (const auto& [key, value] : in->metadata()) w.set(key, value);
-  w.set_string("tokenizer.chat_template", source);
-  for (const fafo::GgufTensor& t : in->tensors()) w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
-  const auto out = fafo::test::temp_dir("chat-gguf-" + name) / "model.gguf";
-  w.write(out.string());
-  return out;
-}
+using fafo::test::with_chat_template;
 
 TEST(CliChat, UsesTheTemplateInTheModelFile) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
@@ -323,16 +314,22 @@ TEST(CliChat, UsesTheTemplateInTheModelFile) {
   EXPECT_EQ(s[1].reused, s[0].prompt + s[0].generated - 1) << err;
 }
 
-TEST(CliChat, AnUnsupportedTemplateInTheModelFileNamesTheConstructAndTheWayOut) {
+// The rule fafo-studio follows too (fafo::resolve_chat_template): the built-in format the
+// template looks like, with a warning naming the construct and the way to choose another.
+TEST(CliChat, AnUnsupportedTemplateInTheModelFileFallsBackToTheFormatItLooksLike) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto file = with_chat_template(
       model, "{% for m in messages %}\n<|im_start|>{{ m.role }}\n{{ m.content | wordwrap(40) }}<|im_end|>\n{% endfor %}", "wrap");
-  const auto [code, out] = shell("timeout 60 " + quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat -m " +
-                                 quote(file.string()) + " </dev/null 2>&1");
-  EXPECT_EQ(code, 1) << out;
+  const auto [code, out] = shell("printf 'Hi\\n' | timeout 60 " + quote(fafo::test::binary_path("app/cli/fafo").string()) +
+                                 " chat -m " + quote(file.string()) + " -n 4 --temp 0 -c 128 2>&1");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("warning"), std::string::npos) << out;
   EXPECT_NE(out.find("the filter 'wordwrap'"), std::string::npos) << out;
   EXPECT_NE(out.find("line 3"), std::string::npos) << out;
-  EXPECT_NE(out.find("--chat-template chatml"), std::string::npos) << out;
+  EXPECT_NE(out.find("using chatml, the built-in format it looks like"), std::string::npos) << out;
+  EXPECT_NE(out.find("--chat-template NAME"), std::string::npos) << out;
+  EXPECT_NE(out.find("chat template chatml"), std::string::npos) << out;
+  EXPECT_EQ(parse_stats(out).size(), 1u) << out;
 }
 
 TEST(CliChat, BadTemplatesAreClearErrors) {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <utility>
 
 #include "fafo/generator.h"
 #include "fafo/step_trace_json.h"
@@ -135,17 +136,14 @@ TEST(Decoding, EndTokenInsideAnAcceptedNgramStopsExactlyWhereArStops) {
     ASSERT_GE(end_token, 0) << "no multi-token step to test with";
     Vocab v = m.tokenizer->vocab();
     v.eos = end_token;
-    test::TestModel custom;
-    custom.file = m.file;
-    custom.model = std::move(m.model);
-    custom.tokenizer = std::make_unique<Tokenizer>(v);
-    const auto ar = run(custom, prompt, Strategy::Ar, 200, {}, true);
-    const auto r = run(custom, prompt, s, 200, {}, true);
+    std::unique_ptr<Tokenizer> original = std::exchange(m.tokenizer, std::make_unique<Tokenizer>(v));
+    const auto ar = run(m, prompt, Strategy::Ar, 200, {}, true);
+    const auto r = run(m, prompt, s, 200, {}, true);
     EXPECT_EQ(ar.stop, StopReason::EndOfGeneration);
     EXPECT_EQ(ar.ids.back(), end_token);
     EXPECT_EQ(r.ids, ar.ids) << strategy_name(s);
     EXPECT_EQ(r.stop, StopReason::EndOfGeneration);
-    m.model = std::move(custom.model);
+    m.tokenizer = std::move(original);
   }
 }
 

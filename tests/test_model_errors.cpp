@@ -100,11 +100,15 @@ TEST(ModelErrors, VocabularyAndEmbeddingDisagree) {
                                              if (n == "token_embd.weight" || n == "output.weight") shape[1] = 310;
                                              return true;
                                            }});
-  // The model itself loads (310 rows) but the tokenizer has 300 tokens: the CLI refuses it;
-  // the model still never reads past its own table.
-  auto m = test::load_test_model(path);
-  EXPECT_EQ(m.model->config().n_vocab, 310);
-  EXPECT_EQ(m.tokenizer->vocab().size(), 300);
+  // open_model (the apps' and the tests' way in) refuses it, naming the file and both sizes.
+  const std::string error = load_error(path);
+  EXPECT_HAS(error, path);
+  EXPECT_HAS(error, "the vocabulary has 300 tokens but token_embd.weight has 310 rows");
+  // The model itself loads (310 rows) and never reads past its own table.
+  const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  const Model model(file, make_cpu_backend(2));
+  EXPECT_EQ(model.config().n_vocab, 310);
+  EXPECT_EQ(Vocab::from_gguf(*file).size(), 300);
 }
 
 TEST(ModelErrors, PromptLongerThanContext) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "chat_template_copy.h"
 #include "engine.h"
 #include "test_support.h"
 
@@ -33,13 +34,13 @@ GenerationOptions greedy(int32_t n, Strategy s = Strategy::Fafo) {
   return o;
 }
 
-ModelRequest cpu(const std::string& path) {
-  ModelRequest r;
-  r.path = path;
-  r.backend.name = "cpu";
-  r.backend.threads = 2;
-  r.n_ctx = 512;
-  return r;
+OpenOptions cpu(const std::string& path) {
+  OpenOptions o;
+  o.path = path;
+  o.backend.name = "cpu";
+  o.backend.threads = 2;
+  o.n_ctx = 512;
+  return o;
 }
 
 }  // namespace
@@ -53,7 +54,7 @@ TEST(StudioEngine, ListsBackendsAndReportsLoadErrors) {
   EXPECT_EQ(v.backends[0], "cpu");
   EXPECT_FALSE(v.default_backend.empty());
 
-  engine.open_model(cpu("/nonexistent/model.gguf"), {});
+  engine.open_model(cpu("/nonexistent/model.gguf"), "");
   ASSERT_TRUE(engine.wait_idle(60));
   v = engine.view();
   EXPECT_FALSE(v.has_model);
@@ -68,15 +69,15 @@ TEST(StudioEngine, ListsBackendsAndReportsLoadErrors) {
 TEST(StudioEngine, AnUnusableBackendIsAnErrorInTheView) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   Engine engine;
-  ModelRequest r = cpu(model_path.string());
+  OpenOptions r = cpu(model_path.string());
   r.backend.name = "nosuch";
-  engine.open_model(r, {});
+  engine.open_model(r, "");
   ASSERT_TRUE(engine.wait_idle(60));
   EXPECT_NE(engine.view().error.find("unknown backend 'nosuch'"), std::string::npos) << engine.view().error;
   // Vulkan with a device that does not exist (or without Vulkan at all): a clear error.
   r.backend.name = "vulkan";
   r.backend.device = "no such device 12345";
-  engine.open_model(r, {});
+  engine.open_model(r, "");
   ASSERT_TRUE(engine.wait_idle(120));
   const EngineView v = engine.view();
   EXPECT_FALSE(v.has_model);
@@ -87,7 +88,7 @@ TEST(StudioEngine, AnUnusableBackendIsAnErrorInTheView) {
 TEST(StudioEngine, ChatsStreamsAndFeedsTheDebugger) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   Engine engine;
-  engine.open_model(cpu(model_path.string()), {"", "You tell stories."});
+  engine.open_model(cpu(model_path.string()), "You tell stories.");
   ASSERT_TRUE(engine.wait_idle(60));
   EngineView v = engine.view();
   ASSERT_TRUE(v.has_model) << v.error;
@@ -147,10 +148,45 @@ TEST(StudioEngine, ChatsStreamsAndFeedsTheDebugger) {
   EXPECT_EQ(v.n_past, 0);
 }
 
+// The rule `fafo chat` follows too (fafo::resolve_chat_template): a template the
+// interpreter cannot parse gives way to the built-in format it looks like, and the
+// note says why; a chosen template applies at open and at New chat.
+TEST(StudioEngine, TheChatTemplateFollowsTheSameRuleAsFafoChat) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto file = test::with_chat_template(
+      model_path, "{% for m in messages %}\n<|im_start|>{{ m.role }}\n{{ m.content | wordwrap(40) }}<|im_end|>\n{% endfor %}",
+      "studio-wrap");
+  const ResolvedChatTemplate expected = resolve_chat_template(*GgufFile::open(file.string()), "");
+  Engine engine;
+  engine.open_model(cpu(file.string()), "");
+  ASSERT_TRUE(engine.wait_idle(60));
+  EngineView v = engine.view();
+  ASSERT_TRUE(v.has_model) << v.error;
+  EXPECT_EQ(v.template_name, "chatml");
+  EXPECT_EQ(v.note, expected.note);
+  EXPECT_NE(v.note.find("the filter 'wordwrap'"), std::string::npos) << v.note;
+
+  OpenOptions chosen = cpu(file.string());
+  chosen.chat_template = "phi3";
+  engine.open_model(chosen, "");
+  ASSERT_TRUE(engine.wait_idle(60));
+  v = engine.view();
+  ASSERT_TRUE(v.has_model) << v.error;
+  EXPECT_EQ(v.template_name, "phi3");
+  EXPECT_TRUE(v.note.empty()) << v.note;
+
+  chosen.chat_template = "nosuch";  // only a typed --chat-template can name one
+  engine.open_model(chosen, "");
+  ASSERT_TRUE(engine.wait_idle(60));
+  v = engine.view();
+  EXPECT_FALSE(v.has_model);
+  EXPECT_NE(v.error.find("'nosuch'"), std::string::npos) << v.error;
+}
+
 TEST(StudioEngine, PromptRunsStopAtMaxStepsAndOnStop) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   Engine engine;
-  engine.open_model(cpu(model_path.string()), {});
+  engine.open_model(cpu(model_path.string()), "");
   engine.run_prompt("Once upon a time", greedy(200), 12);
   ASSERT_TRUE(engine.wait_idle(60));
   EngineView v = engine.view();

@@ -277,3 +277,20 @@ TEST(StudioScreenshot, NoDisplayIsAClearError) {
   EXPECT_NE(r.err.find("no display: run under xvfb-run or set DISPLAY"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "x.png"));
 }
+
+// Like `fafo`: --help prints the options and exits 0 (no display needed); a bad value
+// is one clear line naming the flag and exit code 2.
+TEST(StudioScreenshot, HelpAndBadValuesExitLikeFafo) {
+  if (!std::filesystem::exists(studio_path())) GTEST_SKIP() << "fafo-studio not built";
+  const auto help = fafo::test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY timeout 60 " + studio() + " --help");
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_NE(help.out.find("--cache-type"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--chat-template"), std::string::npos) << help.out;
+  for (const char* bad : {"--cache-type f8", "--backend tpu", "--steps -3", "--bogus", "--width 10", "--threads x"}) {
+    const auto r = fafo::test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY timeout 60 " + studio() + " " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("fafo-studio: error: ", 0), 0u) << r.err;
+    const std::string flag = std::string(bad).substr(0, std::string(bad).find(' '));
+    EXPECT_NE(r.err.find(flag), std::string::npos) << bad << ": " << r.err;
+  }
+}

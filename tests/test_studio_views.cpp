@@ -5,6 +5,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -165,12 +168,12 @@ TEST(StudioViews, PlaybackPausesStepsAndFollows) {
 TEST(StudioViews, OptionsParseAndReject) {
   const auto o = parse_app_options({"--model", "m.gguf", "--prompt", "p", "--steps", "12", "--strategy", "lookahead",
                                     "--screenshot", "x.png", "--backend", "cpu", "--kv-policy", "quest", "--temp", "0.5"});
-  EXPECT_EQ(o.model, "m.gguf");
+  EXPECT_EQ(o.open.path, "m.gguf");
   EXPECT_EQ(o.steps, 12);
   EXPECT_EQ(o.decoding.strategy, Strategy::Lookahead);
   EXPECT_EQ(o.screenshot, "x.png");
   EXPECT_EQ(o.view, View::Debugger);  // a raw prompt opens the debugger
-  EXPECT_EQ(o.backend, "cpu");
+  EXPECT_EQ(o.open.backend.name, "cpu");
   EXPECT_EQ(o.kv.name, "quest");
   EXPECT_FLOAT_EQ(o.sampling.temperature, 0.5f);
   // No arguments: the chat view, no model yet.
@@ -196,13 +199,20 @@ TEST(StudioViews, OptionsParseAndReject) {
   EXPECT_THROW(parse_app_options({"--kv-policy", "nosuch"}), std::invalid_argument);
   EXPECT_THROW(parse_app_options({"--temp", "warm"}), std::invalid_argument);
   EXPECT_THROW(parse_app_options({"--cache-type", "f8"}), std::invalid_argument);
-  EXPECT_EQ(model_request(settings_from_options(parse_app_options({"-m", "m", "--cache-type", "f16"}))).kv_type,
-            KvCacheType::F16);
+  EXPECT_THROW(parse_app_options({"--steps", "-1"}), std::invalid_argument);
+  EXPECT_THROW(parse_app_options({"-c", "-5"}), std::invalid_argument);
+  EXPECT_THROW(parse_app_options({"--width", "100"}), std::invalid_argument);
+  EXPECT_THROW(parse_app_options({"--backend", "tpu"}), std::invalid_argument);
+  EXPECT_THROW(parse_app_options({"--threads", "many"}), std::invalid_argument);
+  EXPECT_THROW(parse_app_options({"--strategy", "medusa"}), std::invalid_argument);
+  EXPECT_THROW(parse_app_options({"-m", "m", "--chat", "hi", "there"}), std::invalid_argument);  // one message per --chat
+  EXPECT_THROW(parse_app_options({"--model"}), std::invalid_argument);                          // missing value
+  EXPECT_EQ(settings_from_options(parse_app_options({"-m", "m", "--cache-type", "f16"})).open.kv_type, KvCacheType::F16);
 
   const StudioSettings st = settings_from_options(chat);
-  EXPECT_EQ(model_request(st).path, "m");
-  EXPECT_EQ(model_request(st).backend.name, "auto");
-  EXPECT_EQ(model_request(st).kv_type, KvCacheType::F32);
+  EXPECT_EQ(st.open.path, "m");
+  EXPECT_EQ(st.open.backend.name, "auto");
+  EXPECT_EQ(st.open.kv_type, KvCacheType::F32);
   EXPECT_EQ(chat_setup(st).system, "s");
   EXPECT_TRUE(settings_problem(st).empty());
   StudioSettings bad = st;
@@ -211,6 +221,87 @@ TEST(StudioViews, OptionsParseAndReject) {
   bad = st;
   bad.generation.n_predict = 0;
   EXPECT_FALSE(settings_problem(bad).empty());
+}
+
+TEST(StudioViews, OptionsReachTheirFields) {
+  const auto o = parse_app_options({"-m", "m.gguf", "--backend", "cpu", "--device", "1", "-t", "3", "-c", "128",
+                                    "--cache-type", "f16", "--chat-template", "llama3", "--system", "s", "-n", "-1",
+                                    "--seed", "5", "--top-k", "7", "--window", "6", "--sinks", "2", "--pool-from-prompt",
+                                    "--chat", "a", "--chat", "b", "--width", "800", "--height", "600"});
+  EXPECT_EQ(o.open.path, "m.gguf");
+  EXPECT_EQ(o.open.backend.name, "cpu");
+  EXPECT_EQ(o.open.backend.device, "1");
+  EXPECT_EQ(o.open.backend.threads, 3);
+  EXPECT_EQ(o.open.n_ctx, 128);
+  EXPECT_EQ(o.open.kv_type, KvCacheType::F16);
+  EXPECT_EQ(o.open.chat_template, "llama3");
+  EXPECT_EQ(o.system, "s");
+  EXPECT_EQ(o.n_predict, -1);
+  EXPECT_EQ(o.sampling.seed, 5u);
+  EXPECT_EQ(o.sampling.top_k, 7);
+  EXPECT_EQ(o.decoding.window, 6);
+  EXPECT_EQ(o.kv.sinks, 2);
+  EXPECT_TRUE(o.decoding.pool_from_prompt);
+  EXPECT_EQ(o.chat, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(o.width, 800);
+  EXPECT_EQ(o.height, 600);
+  // The studio's own defaults: greedy, a fixed seed, FAFO, 256 tokens per reply.
+  const auto d = parse_app_options({});
+  EXPECT_EQ(d.sampling.temperature, 0.0f);
+  EXPECT_EQ(d.sampling.seed, 0xFAF0u);
+  EXPECT_EQ(d.n_predict, 256);
+  EXPECT_EQ(d.open.backend.name, "auto");
+  EXPECT_EQ(d.open.kv_type, KvCacheType::F32);
+  EXPECT_TRUE(parse_app_options({"--help"}).help);
+  EXPECT_TRUE(parse_app_options({"-m", "m", "-h"}).help);
+}
+
+namespace {
+
+// Each option of a CLI11 --help text, keyed by its long name, without its default
+// ("=VALUE"), REQUIRED and the column layout.
+std::map<std::string, std::string> help_entries(const std::string& help) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(help);
+  std::string current;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("  -", 0) == 0) {
+      std::smatch m;
+      const std::string names = line.substr(0, line.find(' ', 2));
+      if (std::regex_search(names, m, std::regex("--([a-z-]+)"))) current = m[1];
+    } else if (line.rfind("    ", 0) != 0) {
+      current.clear();
+    }
+    if (!current.empty()) out[current] += " " + line;
+  }
+  for (auto& [name, text] : out) {
+    text = std::regex_replace(text, std::regex("=\\S+"), "");
+    text = std::regex_replace(text, std::regex(" REQUIRED"), "");
+    text = std::regex_replace(text, std::regex("\\s+"), " ");
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(StudioViews, HelpDescribesTheSharedFlagsAsFafoChatDoes) {
+  const test::CommandResult chat = test::run_fafo("chat --help");
+  if (chat.exit_code != 0) GTEST_SKIP() << "the fafo program is not built";
+  const auto cli = help_entries(chat.out);
+  const auto studio = help_entries(app_usage());
+  for (const char* flag : {"model", "backend", "device", "threads", "cache-type", "ctx-size", "system", "chat-template",
+                           "n-predict", "temp", "top-k", "top-p", "min-p", "strategy", "window", "ngram", "guesses",
+                           "lookback", "pool-from-prompt", "kv-policy", "kv-budget", "sinks", "recent",
+                           "update-interval"}) {
+    ASSERT_TRUE(cli.count(flag)) << "fafo chat --help lacks --" << flag;
+    ASSERT_TRUE(studio.count(flag)) << "fafo-studio --help lacks --" << flag;
+    EXPECT_EQ(studio.at(flag), cli.at(flag)) << "--" << flag;
+  }
+  // Only the studio's defaults differ: a fixed seed, FAFO, greedy.
+  EXPECT_NE(app_usage().find("--seed UINT=64240"), std::string::npos) << app_usage();
+  EXPECT_NE(app_usage().find("fafo-studio --replay TRACE.jsonl"), std::string::npos);
+  EXPECT_NE(app_usage().find("--screenshot"), std::string::npos);
+  EXPECT_EQ(app_usage().find("--debug-empty-panel"), std::string::npos) << "a test-only flag";
 }
 
 // A real FAFO run on stories260K: the views agree with the run and with each other,

@@ -10,7 +10,7 @@
 
 namespace fafo::cli {
 
-nlohmann::json run_attention_bench(const std::string& model_path, const BackendChoice& choice,
+nlohmann::json run_attention_bench(const std::string& model_path, const BackendSpec& choice,
                                    const AttentionBenchOptions& o) {
   const auto file = GgufFile::open(model_path);
   const ModelConfig c = ModelConfig::from_gguf(*file);

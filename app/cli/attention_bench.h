@@ -4,9 +4,12 @@
 // directly with random keys and values, so long contexts need no prefill.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
-#include "loaded_model.h"
+#include "fafo/backend.h"
 
 namespace fafo::cli {
 
@@ -17,7 +20,7 @@ struct AttentionBenchOptions {
   int repetitions = 3;
 };
 
-nlohmann::json run_attention_bench(const std::string& model_path, const BackendChoice& backend,
+nlohmann::json run_attention_bench(const std::string& model_path, const BackendSpec& backend,
                                    const AttentionBenchOptions& options);
 
 }  // namespace fafo::cli

@@ -21,17 +21,16 @@
 #include "fafo/decoding.h"
 #include "fafo/generator.h"
 #include "attention_bench.h"
-#include "shared_flags.h"
-#include "loaded_model.h"
+#include "fafo/open_model.h"
+#include "generation_flags.h"
+#include "model_flags.h"
 
 namespace fafo::cli {
 
 namespace {
 
 struct BenchArgs {
-  std::string model;
-  BackendChoice backend;
-  int32_t n_ctx = 0;
+  OpenOptions open;
   int repetitions = 3;
   int32_t pp = 512;
   int32_t tg = 128;
@@ -87,14 +86,14 @@ std::vector<std::string> read_prompts(const std::string& path, int32_t limit) {
 
 int run_bench(const BenchArgs& args) {
   if (args.attention) {
-    const auto j = run_attention_bench(args.model, args.backend, args.attention_options);
+    const auto j = run_attention_bench(args.open.path, args.open.backend, args.attention_options);
     if (args.json) std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  LoadedModel m = load_model(args.model, args.backend, args.n_ctx);
+  OpenedModel m = open_model(args.open);
   Model& model = *m.model;
   const ModelConfig& c = model.config();
-  const std::string name = std::filesystem::path(args.model).filename().string();
+  const std::string name = std::filesystem::path(args.open.path).filename().string();
   std::printf("model: %s (%s, %d layers, dim %d, vocab %d), backend: %s (%s), context %d\n", name.c_str(), c.arch.c_str(),
               c.n_layer, c.n_embd, c.n_vocab, model.backend().name().c_str(), model.backend().description().c_str(),
               model.n_ctx());
@@ -238,9 +237,7 @@ int run_bench(const BenchArgs& args) {
 Command add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure speed: pp/tg rows, the step-cost curve t(T), strategies side by side");
-  cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
-  add_backend_flags(cmd, args->backend);
-  cmd->add_option("-c,--ctx-size", args->n_ctx, "Context length (0 = the model's, at most 4096)")->check(CLI::Range(0, 1 << 22));
+  app::add_open_flags(cmd, args->open)->required();
   cmd->add_option("-r,--repetitions", args->repetitions, "Repetitions per measurement")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--pp", args->pp, "Prompt-processing test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--tg", args->tg, "Generation test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
@@ -250,7 +247,7 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("-n,--n-predict", args->n_generate, "New tokens per prompt")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--strategies", args->strategies, "Strategies to compare (ar first: it is the reference)")
       ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
-  add_decoding_flags(cmd, args->decoding, args->kv);
+  app::add_decoding_flags(cmd, args->decoding, args->kv);
   cmd->add_flag("--attention", args->attention,
                 "Instead: attention cost of COMPRESSED rows vs context length, with and without the region, and swap cost");
   cmd->add_option("--contexts", args->attention_options.contexts, "--attention: context lengths")->delimiter(',')->capture_default_str();

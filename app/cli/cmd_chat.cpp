@@ -11,11 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,24 +19,22 @@
 #include "fafo/chat_session.h"
 #include "fafo/chat_template.h"
 #include "fafo/generator.h"
+#include "fafo/open_model.h"
 #include "fafo/sampler.h"
-#include "loaded_model.h"
-#include "shared_flags.h"
+#include "chat_flags.h"
+#include "generation_flags.h"
+#include "model_flags.h"
 
 namespace fafo::cli {
 
 namespace {
 
 struct ChatArgs {
-  std::string model;
+  OpenOptions open;  // with the chat template
   std::string system;
-  std::string chat_template;
   int32_t n_predict = -1;
-  int32_t n_ctx = 0;
   SamplerOptions sampling{0.8f, 40, 0.95f, 0.05f, 0};
   std::shared_ptr<bool> seed_given = std::make_shared<bool>(false);
-  BackendChoice backend;
-  std::string strategy = "ar";
   DecodingOptions decoding;
   KvPolicyOptions kv;
 };
@@ -137,60 +131,24 @@ void run_turn(ChatSession& session, const ChatArgs& args, const std::string& tex
   g_interrupted.store(false);
 }
 
-// ---- choosing the template ---------------------------------------------------------------
-
-std::string builtin_names() {
-  std::string names;
-  for (const std::string& n : builtin_chat_template_names()) names += (names.empty() ? "" : ", ") + n;
-  return names;
-}
-
-ChatTemplate choose_template(const ChatArgs& args, const GgufFile& file) {
-  const auto& names = builtin_chat_template_names();
-  if (!args.chat_template.empty()) {
-    if (std::find(names.begin(), names.end(), args.chat_template) != names.end()) return ChatTemplate::builtin(args.chat_template);
-    if (std::filesystem::is_regular_file(args.chat_template)) {
-      std::ifstream in(args.chat_template, std::ios::binary);
-      std::ostringstream s;
-      s << in.rdbuf();
-      return ChatTemplate::from_source(s.str(), args.chat_template);
-    }
-    throw std::runtime_error("--chat-template '" + args.chat_template + "' is neither a built-in format (" + builtin_names() +
-                             ") nor a Jinja template file");
-  }
-  const GgufValue* v = file.find("tokenizer.chat_template");
-  if (!v || v->type != GgufType::STRING) {
-    std::fprintf(stderr,
-                 "fafo: warning: %s has no chat template (tokenizer.chat_template); using chatml. Choose the model's "
-                 "format with --chat-template NAME (%s)\n",
-                 file.path().c_str(), builtin_names().c_str());
-    return ChatTemplate::builtin("chatml");
-  }
-  try {
-    return ChatTemplate::from_source(v->as_string(), "gguf");
-  } catch (const ChatTemplateError& e) {
-    const std::optional<std::string> like = builtin_template_name_for(v->as_string());
-    throw std::runtime_error(std::string("the model's chat template (tokenizer.chat_template) cannot be used: ") + e.what() +
-                             (like ? "; it looks like the '" + *like + "' format: try --chat-template " + *like
-                                   : "; choose a built-in format with --chat-template NAME (" + builtin_names() + ")"));
-  }
-}
-
 int run_chat(ChatArgs& args) {
   if (!*args.seed_given) args.sampling.seed = std::random_device{}();
   Sampler check_options(args.sampling);  // reject bad options before loading anything
 
-  LoadedModel m = load_model(args.model, args.backend, args.n_ctx);
-  ChatSession session(*m.model, *m.tokenizer, choose_template(args, *m.file), chat_template_context(*m.tokenizer), args.system);
+  OpenedModel m = open_model(args.open);
+  if (!m.chat.note.empty())
+    std::fprintf(stderr, "fafo: warning: %s: %s. Choose the model's format with --chat-template NAME (%s)\n",
+                 args.open.path.c_str(), m.chat.note.c_str(), builtin_chat_template_list().c_str());
+  ChatSession session(*m.model, *m.tokenizer, m.chat.chat_template, chat_template_context(*m.tokenizer), args.system);
   try {
     session.check_template();
   } catch (const ChatTemplateError& e) {
     throw std::runtime_error(std::string("the chat template cannot render a first message") +
                              (args.system.empty() ? "" : " after the --system text") + ": " + e.what() +
-                             "; choose another format with --chat-template NAME (" + builtin_names() + ")");
+                             "; choose another format with --chat-template NAME (" + builtin_chat_template_list() + ")");
   }
   const std::string& template_name = session.template_name();
-  std::fprintf(stderr, "fafo chat: %s (%s), backend %s, context %d tokens, chat template %s%s\n", args.model.c_str(),
+  std::fprintf(stderr, "fafo chat: %s (%s), backend %s, context %d tokens, chat template %s%s\n", args.open.path.c_str(),
                m.model->config().arch.c_str(), m.model->backend().name().c_str(), m.model->n_ctx(),
                template_name == "gguf" ? "from the model (tokenizer.chat_template)" : template_name.c_str(),
                session.turn_end().empty() ? "" : (", turn end " + session.turn_end()).c_str());
@@ -232,22 +190,13 @@ int run_chat(ChatArgs& args) {
 Command add_chat_command(CLI::App& app) {
   auto args = std::make_shared<ChatArgs>();
   CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (multi-turn, keeps the KV cache across turns)");
-  cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
-  cmd->add_option("--system", args->system, "System message at the start of the conversation");
-  cmd->add_option("--chat-template", args->chat_template,
-                  "Chat format: a built-in name (chatml, llama2, llama3, mistral, phi3, gemma, deepseek-r1) or a Jinja "
-                  "file (default: the model's tokenizer.chat_template; chatml when it has none)");
-  cmd->add_option("-n,--n-predict", args->n_predict, "Tokens per reply at most; -1 = until the reply ends or the context is full")
-      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
-  cmd->add_option("-c,--ctx-size", args->n_ctx, "Context length (0 = the model's, at most 4096)")->capture_default_str()
-      ->check(CLI::Range(0, 1 << 22));
-  add_sampling_flags(cmd, args->sampling, args->seed_given);
-  add_backend_flags(cmd, args->backend);
-  cmd->add_option("--strategy", args->strategy, "Decoding strategy: ar, jacobi, lookahead, fafo (same replies as ar)")
-      ->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
-  add_decoding_flags(cmd, args->decoding, args->kv);
+  app::add_open_flags(cmd, args->open)->required();
+  app::add_chat_flags(cmd, args->system, args->open.chat_template);
+  app::add_reply_length_flag(cmd, args->n_predict);
+  app::add_sampling_flags(cmd, args->sampling, args->seed_given);
+  app::add_strategy_flag(cmd, args->decoding.strategy);
+  app::add_decoding_flags(cmd, args->decoding, args->kv);
   return [args] {
-    args->decoding.strategy = parse_strategy(args->strategy);
     args->decoding.validate();
     args->kv.validate();
     return run_chat(*args);

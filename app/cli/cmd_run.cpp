@@ -13,26 +13,24 @@
 #include "fafo/step_trace_json.h"
 #include "fafo/sampler.h"
 #include "fafo/utf8_stream.h"
-#include "shared_flags.h"
-#include "loaded_model.h"
+#include "fafo/open_model.h"
+#include "generation_flags.h"
+#include "model_flags.h"
 
 namespace fafo::cli {
 
 namespace {
 
 struct RunArgs {
-  std::string model;
+  OpenOptions open;
   std::string prompt;
   std::string prompt_file;
   int32_t n_predict = 128;
-  int32_t n_ctx = 0;
   SamplerOptions sampling{0.8f, 40, 0.95f, 0.05f, 0};
   std::shared_ptr<bool> seed_given = std::make_shared<bool>(false);
-  BackendChoice backend;
   bool json = false;
   bool no_bos = false;
   bool ignore_eos = false;
-  std::string strategy = "ar";
   DecodingOptions decoding;
   KvPolicyOptions kv;
   std::string trace_path;
@@ -52,7 +50,6 @@ int run_generate(RunArgs& args) {
   const std::string prompt = args.prompt_file.empty() ? args.prompt : read_file(args.prompt_file);
   if (!*args.seed_given) args.sampling.seed = std::random_device{}();
   Sampler check_options(args.sampling);  // reject bad options before loading anything
-  args.decoding.strategy = parse_strategy(args.strategy);
   args.decoding.validate();
   args.kv.validate();
   std::ofstream trace_file;
@@ -61,7 +58,7 @@ int run_generate(RunArgs& args) {
     if (!trace_file) throw std::runtime_error(args.trace_path + ": cannot open the trace file for writing");
   }
 
-  LoadedModel m = load_model(args.model, args.backend, args.n_ctx);
+  OpenedModel m = open_model(args.open);
   const Tokenizer& tok = *m.tokenizer;
   const bool add_bos = !args.no_bos && tok.vocab().add_bos;
   const std::vector<int32_t> prompt_ids = tok.encode(prompt, add_bos);
@@ -69,8 +66,8 @@ int run_generate(RunArgs& args) {
 
   if (!args.json) {
     std::fprintf(stderr, "fafo: %s, %s, backend %s (%s), context %d (%s KV cache), prompt %zu tokens\n",
-                 m.model->config().arch.c_str(), args.model.c_str(), m.model->backend().name().c_str(),
-                 m.model->backend().description().c_str(), m.model->n_ctx(), args.backend.cache_type.c_str(),
+                 m.model->config().arch.c_str(), args.open.path.c_str(), m.model->backend().name().c_str(),
+                 m.model->backend().description().c_str(), m.model->n_ctx(), kv_cache_type_name(args.open.kv_type),
                  prompt_ids.size());
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
@@ -142,19 +139,14 @@ int run_generate(RunArgs& args) {
 Command add_run_command(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (streams it; --json prints one object at the end)");
-  cmd->add_option("-m,--model", args->model, "GGUF model file")->required();
+  app::add_open_flags(cmd, args->open)->required();
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (default: empty, i.e. BOS only)");
   cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from a file");
   cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate; -1 = until end of text or a full context")
       ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
-  cmd->add_option("-c,--ctx-size", args->n_ctx, "Context length (0 = the model's, at most 4096)")->capture_default_str()
-      ->check(CLI::Range(0, 1 << 22));
-  add_sampling_flags(cmd, args->sampling, args->seed_given);
-  add_backend_flags(cmd, args->backend);
-  cmd->add_option("--strategy", args->strategy,
-                  "Decoding strategy: ar (plain), jacobi, lookahead, fafo; all emit the same tokens as ar")
-      ->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
-  add_decoding_flags(cmd, args->decoding, args->kv);
+  app::add_sampling_flags(cmd, args->sampling, args->seed_given);
+  app::add_strategy_flag(cmd, args->decoding.strategy);
+  app::add_decoding_flags(cmd, args->decoding, args->kv);
   cmd->footer(
       "Multi-token decoding: the defaults (W=8, N=5, G=8, k=4; FAFO region: stream, 4 sinks + 64 recent) were tuned\n"
       "on stories260K over\n"

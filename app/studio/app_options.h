@@ -1,4 +1,6 @@
-// fafo-studio's command line.
+// fafo-studio's command line, parsed with CLI11. The flags it shares with `fafo`
+// (the model and backend, sampling, decoding, the chat's system text and template)
+// come from app/common, so both programs describe them the same way.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +9,7 @@
 
 #include "fafo/decoding.h"
 #include "fafo/kv_policy.h"
+#include "fafo/open_model.h"
 #include "fafo/sampler.h"
 
 namespace fafo::studio {
@@ -15,33 +18,33 @@ enum class View { Chat, Debugger };
 
 struct AppOptions {
   std::string replay;       // --replay TRACE.jsonl
-  std::string model;        // --model M (opened at start)
+  OpenOptions open;         // -m,--model M (opened at start), --backend, --device, -t, -c, --cache-type, --chat-template
   std::string prompt;       // --prompt P: a raw prompt generated for the debugger
   std::vector<std::string> chat;  // --chat TEXT (repeatable): chat messages sent in turn
   View view = View::Chat;   // --view; default: debugger with --replay or --prompt, else chat
   int32_t steps = 0;        // --steps K: steps to generate / show (0: all)
   int32_t n_predict = 256;  // -n
-  int32_t n_ctx = 0;        // -c
-  std::string cache_type = "f32";  // --cache-type f32|f16
   SamplerOptions sampling{0.0f, 40, 0.95f, 0.05f, 0xFAF0};  // --temp (default 0: greedy) --top-k --top-p --min-p --seed
-  std::string backend = "auto";  // --backend
-  std::string device;            // --device
-  int threads = 0;
-  std::string system;            // --system
-  std::string chat_template;     // --chat-template NAME ("" = the model's)
-  DecodingOptions decoding;      // --strategy, --window, --ngram, --guesses, --lookback
-  KvPolicyOptions kv;            // --kv-policy, --kv-budget
+  std::string system;       // --system
+  DecodingOptions decoding = [] {  // --strategy (default fafo), --window, --ngram, --guesses, --lookback, ...
+    DecodingOptions d;
+    d.strategy = Strategy::Fafo;
+    return d;
+  }();
+  KvPolicyOptions kv;       // --kv-policy, --kv-budget, --sinks, --recent, --update-interval
   std::string screenshot;   // --screenshot OUT.png: render headless and exit
   std::string layout_json;  // --layout-json FILE: with --screenshot, where each panel was drawn
-  std::string empty_panel;  // --debug-empty-panel NAME: draw that panel without contents (tests)
+  std::string empty_panel;  // --debug-empty-panel NAME: draw that panel without contents (tests; not in --help)
   std::string browse;       // --browse DIR: open the model file dialog in DIR at start
   int width = 1600, height = 1000;
-  bool help = false;
+  bool help = false;        // -h,--help: print app_usage() and exit
 };
 
-// Throws std::invalid_argument with a message for unknown flags or bad values.
+// Throws std::invalid_argument with a message for unknown flags, bad values and
+// flags that do not go together.
 AppOptions parse_app_options(const std::vector<std::string>& args);
-const char* app_usage();
+// The --help text, generated from the same flag definitions the parser uses.
+std::string app_usage();
 const char* view_name(View v);
 
 }  // namespace fafo::studio

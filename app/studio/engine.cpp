@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <exception>
+#include <filesystem>
 #include <utility>
 
 #include "fafo/backend.h"
@@ -20,6 +21,15 @@ TurnSummary summarize(const GenerationResult& g, const std::string& stop) {
   s.new_tokens = g.prompt_ids.size();
   s.stop = stop;
   return s;
+}
+
+// One line for the UI: name, architecture, layers, dim, vocab, context and backend.
+std::string model_summary(const OpenedModel& m) {
+  const ModelConfig& c = m.model->config();
+  const std::string name = c.name.empty() ? std::filesystem::path(m.file->path()).stem().string() : c.name;
+  return name + ": " + c.arch + ", " + std::to_string(c.n_layer) + " layers, dim " + std::to_string(c.n_embd) +
+         ", vocab " + std::to_string(c.n_vocab) + ", context " + std::to_string(m.model->n_ctx()) + "; " +
+         m.model->backend().description();
 }
 
 }  // namespace
@@ -85,8 +95,8 @@ void Engine::loop() {
   }
 }
 
-void Engine::open_model(const ModelRequest& request, const ChatSetup& setup) {
-  submit([this, request, setup] { load(request, setup); });
+void Engine::open_model(const OpenOptions& options, const std::string& system) {
+  submit([this, options, system] { load(options, system); });
 }
 
 void Engine::new_chat(const ChatSetup& setup) {
@@ -121,7 +131,8 @@ bool Engine::wait_idle(double seconds) const {
 // ---- jobs (worker thread) ------------------------------------------------------------------
 
 void Engine::find_devices() {
-  std::vector<VulkanDeviceInfo> devices = list_vulkan_devices();
+  std::map<std::string, std::vector<BackendDevice>> devices;
+  for (const BackendInfo& b : backend_registry()) devices[b.name] = b.devices();
   std::vector<std::string> backends = available_backends();
   std::string fallback = default_backend_name();
   update([&](EngineView& v) {
@@ -132,18 +143,18 @@ void Engine::find_devices() {
   });
 }
 
-void Engine::load(const ModelRequest& request, const ChatSetup& setup) {
+void Engine::load(const OpenOptions& options, const std::string& system) {
   update([&](EngineView& v) {
     v.activity = EngineView::Activity::Loading;
     v.has_model = false;
     v.text = {};
     v.note.clear();
     v.last.reset();
-    v.model_path = request.path;
+    v.model_path = options.path;
   });
   chat_.reset();
   model_.reset();  // free the old model before loading the next
-  auto m = std::make_unique<StudioModel>(load_studio_model(request));
+  auto m = std::make_unique<OpenedModel>(fafo::open_model(options));
   TokenText text = make_token_text(*m->tokenizer);
   const std::string summary = model_summary(*m);
   model_ = std::move(m);
@@ -156,18 +167,20 @@ void Engine::load(const ModelRequest& request, const ChatSetup& setup) {
     v.n_layer = model_->model->config().n_layer;
     v.text = std::move(text);
   });
-  start_chat(setup);
+  begin_chat(model_->chat, system);
 }
 
 void Engine::start_chat(const ChatSetup& setup) {
   if (!model_) throw std::runtime_error("open a model first");
+  begin_chat(resolve_chat_template(*model_->file, setup.chat_template), setup.system);
+}
+
+void Engine::begin_chat(const ResolvedChatTemplate& chat_template, const std::string& system) {
   chat_.reset();
-  std::string note;
-  ChatTemplate tmpl = studio_chat_template(*model_->file, setup.chat_template, &note);
-  chat_ = std::make_unique<ChatSession>(*model_->model, *model_->tokenizer, std::move(tmpl),
-                                        chat_template_context(*model_->tokenizer), setup.system);
+  chat_ = std::make_unique<ChatSession>(*model_->model, *model_->tokenizer, chat_template.chat_template,
+                                        chat_template_context(*model_->tokenizer), system);
   update([&](EngineView& v) {
-    v.note = note;
+    v.note = chat_template.note;
     v.template_name = chat_->template_name() == "gguf" ? "the model's" : chat_->template_name();
     v.turn_end = chat_->turn_end();
     v.last.reset();
@@ -176,7 +189,7 @@ void Engine::start_chat(const ChatSetup& setup) {
     chat_->check_template();
   } catch (const ChatTemplateError& e) {
     throw std::runtime_error(std::string("the chat template cannot render a first message") +
-                             (setup.system.empty() ? "" : " after the system text") + ": " + e.what() +
+                             (system.empty() ? "" : " after the system text") + ": " + e.what() +
                              "; choose another template");
   }
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,9 +20,9 @@
 
 #include "fafo/chat_session.h"
 #include "fafo/generator.h"
-#include "fafo/vulkan_devices.h"
+#include "fafo/open_model.h"
+#include "fafo/backend_registry.h"
 #include "step_gate.h"
-#include "studio_model.h"
 #include "view_models.h"
 
 namespace fafo::studio {
@@ -63,22 +64,23 @@ struct EngineView {
   std::optional<TurnSummary> last;
   // Devices (found once, on the worker, when the engine starts).
   bool devices_known = false;
-  std::vector<VulkanDeviceInfo> devices;
+  std::map<std::string, std::vector<BackendDevice>> devices;  // per backend, from the registry
   std::vector<std::string> backends;  // available_backends()
   std::string default_backend;        // what "auto" picks
 };
 
 class Engine {
  public:
-  Engine();   // starts the worker; its first job lists the Vulkan devices
+  Engine();   // starts the worker; its first job lists every backend's devices
   ~Engine();  // stops the running generation, drops queued jobs, joins
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Queue a job (they run in order; a job that fails drops the jobs queued after it).
   // A generation refuses to start without a model.
-  // Opening a model replaces the current one and starts a conversation with `setup`.
-  void open_model(const ModelRequest& request, const ChatSetup& setup);
+  // Opening a model (fafo::open_model) replaces the current one and starts a
+  // conversation with the options' chat template and `system` text.
+  void open_model(const OpenOptions& options, const std::string& system);
   // A new conversation (empty KV cache), with a possibly different template / system text.
   void new_chat(const ChatSetup& setup);
   // One chat turn: `text` as the user's message, the reply generated with `options`.
@@ -100,8 +102,9 @@ class Engine {
   void loop();
   // Jobs (worker thread only).
   void find_devices();
-  void load(const ModelRequest& request, const ChatSetup& setup);
+  void load(const OpenOptions& options, const std::string& system);
   void start_chat(const ChatSetup& setup);
+  void begin_chat(const ResolvedChatTemplate& chat_template, const std::string& system);
   void chat_turn(const std::string& text, GenerationOptions options);
   void prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps);
   bool should_stop() const { return quitting_.load() || gate_.should_stop(); }
@@ -120,7 +123,7 @@ class Engine {
   EngineView view_;
   StepGate gate_;
   // Worker-thread state.
-  std::unique_ptr<StudioModel> model_;
+  std::unique_ptr<OpenedModel> model_;
   std::unique_ptr<ChatSession> chat_;
   std::thread thread_;  // last: starts after everything above exists
 };

@@ -41,10 +41,10 @@ int run(const fafo::studio::AppOptions& o) {
   Engine engine;
   state.engine = &engine;
   const fafo::GenerationOptions& g = state.settings.generation;
-  if (!o.model.empty()) engine.open_model(model_request(state.settings), chat_setup(state.settings));
+  if (!o.open.path.empty()) engine.open_model(state.settings.open, state.settings.system);
   if (!o.prompt.empty()) {
     engine.run_prompt(o.prompt, g, o.steps);
-    state.source = std::string("live: ") + o.model + " (" + fafo::strategy_name(g.decoding.strategy) + ")";
+    state.source = std::string("live: ") + o.open.path + " (" + fafo::strategy_name(g.decoding.strategy) + ")";
   }
   for (const std::string& message : o.chat) engine.send(message, g);
   return run_studio(state, o);
@@ -56,12 +56,12 @@ int main(int argc, char** argv) {
   try {
     const auto options = fafo::studio::parse_app_options(std::vector<std::string>(argv + 1, argv + argc));
     if (options.help) {
-      std::fputs(fafo::studio::app_usage(), stdout);
+      std::fputs(fafo::studio::app_usage().c_str(), stdout);
       return 0;
     }
     return run(options);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "fafo-studio: %s\n", e.what());
+    std::fprintf(stderr, "fafo-studio: error: %s\nRun 'fafo-studio --help' for the options.\n", e.what());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fafo-studio: %s\n", e.what());

@@ -51,11 +51,11 @@ void sampling_settings(GenerationOptions& g) {
 
 void conversation_settings(StudioState& s) {
   StudioSettings& st = s.settings;
-  const std::string current = st.chat_template.empty() ? "the model's" : st.chat_template;
+  const std::string current = st.open.chat_template.empty() ? "the model's" : st.open.chat_template;
   if (ImGui::BeginCombo("chat template", current.c_str())) {
-    if (ImGui::Selectable("the model's", st.chat_template.empty())) st.chat_template.clear();
+    if (ImGui::Selectable("the model's", st.open.chat_template.empty())) st.open.chat_template.clear();
     for (const std::string& n : builtin_chat_template_names())
-      if (ImGui::Selectable(n.c_str(), st.chat_template == n)) st.chat_template = n;
+      if (ImGui::Selectable(n.c_str(), st.open.chat_template == n)) st.open.chat_template = n;
     ImGui::EndCombo();
   }
   ImGui::TextUnformatted("system message");

@@ -12,8 +12,8 @@ namespace {
 // Takes the chosen file: a model path for the Model panel, or a trace to replay.
 void choose(StudioState& s, const std::filesystem::path& file) {
   if (s.browse == StudioState::Browse::Model) {
-    s.settings.model_path = file.string();
-    if (!s.ev.busy) s.engine->open_model(model_request(s.settings), chat_setup(s.settings));
+    s.settings.open.path = file.string();
+    if (!s.ev.busy) s.engine->open_model(s.settings.open, s.settings.system);
   } else {
     try {
       s.traces = load_trace_jsonl(file.string());

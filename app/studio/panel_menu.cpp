@@ -10,7 +10,7 @@ namespace fafo::studio {
 namespace {
 
 void open_browser(StudioState& s, StudioState::Browse purpose) {
-  std::filesystem::path start = purpose == StudioState::Browse::Model ? s.settings.model_path : s.source;
+  std::filesystem::path start = purpose == StudioState::Browse::Model ? s.settings.open.path : s.source;
   if (purpose == StudioState::Browse::Trace && s.source.rfind("replay: ", 0) == 0) start = s.source.substr(8);
   s.browser.emplace(start, purpose == StudioState::Browse::Model ? std::vector<std::string>{".gguf"}
                                                                  : std::vector<std::string>{".jsonl", ".json"});
@@ -33,8 +33,8 @@ float draw_menu_bar(StudioState& s) {
       if (ImGui::BeginMenu("Recent models", s.recent && !s.recent->paths().empty())) {
         for (const std::string& p : s.recent->paths())
           if (ImGui::MenuItem(p.c_str(), nullptr, false, !s.ev.busy)) {
-            s.settings.model_path = p;
-            s.engine->open_model(model_request(s.settings), chat_setup(s.settings));
+            s.settings.open.path = p;
+            s.engine->open_model(s.settings.open, s.settings.system);
           }
         ImGui::EndMenu();
       }

@@ -15,36 +15,39 @@ namespace {
 const ImVec4 kError(1.0f, 0.4f, 0.4f, 1.0f);
 const ImVec4 kNote(1.0f, 0.85f, 0.4f, 1.0f);
 
-std::string device_label(const VulkanDeviceInfo& d) { return std::to_string(d.index) + ": " + d.name + " (" + d.type + ")"; }
+std::string device_label(const BackendDevice& d) { return std::to_string(d.index) + ": " + d.name + " (" + d.kind + ")"; }
 
 void backend_picker(StudioState& s) {
-  StudioSettings& st = s.settings;
+  BackendSpec& spec = s.settings.open.backend;
   const EngineView& ev = s.ev;
   const std::string auto_label = "auto" + (ev.default_backend.empty() ? "" : " (" + ev.default_backend + ")");
   std::vector<std::string> names = {"auto"};
   for (const std::string& b : ev.backends) names.push_back(b);
   if (std::find(names.begin(), names.end(), "vulkan") == names.end()) names.push_back("vulkan");  // to say why not
-  if (ImGui::BeginCombo("backend", st.backend == "auto" ? auto_label.c_str() : st.backend.c_str())) {
+  if (ImGui::BeginCombo("backend", spec.name == "auto" ? auto_label.c_str() : spec.name.c_str())) {
     for (const std::string& n : names)
-      if (ImGui::Selectable(n == "auto" ? auto_label.c_str() : n.c_str(), st.backend == n)) st.backend = n;
+      if (ImGui::Selectable(n == "auto" ? auto_label.c_str() : n.c_str(), spec.name == n)) spec.name = n;
     ImGui::EndCombo();
   }
-  const std::string resolved = st.backend == "auto" ? ev.default_backend : st.backend;
-  if (resolved == "vulkan") {
+  const std::string resolved = spec.name == "auto" ? ev.default_backend : spec.name;
+  if (resolved != "cpu") {
+    static const std::vector<BackendDevice> kNone;
+    auto found = ev.devices.find(resolved);
+    const std::vector<BackendDevice>& devices = found != ev.devices.end() ? found->second : kNone;
     std::string current = "best";
-    for (const VulkanDeviceInfo& d : ev.devices)
-      if (std::to_string(d.index) == st.device) current = device_label(d);
+    for (const BackendDevice& d : devices)
+      if (std::to_string(d.index) == spec.device) current = device_label(d);
     if (ImGui::BeginCombo("device", current.c_str())) {
-      if (ImGui::Selectable("best", st.device.empty())) st.device.clear();
-      for (const VulkanDeviceInfo& d : ev.devices)
-        if (ImGui::Selectable(device_label(d).c_str(), std::to_string(d.index) == st.device)) st.device = std::to_string(d.index);
+      if (ImGui::Selectable("best", spec.device.empty())) spec.device.clear();
+      for (const BackendDevice& d : devices)
+        if (ImGui::Selectable(device_label(d).c_str(), std::to_string(d.index) == spec.device)) spec.device = std::to_string(d.index);
       ImGui::EndCombo();
     }
-    if (!ev.devices_known) ImGui::TextDisabled("looking for Vulkan devices...");
-    else if (ev.devices.empty()) ImGui::TextColored(kNote, "no Vulkan device found");
+    if (!ev.devices_known) ImGui::TextDisabled("looking for devices...");
+    else if (devices.empty()) ImGui::TextColored(kNote, "no %s device found", resolved.c_str());
   } else {
-    ImGui::InputInt("threads (0: all)", &st.threads);
-    st.threads = std::max(st.threads, 0);
+    ImGui::InputInt("threads (0: all)", &spec.threads);
+    spec.threads = std::max(spec.threads, 0);
   }
 }
 
@@ -56,10 +59,10 @@ void draw_model_panel(StudioState& s) {
     const EngineView& ev = s.ev;
     ImGui::TextUnformatted("GGUF file");
     ImGui::SetNextItemWidth(-90.0f);
-    ImGui::InputText("##path", &st.model_path);
+    ImGui::InputText("##path", &st.open.path);
     ImGui::SameLine();
     if (ImGui::Button("Browse...")) {
-      s.browser.emplace(st.model_path, std::vector<std::string>{".gguf"});
+      s.browser.emplace(st.open.path, std::vector<std::string>{".gguf"});
       s.browse = StudioState::Browse::Model;
       s.browse_error.clear();
     }
@@ -68,20 +71,20 @@ void draw_model_panel(StudioState& s) {
     if (ImGui::BeginCombo("recent", have_recent ? "pick a recent model" : "no recent models")) {
       if (s.recent)
         for (const std::string& p : s.recent->paths())
-          if (ImGui::Selectable(p.c_str(), p == st.model_path)) st.model_path = p;
+          if (ImGui::Selectable(p.c_str(), p == st.open.path)) st.open.path = p;
       ImGui::EndCombo();
     }
     ImGui::EndDisabled();
     if (s.recent && !s.recent->problem().empty()) ImGui::TextColored(kNote, "%s", s.recent->problem().c_str());
     backend_picker(s);
-    ImGui::InputInt("context (0: model's)", &st.n_ctx, 256, 1024);
-    st.n_ctx = std::clamp(st.n_ctx, 0, 1 << 20);
-    int cache = st.kv_type == KvCacheType::F16 ? 1 : 0;
+    ImGui::InputInt("context (0: model's)", &st.open.n_ctx, 256, 1024);
+    st.open.n_ctx = std::clamp(st.open.n_ctx, 0, 1 << 20);
+    int cache = st.open.kv_type == KvCacheType::F16 ? 1 : 0;
     if (ImGui::Combo("KV cache", &cache, "f32\0f16 (half the memory)\0"))
-      st.kv_type = cache == 1 ? KvCacheType::F16 : KvCacheType::F32;
+      st.open.kv_type = cache == 1 ? KvCacheType::F16 : KvCacheType::F32;
 
-    ImGui::BeginDisabled(ev.busy || st.model_path.empty());
-    if (ImGui::Button(ev.has_model ? "Open (replaces the model)" : "Open")) s.engine->open_model(model_request(st), chat_setup(st));
+    ImGui::BeginDisabled(ev.busy || st.open.path.empty());
+    if (ImGui::Button(ev.has_model ? "Open (replaces the model)" : "Open")) s.engine->open_model(st.open, st.system);
     ImGui::EndDisabled();
     ImGui::Separator();
     if (ev.activity == EngineView::Activity::Loading) {

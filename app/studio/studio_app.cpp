@@ -29,7 +29,7 @@ ScreenshotTarget screenshot_target(const StudioState& s, const AppOptions& o) {
   const size_t have = s.traces.size();
   const size_t want = o.steps > 0 ? static_cast<size_t>(o.steps) : have;
   // A generation stopped at --steps may still be finishing its last step: do not wait for it.
-  const bool enough = o.steps > 0 && have >= want && (s.ev.has_model || o.model.empty());
+  const bool enough = o.steps > 0 && have >= want && (s.ev.has_model || o.open.path.empty());
   return {std::min(want, have), !s.ev.busy || enough};
 }
 

@@ -15,7 +15,8 @@
 // the line; a user can then pick one of the built-in formats by name instead
 // (builtin(), builtin_chat_template_names()).
 //
-// Who calls it: `fafo chat` (app/cli/cmd_chat.cpp) and tests. Thread safety: a
+// Who calls it: fafo::resolve_chat_template (fafo/open_model.h), which picks the
+// template for `fafo chat` and fafo-studio; ChatSession; tests. Thread safety: a
 // ChatTemplate is immutable after construction; render() may run concurrently.
 #pragma once
 
@@ -119,6 +120,8 @@ class ChatTemplate {
 // gemma, deepseek-r1. Their sources are Jinja templates rendered by the same
 // interpreter; see runtime/src/chat/builtin_templates.cpp for the exact formats.
 const std::vector<std::string>& builtin_chat_template_names();
+// The same names joined with ", ", for messages and help texts.
+std::string builtin_chat_template_list();
 
 // The built-in format a template source looks like (by its marker tokens:
 // "<|im_start|>" is chatml, "<|start_header_id|>" llama3, ...), or nullopt.

@@ -95,11 +95,9 @@ ChatTemplate ChatTemplate::from_source(std::string source, std::string name) {
 
 ChatTemplate ChatTemplate::builtin(std::string_view name) {
   const chat::BuiltinTemplate* b = chat::find_builtin_template(name);
-  if (!b) {
-    std::string names;
-    for (const std::string& n : builtin_chat_template_names()) names += (names.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown chat template '" + std::string(name) + "' (built-in: " + names + ")");
-  }
+  if (!b)
+    throw std::invalid_argument("unknown chat template '" + std::string(name) + "' (built-in: " +
+                                builtin_chat_template_list() + ")");
   return from_source(std::string(b->source), std::string(b->name));
 }
 
@@ -147,6 +145,12 @@ const std::vector<std::string>& builtin_chat_template_names() {
     return n;
   }();
   return names;
+}
+
+std::string builtin_chat_template_list() {
+  std::string list;
+  for (const std::string& n : builtin_chat_template_names()) list += (list.empty() ? "" : ", ") + n;
+  return list;
 }
 
 std::optional<std::string> builtin_template_name_for(std::string_view source) {

@@ -1,0 +1,49 @@
+#include "generation_flags.h"
+
+#include <string>
+
+namespace fafo::app {
+
+void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr<bool> seed_given) {
+  cmd->add_option("--temp", sampling.temperature, "Temperature; 0 = greedy (pure argmax)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", sampling.top_k, "Top-k sampling (0 = off)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", sampling.top_p, "Top-p (nucleus) sampling, in (0, 1]; 1 = off")->capture_default_str();
+  cmd->add_option("--min-p", sampling.min_p, "Min-p sampling, in [0, 1); 0 = off")->capture_default_str();
+  if (seed_given) {
+    cmd->add_option("--seed", sampling.seed, "Random seed (default: random)")->each([seed_given](const std::string&) {
+      *seed_given = true;
+    });
+  } else {
+    cmd->add_option("--seed", sampling.seed, "Random seed")->capture_default_str();
+  }
+}
+
+void add_strategy_flag(CLI::App* cmd, Strategy& strategy) {
+  cmd->add_option_function<std::string>(
+         "--strategy", [&strategy](const std::string& name) { strategy = parse_strategy(name); },
+         "Decoding strategy: ar (plain), jacobi, lookahead, fafo; all emit the same tokens as ar")
+      ->default_str(strategy_name(strategy))
+      ->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
+}
+
+void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) {
+  cmd->add_option("--window", d.window, "W: 2D-window columns (jacobi: guesses per step)")->capture_default_str();
+  cmd->add_option("--ngram", d.ngram, "N: n-gram size (window rows = N-1, candidate length = N-1)")->capture_default_str();
+  cmd->add_option("--guesses", d.guesses, "G: candidates verified per step and kept per pool key")->capture_default_str();
+  cmd->add_option("--lookback", d.lookback, "k: longest context key FAFO caches candidates under")->capture_default_str();
+  cmd->add_flag("--pool-from-prompt", d.pool_from_prompt, "Seed the candidate pool with the prompt's n-grams");
+  cmd->add_option("--kv-policy", kv.name, "FAFO: what the fumble rows' region keeps: stream, quest, snapkv, chunks")
+      ->capture_default_str()->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks"}));
+  cmd->add_option("--kv-budget", kv.budget, "FAFO: region size in KV entries")->capture_default_str();
+  cmd->add_option("--sinks", kv.sinks, "stream: first entries always in the region")->capture_default_str();
+  cmd->add_option("--recent", kv.recent, "quest/snapkv/chunks: most recent entries always in the region")->capture_default_str();
+  cmd->add_option("--update-interval", kv.update_interval, "quest: steps between page re-selections")->capture_default_str();
+}
+
+void add_reply_length_flag(CLI::App* cmd, int32_t& n_predict) {
+  cmd->add_option("-n,--n-predict", n_predict, "Tokens per reply at most; -1 = until the reply ends or the context is full")
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+}
+
+}  // namespace fafo::app

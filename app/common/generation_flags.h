@@ -1,0 +1,28 @@
+// Flags that say how text is generated: sampling, the decoding strategy and its
+// parameters, the KV policy, and the reply length of a chat. Shared by the `fafo`
+// subcommands and fafo-studio so both describe them the same way.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "fafo/decoding.h"
+#include "fafo/kv_policy.h"
+#include "fafo/sampler.h"
+
+namespace fafo::app {
+
+// --temp --top-k --top-p --min-p --seed. With `seed_given`, the seed is random unless
+// --seed is used (it then becomes true); without it, the seed in `sampling` is the default.
+void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr<bool> seed_given = nullptr);
+// --strategy ar|jacobi|lookahead|fafo; the default shown is strategy's value.
+void add_strategy_flag(CLI::App* cmd, Strategy& strategy);
+// --window --ngram --guesses --lookback --pool-from-prompt and the KV policy's
+// --kv-policy --kv-budget --sinks --recent --update-interval.
+void add_decoding_flags(CLI::App* cmd, DecodingOptions& decoding, KvPolicyOptions& kv);
+// -n,--n-predict as the most tokens of one chat reply (-1: no limit).
+void add_reply_length_flag(CLI::App* cmd, int32_t& n_predict);
+
+}  // namespace fafo::app

@@ -1,0 +1,46 @@
+#include "model_flags.h"
+
+#include <vector>
+
+namespace fafo::app {
+
+CLI::Option* add_model_flag(CLI::App* cmd, std::string& path) {
+  return cmd->add_option("-m,--model", path, "GGUF model file");
+}
+
+void add_backend_flags(CLI::App* cmd, BackendSpec& backend, KvCacheType& kv_type) {
+  std::vector<std::string> names = {"auto"};
+  std::string built;
+  for (const std::string& n : available_backends()) {
+    names.push_back(n);
+    built += (built.empty() ? "" : ", ") + n;
+  }
+  cmd->add_option("--backend", backend.name,
+                  "Compute backend: auto (vulkan when a Vulkan GPU exists, else cpu; lavapipe only when asked), " + built)
+      ->capture_default_str()
+      ->check(CLI::IsMember(names));
+  cmd->add_option("--device", backend.device,
+                  "Vulkan device: an index or part of a name from `fafo devices` (default: the first discrete GPU, "
+                  "else integrated, else any)");
+  cmd->add_option("-t,--threads", backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option_function<std::string>(
+         "--cache-type", [&kv_type](const std::string& name) { kv_type = parse_kv_cache_type(name); },
+         "KV cache type: f32, or f16 (half the memory and attention reads; keys and values rounded to fp16)")
+      ->default_str(kv_cache_type_name(kv_type))
+      ->check(CLI::IsMember({"f32", "f16"}));
+}
+
+void add_context_flag(CLI::App* cmd, int32_t& n_ctx) {
+  cmd->add_option("-c,--ctx-size", n_ctx, "Context length (0 = the model's, at most 4096)")->capture_default_str()
+      ->check(CLI::Range(0, 1 << 22));
+}
+
+CLI::Option* add_open_flags(CLI::App* cmd, OpenOptions& open) {
+  CLI::Option* model = add_model_flag(cmd, open.path);
+  add_backend_flags(cmd, open.backend, open.kv_type);
+  add_context_flag(cmd, open.n_ctx);
+  return model;
+}
+
+}  // namespace fafo::app

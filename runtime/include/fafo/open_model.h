@@ -1,0 +1,56 @@
+// Opening a GGUF model for use: the file, the backend, the model, its tokenizer and
+// the chat template to talk to it with, in one call. `fafo` (run, chat, bench),
+// fafo-studio and the tests open models only through open_model().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fafo/backend.h"
+#include "fafo/chat_template.h"
+#include "fafo/gguf.h"
+#include "fafo/model.h"
+#include "fafo/tokenizer.h"
+
+namespace fafo {
+
+struct OpenOptions {
+  std::string path;                        // the GGUF file
+  BackendSpec backend;                     // which backend, device and threads
+  int32_t n_ctx = 0;                       // 0: the model's context length, at most 4096
+  KvCacheType kv_type = KvCacheType::F32;  // what the KV cache stores
+  std::string chat_template;               // see resolve_chat_template(); "" = the model's own
+};
+
+// A chat template and, when it is not the one asked for, why (empty otherwise).
+struct ResolvedChatTemplate {
+  ChatTemplate chat_template;
+  std::string note;
+};
+
+struct OpenedModel {
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  ResolvedChatTemplate chat;  // options.chat_template resolved against this file
+};
+
+// Opens options.path, creates the backend with make_backend(options.backend), builds
+// the model and the tokenizer and resolves the chat template. Throws
+// std::runtime_error "PATH: no such file" for a missing file, GgufError naming the
+// file for a bad one (including a vocabulary whose size differs from token_embd's
+// rows), make_backend's error naming the backend or device, std::invalid_argument or
+// ChatTemplateError for a chat template choice that cannot be used.
+OpenedModel open_model(const OpenOptions& options);
+
+// The chat template for `choice`, the one rule for `fafo chat` and fafo-studio:
+//  - a built-in name (builtin_chat_template_names()): that format;
+//  - the path of a Jinja file: that template (ChatTemplateError when it cannot be parsed);
+//  - "": the model's tokenizer.chat_template. A model without one, or with one the
+//    interpreter cannot parse, gets the built-in format its template looks like
+//    (builtin_template_name_for), else chatml, and `note` says so and why.
+// Throws std::invalid_argument for any other choice, naming it and the built-in names.
+ResolvedChatTemplate resolve_chat_template(const GgufFile& file, const std::string& choice);
+
+}  // namespace fafo

@@ -1,0 +1,67 @@
+#include "fafo/open_model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+
+namespace fafo {
+
+namespace {
+
+std::string read_template_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot read the chat template file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The model's own template, or the built-in format standing in for it.
+ResolvedChatTemplate model_chat_template(const GgufFile& file) {
+  const GgufValue* v = file.find("tokenizer.chat_template");
+  if (!v || v->type != GgufType::STRING)
+    return {ChatTemplate::builtin("chatml"), "the model has no chat template (tokenizer.chat_template): using chatml"};
+  try {
+    return {ChatTemplate::from_source(v->as_string(), "gguf"), ""};
+  } catch (const ChatTemplateError& e) {
+    const std::optional<std::string> like = builtin_template_name_for(v->as_string());
+    const std::string name = like.value_or("chatml");
+    return {ChatTemplate::builtin(name), std::string("the model's chat template (tokenizer.chat_template) cannot be used (") +
+                                             e.what() + "): using " + name +
+                                             (like ? ", the built-in format it looks like" : "")};
+  }
+}
+
+}  // namespace
+
+ResolvedChatTemplate resolve_chat_template(const GgufFile& file, const std::string& choice) {
+  if (choice.empty()) return model_chat_template(file);
+  const std::vector<std::string>& names = builtin_chat_template_names();
+  if (std::find(names.begin(), names.end(), choice) != names.end()) return {ChatTemplate::builtin(choice), ""};
+  if (std::filesystem::is_regular_file(choice)) return {ChatTemplate::from_source(read_template_file(choice), choice), ""};
+  throw std::invalid_argument("chat template '" + choice + "' is neither a built-in format (" + builtin_chat_template_list() +
+                              ") nor a Jinja template file");
+}
+
+OpenedModel open_model(const OpenOptions& options) {
+  const std::string& path = options.path;
+  if (path.empty()) throw std::runtime_error("no model file chosen");
+  if (!std::filesystem::exists(path)) throw std::runtime_error(path + ": no such file");
+  if (!std::filesystem::is_regular_file(path)) throw std::runtime_error(path + ": not a file");
+  std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+  ResolvedChatTemplate chat = resolve_chat_template(*file, options.chat_template);  // before the slow part
+  ModelOptions model_options;
+  model_options.n_ctx = options.n_ctx;
+  model_options.kv_type = options.kv_type;
+  auto model = std::make_unique<Model>(file, make_backend(options.backend), model_options);
+  auto tokenizer = std::make_unique<Tokenizer>(Vocab::from_gguf(*file));
+  if (tokenizer->vocab().size() != model->config().n_vocab)
+    throw GgufError(path, "the vocabulary has " + std::to_string(tokenizer->vocab().size()) +
+                              " tokens but token_embd.weight has " + std::to_string(model->config().n_vocab) + " rows");
+  return {std::move(file), std::move(model), std::move(tokenizer), std::move(chat)};
+}
+
+}  // namespace fafo
