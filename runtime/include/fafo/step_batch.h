@@ -1,12 +1,17 @@
-// StepBatch: what one forward pass computes. Prefill, plain decoding and (later)
-// multi-token steps are all expressed as a StepBatch of T tokens.
+// StepBatch: what one forward pass computes. Prefill (causal chunks of the prompt),
+// plain decoding (the one input token) and the multi-token steps of Jacobi, Lookahead
+// and FAFO (the input token, candidate chains and the 2D window, each with its own
+// mask; laid out by StepLayout in runtime/src/decode/step_layout.h) are all a StepBatch
+// of T tokens.
 //
 // Token i of the batch has a RoPE position, sees a view of the committed KV prefix
 // (FULL: every committed entry; COMPRESSED: only the compressed region the model's
-// KV policy keeps, see fafo/kv_layout.h; FAFO's fumble rows use it), and sees the
-// batch tokens j <= i whose bit is set in its row of the in-step mask. Its key and value
-// are written to KV slot `n_past + i` for the duration of the step; committing the step
-// (Model::commit) makes the first n of them part of the cache.
+// KV policy keeps, see fafo/kv_layout.h, except in the policy's dense layers, where it
+// sees every entry; FAFO's fumble rows use it), and sees the batch tokens j <= i whose
+// bit is set in its row of the in-step mask. Its key and value are written to KV slot
+// `n_past + i` for the duration of the step; committing the step makes some of them
+// part of the cache: Model::commit(n) the first n tokens, Model::commit_rows the listed
+// rows (the input and a verified chain), moved into place after the prefix.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +45,8 @@ class StepBatch {
   PrefixView prefix(int32_t i) const { return prefixes_[static_cast<size_t>(i)]; }
   // Rows whose logits the step returns, in increasing order.
   const std::vector<int32_t>& logit_rows() const { return logit_rows_; }
-  // Committed KV entries every token sees (the cache length before the step).
+  // Committed KV entries before the step (the cache length; the model sets it when it
+  // runs the step). FULL tokens see all of them; the step's own KV slots start here.
   int32_t n_past() const { return n_past_; }
   void set_n_past(int32_t n) { n_past_ = n; }
 

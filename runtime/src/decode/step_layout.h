@@ -35,6 +35,7 @@ class StepLayout {
   void add_window(const LookaheadWindow& window, PrefixView view);
 
   StepBatch& batch() { return batch_; }
+  const StepBatch& batch() const { return batch_; }
   const std::vector<ChainRows>& chains() const { return chains_; }
   const std::vector<int32_t>& window_output_rows() const { return window_outputs_; }
 

@@ -16,31 +16,25 @@ StrategyState::StrategyState(const DecodingOptions& o, const std::vector<int32_t
   if (o.pool_from_prompt && uses_window()) seed_pool(prompt);
 }
 
-void StrategyState::build(StepLayout& layout, const std::vector<int32_t>& history, StepTrace& trace) {
+void StrategyState::build(StepLayout& layout, const std::vector<int32_t>& history) {
   if (o_.strategy == Strategy::Jacobi) {
     layout.add_chain(guesses_);
-    trace.candidates.push_back({guesses_, 0, 0, -1, -1, false});
     return;
   }
   if (!uses_window()) return;
   const int32_t chain_length = o_.ngram - 1;
-  for (const RetrievedCandidate& c : pool_.retrieve(history, o_.guesses)) {
-    layout.add_chain(c.ngram);
-    trace.candidates.push_back({c.ngram, c.key_length, 0, c.origin_step, c.origin_column, false});
-  }
+  retrieved_ = pool_.retrieve(history, o_.guesses);
+  for (const RetrievedCandidate& c : retrieved_) layout.add_chain(c.ngram);
   if (o_.strategy == Strategy::Fafo) {
     // Pad to G candidates so every step has the same shape.
-    while (static_cast<int32_t>(layout.chains().size()) < o_.guesses) {
-      const std::vector<int32_t> filler(static_cast<size_t>(chain_length), history.back());
-      layout.add_chain(filler, /*padding=*/true);
-      trace.candidates.push_back({filler, 0, 0, -1, -1, true});
-    }
+    const std::vector<int32_t> filler(static_cast<size_t>(chain_length), history.back());
+    while (static_cast<int32_t>(layout.chains().size()) < o_.guesses) layout.add_chain(filler, /*padding=*/true);
   }
   layout.add_window(*window_, o_.strategy == Strategy::Fafo ? PrefixView::Compressed : PrefixView::Full);
 }
 
 void StrategyState::update(const StepLayout& layout, int32_t input, const std::vector<int32_t>& emitted,
-                           const std::vector<int32_t>& history, int32_t step, StepTrace& trace) {
+                           const std::vector<int32_t>& history, int32_t step) {
   if (o_.strategy == Strategy::Jacobi) {
     // Jacobi update: the predictions after the accepted prefix become the new guesses.
     const auto& rows = layout.chains().front().rows;
@@ -48,17 +42,15 @@ void StrategyState::update(const StepLayout& layout, int32_t input, const std::v
     for (size_t i = emitted.size(); i <= rows.size(); ++i) next.push_back(layout.argmax(rows[i - 1]));
     guesses_ = next;
     fill_guesses(history);
-    trace.new_guesses = guesses_;
     return;
   }
   if (!uses_window()) return;
-  std::vector<int32_t> new_row;
-  for (int32_t row : layout.window_output_rows()) new_row.push_back(layout.argmax(row));
-  trace.new_guesses = new_row;
+  new_row_.clear();
+  for (int32_t row : layout.window_output_rows()) new_row_.push_back(layout.argmax(row));
   if (window_->warmed_up())
     for (int32_t c = 0; c < window_->columns(); ++c)
-      pool_.add(window_->key_context(c, input), window_->ngram(c, new_row[static_cast<size_t>(c)]), step, c);
-  window_->shift(new_row, input);
+      pool_.add(window_->key_context(c, input), window_->ngram(c, new_row_[static_cast<size_t>(c)]), step, c);
+  window_->shift(new_row_, input);
   for (size_t extra = 1; extra < emitted.size(); ++extra) window_->shift_recycled(emitted[extra - 1]);
 }
 

@@ -1,7 +1,8 @@
 // The per-generation state of a decoding strategy: what it guesses with and what it
 // remembers between steps (Jacobi guesses; the 2D window and the candidate pool of
 // Lookahead and FAFO). The decoding loop (generator.cpp) asks it to lay out each step
-// and tells it what was accepted.
+// and tells it what was accepted; the trace recorder (trace_recorder.h) reads what it
+// retrieved and guessed.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +25,22 @@ class StrategyState {
   const CandidatePool& pool() const { return pool_; }
   const LookaheadWindow* window() const { return window_ ? &*window_ : nullptr; }
 
-  // Lays out the step for `input` after the committed `history` (history ends with input).
-  void build(StepLayout& layout, const std::vector<int32_t>& history, StepTrace& trace);
+  // Lays out the step for `input` after the committed `history` (history ends with input):
+  // the chains to verify (Jacobi's guesses, or the pool's candidates and, for FAFO,
+  // padding up to G chains), then the 2D window.
+  void build(StepLayout& layout, const std::vector<int32_t>& history);
+  // The pool candidates the latest build() laid out, in chain order (they come before
+  // any padding chain); empty for ar and jacobi.
+  const std::vector<RetrievedCandidate>& retrieved() const { return retrieved_; }
 
   // After verification: update guesses / window / pool. `emitted` tokens were kept.
   void update(const StepLayout& layout, int32_t input, const std::vector<int32_t>& emitted,
-              const std::vector<int32_t>& history, int32_t step, StepTrace& trace);
+              const std::vector<int32_t>& history, int32_t step);
+  // What the latest update() guessed: Jacobi's next guesses, or the tokens the window's
+  // last row predicted (its new row); empty for ar.
+  const std::vector<int32_t>& new_guesses() const {
+    return o_.strategy == Strategy::Jacobi ? guesses_ : new_row_;
+  }
 
  private:
   void fill_guesses(const std::vector<int32_t>& source);
@@ -41,6 +52,8 @@ class StrategyState {
   CandidatePool pool_;
   std::optional<LookaheadWindow> window_;
   std::vector<int32_t> guesses_;
+  std::vector<RetrievedCandidate> retrieved_;
+  std::vector<int32_t> new_row_;
 };
 
 }  // namespace fafo
