@@ -20,7 +20,7 @@ enum class Fault { MatmulRowOffByOne, RmsNormDependsOnT };
 
 class FaultyBackend final : public Backend {
  public:
-  explicit FaultyBackend(Fault fault) : fault_(fault), inner_(make_cpu_backend(1)) {}
+  explicit FaultyBackend(Fault fault) : fault_(fault), inner_(make_reference_backend(1)) {}
 
   std::string name() const override { return "faulty"; }
   std::string description() const override { return "the CPU backend with a deliberate bug"; }

@@ -569,7 +569,7 @@ std::unique_ptr<Backend> make_target(const Target& t) {
 
 class BackendOps : public ::testing::TestWithParam<Target> {
  protected:
-  static void SetUpTestSuite() { reference_ = std::make_unique<OpEnv>(make_cpu_backend(2)); }
+  static void SetUpTestSuite() { reference_ = std::make_unique<OpEnv>(make_reference_backend(2)); }
   static void TearDownTestSuite() {
     reference_.reset();
     targets_.clear();
@@ -643,7 +643,7 @@ TEST(BackendOpsTable, EveryBackendOfTheBuildIsATarget) {
 // The table must fail a wrong kernel: a backend whose matmul reads the next weight row.
 TEST(BackendOpsTable, AnOffByOneRowMatmulFailsConformance) {
   OpEnv faulty(std::make_unique<FaultyBackend>(Fault::MatmulRowOffByOne));
-  OpEnv reference(make_cpu_backend(1));
+  OpEnv reference(make_reference_backend(1));
   int caught = 0, cases = 0;
   for (const OpCase& c : op_table()) {
     if (c.op != "matmul") continue;
@@ -659,7 +659,7 @@ TEST(BackendOpsTable, AnOffByOneRowMatmulFailsConformance) {
 // right at small T: T-invariance fails on the backend alone.
 TEST(BackendOpsTable, AKernelThatDependsOnTFailsTInvariance) {
   OpEnv faulty(std::make_unique<FaultyBackend>(Fault::RmsNormDependsOnT));
-  OpEnv reference(make_cpu_backend(1));
+  OpEnv reference(make_reference_backend(1));
   for (const OpCase& c : op_table()) {
     if (c.op != "rms_norm") continue;
     const CaseReport r = check_case(c, faulty, reference, -1.0);

@@ -100,7 +100,7 @@ struct Pair {
   std::unique_ptr<Backend> cpu, gpu;
   std::vector<std::vector<float>> tables;  // kept alive: the CPU backend uses weights in place
 
-  Pair(std::unique_ptr<Backend> vk) : cpu(make_cpu_backend(1)), gpu(std::move(vk)) {}
+  Pair(std::unique_ptr<Backend> vk) : cpu(make_reference_backend(1)), gpu(std::move(vk)) {}
 
   std::pair<Weight, Weight> weight(std::vector<float> values, int64_t rows, int64_t cols) {
     tables.push_back(std::move(values));
@@ -325,7 +325,7 @@ void expect_same_ids(const Greedy& cpu, const Greedy& gpu, float tie, const std:
 TEST_F(VulkanBackend, GreedyIdsEqualCpuOnStoriesGoldenPrompts) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   FAFO_REQUIRE_SHARED(golden_path, "golden/stories260K.greedy.jsonl");
-  Loaded cpu = load(model_path.string(), make_cpu_backend(2));
+  Loaded cpu = load(model_path.string(), make_reference_backend(2));
   Loaded gpu = load(model_path.string(), make_vulkan());
   std::ifstream in(golden_path);
   int cases = 0;
@@ -348,7 +348,7 @@ TEST_F(VulkanBackend, GreedyIdsEqualCpuOnRandomModelsInSeveralFormats) {
     c.seed = 3;
     const std::string path = (test::temp_dir("vk-e2e-" + type) / "m.gguf").string();
     synth::write_synthetic_model(c, path);
-    Loaded cpu = load(path, make_cpu_backend(2), 128);
+    Loaded cpu = load(path, make_reference_backend(2), 128);
     Loaded gpu = load(path, make_vulkan(), 128);
     const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31};
     expect_same_ids(greedy(*cpu.model, prompt, 24), greedy(*gpu.model, prompt, 24), 1e-3f, type, 12);
@@ -360,7 +360,7 @@ TEST_F(VulkanBackend, AnF16CacheGivesCpuIdsAndHalvesTheCache) {
   // strategy stays token-identical to AR on Vulkan.
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   FAFO_REQUIRE_SHARED(golden_path, "golden/stories260K.greedy.jsonl");
-  Loaded cpu = load(model_path.string(), make_cpu_backend(2), 0, KvCacheType::F16);
+  Loaded cpu = load(model_path.string(), make_reference_backend(2), 0, KvCacheType::F16);
   Loaded gpu = load(model_path.string(), make_vulkan(), 0, KvCacheType::F16);
   std::ifstream in(golden_path);
   std::string line;

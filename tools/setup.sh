@@ -21,6 +21,8 @@ packages=(
   libglfw3-dev libimgui-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth
   # libraries used by the runtime and CLI
   nlohmann-json3-dev libcli11-dev
+  # the cpu backend's SIMD kernels (Google Highway, dispatched at run time)
+  libhwy-dev
   # tests
   libgtest-dev libgmock-dev googletest tmux
 )

@@ -12,7 +12,7 @@
 //
 // Numerics: every backend is T-invariant (a row's result is bit-identical whatever the
 // step's size and whatever other rows share it), which lossless multi-token decoding
-// relies on. numerics() says whether results equal the CPU reference bit for bit or
+// relies on. numerics() says whether results equal the reference backend bit for bit or
 // within a stated tolerance; tests/test_backend_ops.cpp checks both claims.
 #pragma once
 
@@ -76,7 +76,7 @@ struct RopeParams {
   }
 };
 
-// How a backend's results relate to the CPU reference's.
+// How a backend's results relate to the reference backend's.
 struct BackendNumerics {
   bool exact = true;  // bit-identical to the reference for every op
   // When not exact: the largest error allowed, |got - ref| <= tolerance * max(1, |ref|).
@@ -174,8 +174,10 @@ std::string default_backend_name();
 // such device).
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
 
-// The CPU reference backend (the oracle of tests/test_backend_ops.cpp). n_threads <= 0
-// uses every hardware thread.
+// The fast CPU backend (`cpu`: SIMD matrix products with token tiles, within a stated
+// tolerance of the reference). n_threads <= 0 uses every hardware thread.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+// The fp32 reference backend (`reference`), the oracle of tests/test_backend_ops.cpp.
+std::unique_ptr<Backend> make_reference_backend(int n_threads = 0);
 
 }  // namespace fafo

@@ -29,7 +29,7 @@ struct BackendInfo {
   std::string display_name;  // "CPU", "Vulkan"
   std::string summary;  // one line: what it is
   // `auto` picks the registered backend of highest auto_rank that finds a GPU device,
-  // else the backend of rank 0 (the CPU).
+  // else the backend of rank 0 (the fast CPU backend); a negative rank is never picked.
   int auto_rank = 0;
   std::function<std::vector<BackendDevice>()> devices;  // never throws; empty when unavailable
   std::function<std::unique_ptr<Backend>(const BackendSpec&)> create;  // throws std::runtime_error
@@ -41,5 +41,10 @@ const std::vector<BackendInfo>& backend_registry();
 const BackendInfo* find_backend(const std::string& name);
 // available_backends(), default_backend_name() and make_backend() (fafo/backend.h)
 // read this registry.
+
+// The one device of the host backends (cpu, reference): the host CPU.
+BackendDevice host_cpu_device();
+// Throws std::runtime_error unless `device` is empty or "0" (the host CPU).
+void check_host_device(const std::string& backend, const std::string& device);
 
 }  // namespace fafo

@@ -1,9 +1,9 @@
-#include "backend/cpu/cpu_kernels.h"
+#include "backend/reference/reference_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace fafo::cpu {
+namespace fafo::ref {
 
 float dot(const float* a, const float* b, int64_t n) {
   // Eight independent partial sums: vectorizable and a fixed summation order.
@@ -81,4 +81,4 @@ void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_part
   for (int32_t d = 0; d < head_dim; ++d) out[d] *= inv;
 }
 
-}  // namespace fafo::cpu
+}  // namespace fafo::ref

@@ -1,7 +1,6 @@
-// The CPU backend's KV cache: per layer, capacity x kv_dim floats of keys and values
-// in host memory. An F16 cache keeps fp32 storage here (this backend is the reference,
-// not the memory saver) but rounds every stored value to fp16, so it computes with the
-// very values a device's fp16 cache holds.
+// The host backends' KV cache (reference and cpu): per layer, capacity x kv_dim floats of
+// keys and values in host memory. An F16 cache keeps fp32 storage here but rounds every
+// stored value to fp16, so it computes with the very values a device's fp16 cache holds.
 #pragma once
 
 #include <vector>
@@ -9,7 +8,7 @@
 #include "fafo/backend.h"
 #include "fafo/kv_cache.h"
 
-namespace fafo::cpu {
+namespace fafo::host {
 
 // What the cache needs from its backend during a step: the step and its buffers.
 class StepRows {
@@ -19,10 +18,10 @@ class StepRows {
   virtual const float* data_of(const Activation& a) const = 0;
 };
 
-class CpuKvCache final : public KvCache {
+class HostKvCache final : public KvCache {
  public:
   // Throws std::runtime_error when the cache would not fit in this machine's memory.
-  CpuKvCache(const KvCacheShape& shape, const StepRows& step);
+  HostKvCache(const KvCacheShape& shape, const StepRows& step);
 
   void store(int32_t layer, const Activation& k, const Activation& v) override;
   void capture_queries(int32_t layer, const Activation& q) override;
@@ -47,4 +46,4 @@ class CpuKvCache final : public KvCache {
   std::vector<std::vector<float>> captured_;
 };
 
-}  // namespace fafo::cpu
+}  // namespace fafo::host

@@ -1,4 +1,4 @@
-#include "backend/cpu/cpu_kv_cache.h"
+#include "backend/host/host_kv_cache.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,9 +9,9 @@
 
 #include "fafo/tensor_type.h"
 
-namespace fafo::cpu {
+namespace fafo::host {
 
-CpuKvCache::CpuKvCache(const KvCacheShape& shape, const StepRows& step)
+HostKvCache::HostKvCache(const KvCacheShape& shape, const StepRows& step)
     : KvCache(shape), step_(step), row_floats_(static_cast<size_t>(shape.kv_dim)) {
   if (shape.n_layer < 1 || shape.capacity < 1 || shape.kv_dim < 1)
     throw std::invalid_argument("a KV cache needs at least one layer, one entry and one value per entry");
@@ -26,15 +26,15 @@ CpuKvCache::CpuKvCache(const KvCacheShape& shape, const StepRows& step)
   values_.assign(static_cast<size_t>(shape.n_layer), std::vector<float>(per_layer, 0.0f));
 }
 
-void CpuKvCache::check_layer(int32_t layer, const char* what) const {
+void HostKvCache::check_layer(int32_t layer, const char* what) const {
   if (layer < 0 || layer >= shape().n_layer) throw std::out_of_range(std::string(what) + ": layer outside the KV cache");
 }
 
-void CpuKvCache::check_slot(int32_t slot, const char* what) const {
+void HostKvCache::check_slot(int32_t slot, const char* what) const {
   if (slot < 0 || slot >= capacity()) throw std::out_of_range(std::string(what) + ": slot outside the cache");
 }
 
-void CpuKvCache::store_values(float* dst, const float* src, size_t n) const {
+void HostKvCache::store_values(float* dst, const float* src, size_t n) const {
   if (shape().type == KvCacheType::F32) {
     std::memcpy(dst, src, n * sizeof(float));
     return;
@@ -42,7 +42,7 @@ void CpuKvCache::store_values(float* dst, const float* src, size_t n) const {
   for (size_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(fp32_to_fp16(src[i]));
 }
 
-void CpuKvCache::store(int32_t layer, const Activation& k, const Activation& v) {
+void HostKvCache::store(int32_t layer, const Activation& k, const Activation& v) {
   check_layer(layer, "store");
   if (k.cols != shape().kv_dim || v.cols != shape().kv_dim) throw std::invalid_argument("store: rows are not kv_dim wide");
   const StepBatch& batch = step_.step_batch();
@@ -52,7 +52,7 @@ void CpuKvCache::store(int32_t layer, const Activation& k, const Activation& v) 
   store_values(&values_[static_cast<size_t>(layer)][at], step_.data_of(v), n);
 }
 
-void CpuKvCache::capture_queries(int32_t layer, const Activation& q) {
+void HostKvCache::capture_queries(int32_t layer, const Activation& q) {
   check_layer(layer, "capture_queries");
   if (captured_.size() < static_cast<size_t>(shape().n_layer)) captured_.resize(static_cast<size_t>(shape().n_layer));
   auto& dst = captured_[static_cast<size_t>(layer)];
@@ -63,7 +63,7 @@ void CpuKvCache::capture_queries(int32_t layer, const Activation& q) {
     if (r >= 0 && r < step_.step_batch().size()) dst.insert(dst.end(), src + static_cast<size_t>(r) * cols, src + static_cast<size_t>(r + 1) * cols);
 }
 
-void CpuKvCache::write(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) {
+void HostKvCache::write(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) {
   if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
     throw std::out_of_range("write_kv: outside the cache");
   const size_t n = static_cast<size_t>(count) * row_floats_, at = static_cast<size_t>(first) * row_floats_;
@@ -71,7 +71,7 @@ void CpuKvCache::write(int32_t layer, int32_t first, int32_t count, const float*
   store_values(&values_[static_cast<size_t>(layer)][at], v, n);
 }
 
-std::vector<float> CpuKvCache::read_keys(int32_t layer, const std::vector<int32_t>& slots) {
+std::vector<float> HostKvCache::read_keys(int32_t layer, const std::vector<int32_t>& slots) {
   check_layer(layer, "read_keys");
   std::vector<float> out(slots.size() * row_floats_);
   for (size_t k = 0; k < slots.size(); ++k) {
@@ -82,11 +82,11 @@ std::vector<float> CpuKvCache::read_keys(int32_t layer, const std::vector<int32_
   return out;
 }
 
-std::vector<float> CpuKvCache::captured_queries(int32_t layer) {
+std::vector<float> HostKvCache::captured_queries(int32_t layer) {
   return layer >= 0 && layer < static_cast<int32_t>(captured_.size()) ? captured_[static_cast<size_t>(layer)] : std::vector<float>{};
 }
 
-void CpuKvCache::swap_slots(const SlotPairs& pairs) {
+void HostKvCache::swap_slots(const SlotPairs& pairs) {
   const size_t n = row_floats_;
   for (const auto& [a, b] : pairs) {
     check_slot(a, "swap_kv");
@@ -98,7 +98,7 @@ void CpuKvCache::swap_slots(const SlotPairs& pairs) {
   }
 }
 
-void CpuKvCache::move_slots(const SlotPairs& moves) {
+void HostKvCache::move_slots(const SlotPairs& moves) {
   const size_t n = row_floats_;
   for (const auto& [src, dst] : moves) {
     check_slot(src, "move_kv");
@@ -110,4 +110,4 @@ void CpuKvCache::move_slots(const SlotPairs& moves) {
   }
 }
 
-}  // namespace fafo::cpu
+}  // namespace fafo::host

@@ -7,7 +7,7 @@
 
 #include "fafo/backend.h"
 
-namespace fafo::cpu {
+namespace fafo::ref {
 
 float dot(const float* a, const float* b, int64_t n);
 void rms_norm_row(const float* x, const float* gain, float eps, float* out, int64_t n);
@@ -33,4 +33,4 @@ AttentionPart attend_head_part(const float* q, const float* keys, const float* v
 // out = the softmax-weighted values of all parts (accs: n_parts x head_dim).
 void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t head_dim, float* out);
 
-}  // namespace fafo::cpu
+}  // namespace fafo::ref

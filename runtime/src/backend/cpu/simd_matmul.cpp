@@ -1,0 +1,501 @@
+// SIMD decoders and the token-tiled matrix product of the `cpu` backend (see
+// simd_matmul.h). Highway compiles this file once per instruction set (foreach_target.h
+// re-includes it) and HWY_DYNAMIC_DISPATCH picks the best the CPU has at run time.
+//
+// Built with -ffp-contract=off (runtime/CMakeLists.txt): the decoders evaluate the
+// reference dequantizer's expressions with a rounding after every product, so they give
+// its floats bit for bit; the only fused multiply-adds are the explicit MulAdd of the
+// dot products.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/simd_matmul.h"
+#include "fafo/tensor_type.h"
+#include "quant/blocks.h"
+
+// Arrays of vectors (the tiles' accumulators) need vectors of a size known when compiling.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/simd_matmul.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fafo::cpu {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// At most 16 lanes: every block size (16, 32, 256) is then a multiple of the lane count.
+using DF = hn::CappedTag<float, 16>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using DU8 = hn::Rebind<uint8_t, DF>;
+using DI8 = hn::Rebind<int8_t, DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;
+using DF16 = hn::Rebind<hwy::float16_t, DF>;
+using VF = hn::Vec<DF>;
+using VI = hn::Vec<DI>;
+
+// N bytes at p as int32 lanes.
+HWY_INLINE VI LoadBytes(const uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(DU8(), p)); }
+
+// ---- decoders ----
+// One per format with a SIMD path. Prepare() reads a block's scales; Group(sub, l) gives
+// the N values at offset sub * kSubValues + l of the block as floats, evaluating the
+// reference dequantizer's expressions (so the floats are the reference's bit for bit).
+// Both the fused product (small steps) and the panel product (large steps) take their
+// weights from Group(), in column order, so the two give every result identically.
+
+// The 8 scales and 8 mins (6 bits each) of a Q4_K/Q5_K super-block, unpacked four at a
+// time from its 12 packed bytes (the layout of quant::unpack_scale_min_k4).
+HWY_INLINE void UnpackScalesK4(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+  uint32_t a, m, c;
+  std::memcpy(&a, packed, 4);
+  std::memcpy(&m, packed + 4, 4);
+  std::memcpy(&c, packed + 8, 4);
+  const uint32_t sc_lo = a & 0x3f3f3f3fu, mn_lo = m & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t mn_hi = ((c >> 4) & 0x0f0f0f0fu) | ((m >> 2) & 0x30303030u);
+  std::memcpy(scales, &sc_lo, 4);
+  std::memcpy(scales + 4, &sc_hi, 4);
+  std::memcpy(mins, &mn_lo, 4);
+  std::memcpy(mins + 4, &mn_hi, 4);
+}
+
+// out[j] = d * float(in[j]) for j < n (n a multiple of 8), as the reference rounds it.
+template <typename T>
+HWY_INLINE void ScaleBytes(float d, const T* in, float* out, size_t n) {
+  const hn::CappedTag<float, 8> d8;
+  const hn::Rebind<int32_t, decltype(d8)> di8;
+  const hn::Rebind<T, decltype(d8)> dt8;
+  const size_t N8 = hn::Lanes(d8);
+  for (size_t j = 0; j < n; j += N8)
+    hn::StoreU(hn::Mul(hn::Set(d8, d), hn::ConvertTo(d8, hn::PromoteTo(di8, hn::LoadU(dt8, in + j)))), d8, out + j);
+}
+
+struct Q4KDecoder {
+  static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockQ4_K);
+  static constexpr size_t kSubs = 8, kSubValues = 32;
+  HWY_ALIGN float dl[kSubs], ml[kSubs];
+  const uint8_t* qs;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    uint16_t dh, mh;
+    std::memcpy(&dh, b + offsetof(quant::BlockQ4_K, d), 2);
+    std::memcpy(&mh, b + offsetof(quant::BlockQ4_K, dmin), 2);
+    uint8_t sc[kSubs], mn[kSubs];
+    UnpackScalesK4(b + offsetof(quant::BlockQ4_K, scales), sc, mn);
+    ScaleBytes(fp16_to_fp32(dh), sc, dl, kSubs);
+    ScaleBytes(fp16_to_fp32(mh), mn, ml, kSubs);
+    qs = b + offsetof(quant::BlockQ4_K, qs);
+  }
+  HWY_INLINE VF Group(size_t sub, size_t l) const {
+    const VI v = LoadBytes(qs + 32 * (sub / 2) + l);
+    const VI q = (sub & 1) ? hn::ShiftRight<4>(v) : hn::And(v, hn::Set(DI(), 0x0f));
+    return hn::Sub(hn::Mul(hn::Set(DF(), dl[sub]), hn::ConvertTo(DF(), q)), hn::Set(DF(), ml[sub]));
+  }
+};
+
+struct Q5KDecoder {
+  static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockQ5_K);
+  static constexpr size_t kSubs = 8, kSubValues = 32;
+  HWY_ALIGN float dl[kSubs], ml[kSubs];
+  const uint8_t* qs;
+  const uint8_t* qh;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    uint16_t dh, mh;
+    std::memcpy(&dh, b + offsetof(quant::BlockQ5_K, d), 2);
+    std::memcpy(&mh, b + offsetof(quant::BlockQ5_K, dmin), 2);
+    uint8_t sc[kSubs], mn[kSubs];
+    UnpackScalesK4(b + offsetof(quant::BlockQ5_K, scales), sc, mn);
+    ScaleBytes(fp16_to_fp32(dh), sc, dl, kSubs);
+    ScaleBytes(fp16_to_fp32(mh), mn, ml, kSubs);
+    qs = b + offsetof(quant::BlockQ5_K, qs);
+    qh = b + offsetof(quant::BlockQ5_K, qh);
+  }
+  HWY_INLINE VF Group(size_t sub, size_t l) const {
+    const VI v = LoadBytes(qs + 32 * (sub / 2) + l);
+    const VI low = (sub & 1) ? hn::ShiftRight<4>(v) : hn::And(v, hn::Set(DI(), 0x0f));
+    // Bit 4 of sub-block `sub` is bit `sub` of qh[l].
+    const VI high = hn::And(hn::ShiftRightSame(LoadBytes(qh + l), static_cast<int>(sub)), hn::Set(DI(), 1));
+    return hn::Sub(hn::Mul(hn::Set(DF(), dl[sub]), hn::ConvertTo(DF(), hn::Or(low, hn::ShiftLeft<4>(high)))),
+                   hn::Set(DF(), ml[sub]));
+  }
+};
+
+struct Q6KDecoder {
+  static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockQ6_K);
+  static constexpr size_t kSubs = 16, kSubValues = 16;
+  HWY_ALIGN float dl[kSubs];
+  const uint8_t* ql;
+  const uint8_t* qh;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    uint16_t dh;
+    std::memcpy(&dh, b + offsetof(quant::BlockQ6_K, d), 2);
+    const float d = fp16_to_fp32(dh);
+    const auto* scales = reinterpret_cast<const int8_t*>(b + offsetof(quant::BlockQ6_K, scales));
+    ScaleBytes(d, scales, dl, kSubs);
+    ql = b + offsetof(quant::BlockQ6_K, ql);
+    qh = b + offsetof(quant::BlockQ6_K, qh);
+  }
+  HWY_INLINE VF Group(size_t sub, size_t l) const {
+    const size_t v = 16 * sub + l;  // = 128 * half + 32 * k + m
+    const size_t half = v / 128, k = (v % 128) / 32, m = v % 32;
+    const VI lo = hn::And(hn::ShiftRightSame(LoadBytes(ql + 64 * half + 32 * (k % 2) + m), k < 2 ? 0 : 4),
+                          hn::Set(DI(), 0x0f));
+    const VI hi = hn::And(hn::ShiftRightSame(LoadBytes(qh + 32 * half + m), static_cast<int>(2 * k)), hn::Set(DI(), 3));
+    const VI q = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(DI(), 32));
+    return hn::Mul(hn::Set(DF(), dl[sub]), hn::ConvertTo(DF(), q));
+  }
+};
+
+struct Q8_0Decoder {
+  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ8_0);
+  static constexpr size_t kSubs = 1, kSubValues = 32;
+  VF d;
+  const int8_t* qs;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    uint16_t dh;
+    std::memcpy(&dh, b, 2);
+    d = hn::Set(DF(), fp16_to_fp32(dh));
+    qs = reinterpret_cast<const int8_t*>(b + offsetof(quant::BlockQ8_0, qs));
+  }
+  HWY_INLINE VF Group(size_t, size_t l) const {
+    return hn::Mul(hn::ConvertTo(DF(), hn::PromoteTo(DI(), hn::LoadU(DI8(), qs + l))), d);
+  }
+};
+
+struct Q4_0Decoder {
+  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ4_0);
+  static constexpr size_t kSubs = 2, kSubValues = 16;  // low nibbles: values 0..15, high: 16..31
+  VF d;
+  const uint8_t* qs;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    uint16_t dh;
+    std::memcpy(&dh, b, 2);
+    d = hn::Set(DF(), fp16_to_fp32(dh));
+    qs = b + offsetof(quant::BlockQ4_0, qs);
+  }
+  HWY_INLINE VF Group(size_t sub, size_t l) const {
+    const VI v = LoadBytes(qs + l);
+    const VI q = sub ? hn::ShiftRight<4>(v) : hn::And(v, hn::Set(DI(), 0x0f));
+    return hn::Mul(hn::ConvertTo(DF(), hn::Sub(q, hn::Set(DI(), 8))), d);
+  }
+};
+
+// Unquantized formats: a "block" is one vector of values; a row's last cols % N values
+// are the scalar tail of the dot product.
+constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DF()));
+
+struct F32Decoder {
+  static constexpr int64_t kValues = kLanes, kBytes = kLanes * 4;
+  static constexpr size_t kSubs = 1, kSubValues = static_cast<size_t>(kLanes);
+  const float* p;
+  HWY_INLINE void Prepare(const uint8_t* b) { p = reinterpret_cast<const float*>(b); }
+  HWY_INLINE VF Group(size_t, size_t) const { return hn::LoadU(DF(), p); }
+  static float Scalar(const uint8_t* row, int64_t c) {
+    float v;
+    std::memcpy(&v, row + 4 * c, 4);
+    return v;
+  }
+};
+
+struct F16Decoder {
+  static constexpr int64_t kValues = kLanes, kBytes = kLanes * 2;
+  static constexpr size_t kSubs = 1, kSubValues = static_cast<size_t>(kLanes);
+  const hwy::float16_t* p;
+  HWY_INLINE void Prepare(const uint8_t* b) { p = reinterpret_cast<const hwy::float16_t*>(b); }
+  HWY_INLINE VF Group(size_t, size_t) const { return hn::PromoteTo(DF(), hn::LoadU(DF16(), p)); }
+  static float Scalar(const uint8_t* row, int64_t c) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * c, 2);
+    return fp16_to_fp32(h);
+  }
+};
+
+struct BF16Decoder {
+  static constexpr int64_t kValues = kLanes, kBytes = kLanes * 2;
+  static constexpr size_t kSubs = 1, kSubValues = static_cast<size_t>(kLanes);
+  const uint16_t* p;
+  HWY_INLINE void Prepare(const uint8_t* b) { p = reinterpret_cast<const uint16_t*>(b); }
+  HWY_INLINE VF Group(size_t, size_t) const {
+    return hn::BitCast(DF(), hn::ShiftLeft<16>(hn::PromoteTo(DU(), hn::LoadU(DU16(), p))));
+  }
+  static float Scalar(const uint8_t* row, int64_t c) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * c, 2);
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+  }
+};
+
+template <class Dec>
+constexpr bool kHasTail = Dec::kValues == kLanes && (std::is_same_v<Dec, F32Decoder> || std::is_same_v<Dec, F16Decoder> ||
+                                                     std::is_same_v<Dec, BF16Decoder>);
+
+// A whole row (cols values) to floats through the decoder.
+template <class Dec>
+void DecodeRowWith(const uint8_t* src, float* dst, int64_t cols) {
+  const size_t N = hn::Lanes(DF());
+  const int64_t blocks = cols / Dec::kValues;
+  Dec dec;
+  for (int64_t b = 0; b < blocks; ++b) {
+    dec.Prepare(src + b * Dec::kBytes);
+    for (size_t sub = 0; sub < Dec::kSubs; ++sub)
+      for (size_t l = 0; l < Dec::kSubValues; l += N)
+        hn::StoreU(dec.Group(sub, l), DF(), dst + b * Dec::kValues + static_cast<int64_t>(sub * Dec::kSubValues + l));
+  }
+  if constexpr (kHasTail<Dec>)
+    for (int64_t c = blocks * Dec::kValues; c < cols; ++c) dst[c] = Dec::Scalar(src, c);
+}
+
+// Returns false when the format has no SIMD decoder here.
+bool DecodeRow(TensorType type, const uint8_t* src, float* dst, int64_t n) {
+  switch (type) {
+    case TensorType::Q4_K: DecodeRowWith<Q4KDecoder>(src, dst, n); return true;
+    case TensorType::Q5_K: DecodeRowWith<Q5KDecoder>(src, dst, n); return true;
+    case TensorType::Q6_K: DecodeRowWith<Q6KDecoder>(src, dst, n); return true;
+    case TensorType::Q8_0: DecodeRowWith<Q8_0Decoder>(src, dst, n); return true;
+    case TensorType::Q4_0: DecodeRowWith<Q4_0Decoder>(src, dst, n); return true;
+    case TensorType::F16: DecodeRowWith<F16Decoder>(src, dst, n); return true;
+    case TensorType::BF16: DecodeRowWith<BF16Decoder>(src, dst, n); return true;
+    case TensorType::F32: DecodeRowWith<F32Decoder>(src, dst, n); return true;
+    default: return false;
+  }
+}
+
+void DequantizeRowImpl(TensorType type, const uint8_t* src, float* dst, int64_t n) {
+  if (!DecodeRow(type, src, dst, n)) dequantize_row(type, src, dst, n);
+}
+
+bool HasDecoderImpl(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: case TensorType::Q8_0:
+    case TensorType::Q4_0: case TensorType::F16: case TensorType::BF16: case TensorType::F32: return true;
+    default: return false;
+  }
+}
+
+// ---- the product ----
+
+// R weight rows x NT tokens: sums[r * NT + t] = dot(w[r], x[t]) over n columns. The
+// per-output arithmetic (one accumulator vector, columns in order, then the lane sum
+// and a scalar tail) is the same for every R and NT.
+template <size_t R, size_t NT>
+HWY_INLINE void Tile(const float* const* w, const float* const* x, int64_t n, float* sums) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[R][NT];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t t = 0; t < NT; ++t) acc[r][t] = hn::Zero(df);
+  const int64_t main = n - n % N;
+  for (int64_t c = 0; c < main; c += N) {
+    VF xv[NT];
+    for (size_t t = 0; t < NT; ++t) xv[t] = hn::LoadU(df, x[t] + c);
+    for (size_t r = 0; r < R; ++r) {
+      const VF wv = hn::LoadU(df, w[r] + c);
+      for (size_t t = 0; t < NT; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t t = 0; t < NT; ++t) {
+      float s = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
+      float tail = 0.0f;
+      for (int64_t c = main; c < n; ++c) tail += w[r][c] * x[t][c];
+      sums[r * NT + t] = s + tail;
+    }
+}
+
+// Register budget: 32 vector registers on AVX-512 (and NEON), 16 elsewhere.
+#if HWY_TARGET <= HWY_AVX3 || HWY_ARCH_ARM
+constexpr size_t kWideRows = 8, kRows = 4, kTokens = 4;
+#else
+constexpr size_t kWideRows = 4, kRows = 2, kTokens = 4;
+#endif
+
+// Tokens [t0, t0 + nt) against `rows` dequantized rows (rows <= R; missing rows repeat
+// row 0 and are not written).
+template <size_t R, size_t NT>
+void TileOut(const float* const* w, int64_t rows, const float* x, int64_t x_stride, int64_t t0, int64_t cols, float* out,
+             int64_t out_stride, int64_t r0) {
+  const float* xs[NT];
+  for (size_t t = 0; t < NT; ++t) xs[t] = x + (t0 + static_cast<int64_t>(t)) * x_stride;
+  float sums[R * NT];
+  Tile<R, NT>(w, xs, cols, sums);
+  for (int64_t r = 0; r < rows; ++r)
+    for (size_t t = 0; t < NT; ++t)
+      out[(t0 + static_cast<int64_t>(t)) * out_stride + r0 + r] = sums[static_cast<size_t>(r) * NT + t];
+}
+
+template <size_t R>
+void RowBlock(const float* const* w, int64_t rows, const float* x, int64_t x_stride, int64_t T, int64_t cols, float* out,
+              int64_t out_stride, int64_t r0) {
+  int64_t t = 0;
+  for (; t + static_cast<int64_t>(kTokens) <= T; t += kTokens)
+    TileOut<R, kTokens>(w, rows, x, x_stride, t, cols, out, out_stride, r0);
+  switch (T - t) {
+    case 3: TileOut<R, 3>(w, rows, x, x_stride, t, cols, out, out_stride, r0); break;
+    case 2: TileOut<R, 2>(w, rows, x, x_stride, t, cols, out, out_stride, r0); break;
+    case 1: TileOut<R, 1>(w, rows, x, x_stride, t, cols, out, out_stride, r0); break;
+    default: break;
+  }
+}
+
+// The fused product of small steps: R rows x NT tokens decoded straight into registers
+// (no dequantized copy), each weight group read once for the tile's tokens. Same
+// per-output arithmetic as Tile() over DecodeRowWith<Dec>()'s floats.
+template <class Dec, size_t R, size_t NT>
+HWY_INLINE void FusedTile(const uint8_t* const* rows, const float* const* x, int64_t cols, float* sums) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  VF acc[R][NT];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t t = 0; t < NT; ++t) acc[r][t] = hn::Zero(df);
+  const int64_t blocks = cols / Dec::kValues;
+  Dec dec[R];
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (size_t r = 0; r < R; ++r) dec[r].Prepare(rows[r] + b * Dec::kBytes);
+    for (size_t sub = 0; sub < Dec::kSubs; ++sub)
+      for (size_t l = 0; l < Dec::kSubValues; l += N) {
+        const int64_t c = b * Dec::kValues + static_cast<int64_t>(sub * Dec::kSubValues + l);
+        VF xv[NT];
+        for (size_t t = 0; t < NT; ++t) xv[t] = hn::LoadU(df, x[t] + c);
+        for (size_t r = 0; r < R; ++r) {
+          const VF wv = dec[r].Group(sub, l);
+          for (size_t t = 0; t < NT; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
+        }
+      }
+  }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t t = 0; t < NT; ++t) {
+      const float s = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
+      float tail = 0.0f;
+      if constexpr (kHasTail<Dec>)
+        for (int64_t c = blocks * Dec::kValues; c < cols; ++c) tail += Dec::Scalar(rows[r], c) * x[t][c];
+      sums[r * NT + t] = s + tail;
+    }
+}
+
+template <class Dec, size_t R, size_t NT>
+void FusedRows(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, float* out,
+               int64_t out_stride) {
+  const float* xs[NT];
+  for (size_t t = 0; t < NT; ++t) xs[t] = x + static_cast<int64_t>(t) * x_stride;
+  for (int64_t b0 = r0; b0 < r1; b0 += static_cast<int64_t>(R)) {
+    const int64_t rows = std::min<int64_t>(static_cast<int64_t>(R), r1 - b0);
+    const uint8_t* rp[R];
+    for (size_t r = 0; r < R; ++r)
+      rp[r] = w.data + static_cast<size_t>(b0 + (static_cast<int64_t>(r) < rows ? static_cast<int64_t>(r) : 0)) * w.row_bytes;
+    float sums[R * NT];
+    FusedTile<Dec, R, NT>(rp, xs, w.cols, sums);
+    for (int64_t r = 0; r < rows; ++r)
+      for (size_t t = 0; t < NT; ++t) out[static_cast<int64_t>(t) * out_stride + b0 + r] = sums[static_cast<size_t>(r) * NT + t];
+  }
+}
+
+// Steps of at most this many tokens use the fused product; larger ones the panels.
+constexpr int64_t kFusedMaxT = 4;
+
+template <class Dec>
+void FusedProduct(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t T,
+                  float* out, int64_t out_stride) {
+  switch (T) {
+    case 1: FusedRows<Dec, kWideRows, 1>(w, r0, r1, x, x_stride, out, out_stride); break;
+    case 2: FusedRows<Dec, kRows, 2>(w, r0, r1, x, x_stride, out, out_stride); break;
+    case 3: FusedRows<Dec, kRows, 3>(w, r0, r1, x, x_stride, out, out_stride); break;
+    default: FusedRows<Dec, kRows, 4>(w, r0, r1, x, x_stride, out, out_stride); break;
+  }
+}
+
+// Returns false when the format has no fused product.
+bool Fused(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t T, float* out,
+           int64_t out_stride) {
+  switch (w.type) {
+    case TensorType::Q4_K: FusedProduct<Q4KDecoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::Q5_K: FusedProduct<Q5KDecoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::Q6_K: FusedProduct<Q6KDecoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::Q8_0: FusedProduct<Q8_0Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::Q4_0: FusedProduct<Q4_0Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::F16: FusedProduct<F16Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::BF16: FusedProduct<BF16Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::F32: FusedProduct<F32Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    default: return false;
+  }
+}
+
+void MatmulRowsImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t T,
+                    float* out, int64_t out_stride, float* scratch, int64_t panel_rows) {
+  if (T <= kFusedMaxT && Fused(w, r0, r1, x, x_stride, T, out, out_stride)) return;
+  const int64_t cols = w.cols;
+  // Larger steps: panels of dequantized rows (decoded once), each multiplied with every
+  // token tile while it is hot in cache.
+  for (int64_t p0 = r0; p0 < r1; p0 += panel_rows) {
+    const int64_t p1 = std::min(r1, p0 + panel_rows);
+    for (int64_t r = p0; r < p1; ++r) {
+      const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_bytes;
+      DequantizeRowImpl(w.type, src, scratch + (r - p0) * cols, cols);
+    }
+    const size_t block = T <= 2 ? kWideRows : kRows;
+    for (int64_t b0 = p0; b0 < p1; b0 += static_cast<int64_t>(block)) {
+      const int64_t rows = std::min<int64_t>(static_cast<int64_t>(block), p1 - b0);
+      const float* wr[kWideRows];
+      for (size_t r = 0; r < kWideRows; ++r)
+        wr[r] = scratch + (b0 - p0 + (static_cast<int64_t>(r) < rows ? static_cast<int64_t>(r) : 0)) * cols;
+      if (block == kWideRows)
+        RowBlock<kWideRows>(wr, rows, x, x_stride, T, cols, out, out_stride, b0);
+      else
+        RowBlock<kRows>(wr, rows, x, x_stride, T, cols, out, out_stride, b0);
+    }
+  }
+}
+
+const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace fafo::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace fafo::cpu {
+
+HWY_EXPORT(MatmulRowsImpl);
+HWY_EXPORT(DequantizeRowImpl);
+HWY_EXPORT(HasDecoderImpl);
+HWY_EXPORT(TargetNameImpl);
+
+namespace {
+// About 256 KiB of dequantized rows per panel: they stay in the core's L2 cache while
+// every token tile passes over them.
+constexpr int64_t kPanelBytes = 256 * 1024;
+}  // namespace
+
+int64_t matmul_panel_rows(int64_t cols) {
+  const int64_t rows = kPanelBytes / (std::max<int64_t>(1, cols) * static_cast<int64_t>(sizeof(float)));
+  return std::clamp<int64_t>(rows / 8 * 8, 8, 64);
+}
+
+size_t matmul_scratch_floats(int64_t cols) { return static_cast<size_t>(matmul_panel_rows(cols) * cols); }
+
+void matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t T,
+                 float* out, int64_t out_stride, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(MatmulRowsImpl)(w, r0, r1, x, x_stride, T, out, out_stride, scratch, matmul_panel_rows(w.cols));
+}
+
+void dequantize_row_simd(TensorType type, const uint8_t* src, float* dst, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(DequantizeRowImpl)(type, src, dst, n);
+}
+
+bool has_simd_decoder(TensorType type) { return HWY_DYNAMIC_DISPATCH(HasDecoderImpl)(type); }
+
+const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+
+}  // namespace fafo::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,39 @@
+// The `cpu` backend's matrix product: weight rows dequantized in panels by SIMD decoders
+// (Google Highway, the best instruction set of the running CPU chosen at run time), then
+// multiplied with tiles of tokens, so each weight block is read and decoded once per
+// step for all of the step's tokens.
+//
+// Numerics: every result is one dot product of a dequantized weight row (the very floats
+// the reference's dequantizer gives) with an activation row, summed in vector lanes with
+// fused multiply-adds over the row in order, then across lanes. Neither the panel, the
+// token tile, the step's size nor the thread count changes that arithmetic, so the
+// results are T-invariant; they differ from the reference's ref::dot only in summation
+// order (and by instruction set: AVX-512, AVX2, SSE4, NEON, scalar).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/host/host_backend.h"
+
+namespace fafo::cpu {
+
+// Floats of scratch one thread needs for a product over `cols` columns.
+size_t matmul_scratch_floats(int64_t cols);
+// Weight rows dequantized per panel for a product over `cols` columns; a thread's share
+// of rows should be a multiple of it.
+int64_t matmul_panel_rows(int64_t cols);
+
+// out[t * out_stride + r] = dot(row r of w, x + t * x_stride) for r in [r0, r1), t < T.
+void matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t T,
+                 float* out, int64_t out_stride, float* scratch);
+
+// Dequantizes `n` values (whole blocks) of one weight row into dst, as
+// fafo::dequantize_row does, with SIMD decoders where the format has one.
+void dequantize_row_simd(TensorType type, const uint8_t* src, float* dst, int64_t n);
+// Whether `type` has a SIMD decoder (the rest use the scalar one of src/quant).
+bool has_simd_decoder(TensorType type);
+// The instruction set chosen at run time, e.g. "AVX3" (AVX-512), "AVX2", "SSE4", "NEON".
+const char* simd_target_name();
+
+}  // namespace fafo::cpu

@@ -1,0 +1,306 @@
+// The host-memory backend: executes each kernel as soon as the model issues it, parallel
+// over rows (matmul, through the backend's HostMatmul) and attention heads. Weights are
+// used in place from the memory-mapped file.
+#include "backend/host/host_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+
+#include "backend/host/host_kv_cache.h"
+#include "backend/reference/reference_kernels.h"
+#include "fafo/backend.h"
+#include "fafo/backend_registry.h"
+#include "fafo/tensor_type.h"
+#include "util/thread_pool.h"
+
+namespace fafo::host {
+
+namespace {
+
+struct StoredWeight {
+  HostWeight file;           // in place in the mapped file
+  std::vector<float> dense;  // dequantized copy for small vectors (norm gains, biases)
+};
+
+class HostBackend final : public Backend, public StepRows {
+ public:
+  HostBackend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostMatmul> matmul)
+      : pool_(n_threads), traits_(std::move(traits)), matmul_(std::move(matmul)) {}
+
+  std::string name() const override { return traits_.name; }
+  std::string description() const override {
+    return traits_.description + ", " + std::to_string(pool_.size()) + " threads";
+  }
+  BackendNumerics numerics() const override { return traits_.numerics; }
+
+  Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
+    StoredWeight w{HostWeight{type, rows, cols, static_cast<const uint8_t*>(data), tensor_row_bytes(type, cols)}, {}};
+    if (rows == 1) {
+      w.dense.resize(static_cast<size_t>(cols));
+      dequantize_row(type, data, w.dense.data(), cols);
+    }
+    weights_.push_back(std::move(w));
+    return Weight{static_cast<int32_t>(weights_.size() - 1), type, rows, cols};
+  }
+
+  Activation alloc_activation(int64_t max_rows, int64_t cols) override {
+    activations_.emplace_back(static_cast<size_t>(max_rows * cols), 0.0f);
+    activation_rows_.push_back(max_rows);
+    return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
+  }
+
+  KvCache& create_kv_cache(const KvCacheShape& shape) override {
+    kv_.reset();
+    kv_ = std::make_unique<HostKvCache>(shape, *this);
+    return *kv_;
+  }
+  KvCache* kv_cache() override { return kv_.get(); }
+
+  void begin_step(const StepBatch& batch) override {
+    if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
+    gathered_rows_.clear();
+    if (batch.n_past() + batch.size() > kv_->capacity())
+      throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
+                              " but the cache holds " + std::to_string(kv_->capacity()));
+    batch_ = &batch;
+  }
+
+  void embed(const Weight& table, Activation& out) override {
+    const HostWeight& w = weights_.at(static_cast<size_t>(table.id)).file;
+    const int32_t T = batch_->size();
+    for (int32_t tok : batch_->tokens())
+      if (tok < 0 || tok >= w.rows)
+        throw std::out_of_range("token id " + std::to_string(tok) + " is outside the vocabulary (" + std::to_string(w.rows) + " tokens)");
+    pool_.parallel_for(T, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        const int32_t tok = batch_->tokens()[static_cast<size_t>(i)];
+        dequantize_row(w.type, w.data + static_cast<size_t>(tok) * w.row_bytes, row(out, i), w.cols);
+      }
+    });
+  }
+
+  void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
+    const float* g = weights_.at(static_cast<size_t>(gain.id)).dense.data();
+    for (int64_t i = 0; i < rows_of(x); ++i) ref::rms_norm_row(row(x, i), g, eps, row(out, i), x.cols);
+    set_rows(out, rows_of(x));
+  }
+
+  void matmul(const Weight& weight, const Activation& x, Activation& out) override {
+    const StoredWeight& w = weights_.at(static_cast<size_t>(weight.id));
+    const int64_t T = rows_of(x);
+    matmul_->matmul(w.file, row(x, 0), x.cols, T, row(out, 0), out.cols, pool_);
+    set_rows(out, T);
+  }
+
+  void add_bias(const Weight& bias, Activation& x) override {
+    const float* b = weights_.at(static_cast<size_t>(bias.id)).dense.data();
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] += b[c];
+  }
+
+  void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) override {
+    for (int64_t i = 0; i < batch_rows(); ++i)
+      for (int32_t h = 0; h < n_heads; ++h)
+        ref::rope_head(row(x, i) + h * head_dim, batch_->positions()[static_cast<size_t>(i)], p);
+  }
+
+  void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
+    const int32_t T = batch_->size();
+    const int32_t n_past = batch_->n_past();
+    const int32_t group = s.n_head / s.n_head_kv;
+    if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
+    const int32_t kv_dim = kv_->shape().kv_dim;
+    // Slots each batch token attends: its view of the committed prefix (FULL: every
+    // entry in logical order; COMPRESSED: the region), then its visible batch tokens.
+    const bool dense_layer = layer < kv_->dense_layers();
+    std::vector<int32_t> full;
+    if (const std::vector<int32_t>* order = kv_->full_order()) {
+      full.assign(order->begin(), order->begin() + n_past);
+    } else {
+      full.resize(static_cast<size_t>(n_past));
+      for (int32_t j = 0; j < n_past; ++j) full[static_cast<size_t>(j)] = j;
+    }
+    std::vector<std::vector<int32_t>> slots(static_cast<size_t>(T));
+    for (int32_t i = 0; i < T; ++i) {
+      auto& list = slots[static_cast<size_t>(i)];
+      list.reserve(static_cast<size_t>(n_past + i + 1));
+      if (batch_->prefix(i) == PrefixView::Full || dense_layer) {
+        list = full;
+      } else {
+        for (int32_t j = 0; j < std::min(kv_->region_count(), n_past); ++j) list.push_back(j);
+      }
+      for (int32_t j = 0; j <= i; ++j)
+        if (batch_->sees(i, j)) list.push_back(n_past + j);
+    }
+    const float* K = kv_->keys(layer);
+    const float* V = kv_->values(layer);
+    // Work items: (row, head, part of the row's keys). Long rows are split into parts of
+    // kKeysPerPart keys that run in parallel and are combined exactly afterwards, so a
+    // single long row does not serialize the step. The split depends only on the row's
+    // key count, so a token gets the same arithmetic in any batch.
+    constexpr int32_t kKeysPerPart = 2048;
+    struct Item {
+      int32_t row, head, first, count, part;
+    };
+    std::vector<Item> items;
+    std::vector<int32_t> first_part(static_cast<size_t>(T) * static_cast<size_t>(s.n_head));
+    int32_t n_parts_total = 0;
+    for (int32_t i = 0; i < T; ++i) {
+      const int32_t n_keys = static_cast<int32_t>(slots[static_cast<size_t>(i)].size());
+      for (int32_t h = 0; h < s.n_head; ++h) {
+        first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h)] = n_parts_total;
+        for (int32_t first = 0; first < n_keys; first += kKeysPerPart)  // n_keys >= 1: a token sees itself
+          items.push_back({i, h, first, std::min(kKeysPerPart, n_keys - first), n_parts_total++});
+      }
+    }
+    std::vector<ref::AttentionPart> parts(static_cast<size_t>(n_parts_total));
+    std::vector<float> accs(static_cast<size_t>(n_parts_total) * static_cast<size_t>(s.head_dim));
+    const int64_t item_cost = static_cast<int64_t>(std::min(n_past + T, kKeysPerPart)) * s.head_dim * 2;
+    pool_.parallel_for(static_cast<int64_t>(items.size()), grain_for(item_cost), [&](int64_t b, int64_t e, int) {
+      std::vector<float> scratch(static_cast<size_t>(kKeysPerPart));
+      for (int64_t k = b; k < e; ++k) {
+        const Item& it = items[static_cast<size_t>(k)];
+        const auto& list = slots[static_cast<size_t>(it.row)];
+        parts[static_cast<size_t>(it.part)] = ref::attend_head_part(
+            row(q, it.row) + it.head * s.head_dim, K, V, kv_dim, static_cast<int64_t>(it.head / group) * s.head_dim,
+            list.data() + it.first, it.count, s.head_dim, s.scale, scratch.data(),
+            accs.data() + static_cast<size_t>(it.part) * static_cast<size_t>(s.head_dim));
+      }
+    });
+    for (int32_t i = 0; i < T; ++i)
+      for (int32_t h = 0; h < s.n_head; ++h) {
+        const int32_t p0 = first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h)];
+        const int32_t p1 = (h + 1 < s.n_head || i + 1 < T)
+                               ? first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h) + 1]
+                               : n_parts_total;
+        ref::combine_parts(parts.data() + p0, accs.data() + static_cast<size_t>(p0) * static_cast<size_t>(s.head_dim), p1 - p0,
+                           s.head_dim, row(out, i) + h * s.head_dim);
+      }
+  }
+
+  void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
+    for (int64_t i = 0; i < rows_of(gate); ++i)
+      for (int64_t c = 0; c < gate.cols; ++c) row(out, i)[c] = ref::silu(row(gate, i)[c]) * row(up, i)[c];
+    set_rows(out, rows_of(gate));
+  }
+
+  void add(Activation& x, const Activation& y) override {
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] += row(y, i)[c];
+  }
+
+  void gather_rows(const Activation& src, const std::vector<int32_t>& rows, Activation& dst) override {
+    if (static_cast<int64_t>(rows.size()) > dst.rows) throw std::out_of_range("gather_rows: destination too small");
+    for (size_t k = 0; k < rows.size(); ++k)
+      std::memcpy(row(dst, static_cast<int64_t>(k)), row(src, rows[k]), sizeof(float) * static_cast<size_t>(src.cols));
+    gathered_rows_[dst.id] = static_cast<int64_t>(rows.size());
+  }
+
+  void argmax_rows(const Activation& x) override {
+    argmax_.clear();
+    for (int64_t i = 0; i < rows_of(x); ++i) argmax_.push_back(ref::argmax_row(row(x, i), x.cols));
+  }
+  std::vector<int32_t> read_argmax(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > static_cast<int64_t>(argmax_.size())) throw std::out_of_range("read_argmax: more rows than argmax_rows computed");
+    return std::vector<int32_t>(argmax_.begin(), argmax_.begin() + n_rows);
+  }
+
+  void top_k_rows(const Activation& x, int32_t k) override {
+    if (k < 1 || k > kMaxTopK || k > x.cols) throw std::invalid_argument("top_k_rows: k out of range");
+    const int64_t rows = rows_of(x);
+    top_k_ = TopK{};
+    top_k_.k = k;
+    top_k_.ids.resize(static_cast<size_t>(rows * k));
+    top_k_.values.resize(static_cast<size_t>(rows * k));
+    top_k_.has_nan.resize(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i)
+      top_k_.has_nan[static_cast<size_t>(i)] = !top_k_row(row(x, i), static_cast<int32_t>(x.cols), k,
+                                                          top_k_.ids.data() + i * k, top_k_.values.data() + i * k);
+  }
+  TopK read_top_k(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > top_k_.rows()) throw std::out_of_range("read_top_k: more rows than top_k_rows computed");
+    TopK out = top_k_;
+    out.ids.resize(static_cast<size_t>(n_rows * out.k));
+    out.values.resize(static_cast<size_t>(n_rows * out.k));
+    out.has_nan.resize(static_cast<size_t>(n_rows));
+    return out;
+  }
+
+  void finish_step() override { gathered_rows_.clear(); }
+
+  std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
+    const float* p = row(x, 0);
+    return std::vector<float>(p, p + n_rows * x.cols);
+  }
+
+ private:
+  const StepBatch& step_batch() const override { return *batch_; }
+  const float* data_of(const Activation& a) const override {
+    return activations_[static_cast<size_t>(a.id)].data();
+  }
+
+  // Items per parallel chunk so that a chunk does at least ~64K multiply-adds: below
+  // that, waking threads costs more than it saves (small models run single-threaded).
+  static int64_t grain_for(int64_t cost_per_item) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, cost_per_item)); }
+
+  // Gathered buffers hold fewer rows than the batch; every other buffer holds one row per batch token.
+  int64_t rows_of(const Activation& a) const {
+    auto it = gathered_rows_.find(a.id);
+    return it != gathered_rows_.end() ? it->second : batch_rows();
+  }
+  int64_t batch_rows() const { return batch_->size(); }
+  // An op's output has as many rows as its input: results of gathered rows stay gathered.
+  void set_rows(const Activation& out, int64_t rows) {
+    if (rows != batch_rows())
+      gathered_rows_[out.id] = rows;
+    else
+      gathered_rows_.erase(out.id);
+  }
+  float* row(const Activation& a, int64_t i) {
+    return activations_[static_cast<size_t>(a.id)].data() + static_cast<size_t>(i * a.cols);
+  }
+
+  ThreadPool pool_;
+  HostBackendTraits traits_;
+  std::unique_ptr<HostMatmul> matmul_;
+  std::vector<StoredWeight> weights_;
+  std::vector<std::vector<float>> activations_;
+  std::vector<int64_t> activation_rows_;
+  std::unique_ptr<HostKvCache> kv_;
+  std::unordered_map<int32_t, int64_t> gathered_rows_;
+  const StepBatch* batch_ = nullptr;
+  std::vector<int32_t> argmax_;
+  TopK top_k_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_host_backend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostMatmul> matmul) {
+  return std::make_unique<HostBackend>(n_threads, std::move(traits), std::move(matmul));
+}
+
+}  // namespace fafo::host
+
+namespace fafo {
+
+BackendDevice host_cpu_device() {
+  BackendDevice d;
+  d.index = 0;
+  d.name = "host CPU";
+  d.kind = "cpu";
+  d.details.emplace_back("type", "cpu");
+  d.details.emplace_back("hardware threads", std::to_string(std::max(1u, std::thread::hardware_concurrency())));
+  return d;
+}
+
+void check_host_device(const std::string& backend, const std::string& device) {
+  if (!device.empty() && device != "0")
+    throw std::runtime_error("the " + backend + " backend has one device, 0 (the host CPU); --device '" + device +
+                             "' does not name it");
+}
+
+}  // namespace fafo

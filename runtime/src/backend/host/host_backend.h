@@ -1,0 +1,46 @@
+// The host-memory backend shared by the `reference` and `cpu` backends: activations in
+// host memory, weights used in place from the memory-mapped file, the host KV cache, a
+// thread pool, and every op of the contract. The two backends differ in their matrix
+// product (the part that costs nearly all of a step), which each supplies as a
+// HostMatmul: plain fp32 loops for the reference (the oracle of every test), SIMD
+// kernels with token tiles for `cpu`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fafo/backend.h"
+#include "fafo/tensor_type.h"
+#include "util/thread_pool.h"
+
+namespace fafo::host {
+
+// A weight matrix as the file stores it: `rows` rows of `row_bytes` bytes each.
+struct HostWeight {
+  TensorType type = TensorType::F32;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+};
+
+// out[t * out_stride + r] = dot(weight row r, x + t * x_stride) for t < T and every row.
+// Each result must depend only on its weight row and its x row (not on T, the other
+// rows or the thread count): multi-token decoding relies on it.
+class HostMatmul {
+ public:
+  virtual ~HostMatmul() = default;
+  virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
+                      ThreadPool& pool) = 0;
+};
+
+struct HostBackendTraits {
+  std::string name;         // as registered: "reference", "cpu"
+  std::string description;  // "... backend"; the thread count is appended
+  BackendNumerics numerics;
+};
+
+std::unique_ptr<Backend> make_host_backend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostMatmul> matmul);
+
+}  // namespace fafo::host
