@@ -1,8 +1,10 @@
-// Device memory for the Vulkan backend: every buffer the backend makes is counted
-// against the device's largest device-local heap, so a model that does not fit fails
-// at load time with the sizes in the message, and buffers start zeroed like the CPU
-// backend's memory. ScratchBuffer is the one way a buffer that grows on demand is
-// regrown (dropping the descriptor sets that bound the old one).
+// The Vulkan backend's budget of device memory: every device buffer the backend makes
+// (weights, activations, the KV cache, attention scratch) is counted against the
+// device's largest device-local heap, so a model that does not fit fails at load time
+// with the sizes in the message, and these buffers start zeroed like the CPU backend's
+// memory. Where the bytes live is the MemoryPool's business (memory_pool.h: buffers
+// placed in large blocks). ScratchBuffer is the one way a buffer that grows on demand
+// is regrown (dropping the descriptor sets that bound the old one).
 #pragma once
 
 #include <cstdint>

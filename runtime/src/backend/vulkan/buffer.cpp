@@ -30,24 +30,10 @@ Buffer::Buffer(const Context& context, VkDeviceSize bytes, Memory memory) : devi
     const uint32_t type = memory == Memory::HostVisible
                               ? context.find_memory_type(req.memoryTypeBits, host, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)
                               : context.find_memory_type(req.memoryTypeBits, 0, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
-    const VkMemoryPropertyFlags flags = context.memory_properties().memoryTypes[type].propertyFlags;
-    const VkPhysicalDeviceMemoryProperties& props = context.memory_properties();
-    const VkDeviceSize heap_size = props.memoryHeaps[props.memoryTypes[type].heapIndex].size;
-    if (req.size > heap_size)
-      throw VulkanError("a Vulkan buffer of " + std::to_string(req.size) + " bytes does not fit in the memory heap of " +
-                        std::to_string(heap_size) + " bytes of " + context.device_name());
-    VkMemoryAllocateInfo alloc{};
-    alloc.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
-    alloc.allocationSize = req.size;
-    alloc.memoryTypeIndex = type;
-    const VkResult allocated = vkAllocateMemory(device_, &alloc, nullptr, &memory_);
-    if (allocated == VK_ERROR_OUT_OF_DEVICE_MEMORY || allocated == VK_ERROR_OUT_OF_HOST_MEMORY)
-      throw VulkanError("out of " + std::string(allocated == VK_ERROR_OUT_OF_DEVICE_MEMORY ? "device" : "host") +
-                            " memory allocating " + std::to_string(req.size) + " bytes on " + context.device_name() +
-                        " (" + result_name(allocated) + ")");
-    check(allocated, "vkAllocateMemory");
-    check(vkBindBufferMemory(device_, buffer_, memory_, 0), "vkBindBufferMemory");
-    if ((flags & host) == host) check(vkMapMemory(device_, memory_, 0, VK_WHOLE_SIZE, 0, &mapped_), "vkMapMemory");
+    pool_ = &context.memory();
+    range_ = pool_->allocate(req, type);
+    check(vkBindBufferMemory(device_, buffer_, range_.memory, range_.offset), "vkBindBufferMemory");
+    mapped_ = range_.mapped;
   } catch (...) {
     release();
     throw;
@@ -59,7 +45,8 @@ Buffer::~Buffer() { release(); }
 Buffer::Buffer(Buffer&& other) noexcept
     : device_(std::exchange(other.device_, VK_NULL_HANDLE)),
       buffer_(std::exchange(other.buffer_, VK_NULL_HANDLE)),
-      memory_(std::exchange(other.memory_, VK_NULL_HANDLE)),
+      pool_(std::exchange(other.pool_, nullptr)),
+      range_(std::exchange(other.range_, MemoryPool::Range{})),
       mapped_(std::exchange(other.mapped_, nullptr)),
       size_(std::exchange(other.size_, 0)) {}
 
@@ -68,7 +55,8 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     release();
     device_ = std::exchange(other.device_, VK_NULL_HANDLE);
     buffer_ = std::exchange(other.buffer_, VK_NULL_HANDLE);
-    memory_ = std::exchange(other.memory_, VK_NULL_HANDLE);
+    pool_ = std::exchange(other.pool_, nullptr);
+    range_ = std::exchange(other.range_, MemoryPool::Range{});
     mapped_ = std::exchange(other.mapped_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
@@ -77,12 +65,12 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 
 void Buffer::release() noexcept {
   if (device_ == VK_NULL_HANDLE) return;
-  if (mapped_) vkUnmapMemory(device_, memory_);
   if (buffer_ != VK_NULL_HANDLE) vkDestroyBuffer(device_, buffer_, nullptr);
-  if (memory_ != VK_NULL_HANDLE) vkFreeMemory(device_, memory_, nullptr);
+  if (pool_) pool_->free(range_);
   mapped_ = nullptr;
   buffer_ = VK_NULL_HANDLE;
-  memory_ = VK_NULL_HANDLE;
+  pool_ = nullptr;
+  range_ = MemoryPool::Range{};
   device_ = VK_NULL_HANDLE;
   size_ = 0;
 }

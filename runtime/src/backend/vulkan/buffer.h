@@ -1,10 +1,12 @@
-// A storage buffer that owns its VkBuffer and VkDeviceMemory (move-only).
+// A storage buffer (move-only): its own VkBuffer, bound to a range of one of the
+// Context's device memory blocks (memory_pool.h), which it returns when destroyed.
 //   Memory::HostVisible  host-visible and coherent, mapped for the buffer's lifetime,
 //                        and device-local too when the device has such memory
 //                        (integrated GPUs, lavapipe, ReBAR).
 //   Memory::Device       device-local; mapped only when that memory happens to be
 //                        host-visible too, otherwise filled and read through a staging
 //                        buffer (backend/vulkan/transfer.h).
+// Its bytes are undefined until written (Allocator::device zeroes the backend's).
 #pragma once
 
 #include <cstddef>
@@ -12,6 +14,8 @@
 #include <span>
 
 #include <vulkan/vulkan.h>
+
+#include "backend/vulkan/memory_pool.h"
 
 namespace fafo::vulkan {
 
@@ -22,8 +26,9 @@ enum class Memory { HostVisible, Device };
 class Buffer {
  public:
   Buffer() = default;
-  // Throws VulkanError when `bytes` exceeds maxStorageBufferRange or the memory heap,
-  // or the device is out of memory (the message says which and the sizes).
+  // Throws VulkanError when `bytes` exceeds maxStorageBufferRange,
+  // maxMemoryAllocationSize or what the memory heap has left, or the device is out of
+  // memory (the message says which and the sizes).
   Buffer(const Context& context, VkDeviceSize bytes, Memory memory = Memory::HostVisible);
   ~Buffer();
   Buffer(Buffer&& other) noexcept;
@@ -48,7 +53,8 @@ class Buffer {
 
   VkDevice device_ = VK_NULL_HANDLE;
   VkBuffer buffer_ = VK_NULL_HANDLE;
-  VkDeviceMemory memory_ = VK_NULL_HANDLE;
+  MemoryPool* pool_ = nullptr;
+  MemoryPool::Range range_;
   void* mapped_ = nullptr;
   VkDeviceSize size_ = 0;
 };

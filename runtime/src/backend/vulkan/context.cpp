@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/vulkan/memory_pool.h"
 #include "backend/vulkan/vulkan_error.h"
 
 namespace fafo::vulkan {
@@ -230,6 +231,7 @@ Context::Context(ContextOptions options) : log_(options.validation_log) {
     pool_info.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
     pool_info.queueFamilyIndex = queue_family_;
     check(vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_), "vkCreateCommandPool");
+    memory_ = std::make_unique<MemoryPool>(physical_device_, device_, device_name());
   } catch (...) {
     destroy();
     throw;
@@ -241,6 +243,7 @@ Context::~Context() { destroy(); }
 void Context::destroy() {
   if (device_ != VK_NULL_HANDLE) {
     vkDeviceWaitIdle(device_);
+    memory_.reset();
     if (command_pool_ != VK_NULL_HANDLE) vkDestroyCommandPool(device_, command_pool_, nullptr);
     vkDestroyDevice(device_, nullptr);
   }

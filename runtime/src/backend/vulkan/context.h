@@ -2,10 +2,12 @@
 //   Context          instance (+ validation layer and debug messenger when asked),
 //                    one physical device, its logical device (with the optional
 //                    features of devices.h that the device has and FAFO_VULKAN_FEATURES
-//                    allows), a compute queue and a command pool. Owns them;
-//                    everything else borrows the Context, which must outlive every
-//                    object created from it.
-//   Buffer           (buffer.h) a storage buffer with its own memory, move-only.
+//                    allows), a compute queue, a command pool and the MemoryPool
+//                    (memory_pool.h) that every buffer's memory comes from. Owns
+//                    them; everything else borrows the Context, which must outlive
+//                    every object created from it.
+//   Buffer           (buffer.h) a storage buffer bound to a range of the MemoryPool,
+//                    move-only.
 //   ComputePipeline  (pipeline.h) an embedded SPIR-V shader + layout + push constants.
 //   CommandSequence  (command_sequence.h) dispatches recorded into one command
 //                    buffer, submitted once and waited for with a fence.
@@ -23,6 +25,8 @@
 #include "backend/vulkan/devices.h"
 
 namespace fafo::vulkan {
+
+class MemoryPool;
 
 // Messages of the Khronos validation layer, gathered by the debug messenger. Shared
 // so that a caller can still read it after the Context is destroyed (leaks are
@@ -83,6 +87,11 @@ class Context {
   bool validation_enabled() const { return messenger_ != VK_NULL_HANDLE; }
   const std::shared_ptr<ValidationLog>& validation_log() const { return log_; }
 
+  // The device memory blocks buffers are placed in. The pool is the one part of a
+  // Context that changes after construction (it is thread-safe), so a const Context
+  // still hands it out.
+  MemoryPool& memory() const { return *memory_; }
+
   // A memory type allowed by type_bits with every `required` flag, preferring one
   // that also has the `preferred` flags; throws VulkanError when none has them.
   uint32_t find_memory_type(uint32_t type_bits, VkMemoryPropertyFlags required,
@@ -100,6 +109,7 @@ class Context {
   uint32_t queue_family_ = 0;
   uint32_t device_index_ = 0;
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
+  std::unique_ptr<MemoryPool> memory_;
   VkPhysicalDeviceProperties properties_{};
   VkPhysicalDeviceMemoryProperties memory_properties_{};
   DeviceFeatures detected_features_;

@@ -2,13 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
-#include <tuple>
 #include <stdexcept>
-#include <unordered_map>
 #include <vector>
 
 #include "backend/vulkan/allocator.h"
@@ -16,6 +12,7 @@
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/descriptor_cache.h"
 #include "backend/vulkan/kernels.h"
+#include "backend/vulkan/step_encoder.h"
 #include "backend/vulkan/transfer.h"
 #include "backend/vulkan/vulkan_kv_cache.h"
 #include "backend/vulkan/vulkan_error.h"
@@ -64,10 +61,11 @@ class VulkanBackend final : public Backend, public StepTarget {
         descriptors_(context_),
         transfer_(context_),
         allocator_(context_, options.max_buffer_bytes),
-        max_range_(allocator_.max_range()) {}
+        max_range_(allocator_.max_range()),
+        encoder_(context_, descriptors_) {}
 
   ~VulkanBackend() override {
-    seq_.reset();
+    encoder_.abandon();
     kv_.reset();
   }
 
@@ -144,15 +142,11 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
   KvCache& create_kv_cache(const KvCacheShape& shape) override {
-    seq_.reset();
+    encoder_.abandon();
     kv_.reset();
     kv_ = std::make_unique<VulkanKvCache>(
         shape, KvCacheServices{context_, kernels_, transfer_, descriptors_, allocator_, *this});
-    // Per-step inputs: prefix flags, in-step masks and the logical order of the cache.
-    const uint64_t T = static_cast<uint64_t>(StepBatch::kMaxTokens);
-    const uint64_t mask_words = (T + 31) / 32;
-    step_info_.ensure(context_, descriptors_, (T + T * mask_words + static_cast<uint64_t>(shape.capacity)) * sizeof(uint32_t));
-    tokens_.ensure(context_, descriptors_, T * sizeof(int32_t));
+    encoder_.reserve(shape.capacity);
     return *kv_;
   }
   KvCache* kv_cache() override { return kv_.get(); }
@@ -166,39 +160,17 @@ class VulkanBackend final : public Backend, public StepTarget {
     if (batch.size() > max_step_rows_)
       throw std::length_error("a step of " + std::to_string(batch.size()) + " tokens exceeds the " +
                               std::to_string(max_step_rows_) + " rows the activations hold");
-    batch_ = &batch;
-    gathered_rows_.clear();
-    rope_key_.reset();
-    const uint32_t T = static_cast<uint32_t>(batch.size());
-    mask_words_ = (T + 31) / 32;
-    // step_info: [T prefix flags][T x mask_words masks][n_past logical order]
-    std::vector<uint32_t> info(T + static_cast<size_t>(T) * mask_words_, 0);
-    for (uint32_t i = 0; i < T; ++i) {
-      info[i] = batch.prefix(static_cast<int32_t>(i)) == PrefixView::Compressed ? 1u : 0u;
-      for (uint32_t j = 0; j <= i; ++j)
-        if (batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) info[T + i * mask_words_ + j / 32] |= 1u << (j % 32);
-    }
-    step_info_.get().upload(info.data(), info.size() * sizeof(uint32_t));
-    const std::vector<int32_t>* order = kv_->full_order();
-    use_order_ = order != nullptr && batch.n_past() > 0;
-    if (use_order_) {
-      if (static_cast<int32_t>(order->size()) < batch.n_past())
-        throw std::invalid_argument("the KV cache's logical order is shorter than n_past");
-      step_info_.get().upload(order->data(), static_cast<size_t>(batch.n_past()) * sizeof(int32_t),
-                              info.size() * sizeof(uint32_t));
-    }
-    tokens_.get().upload(batch.tokens().data(), batch.tokens().size() * sizeof(int32_t));
-    seq_ = std::make_unique<CommandSequence>(context_, descriptors_);
+    encoder_.begin(batch, kv_->full_order());
   }
 
   void embed(const Weight& table, Activation& out) override {
     const DeviceWeight& w = weight(table);
-    for (int32_t tok : batch_->tokens())
+    for (int32_t tok : batch().tokens())
       if (tok < 0 || tok >= w.rows)
         throw std::out_of_range("token id " + std::to_string(tok) + " is outside the vocabulary (" +
                                 std::to_string(w.rows) + " tokens)");
     for (const WeightPart& part : w.parts)
-      weight_kernels_.embed(step(), w.type, part.buffer, tokens_.get(), act(out), static_cast<uint32_t>(batch_->size()),
+      weight_kernels_.embed(step(), w.type, part.buffer, encoder_.tokens(), act(out), static_cast<uint32_t>(batch().size()),
                             static_cast<uint32_t>(w.cols), part.first_row, part.n_rows);
   }
 
@@ -224,14 +196,14 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) override {
     const uint32_t n_pairs = static_cast<uint32_t>(p.n_dims / 2);
-    prepare_rope_table(p);
-    kernels_.rope(step(), act(x), rope_table_.get(), static_cast<uint32_t>(batch_->size()), static_cast<uint32_t>(n_heads),
+    const Buffer& table = encoder_.rope_table(p);
+    kernels_.rope(step(), act(x), table, static_cast<uint32_t>(batch().size()), static_cast<uint32_t>(n_heads),
                   static_cast<uint32_t>(head_dim), n_pairs, static_cast<uint32_t>(x.cols), p.neox);
   }
 
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
-    const uint32_t T = static_cast<uint32_t>(batch_->size());
-    const uint32_t n_past = static_cast<uint32_t>(batch_->n_past());
+    const uint32_t T = static_cast<uint32_t>(batch().size());
+    const uint32_t n_past = static_cast<uint32_t>(batch().n_past());
     // Each row's keys are split into parts so that a long context keeps the device busy
     // even for one token. The split depends on n_past only, never on T or the other
     // rows, so a row gets the same arithmetic in every step (T-invariance): up to
@@ -262,15 +234,15 @@ class VulkanBackend final : public Backend, public StepTarget {
     a.out_stride = static_cast<uint32_t>(out.cols);
     a.region = static_cast<uint32_t>(std::max(0, kv_->region_count()));
     a.dense = layer < kv_->dense_layers() ? 1u : 0u;
-    a.use_order = use_order_ ? 1u : 0u;
+    a.use_order = encoder_.use_order() ? 1u : 0u;
     a.part_keys = static_cast<uint32_t>(part_keys);
     a.n_parts = static_cast<uint32_t>(n_parts);
-    a.mask_words = mask_words_;
+    a.mask_words = encoder_.mask_words();
     a.mask_offset = T;
-    a.order_offset = T + T * mask_words_;
+    a.order_offset = T + T * encoder_.mask_words();
     a.scale = s.scale;
     a.kv_f16 = kv_->f16();
-    kernels_.attention(step(), act(q), keys, values, step_info_.get(), partials_, act(out), a);
+    kernels_.attention(step(), act(q), keys, values, encoder_.step_info(), partials_, act(out), a);
     set_rows(out, T);
   }
 
@@ -290,11 +262,11 @@ class VulkanBackend final : public Backend, public StepTarget {
     const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(src.cols) * sizeof(float);
     std::vector<VkBufferCopy> regions;
     for (size_t k = 0; k < rows.size(); ++k) {
-      if (rows[k] < 0 || rows[k] >= batch_->size()) throw std::out_of_range("gather_rows: row outside the batch");
+      if (rows[k] < 0 || rows[k] >= batch().size()) throw std::out_of_range("gather_rows: row outside the batch");
       regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(rows[k]) * row_bytes, k * row_bytes, row_bytes});
     }
     step().copy(act(src), act(dst), regions);
-    gathered_rows_[dst.id] = static_cast<uint32_t>(rows.size());
+    encoder_.gathered(dst, static_cast<uint32_t>(rows.size()));
   }
 
   void argmax_rows(const Activation& x) override {
@@ -341,12 +313,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     return top;
   }
 
-  void finish_step() override {
-    if (!seq_) throw std::logic_error("finish_step without begin_step");
-    std::unique_ptr<CommandSequence> seq = std::move(seq_);
-    seq->submit_and_wait();
-    gathered_rows_.clear();
-  }
+  void finish_step() override { encoder_.finish(); }
 
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
     if (n_rows < 0 || n_rows > x.rows) throw std::out_of_range("read_rows: more rows than the buffer holds");
@@ -358,10 +325,7 @@ class VulkanBackend final : public Backend, public StepTarget {
  private:
   // StepTarget: what the KV cache records into.
   CommandSequence& recording() override { return step(); }
-  const StepBatch& step_batch() const override {
-    if (!batch_) throw std::logic_error("the KV cache was used outside a step");
-    return *batch_;
-  }
+  const StepBatch& step_batch() const override { return encoder_.batch(); }
   const Buffer& buffer_of(const Activation& a) const override { return act(a); }
 
   static ContextOptions make_context_options(const VulkanBackendOptions& options) {
@@ -374,45 +338,13 @@ class VulkanBackend final : public Backend, public StepTarget {
     return c;
   }
 
-  CommandSequence& step() {
-    if (!seq_) throw std::logic_error("a kernel was issued outside begin_step/finish_step");
-    return *seq_;
-  }
+  CommandSequence& step() { return encoder_.commands(); }
+  const StepBatch& batch() const { return encoder_.batch(); }
   const DeviceWeight& weight(const Weight& w) const { return weights_.at(static_cast<size_t>(w.id)); }
   const Buffer& vector(const Weight& w) const { return weight(w).parts.front().buffer; }
   const Buffer& act(const Activation& a) const { return activations_.at(static_cast<size_t>(a.id)).buffer; }
-  uint32_t rows_of(const Activation& a) const {
-    auto it = gathered_rows_.find(a.id);
-    return it != gathered_rows_.end() ? it->second : static_cast<uint32_t>(batch_->size());
-  }
-  // Results written into a gathered buffer keep its row count for the rest of the step.
-  void set_rows(const Activation& out, uint32_t rows) {
-    if (rows != static_cast<uint32_t>(batch_->size())) gathered_rows_[out.id] = rows;
-  }
-
-  // cos/sin of every (batch row, pair) of this step, computed like the CPU reference.
-  void prepare_rope_table(const RopeParams& p) {
-    const auto key = std::make_tuple(p.n_dims, p.freq_base, p.freq_scale, p.freq_factors);
-    if (rope_key_) {
-      if (*rope_key_ != key) throw std::logic_error("rope: one RoPE configuration per step");
-      return;
-    }
-    const int32_t half = p.n_dims / 2;
-    const size_t floats = static_cast<size_t>(batch_->size()) * static_cast<size_t>(half) * 2;
-    std::vector<float> table(floats);
-    for (int32_t r = 0; r < batch_->size(); ++r) {
-      const int32_t position = batch_->positions()[static_cast<size_t>(r)];
-      for (int32_t i = 0; i < half; ++i) {
-        const float theta = p.angle(position, i);
-        table[(static_cast<size_t>(r) * static_cast<size_t>(half) + static_cast<size_t>(i)) * 2] = std::cos(theta);
-        table[(static_cast<size_t>(r) * static_cast<size_t>(half) + static_cast<size_t>(i)) * 2 + 1] = std::sin(theta);
-      }
-    }
-    const size_t need = std::max<size_t>(1, static_cast<size_t>(StepBatch::kMaxTokens) * static_cast<size_t>(half) * 2);
-    Buffer& rope_table = rope_table_.ensure(context_, descriptors_, need * sizeof(float));
-    if (!table.empty()) rope_table.upload(table.data(), table.size() * sizeof(float));
-    rope_key_ = key;
-  }
+  uint32_t rows_of(const Activation& a) const { return encoder_.rows_of(a); }
+  void set_rows(const Activation& out, uint32_t rows) { encoder_.set_rows(out, rows); }
 
   void ensure_partials(uint64_t floats) {
     if (partials_floats_ >= floats) return;
@@ -434,23 +366,15 @@ class VulkanBackend final : public Backend, public StepTarget {
   int64_t max_step_rows_ = 0;
   std::unique_ptr<VulkanKvCache> kv_;
 
-  ScratchBuffer step_info_;
-  ScratchBuffer tokens_;
   Buffer partials_;
   uint64_t partials_floats_ = 0;
-  ScratchBuffer rope_table_;
-  std::optional<std::tuple<int32_t, float, float, std::vector<float>>> rope_key_;
   ScratchBuffer argmax_ids_;
   int64_t argmax_count_ = 0;
   ScratchBuffer top_k_result_;
   int64_t top_k_rows_ = 0;
   int32_t top_k_k_ = 0;
-  uint32_t mask_words_ = 0;
-  bool use_order_ = false;
 
-  const StepBatch* batch_ = nullptr;
-  std::unordered_map<int32_t, uint32_t> gathered_rows_;
-  std::unique_ptr<CommandSequence> seq_;
+  StepEncoder encoder_;
 };
 
 }  // namespace

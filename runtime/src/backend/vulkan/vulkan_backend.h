@@ -7,12 +7,13 @@
 // vulkan_kv_cache.h: f32 or f16, one K and one V buffer per layer) live in device
 // memory. Everything allocated is counted against the device's memory heap
 // (backend/vulkan/allocator.h), so a model that does not fit fails at load time with
-// the sizes in the message.
+// the sizes in the message; buffers are placed in a few large blocks of device memory
+// (backend/vulkan/memory_pool.h).
 //
-// A step: begin_step() writes the step's tokens, masks and KV view into small
-// host-visible buffers; every kernel call records into one command buffer;
-// finish_step() submits it once and waits. Pipelines are created when the backend is
-// (the weight kernels' for each format as its weights are uploaded);
+// A step (backend/vulkan/step_encoder.h): begin_step() writes the step's tokens, masks
+// and KV view into small host-visible buffers; every kernel call records into one
+// command buffer; finish_step() submits it once and waits. Pipelines are created when
+// the backend is (the weight kernels' for each format as its weights are uploaded);
 // descriptor sets are created the first time a (pipeline, buffers) combination is
 // used and reused by every later step.
 #pragma once

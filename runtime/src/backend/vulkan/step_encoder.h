@@ -1,0 +1,86 @@
+// The step the Vulkan backend is recording, between begin_step and finish_step:
+//   - the step's inputs on the device, written by the host at begin(): the tokens, and
+//     step_info ([T prefix flags][T x mask_words in-step masks][n_past logical order of
+//     the KV cache], the layout shaders/attention.comp reads); the RoPE table (cos, sin
+//     of every row's position and pair) when the first rope op asks for it;
+//   - the one CommandSequence every op of the step records into (dispatches, copies and
+//     the barriers between them), submitted once by finish(), which waits for the
+//     device;
+//   - the row count of the activations a gather_rows shortened, for the rest of the
+//     step.
+// The ops themselves (what to dispatch with which arguments) are VulkanBackend's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/vulkan/allocator.h"
+#include "backend/vulkan/buffer.h"
+#include "fafo/backend.h"
+
+namespace fafo::vulkan {
+
+class CommandSequence;
+class Context;
+class DescriptorCache;
+
+class StepEncoder {
+ public:
+  StepEncoder(const Context& context, DescriptorCache& descriptors);
+  ~StepEncoder();
+  StepEncoder(const StepEncoder&) = delete;
+  StepEncoder& operator=(const StepEncoder&) = delete;
+
+  // Sizes the step inputs for steps of up to StepBatch::kMaxTokens tokens over a KV
+  // cache of `capacity` entries (when a cache is created).
+  void reserve(int32_t capacity);
+  // Writes the step's inputs (`order`: the cache's logical order, null when it has
+  // none) and starts recording. A recording not finished is dropped.
+  void begin(const StepBatch& batch, const std::vector<int32_t>* order);
+  // Submits the step's commands once and waits; throws std::logic_error without begin().
+  void finish();
+  // Drops the recording, if any, without submitting it.
+  void abandon();
+
+  // What ops record into; throws std::logic_error outside begin()/finish().
+  CommandSequence& commands();
+  // The batch of the last begin() (still the last step's after finish()); throws
+  // std::logic_error before the first.
+  const StepBatch& batch() const;
+
+  const Buffer& tokens() const { return tokens_.get(); }
+  const Buffer& step_info() const { return step_info_.get(); }
+  uint32_t mask_words() const { return mask_words_; }
+  // Whether step_info holds the cache's logical order (the cache has one and n_past > 0).
+  bool use_order() const { return use_order_; }
+  // cos/sin of every (batch row, pair) of this step, computed like the CPU reference;
+  // one RoPE configuration per step (std::logic_error for a second).
+  const Buffer& rope_table(const RopeParams& p);
+
+  // The rows activation `a` holds in this step: the batch size unless a gather wrote
+  // fewer into it.
+  uint32_t rows_of(const Activation& a) const;
+  // Results written into a gathered buffer keep its row count for the rest of the step.
+  void set_rows(const Activation& out, uint32_t rows);
+  // gather_rows wrote `rows` rows into `dst`.
+  void gathered(const Activation& dst, uint32_t rows) { gathered_rows_[dst.id] = rows; }
+
+ private:
+  const Context& context_;
+  DescriptorCache& descriptors_;
+  ScratchBuffer step_info_;
+  ScratchBuffer tokens_;
+  ScratchBuffer rope_table_;
+  std::optional<std::tuple<int32_t, float, float, std::vector<float>>> rope_key_;
+  uint32_t mask_words_ = 0;
+  bool use_order_ = false;
+  const StepBatch* batch_ = nullptr;
+  std::unordered_map<int32_t, uint32_t> gathered_rows_;
+  std::unique_ptr<CommandSequence> seq_;
+};
+
+}  // namespace fafo::vulkan

@@ -1,0 +1,205 @@
+// The Vulkan backend's StepEncoder on whatever Vulkan device the machine has (lavapipe
+// in CI), with the Khronos validation layer enabled when it is installed: the step
+// inputs begin() writes (tokens, prefix flags, in-step masks, the cache's logical
+// order), the RoPE table, the one recording per step and its submission, the row counts
+// of gathered activations, and clear errors for misuse. Skipped, with the reason, when
+// there is no Vulkan device or fafo was built without Vulkan.
+#include <gtest/gtest.h>
+
+#if FAFO_HAVE_VULKAN
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/vulkan/buffer.h"
+#include "backend/vulkan/command_sequence.h"
+#include "backend/vulkan/context.h"
+#include "backend/vulkan/descriptor_cache.h"
+#include "backend/vulkan/step_encoder.h"
+#include "fafo/backend.h"
+#include "fafo/step_batch.h"
+#include "vulkan_test_support.h"
+
+namespace {
+
+using fafo::Activation;
+using fafo::PrefixView;
+using fafo::RopeParams;
+using fafo::StepBatch;
+using fafo::vulkan::Buffer;
+using fafo::vulkan::Context;
+using fafo::vulkan::DescriptorCache;
+using fafo::vulkan::StepEncoder;
+using fafo::vulkan::ValidationLog;
+
+template <class T>
+std::vector<T> read(const Buffer& b, size_t n, size_t offset = 0) {
+  std::vector<T> out(n);
+  b.download(out.data(), n * sizeof(T), offset * sizeof(T));
+  return out;
+}
+
+class VulkanStepEncoder : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    log_ = std::make_shared<ValidationLog>();
+    context_ = fafo::test::make_validated_context(log_, skip_reason_);
+  }
+  static void TearDownTestSuite() {
+    context_.reset();
+    if (log_) {
+      EXPECT_TRUE(log_->errors().empty()) << fafo::test::join_lines(log_->errors());
+    }
+  }
+  void SetUp() override {
+    if (!context_) GTEST_SKIP() << "no Vulkan device: " << skip_reason_;
+    errors_before_ = log_->errors().size();
+    descriptors_ = std::make_unique<DescriptorCache>(*context_);
+    encoder_ = std::make_unique<StepEncoder>(*context_, *descriptors_);
+    encoder_->reserve(64);
+  }
+  void TearDown() override {
+    if (!context_) return;
+    encoder_.reset();
+    descriptors_.reset();
+    EXPECT_EQ(log_->errors().size(), errors_before_) << fafo::test::join_lines(log_->errors());
+  }
+
+  static inline std::shared_ptr<ValidationLog> log_;
+  static inline std::unique_ptr<Context> context_;
+  static inline std::string skip_reason_;
+  size_t errors_before_ = 0;
+  std::unique_ptr<DescriptorCache> descriptors_;
+  std::unique_ptr<StepEncoder> encoder_;
+};
+
+TEST_F(VulkanStepEncoder, MisuseIsAClearError) {
+  EXPECT_THROW(encoder_->finish(), std::logic_error);
+  EXPECT_THROW(encoder_->commands(), std::logic_error);
+  EXPECT_THROW(encoder_->batch(), std::logic_error);
+  StepBatch batch = StepBatch::causal({1, 2, 3}, 4);
+  const std::vector<int32_t> short_order = {0, 1};
+  EXPECT_THROW(encoder_->begin(batch, &short_order), std::invalid_argument);
+}
+
+TEST_F(VulkanStepEncoder, BeginWritesTheStepsInputs) {
+  // 40 tokens: two mask words per row. Token 1 sees only itself, token 2 sees 0 and
+  // itself and views the compressed prefix; the rest are causal.
+  StepBatch batch;
+  batch.add(10, 7, {}, true);
+  batch.add(11, 8, {}, true);
+  batch.add(12, 8, {0}, true, PrefixView::Compressed);
+  for (int32_t i = 3; i < 40; ++i) {
+    std::vector<int32_t> sees;
+    for (int32_t j = 0; j < i; ++j) sees.push_back(j);
+    batch.add(10 + i, 6 + i, sees, false);
+  }
+  batch.set_n_past(5);
+  const std::vector<int32_t> order = {4, 3, 2, 1, 0, 9};
+  encoder_->begin(batch, &order);
+  EXPECT_EQ(&encoder_->batch(), &batch);
+  EXPECT_TRUE(encoder_->use_order());
+  const uint32_t T = 40, words = 2;
+  EXPECT_EQ(encoder_->mask_words(), words);
+  const std::vector<uint32_t> info = read<uint32_t>(encoder_->step_info(), T + T * words + 5);
+  for (uint32_t i = 0; i < T; ++i) EXPECT_EQ(info[i], i == 2 ? 1u : 0u) << "prefix flag of " << i;
+  for (uint32_t i = 0; i < T; ++i)
+    for (uint32_t j = 0; j < T; ++j) {
+      const bool bit = (info[T + i * words + j / 32] >> (j % 32)) & 1u;
+      EXPECT_EQ(bit, j <= i && batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) << i << " sees " << j;
+    }
+  EXPECT_EQ(std::vector<uint32_t>(info.end() - 5, info.end()), (std::vector<uint32_t>{4, 3, 2, 1, 0}));
+  EXPECT_EQ(read<int32_t>(encoder_->tokens(), T), batch.tokens());
+  encoder_->finish();
+
+  // No order, or nothing committed: the order is not used.
+  StepBatch first = StepBatch::causal({1, 2}, 0);
+  encoder_->begin(first, &order);
+  EXPECT_FALSE(encoder_->use_order());
+  encoder_->finish();
+  batch.set_n_past(5);
+  encoder_->begin(batch, nullptr);
+  EXPECT_FALSE(encoder_->use_order());
+  encoder_->finish();
+}
+
+TEST_F(VulkanStepEncoder, OneRecordingPerStepSubmittedByFinish) {
+  Buffer target(*context_, 256);
+  const std::vector<uint32_t> ones(64, 1u);
+  target.upload(ones.data(), 256);
+  StepBatch batch = StepBatch::causal({1}, 0);
+  encoder_->begin(batch, nullptr);
+  fafo::vulkan::CommandSequence& seq = encoder_->commands();
+  EXPECT_EQ(&encoder_->commands(), &seq);
+  seq.zero(target);
+  EXPECT_EQ(read<uint32_t>(target, 64), ones);  // recorded, not yet run
+  encoder_->finish();
+  EXPECT_EQ(read<uint32_t>(target, 64), std::vector<uint32_t>(64, 0u));
+  EXPECT_THROW(encoder_->commands(), std::logic_error);
+  EXPECT_THROW(encoder_->finish(), std::logic_error);
+  EXPECT_EQ(&encoder_->batch(), &batch);  // the last step's, still
+
+  // A recording dropped by abandon() is never submitted.
+  target.upload(ones.data(), 256);
+  encoder_->begin(batch, nullptr);
+  encoder_->commands().zero(target);
+  encoder_->abandon();
+  EXPECT_THROW(encoder_->finish(), std::logic_error);
+  EXPECT_EQ(read<uint32_t>(target, 64), ones);
+}
+
+TEST_F(VulkanStepEncoder, GatheredActivationsKeepTheirRowCountForTheStep) {
+  StepBatch batch = StepBatch::causal({1, 2, 3, 4, 5}, 0);
+  const Activation a{0, 8, 16}, b{1, 8, 16}, c{2, 8, 16};
+  encoder_->begin(batch, nullptr);
+  EXPECT_EQ(encoder_->rows_of(a), 5u);
+  encoder_->gathered(a, 2);
+  encoder_->set_rows(b, encoder_->rows_of(a));  // a result computed from a
+  encoder_->set_rows(c, 5);                      // the whole batch: nothing to remember
+  EXPECT_EQ(encoder_->rows_of(a), 2u);
+  EXPECT_EQ(encoder_->rows_of(b), 2u);
+  EXPECT_EQ(encoder_->rows_of(c), 5u);
+  encoder_->finish();
+  EXPECT_EQ(encoder_->rows_of(a), 5u);  // forgotten with the step
+  encoder_->begin(batch, nullptr);
+  encoder_->gathered(a, 1);
+  encoder_->begin(batch, nullptr);      // a new step forgets too
+  EXPECT_EQ(encoder_->rows_of(a), 5u);
+  encoder_->finish();
+}
+
+TEST_F(VulkanStepEncoder, TheRopeTableHoldsEveryRowsAnglesOnceAStep) {
+  StepBatch batch = StepBatch::causal({1, 2, 3}, 10);
+  RopeParams p;
+  p.n_dims = 8;
+  p.freq_base = 500000.0f;
+  encoder_->begin(batch, nullptr);
+  const Buffer& table = encoder_->rope_table(p);
+  const std::vector<float> got = read<float>(table, 3 * 4 * 2);
+  for (int32_t r = 0; r < 3; ++r)
+    for (int32_t i = 0; i < 4; ++i) {
+      const float theta = p.angle(batch.positions()[static_cast<size_t>(r)], i);
+      EXPECT_EQ(got[static_cast<size_t>((r * 4 + i) * 2)], std::cos(theta)) << r << " " << i;
+      EXPECT_EQ(got[static_cast<size_t>((r * 4 + i) * 2 + 1)], std::sin(theta)) << r << " " << i;
+    }
+  EXPECT_EQ(&encoder_->rope_table(p), &table);
+  RopeParams other = p;
+  other.freq_scale = 0.5f;
+  EXPECT_THROW(encoder_->rope_table(other), std::logic_error);
+  encoder_->finish();
+  encoder_->begin(batch, nullptr);
+  EXPECT_NO_THROW(encoder_->rope_table(other));  // a new step may use another
+  encoder_->finish();
+}
+
+}  // namespace
+
+#else  // !FAFO_HAVE_VULKAN
+
+TEST(VulkanStepEncoder, Skipped) { GTEST_SKIP() << "fafo was built without Vulkan (FAFO_VULKAN=OFF or not found)"; }
+
+#endif
