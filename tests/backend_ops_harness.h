@@ -5,6 +5,7 @@
 // same bits whatever T and whatever the other rows of the step hold).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -88,7 +89,8 @@ class OpEnv {
     const std::string key = name + "/" + std::to_string(cols);
     auto it = activations_.find(key);
     if (it != activations_.end()) return it->second;
-    return activations_[key] = be_->alloc_activation(kMaxRows, cols);
+    // Wide rows (a 128K vocabulary) may not fit kMaxRows in one device buffer.
+    return activations_[key] = be_->alloc_activation(std::min(kMaxRows, be_->max_activation_rows(cols)), cols);
   }
   // A KV cache of at least `capacity` entries for the cases that do not test it.
   void ensure_cache(int32_t capacity) {

@@ -640,6 +640,20 @@ TEST(BackendOpsTable, EveryBackendOfTheBuildIsATarget) {
   for (const Target& t : targets) std::printf("  target %s: %s\n", t.label().c_str(), t.device_name.c_str());
 }
 
+// The cpu backend splits matrix products over its threads by rows: one thread or two
+// must give the same bits for every case of every op (T-invariance across thread counts).
+TEST(BackendOpsTable, CpuResultsDoNotDependOnTheThreadCount) {
+  OpEnv one(make_cpu_backend(1)), two(make_cpu_backend(2));
+  int cases = 0;
+  for (const OpCase& c : op_table()) {
+    if (c.op != "matmul" && c.op != "attention" && c.op != "gather") continue;
+    ++cases;
+    const CaseReport r = check_case(c, one, two, -1.0);
+    EXPECT_TRUE(r.conformance.ok) << c.op << " " << c.name << ": " << r.conformance.first;
+  }
+  EXPECT_GT(cases, 26);
+}
+
 // The table must fail a wrong kernel: a backend whose matmul reads the next weight row.
 TEST(BackendOpsTable, AnOffByOneRowMatmulFailsConformance) {
   OpEnv faulty(std::make_unique<FaultyBackend>(Fault::MatmulRowOffByOne));
