@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 #include <type_traits>
 
 #include "backend/cpu/simd_matmul.h"
@@ -508,7 +509,16 @@ void dequantize_row_simd(TensorType type, const uint8_t* src, float* dst, int64_
 
 bool has_simd_decoder(TensorType type) { return HWY_DYNAMIC_DISPATCH(HasDecoderImpl)(type); }
 
-const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+const char* simd_target_name() {
+  // Highway's target names, in the words CPU vendors use.
+  const std::string_view name = HWY_DYNAMIC_DISPATCH(TargetNameImpl)();
+  if (name == "AVX3") return "AVX-512";
+  if (name == "AVX3_DL") return "AVX-512 with VNNI";
+  if (name == "AVX3_ZEN4") return "AVX-512 (Zen 4)";
+  if (name == "SSE4") return "SSE4.2";
+  if (name == "EMU128" || name == "SCALAR") return "scalar";
+  return HWY_DYNAMIC_DISPATCH(TargetNameImpl)();
+}
 
 }  // namespace fafo::cpu
 #endif  // HWY_ONCE

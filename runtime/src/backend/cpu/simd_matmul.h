@@ -33,7 +33,7 @@ void matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const float*
 void dequantize_row_simd(TensorType type, const uint8_t* src, float* dst, int64_t n);
 // Whether `type` has a SIMD decoder (the rest use the scalar one of src/quant).
 bool has_simd_decoder(TensorType type);
-// The instruction set chosen at run time, e.g. "AVX3" (AVX-512), "AVX2", "SSE4", "NEON".
+// The instruction set chosen at run time: "AVX-512", "AVX2", "SSE4.2", "NEON", "scalar".
 const char* simd_target_name();
 
 }  // namespace fafo::cpu

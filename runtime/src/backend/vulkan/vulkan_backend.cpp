@@ -452,7 +452,7 @@ BackendInfo vulkan_backend_info() {
   BackendInfo info;
   info.name = "vulkan";
   info.display_name = "Vulkan";
-  info.summary = "compute shaders on any Vulkan device (within 1e-4 of the CPU reference, T-invariant)";
+  info.summary = "compute shaders on any Vulkan device (within 1e-4 of the reference backend, T-invariant)";
   info.auto_rank = 1;
   info.devices = [] {
     std::vector<BackendDevice> out;
