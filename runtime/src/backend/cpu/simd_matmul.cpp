@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "backend/cpu/simd_matmul.h"
 #include "fafo/tensor_type.h"
@@ -97,10 +98,13 @@ struct Q4KDecoder {
     ScaleBytes(fp16_to_fp32(mh), mn, ml, kSubs);
     qs = b + offsetof(quant::BlockQ4_K, qs);
   }
-  HWY_INLINE VF Group(size_t sub, size_t l) const {
-    const VI v = LoadBytes(qs + 32 * (sub / 2) + l);
-    const VI q = (sub & 1) ? hn::ShiftRight<4>(v) : hn::And(v, hn::Set(DI(), 0x0f));
-    return hn::Sub(hn::Mul(hn::Set(DF(), dl[sub]), hn::ConvertTo(DF(), q)), hn::Set(DF(), ml[sub]));
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t l) const {
+    const VI v = LoadBytes(qs + 32 * (kSub / 2) + l);
+    VI q;
+    if constexpr (kSub & 1) q = hn::ShiftRight<4>(v);
+    else q = hn::And(v, hn::Set(DI(), 0x0f));
+    return hn::Sub(hn::Mul(hn::Set(DF(), dl[kSub]), hn::ConvertTo(DF(), q)), hn::Set(DF(), ml[kSub]));
   }
 };
 
@@ -121,13 +125,16 @@ struct Q5KDecoder {
     qs = b + offsetof(quant::BlockQ5_K, qs);
     qh = b + offsetof(quant::BlockQ5_K, qh);
   }
-  HWY_INLINE VF Group(size_t sub, size_t l) const {
-    const VI v = LoadBytes(qs + 32 * (sub / 2) + l);
-    const VI low = (sub & 1) ? hn::ShiftRight<4>(v) : hn::And(v, hn::Set(DI(), 0x0f));
-    // Bit 4 of sub-block `sub` is bit `sub` of qh[l].
-    const VI high = hn::And(hn::ShiftRightSame(LoadBytes(qh + l), static_cast<int>(sub)), hn::Set(DI(), 1));
-    return hn::Sub(hn::Mul(hn::Set(DF(), dl[sub]), hn::ConvertTo(DF(), hn::Or(low, hn::ShiftLeft<4>(high)))),
-                   hn::Set(DF(), ml[sub]));
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t l) const {
+    const VI v = LoadBytes(qs + 32 * (kSub / 2) + l);
+    VI low;
+    if constexpr (kSub & 1) low = hn::ShiftRight<4>(v);
+    else low = hn::And(v, hn::Set(DI(), 0x0f));
+    // Bit 4 of sub-block kSub is bit kSub of qh[l].
+    const VI high = hn::And(hn::ShiftRight<kSub>(LoadBytes(qh + l)), hn::Set(DI(), 1));
+    return hn::Sub(hn::Mul(hn::Set(DF(), dl[kSub]), hn::ConvertTo(DF(), hn::Or(low, hn::ShiftLeft<4>(high)))),
+                   hn::Set(DF(), ml[kSub]));
   }
 };
 
@@ -146,14 +153,15 @@ struct Q6KDecoder {
     ql = b + offsetof(quant::BlockQ6_K, ql);
     qh = b + offsetof(quant::BlockQ6_K, qh);
   }
-  HWY_INLINE VF Group(size_t sub, size_t l) const {
-    const size_t v = 16 * sub + l;  // = 128 * half + 32 * k + m
-    const size_t half = v / 128, k = (v % 128) / 32, m = v % 32;
-    const VI lo = hn::And(hn::ShiftRightSame(LoadBytes(ql + 64 * half + 32 * (k % 2) + m), k < 2 ? 0 : 4),
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t l) const {
+    // Value 16 * kSub + l = 128 * half + 32 * k + m.
+    constexpr size_t kHalf = kSub / 8, kK = (kSub % 8) / 2, kM = 16 * (kSub % 2);
+    const VI lo = hn::And(hn::ShiftRight<kK < 2 ? 0 : 4>(LoadBytes(ql + 64 * kHalf + 32 * (kK % 2) + kM + l)),
                           hn::Set(DI(), 0x0f));
-    const VI hi = hn::And(hn::ShiftRightSame(LoadBytes(qh + 32 * half + m), static_cast<int>(2 * k)), hn::Set(DI(), 3));
+    const VI hi = hn::And(hn::ShiftRight<2 * kK>(LoadBytes(qh + 32 * kHalf + kM + l)), hn::Set(DI(), 3));
     const VI q = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(DI(), 32));
-    return hn::Mul(hn::Set(DF(), dl[sub]), hn::ConvertTo(DF(), q));
+    return hn::Mul(hn::Set(DF(), dl[kSub]), hn::ConvertTo(DF(), q));
   }
 };
 
@@ -168,7 +176,8 @@ struct Q8_0Decoder {
     d = hn::Set(DF(), fp16_to_fp32(dh));
     qs = reinterpret_cast<const int8_t*>(b + offsetof(quant::BlockQ8_0, qs));
   }
-  HWY_INLINE VF Group(size_t, size_t l) const {
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t l) const {
     return hn::Mul(hn::ConvertTo(DF(), hn::PromoteTo(DI(), hn::LoadU(DI8(), qs + l))), d);
   }
 };
@@ -184,9 +193,12 @@ struct Q4_0Decoder {
     d = hn::Set(DF(), fp16_to_fp32(dh));
     qs = b + offsetof(quant::BlockQ4_0, qs);
   }
-  HWY_INLINE VF Group(size_t sub, size_t l) const {
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t l) const {
     const VI v = LoadBytes(qs + l);
-    const VI q = sub ? hn::ShiftRight<4>(v) : hn::And(v, hn::Set(DI(), 0x0f));
+    VI q;
+    if constexpr (kSub == 1) q = hn::ShiftRight<4>(v);
+    else q = hn::And(v, hn::Set(DI(), 0x0f));
     return hn::Mul(hn::ConvertTo(DF(), hn::Sub(q, hn::Set(DI(), 8))), d);
   }
 };
@@ -200,7 +212,8 @@ struct F32Decoder {
   static constexpr size_t kSubs = 1, kSubValues = static_cast<size_t>(kLanes);
   const float* p;
   HWY_INLINE void Prepare(const uint8_t* b) { p = reinterpret_cast<const float*>(b); }
-  HWY_INLINE VF Group(size_t, size_t) const { return hn::LoadU(DF(), p); }
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t) const { return hn::LoadU(DF(), p); }
   static float Scalar(const uint8_t* row, int64_t c) {
     float v;
     std::memcpy(&v, row + 4 * c, 4);
@@ -213,7 +226,8 @@ struct F16Decoder {
   static constexpr size_t kSubs = 1, kSubValues = static_cast<size_t>(kLanes);
   const hwy::float16_t* p;
   HWY_INLINE void Prepare(const uint8_t* b) { p = reinterpret_cast<const hwy::float16_t*>(b); }
-  HWY_INLINE VF Group(size_t, size_t) const { return hn::PromoteTo(DF(), hn::LoadU(DF16(), p)); }
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t) const { return hn::PromoteTo(DF(), hn::LoadU(DF16(), p)); }
   static float Scalar(const uint8_t* row, int64_t c) {
     uint16_t h;
     std::memcpy(&h, row + 2 * c, 2);
@@ -226,7 +240,8 @@ struct BF16Decoder {
   static constexpr size_t kSubs = 1, kSubValues = static_cast<size_t>(kLanes);
   const uint16_t* p;
   HWY_INLINE void Prepare(const uint8_t* b) { p = reinterpret_cast<const uint16_t*>(b); }
-  HWY_INLINE VF Group(size_t, size_t) const {
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t) const {
     return hn::BitCast(DF(), hn::ShiftLeft<16>(hn::PromoteTo(DU(), hn::LoadU(DU16(), p))));
   }
   static float Scalar(const uint8_t* row, int64_t c) {
@@ -243,6 +258,17 @@ template <class Dec>
 constexpr bool kHasTail = Dec::kValues == kLanes && (std::is_same_v<Dec, F32Decoder> || std::is_same_v<Dec, F16Decoder> ||
                                                      std::is_same_v<Dec, BF16Decoder>);
 
+// f(std::integral_constant<size_t, sub>) for every sub-block of Dec's block, so each
+// Group<sub>() is compiled with its shifts and offsets known.
+template <class Dec, class F, size_t... kSubs>
+HWY_INLINE void ForEachSubImpl(F&& f, std::index_sequence<kSubs...>) {
+  (f(std::integral_constant<size_t, kSubs>{}), ...);
+}
+template <class Dec, class F>
+HWY_INLINE void ForEachSub(F&& f) {
+  ForEachSubImpl<Dec>(f, std::make_index_sequence<Dec::kSubs>{});
+}
+
 // A whole row (cols values) to floats through the decoder.
 template <class Dec>
 void DecodeRowWith(const uint8_t* src, float* dst, int64_t cols) {
@@ -251,9 +277,10 @@ void DecodeRowWith(const uint8_t* src, float* dst, int64_t cols) {
   Dec dec;
   for (int64_t b = 0; b < blocks; ++b) {
     dec.Prepare(src + b * Dec::kBytes);
-    for (size_t sub = 0; sub < Dec::kSubs; ++sub)
+    ForEachSub<Dec>([&](auto sub) {
       for (size_t l = 0; l < Dec::kSubValues; l += N)
-        hn::StoreU(dec.Group(sub, l), DF(), dst + b * Dec::kValues + static_cast<int64_t>(sub * Dec::kSubValues + l));
+        hn::StoreU(dec.template Group<decltype(sub)::value>(l), DF(), dst + b * Dec::kValues + static_cast<int64_t>(decltype(sub)::value * Dec::kSubValues + l));
+    });
   }
   if constexpr (kHasTail<Dec>)
     for (int64_t c = blocks * Dec::kValues; c < cols; ++c) dst[c] = Dec::Scalar(src, c);
@@ -377,16 +404,17 @@ HWY_INLINE void FusedTile(const uint8_t* const* rows, const float* const* x, int
       if (new_line) hwy::Prefetch(rows[r] + b * Dec::kBytes + ahead);
       dec[r].Prepare(rows[r] + b * Dec::kBytes);
     }
-    for (size_t sub = 0; sub < Dec::kSubs; ++sub)
+    ForEachSub<Dec>([&](auto sub) {
       for (size_t l = 0; l < Dec::kSubValues; l += N) {
-        const int64_t c = b * Dec::kValues + static_cast<int64_t>(sub * Dec::kSubValues + l);
+        const int64_t c = b * Dec::kValues + static_cast<int64_t>(decltype(sub)::value * Dec::kSubValues + l);
         VF xv[NT];
         for (size_t t = 0; t < NT; ++t) xv[t] = hn::LoadU(df, x[t] + c);
         for (size_t r = 0; r < R; ++r) {
-          const VF wv = dec[r].Group(sub, l);
+          const VF wv = dec[r].template Group<decltype(sub)::value>(l);
           for (size_t t = 0; t < NT; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
         }
       }
+    });
   }
   for (size_t r = 0; r < R; ++r)
     for (size_t t = 0; t < NT; ++t) {
