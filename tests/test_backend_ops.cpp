@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 
+#include "backend/cpu/simd_matmul.h"
 #include "backend_ops_harness.h"
 #include "faulty_backend.h"
 #include "fafo/backend_registry.h"
@@ -652,6 +653,32 @@ TEST(BackendOpsTable, CpuResultsDoNotDependOnTheThreadCount) {
     EXPECT_TRUE(r.conformance.ok) << c.op << " " << c.name << ": " << r.conformance.first;
   }
   EXPECT_GT(cases, 26);
+}
+
+// The cpu backend runs on every instruction set Highway compiled that this CPU has
+// (down to the portable scalar emulation a CPU without SIMD gets): each must pass the
+// matrix-product cases within the declared tolerance, T-invariant.
+TEST(BackendOpsTable, CpuMatmulOnEveryInstructionSet) {
+  OpEnv reference(make_reference_backend(2));
+  cpu::use_simd_target("");
+  const std::vector<std::string> targets = cpu::simd_targets();
+  EXPECT_GE(targets.size(), 2u) << "expected a SIMD target and the scalar fallback";
+  for (const std::string& target : targets) {
+    cpu::use_simd_target(target);
+    OpEnv env(make_cpu_backend(2));
+    const double tolerance = env.be().numerics().tolerance;
+    double worst = 0.0;
+    for (const OpCase& c : op_table()) {
+      if (c.op != "matmul") continue;
+      const CaseReport r = check_case(c, env, reference, tolerance);
+      worst = std::max(worst, r.conformance.max_error);
+      EXPECT_TRUE(r.conformance.ok) << target << " " << c.name << ": " << r.conformance.first;
+      EXPECT_TRUE(r.invariance.ok) << target << " " << c.name << ": " << r.invariance.first;
+    }
+    std::printf("  cpu on %-8s matmul cases within %.3g of the reference\n", target.c_str(), worst);
+  }
+  cpu::use_simd_target("");
+  EXPECT_THROW(cpu::use_simd_target("no-such-isa"), std::invalid_argument);
 }
 
 // The table must fail a wrong kernel: a backend whose matmul reads the next weight row.

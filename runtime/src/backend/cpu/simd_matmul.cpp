@@ -10,6 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -546,6 +549,23 @@ const char* simd_target_name() {
   if (name == "SSE4") return "SSE4.2";
   if (name == "EMU128" || name == "SCALAR") return "scalar";
   return HWY_DYNAMIC_DISPATCH(TargetNameImpl)();
+}
+
+std::vector<std::string> simd_targets() {
+  std::vector<std::string> names;  // what the CPU runs, whatever use_simd_target chose
+  for (const int64_t t : hwy::SupportedAndGeneratedTargets()) names.emplace_back(hwy::TargetName(t));
+  return names;
+}
+
+void use_simd_target(const std::string& name) {
+  hwy::SetSupportedTargetsForTest(0);  // every target again, then the one asked for
+  if (name.empty()) return;
+  for (const int64_t t : hwy::SupportedAndGeneratedTargets())
+    if (name == hwy::TargetName(t)) {
+      hwy::SetSupportedTargetsForTest(t);
+      return;
+    }
+  throw std::invalid_argument("use_simd_target: '" + name + "' is not an instruction set this build runs here");
 }
 
 }  // namespace fafo::cpu

@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "backend/host/host_backend.h"
 
@@ -35,5 +37,12 @@ void dequantize_row_simd(TensorType type, const uint8_t* src, float* dst, int64_
 bool has_simd_decoder(TensorType type);
 // The instruction set chosen at run time: "AVX-512", "AVX2", "SSE4.2", "NEON", "scalar".
 const char* simd_target_name();
+
+// For tests: the instruction sets this build compiled that this CPU runs, best first
+// (Highway's names: "AVX3", "AVX2", "SSE4", "EMU128", ...), and a switch that makes
+// every kernel use one of them ("" = the best again). Throws std::invalid_argument for
+// a name not in the list. Not thread-safe: call it while no product runs.
+std::vector<std::string> simd_targets();
+void use_simd_target(const std::string& name);
 
 }  // namespace fafo::cpu
