@@ -1,5 +1,5 @@
 // The host-memory backend: executes each kernel as soon as the model issues it, parallel
-// over rows (matmul, through the backend's HostMatmul) and attention heads. Weights are
+// over rows (matmul, through the backend's HostKernels) and attention heads. Weights are
 // used in place from the memory-mapped file.
 #include "backend/host/host_backend.h"
 
@@ -28,8 +28,8 @@ struct StoredWeight {
 
 class HostBackend final : public Backend, public StepRows {
  public:
-  HostBackend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostMatmul> matmul)
-      : pool_(n_threads), traits_(std::move(traits)), matmul_(std::move(matmul)) {}
+  HostBackend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostKernels> kernels)
+      : pool_(n_threads), traits_(std::move(traits)), kernels_(std::move(kernels)) {}
 
   std::string name() const override { return traits_.name; }
   std::string description() const override {
@@ -92,7 +92,7 @@ class HostBackend final : public Backend, public StepRows {
   void matmul(const Weight& weight, const Activation& x, Activation& out) override {
     const StoredWeight& w = weights_.at(static_cast<size_t>(weight.id));
     const int64_t T = rows_of(x);
-    matmul_->matmul(w.file, row(x, 0), x.cols, T, row(out, 0), out.cols, pool_);
+    kernels_->matmul(w.file, row(x, 0), x.cols, T, row(out, 0), out.cols, pool_);
     set_rows(out, T);
   }
 
@@ -165,7 +165,7 @@ class HostBackend final : public Backend, public StepRows {
       for (int64_t k = b; k < e; ++k) {
         const Item& it = items[static_cast<size_t>(k)];
         const auto& list = slots[static_cast<size_t>(it.row)];
-        parts[static_cast<size_t>(it.part)] = ref::attend_head_part(
+        parts[static_cast<size_t>(it.part)] = kernels_->attend_head_part(
             row(q, it.row) + it.head * s.head_dim, K, V, kv_dim, static_cast<int64_t>(it.head / group) * s.head_dim,
             list.data() + it.first, it.count, s.head_dim, s.scale, scratch.data(),
             accs.data() + static_cast<size_t>(it.part) * static_cast<size_t>(s.head_dim));
@@ -266,7 +266,7 @@ class HostBackend final : public Backend, public StepRows {
 
   ThreadPool pool_;
   HostBackendTraits traits_;
-  std::unique_ptr<HostMatmul> matmul_;
+  std::unique_ptr<HostKernels> kernels_;
   std::vector<StoredWeight> weights_;
   std::vector<std::vector<float>> activations_;
   std::vector<int64_t> activation_rows_;
@@ -279,8 +279,8 @@ class HostBackend final : public Backend, public StepRows {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_host_backend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostMatmul> matmul) {
-  return std::make_unique<HostBackend>(n_threads, std::move(traits), std::move(matmul));
+std::unique_ptr<Backend> make_host_backend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostKernels> kernels) {
+  return std::make_unique<HostBackend>(n_threads, std::move(traits), std::move(kernels));
 }
 
 }  // namespace fafo::host

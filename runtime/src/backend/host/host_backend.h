@@ -1,9 +1,9 @@
 // The host-memory backend shared by the `reference` and `cpu` backends: activations in
 // host memory, weights used in place from the memory-mapped file, the host KV cache, a
 // thread pool, and every op of the contract. The two backends differ in their matrix
-// product (the part that costs nearly all of a step), which each supplies as a
-// HostMatmul: plain fp32 loops for the reference (the oracle of every test), SIMD
-// kernels with token tiles for `cpu`.
+// product (the part that costs nearly all of a step) and attention's inner loop, which
+// each supplies as HostKernels: plain fp32 loops for the reference (the oracle of every
+// test), SIMD kernels for `cpu`.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/reference/reference_kernels.h"
 #include "fafo/backend.h"
 #include "fafo/tensor_type.h"
 #include "util/thread_pool.h"
@@ -28,11 +29,19 @@ struct HostWeight {
 // out[t * out_stride + r] = dot(weight row r, x + t * x_stride) for t < T and every row.
 // Each result must depend only on its weight row and its x row (not on T, the other
 // rows or the thread count): multi-token decoding relies on it.
-class HostMatmul {
+//
+// attend_head_part: one query head over part of its keys, as ref::attend_head_part
+// (which the default runs); called from several threads at once.
+class HostKernels {
  public:
-  virtual ~HostMatmul() = default;
+  virtual ~HostKernels() = default;
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;
+  virtual ref::AttentionPart attend_head_part(const float* q, const float* keys, const float* values, int64_t stride,
+                                              int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim,
+                                              float scale, float* scratch, float* acc) const {
+    return ref::attend_head_part(q, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, acc);
+  }
 };
 
 struct HostBackendTraits {
@@ -41,6 +50,6 @@ struct HostBackendTraits {
   BackendNumerics numerics;
 };
 
-std::unique_ptr<Backend> make_host_backend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostMatmul> matmul);
+std::unique_ptr<Backend> make_host_backend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostKernels> kernels);
 
 }  // namespace fafo::host

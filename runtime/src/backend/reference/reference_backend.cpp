@@ -15,7 +15,7 @@ namespace fafo {
 
 namespace {
 
-class ReferenceMatmul final : public host::HostMatmul {
+class ReferenceKernels final : public host::HostKernels {
  public:
   void matmul(const host::HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
               ThreadPool& pool) override {
@@ -45,7 +45,7 @@ class ReferenceMatmul final : public host::HostMatmul {
 
 std::unique_ptr<Backend> make_reference_backend(int n_threads) {
   return host::make_host_backend(n_threads, {"reference", "reference backend (fp32, the oracle)", BackendNumerics{}},
-                                 std::make_unique<ReferenceMatmul>());
+                                 std::make_unique<ReferenceKernels>());
 }
 
 // Registered in backend_registry.cpp (FAFO_BACKEND(reference)).
