@@ -22,10 +22,11 @@ constexpr double kTolerance = 1e-4;
 
 class CpuKernels final : public host::HostKernels {
  public:
-  ref::AttentionPart attend_head_part(const float* q, const float* keys, const float* values, int64_t stride,
-                                      int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
-                                      float* scratch, float* acc) const override {
-    return cpu::attend_head_part_simd(q, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, acc);
+  void attend_group_part(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
+                         int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
+                         float* scratch, ref::AttentionPart* parts, float* accs) const override {
+    cpu::attend_group_part_simd(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts,
+                                accs);
   }
 
   void matmul(const host::HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,

@@ -20,44 +20,86 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::CappedTag<float, 16>;
 using VF = hn::Vec<DF>;
 
-ref::AttentionPart AttendHeadPartImpl(const float* q, const float* keys, const float* values, int64_t stride,
-                                      int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim,
-                                      float scale, float* scratch, float* acc) {
+// The heads of one group, kHeads at a time (0: any count, through memory): each head's
+// arithmetic is that of a group of one, whatever the group size.
+template <int32_t kHeads>
+void AttendHeads(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride, int64_t offset,
+                 const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
+                 ref::AttentionPart* parts, float* accs) {
   const DF df;
+  const int32_t H = kHeads > 0 ? kHeads : n_heads;
   const int32_t N = static_cast<int32_t>(hn::Lanes(df));
   const int32_t main = head_dim - head_dim % N;
-  ref::AttentionPart part;
-  // Scores: one vector dot product per key, then the lanes' sum and a scalar tail.
+  for (int32_t h = 0; h < H; ++h) parts[h] = ref::AttentionPart{};
+  // Scores: one vector dot product per head and key (the key read once for the group),
+  // then the lanes' sum and a scalar tail.
   for (int32_t j = 0; j < n_keys; ++j) {
     const float* k = keys + slots[j] * stride + offset;
-    VF a = hn::Zero(df);
-    for (int32_t d = 0; d < main; d += N) a = hn::MulAdd(hn::LoadU(df, q + d), hn::LoadU(df, k + d), a);
-    float s = hn::GetLane(hn::SumOfLanes(df, a));
-    for (int32_t d = main; d < head_dim; ++d) s += q[d] * k[d];
-    scratch[j] = s * scale;
-    part.max = std::max(part.max, scratch[j]);
+    for (int32_t h = 0; h < H; ++h) {
+      const float* qh = q + static_cast<int64_t>(h) * head_dim;
+      VF a = hn::Zero(df);
+      for (int32_t d = 0; d < main; d += N) a = hn::MulAdd(hn::LoadU(df, qh + d), hn::LoadU(df, k + d), a);
+      float s = hn::GetLane(hn::SumOfLanes(df, a));
+      for (int32_t d = main; d < head_dim; ++d) s += qh[d] * k[d];
+      float& score = scratch[static_cast<int64_t>(h) * n_keys + j];
+      score = s * scale;
+      parts[h].max = std::max(parts[h].max, score);
+    }
   }
   // Weights exp(score - max), in place; a NaN score stays NaN (as std::exp keeps it).
-  const VF max = hn::Set(df, part.max);
-  int32_t j = 0;
-  for (; j + N <= n_keys; j += N) {
-    const VF x = hn::Sub(hn::LoadU(df, scratch + j), max);
-    hn::StoreU(hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(df, x)), df, scratch + j);
+  for (int32_t h = 0; h < H; ++h) {
+    float* w = scratch + static_cast<int64_t>(h) * n_keys;
+    const VF max = hn::Set(df, parts[h].max);
+    int32_t j = 0;
+    for (; j + N <= n_keys; j += N) {
+      const VF x = hn::Sub(hn::LoadU(df, w + j), max);
+      hn::StoreU(hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(df, x)), df, w + j);
+    }
+    for (; j < n_keys; ++j) w[j] = std::exp(w[j] - parts[h].max);
+    for (j = 0; j < n_keys; ++j) parts[h].sum += w[j];
   }
-  for (; j < n_keys; ++j) scratch[j] = std::exp(scratch[j] - part.max);
-  for (j = 0; j < n_keys; ++j) part.sum += scratch[j];
-  // The weighted values, a vector of the head's dimensions at a time over every key.
+  // The weighted values, a vector of dimensions at a time over every key, each value
+  // vector read once for the group.
   for (int32_t d = 0; d < main; d += N) {
-    VF a = hn::Zero(df);
-    for (j = 0; j < n_keys; ++j) a = hn::MulAdd(hn::Set(df, scratch[j]), hn::LoadU(df, values + slots[j] * stride + offset + d), a);
-    hn::StoreU(a, df, acc + d);
+    VF a[kHeads > 0 ? kHeads : 1];
+    if constexpr (kHeads > 0) {
+      for (int32_t h = 0; h < kHeads; ++h) a[h] = hn::Zero(df);
+      for (int32_t j = 0; j < n_keys; ++j) {
+        const VF v = hn::LoadU(df, values + slots[j] * stride + offset + d);
+        for (int32_t h = 0; h < kHeads; ++h)
+          a[h] = hn::MulAdd(hn::Set(df, scratch[static_cast<int64_t>(h) * n_keys + j]), v, a[h]);
+      }
+      for (int32_t h = 0; h < kHeads; ++h) hn::StoreU(a[h], df, accs + static_cast<int64_t>(h) * head_dim + d);
+    } else {
+      for (int32_t h = 0; h < H; ++h) {
+        a[0] = hn::Zero(df);
+        for (int32_t j = 0; j < n_keys; ++j)
+          a[0] = hn::MulAdd(hn::Set(df, scratch[static_cast<int64_t>(h) * n_keys + j]),
+                            hn::LoadU(df, values + slots[j] * stride + offset + d), a[0]);
+        hn::StoreU(a[0], df, accs + static_cast<int64_t>(h) * head_dim + d);
+      }
+    }
   }
-  for (int32_t d = main; d < head_dim; ++d) {
-    float a = 0.0f;
-    for (j = 0; j < n_keys; ++j) a += scratch[j] * values[slots[j] * stride + offset + d];
-    acc[d] = a;
+  for (int32_t h = 0; h < H; ++h)
+    for (int32_t d = main; d < head_dim; ++d) {
+      float a = 0.0f;
+      for (int32_t j = 0; j < n_keys; ++j) a += scratch[static_cast<int64_t>(h) * n_keys + j] * values[slots[j] * stride + offset + d];
+      accs[static_cast<int64_t>(h) * head_dim + d] = a;
+    }
+}
+
+void AttendGroupPartImpl(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
+                         int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
+                         float* scratch, ref::AttentionPart* parts, float* accs) {
+  switch (n_heads) {
+    case 1: AttendHeads<1>(q, 1, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
+    case 2: AttendHeads<2>(q, 2, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
+    case 4: AttendHeads<4>(q, 4, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
+    case 8: AttendHeads<8>(q, 8, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
+    default:
+      AttendHeads<0>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs);
+      break;
   }
-  return part;
 }
 
 }  // namespace HWY_NAMESPACE
@@ -67,13 +109,13 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace fafo::cpu {
 
-HWY_EXPORT(AttendHeadPartImpl);
+HWY_EXPORT(AttendGroupPartImpl);
 
-ref::AttentionPart attend_head_part_simd(const float* q, const float* keys, const float* values, int64_t stride,
-                                         int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim,
-                                         float scale, float* scratch, float* acc) {
-  return HWY_DYNAMIC_DISPATCH(AttendHeadPartImpl)(q, keys, values, stride, offset, slots, n_keys, head_dim, scale,
-                                                  scratch, acc);
+void attend_group_part_simd(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
+                            int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
+                            float* scratch, ref::AttentionPart* parts, float* accs) {
+  HWY_DYNAMIC_DISPATCH(AttendGroupPartImpl)(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale,
+                                            scratch, parts, accs);
 }
 
 }  // namespace fafo::cpu

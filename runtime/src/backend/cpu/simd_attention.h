@@ -1,8 +1,9 @@
-// The `cpu` backend's attention inner loop: one query head over part of its keys, as
+// The `cpu` backend's attention inner loop: the query heads that share one KV head over
+// part of their keys (each key and value read once for the group), each head as
 // ref::attend_head_part computes it (scores, their maximum, exp(score - max) summed in
 // double in key order, the weighted sum of values), with vector dot products and a
 // vector exp (Highway's, within 1 ulp of std::exp). The arithmetic depends only on the
-// head's query and keys, never on the step's size, so it stays T-invariant.
+// head's query and keys, never on the step's size or the group's, so it stays T-invariant.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,10 @@
 
 namespace fafo::cpu {
 
-ref::AttentionPart attend_head_part_simd(const float* q, const float* keys, const float* values, int64_t stride,
-                                         int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim,
-                                         float scale, float* scratch, float* acc);
+// q: n_heads queries of head_dim floats, contiguous; scratch: n_heads * n_keys floats;
+// parts[h] and accs[h * head_dim ...] for each head (see HostKernels::attend_group_part).
+void attend_group_part_simd(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
+                            int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
+                            float* scratch, ref::AttentionPart* parts, float* accs);
 
 }  // namespace fafo::cpu

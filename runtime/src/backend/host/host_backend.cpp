@@ -138,37 +138,50 @@ class HostBackend final : public Backend, public StepRows {
     }
     const float* K = kv_->keys(layer);
     const float* V = kv_->values(layer);
-    // Work items: (row, head, part of the row's keys). Long rows are split into parts of
-    // kKeysPerPart keys that run in parallel and are combined exactly afterwards, so a
-    // single long row does not serialize the step. The split depends only on the row's
-    // key count, so a token gets the same arithmetic in any batch.
+    // Work items: (row, KV head, part of the row's keys), each for the query heads that
+    // share the KV head, so their keys and values are read once. Long rows are split into
+    // parts of kKeysPerPart keys that run in parallel and are combined exactly
+    // afterwards, so a single long row does not serialize the step. The split depends
+    // only on the row's key count, so a token gets the same arithmetic in any batch.
     constexpr int32_t kKeysPerPart = 2048;
     struct Item {
-      int32_t row, head, first, count, part;
+      int32_t row, kv_head, first, count, part;  // part: the index of this part among the row's
     };
     std::vector<Item> items;
     std::vector<int32_t> first_part(static_cast<size_t>(T) * static_cast<size_t>(s.n_head));
     int32_t n_parts_total = 0;
     for (int32_t i = 0; i < T; ++i) {
       const int32_t n_keys = static_cast<int32_t>(slots[static_cast<size_t>(i)].size());
+      const int32_t row_parts = (n_keys + kKeysPerPart - 1) / kKeysPerPart;  // n_keys >= 1: a token sees itself
       for (int32_t h = 0; h < s.n_head; ++h) {
         first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h)] = n_parts_total;
-        for (int32_t first = 0; first < n_keys; first += kKeysPerPart)  // n_keys >= 1: a token sees itself
-          items.push_back({i, h, first, std::min(kKeysPerPart, n_keys - first), n_parts_total++});
+        n_parts_total += row_parts;
       }
+      for (int32_t kvh = 0; kvh < s.n_head_kv; ++kvh)
+        for (int32_t p = 0; p < row_parts; ++p)
+          items.push_back({i, kvh, p * kKeysPerPart, std::min(kKeysPerPart, n_keys - p * kKeysPerPart), p});
     }
     std::vector<ref::AttentionPart> parts(static_cast<size_t>(n_parts_total));
     std::vector<float> accs(static_cast<size_t>(n_parts_total) * static_cast<size_t>(s.head_dim));
-    const int64_t item_cost = static_cast<int64_t>(std::min(n_past + T, kKeysPerPart)) * s.head_dim * 2;
+    const int64_t item_cost = static_cast<int64_t>(std::min(n_past + T, kKeysPerPart)) * s.head_dim * 2 * group;
     pool_.parallel_for(static_cast<int64_t>(items.size()), grain_for(item_cost), [&](int64_t b, int64_t e, int) {
-      std::vector<float> scratch(static_cast<size_t>(kKeysPerPart));
+      std::vector<float> scratch(static_cast<size_t>(kKeysPerPart) * static_cast<size_t>(group));
+      std::vector<ref::AttentionPart> group_parts(static_cast<size_t>(group));
+      std::vector<float> group_accs(static_cast<size_t>(group) * static_cast<size_t>(s.head_dim));
       for (int64_t k = b; k < e; ++k) {
         const Item& it = items[static_cast<size_t>(k)];
         const auto& list = slots[static_cast<size_t>(it.row)];
-        parts[static_cast<size_t>(it.part)] = kernels_->attend_head_part(
-            row(q, it.row) + it.head * s.head_dim, K, V, kv_dim, static_cast<int64_t>(it.head / group) * s.head_dim,
-            list.data() + it.first, it.count, s.head_dim, s.scale, scratch.data(),
-            accs.data() + static_cast<size_t>(it.part) * static_cast<size_t>(s.head_dim));
+        const int32_t h0 = it.kv_head * group;
+        kernels_->attend_group_part(row(q, it.row) + h0 * s.head_dim, group, K, V, kv_dim,
+                                    static_cast<int64_t>(it.kv_head) * s.head_dim, list.data() + it.first, it.count,
+                                    s.head_dim, s.scale, scratch.data(), group_parts.data(), group_accs.data());
+        for (int32_t g = 0; g < group; ++g) {
+          const size_t p = static_cast<size_t>(
+              first_part[static_cast<size_t>(it.row) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h0 + g)] + it.part);
+          parts[p] = group_parts[static_cast<size_t>(g)];
+          std::copy_n(group_accs.data() + static_cast<size_t>(g) * static_cast<size_t>(s.head_dim), s.head_dim,
+                      accs.data() + p * static_cast<size_t>(s.head_dim));
+        }
       }
     });
     for (int32_t i = 0; i < T; ++i)

@@ -30,17 +30,21 @@ struct HostWeight {
 // Each result must depend only on its weight row and its x row (not on T, the other
 // rows or the thread count): multi-token decoding relies on it.
 //
-// attend_head_part: one query head over part of its keys, as ref::attend_head_part
-// (which the default runs); called from several threads at once.
+// attend_group_part: the n_heads query heads that share one KV head (their queries
+// contiguous from q) over part of their keys, as ref::attend_head_part computes each
+// head (the default runs it per head): parts[h] and accs[h * head_dim ...]; scratch
+// holds n_heads * n_keys floats. Called from several threads at once.
 class HostKernels {
  public:
   virtual ~HostKernels() = default;
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;
-  virtual ref::AttentionPart attend_head_part(const float* q, const float* keys, const float* values, int64_t stride,
-                                              int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim,
-                                              float scale, float* scratch, float* acc) const {
-    return ref::attend_head_part(q, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, acc);
+  virtual void attend_group_part(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
+                                 int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
+                                 float* scratch, ref::AttentionPart* parts, float* accs) const {
+    for (int32_t h = 0; h < n_heads; ++h)
+      parts[h] = ref::attend_head_part(q + static_cast<int64_t>(h) * head_dim, keys, values, stride, offset, slots, n_keys,
+                                       head_dim, scale, scratch, accs + static_cast<int64_t>(h) * head_dim);
   }
 };
 
