@@ -17,15 +17,14 @@ namespace fafo::cpu {
 namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
-using DF = hn::CappedTag<float, 16>;
-using VF = hn::Vec<DF>;
 
 // The heads of one group, kHeads at a time (0: any count, through memory): each head's
 // arithmetic is that of a group of one, whatever the group size.
-template <int32_t kHeads>
+template <class DF, int32_t kHeads>
 void AttendHeads(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride, int64_t offset,
                  const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
                  ref::AttentionPart* parts, float* accs) {
+  using VF = hn::Vec<DF>;
   const DF df;
   const int32_t H = kHeads > 0 ? kHeads : n_heads;
   const int32_t N = static_cast<int32_t>(hn::Lanes(df));
@@ -88,18 +87,35 @@ void AttendHeads(const float* q, int32_t n_heads, const float* keys, const float
     }
 }
 
+template <class DF>
+void AttendGroup(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride, int64_t offset,
+                 const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
+                 ref::AttentionPart* parts, float* accs) {
+  switch (n_heads) {
+    case 1: AttendHeads<DF, 1>(q, 1, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
+    case 2: AttendHeads<DF, 2>(q, 2, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
+    case 4: AttendHeads<DF, 4>(q, 4, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
+    case 8: AttendHeads<DF, 8>(q, 8, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
+    default:
+      AttendHeads<DF, 0>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs);
+      break;
+  }
+}
+
+// The widest vector (at most 16 lanes) that divides the head: small heads (stories260K's
+// 8 dimensions) still run in vectors. The choice depends on head_dim alone.
 void AttendGroupPartImpl(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
                          int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
                          float* scratch, ref::AttentionPart* parts, float* accs) {
-  switch (n_heads) {
-    case 1: AttendHeads<1>(q, 1, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
-    case 2: AttendHeads<2>(q, 2, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
-    case 4: AttendHeads<4>(q, 4, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
-    case 8: AttendHeads<8>(q, 8, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
-    default:
-      AttendHeads<0>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs);
-      break;
-  }
+  if (head_dim % static_cast<int32_t>(hn::Lanes(hn::CappedTag<float, 16>())) == 0)
+    AttendGroup<hn::CappedTag<float, 16>>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch,
+                                          parts, accs);
+  else if (head_dim % static_cast<int32_t>(hn::Lanes(hn::CappedTag<float, 8>())) == 0)
+    AttendGroup<hn::CappedTag<float, 8>>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch,
+                                         parts, accs);
+  else
+    AttendGroup<hn::CappedTag<float, 4>>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch,
+                                         parts, accs);
 }
 
 }  // namespace HWY_NAMESPACE
