@@ -87,28 +87,8 @@ TEST(RangeAllocator, RefusesWhatItCannotHoldAndBadFrees) {
 
 // --- MemoryPool on a device -------------------------------------------------------------
 
-class VulkanMemory : public ::testing::Test {
+class VulkanMemory : public fafo::test::ValidatedVulkanSuite<fafo::test::NoKernels> {
  protected:
-  static void SetUpTestSuite() {
-    log_ = std::make_shared<ValidationLog>();
-    context_ = fafo::test::make_validated_context(log_, skip_reason_);
-  }
-  static void TearDownTestSuite() {
-    context_.reset();
-    if (log_) {
-      EXPECT_TRUE(log_->errors().empty()) << fafo::test::join_lines(log_->errors());
-    }
-  }
-  void SetUp() override {
-    if (!context_) GTEST_SKIP() << "no Vulkan device: " << skip_reason_;
-    errors_before_ = log_->errors().size();
-  }
-  void TearDown() override {
-    if (context_) {
-      EXPECT_EQ(log_->errors().size(), errors_before_) << fafo::test::join_lines(log_->errors());
-    }
-  }
-
   // A pool of its own on the suite's device, with small limits.
   static std::unique_ptr<MemoryPool> small_pool(MemoryPool::Limits limits) {
     return std::make_unique<MemoryPool>(context_->physical_device(), context_->device(), context_->device_name(), limits);
@@ -121,11 +101,6 @@ class VulkanMemory : public ::testing::Test {
   static VkMemoryRequirements request(VkDeviceSize size, VkDeviceSize alignment = 16) {
     return VkMemoryRequirements{size, alignment, 1u << host_type()};
   }
-
-  static inline std::shared_ptr<ValidationLog> log_;
-  static inline std::unique_ptr<Context> context_;
-  static inline std::string skip_reason_;
-  size_t errors_before_ = 0;
 };
 
 TEST_F(VulkanMemory, ManyBuffersShareOneBlockWithoutOverlapping) {

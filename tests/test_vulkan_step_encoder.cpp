@@ -43,36 +43,21 @@ std::vector<T> read(const Buffer& b, size_t n, size_t offset = 0) {
   return out;
 }
 
-class VulkanStepEncoder : public ::testing::Test {
+class VulkanStepEncoder : public fafo::test::ValidatedVulkanSuite<fafo::test::NoKernels> {
  protected:
-  static void SetUpTestSuite() {
-    log_ = std::make_shared<ValidationLog>();
-    context_ = fafo::test::make_validated_context(log_, skip_reason_);
-  }
-  static void TearDownTestSuite() {
-    context_.reset();
-    if (log_) {
-      EXPECT_TRUE(log_->errors().empty()) << fafo::test::join_lines(log_->errors());
-    }
-  }
   void SetUp() override {
-    if (!context_) GTEST_SKIP() << "no Vulkan device: " << skip_reason_;
-    errors_before_ = log_->errors().size();
+    ValidatedVulkanSuite::SetUp();
+    if (IsSkipped()) return;
     descriptors_ = std::make_unique<DescriptorCache>(*context_);
     encoder_ = std::make_unique<StepEncoder>(*context_, *descriptors_);
     encoder_->reserve(64);
   }
   void TearDown() override {
-    if (!context_) return;
     encoder_.reset();
     descriptors_.reset();
-    EXPECT_EQ(log_->errors().size(), errors_before_) << fafo::test::join_lines(log_->errors());
+    ValidatedVulkanSuite::TearDown();
   }
 
-  static inline std::shared_ptr<ValidationLog> log_;
-  static inline std::unique_ptr<Context> context_;
-  static inline std::string skip_reason_;
-  size_t errors_before_ = 0;
   std::unique_ptr<DescriptorCache> descriptors_;
   std::unique_ptr<StepEncoder> encoder_;
 };

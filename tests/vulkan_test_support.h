@@ -46,8 +46,13 @@ inline std::unique_ptr<vulkan::Context> make_validated_context(const std::shared
   }
 }
 
-// Base of a test suite on one validated context and one `KernelSet` (vulkan::Kernels or
-// vulkan::WeightKernels) built on it. A derived suite may call open() with feature
+// For suites that need the context alone.
+struct NoKernels {
+  explicit NoKernels(vulkan::Context&) {}
+};
+
+// Base of a test suite on one validated context and one `KernelSet` (vulkan::Kernels,
+// vulkan::WeightKernels or NoKernels) built on it. A derived suite may call open() with feature
 // words in its own SetUpTestSuite instead.
 template <class KernelSet>
 class ValidatedVulkanSuite : public ::testing::Test {

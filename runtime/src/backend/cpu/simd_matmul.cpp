@@ -86,12 +86,15 @@ HWY_INLINE void ScaleBytes(float d, const T* in, float* out, size_t n) {
     hn::StoreU(hn::Mul(hn::Set(d8, d), hn::ConvertTo(d8, hn::PromoteTo(di8, hn::LoadU(dt8, in + j)))), d8, out + j);
 }
 
-struct Q4KDecoder {
-  static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockQ4_K);
-  static constexpr size_t kSubs = 8, kSubValues = 32;
+// Q4_K and Q5_K start alike: d, dmin, then the 12 bytes of packed scales and mins.
+static_assert(offsetof(quant::BlockQ4_K, dmin) == offsetof(quant::BlockQ5_K, dmin) &&
+              offsetof(quant::BlockQ4_K, scales) == offsetof(quant::BlockQ5_K, scales));
+
+// The 8 sub-block factors d * scale and dmin * min of a Q4_K/Q5_K super-block.
+struct K4Factors {
+  static constexpr size_t kSubs = 8;
   HWY_ALIGN float dl[kSubs], ml[kSubs];
-  const uint8_t* qs;
-  HWY_INLINE void Prepare(const uint8_t* b) {
+  HWY_INLINE void Load(const uint8_t* b) {
     uint16_t dh, mh;
     std::memcpy(&dh, b + offsetof(quant::BlockQ4_K, d), 2);
     std::memcpy(&mh, b + offsetof(quant::BlockQ4_K, dmin), 2);
@@ -99,6 +102,15 @@ struct Q4KDecoder {
     UnpackScalesK4(b + offsetof(quant::BlockQ4_K, scales), sc, mn);
     ScaleBytes(fp16_to_fp32(dh), sc, dl, kSubs);
     ScaleBytes(fp16_to_fp32(mh), mn, ml, kSubs);
+  }
+};
+
+struct Q4KDecoder : K4Factors {
+  static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockQ4_K);
+  static constexpr size_t kSubValues = 32;
+  const uint8_t* qs;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    Load(b);
     qs = b + offsetof(quant::BlockQ4_K, qs);
   }
   template <size_t kSub>
@@ -111,20 +123,13 @@ struct Q4KDecoder {
   }
 };
 
-struct Q5KDecoder {
+struct Q5KDecoder : K4Factors {
   static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockQ5_K);
-  static constexpr size_t kSubs = 8, kSubValues = 32;
-  HWY_ALIGN float dl[kSubs], ml[kSubs];
+  static constexpr size_t kSubValues = 32;
   const uint8_t* qs;
   const uint8_t* qh;
   HWY_INLINE void Prepare(const uint8_t* b) {
-    uint16_t dh, mh;
-    std::memcpy(&dh, b + offsetof(quant::BlockQ5_K, d), 2);
-    std::memcpy(&mh, b + offsetof(quant::BlockQ5_K, dmin), 2);
-    uint8_t sc[kSubs], mn[kSubs];
-    UnpackScalesK4(b + offsetof(quant::BlockQ5_K, scales), sc, mn);
-    ScaleBytes(fp16_to_fp32(dh), sc, dl, kSubs);
-    ScaleBytes(fp16_to_fp32(mh), mn, ml, kSubs);
+    Load(b);
     qs = b + offsetof(quant::BlockQ5_K, qs);
     qh = b + offsetof(quant::BlockQ5_K, qh);
   }
