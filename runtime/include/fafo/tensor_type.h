@@ -13,6 +13,7 @@
 // that is not a whole number of blocks) throw std::invalid_argument.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -70,7 +71,16 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n);
 
 // Scalar half / bfloat16 conversions (round to nearest even; infinities kept, NaNs stay
 // NaNs (quiet), fp16 subnormals produced and read exactly).
-float fp16_to_fp32(uint16_t h);
+// fp16_to_fp32 is inline: the cpu backend's kernels call it once per weight block.
+inline float fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x03ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) bits = 0x7f800000u | (mantissa << 13);           // infinity or NaN: same payload
+  else if (exponent != 0) bits = ((exponent + 112u) << 23) | (mantissa << 13);  // normal: rebias 15 -> 127
+  else bits = std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 0x1p-24f);  // zero or subnormal, exact
+  return std::bit_cast<float>(sign | bits);
+}
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);

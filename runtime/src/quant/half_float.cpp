@@ -31,22 +31,6 @@ constexpr uint32_t kF16HalfMinSubnormalBits = 0x33000000u;
 
 }  // namespace
 
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h & kF16ExpMask) >> kF16MantissaBits;
-  const uint32_t mantissa = h & 0x03ffu;
-  const uint32_t shift = kF32MantissaBits - kF16MantissaBits;
-  if (exponent == 0x1f) {  // infinity or NaN: same payload, widened
-    return std::bit_cast<float>(sign | kF32ExpMask | (mantissa << shift));
-  }
-  if (exponent != 0) {  // normal
-    return std::bit_cast<float>(sign | (((exponent << kF32MantissaBits) | (mantissa << shift)) + kExpRebias));
-  }
-  // Zero or subnormal: mantissa * 2^-24, exact in float32.
-  const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude));
-}
-
 uint16_t fp32_to_fp16(float f) {
   const uint32_t bits = std::bit_cast<uint32_t>(f);
   const auto sign = static_cast<uint16_t>((bits & kF32SignMask) >> 16);

@@ -59,22 +59,6 @@ HWY_INLINE VI LoadBytes(const uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU
 // Both the fused product (small steps) and the panel product (large steps) take their
 // weights from Group(), in column order, so the two give every result identically.
 
-// The 8 scales and 8 mins (6 bits each) of a Q4_K/Q5_K super-block, unpacked four at a
-// time from its 12 packed bytes (the layout of quant::unpack_scale_min_k4).
-HWY_INLINE void UnpackScalesK4(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
-  uint32_t a, m, c;
-  std::memcpy(&a, packed, 4);
-  std::memcpy(&m, packed + 4, 4);
-  std::memcpy(&c, packed + 8, 4);
-  const uint32_t sc_lo = a & 0x3f3f3f3fu, mn_lo = m & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
-  const uint32_t mn_hi = ((c >> 4) & 0x0f0f0f0fu) | ((m >> 2) & 0x30303030u);
-  std::memcpy(scales, &sc_lo, 4);
-  std::memcpy(scales + 4, &sc_hi, 4);
-  std::memcpy(mins, &mn_lo, 4);
-  std::memcpy(mins + 4, &mn_hi, 4);
-}
-
 // out[j] = d * float(in[j]) for j < n (n a multiple of 8), as the reference rounds it.
 template <typename T>
 HWY_INLINE void ScaleBytes(float d, const T* in, float* out, size_t n) {
@@ -99,7 +83,7 @@ struct K4Factors {
     std::memcpy(&dh, b + offsetof(quant::BlockQ4_K, d), 2);
     std::memcpy(&mh, b + offsetof(quant::BlockQ4_K, dmin), 2);
     uint8_t sc[kSubs], mn[kSubs];
-    UnpackScalesK4(b + offsetof(quant::BlockQ4_K, scales), sc, mn);
+    quant::unpack_scales_mins_k4(b + offsetof(quant::BlockQ4_K, scales), sc, mn);
     ScaleBytes(fp16_to_fp32(dh), sc, dl, kSubs);
     ScaleBytes(fp16_to_fp32(mh), mn, ml, kSubs);
   }

@@ -1,0 +1,200 @@
+// The cpu backend's integer matrix product (backend/cpu/q8_matmul.h): activations are
+// rounded to 8 bits per block as documented, and the product of a weight row with the
+// rounded activations is exact up to float rounding (checked against a float64 sum over
+// the reference's dequantized weights), on every instruction set, and the same bits for
+// every step size.
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/q8_matmul.h"
+#include "backend/cpu/simd_matmul.h"
+#include "fafo/tensor_type.h"
+#include "test_support.h"
+
+using namespace fafo;
+
+namespace {
+
+struct Matrix {
+  TensorType type;
+  int64_t rows, cols;
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequantized;  // the reference's floats, row by row
+  host::HostWeight weight() const {
+    return host::HostWeight{type, rows, cols, bytes.data(), tensor_row_bytes(type, cols)};
+  }
+};
+
+Matrix random_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  Matrix m{type, rows, cols, {}, {}};
+  const size_t row_bytes = tensor_row_bytes(type, cols);
+  m.bytes.resize(row_bytes * static_cast<size_t>(rows));
+  m.dequantized.resize(static_cast<size_t>(rows * cols));
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = 0.1f + static_cast<float>(r % 7);  // rows of different magnitudes
+    for (auto& v : row) v = normal(rng) * scale;
+    quantize_row(type, row.data(), m.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
+    dequantize_row(type, m.bytes.data() + static_cast<size_t>(r) * row_bytes, m.dequantized.data() + r * cols, cols);
+  }
+  return m;
+}
+
+// T activation rows: Gaussian, one all zeros, one with a single large value per block.
+std::vector<float> activations(int64_t T, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(T * cols));
+  for (auto& v : x) v = normal(rng);
+  if (T > 2) {
+    for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(cols + c)] = 0.0f;
+    for (int64_t c = 0; c < cols; c += 32) x[static_cast<size_t>(2 * cols + c)] = 1000.0f;
+  }
+  return x;
+}
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+const TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_0};
+
+}  // namespace
+
+TEST(CpuQ8Matmul, ActivationsRoundToEightBitsPerBlock) {
+  const int64_t T = 4, cols = 512;
+  const std::vector<float> x = activations(T, cols, 1);
+  for (const int64_t block : {int64_t{32}, int64_t{256}}) {
+    cpu::QuantizedActivations q;
+    q.resize(T, cols, block);
+    cpu::quantize_activations(x.data(), cols, 0, T, q);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t b = 0; b < cols / block; ++b) {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(t * cols + b * block + i)]));
+        const float d = q.d[static_cast<size_t>(t * (cols / block) + b)];
+        EXPECT_FLOAT_EQ(d, amax / 127.0f) << "row " << t << " block " << b;
+        for (int64_t i = 0; i < block; ++i) {
+          const int64_t c = b * block + i;
+          const int16_t v = q.q[static_cast<size_t>(t * cols + c)];
+          EXPECT_LE(std::abs(v), 127);
+          EXPECT_LE(std::fabs(x[static_cast<size_t>(t * cols + c)] - v * d), 0.5f * d * 1.0001f + 1e-30f) << c;
+        }
+      }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < cols / 32; ++i) {
+        int32_t s = 0;
+        for (int64_t j = 0; j < 32; ++j) s += q.q[static_cast<size_t>(t * cols + 32 * i + j)];
+        EXPECT_EQ(q.sums32[static_cast<size_t>(t * (cols / 32) + i)], s);
+      }
+  }
+}
+
+TEST(CpuQ8Matmul, ProductsAreExactOverTheRoundedActivationsOnEveryInstructionSet) {
+  const int64_t rows = 37, T = 9;
+  cpu::use_simd_target("");
+  for (const std::string& target : cpu::simd_targets()) {
+    cpu::use_simd_target(target);
+    for (const TensorType type : kTypes) {
+      const int64_t cols = type == TensorType::Q8_0 ? 96 : 512;
+      const Matrix m = random_matrix(type, rows, cols, 7);
+      const std::vector<float> x = activations(T, cols, 3);
+      cpu::QuantizedActivations q;
+      q.resize(T, cols, cpu::q8_activation_block(type));
+      cpu::quantize_activations(x.data(), cols, 0, T, q);
+      std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(cols));
+      std::vector<float> out(static_cast<size_t>(T * rows));
+      cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows, scratch.data());
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          double want = 0.0, magnitude = 0.0;
+          for (int64_t c = 0; c < cols; ++c) {
+            const double xv = static_cast<double>(q.q[static_cast<size_t>(t * cols + c)]) *
+                              q.d[static_cast<size_t>(t * (cols / q.block) + c / q.block)];
+            want += m.dequantized[static_cast<size_t>(r * cols + c)] * xv;
+            magnitude += std::fabs(m.dequantized[static_cast<size_t>(r * cols + c)] * xv);
+          }
+          const float got = out[static_cast<size_t>(t * rows + r)];
+          EXPECT_NEAR(got, want, 2e-6 * magnitude + 1e-30)
+              << target << " " << tensor_type_name(type) << " row " << r << " token " << t;
+        }
+      // Against the float activations the error is the rounding's: small next to the sum.
+      for (int64_t r = 0; r < rows; ++r) {
+        double want = 0.0, magnitude = 0.0;
+        for (int64_t c = 0; c < cols; ++c) {
+          want += static_cast<double>(m.dequantized[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(c)];
+          magnitude += std::fabs(static_cast<double>(m.dequantized[static_cast<size_t>(r * cols + c)]) * x[static_cast<size_t>(c)]);
+        }
+        EXPECT_NEAR(out[static_cast<size_t>(r)], want, 0.02 * magnitude) << tensor_type_name(type) << " row " << r;
+      }
+    }
+  }
+  cpu::use_simd_target("");
+}
+
+TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBits) {
+  // T <= 4 reads the weights from the file, larger steps from decoded panels: a row's
+  // result must not depend on which, nor on the other rows of the step.
+  const int64_t rows = 70, T = 11;
+  for (const TensorType type : kTypes) {
+    const int64_t cols = 512;
+    const Matrix m = random_matrix(type, rows, cols, 11);
+    const std::vector<float> x = activations(T, cols, 5);
+    std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(cols));
+    std::vector<float> all(static_cast<size_t>(T * rows));
+    cpu::QuantizedActivations q;
+    q.resize(T, cols, cpu::q8_activation_block(type));
+    cpu::quantize_activations(x.data(), cols, 0, T, q);
+    cpu::q8_matmul_rows(m.weight(), 0, rows, q, all.data(), rows, scratch.data());
+    for (int64_t n = 1; n < T; ++n) {
+      cpu::QuantizedActivations part;
+      part.resize(n, cols, cpu::q8_activation_block(type));
+      cpu::quantize_activations(x.data(), cols, 0, n, part);
+      std::vector<float> out(static_cast<size_t>(n * rows));
+      cpu::q8_matmul_rows(m.weight(), 0, rows, part, out.data(), rows, scratch.data());
+      for (int64_t i = 0; i < n * rows; ++i)
+        ASSERT_EQ(float_bits(out[static_cast<size_t>(i)]), float_bits(all[static_cast<size_t>(i)]))
+            << tensor_type_name(type) << " T=" << n << " token " << i / rows << " row " << i % rows;
+    }
+  }
+}
+
+TEST(CpuQ8Matmul, NonFiniteActivationsGiveNaNInTheirRowOnly) {
+  const int64_t rows = 5, T = 3, cols = 256;
+  const Matrix m = random_matrix(TensorType::Q4_K, rows, cols, 2);
+  std::vector<float> x = activations(T, cols, 9);
+  x[static_cast<size_t>(cols + 17)] = std::numeric_limits<float>::infinity();
+  x[static_cast<size_t>(2 * cols + 200)] = std::numeric_limits<float>::quiet_NaN();
+  cpu::QuantizedActivations q;
+  q.resize(T, cols, 256);
+  cpu::quantize_activations(x.data(), cols, 0, T, q);
+  std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(cols));
+  std::vector<float> out(static_cast<size_t>(T * rows));
+  cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows, scratch.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(std::isfinite(out[static_cast<size_t>(r)]));
+    EXPECT_TRUE(std::isnan(out[static_cast<size_t>(rows + r)]));
+    EXPECT_TRUE(std::isnan(out[static_cast<size_t>(2 * rows + r)]));
+  }
+}
+
+TEST(CpuQ8Matmul, ActivationsRoundedForAnotherFormatAreRefused) {
+  const Matrix m = random_matrix(TensorType::Q8_0, 3, 256, 1);
+  cpu::QuantizedActivations q;
+  q.resize(1, 256, 256);  // K-quant blocks, not Q8_0's 32
+  std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(256));
+  std::vector<float> out(3);
+  EXPECT_THROW(cpu::q8_matmul_rows(m.weight(), 0, 3, q, out.data(), 3, scratch.data()), std::logic_error);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::F16), 0);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q4_K), 256);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q8_0), 32);
+}
