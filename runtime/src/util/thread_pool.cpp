@@ -12,6 +12,8 @@ ThreadPool::ThreadPool(int n_threads) {
   if (n_threads > kMaxThreads)
     throw std::invalid_argument("thread count " + std::to_string(n_threads) + " is too large (at most " +
                                 std::to_string(kMaxThreads) + ")");
+  // Spinning only pays while every thread has a hardware thread of its own.
+  if (static_cast<unsigned>(n_threads) <= std::thread::hardware_concurrency()) spin_ = kSpin;
   workers_.reserve(static_cast<size_t>(n_threads - 1));
   try {
     for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -34,6 +36,20 @@ void ThreadPool::stop_and_join() {
   wake_.notify_all();
   for (auto& w : workers_)
     if (w.joinable()) w.join();
+}
+
+template <class Done>
+void ThreadPool::spin_until(Done done) const {
+  if (spin_.count() == 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + spin_;
+  for (int i = 1; !done(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) return;
+  }
 }
 
 void ThreadPool::run_chunks(std::unique_lock<std::mutex>& lock, int index) {
@@ -81,6 +97,11 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   // they hold references to fn and to whatever fn captured.
   lock.lock();
   run_chunks(lock, 0);
+  if (pending_ != 0) {
+    lock.unlock();
+    spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; });
+    lock.lock();
+  }
   done_.wait(lock, [this] { return pending_ == 0; });
   job_ = nullptr;
   std::exception_ptr error = std::exchange(error_, nullptr);
@@ -92,6 +113,11 @@ void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
+    if (!stop_ && generation_ == seen) {
+      lock.unlock();
+      spin_until([&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; });
+      lock.lock();
+    }
     wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
     seen = generation_;

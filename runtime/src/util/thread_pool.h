@@ -1,9 +1,14 @@
 // A fixed pool of worker threads running index ranges in parallel (used by the CPU
-// backend). parallel_for blocks until every chunk is done. An exception thrown by fn (in
+// backend). parallel_for blocks until every chunk is done. A decoding step runs hundreds
+// of short parallel_for calls back to back, so a thread that runs out of work first
+// spins for up to kSpin (when the pool has no more threads than the machine has
+// hardware threads) before it sleeps on a condition variable. An exception thrown by fn (in
 // any thread) stops the handing out of further chunks; once every thread has finished the
 // chunk it was running, parallel_for rethrows the first such exception in the caller.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -35,6 +40,9 @@ class ThreadPool {
   // one has thrown. Called and returns with `lock` held.
   void run_chunks(std::unique_lock<std::mutex>& lock, int index);
   void stop_and_join();
+  // Returns when done() holds or after spin_ has passed (then done() may still be false).
+  template <class Done>
+  void spin_until(Done done) const;
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -44,10 +52,13 @@ class ThreadPool {
   int64_t job_n_ = 0;
   int64_t chunk_ = 0;
   int64_t next_ = 0;
-  int pending_ = 0;
+  // Written with mutex_ held; read without it only while spinning.
+  std::atomic<int> pending_{0};
   std::exception_ptr error_;  // the first exception thrown by the current job
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  static constexpr std::chrono::microseconds kSpin{100};
+  std::chrono::microseconds spin_{0};
 };
 
 }  // namespace fafo

@@ -361,9 +361,9 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
     }
   Dec dec[R];
   for (int64_t b = 0; b < blocks; ++b) {
-    const bool new_line = ((b * Dec::kBytes) & 63) < Dec::kBytes;  // the block starts a cache line
     for (size_t r = 0; r < R; ++r) {
-      if (ahead != 0 && new_line) hwy::Prefetch(rows[r] + b * Dec::kBytes + ahead);
+      if (ahead != 0)  // every cache line of the block `ahead` bytes on
+        for (int64_t o = 0; o < Dec::kBytes; o += 64) hwy::Prefetch(rows[r] + b * Dec::kBytes + ahead + o);
       dec[r].Prepare(rows[r] + b * Dec::kBytes);
     }
     VI s0[R][NT], s1[R][NT];
