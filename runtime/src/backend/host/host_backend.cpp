@@ -4,6 +4,8 @@
 #include "backend/host/host_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -48,7 +50,7 @@ class HostBackend final : public Backend, public StepRows {
   }
 
   Activation alloc_activation(int64_t max_rows, int64_t cols) override {
-    activations_.emplace_back(static_cast<size_t>(max_rows * cols), 0.0f);
+    activations_.emplace_back(static_cast<size_t>(max_rows * cols));
     activation_rows_.push_back(max_rows);
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
@@ -281,7 +283,17 @@ class HostBackend final : public Backend, public StepRows {
   HostBackendTraits traits_;
   std::unique_ptr<HostKernels> kernels_;
   std::vector<StoredWeight> weights_;
-  std::vector<std::vector<float>> activations_;
+  // Zeroed by calloc: a large buffer is fresh pages the system maps on first touch, so
+  // rows a step never writes (the logits of all but the last prompt row during prefill:
+  // 64 MiB at a 32,000-token vocabulary) take no memory.
+  struct ZeroedFloats {
+    std::unique_ptr<float, void (*)(void*)> p;
+    explicit ZeroedFloats(size_t n) : p(static_cast<float*>(std::calloc(std::max<size_t>(n, 1), sizeof(float))), std::free) {
+      if (!p) throw std::bad_alloc();
+    }
+    float* data() const { return p.get(); }
+  };
+  std::vector<ZeroedFloats> activations_;
   std::vector<int64_t> activation_rows_;
   std::unique_ptr<HostKvCache> kv_;
   std::unordered_map<int32_t, int64_t> gathered_rows_;
