@@ -465,6 +465,20 @@ bool Fused(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, in
   }
 }
 
+// Rows [p0, p1) of a decoded panel (row r at scratch + (r - p0) * cols) against tokens
+// [t0, t0 + NT), by tiles of kRows rows.
+template <size_t NT>
+void PanelTiles(const float* scratch, int64_t p0, int64_t p1, int64_t cols, const float* x, int64_t x_stride, int64_t t0,
+                float* out, int64_t out_stride) {
+  for (int64_t b0 = p0; b0 < p1; b0 += static_cast<int64_t>(kRows)) {
+    const int64_t rows = std::min<int64_t>(static_cast<int64_t>(kRows), p1 - b0);
+    const float* wr[kRows];
+    for (size_t r = 0; r < kRows; ++r)
+      wr[r] = scratch + (b0 - p0 + (static_cast<int64_t>(r) < rows ? static_cast<int64_t>(r) : 0)) * cols;
+    TileOut<kRows, NT>(wr, rows, x, x_stride, t0, cols, out, out_stride, b0);
+  }
+}
+
 void MatmulRowsImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t T,
                     float* out, int64_t out_stride, float* scratch, int64_t panel_rows) {
   if (T <= kFusedMaxT && Fused(w, r0, r1, x, x_stride, T, out, out_stride)) return;
@@ -477,16 +491,23 @@ void MatmulRowsImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const flo
       const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_bytes;
       DequantizeRowImpl(w.type, src, scratch + (r - p0) * cols, cols);
     }
-    const size_t block = T == 1 ? kRowsOneToken : kRows;
-    for (int64_t b0 = p0; b0 < p1; b0 += static_cast<int64_t>(block)) {
-      const int64_t rows = std::min<int64_t>(static_cast<int64_t>(block), p1 - b0);
-      const float* wr[std::max(kRowsOneToken, kRows)];
-      for (size_t r = 0; r < std::max(kRowsOneToken, kRows); ++r)
-        wr[r] = scratch + (b0 - p0 + (static_cast<int64_t>(r) < rows ? static_cast<int64_t>(r) : 0)) * cols;
-      if (block == kRowsOneToken)
-        RowBlock<kRowsOneToken>(wr, rows, x, x_stride, T, cols, out, out_stride, b0);
-      else
-        RowBlock<kRows>(wr, rows, x, x_stride, T, cols, out, out_stride, b0);
+    if (T == 1) {
+      for (int64_t b0 = p0; b0 < p1; ++b0) {
+        const float* wr[1] = {scratch + (b0 - p0) * cols};
+        RowBlock<kRowsOneToken>(wr, 1, x, x_stride, T, cols, out, out_stride, b0);
+      }
+      continue;
+    }
+    // Token tiles outer, row tiles inner: a tile's tokens stay in L1 while the panel
+    // (in L2) passes under them.
+    int64_t t = 0;
+    for (; t + static_cast<int64_t>(kTokens) <= T; t += kTokens)
+      PanelTiles<kTokens>(scratch, p0, p1, cols, x, x_stride, t, out, out_stride);
+    switch (T - t) {
+      case 3: PanelTiles<3>(scratch, p0, p1, cols, x, x_stride, t, out, out_stride); break;
+      case 2: PanelTiles<2>(scratch, p0, p1, cols, x, x_stride, t, out, out_stride); break;
+      case 1: PanelTiles<1>(scratch, p0, p1, cols, x, x_stride, t, out, out_stride); break;
+      default: break;
     }
   }
 }
