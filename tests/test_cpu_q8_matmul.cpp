@@ -104,12 +104,13 @@ TEST(CpuQ8Matmul, ProductsAreExactOverTheRoundedActivationsOnEveryInstructionSet
   cpu::use_simd_target("");
   for (const std::string& target : cpu::simd_targets()) {
     cpu::use_simd_target(target);
-    for (const TensorType type : kTypes) {
-      const int64_t cols = type == TensorType::Q8_0 ? 96 : 512;
+    for (const TensorType type : kTypes)
+    for (const int64_t cols : {int64_t{96}, int64_t{512}}) {  // Q8_0: activation blocks of 32, then 256
+      if (type != TensorType::Q8_0 && cols == 96) continue;
       const Matrix m = random_matrix(type, rows, cols, 7);
       const std::vector<float> x = activations(T, cols, 3);
       cpu::QuantizedActivations q;
-      q.resize(T, cols, cpu::q8_activation_block(type));
+      q.resize(T, cols, cpu::q8_activation_block(type, cols));
       cpu::quantize_activations(x.data(), cols, 0, T, q);
       std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(cols));
       std::vector<float> out(static_cast<size_t>(T * rows));
@@ -152,12 +153,12 @@ TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBits) {
     std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(cols));
     std::vector<float> all(static_cast<size_t>(T * rows));
     cpu::QuantizedActivations q;
-    q.resize(T, cols, cpu::q8_activation_block(type));
+    q.resize(T, cols, cpu::q8_activation_block(type, cols));
     cpu::quantize_activations(x.data(), cols, 0, T, q);
     cpu::q8_matmul_rows(m.weight(), 0, rows, q, all.data(), rows, scratch.data());
     for (int64_t n = 1; n < T; ++n) {
       cpu::QuantizedActivations part;
-      part.resize(n, cols, cpu::q8_activation_block(type));
+      part.resize(n, cols, cpu::q8_activation_block(type, cols));
       cpu::quantize_activations(x.data(), cols, 0, n, part);
       std::vector<float> out(static_cast<size_t>(n * rows));
       cpu::q8_matmul_rows(m.weight(), 0, rows, part, out.data(), rows, scratch.data());
@@ -190,11 +191,12 @@ TEST(CpuQ8Matmul, NonFiniteActivationsGiveNaNInTheirRowOnly) {
 TEST(CpuQ8Matmul, ActivationsRoundedForAnotherFormatAreRefused) {
   const Matrix m = random_matrix(TensorType::Q8_0, 3, 256, 1);
   cpu::QuantizedActivations q;
-  q.resize(1, 256, 256);  // K-quant blocks, not Q8_0's 32
+  q.resize(1, 256, 32);  // Q8_0 rows of 256 values take one activation block of 256
   std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(256));
   std::vector<float> out(3);
   EXPECT_THROW(cpu::q8_matmul_rows(m.weight(), 0, 3, q, out.data(), 3, scratch.data()), std::logic_error);
-  EXPECT_EQ(cpu::q8_activation_block(TensorType::F16), 0);
-  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q4_K), 256);
-  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q8_0), 32);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::F16, 256), 0);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q4_K, 256), 256);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q8_0, 512), 256);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q8_0, 96), 32);
 }

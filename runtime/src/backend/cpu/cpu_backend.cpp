@@ -39,7 +39,7 @@ class CpuKernels final : public host::HostKernels {
 
   void matmul(const host::HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
               ThreadPool& pool) override {
-    const int64_t block = cpu::q8_activation_block(w.type);
+    const int64_t block = cpu::q8_activation_block(w.type, w.cols);
     const bool integer = block > 0 && w.cols % block == 0;
     const size_t floats = integer ? cpu::q8_matmul_scratch_bytes(w.cols) / sizeof(float) + 1
                                   : cpu::matmul_scratch_floats(w.cols);

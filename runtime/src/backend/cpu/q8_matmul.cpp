@@ -349,14 +349,15 @@ ActTile<NT> MakeActTile(const QuantizedActivations& x, int64_t t0) {
 // The same for every R and NT, and for Dec and Decoded<Dec>. While reading a block of
 // each row, the tile asks for the same block `ahead` bytes on (the next tile's rows).
 template <class Dec, size_t R, size_t NT>
-HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_t blocks, float* sums, size_t ahead) {
+HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_t blocks, int64_t per_act, float* sums,
+                        size_t ahead) {
   const DF df;
   const DI di;
-  VF facc[R][NT];
+  VF facc[R][NT], part[R][NT];
   float fmin[R][NT];
   for (size_t r = 0; r < R; ++r)
     for (size_t t = 0; t < NT; ++t) {
-      facc[r][t] = hn::Zero(df);
+      facc[r][t] = part[r][t] = hn::Zero(df);
       fmin[r][t] = 0.0f;
     }
   Dec dec[R];
@@ -393,15 +394,29 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
         }
       });
     }
-    for (size_t r = 0; r < R; ++r) {
-      const VF dw = hn::Set(df, dec[r].d);
-      for (size_t t = 0; t < NT; ++t) {
-        const float dx = x.d[t][b];
-        const VF s = hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t]));
-        facc[r][t] = hn::MulAdd(s, hn::Mul(dw, hn::Set(df, dx)), facc[r][t]);  // d * dx, in every lane
-        if constexpr (Dec::kMins)
-          fmin[r][t] += (dec[r].dmin * dx) * static_cast<float>(MinDot(dec[r].mn, x.s[t] + b * (Dec::kValues / 32)));
+    if (per_act == 1) {  // one activation scale per weight block: scale by d * dx
+      for (size_t r = 0; r < R; ++r) {
+        const VF dw = hn::Set(df, dec[r].d);
+        for (size_t t = 0; t < NT; ++t) {
+          const float dx = x.d[t][b];
+          const VF s = hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t]));
+          facc[r][t] = hn::MulAdd(s, hn::Mul(dw, hn::Set(df, dx)), facc[r][t]);  // d * dx, in every lane
+          if constexpr (Dec::kMins)
+            fmin[r][t] += (dec[r].dmin * dx) * static_cast<float>(MinDot(dec[r].mn, x.s[t] + b * (Dec::kValues / 32)));
+        }
       }
+    } else {  // per_act weight blocks share an activation scale: sum them scaled by d, then scale by dx
+      for (size_t r = 0; r < R; ++r) {
+        const VF dw = hn::Set(df, dec[r].d);
+        for (size_t t = 0; t < NT; ++t)
+          part[r][t] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t])), dw, part[r][t]);
+      }
+      if ((b + 1) % per_act == 0)
+        for (size_t r = 0; r < R; ++r)
+          for (size_t t = 0; t < NT; ++t) {
+            facc[r][t] = hn::MulAdd(part[r][t], hn::Set(df, x.d[t][b / per_act]), facc[r][t]);
+            part[r][t] = hn::Zero(df);
+          }
     }
   }
   for (size_t r = 0; r < R; ++r)
@@ -420,7 +435,7 @@ void IntRows(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, int6
     for (size_t r = 0; r < R; ++r)
       rp[r] = base + static_cast<size_t>(b0 + (static_cast<int64_t>(r) < rows ? static_cast<int64_t>(r) : 0)) * row_bytes;
     float sums[R * NT];
-    IntTile<Dec, R, NT>(rp, xt, blocks, sums, prefetch ? R * row_bytes : 0);
+    IntTile<Dec, R, NT>(rp, xt, blocks, x.block / Dec::kValues, sums, prefetch ? R * row_bytes : 0);
     for (int64_t r = 0; r < rows; ++r)
       for (size_t t = 0; t < NT; ++t)
         out[(t0 + static_cast<int64_t>(t)) * out_stride + out_r0 + (b0 - r0) + r] = sums[static_cast<size_t>(r) * NT + t];
@@ -519,10 +534,10 @@ void QuantizedActivations::resize(int64_t n_rows, int64_t n_cols, int64_t n_bloc
   sums32.resize(static_cast<size_t>(rows * (cols / 32)));
 }
 
-int64_t q8_activation_block(TensorType type) {
+int64_t q8_activation_block(TensorType type, int64_t cols) {
   switch (type) {
     case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return quant::kSuperBlock;
-    case TensorType::Q8_0: return quant::kLegacyBlock;
+    case TensorType::Q8_0: return cols % quant::kSuperBlock == 0 ? quant::kSuperBlock : quant::kLegacyBlock;
     default: return 0;
   }
 }
@@ -539,7 +554,7 @@ size_t q8_matmul_scratch_bytes(int64_t cols) {
 
 void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                     int64_t out_stride, void* scratch) {
-  if (q8_activation_block(w.type) != x.block || w.cols != x.cols || x.cols % x.block != 0)
+  if (q8_activation_block(w.type, w.cols) != x.block || w.cols != x.cols || x.cols % x.block != 0)
     throw std::logic_error("q8_matmul_rows: activations rounded for another format or width");
   HWY_DYNAMIC_DISPATCH(Q8MatmulRowsImpl)(w, r0, r1, x, out, out_stride, static_cast<uint8_t*>(scratch),
                                          matmul_panel_rows(w.cols));

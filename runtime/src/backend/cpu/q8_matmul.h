@@ -1,6 +1,6 @@
 // The `cpu` backend's integer matrix product for block-quantized weights (Q4_K, Q5_K,
 // Q6_K, Q8_0), as llama.cpp computes it: each activation row is rounded to 8 bits per
-// block (one float scale per 256 values for the K-quants, per 32 for Q8_0), and a
+// block (one float scale per 256 values; per 32 for Q8_0 rows of other widths), and a
 // weight block's dot product with it is summed exactly in 32-bit integers (16-bit
 // multiply-adds: Highway's ReorderWidenMulAccumulate), then scaled in float.
 //
@@ -33,9 +33,11 @@ struct QuantizedActivations {
   void resize(int64_t rows, int64_t cols, int64_t block);
 };
 
-// The activation block the integer product of `type` needs (256 or 32); 0 where the
-// format has none (its product takes float activations: simd_matmul.h).
-int64_t q8_activation_block(TensorType type);
+// The activation block the integer product of `type` over `cols` columns needs: 256
+// for the K-quants, and for Q8_0 where cols allows it (its 8 weight blocks of 32 then
+// share one activation scale: less float work per block), else 32; 0 where the format
+// has none (its product takes float activations: simd_matmul.h).
+int64_t q8_activation_block(TensorType type, int64_t cols);
 
 // Rounds rows [t0, t1) of x (row t at x + t * x_stride) into `out` (already sized).
 // Every row is rounded on its own: the result does not depend on the other rows.
@@ -46,7 +48,7 @@ void quantize_activations(const float* x, int64_t x_stride, int64_t t0, int64_t 
 size_t q8_matmul_scratch_bytes(int64_t cols);
 
 // out[t * out_stride + r] = dot(row r of w, activation row t) for r in [r0, r1), t <
-// x.rows. w's type must have q8_activation_block(type) == x.block.
+// x.rows. x.block must be q8_activation_block(w.type, w.cols).
 void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                     int64_t out_stride, void* scratch);
 
