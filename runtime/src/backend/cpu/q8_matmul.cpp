@@ -361,6 +361,7 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
       fmin[r][t] = 0.0f;
     }
   Dec dec[R];
+  int64_t act = 0, in_act = 0;  // the activation block, and weight blocks of it summed so far
   for (int64_t b = 0; b < blocks; ++b) {
     for (size_t r = 0; r < R; ++r) {
       if (ahead != 0)  // every cache line of the block `ahead` bytes on
@@ -411,12 +412,15 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
         for (size_t t = 0; t < NT; ++t)
           part[r][t] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t])), dw, part[r][t]);
       }
-      if ((b + 1) % per_act == 0)
+      if (++in_act == per_act) {  // the activation block is complete
         for (size_t r = 0; r < R; ++r)
           for (size_t t = 0; t < NT; ++t) {
-            facc[r][t] = hn::MulAdd(part[r][t], hn::Set(df, x.d[t][b / per_act]), facc[r][t]);
+            facc[r][t] = hn::MulAdd(part[r][t], hn::Set(df, x.d[t][act]), facc[r][t]);
             part[r][t] = hn::Zero(df);
           }
+        in_act = 0;
+        ++act;
+      }
     }
   }
   for (size_t r = 0; r < R; ++r)
