@@ -171,6 +171,14 @@ struct K4Int {
     }
     sc.Spread();
   }
+  // The 4 low bits of the kG values of sub-block `sub` from offset l: the low nibbles
+  // of 32 bytes for even sub-blocks, their high nibbles for odd ones.
+  template <size_t sub, size_t l>
+  static HWY_INLINE V16 Nibbles(const uint8_t* qs) {
+    const V16 raw = Bytes(qs + 32 * (sub / 2) + l);
+    if constexpr (sub & 1) return hn::ShiftRight<4>(raw);
+    else return hn::And(raw, hn::Set(D16(), 0x0f));
+  }
 };
 
 struct Q4KInt : K4Int {
@@ -183,11 +191,7 @@ struct Q4KInt : K4Int {
   template <size_t g>
   HWY_INLINE V16 Group() const {
     constexpr size_t v = g * kG, sub = v / 32, l = v % 32;
-    const V16 raw = Bytes(qs + 32 * (sub / 2) + l);
-    V16 q;
-    if constexpr (sub & 1) q = hn::ShiftRight<4>(raw);
-    else q = hn::And(raw, hn::Set(D16(), 0x0f));
-    return hn::Mul(q, sc.Get<sub>());
+    return hn::Mul(Nibbles<sub, l>(qs), sc.Get<sub>());
   }
 };
 
@@ -203,10 +207,7 @@ struct Q5KInt : K4Int {
   template <size_t g>
   HWY_INLINE V16 Group() const {
     constexpr size_t v = g * kG, sub = v / 32, l = v % 32;
-    const V16 raw = Bytes(qs + 32 * (sub / 2) + l);
-    V16 low;
-    if constexpr (sub & 1) low = hn::ShiftRight<4>(raw);
-    else low = hn::And(raw, hn::Set(D16(), 0x0f));
+    const V16 low = Nibbles<sub, l>(qs);
     // Bit 4 of sub-block `sub` is bit `sub` of qh[l].
     const V16 high = hn::And(hn::ShiftRight<sub>(Bytes(qh + l)), hn::Set(D16(), 1));
     return hn::Mul(hn::Or(low, hn::ShiftLeft<4>(high)), sc.Get<sub>());
