@@ -85,16 +85,16 @@ TEST(CpuQ8Matmul, ActivationsRoundToEightBitsPerBlock) {
         EXPECT_FLOAT_EQ(d, amax / 127.0f) << "row " << t << " block " << b;
         for (int64_t i = 0; i < block; ++i) {
           const int64_t c = b * block + i;
-          const int16_t v = q.q[static_cast<size_t>(t * cols + c)];
+          const int v = q.q[static_cast<size_t>(t * cols + c)];
           EXPECT_LE(std::abs(v), 127);
           EXPECT_LE(std::fabs(x[static_cast<size_t>(t * cols + c)] - v * d), 0.5f * d * 1.0001f + 1e-30f) << c;
         }
       }
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < cols / 32; ++i) {
+      for (int64_t i = 0; i < cols / 16; ++i) {
         int32_t s = 0;
-        for (int64_t j = 0; j < 32; ++j) s += q.q[static_cast<size_t>(t * cols + 32 * i + j)];
-        EXPECT_EQ(q.sums32[static_cast<size_t>(t * (cols / 32) + i)], s);
+        for (int64_t j = 0; j < 16; ++j) s += q.q[static_cast<size_t>(t * cols + 16 * i + j)];
+        EXPECT_EQ(q.sums16[static_cast<size_t>(t * (cols / 16) + i)], s);
       }
   }
 }
@@ -112,9 +112,8 @@ TEST(CpuQ8Matmul, ProductsAreExactOverTheRoundedActivationsOnEveryInstructionSet
       cpu::QuantizedActivations q;
       q.resize(T, cols, cpu::q8_activation_block(type, cols));
       cpu::quantize_activations(x.data(), cols, 0, T, q);
-      std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(cols));
       std::vector<float> out(static_cast<size_t>(T * rows));
-      cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows, scratch.data());
+      cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows);
       for (int64_t t = 0; t < T; ++t)
         for (int64_t r = 0; r < rows; ++r) {
           double want = 0.0, magnitude = 0.0;
@@ -150,18 +149,17 @@ TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBits) {
     const int64_t cols = 512;
     const Matrix m = random_matrix(type, rows, cols, 11);
     const std::vector<float> x = activations(T, cols, 5);
-    std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(cols));
     std::vector<float> all(static_cast<size_t>(T * rows));
     cpu::QuantizedActivations q;
     q.resize(T, cols, cpu::q8_activation_block(type, cols));
     cpu::quantize_activations(x.data(), cols, 0, T, q);
-    cpu::q8_matmul_rows(m.weight(), 0, rows, q, all.data(), rows, scratch.data());
+    cpu::q8_matmul_rows(m.weight(), 0, rows, q, all.data(), rows);
     for (int64_t n = 1; n < T; ++n) {
       cpu::QuantizedActivations part;
       part.resize(n, cols, cpu::q8_activation_block(type, cols));
       cpu::quantize_activations(x.data(), cols, 0, n, part);
       std::vector<float> out(static_cast<size_t>(n * rows));
-      cpu::q8_matmul_rows(m.weight(), 0, rows, part, out.data(), rows, scratch.data());
+      cpu::q8_matmul_rows(m.weight(), 0, rows, part, out.data(), rows);
       for (int64_t i = 0; i < n * rows; ++i)
         ASSERT_EQ(float_bits(out[static_cast<size_t>(i)]), float_bits(all[static_cast<size_t>(i)]))
             << tensor_type_name(type) << " T=" << n << " token " << i / rows << " row " << i % rows;
@@ -178,9 +176,8 @@ TEST(CpuQ8Matmul, NonFiniteActivationsGiveNaNInTheirRowOnly) {
   cpu::QuantizedActivations q;
   q.resize(T, cols, 256);
   cpu::quantize_activations(x.data(), cols, 0, T, q);
-  std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(cols));
   std::vector<float> out(static_cast<size_t>(T * rows));
-  cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows, scratch.data());
+  cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows);
   for (int64_t r = 0; r < rows; ++r) {
     EXPECT_TRUE(std::isfinite(out[static_cast<size_t>(r)]));
     EXPECT_TRUE(std::isnan(out[static_cast<size_t>(rows + r)]));
@@ -192,9 +189,8 @@ TEST(CpuQ8Matmul, ActivationsRoundedForAnotherFormatAreRefused) {
   const Matrix m = random_matrix(TensorType::Q8_0, 3, 256, 1);
   cpu::QuantizedActivations q;
   q.resize(1, 256, 32);  // Q8_0 rows of 256 values take one activation block of 256
-  std::vector<uint8_t> scratch(cpu::q8_matmul_scratch_bytes(256));
   std::vector<float> out(3);
-  EXPECT_THROW(cpu::q8_matmul_rows(m.weight(), 0, 3, q, out.data(), 3, scratch.data()), std::logic_error);
+  EXPECT_THROW(cpu::q8_matmul_rows(m.weight(), 0, 3, q, out.data(), 3), std::logic_error);
   EXPECT_EQ(cpu::q8_activation_block(TensorType::F16, 256), 0);
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q4_K, 256), 256);
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q8_0, 512), 256);

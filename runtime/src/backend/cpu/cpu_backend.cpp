@@ -41,11 +41,12 @@ class CpuKernels final : public host::HostKernels {
               ThreadPool& pool) override {
     const int64_t block = cpu::q8_activation_block(w.type, w.cols);
     const bool integer = block > 0 && w.cols % block == 0;
-    const size_t floats = integer ? cpu::q8_matmul_scratch_bytes(w.cols) / sizeof(float) + 1
-                                  : cpu::matmul_scratch_floats(w.cols);
-    scratch_.resize(static_cast<size_t>(pool.size()));
-    for (auto& s : scratch_)
-      if (s.size() < floats) s.resize(floats);
+    if (!integer) {
+      const size_t floats = cpu::matmul_scratch_floats(w.cols);
+      scratch_.resize(static_cast<size_t>(pool.size()));
+      for (auto& s : scratch_)
+        if (s.size() < floats) s.resize(floats);
+    }
     if (integer) {
       acts_.resize(T, w.cols, block);
       pool.parallel_for(T, std::max<int64_t>(1, 16384 / w.cols), [&](int64_t b, int64_t e, int) {
@@ -58,16 +59,16 @@ class CpuKernels final : public host::HostKernels {
     const int64_t panel_cost = panel * w.cols * std::max<int64_t>(T, 4);
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, panel_cost));
     pool.parallel_for(n_panels, grain, [&](int64_t b, int64_t e, int thread) {
-      float* scratch = scratch_[static_cast<size_t>(thread)].data();
       if (integer)
-        cpu::q8_matmul_rows(w, b * panel, std::min(w.rows, e * panel), acts_, out, out_stride, scratch);
+        cpu::q8_matmul_rows(w, b * panel, std::min(w.rows, e * panel), acts_, out, out_stride);
       else
-        cpu::matmul_rows(w, b * panel, std::min(w.rows, e * panel), x, x_stride, T, out, out_stride, scratch);
+        cpu::matmul_rows(w, b * panel, std::min(w.rows, e * panel), x, x_stride, T, out, out_stride,
+                         scratch_[static_cast<size_t>(thread)].data());
     });
   }
 
  private:
-  std::vector<std::vector<float>> scratch_;  // one panel of decoded weight rows per thread
+  std::vector<std::vector<float>> scratch_;  // one panel of decoded weight rows per thread (float products)
   cpu::QuantizedActivations acts_;          // the step's activations rounded to 8 bits
 };
 

@@ -35,43 +35,46 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-using DF = hn::CappedTag<float, 16>;
-using DI = hn::RebindToSigned<DF>;
+// Weight and activation bytes meet in pieces of kB values: 32 (a 256-bit vector) on
+// AVX2 and AVX-512, 16 on SSE4/SSSE3/NEON, 1 on the scalar fallback. A piece's pairwise
+// products land in kG 16-bit lanes, whose sums widen into 32-bit lanes.
+using D8 = hn::CappedTag<uint8_t, 32>;
+using DI8 = hn::RebindToSigned<D8>;
 #if HWY_TARGET == HWY_SCALAR
-using D16 = hn::Rebind<int16_t, DI>;  // one lane: the multiply-add widens it in place
+using D16 = hn::Rebind<int16_t, D8>;  // one lane: one product per lane
+using D32 = hn::Rebind<int32_t, D8>;
 #else
-using D16 = hn::Repartition<int16_t, DI>;  // twice DI's lanes: one multiply-add fills DI
+using D16 = hn::Repartition<int16_t, D8>;  // a pair of products per lane
+using D32 = hn::Repartition<int32_t, D8>;
 #endif
-using DU8W = hn::Rebind<uint8_t, D16>;
-using DI8W = hn::Rebind<int8_t, D16>;
-using D16Narrow = hn::Rebind<int16_t, DF>;  // DF's lanes, for rounding floats
-using VF = hn::Vec<DF>;
-using VI = hn::Vec<DI>;
+using DF = hn::RebindToFloat<D32>;
+using DF8 = hn::Rebind<int8_t, hn::CappedTag<float, 16>>;  // for rounding floats to bytes
+using V8 = hn::Vec<D8>;
+using VI8 = hn::Vec<DI8>;
 using V16 = hn::Vec<D16>;
+using VI = hn::Vec<D32>;
+using VF = hn::Vec<DF>;
 
-// Values per group: one 16-bit vector (1 on the scalar fallback, 8 on SSE4/NEON, 16 on
-// AVX2, 32 on AVX-512).
-// Every sub-block (16 or 32 values) is then a whole number of groups, or a group holds
-// two 16-value sub-blocks.
+constexpr size_t kB = hn::MaxLanes(D8());
 constexpr size_t kG = hn::MaxLanes(D16());
-static_assert(32 % kG == 0);
+static_assert(kB == 32 || 16 % kB == 0);
 
 // ---- rounding activations ----
 
-void QuantizeImpl(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int64_t block, int16_t* q,
-                  float* d, int16_t* sums32) {
-  const DF df;
-  const D16Narrow d16;
+void QuantizeImpl(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int64_t block, int8_t* q,
+                  float* d, int16_t* sums16) {
+  const hn::CappedTag<float, 16> df;
+  const DF8 d8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t nb = cols / block;
   for (int64_t t = t0; t < t1; ++t) {
     const float* xr = x + t * x_stride;
-    int16_t* qr = q + t * cols;
+    int8_t* qr = q + t * cols;
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = xr + b * block;
-      VF amax = hn::Zero(df), poison = hn::Zero(df);  // poison: NaN where a value is NaN or infinite
+      auto amax = hn::Zero(df), poison = hn::Zero(df);  // poison: NaN where a value is NaN or infinite
       for (int64_t i = 0; i < block; i += N) {
-        const VF v = hn::LoadU(df, xb + i);
+        const auto v = hn::LoadU(df, xb + i);
         amax = hn::Max(amax, hn::Abs(v));
         poison = hn::Add(poison, hn::Mul(v, hn::Zero(df)));
       }
@@ -83,25 +86,72 @@ void QuantizeImpl(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int6
         inv = 0.0f;
       }
       d[t * nb + b] = scale;
-      const VF vinv = hn::Set(df, inv);
+      const auto vinv = hn::Set(df, inv);
       for (int64_t i = 0; i < block; i += N)
-        hn::StoreU(hn::DemoteTo(d16, hn::NearestInt(hn::Mul(hn::LoadU(df, xb + i), vinv))), d16, qr + b * block + i);
+        hn::StoreU(hn::DemoteTo(d8, hn::NearestInt(hn::Mul(hn::LoadU(df, xb + i), vinv))), d8, qr + b * block + i);
     }
-    int16_t* sr = sums32 + t * (cols / 32);
-    for (int64_t i = 0; i < cols / 32; ++i) {
+    int16_t* sr = sums16 + t * (cols / 16);
+    for (int64_t i = 0; i < cols / 16; ++i) {
       int32_t s = 0;
-      for (int64_t j = 0; j < 32; ++j) s += qr[32 * i + j];
+      for (int64_t j = 0; j < 16; ++j) s += qr[16 * i + j];
       sr[i] = static_cast<int16_t>(s);
     }
   }
 }
 
-// ---- weight decoders ----
-// Each gives a weight block as groups of kG 16-bit values already multiplied by their
-// sub-block's integer scale (Group<g>() = values g*kG .. g*kG + kG - 1), its float
-// factor d (and, for Q4_K/Q5_K, dmin and the mins that multiply the activation sums).
+// ---- 8-bit products ----
 
-HWY_INLINE V16 Bytes(const uint8_t* p) { return hn::PromoteTo(D16(), hn::LoadU(DU8W(), p)); }
+// Lane i: w[2i] * x[2i] + w[2i + 1] * x[2i + 1] (on the scalar fallback w[i] * x[i]), w
+// unsigned, x signed. Exact while every such sum fits 16 bits, as the callers' ranges
+// ensure: weights of at most 128 times |x| <= 127, twice, is 32512. Highway 1.0 has no
+// 8-bit multiply-add, so x86 uses its instruction for this (pmaddubsw) directly.
+HWY_INLINE V16 MulPairs(V8 w, VI8 x) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return V16{_mm256_maddubs_epi16(w.raw, x.raw)};
+#elif HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+  return V16{_mm_maddubs_epi16(w.raw, x.raw)};
+#elif HWY_TARGET == HWY_SCALAR
+  return hn::Mul(hn::PromoteTo(D16(), w), hn::PromoteTo(D16(), x));
+#else
+  const D16 d16;
+  const hn::RebindToUnsigned<D16> du16;
+  const V16 w_even = hn::BitCast(d16, hn::And(hn::BitCast(du16, w), hn::Set(du16, 0xff)));
+  const V16 w_odd = hn::BitCast(d16, hn::ShiftRight<8>(hn::BitCast(du16, w)));
+  const V16 x_even = hn::ShiftRight<8>(hn::ShiftLeft<8>(hn::BitCast(d16, x)));
+  const V16 x_odd = hn::ShiftRight<8>(hn::BitCast(d16, x));
+  return hn::Add(hn::Mul(w_even, x_even), hn::Mul(w_odd, x_odd));
+#endif
+}
+
+// x where s >= 0, -x where s < 0 (where s is 0 the caller's weight is 0: either will do).
+HWY_INLINE VI8 SignOf(VI8 x, VI8 s) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return VI8{_mm256_sign_epi8(x.raw, s.raw)};
+#elif HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+  return VI8{_mm_sign_epi8(x.raw, s.raw)};
+#else
+  return hn::IfThenElse(hn::Lt(s, hn::Zero(DI8())), hn::Neg(x), x);
+#endif
+}
+
+// 32-bit lanes whose sum is sum_i c[i] * s[i] over 16 entries.
+HWY_INLINE VI Dot16(const int16_t* c, const int16_t* s) {
+  const D32 di;
+  VI a0 = hn::Zero(di), a1 = hn::Zero(di);
+  for (size_t i = 0; i < 16; i += kG) a0 = hn::ReorderWidenMulAccumulate(di, hn::LoadU(D16(), c + i), hn::LoadU(D16(), s + i), a0, a1);
+  return hn::RearrangeToOddPlusEven(a0, a1);
+}
+
+// ---- weight decoders ----
+// Each gives a weight block as pieces of kB unsigned bytes (Weights<P>() = values P*kB
+// .. P*kB + kB - 1), per piece the integer scale of each 16-bit lane (Scale<P>()), the
+// float factor d, and a correction over the activations' 16-value sums:
+//   kCorrFloat (Q4_K, Q5_K): the mins: dmin * sum_i corr[i] * sums16[i] is subtracted in float;
+//   kCorrInt (Q6_K): its values are stored plus 32: 32 * sum_i corr[i] * sums16[i] is
+//   subtracted from the integer sum.
+
+enum class Corr { kNone, kFloat, kInt };
+
 HWY_INLINE float LoadHalf(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
@@ -153,32 +203,47 @@ struct Scales8 {
   }
 };
 
+// Bits of `v` selected by `mask` moved to start at bit `to` (from bit `from`).
+template <int from, int to>
+HWY_INLINE V8 MoveBits(V8 v, uint8_t mask) {
+  const V8 m = hn::And(v, hn::Set(D8(), mask));
+  if constexpr (from < to) return hn::ShiftLeft<to - from>(m);
+  else if constexpr (from > to) return hn::ShiftRight<from - to>(m);
+  else return m;
+}
+
 // What Q4_K and Q5_K share: d, dmin, 8 scales and 8 mins of 6 bits.
 struct K4Int {
-  static constexpr bool kDecoded = false;
   static constexpr int64_t kValues = quant::kSuperBlock;
-  static constexpr bool kMins = true;
+  static constexpr Corr kCorr = Corr::kFloat;
+  using Piece = V8;
   float d, dmin;
   Scales8 sc;
-  HWY_ALIGN int16_t mn[8];
+  HWY_ALIGN int16_t corr[16];  // each min twice: it multiplies the sums of both halves of its sub-block
   HWY_INLINE void LoadFactors(const uint8_t* b) {
     LoadHalves(b + offsetof(quant::BlockQ4_K, d), d, dmin);
     uint8_t s8[8], m8[8];
     quant::unpack_scales_mins_k4(b + offsetof(quant::BlockQ4_K, scales), s8, m8);
     for (size_t j = 0; j < 8; ++j) {
       sc.v[j] = s8[j];
-      mn[j] = m8[j];
+      corr[2 * j] = corr[2 * j + 1] = m8[j];
     }
     sc.Spread();
   }
-  // The 4 low bits of the kG values of sub-block `sub` from offset l: the low nibbles
-  // of 32 bytes for even sub-blocks, their high nibbles for odd ones.
-  template <size_t sub, size_t l>
-  static HWY_INLINE V16 Nibbles(const uint8_t* qs) {
-    const V16 raw = Bytes(qs + 32 * (sub / 2) + l);
+  // The 4 low bits of piece P: the low nibbles of 32 bytes for even sub-blocks, their
+  // high nibbles for odd ones.
+  template <size_t P>
+  static HWY_INLINE V8 Nibbles(const uint8_t* qs) {
+    constexpr size_t v = P * kB, sub = v / 32, l = v % 32;
+    const V8 raw = hn::LoadU(D8(), qs + 32 * (sub / 2) + l);
     if constexpr (sub & 1) return hn::ShiftRight<4>(raw);
-    else return hn::And(raw, hn::Set(D16(), 0x0f));
+    else return hn::And(raw, hn::Set(D8(), 0x0f));
   }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    return sc.Get<P * kB / 32>();
+  }
+  static HWY_INLINE V16 Mul(V8 w, VI8 x) { return MulPairs(w, x); }
 };
 
 struct Q4KInt : K4Int {
@@ -188,10 +253,9 @@ struct Q4KInt : K4Int {
     LoadFactors(b);
     qs = b + offsetof(quant::BlockQ4_K, qs);
   }
-  template <size_t g>
-  HWY_INLINE V16 Group() const {
-    constexpr size_t v = g * kG, sub = v / 32, l = v % 32;
-    return hn::Mul(Nibbles<sub, l>(qs), sc.Get<sub>());
+  template <size_t P>
+  HWY_INLINE V8 Weights() const {
+    return Nibbles<P>(qs);
   }
 };
 
@@ -204,121 +268,87 @@ struct Q5KInt : K4Int {
     qs = b + offsetof(quant::BlockQ5_K, qs);
     qh = b + offsetof(quant::BlockQ5_K, qh);
   }
-  template <size_t g>
-  HWY_INLINE V16 Group() const {
-    constexpr size_t v = g * kG, sub = v / 32, l = v % 32;
-    const V16 low = Nibbles<sub, l>(qs);
+  template <size_t P>
+  HWY_INLINE V8 Weights() const {
+    constexpr size_t v = P * kB, sub = v / 32, l = v % 32;
     // Bit 4 of sub-block `sub` is bit `sub` of qh[l].
-    const V16 high = hn::And(hn::ShiftRight<sub>(Bytes(qh + l)), hn::Set(D16(), 1));
-    return hn::Mul(hn::Or(low, hn::ShiftLeft<4>(high)), sc.Get<sub>());
+    return hn::Or(Nibbles<P>(qs), MoveBits<static_cast<int>(sub), 4>(hn::LoadU(D8(), qh + l), uint8_t{1} << sub));
   }
 };
 
 struct Q6KInt {
-  static constexpr bool kDecoded = false;
   static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockQ6_K);
-  static constexpr bool kMins = false;
+  static constexpr Corr kCorr = Corr::kInt;
+  using Piece = V8;
   float d, dmin = 0.0f;
   const uint8_t* ql;
   const uint8_t* qh;
-  Scales8 sc[2];  // scales of values 0..127 and 128..255
+  Scales8 sc[2];               // scales of values 0..127 and 128..255
+  HWY_ALIGN int16_t corr[16];  // the 16 scales
   HWY_INLINE void Prepare(const uint8_t* b) {
     d = LoadHalf(b + offsetof(quant::BlockQ6_K, d));
     ql = b + offsetof(quant::BlockQ6_K, ql);
     qh = b + offsetof(quant::BlockQ6_K, qh);
     const auto* scales = reinterpret_cast<const int8_t*>(b + offsetof(quant::BlockQ6_K, scales));
     for (size_t j = 0; j < 8; ++j) {
-      sc[0].v[j] = scales[j];
-      sc[1].v[j] = scales[8 + j];
+      sc[0].v[j] = corr[j] = scales[j];
+      sc[1].v[j] = corr[8 + j] = scales[8 + j];
     }
     sc[0].Spread();
     sc[1].Spread();
   }
-  template <size_t g>
-  HWY_INLINE V16 Group() const {
-    // Value v = 128 * half + 32 * k + m; its scale is scales[v / 16].
-    constexpr size_t v = g * kG, half = v / 128, k = (v % 128) / 32, m = v % 32;
-    const V16 lo = hn::And(hn::ShiftRight<k < 2 ? 0 : 4>(Bytes(ql + 64 * half + 32 * (k % 2) + m)), hn::Set(D16(), 0x0f));
-    const V16 hi = hn::And(hn::ShiftRight<2 * k>(Bytes(qh + 32 * half + m)), hn::Set(D16(), 3));
-    const V16 q = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(D16(), 32));
-    constexpr size_t j = (v % 128) / 16;  // a group of 32 spans scales j and j + 1
-    if constexpr (kG > 16) return hn::Mul(q, sc[half].Get<j, j + 1>());
-    else return hn::Mul(q, sc[half].Get<j>());
+  // Value v = 128 * half + 32 * k + m (its 6 bits, 0..63: the stored value plus 32).
+  template <size_t P>
+  HWY_INLINE V8 Weights() const {
+    constexpr size_t v = P * kB, half = v / 128, k = (v % 128) / 32, m = v % 32;
+    const V8 l = hn::LoadU(D8(), ql + 64 * half + 32 * (k % 2) + m);
+    const V8 lo = k < 2 ? hn::And(l, hn::Set(D8(), 0x0f)) : hn::ShiftRight<4>(l);
+    return hn::Or(lo, MoveBits<static_cast<int>(2 * k), 4>(hn::LoadU(D8(), qh + 32 * half + m), uint8_t{3} << (2 * k)));
   }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    constexpr size_t v = P * kB, half = v / 128, j = (v % 128) / 16;
+    if constexpr (kB == 32) return sc[half].Get<j, j + 1>();  // a piece of 32 spans scales j and j + 1
+    else return sc[half].Get<j>();
+  }
+  static HWY_INLINE V16 Mul(V8 w, VI8 x) { return MulPairs(w, x); }
 };
 
 struct Q8_0Int {
-  static constexpr bool kDecoded = false;
   static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ8_0);
-  static constexpr bool kMins = false;
+  static constexpr Corr kCorr = Corr::kNone;
+  struct Piece {
+    V8 abs;    // |w| (128 for -128)
+    VI8 sign;  // w
+  };
   float d, dmin = 0.0f;
   const int8_t* qs;
+  int16_t corr[16] = {};
   HWY_INLINE void Prepare(const uint8_t* b) {
     d = LoadHalf(b);
     qs = reinterpret_cast<const int8_t*>(b + offsetof(quant::BlockQ8_0, qs));
   }
-  template <size_t g>
-  HWY_INLINE V16 Group() const {
-    return hn::PromoteTo(D16(), hn::LoadU(DI8W(), qs + g * kG));
+  template <size_t P>
+  HWY_INLINE Piece Weights() const {
+    const VI8 w = hn::LoadU(DI8(), qs + P * kB);
+    return {hn::BitCast(D8(), hn::Abs(w)), w};
   }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    return hn::Set(D16(), 1);
+  }
+  // |w| * (x with w's sign) = w * x.
+  static HWY_INLINE V16 Mul(const Piece& w, VI8 x) { return MulPairs(w.abs, SignOf(x, w.sign)); }
 };
 
-// A decoded copy of Dec's blocks (for products over many tokens): per block the kValues
-// groups as Dec gives them, then d, dmin and the 8 mins (16 bits each). Same Group(), d,
-// dmin and mins as Dec, so a product from the copy gives the same bits as one from the file.
-template <class Dec>
-struct Decoded {
-  static constexpr bool kDecoded = true;
-  static constexpr int64_t kValues = Dec::kValues;
-  static constexpr int64_t kBytes = 2 * kValues + 24;
-  static constexpr bool kMins = Dec::kMins;
-  float d, dmin;
-  const int16_t* vals;
-  const int16_t* mn;
-  HWY_INLINE void Prepare(const uint8_t* b) {
-    vals = reinterpret_cast<const int16_t*>(b);
-    std::memcpy(&d, b + 2 * kValues, 4);
-    std::memcpy(&dmin, b + 2 * kValues + 4, 4);
-    mn = reinterpret_cast<const int16_t*>(b + 2 * kValues + 8);
-  }
-  HWY_INLINE V16 GroupAt(size_t g) const { return hn::LoadU(D16(), vals + g * kG); }
-  static void Write(const Dec& dec, uint8_t* dst);
-};
-
-template <class Dec, class F, size_t... kGroups>
-HWY_INLINE void ForEachGroupImpl(F&& f, std::index_sequence<kGroups...>) {
-  (f(std::integral_constant<size_t, kGroups>{}), ...);
+template <class F, size_t... kPieces>
+HWY_INLINE void ForEachPieceImpl(F&& f, std::index_sequence<kPieces...>) {
+  (f(std::integral_constant<size_t, kPieces>{}), ...);
 }
-// f(std::integral_constant<size_t, g>) for every group of Dec's block.
+// f(std::integral_constant<size_t, P>) for every piece of Dec's block.
 template <class Dec, class F>
-HWY_INLINE void ForEachGroup(F&& f) {
-  ForEachGroupImpl<Dec>(f, std::make_index_sequence<static_cast<size_t>(Dec::kValues) / kG>{});
-}
-
-template <class Dec>
-void Decoded<Dec>::Write(const Dec& dec, uint8_t* dst) {
-  auto* vals = reinterpret_cast<int16_t*>(dst);
-  ForEachGroup<Dec>([&](auto g) { hn::StoreU(dec.template Group<decltype(g)::value>(), D16(), vals + decltype(g)::value * kG); });
-  std::memcpy(dst + 2 * kValues, &dec.d, 4);
-  std::memcpy(dst + 2 * kValues + 4, &dec.dmin, 4);
-  int16_t mn[8] = {};
-  if constexpr (Dec::kMins) std::memcpy(mn, dec.mn, sizeof mn);
-  std::memcpy(dst + 2 * kValues + 8, mn, sizeof mn);
-}
-
-// sum over the block's 8 sub-blocks of 32 values of min * (sum of the activations' q there).
-HWY_INLINE int32_t MinDot(const int16_t* mins, const int16_t* sums32) {
-#if HWY_TARGET == HWY_SCALAR
-  int32_t s = 0;
-  for (size_t j = 0; j < 8; ++j) s += static_cast<int32_t>(mins[j]) * sums32[j];
-  return s;
-#else
-  const hn::Full128<int16_t> d8;
-  const hn::Full128<int32_t> d4;
-  auto odd = hn::Zero(d4);
-  const auto even = hn::ReorderWidenMulAccumulate(d4, hn::LoadU(d8, mins), hn::LoadU(d8, sums32), hn::Zero(d4), odd);
-  return hn::GetLane(hn::SumOfLanes(d4, hn::RearrangeToOddPlusEven(even, odd)));
-#endif
+HWY_INLINE void ForEachPiece(F&& f) {
+  ForEachPieceImpl(f, std::make_index_sequence<static_cast<size_t>(Dec::kValues) / kB>{});
 }
 
 // ---- the product ----
@@ -326,7 +356,7 @@ HWY_INLINE int32_t MinDot(const int16_t* mins, const int16_t* sums32) {
 // The activation rows of a tile.
 template <size_t NT>
 struct ActTile {
-  const int16_t* q[NT];
+  const int8_t* q[NT];
   const float* d[NT];
   const int16_t* s[NT];
 };
@@ -339,28 +369,27 @@ ActTile<NT> MakeActTile(const QuantizedActivations& x, int64_t t0) {
     const int64_t row = t0 + static_cast<int64_t>(t);
     a.q[t] = x.q.data() + row * x.cols;
     a.d[t] = x.d.data() + row * nb;
-    a.s[t] = x.sums32.data() + row * (x.cols / 32);
+    a.s[t] = x.sums16.data() + row * (x.cols / 16);
   }
   return a;
 }
 
-// R weight rows x NT tokens: sums[r * NT + t] = dot(w[r], x[t]). Per output: exact
-// integer sums per block (in DI's lanes), one multiply-add per block by d * dx in float
-// lanes, blocks in order; then the lane sum, minus the mins' float sum (blocks in order).
-// The same for every R and NT, and for Dec and Decoded<Dec>. While reading a block of
-// each row, the tile asks for the same block `ahead` bytes on (the next tile's rows).
+// R weight rows x NT tokens: sums[r * NT + t] = dot(w[r], x[t]). Per output: the
+// block's exact integer sum (in D32's lanes; Q6_K's correction subtracted there), one
+// multiply-add per block by d * dx in float lanes (Q4_K/Q5_K: and one by dmin * dx for
+// the mins), blocks in order; then the lane sum. Each piece of a weight block is
+// decoded once and used for all NT tokens; the arithmetic per output is the same for
+// every R and NT. While reading a block of each row, the tile asks for the same block
+// `ahead` bytes on (the next tile's rows).
 template <class Dec, size_t R, size_t NT>
 HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_t blocks, int64_t per_act, float* sums,
                         size_t ahead) {
   const DF df;
-  const DI di;
+  const D32 di;
+  constexpr int64_t kSums = Dec::kValues / 16;  // the activations' 16-value sums per block
   VF facc[R][NT], part[R][NT];
-  float fmin[R][NT];
   for (size_t r = 0; r < R; ++r)
-    for (size_t t = 0; t < NT; ++t) {
-      facc[r][t] = part[r][t] = hn::Zero(df);
-      fmin[r][t] = 0.0f;
-    }
+    for (size_t t = 0; t < NT; ++t) facc[r][t] = part[r][t] = hn::Zero(df);
   Dec dec[R];
   int64_t act = 0, in_act = 0;  // the activation block, and weight blocks of it summed so far
   for (int64_t b = 0; b < blocks; ++b) {
@@ -373,41 +402,30 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
     for (size_t r = 0; r < R; ++r)
       for (size_t t = 0; t < NT; ++t) s0[r][t] = s1[r][t] = hn::Zero(di);
     const int64_t c0 = b * Dec::kValues;
-    if constexpr (Dec::kDecoded) {
-      // Plain 16-bit rows: a loop kept rolled, so the accumulators stay in registers
-      // (unrolled, GCC reorders the integer sums into a tree that spills).
-#pragma GCC unroll 1
-      for (size_t g = 0; g < static_cast<size_t>(Dec::kValues) / kG; ++g) {
-        V16 xv[NT];
-        for (size_t t = 0; t < NT; ++t) xv[t] = hn::LoadU(D16(), x.q[t] + c0 + static_cast<int64_t>(g * kG));
-        for (size_t r = 0; r < R; ++r) {
-          const V16 w = dec[r].GroupAt(g);
-          for (size_t t = 0; t < NT; ++t) s0[r][t] = hn::ReorderWidenMulAccumulate(di, w, xv[t], s0[r][t], s1[r][t]);
-        }
-      }
-    } else {
-      ForEachGroup<Dec>([&](auto g) {
-        constexpr size_t G = decltype(g)::value;
-        V16 xv[NT];
-        for (size_t t = 0; t < NT; ++t) xv[t] = hn::LoadU(D16(), x.q[t] + c0 + static_cast<int64_t>(G * kG));
-        for (size_t r = 0; r < R; ++r) {
-          const V16 w = dec[r].template Group<G>();
-          for (size_t t = 0; t < NT; ++t) s0[r][t] = hn::ReorderWidenMulAccumulate(di, w, xv[t], s0[r][t], s1[r][t]);
-        }
-      });
-    }
-    if (per_act == 1) {  // one activation scale per weight block: scale by d * dx
+    ForEachPiece<Dec>([&](auto p) {
+      constexpr size_t P = decltype(p)::value;
+      VI8 xv[NT];
+      for (size_t t = 0; t < NT; ++t) xv[t] = hn::LoadU(DI8(), x.q[t] + c0 + static_cast<int64_t>(P * kB));
       for (size_t r = 0; r < R; ++r) {
-        const VF dw = hn::Set(df, dec[r].d);
+        const typename Dec::Piece w = dec[r].template Weights<P>();
+        const V16 scale = dec[r].template Scale<P>();
+        for (size_t t = 0; t < NT; ++t)
+          s0[r][t] = hn::ReorderWidenMulAccumulate(di, Dec::Mul(w, xv[t]), scale, s0[r][t], s1[r][t]);
+      }
+    });
+    if (per_act == 1) {  // one activation scale per weight block: scale by d * dx
+      for (size_t r = 0; r < R; ++r)
         for (size_t t = 0; t < NT; ++t) {
           const float dx = x.d[t][b];
-          const VF s = hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t]));
-          facc[r][t] = hn::MulAdd(s, hn::Mul(dw, hn::Set(df, dx)), facc[r][t]);  // d * dx, in every lane
-          if constexpr (Dec::kMins)
-            fmin[r][t] += (dec[r].dmin * dx) * static_cast<float>(MinDot(dec[r].mn, x.s[t] + b * (Dec::kValues / 32)));
+          VI s = hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t]);
+          if constexpr (Dec::kCorr == Corr::kInt) s = hn::Sub(s, hn::ShiftLeft<5>(Dot16(dec[r].corr, x.s[t] + b * kSums)));
+          facc[r][t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, dec[r].d * dx), facc[r][t]);
+          if constexpr (Dec::kCorr == Corr::kFloat)
+            facc[r][t] = hn::NegMulAdd(hn::ConvertTo(df, Dot16(dec[r].corr, x.s[t] + b * kSums)),
+                                       hn::Set(df, dec[r].dmin * dx), facc[r][t]);
         }
-      }
-    } else {  // per_act weight blocks share an activation scale: sum them scaled by d, then scale by dx
+    } else if constexpr (Dec::kCorr == Corr::kNone) {
+      // per_act weight blocks (Q8_0's) share an activation scale: sum them scaled by d, then scale by dx
       for (size_t r = 0; r < R; ++r) {
         const VF dw = hn::Set(df, dec[r].d);
         for (size_t t = 0; t < NT; ++t)
@@ -425,14 +443,14 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
     }
   }
   for (size_t r = 0; r < R; ++r)
-    for (size_t t = 0; t < NT; ++t) sums[r * NT + t] = hn::GetLane(hn::SumOfLanes(df, facc[r][t])) - fmin[r][t];
+    for (size_t t = 0; t < NT; ++t) sums[r * NT + t] = hn::GetLane(hn::SumOfLanes(df, facc[r][t]));
 }
 
 // Rows [r0, r1) of a matrix whose row r starts at base + r * row_bytes, by tiles of R
 // rows (missing rows repeat the first and are not written), against tokens [t0, t0 + NT).
 template <class Dec, size_t R, size_t NT>
-void IntRows(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, int64_t out_r0, const QuantizedActivations& x,
-             int64_t t0, int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
+void IntRows(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, const QuantizedActivations& x, int64_t t0,
+             int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
   const ActTile<NT> xt = MakeActTile<NT>(x, t0);
   for (int64_t b0 = r0; b0 < r1; b0 += static_cast<int64_t>(R)) {
     const int64_t rows = std::min<int64_t>(static_cast<int64_t>(R), r1 - b0);
@@ -443,76 +461,63 @@ void IntRows(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, int6
     IntTile<Dec, R, NT>(rp, xt, blocks, x.block / Dec::kValues, sums, prefetch ? R * row_bytes : 0);
     for (int64_t r = 0; r < rows; ++r)
       for (size_t t = 0; t < NT; ++t)
-        out[(t0 + static_cast<int64_t>(t)) * out_stride + out_r0 + (b0 - r0) + r] = sums[static_cast<size_t>(r) * NT + t];
+        out[(t0 + static_cast<int64_t>(t)) * out_stride + b0 + r] = sums[static_cast<size_t>(r) * NT + t];
   }
 }
 
-// Rows x tokens per tile of decoded panels; steps of up to kFusedMaxT tokens read one
-// row at a time (a single sequential stream). The tiles fit the register budget: 32
-// vector registers on AVX-512 and NEON (4 x 2 measured best on AVX-512: 39.7 prompt
-// tokens/s at TinyLlama Q4_K_M, one thread, against 37.6 for 2 x 4, 36.4 for 4 x 4 and
-// 33.6 for 3 x 4), 16 elsewhere.
+// Rows x tokens per tile for steps of more than kFusedMaxT tokens; smaller steps read
+// one row at a time against all their tokens (a single sequential stream). The tiles
+// fit the register budget: 32 vector registers on AVX-512 and NEON, 16 elsewhere.
 #if HWY_TARGET <= HWY_AVX3 || HWY_ARCH_ARM
-constexpr size_t kRows = 4, kTokens = 2;
+constexpr size_t kRows = 2, kTokens = 4;
 #else
 constexpr size_t kRows = 2, kTokens = 2;
 #endif
-
-// Steps of at most this many tokens read the weights straight from the file; larger
-// ones decode panels of rows first, each multiplied with every token tile.
 constexpr int64_t kFusedMaxT = 4;
 
-template <class Dec, size_t R>
-void AllTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, int64_t out_r0,
-               const QuantizedActivations& x, int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
+// Token tiles of NT (the last one smaller) outer, row tiles of R inner.
+template <class Dec, size_t R, size_t NT>
+void AllTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, const QuantizedActivations& x,
+               int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
+  static_assert(NT <= 4);
   int64_t t = 0;
-  for (; t + static_cast<int64_t>(kTokens) <= x.rows; t += kTokens)
-    IntRows<Dec, R, kTokens>(base, row_bytes, r0, r1, out_r0, x, t, blocks, out, out_stride, prefetch);
+  for (; t + static_cast<int64_t>(NT) <= x.rows; t += NT)
+    IntRows<Dec, R, NT>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
   switch (x.rows - t) {
-    case 3: IntRows<Dec, R, 3>(base, row_bytes, r0, r1, out_r0, x, t, blocks, out, out_stride, prefetch); break;
-    case 2: IntRows<Dec, R, 2>(base, row_bytes, r0, r1, out_r0, x, t, blocks, out, out_stride, prefetch); break;
-    case 1: IntRows<Dec, R, 1>(base, row_bytes, r0, r1, out_r0, x, t, blocks, out, out_stride, prefetch); break;
+    case 3: IntRows<Dec, R, 3>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch); break;
+    case 2: IntRows<Dec, R, 2>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch); break;
+    case 1: IntRows<Dec, R, 1>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch); break;
     default: break;
   }
 }
 
+// Steps of up to kFusedMaxT tokens stream the rows once; larger ones take the rows in
+// panels of `panel_rows` (kept in cache while every token tile passes over them).
 template <class Dec>
 void ProductWith(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
-                 int64_t out_stride, uint8_t* scratch, int64_t panel_rows) {
+                 int64_t out_stride, int64_t panel_rows) {
   const int64_t blocks = w.cols / Dec::kValues;
   if (x.rows == 1) {
-    IntRows<Dec, 1, 1>(w.data, w.row_bytes, r0, r1, r0, x, 0, blocks, out, out_stride, true);
+    IntRows<Dec, 1, 1>(w.data, w.row_bytes, r0, r1, x, 0, blocks, out, out_stride, true);
     return;
   }
   if (x.rows <= kFusedMaxT) {
-    AllTokens<Dec, 1>(w.data, w.row_bytes, r0, r1, r0, x, blocks, out, out_stride, true);
+    AllTokens<Dec, 1, kFusedMaxT>(w.data, w.row_bytes, r0, r1, x, blocks, out, out_stride, true);
     return;
   }
-  using Copy = Decoded<Dec>;
-  const size_t copy_row_bytes = static_cast<size_t>(blocks * Copy::kBytes);
-  for (int64_t p0 = r0; p0 < r1; p0 += panel_rows) {
-    const int64_t p1 = std::min(r1, p0 + panel_rows);
-    for (int64_t r = p0; r < p1; ++r) {
-      const uint8_t* src = w.data + static_cast<size_t>(r) * w.row_bytes;
-      uint8_t* dst = scratch + static_cast<size_t>(r - p0) * copy_row_bytes;
-      Dec dec;
-      for (int64_t b = 0; b < blocks; ++b) {
-        dec.Prepare(src + b * Dec::kBytes);
-        Copy::Write(dec, dst + b * Copy::kBytes);
-      }
-    }
-    AllTokens<Copy, kRows>(scratch, copy_row_bytes, 0, p1 - p0, p0, x, blocks, out, out_stride, false);
-  }
+  for (int64_t p0 = r0; p0 < r1; p0 += panel_rows)
+    AllTokens<Dec, kRows, kTokens>(w.data, w.row_bytes, p0, std::min(r1, p0 + panel_rows), x, blocks, out, out_stride,
+                                   false);
 }
 
 // Returns false when the format has no integer product.
 bool Q8MatmulRowsImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
-                      int64_t out_stride, uint8_t* scratch, int64_t panel_rows) {
+                      int64_t out_stride, int64_t panel_rows) {
   switch (w.type) {
-    case TensorType::Q4_K: ProductWith<Q4KInt>(w, r0, r1, x, out, out_stride, scratch, panel_rows); return true;
-    case TensorType::Q5_K: ProductWith<Q5KInt>(w, r0, r1, x, out, out_stride, scratch, panel_rows); return true;
-    case TensorType::Q6_K: ProductWith<Q6KInt>(w, r0, r1, x, out, out_stride, scratch, panel_rows); return true;
-    case TensorType::Q8_0: ProductWith<Q8_0Int>(w, r0, r1, x, out, out_stride, scratch, panel_rows); return true;
+    case TensorType::Q4_K: ProductWith<Q4KInt>(w, r0, r1, x, out, out_stride, panel_rows); return true;
+    case TensorType::Q5_K: ProductWith<Q5KInt>(w, r0, r1, x, out, out_stride, panel_rows); return true;
+    case TensorType::Q6_K: ProductWith<Q6KInt>(w, r0, r1, x, out, out_stride, panel_rows); return true;
+    case TensorType::Q8_0: ProductWith<Q8_0Int>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     default: return false;
   }
 }
@@ -536,7 +541,7 @@ void QuantizedActivations::resize(int64_t n_rows, int64_t n_cols, int64_t n_bloc
   block = n_block;
   q.resize(static_cast<size_t>(rows * cols));
   d.resize(static_cast<size_t>(rows * (cols / block)));
-  sums32.resize(static_cast<size_t>(rows * (cols / 32)));
+  sums16.resize(static_cast<size_t>(rows * (cols / 16)));
 }
 
 int64_t q8_activation_block(TensorType type, int64_t cols) {
@@ -549,20 +554,14 @@ int64_t q8_activation_block(TensorType type, int64_t cols) {
 
 void quantize_activations(const float* x, int64_t x_stride, int64_t t0, int64_t t1, QuantizedActivations& out) {
   HWY_DYNAMIC_DISPATCH(QuantizeImpl)(x, x_stride, t0, t1, out.cols, out.block, out.q.data(), out.d.data(),
-                                     out.sums32.data());
-}
-
-size_t q8_matmul_scratch_bytes(int64_t cols) {
-  // A decoded block takes 2 bytes per value and 24 more: at most 2.75 bytes per value (Q8_0).
-  return static_cast<size_t>(matmul_panel_rows(cols)) * static_cast<size_t>(cols / 32) * 88;
+                                     out.sums16.data());
 }
 
 void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
-                    int64_t out_stride, void* scratch) {
+                    int64_t out_stride) {
   if (q8_activation_block(w.type, w.cols) != x.block || w.cols != x.cols || x.cols % x.block != 0)
     throw std::logic_error("q8_matmul_rows: activations rounded for another format or width");
-  HWY_DYNAMIC_DISPATCH(Q8MatmulRowsImpl)(w, r0, r1, x, out, out_stride, static_cast<uint8_t*>(scratch),
-                                         matmul_panel_rows(w.cols));
+  HWY_DYNAMIC_DISPATCH(Q8MatmulRowsImpl)(w, r0, r1, x, out, out_stride, matmul_panel_rows(w.cols));
 }
 
 }  // namespace fafo::cpu

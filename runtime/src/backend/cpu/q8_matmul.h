@@ -1,8 +1,9 @@
 // The `cpu` backend's integer matrix product for block-quantized weights (Q4_K, Q5_K,
 // Q6_K, Q8_0), as llama.cpp computes it: each activation row is rounded to 8 bits per
 // block (one float scale per 256 values; per 32 for Q8_0 rows of other widths), and a
-// weight block's dot product with it is summed exactly in 32-bit integers (16-bit
-// multiply-adds: Highway's ReorderWidenMulAccumulate), then scaled in float.
+// weight block's dot product with it is summed exactly in integers (pairs of 8-bit
+// products in 16 bits, then 16-bit multiply-adds by the sub-block scales into 32 bits),
+// then scaled in float.
 //
 // Numerics: integer sums are exact in any order, and the float steps (one multiply-add
 // per block in vector lanes, blocks in order, then across lanes, then the mins) are the
@@ -20,15 +21,14 @@
 namespace fafo::cpu {
 
 // Activation rows rounded to 8 bits per block: row t's value c is q[t * cols + c] *
-// d[t * (cols / block) + c / block]; sums32[t * (cols / 32) + i] is the sum of q over
-// values 32i..32i+31 (what the mins of Q4_K and Q5_K multiply; at most 32 * 127, so 16
-// bits hold it). q is kept 16 bits wide,
-// as the multiply-adds read it.
+// d[t * (cols / block) + c / block], |q| <= 127; sums16[t * (cols / 16) + i] is the sum
+// of q over values 16i..16i+15 (what the mins of Q4_K and Q5_K and Q6_K's offset of 32
+// multiply).
 struct QuantizedActivations {
   int64_t rows = 0, cols = 0, block = 0;
-  std::vector<int16_t> q;
+  std::vector<int8_t> q;
   std::vector<float> d;
-  std::vector<int16_t> sums32;
+  std::vector<int16_t> sums16;
   // Sizes the arrays for `rows` x `cols` in blocks of `block` (keeps their memory).
   void resize(int64_t rows, int64_t cols, int64_t block);
 };
@@ -43,13 +43,9 @@ int64_t q8_activation_block(TensorType type, int64_t cols);
 // Every row is rounded on its own: the result does not depend on the other rows.
 void quantize_activations(const float* x, int64_t x_stride, int64_t t0, int64_t t1, QuantizedActivations& out);
 
-// Bytes of scratch one thread needs for a product over `cols` columns (a panel of
-// decoded weight rows; matmul_panel_rows() of them).
-size_t q8_matmul_scratch_bytes(int64_t cols);
-
 // out[t * out_stride + r] = dot(row r of w, activation row t) for r in [r0, r1), t <
 // x.rows. x.block must be q8_activation_block(w.type, w.cols).
 void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
-                    int64_t out_stride, void* scratch);
+                    int64_t out_stride);
 
 }  // namespace fafo::cpu
