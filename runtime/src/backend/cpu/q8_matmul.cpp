@@ -134,6 +134,35 @@ HWY_INLINE VI8 SignOf(VI8 x, VI8 s) {
 #endif
 }
 
+// VNNI's instructions in their AVX-512 encoding. Written out because Highway 1.0
+// compiles its AVX3_DL target with AVX-VNNI enabled too, so the compiler would encode
+// the intrinsics in AVX-VNNI's form, which CPUs with VNNI through AVX-512 only (Zen 4)
+// fault on. acc + the sums of adjacent pairs of 16-bit products (vpdpwssd), or of four
+// adjacent products of unsigned and signed bytes (vpdpbusd).
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_INLINE VI DotPairsAdd(VI acc, V16 a, V16 b) {
+  __m256i r = acc.raw;
+  asm("%{evex%} vpdpwssd %2, %1, %0" : "+v"(r) : "v"(a.raw), "v"(b.raw));
+  return VI{r};
+}
+HWY_INLINE VI DotQuadsAdd(VI acc, V8 u, VI8 s) {
+  __m256i r = acc.raw;
+  asm("%{evex%} vpdpbusd %2, %1, %0" : "+v"(r) : "v"(u.raw), "v"(s.raw));
+  return VI{r};
+}
+#endif
+
+// acc + (lanes 2k and 2k + 1 of p times those of scale): Highway's 16-bit multiply-add,
+// one instruction where the CPU has VNNI.
+HWY_INLINE VI MulScaleAdd(V16 p, V16 scale, VI acc, VI& acc1) {
+#if HWY_TARGET == HWY_AVX3_DL
+  (void)acc1;
+  return DotPairsAdd(acc, p, scale);
+#else
+  return hn::ReorderWidenMulAccumulate(D32(), p, scale, acc, acc1);
+#endif
+}
+
 // 32-bit lanes whose sum is sum_i c[i] * s[i] over 16 entries.
 HWY_INLINE VI Dot16(const int16_t* c, const int16_t* s) {
   const D32 di;
@@ -144,7 +173,8 @@ HWY_INLINE VI Dot16(const int16_t* c, const int16_t* s) {
 
 // ---- weight decoders ----
 // Each gives a weight block as pieces of kB unsigned bytes (Weights<P>() = values P*kB
-// .. P*kB + kB - 1), per piece the integer scale of each 16-bit lane (Scale<P>()), the
+// .. P*kB + kB - 1), per piece the integer scale of each 16-bit lane (Scale<P>()), how
+// a piece's products with the activations add into 32-bit lanes (Accumulate), the
 // float factor d, and a correction over the activations' 16-value sums:
 //   kCorrFloat (Q4_K, Q5_K): the mins: dmin * sum_i corr[i] * sums16[i] is subtracted in float;
 //   kCorrInt (Q6_K): its values are stored plus 32: 32 * sum_i corr[i] * sums16[i] is
@@ -243,7 +273,9 @@ struct K4Int {
   HWY_INLINE V16 Scale() const {
     return sc.Get<P * kB / 32>();
   }
-  static HWY_INLINE V16 Mul(V8 w, VI8 x) { return MulPairs(w, x); }
+  static HWY_INLINE VI Accumulate(V8 w, V16 scale, VI8 x, VI acc, VI& acc1) {
+    return MulScaleAdd(MulPairs(w, x), scale, acc, acc1);
+  }
 };
 
 struct Q4KInt : K4Int {
@@ -311,7 +343,9 @@ struct Q6KInt {
     if constexpr (kB == 32) return sc[half].Get<j, j + 1>();  // a piece of 32 spans scales j and j + 1
     else return sc[half].Get<j>();
   }
-  static HWY_INLINE V16 Mul(V8 w, VI8 x) { return MulPairs(w, x); }
+  static HWY_INLINE VI Accumulate(V8 w, V16 scale, VI8 x, VI acc, VI& acc1) {
+    return MulScaleAdd(MulPairs(w, x), scale, acc, acc1);
+  }
 };
 
 struct Q8_0Int {
@@ -337,8 +371,17 @@ struct Q8_0Int {
   HWY_INLINE V16 Scale() const {
     return hn::Set(D16(), 1);
   }
-  // |w| * (x with w's sign) = w * x.
-  static HWY_INLINE V16 Mul(const Piece& w, VI8 x) { return MulPairs(w.abs, SignOf(x, w.sign)); }
+  // |w| * (x with w's sign) = w * x; with VNNI, four products summed into each 32-bit
+  // lane in one instruction (vpdpbusd), as the pairs times scale 1 would sum them.
+  static HWY_INLINE VI Accumulate(const Piece& w, V16 scale, VI8 x, VI acc, VI& acc1) {
+#if HWY_TARGET == HWY_AVX3_DL
+    (void)scale;
+    (void)acc1;
+    return DotQuadsAdd(acc, w.abs, SignOf(x, w.sign));
+#else
+    return MulScaleAdd(MulPairs(w.abs, SignOf(x, w.sign)), scale, acc, acc1);
+#endif
+  }
 };
 
 template <class F, size_t... kPieces>
@@ -410,7 +453,7 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
         const typename Dec::Piece w = dec[r].template Weights<P>();
         const V16 scale = dec[r].template Scale<P>();
         for (size_t t = 0; t < NT; ++t)
-          s0[r][t] = hn::ReorderWidenMulAccumulate(di, Dec::Mul(w, xv[t]), scale, s0[r][t], s1[r][t]);
+          s0[r][t] = Dec::Accumulate(w, scale, xv[t], s0[r][t], s1[r][t]);
       }
     });
     if (per_act == 1) {  // one activation scale per weight block: scale by d * dx

@@ -2,8 +2,8 @@
 // Q6_K, Q8_0), as llama.cpp computes it: each activation row is rounded to 8 bits per
 // block (one float scale per 256 values; per 32 for Q8_0 rows of other widths), and a
 // weight block's dot product with it is summed exactly in integers (pairs of 8-bit
-// products in 16 bits, then 16-bit multiply-adds by the sub-block scales into 32 bits),
-// then scaled in float.
+// products in 16 bits, then 16-bit multiply-adds by the sub-block scales into 32 bits;
+// with VNNI, Q8_0 sums four 8-bit products into 32 bits at once), then scaled in float.
 //
 // Numerics: integer sums are exact in any order, and the float steps (one multiply-add
 // per block in vector lanes, blocks in order, then across lanes, then the mins) are the
