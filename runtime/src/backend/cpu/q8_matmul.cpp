@@ -104,11 +104,12 @@ void QuantizeImpl(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int6
 // Lane i: w[2i] * x[2i] + w[2i + 1] * x[2i + 1] (on the scalar fallback w[i] * x[i]), w
 // unsigned, x signed. Exact while every such sum fits 16 bits, as the callers' ranges
 // ensure: weights of at most 128 times |x| <= 127, twice, is 32512. Highway 1.0 has no
-// 8-bit multiply-add, so x86 uses its instruction for this (pmaddubsw) directly.
+// 8-bit multiply-add, so x86 uses its instruction for this (pmaddubsw) directly. The
+// SSSE3 target takes the portable form that NEON uses, so tests on x86 run it too.
 HWY_INLINE V16 MulPairs(V8 w, VI8 x) {
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   return V16{_mm256_maddubs_epi16(w.raw, x.raw)};
-#elif HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+#elif HWY_TARGET == HWY_SSE4
   return V16{_mm_maddubs_epi16(w.raw, x.raw)};
 #elif HWY_TARGET == HWY_SCALAR
   return hn::Mul(hn::PromoteTo(D16(), w), hn::PromoteTo(D16(), x));
@@ -123,11 +124,12 @@ HWY_INLINE V16 MulPairs(V8 w, VI8 x) {
 #endif
 }
 
-// x where s >= 0, -x where s < 0 (where s is 0 the caller's weight is 0: either will do).
+// x where s >= 0, -x where s < 0 (where s is 0 the caller's weight is 0: either will
+// do). Portable form on SSSE3, as in MulPairs.
 HWY_INLINE VI8 SignOf(VI8 x, VI8 s) {
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   return VI8{_mm256_sign_epi8(x.raw, s.raw)};
-#elif HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+#elif HWY_TARGET == HWY_SSE4
   return VI8{_mm_sign_epi8(x.raw, s.raw)};
 #else
   return hn::IfThenElse(hn::Lt(s, hn::Zero(DI8())), hn::Neg(x), x);
