@@ -48,7 +48,7 @@ using D16 = hn::Repartition<int16_t, D8>;  // a pair of products per lane
 using D32 = hn::Repartition<int32_t, D8>;
 #endif
 using DF = hn::RebindToFloat<D32>;
-using DF8 = hn::Rebind<int8_t, hn::CappedTag<float, 16>>;  // for rounding floats to bytes
+using DQ8 = hn::Rebind<int8_t, hn::CappedTag<float, 16>>;  // bytes, one per float lane: the rounding's output
 using V8 = hn::Vec<D8>;
 using VI8 = hn::Vec<DI8>;
 using V16 = hn::Vec<D16>;
@@ -64,7 +64,7 @@ static_assert(kB == 32 || 16 % kB == 0);
 void QuantizeImpl(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int64_t cols, int64_t block, int8_t* q,
                   float* d, int16_t* sums16) {
   const hn::CappedTag<float, 16> df;
-  const DF8 d8;
+  const DQ8 d8;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t nb = cols / block;
   for (int64_t t = t0; t < t1; ++t) {
@@ -178,8 +178,8 @@ HWY_INLINE VI Dot16(const int16_t* c, const int16_t* s) {
 // .. P*kB + kB - 1), per piece the integer scale of each 16-bit lane (Scale<P>()), how
 // a piece's products with the activations add into 32-bit lanes (Accumulate), the
 // float factor d, and a correction over the activations' 16-value sums:
-//   kCorrFloat (Q4_K, Q5_K): the mins: dmin * sum_i corr[i] * sums16[i] is subtracted in float;
-//   kCorrInt (Q6_K): its values are stored plus 32: 32 * sum_i corr[i] * sums16[i] is
+//   Corr::kFloat (Q4_K, Q5_K): the mins: dmin * sum_i corr[i] * sums16[i] is subtracted in float;
+//   Corr::kInt (Q6_K): its values are stored plus 32: 32 * sum_i corr[i] * sums16[i] is
 //   subtracted from the integer sum.
 
 enum class Corr { kNone, kFloat, kInt };
@@ -314,7 +314,7 @@ struct Q6KInt {
   static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockQ6_K);
   static constexpr Corr kCorr = Corr::kInt;
   using Piece = V8;
-  float d, dmin = 0.0f;
+  float d;
   const uint8_t* ql;
   const uint8_t* qh;
   Scales8 sc[2];               // scales of values 0..127 and 128..255
@@ -357,9 +357,8 @@ struct Q8_0Int {
     V8 abs;    // |w| (128 for -128)
     VI8 sign;  // w
   };
-  float d, dmin = 0.0f;
+  float d;
   const int8_t* qs;
-  int16_t corr[16] = {};
   HWY_INLINE void Prepare(const uint8_t* b) {
     d = LoadHalf(b);
     qs = reinterpret_cast<const int8_t*>(b + offsetof(quant::BlockQ8_0, qs));
