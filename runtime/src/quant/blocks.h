@@ -165,19 +165,24 @@ inline ScaleMin unpack_scale_min_k4(const uint8_t* packed, int j) {
   return {(packed[j + 4] & 0x0f) | ((packed[j - 4] >> 6) << 4), (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4)};
 }
 
-// All eight scales and mins of unpack_scale_min_k4 at once, four bytes at a time.
-inline void unpack_scales_mins_k4(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+// All eight scales and mins of unpack_scale_min_k4 at once, as four words of four
+// bytes each: scales 0-3, scales 4-7, mins 0-3, mins 4-7.
+inline void unpack_scales_mins_k4_words(const uint8_t* packed, uint32_t words[4]) {
   uint32_t a, m, c;
   std::memcpy(&a, packed, 4);
   std::memcpy(&m, packed + 4, 4);
   std::memcpy(&c, packed + 8, 4);
-  const uint32_t sc_lo = a & 0x3f3f3f3fu, mn_lo = m & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
-  const uint32_t mn_hi = ((c >> 4) & 0x0f0f0f0fu) | ((m >> 2) & 0x30303030u);
-  std::memcpy(scales, &sc_lo, 4);
-  std::memcpy(scales + 4, &sc_hi, 4);
-  std::memcpy(mins, &mn_lo, 4);
-  std::memcpy(mins + 4, &mn_hi, 4);
+  words[0] = a & 0x3f3f3f3fu;
+  words[1] = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u);
+  words[2] = m & 0x3f3f3f3fu;
+  words[3] = ((c >> 4) & 0x0f0f0f0fu) | ((m >> 2) & 0x30303030u);
+}
+
+inline void unpack_scales_mins_k4(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+  uint32_t w[4];
+  unpack_scales_mins_k4_words(packed, w);
+  std::memcpy(scales, w, 8);
+  std::memcpy(mins, w + 2, 8);
 }
 
 // Inverse of unpack_scale_min_k4: scales and mins are 8 values each, 0..63.

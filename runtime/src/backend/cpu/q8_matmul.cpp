@@ -165,13 +165,68 @@ HWY_INLINE VI MulScaleAdd(V16 p, V16 scale, VI acc, VI& acc1) {
 #endif
 }
 
+// 16 values of 16 bits in 16 / kG vectors.
+struct Vec16x16 {
+  V16 v[16 / kG];
+};
+
 // 32-bit lanes whose sum is sum_i c[i] * s[i] over 16 entries.
-HWY_INLINE VI Dot16(const int16_t* c, const int16_t* s) {
+HWY_INLINE VI Dot16(const Vec16x16& c, const int16_t* s) {
   const D32 di;
   VI a0 = hn::Zero(di), a1 = hn::Zero(di);
-  for (size_t i = 0; i < 16; i += kG) a0 = hn::ReorderWidenMulAccumulate(di, hn::LoadU(D16(), c + i), hn::LoadU(D16(), s + i), a0, a1);
+  for (size_t i = 0; i < 16 / kG; ++i) a0 = hn::ReorderWidenMulAccumulate(di, c.v[i], hn::LoadU(D16(), s + i * kG), a0, a1);
   return hn::RearrangeToOddPlusEven(a0, a1);
 }
+
+// Bytes as 16-bit values, built in registers (a vector loaded from values just stored one
+// by one would wait for those stores).
+#if HWY_TARGET == HWY_SCALAR
+HWY_INLINE Vec16x16 Widen16(const uint8_t* b) {
+  Vec16x16 r;
+  for (size_t i = 0; i < 16; ++i) r.v[i] = hn::Set(D16(), static_cast<int16_t>(b[i]));
+  return r;
+}
+#else
+using D8x16 = hn::Full128<uint8_t>;
+using D16x8 = hn::Full128<int16_t>;
+// Four words as one 128-bit vector of bytes.
+HWY_INLINE hn::Vec<D8x16> FromWords(const uint32_t w[4]) {
+#if HWY_ARCH_X86
+  return hn::Vec<D8x16>{_mm_set_epi32(static_cast<int>(w[3]), static_cast<int>(w[2]), static_cast<int>(w[1]),
+                                      static_cast<int>(w[0]))};
+#else
+  return hn::BitCast(D8x16(), hn::LoadU(hn::Full128<uint32_t>(), w));
+#endif
+}
+// The 8 bytes in the lower or upper half of v (a vector of Full128<int8_t> or
+// <uint8_t>) as 16-bit values, in every 128-bit block.
+template <bool kUpper, class V>
+HWY_INLINE V16 Widen8Dup(V v) {
+  const hn::Half<hn::DFromV<V>> dh;
+  const auto half = kUpper ? hn::UpperHalf(dh, v) : hn::LowerHalf(dh, v);
+  const hn::Vec<D16x8> w = hn::PromoteTo(D16x8(), half);
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return hn::Combine(D16(), w, w);
+#else
+  return w;
+#endif
+}
+// The 16 bytes of v as 16-bit values (signed bytes when kSigned).
+template <bool kSigned>
+HWY_INLINE Vec16x16 Widen16(hn::Vec<D8x16> v) {
+  using DB = std::conditional_t<kSigned, hn::Full128<int8_t>, D8x16>;
+  const auto b = hn::BitCast(DB(), v);
+  Vec16x16 r;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  r.v[0] = hn::PromoteTo(D16(), b);
+#else
+  const hn::Half<DB> dh;
+  r.v[0] = hn::PromoteTo(D16(), hn::LowerHalf(dh, b));
+  r.v[1] = hn::PromoteTo(D16(), hn::UpperHalf(dh, b));
+#endif
+  return r;
+}
+#endif
 
 // ---- weight decoders ----
 // Each gives a weight block as pieces of kB unsigned bytes (Weights<P>() = values P*kB
@@ -210,15 +265,11 @@ HWY_INLINE void LoadHalves(const uint8_t* p, float& a, float& b) {
 // Eight 16-bit scales (of 8 sub-blocks) and, per sub-block, a vector of its scale:
 // the eight sit in every 128-bit block of `dup`, and a byte shuffle spreads one of them.
 struct Scales8 {
-  HWY_ALIGN int16_t v[8];
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_TARGET == HWY_SCALAR
+  int16_t v[8];
+#else
   V16 dup;
 #endif
-  HWY_INLINE void Spread() {
-#if HWY_TARGET != HWY_SCALAR
-    dup = hn::LoadDup128(D16(), v);
-#endif
-  }
   // Lanes [0, kG/2) get scale j, the rest scale k (j == k: all lanes scale j).
   template <size_t j, size_t k = j>
   HWY_INLINE V16 Get() const {
@@ -251,16 +302,24 @@ struct K4Int {
   using Piece = V8;
   float d, dmin;
   Scales8 sc;
-  HWY_ALIGN int16_t corr[16];  // each min twice: it multiplies the sums of both halves of its sub-block
+  Vec16x16 corr;  // each min twice: it multiplies the sums of both halves of its sub-block
   HWY_INLINE void LoadFactors(const uint8_t* b) {
     LoadHalves(b + offsetof(quant::BlockQ4_K, d), d, dmin);
-    uint8_t s8[8], m8[8];
-    quant::unpack_scales_mins_k4(b + offsetof(quant::BlockQ4_K, scales), s8, m8);
+    uint32_t words[4];  // scales 0-7, then mins 0-7
+    quant::unpack_scales_mins_k4_words(b + offsetof(quant::BlockQ4_K, scales), words);
+#if HWY_TARGET == HWY_SCALAR
+    uint8_t sm[16], twice[16];
+    std::memcpy(sm, words, 16);
     for (size_t j = 0; j < 8; ++j) {
-      sc.v[j] = s8[j];
-      corr[2 * j] = corr[2 * j + 1] = m8[j];
+      sc.v[j] = sm[j];
+      twice[2 * j] = twice[2 * j + 1] = sm[8 + j];
     }
-    sc.Spread();
+    corr = Widen16(twice);
+#else
+    const auto sm = FromWords(words);
+    sc.dup = Widen8Dup<false>(sm);
+    corr = Widen16<false>(hn::InterleaveUpper(D8x16(), sm, sm));  // mins 0,0,1,1,..,7,7
+#endif
   }
   // The 4 low bits of piece P: the low nibbles of 32 bytes for even sub-blocks, their
   // high nibbles for odd ones.
@@ -317,19 +376,26 @@ struct Q6KInt {
   float d;
   const uint8_t* ql;
   const uint8_t* qh;
-  Scales8 sc[2];               // scales of values 0..127 and 128..255
-  HWY_ALIGN int16_t corr[16];  // the 16 scales
+  Scales8 sc[2];  // scales of values 0..127 and 128..255
+  Vec16x16 corr;  // the 16 scales
   HWY_INLINE void Prepare(const uint8_t* b) {
     d = LoadHalf(b + offsetof(quant::BlockQ6_K, d));
     ql = b + offsetof(quant::BlockQ6_K, ql);
     qh = b + offsetof(quant::BlockQ6_K, qh);
-    const auto* scales = reinterpret_cast<const int8_t*>(b + offsetof(quant::BlockQ6_K, scales));
-    for (size_t j = 0; j < 8; ++j) {
-      sc[0].v[j] = corr[j] = scales[j];
-      sc[1].v[j] = corr[8 + j] = scales[8 + j];
+    const uint8_t* scales = b + offsetof(quant::BlockQ6_K, scales);
+#if HWY_TARGET == HWY_SCALAR
+    for (size_t j = 0; j < 16; ++j) {
+      const auto s = static_cast<int16_t>(static_cast<int8_t>(scales[j]));
+      sc[j / 8].v[j % 8] = s;
+      corr.v[j] = hn::Set(D16(), s);
     }
-    sc[0].Spread();
-    sc[1].Spread();
+#else
+    const hn::Full128<int8_t> di8x16;
+    const auto s = hn::LoadU(di8x16, reinterpret_cast<const int8_t*>(scales));
+    corr = Widen16<true>(hn::BitCast(D8x16(), s));
+    sc[0].dup = Widen8Dup<false>(s);
+    sc[1].dup = Widen8Dup<true>(s);
+#endif
   }
   // Value v = 128 * half + 32 * k + m (its 6 bits, 0..63: the stored value plus 32).
   template <size_t P>
