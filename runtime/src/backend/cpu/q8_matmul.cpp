@@ -28,6 +28,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+// Per-target helpers, after highway.h:
+#include "backend/cpu/half-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fafo::cpu {
@@ -238,12 +240,6 @@ HWY_INLINE Vec16x16 Widen16(hn::Vec<D8x16> v) {
 //   subtracted from the integer sum.
 
 enum class Corr { kNone, kFloat, kInt };
-
-HWY_INLINE float LoadHalf(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return fp16_to_fp32(h);
-}
 
 static_assert(offsetof(quant::BlockQ4_K, dmin) == offsetof(quant::BlockQ5_K, dmin) &&
               offsetof(quant::BlockQ4_K, scales) == offsetof(quant::BlockQ5_K, scales));
@@ -490,7 +486,8 @@ ActTile<NT> MakeActTile(const QuantizedActivations& x, int64_t t0) {
 // the mins), blocks in order; then the lane sum. Each piece of a weight block is
 // decoded once and used for all NT tokens; the arithmetic per output is the same for
 // every R and NT. While reading a block of each row, the tile asks for the same block
-// `ahead` bytes on (the next tile's rows).
+// `ahead` bytes on (the next tile's rows; 0: no such requests, as for one-token steps,
+// whose single stream of rows the hardware prefetchers follow).
 template <class Dec, size_t R, size_t NT>
 HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_t blocks, int64_t per_act, float* sums,
                         size_t ahead) {
@@ -608,7 +605,7 @@ void ProductWith(const host::HostWeight& w, int64_t r0, int64_t r1, const Quanti
                  int64_t out_stride, int64_t panel_rows) {
   const int64_t blocks = w.cols / Dec::kValues;
   if (x.rows == 1) {
-    IntRows<Dec, 1, 1>(w.data, w.row_bytes, r0, r1, x, 0, blocks, out, out_stride, true);
+    IntRows<Dec, 1, 1>(w.data, w.row_bytes, r0, r1, x, 0, blocks, out, out_stride, false);
     return;
   }
   if (x.rows <= kFusedMaxT) {
