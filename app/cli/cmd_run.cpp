@@ -151,7 +151,7 @@ Command add_run_command(CLI::App& app) {
       "Multi-token decoding: the defaults (W=8, N=5, G=8, k=4; FAFO region: stream, 4 sinks + 64 recent) were tuned\n"
       "on stories260K over\n"
       "MT-Bench prompts: tau 1.65 tokens per step at 64 tokens per step; larger windows raise tau (W=16, N=7, G=16:\n"
-      "tau 1.91) at three times the step size. On the cpu backend a step of 8 tokens costs 2.7-5.4 one-token steps\n"
+      "tau 1.91) at three times the step size. On the cpu backend a step of 8 tokens costs 3.1-5.8 one-token steps\n"
       "at 1.1B on 2 cores (fafo bench --curve), so multi-token strategies are slower there; they pay off where a\n"
       "step is memory-bound (GPUs).");
   cmd->add_option("--trace", args->trace_path, "Write one JSON line per decoding step (StepTrace) to this file");
