@@ -169,6 +169,41 @@ TEST(Cli, StrategiesGiveTheSameIdsAndATraceFile) {
   EXPECT_NE(run_fafo(base + " --strategy fafo --ngram 1").exit_code, 0);
 }
 
+TEST(Cli, BenchProfileSaysWhereABackendHasNoDeviceTimer) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome o = run_fafo("bench -m " + quote(model) +
+                             " --backend cpu -r 1 --pp 0 --tg 0 --curve '' --profile --profile-tokens 4 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_HAS(o.out, "profile: not available (backend cpu has no per-kernel device timer)");
+  const auto j = nlohmann::json::parse(o.out.substr(o.out.find("\n{") + 1));
+  ASSERT_EQ(j["profile"].size(), 2u);
+  EXPECT_EQ(j["profile"][0]["T"], 1);
+  EXPECT_EQ(j["profile"][1]["T"], 4);
+  EXPECT_TRUE(j["profile"][1].contains("unavailable"));
+  EXPECT_NE(run_fafo("bench -m " + quote(model) + " --profile --profile-tokens 1").exit_code, 0);
+}
+
+TEST(Cli, BenchProfileOnVulkanTimesEachKernel) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome o = run_fafo("bench -m " + quote(model) +
+                             " --backend vulkan -r 1 --pp 0 --tg 0 --curve '' --profile --profile-tokens 4 --json");
+  if (o.exit_code != 0 && (o.err.find("Vulkan") != std::string::npos || o.err.find("vulkan") != std::string::npos))
+    GTEST_SKIP() << "no Vulkan backend here: " << o.err;
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_HAS(o.out, "| kernel | calls / step | us / step | GB/s | share |");
+  EXPECT_HAS(o.out, "dispatches");
+  const auto j = nlohmann::json::parse(o.out.substr(o.out.find("\n{") + 1));
+  ASSERT_EQ(j["profile"].size(), 2u);
+  for (const auto& p : j["profile"]) {
+    ASSERT_FALSE(p.contains("unavailable")) << p.dump();
+    EXPECT_GT(p["dispatches_per_step"].get<double>(), 0.0);
+    EXPECT_GT(p["device_us_per_step"].get<double>(), 0.0);
+    double share = 0;
+    for (const auto& k : p["kernels"]) share += k["share"].get<double>();
+    EXPECT_NEAR(share, 1.0, 1e-6);
+  }
+}
+
 TEST(Cli, BenchComparesStrategiesSideBySide) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("cli-bench");

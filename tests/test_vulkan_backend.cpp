@@ -410,6 +410,54 @@ TEST_F(VulkanBackend, EveryStrategyEqualsArOnVulkan) {
   for (const std::string policy : {"stream", "quest", "snapkv", "chunks"}) EXPECT_EQ(run(Strategy::Fafo, policy), ar) << policy;
 }
 
+TEST_F(VulkanBackend, ProfileTimesEveryKernelOfTheStepsProfiled) {
+  // start_profile() then steps: every dispatch is counted under its shader's name with
+  // device time, the matrix products carry the weight bytes they read, and the counts
+  // per step do not depend on how many steps were profiled. take_profile() stops it.
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  Loaded gpu = load(model_path.string(), make_vulkan());
+  Model& m = *gpu.model;
+  m.truncate(0);
+  std::vector<int32_t> prompt = {1, 45, 99, 7};
+  StepBatch first = StepBatch::causal(prompt, 0, false);
+  m.forward_argmax(first);
+  KernelProfile once, twice;
+  for (int steps : {1, 2}) {
+    ASSERT_EQ(m.backend().start_profile(), "");
+    for (int s = 0; s < steps; ++s) {
+      StepBatch b = StepBatch::causal({static_cast<int32_t>(10 + s)}, m.n_past(), true);
+      m.forward_argmax(b);
+    }
+    (steps == 1 ? once : twice) = m.backend().take_profile();
+  }
+  ASSERT_EQ(once.steps, 1u);
+  ASSERT_EQ(twice.steps, 2u);
+  EXPECT_EQ(twice.dispatches, 2 * once.dispatches);
+  EXPECT_EQ(twice.barriers, 2 * once.barriers);
+  EXPECT_GT(once.barriers, 0u);
+  uint64_t calls = 0, matmul_calls = 0;
+  double seconds = 0;
+  for (const KernelProfile::Kernel& k : once.kernels) {
+    EXPECT_GT(k.calls, 0u) << k.name;
+    EXPECT_GE(k.seconds, 0.0) << k.name;
+    calls += k.calls;
+    seconds += k.seconds;
+    if (k.name.rfind("weight_matmul_", 0) == 0) {
+      matmul_calls += k.calls;
+      EXPECT_GT(k.bytes, 0.0) << k.name;
+    }
+  }
+  // stories260K: 7 products per layer (q, k, v, o, gate, up, down) and the output.
+  EXPECT_EQ(matmul_calls, 7u * 5u + 1u);
+  EXPECT_GE(calls, once.dispatches);  // dispatches and transfers
+  EXPECT_GT(seconds, 0.0);
+  EXPECT_NEAR(seconds, once.step_seconds, 1e-9 + 1e-6 * once.step_seconds);
+  // Not collecting any more: a later step adds nothing.
+  StepBatch b = StepBatch::causal({20}, m.n_past(), true);
+  m.forward_argmax(b);
+  EXPECT_EQ(m.backend().take_profile().steps, 0u);
+}
+
 TEST_F(VulkanBackend, TopKSamplingOnTheDeviceEqualsWholeRows) {
   // Sampling steps read back each row's 40 best logits from the device; every strategy
   // must draw what it draws from whole rows of logits.

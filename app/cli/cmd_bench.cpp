@@ -1,13 +1,17 @@
 // `fafo bench`: speed measured side by side in one run, llama-bench style.
 //   - pp512 / tg128: prompt processing and plain generation, tokens/s, mean ± sd
 //   - the step-cost curve t(T): one forward pass of T tokens after a 128-token context
+//   - with --profile: per-kernel device time of a one-token step and a T-token step
+//     (backends with a device timer: Vulkan's timestamp queries)
 //   - with --prompts: every strategy over the same prompts, tau (tokens per step),
 //     tokens/s and the speedup over plain decoding in this run, and a check that every
 //     strategy emitted exactly the plain-decoding ids
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -44,6 +48,8 @@ struct BenchArgs {
   bool json = false;
   double peak_gbps = 0;
   bool attention = false;
+  bool profile = false;
+  int32_t profile_tokens = 64;
   AttentionBenchOptions attention_options;
 };
 
@@ -62,6 +68,54 @@ Stats stats(const std::vector<double>& xs) {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Per-kernel device time of steps of T tokens after the model's current context
+// (--profile): a table and its JSON.
+nlohmann::json profile_steps(Model& model, int32_t T, int repetitions, const std::function<std::vector<int32_t>(int32_t)>& tokens) {
+  Backend& backend = model.backend();
+  const std::string why = backend.start_profile();
+  if (!why.empty()) {
+    std::printf("\nprofile: not available (%s)\n", why.c_str());
+    return {{"T", T}, {"unavailable", why}};
+  }
+  double host_seconds = 0;
+  const int n = std::max(3, repetitions);
+  for (int r = 0; r < n; ++r) {
+    StepBatch b = StepBatch::causal(tokens(T), model.n_past(), /*logits_for_all=*/true);
+    const auto t0 = std::chrono::steady_clock::now();
+    model.forward_argmax(b);
+    host_seconds += seconds_since(t0);
+  }
+  const KernelProfile p = backend.take_profile();
+  const double steps = static_cast<double>(std::max<uint64_t>(1, p.steps));
+  std::printf("\nprofile of a %d-token step (%s backend, %llu steps, device time per step):\n", T, backend.name().c_str(),
+              static_cast<unsigned long long>(p.steps));
+  std::printf("| kernel | calls / step | us / step | GB/s | share |\n|---|---:|---:|---:|---:|\n");
+  std::vector<size_t> order(p.kernels.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p.kernels[a].seconds > p.kernels[b].seconds; });
+  nlohmann::json kernels = nlohmann::json::array();
+  for (size_t i : order) {
+    const KernelProfile::Kernel& k = p.kernels[i];
+    const double us = k.seconds / steps * 1e6;
+    const double gbps = k.seconds > 0 && k.bytes > 0 ? k.bytes / k.seconds / 1e9 : 0.0;
+    const double share = p.step_seconds > 0 ? k.seconds / p.step_seconds : 0.0;
+    std::printf("| %s | %.1f | %.1f | %s | %.1f%% |\n", k.name.c_str(), static_cast<double>(k.calls) / steps, us,
+                gbps > 0 ? std::to_string(gbps).substr(0, std::to_string(gbps).find('.') + 2).c_str() : "-", 100 * share);
+    kernels.push_back({{"kernel", k.name}, {"calls_per_step", static_cast<double>(k.calls) / steps}, {"us_per_step", us},
+                       {"gb_per_s", gbps}, {"share", share}});
+  }
+  const double device_us = p.step_seconds / steps * 1e6, host_us = host_seconds / n * 1e6;
+  std::printf("per step: %.0f dispatches, %.0f barriers, %.1f us on the device, %.1f us measured on the host\n",
+              static_cast<double>(p.dispatches) / steps, static_cast<double>(p.barriers) / steps, device_us, host_us);
+  return {{"T", T},
+          {"steps", p.steps},
+          {"kernels", kernels},
+          {"dispatches_per_step", static_cast<double>(p.dispatches) / steps},
+          {"barriers_per_step", static_cast<double>(p.barriers) / steps},
+          {"device_us_per_step", device_us},
+          {"host_us_per_step", host_us}};
 }
 
 // Prompts from a JSONL file: MT-Bench ("turns"[0]), GSM8K ("question"), or "prompt"/"text".
@@ -181,6 +235,16 @@ int run_bench(const BenchArgs& args) {
     }
     report["step_cost"] = curve;
   }
+  if (args.profile) {
+    const int32_t context = std::min(128, model.n_ctx() / 2);
+    model.truncate(0);
+    prefill(model, random_tokens(context), 512);
+    const int32_t big = std::min({args.profile_tokens, model.max_logit_rows(), model.n_ctx() - context - 1, 512});
+    nlohmann::json profiles = nlohmann::json::array();
+    for (int32_t T : {1, big})
+      if (T >= 1 && (T == 1 || big > 1)) profiles.push_back(profile_steps(model, T, args.repetitions, random_tokens));
+    report["profile"] = profiles;
+  }
   // Strategies side by side over the same prompts.
   if (!args.prompts_file.empty()) {
     const auto prompts = read_prompts(args.prompts_file, args.n_prompts);
@@ -256,6 +320,12 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--peak-gbps", args->peak_gbps,
                   "The device's memory bandwidth in GB/s: tg then reports its efficiency as a fraction of it")
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_flag("--profile", args->profile,
+                "Also time every kernel on the device (Vulkan timestamp queries) in a one-token step and a step of "
+                "--profile-tokens tokens: calls, us, GB/s of weights read, share of the step; dispatches and barriers "
+                "per step");
+  cmd->add_option("--profile-tokens", args->profile_tokens, "--profile: tokens in the larger step")->capture_default_str()
+      ->check(CLI::Range(2, 512));
   cmd->add_flag("--json", args->json, "Also print the results as JSON");
   return [args] {
     args->decoding.validate();

@@ -93,6 +93,22 @@ struct BackendNumerics {
   }
 };
 
+// What the device spent on each kernel over the steps profiled (Backend::start_profile),
+// timed by the device's own clock.
+struct KernelProfile {
+  struct Kernel {
+    std::string name;     // the shader (or "copy", "fill" for transfers)
+    uint64_t calls = 0;   // over all the steps profiled
+    double seconds = 0;   // device time over all the steps
+    double bytes = 0;     // weight bytes the calls read (matrix products and embeddings; 0 where not counted)
+  };
+  std::vector<Kernel> kernels;  // in order of first call
+  uint64_t steps = 0;           // steps profiled
+  uint64_t dispatches = 0;      // compute dispatches over all the steps
+  uint64_t barriers = 0;        // pipeline barriers over all the steps
+  double step_seconds = 0;      // device time from each step's first command to its last, summed
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -163,6 +179,13 @@ class Backend {
   virtual void finish_step() = 0;
   // Reads the first n_rows rows of x back to the host (after finish_step).
   virtual std::vector<float> read_rows(const Activation& x, int64_t n_rows) = 0;
+
+  // Per-kernel device time: start_profile() starts collecting a KernelProfile over the
+  // steps that follow (and clears the last one); it returns an empty string, or why this
+  // backend or device cannot time its kernels (then nothing is collected).
+  // take_profile() returns what was collected and stops collecting.
+  virtual std::string start_profile() { return "backend " + name() + " has no per-kernel device timer"; }
+  virtual KernelProfile take_profile() { return {}; }
 };
 
 // Which backend to create, as a user names it (`--backend`, `--device`, `--threads`);

@@ -7,6 +7,7 @@
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/descriptor_cache.h"
+#include "backend/vulkan/kernel_profiler.h"
 #include "backend/vulkan/pipeline.h"
 #include "backend/vulkan/vulkan_error.h"
 
@@ -19,15 +20,30 @@ constexpr uint32_t kMaxBuffersPerDispatch = 8;
 
 constexpr VkPipelineStageFlags kDeviceStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
 
-void memory_barrier(VkCommandBuffer commands, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
-  VkMemoryBarrier barrier{};
-  barrier.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  barrier.dstAccessMask = dst_access;
-  vkCmdPipelineBarrier(commands, kDeviceStages, dst_stage, 0, 1, &barrier, 0, nullptr, 0, nullptr);
+}  // namespace
+
+void CommandSequence::barrier(VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+  VkMemoryBarrier b{};
+  b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  b.dstAccessMask = dst_access;
+  vkCmdPipelineBarrier(commands_, kDeviceStages, dst_stage, 0, 1, &b, 0, nullptr, 0, nullptr);
+  ++barriers_;
 }
 
-}  // namespace
+void CommandSequence::set_profiler(KernelProfiler* profiler) {
+  if (commands_recorded_ > 0) throw std::logic_error("set_profiler after the first command");
+  profiler_ = profiler;
+  if (profiler_) profiler_->begin(commands_);
+}
+
+void CommandSequence::note_weight_bytes(double bytes) {
+  if (profiler_) profiler_->add_bytes(bytes);
+}
+
+void CommandSequence::after_command(const std::string& name) {
+  if (profiler_) profiler_->after(commands_, name);
+}
 
 CommandSequence::CommandSequence(const Context& context, uint32_t max_dispatches)
     : context_(context), max_dispatches_(max_dispatches) {
@@ -95,9 +111,8 @@ void CommandSequence::destroy() noexcept {
 void CommandSequence::barrier_before_command() {
   if (submitted_) throw std::logic_error("recording into a command sequence already submitted");
   if (commands_recorded_ > 0)
-    memory_barrier(commands_, kDeviceStages,
-                   VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                       VK_ACCESS_TRANSFER_WRITE_BIT);
+    barrier(kDeviceStages, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                               VK_ACCESS_TRANSFER_WRITE_BIT);
   ++commands_recorded_;
 }
 
@@ -152,6 +167,7 @@ void CommandSequence::dispatch(const ComputePipeline& pipeline, std::initializer
     vkCmdPushConstants(commands_, pipeline.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
   vkCmdDispatch(commands_, groups_x, groups_y, groups_z);
   ++dispatches_;
+  after_command(pipeline.name());
 }
 
 void CommandSequence::copy(const Buffer& src, const Buffer& dst, const std::vector<VkBufferCopy>& regions) {
@@ -163,16 +179,18 @@ void CommandSequence::copy(const Buffer& src, const Buffer& dst, const std::vect
                               std::to_string(r.dstOffset) + " (of " + std::to_string(dst.size()) + ")");
   barrier_before_command();
   vkCmdCopyBuffer(commands_, src.handle(), dst.handle(), static_cast<uint32_t>(regions.size()), regions.data());
+  after_command("copy");
 }
 
 void CommandSequence::zero(const Buffer& dst) {
   barrier_before_command();
   vkCmdFillBuffer(commands_, dst.handle(), 0, VK_WHOLE_SIZE, 0);
+  after_command("fill");
 }
 
 void CommandSequence::submit_and_wait(std::chrono::milliseconds timeout) {
   if (submitted_) throw std::logic_error("a command sequence is submitted only once");
-  if (commands_recorded_ > 0) memory_barrier(commands_, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  if (commands_recorded_ > 0) barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
   check(vkEndCommandBuffer(commands_), "vkEndCommandBuffer");
   VkSubmitInfo submit{};
   submit.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
@@ -186,6 +204,7 @@ void CommandSequence::submit_and_wait(std::chrono::milliseconds timeout) {
     throw VulkanError("vkWaitForFences: the device did not finish within " + std::to_string(timeout.count()) +
                       " ms");
   check(waited, "vkWaitForFences");
+  if (profiler_) profiler_->collect(dispatches_, barriers_);
 }
 
 }  // namespace fafo::vulkan

@@ -3,12 +3,14 @@
 // a DescriptorCache shared with later sequences (a backend's steps) or, without one,
 // from the sequence's own pool. Every command is separated from the next by a memory
 // barrier, so it sees everything the earlier ones wrote; after the last one a
-// barrier to the host makes the results readable with Buffer::download.
+// barrier to the host makes the results readable with Buffer::download. With a
+// KernelProfiler, a timestamp follows every command.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include <vulkan/vulkan.h>
@@ -19,6 +21,7 @@ class Context;
 class Buffer;
 class ComputePipeline;
 class DescriptorCache;
+class KernelProfiler;
 
 class CommandSequence {
  public:
@@ -51,6 +54,13 @@ class CommandSequence {
 
   uint32_t dispatch_count() const { return dispatches_; }
   uint32_t command_count() const { return commands_recorded_; }
+  uint32_t barrier_count() const { return barriers_; }
+
+  // Times every command from here on with `profiler` (kernel_profiler.h), which must
+  // outlive the sequence; call before recording the first command.
+  void set_profiler(KernelProfiler* profiler);
+  // The weight bytes the last command reads (for the profile's GB/s).
+  void note_weight_bytes(double bytes);
 
   // Ends recording, submits, and waits; throws VulkanError on failure or when the
   // device does not finish within `timeout` (never hangs). Only once per sequence.
@@ -60,16 +70,20 @@ class CommandSequence {
   void begin();
   void destroy() noexcept;
   void barrier_before_command();
+  void barrier(VkPipelineStageFlags dst_stage, VkAccessFlags dst_access);
+  void after_command(const std::string& name);
   VkDescriptorSet descriptor_set(const ComputePipeline& pipeline, std::initializer_list<const Buffer*> buffers);
 
   const Context& context_;
   DescriptorCache* cache_ = nullptr;
+  KernelProfiler* profiler_ = nullptr;
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   VkCommandBuffer commands_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   uint32_t max_dispatches_ = 0;
   uint32_t dispatches_ = 0;
   uint32_t commands_recorded_ = 0;
+  uint32_t barriers_ = 0;
   bool submitted_ = false;
 };
 

@@ -45,6 +45,7 @@ void StepEncoder::begin(const StepBatch& batch, const std::vector<int32_t>* orde
   }
   tokens_.get().upload(batch.tokens().data(), batch.tokens().size() * sizeof(int32_t));
   seq_ = std::make_unique<CommandSequence>(context_, descriptors_);
+  seq_->set_profiler(profiler_);
 }
 
 void StepEncoder::finish() {

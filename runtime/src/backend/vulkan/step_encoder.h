@@ -27,6 +27,7 @@ namespace fafo::vulkan {
 class CommandSequence;
 class Context;
 class DescriptorCache;
+class KernelProfiler;
 
 class StepEncoder {
  public:
@@ -45,6 +46,8 @@ class StepEncoder {
   void finish();
   // Drops the recording, if any, without submitting it.
   void abandon();
+  // Times the commands of the steps begun from now on (null: stop timing).
+  void set_profiler(KernelProfiler* profiler) { profiler_ = profiler; }
 
   // What ops record into; throws std::logic_error outside begin()/finish().
   CommandSequence& commands();
@@ -72,6 +75,7 @@ class StepEncoder {
  private:
   const Context& context_;
   DescriptorCache& descriptors_;
+  KernelProfiler* profiler_ = nullptr;
   ScratchBuffer step_info_;
   ScratchBuffer tokens_;
   ScratchBuffer rope_table_;

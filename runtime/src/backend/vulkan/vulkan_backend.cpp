@@ -11,6 +11,7 @@
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/descriptor_cache.h"
+#include "backend/vulkan/kernel_profiler.h"
 #include "backend/vulkan/kernels.h"
 #include "backend/vulkan/step_encoder.h"
 #include "backend/vulkan/transfer.h"
@@ -182,10 +183,12 @@ class VulkanBackend final : public Backend, public StepTarget {
   void matmul(const Weight& weight_id, const Activation& x, Activation& out) override {
     const DeviceWeight& w = weight(weight_id);
     const uint32_t T = rows_of(x);
-    for (const WeightPart& part : w.parts)
+    for (const WeightPart& part : w.parts) {
       weight_kernels_.matmul(step(), w.type, part.buffer, act(x), act(out),
                              WeightKernels::MatmulShape{T, part.n_rows, static_cast<uint32_t>(w.cols), static_cast<uint32_t>(x.cols),
                                          static_cast<uint32_t>(out.cols), part.first_row});
+      step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(part.n_rows));
+    }
     set_rows(out, T);
   }
 
@@ -315,6 +318,18 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   void finish_step() override { encoder_.finish(); }
 
+  std::string start_profile() override {
+    if (!profiler_) profiler_ = std::make_unique<KernelProfiler>(context_);
+    if (!profiler_->unsupported().empty()) return profiler_->unsupported();
+    profiler_->take();
+    encoder_.set_profiler(profiler_.get());
+    return "";
+  }
+  KernelProfile take_profile() override {
+    encoder_.set_profiler(nullptr);
+    return profiler_ ? profiler_->take() : KernelProfile{};
+  }
+
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
     if (n_rows < 0 || n_rows > x.rows) throw std::out_of_range("read_rows: more rows than the buffer holds");
     std::vector<float> out(static_cast<size_t>(n_rows * x.cols));
@@ -374,6 +389,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   int64_t top_k_rows_ = 0;
   int32_t top_k_k_ = 0;
 
+  std::unique_ptr<KernelProfiler> profiler_;  // made by the first start_profile()
   StepEncoder encoder_;
 };
 

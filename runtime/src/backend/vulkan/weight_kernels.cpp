@@ -44,16 +44,17 @@ struct FormatShaders {
   TensorType type;
   std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows;
   std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows_subgroup;
-  const EmbeddedShader* whole_rows;
+  const EmbeddedShader* whole_rows;     // tokens in passes of kWholeRowsTokensPerPass
+  const EmbeddedShader* whole_rows_one;  // one token: its sums stay in registers (TILE_T=1)
   const EmbeddedShader* embed;
 };
 
 }  // namespace
 
-// The subgroup variants of the split-rows matmul (runtime/CMakeLists.txt: SUBGROUP=1),
-// used only here, so declared here rather than in embedded_shaders.h.
+// The subgroup variants of the split-rows matmul (runtime/CMakeLists.txt: SUBGROUP=1)
+// and the one-token whole-rows variant (TILE_T=1), used only here, so declared here rather than in embedded_shaders.h.
 #define FAFO_DECLARE_SUBGROUP_SHADERS(format, TYPE)                                                      \
-  extern const EmbeddedShader weight_matmul_##format##_t1_sg, weight_matmul_##format##_t2_sg,           \
+  extern const EmbeddedShader weight_matmul_##format##_rows_t1, weight_matmul_##format##_t1_sg, weight_matmul_##format##_t2_sg,           \
       weight_matmul_##format##_t4_sg, weight_matmul_##format##_t8_sg, weight_matmul_##format##_t16_sg, \
       weight_matmul_##format##_t32_sg;
 namespace shaders {
@@ -71,7 +72,7 @@ namespace {
                 {&shaders::weight_matmul_##format##_t1_sg, &shaders::weight_matmul_##format##_t2_sg,    \
                  &shaders::weight_matmul_##format##_t4_sg, &shaders::weight_matmul_##format##_t8_sg,    \
                  &shaders::weight_matmul_##format##_t16_sg, &shaders::weight_matmul_##format##_t32_sg}, \
-                &shaders::weight_matmul_##format##_rows,                                                \
+                &shaders::weight_matmul_##format##_rows, &shaders::weight_matmul_##format##_rows_t1,        \
                 &shaders::weight_embed_##format},
 const FormatShaders kFormatShaders[] = {FAFO_VULKAN_WEIGHT_FORMATS(FAFO_WEIGHT_FORMAT_SHADERS)};
 #undef FAFO_WEIGHT_FORMAT_SHADERS
@@ -135,7 +136,8 @@ void WeightKernels::prepare(TensorType type) const {
   FormatPipelines& f = pipelines(type, "WeightKernels::prepare");
   embed_pipeline(f);
   if (cpu_device_) {
-    whole_rows(f);
+    whole_rows(f, false);
+    whole_rows(f, true);
     return;
   }
   for (size_t i = 0; i < kTokenTiles.size(); ++i) split_rows(f, i, subgroup_tiles_[i]);
@@ -152,10 +154,13 @@ const ComputePipeline& WeightKernels::split_rows(FormatPipelines& f, size_t tile
   return *slot;
 }
 
-const ComputePipeline& WeightKernels::whole_rows(FormatPipelines& f) const {
-  if (!f.whole_rows)
-    f.whole_rows = std::make_unique<ComputePipeline>(context_, *find_shaders(f.type)->whole_rows, 3, sizeof(MatmulPush));
-  return *f.whole_rows;
+const ComputePipeline& WeightKernels::whole_rows(FormatPipelines& f, bool one_token) const {
+  std::unique_ptr<ComputePipeline>& slot = one_token ? f.whole_rows_one : f.whole_rows;
+  const FormatShaders& sources = *find_shaders(f.type);
+  if (!slot)
+    slot = std::make_unique<ComputePipeline>(context_, one_token ? *sources.whole_rows_one : *sources.whole_rows, 3,
+                                             sizeof(MatmulPush));
+  return *slot;
 }
 
 const ComputePipeline& WeightKernels::embed_pipeline(FormatPipelines& f) const {
@@ -243,13 +248,14 @@ void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& 
 
   const bool whole = mapping == MatmulMapping::WholeRows;
   const uint32_t rows_per_group = whole ? kWholeRowsPerWorkgroup : kSplitRowsPerWorkgroup[tile_index];
-  const uint32_t tokens_per_tile = whole ? kWholeRowsTokensPerPass : kTokenTiles[tile_index];
+  const bool one_token = whole && s.T == 1;
+  const uint32_t tokens_per_tile = whole ? (one_token ? 1 : kWholeRowsTokensPerPass) : kTokenTiles[tile_index];
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
   auto cap = [](uint32_t limit, uint32_t asked) { return asked == 0 ? limit : std::min(limit, asked); };
   const uint32_t groups_x = std::min(ceil_div(s.rows, rows_per_group), cap(max_groups[0], variant.max_groups_x));
   const uint32_t groups_y = std::min(ceil_div(s.T, tokens_per_tile), cap(max_groups[1], variant.max_groups_y));
   const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes};
-  const ComputePipeline& pipeline = whole ? whole_rows(f) : split_rows(f, tile_index, subgroup);
+  const ComputePipeline& pipeline = whole ? whole_rows(f, one_token) : split_rows(f, tile_index, subgroup);
   seq.dispatch(pipeline, {&x, &w, &out}, push, groups_x, groups_y);
 }
 

@@ -123,11 +123,12 @@ class WeightKernels {
     // The subgroup variants; never created for tiles without one (see has_subgroup_variant).
     std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows_subgroup;
     std::unique_ptr<ComputePipeline> whole_rows;
+    std::unique_ptr<ComputePipeline> whole_rows_one;  // the one-token variant
     std::unique_ptr<ComputePipeline> embed;
   };
   FormatPipelines& pipelines(TensorType type, const char* kernel) const;
   const ComputePipeline& split_rows(FormatPipelines& f, size_t tile_index, bool subgroup) const;
-  const ComputePipeline& whole_rows(FormatPipelines& f) const;
+  const ComputePipeline& whole_rows(FormatPipelines& f, bool one_token) const;
   const ComputePipeline& embed_pipeline(FormatPipelines& f) const;
 
   const Context& context_;
