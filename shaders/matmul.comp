@@ -44,9 +44,11 @@
 // invocations as the lanes of SIMD registers, mask branches rather than skip them, pay
 // for every loaded component lane by lane, and run barriers as coroutine switches): an
 // invocation computes n rows entirely, the 32 lane sums of each in the tree's
-// depth-first order. No shared memory or barrier; each x value loaded serves n rows;
-// the token loop has a run-time bound, so a step costs in proportion to T (TILE_T is
-// only the tokens per pass over the weights). On lavapipe it is up to ~3.5 times faster
+// depth-first order. No shared memory or barrier; each x value loaded serves n rows.
+// The token loops are unrolled to TILE_T with the tokens past T skipped by a uniform
+// branch, so every array index is a constant and the sums stay in registers (indexed at
+// run time, lavapipe keeps them in memory: 5.7 times slower at T = 1); the host takes
+// the smallest of the TILE_T variants (1, 8, 32) that holds the step's tokens. On lavapipe it is up to ~3.5 times faster
 // than split rows (T >= 3); on a GPU its token arrays would live in slow scratch memory.
 //
 // Rows past `rows` in the last workgroup are computed from a clamped row and never
@@ -119,14 +121,14 @@ void main() {
       for (uint j = 0u; j < LANES; ++j) {
         const uint lane = bitfieldReverse(j) >> 27;
         precise float acc[WHOLE_ROWS][TILE_T];
-        for (uint t = 0u; t < n_active; ++t) {
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
           [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = 0.0;
         }
         for (uint chunk = lane; chunk < full_chunks; chunk += LANES) {
           float w[WHOLE_ROWS][16];
           [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) dq_row_chunk(row_off[r], chunk, w[r]);
           const uint c0 = chunk * 16u;
-          for (uint t = 0u; t < n_active; ++t) {
+          [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
             const uint xb = (t0 + t) * p.x_stride + c0;
             [[unroll]] for (uint k = 0u; k < 16u; ++k) {
               const float xv = x[xb + k];
@@ -140,7 +142,7 @@ void main() {
           for (uint k = 0u; k < tail; ++k) {
             float wv[WHOLE_ROWS];
             [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) wv[r] = dq_row_value(row_off[r], c0 + k);
-            for (uint t = 0u; t < n_active; ++t) {
+            [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
               const float xv = x[(t0 + t) * p.x_stride + c0 + k];
               [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = fma(wv[r], xv, acc[r][t]);
             }
@@ -149,18 +151,18 @@ void main() {
 #endif
         uint height = 0u;
         for (uint bits = j; (bits & 1u) != 0u; bits >>= 1) {
-          for (uint t = 0u; t < n_active; ++t) {
+          [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
             [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = pending[height][r][t] + acc[r][t];
           }
           ++height;
         }
-        for (uint t = 0u; t < n_active; ++t) {
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
           [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) pending[height][r][t] = acc[r][t];
         }
       }
       [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) {
         if (first_row + r < p.rows) {
-          for (uint t = 0u; t < n_active; ++t) {
+          [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
             y[(t0 + t) * p.out_stride + p.out_offset + first_row + r] = pending[5][r][t];
           }
         }

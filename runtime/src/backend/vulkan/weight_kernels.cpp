@@ -37,24 +37,24 @@ struct EmbedPush {
 // workgroup. These only size the grid (the shaders stride over row blocks and token
 // tiles), so a mismatch would cost speed, never correctness.
 constexpr std::array<uint32_t, WeightKernels::kTokenTiles.size()> kSplitRowsPerWorkgroup = {4, 4, 4, 4, 2, 2};
-constexpr uint32_t kWholeRowsTokensPerPass = 32;
 constexpr uint32_t kWholeRowsPerWorkgroup = 32;
 
 struct FormatShaders {
   TensorType type;
   std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows;
   std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows_subgroup;
-  const EmbeddedShader* whole_rows;     // tokens in passes of kWholeRowsTokensPerPass
-  const EmbeddedShader* whole_rows_one;  // one token: its sums stay in registers (TILE_T=1)
+  // Whole rows, per pass over the weights: kWholeRowsTiles[i] tokens.
+  std::array<const EmbeddedShader*, WeightKernels::kWholeRowsTiles.size()> whole_rows;
   const EmbeddedShader* embed;
 };
 
 }  // namespace
 
 // The subgroup variants of the split-rows matmul (runtime/CMakeLists.txt: SUBGROUP=1)
-// and the one-token whole-rows variant (TILE_T=1), used only here, so declared here rather than in embedded_shaders.h.
+// and the whole-rows variants of 1 and 8 tokens per pass, used only here, so declared here rather than in embedded_shaders.h.
 #define FAFO_DECLARE_SUBGROUP_SHADERS(format, TYPE)                                                      \
-  extern const EmbeddedShader weight_matmul_##format##_rows_t1, weight_matmul_##format##_t1_sg, weight_matmul_##format##_t2_sg,           \
+  extern const EmbeddedShader weight_matmul_##format##_rows_t1, weight_matmul_##format##_rows_t8,          \
+      weight_matmul_##format##_t1_sg, weight_matmul_##format##_t2_sg,           \
       weight_matmul_##format##_t4_sg, weight_matmul_##format##_t8_sg, weight_matmul_##format##_t16_sg, \
       weight_matmul_##format##_t32_sg;
 namespace shaders {
@@ -72,7 +72,8 @@ namespace {
                 {&shaders::weight_matmul_##format##_t1_sg, &shaders::weight_matmul_##format##_t2_sg,    \
                  &shaders::weight_matmul_##format##_t4_sg, &shaders::weight_matmul_##format##_t8_sg,    \
                  &shaders::weight_matmul_##format##_t16_sg, &shaders::weight_matmul_##format##_t32_sg}, \
-                &shaders::weight_matmul_##format##_rows, &shaders::weight_matmul_##format##_rows_t1,        \
+                {&shaders::weight_matmul_##format##_rows_t1, &shaders::weight_matmul_##format##_rows_t8,       \
+                 &shaders::weight_matmul_##format##_rows},                                              \
                 &shaders::weight_embed_##format},
 const FormatShaders kFormatShaders[] = {FAFO_VULKAN_WEIGHT_FORMATS(FAFO_WEIGHT_FORMAT_SHADERS)};
 #undef FAFO_WEIGHT_FORMAT_SHADERS
@@ -136,8 +137,7 @@ void WeightKernels::prepare(TensorType type) const {
   FormatPipelines& f = pipelines(type, "WeightKernels::prepare");
   embed_pipeline(f);
   if (cpu_device_) {
-    whole_rows(f, false);
-    whole_rows(f, true);
+    for (size_t i = 0; i < kWholeRowsTiles.size(); ++i) whole_rows(f, i);
     return;
   }
   for (size_t i = 0; i < kTokenTiles.size(); ++i) split_rows(f, i, subgroup_tiles_[i]);
@@ -154,11 +154,10 @@ const ComputePipeline& WeightKernels::split_rows(FormatPipelines& f, size_t tile
   return *slot;
 }
 
-const ComputePipeline& WeightKernels::whole_rows(FormatPipelines& f, bool one_token) const {
-  std::unique_ptr<ComputePipeline>& slot = one_token ? f.whole_rows_one : f.whole_rows;
-  const FormatShaders& sources = *find_shaders(f.type);
+const ComputePipeline& WeightKernels::whole_rows(FormatPipelines& f, size_t tile_index) const {
+  std::unique_ptr<ComputePipeline>& slot = f.whole_rows[tile_index];
   if (!slot)
-    slot = std::make_unique<ComputePipeline>(context_, one_token ? *sources.whole_rows_one : *sources.whole_rows, 3,
+    slot = std::make_unique<ComputePipeline>(context_, *find_shaders(f.type)->whole_rows[tile_index], 3,
                                              sizeof(MatmulPush));
   return *slot;
 }
@@ -248,14 +247,16 @@ void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& 
 
   const bool whole = mapping == MatmulMapping::WholeRows;
   const uint32_t rows_per_group = whole ? kWholeRowsPerWorkgroup : kSplitRowsPerWorkgroup[tile_index];
-  const bool one_token = whole && s.T == 1;
-  const uint32_t tokens_per_tile = whole ? (one_token ? 1 : kWholeRowsTokensPerPass) : kTokenTiles[tile_index];
+  size_t whole_index = kWholeRowsTiles.size() - 1;  // the smallest whole-rows tile that holds T, else the largest
+  const auto holds = std::ranges::find_if(kWholeRowsTiles, [&](uint32_t t) { return t >= s.T; });
+  if (holds != kWholeRowsTiles.end()) whole_index = static_cast<size_t>(holds - kWholeRowsTiles.begin());
+  const uint32_t tokens_per_tile = whole ? kWholeRowsTiles[whole_index] : kTokenTiles[tile_index];
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
   auto cap = [](uint32_t limit, uint32_t asked) { return asked == 0 ? limit : std::min(limit, asked); };
   const uint32_t groups_x = std::min(ceil_div(s.rows, rows_per_group), cap(max_groups[0], variant.max_groups_x));
   const uint32_t groups_y = std::min(ceil_div(s.T, tokens_per_tile), cap(max_groups[1], variant.max_groups_y));
   const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes};
-  const ComputePipeline& pipeline = whole ? whole_rows(f, one_token) : split_rows(f, tile_index, subgroup);
+  const ComputePipeline& pipeline = whole ? whole_rows(f, whole_index) : split_rows(f, tile_index, subgroup);
   seq.dispatch(pipeline, {&x, &w, &out}, push, groups_x, groups_y);
 }
 

@@ -74,6 +74,9 @@ class WeightKernels {
   // Tokens per tile of the SplitRows variants, smallest first. Above the largest, the
   // largest tile is repeated (one more pass over the weights per tile).
   static constexpr std::array<uint32_t, 6> kTokenTiles = {1, 2, 4, 8, 16, 32};
+  // The WholeRows variants' tokens per pass over the weights (the smallest that holds a
+  // step's tokens is used; more than 32 tokens take passes of 32).
+  static constexpr std::array<uint32_t, 3> kWholeRowsTiles = {1, 8, 32};
 
   explicit WeightKernels(const Context& context);
   ~WeightKernels();
@@ -122,13 +125,12 @@ class WeightKernels {
     std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows;
     // The subgroup variants; never created for tiles without one (see has_subgroup_variant).
     std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows_subgroup;
-    std::unique_ptr<ComputePipeline> whole_rows;
-    std::unique_ptr<ComputePipeline> whole_rows_one;  // the one-token variant
+    std::array<std::unique_ptr<ComputePipeline>, kWholeRowsTiles.size()> whole_rows;
     std::unique_ptr<ComputePipeline> embed;
   };
   FormatPipelines& pipelines(TensorType type, const char* kernel) const;
   const ComputePipeline& split_rows(FormatPipelines& f, size_t tile_index, bool subgroup) const;
-  const ComputePipeline& whole_rows(FormatPipelines& f, bool one_token) const;
+  const ComputePipeline& whole_rows(FormatPipelines& f, size_t tile_index) const;
   const ComputePipeline& embed_pipeline(FormatPipelines& f) const;
 
   const Context& context_;
