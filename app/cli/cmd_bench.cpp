@@ -101,8 +101,10 @@ nlohmann::json profile_steps(Model& model, int32_t T, int repetitions, const std
     const double us = k.seconds / steps * 1e6;
     const double gbps = k.seconds > 0 && k.bytes > 0 ? k.bytes / k.seconds / 1e9 : 0.0;
     const double share = p.step_seconds > 0 ? k.seconds / p.step_seconds : 0.0;
-    std::printf("| %s | %.1f | %.1f | %s | %.1f%% |\n", k.name.c_str(), static_cast<double>(k.calls) / steps, us,
-                gbps > 0 ? std::to_string(gbps).substr(0, std::to_string(gbps).find('.') + 2).c_str() : "-", 100 * share);
+    char gb[32] = "-";
+    if (gbps > 0) std::snprintf(gb, sizeof gb, "%.1f", gbps);
+    std::printf("| %s | %.1f | %.1f | %s | %.1f%% |\n", k.name.c_str(), static_cast<double>(k.calls) / steps, us, gb,
+                100 * share);
     kernels.push_back({{"kernel", k.name}, {"calls_per_step", static_cast<double>(k.calls) / steps}, {"us_per_step", us},
                        {"gb_per_s", gbps}, {"share", share}});
   }
@@ -241,8 +243,8 @@ int run_bench(const BenchArgs& args) {
     prefill(model, random_tokens(context), 512);
     const int32_t big = std::min({args.profile_tokens, model.max_logit_rows(), model.n_ctx() - context - 1, 512});
     nlohmann::json profiles = nlohmann::json::array();
-    for (int32_t T : {1, big})
-      if (T >= 1 && (T == 1 || big > 1)) profiles.push_back(profile_steps(model, T, args.repetitions, random_tokens));
+    profiles.push_back(profile_steps(model, 1, args.repetitions, random_tokens));
+    if (big > 1) profiles.push_back(profile_steps(model, big, args.repetitions, random_tokens));
     report["profile"] = profiles;
   }
   // Strategies side by side over the same prompts.
