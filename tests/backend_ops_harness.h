@@ -114,8 +114,8 @@ struct OpCase {
   std::vector<int32_t> steps;
   // Runs the case at step size T; `salt` != 0 changes the inputs of rows >= T / 2.
   std::function<OpOutputs(OpEnv&, int32_t T, uint32_t salt)> run;
-  // A matrix product with block-quantized weights (BackendNumerics::quantized_matmul_tolerance).
-  bool quantized_matmul = false;
+  // A matrix product with weights stored below fp32 (BackendNumerics::rounded_matmul_tolerance).
+  bool rounded_matmul = false;
 };
 
 // The result of comparing two runs.

@@ -82,14 +82,14 @@ struct BackendNumerics {
   // When not exact: the largest error allowed, |got - ref| <= tolerance * max(1, |ref|).
   // Ids (embed rows, argmax, top-k order) must still match wherever the values do.
   double tolerance = 0.0;
-  // Matrix products whose weights are block-quantized, where a backend rounds the
-  // activations to 8 bits per block as llama.cpp does: the largest error allowed there
-  // (same measure). 0: `tolerance` holds for them too.
-  double quantized_matmul_tolerance = 0.0;
+  // Matrix products whose weights are stored below fp32 (block-quantized, F16, BF16),
+  // where a backend rounds the activations as llama.cpp does (8 bits per block, or fp16):
+  // the largest error allowed there (same measure). 0: `tolerance` holds for them too.
+  double rounded_matmul_tolerance = 0.0;
 
-  // The tolerance for an op; `quantized_matmul`: a matrix product with block-quantized weights.
-  double tolerance_for(bool quantized_matmul) const {
-    return quantized_matmul && quantized_matmul_tolerance > 0.0 ? quantized_matmul_tolerance : tolerance;
+  // The tolerance for an op; `rounded_matmul`: a matrix product with weights stored below fp32.
+  double tolerance_for(bool rounded_matmul) const {
+    return rounded_matmul && rounded_matmul_tolerance > 0.0 ? rounded_matmul_tolerance : tolerance;
   }
 };
 

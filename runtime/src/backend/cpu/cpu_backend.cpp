@@ -25,8 +25,9 @@ constexpr double kTolerance = 1e-4;
 // Products with Q4_K, Q5_K, Q6_K and Q8_0 weights round the activations to 8 bits per
 // block (q8_matmul.h): on the table's inputs (uniform in [-1, 1], 256 to 512 columns)
 // the largest error measured is 0.17 of max(1, |reference|); llama.cpp's CPU backend
-// rounds the same way.
-constexpr double kQuantizedMatmulTolerance = 0.25;
+// rounds the same way. F16 and BF16 products round them to fp16 (simd_matmul.h), a far
+// smaller error.
+constexpr double kRoundedMatmulTolerance = 0.25;
 
 class CpuKernels final : public host::HostKernels {
  public:
@@ -41,6 +42,19 @@ class CpuKernels final : public host::HostKernels {
               ThreadPool& pool) override {
     const int64_t block = cpu::q8_activation_block(w.type, w.cols);
     const bool integer = block > 0 && w.cols % block == 0;
+    const uint16_t* x_half = nullptr;
+    if (cpu::rounds_activations_to_half(w.type)) {
+      const size_t n = static_cast<size_t>(T * w.cols);
+      if (half_.size() < n) half_.resize(n);
+      if (rounded_.size() < n) rounded_.resize(n);
+      pool.parallel_for(T, std::max<int64_t>(1, 16384 / w.cols), [&](int64_t b, int64_t e, int) {
+        for (int64_t t = b; t < e; ++t)
+          cpu::round_to_half(x + t * x_stride, w.cols, half_.data() + t * w.cols, rounded_.data() + t * w.cols);
+      });
+      x = rounded_.data();
+      x_half = half_.data();
+      x_stride = w.cols;
+    }
     if (!integer) {
       const size_t floats = cpu::matmul_scratch_floats(w.cols);
       scratch_.resize(static_cast<size_t>(pool.size()));
@@ -62,7 +76,7 @@ class CpuKernels final : public host::HostKernels {
       if (integer)
         cpu::q8_matmul_rows(w, b * panel, std::min(w.rows, e * panel), acts_, out, out_stride);
       else
-        cpu::matmul_rows(w, b * panel, std::min(w.rows, e * panel), x, x_stride, T, out, out_stride,
+        cpu::matmul_rows(w, b * panel, std::min(w.rows, e * panel), x, x_half, x_stride, T, out, out_stride,
                          scratch_[static_cast<size_t>(thread)].data());
     });
   }
@@ -70,6 +84,8 @@ class CpuKernels final : public host::HostKernels {
  private:
   std::vector<std::vector<float>> scratch_;  // one panel of decoded weight rows per thread (float products)
   cpu::QuantizedActivations acts_;          // the step's activations rounded to 8 bits
+  std::vector<uint16_t> half_;              // ... or to fp16 (F16 and BF16 weights)
+  std::vector<float> rounded_;              // the same fp16 values as floats
 };
 
 }  // namespace
@@ -77,7 +93,7 @@ class CpuKernels final : public host::HostKernels {
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
   return host::make_host_backend(n_threads,
                                  {"cpu", std::string("CPU backend (") + cpu::simd_target_name() + " SIMD)",
-                                  BackendNumerics{false, kTolerance, kQuantizedMatmulTolerance}},
+                                  BackendNumerics{false, kTolerance, kRoundedMatmulTolerance}},
                                  std::make_unique<CpuKernels>());
 }
 

@@ -9,7 +9,7 @@
 // per block in vector lanes, blocks in order, then across lanes, then the mins) are the
 // same for every step size, token tile, panel and thread count: results are
 // T-invariant. The rounding of the activations puts them within about 1% of the
-// reference's (kQuantizedMatmulTolerance in cpu_backend.cpp).
+// reference's (kRoundedMatmulTolerance in cpu_backend.cpp).
 #pragma once
 
 #include <cstddef>

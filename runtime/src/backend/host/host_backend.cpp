@@ -288,9 +288,13 @@ class HostBackend final : public Backend, public StepRows {
   // 64 MiB at a 32,000-token vocabulary) take no memory.
   struct ZeroedFloats {
     std::unique_ptr<float, void (*)(void*)> p;
-    explicit ZeroedFloats(size_t n) : p(static_cast<float*>(std::calloc(std::max<size_t>(n, 1), sizeof(float))), std::free) {
+    explicit ZeroedFloats(size_t n) : p(static_cast<float*>(std::aligned_alloc(64, Bytes(n))), std::free) {
       if (!p) throw std::bad_alloc();
+      std::memset(p.get(), 0, Bytes(n));
     }
+    // Whole cache lines, at least one: rows then start on a line, so a vector load of
+    // an activation never straddles two.
+    static size_t Bytes(size_t n) { return (std::max<size_t>(n, 1) * sizeof(float) + 63) / 64 * 64; }
     float* data() const { return p.get(); }
   };
   std::vector<ZeroedFloats> activations_;
