@@ -45,14 +45,16 @@ class CpuKernels final : public host::HostKernels {
     const uint16_t* x_half = nullptr;
     if (cpu::rounds_activations_to_half(w.type)) {
       const size_t n = static_cast<size_t>(T * w.cols);
-      if (half_.size() < n) half_.resize(n);
+      const bool small = T <= cpu::kHalfActivationsMaxT;  // larger steps read only the rounded floats
+      if (small && half_.size() < n) half_.resize(n);
       if (rounded_.size() < n) rounded_.resize(n);
       pool.parallel_for(T, std::max<int64_t>(1, 16384 / w.cols), [&](int64_t b, int64_t e, int) {
         for (int64_t t = b; t < e; ++t)
-          cpu::round_to_half(x + t * x_stride, w.cols, half_.data() + t * w.cols, rounded_.data() + t * w.cols);
+          cpu::round_to_half(x + t * x_stride, w.cols, small ? half_.data() + t * w.cols : nullptr,
+                             rounded_.data() + t * w.cols);
       });
       x = rounded_.data();
-      x_half = half_.data();
+      x_half = small ? half_.data() : nullptr;
       x_stride = w.cols;
     }
     if (!integer) {

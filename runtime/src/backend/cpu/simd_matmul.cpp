@@ -442,7 +442,7 @@ void FusedRows(const host::HostWeight& w, int64_t r0, int64_t r1, const XT* x, i
 }
 
 // Steps of at most this many tokens use the fused product; larger ones the panels.
-constexpr int64_t kFusedMaxT = 4;
+constexpr int64_t kFusedMaxT = kHalfActivationsMaxT;
 
 template <class Dec, class XT>
 void FusedProduct(const host::HostWeight& w, int64_t r0, int64_t r1, const XT* x, int64_t x_stride, int64_t T,
@@ -539,12 +539,13 @@ void RoundToHalfImpl(const float* x, int64_t n, uint16_t* half, float* rounded) 
   int64_t i = 0;
   for (; i + N <= n; i += N) {
     const auto v = hn::DemoteTo(DF16(), hn::Min(hn::Max(hn::LoadU(df, x + i), lo), hi));
-    hn::StoreU(v, DF16(), h + i);
+    if (h != nullptr) hn::StoreU(v, DF16(), h + i);
     hn::StoreU(hn::PromoteTo(df, v), df, rounded + i);
   }
   for (; i < n; ++i) {
-    half[i] = fp32_to_fp16(std::clamp(x[i], -65504.0f, 65504.0f));
-    rounded[i] = fp16_to_fp32(half[i]);
+    const uint16_t b = fp32_to_fp16(std::clamp(x[i], -65504.0f, 65504.0f));
+    if (half != nullptr) half[i] = b;
+    rounded[i] = fp16_to_fp32(b);
   }
 }
 

@@ -37,8 +37,10 @@ void matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const float*
 
 // Whether products with `type` weights take activations rounded to fp16 (F16, BF16).
 bool rounds_activations_to_half(TensorType type);
-// n activations to fp16 (saturated at +-65504) in `half`, and the same values as floats
-// in `rounded`.
+// Steps of at most this many tokens read x_half; larger ones only x.
+constexpr int64_t kHalfActivationsMaxT = 4;
+// n activations to fp16 (saturated at +-65504) in `half` (unless nullptr), and the same
+// values as floats in `rounded`.
 void round_to_half(const float* x, int64_t n, uint16_t* half, float* rounded);
 
 // Dequantizes `n` values (whole blocks) of one weight row into dst, as
