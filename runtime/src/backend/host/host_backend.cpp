@@ -295,18 +295,20 @@ class HostBackend final : public Backend, public StepRows {
   std::vector<StoredWeight> weights_;
   // Zeroed by calloc: a large buffer is fresh pages the system maps on first touch, so
   // rows a step never writes (the logits of all but the last prompt row during prefill:
-  // 64 MiB at a 32,000-token vocabulary) take no memory.
+  // 64 MiB at a 32,000-token vocabulary) take no memory. The floats start on a cache
+  // line, so a vector load of an activation row never straddles two lines.
   struct ZeroedFloats {
-    std::unique_ptr<float, void (*)(void*)> p;
-    explicit ZeroedFloats(size_t n) : p(static_cast<float*>(std::aligned_alloc(64, Bytes(n))), std::free) {
-      if (!p) throw std::bad_alloc();
-      std::memset(p.get(), 0, Bytes(n));
+    std::unique_ptr<float, void (*)(void*)> block;
+    float* p = nullptr;
+    explicit ZeroedFloats(size_t n)
+        : block(static_cast<float*>(std::calloc(std::max<size_t>(n, 1) + 16, sizeof(float))), std::free) {
+      if (!block) throw std::bad_alloc();
+      const auto at = reinterpret_cast<uintptr_t>(block.get());
+      p = block.get() + ((64 - at % 64) % 64) / sizeof(float);
     }
-    // Whole cache lines, at least one: rows then start on a line, so a vector load of
-    // an activation never straddles two.
-    static size_t Bytes(size_t n) { return (std::max<size_t>(n, 1) * sizeof(float) + 63) / 64 * 64; }
-    float* data() const { return p.get(); }
+    float* data() const { return p; }
   };
+
   std::vector<ZeroedFloats> activations_;
   std::vector<int64_t> activation_rows_;
   std::unique_ptr<HostKvCache> kv_;
