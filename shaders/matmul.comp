@@ -1,7 +1,9 @@
 #version 450
 // Weight matmul over every GGUF weight format (dequant.glsl):
 //     out[t * out_stride + out_offset + r] = sum_c x[t * x_stride + c] * W[r][c]
-// for t < T tokens and r < rows, W in its packed format (binding 1), x and out fp32.
+// for t < T tokens and r < rows, W in its packed format (binding 1), x and out fp32;
+// with the push constant `accumulate`, out[...] += the sum instead (a residual add fused
+// into the product: the same bits as the product followed by elementwise.comp's ADD).
 // Compiled per format (-DFORMAT_*) and per variant: -DTILE_T (tokens per tile),
 // -DROW_GROUPS (rows, or with WHOLE_ROWS invocations, per workgroup), -DWHOLE_ROWS=<rows
 // per invocation> for the CPU-device mapping below, -DSUBGROUP=1 for the split-rows
@@ -85,7 +87,7 @@ layout(local_size_x = WG_SIZE) in;
 
 layout(std430, binding = 0) readonly buffer InX { float x[]; };
 layout(std430, binding = 1) readonly buffer InW { uint w_words[]; };
-layout(std430, binding = 2) writeonly buffer Out { float y[]; };
+layout(std430, binding = 2) buffer Out { float y[]; };
 
 layout(push_constant) uniform Params {
   uint T;
@@ -95,7 +97,19 @@ layout(push_constant) uniform Params {
   uint out_stride;
   uint out_offset;
   uint row_bytes;  // tensor_row_bytes(type, cols)
+  uint accumulate;  // 1: out += the product (the residual add as an epilogue), 0: out = it
 } p;
+
+// Writes one output: the product, or the product added to what out holds (the same
+// float addition as elementwise.comp's ADD of out and the product).
+void store_out(uint i, float sum) {
+  if (p.accumulate != 0u) {
+    precise float s = y[i] + sum;
+    y[i] = s;
+  } else {
+    y[i] = sum;
+  }
+}
 
 #include "dequant.glsl"
 
@@ -163,7 +177,7 @@ void main() {
       [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) {
         if (first_row + r < p.rows) {
           [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
-            y[(t0 + t) * p.out_stride + p.out_offset + first_row + r] = pending[5][r][t];
+            store_out((t0 + t) * p.out_stride + p.out_offset + first_row + r, pending[5][r][t]);
           }
         }
       }
@@ -286,7 +300,7 @@ void main() {
         [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
           if (t < n_active) {
             const float sum = subgroup_tree(acc[t]);
-            if (lane == 0u && row < p.rows) y[(t0 + t) * p.out_stride + p.out_offset + row] = sum;
+            if (lane == 0u && row < p.rows) store_out((t0 + t) * p.out_stride + p.out_offset + row, sum);
           }
         }
       } else {
@@ -299,7 +313,7 @@ void main() {
           const uint row = block * ROW_GROUPS + slot / TILE_T;
           if (t < n_active) {
             const float sum = subgroup_tree(shared_tree(slot * SLOT_STRIDE, gl_SubgroupInvocationID));
-            if (gl_SubgroupInvocationID == 0u && row < p.rows) y[(t0 + t) * p.out_stride + p.out_offset + row] = sum;
+            if (gl_SubgroupInvocationID == 0u && row < p.rows) store_out((t0 + t) * p.out_stride + p.out_offset + row, sum);
           }
         }
         barrier();  // partial is rewritten for the next row block
@@ -311,7 +325,7 @@ void main() {
         const uint t = slot % TILE_T;
         const uint row = block * ROW_GROUPS + slot / TILE_T;
         if (t < n_active && row < p.rows) {
-          y[(t0 + t) * p.out_stride + p.out_offset + row] = sum_lanes(slot * SLOT_STRIDE);
+          store_out((t0 + t) * p.out_stride + p.out_offset + row, sum_lanes(slot * SLOT_STRIDE));
         }
       }
       barrier();  // partial is rewritten for the next row block

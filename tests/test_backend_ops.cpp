@@ -133,6 +133,27 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                        },
                        type != TensorType::F32});
     }
+    // matmul_add: a residual add after the product (fused by backends that can), for the
+    // formats models store their output projections in (each format's kernel compiles
+    // in its own pipeline on Vulkan, which costs seconds on lavapipe).
+    const bool residual_format = type == TensorType::F32 || type == TensorType::F16 || type == TensorType::Q8_0 ||
+                                 type == TensorType::Q4_K || type == TensorType::Q6_K;
+    if (residual_format)
+      cases.push_back({"matmul_add", fmt + " 67x" + std::to_string(shapes[0].cols), kSteps,
+                     [=](OpEnv& env, int32_t T, uint32_t salt) {
+                       env.ensure_cache(T + 1);
+                       Backend& be = env.be();
+                       const Weight w = quantized_weight(env, type, 67, shapes[0].cols, 11);
+                       StepBatch b = causal_batch(T, 0);
+                       be.begin_step(b);
+                       Activation x = input(env, "x", shapes[0].cols, 1, T, salt);
+                       Activation acc = input(env, "acc", 67, 2, T, salt);
+                       Activation scratch = env.activation("out", 67);
+                       be.matmul_add(w, x, acc, scratch);
+                       be.finish_step();
+                       return OpOutputs{rows_of(be, "matmul_add", acc, T)};
+                     },
+                     type != TensorType::F32});
     // embed: tokens are hashed rows of a 97-row table (repeats included).
     const int64_t cols = block == 1 ? 45 : 2 * block;
     cases.push_back({"embed", fmt + " 97x" + std::to_string(cols), kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
@@ -617,6 +638,41 @@ TEST_P(BackendOps, Attention) { run_op("attention"); }
 TEST_P(BackendOps, Swiglu) { run_op("swiglu"); }
 TEST_P(BackendOps, Add) { run_op("add"); }
 TEST_P(BackendOps, Gather) { run_op("gather"); }
+TEST_P(BackendOps, MatmulAdd) { run_op("matmul_add"); }
+
+// A fused matmul_add gives the bits of the product followed by the add, on every
+// backend, for a format of each kind (plain floats, 32-value blocks, superblocks).
+TEST_P(BackendOps, MatmulAddIsTheProductThenTheAdd) {
+  OpEnv& env = target();
+  Backend& be = env.be();
+  for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
+    const int64_t cols = 256, rows = 37;
+    const Weight w = quantized_weight(env, type, rows, cols, 21);
+    for (const int32_t T : {1, 5}) {
+      env.ensure_cache(T + 1);
+      auto run = [&](bool fused) {
+        StepBatch b = causal_batch(T, 0);
+        be.begin_step(b);
+        Activation x = input(env, "x", cols, 1, T, 0);
+        Activation acc = input(env, "acc", rows, 2, T, 0);
+        Activation scratch = env.activation("out", rows);
+        if (fused) {
+          be.matmul_add(w, x, acc, scratch);
+        } else {
+          be.matmul(w, x, scratch);
+          be.add(acc, scratch);
+        }
+        be.finish_step();
+        return be.read_rows(acc, T);
+      };
+      const std::vector<float> fused = run(true), plain = run(false);
+      ASSERT_EQ(fused.size(), plain.size());
+      for (size_t i = 0; i < fused.size(); ++i)
+        ASSERT_TRUE(same_bits(fused[i], plain[i])) << tensor_type_name(type) << " T=" << T << " value " << i << ": "
+                                                   << fused[i] << " fused vs " << plain[i];
+    }
+  }
+}
 TEST_P(BackendOps, Argmax) { run_op("argmax"); }
 TEST_P(BackendOps, TopK) { run_op("top_k"); }
 
@@ -627,7 +683,7 @@ TEST(BackendOpsTable, CoversEveryOpOfTheContractAndEveryWeightFormat) {
   std::map<std::string, int> per_op;
   for (const OpCase& c : op_table()) ++per_op[c.op];
   for (const char* op : {"embed", "matmul", "rms_norm", "add_bias", "rope", "kv_store", "kv_swap_move", "capture_queries",
-                         "attention", "swiglu", "add", "gather", "argmax", "top_k"})
+                         "attention", "swiglu", "add", "matmul_add", "gather", "argmax", "top_k"})
     EXPECT_GT(per_op[op], 0) << op;
   EXPECT_EQ(per_op["embed"], 13);
   EXPECT_EQ(per_op["matmul"], 26);

@@ -160,6 +160,14 @@ class Backend {
   virtual void swiglu(const Activation& gate, const Activation& up, Activation& out) = 0;
   // x += y.
   virtual void add(Activation& x, const Activation& y) = 0;
+  // acc[i] += W x[i] (a residual add after a product): the same values as
+  // matmul(w, x, scratch) then add(acc, scratch). `scratch` ([T x w.rows], not acc or x)
+  // may be written or left alone; a backend may fuse the add into the product (one
+  // kernel instead of two).
+  virtual void matmul_add(const Weight& w, const Activation& x, Activation& acc, Activation& scratch) {
+    matmul(w, x, scratch);
+    add(acc, scratch);
+  }
   // Copies the selected rows of src (indices into the batch) to the first rows of dst;
   // for the rest of the step, kernels that read dst process rows.size() rows instead
   // of the batch size.

@@ -208,15 +208,13 @@ void Model::record_step(StepBatch& batch) {
     kv.store(l, b.k, b.v);
     if (capture) kv.capture_queries(l, b.q);
     be.attention(l, b.q, shape, b.attn);
-    be.matmul(L.wo, b.attn, b.proj);
-    be.add(b.x, b.proj);
+    be.matmul_add(L.wo, b.attn, b.x, b.proj);
     // Feed-forward block.
     be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
     be.matmul(L.w_gate, b.xn, b.gate);
     be.matmul(L.w_up, b.xn, b.up);
     be.swiglu(b.gate, b.up, b.gate);
-    be.matmul(L.w_down, b.gate, b.ffn);
-    be.add(b.x, b.ffn);
+    be.matmul_add(L.w_down, b.gate, b.x, b.ffn);
   }
   const auto& rows = batch.logit_rows();
   be.gather_rows(b.x, rows, b.last);

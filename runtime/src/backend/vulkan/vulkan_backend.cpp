@@ -181,15 +181,15 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
   void matmul(const Weight& weight_id, const Activation& x, Activation& out) override {
-    const DeviceWeight& w = weight(weight_id);
-    const uint32_t T = rows_of(x);
-    for (const WeightPart& part : w.parts) {
-      weight_kernels_.matmul(step(), w.type, part.buffer, act(x), act(out),
-                             WeightKernels::MatmulShape{T, part.n_rows, static_cast<uint32_t>(w.cols), static_cast<uint32_t>(x.cols),
-                                         static_cast<uint32_t>(out.cols), part.first_row});
-      step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(part.n_rows));
-    }
-    set_rows(out, T);
+    product(weight_id, x, out, false);
+    set_rows(out, rows_of(x));
+  }
+
+  // The residual add runs in the product's epilogue: one dispatch instead of two.
+  void matmul_add(const Weight& weight_id, const Activation& x, Activation& acc, Activation&) override {
+    if (x.id == acc.id) throw std::invalid_argument("matmul_add: acc must not be the product's input");
+    if (rows_of(x) != rows_of(acc)) throw std::invalid_argument("matmul_add: x and acc hold different row counts");
+    product(weight_id, x, acc, true);
   }
 
   void add_bias(const Weight& bias, Activation& x) override {
@@ -338,6 +338,17 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
  private:
+  void product(const Weight& weight_id, const Activation& x, const Activation& out, bool accumulate) {
+    const DeviceWeight& w = weight(weight_id);
+    const uint32_t T = rows_of(x);
+    for (const WeightPart& part : w.parts) {
+      weight_kernels_.matmul(step(), w.type, part.buffer, act(x), act(out),
+                             WeightKernels::MatmulShape{T, part.n_rows, static_cast<uint32_t>(w.cols),
+                                                        static_cast<uint32_t>(x.cols), static_cast<uint32_t>(out.cols),
+                                                        part.first_row, accumulate});
+      step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(part.n_rows));
+    }
+  }
   // StepTarget: what the KV cache records into.
   CommandSequence& recording() override { return step(); }
   const StepBatch& step_batch() const override { return encoder_.batch(); }

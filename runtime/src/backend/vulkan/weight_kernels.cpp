@@ -23,6 +23,7 @@ struct MatmulPush {
   uint32_t out_stride;
   uint32_t out_offset;
   uint32_t row_bytes;
+  uint32_t accumulate;
 };
 struct EmbedPush {
   uint32_t T;
@@ -255,7 +256,7 @@ void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& 
   auto cap = [](uint32_t limit, uint32_t asked) { return asked == 0 ? limit : std::min(limit, asked); };
   const uint32_t groups_x = std::min(ceil_div(s.rows, rows_per_group), cap(max_groups[0], variant.max_groups_x));
   const uint32_t groups_y = std::min(ceil_div(s.T, tokens_per_tile), cap(max_groups[1], variant.max_groups_y));
-  const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes};
+  const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes, s.accumulate ? 1u : 0u};
   const ComputePipeline& pipeline = whole ? whole_rows(f, whole_index) : split_rows(f, tile_index, subgroup);
   seq.dispatch(pipeline, {&x, &w, &out}, push, groups_x, groups_y);
 }

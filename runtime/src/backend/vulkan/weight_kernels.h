@@ -35,6 +35,7 @@ struct MatmulShape {
   uint32_t x_stride;    // floats between tokens in x (>= cols when T > 1)
   uint32_t out_stride;  // floats between tokens in out (>= out_offset + rows when T > 1)
   uint32_t out_offset;  // first output column written
+  bool accumulate = false;  // out += the product (a fused residual add) instead of out = it
 };
 
 // How matmul spreads a weight matrix over invocations (shaders/matmul.comp). Both give
