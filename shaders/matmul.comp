@@ -75,6 +75,22 @@
 #ifndef WHOLE_ROWS
 #define WHOLE_ROWS 0
 #endif
+// GATED (whole rows only): W holds 2 x rows rows, the gate's then the up projection's,
+// and out[t][r] = silu(gate sum) * (up sum) with elementwise.comp's SWIGLU expression,
+// each sum exactly the plain product's: matmul, matmul and swiglu in one dispatch.
+#ifndef GATED
+#define GATED 0
+#endif
+#if GATED && !WHOLE_ROWS
+#error "GATED needs WHOLE_ROWS"
+#endif
+// Output rows per invocation (whole rows): a gated invocation sums OUT_ROWS gate rows
+// and the OUT_ROWS matching up rows.
+#if GATED
+#define OUT_ROWS (WHOLE_ROWS / 2)
+#else
+#define OUT_ROWS WHOLE_ROWS
+#endif
 // The summation tree is written for 32 lanes.
 #define LANES 32u
 #if WHOLE_ROWS
@@ -122,15 +138,20 @@ void main() {
   const uint full_chunks = p.cols / 16u;
   const uint tail = p.cols % 16u;
   const uint n_tiles = (p.T + TILE_T - 1u) / TILE_T;
-  const uint rows_per_group = WG_SIZE * WHOLE_ROWS;
+  const uint rows_per_group = WG_SIZE * OUT_ROWS;
   const uint n_row_blocks = (p.rows + rows_per_group - 1u) / rows_per_group;
   for (uint tile = gl_WorkGroupID.y; tile < n_tiles; tile += gl_NumWorkGroups.y) {
     const uint t0 = tile * TILE_T;
     const uint n_active = min(uint(TILE_T), p.T - t0);
     for (uint block = gl_WorkGroupID.x; block < n_row_blocks; block += gl_NumWorkGroups.x) {
-      const uint first_row = (block * WG_SIZE + gl_LocalInvocationID.x) * WHOLE_ROWS;
+      const uint first_row = (block * WG_SIZE + gl_LocalInvocationID.x) * OUT_ROWS;
       uint row_off[WHOLE_ROWS];
+#if GATED
+      [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r)
+        row_off[r] = (min(first_row + r % OUT_ROWS, p.rows - 1u) + (r < OUT_ROWS ? 0u : p.rows)) * p.row_bytes;
+#else
       [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) row_off[r] = min(first_row + r, p.rows - 1u) * p.row_bytes;
+#endif
       precise float pending[6][WHOLE_ROWS][TILE_T];
       for (uint j = 0u; j < LANES; ++j) {
         const uint lane = bitfieldReverse(j) >> 27;
@@ -174,10 +195,15 @@ void main() {
           [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) pending[height][r][t] = acc[r][t];
         }
       }
-      [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) {
+      [[unroll]] for (uint r = 0u; r < OUT_ROWS; ++r) {
         if (first_row + r < p.rows) {
           [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
+#if GATED
+            const float g = pending[5][r][t];
+            y[(t0 + t) * p.out_stride + p.out_offset + first_row + r] = g / (1.0 + exp(-g)) * pending[5][r + OUT_ROWS][t];
+#else
             store_out((t0 + t) * p.out_stride + p.out_offset + first_row + r, pending[5][r][t]);
+#endif
           }
         }
       }

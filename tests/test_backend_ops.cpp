@@ -106,6 +106,21 @@ Activation input(OpEnv& env, const std::string& name, int64_t cols, uint32_t see
   return a;
 }
 
+// The gate and up projections of a feed-forward block, as the backend takes them: one
+// weight (up's rows after gate's) where it fuses them, else two.
+std::pair<Weight, Weight> gate_and_up(OpEnv& env, TensorType type, int64_t rows, int64_t cols, bool fused) {
+  if (!fused) return {quantized_weight(env, type, rows, cols, 31), quantized_weight(env, type, rows, cols, 32)};
+  const Weight both = env.weight("gate_up/" + std::string(tensor_type_name(type)) + "/" + std::to_string(rows) + "x" +
+                                     std::to_string(cols),
+                                 type, 2 * rows, cols, [&] {
+                                   std::vector<uint8_t> out = quantized_rows(type, rows, cols, 31);
+                                   const std::vector<uint8_t> up = quantized_rows(type, rows, cols, 32);
+                                   out.insert(out.end(), up.begin(), up.end());
+                                   return out;
+                                 });
+  return {both, Weight{}};
+}
+
 // --- the table -------------------------------------------------------------------------
 
 void add_embed_and_matmul(std::vector<OpCase>& cases) {
@@ -154,6 +169,28 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                        return OpOutputs{rows_of(be, "matmul_add", acc, T)};
                      },
                      type != TensorType::F32});
+    // matmul_swiglu: the feed-forward gate (one kernel where the backend fuses it).
+    if (residual_format || type == TensorType::Q5_K) {
+      cases.push_back({"matmul_swiglu", fmt + " 2 x 19x" + std::to_string(shapes[0].cols), kSteps,
+                       [=](OpEnv& env, int32_t T, uint32_t salt) {
+                         env.ensure_cache(T + 1);
+                         Backend& be = env.be();
+                         const int64_t rows = 19, cols = shapes[0].cols;
+                         const auto [gate, up] = gate_and_up(env, type, rows, cols, be.fuses_gate_up(type, rows, cols));
+                         StepBatch b = causal_batch(T, 0);
+                         be.begin_step(b);
+                         // Small inputs: the error of the product of two products (each with
+                         // 8-bit activations on the cpu backend) then stays within the
+                         // tolerance of one, measured against max(1, |reference|).
+                         Activation x = input(env, "x", cols, 1, T, salt, -0.25f, 0.25f);
+                         Activation out = env.activation("out", rows);
+                         Activation scratch = env.activation("scratch", rows);
+                         be.matmul_swiglu(gate, up, x, out, scratch);
+                         be.finish_step();
+                         return OpOutputs{rows_of(be, "matmul_swiglu", out, T)};
+                       },
+                       type != TensorType::F32});
+    }
     // embed: tokens are hashed rows of a 97-row table (repeats included).
     const int64_t cols = block == 1 ? 45 : 2 * block;
     cases.push_back({"embed", fmt + " 97x" + std::to_string(cols), kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
@@ -639,6 +676,50 @@ TEST_P(BackendOps, Swiglu) { run_op("swiglu"); }
 TEST_P(BackendOps, Add) { run_op("add"); }
 TEST_P(BackendOps, Gather) { run_op("gather"); }
 TEST_P(BackendOps, MatmulAdd) { run_op("matmul_add"); }
+TEST_P(BackendOps, MatmulSwiglu) { run_op("matmul_swiglu"); }
+
+// Where a backend fuses the feed-forward gate, the fused kernel gives the bits of the two
+// products and the SwiGLU, for a format of each kind and for one- and multi-token steps.
+TEST_P(BackendOps, FusedGateIsTheTwoProductsThenTheSwiglu) {
+  OpEnv& env = target();
+  Backend& be = env.be();
+  const int64_t cols = 256, rows = 37;
+  int checked = 0;
+  for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
+    if (!be.fuses_gate_up(type, rows, cols)) continue;
+    const auto [both, none] = gate_and_up(env, type, rows, cols, true);
+    const auto [gate, up] = gate_and_up(env, type, rows, cols, false);
+    for (const int32_t T : {1, 5, 12}) {
+      env.ensure_cache(T + 1);
+      auto run = [&](bool fused) {
+        StepBatch b = causal_batch(T, 0);
+        be.begin_step(b);
+        Activation x = input(env, "x", cols, 1, T, 0);
+        Activation out = env.activation("out", rows);
+        Activation scratch = env.activation("scratch", rows);
+        if (fused) {
+          be.matmul_swiglu(both, none, x, out, scratch);
+        } else {
+          be.matmul(gate, x, out);
+          be.matmul(up, x, scratch);
+          be.swiglu(out, scratch, out);
+        }
+        be.finish_step();
+        return be.read_rows(out, T);
+      };
+      const std::vector<float> fused = run(true), plain = run(false);
+      ASSERT_EQ(fused.size(), plain.size());
+      for (size_t i = 0; i < fused.size(); ++i)
+        ASSERT_TRUE(same_bits(fused[i], plain[i])) << tensor_type_name(type) << " T=" << T << " value " << i << ": "
+                                                   << fused[i] << " fused vs " << plain[i];
+      ++checked;
+    }
+  }
+  std::printf("  %s: %d fused gate steps checked\n", GetParam().label().c_str(), checked);
+  if (GetParam().backend == "vulkan" && be.description().find("CPU") != std::string::npos) {
+    EXPECT_GT(checked, 0) << "a CPU Vulkan device (whole-rows matmul) fuses the gate";
+  }
+}
 
 // A fused matmul_add gives the bits of the product followed by the add, on every
 // backend, for a format of each kind (plain floats, 32-value blocks, superblocks).
@@ -683,7 +764,7 @@ TEST(BackendOpsTable, CoversEveryOpOfTheContractAndEveryWeightFormat) {
   std::map<std::string, int> per_op;
   for (const OpCase& c : op_table()) ++per_op[c.op];
   for (const char* op : {"embed", "matmul", "rms_norm", "add_bias", "rope", "kv_store", "kv_swap_move", "capture_queries",
-                         "attention", "swiglu", "add", "matmul_add", "gather", "argmax", "top_k"})
+                         "attention", "swiglu", "add", "matmul_add", "matmul_swiglu", "gather", "argmax", "top_k"})
     EXPECT_GT(per_op[op], 0) << op;
   EXPECT_EQ(per_op["embed"], 13);
   EXPECT_EQ(per_op["matmul"], 26);

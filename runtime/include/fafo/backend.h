@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -160,6 +161,20 @@ class Backend {
   virtual void swiglu(const Activation& gate, const Activation& up, Activation& out) = 0;
   // x += y.
   virtual void add(Activation& x, const Activation& y) = 0;
+  // Whether matmul_swiglu takes a gate and an up projection of `type` ([rows x cols]
+  // each) as one weight: the up projection's rows after the gate's, uploaded together.
+  virtual bool fuses_gate_up(TensorType /*type*/, int64_t /*rows*/, int64_t /*cols*/) const { return false; }
+  // The feed-forward gate, out = silu(W_gate x) * (W_up x): the values of
+  // matmul(gate, x, out), matmul(up, x, scratch), swiglu(out, scratch, out). With
+  // fuses_gate_up, `gate` may instead be the two projections as one weight (2 x rows
+  // rows) and `up` empty. `scratch` ([T x rows], not x or out) may be written.
+  virtual void matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
+                             Activation& scratch) {
+    if (!up) throw std::invalid_argument("matmul_swiglu: backend " + name() + " takes the gate and up weights apart");
+    matmul(gate, x, out);
+    matmul(up, x, scratch);
+    swiglu(out, scratch, out);
+  }
   // acc[i] += W x[i] (a residual add after a product): the same values as
   // matmul(w, x, scratch) then add(acc, scratch). `scratch` ([T x w.rows], not acc or x)
   // may be written or left alone; a backend may fuse the add into the product (one

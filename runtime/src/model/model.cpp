@@ -35,6 +35,15 @@ class WeightLoader {
 
   Weight matrix(const std::string& name, int64_t cols, int64_t rows) { return load(f_.require_tensor(name), cols, rows); }
   Weight vector(const std::string& name, int64_t n) { return load(f_.require_tensor(name), n, 1); }
+  // Two tensors of one type and shape as one weight: b's rows after a's.
+  Weight matrix_pair(const GgufTensor& a, const GgufTensor& b, int64_t cols, int64_t rows) {
+    check(a, cols, rows);
+    check(b, cols, rows);
+    std::vector<uint8_t> both(a.n_bytes + b.n_bytes);
+    std::memcpy(both.data(), a.data, a.n_bytes);
+    std::memcpy(both.data() + a.n_bytes, b.data, b.n_bytes);
+    return b_.upload_weight(a.type, 2 * rows, cols, both.data());
+  }
   Weight optional_vector(const std::string& name, int64_t n) {
     const GgufTensor* t = f_.find_tensor(name);
     return t ? load(*t, n, 1) : Weight{};
@@ -42,6 +51,12 @@ class WeightLoader {
 
  private:
   Weight load(const GgufTensor& t, int64_t cols, int64_t rows) {
+    check(t, cols, rows);
+    return b_.upload_weight(t.type, rows, cols, t.data);
+  }
+
+  // Throws unless t has that shape and a type fafo computes with.
+  void check(const GgufTensor& t, int64_t cols, int64_t rows) const {
     const int64_t t_rows = t.n_rows();
     const bool shape_ok = t.shape[0] == cols && t_rows == rows && (rows == 1 ? t.shape.size() <= 2 : t.shape.size() == 2);
     if (!shape_ok) {
@@ -53,7 +68,6 @@ class WeightLoader {
     if (!tensor_type_info(t.type).has_dequantize)
       throw GgufError(f_.path(), "tensor '" + t.name + "' has type " + std::string(tensor_type_name(t.type)) +
                                      ", which fafo cannot compute with");
-    return b_.upload_weight(t.type, rows, cols, t.data);
   }
 
   const GgufFile& f_;
@@ -95,8 +109,14 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
       L.bv = load.vector(p + "attn_v.bias", c.kv_dim());
     }
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.n_embd);
-    L.w_gate = load.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    L.w_up = load.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
+    const GgufTensor& gate = file_->require_tensor(p + "ffn_gate.weight");
+    const GgufTensor& up = file_->require_tensor(p + "ffn_up.weight");
+    if (gate.type == up.type && backend_->fuses_gate_up(gate.type, c.n_ff, c.n_embd)) {
+      L.w_gate = load.matrix_pair(gate, up, c.n_embd, c.n_ff);  // one weight; L.w_up stays empty
+    } else {
+      L.w_gate = load.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
+      L.w_up = load.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
+    }
     L.w_down = load.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
     w.layers.push_back(L);
   }
@@ -211,9 +231,7 @@ void Model::record_step(StepBatch& batch) {
     be.matmul_add(L.wo, b.attn, b.x, b.proj);
     // Feed-forward block.
     be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
-    be.matmul(L.w_gate, b.xn, b.gate);
-    be.matmul(L.w_up, b.xn, b.up);
-    be.swiglu(b.gate, b.up, b.gate);
+    be.matmul_swiglu(L.w_gate, L.w_up, b.xn, b.gate, b.up);
     be.matmul_add(L.w_down, b.gate, b.x, b.ffn);
   }
   const auto& rows = batch.logit_rows();

@@ -185,6 +185,32 @@ class VulkanBackend final : public Backend, public StepTarget {
     set_rows(out, rows_of(x));
   }
 
+  // On CPU devices (whole-rows matmul) the gate and up projections are one weight and
+  // one dispatch computes both products and the SwiGLU.
+  bool fuses_gate_up(TensorType type, int64_t rows, int64_t cols) const override {
+    return weight_kernels_.has_gated_variant() && WeightKernels::supports(type) && rows > 0 &&
+           static_cast<uint64_t>(2 * rows) * tensor_row_bytes(type, cols) <= max_range_ - 4;
+  }
+
+  void matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
+                     Activation& scratch) override {
+    if (up) {
+      Backend::matmul_swiglu(gate, up, x, out, scratch);
+      return;
+    }
+    const DeviceWeight& w = weight(gate);
+    if (w.parts.size() != 1 || w.rows % 2 != 0)
+      throw std::invalid_argument("matmul_swiglu: the gate and up weight is not one buffer of 2 x rows rows");
+    const uint32_t T = rows_of(x);
+    const uint32_t rows = static_cast<uint32_t>(w.rows / 2);
+    weight_kernels_.matmul_gated(step(), w.type, w.parts.front().buffer, act(x), act(out),
+                                 WeightKernels::MatmulShape{T, rows, static_cast<uint32_t>(w.cols),
+                                                            static_cast<uint32_t>(x.cols),
+                                                            static_cast<uint32_t>(out.cols), 0});
+    step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(w.rows));
+    set_rows(out, T);
+  }
+
   // The residual add runs in the product's epilogue: one dispatch instead of two.
   void matmul_add(const Weight& weight_id, const Activation& x, Activation& acc, Activation&) override {
     if (x.id == acc.id) throw std::invalid_argument("matmul_add: acc must not be the product's input");

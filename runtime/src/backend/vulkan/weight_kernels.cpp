@@ -44,8 +44,9 @@ struct FormatShaders {
   TensorType type;
   std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows;
   std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows_subgroup;
-  // Whole rows, per pass over the weights: kWholeRowsTiles[i] tokens.
+  // Whole rows, per pass over the weights: kWholeRowsTiles[i] tokens; and gated.
   std::array<const EmbeddedShader*, WeightKernels::kWholeRowsTiles.size()> whole_rows;
+  std::array<const EmbeddedShader*, WeightKernels::kWholeRowsTiles.size()> gated;
   const EmbeddedShader* embed;
 };
 
@@ -55,6 +56,7 @@ struct FormatShaders {
 // and the whole-rows variants of 1 and 8 tokens per pass, used only here, so declared here rather than in embedded_shaders.h.
 #define FAFO_DECLARE_SUBGROUP_SHADERS(format, TYPE)                                                      \
   extern const EmbeddedShader weight_matmul_##format##_rows_t1, weight_matmul_##format##_rows_t8,          \
+      weight_matmul_##format##_gated_t1, weight_matmul_##format##_gated_t8, weight_matmul_##format##_gated, \
       weight_matmul_##format##_t1_sg, weight_matmul_##format##_t2_sg,           \
       weight_matmul_##format##_t4_sg, weight_matmul_##format##_t8_sg, weight_matmul_##format##_t16_sg, \
       weight_matmul_##format##_t32_sg;
@@ -75,6 +77,8 @@ namespace {
                  &shaders::weight_matmul_##format##_t16_sg, &shaders::weight_matmul_##format##_t32_sg}, \
                 {&shaders::weight_matmul_##format##_rows_t1, &shaders::weight_matmul_##format##_rows_t8,       \
                  &shaders::weight_matmul_##format##_rows},                                              \
+                {&shaders::weight_matmul_##format##_gated_t1, &shaders::weight_matmul_##format##_gated_t8,     \
+                 &shaders::weight_matmul_##format##_gated},                                             \
                 &shaders::weight_embed_##format},
 const FormatShaders kFormatShaders[] = {FAFO_VULKAN_WEIGHT_FORMATS(FAFO_WEIGHT_FORMAT_SHADERS)};
 #undef FAFO_WEIGHT_FORMAT_SHADERS
@@ -160,6 +164,13 @@ const ComputePipeline& WeightKernels::whole_rows(FormatPipelines& f, size_t tile
   if (!slot)
     slot = std::make_unique<ComputePipeline>(context_, *find_shaders(f.type)->whole_rows[tile_index], 3,
                                              sizeof(MatmulPush));
+  return *slot;
+}
+
+const ComputePipeline& WeightKernels::gated(FormatPipelines& f, size_t tile_index) const {
+  std::unique_ptr<ComputePipeline>& slot = f.gated[tile_index];
+  if (!slot)
+    slot = std::make_unique<ComputePipeline>(context_, *find_shaders(f.type)->gated[tile_index], 3, sizeof(MatmulPush));
   return *slot;
 }
 
@@ -260,6 +271,38 @@ void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& 
   const ComputePipeline& pipeline = whole ? whole_rows(f, whole_index) : split_rows(f, tile_index, subgroup);
   seq.dispatch(pipeline, {&x, &w, &out}, push, groups_x, groups_y);
 }
+
+void WeightKernels::matmul_gated(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x,
+                                 const Buffer& out, const MatmulShape& s) const {
+  constexpr const char* kernel = "WeightKernels::matmul_gated";
+  FormatPipelines& f = pipelines(type, kernel);
+  require_cols(type, s.cols, kernel);
+  if (!cpu_device_) throw std::invalid_argument(std::string(kernel) + ": only CPU devices have the gated variant");
+  if (s.accumulate) throw std::invalid_argument(std::string(kernel) + ": the gated product does not accumulate");
+  if (s.T == 0 || s.rows == 0) return;
+  if (s.T > 1 && s.x_stride < s.cols)
+    throw std::invalid_argument(std::string(kernel) + ": x_stride " + std::to_string(s.x_stride) + " < cols " +
+                                std::to_string(s.cols));
+  if (s.T > 1 && s.out_stride < uint64_t{s.out_offset} + s.rows)
+    throw std::invalid_argument(std::string(kernel) + ": out_stride " + std::to_string(s.out_stride) +
+                                " < out_offset + rows (tokens' outputs would overlap)");
+  const uint32_t row_bytes = row_bytes_u32(type, s.cols, kernel);
+  if (uint64_t{2} * s.rows > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": too many rows");
+  require_bytes(w, weight_bytes(type, 2 * s.rows, s.cols), "w (gate and up rows, rounded up to 4 bytes)", kernel);
+  require_bytes(x, (uint64_t{s.T - 1} * s.x_stride + s.cols) * sizeof(float), "x", kernel);
+  require_bytes(out, (uint64_t{s.T - 1} * s.out_stride + s.out_offset + s.rows) * sizeof(float), "out", kernel);
+  size_t tile_index = kWholeRowsTiles.size() - 1;
+  const auto holds = std::ranges::find_if(kWholeRowsTiles, [&](uint32_t t) { return t >= s.T; });
+  if (holds != kWholeRowsTiles.end()) tile_index = static_cast<size_t>(holds - kWholeRowsTiles.begin());
+  const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
+  // A gated invocation computes half the rows of a plain one (their gate and up halves).
+  const uint32_t groups_x = std::min(ceil_div(s.rows, kWholeRowsPerWorkgroup / 2), max_groups[0]);
+  const uint32_t groups_y = std::min(ceil_div(s.T, kWholeRowsTiles[tile_index]), max_groups[1]);
+  const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes, 0u};
+  seq.dispatch(gated(f, tile_index), {&x, &w, &out}, push, groups_x, groups_y);
+}
+
+bool WeightKernels::has_gated_variant() const { return cpu_device_; }
 
 void WeightKernels::embed(CommandSequence& seq, TensorType type, const Buffer& table, const Buffer& tokens,
                           const Buffer& out, uint32_t T, uint32_t cols, uint32_t first_row, uint32_t n_rows) const {

@@ -92,6 +92,16 @@ class WeightKernels {
   void matmul(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,
               const MatmulShape& s, const MatmulVariant& variant = {}) const;
 
+  // The feed-forward gate: out[t * out_stride + out_offset + r] = silu(g) * u, where g is
+  // x[t] . W[r] and u is x[t] . W[rows + r], each the bits matmul gives (W holds the gate
+  // projection's `rows` rows, then the up projection's), and silu(g) * u the bits of
+  // Kernels::swiglu. One dispatch for matmul, matmul and swiglu. Only where
+  // has_gated_variant() (CPU devices: the WholeRows mapping); throws like matmul, and
+  // std::invalid_argument elsewhere or with s.accumulate.
+  void matmul_gated(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,
+                    const MatmulShape& s) const;
+  bool has_gated_variant() const;
+
   // out[t * cols + c] = table[tokens[t] - first_row][c] for every t < T whose token is in
   // [first_row, first_row + n_rows); other tokens' rows of out are not written. The
   // table holds n_rows rows in `type`; tokens are 32-bit (uint or int). Values are
@@ -127,11 +137,13 @@ class WeightKernels {
     // The subgroup variants; never created for tiles without one (see has_subgroup_variant).
     std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows_subgroup;
     std::array<std::unique_ptr<ComputePipeline>, kWholeRowsTiles.size()> whole_rows;
+    std::array<std::unique_ptr<ComputePipeline>, kWholeRowsTiles.size()> gated;
     std::unique_ptr<ComputePipeline> embed;
   };
   FormatPipelines& pipelines(TensorType type, const char* kernel) const;
   const ComputePipeline& split_rows(FormatPipelines& f, size_t tile_index, bool subgroup) const;
   const ComputePipeline& whole_rows(FormatPipelines& f, size_t tile_index) const;
+  const ComputePipeline& gated(FormatPipelines& f, size_t tile_index) const;
   const ComputePipeline& embed_pipeline(FormatPipelines& f) const;
 
   const Context& context_;
