@@ -25,7 +25,9 @@ void main() {
     } else if (p.op == 1) {
       y[i] = av + b[i % p.cols];
     } else {
-      y[i] = av / (1.0 + exp(-av)) * b[i];
+      // precise: the same expression in matmul.comp's GATED epilogue gives the same bits.
+      precise float r = av / (1.0 + exp(-av)) * b[i];
+      y[i] = r;
     }
   }
 }

@@ -200,7 +200,8 @@ void main() {
           [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
 #if GATED
             const float g = pending[5][r][t];
-            y[(t0 + t) * p.out_stride + p.out_offset + first_row + r] = g / (1.0 + exp(-g)) * pending[5][r + OUT_ROWS][t];
+            precise float gated = g / (1.0 + exp(-g)) * pending[5][r + OUT_ROWS][t];
+            y[(t0 + t) * p.out_stride + p.out_offset + first_row + r] = gated;
 #else
             store_out((t0 + t) * p.out_stride + p.out_offset + first_row + r, pending[5][r][t]);
 #endif

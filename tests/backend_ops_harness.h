@@ -114,8 +114,10 @@ struct OpCase {
   std::vector<int32_t> steps;
   // Runs the case at step size T; `salt` != 0 changes the inputs of rows >= T / 2.
   std::function<OpOutputs(OpEnv&, int32_t T, uint32_t salt)> run;
-  // A matrix product with weights stored below fp32 (BackendNumerics::rounded_matmul_tolerance).
+  // A matrix product with block-quantized weights (BackendNumerics::rounded_matmul_tolerance).
   bool rounded_matmul = false;
+  // A matrix product with F16 weights (BackendNumerics::half_matmul_tolerance).
+  bool half_matmul = false;
 };
 
 // The result of comparing two runs.

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -146,7 +147,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                          be.finish_step();
                          return OpOutputs{rows_of(be, "matmul", out, T)};
                        },
-                       type != TensorType::F32});
+                       block > 1, type == TensorType::F16});
     }
     // matmul_add: a residual add after the product (fused by backends that can), for the
     // formats models store their output projections in (each format's kernel compiles
@@ -168,7 +169,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                        be.finish_step();
                        return OpOutputs{rows_of(be, "matmul_add", acc, T)};
                      },
-                     type != TensorType::F32});
+                     block > 1, type == TensorType::F16});
     // matmul_swiglu: the feed-forward gate (one kernel where the backend fuses it).
     if (residual_format || type == TensorType::Q5_K) {
       cases.push_back({"matmul_swiglu", fmt + " 2 x 19x" + std::to_string(shapes[0].cols), kSteps,
@@ -189,7 +190,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                          be.finish_step();
                          return OpOutputs{rows_of(be, "matmul_swiglu", out, T)};
                        },
-                       type != TensorType::F32});
+                       block > 1, type == TensorType::F16});
     }
     // embed: tokens are hashed rows of a 97-row table (repeats included).
     const int64_t cols = block == 1 ? 45 : 2 * block;
@@ -648,7 +649,7 @@ class BackendOps : public ::testing::TestWithParam<Target> {
     for (const OpCase& c : op_table()) {
       if (c.op != op) continue;
       ++n_cases;
-      const double tolerance = numerics.exact ? -1.0 : numerics.tolerance_for(c.rounded_matmul);
+      const double tolerance = numerics.exact ? -1.0 : numerics.tolerance_for(c.rounded_matmul, c.half_matmul);
       const CaseReport r = check_case(c, env, *reference_, tolerance);
       std::printf("  %-10s %-16s %-52s %zu step sizes  %s  max error %.3g%s\n", GetParam().label().c_str(), c.op.c_str(),
                   c.name.c_str(), c.steps.size(), numerics.exact ? "exact" : "tolerance", r.conformance.max_error,
@@ -808,7 +809,7 @@ TEST(BackendOpsTable, CpuMatmulOnEveryInstructionSet) {
     double worst = 0.0;
     for (const OpCase& c : op_table()) {
       if (c.op != "matmul") continue;
-      const CaseReport r = check_case(c, env, reference, env.be().numerics().tolerance_for(c.rounded_matmul));
+      const CaseReport r = check_case(c, env, reference, env.be().numerics().tolerance_for(c.rounded_matmul, c.half_matmul));
       worst = std::max(worst, r.conformance.max_error);
       EXPECT_TRUE(r.conformance.ok) << target << " " << c.name << ": " << r.conformance.first;
       EXPECT_TRUE(r.invariance.ok) << target << " " << c.name << ": " << r.invariance.first;
@@ -817,6 +818,31 @@ TEST(BackendOpsTable, CpuMatmulOnEveryInstructionSet) {
   }
   cpu::use_simd_target("");
   EXPECT_THROW(cpu::use_simd_target("no-such-isa"), std::invalid_argument);
+}
+
+// F16 products take the activations rounded to fp16: on every instruction set the bits
+// of fp32_to_fp16 (nearest even, ties included; infinity past the largest half; NaN stays
+// NaN), in the vector part of a row and in its tail.
+TEST(BackendOpsTable, CpuRoundsActivationsToHalfAlikeOnEveryInstructionSet) {
+  std::vector<float> x = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, -1.0f - 0x1p-11f, 65504.0f, 65519.0f, 65520.0f,
+                          1e6f, -1e6f, INFINITY, -INFINITY, NAN, 1e-6f, 3e-8f, -6e-8f, 0.0f, -0.0f, 2049.0f, 2051.0f};
+  for (int i = 0; x.size() < 53; ++i) x.push_back(hashed_value(7, i, 0, -300.0f, 300.0f));
+  std::vector<uint16_t> half(x.size());
+  std::vector<float> rounded(x.size());
+  for (const std::string& target : cpu::simd_targets()) {
+    cpu::use_simd_target(target);
+    cpu::round_to_half(x.data(), static_cast<int64_t>(x.size()), half.data(), rounded.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t want = fp32_to_fp16(x[i]);
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(fp16_to_fp32(half[i])) && std::isnan(rounded[i])) << target << " value " << i;
+        continue;
+      }
+      EXPECT_EQ(half[i], want) << target << " value " << i << " = " << x[i];
+      EXPECT_TRUE(same_bits(rounded[i], fp16_to_fp32(want))) << target << " value " << i << " = " << x[i];
+    }
+  }
+  cpu::use_simd_target("");
 }
 
 // The table must fail a wrong kernel: a backend whose matmul reads the next weight row.

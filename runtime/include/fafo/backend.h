@@ -83,13 +83,18 @@ struct BackendNumerics {
   // When not exact: the largest error allowed, |got - ref| <= tolerance * max(1, |ref|).
   // Ids (embed rows, argmax, top-k order) must still match wherever the values do.
   double tolerance = 0.0;
-  // Matrix products whose weights are stored below fp32 (block-quantized, F16, BF16),
-  // where a backend rounds the activations as llama.cpp does (8 bits per block, or fp16):
-  // the largest error allowed there (same measure). 0: `tolerance` holds for them too.
+  // Matrix products whose weights are block-quantized, where a backend rounds the
+  // activations to 8 bits per block as llama.cpp does: the largest error allowed there
+  // (same measure). 0: `tolerance` holds for them too.
   double rounded_matmul_tolerance = 0.0;
+  // Matrix products with F16 weights, where a backend rounds the activations to fp16 as
+  // llama.cpp does. 0: `tolerance` holds for them too.
+  double half_matmul_tolerance = 0.0;
 
-  // The tolerance for an op; `rounded_matmul`: a matrix product with weights stored below fp32.
-  double tolerance_for(bool rounded_matmul) const {
+  // The tolerance for an op; `rounded_matmul`: a matrix product with block-quantized
+  // weights; `half_matmul`: one with F16 weights.
+  double tolerance_for(bool rounded_matmul, bool half_matmul = false) const {
+    if (half_matmul && half_matmul_tolerance > 0.0) return half_matmul_tolerance;
     return rounded_matmul && rounded_matmul_tolerance > 0.0 ? rounded_matmul_tolerance : tolerance;
   }
 };
@@ -176,9 +181,9 @@ class Backend {
     swiglu(out, scratch, out);
   }
   // acc[i] += W x[i] (a residual add after a product): the same values as
-  // matmul(w, x, scratch) then add(acc, scratch). `scratch` ([T x w.rows], not acc or x)
-  // may be written or left alone; a backend may fuse the add into the product (one
-  // kernel instead of two).
+  // matmul(w, x, scratch) then add(acc, scratch). acc must not be x (a backend may throw
+  // std::invalid_argument). `scratch` ([T x w.rows], neither acc nor x) may be written
+  // or left alone; a backend may fuse the add into the product (one kernel, not two).
   virtual void matmul_add(const Weight& w, const Activation& x, Activation& acc, Activation& scratch) {
     matmul(w, x, scratch);
     add(acc, scratch);

@@ -34,6 +34,7 @@ class WeightLoader {
   WeightLoader(const GgufFile& f, Backend& b) : f_(f), b_(b) {}
 
   Weight matrix(const std::string& name, int64_t cols, int64_t rows) { return load(f_.require_tensor(name), cols, rows); }
+  Weight matrix(const GgufTensor& t, int64_t cols, int64_t rows) { return load(t, cols, rows); }
   Weight vector(const std::string& name, int64_t n) { return load(f_.require_tensor(name), n, 1); }
   // Two tensors of one type and shape as one weight: b's rows after a's.
   Weight matrix_pair(const GgufTensor& a, const GgufTensor& b, int64_t cols, int64_t rows) {
@@ -114,8 +115,8 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
     if (gate.type == up.type && backend_->fuses_gate_up(gate.type, c.n_ff, c.n_embd)) {
       L.w_gate = load.matrix_pair(gate, up, c.n_embd, c.n_ff);  // one weight; L.w_up stays empty
     } else {
-      L.w_gate = load.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
-      L.w_up = load.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
+      L.w_gate = load.matrix(gate, c.n_embd, c.n_ff);
+      L.w_up = load.matrix(up, c.n_embd, c.n_ff);
     }
     L.w_down = load.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
     w.layers.push_back(L);

@@ -456,18 +456,14 @@ void FusedProduct(const host::HostWeight& w, int64_t r0, int64_t r1, const XT* x
 }
 
 // Returns false when the format has no fused product. With `x_half` (the activations as
-// fp16, same stride), F16 and BF16 weights read it instead of x: half the bytes, which
-// measured 1.6x faster one-token steps (F16 TinyLlama on AVX-512, one thread: 12.4
-// against 7.9 tokens/s).
+// fp16, same stride), F16 weights read it instead of x: half the bytes, which measured
+// 1.6x faster one-token steps (F16 TinyLlama on AVX-512, one thread: 12.4 against 7.9
+// tokens/s).
 bool Fused(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, const uint16_t* x_half,
            int64_t x_stride, int64_t T, float* out, int64_t out_stride) {
   const auto* xh = reinterpret_cast<const hwy::float16_t*>(x_half);
   if (xh != nullptr && w.type == TensorType::F16) {
     FusedProduct<F16Decoder>(w, r0, r1, xh, x_stride, T, out, out_stride);
-    return true;
-  }
-  if (xh != nullptr && w.type == TensorType::BF16) {
-    FusedProduct<BF16Decoder>(w, r0, r1, xh, x_stride, T, out, out_stride);
     return true;
   }
   switch (w.type) {
@@ -530,20 +526,24 @@ void MatmulRowsImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const flo
   }
 }
 
-// Activations to fp16 (saturated to the largest finite half) and back to floats.
+// Activations to fp16 (rounded to nearest even; overflow gives infinity and NaN stays
+// NaN, as the CPU's conversion instruction does) and back to floats. Highway converts
+// by truncation on targets without that instruction (x86 before AVX2, the portable
+// emulation), so those convert value by value like the reference's fp32_to_fp16.
 void RoundToHalfImpl(const float* x, int64_t n, uint16_t* half, float* rounded) {
+  int64_t i = 0;
+#if !(HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3 || HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR)
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF hi = hn::Set(df, 65504.0f), lo = hn::Set(df, -65504.0f);
   auto* h = reinterpret_cast<hwy::float16_t*>(half);
-  int64_t i = 0;
   for (; i + N <= n; i += N) {
-    const auto v = hn::DemoteTo(DF16(), hn::Min(hn::Max(hn::LoadU(df, x + i), lo), hi));
+    const auto v = hn::DemoteTo(DF16(), hn::LoadU(df, x + i));
     if (h != nullptr) hn::StoreU(v, DF16(), h + i);
     hn::StoreU(hn::PromoteTo(df, v), df, rounded + i);
   }
+#endif
   for (; i < n; ++i) {
-    const uint16_t b = fp32_to_fp16(std::clamp(x[i], -65504.0f, 65504.0f));
+    const uint16_t b = fp32_to_fp16(x[i]);
     if (half != nullptr) half[i] = b;
     rounded[i] = fp16_to_fp32(b);
   }
@@ -583,7 +583,7 @@ void matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const float*
                                        matmul_panel_rows(w.cols));
 }
 
-bool rounds_activations_to_half(TensorType type) { return type == TensorType::F16 || type == TensorType::BF16; }
+bool rounds_activations_to_half(TensorType type) { return type == TensorType::F16; }
 
 void round_to_half(const float* x, int64_t n, uint16_t* half, float* rounded) {
   HWY_DYNAMIC_DISPATCH(RoundToHalfImpl)(x, n, half, rounded);

@@ -8,10 +8,10 @@
 // fused multiply-adds over the row in order, then across lanes. Neither the panel, the
 // token tile, the step's size nor the thread count changes that arithmetic, so the
 // results are T-invariant; they differ from the reference's ref::dot only in summation
-// order (and by instruction set: AVX-512, AVX2, SSE4, NEON, scalar). For F16 and BF16
-// weights the caller rounds the activations to fp16 first (round_to_half, as llama.cpp
-// does for F16): one-token steps then read half the activation bytes, and every step
-// multiplies by the same rounded values.
+// order (and by instruction set: AVX-512, AVX2, SSE4, NEON, scalar). For F16 weights
+// the caller rounds the activations to fp16 first (round_to_half, as llama.cpp does):
+// one-token steps then read half the activation bytes, and every step multiplies by the
+// same rounded values.
 #pragma once
 
 #include <cstddef>
@@ -31,16 +31,17 @@ int64_t matmul_panel_rows(int64_t cols);
 
 // out[t * out_stride + r] = dot(row r of w, x + t * x_stride) for r in [r0, r1), t < T.
 // x_half: nullptr, or x as fp16 (same stride; x then holds exactly those values), which
-// small steps with F16 or BF16 weights read instead of x.
+// small steps with F16 weights read instead of x.
 void matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, const uint16_t* x_half,
                  int64_t x_stride, int64_t T, float* out, int64_t out_stride, float* scratch);
 
-// Whether products with `type` weights take activations rounded to fp16 (F16, BF16).
+// Whether products with `type` weights take activations rounded to fp16 (F16).
 bool rounds_activations_to_half(TensorType type);
 // Steps of at most this many tokens read x_half; larger ones only x.
 constexpr int64_t kHalfActivationsMaxT = 4;
-// n activations to fp16 (saturated at +-65504) in `half` (unless nullptr), and the same
-// values as floats in `rounded`.
+// n activations to fp16 in `half` (unless nullptr), and the same values as floats in
+// `rounded`: fp32_to_fp16's bits (nearest even; infinity past 65504) on every
+// instruction set.
 void round_to_half(const float* x, int64_t n, uint16_t* half, float* rounded);
 
 // Dequantizes `n` values (whole blocks) of one weight row into dst, as

@@ -296,7 +296,7 @@ class HostBackend final : public Backend, public StepRows {
   // Zeroed by calloc: a large buffer is fresh pages the system maps on first touch, so
   // rows a step never writes (the logits of all but the last prompt row during prefill:
   // 64 MiB at a 32,000-token vocabulary) take no memory. The floats start on a cache
-  // line, so a vector load of an activation row never straddles two lines.
+  // line (so does every row whose width is a multiple of 16 floats).
   struct ZeroedFloats {
     std::unique_ptr<float, void (*)(void*)> block;
     float* p = nullptr;

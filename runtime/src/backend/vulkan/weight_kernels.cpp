@@ -121,6 +121,31 @@ uint32_t ceil_div(uint64_t a, uint64_t b) {
   return static_cast<uint32_t>(std::min<uint64_t>((a + b - 1) / b, UINT32_MAX));
 }
 
+// The strides of a product's shape, and its buffers against it (`w_rows` rows in w).
+void check_product(TensorType type, const Buffer& w, uint64_t w_rows, const Buffer& x, const Buffer& out,
+                   const MatmulShape& s, const char* kernel) {
+  if (s.T > 1 && s.x_stride < s.cols)
+    throw std::invalid_argument(std::string(kernel) + ": x_stride " + std::to_string(s.x_stride) + " < cols " +
+                                std::to_string(s.cols));
+  if (s.T > 1 && s.out_stride < uint64_t{s.out_offset} + s.rows)
+    throw std::invalid_argument(std::string(kernel) + ": out_stride " + std::to_string(s.out_stride) +
+                                " < out_offset + rows = " + std::to_string(uint64_t{s.out_offset} + s.rows) +
+                                " (tokens' outputs would overlap)");
+  if (w_rows > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": too many weight rows");
+  require_bytes(w, WeightKernels::weight_bytes(type, static_cast<uint32_t>(w_rows), s.cols),
+                "w (rows rounded up to 4 bytes)", kernel);
+  require_bytes(x, (uint64_t{s.T - 1} * s.x_stride + s.cols) * sizeof(float), "x", kernel);
+  require_bytes(out, (uint64_t{s.T - 1} * s.out_stride + s.out_offset + s.rows) * sizeof(float), "out", kernel);
+}
+
+// The whole-rows tile for T tokens: the smallest that holds them, else the largest.
+size_t whole_rows_tile(uint32_t T) {
+  const auto holds = std::ranges::find_if(WeightKernels::kWholeRowsTiles, [&](uint32_t t) { return t >= T; });
+  return holds != WeightKernels::kWholeRowsTiles.end()
+             ? static_cast<size_t>(holds - WeightKernels::kWholeRowsTiles.begin())
+             : WeightKernels::kWholeRowsTiles.size() - 1;
+}
+
 }  // namespace
 
 WeightKernels::WeightKernels(const Context& context)
@@ -142,7 +167,10 @@ void WeightKernels::prepare(TensorType type) const {
   FormatPipelines& f = pipelines(type, "WeightKernels::prepare");
   embed_pipeline(f);
   if (cpu_device_) {
-    for (size_t i = 0; i < kWholeRowsTiles.size(); ++i) whole_rows(f, i);
+    for (size_t i = 0; i < kWholeRowsTiles.size(); ++i) {
+      whole_rows(f, i);
+      gated(f, i);
+    }
     return;
   }
   for (size_t i = 0; i < kTokenTiles.size(); ++i) split_rows(f, i, subgroup_tiles_[i]);
@@ -245,23 +273,12 @@ void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& 
     subgroup = variant.reduction == MatmulReduction::Auto && subgroup_tiles_[tile_index];
   }
   if (s.T == 0 || s.rows == 0) return;
-  if (s.T > 1 && s.x_stride < s.cols)
-    throw std::invalid_argument(std::string(kernel) + ": x_stride " + std::to_string(s.x_stride) + " < cols " +
-                                std::to_string(s.cols));
-  if (s.T > 1 && s.out_stride < uint64_t{s.out_offset} + s.rows)
-    throw std::invalid_argument(std::string(kernel) + ": out_stride " + std::to_string(s.out_stride) +
-                                " < out_offset + rows = " + std::to_string(uint64_t{s.out_offset} + s.rows) +
-                                " (tokens' outputs would overlap)");
   const uint32_t row_bytes = row_bytes_u32(type, s.cols, kernel);
-  require_bytes(w, weight_bytes(type, s.rows, s.cols), "w (rows rounded up to 4 bytes)", kernel);
-  require_bytes(x, (uint64_t{s.T - 1} * s.x_stride + s.cols) * sizeof(float), "x", kernel);
-  require_bytes(out, (uint64_t{s.T - 1} * s.out_stride + s.out_offset + s.rows) * sizeof(float), "out", kernel);
+  check_product(type, w, s.rows, x, out, s, kernel);
 
   const bool whole = mapping == MatmulMapping::WholeRows;
   const uint32_t rows_per_group = whole ? kWholeRowsPerWorkgroup : kSplitRowsPerWorkgroup[tile_index];
-  size_t whole_index = kWholeRowsTiles.size() - 1;  // the smallest whole-rows tile that holds T, else the largest
-  const auto holds = std::ranges::find_if(kWholeRowsTiles, [&](uint32_t t) { return t >= s.T; });
-  if (holds != kWholeRowsTiles.end()) whole_index = static_cast<size_t>(holds - kWholeRowsTiles.begin());
+  const size_t whole_index = whole_rows_tile(s.T);
   const uint32_t tokens_per_tile = whole ? kWholeRowsTiles[whole_index] : kTokenTiles[tile_index];
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
   auto cap = [](uint32_t limit, uint32_t asked) { return asked == 0 ? limit : std::min(limit, asked); };
@@ -280,20 +297,9 @@ void WeightKernels::matmul_gated(CommandSequence& seq, TensorType type, const Bu
   if (!cpu_device_) throw std::invalid_argument(std::string(kernel) + ": only CPU devices have the gated variant");
   if (s.accumulate) throw std::invalid_argument(std::string(kernel) + ": the gated product does not accumulate");
   if (s.T == 0 || s.rows == 0) return;
-  if (s.T > 1 && s.x_stride < s.cols)
-    throw std::invalid_argument(std::string(kernel) + ": x_stride " + std::to_string(s.x_stride) + " < cols " +
-                                std::to_string(s.cols));
-  if (s.T > 1 && s.out_stride < uint64_t{s.out_offset} + s.rows)
-    throw std::invalid_argument(std::string(kernel) + ": out_stride " + std::to_string(s.out_stride) +
-                                " < out_offset + rows (tokens' outputs would overlap)");
   const uint32_t row_bytes = row_bytes_u32(type, s.cols, kernel);
-  if (uint64_t{2} * s.rows > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": too many rows");
-  require_bytes(w, weight_bytes(type, 2 * s.rows, s.cols), "w (gate and up rows, rounded up to 4 bytes)", kernel);
-  require_bytes(x, (uint64_t{s.T - 1} * s.x_stride + s.cols) * sizeof(float), "x", kernel);
-  require_bytes(out, (uint64_t{s.T - 1} * s.out_stride + s.out_offset + s.rows) * sizeof(float), "out", kernel);
-  size_t tile_index = kWholeRowsTiles.size() - 1;
-  const auto holds = std::ranges::find_if(kWholeRowsTiles, [&](uint32_t t) { return t >= s.T; });
-  if (holds != kWholeRowsTiles.end()) tile_index = static_cast<size_t>(holds - kWholeRowsTiles.begin());
+  check_product(type, w, uint64_t{2} * s.rows, x, out, s, kernel);  // the gate's rows, then the up projection's
+  const size_t tile_index = whole_rows_tile(s.T);
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
   // A gated invocation computes half the rows of a plain one (their gate and up halves).
   const uint32_t groups_x = std::min(ceil_div(s.rows, kWholeRowsPerWorkgroup / 2), max_groups[0]);

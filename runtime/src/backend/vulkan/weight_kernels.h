@@ -3,8 +3,9 @@
 // (its header explains the design), shaders/embed.comp and shaders/dequant.glsl (the
 // decoders, bit-exact with fafo::dequantize_row). A format's pipelines are created by
 // prepare() (the backend calls it while uploading the model's weights: only the formats
-// and variants a model uses on this device, 8 of 182 on a GPU); variants asked for
-// explicitly (tests) are created on first use.
+// and variants a model uses on this device: on a GPU the 12 split-rows variants of a
+// format, of 19 per format; on a CPU device its 3 whole-rows and 3 gated variants);
+// variants asked for explicitly (tests) are created on first use.
 //
 // A weight buffer holds `rows` packed rows of tensor_row_bytes(type, cols) bytes each,
 // back to back from offset 0, in a buffer of at least weight_bytes(type, rows, cols)
