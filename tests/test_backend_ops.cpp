@@ -679,6 +679,16 @@ TEST_P(BackendOps, Gather) { run_op("gather"); }
 TEST_P(BackendOps, MatmulAdd) { run_op("matmul_add"); }
 TEST_P(BackendOps, MatmulSwiglu) { run_op("matmul_swiglu"); }
 
+// A fused op's outputs against the unfused ops': bit for bit, naming the first difference.
+::testing::AssertionResult same_bits_everywhere(const std::vector<float>& fused, const std::vector<float>& plain) {
+  if (fused.size() != plain.size())
+    return ::testing::AssertionFailure() << fused.size() << " values fused vs " << plain.size() << " unfused";
+  for (size_t i = 0; i < fused.size(); ++i)
+    if (!same_bits(fused[i], plain[i]))
+      return ::testing::AssertionFailure() << "value " << i << ": " << fused[i] << " fused vs " << plain[i];
+  return ::testing::AssertionSuccess();
+}
+
 // Where a backend fuses the feed-forward gate, the fused kernel gives the bits of the two
 // products and the SwiGLU, for a format of each kind and for one- and multi-token steps.
 TEST_P(BackendOps, FusedGateIsTheTwoProductsThenTheSwiglu) {
@@ -708,11 +718,7 @@ TEST_P(BackendOps, FusedGateIsTheTwoProductsThenTheSwiglu) {
         be.finish_step();
         return be.read_rows(out, T);
       };
-      const std::vector<float> fused = run(true), plain = run(false);
-      ASSERT_EQ(fused.size(), plain.size());
-      for (size_t i = 0; i < fused.size(); ++i)
-        ASSERT_TRUE(same_bits(fused[i], plain[i])) << tensor_type_name(type) << " T=" << T << " value " << i << ": "
-                                                   << fused[i] << " fused vs " << plain[i];
+      ASSERT_TRUE(same_bits_everywhere(run(true), run(false))) << tensor_type_name(type) << " T=" << T;
       ++checked;
     }
   }
@@ -747,11 +753,7 @@ TEST_P(BackendOps, MatmulAddIsTheProductThenTheAdd) {
         be.finish_step();
         return be.read_rows(acc, T);
       };
-      const std::vector<float> fused = run(true), plain = run(false);
-      ASSERT_EQ(fused.size(), plain.size());
-      for (size_t i = 0; i < fused.size(); ++i)
-        ASSERT_TRUE(same_bits(fused[i], plain[i])) << tensor_type_name(type) << " T=" << T << " value " << i << ": "
-                                                   << fused[i] << " fused vs " << plain[i];
+      ASSERT_TRUE(same_bits_everywhere(run(true), run(false))) << tensor_type_name(type) << " T=" << T;
     }
   }
 }
