@@ -141,30 +141,35 @@ TEST(CpuQ8Matmul, ProductsAreExactOverTheRoundedActivationsOnEveryInstructionSet
   cpu::use_simd_target("");
 }
 
-TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBits) {
-  // T <= 4 reads the weights from the file, larger steps from decoded panels: a row's
-  // result must not depend on which, nor on the other rows of the step.
-  const int64_t rows = 70, T = 11;
-  for (const TensorType type : kTypes) {
-    const int64_t cols = 512;
-    const Matrix m = random_matrix(type, rows, cols, 11);
-    const std::vector<float> x = activations(T, cols, 5);
-    std::vector<float> all(static_cast<size_t>(T * rows));
-    cpu::QuantizedActivations q;
-    q.resize(T, cols, cpu::q8_activation_block(type, cols));
-    cpu::quantize_activations(x.data(), cols, 0, T, q);
-    cpu::q8_matmul_rows(m.weight(), 0, rows, q, all.data(), rows);
-    for (int64_t n = 1; n < T; ++n) {
-      cpu::QuantizedActivations part;
-      part.resize(n, cols, cpu::q8_activation_block(type, cols));
-      cpu::quantize_activations(x.data(), cols, 0, n, part);
-      std::vector<float> out(static_cast<size_t>(n * rows));
-      cpu::q8_matmul_rows(m.weight(), 0, rows, part, out.data(), rows);
-      for (int64_t i = 0; i < n * rows; ++i)
-        ASSERT_EQ(float_bits(out[static_cast<size_t>(i)]), float_bits(all[static_cast<size_t>(i)]))
-            << tensor_type_name(type) << " T=" << n << " token " << i / rows << " row " << i % rows;
+TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBitsOnEveryInstructionSet) {
+  // Small steps (up to 4 or 8 tokens, by instruction set) read the weights from the file
+  // row by row against all their tokens, larger ones by panels and token tiles with a
+  // smaller last tile: a row's result must not depend on which, nor on the other rows.
+  const int64_t rows = 70, T = 19;
+  for (const std::string& target : cpu::simd_targets()) {
+    cpu::use_simd_target(target);
+    for (const TensorType type : kTypes) {
+      const int64_t cols = 512;
+      const Matrix m = random_matrix(type, rows, cols, 11);
+      const std::vector<float> x = activations(T, cols, 5);
+      std::vector<float> all(static_cast<size_t>(T * rows));
+      cpu::QuantizedActivations q;
+      q.resize(T, cols, cpu::q8_activation_block(type, cols));
+      cpu::quantize_activations(x.data(), cols, 0, T, q);
+      cpu::q8_matmul_rows(m.weight(), 0, rows, q, all.data(), rows);
+      for (int64_t n = 1; n < T; ++n) {
+        cpu::QuantizedActivations part;
+        part.resize(n, cols, cpu::q8_activation_block(type, cols));
+        cpu::quantize_activations(x.data(), cols, 0, n, part);
+        std::vector<float> out(static_cast<size_t>(n * rows));
+        cpu::q8_matmul_rows(m.weight(), 0, rows, part, out.data(), rows);
+        for (int64_t i = 0; i < n * rows; ++i)
+          ASSERT_EQ(float_bits(out[static_cast<size_t>(i)]), float_bits(all[static_cast<size_t>(i)]))
+              << target << " " << tensor_type_name(type) << " T=" << n << " token " << i / rows << " row " << i % rows;
+      }
     }
   }
+  cpu::use_simd_target("");
 }
 
 TEST(CpuQ8Matmul, NonFiniteActivationsGiveNaNInTheirRowOnly) {

@@ -576,26 +576,33 @@ void IntRows(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, cons
 // one row at a time against all their tokens (a single sequential stream). The tiles
 // fit the register budget: 32 vector registers on AVX-512 and NEON, 16 elsewhere.
 #if HWY_TARGET <= HWY_AVX3 || HWY_ARCH_ARM
-constexpr size_t kRows = 2, kTokens = 4;
+constexpr size_t kRows = 1, kTokens = 8;
+constexpr int64_t kFusedMaxT = 8;
 #else
 constexpr size_t kRows = 2, kTokens = 2;
-#endif
 constexpr int64_t kFusedMaxT = 4;
+#endif
+
+// Tokens [t, x.rows) (fewer than NT) in one tile of as many tokens.
+template <class Dec, size_t R, size_t NT>
+void LastTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, const QuantizedActivations& x,
+                int64_t t, int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
+  if constexpr (NT > 1) {
+    if (x.rows - t == static_cast<int64_t>(NT) - 1)
+      IntRows<Dec, R, NT - 1>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
+    else
+      LastTokens<Dec, R, NT - 1>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
+  }
+}
 
 // Token tiles of NT (the last one smaller) outer, row tiles of R inner.
 template <class Dec, size_t R, size_t NT>
 void AllTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, const QuantizedActivations& x,
                int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
-  static_assert(NT <= 4);
   int64_t t = 0;
   for (; t + static_cast<int64_t>(NT) <= x.rows; t += NT)
     IntRows<Dec, R, NT>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
-  switch (x.rows - t) {
-    case 3: IntRows<Dec, R, 3>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch); break;
-    case 2: IntRows<Dec, R, 2>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch); break;
-    case 1: IntRows<Dec, R, 1>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch); break;
-    default: break;
-  }
+  if (t < x.rows) LastTokens<Dec, R, NT>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
 }
 
 // Steps of up to kFusedMaxT tokens stream the rows once; larger ones take the rows in

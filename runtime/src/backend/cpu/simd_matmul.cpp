@@ -441,18 +441,30 @@ void FusedRows(const host::HostWeight& w, int64_t r0, int64_t r1, const XT* x, i
   }
 }
 
-// Steps of at most this many tokens use the fused product; larger ones the panels.
-constexpr int64_t kFusedMaxT = kHalfActivationsMaxT;
+// Steps of at most this many tokens use the fused product (tiles of kRows rows, or of 2
+// rows past 4 tokens); larger ones the panels.
+#if HWY_TARGET <= HWY_AVX3 || HWY_ARCH_ARM
+constexpr int64_t kFusedMaxT = 8;
+#else
+constexpr int64_t kFusedMaxT = 4;
+#endif
+static_assert(kFusedMaxT <= kHalfActivationsMaxT);
+
+template <class Dec, size_t NT, class XT>
+void FusedProductOf(const host::HostWeight& w, int64_t r0, int64_t r1, const XT* x, int64_t x_stride, int64_t T,
+                    float* out, int64_t out_stride) {
+  if (T == static_cast<int64_t>(NT)) {
+    constexpr size_t R = NT == 1 ? kRowsOneToken : NT <= 4 ? kRows : 2;
+    FusedRows<Dec, R, NT>(w, r0, r1, x, x_stride, out, out_stride);
+  } else if constexpr (NT > 1) {
+    FusedProductOf<Dec, NT - 1>(w, r0, r1, x, x_stride, T, out, out_stride);
+  }
+}
 
 template <class Dec, class XT>
 void FusedProduct(const host::HostWeight& w, int64_t r0, int64_t r1, const XT* x, int64_t x_stride, int64_t T,
                   float* out, int64_t out_stride) {
-  switch (T) {
-    case 1: FusedRows<Dec, kRowsOneToken, 1>(w, r0, r1, x, x_stride, out, out_stride); break;
-    case 2: FusedRows<Dec, kRows, 2>(w, r0, r1, x, x_stride, out, out_stride); break;
-    case 3: FusedRows<Dec, kRows, 3>(w, r0, r1, x, x_stride, out, out_stride); break;
-    default: FusedRows<Dec, kRows, 4>(w, r0, r1, x, x_stride, out, out_stride); break;
-  }
+  FusedProductOf<Dec, static_cast<size_t>(kFusedMaxT)>(w, r0, r1, x, x_stride, T, out, out_stride);
 }
 
 // Returns false when the format has no fused product. With `x_half` (the activations as

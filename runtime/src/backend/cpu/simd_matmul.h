@@ -37,8 +37,9 @@ void matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const float*
 
 // Whether products with `type` weights take activations rounded to fp16 (F16).
 bool rounds_activations_to_half(TensorType type);
-// Steps of at most this many tokens read x_half; larger ones only x.
-constexpr int64_t kHalfActivationsMaxT = 4;
+// Steps of at most this many tokens may read x_half (up to 8 tokens on AVX-512 and NEON,
+// 4 elsewhere); larger ones only x.
+constexpr int64_t kHalfActivationsMaxT = 8;
 // n activations to fp16 in `half` (unless nullptr), and the same values as floats in
 // `rounded`: fp32_to_fp16's bits (nearest even; infinity past 65504) on every
 // instruction set.
