@@ -9,6 +9,10 @@
 #ifndef STORAGE16
 #define STORAGE16 0
 #endif
+// SERIAL=1: the variant for CPU devices (lavapipe), below.
+#ifndef SERIAL
+#define SERIAL 0
+#endif
 #if STORAGE16
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -30,11 +34,24 @@
 // Keys are processed WG_SIZE at a time with an online softmax: each invocation
 // scores one key, the workgroup reduces max and sum in shared memory, and each
 // invocation accumulates its own head dimensions (head_dim <= 4 * WG_SIZE).
+//
+// SERIAL=1, for CPU devices: one invocation computes a whole (part, head, row), with
+// the same arithmetic in the same order (keys WG_SIZE at a time, the same reduction
+// trees over them in a local array), so both variants give the same bits; the
+// invocations of a workgroup are SERIAL_LANES heads of the same part and row, so their
+// loops have the same bounds. A CPU device runs a workgroup's invocations as vector
+// lanes and a barrier as a switch between them: the workgroup-wide variant spent most
+// of a long step there.
 #define WG_SIZE 64
 #define DIMS_PER_THREAD 4
 #define MAX_HEAD_DIM (WG_SIZE * DIMS_PER_THREAD)
+#define SERIAL_LANES 8
 
+#if SERIAL
+layout(local_size_x = SERIAL_LANES) in;
+#else
 layout(local_size_x = WG_SIZE) in;
+#endif
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };           // [T x q_stride]
 #if KV_F16 && STORAGE16
@@ -77,6 +94,7 @@ layout(push_constant) uniform Params {
   float scale;
 } p;
 
+#if !SERIAL
 shared float q_sh[MAX_HEAD_DIM];
 shared float red[WG_SIZE];
 shared float weight_sh[WG_SIZE];
@@ -171,3 +189,88 @@ void main() {
     if (d < p.head_dim) partials[at + 2 + d] = acc[k];
   }
 }
+
+#else  // SERIAL
+
+float red_s[WG_SIZE];
+float score_s[WG_SIZE];
+uint slot_s[WG_SIZE];
+float acc_s[MAX_HEAD_DIM];
+
+void main() {
+  // Invocation i: head i % n_head, part (i / n_head) % n_parts, row i / (n_head * n_parts).
+  const uint id = gl_GlobalInvocationID.x;
+  const uint head = id % p.n_head;
+  const uint part = (id / p.n_head) % p.n_parts;
+  const uint row = id / (p.n_head * p.n_parts);
+  if (row >= p.T) return;
+  const uint kv_head = head / (p.n_head / p.n_head_kv);
+  const uint kv_offset = kv_head * p.head_dim;
+  const uint q_offset = row * p.q_stride + head * p.head_dim;
+
+  const bool compressed = step_info[row] != 0 && p.dense == 0;
+  const uint prefix = compressed ? min(p.region, p.n_past) : p.n_past;
+  const uint n_keys = prefix + row + 1;
+  const uint first = part * p.part_keys;
+  const uint last = min(first + p.part_keys, n_keys);
+
+  float m = -1.0 / 0.0;
+  float l = 0.0;
+  for (uint d = 0; d < p.head_dim; ++d) acc_s[d] = 0.0;
+
+  for (uint chunk = first; chunk < last; chunk += WG_SIZE) {
+    for (uint lid = 0; lid < WG_SIZE; ++lid) {
+      const uint key = chunk + lid;
+      float score = -1.0 / 0.0;
+      uint slot = 0;
+      if (key < last) {
+        bool visible = true;
+        if (key < prefix) {
+          slot = (!compressed && p.use_order != 0) ? step_info[p.order_offset + key] : key;
+        } else {
+          const uint j = key - prefix;
+          slot = p.n_past + j;
+          visible = ((step_info[p.mask_offset + row * p.mask_words + j / 32] >> (j % 32)) & 1u) != 0;
+        }
+        if (visible) {
+          const uint base = slot * p.kv_dim + kv_offset;
+          float dot_qk = 0.0;
+          for (uint d = 0; d < p.head_dim; ++d) dot_qk += q[q_offset + d] * key_at(base + d);
+          score = dot_qk * p.scale;
+        }
+      }
+      score_s[lid] = score;
+      slot_s[lid] = slot;
+      red_s[lid] = score;
+    }
+    for (uint stride = WG_SIZE / 2; stride > 0; stride >>= 1)
+      for (uint lid = 0; lid < stride; ++lid) red_s[lid] = max(red_s[lid], red_s[lid + stride]);
+    const float m_new = max(m, red_s[0]);
+    if (m_new == -1.0 / 0.0) continue;  // nothing visible yet
+    for (uint lid = 0; lid < WG_SIZE; ++lid) {
+      const float score = score_s[lid];
+      score_s[lid] = score == -1.0 / 0.0 ? 0.0 : exp(score - m_new);  // now the weights
+      red_s[lid] = score_s[lid];
+    }
+    for (uint stride = WG_SIZE / 2; stride > 0; stride >>= 1)
+      for (uint lid = 0; lid < stride; ++lid) red_s[lid] += red_s[lid + stride];
+    const float correction = m == -1.0 / 0.0 ? 0.0 : exp(m - m_new);
+    l = l * correction + red_s[0];
+    const uint count = min(WG_SIZE, last - chunk);
+    for (uint d = 0; d < p.head_dim; ++d) {
+      float sum = acc_s[d] * correction;
+      for (uint j = 0; j < count; ++j) {
+        const float wj = score_s[j];
+        if (wj != 0.0) sum += wj * value_at(slot_s[j] * p.kv_dim + kv_offset + d);
+      }
+      acc_s[d] = sum;
+    }
+    m = m_new;
+  }
+
+  const uint at = ((row * p.n_head + head) * p.n_parts + part) * (p.head_dim + 2);
+  partials[at] = m;
+  partials[at + 1] = l;
+  for (uint d = 0; d < p.head_dim; ++d) partials[at + 2 + d] = acc_s[d];
+}
+#endif  // SERIAL

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,7 +20,9 @@
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
+#include "backend/vulkan/embedded_shaders.h"
 #include "backend/vulkan/kernels.h"
+#include "backend/vulkan/spirv_bindings.h"
 #include "backend/vulkan/vulkan_error.h"
 #include "fafo/top_k.h"
 #include "vulkan_test_support.h"
@@ -169,6 +172,130 @@ TEST_F(VulkanKernels, ChainedDispatchesInOneSubmission) {
   }
   const std::vector<float> got = read(out, want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i]) + 1e-5) << i;
+}
+
+TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEitherMapping) {
+  // One invocation per (part, head, row) (CPU devices) or a workgroup per (part, head,
+  // row): the same sums in the same order, so the same bits; over FULL rows in a
+  // permuted logical order, COMPRESSED rows reading the region, in-step masks, several
+  // parts, and an fp32 and an fp16 cache.
+  const uint32_t T = 37, n_past = 300, n_head = 4, n_head_kv = 2, head_dim = 24, kv_dim = n_head_kv * head_dim;
+  const uint32_t region = 70, part_keys = 128, n_parts = (n_past + T + part_keys - 1) / part_keys;
+  const uint32_t mask_words = (T + 31) / 32, q_stride = n_head * head_dim;
+  std::mt19937 rng(77);
+  std::vector<uint32_t> info(T + size_t{T} * mask_words + n_past, 0);
+  for (uint32_t r = 0; r < T; ++r) {
+    info[r] = r % 3 == 1;  // every third row COMPRESSED
+    for (uint32_t j = 0; j <= r; ++j)
+      if (j == r || rng() % 2) info[T + r * mask_words + j / 32] |= 1u << (j % 32);
+  }
+  std::vector<uint32_t> order(n_past);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::copy(order.begin(), order.end(), info.begin() + T + size_t{T} * mask_words);
+  Buffer step_info(*context_, info.size() * sizeof(uint32_t));
+  step_info.upload(info.data(), info.size() * sizeof(uint32_t));
+  Buffer q = make_buffer(*context_, random_values(size_t{T} * q_stride, 81, -1.5f, 1.5f));
+  for (const bool f16 : {false, true}) {
+    const size_t words = size_t{n_past + T} * kv_dim / (f16 ? 2 : 1);
+    // Random words: as fp16 pairs they include subnormals, infinities and NaNs only
+    // where the exponent bits say so; keep them finite by clearing the top exponent bit.
+    std::vector<float> kf = random_values(words, 82, -1.5f, 1.5f), vf = random_values(words, 83);
+    if (f16)
+      for (float* p : {kf.data(), vf.data()})
+        for (size_t i = 0; i < words; ++i) {
+          uint32_t w;
+          std::memcpy(&w, &p[i], 4);
+          w &= ~0x40004000u;
+          std::memcpy(&p[i], &w, 4);
+        }
+    Buffer keys = make_buffer(*context_, kf), values = make_buffer(*context_, vf);
+    std::vector<float> got[2];
+    for (int serial = 0; serial < 2; ++serial) {
+      Buffer partials(*context_, size_t{T} * n_head * n_parts * (head_dim + 2) * sizeof(float));
+      Buffer out(*context_, size_t{T} * q_stride * sizeof(float));
+      Kernels::AttentionArgs a{T,      n_past, n_head,     n_head_kv, head_dim,  kv_dim,     q_stride, q_stride,
+                               region, 0,      1,          part_keys, n_parts,   mask_words, T,        T + T * mask_words,
+                               0.2f};
+      a.kv_f16 = f16;
+      a.mapping = serial ? Kernels::AttentionArgs::Mapping::Serial : Kernels::AttentionArgs::Mapping::Workgroup;
+      CommandSequence seq(*context_);
+      kernels_->attention(seq, q, keys, values, step_info, partials, out, a);
+      seq.submit_and_wait();
+      got[serial] = read(out, size_t{T} * q_stride);
+    }
+    size_t finite = 0;
+    for (size_t i = 0; i < got[0].size(); ++i) {
+      finite += std::isfinite(got[0][i]);
+      ASSERT_EQ(std::memcmp(&got[0][i], &got[1][i], 4), 0)
+          << (f16 ? "f16" : "f32") << " row " << i / q_stride << " dim " << i % q_stride << ": " << got[0][i]
+          << " vs " << got[1][i];
+    }
+    EXPECT_EQ(finite, got[0].size());
+  }
+}
+
+TEST_F(VulkanKernels, OnlyDependentCommandsAreSeparatedByABarrier) {
+  // Two RMSNorms of the same input into different outputs are independent; a product
+  // reading one of them depends on it (read after write); an RMSNorm writing the
+  // buffer the product read must wait for it (write after read); a copy of the
+  // product's output depends on it. Results must be those of the chain.
+  const uint32_t T = 2, n = 64, rows = 16;
+  const float eps = 1e-6f;
+  const std::vector<float> x = random_values(size_t{T} * n, 41), g = random_values(n, 42, 0.5f, 1.5f);
+  const std::vector<float> w = random_values(size_t{rows} * n, 43), x2 = random_values(size_t{T} * n, 44);
+  Buffer bx = make_buffer(*context_, x), bg = make_buffer(*context_, g), bw = make_buffer(*context_, w),
+         bx2 = make_buffer(*context_, x2);
+  Buffer a(*context_, size_t{T} * n * sizeof(float)), b(*context_, size_t{T} * n * sizeof(float)),
+      c(*context_, size_t{T} * rows * sizeof(float)), d(*context_, size_t{T} * rows * sizeof(float));
+  CommandSequence seq(*context_);
+  kernels_->rms_norm(seq, bx, bg, a, T, n, eps);
+  kernels_->rms_norm(seq, bx, bg, b, T, n, eps);
+  EXPECT_EQ(seq.barrier_count(), 0u) << "two independent commands";
+  kernels_->matmul_f32(seq, a, bw, c, T, rows, n);
+  EXPECT_EQ(seq.barrier_count(), 1u) << "read after write";
+  kernels_->rms_norm(seq, bx2, bg, a, T, n, eps);
+  EXPECT_EQ(seq.barrier_count(), 2u) << "write after read";
+  seq.copy(c, 0, d, 0, size_t{T} * rows * sizeof(float));
+  EXPECT_EQ(seq.barrier_count(), 2u) << "c was written before the last barrier";
+  seq.copy(a, 0, d, 0, sizeof(float));
+  EXPECT_EQ(seq.barrier_count(), 3u) << "read after write (a) and write after write (d)";
+  seq.submit_and_wait();
+  EXPECT_EQ(seq.barrier_count(), 4u) << "and one to the host";
+
+  std::vector<float> na(size_t{T} * n), na2(size_t{T} * n), want_c(size_t{T} * rows);
+  for (uint32_t t = 0; t < T; ++t) {
+    fafo::ref::rms_norm_row(&x[t * n], g.data(), eps, &na[t * n], n);
+    fafo::ref::rms_norm_row(&x2[t * n], g.data(), eps, &na2[t * n], n);
+    for (uint32_t r = 0; r < rows; ++r) want_c[t * rows + r] = fafo::ref::dot(&na[t * n], &w[r * n], n);
+  }
+  const std::vector<float> got_b = read(b, na.size()), got_a = read(a, na.size()), got_d = read(d, want_c.size());
+  for (size_t i = 0; i < na.size(); ++i) {
+    EXPECT_NEAR(got_b[i], na[i], 1e-5) << i;
+    EXPECT_NEAR(got_a[i], na2[i], 1e-5) << i;
+  }
+  EXPECT_NEAR(got_d[0], na2[0], 1e-5);
+  for (size_t i = 1; i < want_c.size(); ++i) EXPECT_NEAR(got_d[i], want_c[i], 1e-4 * std::fabs(want_c[i]) + 1e-5) << i;
+}
+
+TEST(VulkanSpirv, ReadOnlyBindingsAreReadFromTheShader) {
+  namespace shaders = fafo::vulkan::shaders;
+  using fafo::vulkan::spirv_written_bindings;
+  EXPECT_EQ(spirv_written_bindings(shaders::rms_norm.words, shaders::rms_norm.word_count, 3),
+            (std::vector<bool>{false, false, true}));
+  // elementwise.comp declares none readonly (its output may alias an input).
+  EXPECT_EQ(spirv_written_bindings(shaders::elementwise.words, shaders::elementwise.word_count, 3),
+            (std::vector<bool>{true, true, true}));
+  EXPECT_EQ(spirv_written_bindings(shaders::attention.words, shaders::attention.word_count, 5),
+            (std::vector<bool>{false, false, false, false, true}));
+  // Bindings past the shader's are not touched; what cannot be parsed counts as written.
+  EXPECT_EQ(spirv_written_bindings(shaders::rms_norm.words, shaders::rms_norm.word_count, 4),
+            (std::vector<bool>{false, false, true, false}));
+  const uint32_t junk[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(spirv_written_bindings(junk, 8, 2), (std::vector<bool>{true, true}));
+  std::vector<uint32_t> cut(shaders::rms_norm.words, shaders::rms_norm.words + shaders::rms_norm.word_count);
+  cut[5] = 0xffff0000u | (cut[5] & 0xffffu);  // an instruction running past the end
+  EXPECT_EQ(spirv_written_bindings(cut.data(), cut.size(), 3), (std::vector<bool>{true, true, true}));
 }
 
 // Rows for the top-k tests: plain random values, heavy ties (-0.0 and +0.0 among them),

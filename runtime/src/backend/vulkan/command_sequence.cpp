@@ -1,5 +1,7 @@
 #include "backend/vulkan/command_sequence.h"
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,13 +24,30 @@ constexpr VkPipelineStageFlags kDeviceStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_
 
 }  // namespace
 
-void CommandSequence::barrier(VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
-  VkMemoryBarrier b{};
-  b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  b.dstAccessMask = dst_access;
-  vkCmdPipelineBarrier(commands_, kDeviceStages, dst_stage, 0, 1, &b, 0, nullptr, 0, nullptr);
+// Every device write since the last barrier made visible to the device's later
+// commands: buffer memory barriers on the buffers written, or an execution barrier
+// where nothing was written.
+void CommandSequence::device_barrier() {
+  constexpr VkAccessFlags dst_access =
+      VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  std::vector<VkBufferMemoryBarrier> buffers(written_.size());
+  for (size_t i = 0; i < written_.size(); ++i) {
+    VkBufferMemoryBarrier& b = buffers[i];
+    b = {};
+    b.sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER;
+    b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    b.dstAccessMask = dst_access;
+    b.srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
+    b.dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
+    b.buffer = written_[i];
+    b.offset = 0;
+    b.size = VK_WHOLE_SIZE;
+  }
+  vkCmdPipelineBarrier(commands_, kDeviceStages, kDeviceStages, 0, 0, nullptr, static_cast<uint32_t>(buffers.size()),
+                       buffers.data(), 0, nullptr);
   ++barriers_;
+  written_.clear();
+  read_.clear();
 }
 
 void CommandSequence::set_profiler(KernelProfiler* profiler) {
@@ -108,11 +127,24 @@ void CommandSequence::destroy() noexcept {
   pool_ = VK_NULL_HANDLE;
 }
 
-void CommandSequence::barrier_before_command() {
+void CommandSequence::barrier_before_command(const std::vector<VkBuffer>& reads, const std::vector<VkBuffer>& writes) {
   if (submitted_) throw std::logic_error("recording into a command sequence already submitted");
-  if (commands_recorded_ > 0)
-    barrier(kDeviceStages, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                               VK_ACCESS_TRANSFER_WRITE_BIT);
+  auto in = [](const std::vector<VkBuffer>& set, VkBuffer b) { return std::find(set.begin(), set.end(), b) != set.end(); };
+  bool depends = false;
+  for (VkBuffer b : reads) depends = depends || in(written_, b);                   // read after write
+  for (VkBuffer b : writes) depends = depends || in(written_, b) || in(read_, b);  // write after write or read
+  if (depends) {
+    device_barrier();
+  } else if (profiler_ && commands_recorded_ > 0) {
+    // Profiling: the commands run one at a time, so the time between two timestamps is
+    // one command's. This execution barrier is for the measurement only: it is not
+    // counted and leaves what the next commands depend on as it was.
+    vkCmdPipelineBarrier(commands_, kDeviceStages, kDeviceStages, 0, 0, nullptr, 0, nullptr, 0, nullptr);
+  }
+  for (VkBuffer b : reads)
+    if (!in(read_, b)) read_.push_back(b);
+  for (VkBuffer b : writes)
+    if (!in(written_, b)) written_.push_back(b);
   ++commands_recorded_;
 }
 
@@ -160,7 +192,13 @@ void CommandSequence::dispatch(const ComputePipeline& pipeline, std::initializer
                                 std::to_string(groups_y) + "x" + std::to_string(groups_z) +
                                 " is empty or over the device limit");
   const VkDescriptorSet set = descriptor_set(pipeline, buffers);
-  barrier_before_command();
+  std::vector<VkBuffer> reads, writes;
+  uint32_t binding = 0;
+  for (const Buffer* b : buffers) {
+    reads.push_back(b->handle());
+    if (pipeline.writes(binding++)) writes.push_back(b->handle());
+  }
+  barrier_before_command(reads, writes);
   vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle());
   vkCmdBindDescriptorSets(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1, &set, 0, nullptr);
   if (push_bytes > 0)
@@ -177,20 +215,27 @@ void CommandSequence::copy(const Buffer& src, const Buffer& dst, const std::vect
       throw std::out_of_range("buffer copy of " + std::to_string(r.size) + " bytes from offset " +
                               std::to_string(r.srcOffset) + " (of " + std::to_string(src.size()) + ") to offset " +
                               std::to_string(r.dstOffset) + " (of " + std::to_string(dst.size()) + ")");
-  barrier_before_command();
+  barrier_before_command({src.handle()}, {dst.handle()});
   vkCmdCopyBuffer(commands_, src.handle(), dst.handle(), static_cast<uint32_t>(regions.size()), regions.data());
   after_command("copy");
 }
 
 void CommandSequence::zero(const Buffer& dst) {
-  barrier_before_command();
+  barrier_before_command({}, {dst.handle()});
   vkCmdFillBuffer(commands_, dst.handle(), 0, VK_WHOLE_SIZE, 0);
   after_command("fill");
 }
 
 void CommandSequence::submit_and_wait(std::chrono::milliseconds timeout) {
   if (submitted_) throw std::logic_error("a command sequence is submitted only once");
-  if (commands_recorded_ > 0) barrier(VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+  if (commands_recorded_ > 0) {  // every device write of the sequence made visible to the host
+    VkMemoryBarrier b{};
+    b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+    b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    b.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(commands_, kDeviceStages, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, nullptr, 0, nullptr);
+    ++barriers_;
+  }
   check(vkEndCommandBuffer(commands_), "vkEndCommandBuffer");
   VkSubmitInfo submit{};
   submit.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;

@@ -116,10 +116,22 @@ Context::Context(ContextOptions options) : log_(options.validation_log) {
     VkInstanceCreateInfo info{};
     info.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO;
     info.pApplicationInfo = &app;
+    // Synchronization validation too: a missing barrier between dependent commands
+    // (CommandSequence puts them only where needed) is reported like any layer error.
+    const VkValidationFeatureEnableEXT sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
+    VkValidationFeaturesEXT features{};
+    features.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT;
+    features.enabledValidationFeatureCount = 1;
+    features.pEnabledValidationFeatures = &sync;
     if (validate) {
       layers.push_back(kValidationLayer);
       extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
       info.pNext = &debug_info;  // also reports on vkCreateInstance / vkDestroyInstance
+      if (instance_extension_present(kValidationLayer, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME)) {
+        extensions.push_back(VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
+        features.pNext = &debug_info;
+        info.pNext = &features;
+      }
     }
     info.enabledLayerCount = static_cast<uint32_t>(layers.size());
     info.ppEnabledLayerNames = layers.data();

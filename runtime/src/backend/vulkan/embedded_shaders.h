@@ -23,6 +23,10 @@ extern const EmbeddedShader elementwise;        // shaders/elementwise.comp (add
 extern const EmbeddedShader attention;          // shaders/attention.comp (fp32 KV cache)
 extern const EmbeddedShader attention_kv_f16;   // shaders/attention.comp, KV_F16=1
 extern const EmbeddedShader attention_kv_f16_storage16;  // KV_F16=1 STORAGE16=1 (16-bit storage)
+// The same three with SERIAL=1 (one invocation per part, head and row: CPU devices).
+extern const EmbeddedShader attention_serial;
+extern const EmbeddedShader attention_serial_kv_f16;
+extern const EmbeddedShader attention_serial_kv_f16_storage16;
 extern const EmbeddedShader probe_half_storage;  // shaders/probe_half_storage.comp
 extern const EmbeddedShader kv_store;           // shaders/kv_store.comp (fp32 rows into an fp16 cache)
 extern const EmbeddedShader attention_combine;  // shaders/attention_combine.comp

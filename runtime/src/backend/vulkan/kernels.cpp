@@ -109,17 +109,23 @@ Kernels::Kernels(const Context& context)
       matmul_f32_t4_(std::make_unique<ComputePipeline>(context, shaders::matmul_f32_t4, 3, sizeof(MatmulPush))),
       rope_(std::make_unique<ComputePipeline>(context, shaders::rope, 2, sizeof(RopePush))),
       elementwise_(std::make_unique<ComputePipeline>(context, shaders::elementwise, 3, sizeof(ElementwisePush))),
-      attention_(std::make_unique<ComputePipeline>(context, shaders::attention, 5, sizeof(AttentionPush))),
-      attention_kv_f16_(std::make_unique<ComputePipeline>(context, shaders::attention_kv_f16, 5, sizeof(AttentionPush))),
       kv_store_f16_(std::make_unique<ComputePipeline>(context, shaders::kv_store, 4, sizeof(KvStorePush))),
       attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 2, sizeof(CombinePush))),
       kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))),
       argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))),
-      top_k_(std::make_unique<ComputePipeline>(context, shaders::top_k, 2, sizeof(TopKPush))) {
-  if (context.features().storage_16bit && probe_half_storage(context)) {
-    half_storage_exact_ = true;
-    attention_kv_f16_storage16_ =
-        std::make_unique<ComputePipeline>(context, shaders::attention_kv_f16_storage16, 5, sizeof(AttentionPush));
+      top_k_(std::make_unique<ComputePipeline>(context, shaders::top_k, 2, sizeof(TopKPush))),
+      cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+  half_storage_exact_ = context.features().storage_16bit && probe_half_storage(context);
+  auto make = [&](const EmbeddedShader& shader) {
+    return std::make_unique<ComputePipeline>(context, shader, 5, sizeof(AttentionPush));
+  };
+  attention_[0].f32 = make(shaders::attention);
+  attention_[0].f16_words = make(shaders::attention_kv_f16);
+  attention_[1].f32 = make(shaders::attention_serial);
+  attention_[1].f16_words = make(shaders::attention_serial_kv_f16);
+  if (half_storage_exact_) {
+    attention_[0].f16_storage16 = make(shaders::attention_kv_f16_storage16);
+    attention_[1].f16_storage16 = make(shaders::attention_serial_kv_f16_storage16);
   }
 }
 
@@ -127,17 +133,32 @@ Kernels::~Kernels() = default;
 
 
 const ComputePipeline& Kernels::attention_pipeline(const AttentionArgs& a) const {
-  if (!a.kv_f16) return *attention_;
+  const AttentionPipelines& v = attention_[serial_attention(a) ? 1 : 0];
+  if (!a.kv_f16) return *v.f32;
   switch (a.half_read) {
-    case AttentionArgs::HalfRead::Words: return *attention_kv_f16_;
+    case AttentionArgs::HalfRead::Words: return *v.f16_words;
     case AttentionArgs::HalfRead::Storage16:
-      if (!attention_kv_f16_storage16_)
+      if (!v.f16_storage16)
         throw std::invalid_argument("attention: 16-bit storage reads of the fp16 cache are not available on " +
                                     context_.device_name() + " (not enabled, or halves not widened exactly)");
-      return *attention_kv_f16_storage16_;
+      return *v.f16_storage16;
     case AttentionArgs::HalfRead::Auto: break;
   }
-  return attention_kv_f16_storage16_ ? *attention_kv_f16_storage16_ : *attention_kv_f16_;
+  return v.f16_storage16 ? *v.f16_storage16 : *v.f16_words;
+}
+
+bool Kernels::serial_attention(const AttentionArgs& a) const {
+  switch (a.mapping) {
+    case AttentionArgs::Mapping::Workgroup: return false;
+    case AttentionArgs::Mapping::Serial: return true;
+    case AttentionArgs::Mapping::Auto: break;
+  }
+  // A step too large for one row of serial workgroups takes the other variant (same bits).
+  return cpu_device_ && serial_groups(a) <= context_.properties().limits.maxComputeWorkGroupCount[0];
+}
+
+uint64_t Kernels::serial_groups(const AttentionArgs& a) {
+  return (uint64_t{a.n_parts} * a.n_head * a.T + kSerialLanes - 1) / kSerialLanes;
 }
 
 void Kernels::rms_norm(CommandSequence& seq, const Buffer& x, const Buffer& gain, const Buffer& out, uint32_t rows,
@@ -225,12 +246,17 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   require_size(partials, uint64_t{a.T} * a.n_head * a.n_parts * (a.head_dim + 2), "partials", "attention");
   require_size(out, uint64_t{a.T} * a.out_stride, "out", "attention");
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
-  if (a.n_parts > max_groups[0] || a.n_head > max_groups[1] || a.T > max_groups[2])
+  if (serial_attention(a) ? serial_groups(a) > max_groups[0]
+                          : a.n_parts > max_groups[0] || a.n_head > max_groups[1] || a.T > max_groups[2])
     throw std::invalid_argument("attention: grid over the device limit");
   const AttentionPush push{a.T,         a.n_past,     a.n_head,      a.n_head_kv, a.head_dim,  a.kv_dim,
                            a.q_stride,  a.region,     a.dense,       a.use_order, a.part_keys, a.n_parts,
                            a.mask_words, a.mask_offset, a.order_offset, a.scale};
-  seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head, a.T);
+  if (serial_attention(a))
+    seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push,
+                 static_cast<uint32_t>(serial_groups(a)));
+  else
+    seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head, a.T);
   seq.dispatch(*attention_combine_, {&partials, &out}, CombinePush{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride},
                a.n_head, a.T);
 }

@@ -54,6 +54,10 @@ class Kernels {
     // halves exactly (half_storage_exact()), else by unpacking 32-bit words; Words and
     // Storage16 force one (Storage16 throws where it is not exact). Same bits either way.
     enum class HalfRead { Auto, Words, Storage16 } half_read = HalfRead::Auto;
+    // How invocations share the work (shaders/attention.comp): Auto = Serial on CPU
+    // devices, else Workgroup (a workgroup per (part, head, row)); Serial = one
+    // invocation per (part, head, row). Same bits either way.
+    enum class Mapping { Auto, Workgroup, Serial } mapping = Mapping::Auto;
   };
   // Whether 16-bit storage is enabled and a probe at construction found that the device
   // widens all 65536 half bit patterns exactly (subnormals kept, NaN payloads kept).
@@ -86,6 +90,9 @@ class Kernels {
 
  private:
   const ComputePipeline& attention_pipeline(const AttentionArgs& a) const;
+  bool serial_attention(const AttentionArgs& a) const;
+  static uint64_t serial_groups(const AttentionArgs& a);
+  static constexpr uint32_t kSerialLanes = 8;  // shaders/attention.comp's SERIAL_LANES
 
   const Context& context_;
   std::unique_ptr<ComputePipeline> rms_norm_;
@@ -93,15 +100,19 @@ class Kernels {
   std::unique_ptr<ComputePipeline> matmul_f32_t4_;
   std::unique_ptr<ComputePipeline> rope_;
   std::unique_ptr<ComputePipeline> elementwise_;
-  std::unique_ptr<ComputePipeline> attention_;
-  std::unique_ptr<ComputePipeline> attention_kv_f16_;
-  std::unique_ptr<ComputePipeline> attention_kv_f16_storage16_;  // null unless half_storage_exact_
+  // Attention's variants by cache reading, [0] workgroup-wide, [1] serial.
+  struct AttentionPipelines {
+    std::unique_ptr<ComputePipeline> f32, f16_words;
+    std::unique_ptr<ComputePipeline> f16_storage16;  // null unless half_storage_exact_
+  };
+  AttentionPipelines attention_[2];
   bool half_storage_exact_ = false;
   std::unique_ptr<ComputePipeline> kv_store_f16_;
   std::unique_ptr<ComputePipeline> attention_combine_;
   std::unique_ptr<ComputePipeline> kv_permute_;
   std::unique_ptr<ComputePipeline> argmax_;
   std::unique_ptr<ComputePipeline> top_k_;
+  bool cpu_device_ = false;  // attention's Mapping::Auto picks Serial
 };
 
 }  // namespace fafo::vulkan

@@ -3,13 +3,18 @@
 #include <vector>
 
 #include "backend/vulkan/context.h"
+#include "backend/vulkan/spirv_bindings.h"
 #include "backend/vulkan/vulkan_error.h"
 
 namespace fafo::vulkan {
 
 ComputePipeline::ComputePipeline(const Context& context, const EmbeddedShader& shader, uint32_t n_buffers,
                                  uint32_t push_constant_bytes, const PipelineOptions& options)
-    : device_(context.device()), name_(shader.name), n_buffers_(n_buffers), push_constant_bytes_(push_constant_bytes) {
+    : device_(context.device()),
+      name_(shader.name),
+      n_buffers_(n_buffers),
+      push_constant_bytes_(push_constant_bytes),
+      written_(spirv_written_bindings(shader.words, shader.word_count, n_buffers)) {
   const uint32_t max_push = context.properties().limits.maxPushConstantsSize;
   if (push_constant_bytes > max_push)
     throw VulkanError("shader " + name_ + " needs " + std::to_string(push_constant_bytes) +

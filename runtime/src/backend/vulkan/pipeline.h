@@ -1,7 +1,8 @@
 // A compute pipeline built from an embedded SPIR-V shader: its bindings are
 // `n_buffers` storage buffers (binding 0..n-1 of set 0) and it takes
 // `push_constant_bytes` of push constants. Created once (at load time), reused by
-// every CommandSequence.
+// every CommandSequence. Which bindings the shader may write is read from its SPIR-V
+// (spirv_bindings.h).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,8 @@ class ComputePipeline {
   uint32_t n_buffers() const { return n_buffers_; }
   uint32_t push_constant_bytes() const { return push_constant_bytes_; }
   const std::string& name() const { return name_; }
+  // Whether the shader may write the buffer at `binding` (GLSL: not `readonly`).
+  bool writes(uint32_t binding) const { return binding < written_.size() && written_[binding]; }
 
  private:
   void destroy() noexcept;
@@ -50,6 +53,7 @@ class ComputePipeline {
   std::string name_;
   uint32_t n_buffers_ = 0;
   uint32_t push_constant_bytes_ = 0;
+  std::vector<bool> written_;
   VkDescriptorSetLayout set_layout_ = VK_NULL_HANDLE;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   VkPipeline pipeline_ = VK_NULL_HANDLE;

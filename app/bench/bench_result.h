@@ -1,0 +1,62 @@
+// What `fafo bench` measures on one backend and device, and a run over several
+// (`--devices`): the data the tables, the report files (bench_report.h), the chart
+// (bench_chart.h) and the studio's Bench view all read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fafo::bench {
+
+// Mean and sample standard deviation of repeated measurements.
+struct Measure {
+  double mean = 0, sd = 0;
+};
+
+// One point of the step-cost curve: a forward pass of T tokens after a 128-token context.
+struct StepCost {
+  int32_t T = 0;
+  Measure ms;  // milliseconds per step
+};
+
+// One decoding strategy over the same prompts (greedy).
+struct StrategyRow {
+  std::string strategy;  // "ar", "jacobi", "lookahead", "fafo"
+  int32_t window = 0, ngram = 0, guesses = 0, lookback = 0;
+  int64_t tokens = 0, steps = 0;
+  double tau = 0;           // tokens per step
+  double tokens_per_s = 0;
+  double speedup = 0;       // tokens_per_s over ar's in the same run (0: no ar row)
+  int32_t ids_equal_ar = 0;  // prompts whose ids equal ar's
+  int32_t prompts = 0;
+};
+
+// Everything measured on one backend and device.
+struct DeviceResult {
+  std::string label;        // short, unique in a run: "cpu", "vulkan:0"; table rows and chart legend
+  std::string backend;      // the registry's name: "cpu", "reference", "vulkan"
+  std::string device;       // the device's name ("llvmpipe (LLVM 15.0.6, 256 bits)", the CPU's model)
+  std::string description;  // the backend's one-line description of itself
+  int32_t threads = 0;      // CPU threads (host backends)
+  int32_t pp_tokens = 0;    // 0: prompt processing not measured
+  Measure pp;               // tokens/s
+  int32_t tg_tokens = 0;    // 0: generation not measured
+  Measure tg;               // tokens/s
+  double weight_bytes_per_token = 0;
+  double effective_gb_per_s = 0;  // weight bytes read per second of generation
+  std::vector<StepCost> step_cost;
+  std::vector<StrategyRow> strategies;
+  nlohmann::json profile;   // --profile's per-kernel tables (null when not asked for)
+  std::string error;        // not empty: this device could not be measured, and why
+};
+
+// A run of the same tests on one model over one or more devices.
+struct BenchReport {
+  std::string model;  // the file's name
+  std::vector<DeviceResult> devices;
+};
+
+}  // namespace fafo::bench
