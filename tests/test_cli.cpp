@@ -224,3 +224,30 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   EXPECT_DOUBLE_EQ(j["strategies"][0]["tau"].get<double>(), 1.0);
   EXPECT_GT(j["strategies"][2]["tau"].get<double>(), 1.0);  // lookahead accepted guesses
 }
+
+TEST(Cli, BenchDevicesPutsBackendsSideBySideAndWritesTheReport) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("cli-bench-devices");
+  const Outcome o = run_fafo("bench -m " + quote(model) + " --devices cpu,reference -t 1 -r 1 --pp 16 --tg 8 --curve 1,4 "
+                             "--report " + quote(dir / "run") + " --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_HAS(o.out, "=== [1/2] cpu: ");
+  EXPECT_HAS(o.out, "=== [2/2] reference: ");
+  EXPECT_HAS(o.out, "| test | unit | cpu | reference |");
+  EXPECT_HAS(o.out, "| t(4) / t(1) | ratio |");
+  const auto j = nlohmann::json::parse(o.out.substr(o.out.find("\n{") + 1));
+  ASSERT_EQ(j["devices"].size(), 2u);
+  for (const auto& d : j["devices"]) {
+    EXPECT_EQ(d["error"], "") << d["label"];
+    EXPECT_EQ(d["step_cost"].size(), 2u) << d["label"];
+    EXPECT_GT(d["tg"]["tokens_per_s"].get<double>(), 0.0) << d["label"];
+  }
+  for (const char* ext : {".md", ".csv", ".json", ".png"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir / (std::string("run") + ext))) << ext;
+    EXPECT_HAS(o.err, (dir / (std::string("run") + ext)).string());
+  }
+  EXPECT_NE(run_fafo("bench -m " + quote(model) + " --devices cpu --backend reference --pp 0 --tg 0 --curve ''").exit_code, 0);
+  const Outcome bad = run_fafo("bench -m " + quote(model) + " --devices cpu,nope --pp 0 --tg 0 --curve ''");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_HAS(bad.err, "no backend 'nope'");
+}

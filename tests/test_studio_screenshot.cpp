@@ -145,6 +145,7 @@ constexpr double kMinInk = 0.003;
 const std::vector<std::string> kDebuggerPanels = {"Controls",   "Charts",         "2D window", "Candidates",
                                                   "KV map",     "Candidate pool", "Transcript"};
 const std::vector<std::string> kChatPanels = {"Model", "Decoding", "Chat", "Transcript"};
+const std::vector<std::string> kBenchPanels = {"Bench setup", "Bench results", "Bench log"};
 
 #define REQUIRE_STUDIO()                                                                           \
   if (!std::filesystem::exists(studio_path())) GTEST_SKIP() << "fafo-studio not built";            \
@@ -216,6 +217,33 @@ TEST(StudioScreenshot, ChatViewShowsTheConversation) {
   EXPECT_GT(items(s, "Transcript"), 0);
   // The debugger's panels are not part of the chat view.
   EXPECT_EQ(s.panels.count("Candidate pool"), 0u);
+}
+
+// The Bench view after `--bench cpu,reference` on stories260K: the setup with a checkbox
+// per device, the comparison table and both plots for the two devices, the run's log.
+TEST(StudioScreenshot, BenchViewShowsARunOnTwoDevices) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  REQUIRE_STUDIO();
+  const Shot s = take("bench", "--model " + fafo::test::shell_quote(model_path) +
+                                   " --threads 2 --bench cpu,reference --bench-pp 8 --bench-tg 4 --bench-curve 1,2,4"
+                                   " --bench-repetitions 1");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.out << s.run.err;
+  EXPECT_NE(s.run.err.find("bench view"), std::string::npos) << s.run.err;
+  ASSERT_TRUE(s.layout.is_object()) << "no layout JSON";
+  EXPECT_EQ(s.layout["view"], "bench");
+  expect_panels_drawn(s, kBenchPanels, kMinInk);
+  EXPECT_EQ(items(s, "Bench results"), 2);  // both devices finished
+  EXPECT_GE(items(s, "Bench setup"), 2);    // every device of this build: cpu and reference at least
+  EXPECT_GT(items(s, "Bench log"), 10);     // the headers and the runner's tables
+  EXPECT_EQ(s.panels.count("Chat"), 0u);
+}
+
+// A device list that names no device fails like a model that cannot be opened.
+TEST(StudioScreenshot, ABadBenchDeviceListFails) {
+  REQUIRE_STUDIO();
+  const Shot s = take("bench-bad", "--model /nonexistent/m.gguf --bench nosuch");
+  EXPECT_EQ(s.run.exit_code, 1);
+  EXPECT_NE(s.run.err.find("error: bench: --bench: no backend 'nosuch'"), std::string::npos) << s.run.err;
 }
 
 // The check above can fail: a panel drawn without its contents has no ink.

@@ -523,7 +523,7 @@ TEST(StudioViews, FileBrowserListsFoldersAndModels) {
 }
 
 TEST(StudioViews, LayoutPlacesEveryPanelOfAView) {
-  for (View view : {View::Chat, View::Debugger}) {
+  for (View view : {View::Chat, View::Debugger, View::Bench}) {
     float area = 0.0f;
     for (const std::string& name : view_panels(view)) {
       const auto r = panel_rect(view, name);

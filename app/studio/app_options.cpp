@@ -21,10 +21,32 @@ constexpr const char* kDescription =
     "  fafo-studio --model M --chat TEXT [--chat ...]   chat: send these messages in turn\n"
     "  fafo-studio --model M --prompt P [--steps K]     the debugger on a raw prompt (default strategy: fafo;\n"
     "                                                   with --steps and neither --prompt nor --chat: \"Once upon a time\")\n"
-    "  fafo-studio --replay TRACE.jsonl [--model M]     step through a recorded `fafo run --trace`\n";
+    "  fafo-studio --replay TRACE.jsonl [--model M]     step through a recorded `fafo run --trace`\n"
+    "  fafo-studio --model M --bench DEVICES            the Bench view: `fafo bench --devices` measured and plotted\n";
 
 constexpr const char* kFooter =
     "Recent models are kept in $XDG_CONFIG_HOME/fafo-studio/recent.json (or ~/.config/...).";
+
+// The Bench view's: which devices to measure at start, and the setup's first values
+// (the same meaning as `fafo bench`'s --pp, --tg, --curve, --repetitions, --prompts,
+// --n-prompts).
+void bench_flags(CLI::App* app, AppOptions& o) {
+  app->add_option("--bench", o.bench_devices,
+                  "Run the Bench view's benchmark on --model at start: all (every device of every backend), or "
+                  "BACKEND[:DEVICE],... (e.g. cpu,vulkan:0,reference)");
+  app->add_option("--bench-pp", o.bench_config.pp, "Bench view: prompt-processing test length (0 = skip)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app->add_option("--bench-tg", o.bench_config.tg, "Bench view: generation test length (0 = skip)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  app->add_option("--bench-curve", o.bench_config.curve, "Bench view: step sizes T of the step-cost curve t(T)")
+      ->delimiter(',')->capture_default_str()->check(CLI::Range(1, 512));
+  app->add_option("--bench-repetitions", o.bench_config.repetitions, "Bench view: repetitions per measurement")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  app->add_option("--bench-prompts", o.bench_prompts,
+                  "Bench view: JSONL prompts (MT-Bench, GSM8K or {\"prompt\": ...}) to run every strategy over");
+  app->add_option("--bench-n-prompts", o.bench_n_prompts, "Bench view: prompts to use from that file")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+}
 
 // The parser, every flag writing into `o`.
 std::unique_ptr<CLI::App> make_parser(AppOptions& o, bool& view_given) {
@@ -36,11 +58,11 @@ std::unique_ptr<CLI::App> make_parser(AppOptions& o, bool& view_given) {
   app->add_option_function<std::string>(
          "--view",
          [&o, &view_given](const std::string& v) {
-           o.view = v == "chat" ? View::Chat : View::Debugger;
+           o.view = v == "chat" ? View::Chat : v == "bench" ? View::Bench : View::Debugger;
            view_given = true;
          },
-         "The view to show first (default: debugger with --replay or --prompt, else chat)")
-      ->check(CLI::IsMember({"chat", "debugger"}));
+         "The view to show first (default: debugger with --replay or --prompt, bench with --bench, else chat)")
+      ->check(CLI::IsMember({"chat", "debugger", "bench"}));
   app->add_option("--steps", o.steps, "Steps to generate / show (0: all)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app->add_option("--browse", o.browse, "Open the model file dialog in this folder");
@@ -50,6 +72,7 @@ std::unique_ptr<CLI::App> make_parser(AppOptions& o, bool& view_given) {
   app::add_sampling_flags(app.get(), o.sampling);
   app::add_strategy_flag(app.get(), o.decoding.strategy);
   app::add_decoding_flags(app.get(), o.decoding, o.kv);
+  bench_flags(app.get(), o);
   app->add_option("--screenshot", o.screenshot,
                   "Render headless after --steps steps (or when the --chat replies are done), write this PNG and exit "
                   "(needs a display: run under xvfb-run)");
@@ -62,10 +85,15 @@ std::unique_ptr<CLI::App> make_parser(AppOptions& o, bool& view_given) {
 
 // What CLI11 cannot check one flag at a time.
 void check_together(AppOptions& o, bool view_given) {
+  const bool bench = !o.bench_devices.empty();
+  if (bench && (!o.prompt.empty() || !o.chat.empty() || !o.replay.empty()))
+    throw std::invalid_argument("--bench measures speed alone: it takes no --prompt, --chat or --replay");
+  if (bench && o.open.path.empty()) throw std::invalid_argument("--bench needs --model M");
   // --model M --steps K alone: the debugger on the default prompt (headless screenshots).
-  if (o.prompt.empty() && o.chat.empty() && o.replay.empty() && !o.open.path.empty() && o.steps > 0)
+  if (!bench && o.prompt.empty() && o.chat.empty() && o.replay.empty() && !o.open.path.empty() && o.steps > 0)
     o.prompt = "Once upon a time";
-  if (!view_given) o.view = !o.replay.empty() || !o.prompt.empty() ? View::Debugger : View::Chat;
+  if (!view_given)
+    o.view = bench ? View::Bench : !o.replay.empty() || !o.prompt.empty() ? View::Debugger : View::Chat;
   if (!o.replay.empty() && (!o.prompt.empty() || !o.chat.empty()))
     throw std::invalid_argument("--replay shows a recorded trace: it takes no --prompt or --chat");
   if ((!o.prompt.empty() || !o.chat.empty()) && o.open.path.empty())
@@ -78,7 +106,14 @@ void check_together(AppOptions& o, bool view_given) {
 
 }  // namespace
 
-const char* view_name(View v) { return v == View::Chat ? "chat" : "debugger"; }
+const char* view_name(View v) {
+  switch (v) {
+    case View::Chat: return "chat";
+    case View::Debugger: return "debugger";
+    case View::Bench: return "bench";
+  }
+  return "?";
+}
 
 AppOptions parse_app_options(const std::vector<std::string>& args) {
   AppOptions o;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_runner.h"
 #include "fafo/decoding.h"
 #include "fafo/kv_policy.h"
 #include "fafo/open_model.h"
@@ -14,14 +15,14 @@
 
 namespace fafo::studio {
 
-enum class View { Chat, Debugger };
+enum class View { Chat, Debugger, Bench };
 
 struct AppOptions {
   std::string replay;       // --replay TRACE.jsonl
   OpenOptions open;         // -m,--model M (opened at start), --backend, --device, -t, -c, --cache-type, --chat-template
   std::string prompt;       // --prompt P: a raw prompt generated for the debugger
   std::vector<std::string> chat;  // --chat TEXT (repeatable): chat messages sent in turn
-  View view = View::Chat;   // --view; default: debugger with --replay or --prompt, else chat
+  View view = View::Chat;   // --view; default: debugger with --replay or --prompt, bench with --bench, else chat
   int32_t steps = 0;        // --steps K: steps to generate / show (0: all)
   int32_t n_predict = 256;  // -n
   SamplerOptions sampling{0.0f, 40, 0.95f, 0.05f, 0xFAF0};  // --temp (default 0: greedy) --top-k --top-p --min-p --seed
@@ -32,6 +33,10 @@ struct AppOptions {
     return d;
   }();
   KvPolicyOptions kv;       // --kv-policy, --kv-budget, --sinks, --recent, --update-interval
+  std::string bench_devices;  // --bench DEVICES: run the Bench view's benchmark on --model at start ("all" or a list)
+  bench::BenchConfig bench_config;  // --bench-pp, --bench-tg, --bench-curve, --bench-repetitions: the Bench view's setup
+  std::string bench_prompts;        // --bench-prompts FILE.jsonl: the Bench view's strategies side by side over these
+  int32_t bench_n_prompts = 20;     // --bench-n-prompts N: prompts to use from that file
   std::string screenshot;   // --screenshot OUT.png: render headless and exit
   std::string layout_json;  // --layout-json FILE: with --screenshot, where each panel was drawn
   std::string empty_panel;  // --debug-empty-panel NAME: draw that panel without contents (tests; not in --help)

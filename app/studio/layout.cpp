@@ -1,6 +1,7 @@
 #include "layout.h"
 
 #include <fstream>
+#include <span>
 
 namespace fafo::studio {
 
@@ -32,8 +33,23 @@ const Placement kDebugger[] = {
     {"Transcript", {0.62f, 0.52f, 0.38f, 0.48f}},
 };
 
-template <size_t N>
-std::vector<std::string> names(const Placement (&table)[N]) {
+// Bench: the setup left, the results (table and plots) right with the run's log under them.
+const Placement kBench[] = {
+    {"Bench setup", {0.0f, 0.0f, 0.28f, 1.0f}},
+    {"Bench results", {0.28f, 0.0f, 0.72f, 0.70f}},
+    {"Bench log", {0.28f, 0.70f, 0.72f, 0.30f}},
+};
+
+std::span<const Placement> placements(View view) {
+  switch (view) {
+    case View::Chat: return kChat;
+    case View::Debugger: return kDebugger;
+    case View::Bench: return kBench;
+  }
+  return {};
+}
+
+std::vector<std::string> names(std::span<const Placement> table) {
   std::vector<std::string> out;
   for (const Placement& p : table) out.push_back(p.name);
   return out;
@@ -44,17 +60,13 @@ std::vector<std::string> names(const Placement (&table)[N]) {
 const std::vector<std::string>& view_panels(View view) {
   static const std::vector<std::string> chat = names(kChat);
   static const std::vector<std::string> debugger = names(kDebugger);
-  return view == View::Chat ? chat : debugger;
+  static const std::vector<std::string> bench = names(kBench);
+  return view == View::Chat ? chat : view == View::Bench ? bench : debugger;
 }
 
 std::optional<PanelRect> panel_rect(View view, std::string_view panel) {
-  if (view == View::Chat) {
-    for (const Placement& p : kChat)
-      if (panel == p.name) return p.rect;
-  } else {
-    for (const Placement& p : kDebugger)
-      if (panel == p.name) return p.rect;
-  }
+  for (const Placement& p : placements(view))
+    if (panel == p.name) return p.rect;
   return std::nullopt;
 }
 

@@ -1,4 +1,4 @@
-// The menu bar: switch between the chat and the debugger, open a model or a trace.
+// The menu bar: switch between the chat, the debugger and the bench, open a model or a trace.
 #include <imgui.h>
 
 #include <filesystem>
@@ -45,6 +45,7 @@ float draw_menu_bar(StudioState& s) {
     }
     if (ImGui::MenuItem("Chat", nullptr, s.view == View::Chat)) set_view(s, View::Chat);
     if (ImGui::MenuItem("Debugger", nullptr, s.view == View::Debugger)) set_view(s, View::Debugger);
+    if (ImGui::MenuItem("Bench", nullptr, s.view == View::Bench)) set_view(s, View::Bench);
     if (ImGui::BeginMenu("Layout")) {
       if (ImGui::MenuItem("Reset panel positions")) s.relayout = true;
       ImGui::EndMenu();

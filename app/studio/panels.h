@@ -36,5 +36,11 @@ void draw_pool_panel(StudioState& s);
 void draw_transcript_panel(StudioState& s);
 void draw_kv_panel(StudioState& s);
 void draw_charts_panel(StudioState& s);
+// The Bench view. init_bench_view takes the setup's first values from the command line
+// and starts the --bench run (what stops it lands in s.bench_setup.error).
+void init_bench_view(StudioState& s, const AppOptions& o);
+void draw_bench_setup_panel(StudioState& s);
+void draw_bench_results_panel(StudioState& s);
+void draw_bench_log_panel(StudioState& s);
 
 }  // namespace fafo::studio

@@ -26,6 +26,11 @@ struct ScreenshotTarget {
 };
 
 ScreenshotTarget screenshot_target(const StudioState& s, const AppOptions& o) {
+  if (s.view == View::Bench) {  // the run's end, with every device listed in the setup
+    const BenchSetup& b = s.bench_setup;
+    const bool listed = !b.targets.empty() || !b.targets_error.empty();
+    return {0, !s.ev.busy && s.bench_now.status != BenchStatus::Running && listed};
+  }
   const size_t have = s.traces.size();
   const size_t want = o.steps > 0 ? static_cast<size_t>(o.steps) : have;
   // A generation stopped at --steps may still be finishing its last step: do not wait for it.
@@ -33,9 +38,11 @@ ScreenshotTarget screenshot_target(const StudioState& s, const AppOptions& o) {
   return {std::min(want, have), !s.ev.busy || enough};
 }
 
-// Takes the engine's news: this frame's state, new steps, a newly opened model.
+// Takes the engine's news (this frame's state, new steps, a newly opened model) and the
+// Bench view's run.
 void sync(StudioState& s) {
   s.ev = s.engine->view();
+  if (s.view == View::Bench) s.bench_now = s.bench.snapshot();
   if (s.engine->gate().drain(s.traces)) {
     s.playback.restart();
     s.selected_token = -1;
@@ -59,6 +66,10 @@ void draw_frame(StudioState& s) {
     draw_decoding_panel(s);
     draw_chat_panel(s);
     draw_transcript_panel(s);
+  } else if (s.view == View::Bench) {
+    draw_bench_setup_panel(s);
+    draw_bench_results_panel(s);
+    draw_bench_log_panel(s);
   } else {
     draw_controls_panel(s);
     draw_charts_panel(s);
@@ -109,6 +120,7 @@ int run_studio(StudioState& s, const AppOptions& o) {
 
   const bool screenshot = !o.screenshot.empty();
   s.fixed_layout = screenshot;
+  init_bench_view(s, o);
   if (screenshot) s.playback.set_speed(0.0);  // show every step as soon as it is known
   int exit_code = 0;
   int settle_frames = 0;  // frames rendered after the target was reached (ImGui lays out over two)
@@ -165,11 +177,17 @@ int run_studio(StudioState& s, const AppOptions& o) {
         std::fprintf(stderr, "fafo-studio: error: %s\n", s.ev.error.c_str());
         exit_code = 1;
       }
+      const std::string bench_error = !s.bench_setup.error.empty() ? s.bench_setup.error : s.bench.snapshot().error;
+      if (!bench_error.empty()) {
+        std::fprintf(stderr, "fafo-studio: error: bench: %s\n", bench_error.c_str());
+        exit_code = 1;
+      }
       break;
     }
     glfwSwapBuffers(window);
   }
   s.engine->stop();
+  s.bench.cancel();  // its thread ends at its next measurement; the state's destruction waits for it
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
   ImGui::DestroyContext();

@@ -1,0 +1,376 @@
+#include "bench_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "fafo/backend_registry.h"
+#include "fafo/generator.h"
+
+namespace fafo::bench {
+
+namespace {
+
+Measure measure(const std::vector<double>& xs) {
+  Measure s;
+  if (xs.empty()) return s;
+  s.mean = std::accumulate(xs.begin(), xs.end(), 0.0) / static_cast<double>(xs.size());
+  double v = 0;
+  for (double x : xs) v += (x - s.mean) * (x - s.mean);
+  s.sd = xs.size() > 1 ? std::sqrt(v / static_cast<double>(xs.size() - 1)) : 0.0;
+  return s;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// printf into the observer's print (nothing when it has none).
+class Printer {
+ public:
+  explicit Printer(const BenchObserver& o) : o_(o) {}
+  __attribute__((format(printf, 2, 3))) void operator()(const char* format, ...) const {
+    if (!o_.print) return;
+    va_list args;
+    va_start(args, format);
+    va_list copy;
+    va_copy(copy, args);
+    const int n = std::vsnprintf(nullptr, 0, format, copy);
+    va_end(copy);
+    std::string s(static_cast<size_t>(std::max(0, n)) + 1, '\0');
+    std::vsnprintf(s.data(), s.size(), format, args);
+    va_end(args);
+    s.resize(static_cast<size_t>(std::max(0, n)));
+    o_.print(s);
+  }
+  void check_cancel() const {
+    if (o_.cancelled && o_.cancelled()) throw BenchCancelled();
+  }
+
+ private:
+  const BenchObserver& o_;
+};
+
+// Per-kernel device time of steps of T tokens after the model's current context
+// (--profile): a table and its JSON.
+nlohmann::json profile_steps(Model& model, int32_t T, int repetitions,
+                             const std::function<std::vector<int32_t>(int32_t)>& tokens, const Printer& out) {
+  Backend& backend = model.backend();
+  const std::string why = backend.start_profile();
+  if (!why.empty()) {
+    out("\nprofile: not available (%s)\n", why.c_str());
+    return {{"T", T}, {"unavailable", why}};
+  }
+  double host_seconds = 0;
+  const int n = std::max(3, repetitions);
+  for (int r = 0; r < n; ++r) {
+    StepBatch b = StepBatch::causal(tokens(T), model.n_past(), /*logits_for_all=*/true);
+    const auto t0 = std::chrono::steady_clock::now();
+    model.forward_argmax(b);
+    host_seconds += seconds_since(t0);
+  }
+  const KernelProfile p = backend.take_profile();
+  const double steps = static_cast<double>(std::max<uint64_t>(1, p.steps));
+  out("\nprofile of a %d-token step (%s backend, %llu steps, device time per step):\n", T, backend.name().c_str(),
+      static_cast<unsigned long long>(p.steps));
+  out("| kernel | calls / step | us / step | GB/s | share |\n|---|---:|---:|---:|---:|\n");
+  std::vector<size_t> order(p.kernels.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p.kernels[a].seconds > p.kernels[b].seconds; });
+  nlohmann::json kernels = nlohmann::json::array();
+  for (size_t i : order) {
+    const KernelProfile::Kernel& k = p.kernels[i];
+    const double us = k.seconds / steps * 1e6;
+    const double gbps = k.seconds > 0 && k.bytes > 0 ? k.bytes / k.seconds / 1e9 : 0.0;
+    const double share = p.step_seconds > 0 ? k.seconds / p.step_seconds : 0.0;
+    char gb[32] = "-";
+    if (gbps > 0) std::snprintf(gb, sizeof gb, "%.1f", gbps);
+    out("| %s | %.1f | %.1f | %s | %.1f%% |\n", k.name.c_str(), static_cast<double>(k.calls) / steps, us, gb, 100 * share);
+    kernels.push_back({{"kernel", k.name}, {"calls_per_step", static_cast<double>(k.calls) / steps}, {"us_per_step", us},
+                       {"gb_per_s", gbps}, {"share", share}});
+  }
+  const double device_us = p.step_seconds / steps * 1e6, host_us = host_seconds / n * 1e6;
+  out("per step: %.0f dispatches, %.0f barriers, %.1f us on the device, %.1f us measured on the host\n",
+      static_cast<double>(p.dispatches) / steps, static_cast<double>(p.barriers) / steps, device_us, host_us);
+  return {{"T", T},
+          {"steps", p.steps},
+          {"kernels", kernels},
+          {"dispatches_per_step", static_cast<double>(p.dispatches) / steps},
+          {"barriers_per_step", static_cast<double>(p.barriers) / steps},
+          {"device_us_per_step", device_us},
+          {"host_us_per_step", host_us}};
+}
+
+// Every strategy of config over the same prompts, greedy; rows in config's order.
+std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer, const BenchConfig& config,
+                                        const Printer& out) {
+  out("\n%zu prompts, %d new tokens each (greedy):\n", config.prompts.size(), config.n_generate);
+  out("| strategy | W | N | G | k | tokens | steps | tau | tokens/s | speedup vs ar | ids equal ar |\n");
+  out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::vector<std::vector<int32_t>> reference;
+  double ar_tps = 0;
+  std::vector<StrategyRow> rows;
+  for (const std::string& sname : config.strategies) {
+    DecodingOptions d = config.decoding;
+    d.strategy = parse_strategy(sname);
+    StrategyRow row;
+    row.strategy = sname;
+    row.window = d.window;
+    row.ngram = d.ngram;
+    row.guesses = d.guesses;
+    row.lookback = d.lookback;
+    double seconds = 0;
+    for (size_t p = 0; p < config.prompts.size(); ++p) {
+      out.check_cancel();
+      GenerationOptions o;
+      o.n_predict = config.n_generate;
+      o.sampling.temperature = 0;
+      o.stop_at_end_of_generation = false;
+      o.decoding = d;
+      o.kv = config.kv;
+      const auto ids = tokenizer.encode(config.prompts[p], tokenizer.vocab().add_bos);
+      const auto res = generate(model, tokenizer, ids, o);
+      row.tokens += static_cast<int64_t>(res.ids.size()) - 1;  // the prefill's token is not a decoding step's
+      row.steps += res.n_steps - 1;
+      seconds += res.decode_seconds;
+      if (d.strategy == Strategy::Ar) reference.push_back(res.ids);
+      row.ids_equal_ar += p < reference.size() && reference[p] == res.ids;
+    }
+    row.prompts = static_cast<int32_t>(config.prompts.size());
+    row.tokens_per_s = seconds > 0 ? static_cast<double>(row.tokens) / seconds : 0.0;
+    if (d.strategy == Strategy::Ar) ar_tps = row.tokens_per_s;
+    row.speedup = ar_tps > 0 ? row.tokens_per_s / ar_tps : 0.0;
+    row.tau = row.steps ? static_cast<double>(row.tokens) / static_cast<double>(row.steps) : 0.0;
+    const bool multi = d.strategy != Strategy::Ar;
+    char speedup[32] = "n/a";
+    if (ar_tps > 0) std::snprintf(speedup, sizeof speedup, "%.3fx", row.speedup);
+    out("| %s | %s | %s | %s | %s | %lld | %lld | %.3f | %.1f | %s | %d/%d |\n", sname.c_str(),
+        multi ? std::to_string(d.window).c_str() : "-", multi ? std::to_string(d.ngram).c_str() : "-",
+        multi ? std::to_string(d.guesses).c_str() : "-",
+        d.strategy == Strategy::Fafo ? std::to_string(d.lookback).c_str() : "-", static_cast<long long>(row.tokens),
+        static_cast<long long>(row.steps), row.tau, row.tokens_per_s, speedup, row.ids_equal_ar, row.prompts);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
+DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config, const BenchObserver& observer) {
+  const Printer out(observer);
+  if (!config.prompts.empty() && (config.strategies.empty() || config.strategies.front() != "ar"))
+    throw std::runtime_error("the strategies must start with ar (the reference the others are compared with)");
+  OpenedModel m = open_model(open);
+  Model& model = *m.model;
+  const ModelConfig& c = model.config();
+  DeviceResult result;
+  result.backend = model.backend().name();
+  result.description = model.backend().description();
+  result.label = result.backend;
+  result.threads = open.backend.threads;
+  const std::string name = std::filesystem::path(open.path).filename().string();
+  out("model: %s (%s, %d layers, dim %d, vocab %d), backend: %s (%s), context %d\n", name.c_str(), c.arch.c_str(),
+      c.n_layer, c.n_embd, c.n_vocab, result.backend.c_str(), result.description.c_str(), model.n_ctx());
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> any_token(3, c.n_vocab - 1);
+  auto random_tokens = [&](int32_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = any_token(rng);
+    return t;
+  };
+
+  out("\n| test | t/s | \n|---|---:|\n");
+  // pp: prompt processing.
+  const int32_t pp = std::min(config.pp, model.n_ctx() - 1);
+  if (pp > 0) {
+    std::vector<double> tps;
+    for (int r = 0; r < config.repetitions; ++r) {
+      out.check_cancel();
+      model.truncate(0);
+      const auto tokens = random_tokens(pp);
+      const auto t0 = std::chrono::steady_clock::now();
+      prefill(model, tokens, 512);
+      tps.push_back(pp / seconds_since(t0));
+    }
+    result.pp_tokens = pp;
+    result.pp = measure(tps);
+    out("| pp%d | %.2f ± %.2f |\n", pp, result.pp.mean, result.pp.sd);
+  }
+  // tg: plain generation, one token per step.
+  const int32_t tg = std::min(config.tg, model.n_ctx() - 2);
+  if (tg > 0) {
+    std::vector<double> tps;
+    for (int r = 0; r < config.repetitions; ++r) {
+      out.check_cancel();
+      GenerationOptions o;
+      o.n_predict = tg + 1;  // the first token comes from the prefill step
+      o.sampling.temperature = 0;
+      o.stop_at_end_of_generation = false;
+      const auto res = generate(model, *m.tokenizer, {any_token(rng)}, o);
+      tps.push_back(res.tokens_per_second());
+    }
+    result.tg_tokens = tg;
+    result.tg = measure(tps);
+    out("| tg%d | %.2f ± %.2f |\n", tg, result.tg.mean, result.tg.sd);
+    // Memory-bandwidth efficiency: every weight matrix is read once per generated
+    // token (the embedding table only for its one row, unless the output shares it).
+    double bytes = 0;
+    for (const GgufTensor& t : m.file->tensors())
+      if (t.name != "token_embd.weight" || c.tied_embeddings) bytes += static_cast<double>(t.n_bytes);
+    result.weight_bytes_per_token = bytes;
+    result.effective_gb_per_s = bytes * result.tg.mean / 1e9;
+    out("\ntg: %.3f GB of weights read per token -> %.1f GB/s", bytes / 1e9, result.effective_gb_per_s);
+    if (config.peak_gbps > 0)
+      out(", %.1f%% of the %.0f GB/s peak", 100.0 * result.effective_gb_per_s / config.peak_gbps, config.peak_gbps);
+    out("\n");
+  }
+  // t(T): cost of one step of T tokens after a 128-token context.
+  if (!config.curve.empty()) {
+    out("\nstep cost t(T) after a 128-token context:\n| T | ms / step | ms / token | t(T) / t(1) |\n|---:|---:|---:|---:|\n");
+    const int32_t context = std::min(128, model.n_ctx() / 2);
+    model.truncate(0);
+    prefill(model, random_tokens(context), 512);
+    double t1 = 0;
+    for (int32_t T : config.curve) {
+      if (T <= 0) continue;
+      if (T > 512 || context + T > model.n_ctx()) break;
+      if (T > model.max_logit_rows()) {
+        out("(T > %d: the device cannot hold logits for more rows of this vocabulary)\n", model.max_logit_rows());
+        break;
+      }
+      std::vector<double> ms;
+      for (int r = 0; r < std::max(3, config.repetitions); ++r) {
+        out.check_cancel();
+        // Every row wants logits, as in a lookahead/FAFO step; like greedy decoding, the
+        // step reads back only each row's argmax.
+        StepBatch b = StepBatch::causal(random_tokens(T), model.n_past(), /*logits_for_all=*/true);
+        const auto t0 = std::chrono::steady_clock::now();
+        model.forward_argmax(b);
+        ms.push_back(seconds_since(t0) * 1e3);
+      }
+      const Measure s = measure(ms);
+      if (T == config.curve.front()) t1 = s.mean;
+      out("| %d | %.3f ± %.3f | %.4f | %.2f |\n", T, s.mean, s.sd, s.mean / T, t1 > 0 ? s.mean / t1 : 0.0);
+      result.step_cost.push_back({T, s});
+    }
+  }
+  if (config.profile) {
+    const int32_t context = std::min(128, model.n_ctx() / 2);
+    model.truncate(0);
+    prefill(model, random_tokens(context), 512);
+    const int32_t big = std::min({config.profile_tokens, model.max_logit_rows(), model.n_ctx() - context - 1, 512});
+    result.profile = nlohmann::json::array();
+    result.profile.push_back(profile_steps(model, 1, config.repetitions, random_tokens, out));
+    if (big > 1) result.profile.push_back(profile_steps(model, big, config.repetitions, random_tokens, out));
+  }
+  // Strategies side by side over the same prompts.
+  if (!config.prompts.empty()) result.strategies = run_strategies(model, *m.tokenizer, config, out);
+  return result;
+}
+
+std::vector<BenchTarget> resolve_bench_targets(const std::string& devices, int threads) {
+  std::vector<BenchTarget> targets;
+  auto add = [&](const BackendInfo& info, const BackendDevice& d, bool named) {
+    BenchTarget t;
+    t.spec.name = info.name;
+    t.spec.device = std::to_string(d.index);
+    t.spec.threads = threads;
+    t.device_name = d.name;
+    // A backend with one device: its name alone says which.
+    t.label = info.devices().size() == 1 ? info.name : info.name + ":" + std::to_string(d.index);
+    for (const BenchTarget& other : targets)
+      if (other.label == t.label) {
+        if (named) throw std::runtime_error("--devices: " + t.label + " is named twice");
+        return;
+      }
+    targets.push_back(std::move(t));
+  };
+  if (devices == "all") {
+    for (const BackendInfo& info : backend_registry())
+      for (const BackendDevice& d : info.devices()) add(info, d, false);
+    if (targets.empty()) throw std::runtime_error("--devices all: this build finds no device");
+    return targets;
+  }
+  size_t start = 0;
+  while (start <= devices.size()) {
+    const size_t comma = std::min(devices.find(',', start), devices.size());
+    const std::string item = devices.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    const std::string backend = item.substr(0, colon);
+    const std::string device = colon == std::string::npos ? "" : item.substr(colon + 1);
+    const BackendInfo* info = find_backend(backend);
+    if (info == nullptr) {
+      std::string names;
+      for (const BackendInfo& i : backend_registry()) names += (names.empty() ? "" : ", ") + i.name;
+      throw std::runtime_error("--devices: no backend '" + backend + "' in this build (backends: " + names + ", or all)");
+    }
+    const std::vector<BackendDevice> found = info->devices();
+    if (found.empty()) throw std::runtime_error("--devices: backend " + backend + " finds no device on this machine");
+    const BackendDevice* pick = nullptr;
+    if (device.empty()) {
+      pick = &found.front();
+    } else {
+      for (const BackendDevice& d : found)
+        if (std::to_string(d.index) == device) pick = &d;
+      if (pick == nullptr) {
+        std::string lower = device;
+        for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        for (const BackendDevice& d : found) {
+          std::string n = d.name;
+          for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+          if (n.find(lower) != std::string::npos) {
+            pick = &d;
+            break;
+          }
+        }
+      }
+      if (pick == nullptr) {
+        std::string names;
+        for (const BackendDevice& d : found) names += (names.empty() ? "" : ", ") + std::to_string(d.index) + " " + d.name;
+        throw std::runtime_error("--devices: backend " + backend + " has no device '" + device + "' (devices: " + names + ")");
+      }
+    }
+    add(*info, *pick, true);
+  }
+  if (targets.empty()) throw std::runtime_error("--devices: empty list (give all, or BACKEND[:DEVICE],...)");
+  return targets;
+}
+
+std::vector<std::string> read_bench_prompts(const std::string& path, int32_t limit) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot read the prompts file");
+  std::vector<std::string> out;
+  int line_no = 0;
+  for (std::string line; std::getline(in, line) && static_cast<int32_t>(out.size()) < limit;) {
+    ++line_no;
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    auto text = [&](const nlohmann::json& v) {
+      if (!v.is_string()) throw std::runtime_error(path + ":" + std::to_string(line_no) + ": the prompt is not a string");
+      return v.get<std::string>();
+    };
+    if (j.is_discarded()) throw std::runtime_error(path + ":" + std::to_string(line_no) + ": not valid JSON");
+    if (!j.is_object()) throw std::runtime_error(path + ":" + std::to_string(line_no) + ": not a JSON object");
+    if (j.contains("turns")) {
+      if (!j["turns"].is_array() || j["turns"].empty())
+        throw std::runtime_error(path + ":" + std::to_string(line_no) + ": turns is not a non-empty array");
+      out.push_back(text(j["turns"][0]));
+    } else if (j.contains("question")) out.push_back(text(j["question"]));
+    else if (j.contains("prompt")) out.push_back(text(j["prompt"]));
+    else if (j.contains("text")) out.push_back(text(j["text"]));
+    else throw std::runtime_error(path + ":" + std::to_string(line_no) + ": no turns/question/prompt/text field");
+  }
+  if (out.empty()) throw std::runtime_error(path + ": no prompts in the file");
+  return out;
+}
+
+}  // namespace fafo::bench
