@@ -39,9 +39,11 @@
 // the same arithmetic in the same order (keys WG_SIZE at a time, the same reduction
 // trees over them in a local array), so both variants give the same bits; the
 // invocations of a workgroup are SERIAL_LANES heads of the same part and row, so their
-// loops have the same bounds. A CPU device runs a workgroup's invocations as vector
-// lanes and a barrier as a switch between them: the workgroup-wide variant spent most
-// of a long step there.
+// loops have the same bounds (when n_head is a multiple of SERIAL_LANES; else a
+// workgroup spans two rows or parts, which costs lanes, not results). The sums are
+// `precise` in both, so no compiler fuses them differently. A CPU device runs a
+// workgroup's invocations as vector lanes and a barrier as a switch between them: the
+// workgroup-wide variant spent most of a long step there.
 #define WG_SIZE 64
 #define DIMS_PER_THREAD 4
 #define MAX_HEAD_DIM (WG_SIZE * DIMS_PER_THREAD)
@@ -118,14 +120,14 @@ void main() {
   barrier();
 
   float m = -1.0 / 0.0;  // running max
-  float l = 0.0;         // running sum of exp(score - m)
+  precise float l = 0.0;  // running sum of exp(score - m)
   float acc[DIMS_PER_THREAD];
   for (uint k = 0; k < DIMS_PER_THREAD; ++k) acc[k] = 0.0;
 
   // The loop bounds are uniform over the workgroup, so every barrier is reached by all.
   for (uint chunk = first; chunk < last; chunk += WG_SIZE) {
     const uint key = chunk + lid;
-    float score = -1.0 / 0.0;
+    precise float score = -1.0 / 0.0;
     uint slot = 0;
     if (key < last) {
       bool visible = true;
@@ -138,7 +140,7 @@ void main() {
       }
       if (visible) {
         const uint base = slot * p.kv_dim + kv_offset;
-        float dot_qk = 0.0;
+        precise float dot_qk = 0.0;
         for (uint d = 0; d < p.head_dim; ++d) dot_qk += q_sh[d] * key_at(base + d);
         score = dot_qk * p.scale;
       }
@@ -168,7 +170,7 @@ void main() {
     for (uint k = 0; k < DIMS_PER_THREAD; ++k) {
       const uint d = lid + k * WG_SIZE;
       if (d >= p.head_dim) break;
-      float sum = acc[k] * correction;
+      precise float sum = acc[k] * correction;
       for (uint j = 0; j < count; ++j) {
         const float wj = weight_sh[j];
         if (wj != 0.0) sum += wj * value_at(slot_sh[j] * p.kv_dim + kv_offset + d);
@@ -215,13 +217,13 @@ void main() {
   const uint last = min(first + p.part_keys, n_keys);
 
   float m = -1.0 / 0.0;
-  float l = 0.0;
+  precise float l = 0.0;
   for (uint d = 0; d < p.head_dim; ++d) acc_s[d] = 0.0;
 
   for (uint chunk = first; chunk < last; chunk += WG_SIZE) {
     for (uint lid = 0; lid < WG_SIZE; ++lid) {
       const uint key = chunk + lid;
-      float score = -1.0 / 0.0;
+      precise float score = -1.0 / 0.0;
       uint slot = 0;
       if (key < last) {
         bool visible = true;
@@ -234,7 +236,7 @@ void main() {
         }
         if (visible) {
           const uint base = slot * p.kv_dim + kv_offset;
-          float dot_qk = 0.0;
+          precise float dot_qk = 0.0;
           for (uint d = 0; d < p.head_dim; ++d) dot_qk += q[q_offset + d] * key_at(base + d);
           score = dot_qk * p.scale;
         }
@@ -258,7 +260,7 @@ void main() {
     l = l * correction + red_s[0];
     const uint count = min(WG_SIZE, last - chunk);
     for (uint d = 0; d < p.head_dim; ++d) {
-      float sum = acc_s[d] * correction;
+      precise float sum = acc_s[d] * correction;
       for (uint j = 0; j < count; ++j) {
         const float wj = score_s[j];
         if (wj != 0.0) sum += wj * value_at(slot_s[j] * p.kv_dim + kv_offset + d);

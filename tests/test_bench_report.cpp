@@ -165,10 +165,11 @@ TEST(BenchTargets, NameBackendsAndDevices) {
     EXPECT_FALSE(t.device_name.empty()) << t.label;
   }
   EXPECT_TRUE(cpu && reference);
-  const auto two = resolve_bench_targets("reference,cpu:0", 1);
+  const auto two = resolve_bench_targets(" reference , cpu:0", 1);  // spaces around items are fine
   ASSERT_EQ(two.size(), 2u);
   EXPECT_EQ(two[0].label, "reference");
   EXPECT_EQ(two[0].spec.name, "reference");
+  EXPECT_EQ(two[0].spec.device, "");  // a backend alone: the device --backend alone would pick
   EXPECT_EQ(two[1].label, "cpu");
   EXPECT_EQ(two[1].spec.device, "0");
   auto error_of = [](const std::string& spec) {
@@ -182,5 +183,7 @@ TEST(BenchTargets, NameBackendsAndDevices) {
   EXPECT_NE(error_of("cpu,nope").find("no backend 'nope'"), std::string::npos) << error_of("cpu,nope");
   EXPECT_NE(error_of("cpu,cpu:0").find("cpu is named twice"), std::string::npos) << error_of("cpu,cpu:0");
   EXPECT_NE(error_of("cpu:7").find("has no device '7'"), std::string::npos) << error_of("cpu:7");
+  // A number is an index, never part of a name (a CPU's model name may hold digits).
+  EXPECT_NE(error_of("cpu:1").find("has no device '1'"), std::string::npos) << error_of("cpu:1");
   EXPECT_NE(error_of(",").find("empty list"), std::string::npos) << error_of(",");
 }

@@ -174,6 +174,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   result.backend = model.backend().name();
   result.description = model.backend().description();
   result.label = result.backend;
+  result.device = result.description;  // a --devices run names the device instead
   result.threads = open.backend.threads;
   const std::string name = std::filesystem::path(open.path).filename().string();
   out("model: %s (%s, %d layers, dim %d, vocab %d), backend: %s (%s), context %d\n", name.c_str(), c.arch.c_str(),
@@ -301,9 +302,11 @@ std::vector<BenchTarget> resolve_bench_targets(const std::string& devices, int t
   size_t start = 0;
   while (start <= devices.size()) {
     const size_t comma = std::min(devices.find(',', start), devices.size());
-    const std::string item = devices.substr(start, comma - start);
+    std::string item = devices.substr(start, comma - start);
     start = comma + 1;
-    if (item.empty()) continue;
+    const size_t first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
+    if (first == std::string::npos) continue;
+    item = item.substr(first, last - first + 1);
     const size_t colon = item.find(':');
     const std::string backend = item.substr(0, colon);
     const std::string device = colon == std::string::npos ? "" : item.substr(colon + 1);
@@ -315,29 +318,34 @@ std::vector<BenchTarget> resolve_bench_targets(const std::string& devices, int t
     }
     const std::vector<BackendDevice> found = info->devices();
     if (found.empty()) throw std::runtime_error("--devices: backend " + backend + " finds no device on this machine");
+    if (device.empty()) {  // the device --backend alone would pick
+      BenchTarget t;
+      t.spec.name = info->name;
+      t.spec.threads = threads;
+      t.label = info->name;
+      t.device_name = found.size() == 1 ? found.front().name : "the default device";
+      for (const BenchTarget& other : targets)
+        if (other.label == t.label) throw std::runtime_error("--devices: " + t.label + " is named twice");
+      targets.push_back(std::move(t));
+      continue;
+    }
+    // As --device: a number is an index, anything else part of a name.
+    const bool number = device.find_first_not_of("0123456789") == std::string::npos;
     const BackendDevice* pick = nullptr;
-    if (device.empty()) {
-      pick = &found.front();
-    } else {
-      for (const BackendDevice& d : found)
-        if (std::to_string(d.index) == device) pick = &d;
-      if (pick == nullptr) {
-        std::string lower = device;
-        for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        for (const BackendDevice& d : found) {
-          std::string n = d.name;
-          for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-          if (n.find(lower) != std::string::npos) {
-            pick = &d;
-            break;
-          }
-        }
+    std::string lower = device;
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    for (const BackendDevice& d : found) {
+      std::string n = d.name;
+      for (char& ch : n) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (number ? std::to_string(d.index) == device : n.find(lower) != std::string::npos) {
+        pick = &d;
+        break;
       }
-      if (pick == nullptr) {
-        std::string names;
-        for (const BackendDevice& d : found) names += (names.empty() ? "" : ", ") + std::to_string(d.index) + " " + d.name;
-        throw std::runtime_error("--devices: backend " + backend + " has no device '" + device + "' (devices: " + names + ")");
-      }
+    }
+    if (pick == nullptr) {
+      std::string names;
+      for (const BackendDevice& d : found) names += (names.empty() ? "" : ", ") + std::to_string(d.index) + " " + d.name;
+      throw std::runtime_error("--devices: backend " + backend + " has no device '" + device + "' (devices: " + names + ")");
     }
     add(*info, *pick, true);
   }

@@ -88,13 +88,14 @@ int run_bench(BenchArgs& args) {
     }
     std::printf("\n%s", bench::report_markdown(report).c_str());
   }
-  if (!args.report.empty())
-    for (const std::string& path : bench::write_bench_report(report, args.report))
-      std::fprintf(stderr, "fafo bench: wrote %s\n", path.c_str());
   if (args.json) {
     const nlohmann::json j = args.devices.empty() ? single_device_json(report) : bench::report_json(report);
     std::printf("%s\n", j.dump(2).c_str());
+    std::fflush(stdout);
   }
+  if (!args.report.empty())
+    for (const std::string& path : bench::write_bench_report(report, args.report))
+      std::fprintf(stderr, "fafo bench: wrote %s\n", path.c_str());
   for (const bench::DeviceResult& d : report.devices)
     if (d.error.empty()) return 0;
   return 1;  // no device could be measured
@@ -146,6 +147,13 @@ Command add_bench_command(CLI::App& app) {
     args->attention_options.repetitions = args->config.repetitions;
     for (int32_t n : args->attention_options.contexts)
       if (n < 1 || n > (1 << 22)) throw std::runtime_error("--contexts must be in 1..4194304");
+    if (args->attention && (!args->devices.empty() || !args->report.empty()))
+      throw std::runtime_error("--attention measures one backend and prints its own table: it takes no --devices or --report");
+    if (!args->report.empty()) {  // fail now, not after hours of measuring
+      const std::filesystem::path parent = std::filesystem::path(args->report).parent_path();
+      if (!parent.empty() && !std::filesystem::is_directory(parent))
+        throw std::runtime_error("--report " + args->report + ": no folder " + parent.string());
+    }
     if (!args->devices.empty() && (args->open.backend.name != "auto" || !args->open.backend.device.empty()))
       throw std::runtime_error("--devices replaces --backend and --device: give one or the other");
     if (!args->config.strategies.empty() && args->config.strategies.front() != "ar" && !args->prompts_file.empty())

@@ -37,6 +37,8 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
 
   VkBuffer handle() const { return buffer_; }
+  // Where the buffer lives: `size` bytes at `offset` of a memory block (memory_pool.h).
+  const MemoryPool::Range& memory_range() const { return range_; }
   VkDeviceSize size() const { return size_; }
   // Whether upload()/download() work directly (the memory is mapped).
   bool mapped() const { return mapped_ != nullptr; }

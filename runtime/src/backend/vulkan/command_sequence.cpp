@@ -25,26 +25,14 @@ constexpr VkPipelineStageFlags kDeviceStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_
 }  // namespace
 
 // Every device write since the last barrier made visible to the device's later
-// commands: buffer memory barriers on the buffers written, or an execution barrier
-// where nothing was written.
+// commands (a memory barrier), or an execution barrier where nothing was written.
 void CommandSequence::device_barrier() {
-  constexpr VkAccessFlags dst_access =
+  VkMemoryBarrier b{};
+  b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+  b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  b.dstAccessMask =
       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  std::vector<VkBufferMemoryBarrier> buffers(written_.size());
-  for (size_t i = 0; i < written_.size(); ++i) {
-    VkBufferMemoryBarrier& b = buffers[i];
-    b = {};
-    b.sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER;
-    b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-    b.dstAccessMask = dst_access;
-    b.srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
-    b.dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED;
-    b.buffer = written_[i];
-    b.offset = 0;
-    b.size = VK_WHOLE_SIZE;
-  }
-  vkCmdPipelineBarrier(commands_, kDeviceStages, kDeviceStages, 0, 0, nullptr, static_cast<uint32_t>(buffers.size()),
-                       buffers.data(), 0, nullptr);
+  vkCmdPipelineBarrier(commands_, kDeviceStages, kDeviceStages, 0, written_.empty() ? 0 : 1, &b, 0, nullptr, 0, nullptr);
   ++barriers_;
   written_.clear();
   read_.clear();
@@ -127,12 +115,22 @@ void CommandSequence::destroy() noexcept {
   pool_ = VK_NULL_HANDLE;
 }
 
-void CommandSequence::barrier_before_command(const std::vector<VkBuffer>& reads, const std::vector<VkBuffer>& writes) {
+void CommandSequence::barrier_before_command(const std::vector<const Buffer*>& reads,
+                                             const std::vector<const Buffer*>& writes) {
   if (submitted_) throw std::logic_error("recording into a command sequence already submitted");
-  auto in = [](const std::vector<VkBuffer>& set, VkBuffer b) { return std::find(set.begin(), set.end(), b) != set.end(); };
+  const auto span = [](const Buffer* b) {
+    const MemoryPool::Range& r = b->memory_range();
+    return MemorySpan{r.memory, r.offset, r.offset + std::max<VkDeviceSize>(r.size, 1)};
+  };
+  const auto overlaps = [](const std::vector<MemorySpan>& set, const MemorySpan& s) {
+    for (const MemorySpan& o : set)
+      if (o.memory == s.memory && o.begin < s.end && s.begin < o.end) return true;
+    return false;
+  };
   bool depends = false;
-  for (VkBuffer b : reads) depends = depends || in(written_, b);                   // read after write
-  for (VkBuffer b : writes) depends = depends || in(written_, b) || in(read_, b);  // write after write or read
+  for (const Buffer* b : reads) depends = depends || overlaps(written_, span(b));  // read after write
+  for (const Buffer* b : writes)
+    depends = depends || overlaps(written_, span(b)) || overlaps(read_, span(b));  // write after write or read
   if (depends) {
     device_barrier();
   } else if (profiler_ && commands_recorded_ > 0) {
@@ -141,10 +139,8 @@ void CommandSequence::barrier_before_command(const std::vector<VkBuffer>& reads,
     // counted and leaves what the next commands depend on as it was.
     vkCmdPipelineBarrier(commands_, kDeviceStages, kDeviceStages, 0, 0, nullptr, 0, nullptr, 0, nullptr);
   }
-  for (VkBuffer b : reads)
-    if (!in(read_, b)) read_.push_back(b);
-  for (VkBuffer b : writes)
-    if (!in(written_, b)) written_.push_back(b);
+  for (const Buffer* b : reads) read_.push_back(span(b));
+  for (const Buffer* b : writes) written_.push_back(span(b));
   ++commands_recorded_;
 }
 
@@ -192,11 +188,11 @@ void CommandSequence::dispatch(const ComputePipeline& pipeline, std::initializer
                                 std::to_string(groups_y) + "x" + std::to_string(groups_z) +
                                 " is empty or over the device limit");
   const VkDescriptorSet set = descriptor_set(pipeline, buffers);
-  std::vector<VkBuffer> reads, writes;
+  std::vector<const Buffer*> reads, writes;
   uint32_t binding = 0;
   for (const Buffer* b : buffers) {
-    reads.push_back(b->handle());
-    if (pipeline.writes(binding++)) writes.push_back(b->handle());
+    reads.push_back(b);
+    if (pipeline.writes(binding++)) writes.push_back(b);
   }
   barrier_before_command(reads, writes);
   vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle());
@@ -215,13 +211,13 @@ void CommandSequence::copy(const Buffer& src, const Buffer& dst, const std::vect
       throw std::out_of_range("buffer copy of " + std::to_string(r.size) + " bytes from offset " +
                               std::to_string(r.srcOffset) + " (of " + std::to_string(src.size()) + ") to offset " +
                               std::to_string(r.dstOffset) + " (of " + std::to_string(dst.size()) + ")");
-  barrier_before_command({src.handle()}, {dst.handle()});
+  barrier_before_command({&src}, {&dst});
   vkCmdCopyBuffer(commands_, src.handle(), dst.handle(), static_cast<uint32_t>(regions.size()), regions.data());
   after_command("copy");
 }
 
 void CommandSequence::zero(const Buffer& dst) {
-  barrier_before_command({}, {dst.handle()});
+  barrier_before_command({}, {&dst});
   vkCmdFillBuffer(commands_, dst.handle(), 0, VK_WHOLE_SIZE, 0);
   after_command("fill");
 }

@@ -1,11 +1,13 @@
 // A sequence of compute dispatches and buffer copies recorded into one command
 // buffer, then submitted once and waited for with a fence. Descriptor sets come from
 // a DescriptorCache shared with later sequences (a backend's steps) or, without one,
-// from the sequence's own pool. A command that reads or writes a buffer written since
-// the last barrier, or writes one read since then, gets a barrier first (buffer
-// memory barriers on the buffers written, or an execution barrier where only reads
-// came before), so it sees everything the earlier ones wrote; independent commands
-// run without one. A dispatch reads every buffer bound and writes those its shader
+// from the sequence's own pool. A command that reads or writes memory written since
+// the last barrier, or writes memory read since then, gets a barrier first (a memory
+// barrier, or an execution barrier where only reads came before), so it sees
+// everything the earlier ones wrote; independent commands run without one. What a
+// command touches is tracked as ranges of device memory, not buffer handles, so a
+// buffer freed and another placed in its memory during the recording still count as
+// the same memory. A dispatch reads every buffer bound and writes those its shader
 // does not declare `readonly` (ComputePipeline::writes). After the last command a
 // barrier to the host makes the results readable with Buffer::download. With a
 // KernelProfiler, a timestamp follows every command, and every command waits for the
@@ -77,7 +79,7 @@ class CommandSequence {
   void destroy() noexcept;
   // Records a barrier first when the next command (reading `reads`, writing `writes`)
   // depends on an earlier one since the last barrier, then notes what it touches.
-  void barrier_before_command(const std::vector<VkBuffer>& reads, const std::vector<VkBuffer>& writes);
+  void barrier_before_command(const std::vector<const Buffer*>& reads, const std::vector<const Buffer*>& writes);
   void device_barrier();
   void after_command(const std::string& name);
   VkDescriptorSet descriptor_set(const ComputePipeline& pipeline, std::initializer_list<const Buffer*> buffers);
@@ -93,7 +95,11 @@ class CommandSequence {
   uint32_t commands_recorded_ = 0;
   uint32_t barriers_ = 0;
   bool submitted_ = false;
-  std::vector<VkBuffer> written_, read_;  // since the last barrier
+  struct MemorySpan {
+    VkDeviceMemory memory;
+    VkDeviceSize begin, end;
+  };
+  std::vector<MemorySpan> written_, read_;  // since the last barrier
 };
 
 }  // namespace fafo::vulkan

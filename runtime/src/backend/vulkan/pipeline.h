@@ -44,7 +44,8 @@ class ComputePipeline {
   uint32_t push_constant_bytes() const { return push_constant_bytes_; }
   const std::string& name() const { return name_; }
   // Whether the shader may write the buffer at `binding` (GLSL: not `readonly`).
-  bool writes(uint32_t binding) const { return binding < written_.size() && written_[binding]; }
+  // (A binding past the shader's n_buffers counts as written.)
+  bool writes(uint32_t binding) const { return binding >= written_.size() || written_[binding]; }
 
  private:
   void destroy() noexcept;
