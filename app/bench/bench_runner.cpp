@@ -53,6 +53,12 @@ class Printer {
   void check_cancel() const {
     if (o_.cancelled && o_.cancelled()) throw BenchCancelled();
   }
+  // For generate(): stops generating as soon as the run is cancelled (check_cancel
+  // after it then throws), so a long tg or prompt does not hold a Cancel up.
+  TokenCallback until_cancelled() const {
+    if (!o_.cancelled) return {};
+    return [this](int32_t) { return !o_.cancelled(); };
+  }
 
  private:
   const BenchObserver& o_;
@@ -136,7 +142,8 @@ std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer
       o.decoding = d;
       o.kv = config.kv;
       const auto ids = tokenizer.encode(config.prompts[p], tokenizer.vocab().add_bos);
-      const auto res = generate(model, tokenizer, ids, o);
+      const auto res = generate(model, tokenizer, ids, o, out.until_cancelled());
+      out.check_cancel();
       row.tokens += static_cast<int64_t>(res.ids.size()) - 1;  // the prefill's token is not a decoding step's
       row.steps += res.n_steps - 1;
       seconds += res.decode_seconds;
@@ -214,7 +221,8 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
       o.n_predict = tg + 1;  // the first token comes from the prefill step
       o.sampling.temperature = 0;
       o.stop_at_end_of_generation = false;
-      const auto res = generate(model, *m.tokenizer, {any_token(rng)}, o);
+      const auto res = generate(model, *m.tokenizer, {any_token(rng)}, o, out.until_cancelled());
+      out.check_cancel();
       tps.push_back(res.tokens_per_second());
     }
     result.tg_tokens = tg;

@@ -34,7 +34,8 @@ struct BenchConfig {
 };
 
 // Where a run reports as it goes: `print` gets each line of the tables (with its
-// newline) as soon as it is measured; `cancelled` is asked between measurements.
+// newline) as soon as it is measured; `cancelled` is asked between measurements and
+// after every generated token.
 struct BenchObserver {
   std::function<void(const std::string&)> print;
   std::function<bool()> cancelled;
