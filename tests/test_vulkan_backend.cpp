@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -410,6 +411,95 @@ TEST_F(VulkanBackend, EveryStrategyEqualsArOnVulkan) {
   for (const std::string policy : {"stream", "quest", "snapkv", "chunks"}) EXPECT_EQ(run(Strategy::Fafo, policy), ar) << policy;
 }
 
+// The kernels of the steps profiled from now until the next call, by name.
+std::map<std::string, uint64_t> calls_per_kernel(Backend& be) {
+  std::map<std::string, uint64_t> calls;
+  for (const KernelProfile::Kernel& k : be.take_profile().kernels) calls[k.name] += k.calls;
+  return calls;
+}
+
+TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
+  // One product for q, k and v and one rope_store dispatch instead of three products,
+  // two rotations and two stores: the logits of every step (a prefill, single tokens,
+  // a multi-token step with a tree mask) are equal bit for bit, with fp32 and fp16
+  // caches, GQA, and Qwen2's biases and NEOX rotation; a policy's captured queries too.
+  for (const std::string arch : {"llama", "qwen2"}) {
+    for (KvCacheType kv : {KvCacheType::F32, KvCacheType::F16}) {
+      SCOPED_TRACE(arch + (kv == KvCacheType::F16 ? " f16 cache" : " f32 cache"));
+      synth::SyntheticConfig c;
+      c.arch = arch;
+      c.n_layer = 2, c.n_embd = 128, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 256, c.n_vocab = 300, c.n_ctx = 256;
+      c.weight_type = arch == "llama" ? "Q8_0" : "F16";
+      const std::string path = (test::temp_dir("vk-fused-" + arch) / "m.gguf").string();
+      synth::write_synthetic_model(c, path);
+      vulkan::VulkanBackendOptions apart_options;
+      apart_options.fuse_qkv = false;
+      Loaded fused = load(path, make_vulkan(), 128, kv);
+      Loaded apart = load(path, vulkan::make_backend(apart_options), 128, kv);
+      auto steps = [&](Loaded& m) {
+        Model& model = *m.model;
+        model.truncate(0);
+        std::vector<std::vector<float>> logits;
+        EXPECT_EQ(model.backend().start_profile(), "");
+        StepBatch prefill = StepBatch::causal({1, 45, 99, 7, 250, 31, 8}, 0);
+        logits.push_back(model.forward(prefill));
+        model.commit(prefill.size());
+        for (int32_t t : {12, 200}) {
+          StepBatch one = StepBatch::causal({t}, model.n_past());
+          logits.push_back(model.forward(one));
+          model.commit(1);
+        }
+        StepBatch tree = batch_of(5, model.n_past(), 3, true);
+        logits.push_back(model.forward(tree));
+        return std::make_pair(logits, calls_per_kernel(model.backend()));
+      };
+      const auto [want, apart_calls] = steps(apart);
+      const auto [got, fused_calls] = steps(fused);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].size(), want[i].size());
+        EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "step " << i;
+      }
+      const std::string rope_store = kv == KvCacheType::F16 ? "rope_store_kv_f16" : "rope_store";
+      EXPECT_EQ(fused_calls.count("rope"), 0u);
+      EXPECT_EQ(fused_calls.count(rope_store) ? fused_calls.at(rope_store) : 0u, 2u * 4u);  // 2 layers, 4 steps
+      EXPECT_EQ(apart_calls.count(rope_store), 0u);
+      EXPECT_EQ(apart_calls.count("rope") ? apart_calls.at("rope") : 0u, 2u * 2u * 4u);
+
+      // A policy that reads queries (snapkv) gets the same ones, and FAFO the same ids.
+      const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31};
+      auto run = [&](Loaded& m) {
+        GenerationOptions o;
+        o.n_predict = 24;
+        o.sampling.temperature = 0;
+        o.decoding.strategy = Strategy::Fafo;
+        o.kv.name = "snapkv";
+        o.kv.budget = 8;
+        std::vector<int32_t> ids = generate(*m.model, *m.tokenizer, prompt, o).ids;
+        return std::make_pair(ids, m.model->kv_cache().captured_queries(1));
+      };
+      const auto [ids_apart, queries_apart] = run(apart);
+      const auto [ids_fused, queries_fused] = run(fused);
+      EXPECT_EQ(ids_fused, ids_apart);
+      EXPECT_FALSE(queries_apart.empty());
+      ASSERT_EQ(queries_fused.size(), queries_apart.size());
+      EXPECT_EQ(std::memcmp(queries_fused.data(), queries_apart.data(), queries_fused.size() * sizeof(float)), 0);
+    }
+  }
+  // A Q4_K_M mix (attn_v in Q6_K in some layers) is not fused, and runs.
+  synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300;
+  c.weight_type = "Q4_K_M";
+  const std::string path = (test::temp_dir("vk-fused-mix") / "m.gguf").string();
+  synth::write_synthetic_model(c, path);
+  Loaded mix = load(path, make_vulkan(), 64);
+  ASSERT_EQ(mix.model->backend().start_profile(), "");
+  EXPECT_EQ(greedy(*mix.model, {1, 2, 3}, 4).ids.size(), 4u);
+  const auto calls = calls_per_kernel(mix.model->backend());
+  EXPECT_EQ(calls.count("rope_store"), 0u);
+  EXPECT_GT(calls.count("rope"), 0u);
+}
+
 TEST_F(VulkanBackend, ProfileTimesEveryKernelOfTheStepsProfiled) {
   // start_profile() then steps: every dispatch is counted under its shader's name with
   // device time, the matrix products carry the weight bytes they read, and the counts
@@ -447,10 +537,11 @@ TEST_F(VulkanBackend, ProfileTimesEveryKernelOfTheStepsProfiled) {
       EXPECT_GT(k.bytes, 0.0) << k.name;
     }
   }
-  // stories260K: per layer the products q, k, v, o, down and the gate with up (one fused
-  // dispatch on a CPU device such as lavapipe, two elsewhere), and the output.
+  // stories260K: per layer the products qkv (one weight), o, down and the gate with up
+  // (one fused dispatch on a CPU device such as lavapipe, two elsewhere), and the output.
+  ASSERT_TRUE(m.backend().fuses_qkv(TensorType::F32, 64, 64, 64));
   const bool fused_gate = m.backend().fuses_gate_up(TensorType::F32, 1, 64);
-  EXPECT_EQ(matmul_calls, (fused_gate ? 6u : 7u) * 5u + 1u);
+  EXPECT_EQ(matmul_calls, (fused_gate ? 4u : 5u) * 5u + 1u);
   EXPECT_GE(calls, once.dispatches);  // dispatches and transfers
   EXPECT_GT(seconds, 0.0);
   EXPECT_NEAR(seconds, once.step_seconds, 1e-9 + 1e-6 * once.step_seconds);

@@ -174,6 +174,71 @@ TEST_F(VulkanKernels, ChainedDispatchesInOneSubmission) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i]) + 1e-5) << i;
 }
 
+TEST_F(VulkanKernels, RopeStoreGivesTheBitsOfRopeAndAStore) {
+  // One dispatch over [queries | keys | values] rows against rope on the queries, rope
+  // on the keys and the store (a copy for fp32, kv_store for fp16): the same bits in the
+  // queries and both caches, for GQA heads, a partial rotation (fewer pairs than
+  // head_dim / 2), either pairing, and slots past the start of the cache.
+  struct Case {
+    uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, first_slot;
+    bool neox, f16;
+  };
+  for (const Case c : {Case{5, 4, 2, 16, 8, 3, false, false}, Case{5, 4, 2, 16, 8, 3, true, true},
+                       Case{3, 2, 1, 12, 4, 0, true, false}, Case{3, 2, 1, 12, 4, 7, false, true},
+                       Case{1, 6, 6, 8, 4, 11, true, true}}) {
+    SCOPED_TRACE(::testing::Message() << c.rows << " rows, " << c.n_head << "/" << c.n_head_kv << " heads of "
+                                      << c.head_dim << ", " << c.n_pairs << " pairs, slot " << c.first_slot
+                                      << (c.neox ? ", neox" : "") << (c.f16 ? ", f16" : ""));
+    const uint32_t q_cols = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim, stride = q_cols + 2 * kv_dim;
+    const uint32_t slots = c.first_slot + c.rows + 2, cache_floats = c.f16 ? slots * kv_dim / 2 : slots * kv_dim;
+    const std::vector<float> qkv = random_values(size_t{c.rows} * stride, 61, -2.0f, 2.0f);
+    const std::vector<float> table = random_values(size_t{c.rows} * c.n_pairs * 2, 62);
+    std::vector<float> q(size_t{c.rows} * q_cols), k(size_t{c.rows} * kv_dim), v(k.size());
+    for (uint32_t r = 0; r < c.rows; ++r) {
+      std::copy_n(&qkv[r * stride], q_cols, &q[r * q_cols]);
+      std::copy_n(&qkv[r * stride + q_cols], kv_dim, &k[r * kv_dim]);
+      std::copy_n(&qkv[r * stride + q_cols + kv_dim], kv_dim, &v[r * kv_dim]);
+    }
+    const std::vector<float> cache_init = random_values(cache_floats, 63);  // the slots not written keep these
+    Buffer b_qkv = make_buffer(*context_, qkv), b_table = make_buffer(*context_, table);
+    Buffer b_q = make_buffer(*context_, q), b_k = make_buffer(*context_, k), b_v = make_buffer(*context_, v);
+    Buffer fused_k = make_buffer(*context_, cache_init), fused_v = make_buffer(*context_, cache_init);
+    Buffer apart_k = make_buffer(*context_, cache_init), apart_v = make_buffer(*context_, cache_init);
+    CommandSequence seq(*context_);
+    Kernels::RopeStoreArgs a{c.rows, c.n_head, c.n_head_kv, c.head_dim, c.n_pairs, stride, q_cols, q_cols + kv_dim,
+                             c.first_slot, c.neox, c.f16};
+    kernels_->rope_store(seq, b_qkv, b_table, fused_k, fused_v, a);
+    kernels_->rope(seq, b_q, b_table, c.rows, c.n_head, c.head_dim, c.n_pairs, q_cols, c.neox);
+    kernels_->rope(seq, b_k, b_table, c.rows, c.n_head_kv, c.head_dim, c.n_pairs, kv_dim, c.neox);
+    if (c.f16) {
+      kernels_->kv_store_f16(seq, b_k, b_v, apart_k, apart_v, c.rows, kv_dim, c.first_slot);
+    } else {
+      seq.copy(b_k, 0, apart_k, uint64_t{c.first_slot} * kv_dim * sizeof(float), k.size() * sizeof(float));
+      seq.copy(b_v, 0, apart_v, uint64_t{c.first_slot} * kv_dim * sizeof(float), v.size() * sizeof(float));
+    }
+    EXPECT_EQ(seq.dispatch_count(), c.f16 ? 4u : 3u);
+    seq.submit_and_wait();
+    auto same_bits = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+      ASSERT_EQ(got.size(), want.size()) << what;
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << what;
+    };
+    same_bits(read(fused_k, cache_floats), read(apart_k, cache_floats), "keys");
+    same_bits(read(fused_v, cache_floats), read(apart_v, cache_floats), "values");
+    const std::vector<float> fused_rows = read(b_qkv, qkv.size()), apart_q = read(b_q, q.size());
+    std::vector<float> fused_q(q.size());
+    for (uint32_t r = 0; r < c.rows; ++r) std::copy_n(&fused_rows[r * stride], q_cols, &fused_q[r * q_cols]);
+    same_bits(fused_q, apart_q, "queries");
+    EXPECT_NE(fused_q, q);  // they were rotated
+  }
+  // Queries, keys and values that overlap or overrun the rows are refused.
+  Buffer small(*context_, 64 * sizeof(float));
+  CommandSequence seq(*context_);
+  EXPECT_THROW(kernels_->rope_store(seq, small, small, small, small, Kernels::RopeStoreArgs{1, 2, 1, 8, 4, 32, 8, 24, 0}),
+               std::invalid_argument);
+  EXPECT_THROW(kernels_->rope_store(seq, small, small, small, small, Kernels::RopeStoreArgs{1, 2, 1, 8, 4, 31, 16, 24, 0}),
+               std::invalid_argument);
+}
+
 TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEitherMapping) {
   // One invocation per (part, head, row) (CPU devices) or a workgroup per (part, head,
   // row): the same sums in the same order, so the same bits; over FULL rows in a

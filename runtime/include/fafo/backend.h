@@ -160,12 +160,30 @@ class Backend {
   // Attention of q over layer `layer` of the KV cache: each row reads its view of the
   // committed entries (FULL rows: every entry, in the cache's logical order;
   // COMPRESSED rows: the cache's region, or everything in its dense layers) and then
-  // the batch tokens its mask row lets it see (including itself).
+  // the batch tokens its mask row lets it see (including itself). The queries are q's
+  // first n_head * head_dim columns (with fuses_qkv, q may be the wider fused qkv).
   virtual void attention(int32_t layer, const Activation& q, const AttentionShape& shape, Activation& out) = 0;
   // out = silu(gate) * up.
   virtual void swiglu(const Activation& gate, const Activation& up, Activation& out) = 0;
   // x += y.
   virtual void add(Activation& x, const Activation& y) = 0;
+  // Whether the model may give the attention block's three projections of `type` as one
+  // weight (the query projection's q_rows rows, then the key and the value
+  // projection's kv_rows rows each, `cols` wide) and use one activation qkv
+  // [T x (q_rows + 2 kv_rows)] for their product, their biases (one vector, stacked
+  // alike), rope_store and attention.
+  virtual bool fuses_qkv(TensorType /*type*/, int64_t /*q_rows*/, int64_t /*kv_rows*/, int64_t /*cols*/) const {
+    return false;
+  }
+  // With fuses_qkv: the values of rope(queries), rope(keys), kv_cache()->store(layer,
+  // keys, values) and, when the cache asks for rows (KvCache::captured_rows),
+  // capture_queries(layer, queries), where queries, keys and values are qkv's
+  // n_head * head_dim, kv_dim and kv_dim columns in that order. The keys in qkv may be
+  // left unrotated.
+  virtual void rope_store(int32_t /*layer*/, Activation& /*qkv*/, const AttentionShape& /*shape*/,
+                          const RopeParams& /*p*/) {
+    throw std::logic_error("rope_store: backend " + name() + " does not fuse the attention projections");
+  }
   // Whether matmul_swiglu takes a gate and an up projection of `type` ([rows x cols]
   // each) as one weight: the up projection's rows after the gate's, uploaded together.
   virtual bool fuses_gate_up(TensorType /*type*/, int64_t /*rows*/, int64_t /*cols*/) const { return false; }

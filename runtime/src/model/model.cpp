@@ -17,12 +17,16 @@ constexpr int32_t kMaxStepTokens = 512;
 struct Model::Weights {
   struct Layer {
     Weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+    // With Model::fused_qkv_: wq and bq hold all three projections (and biases)
+    // stacked, and wk, wv, bk, bv stay empty.
   };
   Weight token_embd, output_norm, output;
   std::vector<Layer> layers;
 };
 
 struct Model::Buffers {
+  // q holds the fused [queries | keys | values] where the layers' projections are fused
+  // (k and v are then not allocated).
   Activation x, xn, q, k, v, attn, proj, gate, up, ffn, last, last_norm, logits;
 };
 
@@ -36,14 +40,43 @@ class WeightLoader {
   Weight matrix(const std::string& name, int64_t cols, int64_t rows) { return load(f_.require_tensor(name), cols, rows); }
   Weight matrix(const GgufTensor& t, int64_t cols, int64_t rows) { return load(t, cols, rows); }
   Weight vector(const std::string& name, int64_t n) { return load(f_.require_tensor(name), n, 1); }
-  // Two tensors of one type and shape as one weight: b's rows after a's.
-  Weight matrix_pair(const GgufTensor& a, const GgufTensor& b, int64_t cols, int64_t rows) {
-    check(a, cols, rows);
-    check(b, cols, rows);
-    std::vector<uint8_t> both(a.n_bytes + b.n_bytes);
-    std::memcpy(both.data(), a.data, a.n_bytes);
-    std::memcpy(both.data() + a.n_bytes, b.data, b.n_bytes);
-    return b_.upload_weight(a.type, 2 * rows, cols, both.data());
+  // Tensors of one type, each `cols` wide, as one weight: their rows in the order given
+  // (a vector counts as one row of its own width, and vectors are joined into one row).
+  struct Part {
+    const GgufTensor* tensor;
+    int64_t rows;
+  };
+  Weight stacked(const std::vector<Part>& parts, int64_t cols) {
+    size_t bytes = 0;
+    int64_t rows = 0;
+    for (const Part& p : parts) {
+      check(*p.tensor, cols, p.rows);
+      bytes += p.tensor->n_bytes;
+      rows += p.rows;
+    }
+    std::vector<uint8_t> all(bytes);
+    size_t at = 0;
+    for (const Part& p : parts) {
+      std::memcpy(all.data() + at, p.tensor->data, p.tensor->n_bytes);
+      at += p.tensor->n_bytes;
+    }
+    return b_.upload_weight(parts.front().tensor->type, rows, cols, all.data());
+  }
+  Weight vectors_joined(const std::vector<Part>& parts) {
+    size_t bytes = 0;
+    int64_t cols = 0;
+    for (const Part& p : parts) {
+      check(*p.tensor, p.rows, 1);
+      bytes += p.tensor->n_bytes;
+      cols += p.rows;
+    }
+    std::vector<uint8_t> all(bytes);
+    size_t at = 0;
+    for (const Part& p : parts) {
+      std::memcpy(all.data() + at, p.tensor->data, p.tensor->n_bytes);
+      at += p.tensor->n_bytes;
+    }
+    return b_.upload_weight(parts.front().tensor->type, 1, cols, all.data());
   }
   Weight optional_vector(const std::string& name, int64_t n) {
     const GgufTensor* t = f_.find_tensor(name);
@@ -96,24 +129,54 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   w.output_norm = load.vector("output_norm.weight", c.n_embd);
   w.output = c.tied_embeddings ? w.token_embd : load.matrix("output.weight", c.n_embd, c.n_vocab);
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  // The attention projections are fused in every layer or in none, so that one set of
+  // buffers serves all: where each layer's three weights (and biases) share a type the
+  // backend fuses.
+  fused_qkv_ = true;
+  for (int32_t l = 0; l < c.n_layer && fused_qkv_; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const TensorType type = file_->require_tensor(p + "attn_q.weight").type;
+    fused_qkv_ = file_->require_tensor(p + "attn_k.weight").type == type &&
+                 file_->require_tensor(p + "attn_v.weight").type == type &&
+                 backend_->fuses_qkv(type, q_dim, c.kv_dim(), c.n_embd);
+    if (c.qkv_bias) {
+      const TensorType bias = file_->require_tensor(p + "attn_q.bias").type;
+      fused_qkv_ = fused_qkv_ && file_->require_tensor(p + "attn_k.bias").type == bias &&
+                   file_->require_tensor(p + "attn_v.bias").type == bias;
+    }
+  }
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Weights::Layer L;
     L.attn_norm = load.vector(p + "attn_norm.weight", c.n_embd);
-    L.wq = load.matrix(p + "attn_q.weight", c.n_embd, q_dim);
-    L.wk = load.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim());
-    L.wv = load.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim());
-    L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
+    const GgufTensor& wq = file_->require_tensor(p + "attn_q.weight");
+    const GgufTensor& wk = file_->require_tensor(p + "attn_k.weight");
+    const GgufTensor& wv = file_->require_tensor(p + "attn_v.weight");
+    const GgufTensor* bias[3] = {nullptr, nullptr, nullptr};
     if (c.qkv_bias) {
-      L.bq = load.vector(p + "attn_q.bias", q_dim);
-      L.bk = load.vector(p + "attn_k.bias", c.kv_dim());
-      L.bv = load.vector(p + "attn_v.bias", c.kv_dim());
+      bias[0] = &file_->require_tensor(p + "attn_q.bias");
+      bias[1] = &file_->require_tensor(p + "attn_k.bias");
+      bias[2] = &file_->require_tensor(p + "attn_v.bias");
     }
+    if (fused_qkv_) {
+      L.wq = load.stacked({{&wq, q_dim}, {&wk, c.kv_dim()}, {&wv, c.kv_dim()}}, c.n_embd);
+      if (c.qkv_bias) L.bq = load.vectors_joined({{bias[0], q_dim}, {bias[1], c.kv_dim()}, {bias[2], c.kv_dim()}});
+    } else {
+      L.wq = load.matrix(wq, c.n_embd, q_dim);
+      L.wk = load.matrix(wk, c.n_embd, c.kv_dim());
+      L.wv = load.matrix(wv, c.n_embd, c.kv_dim());
+      if (c.qkv_bias) {
+        L.bq = load.matrix(*bias[0], q_dim, 1);
+        L.bk = load.matrix(*bias[1], c.kv_dim(), 1);
+        L.bv = load.matrix(*bias[2], c.kv_dim(), 1);
+      }
+    }
+    L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.n_embd);
     const GgufTensor& gate = file_->require_tensor(p + "ffn_gate.weight");
     const GgufTensor& up = file_->require_tensor(p + "ffn_up.weight");
     if (gate.type == up.type && backend_->fuses_gate_up(gate.type, c.n_ff, c.n_embd)) {
-      L.w_gate = load.matrix_pair(gate, up, c.n_embd, c.n_ff);  // one weight; L.w_up stays empty
+      L.w_gate = load.stacked({{&gate, c.n_ff}, {&up, c.n_ff}}, c.n_embd);  // one weight; L.w_up stays empty
     } else {
       L.w_gate = load.matrix(gate, c.n_embd, c.n_ff);
       L.w_up = load.matrix(up, c.n_embd, c.n_ff);
@@ -130,9 +193,13 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   const int64_t T = kMaxStepTokens;
   b.x = backend_->alloc_activation(T, c.n_embd);
   b.xn = backend_->alloc_activation(T, c.n_embd);
-  b.q = backend_->alloc_activation(T, q_dim);
-  b.k = backend_->alloc_activation(T, c.kv_dim());
-  b.v = backend_->alloc_activation(T, c.kv_dim());
+  if (fused_qkv_) {
+    b.q = backend_->alloc_activation(T, q_dim + 2 * c.kv_dim());
+  } else {
+    b.q = backend_->alloc_activation(T, q_dim);
+    b.k = backend_->alloc_activation(T, c.kv_dim());
+    b.v = backend_->alloc_activation(T, c.kv_dim());
+  }
   b.attn = backend_->alloc_activation(T, q_dim);
   b.proj = backend_->alloc_activation(T, c.n_embd);
   b.gate = backend_->alloc_activation(T, c.n_ff);
@@ -216,18 +283,24 @@ void Model::record_step(StepBatch& batch) {
     const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
     // Attention block.
     be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
-    be.matmul(L.wq, b.xn, b.q);
-    be.matmul(L.wk, b.xn, b.k);
-    be.matmul(L.wv, b.xn, b.v);
-    if (c.qkv_bias) {
-      be.add_bias(L.bq, b.q);
-      be.add_bias(L.bk, b.k);
-      be.add_bias(L.bv, b.v);
+    if (fused_qkv_) {
+      be.matmul(L.wq, b.xn, b.q);
+      if (c.qkv_bias) be.add_bias(L.bq, b.q);
+      be.rope_store(l, b.q, shape, c.rope);
+    } else {
+      be.matmul(L.wq, b.xn, b.q);
+      be.matmul(L.wk, b.xn, b.k);
+      be.matmul(L.wv, b.xn, b.v);
+      if (c.qkv_bias) {
+        be.add_bias(L.bq, b.q);
+        be.add_bias(L.bk, b.k);
+        be.add_bias(L.bv, b.v);
+      }
+      be.rope(b.q, c.n_head, c.head_dim, c.rope);
+      be.rope(b.k, c.n_head_kv, c.head_dim, c.rope);
+      kv.store(l, b.k, b.v);
+      if (capture) kv.capture_queries(l, b.q);
     }
-    be.rope(b.q, c.n_head, c.head_dim, c.rope);
-    be.rope(b.k, c.n_head_kv, c.head_dim, c.rope);
-    kv.store(l, b.k, b.v);
-    if (capture) kv.capture_queries(l, b.q);
     be.attention(l, b.q, shape, b.attn);
     be.matmul_add(L.wo, b.attn, b.x, b.proj);
     // Feed-forward block.

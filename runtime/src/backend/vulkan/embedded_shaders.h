@@ -19,6 +19,8 @@ extern const EmbeddedShader rms_norm;       // shaders/rms_norm.comp
 extern const EmbeddedShader matmul_f32_t1;  // shaders/matmul_f32.comp, TILE_T=1 (mat-vec)
 extern const EmbeddedShader matmul_f32_t4;  // shaders/matmul_f32.comp, TILE_T=4
 extern const EmbeddedShader rope;               // shaders/rope.comp
+extern const EmbeddedShader rope_store;         // shaders/rope_store.comp (fp32 cache)
+extern const EmbeddedShader rope_store_kv_f16;  // shaders/rope_store.comp (fp16 cache)
 extern const EmbeddedShader elementwise;        // shaders/elementwise.comp (add, bias, swiglu)
 extern const EmbeddedShader attention;          // shaders/attention.comp (fp32 KV cache)
 extern const EmbeddedShader attention_kv_f16;   // shaders/attention.comp, KV_F16=1

@@ -33,6 +33,9 @@ struct MatmulPush {
 struct RopePush {
   uint32_t rows, n_heads, head_dim, n_pairs, stride, neox;
 };
+struct RopeStorePush {
+  uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, first_slot, neox;
+};
 struct ElementwisePush {
   uint32_t n, cols, op;
 };
@@ -110,6 +113,8 @@ Kernels::Kernels(const Context& context)
       rope_(std::make_unique<ComputePipeline>(context, shaders::rope, 2, sizeof(RopePush))),
       elementwise_(std::make_unique<ComputePipeline>(context, shaders::elementwise, 3, sizeof(ElementwisePush))),
       kv_store_f16_(std::make_unique<ComputePipeline>(context, shaders::kv_store, 4, sizeof(KvStorePush))),
+      rope_store_(std::make_unique<ComputePipeline>(context, shaders::rope_store, 4, sizeof(RopeStorePush))),
+      rope_store_f16_(std::make_unique<ComputePipeline>(context, shaders::rope_store_kv_f16, 4, sizeof(RopeStorePush))),
       attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 2, sizeof(CombinePush))),
       kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))),
       argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))),
@@ -198,6 +203,33 @@ void Kernels::rope(CommandSequence& seq, const Buffer& x, const Buffer& table, u
   require_size(table, uint64_t{rows} * n_pairs * 2, "table", "rope");
   seq.dispatch(*rope_, {&x, &table}, RopePush{rows, n_heads, head_dim, n_pairs, stride, neox ? 1u : 0u},
                groups_for(uint64_t{rows} * n_heads * n_pairs, 64, context_));
+}
+
+void Kernels::rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& table, const Buffer& cache_k,
+                         const Buffer& cache_v, const RopeStoreArgs& a) const {
+  constexpr const char* kernel = "rope_store";
+  if (a.rows == 0) return;
+  const uint64_t q_cols = uint64_t{a.n_head} * a.head_dim, kv_dim = uint64_t{a.n_head_kv} * a.head_dim;
+  if (a.head_dim == 0 || a.n_head == 0 || a.n_head_kv == 0 || 2 * uint64_t{a.n_pairs} > a.head_dim)
+    throw std::invalid_argument(std::string(kernel) + ": " + std::to_string(a.n_pairs) + " pairs do not fit heads of " +
+                                std::to_string(a.head_dim));
+  if (a.k_offset < q_cols || a.v_offset < a.k_offset + kv_dim || a.v_offset + kv_dim > a.stride)
+    throw std::invalid_argument(std::string(kernel) + ": queries [0, " + std::to_string(q_cols) + "), keys from " +
+                                std::to_string(a.k_offset) + " and values from " + std::to_string(a.v_offset) +
+                                " overlap or do not fit rows of " + std::to_string(a.stride));
+  if (a.kv_f16 && kv_dim % 2 != 0) throw std::invalid_argument(std::string(kernel) + ": an fp16 cache needs an even kv_dim");
+  require_size(qkv, uint64_t{a.rows} * a.stride, "qkv", kernel);
+  require_size(table, uint64_t{a.rows} * a.n_pairs * 2, "table", kernel);
+  const uint64_t cache_words = (uint64_t{a.first_slot} + a.rows) * (a.kv_f16 ? kv_dim / 2 : kv_dim);
+  require_size(cache_k, cache_words, "cache_k", kernel);
+  require_size(cache_v, cache_words, "cache_v", kernel);
+  const uint64_t units = a.kv_f16 ? kv_dim / 2 : kv_dim;
+  const uint64_t items = uint64_t{a.rows} * (uint64_t{a.n_head} * a.n_pairs + 2 * units);
+  if (items > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": too many rows for one dispatch");
+  const RopeStorePush push{a.rows,     a.n_head,   a.n_head_kv,  a.head_dim,       a.n_pairs,
+                           a.stride,   a.k_offset, a.v_offset,   a.first_slot,     a.neox ? 1u : 0u};
+  seq.dispatch(a.kv_f16 ? *rope_store_f16_ : *rope_store_, {&qkv, &table, &cache_k, &cache_v}, push,
+               groups_for(items, 64, context_));
 }
 
 void Kernels::add(CommandSequence& seq, const Buffer& a, const Buffer& b, const Buffer& out, uint32_t n) const {

@@ -35,6 +35,20 @@ class Kernels {
   void rope(CommandSequence& seq, const Buffer& x, const Buffer& table, uint32_t rows, uint32_t n_heads,
             uint32_t head_dim, uint32_t n_pairs, uint32_t stride, bool neox) const;
 
+  // RoPE and the KV store in one dispatch (shaders/rope_store.comp): each of `rows` rows
+  // of qkv (row stride `stride` floats) holds n_head query heads at column 0, n_head_kv
+  // key heads at k_offset and as many value heads at v_offset, head_dim each. Rotates
+  // the queries in place and writes the rotated keys and the values to slots
+  // first_slot.. of cache_k and cache_v (fp32, or fp16 with kv_f16): the bits of
+  // rope(queries), rope(keys) and a store.
+  struct RopeStoreArgs {
+    uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, first_slot;
+    bool neox = false;
+    bool kv_f16 = false;
+  };
+  void rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& table, const Buffer& cache_k,
+                  const Buffer& cache_v, const RopeStoreArgs& a) const;
+
   // out = a + b, out = a + bias (broadcast over rows of `cols`), out = silu(a) * b;
   // n floats. out may be the same buffer as a.
   void add(CommandSequence& seq, const Buffer& a, const Buffer& b, const Buffer& out, uint32_t n) const;
@@ -108,6 +122,7 @@ class Kernels {
   AttentionPipelines attention_[2];
   bool half_storage_exact_ = false;
   std::unique_ptr<ComputePipeline> kv_store_f16_;
+  std::unique_ptr<ComputePipeline> rope_store_, rope_store_f16_;
   std::unique_ptr<ComputePipeline> attention_combine_;
   std::unique_ptr<ComputePipeline> kv_permute_;
   std::unique_ptr<ComputePipeline> argmax_;

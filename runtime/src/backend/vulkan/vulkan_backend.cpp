@@ -63,6 +63,7 @@ class VulkanBackend final : public Backend, public StepTarget {
         transfer_(context_),
         allocator_(context_, options.max_buffer_bytes),
         max_range_(allocator_.max_range()),
+        fuse_qkv_(options.fuse_qkv),
         encoder_(context_, descriptors_) {}
 
   ~VulkanBackend() override {
@@ -228,6 +229,41 @@ class VulkanBackend final : public Backend, public StepTarget {
     const Buffer& table = encoder_.rope_table(p);
     kernels_.rope(step(), act(x), table, static_cast<uint32_t>(batch().size()), static_cast<uint32_t>(n_heads),
                   static_cast<uint32_t>(head_dim), n_pairs, static_cast<uint32_t>(x.cols), p.neox);
+  }
+
+  // The three attention projections are one weight and one product; RoPE and the KV
+  // store one dispatch (shaders/rope_store.comp) instead of two rotations and two
+  // stores.
+  bool fuses_qkv(TensorType type, int64_t q_rows, int64_t kv_rows, int64_t cols) const override {
+    return fuse_qkv_ && WeightKernels::supports(type) && q_rows > 0 && kv_rows > 0 &&
+           tensor_row_bytes(type, cols) <= max_range_ - 4;
+  }
+
+  void rope_store(int32_t layer, Activation& qkv, const AttentionShape& s, const RopeParams& p) override {
+    if (!kv_) throw std::logic_error("rope_store before create_kv_cache");
+    const int64_t q_cols = int64_t{s.n_head} * s.head_dim, kv_dim = kv_->shape().kv_dim;
+    if (int64_t{s.n_head_kv} * s.head_dim != kv_dim || qkv.cols != q_cols + 2 * kv_dim)
+      throw std::invalid_argument("rope_store: qkv rows of " + std::to_string(qkv.cols) + " columns do not hold " +
+                                  std::to_string(s.n_head) + " query and 2 x " + std::to_string(s.n_head_kv) +
+                                  " key/value heads of " + std::to_string(s.head_dim));
+    if (rows_of(qkv) != static_cast<uint32_t>(batch().size()))
+      throw std::invalid_argument("rope_store: qkv holds gathered rows, not the step's");
+    const Buffer& table = encoder_.rope_table(p);
+    Kernels::RopeStoreArgs a{};
+    a.rows = static_cast<uint32_t>(batch().size());
+    a.n_head = static_cast<uint32_t>(s.n_head);
+    a.n_head_kv = static_cast<uint32_t>(s.n_head_kv);
+    a.head_dim = static_cast<uint32_t>(s.head_dim);
+    a.n_pairs = static_cast<uint32_t>(p.n_dims / 2);
+    a.stride = static_cast<uint32_t>(qkv.cols);
+    a.k_offset = static_cast<uint32_t>(q_cols);
+    a.v_offset = static_cast<uint32_t>(q_cols + kv_dim);
+    a.first_slot = static_cast<uint32_t>(batch().n_past());
+    a.neox = p.neox;
+    a.kv_f16 = kv_->f16();
+    kernels_.rope_store(step(), act(qkv), table, kv_->keys(layer), kv_->values(layer), a);
+    if (!kv_->captured_rows().empty())
+      kv_->capture_queries(layer, act(qkv), static_cast<uint32_t>(q_cols), static_cast<uint32_t>(qkv.cols));
   }
 
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
@@ -412,6 +448,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   Transfer transfer_;
   Allocator allocator_;
   uint64_t max_range_ = 0;
+  bool fuse_qkv_ = true;
 
   std::vector<DeviceWeight> weights_;
   std::vector<DeviceActivation> activations_;

@@ -41,6 +41,9 @@ struct VulkanBackendOptions {
   uint64_t max_buffer_bytes = 0;
   // Optional features to use, as FAFO_VULKAN_FEATURES words; nullopt = that variable, or all.
   std::optional<std::string> features;
+  // Fuse the attention projections, RoPE and the KV store (Backend::fuses_qkv); off:
+  // the separate kernels, which give the same bits (tests compare the two).
+  bool fuse_qkv = true;
 };
 
 std::unique_ptr<Backend> make_backend(const VulkanBackendOptions& options);

@@ -75,23 +75,28 @@ void VulkanKvCache::store(int32_t layer, const Activation& k, const Activation& 
 }
 
 void VulkanKvCache::capture_queries(int32_t layer, const Activation& q) {
+  capture_queries(layer, s_.step.buffer_of(q), static_cast<uint32_t>(q.cols), static_cast<uint32_t>(q.cols));
+}
+
+void VulkanKvCache::capture_queries(int32_t layer, const Buffer& rows, uint32_t q_cols, uint32_t stride) {
   check_layer(layer, "capture_queries");
   if (captures_.size() < static_cast<size_t>(shape().n_layer)) captures_.resize(static_cast<size_t>(shape().n_layer));
   Capture& c = captures_[static_cast<size_t>(layer)];
-  const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(q.cols) * sizeof(float);
+  const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(q_cols) * sizeof(float);
+  const VkDeviceSize stride_bytes = static_cast<VkDeviceSize>(stride) * sizeof(float);
   const int32_t T = s_.step.step_batch().size();
   std::vector<VkBufferCopy> regions;
   for (int32_t r : captured_rows())
     if (r >= 0 && r < T)
-      regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(r) * row_bytes, regions.size() * row_bytes, row_bytes});
+      regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(r) * stride_bytes, regions.size() * row_bytes, row_bytes});
   c.rows = static_cast<uint32_t>(regions.size());
-  c.cols = static_cast<uint32_t>(q.cols);
+  c.cols = q_cols;
   if (regions.empty()) return;
   if (c.buffer.size() < regions.size() * row_bytes) {
     if (c.buffer.handle() != VK_NULL_HANDLE) s_.descriptors.forget(c.buffer.handle());
     c.buffer = Buffer(s_.context, regions.size() * row_bytes, Memory::HostVisible);
   }
-  s_.step.recording().copy(s_.step.buffer_of(q), c.buffer, regions);
+  s_.step.recording().copy(rows, c.buffer, regions);
 }
 
 std::vector<float> VulkanKvCache::captured_queries(int32_t layer) {

@@ -48,6 +48,8 @@ class VulkanKvCache final : public KvCache {
 
   void store(int32_t layer, const Activation& k, const Activation& v) override;
   void capture_queries(int32_t layer, const Activation& q) override;
+  // The same from the first q_cols columns of rows `stride` floats apart (the fused qkv).
+  void capture_queries(int32_t layer, const Buffer& rows, uint32_t q_cols, uint32_t stride);
   void write(int32_t layer, int32_t first, int32_t count, const float* keys, const float* values) override;
   std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) override;
   std::vector<float> captured_queries(int32_t layer) override;

@@ -1,0 +1,108 @@
+#version 450
+// RoPE and the KV store in one dispatch, over the fused projections of a step: each
+// row of qkv is [queries (n_head heads) | keys (n_head_kv heads) | values], head_dim
+// per head. The queries are rotated in place; the keys are rotated and written, with
+// the values, to slots first_slot.. of the layer's cache (fp32, or fp16 words with
+// KV_F16: two values per 32-bit word, low half first, rounded as shaders/half.glsl).
+// The rotation is shaders/rope.comp's expression, and the rounding kv_store.comp's, so
+// the results are bit for bit those of rope + rope + store. The keys in qkv are left
+// unrotated (attention reads them from the cache).
+//
+// The items of the grid-stride loop: rows x n_head x n_pairs query pairs, then
+// rows x units key units, then rows x units value units, where a unit is one value
+// (fp32) or one word of two (fp16).
+#extension GL_GOOGLE_include_directive : require
+#include "half.glsl"
+
+layout(local_size_x = 64) in;
+
+layout(std430, binding = 0) buffer Qkv { float x[]; };              // [rows x stride]
+layout(std430, binding = 1) readonly buffer Table { float cs[]; };  // [rows x n_pairs x 2]
+#ifdef KV_F16
+layout(std430, binding = 2) writeonly buffer CacheK { uint cache_k[]; };
+layout(std430, binding = 3) writeonly buffer CacheV { uint cache_v[]; };
+#else
+layout(std430, binding = 2) writeonly buffer CacheK { float cache_k[]; };
+layout(std430, binding = 3) writeonly buffer CacheV { float cache_v[]; };
+#endif
+
+layout(push_constant) uniform Params {
+  uint rows;
+  uint n_head;
+  uint n_head_kv;
+  uint head_dim;
+  uint n_pairs;  // rotated dimensions / 2
+  uint stride;   // floats per row of qkv
+  uint k_offset; // the first key column
+  uint v_offset; // the first value column
+  uint first_slot;
+  uint neox;
+} p;
+
+// Key e (0 <= e < kv_dim) of `row`, rotated.
+float rotated_key(uint row, uint e) {
+  const uint base = row * p.stride + p.k_offset;
+  const uint d = e % p.head_dim;
+  if (d >= 2u * p.n_pairs) return x[base + e];
+  const uint head_base = base + e - d;
+  const uint i = p.neox != 0u ? d % p.n_pairs : d / 2u;
+  const bool second = p.neox != 0u ? d >= p.n_pairs : (d & 1u) != 0u;
+  const uint a = head_base + (p.neox != 0u ? i : 2u * i);
+  const uint b = head_base + (p.neox != 0u ? i + p.n_pairs : 2u * i + 1u);
+  const float c = cs[(row * p.n_pairs + i) * 2u];
+  const float s = cs[(row * p.n_pairs + i) * 2u + 1u];
+  const float x0 = x[a], x1 = x[b];
+  precise float r0 = x0 * c - x1 * s;
+  precise float r1 = x0 * s + x1 * c;
+  return second ? r1 : r0;
+}
+
+void main() {
+  const uint kv_dim = p.n_head_kv * p.head_dim;
+#ifdef KV_F16
+  const uint units = kv_dim / 2u;
+#else
+  const uint units = kv_dim;
+#endif
+  const uint q_items = p.rows * p.n_head * p.n_pairs;
+  const uint kv_items = p.rows * units;
+  const uint total = q_items + 2u * kv_items;
+  const uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+  for (uint id = gl_GlobalInvocationID.x; id < total; id += step) {
+    if (id < q_items) {
+      const uint i = id % p.n_pairs;
+      const uint head = (id / p.n_pairs) % p.n_head;
+      const uint row = id / (p.n_pairs * p.n_head);
+      const uint base = row * p.stride + head * p.head_dim;
+      const uint a = base + (p.neox != 0u ? i : 2u * i);
+      const uint b = base + (p.neox != 0u ? i + p.n_pairs : 2u * i + 1u);
+      const float c = cs[(row * p.n_pairs + i) * 2u];
+      const float s = cs[(row * p.n_pairs + i) * 2u + 1u];
+      const float x0 = x[a], x1 = x[b];
+      precise float r0 = x0 * c - x1 * s;
+      precise float r1 = x0 * s + x1 * c;
+      x[a] = r0;
+      x[b] = r1;
+      continue;
+    }
+    const bool keys = id < q_items + kv_items;
+    const uint unit = id - q_items - (keys ? 0u : kv_items);
+    const uint row = unit / units;
+    const uint u = unit % units;
+    const uint out_at = (p.first_slot + row) * units + u;
+#ifdef KV_F16
+    if (keys) {
+      cache_k[out_at] = float_to_half(rotated_key(row, 2u * u)) | (float_to_half(rotated_key(row, 2u * u + 1u)) << 16);
+    } else {
+      const uint at = row * p.stride + p.v_offset + 2u * u;
+      cache_v[out_at] = float_to_half(x[at]) | (float_to_half(x[at + 1u]) << 16);
+    }
+#else
+    if (keys) {
+      cache_k[out_at] = rotated_key(row, u);
+    } else {
+      cache_v[out_at] = x[row * p.stride + p.v_offset + u];
+    }
+#endif
+  }
+}
