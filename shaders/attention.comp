@@ -74,12 +74,13 @@ layout(std430, binding = 2) readonly buffer V { float vc[]; };          // [n_ct
 float key_at(uint i) { return kc[i]; }
 float value_at(uint i) { return vc[i]; }
 #endif
-layout(std430, binding = 3) readonly buffer Step { uint step_info[]; };  // prefix flags, masks, order
+// [0] n_past, [1] keys per part (the step's header, written by the host each step, so
+// a recorded step replays at any n_past), then the prefix flags, masks and order.
+layout(std430, binding = 3) readonly buffer Step { uint step_info[]; };
 layout(std430, binding = 4) writeonly buffer Partials { float partials[]; };
 
 layout(push_constant) uniform Params {
   uint T;
-  uint n_past;
   uint n_head;
   uint n_head_kv;
   uint head_dim;
@@ -88,10 +89,10 @@ layout(push_constant) uniform Params {
   uint region;        // entries in the compressed region (slots [0, region))
   uint dense;         // 1: COMPRESSED rows read the full prefix in this layer
   uint use_order;     // 1: the full prefix is step_info[order_offset + k]
-  uint part_keys;     // keys per part
-  uint n_parts;
+  uint n_parts;       // parts in the grid; those past the keys come out empty
   uint mask_words;    // uint words per row of the in-step mask
-  uint mask_offset;   // where the masks start in step_info (the prefix flags come first)
+  uint flags_offset;  // where the prefix flags start in step_info (after the header)
+  uint mask_offset;   // where the masks start in step_info (after the prefix flags)
   uint order_offset;
   float scale;
 } p;
@@ -110,11 +111,12 @@ void main() {
   const uint kv_head = head / (p.n_head / p.n_head_kv);
   const uint kv_offset = kv_head * p.head_dim;
 
-  const bool compressed = step_info[row] != 0 && p.dense == 0;
-  const uint prefix = compressed ? min(p.region, p.n_past) : p.n_past;
+  const uint n_past = step_info[0], part_keys = step_info[1];  // the step's header
+  const bool compressed = step_info[p.flags_offset + row] != 0 && p.dense == 0;
+  const uint prefix = compressed ? min(p.region, n_past) : n_past;
   const uint n_keys = prefix + row + 1;
-  const uint first = part * p.part_keys;
-  const uint last = min(first + p.part_keys, n_keys);
+  const uint first = part * part_keys;
+  const uint last = min(first + part_keys, n_keys);
 
   for (uint d = lid; d < p.head_dim; d += WG_SIZE) q_sh[d] = q[row * p.q_stride + head * p.head_dim + d];
   barrier();
@@ -135,7 +137,7 @@ void main() {
         slot = (!compressed && p.use_order != 0) ? step_info[p.order_offset + key] : key;
       } else {
         const uint j = key - prefix;
-        slot = p.n_past + j;
+        slot = n_past + j;
         visible = ((step_info[p.mask_offset + row * p.mask_words + j / 32] >> (j % 32)) & 1u) != 0;
       }
       if (visible) {
@@ -210,11 +212,12 @@ void main() {
   const uint kv_offset = kv_head * p.head_dim;
   const uint q_offset = row * p.q_stride + head * p.head_dim;
 
-  const bool compressed = step_info[row] != 0 && p.dense == 0;
-  const uint prefix = compressed ? min(p.region, p.n_past) : p.n_past;
+  const uint n_past = step_info[0], part_keys = step_info[1];  // the step's header
+  const bool compressed = step_info[p.flags_offset + row] != 0 && p.dense == 0;
+  const uint prefix = compressed ? min(p.region, n_past) : n_past;
   const uint n_keys = prefix + row + 1;
-  const uint first = part * p.part_keys;
-  const uint last = min(first + p.part_keys, n_keys);
+  const uint first = part * part_keys;
+  const uint last = min(first + part_keys, n_keys);
 
   float m = -1.0 / 0.0;
   precise float l = 0.0;
@@ -231,7 +234,7 @@ void main() {
           slot = (!compressed && p.use_order != 0) ? step_info[p.order_offset + key] : key;
         } else {
           const uint j = key - prefix;
-          slot = p.n_past + j;
+          slot = n_past + j;
           visible = ((step_info[p.mask_offset + row * p.mask_words + j / 32] >> (j % 32)) & 1u) != 0;
         }
         if (visible) {

@@ -2,7 +2,8 @@
 // RoPE and the KV store in one dispatch, over the fused projections of a step: each
 // row of qkv is [queries (n_head heads) | keys (n_head_kv heads) | values], head_dim
 // per head. The queries are rotated in place; the keys are rotated and written, with
-// the values, to slots first_slot.. of the layer's cache (fp32, or fp16 words with
+// the values, to slots n_past.. of the layer's cache (n_past: step_info[0], the step's
+// header, so a recorded step replays at any n_past) (fp32, or fp16 words with
 // KV_F16: two values per 32-bit word, low half first, rounded as shaders/half.glsl).
 // The rotation is shaders/rope.comp's expression, and the rounding kv_store.comp's, so
 // the results are bit for bit those of rope + rope + store. The keys in qkv are left
@@ -25,6 +26,7 @@ layout(std430, binding = 3) writeonly buffer CacheV { uint cache_v[]; };
 layout(std430, binding = 2) writeonly buffer CacheK { float cache_k[]; };
 layout(std430, binding = 3) writeonly buffer CacheV { float cache_v[]; };
 #endif
+layout(std430, binding = 4) readonly buffer Step { uint step_info[]; };
 
 layout(push_constant) uniform Params {
   uint rows;
@@ -35,7 +37,6 @@ layout(push_constant) uniform Params {
   uint stride;   // floats per row of qkv
   uint k_offset; // the first key column
   uint v_offset; // the first value column
-  uint first_slot;
   uint neox;
 } p;
 
@@ -89,7 +90,7 @@ void main() {
     const uint unit = id - q_items - (keys ? 0u : kv_items);
     const uint row = unit / units;
     const uint u = unit % units;
-    const uint out_at = (p.first_slot + row) * units + u;
+    const uint out_at = (step_info[0] + row) * units + u;
 #ifdef KV_F16
     if (keys) {
       cache_k[out_at] = float_to_half(rotated_key(row, 2u * u)) | (float_to_half(rotated_key(row, 2u * u + 1u)) << 16);

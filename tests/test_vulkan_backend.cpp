@@ -500,6 +500,86 @@ TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
   EXPECT_GT(calls.count("rope"), 0u);
 }
 
+TEST_F(VulkanBackend, RecordedStepsReplayWithTheBitsOfNewRecordings) {
+  // Every AR step after the first has the commands of the one before (n_past is in the
+  // step's header, not in the commands), so it is submitted from that step's command
+  // buffer: the logits of every step equal a backend's that records every step, bit
+  // for bit, with fp32 and fp16 caches.
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  for (KvCacheType kv : {KvCacheType::F32, KvCacheType::F16}) {
+    vulkan::VulkanBackendOptions recording;
+    recording.replay = false;
+    Loaded replayed = load(model_path.string(), make_vulkan(), 256, kv);
+    Loaded recorded = load(model_path.string(), vulkan::make_backend(recording), 256, kv);
+    auto logits = [&](Loaded& m) {
+      Model& model = *m.model;
+      model.truncate(0);
+      std::vector<std::vector<float>> out;
+      StepBatch prefill = StepBatch::causal({1, 45, 99, 7, 250, 31}, 0);
+      out.push_back(model.forward(prefill));
+      model.commit(prefill.size());
+      for (int s = 0; s < 20; ++s) {
+        StepBatch one = StepBatch::causal({static_cast<int32_t>(30 + 7 * s)}, model.n_past());
+        out.push_back(model.forward(one));
+        model.commit(1);
+      }
+      return out;
+    };
+    const vulkan::ReplayCounts before = vulkan::replay_counts(replayed.model->backend());
+    const auto want = logits(recorded), got = logits(replayed);
+    const vulkan::ReplayCounts after = vulkan::replay_counts(replayed.model->backend());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "step " << i;
+    EXPECT_EQ(after.steps - before.steps, 21u);
+    EXPECT_EQ(after.replayed - before.replayed, 19u);  // all but the prefill and the first one-token step
+    EXPECT_EQ(vulkan::replay_counts(recorded.model->backend()).replayed, 0u);
+    EXPECT_EQ(vulkan::replay_counts(*make_reference_backend(1)).steps, 0u);
+
+    // Greedy generation with every strategy still equals AR with replays.
+    const std::vector<int32_t> prompt = replayed.tokenizer->encode("Once upon a time, there was a little girl", true);
+    auto run = [&](Strategy strategy) {
+      GenerationOptions o;
+      o.n_predict = 40;
+      o.sampling.temperature = 0;
+      o.decoding.strategy = strategy;
+      return generate(*replayed.model, *replayed.tokenizer, prompt, o).ids;
+    };
+    const uint64_t replays = vulkan::replay_counts(replayed.model->backend()).replayed;
+    const auto ar = run(Strategy::Ar);
+    EXPECT_EQ(run(Strategy::Lookahead), ar);
+    EXPECT_EQ(run(Strategy::Fafo), ar);
+    EXPECT_GT(vulkan::replay_counts(replayed.model->backend()).replayed, replays + 30);
+  }
+}
+
+TEST_F(VulkanBackend, AStepNamingFreedBuffersIsRecordedAgain) {
+  // A new KV cache frees the old one's buffers: a step recorded over them must not be
+  // replayed (a new recording reads the new cache).
+  std::unique_ptr<Backend> be = make_vulkan();
+  const int32_t kv_dim = 8, T = 1;
+  const std::vector<float> rows = random_values(kv_dim * 2, 5);
+  const Weight table = be->upload_weight(TensorType::F32, 2, kv_dim, rows.data());
+  Activation k = be->alloc_activation(T, kv_dim);
+  auto store_step = [&](int32_t n_past) {
+    StepBatch b = StepBatch::causal({n_past % 2}, n_past);
+    be->begin_step(b);
+    be->embed(table, k);
+    be->kv_cache()->store(0, k, k);
+    be->finish_step();
+  };
+  be->create_kv_cache(KvCacheShape{1, 4, kv_dim, KvCacheType::F32});
+  store_step(0);
+  store_step(1);
+  EXPECT_EQ(vulkan::replay_counts(*be).replayed, 1u);
+  be->create_kv_cache(KvCacheShape{1, 4, kv_dim, KvCacheType::F32});
+  store_step(0);
+  store_step(1);
+  EXPECT_EQ(vulkan::replay_counts(*be).replayed, 2u);  // the first step over the new cache was recorded
+  const std::vector<float> keys = be->kv_cache()->read_keys(0, {0, 1});
+  EXPECT_EQ(keys, rows);  // slot 0 holds row 0 and slot 1 row 1, in the new cache
+}
+
 TEST_F(VulkanBackend, ProfileTimesEveryKernelOfTheStepsProfiled) {
   // start_profile() then steps: every dispatch is counted under its shader's name with
   // device time, the matrix products carry the weight bytes they read, and the counts

@@ -204,19 +204,17 @@ TEST_F(VulkanKernels, RopeStoreGivesTheBitsOfRopeAndAStore) {
     Buffer b_q = make_buffer(*context_, q), b_k = make_buffer(*context_, k), b_v = make_buffer(*context_, v);
     Buffer fused_k = make_buffer(*context_, cache_init), fused_v = make_buffer(*context_, cache_init);
     Buffer apart_k = make_buffer(*context_, cache_init), apart_v = make_buffer(*context_, cache_init);
+    const std::vector<uint32_t> header = {c.first_slot, 0, 0, 0};  // the step's header: n_past
+    Buffer step_info(*context_, header.size() * sizeof(uint32_t));
+    step_info.upload(header.data(), header.size() * sizeof(uint32_t));
     CommandSequence seq(*context_);
     Kernels::RopeStoreArgs a{c.rows, c.n_head, c.n_head_kv, c.head_dim, c.n_pairs, stride, q_cols, q_cols + kv_dim,
                              c.first_slot, c.neox, c.f16};
-    kernels_->rope_store(seq, b_qkv, b_table, fused_k, fused_v, a);
+    kernels_->rope_store(seq, b_qkv, b_table, fused_k, fused_v, step_info, a);
     kernels_->rope(seq, b_q, b_table, c.rows, c.n_head, c.head_dim, c.n_pairs, q_cols, c.neox);
     kernels_->rope(seq, b_k, b_table, c.rows, c.n_head_kv, c.head_dim, c.n_pairs, kv_dim, c.neox);
-    if (c.f16) {
-      kernels_->kv_store_f16(seq, b_k, b_v, apart_k, apart_v, c.rows, kv_dim, c.first_slot);
-    } else {
-      seq.copy(b_k, 0, apart_k, uint64_t{c.first_slot} * kv_dim * sizeof(float), k.size() * sizeof(float));
-      seq.copy(b_v, 0, apart_v, uint64_t{c.first_slot} * kv_dim * sizeof(float), v.size() * sizeof(float));
-    }
-    EXPECT_EQ(seq.dispatch_count(), c.f16 ? 4u : 3u);
+    kernels_->kv_store(seq, b_k, b_v, apart_k, apart_v, step_info, c.rows, kv_dim, c.first_slot, c.f16);
+    EXPECT_EQ(seq.dispatch_count(), 4u);
     seq.submit_and_wait();
     auto same_bits = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
       ASSERT_EQ(got.size(), want.size()) << what;
@@ -233,10 +231,12 @@ TEST_F(VulkanKernels, RopeStoreGivesTheBitsOfRopeAndAStore) {
   // Queries, keys and values that overlap or overrun the rows are refused.
   Buffer small(*context_, 64 * sizeof(float));
   CommandSequence seq(*context_);
-  EXPECT_THROW(kernels_->rope_store(seq, small, small, small, small, Kernels::RopeStoreArgs{1, 2, 1, 8, 4, 32, 8, 24, 0}),
-               std::invalid_argument);
-  EXPECT_THROW(kernels_->rope_store(seq, small, small, small, small, Kernels::RopeStoreArgs{1, 2, 1, 8, 4, 31, 16, 24, 0}),
-               std::invalid_argument);
+  EXPECT_THROW(
+      kernels_->rope_store(seq, small, small, small, small, small, Kernels::RopeStoreArgs{1, 2, 1, 8, 4, 32, 8, 24, 0}),
+      std::invalid_argument);
+  EXPECT_THROW(
+      kernels_->rope_store(seq, small, small, small, small, small, Kernels::RopeStoreArgs{1, 2, 1, 8, 4, 31, 16, 24, 0}),
+      std::invalid_argument);
 }
 
 TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEitherMapping) {
@@ -248,16 +248,20 @@ TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEitherMapping) {
   const uint32_t region = 70, part_keys = 128, n_parts = (n_past + T + part_keys - 1) / part_keys;
   const uint32_t mask_words = (T + 31) / 32, q_stride = n_head * head_dim;
   std::mt19937 rng(77);
-  std::vector<uint32_t> info(T + size_t{T} * mask_words + n_past, 0);
+  // [header: n_past, part_keys, 2 unused][prefix flags][masks][order]
+  const uint32_t H = 4;
+  std::vector<uint32_t> info(H + T + size_t{T} * mask_words + n_past, 0);
+  info[0] = n_past;
+  info[1] = part_keys;
   for (uint32_t r = 0; r < T; ++r) {
-    info[r] = r % 3 == 1;  // every third row COMPRESSED
+    info[H + r] = r % 3 == 1;  // every third row COMPRESSED
     for (uint32_t j = 0; j <= r; ++j)
-      if (j == r || rng() % 2) info[T + r * mask_words + j / 32] |= 1u << (j % 32);
+      if (j == r || rng() % 2) info[H + T + r * mask_words + j / 32] |= 1u << (j % 32);
   }
   std::vector<uint32_t> order(n_past);
   std::iota(order.begin(), order.end(), 0u);
   std::shuffle(order.begin(), order.end(), rng);
-  std::copy(order.begin(), order.end(), info.begin() + T + size_t{T} * mask_words);
+  std::copy(order.begin(), order.end(), info.begin() + H + T + size_t{T} * mask_words);
   Buffer step_info(*context_, info.size() * sizeof(uint32_t));
   step_info.upload(info.data(), info.size() * sizeof(uint32_t));
   Buffer q = make_buffer(*context_, random_values(size_t{T} * q_stride, 81, -1.5f, 1.5f));
@@ -279,9 +283,9 @@ TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEitherMapping) {
     for (int serial = 0; serial < 2; ++serial) {
       Buffer partials(*context_, size_t{T} * n_head * n_parts * (head_dim + 2) * sizeof(float));
       Buffer out(*context_, size_t{T} * q_stride * sizeof(float));
-      Kernels::AttentionArgs a{T,      n_past, n_head,     n_head_kv, head_dim,  kv_dim,     q_stride, q_stride,
-                               region, 0,      1,          part_keys, n_parts,   mask_words, T,        T + T * mask_words,
-                               0.2f};
+      Kernels::AttentionArgs a{T,      n_past, n_head,    n_head_kv, head_dim,   kv_dim, q_stride,
+                               q_stride, region, 0,       1,         part_keys,  n_parts, mask_words,
+                               H,      H + T,  H + T + T * mask_words, 0.2f};
       a.kv_f16 = f16;
       a.mapping = serial ? Kernels::AttentionArgs::Mapping::Serial : Kernels::AttentionArgs::Mapping::Workgroup;
       CommandSequence seq(*context_);

@@ -90,11 +90,20 @@ TEST_F(VulkanStepEncoder, BeginWritesTheStepsInputs) {
   EXPECT_TRUE(encoder_->use_order());
   const uint32_t T = 40, words = 2;
   EXPECT_EQ(encoder_->mask_words(), words);
-  const std::vector<uint32_t> info = read<uint32_t>(encoder_->step_info(), T + T * words + 5);
-  for (uint32_t i = 0; i < T; ++i) EXPECT_EQ(info[i], i == 2 ? 1u : 0u) << "prefix flag of " << i;
+  const uint32_t H = StepEncoder::kHeaderWords;
+  EXPECT_EQ(encoder_->flags_offset(), H);
+  EXPECT_EQ(encoder_->mask_offset(), H + T);
+  EXPECT_EQ(encoder_->order_offset(), H + T + T * words);
+  encoder_->set_part_keys(128);
+  encoder_->set_part_keys(128);  // the same again is fine; another split is not
+  EXPECT_THROW(encoder_->set_part_keys(256), std::logic_error);
+  const std::vector<uint32_t> info = read<uint32_t>(encoder_->step_info(), H + T + T * words + 5);
+  EXPECT_EQ(info[0], 5u);    // n_past
+  EXPECT_EQ(info[1], 128u);  // keys per part
+  for (uint32_t i = 0; i < T; ++i) EXPECT_EQ(info[H + i], i == 2 ? 1u : 0u) << "prefix flag of " << i;
   for (uint32_t i = 0; i < T; ++i)
     for (uint32_t j = 0; j < T; ++j) {
-      const bool bit = (info[T + i * words + j / 32] >> (j % 32)) & 1u;
+      const bool bit = (info[H + T + i * words + j / 32] >> (j % 32)) & 1u;
       EXPECT_EQ(bit, j <= i && batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) << i << " sees " << j;
     }
   EXPECT_EQ(std::vector<uint32_t>(info.end() - 5, info.end()), (std::vector<uint32_t>{4, 3, 2, 1, 0}));

@@ -1,7 +1,7 @@
 #include "backend/vulkan/command_sequence.h"
 
 #include <algorithm>
-
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -11,6 +11,7 @@
 #include "backend/vulkan/descriptor_cache.h"
 #include "backend/vulkan/kernel_profiler.h"
 #include "backend/vulkan/pipeline.h"
+#include "backend/vulkan/replay_cache.h"
 #include "backend/vulkan/vulkan_error.h"
 
 namespace fafo::vulkan {
@@ -27,12 +28,10 @@ constexpr VkPipelineStageFlags kDeviceStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_
 // Every device write since the last barrier made visible to the device's later
 // commands (a memory barrier), or an execution barrier where nothing was written.
 void CommandSequence::device_barrier() {
-  VkMemoryBarrier b{};
-  b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
-  b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  b.dstAccessMask =
-      VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  vkCmdPipelineBarrier(commands_, kDeviceStages, kDeviceStages, 0, written_.empty() ? 0 : 1, &b, 0, nullptr, 0, nullptr);
+  Op op;
+  op.kind = Op::Kind::Barrier;
+  op.memory = !written_.empty();
+  ops_.push_back(op);
   ++barriers_;
   written_.clear();
   read_.clear();
@@ -41,15 +40,10 @@ void CommandSequence::device_barrier() {
 void CommandSequence::set_profiler(KernelProfiler* profiler) {
   if (commands_recorded_ > 0) throw std::logic_error("set_profiler after the first command");
   profiler_ = profiler;
-  if (profiler_) profiler_->begin(commands_);
 }
 
 void CommandSequence::note_weight_bytes(double bytes) {
-  if (profiler_) profiler_->add_bytes(bytes);
-}
-
-void CommandSequence::after_command(const std::string& name) {
-  if (profiler_) profiler_->after(commands_, name);
+  if (!ops_.empty()) ops_.back().weight_bytes += bytes;
 }
 
 CommandSequence::CommandSequence(const Context& context, uint32_t max_dispatches)
@@ -64,7 +58,9 @@ CommandSequence::CommandSequence(const Context& context, uint32_t max_dispatches
     pool_info.poolSizeCount = 1;
     pool_info.pPoolSizes = &size;
     check(vkCreateDescriptorPool(context.device(), &pool_info, nullptr, &pool_), "vkCreateDescriptorPool");
-    begin();
+    VkFenceCreateInfo fence_info{};
+    fence_info.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
+    check(vkCreateFence(context.device(), &fence_info, nullptr, &fence_), "vkCreateFence");
   } catch (...) {
     destroy();
     throw;
@@ -73,31 +69,9 @@ CommandSequence::CommandSequence(const Context& context, uint32_t max_dispatches
 
 CommandSequence::CommandSequence(const Context& context, DescriptorCache& cache)
     : context_(context), cache_(&cache), max_dispatches_(UINT32_MAX) {
-  try {
-    begin();
-  } catch (...) {
-    destroy();
-    throw;
-  }
-}
-
-void CommandSequence::begin() {
-  const VkDevice device = context_.device();
-  VkCommandBufferAllocateInfo alloc{};
-  alloc.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
-  alloc.commandPool = context_.command_pool();
-  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  alloc.commandBufferCount = 1;
-  check(vkAllocateCommandBuffers(device, &alloc, &commands_), "vkAllocateCommandBuffers");
-
   VkFenceCreateInfo fence_info{};
   fence_info.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO;
-  check(vkCreateFence(device, &fence_info, nullptr, &fence_), "vkCreateFence");
-
-  VkCommandBufferBeginInfo begin_info{};
-  begin_info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
-  begin_info.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  check(vkBeginCommandBuffer(commands_, &begin_info), "vkBeginCommandBuffer");
+  check(vkCreateFence(context.device(), &fence_info, nullptr, &fence_), "vkCreateFence");
 }
 
 CommandSequence::~CommandSequence() { destroy(); }
@@ -137,7 +111,9 @@ void CommandSequence::barrier_before_command(const std::vector<const Buffer*>& r
     // Profiling: the commands run one at a time, so the time between two timestamps is
     // one command's. This execution barrier is for the measurement only: it is not
     // counted and leaves what the next commands depend on as it was.
-    vkCmdPipelineBarrier(commands_, kDeviceStages, kDeviceStages, 0, 0, nullptr, 0, nullptr, 0, nullptr);
+    Op op;
+    op.kind = Op::Kind::TimingBarrier;
+    ops_.push_back(op);
   }
   for (const Buffer* b : reads) read_.push_back(span(b));
   for (const Buffer* b : writes) written_.push_back(span(b));
@@ -195,13 +171,19 @@ void CommandSequence::dispatch(const ComputePipeline& pipeline, std::initializer
     if (pipeline.writes(binding++)) writes.push_back(b);
   }
   barrier_before_command(reads, writes);
-  vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle());
-  vkCmdBindDescriptorSets(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout(), 0, 1, &set, 0, nullptr);
-  if (push_bytes > 0)
-    vkCmdPushConstants(commands_, pipeline.layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
-  vkCmdDispatch(commands_, groups_x, groups_y, groups_z);
+  Op op;
+  op.kind = Op::Kind::Dispatch;
+  op.pipeline = &pipeline;
+  op.set = set;
+  op.push_at = static_cast<uint32_t>(push_data_.size());
+  op.push_bytes = push_bytes;
+  const auto* bytes = static_cast<const uint8_t*>(push);
+  push_data_.insert(push_data_.end(), bytes, bytes + push_bytes);
+  op.groups[0] = groups_x;
+  op.groups[1] = groups_y;
+  op.groups[2] = groups_z;
+  ops_.push_back(op);
   ++dispatches_;
-  after_command(pipeline.name());
 }
 
 void CommandSequence::copy(const Buffer& src, const Buffer& dst, const std::vector<VkBufferCopy>& regions) {
@@ -212,27 +194,138 @@ void CommandSequence::copy(const Buffer& src, const Buffer& dst, const std::vect
                               std::to_string(r.srcOffset) + " (of " + std::to_string(src.size()) + ") to offset " +
                               std::to_string(r.dstOffset) + " (of " + std::to_string(dst.size()) + ")");
   barrier_before_command({&src}, {&dst});
-  vkCmdCopyBuffer(commands_, src.handle(), dst.handle(), static_cast<uint32_t>(regions.size()), regions.data());
-  after_command("copy");
+  Op op;
+  op.kind = Op::Kind::Copy;
+  op.src = src.handle();
+  op.dst = dst.handle();
+  op.regions_at = static_cast<uint32_t>(regions_.size());
+  op.n_regions = static_cast<uint32_t>(regions.size());
+  regions_.insert(regions_.end(), regions.begin(), regions.end());
+  ops_.push_back(op);
 }
 
 void CommandSequence::zero(const Buffer& dst) {
   barrier_before_command({}, {&dst});
-  vkCmdFillBuffer(commands_, dst.handle(), 0, VK_WHOLE_SIZE, 0);
-  after_command("fill");
+  Op op;
+  op.kind = Op::Kind::Fill;
+  op.dst = dst.handle();
+  ops_.push_back(op);
 }
 
-void CommandSequence::submit_and_wait(std::chrono::milliseconds timeout) {
-  if (submitted_) throw std::logic_error("a command sequence is submitted only once");
+std::vector<uint64_t> CommandSequence::key() const {
+  const auto handle = [](auto h) { return reinterpret_cast<uint64_t>(h); };
+  std::vector<uint64_t> k;
+  k.reserve(ops_.size() * 8 + push_data_.size() / 8);
+  for (const Op& op : ops_) {
+    k.push_back(static_cast<uint64_t>(op.kind) | (op.memory ? 0x100u : 0u));
+    switch (op.kind) {
+      case Op::Kind::Barrier:
+      case Op::Kind::TimingBarrier: break;
+      case Op::Kind::Dispatch: {
+        k.push_back(handle(op.pipeline->handle()));
+        k.push_back(handle(op.set));
+        k.push_back(uint64_t{op.groups[0]} | uint64_t{op.groups[1]} << 32);
+        k.push_back(uint64_t{op.groups[2]} | uint64_t{op.push_bytes} << 32);
+        for (uint32_t i = 0; i < op.push_bytes; i += 8) {
+          uint64_t word = 0;
+          std::memcpy(&word, push_data_.data() + op.push_at + i, std::min<uint32_t>(8, op.push_bytes - i));
+          k.push_back(word);
+        }
+        break;
+      }
+      case Op::Kind::Copy:
+        k.push_back(handle(op.src));
+        k.push_back(handle(op.dst));
+        for (uint32_t i = 0; i < op.n_regions; ++i) {
+          const VkBufferCopy& r = regions_[op.regions_at + i];
+          k.push_back(r.srcOffset);
+          k.push_back(r.dstOffset);
+          k.push_back(r.size);
+        }
+        break;
+      case Op::Kind::Fill: k.push_back(handle(op.dst)); break;
+    }
+  }
+  return k;
+}
+
+void CommandSequence::record(bool one_time) {
+  const VkDevice device = context_.device();
+  VkCommandBufferAllocateInfo alloc{};
+  alloc.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+  alloc.commandPool = context_.command_pool();
+  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  alloc.commandBufferCount = 1;
+  check(vkAllocateCommandBuffers(device, &alloc, &commands_), "vkAllocateCommandBuffers");
+  VkCommandBufferBeginInfo begin_info{};
+  begin_info.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+  begin_info.flags = one_time ? VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT : 0;
+  check(vkBeginCommandBuffer(commands_, &begin_info), "vkBeginCommandBuffer");
+  if (profiler_) profiler_->begin(commands_);
+  for (const Op& op : ops_) {
+    switch (op.kind) {
+      case Op::Kind::Barrier: {
+        VkMemoryBarrier b{};
+        b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+        b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+        b.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                          VK_ACCESS_TRANSFER_WRITE_BIT;
+        vkCmdPipelineBarrier(commands_, kDeviceStages, kDeviceStages, 0, op.memory ? 1 : 0, &b, 0, nullptr, 0, nullptr);
+        continue;  // not a command: no timestamp
+      }
+      case Op::Kind::TimingBarrier:
+        vkCmdPipelineBarrier(commands_, kDeviceStages, kDeviceStages, 0, 0, nullptr, 0, nullptr, 0, nullptr);
+        continue;
+      case Op::Kind::Dispatch:
+        vkCmdBindPipeline(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, op.pipeline->handle());
+        vkCmdBindDescriptorSets(commands_, VK_PIPELINE_BIND_POINT_COMPUTE, op.pipeline->layout(), 0, 1, &op.set, 0,
+                                nullptr);
+        if (op.push_bytes > 0)
+          vkCmdPushConstants(commands_, op.pipeline->layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, op.push_bytes,
+                             push_data_.data() + op.push_at);
+        vkCmdDispatch(commands_, op.groups[0], op.groups[1], op.groups[2]);
+        break;
+      case Op::Kind::Copy:
+        vkCmdCopyBuffer(commands_, op.src, op.dst, op.n_regions, regions_.data() + op.regions_at);
+        break;
+      case Op::Kind::Fill: vkCmdFillBuffer(commands_, op.dst, 0, VK_WHOLE_SIZE, 0); break;
+    }
+    if (profiler_) {
+      profiler_->after(commands_, op.kind == Op::Kind::Dispatch ? op.pipeline->name()
+                                  : op.kind == Op::Kind::Copy   ? std::string("copy")
+                                                                : std::string("fill"));
+      profiler_->add_bytes(op.weight_bytes);
+    }
+  }
   if (commands_recorded_ > 0) {  // every device write of the sequence made visible to the host
     VkMemoryBarrier b{};
     b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
     b.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     b.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
     vkCmdPipelineBarrier(commands_, kDeviceStages, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, nullptr, 0, nullptr);
-    ++barriers_;
   }
   check(vkEndCommandBuffer(commands_), "vkEndCommandBuffer");
+}
+
+void CommandSequence::submit_and_wait(std::chrono::milliseconds timeout) { run(nullptr, 0, timeout); }
+
+bool CommandSequence::submit_and_wait(ReplayCache& cache, uint64_t generation, std::chrono::milliseconds timeout) {
+  return run(&cache, generation, timeout);
+}
+
+bool CommandSequence::run(ReplayCache* cache, uint64_t generation, std::chrono::milliseconds timeout) {
+  if (submitted_) throw std::logic_error("a command sequence is submitted only once");
+  if (commands_recorded_ > 0) ++barriers_;  // the barrier to the host
+  // Only a sequence whose descriptor sets outlive it (a DescriptorCache's) can be kept.
+  const bool keep = cache != nullptr && cache_ != nullptr && profiler_ == nullptr;
+  std::vector<uint64_t> k;
+  bool replayed = false;
+  if (keep) {
+    k = key();
+    commands_ = cache->take(k, generation);
+    replayed = commands_ != VK_NULL_HANDLE;
+  }
+  if (!replayed) record(!keep);
   VkSubmitInfo submit{};
   submit.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO;
   submit.commandBufferCount = 1;
@@ -246,6 +339,11 @@ void CommandSequence::submit_and_wait(std::chrono::milliseconds timeout) {
                       " ms");
   check(waited, "vkWaitForFences");
   if (profiler_) profiler_->collect(dispatches_, barriers_);
+  if (keep) {  // ran to completion: the cache keeps it for the next sequence with this key
+    cache->add(std::move(k), commands_, generation);
+    commands_ = VK_NULL_HANDLE;
+  }
+  return replayed;
 }
 
 }  // namespace fafo::vulkan

@@ -1,9 +1,11 @@
-// A sequence of compute dispatches and buffer copies recorded into one command
-// buffer, then submitted once and waited for with a fence. Descriptor sets come from
-// a DescriptorCache shared with later sequences (a backend's steps) or, without one,
-// from the sequence's own pool. A command that reads or writes memory written since
-// the last barrier, or writes memory read since then, gets a barrier first (a memory
-// barrier, or an execution barrier where only reads came before), so it sees
+// A sequence of compute dispatches and buffer copies, submitted once and waited for
+// with a fence. The commands are collected as a list and recorded into a command
+// buffer at submission, so that a sequence equal to one already recorded (key()) can
+// be submitted from that command buffer instead (ReplayCache). Descriptor sets come
+// from a DescriptorCache shared with later sequences (a backend's steps) or, without
+// one, from the sequence's own pool. A command that reads or writes memory written
+// since the last barrier, or writes memory read since then, gets a barrier first (a
+// memory barrier, or an execution barrier where only reads came before), so it sees
 // everything the earlier ones wrote; independent commands run without one. What a
 // command touches is tracked as ranges of device memory, not buffer handles, so a
 // buffer freed and another placed in its memory during the recording still count as
@@ -12,7 +14,7 @@
 // barrier to the host makes the results readable with Buffer::download. With a
 // KernelProfiler, a timestamp follows every command, and every command waits for the
 // one before it (so each interval is one command's time); barrier_count() still counts
-// only the barriers the commands need.
+// only the barriers the commands need. A profiled sequence is never replayed.
 #pragma once
 
 #include <chrono>
@@ -30,6 +32,7 @@ class Buffer;
 class ComputePipeline;
 class DescriptorCache;
 class KernelProfiler;
+class ReplayCache;
 
 class CommandSequence {
  public:
@@ -73,15 +76,39 @@ class CommandSequence {
   // Ends recording, submits, and waits; throws VulkanError on failure or when the
   // device does not finish within `timeout` (never hangs). Only once per sequence.
   void submit_and_wait(std::chrono::milliseconds timeout = std::chrono::seconds(120));
+  // The same, submitting the command buffer `cache` holds for this sequence's key()
+  // when there is one (recorded under descriptor-set `generation`), and keeping this
+  // sequence's in `cache` otherwise; a sequence with a profiler or without a
+  // DescriptorCache is recorded as above. Returns whether it was replayed.
+  bool submit_and_wait(ReplayCache& cache, uint64_t generation,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(120));
+
+  // Every command and barrier of the sequence, as words (pipelines, descriptor sets,
+  // buffers by handle; push constants; workgroup counts; copy regions): two sequences
+  // with the same key record the same command buffer.
+  std::vector<uint64_t> key() const;
 
  private:
-  void begin();
+  struct Op {
+    enum class Kind : uint8_t { Barrier, TimingBarrier, Dispatch, Copy, Fill };
+    Kind kind = Kind::Barrier;
+    bool memory = false;  // Barrier: something was written since the last one
+    const ComputePipeline* pipeline = nullptr;
+    VkDescriptorSet set = VK_NULL_HANDLE;
+    uint32_t push_at = 0, push_bytes = 0;  // in push_data_
+    uint32_t groups[3] = {1, 1, 1};
+    VkBuffer src = VK_NULL_HANDLE, dst = VK_NULL_HANDLE;
+    uint32_t regions_at = 0, n_regions = 0;  // in regions_
+    double weight_bytes = 0;                 // for the profile
+  };
+  bool run(ReplayCache* cache, uint64_t generation, std::chrono::milliseconds timeout);
+  // Records the list into commands_ (allocated here), ending with the barrier to the host.
+  void record(bool one_time);
   void destroy() noexcept;
   // Records a barrier first when the next command (reading `reads`, writing `writes`)
   // depends on an earlier one since the last barrier, then notes what it touches.
   void barrier_before_command(const std::vector<const Buffer*>& reads, const std::vector<const Buffer*>& writes);
   void device_barrier();
-  void after_command(const std::string& name);
   VkDescriptorSet descriptor_set(const ComputePipeline& pipeline, std::initializer_list<const Buffer*> buffers);
 
   const Context& context_;
@@ -100,6 +127,9 @@ class CommandSequence {
     VkDeviceSize begin, end;
   };
   std::vector<MemorySpan> written_, read_;  // since the last barrier
+  std::vector<Op> ops_;
+  std::vector<uint8_t> push_data_;
+  std::vector<VkBufferCopy> regions_;
 };
 
 }  // namespace fafo::vulkan

@@ -72,6 +72,7 @@ VkDescriptorSet DescriptorCache::get(VkDescriptorSetLayout layout, const std::ve
 
 void DescriptorCache::forget(VkBuffer buffer) {
   // The sets stay allocated in their pool (freed with it); only the lookup goes.
+  ++generation_;
   for (auto it = sets_.begin(); it != sets_.end();) {
     bool binds = false;
     for (VkBuffer b : it->first.second) binds = binds || b == buffer;

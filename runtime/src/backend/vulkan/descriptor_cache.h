@@ -32,6 +32,9 @@ class DescriptorCache {
   // bound again later under a recycled handle).
   void forget(VkBuffer buffer);
   size_t size() const { return sets_.size(); }
+  // Moves on with every forget(): a command buffer recorded under an older generation
+  // may name a buffer that is gone (ReplayCache).
+  uint64_t generation() const { return generation_; }
 
  private:
   VkDescriptorSet allocate(VkDescriptorSetLayout layout);
@@ -39,6 +42,7 @@ class DescriptorCache {
   const Context& context_;
   std::vector<VkDescriptorPool> pools_;
   uint32_t sets_left_in_pool_ = 0;
+  uint64_t generation_ = 0;
   std::map<std::pair<VkDescriptorSetLayout, std::vector<VkBuffer>>, VkDescriptorSet> sets_;
 };
 

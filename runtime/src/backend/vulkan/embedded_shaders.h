@@ -30,7 +30,8 @@ extern const EmbeddedShader attention_serial;
 extern const EmbeddedShader attention_serial_kv_f16;
 extern const EmbeddedShader attention_serial_kv_f16_storage16;
 extern const EmbeddedShader probe_half_storage;  // shaders/probe_half_storage.comp
-extern const EmbeddedShader kv_store;           // shaders/kv_store.comp (fp32 rows into an fp16 cache)
+extern const EmbeddedShader kv_store;           // shaders/kv_store.comp (fp32 cache)
+extern const EmbeddedShader kv_store_f16;       // shaders/kv_store.comp (fp16 cache)
 extern const EmbeddedShader attention_combine;  // shaders/attention_combine.comp
 extern const EmbeddedShader kv_permute;         // shaders/kv_permute.comp
 extern const EmbeddedShader argmax;             // shaders/argmax.comp

@@ -34,7 +34,7 @@ struct RopePush {
   uint32_t rows, n_heads, head_dim, n_pairs, stride, neox;
 };
 struct RopeStorePush {
-  uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, first_slot, neox;
+  uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, neox;
 };
 struct ElementwisePush {
   uint32_t n, cols, op;
@@ -43,15 +43,15 @@ struct CombinePush {
   uint32_t T, n_head, head_dim, n_parts, out_stride;
 };
 struct AttentionPush {
-  uint32_t T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, region, dense, use_order, part_keys, n_parts,
-      mask_words, mask_offset, order_offset;
+  uint32_t T, n_head, n_head_kv, head_dim, kv_dim, q_stride, region, dense, use_order, n_parts, mask_words,
+      flags_offset, mask_offset, order_offset;
   float scale;
 };
 struct KvPermutePush {
   uint32_t n_pairs, words, mode;
 };
 struct KvStorePush {
-  uint32_t rows, kv_dim, first_slot;
+  uint32_t rows, kv_dim;
 };
 struct TopKPush {
   uint32_t rows, n, k;
@@ -112,9 +112,10 @@ Kernels::Kernels(const Context& context)
       matmul_f32_t4_(std::make_unique<ComputePipeline>(context, shaders::matmul_f32_t4, 3, sizeof(MatmulPush))),
       rope_(std::make_unique<ComputePipeline>(context, shaders::rope, 2, sizeof(RopePush))),
       elementwise_(std::make_unique<ComputePipeline>(context, shaders::elementwise, 3, sizeof(ElementwisePush))),
-      kv_store_f16_(std::make_unique<ComputePipeline>(context, shaders::kv_store, 4, sizeof(KvStorePush))),
-      rope_store_(std::make_unique<ComputePipeline>(context, shaders::rope_store, 4, sizeof(RopeStorePush))),
-      rope_store_f16_(std::make_unique<ComputePipeline>(context, shaders::rope_store_kv_f16, 4, sizeof(RopeStorePush))),
+      kv_store_(std::make_unique<ComputePipeline>(context, shaders::kv_store, 5, sizeof(KvStorePush))),
+      kv_store_f16_(std::make_unique<ComputePipeline>(context, shaders::kv_store_f16, 5, sizeof(KvStorePush))),
+      rope_store_(std::make_unique<ComputePipeline>(context, shaders::rope_store, 5, sizeof(RopeStorePush))),
+      rope_store_f16_(std::make_unique<ComputePipeline>(context, shaders::rope_store_kv_f16, 5, sizeof(RopeStorePush))),
       attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 2, sizeof(CombinePush))),
       kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))),
       argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))),
@@ -206,7 +207,7 @@ void Kernels::rope(CommandSequence& seq, const Buffer& x, const Buffer& table, u
 }
 
 void Kernels::rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& table, const Buffer& cache_k,
-                         const Buffer& cache_v, const RopeStoreArgs& a) const {
+                         const Buffer& cache_v, const Buffer& step_info, const RopeStoreArgs& a) const {
   constexpr const char* kernel = "rope_store";
   if (a.rows == 0) return;
   const uint64_t q_cols = uint64_t{a.n_head} * a.head_dim, kv_dim = uint64_t{a.n_head_kv} * a.head_dim;
@@ -226,9 +227,10 @@ void Kernels::rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& 
   const uint64_t units = a.kv_f16 ? kv_dim / 2 : kv_dim;
   const uint64_t items = uint64_t{a.rows} * (uint64_t{a.n_head} * a.n_pairs + 2 * units);
   if (items > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": too many rows for one dispatch");
-  const RopeStorePush push{a.rows,     a.n_head,   a.n_head_kv,  a.head_dim,       a.n_pairs,
-                           a.stride,   a.k_offset, a.v_offset,   a.first_slot,     a.neox ? 1u : 0u};
-  seq.dispatch(a.kv_f16 ? *rope_store_f16_ : *rope_store_, {&qkv, &table, &cache_k, &cache_v}, push,
+  require_size(step_info, 1, "step_info", kernel);
+  const RopeStorePush push{a.rows, a.n_head,   a.n_head_kv, a.head_dim,       a.n_pairs,
+                           a.stride, a.k_offset, a.v_offset, a.neox ? 1u : 0u};
+  seq.dispatch(a.kv_f16 ? *rope_store_f16_ : *rope_store_, {&qkv, &table, &cache_k, &cache_v, &step_info}, push,
                groups_for(items, 64, context_));
 }
 
@@ -281,9 +283,10 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   if (serial_attention(a) ? serial_groups(a) > max_groups[0]
                           : a.n_parts > max_groups[0] || a.n_head > max_groups[1] || a.T > max_groups[2])
     throw std::invalid_argument("attention: grid over the device limit");
-  const AttentionPush push{a.T,         a.n_past,     a.n_head,      a.n_head_kv, a.head_dim,  a.kv_dim,
-                           a.q_stride,  a.region,     a.dense,       a.use_order, a.part_keys, a.n_parts,
-                           a.mask_words, a.mask_offset, a.order_offset, a.scale};
+  require_size(step_info, uint64_t{a.flags_offset} + a.T, "step_info", "attention");
+  const AttentionPush push{a.T,         a.n_head,       a.n_head_kv,   a.head_dim,     a.kv_dim,
+                           a.q_stride,  a.region,       a.dense,       a.use_order,    a.n_parts,
+                           a.mask_words, a.flags_offset, a.mask_offset, a.order_offset, a.scale};
   if (serial_attention(a))
     seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push,
                  static_cast<uint32_t>(serial_groups(a)));
@@ -301,16 +304,20 @@ void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer
                groups_for(words, 64, context_));
 }
 
-void Kernels::kv_store_f16(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k,
-                           const Buffer& cache_v, uint32_t rows, uint32_t kv_dim, uint32_t first_slot) const {
+void Kernels::kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k,
+                       const Buffer& cache_v, const Buffer& step_info, uint32_t rows, uint32_t kv_dim,
+                       uint32_t first_slot, bool f16) const {
   if (rows == 0) return;
-  if (kv_dim == 0 || kv_dim % 2 != 0) throw std::invalid_argument("kv_store_f16: kv_dim must be even and positive");
-  require_size(k, uint64_t{rows} * kv_dim, "k", "kv_store_f16");
-  require_size(v, uint64_t{rows} * kv_dim, "v", "kv_store_f16");
-  require_size(cache_k, (uint64_t{first_slot} + rows) * kv_dim / 2, "cache_k", "kv_store_f16");
-  require_size(cache_v, (uint64_t{first_slot} + rows) * kv_dim / 2, "cache_v", "kv_store_f16");
-  seq.dispatch(*kv_store_f16_, {&k, &v, &cache_k, &cache_v}, KvStorePush{rows, kv_dim, first_slot},
-               groups_for(uint64_t{rows} * kv_dim / 2, 64, context_));
+  if (kv_dim == 0 || (f16 && kv_dim % 2 != 0))
+    throw std::invalid_argument("kv_store: kv_dim must be positive (and even for an fp16 cache)");
+  const uint64_t units = f16 ? kv_dim / 2 : kv_dim;
+  require_size(k, uint64_t{rows} * kv_dim, "k", "kv_store");
+  require_size(v, uint64_t{rows} * kv_dim, "v", "kv_store");
+  require_size(cache_k, (uint64_t{first_slot} + rows) * units, "cache_k", "kv_store");
+  require_size(cache_v, (uint64_t{first_slot} + rows) * units, "cache_v", "kv_store");
+  require_size(step_info, 1, "step_info", "kv_store");
+  seq.dispatch(f16 ? *kv_store_f16_ : *kv_store_, {&k, &v, &cache_k, &cache_v, &step_info}, KvStorePush{rows, kv_dim},
+               groups_for(uint64_t{rows} * units, 64, context_));
 }
 
 void Kernels::argmax(CommandSequence& seq, const Buffer& x, const Buffer& ids, uint32_t rows, uint32_t n) const {

@@ -35,19 +35,24 @@ class Kernels {
   void rope(CommandSequence& seq, const Buffer& x, const Buffer& table, uint32_t rows, uint32_t n_heads,
             uint32_t head_dim, uint32_t n_pairs, uint32_t stride, bool neox) const;
 
+  // The kernels that read n_past (attention, the stores) read it from the step's
+  // header, step_info[0] (StepEncoder writes it), not from push constants, so that a
+  // recorded step replays at any n_past; first_slot and n_past in the arguments below
+  // are what the header holds, for the size checks.
+  //
   // RoPE and the KV store in one dispatch (shaders/rope_store.comp): each of `rows` rows
   // of qkv (row stride `stride` floats) holds n_head query heads at column 0, n_head_kv
   // key heads at k_offset and as many value heads at v_offset, head_dim each. Rotates
   // the queries in place and writes the rotated keys and the values to slots
   // first_slot.. of cache_k and cache_v (fp32, or fp16 with kv_f16): the bits of
-  // rope(queries), rope(keys) and a store.
+  // rope(queries), rope(keys) and kv_store.
   struct RopeStoreArgs {
     uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, first_slot;
     bool neox = false;
     bool kv_f16 = false;
   };
   void rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& table, const Buffer& cache_k,
-                  const Buffer& cache_v, const RopeStoreArgs& a) const;
+                  const Buffer& cache_v, const Buffer& step_info, const RopeStoreArgs& a) const;
 
   // out = a + b, out = a + bias (broadcast over rows of `cols`), out = silu(a) * b;
   // n floats. out may be the same buffer as a.
@@ -57,11 +62,13 @@ class Kernels {
   void swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
 
   // Attention over a step (see shaders/attention.comp for the key order and the
-  // step_info layout); writes n_parts partial results per (row, head) to `partials`
-  // and then combines them into out[row * out_stride + head * head_dim + d].
+  // step_info layout: the header [n_past, part_keys], then the prefix flags at
+  // flags_offset, masks and order); writes n_parts partial results per (row, head) to
+  // `partials` (parts past a row's keys empty) and then combines them into
+  // out[row * out_stride + head * head_dim + d].
   struct AttentionArgs {
     uint32_t T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, out_stride;
-    uint32_t region, dense, use_order, part_keys, n_parts, mask_words, mask_offset, order_offset;
+    uint32_t region, dense, use_order, part_keys, n_parts, mask_words, flags_offset, mask_offset, order_offset;
     float scale;
     bool kv_f16 = false;  // keys and values are an fp16 cache (kv_store); else fp32
     // How an fp16 cache is read: Auto = through 16-bit storage where the device widens
@@ -97,10 +104,11 @@ class Kernels {
   void kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs, uint32_t words,
                   bool swap) const;
 
-  // Converts `rows` rows of K and V (fp32, kv_dim wide, kv_dim even) to fp16, rounding to
-  // nearest even as fafo::fp32_to_fp16, into slots first_slot.. of fp16 caches.
-  void kv_store_f16(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k,
-                    const Buffer& cache_v, uint32_t rows, uint32_t kv_dim, uint32_t first_slot) const;
+  // Stores `rows` rows of K and V (fp32, kv_dim wide) into slots first_slot.. of the
+  // caches: as they are, or (f16; kv_dim even) rounded to fp16 to nearest even as
+  // fafo::fp32_to_fp16.
+  void kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k, const Buffer& cache_v,
+                const Buffer& step_info, uint32_t rows, uint32_t kv_dim, uint32_t first_slot, bool f16) const;
 
  private:
   const ComputePipeline& attention_pipeline(const AttentionArgs& a) const;
@@ -121,7 +129,7 @@ class Kernels {
   };
   AttentionPipelines attention_[2];
   bool half_storage_exact_ = false;
-  std::unique_ptr<ComputePipeline> kv_store_f16_;
+  std::unique_ptr<ComputePipeline> kv_store_, kv_store_f16_;
   std::unique_ptr<ComputePipeline> rope_store_, rope_store_f16_;
   std::unique_ptr<ComputePipeline> attention_combine_;
   std::unique_ptr<ComputePipeline> kv_permute_;

@@ -11,14 +11,20 @@
 namespace fafo::vulkan {
 
 StepEncoder::StepEncoder(const Context& context, DescriptorCache& descriptors)
-    : context_(context), descriptors_(descriptors) {}
+    : context_(context), descriptors_(descriptors), replay_(context) {}
+
+void StepEncoder::set_replay(bool on) {
+  replay_on_ = on;
+  if (!on) replay_.clear();
+}
 
 StepEncoder::~StepEncoder() = default;
 
 void StepEncoder::reserve(int32_t capacity) {
   const uint64_t T = static_cast<uint64_t>(StepBatch::kMaxTokens);
   const uint64_t mask_words = (T + 31) / 32;
-  step_info_.ensure(context_, descriptors_, (T + T * mask_words + static_cast<uint64_t>(capacity)) * sizeof(uint32_t));
+  step_info_.ensure(context_, descriptors_,
+                    (kHeaderWords + T + T * mask_words + static_cast<uint64_t>(capacity)) * sizeof(uint32_t));
   tokens_.ensure(context_, descriptors_, T * sizeof(int32_t));
 }
 
@@ -28,12 +34,16 @@ void StepEncoder::begin(const StepBatch& batch, const std::vector<int32_t>* orde
   rope_key_.reset();
   const uint32_t T = static_cast<uint32_t>(batch.size());
   mask_words_ = (T + 31) / 32;
-  // step_info: [T prefix flags][T x mask_words masks][n_past logical order]
-  std::vector<uint32_t> info(T + static_cast<size_t>(T) * mask_words_, 0);
+  // step_info: [header][T prefix flags][T x mask_words masks][n_past logical order]
+  std::vector<uint32_t> info(kHeaderWords + T + static_cast<size_t>(T) * mask_words_, 0);
+  info[0] = static_cast<uint32_t>(batch.n_past());
+  part_keys_ = 0;
+  uint32_t* flags = info.data() + kHeaderWords;
+  uint32_t* masks = flags + T;
   for (uint32_t i = 0; i < T; ++i) {
-    info[i] = batch.prefix(static_cast<int32_t>(i)) == PrefixView::Compressed ? 1u : 0u;
+    flags[i] = batch.prefix(static_cast<int32_t>(i)) == PrefixView::Compressed ? 1u : 0u;
     for (uint32_t j = 0; j <= i; ++j)
-      if (batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) info[T + i * mask_words_ + j / 32] |= 1u << (j % 32);
+      if (batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) masks[i * mask_words_ + j / 32] |= 1u << (j % 32);
   }
   step_info_.get().upload(info.data(), info.size() * sizeof(uint32_t));
   use_order_ = order != nullptr && batch.n_past() > 0;
@@ -48,10 +58,19 @@ void StepEncoder::begin(const StepBatch& batch, const std::vector<int32_t>* orde
   seq_->set_profiler(profiler_);
 }
 
+void StepEncoder::set_part_keys(uint32_t part_keys) {
+  if (part_keys_ == part_keys) return;
+  if (part_keys_ != 0) throw std::logic_error("attention: one split of the keys per step");
+  step_info_.get().upload(&part_keys, sizeof part_keys, sizeof(uint32_t));
+  part_keys_ = part_keys;
+}
+
 void StepEncoder::finish() {
   if (!seq_) throw std::logic_error("finish_step without begin_step");
   std::unique_ptr<CommandSequence> seq = std::move(seq_);
-  seq->submit_and_wait();
+  const bool replayed = replay_on_ ? seq->submit_and_wait(replay_, descriptors_.generation()) : (seq->submit_and_wait(), false);
+  ++steps_;
+  replayed_ += replayed ? 1 : 0;
   gathered_rows_.clear();
 }
 

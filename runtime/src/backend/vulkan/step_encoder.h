@@ -1,11 +1,14 @@
 // The step the Vulkan backend is recording, between begin_step and finish_step:
 //   - the step's inputs on the device, written by the host at begin(): the tokens, and
-//     step_info ([T prefix flags][T x mask_words in-step masks][n_past logical order of
-//     the KV cache], the layout shaders/attention.comp reads); the RoPE table (cos, sin
-//     of every row's position and pair) when the first rope op asks for it;
+//     step_info ([header: n_past, keys per attention part, 2 words unused][T prefix
+//     flags][T x mask_words in-step masks][n_past logical order of the KV cache], the
+//     layout shaders/attention.comp reads; the kernels that need n_past read it from
+//     the header); the RoPE table (cos, sin of every row's position and pair) when the
+//     first rope op asks for it;
 //   - the one CommandSequence every op of the step records into (dispatches, copies and
 //     the barriers between them), submitted once by finish(), which waits for the
-//     device;
+//     device: from the command buffer of an earlier step with the same commands when
+//     there is one (ReplayCache; every AR step after the first), else recorded;
 //   - the row count of the activations a gather_rows shortened, for the rest of the
 //     step.
 // The ops themselves (what to dispatch with which arguments) are VulkanBackend's.
@@ -20,6 +23,7 @@
 
 #include "backend/vulkan/allocator.h"
 #include "backend/vulkan/buffer.h"
+#include "backend/vulkan/replay_cache.h"
 #include "fafo/backend.h"
 
 namespace fafo::vulkan {
@@ -46,8 +50,13 @@ class StepEncoder {
   void finish();
   // Drops the recording, if any, without submitting it.
   void abandon();
-  // Times the commands of the steps begun from now on (null: stop timing).
+  // Times the commands of the steps begun from now on (null: stop timing). Profiled
+  // steps are recorded, never replayed.
   void set_profiler(KernelProfiler* profiler) { profiler_ = profiler; }
+  // Whether finish() may replay a recorded step (on by default).
+  void set_replay(bool on);
+  uint64_t steps() const { return steps_; }        // finished
+  uint64_t replayed() const { return replayed_; }  // of which replayed
 
   // What ops record into; throws std::logic_error outside begin()/finish().
   CommandSequence& commands();
@@ -57,6 +66,14 @@ class StepEncoder {
 
   const Buffer& tokens() const { return tokens_.get(); }
   const Buffer& step_info() const { return step_info_.get(); }
+  static constexpr uint32_t kHeaderWords = 4;
+  // Where the prefix flags, masks and order start in step_info.
+  uint32_t flags_offset() const { return kHeaderWords; }
+  uint32_t mask_offset() const { return kHeaderWords + static_cast<uint32_t>(batch().size()); }
+  uint32_t order_offset() const { return mask_offset() + static_cast<uint32_t>(batch().size()) * mask_words_; }
+  // Writes the keys per attention part into the header: one value per step
+  // (std::logic_error for a second, different one).
+  void set_part_keys(uint32_t part_keys);
   uint32_t mask_words() const { return mask_words_; }
   // Whether step_info holds the cache's logical order (the cache has one and n_past > 0).
   bool use_order() const { return use_order_; }
@@ -81,10 +98,14 @@ class StepEncoder {
   ScratchBuffer rope_table_;
   std::optional<std::tuple<int32_t, float, float, std::vector<float>>> rope_key_;
   uint32_t mask_words_ = 0;
+  uint32_t part_keys_ = 0;  // in the header this step; 0 = not yet
   bool use_order_ = false;
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   std::unique_ptr<CommandSequence> seq_;
+  ReplayCache replay_;
+  bool replay_on_ = true;
+  uint64_t steps_ = 0, replayed_ = 0;
 };
 
 }  // namespace fafo::vulkan

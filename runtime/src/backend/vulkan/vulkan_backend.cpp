@@ -64,7 +64,11 @@ class VulkanBackend final : public Backend, public StepTarget {
         allocator_(context_, options.max_buffer_bytes),
         max_range_(allocator_.max_range()),
         fuse_qkv_(options.fuse_qkv),
-        encoder_(context_, descriptors_) {}
+        encoder_(context_, descriptors_) {
+    encoder_.set_replay(options.replay);
+  }
+
+  ReplayCounts replay_counts() const { return ReplayCounts{encoder_.steps(), encoder_.replayed()}; }
 
   ~VulkanBackend() override {
     encoder_.abandon();
@@ -261,7 +265,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     a.first_slot = static_cast<uint32_t>(batch().n_past());
     a.neox = p.neox;
     a.kv_f16 = kv_->f16();
-    kernels_.rope_store(step(), act(qkv), table, kv_->keys(layer), kv_->values(layer), a);
+    kernels_.rope_store(step(), act(qkv), table, kv_->keys(layer), kv_->values(layer), encoder_.step_info(), a);
     if (!kv_->captured_rows().empty())
       kv_->capture_queries(layer, act(qkv), static_cast<uint32_t>(q_cols), static_cast<uint32_t>(qkv.cols));
   }
@@ -273,7 +277,8 @@ class VulkanBackend final : public Backend, public StepTarget {
     // even for one token. The split depends on n_past only, never on T or the other
     // rows, so a row gets the same arithmetic in every step (T-invariance): up to
     // max_parts parts of part_keys keys, sized for the largest step; parts past a row's
-    // last key are empty and skipped by the combine.
+    // last key are empty and skipped by the combine. The grid always has max_parts parts
+    // and part_keys goes in the step's header, so a recorded step replays at any n_past.
     const uint64_t per_row_part = static_cast<uint64_t>(s.n_head) * (static_cast<uint64_t>(s.head_dim) + 2);
     const uint64_t rows_cap = static_cast<uint64_t>(std::max<int64_t>(max_step_rows_, 1));
     // The partials buffer gets at most 64 MiB (half the smallest maxStorageBufferRange
@@ -287,7 +292,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     const Buffer& values = kv_->values(layer);
     const uint64_t span = uint64_t{n_past} + rows_cap;
     const uint64_t part_keys = std::max(kMinKeysPerPart, (span + max_parts - 1) / max_parts);
-    const uint64_t n_parts = (uint64_t{n_past} + T + part_keys - 1) / part_keys;
+    encoder_.set_part_keys(static_cast<uint32_t>(part_keys));
     Kernels::AttentionArgs a{};
     a.T = T;
     a.n_past = n_past;
@@ -301,10 +306,11 @@ class VulkanBackend final : public Backend, public StepTarget {
     a.dense = layer < kv_->dense_layers() ? 1u : 0u;
     a.use_order = encoder_.use_order() ? 1u : 0u;
     a.part_keys = static_cast<uint32_t>(part_keys);
-    a.n_parts = static_cast<uint32_t>(n_parts);
+    a.n_parts = static_cast<uint32_t>(max_parts);
     a.mask_words = encoder_.mask_words();
-    a.mask_offset = T;
-    a.order_offset = T + T * encoder_.mask_words();
+    a.flags_offset = encoder_.flags_offset();
+    a.mask_offset = encoder_.mask_offset();
+    a.order_offset = encoder_.order_offset();
     a.scale = s.scale;
     a.kv_f16 = kv_->f16();
     kernels_.attention(step(), act(q), keys, values, encoder_.step_info(), partials_, act(out), a);
@@ -415,6 +421,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   CommandSequence& recording() override { return step(); }
   const StepBatch& step_batch() const override { return encoder_.batch(); }
   const Buffer& buffer_of(const Activation& a) const override { return act(a); }
+  const Buffer& step_info() const override { return encoder_.step_info(); }
 
   static ContextOptions make_context_options(const VulkanBackendOptions& options) {
     ContextOptions c;
@@ -487,6 +494,11 @@ int resolve_device(const std::string& device) {
 
 std::unique_ptr<Backend> make_backend(const VulkanBackendOptions& options) {
   return std::make_unique<VulkanBackend>(options);
+}
+
+ReplayCounts replay_counts(const Backend& backend) {
+  const auto* vk = dynamic_cast<const VulkanBackend*>(&backend);
+  return vk ? vk->replay_counts() : ReplayCounts{};
 }
 
 }  // namespace vulkan

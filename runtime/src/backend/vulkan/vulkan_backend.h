@@ -44,9 +44,19 @@ struct VulkanBackendOptions {
   // Fuse the attention projections, RoPE and the KV store (Backend::fuses_qkv); off:
   // the separate kernels, which give the same bits (tests compare the two).
   bool fuse_qkv = true;
+  // Submit a step whose commands equal an earlier step's from that step's command
+  // buffer instead of recording it again (StepEncoder); off: record every step.
+  bool replay = true;
 };
 
 std::unique_ptr<Backend> make_backend(const VulkanBackendOptions& options);
+
+// Steps a Vulkan backend has finished, and how many of them it replayed; {0, 0} for
+// another backend.
+struct ReplayCounts {
+  uint64_t steps = 0, replayed = 0;
+};
+ReplayCounts replay_counts(const Backend& backend);
 
 // Resolves a --device string to an index in enumeration order; throws
 // std::runtime_error listing the devices when nothing matches.

@@ -59,19 +59,12 @@ void VulkanKvCache::store(int32_t layer, const Activation& k, const Activation& 
   const int32_t kv_dim = shape().kv_dim;
   if (k.cols != kv_dim || v.cols != kv_dim) throw std::invalid_argument("store: rows are not kv_dim wide");
   const StepBatch& batch = s_.step.step_batch();
-  CommandSequence& seq = s_.step.recording();
   const size_t l = static_cast<size_t>(layer);
-  if (f16()) {
-    s_.kernels.kv_store_f16(seq, s_.step.buffer_of(k), s_.step.buffer_of(v), keys_[l], values_[l],
-                            static_cast<uint32_t>(batch.size()), static_cast<uint32_t>(kv_dim),
-                            static_cast<uint32_t>(batch.n_past()));
-    return;
-  }
-  const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(kv_dim) * sizeof(float);
-  const VkDeviceSize at = static_cast<VkDeviceSize>(batch.n_past()) * row_bytes;
-  const VkDeviceSize bytes = static_cast<VkDeviceSize>(batch.size()) * row_bytes;
-  seq.copy(s_.step.buffer_of(k), 0, keys_[l], at, bytes);
-  seq.copy(s_.step.buffer_of(v), 0, values_[l], at, bytes);
+  // A kernel rather than copies: it reads n_past from the step's header, so the step
+  // replays at the next n_past.
+  s_.kernels.kv_store(s_.step.recording(), s_.step.buffer_of(k), s_.step.buffer_of(v), keys_[l], values_[l],
+                      s_.step.step_info(), static_cast<uint32_t>(batch.size()), static_cast<uint32_t>(kv_dim),
+                      static_cast<uint32_t>(batch.n_past()), f16());
 }
 
 void VulkanKvCache::capture_queries(int32_t layer, const Activation& q) {

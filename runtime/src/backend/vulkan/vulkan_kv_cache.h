@@ -27,6 +27,7 @@ class StepTarget {
   virtual CommandSequence& recording() = 0;  // throws outside begin_step/finish_step
   virtual const StepBatch& step_batch() const = 0;
   virtual const Buffer& buffer_of(const Activation& a) const = 0;
+  virtual const Buffer& step_info() const = 0;  // the step's header holds n_past
 };
 
 // The services the cache shares with its backend.
