@@ -110,7 +110,6 @@ class Model {
 
   int32_t n_ctx_ = 0;
   int32_t max_logit_rows_ = 0;
-  bool fused_qkv_ = false;  // the layers' attention projections are one weight each (Backend::fuses_qkv)
   int32_t n_past_ = 0;
   int32_t last_step_size_ = 0;
   KvCache* kv_ = nullptr;  // owned by backend_

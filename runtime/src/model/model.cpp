@@ -2,6 +2,7 @@
 // written once against the Backend interface. The forward reads top to bottom like
 // llama2.c: embed, then per layer RMSNorm -> QKV -> RoPE -> attention -> output
 // projection -> residual -> RMSNorm -> SwiGLU FFN -> residual; final norm and logits.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -17,17 +18,18 @@ constexpr int32_t kMaxStepTokens = 512;
 struct Model::Weights {
   struct Layer {
     Weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
-    // With Model::fused_qkv_: wq and bq hold all three projections (and biases)
-    // stacked, and wk, wv, bk, bv stay empty.
+    // fused_qkv: wq and bq hold all three projections (and biases) stacked, and wk,
+    // wv, bk, bv stay empty.
+    bool fused_qkv = false;
   };
   Weight token_embd, output_norm, output;
   std::vector<Layer> layers;
 };
 
 struct Model::Buffers {
-  // q holds the fused [queries | keys | values] where the layers' projections are fused
-  // (k and v are then not allocated).
-  Activation x, xn, q, k, v, attn, proj, gate, up, ffn, last, last_norm, logits;
+  // qkv holds the [queries | keys | values] of the layers whose projections are fused;
+  // q, k, v those of the others. Each set is allocated only where a layer uses it.
+  Activation x, xn, qkv, q, k, v, attn, proj, gate, up, ffn, last, last_norm, logits;
 };
 
 namespace {
@@ -129,22 +131,6 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   w.output_norm = load.vector("output_norm.weight", c.n_embd);
   w.output = c.tied_embeddings ? w.token_embd : load.matrix("output.weight", c.n_embd, c.n_vocab);
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-  // The attention projections are fused in every layer or in none, so that one set of
-  // buffers serves all: where each layer's three weights (and biases) share a type the
-  // backend fuses.
-  fused_qkv_ = true;
-  for (int32_t l = 0; l < c.n_layer && fused_qkv_; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    const TensorType type = file_->require_tensor(p + "attn_q.weight").type;
-    fused_qkv_ = file_->require_tensor(p + "attn_k.weight").type == type &&
-                 file_->require_tensor(p + "attn_v.weight").type == type &&
-                 backend_->fuses_qkv(type, q_dim, c.kv_dim(), c.n_embd);
-    if (c.qkv_bias) {
-      const TensorType bias = file_->require_tensor(p + "attn_q.bias").type;
-      fused_qkv_ = fused_qkv_ && file_->require_tensor(p + "attn_k.bias").type == bias &&
-                   file_->require_tensor(p + "attn_v.bias").type == bias;
-    }
-  }
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     Weights::Layer L;
@@ -158,7 +144,12 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
       bias[1] = &file_->require_tensor(p + "attn_k.bias");
       bias[2] = &file_->require_tensor(p + "attn_v.bias");
     }
-    if (fused_qkv_) {
+    // A layer's three projections (and biases) become one weight where they share a
+    // type and the backend fuses them; a Q4_K_M file, whose attn_v is Q6_K in some
+    // layers, fuses the others.
+    L.fused_qkv = wq.type == wk.type && wk.type == wv.type && backend_->fuses_qkv(wq.type, q_dim, c.kv_dim(), c.n_embd) &&
+                  (!c.qkv_bias || (bias[0]->type == bias[1]->type && bias[1]->type == bias[2]->type));
+    if (L.fused_qkv) {
       L.wq = load.stacked({{&wq, q_dim}, {&wk, c.kv_dim()}, {&wv, c.kv_dim()}}, c.n_embd);
       if (c.qkv_bias) L.bq = load.vectors_joined({{bias[0], q_dim}, {bias[1], c.kv_dim()}, {bias[2], c.kv_dim()}});
     } else {
@@ -193,9 +184,10 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   const int64_t T = kMaxStepTokens;
   b.x = backend_->alloc_activation(T, c.n_embd);
   b.xn = backend_->alloc_activation(T, c.n_embd);
-  if (fused_qkv_) {
-    b.q = backend_->alloc_activation(T, q_dim + 2 * c.kv_dim());
-  } else {
+  const bool any_fused = std::any_of(w.layers.begin(), w.layers.end(), [](const auto& L) { return L.fused_qkv; });
+  const bool any_apart = std::any_of(w.layers.begin(), w.layers.end(), [](const auto& L) { return !L.fused_qkv; });
+  if (any_fused) b.qkv = backend_->alloc_activation(T, q_dim + 2 * c.kv_dim());
+  if (any_apart) {
     b.q = backend_->alloc_activation(T, q_dim);
     b.k = backend_->alloc_activation(T, c.kv_dim());
     b.v = backend_->alloc_activation(T, c.kv_dim());
@@ -283,10 +275,10 @@ void Model::record_step(StepBatch& batch) {
     const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
     // Attention block.
     be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
-    if (fused_qkv_) {
-      be.matmul(L.wq, b.xn, b.q);
-      if (c.qkv_bias) be.add_bias(L.bq, b.q);
-      be.rope_store(l, b.q, shape, c.rope);
+    if (L.fused_qkv) {
+      be.matmul(L.wq, b.xn, b.qkv);
+      if (c.qkv_bias) be.add_bias(L.bq, b.qkv);
+      be.rope_store(l, b.qkv, shape, c.rope);
     } else {
       be.matmul(L.wq, b.xn, b.q);
       be.matmul(L.wk, b.xn, b.k);
@@ -301,7 +293,7 @@ void Model::record_step(StepBatch& batch) {
       kv.store(l, b.k, b.v);
       if (capture) kv.capture_queries(l, b.q);
     }
-    be.attention(l, b.q, shape, b.attn);
+    be.attention(l, L.fused_qkv ? b.qkv : b.q, shape, b.attn);  // the queries lead qkv's rows
     be.matmul_add(L.wo, b.attn, b.x, b.proj);
     // Feed-forward block.
     be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);

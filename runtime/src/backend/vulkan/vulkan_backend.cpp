@@ -30,6 +30,13 @@ static_assert(Kernels::kMaxTopK == static_cast<uint32_t>(kMaxTopK), "shaders/top
 
 namespace {
 
+// FAFO_VULKAN_FUSE=0 and FAFO_VULKAN_REPLAY=0 turn the fused attention projections and
+// step replay off (to measure what they bring; the results are the same bits).
+bool env_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == "0";
+}
+
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -63,9 +70,9 @@ class VulkanBackend final : public Backend, public StepTarget {
         transfer_(context_),
         allocator_(context_, options.max_buffer_bytes),
         max_range_(allocator_.max_range()),
-        fuse_qkv_(options.fuse_qkv),
+        fuse_qkv_(options.fuse_qkv && !env_off("FAFO_VULKAN_FUSE")),
         encoder_(context_, descriptors_) {
-    encoder_.set_replay(options.replay);
+    encoder_.set_replay(options.replay && !env_off("FAFO_VULKAN_REPLAY"));
   }
 
   ReplayCounts replay_counts() const { return ReplayCounts{encoder_.steps(), encoder_.replayed()}; }

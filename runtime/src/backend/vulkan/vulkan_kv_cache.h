@@ -1,6 +1,6 @@
 // The Vulkan backend's KV cache: one K and one V buffer per layer in device memory
-// (f32, or f16 packed two per 32-bit word), stored into by a step's kv_store/copy
-// commands, exchanged and moved by the kv_permute kernel in a submission of its own,
+// (f32, or f16 packed two per 32-bit word), stored into by a step's kv_store (or the
+// backend's rope_store) dispatches, exchanged and moved by the kv_permute kernel in a submission of its own,
 // read back through staging. Captured queries are copied in the step into one
 // host-visible buffer per layer.
 #pragma once
