@@ -74,8 +74,10 @@ layout(std430, binding = 2) readonly buffer V { float vc[]; };          // [n_ct
 float key_at(uint i) { return kc[i]; }
 float value_at(uint i) { return vc[i]; }
 #endif
-// [0] n_past, [1] keys per part (the step's header, written by the host each step, so
-// a recorded step replays at any n_past), then the prefix flags, masks and order.
+// [0] n_past, [1] keys per part, [2] parts in use (the step's header, written by the
+// host each step, so a recorded step replays at any n_past: the grid has n_parts
+// parts, those from step_info[2] on return at once), then the prefix flags, masks and
+// order.
 layout(std430, binding = 3) readonly buffer Step { uint step_info[]; };
 layout(std430, binding = 4) writeonly buffer Partials { float partials[]; };
 
@@ -89,7 +91,7 @@ layout(push_constant) uniform Params {
   uint region;        // entries in the compressed region (slots [0, region))
   uint dense;         // 1: COMPRESSED rows read the full prefix in this layer
   uint use_order;     // 1: the full prefix is step_info[order_offset + k]
-  uint n_parts;       // parts in the grid; those past the keys come out empty
+  uint n_parts;       // parts in the grid and in the partials' layout
   uint mask_words;    // uint words per row of the in-step mask
   uint flags_offset;  // where the prefix flags start in step_info (after the header)
   uint mask_offset;   // where the masks start in step_info (after the prefix flags)
@@ -108,6 +110,7 @@ void main() {
   const uint part = gl_WorkGroupID.x;
   const uint head = gl_WorkGroupID.y;
   const uint row = gl_WorkGroupID.z;
+  if (part >= step_info[2]) return;  // uniform over the workgroup: before any barrier
   const uint kv_head = head / (p.n_head / p.n_head_kv);
   const uint kv_offset = kv_head * p.head_dim;
 
@@ -207,7 +210,7 @@ void main() {
   const uint head = id % p.n_head;
   const uint part = (id / p.n_head) % p.n_parts;
   const uint row = id / (p.n_head * p.n_parts);
-  if (row >= p.T) return;
+  if (row >= p.T || part >= step_info[2]) return;
   const uint kv_head = head / (p.n_head / p.n_head_kv);
   const uint kv_offset = kv_head * p.head_dim;
   const uint q_offset = row * p.q_stride + head * p.head_dim;

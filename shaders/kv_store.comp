@@ -4,21 +4,22 @@
 // replays at any n_past). With KV_F16 the cache is fp16: each invocation converts two
 // adjacent values to half (round to nearest even, shaders/half.glsl) and writes them
 // as one 32-bit word, low half first (the cache is [n_ctx x kv_dim] halves, kv_dim
-// even); otherwise each invocation copies one value.
+// even); otherwise each invocation copies one value's bits. The caller keeps
+// n_past + rows within the cache (VulkanBackend::begin_step checks it).
 #extension GL_GOOGLE_include_directive : require
 #include "half.glsl"
 
 layout(local_size_x = 64) in;
 
+#ifdef KV_F16
 layout(std430, binding = 0) readonly buffer SrcK { float src_k[]; };
 layout(std430, binding = 1) readonly buffer SrcV { float src_v[]; };
-#ifdef KV_F16
+#else  // moved as words: every bit pattern kept
+layout(std430, binding = 0) readonly buffer SrcK { uint src_k[]; };
+layout(std430, binding = 1) readonly buffer SrcV { uint src_v[]; };
+#endif
 layout(std430, binding = 2) writeonly buffer CacheK { uint cache_k[]; };
 layout(std430, binding = 3) writeonly buffer CacheV { uint cache_v[]; };
-#else
-layout(std430, binding = 2) writeonly buffer CacheK { float cache_k[]; };
-layout(std430, binding = 3) writeonly buffer CacheV { float cache_v[]; };
-#endif
 layout(std430, binding = 4) readonly buffer Step { uint step_info[]; };
 
 layout(push_constant) uniform Params {

@@ -541,7 +541,6 @@ TEST_F(VulkanBackend, RecordedStepsReplayWithTheBitsOfNewRecordings) {
     EXPECT_EQ(after.steps - before.steps, 21u);
     EXPECT_EQ(after.replayed - before.replayed, 19u);  // all but the prefill and the first one-token step
     EXPECT_EQ(vulkan::replay_counts(recorded.model->backend()).replayed, 0u);
-    EXPECT_EQ(vulkan::replay_counts(*make_reference_backend(1)).steps, 0u);
 
     // Greedy generation with every strategy still equals AR with replays.
     const std::vector<int32_t> prompt = replayed.tokenizer->encode("Once upon a time, there was a little girl", true);

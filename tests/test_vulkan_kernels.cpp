@@ -176,7 +176,7 @@ TEST_F(VulkanKernels, ChainedDispatchesInOneSubmission) {
 
 TEST_F(VulkanKernels, RopeStoreGivesTheBitsOfRopeAndAStore) {
   // One dispatch over [queries | keys | values] rows against rope on the queries, rope
-  // on the keys and the store (a copy for fp32, kv_store for fp16): the same bits in the
+  // on the keys and kv_store: the same bits in the
   // queries and both caches, for GQA heads, a partial rotation (fewer pairs than
   // head_dim / 2), either pairing, and slots past the start of the cache.
   struct Case {
@@ -221,6 +221,15 @@ TEST_F(VulkanKernels, RopeStoreGivesTheBitsOfRopeAndAStore) {
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << what;
     };
     same_bits(read(fused_k, cache_floats), read(apart_k, cache_floats), "keys");
+    // Only the slots from the header's n_past on were written.
+    const std::vector<float> keys = read(fused_k, cache_floats);
+    const size_t units = c.f16 ? kv_dim / 2 : kv_dim, written = size_t{c.first_slot} * units;
+    same_bits(std::vector<float>(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(written)),
+              std::vector<float>(cache_init.begin(), cache_init.begin() + static_cast<std::ptrdiff_t>(written)),
+              "slots before n_past");
+    same_bits(std::vector<float>(keys.begin() + static_cast<std::ptrdiff_t>(written + c.rows * units), keys.end()),
+              std::vector<float>(cache_init.begin() + static_cast<std::ptrdiff_t>(written + c.rows * units), cache_init.end()),
+              "slots after the step");
     same_bits(read(fused_v, cache_floats), read(apart_v, cache_floats), "values");
     const std::vector<float> fused_rows = read(b_qkv, qkv.size()), apart_q = read(b_q, q.size());
     std::vector<float> fused_q(q.size());
@@ -253,6 +262,7 @@ TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEitherMapping) {
   std::vector<uint32_t> info(H + T + size_t{T} * mask_words + n_past, 0);
   info[0] = n_past;
   info[1] = part_keys;
+  info[2] = n_parts;
   for (uint32_t r = 0; r < T; ++r) {
     info[H + r] = r % 3 == 1;  // every third row COMPRESSED
     for (uint32_t j = 0; j <= r; ++j)
@@ -281,10 +291,11 @@ TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEitherMapping) {
     Buffer keys = make_buffer(*context_, kf), values = make_buffer(*context_, vf);
     std::vector<float> got[2];
     for (int serial = 0; serial < 2; ++serial) {
-      Buffer partials(*context_, size_t{T} * n_head * n_parts * (head_dim + 2) * sizeof(float));
+      // The grid and layout have n_parts + 2 parts, the header says n_parts are in use.
+      Buffer partials(*context_, size_t{T} * n_head * (n_parts + 2) * (head_dim + 2) * sizeof(float));
       Buffer out(*context_, size_t{T} * q_stride * sizeof(float));
       Kernels::AttentionArgs a{T,      n_past, n_head,    n_head_kv, head_dim,   kv_dim, q_stride,
-                               q_stride, region, 0,       1,         part_keys,  n_parts, mask_words,
+                               q_stride, region, 0,       1,         part_keys,  n_parts + 2, mask_words,
                                H,      H + T,  H + T + T * mask_words, 0.2f};
       a.kv_f16 = f16;
       a.mapping = serial ? Kernels::AttentionArgs::Mapping::Serial : Kernels::AttentionArgs::Mapping::Workgroup;

@@ -19,6 +19,7 @@
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/descriptor_cache.h"
+#include "backend/vulkan/replay_cache.h"
 #include "backend/vulkan/step_encoder.h"
 #include "fafo/backend.h"
 #include "fafo/step_batch.h"
@@ -33,6 +34,8 @@ using fafo::StepBatch;
 using fafo::vulkan::Buffer;
 using fafo::vulkan::Context;
 using fafo::vulkan::DescriptorCache;
+using fafo::vulkan::CommandSequence;
+using fafo::vulkan::ReplayCache;
 using fafo::vulkan::StepEncoder;
 using fafo::vulkan::ValidationLog;
 
@@ -94,12 +97,13 @@ TEST_F(VulkanStepEncoder, BeginWritesTheStepsInputs) {
   EXPECT_EQ(encoder_->flags_offset(), H);
   EXPECT_EQ(encoder_->mask_offset(), H + T);
   EXPECT_EQ(encoder_->order_offset(), H + T + T * words);
-  encoder_->set_part_keys(128);
-  encoder_->set_part_keys(128);  // the same again is fine; another split is not
-  EXPECT_THROW(encoder_->set_part_keys(256), std::logic_error);
+  encoder_->set_split(128, 2);
+  encoder_->set_split(128, 2);  // the same again is fine; another split is not
+  EXPECT_THROW(encoder_->set_split(256, 1), std::logic_error);
   const std::vector<uint32_t> info = read<uint32_t>(encoder_->step_info(), H + T + T * words + 5);
   EXPECT_EQ(info[0], 5u);    // n_past
   EXPECT_EQ(info[1], 128u);  // keys per part
+  EXPECT_EQ(info[2], 2u);    // parts in use
   for (uint32_t i = 0; i < T; ++i) EXPECT_EQ(info[H + i], i == 2 ? 1u : 0u) << "prefix flag of " << i;
   for (uint32_t i = 0; i < T; ++i)
     for (uint32_t j = 0; j < T; ++j) {
@@ -144,6 +148,34 @@ TEST_F(VulkanStepEncoder, OneRecordingPerStepSubmittedByFinish) {
   encoder_->abandon();
   EXPECT_THROW(encoder_->finish(), std::logic_error);
   EXPECT_EQ(read<uint32_t>(target, 64), ones);
+}
+
+TEST_F(VulkanStepEncoder, ASequenceReplaysOnlyWhileEveryBufferItNamesLives) {
+  // The same copies twice: the second is submitted from the first's command buffer. A
+  // buffer freed in between (forget, which moves the generation on) drops it, even
+  // one the sequence does not name; so do other commands (another key).
+  Buffer a(*context_, 64), b(*context_, 64), unrelated(*context_, 64);
+  ReplayCache cache(*context_);
+  auto copy_once = [&](VkDeviceSize bytes) {
+    CommandSequence seq(*context_, *descriptors_);
+    seq.copy(a, 0, b, 0, bytes);
+    return seq.submit_and_wait(cache, descriptors_->generation());
+  };
+  EXPECT_FALSE(copy_once(64));
+  EXPECT_TRUE(copy_once(64));
+  EXPECT_FALSE(copy_once(32));  // other commands
+  EXPECT_TRUE(copy_once(32));
+  EXPECT_EQ(cache.size(), 2u);
+  descriptors_->forget(unrelated.handle());
+  EXPECT_FALSE(copy_once(64));
+  EXPECT_EQ(cache.size(), 1u);  // the older generation's entries were freed
+  EXPECT_TRUE(copy_once(64));
+  EXPECT_EQ(cache.replays(), 3u);
+  // A profiled or descriptor-less sequence is never kept.
+  CommandSequence own_pool(*context_);
+  own_pool.copy(a, 0, b, 0, 64);
+  EXPECT_FALSE(own_pool.submit_and_wait(cache, descriptors_->generation()));
+  EXPECT_EQ(cache.size(), 1u);
 }
 
 TEST_F(VulkanStepEncoder, GatheredActivationsKeepTheirRowCountForTheStep) {

@@ -170,10 +170,34 @@ std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer
 
 }  // namespace
 
+std::string strategies_problem(const std::vector<std::string>& strategies, bool with_prompts) {
+  if (!with_prompts || (!strategies.empty() && strategies.front() == "ar")) return "";
+  return "the strategies must start with ar (the reference the others are compared with)";
+}
+
+DeviceResult run_target_bench(OpenOptions open, const BenchTarget& target, const BenchConfig& config,
+                              const BenchObserver& observer) {
+  open.backend = target.spec;
+  DeviceResult r;
+  try {
+    r = run_device_bench(open, config, observer);
+  } catch (const BenchCancelled&) {
+    throw;
+  } catch (const std::exception& e) {
+    r = DeviceResult{};
+    r.backend = target.spec.name;
+    r.threads = target.spec.threads;
+    r.error = *e.what() ? e.what() : "unknown error";
+  }
+  r.label = target.label;
+  r.device = target.device_name;
+  return r;
+}
+
 DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config, const BenchObserver& observer) {
   const Printer out(observer);
-  if (!config.prompts.empty() && (config.strategies.empty() || config.strategies.front() != "ar"))
-    throw std::runtime_error("the strategies must start with ar (the reference the others are compared with)");
+  if (const std::string problem = strategies_problem(config.strategies, !config.prompts.empty()); !problem.empty())
+    throw std::runtime_error(problem);
   OpenedModel m = open_model(open);
   Model& model = *m.model;
   const ModelConfig& c = model.config();

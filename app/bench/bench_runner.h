@@ -46,6 +46,10 @@ struct BenchCancelled : std::runtime_error {
   BenchCancelled() : std::runtime_error("benchmark cancelled") {}
 };
 
+// Why `strategies` cannot run side by side over prompts (they must start with ar, the
+// reference the others are compared with); empty when they can or there are no prompts.
+std::string strategies_problem(const std::vector<std::string>& strategies, bool with_prompts);
+
 // Opens open.path on open.backend and measures config on it. Throws what open_model
 // throws, std::runtime_error for prompts the strategies cannot run, BenchCancelled.
 DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config, const BenchObserver& observer = {});
@@ -63,6 +67,12 @@ struct BenchTarget {
 // std::runtime_error naming an unknown backend or device, or an empty list, or a
 // target named twice.
 std::vector<BenchTarget> resolve_bench_targets(const std::string& devices, int threads);
+
+// run_device_bench on one target (open's backend replaced by the target's), labelled
+// with it; a failure other than BenchCancelled (a missing file, out of memory, a
+// driver error) comes back as the result's error, so the other targets still run.
+DeviceResult run_target_bench(OpenOptions open, const BenchTarget& target, const BenchConfig& config,
+                              const BenchObserver& observer = {});
 
 // Prompts from a JSONL file: MT-Bench ("turns"[0]), GSM8K ("question"), or
 // "prompt"/"text"; at most `limit`. Throws std::runtime_error naming the file and line.

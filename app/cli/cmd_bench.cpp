@@ -70,20 +70,9 @@ int run_bench(BenchArgs& args) {
       const bench::BenchTarget& t = targets[i];
       std::printf("\n=== [%zu/%zu] %s: %s ===\n", i + 1, targets.size(), t.label.c_str(), t.device_name.c_str());
       std::fflush(stdout);
-      OpenOptions open = args.open;
-      open.backend = t.spec;
-      bench::DeviceResult r;
-      try {
-        r = bench::run_device_bench(open, args.config, observer);
-      } catch (const std::exception& e) {
-        // One device failing (out of memory, a driver error) leaves the others' figures.
-        std::fprintf(stderr, "fafo bench: %s: %s\n", t.label.c_str(), e.what());
-        r.backend = t.spec.name;
-        r.threads = t.spec.threads;
-        r.error = e.what();
-      }
-      r.label = t.label;
-      r.device = t.device_name;
+      // One device failing (out of memory, a driver error) leaves the others' figures.
+      bench::DeviceResult r = bench::run_target_bench(args.open, t, args.config, observer);
+      if (!r.error.empty()) std::fprintf(stderr, "fafo bench: %s: %s\n", t.label.c_str(), r.error.c_str());
       report.devices.push_back(std::move(r));
     }
     std::printf("\n%s", bench::report_markdown(report).c_str());
@@ -156,8 +145,9 @@ Command add_bench_command(CLI::App& app) {
     }
     if (!args->devices.empty() && (args->open.backend.name != "auto" || !args->open.backend.device.empty()))
       throw std::runtime_error("--devices replaces --backend and --device: give one or the other");
-    if (!args->config.strategies.empty() && args->config.strategies.front() != "ar" && !args->prompts_file.empty())
-      throw std::runtime_error("--strategies must start with ar (the reference the others are compared with)");
+    if (const std::string problem = bench::strategies_problem(args->config.strategies, !args->prompts_file.empty());
+        !problem.empty())
+      throw std::runtime_error("--strategies: " + problem);
     return run_bench(*args);
   };
 }

@@ -61,8 +61,7 @@ std::string BenchSession::start(BenchPlan plan) {
   if (plan.model.empty()) return "choose a model to measure";
   if (plan.targets.empty()) return "choose at least one device";
   const bench::BenchConfig& c = plan.config;
-  if (!c.prompts.empty() && (c.strategies.empty() || c.strategies.front() != "ar"))
-    return "the strategies must start with ar (the reference the others are compared with)";
+  if (std::string problem = bench::strategies_problem(c.strategies, !c.prompts.empty()); !problem.empty()) return problem;
   // The last run's thread has left its last critical section (it set a final status
   // there), so joining it under the lock cannot wait on us.
   if (thread_.joinable()) thread_.join();
@@ -143,23 +142,20 @@ void BenchSession::run(const BenchPlan& plan) {
           ": " + t.device_name + " ===\n");
     OpenOptions open;
     open.path = plan.model;
-    open.backend = t.spec;
     open.n_ctx = plan.n_ctx;
     open.kv_type = plan.kv_type;
     bench::DeviceResult r;
     try {
-      r = bench::run_device_bench(open, plan.config, observer);
+      // One device failing (a missing file, out of memory, a driver error) leaves the others' figures.
+      r = bench::run_target_bench(open, t, plan.config, observer);
     } catch (const bench::BenchCancelled&) {
       cancelled = true;  // this device's figures are incomplete: left out
       break;
-    } catch (const std::exception& e) {
-      // One device failing (a missing file, out of memory, a driver error) leaves the others' figures.
-      r = failed_device(t, e.what());
     } catch (...) {
       r = failed_device(t, "");
+      r.label = t.label;
+      r.device = t.device_name;
     }
-    r.label = t.label;
-    r.device = t.device_name;
     std::lock_guard<std::mutex> lock(mutex_);
     if (!r.error.empty()) {
       finish_line();

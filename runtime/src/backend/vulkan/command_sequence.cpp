@@ -236,6 +236,7 @@ std::vector<uint64_t> CommandSequence::key() const {
       case Op::Kind::Copy:
         k.push_back(handle(op.src));
         k.push_back(handle(op.dst));
+        k.push_back(op.n_regions);
         for (uint32_t i = 0; i < op.n_regions; ++i) {
           const VkBufferCopy& r = regions_[op.regions_at + i];
           k.push_back(r.srcOffset);

@@ -37,14 +37,14 @@ class ReplayCache;
 class CommandSequence {
  public:
   explicit CommandSequence(const Context& context, uint32_t max_dispatches = 256);
-  // Takes descriptor sets from `cache` (which must outlive the sequence); no limit
-  // on the number of dispatches.
+  // Takes descriptor sets from `cache` (which must outlive the sequence, and any
+  // ReplayCache entry it recorded); no limit on the number of dispatches.
   CommandSequence(const Context& context, DescriptorCache& cache);
   ~CommandSequence();
   CommandSequence(const CommandSequence&) = delete;
   CommandSequence& operator=(const CommandSequence&) = delete;
 
-  // Records one dispatch: `buffers` bound to bindings 0..n-1, `push` as the push
+  // Adds one dispatch: `buffers` bound to bindings 0..n-1, `push` as the push
   // constants (exactly pipeline.push_constant_bytes()), groups_x/y/z workgroups.
   void dispatch(const ComputePipeline& pipeline, std::initializer_list<const Buffer*> buffers, const void* push,
                 uint32_t push_bytes, uint32_t groups_x, uint32_t groups_y = 1, uint32_t groups_z = 1);
@@ -73,7 +73,7 @@ class CommandSequence {
   // The weight bytes the last command reads (for the profile's GB/s).
   void note_weight_bytes(double bytes);
 
-  // Ends recording, submits, and waits; throws VulkanError on failure or when the
+  // Records the commands, submits, and waits; throws VulkanError on failure or when the
   // device does not finish within `timeout` (never hangs). Only once per sequence.
   void submit_and_wait(std::chrono::milliseconds timeout = std::chrono::seconds(120));
   // The same, submitting the command buffer `cache` holds for this sequence's key()

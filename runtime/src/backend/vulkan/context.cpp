@@ -240,7 +240,7 @@ Context::Context(ContextOptions options) : log_(options.validation_log) {
 
     VkCommandPoolCreateInfo pool_info{};
     pool_info.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO;
-    pool_info.flags = VK_COMMAND_POOL_CREATE_TRANSIENT_BIT;
+    pool_info.flags = 0;  // most command buffers live for one submission, a step's replayed ones longer
     pool_info.queueFamilyIndex = queue_family_;
     check(vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_), "vkCreateCommandPool");
     memory_ = std::make_unique<MemoryPool>(physical_device_, device_, device_name());

@@ -116,7 +116,7 @@ Kernels::Kernels(const Context& context)
       kv_store_f16_(std::make_unique<ComputePipeline>(context, shaders::kv_store_f16, 5, sizeof(KvStorePush))),
       rope_store_(std::make_unique<ComputePipeline>(context, shaders::rope_store, 5, sizeof(RopeStorePush))),
       rope_store_f16_(std::make_unique<ComputePipeline>(context, shaders::rope_store_kv_f16, 5, sizeof(RopeStorePush))),
-      attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 2, sizeof(CombinePush))),
+      attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 3, sizeof(CombinePush))),
       kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))),
       argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))),
       top_k_(std::make_unique<ComputePipeline>(context, shaders::top_k, 2, sizeof(TopKPush))),
@@ -283,6 +283,7 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   if (serial_attention(a) ? serial_groups(a) > max_groups[0]
                           : a.n_parts > max_groups[0] || a.n_head > max_groups[1] || a.T > max_groups[2])
     throw std::invalid_argument("attention: grid over the device limit");
+  if (a.flags_offset < 3) throw std::invalid_argument("attention: step_info's header takes 3 words before the flags");
   require_size(step_info, uint64_t{a.flags_offset} + a.T, "step_info", "attention");
   const AttentionPush push{a.T,         a.n_head,       a.n_head_kv,   a.head_dim,     a.kv_dim,
                            a.q_stride,  a.region,       a.dense,       a.use_order,    a.n_parts,
@@ -292,7 +293,7 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
                  static_cast<uint32_t>(serial_groups(a)));
   else
     seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head, a.T);
-  seq.dispatch(*attention_combine_, {&partials, &out}, CombinePush{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride},
+  seq.dispatch(*attention_combine_, {&partials, &out, &step_info}, CombinePush{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride},
                a.n_head, a.T);
 }
 

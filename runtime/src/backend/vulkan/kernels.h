@@ -37,8 +37,9 @@ class Kernels {
 
   // The kernels that read n_past (attention, the stores) read it from the step's
   // header, step_info[0] (StepEncoder writes it), not from push constants, so that a
-  // recorded step replays at any n_past; first_slot and n_past in the arguments below
-  // are what the header holds, for the size checks.
+  // recorded step replays at any n_past; first_slot, n_past and part_keys in the
+  // arguments below are what the header holds, for the size checks (the caller keeps
+  // the header within them).
   //
   // RoPE and the KV store in one dispatch (shaders/rope_store.comp): each of `rows` rows
   // of qkv (row stride `stride` floats) holds n_head query heads at column 0, n_head_kv
@@ -62,10 +63,11 @@ class Kernels {
   void swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
 
   // Attention over a step (see shaders/attention.comp for the key order and the
-  // step_info layout: the header [n_past, part_keys], then the prefix flags at
-  // flags_offset, masks and order); writes n_parts partial results per (row, head) to
-  // `partials` (parts past a row's keys empty) and then combines them into
-  // out[row * out_stride + head * head_dim + d].
+  // step_info layout: the header [n_past, part_keys, parts in use], then the prefix
+  // flags at flags_offset, masks and order); the grid and the partials' layout have
+  // n_parts parts per (row, head), of which the header's are computed (parts past a
+  // row's keys come out empty) and combined into out[row * out_stride + head *
+  // head_dim + d].
   struct AttentionArgs {
     uint32_t T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, out_stride;
     uint32_t region, dense, use_order, part_keys, n_parts, mask_words, flags_offset, mask_offset, order_offset;

@@ -7,8 +7,8 @@
 //
 // A recorded buffer names buffers and descriptor sets by handle, so it is valid only
 // while they live: an entry is kept with the DescriptorCache generation it was
-// recorded under, and every entry is dropped when that generation moves on (a buffer
-// was freed; DescriptorCache::forget).
+// recorded under, and every entry is freed, unused, at the first take() or add() after
+// that generation moved on (a buffer was freed; DescriptorCache::forget).
 #pragma once
 
 #include <cstdint>

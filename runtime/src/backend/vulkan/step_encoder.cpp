@@ -37,7 +37,7 @@ void StepEncoder::begin(const StepBatch& batch, const std::vector<int32_t>* orde
   // step_info: [header][T prefix flags][T x mask_words masks][n_past logical order]
   std::vector<uint32_t> info(kHeaderWords + T + static_cast<size_t>(T) * mask_words_, 0);
   info[0] = static_cast<uint32_t>(batch.n_past());
-  part_keys_ = 0;
+  part_keys_ = n_parts_ = 0;
   uint32_t* flags = info.data() + kHeaderWords;
   uint32_t* masks = flags + T;
   for (uint32_t i = 0; i < T; ++i) {
@@ -58,11 +58,13 @@ void StepEncoder::begin(const StepBatch& batch, const std::vector<int32_t>* orde
   seq_->set_profiler(profiler_);
 }
 
-void StepEncoder::set_part_keys(uint32_t part_keys) {
-  if (part_keys_ == part_keys) return;
+void StepEncoder::set_split(uint32_t part_keys, uint32_t n_parts) {
+  if (part_keys_ == part_keys && n_parts_ == n_parts) return;
   if (part_keys_ != 0) throw std::logic_error("attention: one split of the keys per step");
-  step_info_.get().upload(&part_keys, sizeof part_keys, sizeof(uint32_t));
+  const uint32_t words[2] = {part_keys, n_parts};
+  step_info_.get().upload(words, sizeof words, sizeof(uint32_t));
   part_keys_ = part_keys;
+  n_parts_ = n_parts;
 }
 
 void StepEncoder::finish() {

@@ -1,6 +1,7 @@
 // The step the Vulkan backend is recording, between begin_step and finish_step:
 //   - the step's inputs on the device, written by the host at begin(): the tokens, and
-//     step_info ([header: n_past, keys per attention part, 2 words unused][T prefix
+//     step_info ([header: n_past, keys per attention part, parts in use, 1 word
+//     unused][T prefix
 //     flags][T x mask_words in-step masks][n_past logical order of the KV cache], the
 //     layout shaders/attention.comp reads; the kernels that need n_past read it from
 //     the header); the RoPE table (cos, sin of every row's position and pair) when the
@@ -71,9 +72,9 @@ class StepEncoder {
   uint32_t flags_offset() const { return kHeaderWords; }
   uint32_t mask_offset() const { return kHeaderWords + static_cast<uint32_t>(batch().size()); }
   uint32_t order_offset() const { return mask_offset() + static_cast<uint32_t>(batch().size()) * mask_words_; }
-  // Writes the keys per attention part into the header: one value per step
-  // (std::logic_error for a second, different one).
-  void set_part_keys(uint32_t part_keys);
+  // Writes the attention split into the header (keys per part, parts in use): one per
+  // step (std::logic_error for a second, different one).
+  void set_split(uint32_t part_keys, uint32_t n_parts);
   uint32_t mask_words() const { return mask_words_; }
   // Whether step_info holds the cache's logical order (the cache has one and n_past > 0).
   bool use_order() const { return use_order_; }
@@ -98,7 +99,7 @@ class StepEncoder {
   ScratchBuffer rope_table_;
   std::optional<std::tuple<int32_t, float, float, std::vector<float>>> rope_key_;
   uint32_t mask_words_ = 0;
-  uint32_t part_keys_ = 0;  // in the header this step; 0 = not yet
+  uint32_t part_keys_ = 0, n_parts_ = 0;  // in the header this step; 0 = not yet
   bool use_order_ = false;
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;

@@ -285,7 +285,8 @@ class VulkanBackend final : public Backend, public StepTarget {
     // rows, so a row gets the same arithmetic in every step (T-invariance): up to
     // max_parts parts of part_keys keys, sized for the largest step; parts past a row's
     // last key are empty and skipped by the combine. The grid always has max_parts parts
-    // and part_keys goes in the step's header, so a recorded step replays at any n_past.
+    // and the split (part_keys, parts in use) goes in the step's header, so a recorded
+    // step replays at any n_past; the parts past those in use return at once.
     const uint64_t per_row_part = static_cast<uint64_t>(s.n_head) * (static_cast<uint64_t>(s.head_dim) + 2);
     const uint64_t rows_cap = static_cast<uint64_t>(std::max<int64_t>(max_step_rows_, 1));
     // The partials buffer gets at most 64 MiB (half the smallest maxStorageBufferRange
@@ -299,7 +300,8 @@ class VulkanBackend final : public Backend, public StepTarget {
     const Buffer& values = kv_->values(layer);
     const uint64_t span = uint64_t{n_past} + rows_cap;
     const uint64_t part_keys = std::max(kMinKeysPerPart, (span + max_parts - 1) / max_parts);
-    encoder_.set_part_keys(static_cast<uint32_t>(part_keys));
+    const uint64_t n_parts = (uint64_t{n_past} + T + part_keys - 1) / part_keys;
+    encoder_.set_split(static_cast<uint32_t>(part_keys), static_cast<uint32_t>(n_parts));
     Kernels::AttentionArgs a{};
     a.T = T;
     a.n_past = n_past;

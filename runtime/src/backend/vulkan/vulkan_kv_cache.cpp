@@ -39,6 +39,8 @@ VulkanKvCache::~VulkanKvCache() {
   for (Buffer& b : keys_) s_.allocator.release(b, s_.descriptors);
   for (Buffer& b : values_) s_.allocator.release(b, s_.descriptors);
   if (pairs_.get().handle() != VK_NULL_HANDLE) s_.descriptors.forget(pairs_.get().handle());
+  for (const Capture& c : captures_)  // named by recorded steps' copies: no replay may use them
+    if (c.buffer.handle() != VK_NULL_HANDLE) s_.descriptors.forget(c.buffer.handle());
 }
 
 void VulkanKvCache::check_layer(int32_t layer, const char* what) const {
