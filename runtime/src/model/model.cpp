@@ -49,36 +49,20 @@ class WeightLoader {
     int64_t rows;
   };
   Weight stacked(const std::vector<Part>& parts, int64_t cols) {
-    size_t bytes = 0;
     int64_t rows = 0;
     for (const Part& p : parts) {
       check(*p.tensor, cols, p.rows);
-      bytes += p.tensor->n_bytes;
       rows += p.rows;
     }
-    std::vector<uint8_t> all(bytes);
-    size_t at = 0;
-    for (const Part& p : parts) {
-      std::memcpy(all.data() + at, p.tensor->data, p.tensor->n_bytes);
-      at += p.tensor->n_bytes;
-    }
-    return b_.upload_weight(parts.front().tensor->type, rows, cols, all.data());
+    return b_.upload_weight(parts.front().tensor->type, rows, cols, concatenated(parts).data());
   }
   Weight vectors_joined(const std::vector<Part>& parts) {
-    size_t bytes = 0;
     int64_t cols = 0;
     for (const Part& p : parts) {
       check(*p.tensor, p.rows, 1);
-      bytes += p.tensor->n_bytes;
       cols += p.rows;
     }
-    std::vector<uint8_t> all(bytes);
-    size_t at = 0;
-    for (const Part& p : parts) {
-      std::memcpy(all.data() + at, p.tensor->data, p.tensor->n_bytes);
-      at += p.tensor->n_bytes;
-    }
-    return b_.upload_weight(parts.front().tensor->type, 1, cols, all.data());
+    return b_.upload_weight(parts.front().tensor->type, 1, cols, concatenated(parts).data());
   }
   Weight optional_vector(const std::string& name, int64_t n) {
     const GgufTensor* t = f_.find_tensor(name);
@@ -86,6 +70,16 @@ class WeightLoader {
   }
 
  private:
+  // The parts' bytes one after another.
+  static std::vector<uint8_t> concatenated(const std::vector<Part>& parts) {
+    std::vector<uint8_t> all;
+    for (const Part& p : parts) {
+      const auto* bytes = static_cast<const uint8_t*>(p.tensor->data);
+      all.insert(all.end(), bytes, bytes + p.tensor->n_bytes);
+    }
+    return all;
+  }
+
   Weight load(const GgufTensor& t, int64_t cols, int64_t rows) {
     check(t, cols, rows);
     return b_.upload_weight(t.type, rows, cols, t.data);
