@@ -53,6 +53,20 @@
 // the smallest of the TILE_T variants (1, 8, 32) that holds the step's tokens. On lavapipe it is up to ~3.5 times faster
 // than split rows (T >= 3); on a GPU its token arrays would live in slow scratch memory.
 //
+// Gated (-DGATED=1, both mappings): W holds 2 x rows rows, the gate projection's then
+// the up projection's, and out[t][r] = silu(g) * u with elementwise.comp's SWIGLU
+// expression, g and u each the plain product's bits: matmul, matmul and swiglu in one
+// dispatch. A lane (split rows) or an invocation (whole rows) sums a gate row and its up
+// row together, so each x value loaded serves both.
+//
+// Normalized input (-DNORM=1, tiles of up to 8 tokens): x holds the rows before an
+// RMSNorm, binding 3 its gain and the push constant eps; the product reads
+// rms_norm(x) (shaders/rms_tree.glsl) computed on the fly, the bits rms_norm.comp would
+// have written, so an RMSNorm and the product after it are one dispatch. A workgroup
+// first computes its token tile's scales: split rows spread the 32 lane sums per token
+// over the workgroup's invocations, meeting in shared memory; whole rows (no barriers on
+// CPU devices) compute them all in every invocation.
+//
 // Rows past `rows` in the last workgroup are computed from a clamped row and never
 // written; workgroups stride over row blocks (x) and token tiles (y), so any size fits
 // the device's workgroup-count limit.
@@ -75,14 +89,11 @@
 #ifndef WHOLE_ROWS
 #define WHOLE_ROWS 0
 #endif
-// GATED (whole rows only): W holds 2 x rows rows, the gate's then the up projection's,
-// and out[t][r] = silu(gate sum) * (up sum) with elementwise.comp's SWIGLU expression,
-// each sum exactly the plain product's: matmul, matmul and swiglu in one dispatch.
 #ifndef GATED
 #define GATED 0
 #endif
-#if GATED && !WHOLE_ROWS
-#error "GATED needs WHOLE_ROWS"
+#ifndef NORM
+#define NORM 0
 #endif
 // Output rows per invocation (whole rows): a gated invocation sums OUT_ROWS gate rows
 // and the OUT_ROWS matching up rows.
@@ -104,6 +115,9 @@ layout(local_size_x = WG_SIZE) in;
 layout(std430, binding = 0) readonly buffer InX { float x[]; };
 layout(std430, binding = 1) readonly buffer InW { uint w_words[]; };
 layout(std430, binding = 2) buffer Out { float y[]; };
+#if NORM
+layout(std430, binding = 3) readonly buffer InGain { float gain[]; };  // [cols]
+#endif
 
 layout(push_constant) uniform Params {
   uint T;
@@ -114,6 +128,7 @@ layout(push_constant) uniform Params {
   uint out_offset;
   uint row_bytes;  // tensor_row_bytes(type, cols)
   uint accumulate;  // 1: out += the product (the residual add as an epilogue), 0: out = it
+  float eps;        // NORM: the RMSNorm's epsilon
 } p;
 
 // Writes one output: the product, or the product added to what out holds (the same
@@ -128,6 +143,49 @@ void store_out(uint i, float sum) {
 }
 
 #include "dequant.glsl"
+#include "rms_tree.glsl"
+
+#if NORM && WHOLE_ROWS
+// The RMSNorm scales of the tile's tokens (rms_tree.glsl), each invocation computing all
+// of them: on a CPU device a barrier costs more than the repeated sums.
+void norm_scales(uint t0, uint n_active, uint lid, out float scale[TILE_T]) {
+  [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+    scale[t] = 1.0;
+    if (t < n_active) {
+      float sums[RMS_LANES];
+      [[unroll]] for (uint l = 0u; l < RMS_LANES; ++l) sums[l] = rms_lane_sum((t0 + t) * p.x_stride, p.cols, l);
+      scale[t] = rms_scale(sums, p.cols, p.eps);
+    }
+  }
+}
+#elif NORM
+shared float norm_sums[TILE_T * RMS_LANES];
+
+// The RMSNorm scales of the tile's tokens (rms_tree.glsl), their lane sums spread over
+// the workgroup's invocations. Called in uniform control flow (it has barriers).
+void norm_scales(uint t0, uint n_active, uint lid, out float scale[TILE_T]) {
+  for (uint item = lid; item < TILE_T * RMS_LANES; item += WG_SIZE) {
+    const uint t = item / RMS_LANES;
+    if (t < n_active) norm_sums[item] = rms_lane_sum((t0 + t) * p.x_stride, p.cols, item % RMS_LANES);
+  }
+  barrier();
+  [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+    scale[t] = 1.0;
+    if (t < n_active) {
+      float sums[RMS_LANES];
+      [[unroll]] for (uint l = 0u; l < RMS_LANES; ++l) sums[l] = norm_sums[t * RMS_LANES + l];
+      scale[t] = rms_scale(sums, p.cols, p.eps);
+    }
+  }
+  barrier();  // norm_sums is read above before the next tile overwrites it
+}
+#endif
+#if NORM
+// Token t's (of the tile at t0) input value at column c: normalized, or as stored.
+#define X_IN(t, c) rms_apply(x[(t0 + (t)) * p.x_stride + (c)], norm_scale[t], gain[c])
+#else
+#define X_IN(t, c) x[(t0 + (t)) * p.x_stride + (c)]
+#endif
 
 #if WHOLE_ROWS
 // Each invocation computes WHOLE_ROWS rows entirely: the 32 lane sums of each, in the
@@ -143,6 +201,10 @@ void main() {
   for (uint tile = gl_WorkGroupID.y; tile < n_tiles; tile += gl_NumWorkGroups.y) {
     const uint t0 = tile * TILE_T;
     const uint n_active = min(uint(TILE_T), p.T - t0);
+#if NORM
+    float norm_scale[TILE_T];
+    norm_scales(t0, n_active, gl_LocalInvocationID.x, norm_scale);
+#endif
     for (uint block = gl_WorkGroupID.x; block < n_row_blocks; block += gl_NumWorkGroups.x) {
       const uint first_row = (block * WG_SIZE + gl_LocalInvocationID.x) * OUT_ROWS;
       uint row_off[WHOLE_ROWS];
@@ -164,9 +226,8 @@ void main() {
           [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) dq_row_chunk(row_off[r], chunk, w[r]);
           const uint c0 = chunk * 16u;
           [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
-            const uint xb = (t0 + t) * p.x_stride + c0;
             [[unroll]] for (uint k = 0u; k < 16u; ++k) {
-              const float xv = x[xb + k];
+              const float xv = X_IN(t, c0 + k);
               [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = fma(w[r][k], xv, acc[r][t]);
             }
           }
@@ -178,7 +239,7 @@ void main() {
             float wv[WHOLE_ROWS];
             [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) wv[r] = dq_row_value(row_off[r], c0 + k);
             [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
-              const float xv = x[(t0 + t) * p.x_stride + c0 + k];
+              const float xv = X_IN(t, c0 + k);
               [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = fma(wv[r], xv, acc[r][t]);
             }
           }
@@ -214,8 +275,15 @@ void main() {
 
 #else  // split rows
 
-// One shared slot of 32 lane sums per (row, token) of the workgroup; padded by one float
-// so that reading a slot's lanes does not hit a single memory bank.
+// Sums per (row, token): the product's, or (GATED) the gate's and the up projection's.
+#if GATED
+#define NSUM 2u
+#else
+#define NSUM 1u
+#endif
+
+// One shared slot of 32 lane sums per (row, token, sum) of the workgroup; padded by one
+// float so that reading a slot's lanes does not hit a single memory bank.
 #define SLOTS (ROW_GROUPS * TILE_T)
 #define SLOT_STRIDE (LANES + 1u)
 
@@ -224,7 +292,7 @@ void main() {
 layout(constant_id = 0) const uint SG_LANES = 32u;
 // Tree steps left to shared memory: those of distance >= SG_LANES (none from 32 lanes on,
 // and then the array shrinks to one unused float).
-const uint SHARED_FLOATS = SG_LANES < LANES ? SLOTS * SLOT_STRIDE : 1u;
+const uint SHARED_FLOATS = SG_LANES < LANES ? SLOTS * NSUM * SLOT_STRIDE : 1u;
 shared float partial[SHARED_FLOATS];
 
 // The tree's steps of distance d < SG_LANES, over the subgroup: at step d, lane l with
@@ -259,7 +327,7 @@ float shared_tree(uint base, uint lane) {
 }
 
 #else
-shared float partial[SLOTS * SLOT_STRIDE];
+shared float partial[SLOTS * NSUM * SLOT_STRIDE];
 
 // The fixed summation tree over the 32 lane sums of one slot.
 float sum_lanes(uint base) {
@@ -272,6 +340,17 @@ float sum_lanes(uint base) {
   return s[0] + s[1];
 }
 #endif
+
+// Writes output i from its sums: the product (g), or silu(g) * u with elementwise.comp's
+// SWIGLU expression.
+void finish(uint i, float g, float u) {
+#if GATED
+  precise float gated = g / (1.0 + exp(-g)) * u;
+  y[i] = gated;
+#else
+  store_out(i, g);
+#endif
+}
 
 void main() {
 #if SUBGROUP
@@ -290,19 +369,37 @@ void main() {
   for (uint tile = gl_WorkGroupID.y; tile < n_tiles; tile += gl_NumWorkGroups.y) {
     const uint t0 = tile * TILE_T;
     const uint n_active = min(uint(TILE_T), p.T - t0);
+#if NORM
+    float norm_scale[TILE_T];
+    norm_scales(t0, n_active, lid, norm_scale);
+#endif
     for (uint block = gl_WorkGroupID.x; block < n_row_blocks; block += gl_NumWorkGroups.x) {
       const uint row_off = min(block * ROW_GROUPS + group, p.rows - 1u) * p.row_bytes;
-      precise float acc[TILE_T];
-      [[unroll]] for (uint t = 0u; t < TILE_T; ++t) acc[t] = 0.0;
+#if GATED
+      const uint up_off = row_off + p.rows * p.row_bytes;  // the matching up projection row
+#endif
+      precise float acc[NSUM][TILE_T];
+      [[unroll]] for (uint h = 0u; h < NSUM; ++h) {
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) acc[h][t] = 0.0;
+      }
 
       for (uint chunk = lane; chunk < full_chunks; chunk += LANES) {
         float w[16];
         dq_row_chunk(row_off, chunk, w);
+#if GATED
+        float wu[16];
+        dq_row_chunk(up_off, chunk, wu);
+#endif
         const uint c0 = chunk * 16u;
         [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
           if (t < n_active) {
-            const uint xb = (t0 + t) * p.x_stride + c0;
-            [[unroll]] for (uint k = 0u; k < 16u; ++k) acc[t] = fma(w[k], x[xb + k], acc[t]);
+            [[unroll]] for (uint k = 0u; k < 16u; ++k) {
+              const float xv = X_IN(t, c0 + k);
+              acc[0][t] = fma(w[k], xv, acc[0][t]);
+#if GATED
+              acc[1][t] = fma(wu[k], xv, acc[1][t]);
+#endif
+            }
           }
         }
       }
@@ -312,8 +409,17 @@ void main() {
         const uint c0 = full_chunks * 16u;
         for (uint k = 0u; k < tail; ++k) {
           const float wv = dq_row_value(row_off, c0 + k);
+#if GATED
+          const float wuv = dq_row_value(up_off, c0 + k);
+#endif
           [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
-            if (t < n_active) acc[t] = fma(wv, x[(t0 + t) * p.x_stride + c0 + k], acc[t]);
+            if (t < n_active) {
+              const float xv = X_IN(t, c0 + k);
+              acc[0][t] = fma(wv, xv, acc[0][t]);
+#if GATED
+              acc[1][t] = fma(wuv, xv, acc[1][t]);
+#endif
+            }
           }
         }
       }
@@ -326,33 +432,45 @@ void main() {
         const uint row = block * ROW_GROUPS + group;
         [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
           if (t < n_active) {
-            const float sum = subgroup_tree(acc[t]);
-            if (lane == 0u && row < p.rows) store_out((t0 + t) * p.out_stride + p.out_offset + row, sum);
+            const float g = subgroup_tree(acc[0][t]);
+            const float u = NSUM > 1u ? subgroup_tree(acc[NSUM - 1u][t]) : 0.0;
+            if (lane == 0u && row < p.rows) finish((t0 + t) * p.out_stride + p.out_offset + row, g, u);
           }
         }
       } else {
         // The large distances through shared memory, one slot per subgroup at a time
         // (the slot, so every branch below, is uniform over the subgroup).
-        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) partial[(group * TILE_T + t) * SLOT_STRIDE + lane] = acc[t];
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+          [[unroll]] for (uint h = 0u; h < NSUM; ++h)
+            partial[((group * TILE_T + t) * NSUM + h) * SLOT_STRIDE + lane] = acc[h][t];
+        }
         barrier();
         for (uint slot = gl_SubgroupID; slot < SLOTS; slot += gl_NumSubgroups) {
           const uint t = slot % TILE_T;
           const uint row = block * ROW_GROUPS + slot / TILE_T;
           if (t < n_active) {
-            const float sum = subgroup_tree(shared_tree(slot * SLOT_STRIDE, gl_SubgroupInvocationID));
-            if (gl_SubgroupInvocationID == 0u && row < p.rows) store_out((t0 + t) * p.out_stride + p.out_offset + row, sum);
+            const uint base = slot * NSUM * SLOT_STRIDE;
+            const float g = subgroup_tree(shared_tree(base, gl_SubgroupInvocationID));
+            const float u = NSUM > 1u ? subgroup_tree(shared_tree(base + SLOT_STRIDE, gl_SubgroupInvocationID)) : 0.0;
+            if (gl_SubgroupInvocationID == 0u && row < p.rows)
+              finish((t0 + t) * p.out_stride + p.out_offset + row, g, u);
           }
         }
         barrier();  // partial is rewritten for the next row block
       }
 #else
-      [[unroll]] for (uint t = 0u; t < TILE_T; ++t) partial[(group * TILE_T + t) * SLOT_STRIDE + lane] = acc[t];
+      [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+        [[unroll]] for (uint h = 0u; h < NSUM; ++h)
+          partial[((group * TILE_T + t) * NSUM + h) * SLOT_STRIDE + lane] = acc[h][t];
+      }
       barrier();
       for (uint slot = lid; slot < SLOTS; slot += WG_SIZE) {
         const uint t = slot % TILE_T;
         const uint row = block * ROW_GROUPS + slot / TILE_T;
         if (t < n_active && row < p.rows) {
-          store_out((t0 + t) * p.out_stride + p.out_offset + row, sum_lanes(slot * SLOT_STRIDE));
+          const uint base = slot * NSUM * SLOT_STRIDE;
+          finish((t0 + t) * p.out_stride + p.out_offset + row, sum_lanes(base),
+                 NSUM > 1u ? sum_lanes(base + SLOT_STRIDE) : 0.0);
         }
       }
       barrier();  // partial is rewritten for the next row block

@@ -420,8 +420,9 @@ std::map<std::string, uint64_t> calls_per_kernel(Backend& be) {
 
 TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
   // One product for q, k and v and one rope_store dispatch instead of three products,
-  // two rotations and two stores: the logits of every step (a prefill, single tokens,
-  // a multi-token step with a tree mask) are equal bit for bit, with fp32 and fp16
+  // two rotations and two stores, and each RMSNorm inside the product after it: the
+  // logits of every step (a prefill, single tokens, a multi-token step with a tree mask,
+  // and a step too large for a fused norm) are equal bit for bit, with fp32 and fp16
   // caches, GQA, and Qwen2's biases and NEOX rotation; a policy's captured queries too.
   for (const std::string arch : {"llama", "qwen2"}) {
     for (KvCacheType kv : {KvCacheType::F32, KvCacheType::F16}) {
@@ -434,7 +435,10 @@ TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
       synth::write_synthetic_model(c, path);
       vulkan::VulkanBackendOptions apart_options;
       apart_options.fuse_qkv = false;
-      Loaded fused = load(path, make_vulkan(), 128, kv);
+      apart_options.fuse_norm = false;
+      vulkan::VulkanBackendOptions fused_options;  // the norms fused on any device (CPU devices default to apart)
+      fused_options.fuse_norm = true;
+      Loaded fused = load(path, vulkan::make_backend(fused_options), 128, kv);
       Loaded apart = load(path, vulkan::make_backend(apart_options), 128, kv);
       auto steps = [&](Loaded& m) {
         Model& model = *m.model;
@@ -451,7 +455,10 @@ TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
         }
         StepBatch tree = batch_of(5, model.n_past(), 3, true);
         logits.push_back(model.forward(tree));
-        return std::make_pair(logits, calls_per_kernel(model.backend()));
+        const auto calls = calls_per_kernel(model.backend());
+        StepBatch large = batch_of(12, model.n_past(), 4, true);  // past the fused norm's 8 tokens
+        logits.push_back(model.forward(large));
+        return std::make_pair(logits, calls);
       };
       const auto [want, apart_calls] = steps(apart);
       const auto [got, fused_calls] = steps(fused);
@@ -465,6 +472,9 @@ TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
       EXPECT_EQ(fused_calls.count(rope_store) ? fused_calls.at(rope_store) : 0u, 2u * 4u);  // 2 layers, 4 steps
       EXPECT_EQ(apart_calls.count(rope_store), 0u);
       EXPECT_EQ(apart_calls.count("rope") ? apart_calls.at("rope") : 0u, 2u * 2u * 4u);
+      // Steps of up to 8 tokens: no RMSNorm dispatch (2 per layer and the output's apart).
+      EXPECT_EQ(fused_calls.count("rms_norm"), 0u);
+      EXPECT_EQ(apart_calls.count("rms_norm") ? apart_calls.at("rms_norm") : 0u, (2u * 2u + 1u) * 4u);
 
       // A policy that reads queries (snapkv) gets the same ones, and FAFO the same ids.
       const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31};

@@ -30,6 +30,7 @@
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
+#include "backend/vulkan/kernels.h"
 #include "backend/vulkan/vulkan_error.h"
 #include "backend/vulkan/weight_kernels.h"
 #include "fafo/tensor_type.h"
@@ -42,6 +43,8 @@ using fafo::vulkan::Buffer;
 using fafo::vulkan::CommandSequence;
 using fafo::vulkan::Context;
 using fafo::vulkan::ContextOptions;
+using fafo::vulkan::InputNorm;
+using fafo::vulkan::Kernels;
 using fafo::vulkan::MatmulMapping;
 using fafo::vulkan::MatmulShape;
 using fafo::vulkan::MatmulVariant;
@@ -495,6 +498,149 @@ TEST_F(VulkanWeightKernels, EveryVariantAndTokenCountGivesEachTokenTheMatVecBits
     // And the mat-vec itself is right.
     check_matmul(mat_vec, reference(w, a, kMaxT), kMaxT, rows, cols, layout);
   }
+}
+
+// all_variants() with the SplitRows tiles cut to `tiles` (a lavapipe pipeline costs about
+// a second to compile on a cold cache, and only the decoders differ between tiles).
+std::vector<NamedVariant> variants_with_tiles(std::initializer_list<uint32_t> tiles) {
+  std::vector<NamedVariant> variants;
+  for (const NamedVariant& v : all_variants())
+    if (v.variant.tile == 0 || std::ranges::find(tiles, v.variant.tile) != tiles.end()) variants.push_back(v);
+  return variants;
+}
+
+TEST_F(VulkanWeightKernels, FusedGateAndNormGiveTheBitsOfTheSeparateKernels) {
+  // matmul_gated is matmul of the gate rows, matmul of the up rows, then Kernels::swiglu;
+  // a fused RMSNorm is Kernels::rms_norm, then the product: bit for bit, with every
+  // mapping, tile and reduction, for token counts around the tiles (x rows with padding
+  // between them, which the norm must not read). The variants differ from one format to
+  // the next only in the decoder, so two formats: a plain float one with a partial last
+  // chunk, and a K-quant.
+  Kernels kernels(*context_);
+  const uint32_t rows = 33;
+  const float eps = 1e-5f;
+  for (const TensorType type : {TensorType::F32, TensorType::Q4_K}) {
+    const uint32_t block = block_size(type);
+    const uint32_t cols = block == 1 ? 1007 : block == 32 ? 24 * block : 3 * block;
+    SCOPED_TRACE(type_name(type) + " cols " + std::to_string(cols));
+    const Weights gate = quantized_weights(type, rows, cols, 21), up = quantized_weights(type, rows, cols, 22);
+    std::vector<uint8_t> both = gate.bytes;
+    both.resize(size_t{rows} * fafo::tensor_row_bytes(type, cols));
+    const std::vector<uint8_t> up_rows(up.bytes.begin(), up.bytes.begin() + static_cast<std::ptrdiff_t>(both.size()));
+    both.insert(both.end(), up_rows.begin(), up_rows.end());
+    both.resize(WeightKernels::weight_bytes(type, 2 * rows, cols), 0);
+    const uint32_t max_t = 40;
+    Activations a = random_activations(cols, max_t, 23);
+    for (float& v : a.values) v *= 4.0f;  // rows far from unit scale, so the norm matters
+    std::vector<float> packed(size_t{max_t} * cols);  // the same rows without the padding
+    for (uint32_t t = 0; t < max_t; ++t)
+      std::copy_n(&a.values[size_t{t} * a.x_stride], cols, &packed[size_t{t} * cols]);
+    const std::vector<float> gains = random_values(cols, 24);
+    const Buffer b_gate = make_buffer(*context_, gate.bytes.data(), gate.bytes.size());
+    const Buffer b_up = make_buffer(*context_, up.bytes.data(), up.bytes.size());
+    const Buffer b_both = make_buffer(*context_, both.data(), both.size());
+    const Buffer bx = make_buffer(*context_, a.values.data(), a.values.size() * sizeof(float));
+    const Buffer b_packed = make_buffer(*context_, packed.data(), packed.size() * sizeof(float));
+    const Buffer b_gain = make_buffer(*context_, gains.data(), gains.size() * sizeof(float));
+    const Buffer normed(*context_, packed.size() * sizeof(float));
+    const InputNorm norm{&b_gain, eps};
+
+    // The separate kernels, per input (raw or normalized): the gate's product, the up
+    // projection's and their SwiGLU, every token at once (the products are T-invariant).
+    const size_t words = size_t{max_t} * rows;
+    struct Separate {
+      Buffer g, u, swiglu;
+    };
+    auto separate = [&](const Buffer& x, uint32_t x_stride) {
+      Separate r{Buffer(*context_, words * 4), Buffer(*context_, words * 4), Buffer(*context_, words * 4)};
+      CommandSequence seq(*context_);
+      const MatmulShape shape{max_t, rows, cols, x_stride, rows, 0};
+      kernels_->matmul(seq, type, b_gate, x, r.g, shape);
+      kernels_->matmul(seq, type, b_up, x, r.u, shape);
+      kernels.swiglu(seq, r.g, r.u, r.swiglu, static_cast<uint32_t>(words));
+      seq.submit_and_wait();
+      return r;
+    };
+    {
+      CommandSequence seq(*context_);
+      kernels.rms_norm(seq, b_packed, b_gain, normed, max_t, cols, eps);
+      seq.submit_and_wait();
+    }
+    const Separate raw = separate(bx, a.x_stride), normalized = separate(normed, cols);
+    const std::vector<uint32_t> want_product = read_bits(normalized.g, words);
+    const std::vector<uint32_t> want_gated = read_bits(raw.swiglu, words);
+    const std::vector<uint32_t> want_gated_norm = read_bits(normalized.swiglu, words);
+
+    struct Run {
+      std::string name;
+      uint32_t T;
+      const std::vector<uint32_t>* want;
+      Buffer out;
+    };
+    std::vector<Run> runs;
+    CommandSequence seq(*context_);
+    const OutLayout layout = out_layout(rows);
+    for (const uint32_t T : {1u, 2u, 3u, 5u, 8u, 9u, 17u, 33u, 40u}) {
+      const MatmulShape shape{T, rows, cols, a.x_stride, layout.out_stride, layout.out_offset};
+      for (const NamedVariant& v : variants_with_tiles({1, 4, 32})) {
+        runs.push_back({"gated, " + v.name + ", T " + std::to_string(T), T, &want_gated,
+                        sentinel_buffer(*context_, layout.words(T, rows))});
+        kernels_->matmul_gated(seq, type, b_both, bx, runs.back().out, shape, v.variant);
+      }
+      if (T > WeightKernels::kMaxNormTokens) continue;
+      for (const NamedVariant& v : variants_with_tiles({1, 8})) {
+        runs.push_back({"norm, " + v.name + ", T " + std::to_string(T), T, &want_product,
+                        sentinel_buffer(*context_, layout.words(T, rows))});
+        kernels_->matmul(seq, type, b_gate, bx, runs.back().out, shape, v.variant, norm);
+        runs.push_back({"gated norm, " + v.name + ", T " + std::to_string(T), T, &want_gated_norm,
+                        sentinel_buffer(*context_, layout.words(T, rows))});
+        kernels_->matmul_gated(seq, type, b_both, bx, runs.back().out, shape, v.variant, norm);
+      }
+    }
+    seq.submit_and_wait();
+    for (const Run& run : runs) {
+      SCOPED_TRACE(run.name);
+      const std::vector<uint32_t> got = read_bits(run.out, layout.words(run.T, rows));
+      std::vector<bool> is_output(got.size(), false);
+      for (uint32_t t = 0; t < run.T; ++t)
+        for (uint32_t r = 0; r < rows; ++r) {
+          const size_t at = size_t{t} * layout.out_stride + layout.out_offset + r;
+          is_output[at] = true;
+          const uint32_t want = (*run.want)[size_t{t} * rows + r];
+          ASSERT_EQ(got[at], want) << "token " << t << " row " << r << ": " << std::bit_cast<float>(got[at]) << " vs "
+                                   << std::bit_cast<float>(want);
+        }
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (!is_output[i]) {
+          ASSERT_EQ(got[i], kSentinel) << "out[" << i << "] is not an output but was written";
+        }
+      }
+    }
+
+    // The norm is right: rms_norm's rows against a double-precision norm.
+    const std::vector<uint32_t> norm_bits = read_bits(normed, packed.size());
+    for (uint32_t t = 0; t < max_t; ++t) {
+      double sum_sq = 0;
+      for (uint32_t c = 0; c < cols; ++c) sum_sq += double{packed[size_t{t} * cols + c]} * packed[size_t{t} * cols + c];
+      const double scale = 1.0 / std::sqrt(sum_sq / cols + eps);
+      for (uint32_t c = 0; c < cols; ++c) {
+        const double want = packed[size_t{t} * cols + c] * scale * gains[c];
+        ASSERT_NEAR(std::bit_cast<float>(norm_bits[size_t{t} * cols + c]), want, 1e-5 * (1.0 + std::fabs(want)))
+            << "token " << t << " column " << c;
+      }
+    }
+  }
+  // More tokens than a fused norm takes: a clear error.
+  const Weights w = quantized_weights(TensorType::Q8_0, 4, 32, 5);
+  const Buffer bw = make_buffer(*context_, w.bytes.data(), w.bytes.size());
+  const Buffer bx(*context_, 9 * 32 * sizeof(float)), out(*context_, 9 * 4 * sizeof(float)), gain(*context_, 32 * 4);
+  CommandSequence seq(*context_);
+  EXPECT_THROW(kernels_->matmul(seq, TensorType::Q8_0, bw, bx, out, MatmulShape{9, 4, 32, 32, 4, 0}, {},
+                                InputNorm{&gain, 1e-5f}),
+               std::invalid_argument);
+  EXPECT_THROW(kernels_->matmul(seq, TensorType::Q8_0, bw, bx, out, MatmulShape{4, 4, 32, 32, 4, 0},
+                                MatmulVariant{16, MatmulMapping::SplitRows}, InputNorm{&gain, 1e-5f}),
+               std::invalid_argument);
 }
 
 TEST_F(VulkanWeightKernels, MatmulOfMoreThan65535Rows) {

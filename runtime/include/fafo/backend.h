@@ -206,6 +206,23 @@ class Backend {
     matmul(w, x, scratch);
     add(acc, scratch);
   }
+  // A product of normalized rows, out = W rms_norm(x): the values of rms_norm(x, gain,
+  // eps, normed) then matmul(w, normed, out). `normed` ([T x x.cols], neither x nor out)
+  // may be written or left alone; a backend may fuse the norm into the product (one
+  // kernel, not two).
+  virtual void matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
+                           Activation& out) {
+    rms_norm(x, gain, eps, normed);
+    matmul(w, normed, out);
+  }
+  // The feed-forward gate of normalized rows: the values of rms_norm(x, gain, eps,
+  // normed) then matmul_swiglu(gate, up, normed, out, scratch); `normed` as in
+  // matmul_norm.
+  virtual void matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain,
+                                  float eps, Activation& normed, Activation& out, Activation& scratch) {
+    rms_norm(x, gain, eps, normed);
+    matmul_swiglu(gate, up, normed, out, scratch);
+  }
   // Copies the selected rows of src (indices into the batch) to the first rows of dst;
   // for the rest of the step, kernels that read dst process rows.size() rows instead
   // of the batch size.

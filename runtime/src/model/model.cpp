@@ -268,12 +268,12 @@ void Model::record_step(StepBatch& batch) {
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
     // Attention block.
-    be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
     if (L.fused_qkv) {
-      be.matmul(L.wq, b.xn, b.qkv);
+      be.matmul_norm(L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
       if (c.qkv_bias) be.add_bias(L.bq, b.qkv);
       be.rope_store(l, b.qkv, shape, c.rope);
     } else {
+      be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
       be.matmul(L.wq, b.xn, b.q);
       be.matmul(L.wk, b.xn, b.k);
       be.matmul(L.wv, b.xn, b.v);
@@ -290,14 +290,12 @@ void Model::record_step(StepBatch& batch) {
     be.attention(l, L.fused_qkv ? b.qkv : b.q, shape, b.attn);  // the queries lead qkv's rows
     be.matmul_add(L.wo, b.attn, b.x, b.proj);
     // Feed-forward block.
-    be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
-    be.matmul_swiglu(L.w_gate, L.w_up, b.xn, b.gate, b.up);
+    be.matmul_swiglu_norm(L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);
     be.matmul_add(L.w_down, b.gate, b.x, b.ffn);
   }
   const auto& rows = batch.logit_rows();
   be.gather_rows(b.x, rows, b.last);
-  be.rms_norm(b.last, w.output_norm, c.rms_eps, b.last_norm);
-  be.matmul(w.output, b.last_norm, b.logits);
+  be.matmul_norm(w.output, b.last, w.output_norm, c.rms_eps, b.last_norm, b.logits);
 }
 
 void Model::commit(int32_t n) {

@@ -38,21 +38,7 @@ extern const EmbeddedShader argmax;             // shaders/argmax.comp
 extern const EmbeddedShader top_k;              // shaders/top_k.comp
 }  // namespace shaders
 
-// The weight kernels (weight_kernels.h): shaders/matmul.comp and shaders/embed.comp, one
-// variant per weight format: weight_matmul_<format>_t<tile> (split rows, tile = tokens
-// per tile), weight_matmul_<format>_rows (whole rows) and weight_embed_<format>; the
-// defines of each are in runtime/CMakeLists.txt.
-// X(symbol part, TensorType enumerator) for every format, in one place.
-#define FAFO_VULKAN_WEIGHT_FORMATS(X)                                                   \
-  X(f32, F32) X(f16, F16) X(bf16, BF16) X(q8_0, Q8_0) X(q4_0, Q4_0) X(q4_1, Q4_1) \
-      X(q5_0, Q5_0) X(q5_1, Q5_1) X(q2_k, Q2_K) X(q3_k, Q3_K) X(q4_k, Q4_K)         \
-          X(q5_k, Q5_K) X(q6_k, Q6_K)
-#define FAFO_VULKAN_DECLARE_WEIGHT_SHADERS(format, TYPE)                                  \
-  extern const EmbeddedShader weight_matmul_##format##_t1, weight_matmul_##format##_t2,   \
-      weight_matmul_##format##_t4, weight_matmul_##format##_t8, weight_matmul_##format##_t16, \
-      weight_matmul_##format##_t32, weight_matmul_##format##_rows, weight_embed_##format;
-namespace shaders {
-FAFO_VULKAN_WEIGHT_FORMATS(FAFO_VULKAN_DECLARE_WEIGHT_SHADERS)
-}  // namespace shaders
+// The weight kernels' variants (weight_kernels.h) are declared by the table generated
+// with them: backend/vulkan/weight_shader_table.h.
 
 }  // namespace fafo::vulkan

@@ -31,10 +31,21 @@ static_assert(Kernels::kMaxTopK == static_cast<uint32_t>(kMaxTopK), "shaders/top
 namespace {
 
 // FAFO_VULKAN_FUSE=0 and FAFO_VULKAN_REPLAY=0 turn the fused attention projections and
-// step replay off (to measure what they bring; the results are the same bits).
-bool env_off(const char* name) {
+// RMSNorms, and step replay, off; FAFO_VULKAN_FUSE_NORM=0 or 1 the fused RMSNorms alone,
+// on any device (to measure what each brings; the results are the same bits).
+bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == "0";
+  return v != nullptr && std::string(v) == value;
+}
+bool env_off(const char* name) { return env_is(name, "0"); }
+
+// Whether products fuse the RMSNorm before them: the option, else FAFO_VULKAN_FUSE_NORM,
+// else on GPUs only (on a CPU device such as lavapipe the fused product costs more than
+// the dispatch it saves: stories260K's one-token step 5.5 ms fused, 3.4 ms apart).
+bool fuse_norm_on(const VulkanBackendOptions& options, bool cpu_device) {
+  if (options.fuse_norm) return *options.fuse_norm;
+  if (env_off("FAFO_VULKAN_FUSE") || env_off("FAFO_VULKAN_FUSE_NORM")) return false;
+  return env_is("FAFO_VULKAN_FUSE_NORM", "1") || !cpu_device;
 }
 
 std::string lower(std::string s) {
@@ -71,6 +82,7 @@ class VulkanBackend final : public Backend, public StepTarget {
         allocator_(context_, options.max_buffer_bytes),
         max_range_(allocator_.max_range()),
         fuse_qkv_(options.fuse_qkv && !env_off("FAFO_VULKAN_FUSE")),
+        fuse_norm_(fuse_norm_on(options, context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)),
         encoder_(context_, descriptors_) {
     encoder_.set_replay(options.replay && !env_off("FAFO_VULKAN_REPLAY"));
   }
@@ -117,7 +129,7 @@ class VulkanBackend final : public Backend, public StepTarget {
         throw std::runtime_error("the Vulkan backend has no kernel for weights of type " +
                                  std::string(tensor_type_name(type)));
       w.type = type;
-      weight_kernels_.prepare(type);  // this format's pipelines, at load time rather than in a step
+      weight_kernels_.prepare(type, fuse_norm_);  // this format's pipelines, at load time rather than in a step
       const size_t row_bytes = tensor_row_bytes(type, cols);
       // Split by rows so that no buffer exceeds maxStorageBufferRange.
       const int64_t rows_per_part = std::max<int64_t>(1, static_cast<int64_t>((max_range_ - 4) / row_bytes));
@@ -197,10 +209,10 @@ class VulkanBackend final : public Backend, public StepTarget {
     set_rows(out, rows_of(x));
   }
 
-  // On CPU devices (whole-rows matmul) the gate and up projections are one weight and
-  // one dispatch computes both products and the SwiGLU.
+  // The gate and up projections are one weight and one dispatch computes both products
+  // and the SwiGLU.
   bool fuses_gate_up(TensorType type, int64_t rows, int64_t cols) const override {
-    return weight_kernels_.has_gated_variant() && WeightKernels::supports(type) && rows > 0 &&
+    return WeightKernels::supports(type) && rows > 0 &&
            static_cast<uint64_t>(2 * rows) * tensor_row_bytes(type, cols) <= max_range_ - 4;
   }
 
@@ -210,17 +222,29 @@ class VulkanBackend final : public Backend, public StepTarget {
       Backend::matmul_swiglu(gate, up, x, out, scratch);
       return;
     }
-    const DeviceWeight& w = weight(gate);
-    if (w.parts.size() != 1 || w.rows % 2 != 0)
-      throw std::invalid_argument("matmul_swiglu: the gate and up weight is not one buffer of 2 x rows rows");
-    const uint32_t T = rows_of(x);
-    const uint32_t rows = static_cast<uint32_t>(w.rows / 2);
-    weight_kernels_.matmul_gated(step(), w.type, w.parts.front().buffer, act(x), act(out),
-                                 WeightKernels::MatmulShape{T, rows, static_cast<uint32_t>(w.cols),
-                                                            static_cast<uint32_t>(x.cols),
-                                                            static_cast<uint32_t>(out.cols), 0});
-    step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(w.rows));
-    set_rows(out, T);
+    gated_product(gate, x, out, InputNorm{});
+  }
+
+  // An RMSNorm and the product that reads it are one dispatch (the NORM variants of
+  // shaders/matmul.comp) in steps of up to WeightKernels::kMaxNormTokens rows; larger
+  // steps run the two kernels, which give the same bits.
+  void matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
+                   Activation& out) override {
+    if (!fuses_norm(x, gain)) {
+      Backend::matmul_norm(w, x, gain, eps, normed, out);
+      return;
+    }
+    product(w, x, out, false, InputNorm{&vector(gain), eps});
+    set_rows(out, rows_of(x));
+  }
+
+  void matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain, float eps,
+                          Activation& normed, Activation& out, Activation& scratch) override {
+    if (up || !fuses_norm(x, gain)) {
+      Backend::matmul_swiglu_norm(gate, up, x, gain, eps, normed, out, scratch);
+      return;
+    }
+    gated_product(gate, x, out, InputNorm{&vector(gain), eps});
   }
 
   // The residual add runs in the product's epilogue: one dispatch instead of two.
@@ -415,16 +439,38 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
  private:
-  void product(const Weight& weight_id, const Activation& x, const Activation& out, bool accumulate) {
+  void product(const Weight& weight_id, const Activation& x, const Activation& out, bool accumulate,
+               const InputNorm& norm = {}) {
     const DeviceWeight& w = weight(weight_id);
     const uint32_t T = rows_of(x);
     for (const WeightPart& part : w.parts) {
       weight_kernels_.matmul(step(), w.type, part.buffer, act(x), act(out),
                              WeightKernels::MatmulShape{T, part.n_rows, static_cast<uint32_t>(w.cols),
                                                         static_cast<uint32_t>(x.cols), static_cast<uint32_t>(out.cols),
-                                                        part.first_row, accumulate});
+                                                        part.first_row, accumulate},
+                             MatmulVariant{}, norm);
       step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(part.n_rows));
     }
+  }
+  // out = silu(gate) * up from one weight of the gate's rows, then the up projection's.
+  void gated_product(const Weight& gate_up, const Activation& x, Activation& out, const InputNorm& norm) {
+    const DeviceWeight& w = weight(gate_up);
+    if (w.parts.size() != 1 || w.rows % 2 != 0)
+      throw std::invalid_argument("matmul_swiglu: the gate and up weight is not one buffer of 2 x rows rows");
+    const uint32_t T = rows_of(x);
+    const uint32_t rows = static_cast<uint32_t>(w.rows / 2);
+    weight_kernels_.matmul_gated(step(), w.type, w.parts.front().buffer, act(x), act(out),
+                                 WeightKernels::MatmulShape{T, rows, static_cast<uint32_t>(w.cols),
+                                                            static_cast<uint32_t>(x.cols),
+                                                            static_cast<uint32_t>(out.cols), 0},
+                                 MatmulVariant{}, norm);
+    step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(w.rows));
+    set_rows(out, T);
+  }
+  // Whether a product of x's rows normalized with `gain` runs as one dispatch.
+  bool fuses_norm(const Activation& x, const Weight& gain) const {
+    return fuse_norm_ && rows_of(x) <= WeightKernels::kMaxNormTokens && weight(gain).cols == x.cols &&
+           weight(gain).parts.size() == 1;
   }
   // StepTarget: what the KV cache records into.
   CommandSequence& recording() override { return step(); }
@@ -465,6 +511,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   Allocator allocator_;
   uint64_t max_range_ = 0;
   bool fuse_qkv_ = true;
+  bool fuse_norm_ = true;
 
   std::vector<DeviceWeight> weights_;
   std::vector<DeviceActivation> activations_;

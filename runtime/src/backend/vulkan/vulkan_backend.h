@@ -44,6 +44,10 @@ struct VulkanBackendOptions {
   // Fuse the attention projections, RoPE and the KV store (Backend::fuses_qkv); off:
   // the separate kernels, which give the same bits (tests compare the two).
   bool fuse_qkv = true;
+  // Fuse each RMSNorm into the product that reads it (Backend::matmul_norm and
+  // matmul_swiglu_norm) in steps of up to 8 tokens; off: the two kernels, the same bits.
+  // nullopt: FAFO_VULKAN_FUSE_NORM (0 or 1) where set, else on GPUs and off on CPU devices.
+  std::optional<bool> fuse_norm;
   // Submit a step whose commands equal an earlier step's from that step's command
   // buffer instead of recording it again (StepEncoder); off: record every step.
   bool replay = true;

@@ -7,7 +7,6 @@
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
-#include "backend/vulkan/embedded_shaders.h"
 #include "backend/vulkan/pipeline.h"
 
 namespace fafo::vulkan {
@@ -24,6 +23,7 @@ struct MatmulPush {
   uint32_t out_offset;
   uint32_t row_bytes;
   uint32_t accumulate;
+  float eps;
 };
 struct EmbedPush {
   uint32_t T;
@@ -32,62 +32,6 @@ struct EmbedPush {
   uint32_t n_rows;
   uint32_t row_bytes;
 };
-
-// The matmul variants as runtime/CMakeLists.txt compiles them: rows per workgroup
-// (ROW_GROUPS) of each SplitRows tile, and the WholeRows tokens per pass and rows per
-// workgroup. These only size the grid (the shaders stride over row blocks and token
-// tiles), so a mismatch would cost speed, never correctness.
-constexpr std::array<uint32_t, WeightKernels::kTokenTiles.size()> kSplitRowsPerWorkgroup = {4, 4, 4, 4, 2, 2};
-constexpr uint32_t kWholeRowsPerWorkgroup = 32;
-
-struct FormatShaders {
-  TensorType type;
-  std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows;
-  std::array<const EmbeddedShader*, WeightKernels::kTokenTiles.size()> split_rows_subgroup;
-  // Whole rows, per pass over the weights: kWholeRowsTiles[i] tokens; and gated.
-  std::array<const EmbeddedShader*, WeightKernels::kWholeRowsTiles.size()> whole_rows;
-  std::array<const EmbeddedShader*, WeightKernels::kWholeRowsTiles.size()> gated;
-  const EmbeddedShader* embed;
-};
-
-}  // namespace
-
-// The subgroup variants of the split-rows matmul (runtime/CMakeLists.txt: SUBGROUP=1)
-// and the whole-rows variants of 1 and 8 tokens per pass, used only here, so declared here rather than in embedded_shaders.h.
-#define FAFO_DECLARE_SUBGROUP_SHADERS(format, TYPE)                                                      \
-  extern const EmbeddedShader weight_matmul_##format##_rows_t1, weight_matmul_##format##_rows_t8,          \
-      weight_matmul_##format##_gated_t1, weight_matmul_##format##_gated_t8, weight_matmul_##format##_gated, \
-      weight_matmul_##format##_t1_sg, weight_matmul_##format##_t2_sg,           \
-      weight_matmul_##format##_t4_sg, weight_matmul_##format##_t8_sg, weight_matmul_##format##_t16_sg, \
-      weight_matmul_##format##_t32_sg;
-namespace shaders {
-FAFO_VULKAN_WEIGHT_FORMATS(FAFO_DECLARE_SUBGROUP_SHADERS)
-}  // namespace shaders
-#undef FAFO_DECLARE_SUBGROUP_SHADERS
-
-namespace {
-
-#define FAFO_WEIGHT_FORMAT_SHADERS(format, TYPE)                                                        \
-  FormatShaders{TensorType::TYPE,                                                                       \
-                {&shaders::weight_matmul_##format##_t1, &shaders::weight_matmul_##format##_t2,          \
-                 &shaders::weight_matmul_##format##_t4, &shaders::weight_matmul_##format##_t8,          \
-                 &shaders::weight_matmul_##format##_t16, &shaders::weight_matmul_##format##_t32},       \
-                {&shaders::weight_matmul_##format##_t1_sg, &shaders::weight_matmul_##format##_t2_sg,    \
-                 &shaders::weight_matmul_##format##_t4_sg, &shaders::weight_matmul_##format##_t8_sg,    \
-                 &shaders::weight_matmul_##format##_t16_sg, &shaders::weight_matmul_##format##_t32_sg}, \
-                {&shaders::weight_matmul_##format##_rows_t1, &shaders::weight_matmul_##format##_rows_t8,       \
-                 &shaders::weight_matmul_##format##_rows},                                              \
-                {&shaders::weight_matmul_##format##_gated_t1, &shaders::weight_matmul_##format##_gated_t8,     \
-                 &shaders::weight_matmul_##format##_gated},                                             \
-                &shaders::weight_embed_##format},
-const FormatShaders kFormatShaders[] = {FAFO_VULKAN_WEIGHT_FORMATS(FAFO_WEIGHT_FORMAT_SHADERS)};
-#undef FAFO_WEIGHT_FORMAT_SHADERS
-
-const FormatShaders* find_shaders(TensorType type) {
-  for (const FormatShaders& f : kFormatShaders)
-    if (f.type == type) return &f;
-  return nullptr;
-}
 
 std::string type_name(TensorType type) {
   const TensorTypeInfo* info = tensor_type_info(static_cast<uint32_t>(type));
@@ -138,89 +82,82 @@ void check_product(TensorType type, const Buffer& w, uint64_t w_rows, const Buff
   require_bytes(out, (uint64_t{s.T - 1} * s.out_stride + s.out_offset + s.rows) * sizeof(float), "out", kernel);
 }
 
-// The whole-rows tile for T tokens: the smallest that holds them, else the largest.
-size_t whole_rows_tile(uint32_t T) {
-  const auto holds = std::ranges::find_if(WeightKernels::kWholeRowsTiles, [&](uint32_t t) { return t >= T; });
-  return holds != WeightKernels::kWholeRowsTiles.end()
-             ? static_cast<size_t>(holds - WeightKernels::kWholeRowsTiles.begin())
-             : WeightKernels::kWholeRowsTiles.size() - 1;
-}
-
 }  // namespace
 
 WeightKernels::WeightKernels(const Context& context)
     : context_(context), cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
-  // The subgroup variant of a tile, where the context enabled subgroups and the tile's
+  // Subgroup variants where the context enabled subgroup matmuls: a variant fits where its
   // workgroup (32 lanes x rows) is a whole number of subgroups, as full subgroups need.
   const DeviceFeatures& features = context.features();
   if (features.subgroup_matmul()) {
+    subgroup_size_ = features.subgroup_size;
     subgroup_options_.spec_constants = {std::min<uint32_t>(features.subgroup_size, 32)};  // SG_LANES
     subgroup_options_.require_full_subgroups = true;
-    for (size_t i = 0; i < kTokenTiles.size(); ++i)
-      subgroup_tiles_[i] = (32 * kSplitRowsPerWorkgroup[i]) % features.subgroup_size == 0;
   }
-  formats_.reserve(std::size(kFormatShaders));
-  for (const FormatShaders& sources : kFormatShaders) formats_.emplace_back().type = sources.type;
-}
-
-void WeightKernels::prepare(TensorType type) const {
-  FormatPipelines& f = pipelines(type, "WeightKernels::prepare");
-  embed_pipeline(f);
-  if (cpu_device_) {
-    for (size_t i = 0; i < kWholeRowsTiles.size(); ++i) {
-      whole_rows(f, i);
-      gated(f, i);
-    }
-    return;
+  const std::span<const WeightShader> all = weight_shaders();
+  for (size_t first = 0; first < all.size();) {
+    size_t end = first;
+    while (end < all.size() && all[end].type == all[first].type) ++end;
+    FormatPipelines& f = formats_.emplace_back();
+    f.type = all[first].type;
+    f.variants = all.subspan(first, end - first);
+    f.made.resize(f.variants.size());
+    first = end;
   }
-  for (size_t i = 0; i < kTokenTiles.size(); ++i) split_rows(f, i, subgroup_tiles_[i]);
-}
-
-const ComputePipeline& WeightKernels::split_rows(FormatPipelines& f, size_t tile_index, bool subgroup) const {
-  const FormatShaders& sources = *find_shaders(f.type);
-  std::unique_ptr<ComputePipeline>& slot = subgroup ? f.split_rows_subgroup[tile_index] : f.split_rows[tile_index];
-  if (!slot) {
-    slot = subgroup ? std::make_unique<ComputePipeline>(context_, *sources.split_rows_subgroup[tile_index], 3,
-                                                        sizeof(MatmulPush), subgroup_options_)
-                    : std::make_unique<ComputePipeline>(context_, *sources.split_rows[tile_index], 3, sizeof(MatmulPush));
-  }
-  return *slot;
-}
-
-const ComputePipeline& WeightKernels::whole_rows(FormatPipelines& f, size_t tile_index) const {
-  std::unique_ptr<ComputePipeline>& slot = f.whole_rows[tile_index];
-  if (!slot)
-    slot = std::make_unique<ComputePipeline>(context_, *find_shaders(f.type)->whole_rows[tile_index], 3,
-                                             sizeof(MatmulPush));
-  return *slot;
-}
-
-const ComputePipeline& WeightKernels::gated(FormatPipelines& f, size_t tile_index) const {
-  std::unique_ptr<ComputePipeline>& slot = f.gated[tile_index];
-  if (!slot)
-    slot = std::make_unique<ComputePipeline>(context_, *find_shaders(f.type)->gated[tile_index], 3, sizeof(MatmulPush));
-  return *slot;
-}
-
-const ComputePipeline& WeightKernels::embed_pipeline(FormatPipelines& f) const {
-  if (!f.embed) f.embed = std::make_unique<ComputePipeline>(context_, *find_shaders(f.type)->embed, 3, sizeof(EmbedPush));
-  return *f.embed;
 }
 
 WeightKernels::~WeightKernels() = default;
 
-bool WeightKernels::supports(TensorType type) { return find_shaders(type) != nullptr; }
+bool WeightKernels::subgroup_fits(const WeightShader& shader) const {
+  return subgroup_size_ != 0 && (32 * shader.rows_per_group) % subgroup_size_ == 0;
+}
+
+void WeightKernels::prepare(TensorType type, bool norm) const {
+  constexpr const char* kernel = "WeightKernels::prepare";
+  FormatPipelines& f = pipelines(type, kernel);
+  for (const WeightShader& v : f.variants) {
+    const WeightShaderKey& k = v.key;
+    if (k.norm && !norm) continue;
+    const bool automatic = k.kind == WeightShaderKey::Kind::Embed ||
+                           (cpu_device_ ? k.kind == WeightShaderKey::Kind::WholeRows
+                                        : k.kind == WeightShaderKey::Kind::SplitRows && k.subgroup == subgroup_fits(v));
+    if (automatic) variant(f, k, kernel);
+  }
+}
+
+WeightKernels::Chosen WeightKernels::variant(FormatPipelines& f, const WeightShaderKey& key, const char* kernel) const {
+  for (size_t i = 0; i < f.variants.size(); ++i) {
+    const WeightShader& v = f.variants[i];
+    if (!(v.key == key)) continue;
+    std::unique_ptr<ComputePipeline>& slot = f.made[i];
+    if (!slot) {
+      const bool embed = key.kind == WeightShaderKey::Kind::Embed;
+      const uint32_t bindings = key.norm ? 4 : 3;
+      const uint32_t push = embed ? sizeof(EmbedPush) : sizeof(MatmulPush);
+      slot = key.subgroup ? std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push, subgroup_options_)
+                          : std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push);
+    }
+    return Chosen{&v, slot.get()};
+  }
+  throw std::invalid_argument(std::string(kernel) + ": no such variant of the " + type_name(f.type) + " kernels");
+}
+
+bool WeightKernels::supports(TensorType type) {
+  return std::ranges::any_of(weight_shaders(), [&](const WeightShader& v) { return v.type == type; });
+}
 
 bool WeightKernels::has_subgroup_variant(uint32_t tile) const {
-  const auto found = std::ranges::find(kTokenTiles, tile);
-  return found != kTokenTiles.end() && subgroup_tiles_[static_cast<size_t>(found - kTokenTiles.begin())];
+  if (subgroup_size_ == 0 || formats_.empty()) return false;
+  const WeightShaderKey key{WeightShaderKey::Kind::SplitRows, tile, true, false, false};
+  return std::ranges::any_of(formats_.front().variants,
+                             [&](const WeightShader& v) { return v.key == key && subgroup_fits(v); });
 }
 
 std::string WeightKernels::describe() const {
   if (cpu_device_) return "matmul: whole rows (CPU device)";
-  if (std::ranges::find(subgroup_tiles_, true) == subgroup_tiles_.end()) return "matmul: split rows, portable";
-  return "matmul: split rows, subgroup shuffles (" +
-         std::to_string(std::min<uint32_t>(context_.features().subgroup_size, 32)) + " lanes)";
+  if (subgroup_size_ == 0) return "matmul: split rows, portable";
+  return "matmul: split rows, subgroup shuffles (" + std::to_string(std::min<uint32_t>(subgroup_size_, 32)) +
+         " lanes)";
 }
 
 uint64_t WeightKernels::weight_bytes(TensorType type, uint32_t rows, uint32_t cols) {
@@ -235,80 +172,94 @@ WeightKernels::FormatPipelines& WeightKernels::pipelines(TensorType type, const 
                               " is not supported by the Vulkan kernels");
 }
 
-void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,
-                           const MatmulShape& s, const MatmulVariant& variant) const {
-  constexpr const char* kernel = "WeightKernels::matmul";
+WeightShaderKey WeightKernels::choose(const MatmulShape& s, const MatmulVariant& v, bool gated, bool norm,
+                                      const char* kernel) const {
+  WeightShaderKey key;
+  key.gated = gated;
+  key.norm = norm;
+  MatmulMapping mapping = v.mapping;
+  if (mapping == MatmulMapping::Auto) mapping = cpu_device_ ? MatmulMapping::WholeRows : MatmulMapping::SplitRows;
+  if (norm && s.T > kMaxNormTokens)
+    throw std::invalid_argument(std::string(kernel) + ": a fused RMSNorm takes at most " +
+                                std::to_string(kMaxNormTokens) + " tokens, not " + std::to_string(s.T));
+  auto smallest_holding = [&](std::span<const uint32_t> tiles) {
+    const auto holds = std::ranges::find_if(tiles, [&](uint32_t t) { return t >= s.T; });
+    return holds != tiles.end() ? *holds : tiles.back();
+  };
+  if (mapping == MatmulMapping::WholeRows) {
+    if (v.tile != 0)
+      throw std::invalid_argument(std::string(kernel) + ": tile " + std::to_string(v.tile) +
+                                  " given for the WholeRows mapping, which has no tiles (pass 0)");
+    if (v.reduction == MatmulReduction::Subgroup)
+      throw std::invalid_argument(std::string(kernel) + ": the WholeRows mapping has no subgroup variant");
+    key.kind = WeightShaderKey::Kind::WholeRows;
+    key.tile = smallest_holding(kWholeRowsTiles);
+    return key;
+  }
+  key.kind = WeightShaderKey::Kind::SplitRows;
+  if (v.tile == 0) {
+    key.tile = smallest_holding(kTokenTiles);
+  } else {
+    if (std::ranges::find(kTokenTiles, v.tile) == kTokenTiles.end())
+      throw std::invalid_argument(std::string(kernel) + ": tile " + std::to_string(v.tile) +
+                                  " is not 0 or one of 1, 2, 4, 8, 16, 32");
+    if (norm && v.tile > kMaxNormTokens)
+      throw std::invalid_argument(std::string(kernel) + ": a fused RMSNorm has no tile of " + std::to_string(v.tile) +
+                                  " tokens");
+    key.tile = v.tile;
+  }
+  return key;
+}
+
+void WeightKernels::product(CommandSequence& seq, TensorType type, const Buffer& w, uint64_t w_rows, const Buffer& x,
+                            const Buffer& out, const MatmulShape& s, const MatmulVariant& v, const InputNorm& norm,
+                            bool gated, const char* kernel) const {
   FormatPipelines& f = pipelines(type, kernel);
   require_cols(type, s.cols, kernel);
-  MatmulMapping mapping = variant.mapping;
-  if (mapping == MatmulMapping::Auto) mapping = cpu_device_ ? MatmulMapping::WholeRows : MatmulMapping::SplitRows;
-  size_t tile_index = kTokenTiles.size() - 1;
-  if (mapping == MatmulMapping::WholeRows) {
-    if (variant.tile != 0)
-      throw std::invalid_argument(std::string(kernel) + ": tile " + std::to_string(variant.tile) +
-                                  " given for the WholeRows mapping, which has no tiles (pass 0)");
-  } else if (variant.tile == 0) {
-    const auto fits = std::ranges::find_if(kTokenTiles, [&](uint32_t t) { return t >= s.T; });
-    if (fits != kTokenTiles.end()) tile_index = static_cast<size_t>(fits - kTokenTiles.begin());
-  } else {
-    const auto found = std::ranges::find(kTokenTiles, variant.tile);
-    if (found == kTokenTiles.end())
-      throw std::invalid_argument(std::string(kernel) + ": tile " + std::to_string(variant.tile) +
-                                  " is not 0 or one of 1, 2, 4, 8, 16, 32");
-    tile_index = static_cast<size_t>(found - kTokenTiles.begin());
-  }
-  bool subgroup = false;
-  if (mapping == MatmulMapping::WholeRows) {
-    if (variant.reduction == MatmulReduction::Subgroup)
-      throw std::invalid_argument(std::string(kernel) + ": the WholeRows mapping has no subgroup variant");
-  } else if (variant.reduction == MatmulReduction::Subgroup) {
-    if (!subgroup_tiles_[tile_index])
+  if (gated && s.accumulate) throw std::invalid_argument(std::string(kernel) + ": the gated product does not accumulate");
+  WeightShaderKey key = choose(s, v, gated, norm.gain != nullptr, kernel);
+  if (key.kind == WeightShaderKey::Kind::SplitRows) {
+    WeightShaderKey sg = key;
+    sg.subgroup = true;
+    Chosen with_subgroup = Chosen{nullptr, nullptr};
+    for (const WeightShader& candidate : f.variants)
+      if (candidate.key == sg && subgroup_fits(candidate)) with_subgroup.shader = &candidate;
+    if (v.reduction == MatmulReduction::Subgroup && !with_subgroup.shader)
       throw std::invalid_argument(std::string(kernel) + ": no subgroup variant of SplitRows tile " +
-                                  std::to_string(kTokenTiles[tile_index]) + " on " + context_.device_name() +
+                                  std::to_string(key.tile) + " on " + context_.device_name() +
                                   (context_.features().subgroup_matmul()
                                        ? " (its workgroup is not a whole number of subgroups)"
                                        : " (subgroup shuffle with full subgroups not enabled; see FAFO_VULKAN_FEATURES)"));
-    subgroup = true;
-  } else {
-    subgroup = variant.reduction == MatmulReduction::Auto && subgroup_tiles_[tile_index];
+    if (with_subgroup.shader && v.reduction != MatmulReduction::Portable) key = sg;
   }
   if (s.T == 0 || s.rows == 0) return;
   const uint32_t row_bytes = row_bytes_u32(type, s.cols, kernel);
-  check_product(type, w, s.rows, x, out, s, kernel);
-
-  const bool whole = mapping == MatmulMapping::WholeRows;
-  const uint32_t rows_per_group = whole ? kWholeRowsPerWorkgroup : kSplitRowsPerWorkgroup[tile_index];
-  const size_t whole_index = whole_rows_tile(s.T);
-  const uint32_t tokens_per_tile = whole ? kWholeRowsTiles[whole_index] : kTokenTiles[tile_index];
+  check_product(type, w, w_rows, x, out, s, kernel);
+  if (norm.gain) require_bytes(*norm.gain, uint64_t{s.cols} * sizeof(float), "gain", kernel);
+  const Chosen chosen = variant(f, key, kernel);
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
   auto cap = [](uint32_t limit, uint32_t asked) { return asked == 0 ? limit : std::min(limit, asked); };
-  const uint32_t groups_x = std::min(ceil_div(s.rows, rows_per_group), cap(max_groups[0], variant.max_groups_x));
-  const uint32_t groups_y = std::min(ceil_div(s.T, tokens_per_tile), cap(max_groups[1], variant.max_groups_y));
-  const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes, s.accumulate ? 1u : 0u};
-  const ComputePipeline& pipeline = whole ? whole_rows(f, whole_index) : split_rows(f, tile_index, subgroup);
-  seq.dispatch(pipeline, {&x, &w, &out}, push, groups_x, groups_y);
+  const uint32_t groups_x = std::min(ceil_div(s.rows, chosen.shader->rows_per_group), cap(max_groups[0], v.max_groups_x));
+  const uint32_t groups_y = std::min(ceil_div(s.T, key.tile), cap(max_groups[1], v.max_groups_y));
+  const MatmulPush push{s.T,          s.rows,    s.cols, s.x_stride, s.out_stride, s.out_offset,
+                        row_bytes,    s.accumulate ? 1u : 0u, norm.eps};
+  if (norm.gain)
+    seq.dispatch(*chosen.pipeline, {&x, &w, &out, norm.gain}, push, groups_x, groups_y);
+  else
+    seq.dispatch(*chosen.pipeline, {&x, &w, &out}, push, groups_x, groups_y);
+}
+
+void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,
+                           const MatmulShape& s, const MatmulVariant& variant, const InputNorm& norm) const {
+  product(seq, type, w, s.rows, x, out, s, variant, norm, false, "WeightKernels::matmul");
 }
 
 void WeightKernels::matmul_gated(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x,
-                                 const Buffer& out, const MatmulShape& s) const {
-  constexpr const char* kernel = "WeightKernels::matmul_gated";
-  FormatPipelines& f = pipelines(type, kernel);
-  require_cols(type, s.cols, kernel);
-  if (!cpu_device_) throw std::invalid_argument(std::string(kernel) + ": only CPU devices have the gated variant");
-  if (s.accumulate) throw std::invalid_argument(std::string(kernel) + ": the gated product does not accumulate");
-  if (s.T == 0 || s.rows == 0) return;
-  const uint32_t row_bytes = row_bytes_u32(type, s.cols, kernel);
-  check_product(type, w, uint64_t{2} * s.rows, x, out, s, kernel);  // the gate's rows, then the up projection's
-  const size_t tile_index = whole_rows_tile(s.T);
-  const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
-  // A gated invocation computes half the rows of a plain one (their gate and up halves).
-  const uint32_t groups_x = std::min(ceil_div(s.rows, kWholeRowsPerWorkgroup / 2), max_groups[0]);
-  const uint32_t groups_y = std::min(ceil_div(s.T, kWholeRowsTiles[tile_index]), max_groups[1]);
-  const MatmulPush push{s.T, s.rows, s.cols, s.x_stride, s.out_stride, s.out_offset, row_bytes, 0u};
-  seq.dispatch(gated(f, tile_index), {&x, &w, &out}, push, groups_x, groups_y);
+                                 const Buffer& out, const MatmulShape& s, const MatmulVariant& variant,
+                                 const InputNorm& norm) const {
+  // W holds the gate's rows, then the up projection's.
+  product(seq, type, w, uint64_t{2} * s.rows, x, out, s, variant, norm, true, "WeightKernels::matmul_gated");
 }
-
-bool WeightKernels::has_gated_variant() const { return cpu_device_; }
 
 void WeightKernels::embed(CommandSequence& seq, TensorType type, const Buffer& table, const Buffer& tokens,
                           const Buffer& out, uint32_t T, uint32_t cols, uint32_t first_row, uint32_t n_rows) const {
@@ -325,7 +276,8 @@ void WeightKernels::embed(CommandSequence& seq, TensorType type, const Buffer& t
   if (items > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": T x cols is too large for one dispatch");
   const uint32_t groups =
       std::min(ceil_div(items, kWorkgroupSize), context_.properties().limits.maxComputeWorkGroupCount[0]);
-  seq.dispatch(embed_pipeline(f), {&tokens, &table, &out}, EmbedPush{T, cols, first_row, n_rows, row_bytes}, groups);
+  const Chosen chosen = variant(f, WeightShaderKey{}, kernel);
+  seq.dispatch(*chosen.pipeline, {&tokens, &table, &out}, EmbedPush{T, cols, first_row, n_rows, row_bytes}, groups);
 }
 
 }  // namespace fafo::vulkan

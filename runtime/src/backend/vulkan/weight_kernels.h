@@ -1,11 +1,12 @@
 // The Vulkan kernels that read weights in their GGUF format, for every format in
 // supports(): the matmul family and the embedding lookup. Shaders: shaders/matmul.comp
 // (its header explains the design), shaders/embed.comp and shaders/dequant.glsl (the
-// decoders, bit-exact with fafo::dequantize_row). A format's pipelines are created by
-// prepare() (the backend calls it while uploading the model's weights: only the formats
-// and variants a model uses on this device: on a GPU the 12 split-rows variants of a
-// format, of 19 per format; on a CPU device its 3 whole-rows and 3 gated variants);
-// variants asked for explicitly (tests) are created on first use.
+// decoders, bit-exact with fafo::dequantize_row); the compiled variants are listed in
+// backend/vulkan/weight_shader_table.h. A format's pipelines are created by prepare()
+// (the backend calls it while uploading the model's weights: the variants the automatic
+// choice uses on this device: split rows on a GPU, whole rows on a CPU device, each
+// plain, gated and with a fused RMSNorm); variants asked for explicitly (tests) are
+// created on first use.
 //
 // A weight buffer holds `rows` packed rows of tensor_row_bytes(type, cols) bytes each,
 // back to back from offset 0, in a buffer of at least weight_bytes(type, rows, cols)
@@ -15,10 +16,12 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend/vulkan/pipeline.h"
+#include "backend/vulkan/weight_shader_table.h"
 #include "fafo/tensor_type.h"
 
 namespace fafo::vulkan {
@@ -37,6 +40,15 @@ struct MatmulShape {
   uint32_t out_stride;  // floats between tokens in out (>= out_offset + rows when T > 1)
   uint32_t out_offset;  // first output column written
   bool accumulate = false;  // out += the product (a fused residual add) instead of out = it
+};
+
+// An RMSNorm of the product's input fused into the product: x holds the rows before the
+// norm, and the product reads rms_norm(x, gain, eps), the bits Kernels::rms_norm would
+// have written (shaders/rms_tree.glsl). For steps of up to WeightKernels::kMaxNormTokens
+// tokens. No gain: no norm.
+struct InputNorm {
+  const Buffer* gain = nullptr;  // cols floats
+  float eps = 0.0f;
 };
 
 // How matmul spreads a weight matrix over invocations (shaders/matmul.comp). Both give
@@ -79,29 +91,30 @@ class WeightKernels {
   // The WholeRows variants' tokens per pass over the weights (the smallest that holds a
   // step's tokens is used; more than 32 tokens take passes of 32).
   static constexpr std::array<uint32_t, 3> kWholeRowsTiles = {1, 8, 32};
+  // The most tokens a product with an InputNorm takes (its variants' largest tile).
+  static constexpr uint32_t kMaxNormTokens = 8;
 
   explicit WeightKernels(const Context& context);
   ~WeightKernels();
   WeightKernels(const WeightKernels&) = delete;
   WeightKernels& operator=(const WeightKernels&) = delete;
 
-  // out[t * out_stride + out_offset + r] = x[t * x_stride ...] . W[r] for t < T, r < rows.
-  // W holds `rows` rows in `type`. The result for a token depends only on its x and W,
-  // never on T or the variant: every variant sums in the same order (shaders/matmul.comp).
-  // Records one dispatch, or nothing when T or rows is 0. Throws std::invalid_argument
-  // for an unsupported type, a bad shape or variant, or a buffer too small for the shape.
+  // out[t * out_stride + out_offset + r] = x[t * x_stride ...] . W[r] for t < T, r < rows
+  // (x normalized first with `norm`). W holds `rows` rows in `type`. The result for a
+  // token depends only on its x and W, never on T or the variant: every variant sums in
+  // the same order (shaders/matmul.comp). Records one dispatch, or nothing when T or rows
+  // is 0. Throws std::invalid_argument for an unsupported type, a bad shape or variant,
+  // a buffer too small for the shape, or a norm with more than kMaxNormTokens tokens.
   void matmul(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,
-              const MatmulShape& s, const MatmulVariant& variant = {}) const;
+              const MatmulShape& s, const MatmulVariant& variant = {}, const InputNorm& norm = {}) const;
 
   // The feed-forward gate: out[t * out_stride + out_offset + r] = silu(g) * u, where g is
   // x[t] . W[r] and u is x[t] . W[rows + r], each the bits matmul gives (W holds the gate
   // projection's `rows` rows, then the up projection's), and silu(g) * u the bits of
-  // Kernels::swiglu. One dispatch for matmul, matmul and swiglu. Only where
-  // has_gated_variant() (CPU devices: the WholeRows mapping); throws like matmul, and
-  // std::invalid_argument elsewhere or with s.accumulate.
+  // Kernels::swiglu. One dispatch for matmul, matmul and swiglu. Throws like matmul, and
+  // std::invalid_argument with s.accumulate.
   void matmul_gated(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,
-                    const MatmulShape& s) const;
-  bool has_gated_variant() const;
+                    const MatmulShape& s, const MatmulVariant& variant = {}, const InputNorm& norm = {}) const;
 
   // out[t * cols + c] = table[tokens[t] - first_row][c] for every t < T whose token is in
   // [first_row, first_row + n_rows); other tokens' rows of out are not written. The
@@ -116,11 +129,11 @@ class WeightKernels {
   // "matmul: split rows, subgroup shuffles (32 lanes)".
   std::string describe() const;
 
-  // Creates the pipelines that matmul and embed pick by default on this device for
-  // `type` (the backend calls it as it uploads each weight, so no step creates one).
-  // Other variants, asked for explicitly, are created on first use. Throws like matmul
-  // for an unsupported type.
-  void prepare(TensorType type) const;
+  // Creates the pipelines that matmul, matmul_gated and embed pick by default on this
+  // device for `type`, with their fused-RMSNorm variants when `norm` (the backend calls
+  // it as it uploads each weight, so no step creates one). Other variants, asked for
+  // explicitly, are created on first use. Throws like matmul for an unsupported type.
+  void prepare(TensorType type, bool norm) const;
 
   // Whether matmul and embed read `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
   // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
@@ -130,26 +143,31 @@ class WeightKernels {
   static uint64_t weight_bytes(TensorType type, uint32_t rows, uint32_t cols);
 
  private:
-  // A format's pipelines, created when first needed (prepare() creates the ones the
-  // automatic choice uses on this device); null until then.
+  // A format's variants (its rows of weight_shaders()) and their pipelines, each created
+  // when first needed; null until then.
   struct FormatPipelines {
     TensorType type;
-    std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows;
-    // The subgroup variants; never created for tiles without one (see has_subgroup_variant).
-    std::array<std::unique_ptr<ComputePipeline>, kTokenTiles.size()> split_rows_subgroup;
-    std::array<std::unique_ptr<ComputePipeline>, kWholeRowsTiles.size()> whole_rows;
-    std::array<std::unique_ptr<ComputePipeline>, kWholeRowsTiles.size()> gated;
-    std::unique_ptr<ComputePipeline> embed;
+    std::span<const WeightShader> variants;
+    std::vector<std::unique_ptr<ComputePipeline>> made;  // parallel to variants
+  };
+  struct Chosen {
+    const WeightShader* shader;
+    const ComputePipeline* pipeline;
   };
   FormatPipelines& pipelines(TensorType type, const char* kernel) const;
-  const ComputePipeline& split_rows(FormatPipelines& f, size_t tile_index, bool subgroup) const;
-  const ComputePipeline& whole_rows(FormatPipelines& f, size_t tile_index) const;
-  const ComputePipeline& gated(FormatPipelines& f, size_t tile_index) const;
-  const ComputePipeline& embed_pipeline(FormatPipelines& f) const;
+  // The variant of `key`, its pipeline created if needed; throws std::invalid_argument
+  // naming `kernel` where this build or device has none.
+  Chosen variant(FormatPipelines& f, const WeightShaderKey& key, const char* kernel) const;
+  bool subgroup_fits(const WeightShader& shader) const;
+  // The key matmul / matmul_gated run for a shape and variant; throws like matmul.
+  WeightShaderKey choose(const MatmulShape& s, const MatmulVariant& v, bool gated, bool norm, const char* kernel) const;
+  void product(CommandSequence& seq, TensorType type, const Buffer& w, uint64_t w_rows, const Buffer& x,
+               const Buffer& out, const MatmulShape& s, const MatmulVariant& variant, const InputNorm& norm,
+               bool gated, const char* kernel) const;
 
   const Context& context_;
   bool cpu_device_ = false;  // Auto picks WholeRows
-  std::array<bool, kTokenTiles.size()> subgroup_tiles_{};  // which tiles have a subgroup variant
+  uint32_t subgroup_size_ = 0;  // where subgroup matmuls are enabled, else 0
   PipelineOptions subgroup_options_;
   mutable std::vector<FormatPipelines> formats_;  // pipelines made on first use (not thread-safe)
 };
