@@ -1,9 +1,19 @@
-# Optional CUDA toolkit detection. A missing toolkit is not an error unless FAFO_CUDA=ON.
-# Only detection so far: no backend is built with it yet (the registry lists none).
+# Optional CUDA backend (cuda_backend/). FAFO_CUDA=AUTO builds it when a CUDA toolkit is
+# found (nvcc in $CUDA_HOME/bin, /usr/local/cuda/bin, or CMAKE_CUDA_COMPILER); ON
+# requires one; OFF skips the check. The device code is compiled for the architectures
+# in CMAKE_CUDA_ARCHITECTURES (default 80;86;89;90: A100, RTX 30xx, RTX 40xx / L4, H100 /
+# H200). Sets FAFO_HAVE_CUDA. No GPU is needed to build: without one, `fafo devices`
+# says why the backend has no device.
+set(FAFO_HAVE_CUDA OFF)
 if(NOT FAFO_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   if(NOT CMAKE_CUDA_COMPILER)
-    foreach(candidate /usr/local/cuda/bin/nvcc /usr/local/cuda-13/bin/nvcc /usr/local/cuda-12/bin/nvcc)
+    set(candidates "")
+    if(DEFINED ENV{CUDA_HOME})
+      list(APPEND candidates $ENV{CUDA_HOME}/bin/nvcc)
+    endif()
+    list(APPEND candidates /usr/local/cuda/bin/nvcc /usr/local/cuda-13/bin/nvcc /usr/local/cuda-12/bin/nvcc)
+    foreach(candidate ${candidates})
       if(EXISTS ${candidate})
         set(CMAKE_CUDA_COMPILER ${candidate} CACHE FILEPATH "CUDA compiler")
         break()
@@ -12,9 +22,18 @@ if(NOT FAFO_CUDA STREQUAL "OFF")
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    message(STATUS "fafo: CUDA toolkit found (${CMAKE_CUDA_COMPILER}); the CUDA backend is future work")
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 86 89 90)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(FAFO_HAVE_CUDA ON)
+    message(STATUS "fafo: CUDA ${CUDAToolkit_VERSION} found (${CMAKE_CUDA_COMPILER}); "
+                   "building the CUDA backend for architectures ${CMAKE_CUDA_ARCHITECTURES}")
   elseif(FAFO_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "fafo: FAFO_CUDA=ON but no CUDA toolkit was found (set CMAKE_CUDA_COMPILER)")
+    message(FATAL_ERROR "fafo: FAFO_CUDA=ON but no CUDA toolkit was found (set CUDA_HOME or CMAKE_CUDA_COMPILER)")
   else()
     message(STATUS "fafo: no CUDA toolkit found; building without the CUDA backend")
   endif()

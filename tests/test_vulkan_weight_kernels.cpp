@@ -34,6 +34,7 @@
 #include "backend/vulkan/vulkan_error.h"
 #include "backend/vulkan/weight_kernels.h"
 #include "fafo/tensor_type.h"
+#include "random_weights.h"
 #include "vulkan_test_support.h"
 
 namespace {
@@ -103,65 +104,11 @@ Weights quantized_weights(TensorType type, uint32_t rows, uint32_t cols, uint32_
   return w;
 }
 
-// Byte offsets of the fp16 fields (scales, mins) in a block of each quantized format.
-std::vector<uint32_t> half_fields(TensorType type) {
-  switch (type) {
-    case TensorType::Q4_0:
-    case TensorType::Q5_0:
-    case TensorType::Q8_0:
-      return {0};
-    case TensorType::Q4_1:
-    case TensorType::Q5_1:
-    case TensorType::Q4_K:
-    case TensorType::Q5_K:
-      return {0, 2};
-    case TensorType::Q2_K:
-      return {80, 82};
-    case TensorType::Q3_K:
-      return {108};
-    case TensorType::Q6_K:
-      return {208};
-    default:
-      return {};
-  }
-}
-
-// Weights of random bytes: every bit pattern of the codes and packed scales. The fp16
-// fields are random too but finite (NaN payloads through arithmetic are not portable);
-// subnormal and zero scales occur. Plain float values are random finite bit patterns.
+// Weights of random bytes: every bit pattern of the codes and packed scales
+// (test::random_block_bytes: fp16 fields finite, subnormal and zero scales included).
 Weights random_block_weights(TensorType type, uint32_t rows, uint32_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Weights w{type, rows, cols, {}, {}};
-  w.bytes.assign(WeightKernels::weight_bytes(type, rows, cols), 0);
-  const size_t packed = size_t{rows} * fafo::tensor_row_bytes(type, cols);
-  for (size_t i = 0; i < packed; ++i) w.bytes[i] = static_cast<uint8_t>(rng());
-  auto finite_half = [&](size_t at) {
-    uint16_t h;
-    std::memcpy(&h, &w.bytes[at], 2);
-    if ((h & 0x7c00u) == 0x7c00u) h = static_cast<uint16_t>(h & ~0x4000u);
-    std::memcpy(&w.bytes[at], &h, 2);
-  };
-  const fafo::TensorTypeInfo& info = fafo::tensor_type_info(type);
-  if (type == TensorType::F32) {
-    for (size_t at = 0; at < packed; at += 4) {
-      uint32_t f;
-      std::memcpy(&f, &w.bytes[at], 4);
-      if ((f & 0x7f800000u) == 0x7f800000u) f &= ~0x40000000u;
-      std::memcpy(&w.bytes[at], &f, 4);
-    }
-  } else if (type == TensorType::F16) {
-    for (size_t at = 0; at < packed; at += 2) finite_half(at);
-  } else if (type == TensorType::BF16) {
-    for (size_t at = 0; at < packed; at += 2) {
-      uint16_t h;
-      std::memcpy(&h, &w.bytes[at], 2);
-      if ((h & 0x7f80u) == 0x7f80u) h = static_cast<uint16_t>(h & ~0x4000u);
-      std::memcpy(&w.bytes[at], &h, 2);
-    }
-  } else {
-    for (size_t block = 0; block < packed; block += info.block_bytes)
-      for (const uint32_t field : half_fields(type)) finite_half(block + field);
-  }
+  Weights w{type, rows, cols, fafo::test::random_block_bytes(type, rows, cols, seed), {}};
+  w.bytes.resize(WeightKernels::weight_bytes(type, rows, cols), 0);
   dequantize_all(w);
   return w;
 }

@@ -67,10 +67,11 @@ void StepEncoder::set_split(uint32_t part_keys, uint32_t n_parts) {
   n_parts_ = n_parts;
 }
 
-void StepEncoder::finish() {
+void StepEncoder::finish(std::chrono::milliseconds timeout) {
   if (!seq_) throw std::logic_error("finish_step without begin_step");
   std::unique_ptr<CommandSequence> seq = std::move(seq_);
-  const bool replayed = replay_on_ ? seq->submit_and_wait(replay_, descriptors_.generation()) : (seq->submit_and_wait(), false);
+  const bool replayed =
+      replay_on_ ? seq->submit_and_wait(replay_, descriptors_.generation(), timeout) : (seq->submit_and_wait(timeout), false);
   ++steps_;
   replayed_ += replayed ? 1 : 0;
   gathered_rows_.clear();

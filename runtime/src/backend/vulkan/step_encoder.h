@@ -15,6 +15,7 @@
 // The ops themselves (what to dispatch with which arguments) are VulkanBackend's.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,8 +48,9 @@ class StepEncoder {
   // Writes the step's inputs (`order`: the cache's logical order, null when it has
   // none) and starts recording. A recording not finished is dropped.
   void begin(const StepBatch& batch, const std::vector<int32_t>* order);
-  // Submits the step's commands once and waits; throws std::logic_error without begin().
-  void finish();
+  // Submits the step's commands once and waits, at most `timeout` (then VulkanError);
+  // throws std::logic_error without begin().
+  void finish(std::chrono::milliseconds timeout = std::chrono::seconds(120));
   // Drops the recording, if any, without submitting it.
   void abandon();
   // Times the commands of the steps begun from now on (null: stop timing). Profiled

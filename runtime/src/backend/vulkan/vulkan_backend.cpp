@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -83,6 +84,7 @@ class VulkanBackend final : public Backend, public StepTarget {
         max_range_(allocator_.max_range()),
         fuse_qkv_(options.fuse_qkv && !env_off("FAFO_VULKAN_FUSE")),
         fuse_norm_(fuse_norm_on(options, context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)),
+        cpu_device_(context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU),
         encoder_(context_, descriptors_) {
     encoder_.set_replay(options.replay && !env_off("FAFO_VULKAN_REPLAY"));
   }
@@ -131,6 +133,7 @@ class VulkanBackend final : public Backend, public StepTarget {
       w.type = type;
       weight_kernels_.prepare(type, fuse_norm_);  // this format's pipelines, at load time rather than in a step
       const size_t row_bytes = tensor_row_bytes(type, cols);
+      weight_bytes_ += static_cast<double>(row_bytes) * static_cast<double>(rows);
       // Split by rows so that no buffer exceeds maxStorageBufferRange.
       const int64_t rows_per_part = std::max<int64_t>(1, static_cast<int64_t>((max_range_ - 4) / row_bytes));
       if (row_bytes > max_range_)
@@ -417,7 +420,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     return top;
   }
 
-  void finish_step() override { encoder_.finish(); }
+  void finish_step() override { encoder_.finish(step_timeout()); }
 
   std::string start_profile() override {
     if (!profiler_) profiler_ = std::make_unique<KernelProfiler>(context_);
@@ -489,6 +492,15 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
   CommandSequence& step() { return encoder_.commands(); }
+  // How long a step may run before it counts as hung: 120 s on a GPU; a CPU device adds
+  // 2 s per token per GB of weights (lavapipe prefills 512 tokens of TinyLlama-1.1B
+  // Q4_K_M, 0.67 GB, in about 3 minutes: the allowance is about 13).
+  std::chrono::milliseconds step_timeout() const {
+    const std::chrono::milliseconds base = std::chrono::seconds(120);
+    if (!cpu_device_) return base;
+    const double extra_ms = 2000.0 * weight_bytes_ / 1e9 * static_cast<double>(batch().size());
+    return base + std::chrono::milliseconds(static_cast<int64_t>(std::min(extra_ms, 1e9)));
+  }
   const StepBatch& batch() const { return encoder_.batch(); }
   const DeviceWeight& weight(const Weight& w) const { return weights_.at(static_cast<size_t>(w.id)); }
   const Buffer& vector(const Weight& w) const { return weight(w).parts.front().buffer; }
@@ -512,6 +524,8 @@ class VulkanBackend final : public Backend, public StepTarget {
   uint64_t max_range_ = 0;
   bool fuse_qkv_ = true;
   bool fuse_norm_ = true;
+  bool cpu_device_ = false;
+  double weight_bytes_ = 0;  // of the matrices uploaded
 
   std::vector<DeviceWeight> weights_;
   std::vector<DeviceActivation> activations_;

@@ -1,0 +1,275 @@
+// Decoding GGUF weight rows 16 values at a time, as the CUDA kernels read them and as
+// host tests check them: every function here is `__host__ __device__` under nvcc and
+// plain C++ elsewhere, so CI (no GPU) compiles this very code into tests against fafo's
+// dequantize_row (runtime/src/quant).
+//
+// decode_chunk<T>(row, chunk, v) writes values [16 * chunk, 16 * chunk + 16) of the row
+// starting at `row` (GGUF bytes); decode_value<T>(row, col) one value of a plain float
+// row (F32, F16, BF16: their rows may end in a partial chunk). Every format's blocks and
+// sub-block scales align to 16 values, so a chunk never straddles two of them.
+//
+// Bit-exactness: each value is the same float expression, in the same order, as the
+// CPU's (ggml's order, e.g. (d * sc) * q - (dmin * m) for Q4_K), each operation rounded
+// on its own: on the device through the _rn intrinsics, which the compiler never fuses
+// into an FMA; on the host the including file must be compiled with -ffp-contract=off.
+// fp16 is decoded by bit manipulation, exact for subnormals, infinities and NaNs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define FAFO_HD __host__ __device__ __forceinline__
+#else
+#define FAFO_HD inline
+#endif
+
+namespace fafo::cuda {
+
+// The weight formats, numbered as GGUF (ggml) type ids.
+enum class Format : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
+};
+
+template <Format F> struct FormatTraits;
+template <> struct FormatTraits<Format::F32> { static constexpr uint32_t block = 1, bytes = 4; };
+template <> struct FormatTraits<Format::F16> { static constexpr uint32_t block = 1, bytes = 2; };
+template <> struct FormatTraits<Format::BF16> { static constexpr uint32_t block = 1, bytes = 2; };
+template <> struct FormatTraits<Format::Q8_0> { static constexpr uint32_t block = 32, bytes = 34; };
+template <> struct FormatTraits<Format::Q4_0> { static constexpr uint32_t block = 32, bytes = 18; };
+template <> struct FormatTraits<Format::Q4_1> { static constexpr uint32_t block = 32, bytes = 20; };
+template <> struct FormatTraits<Format::Q5_0> { static constexpr uint32_t block = 32, bytes = 22; };
+template <> struct FormatTraits<Format::Q5_1> { static constexpr uint32_t block = 32, bytes = 24; };
+template <> struct FormatTraits<Format::Q2_K> { static constexpr uint32_t block = 256, bytes = 84; };
+template <> struct FormatTraits<Format::Q3_K> { static constexpr uint32_t block = 256, bytes = 110; };
+template <> struct FormatTraits<Format::Q4_K> { static constexpr uint32_t block = 256, bytes = 144; };
+template <> struct FormatTraits<Format::Q5_K> { static constexpr uint32_t block = 256, bytes = 176; };
+template <> struct FormatTraits<Format::Q6_K> { static constexpr uint32_t block = 256, bytes = 210; };
+
+template <Format F>
+constexpr bool is_plain_float = FormatTraits<F>::block == 1;
+
+// ---- exact arithmetic and readers ----
+
+FAFO_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+FAFO_HD float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+FAFO_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+FAFO_HD float bits_to_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+FAFO_HD uint32_t read_u16(const uint8_t* p) { return uint32_t{p[0]} | (uint32_t{p[1]} << 8); }
+FAFO_HD uint32_t read_u32(const uint8_t* p) { return read_u16(p) | (read_u16(p + 2) << 16); }
+
+// IEEE half bits -> float, exactly (subnormals become normal floats).
+FAFO_HD float half_bits_to_float(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0x1fu) return bits_to_float(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
+  if (exponent != 0) return bits_to_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  if (mantissa == 0) return bits_to_float(sign);  // +-0
+  // Subnormal: shift the mantissa up to a leading 1, lowering the exponent each step.
+  uint32_t e = 113;
+  while ((mantissa & 0x400u) == 0) {
+    mantissa <<= 1;
+    --e;
+  }
+  return bits_to_float(sign | (e << 23) | ((mantissa & 0x3ffu) << 13));
+}
+
+FAFO_HD float bf16_bits_to_float(uint32_t h) { return bits_to_float(h << 16); }
+
+// ---- plain float rows ----
+
+template <Format F>
+FAFO_HD float decode_value(const uint8_t* row, uint32_t col) {
+  static_assert(is_plain_float<F>, "decode_value reads plain float rows");
+  if constexpr (F == Format::F32) return bits_to_float(read_u32(row + 4 * col));
+  else if constexpr (F == Format::F16) return half_bits_to_float(read_u16(row + 2 * col));
+  else return bf16_bits_to_float(read_u16(row + 2 * col));
+}
+
+// ---- one 16-value chunk of a block (quantized formats) ----
+
+// value = q * d, q a signed byte.
+FAFO_HD void decode_q8_0(const uint8_t* b, uint32_t sub, float v[16]) {
+  const float d = half_bits_to_float(read_u16(b));
+  const uint8_t* qs = b + 2 + 16 * sub;
+  for (uint32_t k = 0; k < 16; ++k) v[k] = mul_rn(static_cast<float>(static_cast<int8_t>(qs[k])), d);
+}
+
+// Value j (< 16) is the low nibble of qs[j], value j + 16 the high one.
+// Q4_0: (q - 8) * d.  Q4_1: q * d + m.
+template <bool WithMin>
+FAFO_HD void decode_q4(const uint8_t* b, uint32_t sub, float v[16]) {
+  const float d = half_bits_to_float(read_u16(b));
+  const float m = WithMin ? half_bits_to_float(read_u16(b + 2)) : 0.0f;
+  const uint8_t* qs = b + (WithMin ? 4 : 2);
+  for (uint32_t k = 0; k < 16; ++k) {
+    const uint32_t q = (qs[k] >> (4 * sub)) & 0xfu;
+    v[k] = WithMin ? add_rn(mul_rn(static_cast<float>(q), d), m) : mul_rn(static_cast<float>(static_cast<int>(q) - 8), d);
+  }
+}
+
+// As Q4 plus a fifth bit: bit 4 of value j is bit j of the 32-bit qh.
+// Q5_0: (q - 16) * d.  Q5_1: q * d + m.
+template <bool WithMin>
+FAFO_HD void decode_q5(const uint8_t* b, uint32_t sub, float v[16]) {
+  const float d = half_bits_to_float(read_u16(b));
+  const float m = WithMin ? half_bits_to_float(read_u16(b + 2)) : 0.0f;
+  const uint32_t qh = read_u32(b + (WithMin ? 4 : 2));
+  const uint8_t* qs = b + (WithMin ? 8 : 6);
+  for (uint32_t k = 0; k < 16; ++k) {
+    const uint32_t q = ((qs[k] >> (4 * sub)) & 0xfu) | (((qh >> (16 * sub + k)) & 1u) << 4);
+    v[k] = WithMin ? add_rn(mul_rn(static_cast<float>(q), d), m)
+                   : mul_rn(static_cast<float>(static_cast<int>(q) - 16), d);
+  }
+}
+
+// 16 sub-blocks of 16; sub-block s = 8 * half + 2 * plane + part holds bits
+// 2 * plane..+1 of qs[32 * half + 16 * part + l].
+// Q2_K: (d * (sc & 15)) * q - (dmin * (sc >> 4)); scales at 0, qs at 16, d at 80, dmin at 82.
+FAFO_HD void decode_q2_k(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t half = sub >> 3, plane = (sub >> 1) & 3u, part = sub & 1u;
+  const uint32_t sc = b[sub];
+  const float d = half_bits_to_float(read_u16(b + 80)), dmin = half_bits_to_float(read_u16(b + 82));
+  const float dl = mul_rn(d, static_cast<float>(sc & 0xfu));
+  const float ml = mul_rn(dmin, static_cast<float>(sc >> 4));
+  const uint8_t* qs = b + 16 + 32 * half + 16 * part;
+  for (uint32_t k = 0; k < 16; ++k) v[k] = sub_rn(mul_rn(dl, static_cast<float>((qs[k] >> (2 * plane)) & 3u)), ml);
+}
+
+// Q3_K: (d * (scale6 - 32)) * (q - (hmask bit ? 0 : 4)), the bit 4 * half + plane of
+// hmask[16 * part + l]; hmask at 0, qs at 32, 6-bit scales at 96, d at 108.
+FAFO_HD void decode_q3_k(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t half = sub >> 3, plane = (sub >> 1) & 3u, part = sub & 1u;
+  const uint32_t low4 = sub < 8 ? b[96 + sub] & 0xfu : b[96 + sub - 8] >> 4;
+  const uint32_t high2 = (b[104 + (sub & 3u)] >> (2 * (sub >> 2))) & 3u;
+  const int scale = static_cast<int>(low4 | (high2 << 4)) - 32;
+  const float dl = mul_rn(half_bits_to_float(read_u16(b + 108)), static_cast<float>(scale));
+  const uint8_t* qs = b + 32 + 32 * half + 16 * part;
+  const uint8_t* hm = b + 16 * part;
+  const uint32_t high_bit = 4 * half + plane;
+  for (uint32_t k = 0; k < 16; ++k) {
+    const int q = static_cast<int>((qs[k] >> (2 * plane)) & 3u) - (((hm[k] >> high_bit) & 1u) != 0 ? 0 : 4);
+    v[k] = mul_rn(dl, static_cast<float>(q));
+  }
+}
+
+// 8 sub-blocks of 32, 6-bit scales and mins packed in 12 bytes at 4 (d at 0, dmin at
+// 2). Chunk s is in sub-block j = s / 2: nibble j % 2 of qs[32 * (s / 4) + 16 * (s % 2)
+// + l]; Q5_K adds bit j of qh[16 * (s % 2) + l] as bit 4. value = (d * sc) * q - (dmin * m).
+template <bool FifthBit>
+FAFO_HD void decode_q45_k(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t j = sub >> 1;
+  const uint8_t* scales = b + 4;
+  uint32_t sc, mn;
+  if (j < 4) {
+    sc = scales[j] & 63u;
+    mn = scales[j + 4] & 63u;
+  } else {
+    sc = (scales[j + 4] & 0xfu) | ((scales[j - 4] >> 6) << 4);
+    mn = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+  const float dl = mul_rn(half_bits_to_float(read_u16(b)), static_cast<float>(sc));
+  const float ml = mul_rn(half_bits_to_float(read_u16(b + 2)), static_cast<float>(mn));
+  const uint32_t shift = 4 * (j & 1u);
+  const uint8_t* qs = b + (FifthBit ? 48 : 16) + 32 * (sub >> 2) + 16 * (sub & 1u);
+  const uint8_t* qh = b + 16 + 16 * (sub & 1u);
+  for (uint32_t k = 0; k < 16; ++k) {
+    uint32_t q = (qs[k] >> shift) & 0xfu;
+    if (FifthBit) q |= ((qh[k] >> j) & 1u) << 4;
+    v[k] = sub_rn(mul_rn(dl, static_cast<float>(q)), ml);
+  }
+}
+
+// 16 sub-blocks of 16, signed 8-bit scales at 192, d at 208. Chunk s = 8 * half + 2 * k
+// + part: low 4 bits are nibble k / 2 of ql[64 * half + 32 * (k % 2) + 16 * part + l],
+// high 2 bits are bits 2k..2k+1 of qh[128 + 32 * half + 16 * part + l].
+// value = (d * scales[s]) * (q - 32).
+FAFO_HD void decode_q6_k(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t half = sub >> 3, k4 = (sub >> 1) & 3u, part = sub & 1u;
+  const float scale = mul_rn(half_bits_to_float(read_u16(b + 208)), static_cast<float>(static_cast<int8_t>(b[192 + sub])));
+  const uint8_t* ql = b + 64 * half + 32 * (k4 & 1u) + 16 * part;
+  const uint8_t* qh = b + 128 + 32 * half + 16 * part;
+  const uint32_t low_shift = 4 * (k4 >> 1);
+  for (uint32_t k = 0; k < 16; ++k) {
+    const uint32_t q = ((ql[k] >> low_shift) & 0xfu) | (((qh[k] >> (2 * k4)) & 3u) << 4);
+    v[k] = mul_rn(scale, static_cast<float>(static_cast<int>(q) - 32));
+  }
+}
+
+// ---- a row, 16 values at a time ----
+
+template <Format F>
+FAFO_HD void decode_chunk(const uint8_t* row, uint32_t chunk, float v[16]) {
+  using Tr = FormatTraits<F>;
+  if constexpr (is_plain_float<F>) {
+    for (uint32_t k = 0; k < 16; ++k) v[k] = decode_value<F>(row, 16 * chunk + k);
+  } else {
+    constexpr uint32_t chunks_per_block = Tr::block / 16;
+    const uint8_t* b = row + (chunk / chunks_per_block) * Tr::bytes;
+    const uint32_t sub = chunk % chunks_per_block;
+    if constexpr (F == Format::Q8_0) decode_q8_0(b, sub, v);
+    else if constexpr (F == Format::Q4_0) decode_q4<false>(b, sub, v);
+    else if constexpr (F == Format::Q4_1) decode_q4<true>(b, sub, v);
+    else if constexpr (F == Format::Q5_0) decode_q5<false>(b, sub, v);
+    else if constexpr (F == Format::Q5_1) decode_q5<true>(b, sub, v);
+    else if constexpr (F == Format::Q2_K) decode_q2_k(b, sub, v);
+    else if constexpr (F == Format::Q3_K) decode_q3_k(b, sub, v);
+    else if constexpr (F == Format::Q4_K) decode_q45_k<false>(b, sub, v);
+    else if constexpr (F == Format::Q5_K) decode_q45_k<true>(b, sub, v);
+    else decode_q6_k(b, sub, v);
+  }
+}
+
+// Calls f(std::integral_constant-like tag) for a runtime format id: the one place that
+// turns a tensor type into a decoder. Returns false for a format with no decoder.
+template <typename Fn>
+FAFO_HD bool with_format(uint32_t type, Fn&& f) {
+  switch (static_cast<Format>(type)) {
+    case Format::F32: f.template operator()<Format::F32>(); return true;
+    case Format::F16: f.template operator()<Format::F16>(); return true;
+    case Format::BF16: f.template operator()<Format::BF16>(); return true;
+    case Format::Q8_0: f.template operator()<Format::Q8_0>(); return true;
+    case Format::Q4_0: f.template operator()<Format::Q4_0>(); return true;
+    case Format::Q4_1: f.template operator()<Format::Q4_1>(); return true;
+    case Format::Q5_0: f.template operator()<Format::Q5_0>(); return true;
+    case Format::Q5_1: f.template operator()<Format::Q5_1>(); return true;
+    case Format::Q2_K: f.template operator()<Format::Q2_K>(); return true;
+    case Format::Q3_K: f.template operator()<Format::Q3_K>(); return true;
+    case Format::Q4_K: f.template operator()<Format::Q4_K>(); return true;
+    case Format::Q5_K: f.template operator()<Format::Q5_K>(); return true;
+    case Format::Q6_K: f.template operator()<Format::Q6_K>(); return true;
+  }
+  return false;
+}
+
+}  // namespace fafo::cuda

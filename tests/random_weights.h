@@ -1,0 +1,74 @@
+// Weight rows of random bytes for the kernel tests (Vulkan, CUDA decoders): every bit
+// pattern of a format's codes and packed scales. The fp16 fields are random too but
+// finite (NaN payloads through arithmetic are not portable); subnormal and zero scales
+// occur. Plain float values are random finite bit patterns.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "fafo/tensor_type.h"
+
+namespace fafo::test {
+
+// Byte offsets of the fp16 fields (scales, mins) in a block of each quantized format.
+inline std::vector<uint32_t> half_fields(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0:
+    case TensorType::Q5_0:
+    case TensorType::Q8_0:
+      return {0};
+    case TensorType::Q4_1:
+    case TensorType::Q5_1:
+    case TensorType::Q4_K:
+    case TensorType::Q5_K:
+      return {0, 2};
+    case TensorType::Q2_K:
+      return {80, 82};
+    case TensorType::Q3_K:
+      return {108};
+    case TensorType::Q6_K:
+      return {208};
+    default:
+      return {};
+  }
+}
+
+// rows x tensor_row_bytes(type, cols) random bytes, rows back to back.
+inline std::vector<uint8_t> random_block_bytes(TensorType type, uint32_t rows, uint32_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const size_t packed = size_t{rows} * tensor_row_bytes(type, cols);
+  std::vector<uint8_t> bytes(packed);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  auto finite_half = [&](size_t at) {
+    uint16_t h;
+    std::memcpy(&h, &bytes[at], 2);
+    if ((h & 0x7c00u) == 0x7c00u) h = static_cast<uint16_t>(h & ~0x4000u);
+    std::memcpy(&bytes[at], &h, 2);
+  };
+  if (type == TensorType::F32) {
+    for (size_t at = 0; at < packed; at += 4) {
+      uint32_t f;
+      std::memcpy(&f, &bytes[at], 4);
+      if ((f & 0x7f800000u) == 0x7f800000u) f &= ~0x40000000u;
+      std::memcpy(&bytes[at], &f, 4);
+    }
+  } else if (type == TensorType::F16) {
+    for (size_t at = 0; at < packed; at += 2) finite_half(at);
+  } else if (type == TensorType::BF16) {
+    for (size_t at = 0; at < packed; at += 2) {
+      uint16_t h;
+      std::memcpy(&h, &bytes[at], 2);
+      if ((h & 0x7f80u) == 0x7f80u) h = static_cast<uint16_t>(h & ~0x4000u);
+      std::memcpy(&bytes[at], &h, 2);
+    }
+  } else {
+    for (size_t block = 0; block < packed; block += tensor_type_info(type).block_bytes)
+      for (const uint32_t field : half_fields(type)) finite_half(block + field);
+  }
+  return bytes;
+}
+
+}  // namespace fafo::test

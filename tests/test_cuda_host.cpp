@@ -1,0 +1,220 @@
+// The CUDA backend's host-side code, on every machine (CI has no GPU): the block
+// decoders and summation orders of cuda_backend/src/block_decode.h and dot_order.h,
+// `__host__ __device__` functions compiled here as plain C++ (with -ffp-contract=off,
+// as their header requires), checked against fafo's dequantize_row and, where a Vulkan
+// device exists (lavapipe in CI), against the Vulkan kernels' bits: what the CUDA
+// kernels compute with these functions is then what the Vulkan backend computes.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../cuda_backend/src/block_decode.h"
+#include "../cuda_backend/src/dot_order.h"
+#include "fafo/tensor_type.h"
+#include "random_weights.h"
+
+#if FAFO_HAVE_VULKAN
+#include "backend/vulkan/buffer.h"
+#include "backend/vulkan/command_sequence.h"
+#include "backend/vulkan/kernels.h"
+#include "backend/vulkan/weight_kernels.h"
+#include "vulkan_test_support.h"
+#endif
+
+namespace {
+
+using fafo::TensorType;
+using fafo::cuda::Format;
+
+constexpr TensorType kFormats[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
+                                   TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
+                                   TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
+                                   TensorType::Q6_K};
+
+std::string name_of(TensorType t) { return std::string(fafo::tensor_type_name(t)); }
+
+// Rows quantized by fafo's quantizers from random floats, then rows of random bytes.
+std::vector<uint8_t> test_rows(TensorType type, uint32_t rows, uint32_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  const size_t row_bytes = fafo::tensor_row_bytes(type, cols);
+  std::vector<uint8_t> bytes(size_t{rows} * row_bytes);
+  std::vector<float> row(cols);
+  for (uint32_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = value(rng) * static_cast<float>(r + 1);
+    fafo::quantize_row(type, row.data(), bytes.data() + r * row_bytes, cols);
+  }
+  const std::vector<uint8_t> random = fafo::test::random_block_bytes(type, rows, cols, seed + 1);
+  bytes.insert(bytes.end(), random.begin(), random.end());
+  return bytes;
+}
+
+uint32_t cols_for(TensorType type) {
+  const uint32_t block = fafo::tensor_type_info(type).block_size;
+  return block == 1 ? 1007 : block == 32 ? 24 * block : 3 * block;  // plain floats end in a partial chunk
+}
+
+TEST(CudaBlockDecode, EveryFormatDecodesAsDequantizeRow) {
+  for (const TensorType type : kFormats) {
+    SCOPED_TRACE(name_of(type));
+    const uint32_t cols = cols_for(type), rows = 16;
+    const std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 7);
+    const size_t row_bytes = fafo::tensor_row_bytes(type, cols);
+    std::vector<float> want(cols);
+    for (uint32_t r = 0; r < rows; ++r) {
+      const uint8_t* row = bytes.data() + r * row_bytes;
+      fafo::dequantize_row(type, row, want.data(), cols);
+      std::vector<float> got(cols);
+      const bool known = fafo::cuda::with_format(static_cast<uint32_t>(type), [&]<Format F>() {
+        for (uint32_t chunk = 0; chunk < cols / 16; ++chunk) fafo::cuda::decode_chunk<F>(row, chunk, &got[16 * chunk]);
+        if constexpr (fafo::cuda::is_plain_float<F>)
+          for (uint32_t c = cols / 16 * 16; c < cols; ++c) got[c] = fafo::cuda::decode_value<F>(row, c);
+      });
+      ASSERT_TRUE(known);
+      for (uint32_t c = 0; c < cols; ++c)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[c]), std::bit_cast<uint32_t>(want[c]))
+            << "row " << r << " column " << c << ": " << got[c] << " vs " << want[c];
+    }
+  }
+  EXPECT_FALSE(fafo::cuda::with_format(99, []<Format>() {}));
+}
+
+TEST(CudaBlockDecode, EveryHalfAndBfloat16BitPattern) {
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<uint16_t>(i);
+  for (const TensorType type : {TensorType::F16, TensorType::BF16}) {
+    std::vector<float> want(halves.size());
+    fafo::dequantize_row(type, halves.data(), want.data(), static_cast<int64_t>(halves.size()));
+    for (uint32_t i = 0; i < halves.size(); ++i) {
+      const float got = type == TensorType::F16 ? fafo::cuda::half_bits_to_float(i) : fafo::cuda::bf16_bits_to_float(i);
+      if (std::isnan(want[i])) {
+        ASSERT_TRUE(std::isnan(got)) << name_of(type) << " bits " << i;
+      } else {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want[i])) << name_of(type) << " bits " << i;
+      }
+    }
+  }
+}
+
+TEST(CudaDotOrder, ProductsAreTheExactDotWithinTheOrdersRoundingBound) {
+  // Independent of Vulkan: row_dot against a double-precision dot of the decoded row.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (const TensorType type : kFormats) {
+    SCOPED_TRACE(name_of(type));
+    const uint32_t cols = cols_for(type);
+    const std::vector<uint8_t> bytes = test_rows(type, 2, cols, 9);
+    std::vector<float> x(cols), w(cols);
+    for (float& v : x) v = value(rng);
+    for (uint32_t r = 0; r < 2; ++r) {  // the quantized rows (random F32 bytes overflow a dot)
+      const uint8_t* row = bytes.data() + r * fafo::tensor_row_bytes(type, cols);
+      fafo::dequantize_row(type, row, w.data(), cols);
+      double exact = 0, magnitude = 0;
+      for (uint32_t c = 0; c < cols; ++c) {
+        exact += double{w[c]} * x[c];
+        magnitude += std::fabs(double{w[c]} * x[c]);
+      }
+      float got = 0;
+      fafo::cuda::with_format(static_cast<uint32_t>(type),
+                              [&]<Format F>() { got = fafo::cuda::row_dot<F>(row, x.data(), cols); });
+      // A lane adds up to 16 * ceil(chunks / 32) + 15 products, then 5 tree levels.
+      const double roundings = 16.0 * ((cols / 16 + 31) / 32) + 15 + 5 + 1;
+      EXPECT_NEAR(got, exact, roundings * std::ldexp(1.0, -24) * magnitude) << "row " << r;
+    }
+  }
+}
+
+#if FAFO_HAVE_VULKAN
+
+using fafo::vulkan::Buffer;
+using fafo::vulkan::CommandSequence;
+using VulkanOrder = fafo::test::ValidatedVulkanSuite<fafo::vulkan::WeightKernels>;
+
+Buffer upload(const fafo::vulkan::Context& ctx, const void* data, size_t bytes) {
+  Buffer b(ctx, bytes);
+  b.upload(data, bytes);
+  return b;
+}
+
+TEST_F(VulkanOrder, RowDotGivesTheVulkanMatmulBitsForEveryFormat) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (const TensorType type : kFormats) {
+    SCOPED_TRACE(name_of(type));
+    const uint32_t cols = cols_for(type), rows = 6, T = 3;
+    std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 13);
+    bytes.resize(fafo::vulkan::WeightKernels::weight_bytes(type, rows, cols), 0);
+    std::vector<float> x(size_t{T} * cols);
+    for (float& v : x) v = value(rng);
+    const Buffer bw = upload(*context_, bytes.data(), bytes.size());
+    const Buffer bx = upload(*context_, x.data(), x.size() * sizeof(float));
+    const Buffer out(*context_, size_t{T} * rows * sizeof(float));
+    CommandSequence seq(*context_);
+    kernels_->matmul(seq, type, bw, bx, out, fafo::vulkan::MatmulShape{T, rows, cols, cols, rows, 0});
+    seq.submit_and_wait();
+    std::vector<float> device(size_t{T} * rows);
+    out.download(device.data(), device.size() * sizeof(float));
+    const size_t row_bytes = fafo::tensor_row_bytes(type, cols);
+    // The device's multiply-add is fused or rounded (Vulkan allows both; lavapipe rounds):
+    // every output must be the order's result in one of the two, the same one throughout.
+    int fused = 0, rounded = 0;
+    for (uint32_t t = 0; t < T; ++t)
+      for (uint32_t r = 0; r < rows; ++r) {
+        float with_fma = 0, without = 0;
+        fafo::cuda::with_format(static_cast<uint32_t>(type), [&]<Format F>() {
+          using fafo::cuda::MulAdd;
+          with_fma = fafo::cuda::row_dot<F, MulAdd::Fused>(bytes.data() + r * row_bytes, &x[size_t{t} * cols], cols);
+          without = fafo::cuda::row_dot<F, MulAdd::Rounded>(bytes.data() + r * row_bytes, &x[size_t{t} * cols], cols);
+        });
+        const uint32_t got = std::bit_cast<uint32_t>(device[size_t{t} * rows + r]);
+        fused += got == std::bit_cast<uint32_t>(with_fma);
+        rounded += got == std::bit_cast<uint32_t>(without);
+        ASSERT_TRUE(got == std::bit_cast<uint32_t>(with_fma) || got == std::bit_cast<uint32_t>(without))
+            << "token " << t << " row " << r << ": " << device[size_t{t} * rows + r] << " vs " << with_fma
+            << " (fused) or " << without << " (rounded)";
+      }
+    EXPECT_TRUE(fused == static_cast<int>(T * rows) || rounded == static_cast<int>(T * rows))
+        << fused << " outputs match the fused order, " << rounded << " the rounded one";
+  }
+}
+
+TEST_F(VulkanOrder, RmsNormGivesTheVulkanKernelsBits) {
+  fafo::vulkan::Kernels kernels(*context_);
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  for (const uint32_t n : {64u, 1007u, 2048u}) {
+    const uint32_t rows = 3;
+    std::vector<float> x(size_t{rows} * n), gain(n);
+    for (float& v : x) v = value(rng);
+    for (float& v : gain) v = value(rng);
+    const Buffer bx = upload(*context_, x.data(), x.size() * sizeof(float));
+    const Buffer bg = upload(*context_, gain.data(), gain.size() * sizeof(float));
+    const Buffer out(*context_, x.size() * sizeof(float));
+    CommandSequence seq(*context_);
+    kernels.rms_norm(seq, bx, bg, out, rows, n, 1e-5f);
+    seq.submit_and_wait();
+    std::vector<float> device(x.size());
+    out.download(device.data(), device.size() * sizeof(float));
+    for (uint32_t r = 0; r < rows; ++r) {
+      const float* row = &x[size_t{r} * n];
+      float sums[fafo::cuda::kLanes];
+      for (uint32_t l = 0; l < fafo::cuda::kLanes; ++l) sums[l] = fafo::cuda::lane_sum_squares(row, n, l);
+      const float scale = fafo::cuda::rms_scale(fafo::cuda::tree32(sums), n, 1e-5f);
+      for (uint32_t c = 0; c < n; ++c) {
+        const float host = fafo::cuda::rms_apply(row[c], scale, gain[c]);
+        ASSERT_EQ(std::bit_cast<uint32_t>(host), std::bit_cast<uint32_t>(device[size_t{r} * n + c]))
+            << "n " << n << " row " << r << " column " << c;
+      }
+    }
+  }
+}
+
+#endif  // FAFO_HAVE_VULKAN
+
+}  // namespace
