@@ -31,6 +31,7 @@
 #include "backend_ops_harness.h"
 #include "faulty_backend.h"
 #include "fafo/backend_registry.h"
+#include "fafo/cuda_backend.h"
 #include "fafo/top_k.h"
 
 using namespace fafo;
@@ -618,14 +619,18 @@ struct Target {
   std::string label() const { return backend + "_" + std::to_string(device); }
 };
 
+// Every backend and device of the registry, and the CUDA backend's code with its kernels
+// run on the host ("cuda_emulated": the CUDA backend's step logic, where no GPU exists).
 std::vector<Target> all_targets() {
   std::vector<Target> out;
   for (const BackendInfo& b : backend_registry())
     for (const BackendDevice& d : b.devices()) out.push_back({b.name, d.index, d.name});
+  out.push_back({"cuda_emulated", 0, "host"});
   return out;
 }
 
 std::unique_ptr<Backend> make_target(const Target& t) {
+  if (t.backend == "cuda_emulated") return cuda::make_emulated_backend();
   return make_backend(BackendSpec{t.backend, std::to_string(t.device), 2});
 }
 

@@ -16,8 +16,13 @@
 
 #include "../cuda_backend/src/block_decode.h"
 #include "../cuda_backend/src/dot_order.h"
+#include "../cuda_backend/src/ops.h"
+#include "fafo/cuda_backend.h"
+#include "fafo/generator.h"
 #include "fafo/tensor_type.h"
 #include "random_weights.h"
+#include "model_fixtures.h"
+#include "test_support.h"
 
 #if FAFO_HAVE_VULKAN
 #include "backend/vulkan/buffer.h"
@@ -82,7 +87,7 @@ TEST(CudaBlockDecode, EveryFormatDecodesAsDequantizeRow) {
             << "row " << r << " column " << c << ": " << got[c] << " vs " << want[c];
     }
   }
-  EXPECT_FALSE(fafo::cuda::with_format(99, []<Format>() {}));
+  EXPECT_FALSE(fafo::cuda::has_decoder(99));
 }
 
 TEST(CudaBlockDecode, EveryHalfAndBfloat16BitPattern) {
@@ -98,6 +103,24 @@ TEST(CudaBlockDecode, EveryHalfAndBfloat16BitPattern) {
       } else {
         ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want[i])) << name_of(type) << " bits " << i;
       }
+    }
+  }
+}
+
+TEST(CudaBlockDecode, FloatToHalfRoundsAsTheCpuCache) {
+  // The fp16 KV cache's rounding: every 4099th float bit pattern, and the edges
+  // (halfway cases, the subnormal and overflow boundaries, infinities, NaN).
+  std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x477fefffu, 0x477ff000u,
+                                    0x477fe000u, 0x38800000u, 0x387fffffu, 0x33000000u, 0x33000001u, 0x32ffffffu,
+                                    0x33800000u, 0x3f801000u, 0x3f803000u, 0x3f801001u};
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099) patterns.push_back(static_cast<uint32_t>(u));
+  for (const uint32_t u : patterns) {
+    const float f = std::bit_cast<float>(u);
+    const uint16_t want = fafo::fp32_to_fp16(f), got = fafo::cuda::float_to_half_bits(f);
+    if (std::isnan(f)) {
+      ASSERT_TRUE(std::isnan(fafo::cuda::half_bits_to_float(got))) << std::hex << u;
+    } else {
+      ASSERT_EQ(got, want) << "float bits 0x" << std::hex << u << " (" << f << ")";
     }
   }
 }
@@ -127,6 +150,39 @@ TEST(CudaDotOrder, ProductsAreTheExactDotWithinTheOrdersRoundingBound) {
       const double roundings = 16.0 * ((cols / 16 + 31) / 32) + 15 + 5 + 1;
       EXPECT_NEAR(got, exact, roundings * std::ldexp(1.0, -24) * magnitude) << "row " << r;
     }
+  }
+}
+
+TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
+  // The CUDA backend's whole step logic (StepBatch masks, FULL and COMPRESSED rows, the
+  // logical order, KV swaps and moves, gathered rows, argmax), its kernels run on the
+  // host: the greedy ids of plain decoding equal the cpu backend's, and every strategy's
+  // equal plain decoding's, with fp32 and fp16 caches.
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
+  const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
+  const std::vector<int32_t> prompt = tokenizer.encode("Once upon a time, there was a little girl named Lily.", true);
+  auto run = [&](std::unique_ptr<fafo::Backend> be, fafo::KvCacheType kv, fafo::Strategy s, const std::string& policy) {
+    fafo::ModelOptions mo;
+    mo.n_ctx = 256;
+    mo.kv_type = kv;
+    fafo::Model model(file, std::move(be), mo);
+    fafo::GenerationOptions o;
+    o.n_predict = 40;
+    o.sampling.temperature = 0;
+    o.decoding.strategy = s;
+    o.kv.name = policy;
+    o.kv.budget = 24;
+    return fafo::generate(model, tokenizer, prompt, o).ids;
+  };
+  for (const fafo::KvCacheType kv : {fafo::KvCacheType::F32, fafo::KvCacheType::F16}) {
+    SCOPED_TRACE(fafo::kv_cache_type_name(kv));
+    const auto ar = run(fafo::make_cpu_backend(2), kv, fafo::Strategy::Ar, "stream");
+    ASSERT_EQ(ar.size(), 40u);
+    EXPECT_EQ(run(fafo::cuda::make_emulated_backend(), kv, fafo::Strategy::Ar, "stream"), ar);
+    EXPECT_EQ(run(fafo::cuda::make_emulated_backend(), kv, fafo::Strategy::Lookahead, "stream"), ar);
+    for (const std::string policy : {"stream", "snapkv"})
+      EXPECT_EQ(run(fafo::cuda::make_emulated_backend(), kv, fafo::Strategy::Fafo, policy), ar) << policy;
   }
 }
 

@@ -20,8 +20,8 @@ void add_backend_flags(CLI::App* cmd, BackendSpec& backend, KvCacheType& kv_type
       ->capture_default_str()
       ->check(CLI::IsMember(names));
   cmd->add_option("--device", backend.device,
-                  "Vulkan device: an index or part of a name from `fafo devices` (default: the first discrete GPU, "
-                  "else integrated, else any)");
+                  "Device of the backend: an index or part of a name from `fafo devices` (vulkan's default: the "
+                  "first discrete GPU, else integrated, else any; cuda's: GPU 0)");
   cmd->add_option("-t,--threads", backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
       ->check(CLI::Range(0, 1024));
   cmd->add_option_function<std::string>(

@@ -250,10 +250,10 @@ FAFO_HD void decode_chunk(const uint8_t* row, uint32_t chunk, float v[16]) {
   }
 }
 
-// Calls f(std::integral_constant-like tag) for a runtime format id: the one place that
-// turns a tensor type into a decoder. Returns false for a format with no decoder.
+// Calls f.template operator()<F>() for a runtime format id (host code: the one place
+// that turns a tensor type into a decoder). Returns false for a format with no decoder.
 template <typename Fn>
-FAFO_HD bool with_format(uint32_t type, Fn&& f) {
+inline bool with_format(uint32_t type, Fn&& f) {
   switch (static_cast<Format>(type)) {
     case Format::F32: f.template operator()<Format::F32>(); return true;
     case Format::F16: f.template operator()<Format::F16>(); return true;
@@ -270,6 +270,10 @@ FAFO_HD bool with_format(uint32_t type, Fn&& f) {
     case Format::Q6_K: f.template operator()<Format::Q6_K>(); return true;
   }
   return false;
+}
+
+inline bool has_decoder(uint32_t type) {
+  return with_format(type, []<Format F>() { static_assert(FormatTraits<F>::block > 0); });
 }
 
 }  // namespace fafo::cuda

@@ -251,6 +251,24 @@ class Backend {
   virtual KernelProfile take_profile() { return {}; }
 };
 
+// The checks a device backend's begin_step and embed make: std::length_error when a
+// step needs KV slots past `kv_capacity` or more rows than its activations hold
+// (`max_rows`); std::out_of_range for a token outside a table of `vocab` rows.
+inline void check_step_fits(const StepBatch& batch, int32_t kv_capacity, int64_t max_rows) {
+  if (batch.n_past() + batch.size() > kv_capacity)
+    throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
+                            " but the cache holds " + std::to_string(kv_capacity));
+  if (batch.size() > max_rows)
+    throw std::length_error("a step of " + std::to_string(batch.size()) + " tokens exceeds the " +
+                            std::to_string(max_rows) + " rows the activations hold");
+}
+inline void check_tokens_in_vocabulary(const StepBatch& batch, int64_t vocab) {
+  for (int32_t tok : batch.tokens())
+    if (tok < 0 || tok >= vocab)
+      throw std::out_of_range("token id " + std::to_string(tok) + " is outside the vocabulary (" + std::to_string(vocab) +
+                              " tokens)");
+}
+
 // Which backend to create, as a user names it (`--backend`, `--device`, `--threads`);
 // make_backend() and the rest of the registry are in fafo/backend_registry.h.
 struct BackendSpec {

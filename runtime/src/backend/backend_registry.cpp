@@ -54,6 +54,7 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   // Backends fafo has but this build may lack, with what it takes to build them.
   static const std::pair<const char*, const char*> kOptional[] = {
       {"vulkan", "it was configured without the Vulkan SDK; install libvulkan-dev and glslang-tools and rebuild"},
+      {"cuda", "it was configured without a CUDA toolkit; install one (nvcc) and rebuild, -DFAFO_CUDA=ON to require it"},
   };
   for (const auto& [known, how] : kOptional)
     if (name == known)

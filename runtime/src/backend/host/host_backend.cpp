@@ -74,9 +74,7 @@ class HostBackend final : public Backend, public StepRows {
   void embed(const Weight& table, Activation& out) override {
     const HostWeight& w = weights_.at(static_cast<size_t>(table.id)).file;
     const int32_t T = batch_->size();
-    for (int32_t tok : batch_->tokens())
-      if (tok < 0 || tok >= w.rows)
-        throw std::out_of_range("token id " + std::to_string(tok) + " is outside the vocabulary (" + std::to_string(w.rows) + " tokens)");
+    check_tokens_in_vocabulary(*batch_, w.rows);
     pool_.parallel_for(T, 1, [&](int64_t b, int64_t e, int) {
       for (int64_t i = b; i < e; ++i) {
         const int32_t tok = batch_->tokens()[static_cast<size_t>(i)];

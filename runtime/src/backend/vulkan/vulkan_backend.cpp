@@ -182,21 +182,13 @@ class VulkanBackend final : public Backend, public StepTarget {
   // --- a step -----------------------------------------------------------------------
   void begin_step(const StepBatch& batch) override {
     if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
-    if (batch.n_past() + batch.size() > kv_->capacity())
-      throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
-                              " but the cache holds " + std::to_string(kv_->capacity()));
-    if (batch.size() > max_step_rows_)
-      throw std::length_error("a step of " + std::to_string(batch.size()) + " tokens exceeds the " +
-                              std::to_string(max_step_rows_) + " rows the activations hold");
+    check_step_fits(batch, kv_->capacity(), max_step_rows_);
     encoder_.begin(batch, kv_->full_order());
   }
 
   void embed(const Weight& table, Activation& out) override {
     const DeviceWeight& w = weight(table);
-    for (int32_t tok : batch().tokens())
-      if (tok < 0 || tok >= w.rows)
-        throw std::out_of_range("token id " + std::to_string(tok) + " is outside the vocabulary (" +
-                                std::to_string(w.rows) + " tokens)");
+    check_tokens_in_vocabulary(batch(), w.rows);
     for (const WeightPart& part : w.parts)
       weight_kernels_.embed(step(), w.type, part.buffer, encoder_.tokens(), act(out), static_cast<uint32_t>(batch().size()),
                             static_cast<uint32_t>(w.cols), part.first_row, part.n_rows);

@@ -1,0 +1,17 @@
+// The CUDA backend over the host device (host_device.h): every kernel of ops.h run on
+// the CPU. Compiled with -ffp-contract=off, as block_decode.h requires on the host.
+#include <memory>
+
+#include "fafo/cuda_backend.h"
+#include "host_device.h"
+#include "ops_backend.h"
+
+namespace fafo::cuda {
+
+std::unique_ptr<Backend> make_emulated_backend() {
+  auto device = std::make_unique<HostDevice>();
+  const std::string describe = "CUDA backend, " + device->description();
+  return std::make_unique<OpsBackend<HostDevice>>(std::move(device), "cuda-emulated", describe);
+}
+
+}  // namespace fafo::cuda

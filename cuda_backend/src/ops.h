@@ -1,0 +1,320 @@
+// The CUDA backend's kernels, each a functor over a flat index space: `op(i)` for every
+// i < n computes one independent piece of the op (an output, a row, a head of a row).
+// They are `__host__ __device__`: the CUDA device (cuda_device.cuh) runs them as grids
+// of threads; the host device (host_device.h) runs the very same code in a loop, which
+// is how CI, without a GPU, runs the backend's whole step logic and the conformance
+// table against the reference (tests/test_backend_ops.cpp: the "cuda-emulated" target).
+//
+// These are the plain kernels: correct for every shape, one thread per output or row.
+// Their arithmetic is the Vulkan backend's (block_decode.h, dot_order.h).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "block_decode.h"
+#include "dot_order.h"
+
+namespace fafo::cuda {
+
+FAFO_HD float exp_f(float x) {
+#if defined(__CUDA_ARCH__)
+  return expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+
+// float -> IEEE half bits, rounded to nearest even (fafo::fp32_to_fp16's result):
+// overflow to infinity, subnormals, NaN kept a NaN.
+FAFO_HD uint16_t float_to_half_bits(float f) {
+  uint32_t u;
+#if defined(__CUDA_ARCH__)
+  u = __float_as_uint(f);
+#else
+  std::memcpy(&u, &f, sizeof u);
+#endif
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to infinity (or is one)
+  if (abs < 0x38800000u) {
+    // A half subnormal (or zero): the value in units of 2^-24, rounded to nearest even.
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
+    const uint32_t exponent = abs >> 23;
+    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126u - exponent;  // 14..24
+    uint32_t h = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+    if (rest > halfway || (rest == halfway && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = ((abs - 0x38000000u) >> 13);  // rebias the exponent, keep 10 mantissa bits
+  const uint32_t rest = abs & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+// ---- weights ----
+
+// out[t][c] = the table row of token t, for tokens in [first_row, first_row + n_rows);
+// i over T x chunks (16 values each).
+template <Format F>
+struct EmbedOp {
+  const uint8_t* table;
+  const int32_t* tokens;
+  float* out;
+  uint32_t cols, first_row, n_rows, chunks;
+  uint64_t row_bytes;
+  FAFO_HD void operator()(uint32_t i) const {
+    const uint32_t t = i / chunks, chunk = i % chunks;
+    const int64_t row = static_cast<int64_t>(tokens[t]) - first_row;
+    if (row < 0 || row >= n_rows) return;
+    const uint8_t* src = table + static_cast<uint64_t>(row) * row_bytes;
+    float* dst = out + static_cast<uint64_t>(t) * cols + 16 * chunk;
+    if (16 * chunk + 16 <= cols) {
+      float v[16];
+      decode_chunk<F>(src, chunk, v);
+      for (uint32_t k = 0; k < 16; ++k) dst[k] = v[k];
+    } else if constexpr (is_plain_float<F>) {
+      for (uint32_t c = 16 * chunk; c < cols; ++c) out[static_cast<uint64_t>(t) * cols + c] = decode_value<F>(src, c);
+    }
+  }
+};
+
+// out[t * out_stride + out_offset + r] (+)= W[r] . x[t]; i over T x rows.
+template <Format F>
+struct MatmulOp {
+  const uint8_t* w;
+  const float* x;
+  float* out;
+  uint32_t rows, cols, x_stride, out_stride, out_offset;
+  uint64_t row_bytes;
+  bool accumulate;
+  FAFO_HD void operator()(uint32_t i) const {
+    const uint32_t t = i / rows, r = i % rows;
+    const float sum = row_dot<F>(w + static_cast<uint64_t>(r) * row_bytes, x + static_cast<uint64_t>(t) * x_stride, cols);
+    float* o = out + static_cast<uint64_t>(t) * out_stride + out_offset + r;
+    *o = accumulate ? add_rn(*o, sum) : sum;
+  }
+};
+
+// ---- rows ----
+
+// RMSNorm of row i (n values, rows contiguous): dot_order.h's lane sums and tree.
+struct RmsNormOp {
+  const float* x;
+  const float* gain;
+  float* out;
+  uint32_t n;
+  float eps;
+  FAFO_HD void operator()(uint32_t i) const {
+    const float* row = x + static_cast<uint64_t>(i) * n;
+    float sums[kLanes];
+    for (uint32_t l = 0; l < kLanes; ++l) sums[l] = lane_sum_squares(row, n, l);
+    const float scale = rms_scale(tree32(sums), n, eps);
+    for (uint32_t c = 0; c < n; ++c) out[static_cast<uint64_t>(i) * n + c] = rms_apply(row[c], scale, gain[c]);
+  }
+};
+
+// Element-wise over n floats: x[i] += y[i] (Add), x[i] += b[i % cols] (Bias),
+// out[i] = silu(g[i]) * u[i] (Swiglu).
+struct AddOp {
+  float* x;
+  const float* y;
+  FAFO_HD void operator()(uint32_t i) const { x[i] = add_rn(x[i], y[i]); }
+};
+struct BiasOp {
+  float* x;
+  const float* b;
+  uint32_t cols;
+  FAFO_HD void operator()(uint32_t i) const { x[i] = add_rn(x[i], b[i % cols]); }
+};
+struct SwigluOp {
+  const float* g;
+  const float* u;
+  float* out;
+  FAFO_HD void operator()(uint32_t i) const {
+    const float a = g[i];
+#if defined(__CUDA_ARCH__)
+    out[i] = __fmul_rn(__fdiv_rn(a, __fadd_rn(1.0f, exp_f(-a))), u[i]);
+#else
+    out[i] = a / (1.0f + exp_f(-a)) * u[i];
+#endif
+  }
+};
+
+// Rotates pair p of head h of row t by the step's table (cos, sin per row and pair,
+// computed on the host by RopeParams::angle as the reference does); i over
+// T x n_heads x n_pairs.
+struct RopeOp {
+  float* x;
+  const float* table;  // [T][n_pairs][2]
+  uint32_t n_heads, head_dim, n_pairs, stride;
+  bool neox;
+  FAFO_HD void operator()(uint32_t i) const {
+    const uint32_t p = i % n_pairs, h = (i / n_pairs) % n_heads, t = i / (n_pairs * n_heads);
+    float* head = x + static_cast<uint64_t>(t) * stride + static_cast<uint64_t>(h) * head_dim;
+    const uint32_t a = neox ? p : 2 * p, b = neox ? p + n_pairs : 2 * p + 1;
+    const float c = table[(static_cast<uint64_t>(t) * n_pairs + p) * 2], s = table[(static_cast<uint64_t>(t) * n_pairs + p) * 2 + 1];
+    const float x0 = head[a], x1 = head[b];
+    head[a] = sub_rn(mul_rn(x0, c), mul_rn(x1, s));
+    head[b] = add_rn(mul_rn(x0, s), mul_rn(x1, c));
+  }
+};
+
+// dst row k = src row rows[k]; i over n x cols.
+struct GatherOp {
+  const float* src;
+  float* dst;
+  const int32_t* rows;
+  uint32_t cols, src_stride, dst_stride;
+  FAFO_HD void operator()(uint32_t i) const {
+    const uint32_t k = i / cols, c = i % cols;
+    dst[static_cast<uint64_t>(k) * dst_stride + c] = src[static_cast<uint64_t>(rows[k]) * src_stride + c];
+  }
+};
+
+// The index of each row's largest value (ref::argmax_row: the first of equal ones; -1
+// for a row holding a NaN, -2 for an empty row or one of -inf only); i over rows.
+struct ArgmaxOp {
+  const float* x;
+  int32_t* out;
+  uint32_t cols, stride;
+  FAFO_HD void operator()(uint32_t i) const {
+    const float* row = x + static_cast<uint64_t>(i) * stride;
+    int32_t best = 0;
+    for (uint32_t c = 0; c < cols; ++c) {
+      if (row[c] != row[c]) {
+        out[i] = -1;
+        return;
+      }
+      if (row[c] > row[best]) best = static_cast<int32_t>(c);
+    }
+    out[i] = cols == 0 || row[best] == -INFINITY ? -2 : best;
+  }
+};
+
+// ---- the KV cache ----
+
+// Stores rows of kv_dim values at slots first_slot.. (fp32, or fp16 bits); i over
+// T x kv_dim.
+struct KvStoreOp {
+  const float* src;
+  void* dst;
+  uint32_t kv_dim, src_stride, src_offset, first_slot;
+  bool f16;
+  FAFO_HD void operator()(uint32_t i) const {
+    const uint32_t t = i / kv_dim, c = i % kv_dim;
+    const float v = src[static_cast<uint64_t>(t) * src_stride + src_offset + c];
+    const uint64_t at = static_cast<uint64_t>(first_slot + t) * kv_dim + c;
+    if (f16) static_cast<uint16_t*>(dst)[at] = float_to_half_bits(v);
+    else static_cast<float*>(dst)[at] = v;
+  }
+};
+
+// Exchanges (swap) or copies (move: first -> second) entries, pair after pair in order;
+// i over kv_dim (columns are independent, so each runs every pair in order).
+template <typename Element>
+struct SlotOp {
+  Element* base;
+  const int32_t* pairs;  // [n][2]
+  uint32_t n, kv_dim;
+  bool swap;
+  FAFO_HD void operator()(uint32_t i) const {
+    for (uint32_t k = 0; k < n; ++k) {
+      Element* a = base + static_cast<uint64_t>(pairs[2 * k]) * kv_dim + i;
+      Element* b = base + static_cast<uint64_t>(pairs[2 * k + 1]) * kv_dim + i;
+      if (swap) {
+        const Element t = *a;
+        *a = *b;
+        *b = t;
+      } else {
+        *b = *a;
+      }
+    }
+  }
+};
+
+// Attention of head h of row t over the keys its row sees: first its view of the
+// committed entries (FULL rows: every one, in logical order; COMPRESSED rows: the region
+// [0, region), or every entry in a dense layer), then the batch tokens its mask row lets
+// it see. Two passes over the keys (the largest score, then the exponentials and the
+// weighted values, accumulated into `acc`); i over T x n_head.
+struct AttentionOp {
+  const float* q;
+  float* out;
+  float* acc;  // [T x n_head x head_dim] scratch
+  const void* keys;
+  const void* values;
+  const uint64_t* mask;       // [T][mask_words]: bit j of row t: row t sees batch token j
+  const uint8_t* compressed;  // [T]: 1 for a COMPRESSED row
+  const int32_t* order;       // [n_past] physical slots in logical order, or null (identity)
+  uint32_t T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, out_stride, mask_words, region;
+  float scale;
+  bool dense, f16;
+
+  FAFO_HD float key(uint32_t slot, uint32_t d) const {
+    const uint64_t at = static_cast<uint64_t>(slot) * kv_dim + d;
+    return f16 ? half_bits_to_float(static_cast<const uint16_t*>(keys)[at]) : static_cast<const float*>(keys)[at];
+  }
+  FAFO_HD float value(uint32_t slot, uint32_t d) const {
+    const uint64_t at = static_cast<uint64_t>(slot) * kv_dim + d;
+    return f16 ? half_bits_to_float(static_cast<const uint16_t*>(values)[at]) : static_cast<const float*>(values)[at];
+  }
+  // The k-th key slot row t sees, k < count(t).
+  FAFO_HD uint32_t prefix_count(uint32_t t) const {
+    if (compressed[t] && !dense) return region < n_past ? region : n_past;
+    return n_past;
+  }
+  FAFO_HD uint32_t prefix_slot(uint32_t t, uint32_t k) const {
+    if (compressed[t] && !dense) return k;
+    return order ? static_cast<uint32_t>(order[k]) : k;
+  }
+  FAFO_HD bool sees(uint32_t t, uint32_t j) const { return (mask[static_cast<uint64_t>(t) * mask_words + j / 64] >> (j % 64)) & 1u; }
+
+  FAFO_HD float score(const float* qh, uint32_t slot, uint32_t kv_off) const {
+    float s = 0.0f;
+    for (uint32_t d = 0; d < head_dim; ++d) s = fma_rn(qh[d], key(slot, kv_off + d), s);
+    return mul_rn(s, scale);
+  }
+
+  FAFO_HD void operator()(uint32_t i) const {
+    const uint32_t t = i / n_head, h = i % n_head;
+    const uint32_t kv_off = (h / (n_head / n_head_kv)) * head_dim;
+    const float* qh = q + static_cast<uint64_t>(t) * q_stride + static_cast<uint64_t>(h) * head_dim;
+    float* a = acc + static_cast<uint64_t>(i) * head_dim;
+    const uint32_t n_prefix = prefix_count(t);
+    float m = -INFINITY;
+    for (uint32_t k = 0; k < n_prefix; ++k) {
+      const float s = score(qh, prefix_slot(t, k), kv_off);
+      m = s > m ? s : m;
+    }
+    for (uint32_t j = 0; j <= t; ++j)
+      if (sees(t, j)) {
+        const float s = score(qh, n_past + j, kv_off);
+        m = s > m ? s : m;
+      }
+    for (uint32_t d = 0; d < head_dim; ++d) a[d] = 0.0f;
+    float l = 0.0f;
+    auto add_key = [&](uint32_t slot) {
+      const float e = exp_f(sub_rn(score(qh, slot, kv_off), m));
+      l = add_rn(l, e);
+      for (uint32_t d = 0; d < head_dim; ++d) a[d] = fma_rn(e, value(slot, kv_off + d), a[d]);
+    };
+    for (uint32_t k = 0; k < n_prefix; ++k) add_key(prefix_slot(t, k));
+    for (uint32_t j = 0; j <= t; ++j)
+      if (sees(t, j)) add_key(n_past + j);
+    float* o = out + static_cast<uint64_t>(t) * out_stride + static_cast<uint64_t>(h) * head_dim;
+    for (uint32_t d = 0; d < head_dim; ++d) {
+#if defined(__CUDA_ARCH__)
+      o[d] = __fdiv_rn(a[d], l);
+#else
+      o[d] = a[d] / l;
+#endif
+    }
+  }
+};
+
+}  // namespace fafo::cuda

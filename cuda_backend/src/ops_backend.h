@@ -1,0 +1,532 @@
+// The CUDA backend's Backend and KvCache, written once over a Device: CudaDevice
+// (cuda_device.cuh: device memory, kernels as grids on a stream) or HostDevice
+// (host_device.h: the same kernels run on the CPU, for tests where there is no GPU).
+// Every op launches one kernel of ops.h (or copies); a step's launches run in order on
+// the device and finish_step() waits for them.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "block_decode.h"
+#include "fafo/backend.h"
+#include "fafo/kv_cache.h"
+#include "fafo/tensor_type.h"
+#include "fafo/top_k.h"
+#include "ops.h"
+
+namespace fafo::cuda {
+
+// Device memory owned by one object.
+template <class Device>
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(Device& device, size_t bytes) : device_(&device), data_(device.alloc(bytes)), bytes_(bytes) {}
+  DeviceMemory(DeviceMemory&& o) noexcept { *this = std::move(o); }
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+    std::swap(device_, o.device_);
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~DeviceMemory() {
+    if (data_) device_->release(data_);
+  }
+  void* get() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A buffer that grows to what a step needs and uploads host data into it.
+template <class Device>
+class Staging {
+ public:
+  template <typename T>
+  const T* put(Device& device, const std::vector<T>& v) {
+    const size_t bytes = std::max<size_t>(v.size() * sizeof(T), sizeof(T));
+    if (memory_.bytes() < bytes) memory_ = DeviceMemory<Device>(device, bytes);
+    if (!v.empty()) device.upload(memory_.get(), v.data(), v.size() * sizeof(T));
+    return memory_.template as<T>();
+  }
+  template <typename T>
+  T* reserve(Device& device, size_t n) {
+    const size_t bytes = std::max<size_t>(n * sizeof(T), sizeof(T));
+    if (memory_.bytes() < bytes) memory_ = DeviceMemory<Device>(device, bytes);
+    return memory_.template as<T>();
+  }
+
+ private:
+  DeviceMemory<Device> memory_;
+};
+
+// What the KV cache needs from its backend during a step.
+class StepAccess {
+ public:
+  virtual ~StepAccess() = default;
+  virtual const StepBatch& step_batch() const = 0;
+  virtual float* data_of(const Activation& a) const = 0;
+};
+
+template <class Device>
+class OpsKvCache final : public KvCache {
+ public:
+  OpsKvCache(const KvCacheShape& shape, Device& device, const StepAccess& step)
+      : KvCache(shape), device_(device), step_(step), f16_(shape.type == KvCacheType::F16) {
+    if (shape.n_layer < 1 || shape.capacity < 1 || shape.kv_dim < 1)
+      throw std::invalid_argument("a KV cache needs at least one layer, one entry and one value per entry");
+    const size_t bytes = static_cast<size_t>(shape.capacity) * static_cast<size_t>(shape.kv_dim) * element_bytes();
+    for (int32_t l = 0; l < shape.n_layer; ++l) {
+      keys_.emplace_back(device, bytes);
+      values_.emplace_back(device, bytes);
+    }
+    captured_.resize(static_cast<size_t>(shape.n_layer));
+  }
+
+  void store(int32_t layer, const Activation& k, const Activation& v) override {
+    check_layer(layer, "store");
+    if (k.cols != shape().kv_dim || v.cols != shape().kv_dim) throw std::invalid_argument("store: rows are not kv_dim wide");
+    store_rows(layer, step_.data_of(k), static_cast<uint32_t>(k.cols), 0, step_.data_of(v), static_cast<uint32_t>(v.cols), 0);
+  }
+  // The step's keys and values from columns of wider rows (the fused qkv).
+  void store_rows(int32_t layer, const float* k, uint32_t k_stride, uint32_t k_offset, const float* v, uint32_t v_stride,
+                  uint32_t v_offset) {
+    const StepBatch& b = step_.step_batch();
+    const uint32_t kv_dim = static_cast<uint32_t>(shape().kv_dim);
+    const uint64_t n = static_cast<uint64_t>(b.size()) * kv_dim;
+    const uint32_t first = static_cast<uint32_t>(b.n_past());
+    device_.launch(KvStoreOp{k, keys(layer), kv_dim, k_stride, k_offset, first, f16_}, n, "kv_store");
+    device_.launch(KvStoreOp{v, values(layer), kv_dim, v_stride, v_offset, first, f16_}, n, "kv_store");
+  }
+
+  void capture_queries(int32_t layer, const Activation& q) override {
+    check_layer(layer, "capture_queries");
+    std::vector<int32_t> rows;
+    for (int32_t r : captured_rows())
+      if (r >= 0 && r < step_.step_batch().size()) rows.push_back(r);
+    Captured& c = captured_[static_cast<size_t>(layer)];
+    c.rows = static_cast<uint32_t>(rows.size());
+    c.cols = static_cast<uint32_t>(q.cols);
+    if (rows.empty()) return;
+    const size_t bytes = size_t{c.rows} * c.cols * sizeof(float);
+    if (c.memory.bytes() < bytes) c.memory = DeviceMemory<Device>(device_, bytes);
+    float* dst = c.memory.template as<float>();
+    const int32_t* index = c.index.put(device_, rows);
+    device_.launch(GatherOp{step_.data_of(q), dst, index, c.cols, c.cols, c.cols}, uint64_t{c.rows} * c.cols, "capture");
+  }
+
+  void write(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) override {
+    if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
+      throw std::out_of_range("write_kv: outside the cache");
+    const size_t n = static_cast<size_t>(count) * static_cast<size_t>(shape().kv_dim);
+    const size_t at = static_cast<size_t>(first) * static_cast<size_t>(shape().kv_dim) * element_bytes();
+    upload_values(static_cast<uint8_t*>(keys(layer)) + at, k, n);
+    upload_values(static_cast<uint8_t*>(values(layer)) + at, v, n);
+  }
+
+  std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) override {
+    check_layer(layer, "read_keys");
+    const size_t kv_dim = static_cast<size_t>(shape().kv_dim);
+    std::vector<float> out(slots.size() * kv_dim);
+    std::vector<uint16_t> halves(kv_dim);
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s] < 0 || slots[s] >= capacity()) throw std::out_of_range("read_keys: slot outside the cache");
+      const uint8_t* src = static_cast<const uint8_t*>(keys(layer)) + static_cast<size_t>(slots[s]) * kv_dim * element_bytes();
+      if (!f16_) {
+        device_.download(&out[s * kv_dim], src, kv_dim * sizeof(float));
+      } else {
+        device_.download(halves.data(), src, kv_dim * sizeof(uint16_t));
+        for (size_t c = 0; c < kv_dim; ++c) out[s * kv_dim + c] = half_bits_to_float(halves[c]);
+      }
+    }
+    return out;
+  }
+
+  std::vector<float> captured_queries(int32_t layer) override {
+    if (layer < 0 || layer >= shape().n_layer) return {};
+    const Captured& c = captured_[static_cast<size_t>(layer)];
+    std::vector<float> out(size_t{c.rows} * c.cols);
+    if (!out.empty()) device_.download(out.data(), c.memory.get(), out.size() * sizeof(float));
+    return out;
+  }
+
+  void swap_slots(const SlotPairs& pairs) override { slots(pairs, true, "swap_kv"); }
+  void move_slots(const SlotPairs& moves) override { slots(moves, false, "move_kv"); }
+
+  void* keys(int32_t layer) const { return keys_[static_cast<size_t>(layer)].get(); }
+  void* values(int32_t layer) const { return values_[static_cast<size_t>(layer)].get(); }
+  bool f16() const { return f16_; }
+
+ private:
+  struct Captured {
+    DeviceMemory<Device> memory;
+    Staging<Device> index;
+    uint32_t rows = 0, cols = 0;
+  };
+  size_t element_bytes() const { return f16_ ? sizeof(uint16_t) : sizeof(float); }
+  void check_layer(int32_t layer, const char* what) const {
+    if (layer < 0 || layer >= shape().n_layer) throw std::out_of_range(std::string(what) + ": layer outside the KV cache");
+  }
+  void upload_values(void* dst, const float* src, size_t n) {
+    if (!f16_) {
+      device_.upload(dst, src, n * sizeof(float));
+      return;
+    }
+    std::vector<uint16_t> halves(n);
+    for (size_t i = 0; i < n; ++i) halves[i] = float_to_half_bits(src[i]);
+    device_.upload(dst, halves.data(), n * sizeof(uint16_t));
+  }
+  void slots(const SlotPairs& pairs, bool swap, const char* what) {
+    if (pairs.empty()) return;
+    std::vector<int32_t> flat;
+    for (const auto& [a, b] : pairs) {
+      if (a < 0 || a >= capacity() || b < 0 || b >= capacity()) throw std::out_of_range(std::string(what) + ": slot outside the cache");
+      flat.push_back(a);
+      flat.push_back(b);
+    }
+    const int32_t* p = pair_staging_.put(device_, flat);
+    const uint32_t kv_dim = static_cast<uint32_t>(shape().kv_dim), n = static_cast<uint32_t>(pairs.size());
+    for (int32_t l = 0; l < shape().n_layer; ++l)
+      for (void* base : {keys(l), values(l)}) {
+        if (f16_) device_.launch(SlotOp<uint16_t>{static_cast<uint16_t*>(base), p, n, kv_dim, swap}, kv_dim, what);
+        else device_.launch(SlotOp<uint32_t>{static_cast<uint32_t*>(base), p, n, kv_dim, swap}, kv_dim, what);
+      }
+    device_.sync();  // outside a step: done before the call returns
+  }
+
+  Device& device_;
+  const StepAccess& step_;
+  bool f16_;
+  std::vector<DeviceMemory<Device>> keys_, values_;
+  std::vector<Captured> captured_;
+  Staging<Device> pair_staging_;
+};
+
+template <class Device>
+class OpsBackend final : public Backend, public StepAccess {
+ public:
+  // `name`: as registered; `describe`: the device, for description().
+  OpsBackend(std::unique_ptr<Device> device, std::string name, std::string describe)
+      : device_(std::move(device)), name_(std::move(name)), describe_(std::move(describe)) {}
+  ~OpsBackend() override {
+    kv_.reset();
+    weights_.clear();
+    activations_.clear();
+  }
+
+  std::string name() const override { return name_; }
+  std::string description() const override { return describe_; }
+  // The Vulkan backend's summation orders; silu and the attention softmax use the
+  // device's expf, so results differ from the reference in the last bits.
+  BackendNumerics numerics() const override { return BackendNumerics{false, 1e-4}; }
+
+  // --- memory ---
+  Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
+    StoredWeight w;
+    w.rows = rows;
+    w.cols = cols;
+    if (rows == 1) {
+      // Vectors (norm gains, biases) are kept as F32, which the element-wise kernels read.
+      std::vector<float> dense(static_cast<size_t>(cols));
+      dequantize_row(type, data, dense.data(), cols);
+      w.type = TensorType::F32;
+      w.row_bytes = static_cast<uint64_t>(cols) * sizeof(float);
+      w.memory = DeviceMemory<Device>(*device_, dense.size() * sizeof(float));
+      device_->upload(w.memory.get(), dense.data(), dense.size() * sizeof(float));
+    } else {
+      if (!has_decoder(static_cast<uint32_t>(type)))
+        throw std::runtime_error("the CUDA backend has no kernel for weights of type " + std::string(tensor_type_name(type)));
+      w.type = type;
+      w.row_bytes = tensor_row_bytes(type, cols);
+      const size_t bytes = static_cast<size_t>(rows) * w.row_bytes;
+      w.memory = DeviceMemory<Device>(*device_, bytes);
+      device_->upload(w.memory.get(), data, bytes);
+    }
+    weights_.push_back(std::move(w));
+    return Weight{static_cast<int32_t>(weights_.size() - 1), type, rows, cols};
+  }
+
+  Activation alloc_activation(int64_t max_rows, int64_t cols) override {
+    if (max_rows < 1 || cols < 1) throw std::invalid_argument("alloc_activation: empty shape");
+    activations_.push_back(StoredActivation{DeviceMemory<Device>(*device_, static_cast<size_t>(max_rows * cols) * sizeof(float)),
+                                            max_rows, cols});
+    max_step_rows_ = std::max(max_step_rows_, max_rows);
+    return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
+  }
+
+  KvCache& create_kv_cache(const KvCacheShape& shape) override {
+    kv_.reset();
+    kv_ = std::make_unique<OpsKvCache<Device>>(shape, *device_, *this);
+    return *kv_;
+  }
+  KvCache* kv_cache() override { return kv_.get(); }
+
+  // --- a step ---
+  void begin_step(const StepBatch& batch) override {
+    if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
+    check_step_fits(batch, kv_->capacity(), max_step_rows_);
+    batch_ = &batch;
+    gathered_rows_.clear();
+    tokens_ = token_staging_.put(*device_, batch.tokens());
+    // Each row's mask and prefix view, for attention.
+    const uint32_t T = static_cast<uint32_t>(batch.size());
+    mask_words_ = (T + 63) / 64;
+    std::vector<uint64_t> mask(size_t{T} * mask_words_, 0);
+    std::vector<uint8_t> compressed(T, 0);
+    for (uint32_t i = 0; i < T; ++i) {
+      compressed[i] = batch.prefix(static_cast<int32_t>(i)) == PrefixView::Compressed;
+      for (uint32_t j = 0; j <= i; ++j)
+        if (batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) mask[size_t{i} * mask_words_ + j / 64] |= uint64_t{1} << (j % 64);
+    }
+    mask_ = mask_staging_.put(*device_, mask);
+    compressed_ = compressed_staging_.put(*device_, compressed);
+    order_ = nullptr;
+    if (const std::vector<int32_t>* order = kv_->full_order()) {
+      std::vector<int32_t> prefix(order->begin(), order->begin() + batch.n_past());
+      order_ = order_staging_.put(*device_, prefix);
+    }
+    ++steps_;
+  }
+
+  void embed(const Weight& table, Activation& out) override {
+    const StoredWeight& w = weight(table);
+    check_tokens_in_vocabulary(batch(), w.rows);
+    const uint32_t cols = static_cast<uint32_t>(w.cols), chunks = (cols + 15) / 16;
+    with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
+      launch(EmbedOp<F>{w.memory.template as<uint8_t>(), tokens_, data_of(out), cols, 0, static_cast<uint32_t>(w.rows), chunks,
+                        w.row_bytes},
+             uint64_t{static_cast<uint32_t>(batch().size())} * chunks, "embed");
+    });
+  }
+
+  void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
+    const uint32_t rows = rows_of(x);
+    launch(RmsNormOp{data_of(x), weight(gain).memory.template as<float>(), data_of(out), static_cast<uint32_t>(x.cols), eps}, rows,
+           "rms_norm");
+    set_rows(out, rows);
+  }
+
+  void matmul(const Weight& weight_id, const Activation& x, Activation& out) override {
+    product(weight_id, x, out, false);
+    set_rows(out, rows_of(x));
+  }
+
+  void matmul_add(const Weight& weight_id, const Activation& x, Activation& acc, Activation&) override {
+    if (x.id == acc.id) throw std::invalid_argument("matmul_add: acc must not be the product's input");
+    product(weight_id, x, acc, true);
+  }
+
+  void add_bias(const Weight& bias, Activation& x) override {
+    launch(BiasOp{data_of(x), weight(bias).memory.template as<float>(), static_cast<uint32_t>(x.cols)},
+           uint64_t{rows_of(x)} * static_cast<uint64_t>(x.cols), "add_bias");
+  }
+
+  void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) override {
+    const uint32_t n_pairs = static_cast<uint32_t>(p.n_dims / 2);
+    launch(RopeOp{data_of(x), rope_table(p), static_cast<uint32_t>(n_heads), static_cast<uint32_t>(head_dim), n_pairs,
+                  static_cast<uint32_t>(x.cols), p.neox},
+           uint64_t{static_cast<uint32_t>(batch().size())} * static_cast<uint32_t>(n_heads) * n_pairs, "rope");
+  }
+
+  void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
+    if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
+    const uint32_t T = static_cast<uint32_t>(batch().size());
+    float* acc = attention_scratch_.template reserve<float>(*device_, size_t{T} * s.n_head * s.head_dim);
+    AttentionOp op{data_of(q), data_of(out), acc, kv_->keys(layer), kv_->values(layer), mask_, compressed_, order_, T,
+                   static_cast<uint32_t>(batch().n_past()), static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.n_head_kv),
+                   static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv_->shape().kv_dim),
+                   static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
+                   static_cast<uint32_t>(std::max(0, kv_->region_count())), s.scale, layer < kv_->dense_layers(), kv_->f16()};
+    launch(op, uint64_t{T} * static_cast<uint32_t>(s.n_head), "attention");
+    set_rows(out, T);
+  }
+
+  void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
+    launch(SwigluOp{data_of(gate), data_of(up), data_of(out)}, uint64_t{rows_of(gate)} * static_cast<uint64_t>(gate.cols),
+           "swiglu");
+    set_rows(out, rows_of(gate));
+  }
+
+  void add(Activation& x, const Activation& y) override {
+    launch(AddOp{data_of(x), data_of(y)}, uint64_t{rows_of(x)} * static_cast<uint64_t>(x.cols), "add");
+  }
+
+  void gather_rows(const Activation& src, const std::vector<int32_t>& rows, Activation& dst) override {
+    if (static_cast<int64_t>(rows.size()) > dst.rows) throw std::out_of_range("gather_rows: destination too small");
+    for (int32_t r : rows)
+      if (r < 0 || r >= batch().size()) throw std::out_of_range("gather_rows: row outside the step");
+    if (!rows.empty()) {
+      const int32_t* index = gather_staging_.put(*device_, rows);
+      launch(GatherOp{data_of(src), data_of(dst), index, static_cast<uint32_t>(src.cols), static_cast<uint32_t>(src.cols),
+                      static_cast<uint32_t>(dst.cols)},
+             uint64_t{rows.size()} * static_cast<uint64_t>(src.cols), "gather_rows");
+    }
+    gathered_rows_[dst.id] = static_cast<uint32_t>(rows.size());
+  }
+
+  void argmax_rows(const Activation& x) override {
+    argmax_n_ = rows_of(x);
+    int32_t* out = argmax_staging_.template reserve<int32_t>(*device_, argmax_n_);
+    launch(ArgmaxOp{data_of(x), out, static_cast<uint32_t>(x.cols), static_cast<uint32_t>(x.cols)}, argmax_n_, "argmax");
+  }
+  std::vector<int32_t> read_argmax(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > argmax_n_) throw std::out_of_range("read_argmax: more rows than argmax_rows computed");
+    std::vector<int32_t> out(static_cast<size_t>(n_rows));
+    if (n_rows > 0)
+      device_->download(out.data(), argmax_staging_.template reserve<int32_t>(*device_, argmax_n_), out.size() * sizeof(int32_t));
+    return out;
+  }
+
+  // Top-k: the rows are read back after the step and ranked on the host (fafo/top_k.h).
+  void top_k_rows(const Activation& x, int32_t k) override {
+    if (k < 1 || k > kMaxTopK || k > x.cols) throw std::invalid_argument("top_k_rows: k out of range");
+    top_k_source_ = x;
+    top_k_n_ = rows_of(x);
+    top_k_k_ = k;
+  }
+  TopK read_top_k(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > top_k_n_) throw std::out_of_range("read_top_k: more rows than top_k_rows computed");
+    const std::vector<float> rows = read_rows(top_k_source_, n_rows);
+    TopK out;
+    out.k = top_k_k_;
+    out.ids.resize(static_cast<size_t>(n_rows * top_k_k_));
+    out.values.resize(static_cast<size_t>(n_rows * top_k_k_));
+    out.has_nan.resize(static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r)
+      out.has_nan[static_cast<size_t>(r)] =
+          !top_k_row(rows.data() + r * top_k_source_.cols, static_cast<int32_t>(top_k_source_.cols), top_k_k_,
+                     out.ids.data() + r * top_k_k_, out.values.data() + r * top_k_k_);
+    return out;
+  }
+
+  void finish_step() override { device_->sync(); }
+
+  std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > x.rows) throw std::out_of_range("read_rows: more rows than the activation holds");
+    std::vector<float> out(static_cast<size_t>(n_rows * x.cols));
+    if (!out.empty()) device_->download(out.data(), data_of(x), out.size() * sizeof(float));
+    return out;
+  }
+
+  // StepAccess.
+  const StepBatch& step_batch() const override { return batch(); }
+  float* data_of(const Activation& a) const override {
+    return activations_.at(static_cast<size_t>(a.id)).memory.template as<float>();
+  }
+
+ private:
+  struct StoredWeight {
+    TensorType type = TensorType::F32;
+    int64_t rows = 0, cols = 0;
+    uint64_t row_bytes = 0;
+    DeviceMemory<Device> memory;
+  };
+  struct StoredActivation {
+    DeviceMemory<Device> memory;
+    int64_t rows = 0, cols = 0;
+  };
+
+  template <class Op>
+  void launch(const Op& op, uint64_t n, const char* name) {
+    if (n == 0) return;
+    if (n > UINT32_MAX) throw std::length_error(std::string(name) + ": " + std::to_string(n) + " threads are too many for one launch");
+    device_->launch(op, n, name);
+  }
+
+  void product(const Weight& weight_id, const Activation& x, const Activation& out, bool accumulate) {
+    const StoredWeight& w = weight(weight_id);
+    const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(w.rows);
+    with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
+      launch(MatmulOp<F>{w.memory.template as<uint8_t>(), data_of(x), data_of(out), rows, static_cast<uint32_t>(w.cols),
+                         static_cast<uint32_t>(x.cols), static_cast<uint32_t>(out.cols), 0, w.row_bytes, accumulate},
+             uint64_t{T} * rows, "matmul");
+    });
+  }
+
+  // The step's (cos, sin) table for `p`: angles from RopeParams::angle, as the reference
+  // computes them; one per distinct parameter set in a step (q and k share it).
+  const float* rope_table(const RopeParams& p) {
+    for (RopeTable& r : rope_tables_)
+      if (r.n_dims == p.n_dims && r.freq_base == p.freq_base && r.freq_scale == p.freq_scale &&
+          r.freq_factors == p.freq_factors && r.step == steps_)
+        return r.data;
+    const uint32_t n_pairs = static_cast<uint32_t>(p.n_dims / 2);
+    std::vector<float> table(static_cast<size_t>(batch().size()) * n_pairs * 2);
+    for (int32_t t = 0; t < batch().size(); ++t)
+      for (uint32_t i = 0; i < n_pairs; ++i) {
+        const float theta = p.angle(batch().positions()[static_cast<size_t>(t)], static_cast<int32_t>(i));
+        table[(static_cast<size_t>(t) * n_pairs + i) * 2] = std::cos(theta);
+        table[(static_cast<size_t>(t) * n_pairs + i) * 2 + 1] = std::sin(theta);
+      }
+    RopeTable* slot = nullptr;
+    for (RopeTable& r : rope_tables_)
+      if (r.step != steps_) slot = &r;  // a table of an earlier step: its memory is free again
+    if (!slot) slot = &rope_tables_.emplace_back();
+    slot->n_dims = p.n_dims;
+    slot->freq_base = p.freq_base;
+    slot->freq_scale = p.freq_scale;
+    slot->freq_factors = p.freq_factors;
+    slot->step = steps_;
+    slot->data = slot->memory.put(*device_, table);
+    return slot->data;
+  }
+
+  const StepBatch& batch() const {
+    if (!batch_) throw std::logic_error("a kernel was issued outside begin_step/finish_step");
+    return *batch_;
+  }
+  const StoredWeight& weight(const Weight& w) const { return weights_.at(static_cast<size_t>(w.id)); }
+  uint32_t rows_of(const Activation& a) const {
+    auto it = gathered_rows_.find(a.id);
+    return it != gathered_rows_.end() ? it->second : static_cast<uint32_t>(batch().size());
+  }
+  void set_rows(const Activation& a, uint32_t rows) {
+    if (rows == static_cast<uint32_t>(batch().size())) gathered_rows_.erase(a.id);
+    else gathered_rows_[a.id] = rows;
+  }
+
+  std::unique_ptr<Device> device_;
+  std::string name_, describe_;
+  std::vector<StoredWeight> weights_;
+  std::vector<StoredActivation> activations_;
+  int64_t max_step_rows_ = 0;
+  std::unique_ptr<OpsKvCache<Device>> kv_;
+  const StepBatch* batch_ = nullptr;
+  std::unordered_map<int32_t, uint32_t> gathered_rows_;
+  Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_,
+      attention_scratch_;
+  const int32_t* tokens_ = nullptr;
+  const uint64_t* mask_ = nullptr;
+  const uint8_t* compressed_ = nullptr;
+  const int32_t* order_ = nullptr;
+  uint32_t mask_words_ = 0;
+  struct RopeTable {
+    int32_t n_dims = 0;
+    float freq_base = 0, freq_scale = 0;
+    std::vector<float> freq_factors;
+    uint64_t step = 0;
+    Staging<Device> memory;
+    const float* data = nullptr;
+  };
+  std::vector<RopeTable> rope_tables_;
+  uint64_t steps_ = 0;
+  int64_t argmax_n_ = 0;
+  Activation top_k_source_;
+  int64_t top_k_n_ = 0;
+  int32_t top_k_k_ = 0;
+};
+
+}  // namespace fafo::cuda
