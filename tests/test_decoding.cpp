@@ -188,6 +188,7 @@ TEST(Decoding, TracesDescribeEveryStep) {
 // Compare the distribution of the 4th generated token over many seeds (two-sample
 // chi-square); a verifier that accepted guesses greedily would fail this.
 TEST(Decoding, SamplingKeepsTheOutputDistribution) {
+  // Lookahead, and auto switching candidates at every step, against plain decoding.
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   auto m = test::load_test_model(model_path.string(), 64, 1);
   const auto prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and Tom went to the park. Lily and", true);
@@ -204,6 +205,11 @@ TEST(Decoding, SamplingKeepsTheOutputDistribution) {
       o.decoding.window = 4;
       o.decoding.ngram = 4;
       o.decoding.guesses = 6;
+      if (s == Strategy::Auto) {
+        o.auto_options.rotate = true;  // a different candidate (or plain decoding) every step
+        o.step_costs.sizes = {1};
+        o.step_costs.seconds = {1.0};
+      }
       const auto r = generate(*m.model, *m.tokenizer, prompt, o);
       ++counts[r.ids[3]];
       tokens += static_cast<int64_t>(r.ids.size()) - 1;
@@ -212,37 +218,42 @@ TEST(Decoding, SamplingKeepsTheOutputDistribution) {
     *tau = static_cast<double>(tokens) / static_cast<double>(steps);
     return counts;
   };
+  // Two-sample chi-square over tokens seen at least 10 times in total (the rest pooled).
+  auto check = [](const std::map<int32_t, int>& a, const std::map<int32_t, int>& b, const char* what) {
+    std::map<int32_t, std::pair<int, int>> bins;
+    for (auto [t, n] : a) bins[t].first += n;
+    for (auto [t, n] : b) bins[t].second += n;
+    std::pair<int, int> rare{0, 0};
+    double chi2 = 0;
+    int dof = -1;
+    auto add_bin = [&](std::pair<int, int> ab) {
+      const double total = ab.first + ab.second;
+      const double ea = total / 2, eb = total / 2;  // equal sample sizes
+      chi2 += (ab.first - ea) * (ab.first - ea) / ea + (ab.second - eb) * (ab.second - eb) / eb;
+      ++dof;
+    };
+    for (auto& [t, ab] : bins) {
+      if (ab.first + ab.second >= 10) {
+        add_bin(ab);
+      } else {
+        rare.first += ab.first;
+        rare.second += ab.second;
+      }
+    }
+    if (rare.first + rare.second > 0) add_bin(rare);
+    ASSERT_GT(dof, 2);
+    // 99.9th percentile of chi-square ~ dof + 3.1 sqrt(2 dof) + 5 for moderate dof.
+    const double limit = dof + 3.1 * std::sqrt(2.0 * dof) + 5.0;
+    EXPECT_LT(chi2, limit) << what << ": dof " << dof;
+    std::printf("sampling, %s: chi2 %.1f over %d dof (limit %.1f)\n", what, chi2, dof, limit);
+  };
   const int runs = 1500;
-  double tau_ar = 0, tau_la = 0;
+  double tau_ar = 0, tau_la = 0, tau_auto = 0;
   const auto a = histogram(Strategy::Ar, runs, &tau_ar);
   const auto b = histogram(Strategy::Lookahead, runs, &tau_la);
+  const auto c = histogram(Strategy::Auto, runs, &tau_auto);
   EXPECT_GT(tau_la, 1.1) << "lookahead accepted too few guesses for the test to mean anything";
-  // Two-sample chi-square over tokens seen at least 5 times in total (the rest pooled).
-  std::map<int32_t, std::pair<int, int>> bins;
-  for (auto [t, n] : a) bins[t].first += n;
-  for (auto [t, n] : b) bins[t].second += n;
-  std::pair<int, int> rare{0, 0};
-  double chi2 = 0;
-  int dof = -1;
-  auto add_bin = [&](std::pair<int, int> ab) {
-    const double total = ab.first + ab.second;
-    const double ea = total / 2, eb = total / 2;  // equal sample sizes
-    chi2 += (ab.first - ea) * (ab.first - ea) / ea + (ab.second - eb) * (ab.second - eb) / eb;
-    ++dof;
-  };
-  for (auto& [t, ab] : bins) {
-    if (ab.first + ab.second >= 10) {
-      add_bin(ab);
-    } else {
-      rare.first += ab.first;
-      rare.second += ab.second;
-    }
-  }
-  if (rare.first + rare.second > 0) add_bin(rare);
-  ASSERT_GT(dof, 2);
-  // 99.9th percentile of chi-square ~ dof + 3.1 sqrt(2 dof) + 5 for moderate dof.
-  const double limit = dof + 3.1 * std::sqrt(2.0 * dof) + 5.0;
-  EXPECT_LT(chi2, limit) << "dof " << dof;
-  RecordProperty("chi2", std::to_string(chi2));
-  std::printf("sampling: chi2 %.1f over %d dof (limit %.1f), tau ar %.2f lookahead %.2f\n", chi2, dof, limit, tau_ar, tau_la);
+  check(a, b, "lookahead");
+  check(a, c, "auto switching every step");
+  std::printf("sampling: tau ar %.2f lookahead %.2f auto %.2f\n", tau_ar, tau_la, tau_auto);
 }

@@ -121,6 +121,12 @@ int run_generate(RunArgs& args) {
                      {"lookback", args.decoding.lookback}};
     if (args.decoding.strategy == Strategy::Fafo)
       j["kv"] = {{"policy", args.kv.name}, {"budget", args.kv.budget}, {"swaps", m.model->kv_swaps()}};
+    if (args.decoding.strategy == Strategy::Auto) {
+      nlohmann::json changes = nlohmann::json::array();
+      for (const auto& [step, c] : r.auto_choices) changes.push_back({{"step", step}, {"candidate", r.auto_labels[static_cast<size_t>(c)]}});
+      j["auto"] = {{"choices", changes}, {"summary", r.auto_summary},
+                   {"step_costs", {{"T", r.step_costs.sizes}, {"seconds", r.step_costs.seconds}}}};
+    }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fputs(stream.flush().c_str(), stdout);
@@ -130,6 +136,7 @@ int run_generate(RunArgs& args) {
                  "%s), stop: %s\n",
                  r.ids.size(), r.decode_seconds, r.tokens_per_second(), r.prompt_ids.size(), r.prefill_seconds, r.n_steps,
                  r.tokens_per_step(), strategy_name(args.decoding.strategy), stop_reason_name(r.stop));
+    if (args.decoding.strategy == Strategy::Auto) std::fprintf(stderr, "fafo: auto: %s\n", r.auto_summary.c_str());
   }
   return 0;
 }

@@ -22,9 +22,11 @@ void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr
 void add_strategy_flag(CLI::App* cmd, Strategy& strategy) {
   cmd->add_option_function<std::string>(
          "--strategy", [&strategy](const std::string& name) { strategy = parse_strategy(name); },
-         "Decoding strategy: ar (plain), jacobi, lookahead, fafo; all emit the same tokens as ar")
+         "Decoding strategy: ar (plain), jacobi, lookahead, fafo, or auto (plain decoding or lookahead/fafo at "
+         "some W, N, G, chosen step by step from this device's measured step costs and what each yields); all "
+         "emit the same tokens as ar")
       ->default_str(strategy_name(strategy))
-      ->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo"}));
+      ->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto"}));
 }
 
 void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) {

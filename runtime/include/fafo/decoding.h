@@ -13,9 +13,11 @@
 
 namespace fafo {
 
-enum class Strategy { Ar, Jacobi, Lookahead, Fafo };
+// Auto: plain decoding or Lookahead/FAFO at some (W, N, G), chosen step by step from what
+// steps cost on this device and what each yields (fafo/auto_strategy.h).
+enum class Strategy { Ar, Jacobi, Lookahead, Fafo, Auto };
 const char* strategy_name(Strategy s);
-// Parses "ar", "jacobi", "lookahead", "fafo"; throws std::invalid_argument otherwise.
+// Parses "ar", "jacobi", "lookahead", "fafo", "auto"; throws std::invalid_argument otherwise.
 Strategy parse_strategy(const std::string& name);
 
 struct DecodingOptions {
@@ -74,7 +76,8 @@ struct CandidateTrace {
 // One decoding step, reported after it is verified.
 struct StepTrace {
   int32_t step = 0;            // 0 = the prefill step that produced the first token
-  Strategy strategy = Strategy::Ar;
+  Strategy strategy = Strategy::Ar;  // what ran this step (with auto: the chosen candidate's)
+  std::string auto_choice;     // --strategy auto: the candidate, why, and the numbers (else empty)
   int32_t n_past = 0;          // committed context before the step
   int32_t batch_size = 0;      // tokens in the forward pass
   std::vector<std::vector<int32_t>> window_before;  // rows x columns (empty for ar)

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fafo/auto_strategy.h"
 #include "fafo/decoding.h"
 #include "fafo/kv_policy.h"
 #include "fafo/model.h"
@@ -31,6 +32,12 @@ struct GenerationOptions {
   // Sampling with top-k (1..kMaxTopK) reads back only each row's k best logits, computed
   // by the backend; false reads whole rows. Both draw the same tokens.
   bool read_top_k_only = true;
+  // --strategy auto: its candidates (empty: default_auto_candidates), the step costs
+  // (empty: measured on the model before the first decoding step) and its controller's
+  // settings.
+  std::vector<AutoCandidate> auto_candidates;
+  StepCosts step_costs;
+  AutoOptions auto_options;
 };
 
 enum class StopReason { Length, EndOfGeneration, ContextFull, Cancelled };
@@ -47,6 +54,12 @@ struct GenerationResult {
   StopReason stop = StopReason::Length;
   std::vector<int64_t> accepted_histogram;  // [m] = decoding steps that emitted m tokens
   int64_t pool_keys = 0, pool_ngrams = 0, pool_lookups = 0, pool_hits = 0;
+  // --strategy auto: the step costs it used, its candidates' labels, (step, candidate)
+  // at every change of choice, and the last choice explained.
+  StepCosts step_costs;
+  std::vector<std::string> auto_labels;
+  std::vector<std::pair<int32_t, int32_t>> auto_choices;
+  std::string auto_summary;
   double tokens_per_step() const { return n_steps ? static_cast<double>(ids.size()) / n_steps : 0.0; }
   // Decoding speed: tokens produced by decoding steps (all but the first) per second.
   double tokens_per_second() const {

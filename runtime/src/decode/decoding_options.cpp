@@ -11,6 +11,7 @@ const char* strategy_name(Strategy s) {
     case Strategy::Jacobi: return "jacobi";
     case Strategy::Lookahead: return "lookahead";
     case Strategy::Fafo: return "fafo";
+    case Strategy::Auto: return "auto";
   }
   return "unknown";
 }
@@ -20,7 +21,8 @@ Strategy parse_strategy(const std::string& name) {
   if (name == "jacobi") return Strategy::Jacobi;
   if (name == "lookahead") return Strategy::Lookahead;
   if (name == "fafo") return Strategy::Fafo;
-  throw std::invalid_argument("unknown strategy '" + name + "' (choose ar, jacobi, lookahead or fafo)");
+  if (name == "auto") return Strategy::Auto;
+  throw std::invalid_argument("unknown strategy '" + name + "' (choose auto, ar, jacobi, lookahead or fafo)");
 }
 
 void DecodingOptions::validate() const {

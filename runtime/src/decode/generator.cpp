@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -15,6 +16,7 @@
 #include "decode/strategy_state.h"
 #include "decode/trace_recorder.h"
 #include "decode/verifier.h"
+#include "fafo/auto_strategy.h"
 
 namespace fafo {
 
@@ -128,11 +130,11 @@ void count_step(GenerationResult& result, size_t kept) {
   ++result.accepted_histogram[kept];
 }
 
-void copy_pool_stats(const CandidatePool& pool, GenerationResult& result) {
-  result.pool_keys = pool.key_count();
-  result.pool_ngrams = pool.ngram_count();
-  result.pool_lookups = pool.lookups();
-  result.pool_hits = pool.hits();
+void add_pool_stats(const CandidatePool& pool, GenerationResult& result) {
+  result.pool_keys += pool.key_count();
+  result.pool_ngrams += pool.ngram_count();
+  result.pool_lookups += pool.lookups();
+  result.pool_hits += pool.hits();
 }
 
 }  // namespace
@@ -152,8 +154,10 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
                          options.read_top_k_only;
   const int32_t top_k = use_top_k ? options.sampling.top_k : 0;
 
-  // FAFO's fumble rows read the region its policy keeps; other strategies need none.
-  model.set_kv_policy(dec.strategy == Strategy::Fafo ? make_kv_policy(options.kv) : nullptr);
+  // FAFO's fumble rows read the region its policy keeps (auto may run FAFO); other
+  // strategies need none.
+  const bool auto_mode = dec.strategy == Strategy::Auto;
+  model.set_kv_policy(dec.strategy == Strategy::Fafo || auto_mode ? make_kv_policy(options.kv) : nullptr);
   const Clock::time_point t0 = Clock::now();
   const std::vector<float> logits = prefill(model, prompt, options.prefill_chunk);
   model.end_prefill();
@@ -161,8 +165,23 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   if (options.n_predict == 0) return result;
 
-  StrategyState state(dec, prompt);
-  TraceRecorder trace(options.on_step, dec, model, state);
+  // The strategy's state; with auto, plain decoding's, and each candidate's own state
+  // (window, pool), made when first chosen.
+  DecodingOptions plain = dec;
+  if (auto_mode) plain.strategy = Strategy::Ar;
+  StrategyState state(plain, prompt);
+  std::optional<AutoController> controller;
+  std::vector<std::unique_ptr<StrategyState>> candidate_states;
+  if (auto_mode) {
+    std::vector<AutoCandidate> candidates = options.auto_candidates.empty() ? default_auto_candidates(dec) : options.auto_candidates;
+    int32_t max_emitted = 1;
+    for (const AutoCandidate& c : candidates) max_emitted = std::max(max_emitted, c.max_emitted());
+    controller.emplace(options.step_costs.empty() ? measure_step_costs(model, max_emitted) : options.step_costs,
+                       std::move(candidates), options.auto_options);
+    candidate_states.resize(controller->candidates().size());
+    result.step_costs = controller->costs();
+  }
+  TraceRecorder trace(options.on_step, plain, model, state);
   std::vector<int32_t> history = prompt;  // the text the pool is searched with (ends with the input token)
   TokenSink sink{options, tokenizer, on_token, result, history, std::nullopt};
 
@@ -179,10 +198,25 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     }
     const int32_t input = result.ids.back();
     const int32_t step = result.n_steps;
-    trace.step_started(step);
+    StrategyState* run = &state;
+    int32_t chosen = 0;
+    std::string choice;
+    if (controller) {
+      const AutoDecision d = controller->choose();
+      chosen = d.candidate;
+      if (chosen > 0) {
+        std::unique_ptr<StrategyState>& s = candidate_states[static_cast<size_t>(chosen)];
+        if (!s) s = std::make_unique<StrategyState>(controller->candidates()[static_cast<size_t>(chosen)].options, history);
+        run = s.get();
+      }
+      choice = controller->explain();
+      if (result.auto_choices.empty() || result.auto_choices.back().second != chosen)
+        result.auto_choices.emplace_back(step, chosen);
+    }
+    trace.step_started(step, *run, choice);
 
     StepLayout layout(model.n_past(), input);
-    state.build(layout, history);
+    run->build(layout, history);
     const bool full_step = step_fits(model, layout);
     if (!full_step) layout = StepLayout(model.n_past(), input);  // a plain step
     trace.step_built(layout, full_step);
@@ -194,12 +228,20 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     const std::vector<int32_t> emitted = sink.emit(verdict.tokens);
     model.commit_rows(rows_to_commit(verdict, emitted.size()));
     count_step(result, emitted.size());
-    if (full_step) state.update(layout, input, emitted, history, step);
+    if (full_step) run->update(layout, input, emitted, history, step);
+    if (controller && full_step) controller->observe(chosen, static_cast<int32_t>(emitted.size()));
     trace.step_finished(verdict, emitted);
   }
   result.stop = *sink.stop;
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
-  copy_pool_stats(state.pool(), result);
+  add_pool_stats(state.pool(), result);
+  if (controller) {
+    result.auto_summary = controller->explain();
+    for (const std::unique_ptr<StrategyState>& s : candidate_states)
+      if (s) add_pool_stats(s->pool(), result);
+    result.auto_labels.clear();
+    for (const AutoCandidate& c : controller->candidates()) result.auto_labels.push_back(c.label());
+  }
   return result;
 }
 

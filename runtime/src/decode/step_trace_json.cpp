@@ -62,6 +62,7 @@ json step_trace_to_json(const StepTrace& t) {
   }
   return {{"step", t.step},
           {"strategy", strategy_name(t.strategy)},
+          {"auto_choice", t.auto_choice},
           {"n_past", t.n_past},
           {"batch_size", t.batch_size},
           {"window_before", t.window_before},
@@ -79,6 +80,7 @@ StepTrace step_trace_from_json(const json& j) {
   StepTrace t;
   t.step = j.at("step").get<int32_t>();
   t.strategy = parse_strategy(j.at("strategy").get<std::string>());
+  t.auto_choice = j.value("auto_choice", std::string());
   t.n_past = j.at("n_past").get<int32_t>();
   t.batch_size = j.at("batch_size").get<int32_t>();
   t.window_before = j.at("window_before").get<std::vector<std::vector<int32_t>>>();

@@ -21,6 +21,7 @@ class StrategyState {
  public:
   StrategyState(const DecodingOptions& o, const std::vector<int32_t>& prompt);
 
+  const DecodingOptions& options() const { return o_; }
   bool uses_window() const { return o_.strategy == Strategy::Lookahead || o_.strategy == Strategy::Fafo; }
   const CandidatePool& pool() const { return pool_; }
   const LookaheadWindow* window() const { return window_ ? &*window_ : nullptr; }

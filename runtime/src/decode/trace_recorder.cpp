@@ -6,7 +6,7 @@ namespace fafo {
 
 TraceRecorder::TraceRecorder(const StepCallback& on_step, const DecodingOptions& decoding, const Model& model,
                              const StrategyState& state)
-    : on_step_(on_step), decoding_(decoding), model_(model), state_(state) {}
+    : on_step_(on_step), decoding_(decoding), model_(model), state_(&state) {}
 
 void TraceRecorder::prefill_done(int32_t prompt_size, int32_t first, double ms) {
   if (!on_step_) return;
@@ -21,13 +21,15 @@ void TraceRecorder::prefill_done(int32_t prompt_size, int32_t first, double ms) 
   on_step_(t);
 }
 
-void TraceRecorder::step_started(int32_t step) {
+void TraceRecorder::step_started(int32_t step, const StrategyState& state, const std::string& auto_choice) {
+  state_ = &state;
   if (!on_step_) return;
   trace_ = StepTrace{};
   trace_.step = step;
-  trace_.strategy = decoding_.strategy;
+  trace_.strategy = state.options().strategy;
+  trace_.auto_choice = auto_choice;
   trace_.n_past = model_.n_past();
-  if (const LookaheadWindow* w = state_.window()) trace_.window_before = w->grid();
+  if (const LookaheadWindow* w = state_->window()) trace_.window_before = w->grid();
   mark_ = Clock::now();
 }
 
@@ -48,7 +50,7 @@ void TraceRecorder::forward_done() {
 void TraceRecorder::step_finished(const Verdict& verdict, const std::vector<int32_t>& emitted) {
   if (!on_step_) return;
   trace_.verify_ms = lap_ms();
-  if (full_step_) trace_.new_guesses = state_.new_guesses();
+  if (full_step_) trace_.new_guesses = state_->new_guesses();
   add_verdict(verdict, emitted);
   add_state_after();
   on_step_(trace_);
@@ -64,7 +66,7 @@ double TraceRecorder::lap_ms() {
 // The layout's chains are the strategy's candidates: Jacobi's guesses, or the pool's
 // retrieved n-grams (with their key length and origin) followed by FAFO's padding.
 void TraceRecorder::add_candidates(const StepLayout& layout) {
-  const std::vector<RetrievedCandidate>& retrieved = state_.retrieved();
+  const std::vector<RetrievedCandidate>& retrieved = state_->retrieved();
   for (size_t g = 0; g < layout.chains().size(); ++g) {
     const ChainRows& chain = layout.chains()[g];
     CandidateTrace c;
@@ -100,16 +102,16 @@ void TraceRecorder::add_verdict(const Verdict& verdict, const std::vector<int32_
 
 // The window, the KV region and the candidate pool as the step left them.
 void TraceRecorder::add_state_after() {
-  if (const LookaheadWindow* w = state_.window()) trace_.window_after = w->grid();
+  if (const LookaheadWindow* w = state_->window()) trace_.window_after = w->grid();
   const KvPolicy* policy = model_.kv_policy();
   if (policy) trace_.kv_region = model_.kv_layout().region_entries();
   trace_.kv_swaps = model_.kv_swaps() - swaps_before_;
-  const CandidatePool& pool = state_.pool();
+  const CandidatePool& pool = state_->pool();
   trace_.pool_keys = pool.key_count();
   trace_.pool_ngrams = pool.ngram_count();
   trace_.pool_lookups = pool.lookups();
   trace_.pool_hits = pool.hits();
-  if (state_.uses_window()) trace_.pool_snapshot = pool.snapshot(decoding_.trace_pool_keys);
+  if (state_->uses_window()) trace_.pool_snapshot = pool.snapshot(decoding_.trace_pool_keys);
   trace_.kv_layers = model_.config().n_layer;
   trace_.kv_dense_layers = policy ? policy->dense_layers() : 0;
 }

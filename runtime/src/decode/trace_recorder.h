@@ -28,8 +28,10 @@ class TraceRecorder {
   // Step 0: the prefill of `prompt_size` tokens, which took `ms`, produced `first`.
   void prefill_done(int32_t prompt_size, int32_t first, double ms);
 
-  // A decoding step begins: the context and the window as they are before it.
-  void step_started(int32_t step);
+  // A decoding step begins with `state` (auto: the chosen candidate's; its options give
+  // the step's strategy) and, with auto, the choice explained: the context and the
+  // window as they are before it.
+  void step_started(int32_t step, const StrategyState& state, const std::string& auto_choice = {});
   // The step is laid out (the build phase ends). `full`: with the strategy's chains and
   // window; false: only the input token, as the context or the device left no room.
   void step_built(const StepLayout& layout, bool full);
@@ -50,7 +52,7 @@ class TraceRecorder {
   const StepCallback& on_step_;
   const DecodingOptions& decoding_;
   const Model& model_;
-  const StrategyState& state_;
+  const StrategyState* state_;
   StepTrace trace_;
   Clock::time_point mark_;
   int64_t swaps_before_ = 0;  // the model's KV swaps when the verify phase began

@@ -1,0 +1,106 @@
+// `--strategy auto`: choosing, step by step, between plain decoding and multi-token
+// strategies from what a step costs on this device and what each strategy yields.
+//
+// The cost model is the step-cost curve t(T) (seconds for a forward pass of T tokens,
+// measured on the model itself); the yield is the tokens a strategy emits per step,
+// measured live. A candidate (a strategy with its W, N, G) emits at most N tokens per
+// step, so one whose t(T) exceeds N t(1) can never beat plain decoding and is never
+// tried: on a device where nothing pays, auto is plain decoding from the first step.
+// The others are tried for a few steps each, then the one of most expected tokens per
+// second runs, and the runners-up are tried again now and then, since what a text
+// repeats changes as it goes. Every step is verified as always, so switching at any
+// step keeps the output token-identical to plain decoding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fafo/decoding.h"
+
+namespace fafo {
+
+// t(T): measured points (T ascending, T = 1 first), linear between them and beyond the
+// last along the last segment's slope.
+struct StepCosts {
+  std::vector<int32_t> sizes;
+  std::vector<double> seconds;
+  bool empty() const { return sizes.empty(); }
+  // Throws std::logic_error when empty.
+  double at(int32_t T) const;
+  double relative(int32_t T) const { return at(T) / at(1); }
+};
+
+// A strategy and its parameters as auto may run it, and the most tokens one of its
+// steps holds (its T).
+struct AutoCandidate {
+  DecodingOptions options;  // strategy Ar: plain decoding
+  int32_t step_tokens = 1;
+  std::string label() const;  // "ar", "fafo W8 N5 G8"
+  // The most tokens one step can emit: N (the input's successor and a chain of N - 1).
+  int32_t max_emitted() const { return options.strategy == Strategy::Ar ? 1 : options.ngram; }
+};
+
+struct AutoOptions {
+  int32_t trial_steps = 8;       // steps each viable candidate runs before it is judged
+  int32_t revisit_every = 64;    // then every this many steps the best other candidate runs...
+  int32_t revisit_steps = 4;     // ...for this many steps
+  double smoothing = 0.1;        // weight of a new step in a candidate's running yield
+  bool rotate = false;           // tests: every candidate in turn, one step each
+};
+
+// The decision of one step, for logs, --json and StepTrace.
+struct AutoDecision {
+  int32_t candidate = 0;  // index into the controller's candidates (0: plain decoding)
+  std::string reason;     // "trial", "best", "revisit", "nothing pays"
+};
+
+class AutoController {
+ public:
+  // candidates[0] must be plain decoding. Throws std::invalid_argument otherwise or when
+  // `costs` is empty.
+  AutoController(StepCosts costs, std::vector<AutoCandidate> candidates, AutoOptions options = {});
+
+  // The candidate for the next step.
+  AutoDecision choose();
+  // After a step that ran candidate c and emitted `emitted` tokens.
+  void observe(int32_t c, int32_t emitted);
+
+  const std::vector<AutoCandidate>& candidates() const { return candidates_; }
+  const StepCosts& costs() const { return costs_; }
+  bool viable(int32_t c) const { return viable_[static_cast<size_t>(c)]; }
+  // Expected tokens per second relative to plain decoding (1 for plain; 0 untried).
+  double relative_speed(int32_t c) const;
+  // One line: what runs and why, with the numbers.
+  std::string explain() const;
+
+ private:
+  int32_t best_tried() const;
+
+  StepCosts costs_;
+  std::vector<AutoCandidate> candidates_;
+  AutoOptions options_;
+  std::vector<bool> viable_;
+  std::vector<int64_t> steps_;    // per candidate
+  std::vector<double> yield_;     // running tokens per step
+  int64_t step_ = 0;
+  int32_t revisiting_ = -1;       // the candidate being revisited, and until which step
+  int64_t revisit_until_ = 0;
+  AutoDecision last_;
+};
+
+class Model;
+
+// Measures t(T) for T = 1, 2, 4, ... 64 on `model`, after what it holds, without
+// committing anything; stops once a step costs more than `max_emitted` one-token steps
+// (no candidate emitting at most that many tokens can pay past it). Under a second on
+// a CPU, where that happens by T = 8.
+StepCosts measure_step_costs(Model& model, int32_t max_emitted);
+
+// The default grid auto chooses from: plain decoding, Lookahead and FAFO at a few
+// (W, N, G) from small to large steps. step_tokens comes from `step_tokens_of`.
+std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base);
+// The most tokens a step of these options holds (the input, G chains of N - 1, the window).
+int32_t max_step_tokens(const DecodingOptions& o);
+
+}  // namespace fafo

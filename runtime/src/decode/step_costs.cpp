@@ -1,0 +1,53 @@
+// The step-cost curve t(T) of --strategy auto (fafo/auto_strategy.h): interpolation, and
+// its measurement on the model itself.
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "fafo/auto_strategy.h"
+#include "fafo/model.h"
+
+namespace fafo {
+
+double StepCosts::at(int32_t T) const {
+  if (sizes.empty() || sizes.size() != seconds.size()) throw std::logic_error("StepCosts: no measurements");
+  if (sizes.size() == 1) return seconds[0] * T / sizes[0];
+  if (T <= sizes[0]) return seconds[0];
+  size_t i = 1;
+  while (i + 1 < sizes.size() && sizes[i] < T) ++i;
+  // The segment [i - 1, i] holds T, or is the last one (extrapolated along its slope).
+  const double x0 = sizes[i - 1], x1 = sizes[i], y0 = seconds[i - 1], y1 = seconds[i];
+  return y0 + (y1 - y0) * (T - x0) / (x1 - x0);
+}
+
+StepCosts measure_step_costs(Model& model, int32_t max_emitted) {
+  // Steps of T tokens after what the model holds, never committed (the slots they write
+  // are past the context and rewritten by the next real step). Every row wants logits,
+  // as in a multi-token step; like greedy decoding, only each row's argmax is read back.
+  std::mt19937 rng(7);
+  const int32_t vocab = model.config().n_vocab;
+  auto run = [&](int32_t T) {
+    std::vector<int32_t> tokens(static_cast<size_t>(T));
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    StepBatch b = StepBatch::causal(tokens, model.n_past(), /*logits_for_all=*/true);
+    const auto t0 = std::chrono::steady_clock::now();
+    model.forward_argmax(b);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  StepCosts costs;
+  run(1);  // warm-up: pipelines, caches
+  for (int32_t T = 1; T <= 64; T *= 2) {
+    if (model.n_past() + T > model.n_ctx() || T > model.max_logit_rows()) break;
+    const double seconds = std::min(run(T), run(T));
+    costs.sizes.push_back(T);
+    costs.seconds.push_back(seconds);
+    // Larger steps cost more still: once a step costs more than the most tokens any
+    // candidate emits, none of them can pay, and the rest is extrapolated.
+    if (costs.relative(T) > max_emitted) break;
+  }
+  return costs;
+}
+
+}  // namespace fafo

@@ -1,0 +1,168 @@
+// --strategy auto's cost model and controller (fafo/auto_strategy.h), driven by
+// synthetic step-cost curves and streams of emitted tokens: a device where nothing
+// pays, one where everything does, one in between, and yields that change.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fafo/auto_strategy.h"
+#include "fafo/generator.h"
+#include "model_fixtures.h"
+#include "test_support.h"
+
+namespace {
+
+using namespace fafo;
+
+StepCosts curve(const std::vector<std::pair<int32_t, double>>& points) {
+  StepCosts c;
+  for (const auto& [T, s] : points) {
+    c.sizes.push_back(T);
+    c.seconds.push_back(s);
+  }
+  return c;
+}
+
+// A candidate of strategy s, N = n, with a step of `tokens` tokens.
+AutoCandidate candidate(Strategy s, int32_t n, int32_t tokens) {
+  DecodingOptions o;
+  o.strategy = s;
+  o.ngram = n;
+  return {o, tokens};
+}
+
+std::vector<AutoCandidate> grid() {
+  return {candidate(Strategy::Ar, 1, 1), candidate(Strategy::Lookahead, 3, 5), candidate(Strategy::Fafo, 4, 17),
+          candidate(Strategy::Fafo, 5, 65)};
+}
+
+TEST(StepCosts, LinearBetweenPointsAndAlongTheLastSlopeBeyond) {
+  const StepCosts c = curve({{1, 1.0}, {2, 1.5}, {8, 2.0}, {64, 9.0}});
+  EXPECT_DOUBLE_EQ(c.at(1), 1.0);
+  EXPECT_DOUBLE_EQ(c.at(2), 1.5);
+  EXPECT_DOUBLE_EQ(c.at(5), 1.75);
+  EXPECT_DOUBLE_EQ(c.at(64), 9.0);
+  EXPECT_DOUBLE_EQ(c.at(120), 16.0);
+  EXPECT_DOUBLE_EQ(c.relative(8), 2.0);
+  EXPECT_THROW(StepCosts{}.at(1), std::logic_error);
+}
+
+TEST(AutoController, WhereNothingPaysItIsPlainDecodingFromTheFirstStep) {
+  // A CPU: a step costs about its token count (t(64)/t(1) = 45 measured on stories260K).
+  AutoController auto_(curve({{1, 1.0}, {8, 6.0}, {64, 45.0}}), grid());
+  for (int c = 1; c < 4; ++c) EXPECT_FALSE(auto_.viable(c)) << auto_.candidates()[static_cast<size_t>(c)].label();
+  for (int step = 0; step < 200; ++step) {
+    const AutoDecision d = auto_.choose();
+    ASSERT_EQ(d.candidate, 0) << "step " << step;
+    EXPECT_EQ(d.reason, "nothing pays");
+    auto_.observe(d.candidate, 1);
+  }
+  EXPECT_NE(auto_.explain().find("no strategy can pay"), std::string::npos) << auto_.explain();
+}
+
+TEST(AutoController, WhereEverythingPaysItRunsTheBestYieldAndComesBackToTheOthers) {
+  // A GPU: up to 128 tokens cost one step.
+  AutoController auto_(curve({{1, 1.0}, {128, 1.0}, {256, 1.6}}), grid());
+  // Yields per candidate: the large FAFO step emits the most.
+  const std::map<int32_t, int32_t> emits = {{0, 1}, {1, 2}, {2, 2}, {3, 4}};
+  std::map<int32_t, int> runs;
+  std::map<std::string, int> reasons;
+  for (int step = 0; step < 400; ++step) {
+    const AutoDecision d = auto_.choose();
+    ++runs[d.candidate];
+    ++reasons[d.reason];
+    auto_.observe(d.candidate, emits.at(d.candidate));
+  }
+  EXPECT_EQ(reasons["trial"], 3 * 8);  // each viable candidate's trial, once
+  EXPECT_GT(runs[3], 300);
+  EXPECT_GT(reasons["revisit"], 0);    // the others run again now and then
+  EXPECT_EQ(runs[0], 0);               // plain decoding never: everything beats it
+  EXPECT_NEAR(auto_.relative_speed(3), 4.0, 1e-9);
+  EXPECT_NE(auto_.explain().find("fafo"), std::string::npos) << auto_.explain();
+}
+
+TEST(AutoController, ItFollowsYieldsThatChangeAndFallsBackToPlainDecoding) {
+  // lavapipe-like: t(8)/t(1) = 2, t(64)/t(1) = 12.
+  AutoController auto_(curve({{1, 1.0}, {8, 2.0}, {64, 12.0}}), grid());
+  EXPECT_TRUE(auto_.viable(1));   // 5 tokens: 1.57 < 3
+  EXPECT_TRUE(auto_.viable(2));   // 17 tokens: 3.6 < 4
+  EXPECT_FALSE(auto_.viable(3));  // 65 tokens: 12.2 > 5
+  // Repetitive text first: the lookahead candidate emits 3 tokens a step.
+  int last = -1;
+  for (int step = 0; step < 100; ++step) {
+    const AutoDecision d = auto_.choose();
+    last = d.candidate;
+    auto_.observe(d.candidate, d.candidate == 1 ? 3 : d.candidate == 2 ? 2 : 1);
+  }
+  EXPECT_EQ(last, 1);
+  // Then nothing is accepted any more: after the running yields fall, plain decoding.
+  for (int step = 0; step < 300; ++step) {
+    const AutoDecision d = auto_.choose();
+    last = d.candidate;
+    auto_.observe(d.candidate, 1);
+  }
+  const AutoDecision d = auto_.choose();
+  EXPECT_TRUE(d.candidate == 0 || d.reason == "revisit") << d.candidate << " " << d.reason;
+  EXPECT_LT(auto_.relative_speed(1), 1.0);
+}
+
+TEST(AutoController, RejectsACandidateListWithoutPlainDecodingFirst) {
+  EXPECT_THROW(AutoController(curve({{1, 1.0}}), {candidate(Strategy::Fafo, 5, 65)}), std::invalid_argument);
+  EXPECT_THROW(AutoController(StepCosts{}, grid()), std::invalid_argument);
+}
+
+TEST(AutoCandidates, StepSizesAreWhatTheDecodingLoopRuns) {
+  // FAFO pads its chains, so every step of a FAFO candidate has exactly its step size.
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  test::TestModel m = test::load_test_model(model_path.string(), 256);
+  for (const AutoCandidate& c : default_auto_candidates(DecodingOptions{})) {
+    if (c.options.strategy != Strategy::Fafo) continue;
+    GenerationOptions o;
+    o.n_predict = 12;
+    o.sampling.temperature = 0;
+    o.decoding = c.options;
+    int32_t largest = 0;
+    o.on_step = [&](const StepTrace& t) {
+      if (t.step > 0) largest = std::max(largest, t.batch_size);
+    };
+    generate(*m.model, *m.tokenizer, m.tokenizer->encode("Once upon a time", true), o);
+    EXPECT_EQ(largest, c.step_tokens) << c.label();
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(AutoStrategy, GreedyIdsEqualPlainDecodingWhateverItChooses) {
+  // On a device where every candidate pays (a flat synthetic curve: multi-token steps
+  // run), when candidates switch at every step, and with the step costs measured here
+  // (a CPU: plain decoding): the ids of plain decoding, every time.
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  test::TestModel m = test::load_test_model(model_path.string(), 512);
+  const std::vector<int32_t> prompt =
+      m.tokenizer->encode("Lily and Tom went to the park. Lily and Tom went to the park. Lily and", true);
+  auto run = [&](Strategy s, bool flat, bool rotate) {
+    GenerationOptions o;
+    o.n_predict = 96;
+    o.sampling.temperature = 0;
+    o.decoding.strategy = s;
+    if (flat) o.step_costs = curve({{1, 1.0}, {128, 1.0}});
+    o.auto_options.rotate = rotate;
+    return generate(*m.model, *m.tokenizer, prompt, o);
+  };
+  const GenerationResult ar = run(Strategy::Ar, false, false);
+  const GenerationResult flat = run(Strategy::Auto, true, false);
+  EXPECT_EQ(flat.ids, ar.ids);
+  EXPECT_LT(flat.n_steps, ar.n_steps);  // multi-token steps ran and accepted
+  EXPECT_GT(flat.auto_choices.size(), 1u);
+  EXPECT_EQ(run(Strategy::Auto, true, true).ids, ar.ids);
+  const GenerationResult measured = run(Strategy::Auto, false, false);
+  EXPECT_EQ(measured.ids, ar.ids);
+  ASSERT_FALSE(measured.step_costs.empty());
+  EXPECT_FALSE(measured.auto_summary.empty());
+}
+
+}  // namespace
