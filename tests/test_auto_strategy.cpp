@@ -75,7 +75,8 @@ TEST(AutoController, WhereEverythingPaysItRunsTheBestYieldAndComesBackToTheOther
     ++reasons[d.reason];
     auto_.observe(d.candidate, emits.at(d.candidate));
   }
-  EXPECT_EQ(reasons["trial"], 3 * 8);  // each viable candidate's trial, once
+  // Each viable candidate's trial, once: its window's warm-up (N - 1 steps), then the trial.
+  EXPECT_EQ(reasons["trial"], (2 + 3 + 4) + 3 * AutoOptions{}.trial_steps);
   EXPECT_GT(runs[3], 300);
   EXPECT_GT(reasons["revisit"], 0);    // the others run again now and then
   EXPECT_EQ(runs[0], 0);               // plain decoding never: everything beats it
@@ -84,11 +85,12 @@ TEST(AutoController, WhereEverythingPaysItRunsTheBestYieldAndComesBackToTheOther
 }
 
 TEST(AutoController, ItFollowsYieldsThatChangeAndFallsBackToPlainDecoding) {
-  // lavapipe-like: t(8)/t(1) = 2, t(64)/t(1) = 12.
-  AutoController auto_(curve({{1, 1.0}, {8, 2.0}, {64, 12.0}}), grid());
-  EXPECT_TRUE(auto_.viable(1));   // 5 tokens: 1.57 < 3
-  EXPECT_TRUE(auto_.viable(2));   // 17 tokens: 3.6 < 4
-  EXPECT_FALSE(auto_.viable(3));  // 65 tokens: 12.2 > 5
+  // t(8)/t(1) = 1.5, t(64)/t(1) = 12: candidates are tried where they pay at half
+  // their N tokens per step.
+  AutoController auto_(curve({{1, 1.0}, {8, 1.5}, {64, 12.0}}), grid());
+  EXPECT_TRUE(auto_.viable(1));   // 5 tokens: t(5)/t(1) = 1.29 < 3 / 2
+  EXPECT_FALSE(auto_.viable(2));  // 17 tokens: 3.19 > 4 / 2
+  EXPECT_FALSE(auto_.viable(3));  // 65 tokens: 12.2 > 5 / 2
   // Repetitive text first: the lookahead candidate emits 3 tokens a step.
   int last = -1;
   for (int step = 0; step < 100; ++step) {

@@ -155,7 +155,7 @@ std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer
     if (d.strategy == Strategy::Ar) ar_tps = row.tokens_per_s;
     row.speedup = ar_tps > 0 ? row.tokens_per_s / ar_tps : 0.0;
     row.tau = row.steps ? static_cast<double>(row.tokens) / static_cast<double>(row.steps) : 0.0;
-    const bool multi = d.strategy != Strategy::Ar;
+    const bool multi = d.strategy != Strategy::Ar && d.strategy != Strategy::Auto;  // auto picks its own
     char speedup[32] = "n/a";
     if (ar_tps > 0) std::snprintf(speedup, sizeof speedup, "%.3fx", row.speedup);
     out("| %s | %s | %s | %s | %s | %lld | %lld | %.3f | %.1f | %s | %d/%d |\n", sname.c_str(),

@@ -4,8 +4,10 @@
 // The cost model is the step-cost curve t(T) (seconds for a forward pass of T tokens,
 // measured on the model itself); the yield is the tokens a strategy emits per step,
 // measured live. A candidate (a strategy with its W, N, G) emits at most N tokens per
-// step, so one whose t(T) exceeds N t(1) can never beat plain decoding and is never
-// tried: on a device where nothing pays, auto is plain decoding from the first step.
+// step, so one whose t(T) exceeds N t(1) can never beat plain decoding, and one whose
+// t(T) exceeds N t(1) / 2 would need yields that chat text does not give: such
+// candidates are never tried, and on a device where nothing pays auto is plain decoding
+// from the first step.
 // The others are tried for a few steps each, then the one of most expected tokens per
 // second runs, and the runners-up are tried again now and then, since what a text
 // repeats changes as it goes. Every step is verified as always, so switching at any
@@ -42,11 +44,25 @@ struct AutoCandidate {
 };
 
 struct AutoOptions {
-  int32_t trial_steps = 8;       // steps each viable candidate runs before it is judged
+  // Steps each viable candidate runs before it is judged, after its window's warm-up (its
+  // first N - 1 steps, whose yield is not counted: the window guesses nothing before).
+  int32_t trial_steps = 4;
   int32_t revisit_every = 64;    // then every this many steps the best other candidate runs...
   int32_t revisit_steps = 4;     // ...for this many steps
   double smoothing = 0.1;        // weight of a new step in a candidate's running yield
+  // A candidate is tried only if it would pay emitting this fraction of its most tokens
+  // per step (N): t(T) < fraction N t(1). 1 admits every candidate that could ever pay;
+  // yields on chat text are far below N, so trials of the others cost and never repay.
+  double viable_fraction = 0.5;
   bool rotate = false;           // tests: every candidate in turn, one step each
+};
+
+// What a controller learned (steps run and running yield per candidate label), kept by
+// the model between generations so that trials are not repeated for every prompt.
+struct AutoMemory {
+  std::vector<std::string> labels;
+  std::vector<int64_t> steps;
+  std::vector<double> yields;
 };
 
 // The decision of one step, for logs, --json and StepTrace.
@@ -60,6 +76,10 @@ class AutoController {
   // candidates[0] must be plain decoding. Throws std::invalid_argument otherwise or when
   // `costs` is empty.
   AutoController(StepCosts costs, std::vector<AutoCandidate> candidates, AutoOptions options = {});
+
+  // Starts from what an earlier controller learned (candidates matched by label).
+  void recall(const AutoMemory& memory);
+  AutoMemory memory() const;
 
   // The candidate for the next step.
   AutoDecision choose();
@@ -81,7 +101,8 @@ class AutoController {
   std::vector<AutoCandidate> candidates_;
   AutoOptions options_;
   std::vector<bool> viable_;
-  std::vector<int64_t> steps_;    // per candidate
+  std::vector<int64_t> warm_up_;  // per candidate: warm-up steps still to run
+  std::vector<int64_t> steps_;    // per candidate, counted after the warm-up
   std::vector<double> yield_;     // running tokens per step
   int64_t step_ = 0;
   int32_t revisiting_ = -1;       // the candidate being revisited, and until which step

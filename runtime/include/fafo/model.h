@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "fafo/auto_strategy.h"
 #include "fafo/backend.h"
 #include "fafo/gguf.h"
 #include "fafo/kv_layout.h"
@@ -96,6 +98,13 @@ class Model {
   // Total KV entries exchanged between the region and the rest so far.
   int64_t kv_swaps() const { return kv_->exchanges(); }
 
+  // --strategy auto's step-cost curve for this model on its backend and cache, kept
+  // once measured (fafo/auto_strategy.h); empty until then.
+  const StepCosts& step_costs() const { return step_costs_; }
+  void set_step_costs(StepCosts costs) { step_costs_ = std::move(costs); }
+  // And what its controller learned in earlier generations (steps and yields).
+  AutoMemory& auto_memory() { return auto_memory_; }
+
  private:
   void record_step(StepBatch& batch);
   struct Weights;
@@ -116,6 +125,8 @@ class Model {
   std::unique_ptr<KvPolicy> policy_;
   int32_t prompt_end_ = 0;
   int64_t steps_ = 0;
+  StepCosts step_costs_;
+  AutoMemory auto_memory_;
 };
 
 }  // namespace fafo

@@ -60,11 +60,34 @@ AutoController::AutoController(StepCosts costs, std::vector<AutoCandidate> candi
   viable_.assign(n, false);
   steps_.assign(n, 0);
   yield_.assign(n, 0.0);
+  warm_up_.assign(n, 0);
+  for (size_t c = 1; c < n; ++c) warm_up_[c] = candidates_[c].options.ngram - 1;
   viable_[0] = true;
   yield_[0] = 1.0;
-  // A candidate pays only if its best step (N tokens) beats N plain steps' cost.
+  // A candidate can pay only if its best step (N tokens) beats N plain steps' cost; it is
+  // tried only if it would pay at a fraction of that.
   for (size_t c = 1; c < n; ++c)
-    viable_[c] = candidates_[c].max_emitted() * costs_.at(1) > costs_.at(candidates_[c].step_tokens);
+    viable_[c] = options_.viable_fraction * candidates_[c].max_emitted() * costs_.at(1) >
+                 costs_.at(candidates_[c].step_tokens);
+}
+
+void AutoController::recall(const AutoMemory& memory) {
+  for (size_t m = 0; m < memory.labels.size() && m < memory.steps.size() && m < memory.yields.size(); ++m)
+    for (size_t c = 1; c < candidates_.size(); ++c)
+      if (candidates_[c].label() == memory.labels[m]) {
+        steps_[c] = memory.steps[m];
+        yield_[c] = memory.yields[m];
+      }
+}
+
+AutoMemory AutoController::memory() const {
+  AutoMemory m;
+  for (size_t c = 1; c < candidates_.size(); ++c) {
+    m.labels.push_back(candidates_[c].label());
+    m.steps.push_back(steps_[c]);
+    m.yields.push_back(yield_[c]);
+  }
+  return m;
 }
 
 double AutoController::relative_speed(int32_t c) const {
@@ -127,6 +150,10 @@ void AutoController::observe(int32_t c, int32_t emitted) {
   if (c < 0 || static_cast<size_t>(c) >= candidates_.size()) throw std::out_of_range("auto: no such candidate");
   const size_t i = static_cast<size_t>(c);
   if (i == 0) return;  // plain decoding always emits one token
+  if (warm_up_[i] > 0) {
+    --warm_up_[i];
+    return;
+  }
   ++steps_[i];
   // The plain mean over the trial, then a running average that follows the text.
   const double w = steps_[i] <= options_.trial_steps ? 1.0 / static_cast<double>(steps_[i]) : options_.smoothing;

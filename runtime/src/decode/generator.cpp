@@ -154,10 +154,28 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
                          options.read_top_k_only;
   const int32_t top_k = use_top_k ? options.sampling.top_k : 0;
 
-  // FAFO's fumble rows read the region its policy keeps (auto may run FAFO); other
-  // strategies need none.
+  // Auto: its controller, on the step costs given, else the model's (measured once, here,
+  // before the prompt).
   const bool auto_mode = dec.strategy == Strategy::Auto;
-  model.set_kv_policy(dec.strategy == Strategy::Fafo || auto_mode ? make_kv_policy(options.kv) : nullptr);
+  std::optional<AutoController> controller;
+  if (auto_mode) {
+    std::vector<AutoCandidate> candidates = options.auto_candidates.empty() ? default_auto_candidates(dec) : options.auto_candidates;
+    int32_t max_emitted = 1;
+    for (const AutoCandidate& c : candidates) max_emitted = std::max(max_emitted, c.max_emitted());
+    if (options.step_costs.empty() && model.step_costs().empty()) model.set_step_costs(measure_step_costs(model, max_emitted));
+    controller.emplace(options.step_costs.empty() ? model.step_costs() : options.step_costs, std::move(candidates),
+                       options.auto_options);
+    controller->recall(model.auto_memory());
+    result.step_costs = controller->costs();
+  }
+  // FAFO's fumble rows read the region its policy keeps; other strategies need none
+  // (auto: only if it may run FAFO here).
+  bool fafo_may_run = dec.strategy == Strategy::Fafo;
+  if (controller)
+    for (size_t c = 1; c < controller->candidates().size(); ++c)
+      fafo_may_run |= controller->candidates()[c].options.strategy == Strategy::Fafo &&
+                      (controller->viable(static_cast<int32_t>(c)) || options.auto_options.rotate);
+  model.set_kv_policy(fafo_may_run ? make_kv_policy(options.kv) : nullptr);
   const Clock::time_point t0 = Clock::now();
   const std::vector<float> logits = prefill(model, prompt, options.prefill_chunk);
   model.end_prefill();
@@ -170,17 +188,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   DecodingOptions plain = dec;
   if (auto_mode) plain.strategy = Strategy::Ar;
   StrategyState state(plain, prompt);
-  std::optional<AutoController> controller;
-  std::vector<std::unique_ptr<StrategyState>> candidate_states;
-  if (auto_mode) {
-    std::vector<AutoCandidate> candidates = options.auto_candidates.empty() ? default_auto_candidates(dec) : options.auto_candidates;
-    int32_t max_emitted = 1;
-    for (const AutoCandidate& c : candidates) max_emitted = std::max(max_emitted, c.max_emitted());
-    controller.emplace(options.step_costs.empty() ? measure_step_costs(model, max_emitted) : options.step_costs,
-                       std::move(candidates), options.auto_options);
-    candidate_states.resize(controller->candidates().size());
-    result.step_costs = controller->costs();
-  }
+  std::vector<std::unique_ptr<StrategyState>> candidate_states(controller ? controller->candidates().size() : 0);
   TraceRecorder trace(options.on_step, plain, model, state);
   std::vector<int32_t> history = prompt;  // the text the pool is searched with (ends with the input token)
   TokenSink sink{options, tokenizer, on_token, result, history, std::nullopt};
@@ -236,6 +244,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
   add_pool_stats(state.pool(), result);
   if (controller) {
+    model.auto_memory() = controller->memory();
     result.auto_summary = controller->explain();
     for (const std::unique_ptr<StrategyState>& s : candidate_states)
       if (s) add_pool_stats(s->pool(), result);
