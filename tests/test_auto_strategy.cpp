@@ -47,6 +47,8 @@ TEST(StepCosts, LinearBetweenPointsAndAlongTheLastSlopeBeyond) {
   EXPECT_DOUBLE_EQ(c.at(120), 16.0);
   EXPECT_DOUBLE_EQ(c.relative(8), 2.0);
   EXPECT_THROW(StepCosts{}.at(1), std::logic_error);
+  // Beyond the last point, never below it (a noisy last segment may slope down).
+  EXPECT_DOUBLE_EQ(curve({{1, 1.0}, {8, 3.0}, {64, 2.5}}).at(128), 2.5);
 }
 
 TEST(AutoController, WhereNothingPaysItIsPlainDecodingFromTheFirstStep) {
@@ -113,6 +115,8 @@ TEST(AutoController, ItFollowsYieldsThatChangeAndFallsBackToPlainDecoding) {
 TEST(AutoController, RejectsACandidateListWithoutPlainDecodingFirst) {
   EXPECT_THROW(AutoController(curve({{1, 1.0}}), {candidate(Strategy::Fafo, 5, 65)}), std::invalid_argument);
   EXPECT_THROW(AutoController(StepCosts{}, grid()), std::invalid_argument);
+  EXPECT_THROW(AutoController(curve({{1, 1.0}, {1, 2.0}}), grid()), std::invalid_argument);
+  EXPECT_THROW(AutoController(curve({{1, 0.0}, {2, 2.0}}), grid()), std::invalid_argument);
 }
 
 TEST(AutoCandidates, StepSizesAreWhatTheDecodingLoopRuns) {

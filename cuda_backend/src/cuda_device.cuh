@@ -18,8 +18,8 @@ inline void check(cudaError_t e, const char* what) {
 
 template <class Op>
 __global__ void run_op(Op op, uint32_t n) {
-  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) op(i);
+  const uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // no wrap near 2^32
+  if (i < n) op(static_cast<uint32_t>(i));
 }
 
 class CudaDevice {
@@ -34,7 +34,10 @@ class CudaDevice {
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
 
+  // The current device is per host thread and the backend may be used from another
+  // thread than the one that made it (the studio's worker): every call selects it.
   void* alloc(size_t bytes) {
+    select();
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
     if (e != cudaSuccess) {
@@ -46,28 +49,39 @@ class CudaDevice {
     check(cudaMemsetAsync(p, 0, bytes == 0 ? 1 : bytes, stream_), "cudaMemset");
     return p;
   }
-  void release(void* p) noexcept { cudaFree(p); }
+  void release(void* p) noexcept {
+    cudaSetDevice(index_);
+    cudaFree(p);
+  }
   void upload(void* dst, const void* src, size_t bytes) {
+    select();
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpy to the device");
     sync();  // the host data may go away when this returns
   }
   void download(void* dst, const void* src, size_t bytes) {
+    select();
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy from the device");
     sync();
   }
   void copy(void* dst, const void* src, size_t bytes) {
+    select();
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpy on the device");
   }
   template <class Op>
   void launch(const Op& op, uint64_t n, const char* name) {
+    select();
     constexpr uint32_t kThreads = 256;
     const uint32_t blocks = static_cast<uint32_t>((n + kThreads - 1) / kThreads);
     run_op<<<blocks, kThreads, 0, stream_>>>(op, static_cast<uint32_t>(n));
     check(cudaGetLastError(), name);
   }
-  void sync() { check(cudaStreamSynchronize(stream_), "a step"); }
+  void sync() {
+    select();
+    check(cudaStreamSynchronize(stream_), "a step");
+  }
 
  private:
+  void select() { check(cudaSetDevice(index_), "cudaSetDevice"); }
   int index_ = 0;
   cudaStream_t stream_ = nullptr;
 };

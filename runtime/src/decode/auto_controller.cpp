@@ -54,6 +54,9 @@ std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base) 
 AutoController::AutoController(StepCosts costs, std::vector<AutoCandidate> candidates, AutoOptions options)
     : costs_(std::move(costs)), candidates_(std::move(candidates)), options_(options) {
   if (costs_.empty()) throw std::invalid_argument("auto: no step costs measured");
+  for (size_t i = 0; i < costs_.sizes.size(); ++i)
+    if (i >= costs_.seconds.size() || !(costs_.seconds[i] > 0) || (i > 0 && costs_.sizes[i] <= costs_.sizes[i - 1]))
+      throw std::invalid_argument("auto: step costs need increasing sizes and positive times");
   if (candidates_.empty() || candidates_[0].options.strategy != Strategy::Ar)
     throw std::invalid_argument("auto: the first candidate must be plain decoding");
   const size_t n = candidates_.size();

@@ -160,11 +160,21 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   std::optional<AutoController> controller;
   if (auto_mode) {
     std::vector<AutoCandidate> candidates = options.auto_candidates.empty() ? default_auto_candidates(dec) : options.auto_candidates;
+    // A candidate whose step the device or the context cannot hold would never run.
+    std::erase_if(candidates, [&](const AutoCandidate& c) {
+      return c.options.strategy != Strategy::Ar &&
+             (c.step_tokens > model.max_logit_rows() || c.step_tokens >= model.n_ctx() - model.n_past());
+    });
     int32_t max_emitted = 1;
     for (const AutoCandidate& c : candidates) max_emitted = std::max(max_emitted, c.max_emitted());
-    if (options.step_costs.empty() && model.step_costs().empty()) model.set_step_costs(measure_step_costs(model, max_emitted));
-    controller.emplace(options.step_costs.empty() ? model.step_costs() : options.step_costs, std::move(candidates),
-                       options.auto_options);
+    StepCosts costs = options.step_costs.empty() ? model.step_costs() : options.step_costs;
+    if (costs.empty()) {
+      costs = measure_step_costs(model, max_emitted);
+      // Kept for later generations unless the context cut it short.
+      if (!costs.empty() && (costs.sizes.back() >= 8 || costs.relative(costs.sizes.back()) > max_emitted))
+        model.set_step_costs(costs);
+    }
+    controller.emplace(std::move(costs), std::move(candidates), options.auto_options);
     controller->recall(model.auto_memory());
     result.step_costs = controller->costs();
   }

@@ -19,7 +19,9 @@ double StepCosts::at(int32_t T) const {
   while (i + 1 < sizes.size() && sizes[i] < T) ++i;
   // The segment [i - 1, i] holds T, or is the last one (extrapolated along its slope).
   const double x0 = sizes[i - 1], x1 = sizes[i], y0 = seconds[i - 1], y1 = seconds[i];
-  return y0 + (y1 - y0) * (T - x0) / (x1 - x0);
+  // Never below the last measurement beyond it, whatever the last segment's slope.
+  const double t = y0 + (y1 - y0) * (T - x0) / (x1 - x0);
+  return T > sizes.back() ? std::max(t, seconds.back()) : t;
 }
 
 StepCosts measure_step_costs(Model& model, int32_t max_emitted) {
@@ -40,7 +42,8 @@ StepCosts measure_step_costs(Model& model, int32_t max_emitted) {
   run(1);  // warm-up: pipelines, caches
   for (int32_t T = 1; T <= 64; T *= 2) {
     if (model.n_past() + T > model.n_ctx() || T > model.max_logit_rows()) break;
-    const double seconds = std::min(run(T), run(T));
+    // A larger step never counts as cheaper than a smaller one (timing noise).
+    const double seconds = std::max(std::min(run(T), run(T)), costs.seconds.empty() ? 0.0 : costs.seconds.back());
     costs.sizes.push_back(T);
     costs.seconds.push_back(seconds);
     // Larger steps cost more still: once a step costs more than the most tokens any
