@@ -112,11 +112,46 @@ TEST(AutoController, ItFollowsYieldsThatChangeAndFallsBackToPlainDecoding) {
   EXPECT_LT(auto_.relative_speed(1), 1.0);
 }
 
+// A candidate that runs again after others did starts its window afresh: the decision
+// says so, and its next N - 1 steps are warm-up, not yield.
+TEST(AutoController, ACandidateComingBackRestartsAndWarmsUpAgain) {
+  AutoController auto_(curve({{1, 1.0}, {128, 1.0}, {256, 1.6}}), grid());
+  const std::map<int32_t, int32_t> emits = {{0, 1}, {1, 2}, {2, 2}, {3, 4}};
+  int previous = -1, restarts = 0;
+  for (int step = 0; step < 300; ++step) {
+    const AutoDecision d = auto_.choose();
+    // Restarted exactly when a candidate that ran before comes back after another.
+    if (d.restart) {
+      ++restarts;
+      EXPECT_NE(d.candidate, previous);
+      EXPECT_GT(d.candidate, 0);
+      // Its warm-up: steps that emit nothing beyond the input's successor do not lower its yield.
+      const double before = auto_.relative_speed(d.candidate);
+      const int32_t c = d.candidate;
+      auto_.observe(c, 1);
+      for (int w = 1; w < auto_.candidates()[static_cast<size_t>(c)].options.ngram - 1; ++w) {
+        const AutoDecision next = auto_.choose();
+        ASSERT_EQ(next.candidate, c) << "a revisit runs its warm-up and then its steps";
+        EXPECT_FALSE(next.restart);
+        auto_.observe(c, 1);
+        ++step;
+      }
+      EXPECT_DOUBLE_EQ(auto_.relative_speed(c), before);
+      previous = c;
+      continue;
+    }
+    auto_.observe(d.candidate, emits.at(d.candidate));
+    previous = d.candidate;
+  }
+  EXPECT_GT(restarts, 2);  // the revisits and the returns to the best after them
+}
+
 TEST(AutoController, RejectsACandidateListWithoutPlainDecodingFirst) {
   EXPECT_THROW(AutoController(curve({{1, 1.0}}), {candidate(Strategy::Fafo, 5, 65)}), std::invalid_argument);
   EXPECT_THROW(AutoController(StepCosts{}, grid()), std::invalid_argument);
   EXPECT_THROW(AutoController(curve({{1, 1.0}, {1, 2.0}}), grid()), std::invalid_argument);
   EXPECT_THROW(AutoController(curve({{1, 0.0}, {2, 2.0}}), grid()), std::invalid_argument);
+  EXPECT_THROW(AutoController(curve({{2, 1.0}, {4, 2.0}}), grid()), std::invalid_argument);  // no t(1)
 }
 
 TEST(AutoCandidates, StepSizesAreWhatTheDecodingLoopRuns) {

@@ -32,7 +32,7 @@ TEST(Cli, GreedyStreamFromBosEqualsGoldenText) {
 
 TEST(Cli, JsonOutputHasTheDocumentedFields) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome o = run_fafo("run -m " + quote(model) + " -p 'Once upon a time' -n 12 --temp 0 --json");
+  const Outcome o = run_fafo("run -m " + quote(model) + " -p 'Once upon a time' -n 12 --temp 0 --json --strategy ar");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["prompt_ids"], (std::vector<int>{1, 403, 407, 261, 378}));
@@ -43,6 +43,35 @@ TEST(Cli, JsonOutputHasTheDocumentedFields) {
   EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
   EXPECT_EQ(j["backend"], "cpu");
   EXPECT_EQ(j["strategy"], "ar");
+}
+
+// auto is the default strategy; its step-cost curve is measured once and kept in the
+// cache folder, where the next run finds it (and a damaged file is measured again).
+TEST(Cli, AutoIsTheDefaultAndKeepsItsStepCosts) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("cli-auto-cache");
+  const std::string command = "FAFO_CACHE_DIR=" + quote(dir) + " " + quote(fafo::test::binary_path("app/cli/fafo")) +
+                              " run -m " + quote(model) + " -p 'Once upon a time' -n 12 --temp 0";
+  const auto first = fafo::test::run_command(command + " --json");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto j = nlohmann::json::parse(first.out);
+  EXPECT_EQ(j["strategy"], "auto");
+  EXPECT_EQ(j["ids"], (std::vector<int>{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338}));
+  const std::string source = j["auto"]["step_costs"]["source"];
+  EXPECT_HAS(source, "measured, kept in " + dir.string());
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  // The next run reads it, and says so on stderr.
+  const auto second = fafo::test::run_command(command);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_HAS(second.err, "fafo: auto: ");
+  EXPECT_HAS(second.err, "(" + files[0].string() + ")");
+  // A damaged file: measured again and rewritten.
+  std::ofstream(files[0], std::ios::trunc) << "fafo step costs 1\nkey something else\n1 0.5\n";
+  const auto third = fafo::test::run_command(command + " --json");
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_HAS(nlohmann::json::parse(third.out)["auto"]["step_costs"]["source"].get<std::string>(), "measured, kept in");
 }
 
 TEST(Cli, SamplingIsReproducibleWithASeedAndVariesAcrossSeeds) {
@@ -215,14 +244,15 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   EXPECT_HAS(o.out, "| tg16 |");
   const auto j = nlohmann::json::parse(o.out.substr(o.out.find("\n{") + 1));
   ASSERT_EQ(j["step_cost"].size(), 2u);
-  ASSERT_EQ(j["strategies"].size(), 4u);
+  ASSERT_EQ(j["strategies"].size(), 5u);  // ar, auto, jacobi, lookahead, fafo
   for (const auto& row : j["strategies"]) {
     EXPECT_EQ(row["ids_equal_ar"], 2) << row["strategy"];
     EXPECT_EQ(row["tokens"], 2 * 39) << row["strategy"];
     EXPECT_GE(row["tau"].get<double>(), 1.0);
   }
   EXPECT_DOUBLE_EQ(j["strategies"][0]["tau"].get<double>(), 1.0);
-  EXPECT_GT(j["strategies"][2]["tau"].get<double>(), 1.0);  // lookahead accepted guesses
+  EXPECT_EQ(j["strategies"][1]["strategy"], "auto");
+  EXPECT_GT(j["strategies"][3]["tau"].get<double>(), 1.0);  // lookahead accepted guesses
 }
 
 TEST(Cli, BenchDevicesPutsBackendsSideBySideAndWritesTheReport) {

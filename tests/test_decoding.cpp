@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <random>
 #include <utility>
 
@@ -69,6 +70,47 @@ TEST(Decoding, EveryStrategyEqualsArOnGoldenPrompts) {
       if (s != Strategy::Jacobi) {
         EXPECT_GT(r.tokens_per_step(), 1.2) << strategy_name(s) << " accepted no guesses";
       }
+    }
+  }
+}
+
+// What each source of guesses yielded adds up to what the steps accepted: every guess
+// token accepted comes from one source, per key length.
+TEST(Decoding, SourceYieldsAddUpToTheAcceptedGuesses) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  auto m = test::load_test_model(model_path.string(), 256);
+  const auto prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and Tom went to the park. Lily and", true);
+  for (Strategy s : {Strategy::Ar, Strategy::Jacobi, Strategy::Lookahead, Strategy::Fafo}) {
+    DecodingOptions d;
+    d.pool_from_prompt = true;
+    const GenerationResult r = run(m, prompt, s, 80, d);
+    int64_t accepted = 0, won = 0;
+    std::set<std::string> sources;
+    for (const SourceYield& y : r.source_yields) {
+      EXPECT_LE(y.won, y.verified) << y.source;
+      EXPECT_LE(y.won, y.accepted) << y.source;
+      accepted += y.accepted;
+      won += y.won;
+      sources.insert(y.source);
+      if (s == Strategy::Lookahead) {
+        EXPECT_EQ(y.key_length, 1);
+      } else if (s == Strategy::Fafo) {
+        EXPECT_TRUE(y.key_length >= 1 && y.key_length <= d.lookback) << y.key_length;
+      }
+    }
+    // Every decoding step emits its own token plus the guesses it accepted.
+    EXPECT_EQ(accepted, static_cast<int64_t>(r.ids.size()) - r.n_steps) << strategy_name(s);
+    int64_t multi = 0;
+    for (size_t k = 2; k < r.accepted_histogram.size(); ++k) multi += r.accepted_histogram[k];
+    EXPECT_EQ(won, multi) << strategy_name(s);
+    if (s == Strategy::Ar) {
+      EXPECT_TRUE(r.source_yields.empty());
+    } else if (s == Strategy::Jacobi) {
+      EXPECT_EQ(sources, std::set<std::string>{"jacobi"});
+    } else {
+      EXPECT_TRUE(sources.count("prompt")) << strategy_name(s);
+      EXPECT_TRUE(sources.count("window")) << strategy_name(s);
+      EXPECT_GT(accepted, 10) << strategy_name(s) << ": too few accepted guesses for the test to mean anything";
     }
   }
 }
@@ -184,76 +226,51 @@ TEST(Decoding, TracesDescribeEveryStep) {
   EXPECT_GT(traces.back().pool_ngrams, 0);
 }
 
-// With sampling, the distribution of generated text must equal plain sampling's.
-// Compare the distribution of the 4th generated token over many seeds (two-sample
-// chi-square); a verifier that accepted guesses greedily would fail this.
-TEST(Decoding, SamplingKeepsTheOutputDistribution) {
-  // Lookahead, and auto switching candidates at every step, against plain decoding.
+// With sampling, every strategy must emit plain sampling's text for the same seed (each
+// position's token is drawn with a number from the seed and the position), while still
+// accepting guesses; a verifier that accepted guesses without comparing them with the
+// draw, or drew positions from a shared stream, would fail this for some seed.
+TEST(Decoding, SampledTextEqualsPlainSamplingForEverySeed) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
-  auto m = test::load_test_model(model_path.string(), 64, 1);
+  auto m = test::load_test_model(model_path.string(), 128, 1);
   const auto prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and Tom went to the park. Lily and", true);
-  auto histogram = [&](Strategy s, int runs, double* tau) {
-    std::map<int32_t, int> counts;
-    int64_t tokens = 0, steps = 0;
-    for (int seed = 0; seed < runs; ++seed) {
-      GenerationOptions o;
-      o.n_predict = 4;
-      o.stop_at_end_of_generation = false;
-      o.sampling = SamplerOptions{0.7f, 0, 1.0f, 0.0f, static_cast<uint64_t>(seed) * 7919 + 1};
-      o.decoding.strategy = s;
-      o.decoding.pool_from_prompt = true;
-      o.decoding.window = 4;
-      o.decoding.ngram = 4;
-      o.decoding.guesses = 6;
-      if (s == Strategy::Auto) {
-        o.auto_options.rotate = true;  // a different candidate (or plain decoding) every step
-        o.step_costs.sizes = {1};
-        o.step_costs.seconds = {1.0};
-      }
-      const auto r = generate(*m.model, *m.tokenizer, prompt, o);
-      ++counts[r.ids[3]];
-      tokens += static_cast<int64_t>(r.ids.size()) - 1;
-      steps += r.n_steps - 1;
+  auto run = [&](Strategy s, uint64_t seed, int32_t top_k, double* tau) {
+    GenerationOptions o;
+    o.n_predict = 24;
+    o.stop_at_end_of_generation = false;
+    o.sampling = SamplerOptions{0.7f, top_k, 1.0f, 0.0f, seed};
+    o.decoding.strategy = s;
+    o.decoding.pool_from_prompt = true;
+    o.decoding.window = 4;
+    o.decoding.ngram = 4;
+    o.decoding.guesses = 6;
+    if (s == Strategy::Auto) {
+      o.auto_options.rotate = true;  // a different candidate (or plain decoding) every step
+      o.step_costs.sizes = {1};
+      o.step_costs.seconds = {1.0};
     }
-    *tau = static_cast<double>(tokens) / static_cast<double>(steps);
-    return counts;
+    const auto r = generate(*m.model, *m.tokenizer, prompt, o);
+    *tau = static_cast<double>(r.ids.size() - 1) / static_cast<double>(r.n_steps - 1);
+    return r.ids;
   };
-  // Two-sample chi-square over tokens seen at least 10 times in total (the rest pooled).
-  auto check = [](const std::map<int32_t, int>& a, const std::map<int32_t, int>& b, const char* what) {
-    std::map<int32_t, std::pair<int, int>> bins;
-    for (auto [t, n] : a) bins[t].first += n;
-    for (auto [t, n] : b) bins[t].second += n;
-    std::pair<int, int> rare{0, 0};
-    double chi2 = 0;
-    int dof = -1;
-    auto add_bin = [&](std::pair<int, int> ab) {
-      const double total = ab.first + ab.second;
-      const double ea = total / 2, eb = total / 2;  // equal sample sizes
-      chi2 += (ab.first - ea) * (ab.first - ea) / ea + (ab.second - eb) * (ab.second - eb) / eb;
-      ++dof;
-    };
-    for (auto& [t, ab] : bins) {
-      if (ab.first + ab.second >= 10) {
-        add_bin(ab);
-      } else {
-        rare.first += ab.first;
-        rare.second += ab.second;
-      }
+  double tau_sum[5] = {0, 0, 0, 0, 0};
+  const Strategy strategies[5] = {Strategy::Ar, Strategy::Jacobi, Strategy::Lookahead, Strategy::Fafo, Strategy::Auto};
+  const int seeds = 40;
+  std::set<std::vector<int32_t>> distinct;
+  for (int seed = 0; seed < seeds; ++seed) {
+    const int32_t top_k = seed % 2 ? 0 : 8;  // whole rows and the backend's top-k
+    double tau = 0;
+    const auto plain = run(Strategy::Ar, static_cast<uint64_t>(seed) * 7919 + 1, top_k, &tau);
+    distinct.insert(plain);
+    for (int k = 1; k < 5; ++k) {
+      EXPECT_EQ(run(strategies[k], static_cast<uint64_t>(seed) * 7919 + 1, top_k, &tau), plain)
+          << strategy_name(strategies[k]) << ", seed " << seed;
+      tau_sum[k] += tau;
     }
-    if (rare.first + rare.second > 0) add_bin(rare);
-    ASSERT_GT(dof, 2);
-    // 99.9th percentile of chi-square ~ dof + 3.1 sqrt(2 dof) + 5 for moderate dof.
-    const double limit = dof + 3.1 * std::sqrt(2.0 * dof) + 5.0;
-    EXPECT_LT(chi2, limit) << what << ": dof " << dof;
-    std::printf("sampling, %s: chi2 %.1f over %d dof (limit %.1f)\n", what, chi2, dof, limit);
-  };
-  const int runs = 1500;
-  double tau_ar = 0, tau_la = 0, tau_auto = 0;
-  const auto a = histogram(Strategy::Ar, runs, &tau_ar);
-  const auto b = histogram(Strategy::Lookahead, runs, &tau_la);
-  const auto c = histogram(Strategy::Auto, runs, &tau_auto);
-  EXPECT_GT(tau_la, 1.1) << "lookahead accepted too few guesses for the test to mean anything";
-  check(a, b, "lookahead");
-  check(a, c, "auto switching every step");
-  std::printf("sampling: tau ar %.2f lookahead %.2f auto %.2f\n", tau_ar, tau_la, tau_auto);
+  }
+  EXPECT_GT(distinct.size(), 30u) << "the seeds should give different texts";
+  EXPECT_GT(tau_sum[2] / seeds, 1.1) << "lookahead accepted too few guesses for the test to mean anything";
+  EXPECT_GT(tau_sum[3] / seeds, 1.1) << "fafo accepted too few guesses for the test to mean anything";
+  std::printf("sampling: tau jacobi %.2f lookahead %.2f fafo %.2f auto %.2f\n", tau_sum[1] / seeds, tau_sum[2] / seeds,
+              tau_sum[3] / seeds, tau_sum[4] / seeds);
 }

@@ -94,6 +94,51 @@ TEST(Sampler, DrawsFollowTheDistributionAndTheSeed) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(kLogits.data(), 6), b.sample(kLogits.data(), 6));
 }
 
+// The generation's draws: position_uniform is uniform over [0, 1) across positions and
+// seeds, and draw_token with it follows the distribution.
+TEST(Sampler, PositionDrawsFollowTheDistribution) {
+  Sampler s(opts(1.0f, 0, 1.0f, 0.0f));
+  const auto p = s.distribution(kLogits.data(), 6);
+  std::vector<int> counts(6, 0);
+  const int n = 60000;
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const double u = position_uniform(static_cast<uint64_t>(i / 100), i % 100);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+    ++counts[static_cast<size_t>(draw_token(p, u))];
+  }
+  EXPECT_NEAR(sum / n, 0.5, 0.01);
+  double chi2 = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    const double e = p[i] * n;
+    chi2 += (counts[i] - e) * (counts[i] - e) / e;
+  }
+  EXPECT_LT(chi2, 20.5);  // 5 degrees of freedom, p ~ 0.001
+  // The same seed and position give the same number; another seed or position another.
+  EXPECT_EQ(position_uniform(7, 3), position_uniform(7, 3));
+  EXPECT_NE(position_uniform(7, 3), position_uniform(8, 3));
+  EXPECT_NE(position_uniform(7, 3), position_uniform(7, 4));
+}
+
+TEST(Sampler, DrawTokenSkipsEmptyTokensAndNeedsMass) {
+  const std::vector<float> p = {0.0f, 0.25f, 0.0f, 0.75f, 0.0f};
+  EXPECT_EQ(draw_token(p, 0.0), 1);
+  EXPECT_EQ(draw_token(p, 0.2499), 1);
+  EXPECT_EQ(draw_token(p, 0.25), 3);
+  EXPECT_EQ(draw_token(p, 0.9999999999), 3);  // never the trailing token without mass
+  // Unnormalised: relative to the total.
+  EXPECT_EQ(draw_token({0.0f, 2.0f, 2.0f}, 0.49), 1);
+  EXPECT_EQ(draw_token({0.0f, 2.0f, 2.0f}, 0.51), 2);
+  try {
+    draw_token({0.0f, 0.0f}, 0.5);
+    ADD_FAILURE() << "a distribution without mass was drawn from";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no mass"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Sampler, InvalidOptionsAreRejected) {
   EXPECT_THROW(Sampler(opts(-1.0f, 0, 1.0f, 0.0f)), std::invalid_argument);
   EXPECT_THROW(Sampler(opts(1.0f, -3, 1.0f, 0.0f)), std::invalid_argument);

@@ -143,6 +143,19 @@ TEST(StudioViews, ChartSeriesPerStep) {
   EXPECT_FLOAT_EQ(c.verify_ms[2], 0.125f);
 }
 
+TEST(StudioViews, ChartSeriesFollowAutosChoice) {
+  std::vector<StepTrace> traces = {plain_step(0, 9, 0), hand_step(), plain_step(4, 50, 12), plain_step(5, 51, 13)};
+  traces[1].auto_choice = "fafo W8 N5 G8 (trial): 2.00 tokens/step at t(44)/t(1) = 1.10 -> 1.82x plain decoding";
+  traces[2].auto_choice = "ar: no strategy can pay here";
+  traces[3].auto_choice = "fafo W8 N5 G8 (best): 2.10 tokens/step";
+  const ChartSeries c = chart_series(traces);
+  EXPECT_EQ(c.choice, (std::vector<int32_t>{-1, 0, 1, 0}));
+  EXPECT_EQ(c.choice_labels, (std::vector<std::string>{"fafo W8 N5 G8", "ar"}));
+  EXPECT_EQ(auto_choice_label("ar (best): no tried strategy beats plain decoding"), "ar");
+  // Without auto: no choice series.
+  EXPECT_TRUE(chart_series(std::vector<StepTrace>{plain_step(0, 9, 0)}).choice.empty());
+}
+
 TEST(StudioViews, PlaybackPausesStepsAndFollows) {
   Playback p;
   p.set_speed(2.0);
@@ -179,7 +192,7 @@ TEST(StudioViews, OptionsParseAndReject) {
   // No arguments: the chat view, no model yet.
   const auto empty = parse_app_options({});
   EXPECT_EQ(empty.view, View::Chat);
-  EXPECT_EQ(empty.decoding.strategy, Strategy::Fafo);
+  EXPECT_EQ(empty.decoding.strategy, Strategy::Auto);
   const auto chat = parse_app_options({"-m", "m", "--chat", "hi", "--chat", "more", "--system", "s"});
   EXPECT_EQ(chat.chat, (std::vector<std::string>{"hi", "more"}));
   EXPECT_EQ(chat.view, View::Chat);

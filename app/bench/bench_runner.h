@@ -25,7 +25,7 @@ struct BenchConfig {
   std::vector<int32_t> curve = {1, 2, 4, 8, 16, 32, 64, 128, 256};  // step sizes of t(T) (empty = skip)
   std::vector<std::string> prompts;  // strategies side by side over these (empty = skip)
   int32_t n_generate = 256;          // new tokens per prompt
-  std::vector<std::string> strategies = {"ar", "jacobi", "lookahead", "fafo"};  // ar first
+  std::vector<std::string> strategies = {"ar", "auto", "jacobi", "lookahead", "fafo"};  // ar first
   DecodingOptions decoding;
   KvPolicyOptions kv;
   double peak_gbps = 0;  // > 0: tg also reports its fraction of this bandwidth

@@ -35,7 +35,11 @@ struct ChatArgs {
   int32_t n_predict = -1;
   SamplerOptions sampling{0.8f, 40, 0.95f, 0.05f, 0};
   std::shared_ptr<bool> seed_given = std::make_shared<bool>(false);
-  DecodingOptions decoding;
+  DecodingOptions decoding = [] {  // --strategy: auto by default
+    DecodingOptions d;
+    d.strategy = Strategy::Auto;
+    return d;
+  }();
   KvPolicyOptions kv;
 };
 
@@ -127,6 +131,8 @@ void run_turn(ChatSession& session, const ChatArgs& args, const std::string& tex
                "cache; context %d/%d; stop: %s\n",
                g.ids.size(), g.decode_seconds, g.tokens_per_second(), r.prompt_tokens, g.prefill_seconds, r.new_tokens,
                r.reused, model.n_past(), model.n_ctx(), stop);
+  if (!g.auto_summary.empty())
+    std::fprintf(stderr, "fafo: auto: %s; step costs %s\n", g.auto_summary.c_str(), g.step_costs.describe().c_str());
   if (g.stop == StopReason::ContextFull) std::fprintf(stderr, "fafo: the context is full; /reset starts a new conversation\n");
   g_interrupted.store(false);
 }

@@ -31,7 +31,11 @@ struct RunArgs {
   bool json = false;
   bool no_bos = false;
   bool ignore_eos = false;
-  DecodingOptions decoding;
+  DecodingOptions decoding = [] {  // --strategy: auto by default
+    DecodingOptions d;
+    d.strategy = Strategy::Auto;
+    return d;
+  }();
   KvPolicyOptions kv;
   std::string trace_path;
 };
@@ -116,6 +120,11 @@ int run_generate(RunArgs& args) {
     j["accepted_histogram"] = r.accepted_histogram;
     j["pool"] = {{"keys", r.pool_keys}, {"ngrams", r.pool_ngrams}, {"lookups", r.pool_lookups}, {"hits", r.pool_hits},
                  {"hit_rate", r.pool_lookups ? static_cast<double>(r.pool_hits) / static_cast<double>(r.pool_lookups) : 0.0}};
+    nlohmann::json sources = nlohmann::json::array();
+    for (const SourceYield& y : r.source_yields)
+      sources.push_back({{"source", y.source}, {"key_length", y.key_length}, {"verified", y.verified}, {"won", y.won},
+                         {"accepted", y.accepted}});
+    j["sources"] = sources;
     if (args.decoding.strategy != Strategy::Ar)
       j["params"] = {{"window", args.decoding.window}, {"ngram", args.decoding.ngram}, {"guesses", args.decoding.guesses},
                      {"lookback", args.decoding.lookback}};
@@ -125,7 +134,7 @@ int run_generate(RunArgs& args) {
       nlohmann::json changes = nlohmann::json::array();
       for (const auto& [step, c] : r.auto_choices) changes.push_back({{"step", step}, {"candidate", r.auto_labels[static_cast<size_t>(c)]}});
       j["auto"] = {{"choices", changes}, {"summary", r.auto_summary},
-                   {"step_costs", {{"T", r.step_costs.sizes}, {"seconds", r.step_costs.seconds}}}};
+                   {"step_costs", {{"T", r.step_costs.sizes}, {"seconds", r.step_costs.seconds}, {"source", r.step_costs.source}}}};
     }
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
@@ -136,7 +145,8 @@ int run_generate(RunArgs& args) {
                  "%s), stop: %s\n",
                  r.ids.size(), r.decode_seconds, r.tokens_per_second(), r.prompt_ids.size(), r.prefill_seconds, r.n_steps,
                  r.tokens_per_step(), strategy_name(args.decoding.strategy), stop_reason_name(r.stop));
-    if (args.decoding.strategy == Strategy::Auto) std::fprintf(stderr, "fafo: auto: %s\n", r.auto_summary.c_str());
+    if (args.decoding.strategy == Strategy::Auto)
+      std::fprintf(stderr, "fafo: auto: %s; step costs %s\n", r.auto_summary.c_str(), r.step_costs.describe().c_str());
   }
   return 0;
 }

@@ -19,7 +19,7 @@ constexpr const char* kDescription =
     "\n"
     "  fafo-studio [--model M]                          the chat view (open a model in the app or with --model)\n"
     "  fafo-studio --model M --chat TEXT [--chat ...]   chat: send these messages in turn\n"
-    "  fafo-studio --model M --prompt P [--steps K]     the debugger on a raw prompt (default strategy: fafo;\n"
+    "  fafo-studio --model M --prompt P [--steps K]     the debugger on a raw prompt (default strategy: auto;\n"
     "                                                   with --steps and neither --prompt nor --chat: \"Once upon a time\")\n"
     "  fafo-studio --replay TRACE.jsonl [--model M]     step through a recorded `fafo run --trace`\n"
     "  fafo-studio --model M --bench DEVICES            the Bench view: `fafo bench --devices` measured and plotted\n";

@@ -27,9 +27,9 @@ struct AppOptions {
   int32_t n_predict = 256;  // -n
   SamplerOptions sampling{0.0f, 40, 0.95f, 0.05f, 0xFAF0};  // --temp (default 0: greedy) --top-k --top-p --min-p --seed
   std::string system;       // --system
-  DecodingOptions decoding = [] {  // --strategy (default fafo), --window, --ngram, --guesses, --lookback, ...
+  DecodingOptions decoding = [] {  // --strategy (default auto), --window, --ngram, --guesses, --lookback, ...
     DecodingOptions d;
-    d.strategy = Strategy::Fafo;
+    d.strategy = Strategy::Auto;
     return d;
   }();
   KvPolicyOptions kv;       // --kv-policy, --kv-budget, --sinks, --recent, --update-interval

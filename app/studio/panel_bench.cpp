@@ -32,12 +32,6 @@ const char* const kStrategies[] = {"ar", "jacobi", "lookahead", "fafo", "auto"};
 
 // Device colours (Okabe-Ito, readable on the dark background) by index in the report:
 // the same in both plots and their legends.
-ImU32 device_colour(size_t i) {
-  static const ImU32 colours[] = {IM_COL32(86, 180, 233, 255), IM_COL32(230, 159, 0, 255),  IM_COL32(0, 190, 140, 255),
-                                  IM_COL32(240, 228, 66, 255), IM_COL32(213, 94, 0, 255),   IM_COL32(204, 121, 167, 255),
-                                  IM_COL32(170, 170, 170, 255), IM_COL32(150, 120, 255, 255)};
-  return colours[i % (sizeof colours / sizeof colours[0])];
-}
 
 std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t");
@@ -443,7 +437,7 @@ void step_cost_plot(const bench::BenchReport& r, ImVec2 size) {
   for (size_t i = 0; i < r.devices.size(); ++i) {
     const bench::DeviceResult& dev = r.devices[i];
     if (!dev.error.empty() || dev.step_cost.empty()) continue;
-    entries.push_back({dev.label, device_colour(i)});
+    entries.push_back({dev.label, series_colour(i)});
     for (const bench::StepCost& c : dev.step_cost) {
       if (c.T > 0 && std::find(ts.begin(), ts.end(), c.T) == ts.end()) ts.push_back(c.T);
       if (std::isfinite(c.ms.mean + c.ms.sd)) max_ms = std::max(max_ms, c.ms.mean + c.ms.sd);
@@ -487,7 +481,7 @@ void step_cost_plot(const bench::BenchReport& r, ImVec2 size) {
       if (!std::isfinite(c.ms.mean) || !std::isfinite(c.ms.sd) || c.T <= 0) continue;
       const ImVec2 p(x_of(c.T), f.y(c.ms.mean));
       line.push_back(p);
-      if (c.ms.sd > 0.0) d->AddLine(ImVec2(p.x, f.y(c.ms.mean - c.ms.sd)), ImVec2(p.x, f.y(c.ms.mean + c.ms.sd)), device_colour(i));
+      if (c.ms.sd > 0.0) d->AddLine(ImVec2(p.x, f.y(c.ms.mean - c.ms.sd)), ImVec2(p.x, f.y(c.ms.mean + c.ms.sd)), series_colour(i));
       const float dx = mouse.x - p.x, dy = mouse.y - p.y;
       if (hovered && dx * dx + dy * dy < best) {
         best = dx * dx + dy * dy;
@@ -497,8 +491,8 @@ void step_cost_plot(const bench::BenchReport& r, ImVec2 size) {
         tip = b;
       }
     }
-    d->AddPolyline(line.data(), static_cast<int>(line.size()), device_colour(i), ImDrawFlags_None, 2.0f);
-    for (const ImVec2& p : line) d->AddCircleFilled(p, 3.5f, device_colour(i));
+    d->AddPolyline(line.data(), static_cast<int>(line.size()), series_colour(i), ImDrawFlags_None, 2.0f);
+    for (const ImVec2& p : line) d->AddCircleFilled(p, 3.5f, series_colour(i));
   }
   legend(d, f, entries, false);
   if (!tip.empty()) ImGui::SetTooltip("%s", tip.c_str());
@@ -594,7 +588,7 @@ void rate_bars(const bench::BenchReport& r, ImVec2 size) {
       if (v < 0.0) continue;
       const float x0 = gx + group_w * 0.1f + static_cast<float>(j) * bar_w, x1 = x0 + bar_w - 2.0f;
       const float y0 = f.y(v);
-      d->AddRectFilled(ImVec2(x0, y0), ImVec2(x1, f.hi.y), device_colour(i));
+      d->AddRectFilled(ImVec2(x0, y0), ImVec2(x1, f.hi.y), series_colour(i));
       char value[32];
       std::snprintf(value, sizeof value, v >= 100.0 ? "%.0f" : "%.1f", v);
       const float vw = ImGui::CalcTextSize(value).x;
@@ -604,7 +598,7 @@ void rate_bars(const bench::BenchReport& r, ImVec2 size) {
     }
   }
   std::vector<LegendEntry> entries;
-  for (size_t i : shown) entries.push_back({r.devices[i].label, device_colour(i)});
+  for (size_t i : shown) entries.push_back({r.devices[i].label, series_colour(i)});
   legend(d, f, entries, true);
   if (!tip.empty()) ImGui::SetTooltip("%s", tip.c_str());
 }

@@ -37,6 +37,13 @@ bool begin_panel(StudioState& s, const char* title) {
 
 void report_items(StudioState& s, int64_t n) { s.layout.set_items(n); }
 
+unsigned int series_colour(size_t i) {
+  static const ImU32 colours[] = {IM_COL32(86, 180, 233, 255), IM_COL32(230, 159, 0, 255),  IM_COL32(0, 190, 140, 255),
+                                  IM_COL32(240, 228, 66, 255), IM_COL32(213, 94, 0, 255),   IM_COL32(204, 121, 167, 255),
+                                  IM_COL32(170, 170, 170, 255), IM_COL32(150, 120, 255, 255)};
+  return colours[i % (sizeof colours / sizeof colours[0])];
+}
+
 void end_panel() { ImGui::End(); }
 
 std::string display_piece(const std::string& piece) {

@@ -16,6 +16,10 @@ bool begin_panel(StudioState& s, const char* title);
 void report_items(StudioState& s, int64_t n);
 void end_panel();
 
+// The i-th colour of the palette series are drawn with (colour-blind safe, then grey
+// and violet; repeats after 8).
+unsigned int series_colour(size_t i);
+
 // Display text of a token piece (newlines and tabs escaped).
 std::string display_piece(const std::string& piece);
 

@@ -107,8 +107,21 @@ ChartSeries chart_series(std::span<const StepTrace> traces) {
     s.forward_ms.push_back(static_cast<float>(t.forward_ms));
     s.verify_ms.push_back(static_cast<float>(t.verify_ms));
     s.total_ms.push_back(static_cast<float>(t.build_ms + t.forward_ms + t.verify_ms));
+    int32_t choice = -1;
+    if (!t.auto_choice.empty()) {
+      const std::string label = auto_choice_label(t.auto_choice);
+      const auto it = std::find(s.choice_labels.begin(), s.choice_labels.end(), label);
+      choice = static_cast<int32_t>(it - s.choice_labels.begin());
+      if (it == s.choice_labels.end()) s.choice_labels.push_back(label);
+    }
+    s.choice.push_back(choice);
   }
+  if (s.choice_labels.empty()) s.choice.clear();
   return s;
+}
+
+std::string auto_choice_label(const std::string& auto_choice) {
+  return auto_choice.substr(0, std::min(auto_choice.find(" ("), auto_choice.find(':')));
 }
 
 }  // namespace fafo::studio

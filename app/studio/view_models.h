@@ -153,7 +153,14 @@ struct ChartSeries {
   std::vector<float> tokens_per_step;  // tokens each step emitted
   std::vector<float> build_ms, forward_ms, verify_ms;
   std::vector<float> total_ms;         // build + forward + verify
+  // --strategy auto: the candidate each step ran, as an index into choice_labels (labels
+  // in order of first use, e.g. "ar", "fafo W8 N5 G8"); -1 where a step recorded none
+  // (the prefill step, other strategies). Empty when no step recorded one.
+  std::vector<int32_t> choice;
+  std::vector<std::string> choice_labels;
 };
+// The candidate an auto_choice line names: what comes before " (" or ":".
+std::string auto_choice_label(const std::string& auto_choice);
 ChartSeries chart_series(std::span<const StepTrace> traces);
 
 }  // namespace fafo::studio

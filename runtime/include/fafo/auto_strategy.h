@@ -27,10 +27,16 @@ namespace fafo {
 struct StepCosts {
   std::vector<int32_t> sizes;
   std::vector<double> seconds;
+  std::string source;  // where it came from, for messages: "measured", or the cache file it was read from
   bool empty() const { return sizes.empty(); }
   // Throws std::logic_error when empty.
   double at(int32_t T) const;
   double relative(int32_t T) const { return at(T) / at(1); }
+  // Why these points cannot be a curve (sizes not starting at 1 or not increasing, times
+  // not positive and finite, counts that differ), or "" when they can.
+  std::string invalid_reason() const;
+  // One line for messages: "t(T)/t(1): 2 1.02, 4 1.10, 8 1.31 (SOURCE)".
+  std::string describe() const;
 };
 
 // A strategy and its parameters as auto may run it, and the most tokens one of its
@@ -60,6 +66,9 @@ struct AutoOptions {
 // What a controller learned (steps run and running yield per candidate label), kept by
 // the model between generations so that trials are not repeated for every prompt.
 struct AutoMemory {
+  // What the yields were measured under (greedy or the sampler's settings, the KV
+  // policy): the decoding loop recalls a memory only under the same.
+  std::string context;
   std::vector<std::string> labels;
   std::vector<int64_t> steps;
   std::vector<double> yields;
@@ -68,7 +77,11 @@ struct AutoMemory {
 // The decision of one step, for logs, --json and StepTrace.
 struct AutoDecision {
   int32_t candidate = 0;  // index into the controller's candidates (0: plain decoding)
-  std::string reason;     // "trial", "best", "revisit", "nothing pays"
+  std::string reason;     // "trial", "best", "revisit", "nothing pays", "rotate"
+  // The candidate ran before but not in the previous step: its window's guesses are for
+  // a place the text has left, so the decoding loop starts it afresh, and its next N - 1
+  // steps count as warm-up (not as its yield).
+  bool restart = false;
 };
 
 class AutoController {
@@ -102,6 +115,7 @@ class AutoController {
   AutoOptions options_;
   std::vector<bool> viable_;
   std::vector<int64_t> warm_up_;  // per candidate: warm-up steps still to run
+  std::vector<bool> started_;     // per candidate: chosen at least once
   std::vector<int64_t> steps_;    // per candidate, counted after the warm-up
   std::vector<double> yield_;     // running tokens per step
   int64_t step_ = 0;

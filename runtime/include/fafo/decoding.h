@@ -3,7 +3,8 @@
 //
 // Every strategy emits exactly the tokens plain decoding (`ar`) emits: greedy steps
 // accept only candidates whose every token equals the model's argmax, and sampling
-// steps accept by the speculative-sampling rule, which keeps the distribution.
+// steps only candidates whose every token equals the one plain sampling draws there
+// with the same seed (each position's draw depends on the seed and the position).
 #pragma once
 
 #include <cstdint>

@@ -43,6 +43,18 @@ struct GenerationOptions {
 enum class StopReason { Length, EndOfGeneration, ContextFull, Cancelled };
 const char* stop_reason_name(StopReason r);
 
+// What the guesses of one source yielded over a generation, per key length: the pool's
+// n-grams from the 2D window ("window") or seeded from the prompt ("prompt"), or
+// Jacobi's guesses ("jacobi"). key_length: the context suffix the pool matched them
+// under (FAFO's lookback; 1 for lookahead; 0 for jacobi).
+struct SourceYield {
+  std::string source;
+  int32_t key_length = 0;
+  int64_t verified = 0;  // candidates verified
+  int64_t won = 0;       // steps whose accepted guesses came from one of them
+  int64_t accepted = 0;  // guess tokens accepted from those (beyond each step's own token)
+};
+
 struct GenerationResult {
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> ids;      // generated tokens (the end-of-generation token included)
@@ -60,6 +72,8 @@ struct GenerationResult {
   std::vector<std::string> auto_labels;
   std::vector<std::pair<int32_t, int32_t>> auto_choices;
   std::string auto_summary;
+  // Per source and key length, ordered by source then key length.
+  std::vector<SourceYield> source_yields;
   double tokens_per_step() const { return n_steps ? static_cast<double>(ids.size()) / n_steps : 0.0; }
   // Decoding speed: tokens produced by decoding steps (all but the first) per second.
   double tokens_per_second() const {

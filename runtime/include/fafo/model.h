@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "fafo/kv_layout.h"
 #include "fafo/kv_policy.h"
 #include "fafo/step_batch.h"
+#include "fafo/step_cost_cache.h"
 
 namespace fafo {
 
@@ -101,7 +103,12 @@ class Model {
   // --strategy auto's step-cost curve for this model on its backend and cache, kept
   // once measured (fafo/auto_strategy.h); empty until then.
   const StepCosts& step_costs() const { return step_costs_; }
-  void set_step_costs(StepCosts costs) { step_costs_ = std::move(costs); }
+  // Keeps `costs`; a measured curve (source "measured") is also written to the step-cost
+  // cache when one is set, and its source then says where (or why it could not be).
+  void set_step_costs(StepCosts costs);
+  // The on-disk cache this model's curve is kept in between runs (open_model sets it);
+  // a curve it holds becomes step_costs().
+  void set_step_cost_cache(std::optional<StepCostCache> cache);
   // And what its controller learned in earlier generations (steps and yields).
   AutoMemory& auto_memory() { return auto_memory_; }
 
@@ -126,6 +133,7 @@ class Model {
   int32_t prompt_end_ = 0;
   int64_t steps_ = 0;
   StepCosts step_costs_;
+  std::optional<StepCostCache> step_cost_cache_;
   AutoMemory auto_memory_;
 };
 

@@ -21,6 +21,9 @@ struct OpenOptions {
   int32_t n_ctx = 0;                       // 0: the model's context length, at most 4096
   KvCacheType kv_type = KvCacheType::F32;  // what the KV cache stores
   std::string chat_template;               // see resolve_chat_template(); "" = the model's own
+  // --strategy auto's step-cost curve is kept in this folder between runs
+  // (fafo/step_cost_cache.h); "" = default_cache_dir(), "off" = not kept.
+  std::string cache_dir;
 };
 
 // A chat template and, when it is not the one asked for, why (empty otherwise).

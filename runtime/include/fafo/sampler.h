@@ -19,6 +19,16 @@ struct SamplerOptions {
 // Index of the largest logit; the lowest index wins ties.
 int32_t argmax(const float* logits, int32_t n);
 
+// The number in [0, 1) that token `index` of a generation (0: the first generated) is
+// drawn with, from the seed alone (splitmix64 of seed and index). The decoding loop
+// draws every token this way, whatever the strategy and however many tokens a step
+// verifies, so a seed gives the same sampled text with every strategy.
+double position_uniform(uint64_t seed, int64_t index);
+// The token where the running sum of `probs` (in index order) first exceeds u times
+// their total; tokens of probability 0 are never drawn. Throws std::runtime_error when
+// no mass is left.
+int32_t draw_token(const std::vector<float>& probs, double u);
+
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options);

@@ -54,9 +54,8 @@ std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base) 
 AutoController::AutoController(StepCosts costs, std::vector<AutoCandidate> candidates, AutoOptions options)
     : costs_(std::move(costs)), candidates_(std::move(candidates)), options_(options) {
   if (costs_.empty()) throw std::invalid_argument("auto: no step costs measured");
-  for (size_t i = 0; i < costs_.sizes.size(); ++i)
-    if (i >= costs_.seconds.size() || !(costs_.seconds[i] > 0) || (i > 0 && costs_.sizes[i] <= costs_.sizes[i - 1]))
-      throw std::invalid_argument("auto: step costs need increasing sizes and positive times");
+  if (const std::string why = costs_.invalid_reason(); !why.empty())
+    throw std::invalid_argument("auto: the step costs are not a curve: " + why);
   if (candidates_.empty() || candidates_[0].options.strategy != Strategy::Ar)
     throw std::invalid_argument("auto: the first candidate must be plain decoding");
   const size_t n = candidates_.size();
@@ -64,6 +63,7 @@ AutoController::AutoController(StepCosts costs, std::vector<AutoCandidate> candi
   steps_.assign(n, 0);
   yield_.assign(n, 0.0);
   warm_up_.assign(n, 0);
+  started_.assign(n, false);
   for (size_t c = 1; c < n; ++c) warm_up_[c] = candidates_[c].options.ngram - 1;
   viable_[0] = true;
   yield_[0] = 1.0;
@@ -140,11 +140,18 @@ AutoDecision AutoController::choose() {
           other = static_cast<int32_t>(c);
       if (other >= 0) {
         revisiting_ = other;
-        revisit_until_ = step_ + options_.revisit_steps - 1;
+        // Its window starts afresh: the warm-up, then the steps that count.
+        revisit_until_ = step_ + (candidates_[static_cast<size_t>(other)].options.ngram - 1) + options_.revisit_steps - 1;
         d = {other, "revisit"};
       }
     }
   }
+  const size_t c = static_cast<size_t>(d.candidate);
+  if (c > 0 && started_[c] && d.candidate != last_.candidate) {
+    d.restart = true;
+    warm_up_[c] = candidates_[c].options.ngram - 1;
+  }
+  started_[c] = true;
   last_ = d;
   return d;
 }

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <random>
 #include <stdexcept>
 
 #include "decode/step_layout.h"
@@ -130,11 +129,60 @@ void count_step(GenerationResult& result, size_t kept) {
   ++result.accepted_histogram[kept];
 }
 
+// Counts what a step's guesses yielded, by source and key length, when `kept` of its
+// tokens were emitted.
+void count_source_yields(const StrategyState& run, const Verdict& verdict, size_t kept, std::vector<SourceYield>& out) {
+  auto row = [&](const std::string& source, int32_t key_length) -> SourceYield& {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const SourceYield& y) { return y.source == source && y.key_length == key_length; });
+    if (it == out.end()) {
+      it = out.insert(std::upper_bound(out.begin(), out.end(), std::make_pair(source, key_length),
+                                       [](const std::pair<std::string, int32_t>& k, const SourceYield& y) {
+                                         return k < std::make_pair(y.source, y.key_length);
+                                       }),
+                      SourceYield{source, key_length, 0, 0, 0});
+    }
+    return *it;
+  };
+  const int64_t accepted = kept > 0 ? static_cast<int64_t>(kept) - 1 : 0;
+  if (run.options().strategy == Strategy::Jacobi) {
+    SourceYield& y = row("jacobi", 0);
+    ++y.verified;
+    if (accepted > 0) {
+      ++y.won;
+      y.accepted += accepted;
+    }
+    return;
+  }
+  const std::vector<RetrievedCandidate>& retrieved = run.retrieved();
+  for (size_t g = 0; g < retrieved.size(); ++g) {
+    SourceYield& y = row(retrieved[g].origin_step < 0 ? "prompt" : "window", retrieved[g].key_length);
+    ++y.verified;
+    if (static_cast<int32_t>(g) == verdict.winner && accepted > 0) {
+      ++y.won;
+      y.accepted += accepted;
+    }
+  }
+}
+
 void add_pool_stats(const CandidatePool& pool, GenerationResult& result) {
   result.pool_keys += pool.key_count();
   result.pool_ngrams += pool.ngram_count();
   result.pool_lookups += pool.lookups();
   result.pool_hits += pool.hits();
+}
+
+// What auto's yields depend on besides the candidates (AutoMemory::context): greedy or
+// the sampler's cuts, the region FAFO's guesses read, a pool seeded from the prompt.
+std::string auto_memory_context(const GenerationOptions& o) {
+  const SamplerOptions& sp = o.sampling;
+  const KvPolicyOptions& kv = o.kv;
+  std::string s = sp.temperature <= 0.0f ? "greedy"
+                                         : "temp " + std::to_string(sp.temperature) + " top-k " + std::to_string(sp.top_k) +
+                                               " top-p " + std::to_string(sp.top_p) + " min-p " + std::to_string(sp.min_p);
+  s += " | kv " + kv.name + " budget " + std::to_string(kv.budget) + " sinks " + std::to_string(kv.sinks) + " recent " +
+       std::to_string(kv.recent) + " interval " + std::to_string(kv.update_interval);
+  return s + (o.decoding.pool_from_prompt ? " | pool from prompt" : "");
 }
 
 }  // namespace
@@ -148,7 +196,6 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   GenerationResult result;
   result.prompt_ids = prompt;
   Sampler sampler(options.sampling);
-  std::mt19937_64 accept_rng(options.sampling.seed ^ 0x5eedull);
   const DecodingOptions& dec = options.decoding;
   const bool use_top_k = !sampler.greedy() && options.sampling.top_k > 0 && options.sampling.top_k <= kMaxTopK &&
                          options.read_top_k_only;
@@ -157,6 +204,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   // Auto: its controller, on the step costs given, else the model's (measured once, here,
   // before the prompt).
   const bool auto_mode = dec.strategy == Strategy::Auto;
+  const std::string auto_context = auto_memory_context(options);
   std::optional<AutoController> controller;
   if (auto_mode) {
     std::vector<AutoCandidate> candidates = options.auto_candidates.empty() ? default_auto_candidates(dec) : options.auto_candidates;
@@ -170,12 +218,14 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     StepCosts costs = options.step_costs.empty() ? model.step_costs() : options.step_costs;
     if (costs.empty()) {
       costs = measure_step_costs(model, max_emitted);
-      // Kept for later generations unless the context cut it short.
-      if (!costs.empty() && (costs.sizes.back() >= 8 || costs.relative(costs.sizes.back()) > max_emitted))
-        model.set_step_costs(costs);
+      // Kept for later generations (and runs) unless the context cut it short.
+      if (!costs.empty() && (costs.sizes.back() >= 8 || costs.relative(costs.sizes.back()) > max_emitted)) {
+        model.set_step_costs(std::move(costs));
+        costs = model.step_costs();
+      }
     }
     controller.emplace(std::move(costs), std::move(candidates), options.auto_options);
-    controller->recall(model.auto_memory());
+    if (model.auto_memory().context == auto_context) controller->recall(model.auto_memory());
     result.step_costs = controller->costs();
   }
   // FAFO's fumble rows read the region its policy keeps; other strategies need none
@@ -204,7 +254,9 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   TokenSink sink{options, tokenizer, on_token, result, history, std::nullopt};
 
   const int32_t n_vocab = model.config().n_vocab;
-  const int32_t first = sampler.greedy() ? argmax(logits.data(), n_vocab) : sampler.sample(logits.data(), n_vocab);
+  const uint64_t seed = options.sampling.seed;
+  const int32_t first = sampler.greedy() ? argmax(logits.data(), n_vocab)
+                                         : draw_token(sampler.distribution(logits.data(), n_vocab), position_uniform(seed, 0));
   result.n_steps = 1;  // the prefill step produced the first token
   sink.emit({first});
   trace.prefill_done(static_cast<int32_t>(prompt.size()), first, result.prefill_seconds * 1e3);
@@ -225,6 +277,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
       if (chosen > 0) {
         std::unique_ptr<StrategyState>& s = candidate_states[static_cast<size_t>(chosen)];
         if (!s) s = std::make_unique<StrategyState>(controller->candidates()[static_cast<size_t>(chosen)].options, history);
+        else if (d.restart) s->restart(history);
         run = s.get();
       }
       choice = controller->explain();
@@ -242,11 +295,14 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     forward_step(model, layout, sampler, top_k);
     trace.forward_done();
 
-    const Verdict verdict = sampler.greedy() ? verify_greedy(layout) : verify_sampling(layout, sampler, accept_rng);
+    const Verdict verdict = sampler.greedy() ? verify_greedy(layout) : verify_sampling(layout, sampler, seed, static_cast<int64_t>(result.ids.size()));
     const std::vector<int32_t> emitted = sink.emit(verdict.tokens);
     model.commit_rows(rows_to_commit(verdict, emitted.size()));
     count_step(result, emitted.size());
-    if (full_step) run->update(layout, input, emitted, history, step);
+    if (full_step) {
+      count_source_yields(*run, verdict, emitted.size(), result.source_yields);
+      run->update(layout, input, emitted, history, step);
+    }
     if (controller && full_step) controller->observe(chosen, static_cast<int32_t>(emitted.size()));
     trace.step_finished(verdict, emitted);
   }
@@ -255,6 +311,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   add_pool_stats(state.pool(), result);
   if (controller) {
     model.auto_memory() = controller->memory();
+    model.auto_memory().context = auto_context;
     result.auto_summary = controller->explain();
     for (const std::unique_ptr<StrategyState>& s : candidate_states)
       if (s) add_pool_stats(s->pool(), result);

@@ -2,6 +2,8 @@
 // its measurement on the model itself.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -24,6 +26,29 @@ double StepCosts::at(int32_t T) const {
   return T > sizes.back() ? std::max(t, seconds.back()) : t;
 }
 
+std::string StepCosts::invalid_reason() const {
+  if (sizes.empty()) return "no points";
+  if (sizes.size() != seconds.size()) return "sizes and times differ in count";
+  if (sizes[0] != 1) return "the first size is not 1";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (!(seconds[i] > 0) || !std::isfinite(seconds[i])) return "a time is not positive and finite";
+    if (i > 0 && sizes[i] <= sizes[i - 1]) return "the sizes do not increase";
+  }
+  return "";
+}
+
+std::string StepCosts::describe() const {
+  if (!invalid_reason().empty()) return "no step costs";
+  std::string s = "t(T)/t(1):";
+  char buf[48];
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s %d %.2f", i > 1 ? "," : "", sizes[i], seconds[i] / seconds[0]);
+    s += buf;
+  }
+  if (sizes.size() == 1) s += " one point";
+  return s + (source.empty() ? "" : " (" + source + ")");
+}
+
 StepCosts measure_step_costs(Model& model, int32_t max_emitted) {
   // Steps of T tokens after what the model holds, never committed (the slots they write
   // are past the context and rewritten by the next real step). Every row wants logits,
@@ -39,6 +64,7 @@ StepCosts measure_step_costs(Model& model, int32_t max_emitted) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   StepCosts costs;
+  costs.source = "measured";
   run(1);  // warm-up: pipelines, caches
   for (int32_t T = 1; T <= 64; T *= 2) {
     if (model.n_past() + T > model.n_ctx() || T > model.max_logit_rows()) break;

@@ -54,6 +54,14 @@ void StrategyState::update(const StepLayout& layout, int32_t input, const std::v
   for (size_t extra = 1; extra < emitted.size(); ++extra) window_->shift_recycled(emitted[extra - 1]);
 }
 
+void StrategyState::restart(const std::vector<int32_t>& history) {
+  if (window_) window_->init_from(history, rng_);
+  if (o_.strategy == Strategy::Jacobi) {
+    guesses_.clear();
+    fill_guesses(history);
+  }
+}
+
 void StrategyState::fill_guesses(const std::vector<int32_t>& source) {
   std::uniform_int_distribution<size_t> pick(0, source.size() - 1);
   while (static_cast<int32_t>(guesses_.size()) < o_.window) guesses_.push_back(source[pick(rng_)]);

@@ -34,6 +34,10 @@ class StrategyState {
   // any padding chain); empty for ar and jacobi.
   const std::vector<RetrievedCandidate>& retrieved() const { return retrieved_; }
 
+  // Starts the guesses afresh from `history` (the window as at the start; Jacobi's
+  // guesses), keeping the pool: for a strategy that did not run for a while.
+  void restart(const std::vector<int32_t>& history);
+
   // After verification: update guesses / window / pool. `emitted` tokens were kept.
   void update(const StepLayout& layout, int32_t input, const std::vector<int32_t>& emitted,
               const std::vector<int32_t>& history, int32_t step);

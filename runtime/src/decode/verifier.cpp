@@ -1,7 +1,6 @@
 #include "decode/verifier.h"
 
 #include <algorithm>
-#include <numeric>
 #include <stdexcept>
 
 namespace fafo {
@@ -35,69 +34,32 @@ Verdict verify_greedy(const StepLayout& layout) {
   return best;
 }
 
-namespace {
-
-int32_t draw(const std::vector<float>& probs, std::mt19937_64& rng) {
-  double total = 0.0;
-  for (float p : probs) total += p;
-  if (!(total > 0.0)) throw std::runtime_error("sampling: the distribution has no mass left");
-  std::uniform_real_distribution<double> u(0.0, total);
-  double x = u(rng), acc = 0.0;
-  int32_t last_positive = 0;
-  for (size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] <= 0.0f) continue;
-    acc += probs[i];
-    last_positive = static_cast<int32_t>(i);
-    if (x < acc) return last_positive;
-  }
-  return last_positive;
-}
-
-}  // namespace
-
-Verdict verify_sampling(const StepLayout& layout, const Sampler& sampler, std::mt19937_64& rng) {
+Verdict verify_sampling(const StepLayout& layout, const Sampler& sampler, uint64_t seed, int64_t first_index) {
   const auto& chains = layout.chains();
   Verdict v;
   v.match_lengths.assign(chains.size(), 0);
   v.commit_rows = {0};
-  std::vector<size_t> alive;  // chains that still agree with everything accepted
+  std::vector<size_t> alive;  // chains that agree with everything emitted so far
   for (size_t g = 0; g < chains.size(); ++g)
     if (!chains[g].padding) alive.push_back(g);
   std::vector<float> P = layout.distribution(0, sampler);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (size_t depth = 0;; ++depth) {
-    bool accepted = false;
-    for (size_t g : alive) {
-      const ChainRows& chain = chains[g];
-      if (depth >= chain.tokens.size()) continue;
-      const int32_t t = chain.tokens[depth];
-      const double p = P[static_cast<size_t>(t)];
-      if (p <= 0.0) continue;  // rejected before (or impossible): never accepted
-      if (unit(rng) < p) {
-        v.tokens.push_back(t);
-        v.commit_rows.push_back(chain.rows[depth]);
-        v.winner = static_cast<int32_t>(g);
-        P = layout.distribution(chain.rows[depth], sampler);
-        std::vector<size_t> still;
-        for (size_t h : alive)
-          if (depth < chains[h].tokens.size() && chains[h].tokens[depth] == t) {
-            v.match_lengths[h] = static_cast<int32_t>(depth + 1);
-            still.push_back(h);
-          }
-        alive = std::move(still);
-        accepted = true;
-        break;
+    const int32_t t = draw_token(P, position_uniform(seed, first_index + static_cast<int64_t>(depth)));
+    v.tokens.push_back(t);
+    std::vector<size_t> still;
+    for (size_t g : alive)
+      if (depth < chains[g].tokens.size() && chains[g].tokens[depth] == t) {
+        v.match_lengths[g] = static_cast<int32_t>(depth + 1);
+        still.push_back(g);
       }
-      // Rejected: remove t's mass and renormalise what is left.
-      P[static_cast<size_t>(t)] = 0.0f;
-      const double rest = std::accumulate(P.begin(), P.end(), 0.0);
-      if (rest > 0.0)
-        for (float& x : P) x = static_cast<float>(x / rest);
-    }
-    if (!accepted) {
-      v.tokens.push_back(draw(P, rng));
-      return v;
-    }
+    if (still.empty()) return v;
+    // Chains that agree up to here computed the same row (a row depends only on its own
+    // tokens and what they attend to): continue from the first.
+    const ChainRows& chain = chains[still.front()];
+    v.commit_rows.push_back(chain.rows[depth]);
+    v.winner = static_cast<int32_t>(still.front());
+    P = layout.distribution(chain.rows[depth], sampler);
+    alive = std::move(still);
   }
 }
 

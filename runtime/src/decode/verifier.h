@@ -4,15 +4,16 @@
 // Greedy: a chain is accepted token by token while each token equals the argmax of
 // the logits before it; the longest accepted chain wins and the argmax after its last
 // accepted token is emitted too, so a step always emits at least one token.
-// Sampling: the speculative-sampling rule for deterministic drafts: a draft token t
-// is accepted with probability P(t) under the sampler's distribution P; on rejection
-// P(t) is set to 0 and P renormalised, and the next distinct draft is tried; when none
-// is accepted a token is drawn from what is left of P. The emitted tokens are then
-// distributed exactly as plain sampling's.
+// Sampling: at each depth the token plain sampling would emit there is drawn from the
+// sampler's distribution P with the generation's number for that position
+// (position_uniform); the chains whose token at that depth equals it go on, and when
+// none does it is emitted and the step ends. The emitted tokens are then exactly plain
+// sampling's for the same seed, and a draft token t is accepted with probability P(t)
+// (for several distinct drafts, their summed probability), as with the
+// speculative-sampling rule for deterministic drafts.
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "decode/step_layout.h"
@@ -28,6 +29,7 @@ struct Verdict {
 };
 
 Verdict verify_greedy(const StepLayout& layout);
-Verdict verify_sampling(const StepLayout& layout, const Sampler& sampler, std::mt19937_64& rng);
+// `first_index`: the generated-token index the step's first emitted token will have.
+Verdict verify_sampling(const StepLayout& layout, const Sampler& sampler, uint64_t seed, int64_t first_index);
 
 }  // namespace fafo

@@ -57,6 +57,14 @@ OpenedModel open_model(const OpenOptions& options) {
   model_options.n_ctx = options.n_ctx;
   model_options.kv_type = options.kv_type;
   auto model = std::make_unique<Model>(file, make_backend(options.backend), model_options);
+  const std::filesystem::path cache_dir = options.cache_dir.empty() ? default_cache_dir() : std::filesystem::path(options.cache_dir);
+  if (options.cache_dir != "off" && !cache_dir.empty()) {
+    try {
+      model->set_step_cost_cache(StepCostCache::for_model(cache_dir, path, model->backend(), options.kv_type));
+    } catch (const std::filesystem::filesystem_error&) {
+      // The file vanished or cannot be examined: no cache, measured when needed.
+    }
+  }
   auto tokenizer = std::make_unique<Tokenizer>(Vocab::from_gguf(*file));
   if (tokenizer->vocab().size() != model->config().n_vocab)
     throw GgufError(path, "the vocabulary has " + std::to_string(tokenizer->vocab().size()) +

@@ -44,6 +44,30 @@ int32_t argmax(const float* logits, int32_t n) {
   return best;  // a +inf logit wins (the first one, as for any tie)
 }
 
+double position_uniform(uint64_t seed, int64_t index) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(index) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;  // the top 53 bits: uniform in [0, 1)
+}
+
+int32_t draw_token(const std::vector<float>& probs, double u) {
+  double total = 0.0;
+  for (float p : probs) total += p;
+  if (!(total > 0.0)) throw std::runtime_error("sampling: the distribution has no mass left");
+  const double x = u * total;
+  double acc = 0.0;
+  int32_t last_positive = -1;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0.0f) continue;
+    acc += probs[i];
+    last_positive = static_cast<int32_t>(i);
+    if (x < acc) return last_positive;
+  }
+  return last_positive;  // rounding left x at the total: the last token with mass
+}
+
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {
   if (options.temperature < 0.0f) throw std::invalid_argument("temperature must be >= 0");
   if (options.top_k < 0) throw std::invalid_argument("top-k must be >= 0");

@@ -1,0 +1,109 @@
+// The on-disk cache of step-cost curves (fafo/step_cost_cache.h).
+#include "fafo/step_cost_cache.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "fafo/backend.h"
+
+#ifndef FAFO_VERSION
+#error "FAFO_VERSION must be defined by the build"
+#endif
+
+namespace fafo {
+namespace {
+
+constexpr const char* kMagic = "fafo step costs 1";
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+}  // namespace
+
+std::filesystem::path default_cache_dir() {
+  if (const char* dir = std::getenv("FAFO_CACHE_DIR"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "fafo";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache" / "fafo";
+  return {};
+}
+
+StepCostCache::StepCostCache(std::filesystem::path dir, std::string key) : key_(one_line(std::move(key))) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step-costs-%016llx.txt", static_cast<unsigned long long>(fnv1a(key_)));
+  file_ = std::move(dir) / name;
+}
+
+StepCostCache StepCostCache::for_model(const std::filesystem::path& dir, const std::filesystem::path& model_file,
+                                       const Backend& backend, KvCacheType kv_type) {
+  const std::filesystem::path path = std::filesystem::canonical(model_file);
+  const auto size = std::filesystem::file_size(path);
+  const auto mtime = std::filesystem::last_write_time(path).time_since_epoch().count();
+  std::ostringstream key;
+  key << "fafo " << FAFO_VERSION << " | " << path.string() << " | " << size << " bytes | mtime " << mtime << " | "
+      << backend.name() << ": " << backend.description() << " | kv " << (kv_type == KvCacheType::F16 ? "f16" : "f32");
+  return StepCostCache(dir, key.str());
+}
+
+std::optional<StepCosts> StepCostCache::load() const {
+  std::ifstream in(file_);
+  if (!in) return std::nullopt;
+  std::string magic, key_line;
+  if (!std::getline(in, magic) || magic != kMagic) return std::nullopt;
+  if (!std::getline(in, key_line) || key_line != "key " + key_) return std::nullopt;
+  StepCosts costs;
+  int32_t T = 0;
+  double seconds = 0;
+  while (in >> T >> seconds) {
+    if (costs.sizes.size() >= 64) return std::nullopt;
+    costs.sizes.push_back(T);
+    costs.seconds.push_back(seconds);
+  }
+  if (!in.eof() || !costs.invalid_reason().empty()) return std::nullopt;  // a malformed or partial file
+  costs.source = file_.string();
+  return costs;
+}
+
+std::string StepCostCache::store(const StepCosts& costs) const {
+  if (const std::string why = costs.invalid_reason(); !why.empty()) return "not a curve: " + why;
+  std::error_code ec;
+  std::filesystem::create_directories(file_.parent_path(), ec);
+  if (ec) return "cannot create " + file_.parent_path().string() + ": " + ec.message();
+  const std::filesystem::path temporary = file_.string() + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    if (!out) return "cannot write " + temporary.string();
+    out << kMagic << "\nkey " << key_ << "\n";
+    char line[64];
+    for (size_t i = 0; i < costs.sizes.size(); ++i) {
+      std::snprintf(line, sizeof line, "%d %.9g\n", costs.sizes[i], costs.seconds[i]);
+      out << line;
+    }
+    out.flush();
+    if (!out) {
+      std::filesystem::remove(temporary, ec);
+      return "cannot write " + temporary.string();
+    }
+  }
+  std::filesystem::rename(temporary, file_, ec);
+  if (ec) {
+    std::filesystem::remove(temporary, ec);
+    return "cannot rename into " + file_.string() + ": " + ec.message();
+  }
+  return "";
+}
+
+}  // namespace fafo
