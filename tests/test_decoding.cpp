@@ -98,11 +98,14 @@ TEST(Decoding, SourceYieldsAddUpToTheAcceptedGuesses) {
         EXPECT_TRUE(y.key_length >= 1 && y.key_length <= d.lookback) << y.key_length;
       }
     }
-    // Every decoding step emits its own token plus the guesses it accepted.
-    EXPECT_EQ(accepted, static_cast<int64_t>(r.ids.size()) - r.n_steps) << strategy_name(s);
+    // Every decoding step emits its own token plus the guesses it accepted (the last step
+    // may stop at a guess, without its own token).
+    EXPECT_GE(accepted, static_cast<int64_t>(r.ids.size()) - r.n_steps) << strategy_name(s);
+    EXPECT_LE(accepted, static_cast<int64_t>(r.ids.size()) - r.n_steps + 1) << strategy_name(s);
     int64_t multi = 0;
     for (size_t k = 2; k < r.accepted_histogram.size(); ++k) multi += r.accepted_histogram[k];
-    EXPECT_EQ(won, multi) << strategy_name(s);
+    EXPECT_GE(won, multi) << strategy_name(s);
+    EXPECT_LE(won, multi + 1) << strategy_name(s);
     if (s == Strategy::Ar) {
       EXPECT_TRUE(r.source_yields.empty());
     } else if (s == Strategy::Jacobi) {

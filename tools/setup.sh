@@ -19,8 +19,8 @@ packages=(
   glslang-tools spirv-tools
   # app: GLFW, Dear ImGui (static lib with glfw/opengl3/vulkan backends), stb, OpenGL, headless X
   libglfw3-dev libimgui-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth
-  # libraries used by the runtime and CLI
-  nlohmann-json3-dev libcli11-dev
+  # libraries used by the runtime and CLI (suffix arrays for corpus indexes: libdivsufsort)
+  nlohmann-json3-dev libcli11-dev libdivsufsort-dev
   # the cpu backend's SIMD kernels (Google Highway, dispatched at run time)
   libhwy-dev
   # tests

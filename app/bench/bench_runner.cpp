@@ -12,6 +12,7 @@
 #include <set>
 
 #include "fafo/backend_registry.h"
+#include "fafo/corpus_index.h"
 #include "fafo/generator.h"
 
 namespace fafo::bench {
@@ -194,13 +195,15 @@ DeviceResult run_target_bench(OpenOptions open, const BenchTarget& target, const
   return r;
 }
 
-DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config, const BenchObserver& observer) {
+DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config_in, const BenchObserver& observer) {
   const Printer out(observer);
-  if (const std::string problem = strategies_problem(config.strategies, !config.prompts.empty()); !problem.empty())
+  if (const std::string problem = strategies_problem(config_in.strategies, !config_in.prompts.empty()); !problem.empty())
     throw std::runtime_error(problem);
   OpenedModel m = open_model(open);
   Model& model = *m.model;
   const ModelConfig& c = model.config();
+  BenchConfig config = config_in;
+  attach_corpus(config.decoding, m.tokenizer->vocab());
   DeviceResult result;
   result.backend = model.backend().name();
   result.description = model.backend().description();

@@ -19,6 +19,7 @@
 #include "fafo/chat_session.h"
 #include "fafo/chat_template.h"
 #include "fafo/generator.h"
+#include "fafo/corpus_index.h"
 #include "fafo/open_model.h"
 #include "fafo/sampler.h"
 #include "chat_flags.h"
@@ -142,6 +143,7 @@ int run_chat(ChatArgs& args) {
   Sampler check_options(args.sampling);  // reject bad options before loading anything
 
   OpenedModel m = open_model(args.open);
+  attach_corpus(args.decoding, m.tokenizer->vocab());
   if (!m.chat.note.empty())
     std::fprintf(stderr, "fafo: warning: %s: %s. Choose the model's format with --chat-template NAME (%s)\n",
                  args.open.path.c_str(), m.chat.note.c_str(), builtin_chat_template_list().c_str());

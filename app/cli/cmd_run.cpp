@@ -13,6 +13,7 @@
 #include "fafo/step_trace_json.h"
 #include "fafo/sampler.h"
 #include "fafo/utf8_stream.h"
+#include "fafo/corpus_index.h"
 #include "fafo/open_model.h"
 #include "generation_flags.h"
 #include "model_flags.h"
@@ -64,6 +65,7 @@ int run_generate(RunArgs& args) {
 
   OpenedModel m = open_model(args.open);
   const Tokenizer& tok = *m.tokenizer;
+  attach_corpus(args.decoding, tok.vocab());
   const bool add_bos = !args.no_bos && tok.vocab().add_bos;
   const std::vector<int32_t> prompt_ids = tok.encode(prompt, add_bos);
   if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty and the model adds no BOS token; give a prompt");

@@ -22,11 +22,11 @@ void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr
 void add_strategy_flag(CLI::App* cmd, Strategy& strategy) {
   cmd->add_option_function<std::string>(
          "--strategy", [&strategy](const std::string& name) { strategy = parse_strategy(name); },
-         "Decoding strategy: ar (plain), jacobi, lookahead, fafo, or auto (plain decoding or lookahead/fafo at "
-         "some W, N, G, chosen step by step from this device's measured step costs and what each yields); all "
-         "emit the same tokens as ar")
+         "Decoding strategy: ar (plain), jacobi, lookahead, fafo, corpus (continuations from --corpus), or auto "
+         "(plain decoding or lookahead/fafo/corpus at some W, N, G, chosen step by step from this device's "
+         "measured step costs and what each yields); all emit the same tokens as ar")
       ->default_str(strategy_name(strategy))
-      ->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto"}));
+      ->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto", "corpus"}));
 }
 
 void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) {
@@ -35,6 +35,11 @@ void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) 
   cmd->add_option("--guesses", d.guesses, "G: candidates verified per step and kept per pool key")->capture_default_str();
   cmd->add_option("--lookback", d.lookback, "k: longest context key FAFO caches candidates under")->capture_default_str();
   cmd->add_flag("--pool-from-prompt", d.pool_from_prompt, "Seed the candidate pool with the prompt's n-grams");
+  cmd->add_option("--corpus", d.corpus_path,
+                  "A corpus index (fafo index build) built with this model's tokenizer: --strategy corpus drafts from "
+                  "it; lookahead, fafo and auto add its continuations to the pool's candidates");
+  cmd->add_option("--corpus-max-suffix", d.corpus_max_suffix, "Longest suffix of the text looked up in the corpus")
+      ->capture_default_str();
   cmd->add_option("--kv-policy", kv.name, "FAFO: what the fumble rows' region keeps: stream, quest, snapkv, chunks")
       ->capture_default_str()->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks"}));
   cmd->add_option("--kv-budget", kv.budget, "FAFO: region size in KV entries")->capture_default_str();

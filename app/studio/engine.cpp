@@ -1,11 +1,14 @@
 #include "engine.h"
 
+#include "fafo/corpus_index.h"
+
 #include <chrono>
 #include <exception>
 #include <filesystem>
 #include <utility>
 
 #include "fafo/backend.h"
+#include "fafo/corpus_index.h"
 
 namespace fafo::studio {
 
@@ -194,6 +197,13 @@ void Engine::begin_chat(const ResolvedChatTemplate& chat_template, const std::st
   }
 }
 
+void Engine::attach_corpus(DecodingOptions& decoding) {
+  // The index opened for an earlier run is kept: opening checks every entry.
+  if (corpus_ && decoding.corpus_path == corpus_->path()) decoding.corpus = corpus_;
+  fafo::attach_corpus(decoding, model_->tokenizer->vocab());
+  corpus_ = decoding.corpus;
+}
+
 void Engine::chat_turn(const std::string& text, GenerationOptions options) {
   if (!chat_) throw std::runtime_error("open a model first");
   update([&](EngineView& v) {
@@ -203,6 +213,7 @@ void Engine::chat_turn(const std::string& text, GenerationOptions options) {
   });
   gate_.begin(0);
   options.on_step = [this](const StepTrace& t) { gate_.on_step(t); };
+  attach_corpus(options.decoding);
   const ChatTurnResult r = chat_->turn(
       text, options, [this](const std::string& piece) { update([&](EngineView& v) { v.streaming += piece; }); },
       [this] { return should_stop(); });
@@ -219,6 +230,7 @@ void Engine::prompt_run(const std::string& prompt, GenerationOptions options, in
   gate_.begin(max_steps);
   options.on_step = [this](const StepTrace& t) { gate_.on_step(t); };
   options.keep_context = false;
+  attach_corpus(options.decoding);
   const std::vector<int32_t> ids = model_->tokenizer->encode(prompt, true);
   const GenerationResult r =
       generate(*model_->model, *model_->tokenizer, ids, options, [this](int32_t) { return !should_stop(); });

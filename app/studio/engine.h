@@ -105,6 +105,8 @@ class Engine {
   void load(const OpenOptions& options, const std::string& system);
   void start_chat(const ChatSetup& setup);
   void begin_chat(const ResolvedChatTemplate& chat_template, const std::string& system);
+  // Opens decoding.corpus_path (the index kept from an earlier run when it is the same).
+  void attach_corpus(DecodingOptions& decoding);
   void chat_turn(const std::string& text, GenerationOptions options);
   void prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps);
   bool should_stop() const { return quitting_.load() || gate_.should_stop(); }
@@ -124,6 +126,7 @@ class Engine {
   StepGate gate_;
   // Worker-thread state.
   std::unique_ptr<OpenedModel> model_;
+  std::shared_ptr<const CorpusIndex> corpus_;  // the --corpus index, once opened
   std::unique_ptr<ChatSession> chat_;
   std::thread thread_;  // last: starts after everything above exists
 };

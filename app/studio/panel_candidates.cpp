@@ -1,4 +1,5 @@
-// The candidates verified in the shown step, with key and match lengths and origin.
+// The candidates verified in the shown step, with key and match lengths, their source
+// (coloured: the 2D window, the prompt, a corpus index, Jacobi) and origin.
 #include <imgui.h>
 
 #include "panels.h"
@@ -19,10 +20,11 @@ void draw_candidates_panel(StudioState& s) {
                   static_cast<long long>(t->pool_ngrams), static_cast<long long>(t->pool_hits),
                   static_cast<long long>(t->pool_lookups));
       const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY;
-      if (ImGui::BeginTable("candidates", 4, flags)) {
+      if (ImGui::BeginTable("candidates", 5, flags)) {
         ImGui::TableSetupColumn("tokens", ImGuiTableColumnFlags_WidthStretch);
         ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed, 40.0f);
         ImGui::TableSetupColumn("match", ImGuiTableColumnFlags_WidthFixed, 50.0f);
+        ImGui::TableSetupColumn("source", ImGuiTableColumnFlags_WidthFixed, 60.0f);
         ImGui::TableSetupColumn("origin (step, col)", ImGuiTableColumnFlags_WidthFixed, 130.0f);
         ImGui::TableHeadersRow();
         for (const CandidateRow& row : v.rows) {
@@ -39,6 +41,9 @@ void draw_candidates_panel(StudioState& s) {
           ImGui::Text("%d", row.key_length);
           ImGui::TableNextColumn();
           ImGui::Text("%d", row.match_length);
+          ImGui::TableNextColumn();
+          ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(series_colour(static_cast<size_t>(row.source))), "%s",
+                             candidate_source_name(row.source));
           ImGui::TableNextColumn();
           ImGui::Text("(%d, %d)", row.origin_step, row.origin_column);
         }

@@ -52,7 +52,7 @@ CandidateView candidate_view(const StepTrace& t) {
       v.best_match = c.match_length;
       best_index = static_cast<int>(v.rows.size());
     }
-    v.rows.push_back({c.tokens, c.key_length, c.match_length, c.origin_step, c.origin_column, false});
+    v.rows.push_back({c.tokens, c.key_length, c.match_length, c.origin_step, c.origin_column, false, c.source});
   }
   if (best_index >= 0) v.rows[static_cast<size_t>(best_index)].accepted = true;
   return v;

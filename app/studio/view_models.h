@@ -45,6 +45,7 @@ struct CandidateRow {
   int32_t origin_step = -1;
   int32_t origin_column = -1;
   bool accepted = false;  // the first candidate with the longest match (> 0)
+  CandidateSource source = CandidateSource::Window;
 };
 struct CandidateView {
   int32_t step = 0;

@@ -44,7 +44,7 @@ struct StepCosts {
 struct AutoCandidate {
   DecodingOptions options;  // strategy Ar: plain decoding
   int32_t step_tokens = 1;
-  std::string label() const;  // "ar", "fafo W8 N5 G8"
+  std::string label() const;  // "ar", "fafo W8 N5 G8", "corpus N5 G2"
   // The most tokens one step can emit: N (the input's successor and a chain of N - 1).
   int32_t max_emitted() const { return options.strategy == Strategy::Ar ? 1 : options.ngram; }
 };
@@ -133,7 +133,8 @@ class Model;
 StepCosts measure_step_costs(Model& model, int32_t max_emitted);
 
 // The default grid auto chooses from: plain decoding, Lookahead and FAFO at a few
-// (W, N, G) from small to large steps. step_tokens comes from `step_tokens_of`.
+// (W, N, G) from small to large steps, and with a corpus index (base.corpus) corpus
+// drafting at a few (N, G). step_tokens comes from max_step_tokens.
 std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base);
 // The most tokens a step of these options holds (the input, G chains of N - 1, the window).
 int32_t max_step_tokens(const DecodingOptions& o);

@@ -41,6 +41,7 @@ struct RetrievedCandidate {
   int32_t key_length = 0;
   int32_t origin_step = -1;
   int32_t origin_column = -1;
+  CandidateSource source = CandidateSource::Window;  // the pool's: Window, or Prompt when origin_step < 0
 };
 
 class CandidatePool {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,10 +17,21 @@ namespace fafo {
 
 // Auto: plain decoding or Lookahead/FAFO at some (W, N, G), chosen step by step from what
 // steps cost on this device and what each yields (fafo/auto_strategy.h).
-enum class Strategy { Ar, Jacobi, Lookahead, Fafo, Auto };
+// Corpus: the continuations a corpus index holds for the text's longest suffix found
+// there (fafo/corpus_index.h), without a 2D window.
+enum class Strategy { Ar, Jacobi, Lookahead, Fafo, Auto, Corpus };
 const char* strategy_name(Strategy s);
-// Parses "ar", "jacobi", "lookahead", "fafo", "auto"; throws std::invalid_argument otherwise.
+// Parses "ar", "jacobi", "lookahead", "fafo", "auto", "corpus"; throws std::invalid_argument otherwise.
 Strategy parse_strategy(const std::string& name);
+
+// Where a candidate came from: the pool's n-grams of the 2D window or of the prompt
+// (--pool-from-prompt), a corpus index, Jacobi's guesses.
+enum class CandidateSource : uint8_t { Window, Prompt, Corpus, Jacobi };
+const char* candidate_source_name(CandidateSource s);
+// Parses those names; throws std::invalid_argument otherwise.
+CandidateSource parse_candidate_source(const std::string& name);
+
+class CorpusIndex;
 
 struct DecodingOptions {
   Strategy strategy = Strategy::Ar;
@@ -30,6 +42,14 @@ struct DecodingOptions {
   int32_t lookback = 4;   // k: longest key (tokens of context) a FAFO candidate is cached under
   // (FAFO's fumble rows attend the compressed region; its policy is GenerationOptions::kv.)
   bool pool_from_prompt = false;  // seed the candidate pool with the prompt's n-grams
+  // A corpus index (--corpus): strategy corpus drafts from it alone; lookahead and fafo
+  // fill the G candidates the pool leaves free with its continuations. The most frequent
+  // continuations (N-1 tokens) of the longest suffix of the text (at most
+  // corpus_max_suffix tokens) that occurs in the corpus are taken, pool duplicates skipped.
+  // corpus_path names the file (--corpus); attach_corpus() (fafo/corpus_index.h) opens it.
+  std::string corpus_path;
+  std::shared_ptr<const CorpusIndex> corpus;
+  int32_t corpus_max_suffix = 16;
   uint64_t seed = 0xFAF0;         // window initialisation from prompt tokens
   // StepTrace::pool_snapshot holds this many keys of the pool (0 or less: none): the
   // ones this step's candidates came from, then the most recently used. Copied only
@@ -45,6 +65,7 @@ struct TokenSource {
   enum Kind : uint8_t { Plain, Candidate } kind = Plain;
   int32_t origin_step = -1;    // step whose window produced the candidate (-1: prompt or plain)
   int32_t origin_column = -1;  // column of the 2D window that produced it
+  CandidateSource source = CandidateSource::Window;  // for Candidate: where the candidate came from
 };
 
 // One n-gram of the candidate pool as a StepTrace reports it.
@@ -67,11 +88,12 @@ struct PoolKeySnapshot {
 
 struct CandidateTrace {
   std::vector<int32_t> tokens;
-  int32_t key_length = 0;      // context tokens the pool matched it under
+  int32_t key_length = 0;      // context tokens the pool (or the corpus) matched it under
   int32_t match_length = 0;    // leading tokens that verification accepted
   int32_t origin_step = -1;
   int32_t origin_column = -1;
   bool padding = false;        // filler to keep the step shape fixed; never verified
+  CandidateSource source = CandidateSource::Window;
 };
 
 // One decoding step, reported after it is verified.

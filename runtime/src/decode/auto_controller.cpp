@@ -14,12 +14,15 @@ namespace fafo {
 
 std::string AutoCandidate::label() const {
   if (options.strategy == Strategy::Ar) return "ar";
+  if (options.strategy == Strategy::Corpus)
+    return "corpus N" + std::to_string(options.ngram) + " G" + std::to_string(options.guesses);
   return std::string(strategy_name(options.strategy)) + " W" + std::to_string(options.window) + " N" +
          std::to_string(options.ngram) + " G" + std::to_string(options.guesses);
 }
 
 int32_t max_step_tokens(const DecodingOptions& o) {
   if (o.strategy == Strategy::Ar) return 1;
+  if (o.strategy == Strategy::Corpus) return 1 + o.guesses * (o.ngram - 1);  // G chains of N - 1 at most
   const std::vector<int32_t> prompt(static_cast<size_t>(std::max(8, o.ngram + o.lookback)), 1);
   StrategyState state(o, prompt);
   StepLayout layout(static_cast<int32_t>(prompt.size()), 1);
@@ -44,6 +47,16 @@ std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base) 
       DecodingOptions o = base;
       o.strategy = s;
       o.window = shape.w;
+      o.ngram = shape.n;
+      o.guesses = shape.g;
+      out.push_back({o, max_step_tokens(o)});
+    }
+  // With a corpus index (which lookahead and fafo above also draw from): its
+  // continuations alone, in steps from a few tokens.
+  if (base.corpus)
+    for (const Shape shape : {Shape{1, 4, 1}, Shape{1, 5, 2}, Shape{1, 6, 4}}) {
+      DecodingOptions o = base;
+      o.strategy = Strategy::Corpus;
       o.ngram = shape.n;
       o.guesses = shape.g;
       out.push_back({o, max_step_tokens(o)});

@@ -68,7 +68,8 @@ std::vector<RetrievedCandidate> CandidatePool::retrieve(const std::vector<int32_
       if (!seen.insert(it->ngram).second) continue;
       ++it->hits;
       it->last_used = clock_;
-      out.push_back({it->ngram, static_cast<int32_t>(len), it->origin_step, it->origin_column});
+      out.push_back({it->ngram, static_cast<int32_t>(len), it->origin_step, it->origin_column,
+                     it->origin_step < 0 ? CandidateSource::Prompt : CandidateSource::Window});
       used.push_back(it);
     }
     if (used.empty()) continue;

@@ -12,6 +12,7 @@ const char* strategy_name(Strategy s) {
     case Strategy::Lookahead: return "lookahead";
     case Strategy::Fafo: return "fafo";
     case Strategy::Auto: return "auto";
+    case Strategy::Corpus: return "corpus";
   }
   return "unknown";
 }
@@ -22,7 +23,24 @@ Strategy parse_strategy(const std::string& name) {
   if (name == "lookahead") return Strategy::Lookahead;
   if (name == "fafo") return Strategy::Fafo;
   if (name == "auto") return Strategy::Auto;
-  throw std::invalid_argument("unknown strategy '" + name + "' (choose auto, ar, jacobi, lookahead or fafo)");
+  if (name == "corpus") return Strategy::Corpus;
+  throw std::invalid_argument("unknown strategy '" + name + "' (choose auto, ar, jacobi, lookahead, fafo or corpus)");
+}
+
+const char* candidate_source_name(CandidateSource s) {
+  switch (s) {
+    case CandidateSource::Window: return "window";
+    case CandidateSource::Prompt: return "prompt";
+    case CandidateSource::Corpus: return "corpus";
+    case CandidateSource::Jacobi: return "jacobi";
+  }
+  return "unknown";
+}
+
+CandidateSource parse_candidate_source(const std::string& name) {
+  for (CandidateSource s : {CandidateSource::Window, CandidateSource::Prompt, CandidateSource::Corpus, CandidateSource::Jacobi})
+    if (name == candidate_source_name(s)) return s;
+  throw std::invalid_argument("unknown candidate source '" + name + "' (window, prompt, corpus or jacobi)");
 }
 
 void DecodingOptions::validate() const {
@@ -33,6 +51,10 @@ void DecodingOptions::validate() const {
   check(ngram >= 2 && ngram <= 16, "--ngram must be in 2..16");
   check(guesses >= 0 && guesses <= 64, "--guesses must be in 0..64");
   check(lookback >= 1 && lookback <= 16, "--lookback must be in 1..16");
+  check(corpus_max_suffix >= 1 && corpus_max_suffix <= 1024, "--corpus-max-suffix must be in 1..1024");
+  check(strategy != Strategy::Corpus || corpus || !corpus_path.empty(),
+        "--strategy corpus needs a corpus index (--corpus NAME.fidx)");
+  check(strategy != Strategy::Corpus || guesses >= 1, "--strategy corpus needs --guesses of at least 1");
 }
 
 }  // namespace fafo

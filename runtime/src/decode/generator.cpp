@@ -16,6 +16,7 @@
 #include "decode/trace_recorder.h"
 #include "decode/verifier.h"
 #include "fafo/auto_strategy.h"
+#include "fafo/corpus_index.h"
 
 namespace fafo {
 
@@ -144,7 +145,9 @@ void count_source_yields(const StrategyState& run, const Verdict& verdict, size_
     }
     return *it;
   };
-  const int64_t accepted = kept > 0 ? static_cast<int64_t>(kept) - 1 : 0;
+  // The winner's tokens that were emitted (all it matched, unless generation stopped first).
+  const int64_t accepted =
+      verdict.winner >= 0 ? std::min<int64_t>(static_cast<int64_t>(kept), verdict.match_lengths[static_cast<size_t>(verdict.winner)]) : 0;
   if (run.options().strategy == Strategy::Jacobi) {
     SourceYield& y = row("jacobi", 0);
     ++y.verified;
@@ -156,7 +159,7 @@ void count_source_yields(const StrategyState& run, const Verdict& verdict, size_
   }
   const std::vector<RetrievedCandidate>& retrieved = run.retrieved();
   for (size_t g = 0; g < retrieved.size(); ++g) {
-    SourceYield& y = row(retrieved[g].origin_step < 0 ? "prompt" : "window", retrieved[g].key_length);
+    SourceYield& y = row(candidate_source_name(retrieved[g].source), retrieved[g].key_length);
     ++y.verified;
     if (static_cast<int32_t>(g) == verdict.winner && accepted > 0) {
       ++y.won;
@@ -191,6 +194,12 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
                           const GenerationOptions& options, const TokenCallback& on_token) {
   if (prompt.empty()) throw std::invalid_argument("the prompt is empty (no tokens)");
   options.decoding.validate();
+  if (options.decoding.corpus_path.size() && !options.decoding.corpus)
+    throw std::invalid_argument("the corpus index " + options.decoding.corpus_path + " is not opened (attach_corpus)");
+  if (options.decoding.corpus && options.decoding.corpus->n_vocab() != model.config().n_vocab)
+    throw std::invalid_argument("the corpus index " + options.decoding.corpus->path() + " has a vocabulary of " +
+                                std::to_string(options.decoding.corpus->n_vocab()) + " tokens, the model " +
+                                std::to_string(model.config().n_vocab));
   if (!options.keep_context) model.truncate(0);
   check_prompt_fits(model, prompt.size());
   GenerationResult result;

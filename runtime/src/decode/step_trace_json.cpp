@@ -37,6 +37,13 @@ std::vector<PoolKeySnapshot> pool_snapshot_from_json(const json& j) {
   return out;
 }
 
+// A candidate's source; traces written before sources were recorded have none: the
+// pool's, by its origin.
+CandidateSource source_of(const json& c) {
+  if (c.contains("source")) return parse_candidate_source(c.at("source").get<std::string>());
+  return c.at("origin_step").get<int32_t>() < 0 ? CandidateSource::Prompt : CandidateSource::Window;
+}
+
 }  // namespace
 
 json step_trace_to_json(const StepTrace& t) {
@@ -47,12 +54,14 @@ json step_trace_to_json(const StepTrace& t) {
                           {"match_length", c.match_length},
                           {"origin_step", c.origin_step},
                           {"origin_column", c.origin_column},
-                          {"padding", c.padding}});
+                          {"padding", c.padding},
+                          {"source", candidate_source_name(c.source)}});
   json sources = json::array();
   for (const TokenSource& s : t.accepted_sources)
     sources.push_back({{"kind", s.kind == TokenSource::Candidate ? "candidate" : "plain"},
                        {"origin_step", s.origin_step},
-                       {"origin_column", s.origin_column}});
+                       {"origin_column", s.origin_column},
+                       {"source", candidate_source_name(s.source)}});
   json pool = {{"keys", t.pool_keys}, {"ngrams", t.pool_ngrams}, {"lookups", t.pool_lookups}, {"hits", t.pool_hits}};
   if (!t.pool_snapshot.empty()) pool["snapshot"] = pool_snapshot_to_json(t.pool_snapshot);
   json kv = {{"region", t.kv_region}, {"swaps", t.kv_swaps}};
@@ -89,13 +98,15 @@ StepTrace step_trace_from_json(const json& j) {
   for (const json& c : j.at("candidates"))
     t.candidates.push_back({c.at("tokens").get<std::vector<int32_t>>(), c.at("key_length").get<int32_t>(),
                             c.at("match_length").get<int32_t>(), c.at("origin_step").get<int32_t>(),
-                            c.at("origin_column").get<int32_t>(), c.at("padding").get<bool>()});
+                            c.at("origin_column").get<int32_t>(), c.at("padding").get<bool>(),
+                            source_of(c)});
   t.accepted = j.at("accepted").get<std::vector<int32_t>>();
   for (const json& s : j.at("accepted_sources")) {
     TokenSource src;
     src.kind = s.at("kind").get<std::string>() == "candidate" ? TokenSource::Candidate : TokenSource::Plain;
     src.origin_step = s.at("origin_step").get<int32_t>();
     src.origin_column = s.at("origin_column").get<int32_t>();
+    src.source = source_of(s);
     t.accepted_sources.push_back(src);
   }
   if (j.contains("kv")) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "fafo/corpus_index.h"
 #include "fafo/sampler.h"
 
 namespace fafo {
@@ -21,16 +22,34 @@ void StrategyState::build(StepLayout& layout, const std::vector<int32_t>& histor
     layout.add_chain(guesses_);
     return;
   }
-  if (!uses_window()) return;
+  if (!uses_window() && o_.strategy != Strategy::Corpus) return;
   const int32_t chain_length = o_.ngram - 1;
-  retrieved_ = pool_.retrieve(history, o_.guesses);
+  retrieved_.clear();
+  if (uses_window()) retrieved_ = pool_.retrieve(history, o_.guesses);
+  add_corpus_candidates(history);
   for (const RetrievedCandidate& c : retrieved_) layout.add_chain(c.ngram);
+  if (!uses_window()) return;
   if (o_.strategy == Strategy::Fafo) {
     // Pad to G candidates so every step has the same shape.
     const std::vector<int32_t> filler(static_cast<size_t>(chain_length), history.back());
     while (static_cast<int32_t>(layout.chains().size()) < o_.guesses) layout.add_chain(filler, /*padding=*/true);
   }
   layout.add_window(*window_, o_.strategy == Strategy::Fafo ? PrefixView::Compressed : PrefixView::Full);
+}
+
+void StrategyState::add_corpus_candidates(const std::vector<int32_t>& history) {
+  const size_t wanted = static_cast<size_t>(std::max(o_.guesses, 0));
+  if (!o_.corpus || retrieved_.size() >= wanted) return;
+  const CorpusMatch match = o_.corpus->longest_suffix(history, o_.corpus_max_suffix);
+  if (match.length == 0) return;
+  const size_t chain_length = static_cast<size_t>(o_.ngram - 1);
+  for (CorpusContinuation& c : o_.corpus->continuations(match, o_.ngram - 1, static_cast<int32_t>(wanted))) {
+    if (retrieved_.size() >= wanted) break;
+    if (c.tokens.size() != chain_length) continue;  // the corpus ends first: every chain has N - 1 tokens
+    const bool duplicate = std::any_of(retrieved_.begin(), retrieved_.end(),
+                                       [&](const RetrievedCandidate& r) { return r.ngram == c.tokens; });
+    if (!duplicate) retrieved_.push_back({std::move(c.tokens), match.length, -1, -1, CandidateSource::Corpus});
+  }
 }
 
 void StrategyState::update(const StepLayout& layout, int32_t input, const std::vector<int32_t>& emitted,

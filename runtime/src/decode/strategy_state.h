@@ -27,11 +27,11 @@ class StrategyState {
   const LookaheadWindow* window() const { return window_ ? &*window_ : nullptr; }
 
   // Lays out the step for `input` after the committed `history` (history ends with input):
-  // the chains to verify (Jacobi's guesses, or the pool's candidates and, for FAFO,
-  // padding up to G chains), then the 2D window.
+  // the chains to verify (Jacobi's guesses, or the pool's candidates then the corpus's
+  // and, for FAFO, padding up to G chains), then the 2D window.
   void build(StepLayout& layout, const std::vector<int32_t>& history);
-  // The pool candidates the latest build() laid out, in chain order (they come before
-  // any padding chain); empty for ar and jacobi.
+  // The pool's and the corpus's candidates the latest build() laid out, in chain order
+  // (they come before any padding chain); empty for ar and jacobi.
   const std::vector<RetrievedCandidate>& retrieved() const { return retrieved_; }
 
   // Starts the guesses afresh from `history` (the window as at the start; Jacobi's
@@ -49,6 +49,8 @@ class StrategyState {
 
  private:
   void fill_guesses(const std::vector<int32_t>& source);
+  // Fills the G candidates the pool left free with the corpus's continuations.
+  void add_corpus_candidates(const std::vector<int32_t>& history);
 
   void seed_pool(const std::vector<int32_t>& prompt);
 

@@ -76,6 +76,9 @@ void TraceRecorder::add_candidates(const StepLayout& layout) {
       c.key_length = retrieved[g].key_length;
       c.origin_step = retrieved[g].origin_step;
       c.origin_column = retrieved[g].origin_column;
+      c.source = retrieved[g].source;
+    } else if (state_->options().strategy == Strategy::Jacobi) {
+      c.source = CandidateSource::Jacobi;
     }
     trace_.candidates.push_back(std::move(c));
   }
@@ -94,6 +97,7 @@ void TraceRecorder::add_verdict(const Verdict& verdict, const std::vector<int32_
       if (verdict.winner >= 0 && static_cast<size_t>(verdict.winner) < trace_.candidates.size()) {
         src.origin_step = trace_.candidates[static_cast<size_t>(verdict.winner)].origin_step;
         src.origin_column = trace_.candidates[static_cast<size_t>(verdict.winner)].origin_column;
+        src.source = trace_.candidates[static_cast<size_t>(verdict.winner)].source;
       }
     }
     trace_.accepted_sources.push_back(src);
