@@ -63,6 +63,7 @@ TEST(CorpusDecoding, EveryStrategyWithACorpusEqualsPlainDecoding) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   auto m = test::load_test_model(model_path.string(), 256);
   const auto corpus = own_text_index(m);
+  int64_t sampled_from_corpus = 0;
   for (const char* prompt : kPrompts) {
     for (float temperature : {0.0f, 0.8f}) {
       for (uint64_t seed : {1u, 2u}) {
@@ -74,10 +75,13 @@ TEST(CorpusDecoding, EveryStrategyWithACorpusEqualsPlainDecoding) {
           if (s == Strategy::Corpus && temperature == 0.0f) {
             EXPECT_GT(r.tokens_per_step(), 2.0) << "the corpus holds this very text: most guesses must be accepted";
           }
+          if (s == Strategy::Corpus && temperature > 0.0f)
+            for (const SourceYield& y : r.source_yields) sampled_from_corpus += y.accepted;
         }
       }
     }
   }
+  EXPECT_GT(sampled_from_corpus, 20) << "sampled runs accepted too few corpus guesses for the test to mean anything";
 }
 
 TEST(CorpusDecoding, TracesAndYieldsSayTheCorpusSuppliedTheTokens) {

@@ -201,6 +201,16 @@ TEST(CorpusIndex, DamagedFilesAreClearErrors) {
   EXPECT_NE(variant("suffix", patched(sa_at + 4 * 7, &past, 4)).find("corrupt suffix array"), std::string::npos);
   // The intact file opens.
   EXPECT_EQ(error_of([&] { CorpusIndex::open(good.string()); }), "");
+  // 4-byte tokens: one with the top bit set is outside the vocabulary too.
+  const fs::path wide = dir / "wide.fidx";
+  write_corpus_index(wide.string(), corpus_tokens(100, 70000, 6), 70000, {42, "t"}, 1);
+  std::string wb;
+  {
+    std::ifstream in(wide, std::ios::binary);
+    wb.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  wb[static_cast<size_t>(tokens_at + 8)] = static_cast<char>(0x80);
+  EXPECT_NE(variant("wide-token", wb).find("outside the vocabulary"), std::string::npos);
 }
 
 TEST(CorpusIndex, BuiltFromTextWithAModelsTokenizer) {

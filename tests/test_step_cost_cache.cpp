@@ -52,7 +52,8 @@ TEST(StepCostCache, DamagedFilesAreIgnored) {
   const StepCostCache cache(dir, "k");
   const std::string head = "fafo step costs 1\nkey k\n";
   for (const std::string& body : {std::string("1 0.5\n2 abc\n"), std::string("2 0.5\n4 0.6\n"), std::string("1 0.5\n2 -1\n"),
-                                  std::string("1 0.5\n1 0.6\n"), std::string("1 nan\n"), std::string(""), std::string("1\n")}) {
+                                  std::string("1 0.5\n1 0.6\n"), std::string("1 nan\n"), std::string(""), std::string("1\n"),
+                                  std::string("1 0.5\n2"), std::string("1 0.5 7\n")}) {
     write(cache.file(), head + body);
     EXPECT_FALSE(cache.load()) << body;
   }

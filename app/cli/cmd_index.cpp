@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -142,6 +143,14 @@ Percentiles percentiles(std::vector<double> us) {
 int run_bench(const IndexArgs& a) {
   nlohmann::json j;
   std::string path = a.index;
+  // A synthetic index written to a temporary file is removed however this returns.
+  struct Removal {
+    std::filesystem::path file;
+    ~Removal() {
+      std::error_code ec;
+      if (!file.empty()) std::filesystem::remove(file, ec);
+    }
+  } removal;
   std::filesystem::path temp;
   if (a.synthetic > 0) {
     if (!a.index.empty()) throw std::runtime_error("give an index or --synthetic, not both");
@@ -149,6 +158,7 @@ int run_bench(const IndexArgs& a) {
     temp = a.output.empty() ? std::filesystem::temp_directory_path() / ("fafo-index-bench-" + std::to_string(::getpid()) + ".fidx")
                             : std::filesystem::path(a.output);
     path = temp.string();
+    if (a.output.empty()) removal.file = temp;
     std::fprintf(stderr, "fafo: writing %llu synthetic tokens (vocabulary %d)...\n", static_cast<unsigned long long>(a.synthetic), a.vocab);
     const std::vector<int32_t> tokens = synthetic_tokens(a.synthetic, a.vocab);
     IndexBuildStats s;
@@ -167,7 +177,7 @@ int run_bench(const IndexArgs& a) {
   // --max-suffix tokens), half end with a token drawn at random from the corpus after
   // such a context (they match briefly, as generated text mostly does).
   std::mt19937_64 rng(2);
-  const size_t ctx = static_cast<size_t>(std::max(a.max_suffix, 1));
+  const size_t ctx = static_cast<size_t>(std::min<uint64_t>(static_cast<uint64_t>(std::max(a.max_suffix, 1)), ix->size()));
   std::vector<double> found_us, shifted_us;
   std::vector<int32_t> lengths;
   uint64_t continuations = 0;
@@ -203,7 +213,6 @@ int run_bench(const IndexArgs& a) {
                   {"mean_match_length", mean_length}};
   j["index"] = {{"tokens", ix->size()}, {"file_bytes", ix->file_bytes()}};
   if (a.json) std::printf("%s\n", j.dump().c_str());
-  if (a.synthetic > 0 && a.output.empty()) std::filesystem::remove(temp);
   return 0;
 }
 

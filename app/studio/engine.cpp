@@ -1,6 +1,5 @@
 #include "engine.h"
 
-#include "fafo/corpus_index.h"
 
 #include <chrono>
 #include <exception>

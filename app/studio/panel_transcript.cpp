@@ -1,4 +1,5 @@
-// The generated text, each token coloured by how it was produced; clicking a token
+// The generated text, each token coloured by how it was produced (plain, an accepted
+// candidate, one from the corpus index); clicking a token
 // selects it and says which step produced it, double-clicking shows that step.
 #include <imgui.h>
 
@@ -10,6 +11,7 @@ namespace {
 
 const ImVec4 kPlain(0.85f, 0.85f, 0.85f, 1.0f);
 const ImVec4 kCandidate(0.45f, 0.95f, 0.45f, 1.0f);
+const ImVec4 kCorpus(0.45f, 0.75f, 1.0f, 1.0f);  // a candidate from the corpus index
 const ImVec4 kSelected(1.0f, 0.85f, 0.3f, 1.0f);
 
 }  // namespace
@@ -23,12 +25,17 @@ void draw_transcript_panel(StudioState& s) {
     ImGui::SameLine();
     ImGui::TextColored(kCandidate, "accepted candidate");
     ImGui::SameLine();
+    ImGui::TextColored(kCorpus, "from the corpus");
+    ImGui::SameLine();
     ImGui::TextColored(kSelected, "selected");
     if (s.selected_token >= 0 && s.selected_token < static_cast<int>(v.tokens.size())) {
       const TranscriptToken& tok = v.tokens[static_cast<size_t>(s.selected_token)];
-      if (tok.source.kind == TokenSource::Candidate)
+      if (tok.source.kind == TokenSource::Candidate && tok.source.source == CandidateSource::Window)
         ImGui::Text("token %d (id %d): step %d, candidate from step %d column %d", s.selected_token, tok.token, tok.step,
                     tok.source.origin_step, tok.source.origin_column);
+      else if (tok.source.kind == TokenSource::Candidate)
+        ImGui::Text("token %d (id %d): step %d, candidate from the %s", s.selected_token, tok.token, tok.step,
+                    candidate_source_name(tok.source.source));
       else
         ImGui::Text("token %d (id %d): step %d, plain", s.selected_token, tok.token, tok.step);
     }
@@ -40,8 +47,9 @@ void draw_transcript_panel(StudioState& s) {
       const TranscriptToken& tok = v.tokens[i];
       const std::string label = tok.text.empty() ? token_label(s.text, tok.token) + " " : display_piece(tok.text);
       const ImVec4 colour = static_cast<int>(i) == s.selected_token ? kSelected
-                            : tok.source.kind == TokenSource::Candidate ? kCandidate
-                                                                        : kPlain;
+                            : tok.source.kind != TokenSource::Candidate          ? kPlain
+                            : tok.source.source == CandidateSource::Corpus       ? kCorpus
+                                                                                 : kCandidate;
       ImGui::TextColored(colour, "%s", label.c_str());
       if (ImGui::IsItemClicked()) s.selected_token = static_cast<int>(i);
       if (ImGui::IsItemHovered() && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left))

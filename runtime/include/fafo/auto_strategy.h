@@ -80,7 +80,7 @@ struct AutoDecision {
   std::string reason;     // "trial", "best", "revisit", "nothing pays", "rotate"
   // The candidate ran before but not in the previous step: its window's guesses are for
   // a place the text has left, so the decoding loop starts it afresh, and its next N - 1
-  // steps count as warm-up (not as its yield).
+  // steps (for a 2D window; none for corpus drafting) count as warm-up, not as its yield.
   bool restart = false;
 };
 

@@ -2,10 +2,12 @@
 // suffixes of a context occur in the corpus, and what follows them there, most
 // frequent first. Corpus drafting verifies those continuations as candidates.
 //
-// The index is one file, memory-mapped (format in corpus_index_format.h): a header, the
+// The index is one file, memory-mapped (format in src/corpus/index_format.h): a header, the
 // corpus tokens (16 or 32 bits each, big-endian so that byte order is token order), and
 // the suffix array over token positions (32 or 64 bits each). Opening checks the header,
-// the sizes and every suffix-array entry, so a truncated or corrupt file is a clear
+// the sizes, that every token is in the vocabulary and every suffix-array entry a
+// position (not that the array is sorted: a file altered to unsorted gives wrong
+// continuations, which verification rejects), so a truncated or corrupt file is a clear
 // IndexError, never a crash.
 #pragma once
 

@@ -21,7 +21,7 @@ struct IndexBuildProgress {
 };
 
 struct IndexBuildOptions {
-  std::vector<std::string> corpus_files;  // each one document, followed by the end-of-text token
+  std::vector<std::string> corpus_files;  // each one document, followed by the end-of-text token (if any)
   std::string output;
   int threads = 0;                        // tokenizing threads; 0: every hardware thread
   // Memory the build may use; 0: what the machine has available now (MemAvailable).

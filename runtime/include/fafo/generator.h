@@ -44,9 +44,10 @@ enum class StopReason { Length, EndOfGeneration, ContextFull, Cancelled };
 const char* stop_reason_name(StopReason r);
 
 // What the guesses of one source yielded over a generation, per key length: the pool's
-// n-grams from the 2D window ("window") or seeded from the prompt ("prompt"), or
-// Jacobi's guesses ("jacobi"). key_length: the context suffix the pool matched them
-// under (FAFO's lookback; 1 for lookahead; 0 for jacobi).
+// n-grams from the 2D window ("window") or seeded from the prompt ("prompt"), a corpus
+// index's continuations ("corpus"), or Jacobi's guesses ("jacobi"). key_length: the
+// context suffix they were matched under (FAFO's lookback; 1 for lookahead; the longest
+// suffix found in the corpus, up to corpus_max_suffix; 0 for jacobi).
 struct SourceYield {
   std::string source;
   int32_t key_length = 0;

@@ -68,7 +68,7 @@ std::shared_ptr<const CorpusIndex> CorpusIndex::open(const std::string& path) {
   namespace f = index_format;
   std::shared_ptr<CorpusIndex> ix(new CorpusIndex());
   ix->path_ = path;
-  ix->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ix->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // never blocks on a FIFO
   if (ix->fd_ < 0) throw IndexError(path, errno == ENOENT ? "no such file" : std::strerror(errno));
   struct stat st {};
   if (::fstat(ix->fd_, &st) != 0) throw IndexError(path, std::strerror(errno));
@@ -123,8 +123,9 @@ std::shared_ptr<const CorpusIndex> CorpusIndex::open(const std::string& path) {
   // Every token in the vocabulary and every suffix entry a position: lookups then never
   // read outside the file.
   for (uint64_t i = 0; i < n; ++i)
-    if (ix->token(i) >= ix->n_vocab_)
-      throw IndexError(path, "corrupt tokens: token " + std::to_string(i) + " is " + std::to_string(ix->token(i)) +
+    if (static_cast<uint32_t>(ix->token(i)) >= n_vocab)
+      throw IndexError(path, "corrupt tokens: token " + std::to_string(i) + " is " +
+                                 std::to_string(static_cast<uint32_t>(ix->token(i))) +
                                  ", outside the vocabulary of " + std::to_string(n_vocab));
   for (uint64_t r = 0; r < n; ++r)
     if (ix->suffix(r) >= n)

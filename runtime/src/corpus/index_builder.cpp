@@ -7,9 +7,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <thread>
 
 #include "corpus/index_format.h"
@@ -31,7 +33,8 @@ std::string gib(uint64_t bytes) {
 
 std::string read_file(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw IndexError(path, "no such file");
+  if (!std::filesystem::exists(path, ec)) throw IndexError(path, "no such file");
+  if (!std::filesystem::is_regular_file(path, ec)) throw IndexError(path, "not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IndexError(path, "cannot be read");
   std::string text;
@@ -95,8 +98,9 @@ void write_corpus_index(const std::string& output, std::span<const int32_t> toke
   const uint32_t sb = n <= 0xffffffffull ? 4 : 8;
   const uint64_t text_bytes = n * tb;
   const bool wide = text_bytes > static_cast<uint64_t>(INT32_MAX);
-  // Sorting needs the token bytes and a suffix entry per byte; the tokens are held too.
-  const uint64_t need = text_bytes + text_bytes * (wide ? 8 : 4) + n * sizeof(int32_t);
+  // Sorting needs the token bytes and a suffix entry per byte; the tokens and the kept
+  // entries are held too.
+  const uint64_t need = text_bytes + text_bytes * (wide ? 8 : 4) + n * sizeof(int32_t) + n * sb;
   const uint64_t have = memory_limit ? memory_limit : available_memory();
   if (have && need > have)
     throw IndexError(output, "the corpus has " + std::to_string(n) + " tokens: sorting them needs " + gib(need) +
@@ -168,7 +172,7 @@ void write_corpus_index(const std::string& output, std::span<const int32_t> toke
   const std::string temporary = output + ".tmp" + std::to_string(::getpid());
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw IndexError(output, "cannot be written");
+    if (!out) throw IndexError(output, "cannot be written (" + temporary + ": " + std::strerror(errno) + ")");
     const std::vector<uint8_t> zeros(f::kAlign, 0);
     write_bytes(out, header, sizeof header);
     write_bytes(out, zeros.data(), tokens_at - f::kHeaderBytes);
@@ -231,16 +235,21 @@ IndexBuildStats build_corpus_index(const Tokenizer& tokenizer, const IndexBuildO
   };
   const unsigned threads = options.threads > 0 ? static_cast<unsigned>(options.threads)
                                                : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned i = 0; i < threads; ++i) pool.emplace_back(work);
+  std::vector<std::jthread> pool;  // joined however this scope is left
+  try {
+    for (unsigned i = 0; i < threads; ++i) pool.emplace_back(work);
+  } catch (const std::system_error&) {
+    if (pool.empty()) throw;  // not even one thread: nothing runs the work
+  }
   while (options.progress && next.load() < chunks.size() && !failed) {
     options.progress({"tokenizing", bytes_done.load(), stats.text_bytes, tokens_done.load()});
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  for (std::thread& t : pool) t.join();
+  for (std::jthread& t : pool) t.join();
   if (failure) std::rethrow_exception(failure);
   if (options.progress) options.progress({"tokenizing", stats.text_bytes, stats.text_bytes, tokens_done.load()});
-  // One document per file, each followed by the end-of-text token when there is one.
+  // One document per file, each followed by the end-of-text token when the vocabulary
+  // has one (an empty file has no chunk, so nothing at all).
   const int32_t eos = tokenizer.vocab().eos;
   std::vector<int32_t> tokens;
   tokens.reserve(tokens_done.load() + options.corpus_files.size());

@@ -7,7 +7,8 @@
 //       16     4  bytes per suffix-array entry: 4 or 8
 //       20     4  vocabulary size of the tokenizer it was built with
 //       24     8  corpus tokens n
-//       32     8  documents (corpus files; each followed by the end-of-text token)
+//       32     8  documents (corpus files; each non-empty one followed by the end-of-text
+//                 token when the vocabulary has one)
 //       40     8  tokenizer fingerprint (tokenizer_id)
 //       48     8  offset of the tokens (a multiple of 64)
 //       56     8  offset of the suffix array (a multiple of 64)

@@ -12,6 +12,16 @@
 
 namespace fafo {
 
+namespace {
+
+// Steps before a candidate's guesses mean anything: a 2D window's N - 1 rows fill one a
+// step; corpus drafting and Jacobi guess from the first step.
+int64_t window_warm_up(const DecodingOptions& o) {
+  return o.strategy == Strategy::Lookahead || o.strategy == Strategy::Fafo ? o.ngram - 1 : 0;
+}
+
+}  // namespace
+
 std::string AutoCandidate::label() const {
   if (options.strategy == Strategy::Ar) return "ar";
   if (options.strategy == Strategy::Corpus)
@@ -77,7 +87,7 @@ AutoController::AutoController(StepCosts costs, std::vector<AutoCandidate> candi
   yield_.assign(n, 0.0);
   warm_up_.assign(n, 0);
   started_.assign(n, false);
-  for (size_t c = 1; c < n; ++c) warm_up_[c] = candidates_[c].options.ngram - 1;
+  for (size_t c = 1; c < n; ++c) warm_up_[c] = window_warm_up(candidates_[c].options);
   viable_[0] = true;
   yield_[0] = 1.0;
   // A candidate can pay only if its best step (N tokens) beats N plain steps' cost; it is
@@ -154,7 +164,7 @@ AutoDecision AutoController::choose() {
       if (other >= 0) {
         revisiting_ = other;
         // Its window starts afresh: the warm-up, then the steps that count.
-        revisit_until_ = step_ + (candidates_[static_cast<size_t>(other)].options.ngram - 1) + options_.revisit_steps - 1;
+        revisit_until_ = step_ + window_warm_up(candidates_[static_cast<size_t>(other)].options) + options_.revisit_steps - 1;
         d = {other, "revisit"};
       }
     }
@@ -162,7 +172,7 @@ AutoDecision AutoController::choose() {
   const size_t c = static_cast<size_t>(d.candidate);
   if (c > 0 && started_[c] && d.candidate != last_.candidate) {
     d.restart = true;
-    warm_up_[c] = candidates_[c].options.ngram - 1;
+    warm_up_[c] = window_warm_up(candidates_[c].options);
   }
   started_[c] = true;
   last_ = d;

@@ -176,7 +176,8 @@ void add_pool_stats(const CandidatePool& pool, GenerationResult& result) {
 }
 
 // What auto's yields depend on besides the candidates (AutoMemory::context): greedy or
-// the sampler's cuts, the region FAFO's guesses read, a pool seeded from the prompt.
+// the sampler's cuts, the region FAFO's guesses read, the corpus, a pool seeded from
+// the prompt.
 std::string auto_memory_context(const GenerationOptions& o) {
   const SamplerOptions& sp = o.sampling;
   const KvPolicyOptions& kv = o.kv;
@@ -185,6 +186,8 @@ std::string auto_memory_context(const GenerationOptions& o) {
                                                " top-p " + std::to_string(sp.top_p) + " min-p " + std::to_string(sp.min_p);
   s += " | kv " + kv.name + " budget " + std::to_string(kv.budget) + " sinks " + std::to_string(kv.sinks) + " recent " +
        std::to_string(kv.recent) + " interval " + std::to_string(kv.update_interval);
+  if (!o.decoding.corpus_path.empty())
+    s += " | corpus " + o.decoding.corpus_path + " suffix " + std::to_string(o.decoding.corpus_max_suffix);
   return s + (o.decoding.pool_from_prompt ? " | pool from prompt" : "");
 }
 
@@ -198,8 +201,8 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     throw std::invalid_argument("the corpus index " + options.decoding.corpus_path + " is not opened (attach_corpus)");
   if (options.decoding.corpus && options.decoding.corpus->n_vocab() != model.config().n_vocab)
     throw std::invalid_argument("the corpus index " + options.decoding.corpus->path() + " has a vocabulary of " +
-                                std::to_string(options.decoding.corpus->n_vocab()) + " tokens, the model " +
-                                std::to_string(model.config().n_vocab));
+                                std::to_string(options.decoding.corpus->n_vocab()) + " tokens but the model has " +
+                                std::to_string(model.config().n_vocab) + "; build the index with this model's tokenizer");
   if (!options.keep_context) model.truncate(0);
   check_prompt_fits(model, prompt.size());
   GenerationResult result;

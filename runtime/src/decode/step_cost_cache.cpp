@@ -65,14 +65,17 @@ std::optional<StepCosts> StepCostCache::load() const {
   if (!std::getline(in, magic) || magic != kMagic) return std::nullopt;
   if (!std::getline(in, key_line) || key_line != "key " + key_) return std::nullopt;
   StepCosts costs;
-  int32_t T = 0;
-  double seconds = 0;
-  while (in >> T >> seconds) {
-    if (costs.sizes.size() >= 64) return std::nullopt;
+  // One point per line: exactly a size and a time (a partial or malformed line: no curve).
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    int32_t T = 0;
+    double seconds = 0;
+    std::string rest;
+    if (!(fields >> T >> seconds) || (fields >> rest) || costs.sizes.size() >= 64) return std::nullopt;
     costs.sizes.push_back(T);
     costs.seconds.push_back(seconds);
   }
-  if (!in.eof() || !costs.invalid_reason().empty()) return std::nullopt;  // a malformed or partial file
+  if (!costs.invalid_reason().empty()) return std::nullopt;
   costs.source = file_.string();
   return costs;
 }
