@@ -89,7 +89,7 @@ class CorpusIndex {
   // `max_groups` distinct continuations; past that the rest of the range is sampled
   // (`max_groups` evenly spaced entries) and those counts are estimates.
   std::vector<CorpusContinuation> continuations(const CorpusMatch& match, int32_t n, int32_t k,
-                                                int32_t max_groups = 256) const;
+                                                int32_t max_groups = 32) const;
 
  private:
   CorpusIndex() = default;
