@@ -93,6 +93,25 @@ TEST(CorpusIndex, SuffixesAreSortedAndEveryPositionAppearsOnce) {
   }
 }
 
+// The 64-bit sort (used past 2^31 bytes of tokens) and 8-byte suffix entries (past 2^32
+// tokens), forced on a small corpus: the same index.
+TEST(CorpusIndex, TheWideSortAndWideEntriesGiveTheSameIndex) {
+  const auto tokens = corpus_tokens(3000, 60, 7);
+  const fs::path dir = test::temp_dir("corpus-wide");
+  write_corpus_index((dir / "narrow.fidx").string(), tokens, 60, {42, "t"}, 1);
+  IndexWriteOptions wide;
+  wide.wide_sort = true;
+  wide.wide_suffixes = true;
+  write_corpus_index((dir / "wide.fidx").string(), tokens, 60, {42, "t"}, 1, wide);
+  const auto a = CorpusIndex::open((dir / "narrow.fidx").string()), b = CorpusIndex::open((dir / "wide.fidx").string());
+  EXPECT_EQ(a->suffix_bytes(), 4);
+  EXPECT_EQ(b->suffix_bytes(), 8);
+  ASSERT_EQ(a->size(), b->size());
+  for (uint64_t r = 0; r < a->size(); ++r) ASSERT_EQ(a->suffix(r), b->suffix(r)) << r;
+  const std::vector<int32_t> p(tokens.begin() + 100, tokens.begin() + 104);
+  EXPECT_EQ(b->find(p).count(), brute_count(tokens, p));
+}
+
 TEST(CorpusIndex, CountsLongestSuffixesAndContinuationsEqualABruteForceScan) {
   const int32_t vocab = 40;
   const auto tokens = corpus_tokens(4000, vocab, 2);

@@ -162,7 +162,7 @@ int run_bench(const IndexArgs& a) {
     std::fprintf(stderr, "fafo: writing %llu synthetic tokens (vocabulary %d)...\n", static_cast<unsigned long long>(a.synthetic), a.vocab);
     const std::vector<int32_t> tokens = synthetic_tokens(a.synthetic, a.vocab);
     IndexBuildStats s;
-    write_corpus_index(path, tokens, a.vocab, {0x5e7, "synthetic"}, 1, 0, progress_line(), &s);
+    write_corpus_index(path, tokens, a.vocab, {0x5e7, "synthetic"}, 1, IndexWriteOptions{0, progress_line()}, &s);
     if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\n");
     std::printf("build: %llu tokens: sort %.2f s, write %.2f s: %.2f M tokens per minute (tokenizing not included)\n",
                 static_cast<unsigned long long>(s.tokens), s.sort_seconds, s.write_seconds,

@@ -42,12 +42,20 @@ struct IndexBuildStats {
 // no tokens, a file that cannot be written) with nothing left behind at `output`.
 IndexBuildStats build_corpus_index(const Tokenizer& tokenizer, const IndexBuildOptions& options);
 
+struct IndexWriteOptions {
+  uint64_t memory_limit = 0;  // as IndexBuildOptions::memory_limit
+  std::function<void(const IndexBuildProgress&)> progress;
+  // The 64-bit sort and 8-byte suffix entries are used past 2^31 bytes of tokens and 2^32
+  // tokens; these force them on small corpora (tests).
+  bool wide_sort = false;
+  bool wide_suffixes = false;
+};
+
 // Writes an index of `tokens` (each < n_vocab) built with tokenizer `id`: sorts the
 // suffixes and writes the file through a temporary that is renamed into place.
 // `documents` is recorded in the header. Throws IndexError.
 void write_corpus_index(const std::string& output, std::span<const int32_t> tokens, int32_t n_vocab,
-                        const TokenizerId& id, uint64_t documents, uint64_t memory_limit = 0,
-                        const std::function<void(const IndexBuildProgress&)>& progress = {},
+                        const TokenizerId& id, uint64_t documents, const IndexWriteOptions& options = {},
                         IndexBuildStats* stats = nullptr);
 
 // Memory the machine has available now (MemAvailable), 0 when unknown.

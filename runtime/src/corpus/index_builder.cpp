@@ -88,20 +88,20 @@ uint64_t available_memory() {
 }
 
 void write_corpus_index(const std::string& output, std::span<const int32_t> tokens, int32_t n_vocab, const TokenizerId& id,
-                        uint64_t documents, uint64_t memory_limit,
-                        const std::function<void(const IndexBuildProgress&)>& progress, IndexBuildStats* stats) {
+                        uint64_t documents, const IndexWriteOptions& options, IndexBuildStats* stats) {
+  const auto& progress = options.progress;
   namespace f = index_format;
   const uint64_t n = tokens.size();
   if (n == 0) throw IndexError(output, "the corpus has no tokens");
   if (n_vocab <= 0) throw IndexError(output, "no vocabulary");
   const uint32_t tb = n_vocab <= 65536 ? 2 : 4;
-  const uint32_t sb = n <= 0xffffffffull ? 4 : 8;
+  const uint32_t sb = n <= 0xffffffffull && !options.wide_suffixes ? 4 : 8;
   const uint64_t text_bytes = n * tb;
-  const bool wide = text_bytes > static_cast<uint64_t>(INT32_MAX);
+  const bool wide = text_bytes > static_cast<uint64_t>(INT32_MAX) || options.wide_sort;
   // Sorting needs the token bytes and a suffix entry per byte; the tokens and the kept
   // entries are held too.
   const uint64_t need = text_bytes + text_bytes * (wide ? 8 : 4) + n * sizeof(int32_t) + n * sb;
-  const uint64_t have = memory_limit ? memory_limit : available_memory();
+  const uint64_t have = options.memory_limit ? options.memory_limit : available_memory();
   if (have && need > have)
     throw IndexError(output, "the corpus has " + std::to_string(n) + " tokens: sorting them needs " + gib(need) +
                                  " of memory but " + gib(have) + " are available; index a smaller corpus or split it");
@@ -261,7 +261,7 @@ IndexBuildStats build_corpus_index(const Tokenizer& tokenizer, const IndexBuildO
   std::vector<std::string>().swap(texts);
   stats.tokenize_seconds = seconds_since(t0);
   write_corpus_index(options.output, tokens, tokenizer.vocab().size(), tokenizer_id(tokenizer.vocab()),
-                     options.corpus_files.size(), options.memory_limit, options.progress, &stats);
+                     options.corpus_files.size(), IndexWriteOptions{options.memory_limit, options.progress}, &stats);
   return stats;
 }
 
