@@ -45,6 +45,29 @@ TEST(Cli, JsonOutputHasTheDocumentedFields) {
   EXPECT_EQ(j["strategy"], "ar");
 }
 
+// Speculative decoding from the command line: the target drafting for itself, and a
+// drafter on another backend; plain decoding's text, and a clear error without a drafter.
+TEST(Cli, DraftModelStrategy) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string run = "run -m " + quote(model) + " -p 'Once upon a time' -n 40 --temp 0 --json";
+  const auto plain = nlohmann::json::parse(run_fafo(run + " --strategy ar").out);
+  for (const std::string& extra :
+       std::vector<std::string>{"--draft-model self --draft-n 5", "--draft-model " + quote(model) + " --draft-backend reference"}) {
+    const auto r = run_fafo(run + " --strategy draft " + extra);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["ids"], plain["ids"]) << extra;
+    EXPECT_GT(j["tau"].get<double>(), 3.0) << extra;
+    EXPECT_EQ(j["sources"][0]["source"], "draft");
+  }
+  const auto none = run_fafo(run + " --strategy draft");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_HAS(none.err, "--strategy draft needs a draft model");
+  const auto missing = run_fafo(run + " --strategy draft --draft-model /nonexistent.gguf");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_HAS(missing.err, "/nonexistent.gguf: no such file");
+}
+
 // auto is the default strategy; its step-cost curve is measured once and kept in the
 // cache folder, where the next run finds it (and a damaged file is measured again).
 TEST(Cli, AutoIsTheDefaultAndKeepsItsStepCosts) {

@@ -204,6 +204,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   const ModelConfig& c = model.config();
   BenchConfig config = config_in;
   attach_corpus(config.decoding, m.tokenizer->vocab());
+  open_draft_model(config.decoding, open, model, m.tokenizer->vocab());
   DeviceResult result;
   result.backend = model.backend().name();
   result.description = model.backend().description();

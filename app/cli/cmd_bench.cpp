@@ -104,7 +104,7 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--n-prompts", args->n_prompts, "Prompts to use from the file")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("-n,--n-predict", args->config.n_generate, "New tokens per prompt")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--strategies", args->config.strategies, "Strategies to compare (ar first: it is the reference)")
-      ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto", "corpus"}));
+      ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"}));
   app::add_decoding_flags(cmd, args->config.decoding, args->config.kv);
   cmd->add_flag("--attention", args->attention,
                 "Instead: attention cost of COMPRESSED rows vs context length, with and without the region, and swap cost");

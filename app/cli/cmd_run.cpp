@@ -66,6 +66,7 @@ int run_generate(RunArgs& args) {
   OpenedModel m = open_model(args.open);
   const Tokenizer& tok = *m.tokenizer;
   attach_corpus(args.decoding, tok.vocab());
+  open_draft_model(args.decoding, args.open, *m.model, tok.vocab());
   const bool add_bos = !args.no_bos && tok.vocab().add_bos;
   const std::vector<int32_t> prompt_ids = tok.encode(prompt, add_bos);
   if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty and the model adds no BOS token; give a prompt");

@@ -22,11 +22,12 @@ void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr
 void add_strategy_flag(CLI::App* cmd, Strategy& strategy) {
   cmd->add_option_function<std::string>(
          "--strategy", [&strategy](const std::string& name) { strategy = parse_strategy(name); },
-         "Decoding strategy: ar (plain), jacobi, lookahead, fafo, corpus (continuations from --corpus), or auto "
-         "(plain decoding or lookahead/fafo/corpus at some W, N, G, chosen step by step from this device's "
-         "measured step costs and what each yields); all emit the same tokens as ar")
+         "Decoding strategy: ar (plain), jacobi, lookahead, fafo, corpus (continuations from --corpus), draft "
+         "(speculative decoding with --draft-model), or auto (plain decoding or lookahead/fafo/corpus at some W, N, "
+         "G, chosen step by step from this device's measured step costs and what each yields); all emit the same "
+         "tokens as ar")
       ->default_str(strategy_name(strategy))
-      ->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto", "corpus"}));
+      ->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"}));
 }
 
 void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) {
@@ -40,6 +41,13 @@ void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) 
                   "it; lookahead, fafo and auto add its continuations to the pool's candidates");
   cmd->add_option("--corpus-max-suffix", d.corpus_max_suffix, "Longest suffix of the text looked up in the corpus")
       ->capture_default_str();
+  cmd->add_option("--draft-model", d.draft_model_path,
+                  "--strategy draft: the draft model (a GGUF file with the target's vocabulary, token for token), or "
+                  "self (the target's own file, opened again with a cache of its own)");
+  cmd->add_option("--draft-n", d.draft_n, "--strategy draft: tokens drafted per step")->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--draft-backend", d.draft_backend, "--strategy draft: the draft model's backend (default: the target's)");
+  cmd->add_option("--draft-device", d.draft_device, "--strategy draft: the draft model's device (default: the target's)");
   cmd->add_option("--kv-policy", kv.name, "FAFO: what the fumble rows' region keeps: stream, quest, snapkv, chunks")
       ->capture_default_str()->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks"}));
   cmd->add_option("--kv-budget", kv.budget, "FAFO: region size in KV entries")->capture_default_str();

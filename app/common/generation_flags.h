@@ -17,10 +17,12 @@ namespace fafo::app {
 // --temp --top-k --top-p --min-p --seed. With `seed_given`, the seed is random unless
 // --seed is used (it then becomes true); without it, the seed in `sampling` is the default.
 void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr<bool> seed_given = nullptr);
-// --strategy auto|ar|jacobi|lookahead|fafo|corpus; the default shown is strategy's value.
+// --strategy auto|ar|jacobi|lookahead|fafo|corpus|draft; the default shown is strategy's value.
 void add_strategy_flag(CLI::App* cmd, Strategy& strategy);
 // --window --ngram --guesses --lookback --pool-from-prompt --corpus --corpus-max-suffix
-// (the caller opens the corpus with attach_corpus once the model is open) and the KV policy's
+// --draft-model --draft-n --draft-backend --draft-device (the caller opens the corpus
+// with attach_corpus and the draft model with open_draft_model once the model is open)
+// and the KV policy's
 // --kv-policy --kv-budget --sinks --recent --update-interval.
 void add_decoding_flags(CLI::App* cmd, DecodingOptions& decoding, KvPolicyOptions& kv);
 // -n,--n-predict as the most tokens of one chat reply (-1: no limit).

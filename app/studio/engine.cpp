@@ -156,7 +156,9 @@ void Engine::load(const OpenOptions& options, const std::string& system) {
   });
   chat_.reset();
   model_.reset();  // free the old model before loading the next
+  draft_.reset();
   auto m = std::make_unique<OpenedModel>(fafo::open_model(options));
+  open_options_ = options;
   TokenText text = make_token_text(*m->tokenizer);
   const std::string summary = model_summary(*m);
   model_ = std::move(m);
@@ -201,6 +203,19 @@ void Engine::attach_corpus(DecodingOptions& decoding) {
   if (corpus_ && decoding.corpus_path == corpus_->path()) decoding.corpus = corpus_;
   fafo::attach_corpus(decoding, model_->tokenizer->vocab());
   corpus_ = decoding.corpus;
+  // The draft model too, while its file, backend and device stay the same.
+  const std::string draft_key = decoding.strategy == Strategy::Draft
+                                    ? decoding.draft_model_path + "|" + decoding.draft_backend + "|" + decoding.draft_device
+                                    : "";
+  if (draft_key.empty()) {
+    draft_.reset();
+  } else if (!draft_ || draft_key != draft_key_) {
+    draft_.reset();
+    fafo::open_draft_model(decoding, open_options_, *model_->model, model_->tokenizer->vocab());
+    draft_ = decoding.draft_model;
+    draft_key_ = draft_key;
+  }
+  decoding.draft_model = draft_;
 }
 
 void Engine::chat_turn(const std::string& text, GenerationOptions options) {

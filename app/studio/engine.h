@@ -105,7 +105,8 @@ class Engine {
   void load(const OpenOptions& options, const std::string& system);
   void start_chat(const ChatSetup& setup);
   void begin_chat(const ResolvedChatTemplate& chat_template, const std::string& system);
-  // Opens decoding.corpus_path (the index kept from an earlier run when it is the same).
+  // Opens decoding.corpus_path and, for strategy draft, the draft model (each kept from
+  // an earlier run while it is the same).
   void attach_corpus(DecodingOptions& decoding);
   void chat_turn(const std::string& text, GenerationOptions options);
   void prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps);
@@ -127,6 +128,9 @@ class Engine {
   // Worker-thread state.
   std::unique_ptr<OpenedModel> model_;
   std::shared_ptr<const CorpusIndex> corpus_;  // the --corpus index, once opened
+  OpenOptions open_options_;                   // how model_ was opened
+  std::shared_ptr<Model> draft_;               // strategy draft's model, once opened...
+  std::string draft_key_;                      // ...from this file, backend and device
   std::unique_ptr<ChatSession> chat_;
   std::thread thread_;  // last: starts after everything above exists
 };

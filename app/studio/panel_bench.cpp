@@ -28,7 +28,7 @@ const ImVec4 kError(1.0f, 0.4f, 0.4f, 1.0f);
 const ImVec4 kNote(1.0f, 0.85f, 0.4f, 1.0f);
 const ImU32 kAxis = IM_COL32(150, 150, 150, 255);
 const ImU32 kGrid = IM_COL32(70, 70, 76, 255);
-const char* const kStrategies[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus"};
+const char* const kStrategies[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"};
 
 // Device colours (Okabe-Ito, readable on the dark background) by index in the report:
 // the same in both plots and their legends.

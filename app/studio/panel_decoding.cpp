@@ -13,14 +13,18 @@ namespace fafo::studio {
 
 namespace {
 
-const char* const kStrategies[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus"};
+const char* const kStrategies[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"};
 const char* const kPolicies[] = {"stream", "quest", "snapkv", "chunks"};
 
 void strategy_settings(DecodingOptions& d, KvPolicyOptions& kv) {
   int strategy = static_cast<int>(d.strategy);
-  if (ImGui::Combo("strategy", &strategy, kStrategies, 6)) d.strategy = static_cast<Strategy>(strategy);
+  if (ImGui::Combo("strategy", &strategy, kStrategies, 7)) d.strategy = static_cast<Strategy>(strategy);
   ImGui::InputText("corpus index (.fidx)", &d.corpus_path);
   if (d.strategy == Strategy::Corpus && d.corpus_path.empty()) ImGui::TextDisabled("corpus needs an index: fafo index build");
+  if (d.strategy == Strategy::Draft) {
+    ImGui::InputText("draft model (.gguf or self)", &d.draft_model_path);
+    ImGui::SliderInt("draft tokens per step", &d.draft_n, 1, 16);
+  }
   const bool window = d.strategy == Strategy::Lookahead || d.strategy == Strategy::Fafo;
   if (d.strategy != Strategy::Ar) ImGui::SliderInt(window ? "W: window columns" : "W: guesses", &d.window, 1, 64);
   if (window) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fafo/gguf.h"
+#include "fafo/quant_mix.h"
 #include "synthetic_vocab.h"
 
 namespace fafo::synth {
@@ -40,33 +41,6 @@ void fill_normal(uint64_t seed, float mean, float stddev, float* out, int64_t n)
   }
 }
 
-// llama.cpp's rule for which layers get more bits in the _M mixes.
-bool use_more_bits(int32_t layer, int32_t n_layer) {
-  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
-}
-
-int32_t layer_of(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return -1;
-  return std::stoi(name.substr(4));
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// When a row does not fit a format's blocks, use the format llama.cpp falls back to.
-TensorType fit_row(TensorType t, int64_t row_length) {
-  if (row_length % tensor_type_info(t).block_size == 0) return t;
-  switch (t) {
-    case TensorType::Q2_K:
-    case TensorType::Q3_K: t = TensorType::Q4_0; break;
-    case TensorType::Q4_K: t = TensorType::Q5_0; break;
-    case TensorType::Q5_K: t = TensorType::Q5_1; break;
-    case TensorType::Q6_K: t = TensorType::Q8_0; break;
-    default: break;
-  }
-  return row_length % tensor_type_info(t).block_size == 0 ? t : TensorType::F16;
-}
 
 struct TensorPlan {
   std::string name;
@@ -119,41 +93,19 @@ void validate(const SyntheticConfig& c) {
 }
 
 TensorType tensor_type_for(const SyntheticConfig& c, const std::string& name, int64_t row_length) {
-  static const std::map<std::string, TensorType> mixes = {{"Q4_K_M", TensorType::Q4_K}, {"Q5_K_M", TensorType::Q5_K}};
-  if (ends_with(name, "_norm.weight") || ends_with(name, ".bias") || name == "rope_freqs.weight") return TensorType::F32;
-  TensorType t;
-  if (auto mix = mixes.find(c.weight_type); mix != mixes.end()) {
-    t = mix->second;
-    const int32_t layer = layer_of(name);
-    // llama.cpp's output rule, which a tied token_embd (no output.weight) gets too: Q6_K,
-    // or Q8_0 when the row is not a multiple of the K-quant block (256).
-    if (name == "output.weight" || (c.tied_embeddings && name == "token_embd.weight")) {
-      t = row_length % tensor_type_info(TensorType::Q6_K).block_size == 0 ? TensorType::Q6_K : TensorType::Q8_0;
-    }
-    if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) && use_more_bits(layer, c.n_layer))
-      t = TensorType::Q6_K;
-  } else {
-    auto parsed = tensor_type_from_name(c.weight_type);
-    if (!parsed || !tensor_type_info(*parsed).has_quantize)
-      throw std::invalid_argument("synthetic model: unknown or unsupported weight type '" + c.weight_type +
-                                  "' (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q4_K_M Q5_K_M)");
-    t = *parsed;
+  try {
+    return quant_type_for(c.weight_type, name, row_length, c.n_layer, c.tied_embeddings);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("synthetic model: ") + e.what());
   }
-  return fit_row(t, row_length);
 }
 
 uint32_t file_type_id(const std::string& weight_type) {
-  // llama.cpp's llama_ftype values. The pure single-type choices Q3_K / Q4_K / Q5_K have
-  // no ftype of their own: they are labelled with the _S variants (Q3_K_S = 11,
-  // Q4_K_S = 14, Q5_K_S = 16), the closest llama.cpp names; the _M mixes get 15 and 17.
-  static const std::map<std::string, uint32_t> file_types = {
-      {"F32", 0},   {"F16", 1},   {"Q4_0", 2},  {"Q4_1", 3},  {"Q8_0", 7},    {"Q5_0", 8},    {"Q5_1", 9},
-      {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32}};
-  std::string upper = weight_type;
-  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  const auto it = file_types.find(upper);
-  if (it == file_types.end()) throw std::invalid_argument("synthetic model: no GGUF file type for '" + weight_type + "'");
-  return it->second;
+  try {
+    return quant_file_type(weight_type);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("synthetic model: ") + e.what());
+  }
 }
 
 std::vector<float> llama3_rope_freqs(const SyntheticConfig& c) {

@@ -18,20 +18,22 @@ namespace fafo {
 // Auto: plain decoding or Lookahead/FAFO at some (W, N, G), chosen step by step from what
 // steps cost on this device and what each yields (fafo/auto_strategy.h).
 // Corpus: the continuations a corpus index holds for the text's longest suffix found
-// there (fafo/corpus_index.h), without a 2D window.
-enum class Strategy { Ar, Jacobi, Lookahead, Fafo, Auto, Corpus };
+// there (fafo/corpus_index.h), without a 2D window. Draft: speculative decoding, the
+// next draft_n tokens predicted by a draft model of the same vocabulary.
+enum class Strategy { Ar, Jacobi, Lookahead, Fafo, Auto, Corpus, Draft };
 const char* strategy_name(Strategy s);
-// Parses "ar", "jacobi", "lookahead", "fafo", "auto", "corpus"; throws std::invalid_argument otherwise.
+// Parses "ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"; throws std::invalid_argument otherwise.
 Strategy parse_strategy(const std::string& name);
 
 // Where a candidate came from: the pool's n-grams of the 2D window or of the prompt
-// (--pool-from-prompt), a corpus index, Jacobi's guesses.
-enum class CandidateSource : uint8_t { Window, Prompt, Corpus, Jacobi };
+// (--pool-from-prompt), a corpus index, Jacobi's guesses, a draft model.
+enum class CandidateSource : uint8_t { Window, Prompt, Corpus, Jacobi, Draft };
 const char* candidate_source_name(CandidateSource s);
 // Parses those names; throws std::invalid_argument otherwise.
 CandidateSource parse_candidate_source(const std::string& name);
 
 class CorpusIndex;
+class Model;
 
 struct DecodingOptions {
   Strategy strategy = Strategy::Ar;
@@ -50,6 +52,16 @@ struct DecodingOptions {
   std::string corpus_path;
   std::shared_ptr<const CorpusIndex> corpus;
   int32_t corpus_max_suffix = 16;
+  // Strategy draft: the draft model (its vocabulary equal to the target's token for
+  // token), which predicts draft_n tokens a step with its own KV cache; the target
+  // verifies them as one chain. draft_model_path ("self": the target's own file) and
+  // draft_backend / draft_device (empty: the target's) say what open_draft_model()
+  // (fafo/open_model.h) opens.
+  std::string draft_model_path;
+  std::string draft_backend;
+  std::string draft_device;
+  std::shared_ptr<Model> draft_model;
+  int32_t draft_n = 4;
   uint64_t seed = 0xFAF0;         // window initialisation from prompt tokens
   // StepTrace::pool_snapshot holds this many keys of the pool (0 or less: none): the
   // ones this step's candidates came from, then the most recently used. Copied only

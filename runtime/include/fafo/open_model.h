@@ -47,6 +47,19 @@ struct OpenedModel {
 // ChatTemplateError for a chat template choice that cannot be used.
 OpenedModel open_model(const OpenOptions& options);
 
+// Opens decoding.draft_model_path ("self": target.path again, a model of its own with its
+// own KV cache) as the draft model of strategy draft, on decoding.draft_backend /
+// draft_device (empty: the target's), with the target's context length and cache type,
+// into decoding.draft_model. An empty path closes it. Throws std::runtime_error when its
+// vocabulary differs from `target_vocab` (naming the first difference), and what
+// open_model throws.
+void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, const Model& target_model,
+                      const Vocab& target_vocab);
+
+// "" when the vocabularies are equal token for token (texts, kinds, special ids), else
+// the first difference, in words.
+std::string vocabulary_difference(const Vocab& target, const Vocab& draft);
+
 // The chat template for `choice`, the one rule for `fafo chat` and fafo-studio:
 //  - a built-in name (builtin_chat_template_names()): that format;
 //  - the path of a Jinja file: that template (ChatTemplateError when it cannot be parsed);

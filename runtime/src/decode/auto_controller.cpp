@@ -33,6 +33,7 @@ std::string AutoCandidate::label() const {
 int32_t max_step_tokens(const DecodingOptions& o) {
   if (o.strategy == Strategy::Ar) return 1;
   if (o.strategy == Strategy::Corpus) return 1 + o.guesses * (o.ngram - 1);  // G chains of N - 1 at most
+  if (o.strategy == Strategy::Draft) return 1 + o.draft_n;
   const std::vector<int32_t> prompt(static_cast<size_t>(std::max(8, o.ngram + o.lookback)), 1);
   StrategyState state(o, prompt);
   StepLayout layout(static_cast<int32_t>(prompt.size()), 1);

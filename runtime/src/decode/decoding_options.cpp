@@ -13,6 +13,7 @@ const char* strategy_name(Strategy s) {
     case Strategy::Fafo: return "fafo";
     case Strategy::Auto: return "auto";
     case Strategy::Corpus: return "corpus";
+    case Strategy::Draft: return "draft";
   }
   return "unknown";
 }
@@ -24,7 +25,8 @@ Strategy parse_strategy(const std::string& name) {
   if (name == "fafo") return Strategy::Fafo;
   if (name == "auto") return Strategy::Auto;
   if (name == "corpus") return Strategy::Corpus;
-  throw std::invalid_argument("unknown strategy '" + name + "' (choose auto, ar, jacobi, lookahead, fafo or corpus)");
+  if (name == "draft") return Strategy::Draft;
+  throw std::invalid_argument("unknown strategy '" + name + "' (choose auto, ar, jacobi, lookahead, fafo, corpus or draft)");
 }
 
 const char* candidate_source_name(CandidateSource s) {
@@ -33,14 +35,16 @@ const char* candidate_source_name(CandidateSource s) {
     case CandidateSource::Prompt: return "prompt";
     case CandidateSource::Corpus: return "corpus";
     case CandidateSource::Jacobi: return "jacobi";
+    case CandidateSource::Draft: return "draft";
   }
   return "unknown";
 }
 
 CandidateSource parse_candidate_source(const std::string& name) {
-  for (CandidateSource s : {CandidateSource::Window, CandidateSource::Prompt, CandidateSource::Corpus, CandidateSource::Jacobi})
+  for (CandidateSource s : {CandidateSource::Window, CandidateSource::Prompt, CandidateSource::Corpus, CandidateSource::Jacobi,
+                            CandidateSource::Draft})
     if (name == candidate_source_name(s)) return s;
-  throw std::invalid_argument("unknown candidate source '" + name + "' (window, prompt, corpus or jacobi)");
+  throw std::invalid_argument("unknown candidate source '" + name + "' (window, prompt, corpus, jacobi or draft)");
 }
 
 void DecodingOptions::validate() const {
@@ -55,6 +59,9 @@ void DecodingOptions::validate() const {
   check(strategy != Strategy::Corpus || corpus || !corpus_path.empty(),
         "--strategy corpus needs a corpus index (--corpus NAME.fidx)");
   check(strategy != Strategy::Corpus || guesses >= 1, "--strategy corpus needs --guesses of at least 1");
+  check(draft_n >= 1 && draft_n <= 64, "--draft-n must be in 1..64");
+  check(strategy != Strategy::Draft || draft_model || !draft_model_path.empty(),
+        "--strategy draft needs a draft model (--draft-model FILE.gguf, or self)");
 }
 
 }  // namespace fafo

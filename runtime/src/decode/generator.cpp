@@ -199,6 +199,11 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   options.decoding.validate();
   if (options.decoding.corpus_path.size() && !options.decoding.corpus)
     throw std::invalid_argument("the corpus index " + options.decoding.corpus_path + " is not opened (attach_corpus)");
+  if (options.decoding.draft_model && options.decoding.draft_model.get() == &model)
+    throw std::invalid_argument("the draft model must be a model of its own (draft 'self' opens the file again)");
+  if (options.decoding.draft_model && options.decoding.draft_model->config().n_vocab != model.config().n_vocab)
+    throw std::invalid_argument("the draft model has " + std::to_string(options.decoding.draft_model->config().n_vocab) +
+                                " tokens in its vocabulary but the target has " + std::to_string(model.config().n_vocab));
   if (options.decoding.corpus && options.decoding.corpus->n_vocab() != model.config().n_vocab)
     throw std::invalid_argument("the corpus index " + options.decoding.corpus->path() + " has a vocabulary of " +
                                 std::to_string(options.decoding.corpus->n_vocab()) + " tokens but the model has " +
@@ -260,6 +265,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   DecodingOptions plain = dec;
   if (auto_mode) plain.strategy = Strategy::Ar;
   StrategyState state(plain, prompt);
+  state.set_sampling(sampler, options.sampling.seed);
   std::vector<std::unique_ptr<StrategyState>> candidate_states(controller ? controller->candidates().size() : 0);
   TraceRecorder trace(options.on_step, plain, model, state);
   std::vector<int32_t> history = prompt;  // the text the pool is searched with (ends with the input token)
@@ -288,8 +294,12 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
       chosen = d.candidate;
       if (chosen > 0) {
         std::unique_ptr<StrategyState>& s = candidate_states[static_cast<size_t>(chosen)];
-        if (!s) s = std::make_unique<StrategyState>(controller->candidates()[static_cast<size_t>(chosen)].options, history);
-        else if (d.restart) s->restart(history);
+        if (!s) {
+          s = std::make_unique<StrategyState>(controller->candidates()[static_cast<size_t>(chosen)].options, history);
+          s->set_sampling(sampler, options.sampling.seed);
+        } else if (d.restart) {
+          s->restart(history);
+        }
         run = s.get();
       }
       choice = controller->explain();

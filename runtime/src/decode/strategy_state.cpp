@@ -1,6 +1,7 @@
 #include "decode/strategy_state.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "fafo/corpus_index.h"
 #include "fafo/sampler.h"
@@ -8,7 +9,12 @@
 namespace fafo {
 
 StrategyState::StrategyState(const DecodingOptions& o, const std::vector<int32_t>& prompt)
-    : o_(o), rng_(o.seed), pool_(std::max(1, o.guesses), o.strategy == Strategy::Fafo ? o.lookback : 1) {
+    : o_(o), prompt_size_(prompt.size()), rng_(o.seed),
+      pool_(std::max(1, o.guesses), o.strategy == Strategy::Fafo ? o.lookback : 1) {
+  if (o.strategy == Strategy::Draft) {
+    if (!o.draft_model) throw std::invalid_argument("strategy draft: no draft model is open (open_draft_model)");
+    drafter_.emplace(*o.draft_model);
+  }
   if (uses_window()) {
     window_.emplace(o.ngram - 1, o.window, o.strategy == Strategy::Fafo ? o.lookback - 1 : 0);
     window_->init_from(prompt, rng_);
@@ -20,6 +26,13 @@ StrategyState::StrategyState(const DecodingOptions& o, const std::vector<int32_t
 void StrategyState::build(StepLayout& layout, const std::vector<int32_t>& history) {
   if (o_.strategy == Strategy::Jacobi) {
     layout.add_chain(guesses_);
+    return;
+  }
+  if (drafter_) {
+    const int64_t first_index = static_cast<int64_t>(history.size() - prompt_size_);  // the input's successor
+    retrieved_ = {{drafter_->draft(history, o_.draft_n, first_index, *sampler_, seed_), 0, -1, -1, CandidateSource::Draft}};
+    if (!retrieved_[0].ngram.empty()) layout.add_chain(retrieved_[0].ngram);
+    else retrieved_.clear();
     return;
   }
   if (!uses_window() && o_.strategy != Strategy::Corpus) return;

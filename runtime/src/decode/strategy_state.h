@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "decode/drafter.h"
 #include "decode/lookahead_window.h"
 #include "decode/step_layout.h"
 #include "fafo/candidate_pool.h"
@@ -19,7 +20,14 @@ namespace fafo {
 
 class StrategyState {
  public:
+  // Strategy draft: throws std::invalid_argument when o.draft_model is not set.
   StrategyState(const DecodingOptions& o, const std::vector<int32_t>& prompt);
+  // How generation samples (greedy when never set): a drafter drafts the way the target
+  // draws, with the seed's number for each position.
+  void set_sampling(const Sampler& sampler, uint64_t seed) {
+    sampler_ = &sampler;
+    seed_ = seed;
+  }
 
   const DecodingOptions& options() const { return o_; }
   bool uses_window() const { return o_.strategy == Strategy::Lookahead || o_.strategy == Strategy::Fafo; }
@@ -27,8 +35,9 @@ class StrategyState {
   const LookaheadWindow* window() const { return window_ ? &*window_ : nullptr; }
 
   // Lays out the step for `input` after the committed `history` (history ends with input):
-  // the chains to verify (Jacobi's guesses, or the pool's candidates then the corpus's
-  // and, for FAFO, padding up to G chains), then the 2D window.
+  // the chains to verify (Jacobi's guesses; the draft model's prediction; or the pool's
+  // candidates then the corpus's and, for FAFO, padding up to G chains), then the 2D
+  // window.
   void build(StepLayout& layout, const std::vector<int32_t>& history);
   // The pool's and the corpus's candidates the latest build() laid out, in chain order
   // (they come before any padding chain); empty for ar and jacobi.
@@ -55,6 +64,11 @@ class StrategyState {
   void seed_pool(const std::vector<int32_t>& prompt);
 
   DecodingOptions o_;
+  size_t prompt_size_ = 0;
+  Sampler greedy_{SamplerOptions{}};
+  const Sampler* sampler_ = &greedy_;
+  uint64_t seed_ = 0;
+  std::optional<Drafter> drafter_;
   std::mt19937_64 rng_;
   CandidatePool pool_;
   std::optional<LookaheadWindow> window_;

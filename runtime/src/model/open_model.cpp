@@ -72,4 +72,46 @@ OpenedModel open_model(const OpenOptions& options) {
   return {std::move(file), std::move(model), std::move(tokenizer), std::move(chat)};
 }
 
+std::string vocabulary_difference(const Vocab& target, const Vocab& draft) {
+  if (target.size() != draft.size())
+    return "the target has " + std::to_string(target.size()) + " tokens, the draft model " + std::to_string(draft.size());
+  for (int32_t i = 0; i < target.size(); ++i) {
+    const size_t k = static_cast<size_t>(i);
+    if (target.tokens[k] != draft.tokens[k])
+      return "token " + std::to_string(i) + " is '" + target.tokens[k] + "' in the target, '" + draft.tokens[k] +
+             "' in the draft model";
+    const TokenKind a = k < target.kinds.size() ? target.kinds[k] : TokenKind::Normal;
+    const TokenKind b = k < draft.kinds.size() ? draft.kinds[k] : TokenKind::Normal;
+    if (a != b) return "token " + std::to_string(i) + " ('" + target.tokens[k] + "') is of another kind in the draft model";
+  }
+  if (target.bos != draft.bos || target.eos != draft.eos)
+    return "the special tokens differ (BOS " + std::to_string(target.bos) + " / " + std::to_string(draft.bos) + ", EOS " +
+           std::to_string(target.eos) + " / " + std::to_string(draft.eos) + ")";
+  return "";
+}
+
+void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, const Model& target_model,
+                      const Vocab& target_vocab) {
+  if (decoding.draft_model_path.empty()) {
+    decoding.draft_model.reset();
+    return;
+  }
+  OpenOptions o;
+  o.path = decoding.draft_model_path == "self" ? target.path : decoding.draft_model_path;
+  o.backend = target.backend;
+  if (!decoding.draft_backend.empty()) {
+    o.backend.name = decoding.draft_backend;
+    o.backend.device.clear();
+  }
+  if (!decoding.draft_device.empty()) o.backend.device = decoding.draft_device;
+  o.n_ctx = target_model.n_ctx();
+  o.kv_type = target.kv_type;
+  o.cache_dir = "off";
+  OpenedModel draft = open_model(o);
+  if (const std::string why = vocabulary_difference(target_vocab, draft.tokenizer->vocab()); !why.empty())
+    throw std::runtime_error(o.path + ": the draft model's vocabulary differs from the target's: " + why +
+                             "; a draft model needs the target's vocabulary, token for token");
+  decoding.draft_model = std::shared_ptr<Model>(std::move(draft.model));
+}
+
 }  // namespace fafo

@@ -1,0 +1,39 @@
+// Speculative decoding's drafter: a draft model that predicts the next tokens after the
+// text, keeping its own KV cache in step with it (strategy draft, fafo/decoding.h).
+//
+// Each step it feeds what it has not seen of the text (the tokens accepted since, in one
+// forward pass), then predicts n tokens one by one. Its KV cache then holds the text and
+// its first n - 1 predictions; the next step keeps what the text confirmed and drops
+// the rest. Greedy decoding drafts each row's argmax; sampling draws each draft token
+// from the draft model's distribution with the number the target will draw that
+// position with (position_uniform), so a drafter close to the target proposes the very
+// token the target then draws.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fafo/model.h"
+#include "fafo/sampler.h"
+
+namespace fafo {
+
+class Drafter {
+ public:
+  // Forgets what `draft` holds: its cache follows this generation's text from now on.
+  explicit Drafter(Model& draft);
+
+  // The next n tokens after `text` (prompt and generated tokens so far); the first of
+  // them has generation index `first_index`. Fewer when the draft model's context is
+  // full. `sampler` greedy: argmax; else drawn with position_uniform(seed, index).
+  std::vector<int32_t> draft(const std::vector<int32_t>& text, int32_t n, int64_t first_index, const Sampler& sampler,
+                             uint64_t seed);
+
+ private:
+  int32_t pick(StepBatch& batch, int64_t index, const Sampler& sampler, uint64_t seed);
+
+  Model& model_;
+  std::vector<int32_t> cached_;  // the tokens the draft model's KV cache holds, in order
+};
+
+}  // namespace fafo

@@ -1,0 +1,71 @@
+// `fafo quantize`: a model written in another type or mix keeps its metadata and
+// vocabulary, has each tensor in the type the mix asks for, runs, and can draft for the
+// original; bad requests are clear errors that leave no file behind.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "fafo/gguf.h"
+#include "fafo/quant_mix.h"
+#include "test_support.h"
+
+namespace {
+
+using fafo::test::run_fafo;
+std::string quote(const std::filesystem::path& p) { return fafo::test::shell_quote(p); }
+
+#define EXPECT_HAS(s, text) EXPECT_NE((s).find(text), std::string::npos) << (s)
+
+}  // namespace
+
+TEST(CliQuantize, EveryTypeKeepsTheModelUsable) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("cli-quantize");
+  const auto original = fafo::GgufFile::open(model.string());
+  const std::string run = " -p 'Once upon a time' -n 24 --temp 0 --json --strategy ar";
+  const auto plain = nlohmann::json::parse(run_fafo("run -m " + quote(model) + run).out);
+  for (const std::string type : {"F16", "Q8_0", "Q4_0", "Q4_K_M"}) {
+    const auto out = dir / (type + ".gguf");
+    const auto q = run_fafo("quantize " + quote(model) + " " + quote(out) + " " + type);
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    EXPECT_HAS(q.err, "tensors");
+    const auto file = fafo::GgufFile::open(out.string());
+    ASSERT_EQ(file->tensors().size(), original->tensors().size());
+    for (const auto& t : file->tensors()) {
+      const auto* o = original->find_tensor(t.name);
+      ASSERT_NE(o, nullptr) << t.name;
+      EXPECT_EQ(t.shape, o->shape) << t.name;
+      const auto want = t.shape.size() >= 2 ? fafo::quant_type_for(type, t.name, t.shape[0], 5, false) : o->type;
+      EXPECT_EQ(t.type, want) << type << " " << t.name;
+    }
+    const auto& tokens = file->find("tokenizer.ggml.tokens")->as_array().items;
+    const auto& original_tokens = original->find("tokenizer.ggml.tokens")->as_array().items;
+    ASSERT_EQ(tokens.size(), original_tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(tokens[i].as_string(), original_tokens[i].as_string());
+    EXPECT_EQ(file->find("general.file_type")->as_uint(), fafo::quant_file_type(type));
+    // It runs; at 8 bits and more it writes the original's text, and it drafts for it.
+    const auto r = run_fafo("run -m " + quote(out) + run);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (type == "F16" || type == "Q8_0") {
+      EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], plain["ids"]) << type;
+    }
+    const auto d = run_fafo("run -m " + quote(model) + " -p 'Once upon a time' -n 24 --temp 0 --json --strategy draft --draft-model " + quote(out));
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    EXPECT_EQ(nlohmann::json::parse(d.out)["ids"], plain["ids"]) << type;
+  }
+}
+
+TEST(CliQuantize, BadRequestsAreClearErrors) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("cli-quantize-errors");
+  auto r = run_fafo("quantize " + quote(model) + " " + quote(dir / "x.gguf") + " Q3_X");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_HAS(r.err, "unknown or unsupported weight type 'Q3_X'");
+  EXPECT_HAS(r.err, "Q4_K_M");
+  r = run_fafo("quantize " + quote(dir / "missing.gguf") + " " + quote(dir / "x.gguf") + " Q8_0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_HAS(r.err, "missing.gguf: no such file");
+  r = run_fafo("quantize " + quote(model) + " " + quote(model) + " Q8_0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_HAS(r.err, "would overwrite the input");
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.gguf"));
+}

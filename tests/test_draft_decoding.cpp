@@ -1,0 +1,131 @@
+// Strategy draft (speculative decoding with a draft model): greedy and sampled output
+// token-identical to plain decoding whatever the drafter (the target itself, the same
+// file on another backend, a model that guesses badly); a drafter that is the target
+// has every draft accepted; a vocabulary that differs is refused naming the difference.
+#include <gtest/gtest.h>
+
+#include "fafo/generator.h"
+#include "model_fixtures.h"
+#include "test_support.h"
+
+namespace {
+
+using namespace fafo;
+
+OpenOptions stories_options(const std::string& path, const std::string& backend = "cpu") {
+  OpenOptions o;
+  o.path = path;
+  o.backend = BackendSpec{backend, "", 2};
+  o.n_ctx = 256;
+  o.cache_dir = "off";
+  return o;
+}
+
+GenerationResult run(OpenedModel& m, Strategy s, const std::shared_ptr<Model>& draft, float temperature, uint64_t seed,
+                     int32_t draft_n = 4, std::vector<StepTrace>* traces = nullptr) {
+  GenerationOptions o;
+  o.n_predict = 60;
+  o.stop_at_end_of_generation = false;
+  o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, seed};
+  o.decoding.strategy = s;
+  o.decoding.draft_model = draft;
+  o.decoding.draft_n = draft_n;
+  if (traces) o.on_step = [traces](const StepTrace& t) { traces->push_back(t); };
+  return generate(*m.model, *m.tokenizer, m.tokenizer->encode("Lily and Tom went to the park. They", true), o);
+}
+
+TEST(DraftDecoding, OutputEqualsPlainDecodingWithEveryDrafter) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  OpenedModel m = open_model(stories_options(model_path.string()));
+  DecodingOptions self, other_backend, bad;
+  self.draft_model_path = "self";
+  open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  other_backend.draft_model_path = model_path.string();
+  other_backend.draft_backend = "reference";
+  open_draft_model(other_backend, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  ASSERT_TRUE(self.draft_model && other_backend.draft_model);
+  EXPECT_EQ(other_backend.draft_model->backend().name(), "reference");
+  for (float temperature : {0.0f, 0.8f}) {
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      if (temperature == 0.0f && seed > 1) continue;
+      const auto plain = run(m, Strategy::Ar, nullptr, temperature, seed);
+      for (int32_t n : {1, 4, 7}) {
+        const auto a = run(m, Strategy::Draft, self.draft_model, temperature, seed, n);
+        EXPECT_EQ(a.ids, plain.ids) << "self, n " << n << ", temperature " << temperature << ", seed " << seed;
+        // The target drafting for itself: every draft token is accepted, n + 1 tokens a step
+        // after the prefill's one (the last step may be cut short).
+        const int32_t steps = 1 + (static_cast<int32_t>(a.ids.size()) - 1 + n) / (n + 1);
+        EXPECT_EQ(a.n_steps, steps) << "n " << n << ", temperature " << temperature;
+        const auto b = run(m, Strategy::Draft, other_backend.draft_model, temperature, seed, n);
+        EXPECT_EQ(b.ids, plain.ids) << "reference drafter, n " << n << ", temperature " << temperature;
+      }
+    }
+  }
+}
+
+TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
+  // A random model with the target's vocabulary size guesses wrong: still plain decoding's
+  // ids (each step keeps the target's own token).
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  OpenedModel m = open_model(stories_options(model_path.string()));
+  synth::SyntheticConfig c;
+  c.n_layer = 1, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 64, c.n_vocab = m.model->config().n_vocab, c.n_ctx = 256;
+  c.seed = 9;
+  const auto path = (test::temp_dir("draft-random") / "r.gguf").string();
+  synth::write_synthetic_model(c, path);
+  OpenedModel r = open_model(stories_options(path));
+  const std::shared_ptr<Model> drafter(std::move(r.model));
+  std::vector<StepTrace> traces;
+  for (float temperature : {0.0f, 0.8f}) {
+    const auto plain = run(m, Strategy::Ar, nullptr, temperature, 5);
+    traces.clear();
+    const auto d = run(m, Strategy::Draft, drafter, temperature, 5, 4, &traces);
+    EXPECT_EQ(d.ids, plain.ids) << "temperature " << temperature;
+    for (const StepTrace& t : traces)
+      for (const CandidateTrace& cand : t.candidates) EXPECT_EQ(cand.source, CandidateSource::Draft);
+  }
+  // Its vocabulary's texts differ from the target's: refused, naming the first difference.
+  DecodingOptions d;
+  d.draft_model_path = path;
+  try {
+    open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+    ADD_FAILURE() << "a draft model of another vocabulary was opened";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the draft model's vocabulary differs from the target's: token "), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DraftDecoding, YieldsAndErrors) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  OpenedModel m = open_model(stories_options(model_path.string()));
+  DecodingOptions self;
+  self.draft_model_path = "self";
+  open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  const auto r = run(m, Strategy::Draft, self.draft_model, 0.0f, 1);
+  ASSERT_EQ(r.source_yields.size(), 1u);
+  EXPECT_EQ(r.source_yields[0].source, "draft");
+  EXPECT_GE(r.source_yields[0].accepted, static_cast<int64_t>(r.ids.size()) - r.n_steps);
+  // No draft model; the target as its own drafter (one KV cache for both).
+  GenerationOptions o;
+  o.decoding.strategy = Strategy::Draft;
+  const auto prompt = m.tokenizer->encode("Once", true);
+  EXPECT_THROW(generate(*m.model, *m.tokenizer, prompt, o), std::invalid_argument);
+  o.decoding.draft_model = std::shared_ptr<Model>(m.model.get(), [](Model*) {});
+  EXPECT_THROW(generate(*m.model, *m.tokenizer, prompt, o), std::invalid_argument);
+  // Another vocabulary size.
+  const auto odd = (test::temp_dir("draft-odd") / "o.gguf").string();
+  synth::SyntheticConfig c;
+  c.n_layer = 1, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 64, c.n_vocab = 263, c.n_ctx = 256;
+  synth::write_synthetic_model(c, odd);
+  DecodingOptions d;
+  d.draft_model_path = odd;
+  try {
+    open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+    ADD_FAILURE() << "a draft model of another vocabulary size was opened";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the target has 512 tokens, the draft model 263"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
