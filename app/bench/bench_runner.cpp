@@ -130,7 +130,7 @@ std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer
     StrategyRow row;
     row.strategy = sname;
     row.window = d.window;
-    row.ngram = d.ngram;
+    row.ngram = d.strategy == Strategy::Draft ? d.draft_n + 1 : d.ngram;
     row.guesses = d.guesses;
     row.lookback = d.lookback;
     double seconds = 0;
@@ -156,12 +156,16 @@ std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer
     if (d.strategy == Strategy::Ar) ar_tps = row.tokens_per_s;
     row.speedup = ar_tps > 0 ? row.tokens_per_s / ar_tps : 0.0;
     row.tau = row.steps ? static_cast<double>(row.tokens) / static_cast<double>(row.steps) : 0.0;
-    const bool multi = d.strategy != Strategy::Ar && d.strategy != Strategy::Auto;  // auto picks its own
+    // The parameters a strategy uses (auto picks its own; draft: N is the tokens drafted + 1).
+    const bool window = d.strategy == Strategy::Jacobi || d.strategy == Strategy::Lookahead || d.strategy == Strategy::Fafo;
+    const bool chains = window || d.strategy == Strategy::Corpus;
+    const int32_t n = d.strategy == Strategy::Draft ? d.draft_n + 1 : d.ngram;
     char speedup[32] = "n/a";
     if (ar_tps > 0) std::snprintf(speedup, sizeof speedup, "%.3fx", row.speedup);
     out("| %s | %s | %s | %s | %s | %lld | %lld | %.3f | %.1f | %s | %d/%d |\n", sname.c_str(),
-        multi ? std::to_string(d.window).c_str() : "-", multi ? std::to_string(d.ngram).c_str() : "-",
-        multi ? std::to_string(d.guesses).c_str() : "-",
+        window ? std::to_string(d.window).c_str() : "-",
+        chains || d.strategy == Strategy::Draft ? std::to_string(n).c_str() : "-",
+        chains ? std::to_string(d.guesses).c_str() : "-",
         d.strategy == Strategy::Fafo ? std::to_string(d.lookback).c_str() : "-", static_cast<long long>(row.tokens),
         static_cast<long long>(row.steps), row.tau, row.tokens_per_s, speedup, row.ids_equal_ar, row.prompts);
     rows.push_back(row);
