@@ -63,6 +63,44 @@ TEST(DraftDecoding, OutputEqualsPlainDecodingWithEveryDrafter) {
   }
 }
 
+// A sparse drafter (BudgetDraft): the target drafting for itself while reading only a
+// budget of its cache. Output is plain decoding's; a budget that holds the whole context
+// drafts as the full cache does, a small one accepts fewer.
+TEST(DraftDecoding, ASparseDrafterKeepsTheOutputAndLosesAcceptanceWithTheBudget) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  OpenedModel m = open_model(stories_options(model_path.string()));
+  DecodingOptions self;
+  self.draft_model_path = "self";
+  open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  auto sparse_run = [&](const std::string& policy, int32_t budget, float temperature, uint64_t seed) {
+    GenerationOptions o;
+    o.n_predict = 120;
+    o.stop_at_end_of_generation = false;
+    o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, seed};
+    o.decoding.strategy = Strategy::Draft;
+    o.decoding.draft_model = self.draft_model;
+    o.decoding.draft_kv_policy = policy;
+    o.decoding.draft_kv_budget = budget;
+    return generate(*m.model, *m.tokenizer, m.tokenizer->encode("Lily and Tom went to the park. They", true), o);
+  };
+  for (float temperature : {0.0f, 0.8f}) {
+    GenerationOptions o;
+    o.n_predict = 120;
+    o.stop_at_end_of_generation = false;
+    o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, 3};
+    const auto plain = generate(*m.model, *m.tokenizer, m.tokenizer->encode("Lily and Tom went to the park. They", true), o);
+    const auto whole = sparse_run("chunks", 256, temperature, 3);
+    EXPECT_EQ(whole.ids, plain.ids);
+    const auto full = sparse_run("", 256, temperature, 3);
+    EXPECT_EQ(whole.n_steps, full.n_steps) << "a budget holding the whole context drafts as the full cache";
+    for (const char* policy : {"chunks", "stream", "snapkv", "quest"}) {
+      const auto r = sparse_run(policy, 16, temperature, 3);
+      EXPECT_EQ(r.ids, plain.ids) << policy << ", temperature " << temperature;
+      EXPECT_GT(r.n_steps, full.n_steps) << policy << ": a 16-entry cache should draft worse than the whole one";
+    }
+  }
+}
+
 TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
   // A random model with the target's vocabulary size guesses wrong: still plain decoding's
   // ids (each step keeps the target's own token).

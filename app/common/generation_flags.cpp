@@ -48,6 +48,12 @@ void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) 
       ->check(CLI::Range(1, 64));
   cmd->add_option("--draft-backend", d.draft_backend, "--strategy draft: the draft model's backend (default: the target's)");
   cmd->add_option("--draft-device", d.draft_device, "--strategy draft: the draft model's device (default: the target's)");
+  cmd->add_option("--draft-kv-policy", d.draft_kv_policy,
+                  "--strategy draft: a sparse draft KV cache: after the prompt the drafter attends only what this policy "
+                  "keeps (full, stream, quest, snapkv, chunks: BudgetDraft's)")
+      ->check(CLI::IsMember({"full", "stream", "quest", "snapkv", "chunks"}));
+  cmd->add_option("--draft-kv-budget", d.draft_kv_budget, "--strategy draft: entries the sparse draft cache keeps")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 22));
   cmd->add_option("--kv-policy", kv.name, "FAFO: what the fumble rows' region keeps: stream, quest, snapkv, chunks")
       ->capture_default_str()->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks"}));
   cmd->add_option("--kv-budget", kv.budget, "FAFO: region size in KV entries")->capture_default_str();

@@ -62,6 +62,11 @@ struct DecodingOptions {
   std::string draft_device;
   std::shared_ptr<Model> draft_model;
   int32_t draft_n = 4;
+  // The drafter's KV cache made sparse (BudgetDraft): after the prompt, its rows attend
+  // only the region this policy keeps (stream, quest, snapkv, chunks; "" or "full": the
+  // whole cache) of draft_kv_budget entries. The target always reads its whole cache.
+  std::string draft_kv_policy;
+  int32_t draft_kv_budget = 256;
   uint64_t seed = 0xFAF0;         // window initialisation from prompt tokens
   // StepTrace::pool_snapshot holds this many keys of the pool (0 or less: none): the
   // ones this step's candidates came from, then the most recently used. Copied only

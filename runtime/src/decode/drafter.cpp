@@ -4,7 +4,21 @@
 
 namespace fafo {
 
-Drafter::Drafter(Model& draft) : model_(draft) { model_.truncate(0); }
+Drafter::Drafter(Model& draft, std::unique_ptr<KvPolicy> policy) : model_(draft), sparse_(policy != nullptr) {
+  model_.truncate(0);
+  model_.set_kv_policy(std::move(policy));
+}
+
+StepBatch Drafter::batch(const std::vector<int32_t>& tokens) const {
+  if (!sparse_ || !prefilled_) return StepBatch::causal(tokens, model_.n_past());
+  StepBatch b;
+  std::vector<int32_t> sees;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    b.add(tokens[i], model_.n_past() + static_cast<int32_t>(i), sees, i + 1 == tokens.size(), PrefixView::Compressed);
+    sees.push_back(static_cast<int32_t>(i));
+  }
+  return b;
+}
 
 int32_t Drafter::pick(StepBatch& batch, int64_t index, const Sampler& sampler, uint64_t seed) {
   if (sampler.greedy()) return model_.forward_argmax(batch).back();
@@ -27,14 +41,17 @@ std::vector<int32_t> Drafter::draft(const std::vector<int32_t>& text, int32_t n,
   const int32_t room = model_.n_ctx() - static_cast<int32_t>(text.size());
   if (room <= 0) return out;  // the text alone fills the draft model's context
   n = std::min(n, room);
-  StepBatch feed = StepBatch::causal(std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(keep), text.end()),
-                                     model_.n_past());
+  StepBatch feed = batch(std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(keep), text.end()));
   int32_t next = pick(feed, first_index, sampler, seed);
   model_.commit(feed.size());
+  if (!prefilled_) {
+    prefilled_ = true;
+    model_.end_prefill();  // a sparse drafter's policy scores the prompt now
+  }
   cached_.insert(cached_.end(), text.begin() + static_cast<std::ptrdiff_t>(keep), text.end());
   out.push_back(next);
   for (int32_t i = 1; i < n; ++i) {
-    StepBatch one = StepBatch::causal({next}, model_.n_past());
+    StepBatch one = batch({next});
     next = pick(one, first_index + i, sampler, seed);
     model_.commit(1);
     cached_.push_back(out.back());

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fafo/kv_policy.h"
 #include "fafo/model.h"
 #include "fafo/sampler.h"
 
@@ -21,7 +22,9 @@ namespace fafo {
 class Drafter {
  public:
   // Forgets what `draft` holds: its cache follows this generation's text from now on.
-  explicit Drafter(Model& draft);
+  // With `policy`, the draft model's rows attend, after the first text it is fed (the
+  // prompt, attended in full), only the region the policy keeps (a sparse drafter).
+  explicit Drafter(Model& draft, std::unique_ptr<KvPolicy> policy = nullptr);
 
   // The next n tokens after `text` (prompt and generated tokens so far); the first of
   // them has generation index `first_index`. Fewer when the draft model's context is
@@ -31,8 +34,13 @@ class Drafter {
 
  private:
   int32_t pick(StepBatch& batch, int64_t index, const Sampler& sampler, uint64_t seed);
+  // A causal batch of `tokens` after the draft model's context; its rows read only the
+  // region once the drafter is sparse and past the prompt.
+  StepBatch batch(const std::vector<int32_t>& tokens) const;
 
   Model& model_;
+  bool sparse_ = false;
+  bool prefilled_ = false;       // the first text was fed (with a policy: the prompt's end told)
   std::vector<int32_t> cached_;  // the tokens the draft model's KV cache holds, in order
 };
 

@@ -13,7 +13,16 @@ StrategyState::StrategyState(const DecodingOptions& o, const std::vector<int32_t
       pool_(std::max(1, o.guesses), o.strategy == Strategy::Fafo ? o.lookback : 1) {
   if (o.strategy == Strategy::Draft) {
     if (!o.draft_model) throw std::invalid_argument("strategy draft: no draft model is open (open_draft_model)");
-    drafter_.emplace(*o.draft_model);
+    std::unique_ptr<KvPolicy> policy;
+    if (!o.draft_kv_policy.empty() && o.draft_kv_policy != "full") {
+      KvPolicyOptions kv;
+      kv.name = o.draft_kv_policy;
+      kv.budget = o.draft_kv_budget;
+      kv.recent = std::min(kv.recent, kv.budget);
+      kv.sinks = std::min(kv.sinks, kv.budget);
+      policy = make_kv_policy(kv);
+    }
+    drafter_.emplace(*o.draft_model, std::move(policy));
   }
   if (uses_window()) {
     window_.emplace(o.ngram - 1, o.window, o.strategy == Strategy::Fafo ? o.lookback - 1 : 0);
