@@ -39,8 +39,9 @@ class KvLayout {
   // region_count() of them; fewer leaves the remaining region slots to entries
   // not chosen). Returns the physical slot pairs to exchange, in order.
   std::vector<std::pair<int32_t, int32_t>> select(const std::vector<int32_t>& chosen);
-  // Restores logical == physical for the first n entries and forgets the rest;
-  // returns the exchanges that do it.
+  // Forgets the entries from n on: the first n move into physical slots 0..n-1, each
+  // staying where it is unless its slot is at n or above (it then takes the slot of a
+  // forgotten entry), so the region keeps what it held of them. Returns the exchanges.
   std::vector<std::pair<int32_t, int32_t>> truncate(int32_t n);
   // Logical entries currently in the region, in physical order.
   std::vector<int32_t> region_entries() const;

@@ -57,8 +57,15 @@ std::vector<std::pair<int32_t, int32_t>> KvLayout::select(const std::vector<int3
 
 std::vector<std::pair<int32_t, int32_t>> KvLayout::truncate(int32_t n) {
   if (n < 0 || n > size()) throw std::invalid_argument("KvLayout: truncate beyond the cache");
+  // Slots below n that hold a forgotten entry take the kept entries stored at n or above;
+  // every other entry stays where it is (so the region keeps what it held of the first n).
+  std::vector<int32_t> holes;
+  for (int32_t p = 0; p < n; ++p)
+    if (logical_of_[static_cast<size_t>(p)] >= n) holes.push_back(p);
   std::vector<std::pair<int32_t, int32_t>> out;
-  for (int32_t l = 0; l < n; ++l) exchange(l, physical_of_[static_cast<size_t>(l)], out);
+  size_t next = 0;
+  for (int32_t l = 0; l < n; ++l)
+    if (const int32_t p = physical_of_[static_cast<size_t>(l)]; p >= n) exchange(holes.at(next++), p, out);
   physical_of_.resize(static_cast<size_t>(n));
   logical_of_.resize(static_cast<size_t>(n));
   exchanges_ = 0;
