@@ -118,6 +118,28 @@ TEST(Decoding, SourceYieldsAddUpToTheAcceptedGuesses) {
   }
 }
 
+// A chat turn truncates the cache to the reused prefix and installs a policy again: the
+// kept entries must stay where the layout says (their keys by logical index unchanged),
+// and the next turn's output must equal plain decoding's.
+TEST(Decoding, TruncatingARegionedCacheKeepsEveryEntryFindable) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  auto m = test::load_test_model(model_path.string(), 256);
+  const auto prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and Tom went to the park. Lily and", true);
+  KvPolicyOptions kv;
+  kv.budget = 20;
+  kv.recent = 8;
+  run(m, prompt, Strategy::Fafo, 80, {}, false, nullptr, kv);  // the region has moved entries about
+  ASSERT_GT(m.model->kv_swaps(), 0);
+  const int32_t keep = 50;
+  const std::vector<float> before = m.model->committed_keys(0, 0, keep);
+  m.model->truncate(keep);
+  EXPECT_EQ(m.model->committed_keys(0, 0, keep), before);
+  m.model->set_kv_policy(make_kv_policy(kv));  // resets the layout (ChatSession's next turn)
+  EXPECT_EQ(m.model->committed_keys(0, 0, keep), before);
+  m.model->set_kv_policy(nullptr);
+  EXPECT_EQ(m.model->committed_keys(0, 0, keep), before);
+}
+
 TEST(Decoding, EveryStrategyEqualsArOnRandomModelsOfOddShapes) {
   for (const char* type : {"F32", "Q8_0", "Q4_1"}) {
     auto m = test::load_test_model(odd_model(type, 11));

@@ -37,7 +37,8 @@ GenerationResult run(OpenedModel& m, Strategy s, const std::shared_ptr<Model>& d
 TEST(DraftDecoding, OutputEqualsPlainDecodingWithEveryDrafter) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   OpenedModel m = open_model(stories_options(model_path.string()));
-  DecodingOptions self, other_backend, bad;
+  DecodingOptions self, other_backend;
+  self.strategy = other_backend.strategy = Strategy::Draft;
   self.draft_model_path = "self";
   open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   other_backend.draft_model_path = model_path.string();
@@ -70,6 +71,7 @@ TEST(DraftDecoding, ASparseDrafterKeepsTheOutputAndLosesAcceptanceWithTheBudget)
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   OpenedModel m = open_model(stories_options(model_path.string()));
   DecodingOptions self;
+  self.strategy = Strategy::Draft;
   self.draft_model_path = "self";
   open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   auto sparse_run = [&](const std::string& policy, int32_t budget, float temperature, uint64_t seed) {
@@ -129,6 +131,7 @@ TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
   }
   // Its vocabulary's texts differ from the target's: refused, naming the first difference.
   DecodingOptions d;
+  d.strategy = Strategy::Draft;
   d.draft_model_path = path;
   try {
     open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
@@ -139,10 +142,37 @@ TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
   }
 }
 
+// A prompt longer than one step holds: the drafter catches up in pieces.
+TEST(DraftDecoding, ALongPromptIsFedInPieces) {
+  synth::SyntheticConfig c;
+  c.n_layer = 1, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 64, c.n_vocab = 300, c.n_ctx = 2048;
+  const auto path = (test::temp_dir("draft-long") / "l.gguf").string();
+  synth::write_synthetic_model(c, path);
+  OpenOptions o = stories_options(path);
+  o.n_ctx = 1200;
+  OpenedModel m = open_model(o);
+  DecodingOptions d;
+  d.strategy = Strategy::Draft;
+  d.draft_model_path = "self";
+  open_draft_model(d, o, *m.model, m.tokenizer->vocab());
+  std::vector<int32_t> prompt(1100);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + (i * 7) % 290);
+  GenerationOptions g;
+  g.n_predict = 30;
+  g.stop_at_end_of_generation = false;
+  g.sampling.temperature = 0;
+  const auto plain = generate(*m.model, *m.tokenizer, prompt, g);
+  g.decoding = d;
+  const auto r = generate(*m.model, *m.tokenizer, prompt, g);
+  EXPECT_EQ(r.ids, plain.ids);
+  EXPECT_LT(r.n_steps, plain.n_steps);
+}
+
 TEST(DraftDecoding, YieldsAndErrors) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   OpenedModel m = open_model(stories_options(model_path.string()));
   DecodingOptions self;
+  self.strategy = Strategy::Draft;
   self.draft_model_path = "self";
   open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   const auto r = run(m, Strategy::Draft, self.draft_model, 0.0f, 1);
@@ -162,6 +192,7 @@ TEST(DraftDecoding, YieldsAndErrors) {
   c.n_layer = 1, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 64, c.n_vocab = 263, c.n_ctx = 256;
   synth::write_synthetic_model(c, odd);
   DecodingOptions d;
+  d.strategy = Strategy::Draft;
   d.draft_model_path = odd;
   try {
     open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());

@@ -68,6 +68,19 @@ TEST(KvLayout, RegionHoldsExactlyTheChosenSetThroughRandomOperations) {
   }
 }
 
+TEST(KvLayout, RestoreOrderIsTheIdentityAgain) {
+  KvLayout k(3);
+  k.append(10);
+  k.select({7, 8, 9});
+  EXPECT_FALSE(k.is_identity());
+  k.truncate(9);  // entry 7 and 8 stay in the region
+  EXPECT_FALSE(k.is_identity());
+  EXPECT_LT(k.physical_of(7), 3);
+  k.restore_order(6);
+  EXPECT_TRUE(k.is_identity());
+  for (int32_t l = 0; l < 6; ++l) EXPECT_EQ(k.physical_of(l), l);
+}
+
 TEST(KvLayout, RejectsBadChoices) {
   KvLayout k(2);
   k.append(5);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -34,17 +35,26 @@ void convert(const GgufTensor& t, TensorType to, int threads, std::vector<uint8_
   const size_t in_row = tensor_row_bytes(t.type, cols), out_row = tensor_row_bytes(to, cols);
   out.resize(out_row * static_cast<size_t>(rows));
   std::atomic<int64_t> next{0};
+  std::exception_ptr failure;
+  std::atomic<bool> failed{false};
   auto work = [&] {
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r; (r = next.fetch_add(64)) < rows;)
-      for (int64_t i = r; i < std::min(rows, r + 64); ++i) {
-        dequantize_row(t.type, t.data + static_cast<size_t>(i) * in_row, row.data(), cols);
-        quantize_row(to, row.data(), out.data() + static_cast<size_t>(i) * out_row, cols);
-      }
+    try {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r; !failed && (r = next.fetch_add(64)) < rows;)
+        for (int64_t i = r; i < std::min(rows, r + 64); ++i) {
+          dequantize_row(t.type, t.data + static_cast<size_t>(i) * in_row, row.data(), cols);
+          quantize_row(to, row.data(), out.data() + static_cast<size_t>(i) * out_row, cols);
+        }
+    } catch (...) {
+      if (!failed.exchange(true)) failure = std::current_exception();
+    }
   };
-  std::vector<std::jthread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
+  {
+    std::vector<std::jthread> pool;
+    for (int i = 1; i < threads; ++i) pool.emplace_back(work);
+    work();
+  }  // joined
+  if (failure) std::rethrow_exception(failure);
 }
 
 int run_quantize(const QuantizeArgs& a) {

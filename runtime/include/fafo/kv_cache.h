@@ -84,7 +84,8 @@ class KvCache {
   void append(int32_t n) { layout_.append(n); }
   // Makes the region hold the logical entries `chosen`, exchanging slots as needed.
   void select(const std::vector<int32_t>& chosen) { exchange(layout_.select(chosen)); }
-  // Restores logical order for the first n entries and forgets the rest.
+  // Forgets the entries from n on; the region keeps what it held of the first n
+  // (KvLayout::truncate).
   void truncate(int32_t n) { exchange(layout_.truncate(n)); }
   // Entries exchanged between the region and the rest so far.
   int64_t exchanges() const { return exchanges_; }

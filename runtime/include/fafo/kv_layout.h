@@ -29,7 +29,8 @@ class KvLayout {
   int32_t region_count() const;
   int32_t physical_of(int32_t logical) const { return physical_of_[static_cast<size_t>(logical)]; }
   int32_t logical_of(int32_t physical) const { return logical_of_[static_cast<size_t>(physical)]; }
-  // Physical slots in logical order (for FULL rows); identity until the first exchange.
+  // Physical slots in logical order (for FULL rows); identity until the first exchange
+  // (and again after restore_order, or a truncate that leaves every entry in place).
   const std::vector<int32_t>& full_order() const { return physical_of_; }
   bool is_identity() const { return exchanges_ == 0; }
 
@@ -43,6 +44,9 @@ class KvLayout {
   // staying where it is unless its slot is at n or above (it then takes the slot of a
   // forgotten entry), so the region keeps what it held of them. Returns the exchanges.
   std::vector<std::pair<int32_t, int32_t>> truncate(int32_t n);
+  // Forgets the entries from n on and puts the first n at their logical slots (identity
+  // again). Returns the exchanges.
+  std::vector<std::pair<int32_t, int32_t>> restore_order(int32_t n);
   // Logical entries currently in the region, in physical order.
   std::vector<int32_t> region_entries() const;
 

@@ -47,7 +47,8 @@ struct OpenedModel {
 // ChatTemplateError for a chat template choice that cannot be used.
 OpenedModel open_model(const OpenOptions& options);
 
-// Opens decoding.draft_model_path ("self": target.path again, a model of its own with its
+// For strategy draft (else it closes any): opens decoding.draft_model_path ("self":
+// target.path again, a model of its own with its
 // own KV cache) as the draft model of strategy draft, on decoding.draft_backend /
 // draft_device (empty: the target's), with the target's context length and cache type,
 // into decoding.draft_model. An empty path closes it. Throws std::runtime_error when its
@@ -56,7 +57,7 @@ OpenedModel open_model(const OpenOptions& options);
 void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, const Model& target_model,
                       const Vocab& target_vocab);
 
-// "" when the vocabularies are equal token for token (texts, kinds, special ids), else
+// "" when the vocabularies are equal token for token (texts and kinds), else
 // the first difference, in words.
 std::string vocabulary_difference(const Vocab& target, const Vocab& draft);
 

@@ -17,7 +17,7 @@ KvCacheType parse_kv_cache_type(const std::string& name) {
 void KvCache::reset_layout(int32_t region_size, int32_t dense_layers, int32_t committed) {
   if (committed < 0 || committed > capacity()) throw std::out_of_range("reset_layout: outside the cache");
   // Entries the layout does not know yet (written with write()) are at their logical slots.
-  truncate(std::min(committed, layout_.size()));
+  exchange(layout_.restore_order(std::min(committed, layout_.size())));
   KvLayout fresh(std::clamp(region_size, 0, capacity()));
   fresh.append(committed);
   layout_ = fresh;

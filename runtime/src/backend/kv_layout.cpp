@@ -68,6 +68,18 @@ std::vector<std::pair<int32_t, int32_t>> KvLayout::truncate(int32_t n) {
     if (const int32_t p = physical_of_[static_cast<size_t>(l)]; p >= n) exchange(holes.at(next++), p, out);
   physical_of_.resize(static_cast<size_t>(n));
   logical_of_.resize(static_cast<size_t>(n));
+  bool identity = true;
+  for (int32_t l = 0; l < n && identity; ++l) identity = physical_of_[static_cast<size_t>(l)] == l;
+  if (identity) exchanges_ = 0;
+  return out;
+}
+
+std::vector<std::pair<int32_t, int32_t>> KvLayout::restore_order(int32_t n) {
+  if (n < 0 || n > size()) throw std::invalid_argument("KvLayout: restore_order beyond the cache");
+  std::vector<std::pair<int32_t, int32_t>> out;
+  for (int32_t l = 0; l < n; ++l) exchange(l, physical_of_[static_cast<size_t>(l)], out);
+  physical_of_.resize(static_cast<size_t>(n));
+  logical_of_.resize(static_cast<size_t>(n));
   exchanges_ = 0;
   return out;
 }

@@ -41,9 +41,18 @@ std::vector<int32_t> Drafter::draft(const std::vector<int32_t>& text, int32_t n,
   const int32_t room = model_.n_ctx() - static_cast<int32_t>(text.size());
   if (room <= 0) return out;  // the text alone fills the draft model's context
   n = std::min(n, room);
-  StepBatch feed = batch(std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(keep), text.end()));
-  int32_t next = pick(feed, first_index, sampler, seed);
-  model_.commit(feed.size());
+  // What it has not seen, in steps of at most kFeedChunk tokens (a long prompt);
+  // only the last one's logits are needed.
+  constexpr size_t kFeedChunk = 256;
+  int32_t next = -1;
+  for (size_t begin = keep; begin < text.size(); begin += kFeedChunk) {
+    const size_t end = std::min(text.size(), begin + kFeedChunk);
+    StepBatch feed = batch(std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                text.begin() + static_cast<std::ptrdiff_t>(end)));
+    if (end == text.size()) next = pick(feed, first_index, sampler, seed);
+    else model_.forward_argmax(feed);
+    model_.commit(feed.size());
+  }
   if (!prefilled_) {
     prefilled_ = true;
     model_.end_prefill();  // a sparse drafter's policy scores the prompt now

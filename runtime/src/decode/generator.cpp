@@ -199,6 +199,8 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   options.decoding.validate();
   if (options.decoding.corpus_path.size() && !options.decoding.corpus)
     throw std::invalid_argument("the corpus index " + options.decoding.corpus_path + " is not opened (attach_corpus)");
+  if (options.decoding.strategy == Strategy::Draft && !options.decoding.draft_model)
+    throw std::invalid_argument("the draft model " + options.decoding.draft_model_path + " is not open (open_draft_model)");
   if (options.decoding.draft_model && options.decoding.draft_model.get() == &model)
     throw std::invalid_argument("the draft model must be a model of its own (draft 'self' opens the file again)");
   if (options.decoding.draft_model && options.decoding.draft_model->config().n_vocab != model.config().n_vocab)

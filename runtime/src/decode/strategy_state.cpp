@@ -39,7 +39,14 @@ void StrategyState::build(StepLayout& layout, const std::vector<int32_t>& histor
   }
   if (drafter_) {
     const int64_t first_index = static_cast<int64_t>(history.size() - prompt_size_);  // the input's successor
-    retrieved_ = {{drafter_->draft(history, o_.draft_n, first_index, *sampler_, seed_), 0, -1, -1, CandidateSource::Draft}};
+    std::vector<int32_t> drafted;
+    try {
+      drafted = drafter_->draft(history, o_.draft_n, first_index, *sampler_, seed_);
+    } catch (const std::runtime_error&) {
+      // A broken draft model (NaN logits, nothing to draw): this step verifies nothing,
+      // the target goes on alone.
+    }
+    retrieved_ = {{std::move(drafted), 0, -1, -1, CandidateSource::Draft}};
     if (!retrieved_[0].ngram.empty()) layout.add_chain(retrieved_[0].ngram);
     else retrieved_.clear();
     return;

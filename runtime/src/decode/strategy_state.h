@@ -22,6 +22,8 @@ class StrategyState {
  public:
   // Strategy draft: throws std::invalid_argument when o.draft_model is not set.
   StrategyState(const DecodingOptions& o, const std::vector<int32_t>& prompt);
+  StrategyState(const StrategyState&) = delete;  // sampler_ may point at greedy_
+  StrategyState& operator=(const StrategyState&) = delete;
   // How generation samples (greedy when never set): a drafter drafts the way the target
   // draws, with the seed's number for each position.
   void set_sampling(const Sampler& sampler, uint64_t seed) {

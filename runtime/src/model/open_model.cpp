@@ -84,16 +84,13 @@ std::string vocabulary_difference(const Vocab& target, const Vocab& draft) {
     const TokenKind b = k < draft.kinds.size() ? draft.kinds[k] : TokenKind::Normal;
     if (a != b) return "token " + std::to_string(i) + " ('" + target.tokens[k] + "') is of another kind in the draft model";
   }
-  if (target.bos != draft.bos || target.eos != draft.eos)
-    return "the special tokens differ (BOS " + std::to_string(target.bos) + " / " + std::to_string(draft.bos) + ", EOS " +
-           std::to_string(target.eos) + " / " + std::to_string(draft.eos) + ")";
-  return "";
+  return "";  // special ids may differ (a base model drafting for its instruct tune): drafts are only token ids
 }
 
 void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, const Model& target_model,
                       const Vocab& target_vocab) {
-  if (decoding.draft_model_path.empty()) {
-    decoding.draft_model.reset();
+  if (decoding.draft_model_path.empty() || decoding.strategy != Strategy::Draft) {
+    decoding.draft_model.reset();  // only strategy draft uses one
     return;
   }
   OpenOptions o;

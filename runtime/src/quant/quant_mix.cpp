@@ -60,7 +60,7 @@ TensorType quant_type_for(const std::string& mix_name, const std::string& name, 
       t = TensorType::Q6_K;
   } else {
     const auto parsed = tensor_type_from_name(mix);
-    if (!parsed || !tensor_type_info(*parsed).has_quantize)
+    if (!parsed || !tensor_type_info(*parsed).has_quantize || *parsed == TensorType::Q8_1 || *parsed == TensorType::Q8_K)
       throw std::invalid_argument("unknown or unsupported weight type '" + mix_name + "' (" + quant_mix_names() + ")");
     t = *parsed;
   }
