@@ -21,6 +21,16 @@ OpenOptions stories_options(const std::string& path, const std::string& backend 
   return o;
 }
 
+// A one-layer random model (its own vocabulary texts) written for a test; its path.
+std::string random_model(const std::string& name, int32_t n_vocab, int32_t n_ctx, uint64_t seed = 1) {
+  synth::SyntheticConfig c;
+  c.n_layer = 1, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 64, c.n_vocab = n_vocab, c.n_ctx = n_ctx;
+  c.seed = seed;
+  const auto path = (test::temp_dir(name) / "m.gguf").string();
+  synth::write_synthetic_model(c, path);
+  return path;
+}
+
 GenerationResult run(OpenedModel& m, Strategy s, const std::shared_ptr<Model>& draft, float temperature, uint64_t seed,
                      int32_t draft_n = 4, std::vector<StepTrace>* traces = nullptr) {
   GenerationOptions o;
@@ -113,11 +123,7 @@ TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
   // ids (each step keeps the target's own token).
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   OpenedModel m = open_model(stories_options(model_path.string()));
-  synth::SyntheticConfig c;
-  c.n_layer = 1, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 64, c.n_vocab = m.model->config().n_vocab, c.n_ctx = 256;
-  c.seed = 9;
-  const auto path = (test::temp_dir("draft-random") / "r.gguf").string();
-  synth::write_synthetic_model(c, path);
+  const std::string path = random_model("draft-random", m.model->config().n_vocab, 256, 9);
   OpenedModel r = open_model(stories_options(path));
   const std::shared_ptr<Model> drafter(std::move(r.model));
   std::vector<StepTrace> traces;
@@ -144,10 +150,7 @@ TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
 
 // A prompt longer than one step holds: the drafter catches up in pieces.
 TEST(DraftDecoding, ALongPromptIsFedInPieces) {
-  synth::SyntheticConfig c;
-  c.n_layer = 1, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 64, c.n_vocab = 300, c.n_ctx = 2048;
-  const auto path = (test::temp_dir("draft-long") / "l.gguf").string();
-  synth::write_synthetic_model(c, path);
+  const std::string path = random_model("draft-long", 300, 2048);
   OpenOptions o = stories_options(path);
   o.n_ctx = 1200;
   OpenedModel m = open_model(o);
@@ -187,10 +190,7 @@ TEST(DraftDecoding, YieldsAndErrors) {
   o.decoding.draft_model = std::shared_ptr<Model>(m.model.get(), [](Model*) {});
   EXPECT_THROW(generate(*m.model, *m.tokenizer, prompt, o), std::invalid_argument);
   // Another vocabulary size.
-  const auto odd = (test::temp_dir("draft-odd") / "o.gguf").string();
-  synth::SyntheticConfig c;
-  c.n_layer = 1, c.n_embd = 32, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 64, c.n_vocab = 263, c.n_ctx = 256;
-  synth::write_synthetic_model(c, odd);
+  const std::string odd = random_model("draft-odd", 263, 256);
   DecodingOptions d;
   d.strategy = Strategy::Draft;
   d.draft_model_path = odd;
