@@ -38,6 +38,8 @@ struct RunArgs {
     return d;
   }();
   KvPolicyOptions kv;
+  bool kv_drop = false;
+  PromptCompressOptions prompt_compress;
   std::string trace_path;
 };
 
@@ -57,6 +59,7 @@ int run_generate(RunArgs& args) {
   Sampler check_options(args.sampling);  // reject bad options before loading anything
   args.decoding.validate();
   args.kv.validate();
+  args.prompt_compress.validate();
   std::ofstream trace_file;
   if (!args.trace_path.empty()) {
     trace_file.open(args.trace_path, std::ios::trunc);
@@ -66,7 +69,15 @@ int run_generate(RunArgs& args) {
   OpenedModel m = open_model(args.open);
   const Tokenizer& tok = *m.tokenizer;
   attach_corpus(args.decoding, tok.vocab());
-  open_draft_model(args.decoding, args.open, *m.model, tok.vocab());
+  GenerationOptions options;
+  options.n_predict = args.n_predict;
+  options.sampling = args.sampling;
+  options.stop_at_end_of_generation = !args.ignore_eos;
+  options.kv = args.kv;
+  options.kv_drop = args.kv_drop;
+  options.prompt_compress = args.prompt_compress;
+  options.decoding = args.decoding;
+  open_draft_model(options.decoding, args.open, *m.model, tok.vocab(), scoring_uses_draft_model(options));
   const bool add_bos = !args.no_bos && tok.vocab().add_bos;
   const std::vector<int32_t> prompt_ids = tok.encode(prompt, add_bos);
   if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty and the model adds no BOS token; give a prompt");
@@ -80,12 +91,6 @@ int run_generate(RunArgs& args) {
     std::fflush(stdout);
   }
 
-  GenerationOptions options;
-  options.n_predict = args.n_predict;
-  options.sampling = args.sampling;
-  options.stop_at_end_of_generation = !args.ignore_eos;
-  options.decoding = args.decoding;
-  options.kv = args.kv;
   if (trace_file.is_open())
     options.on_step = [&](const StepTrace& t) { trace_file << step_trace_to_json(t).dump() << '\n'; };
   Utf8Stream stream;
@@ -139,6 +144,7 @@ int run_generate(RunArgs& args) {
       j["auto"] = {{"choices", changes}, {"summary", r.auto_summary},
                    {"step_costs", {{"T", r.step_costs.sizes}, {"seconds", r.step_costs.seconds}, {"source", r.step_costs.source}}}};
     }
+    j["lossy"] = r.lossy;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fputs(stream.flush().c_str(), stdout);
@@ -151,6 +157,8 @@ int run_generate(RunArgs& args) {
     if (args.decoding.strategy == Strategy::Auto)
       std::fprintf(stderr, "fafo: auto: %s; step costs %s\n", r.auto_summary.c_str(), r.step_costs.describe().c_str());
   }
+  for (const std::string& lossy : r.lossy)
+    std::fprintf(stderr, "fafo: LOSSY: %s (the output may differ from plain decoding's)\n", lossy.c_str());
   return 0;
 }
 
@@ -167,6 +175,7 @@ Command add_run_command(CLI::App& app) {
   app::add_sampling_flags(cmd, args->sampling, args->seed_given);
   app::add_strategy_flag(cmd, args->decoding.strategy);
   app::add_decoding_flags(cmd, args->decoding, args->kv);
+  app::add_lossy_flags(cmd, args->kv, args->kv_drop, args->prompt_compress);
   cmd->footer(
       "Multi-token decoding: the defaults (W=8, N=5, G=8, k=4; FAFO region: stream, 4 sinks + 64 recent) were tuned\n"
       "on stories260K over\n"

@@ -54,12 +54,35 @@ void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) 
       ->check(CLI::IsMember({"full", "stream", "quest", "snapkv", "chunks"}));
   cmd->add_option("--draft-kv-budget", d.draft_kv_budget, "--strategy draft: entries the sparse draft cache keeps")
       ->capture_default_str()->check(CLI::Range(1, 1 << 22));
-  cmd->add_option("--kv-policy", kv.name, "FAFO: what the fumble rows' region keeps: stream, quest, snapkv, chunks")
-      ->capture_default_str()->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks"}));
+  cmd->add_option("--kv-policy", kv.name,
+                  "FAFO: what the fumble rows' region keeps: stream, quest, snapkv, chunks, speckv (SnapKV scored with "
+                  "the target's queries of --kv-lookahead tokens a --draft-model predicts)")
+      ->capture_default_str()->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks", "speckv"}));
   cmd->add_option("--kv-budget", kv.budget, "FAFO: region size in KV entries")->capture_default_str();
   cmd->add_option("--sinks", kv.sinks, "stream: first entries always in the region")->capture_default_str();
   cmd->add_option("--recent", kv.recent, "quest/snapkv/chunks: most recent entries always in the region")->capture_default_str();
   cmd->add_option("--update-interval", kv.update_interval, "quest: steps between page re-selections")->capture_default_str();
+  cmd->add_option("--kv-lookahead", kv.lookahead, "speckv: draft tokens whose queries score the prompt")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+}
+
+void add_lossy_flags(CLI::App* cmd, KvPolicyOptions& kv, bool& kv_drop, PromptCompressOptions& pc) {
+  CLI::Option* drop = cmd->add_option_function<std::string>(
+         "--kv-drop",
+         [&kv, &kv_drop](const std::string& name) {
+           kv.name = name;
+           kv_drop = true;
+         },
+         "LOSSY: after the prompt the model reads only the --kv-budget entries this policy keeps (speckv: SpecKV, "
+         "with --draft-model; snapkv, chunks, stream, quest), as if the rest were evicted; plain decoding only")
+      ->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks", "speckv"}));
+  if (CLI::Option* policy = cmd->get_option_no_throw("--kv-policy")) drop->excludes(policy);
+  cmd->add_option("--prompt-compress", pc.method,
+                  "LOSSY: SpecPC: the --draft-model's attention picks the --prompt-budget prompt tokens the model reads "
+                  "(speckv)")
+      ->check(CLI::IsMember({"speckv"}));
+  cmd->add_option("--prompt-budget", pc.budget, "--prompt-compress: prompt tokens kept")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 22));
 }
 
 void add_reply_length_flag(CLI::App* cmd, int32_t& n_predict) {

@@ -10,6 +10,7 @@
 
 #include "fafo/decoding.h"
 #include "fafo/kv_policy.h"
+#include "fafo/prompt_compression.h"
 #include "fafo/sampler.h"
 
 namespace fafo::app {
@@ -23,8 +24,12 @@ void add_strategy_flag(CLI::App* cmd, Strategy& strategy);
 // --draft-model --draft-n --draft-backend --draft-device (the caller opens the corpus
 // with attach_corpus and the draft model with open_draft_model once the model is open)
 // and the KV policy's
-// --kv-policy --kv-budget --sinks --recent --update-interval.
+// --kv-policy --kv-budget --sinks --recent --update-interval --kv-lookahead.
 void add_decoding_flags(CLI::App* cmd, DecodingOptions& decoding, KvPolicyOptions& kv);
+// The lossy modes, each only by its own flag: --kv-drop NAME (the target keeps only what
+// policy NAME chooses, --kv-budget entries; sets kv.name, so not with --kv-policy) and
+// --prompt-compress speckv --prompt-budget B (SpecPC).
+void add_lossy_flags(CLI::App* cmd, KvPolicyOptions& kv, bool& kv_drop, PromptCompressOptions& prompt_compress);
 // -n,--n-predict as the most tokens of one chat reply (-1: no limit).
 void add_reply_length_flag(CLI::App* cmd, int32_t& n_predict);
 

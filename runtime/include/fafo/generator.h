@@ -13,6 +13,7 @@
 #include "fafo/decoding.h"
 #include "fafo/kv_policy.h"
 #include "fafo/model.h"
+#include "fafo/prompt_compression.h"
 #include "fafo/sampler.h"
 #include "fafo/tokenizer.h"
 
@@ -28,6 +29,14 @@ struct GenerationOptions {
   bool keep_context = false;
   DecodingOptions decoding;      // strategy (ar, jacobi, lookahead, fafo) and its parameters
   KvPolicyOptions kv;            // fafo: the compression policy of the fumble rows' region
+  // Lossy modes, off by default; each is named in GenerationResult::lossy when on.
+  // kv_drop (--kv-drop): `kv` chooses the entries the target keeps and, after the prompt,
+  // every row reads only those (plain decoding only: ar, or auto, which then runs ar).
+  // prompt_compress (--prompt-compress speckv): SpecPC drops prompt tokens before the
+  // prefill. Both speckv modes (and --kv-policy speckv, which is lossless) need
+  // decoding.draft_model.
+  bool kv_drop = false;
+  PromptCompressOptions prompt_compress;
   StepCallback on_step;          // receives a StepTrace after every step (may be empty)
   // Sampling with top-k (1..kMaxTopK) reads back only each row's k best logits, computed
   // by the backend; false reads whole rows. Both draw the same tokens.
@@ -75,6 +84,10 @@ struct GenerationResult {
   std::string auto_summary;
   // Per source and key length, ordered by source then key length.
   std::vector<SourceYield> source_yields;
+  // The lossy modes that were on, in words ("kv-drop speckv budget 256", ...); empty:
+  // the output is what plain decoding of the whole prompt gives.
+  std::vector<std::string> lossy;
+  int32_t prompt_tokens_given = 0;  // before SpecPC (prompt_ids holds what was prefilled)
   double tokens_per_step() const { return n_steps ? static_cast<double>(ids.size()) / n_steps : 0.0; }
   // Decoding speed: tokens produced by decoding steps (all but the first) per second.
   double tokens_per_second() const {
@@ -95,5 +108,21 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
 // Feeds `tokens` to the model after its current context (chunked); returns the logits
 // after the last one.
 std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int32_t chunk);
+// The same, but the last step also runs `lookahead` after the tokens without keeping
+// their KV entries: SpecKV's scoring rows, whose queries the model's policy captures
+// with the prompt's last ones.
+std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_t>& tokens,
+                                          const std::vector<int32_t>& lookahead, int32_t chunk);
+
+// Sets the model's KV policy (make_kv_policy(*kv), or none when kv is null; `drop`:
+// lossy dropping, Model::set_kv_policy), feeds `prompt` (for the speckv policy, after
+// `draft` predicts kv->lookahead tokens: prefill_with_lookahead) and tells the policy the
+// prompt is in. Returns the logits after the prompt.
+std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
+                                  Model* draft, int32_t chunk);
+
+// Whether `options` need decoding.draft_model besides strategy draft: SpecKV's lookahead
+// (kv policy speckv, for FAFO's region or kv_drop) or SpecPC.
+bool scoring_uses_draft_model(const GenerationOptions& options);
 
 }  // namespace fafo

@@ -9,6 +9,11 @@
 //           5); the best prompt tokens are kept, plus the most recent tokens
 //   chunks  8-token chunks of the prompt scored once after prefill in the same way;
 //           the best chunks are kept, plus the most recent tokens
+//   speckv  SpecKV (seed 004): SnapKV's scoring, with the observation window extended
+//           by `lookahead` rows: a draft model's predicted continuation, which the
+//           target runs after the prompt in the prompt's last step without keeping it
+//           (prefill_with_lookahead, fafo/generator.h), so the prompt is scored by
+//           what the answer is likely to need
 // The region holds `budget` entries. A policy only chooses; KvLayout moves entries.
 #pragma once
 
@@ -21,7 +26,7 @@
 namespace fafo {
 
 struct KvPolicyOptions {
-  std::string name = "stream";  // stream, quest, snapkv, chunks
+  std::string name = "stream";  // stream, quest, snapkv, chunks, speckv
   int32_t budget = 68;          // region entries (--kv-budget)
   int32_t sinks = 4;            // stream: first entries always kept (at most budget)
   int32_t recent = 32;          // snapkv / chunks / quest: most recent entries always kept (at most budget)
@@ -30,7 +35,8 @@ struct KvPolicyOptions {
   int32_t page = 16;            // quest page size
   int32_t chunk = 8;            // chunks: chunk size
   int32_t window = 16;          // snapkv / chunks: observation window (last prompt queries)
-  int32_t pool_kernel = 5;      // snapkv: pooling kernel
+  int32_t pool_kernel = 5;      // snapkv / speckv: pooling kernel
+  int32_t lookahead = 16;       // speckv: draft tokens whose target queries join the window (--kv-lookahead)
   void validate() const;        // throws std::invalid_argument
 };
 
@@ -74,5 +80,18 @@ class KvPolicy {
 };
 
 std::unique_ptr<KvPolicy> make_kv_policy(const KvPolicyOptions& options);
+
+// How attention_scores() weighs the captured queries.
+struct AttentionScoreOptions {
+  int32_t rows = 16;         // the last `rows` captured rows score (fewer if fewer were captured)
+  int32_t skip_layers = 0;   // the first layers are left out (their attention is diffuse)
+  bool ramp = false;         // row r of R weighs (r + 1) / R (the newest most); else every row 1
+  bool max_over_heads = false;  // a key's score in a layer: the most any head gave it; else the sum
+};
+
+// Importance of the committed entries [0, n_keys) from the queries captured in the last
+// step: each row's softmax attention over those keys (per head), weighted per row,
+// combined over heads, summed over layers.
+std::vector<double> attention_scores(const KvInspector& kv, int32_t n_keys, const AttentionScoreOptions& options);
 
 }  // namespace fafo

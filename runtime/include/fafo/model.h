@@ -55,6 +55,9 @@ class Model {
   Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend, const ModelOptions& options = {});
   ~Model();
 
+  // Tokens one step may hold at most.
+  static constexpr int32_t kMaxStepTokens = 512;
+
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return *backend_; }
   const GgufFile& file() const { return *file_; }
@@ -88,8 +91,14 @@ class Model {
 
   // The compression policy whose region COMPRESSED rows read (nullptr: none, the
   // region is empty). Setting it re-selects the region for the current context.
-  void set_kv_policy(std::unique_ptr<KvPolicy> policy);
+  // drop: lossy KV dropping (--kv-drop): once the prompt is in (end_prefill), every row
+  // of every step reads only the region, as if the other entries were evicted.
+  void set_kv_policy(std::unique_ptr<KvPolicy> policy, bool drop = false);
   const KvPolicy* kv_policy() const { return policy_.get(); }
+  bool kv_drop() const { return drop_; }
+  // The committed keys and the queries captured in the last step (the rows the policy
+  // asked for), for scoring outside a policy (SpecPC).
+  std::unique_ptr<KvInspector> inspector();
   const KvLayout& kv_layout() const { return kv_->layout(); }
   // The backend's KV cache this model computes with.
   KvCache& kv_cache() { return *kv_; }
@@ -130,6 +139,7 @@ class Model {
   int32_t last_step_size_ = 0;
   KvCache* kv_ = nullptr;  // owned by backend_
   std::unique_ptr<KvPolicy> policy_;
+  bool drop_ = false;
   int32_t prompt_end_ = 0;
   int64_t steps_ = 0;
   StepCosts step_costs_;

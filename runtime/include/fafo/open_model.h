@@ -47,15 +47,16 @@ struct OpenedModel {
 // ChatTemplateError for a chat template choice that cannot be used.
 OpenedModel open_model(const OpenOptions& options);
 
-// For strategy draft (else it closes any): opens decoding.draft_model_path ("self":
-// target.path again, a model of its own with its
-// own KV cache) as the draft model of strategy draft, on decoding.draft_backend /
+// For strategy draft, or when `also_needed` (SpecKV's lookahead or SpecPC use it:
+// scoring_uses_draft_model, fafo/generator.h), else it closes any: opens
+// decoding.draft_model_path ("self": target.path again, a model of its own with its
+// own KV cache) as the draft model, on decoding.draft_backend /
 // draft_device (empty: the target's), with the target's context length and cache type,
 // into decoding.draft_model. An empty path closes it. Throws std::runtime_error when its
 // vocabulary differs from `target_vocab` (naming the first difference), and what
 // open_model throws.
 void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, const Model& target_model,
-                      const Vocab& target_vocab);
+                      const Vocab& target_vocab, bool also_needed = false);
 
 // "" when the vocabularies are equal token for token (texts and kinds), else
 // the first difference, in words.

@@ -43,6 +43,8 @@ class StepBatch {
     return (mask_[static_cast<size_t>(i) * words_per_row() + static_cast<size_t>(j) / 64] >> (j % 64)) & 1u;
   }
   PrefixView prefix(int32_t i) const { return prefixes_[static_cast<size_t>(i)]; }
+  // Makes every token see only the compressed region of the prefix (lossy KV dropping).
+  void compress_all() { prefixes_.assign(prefixes_.size(), PrefixView::Compressed); }
   // Rows whose logits the step returns, in increasing order.
   const std::vector<int32_t>& logit_rows() const { return logit_rows_; }
   // Committed KV entries before the step (the cache length; the model sets it when it

@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "decode/drafter.h"
 #include "decode/step_layout.h"
 #include "decode/strategy_state.h"
 #include "decode/trace_recorder.h"
@@ -43,6 +44,47 @@ std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int
     model.commit(batch.size());
   }
   return logits;
+}
+
+std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_t>& tokens,
+                                          const std::vector<int32_t>& lookahead, int32_t chunk) {
+  if (lookahead.empty()) return prefill(model, tokens, chunk);
+  if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
+  const size_t room = static_cast<size_t>(std::max<int32_t>(1, Model::kMaxStepTokens - static_cast<int32_t>(lookahead.size())));
+  const size_t tail = std::min({tokens.size(), static_cast<size_t>(std::max(chunk, 1)), room});
+  if (tail < tokens.size()) prefill(model, std::vector<int32_t>(tokens.begin(), tokens.end() - static_cast<std::ptrdiff_t>(tail)), chunk);
+  // One causal step: the prompt's last `tail` tokens (logits after the last of them),
+  // then the lookahead tokens; only the prompt's are kept.
+  StepBatch step;
+  std::vector<int32_t> sees;
+  std::vector<int32_t> all(tokens.end() - static_cast<std::ptrdiff_t>(tail), tokens.end());
+  all.insert(all.end(), lookahead.begin(), lookahead.end());
+  for (size_t i = 0; i < all.size(); ++i) {
+    step.add(all[i], model.n_past() + static_cast<int32_t>(i), sees, i + 1 == tail);
+    sees.push_back(static_cast<int32_t>(i));
+  }
+  std::vector<float> logits = model.forward(step);
+  model.commit(static_cast<int32_t>(tail));
+  return logits;
+}
+
+std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
+                                  Model* draft, int32_t chunk) {
+  model.set_kv_policy(kv ? make_kv_policy(*kv) : nullptr, drop);
+  std::vector<int32_t> lookahead;  // SpecKV: the draft model's greedy continuation of the prompt
+  if (kv && kv->name == "speckv") {
+    if (!draft) throw std::invalid_argument("the speckv KV policy needs a draft model for its lookahead tokens");
+    lookahead = Drafter(*draft).draft(prompt, kv->lookahead, 0, Sampler(SamplerOptions{}), 0);
+  }
+  std::vector<float> logits = prefill_with_lookahead(model, prompt, lookahead, chunk);
+  model.end_prefill();
+  return logits;
+}
+
+bool scoring_uses_draft_model(const GenerationOptions& o) {
+  const Strategy s = o.decoding.strategy;
+  return o.prompt_compress.enabled() ||
+         (o.kv.name == "speckv" && (o.kv_drop || s == Strategy::Fafo || s == Strategy::Auto));
 }
 
 namespace {
@@ -210,19 +252,36 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     throw std::invalid_argument("the corpus index " + options.decoding.corpus->path() + " has a vocabulary of " +
                                 std::to_string(options.decoding.corpus->n_vocab()) + " tokens but the model has " +
                                 std::to_string(model.config().n_vocab) + "; build the index with this model's tokenizer");
-  if (!options.keep_context) model.truncate(0);
-  check_prompt_fits(model, prompt.size());
-  GenerationResult result;
-  result.prompt_ids = prompt;
-  Sampler sampler(options.sampling);
   const DecodingOptions& dec = options.decoding;
+  if (options.kv_drop && dec.strategy != Strategy::Ar && dec.strategy != Strategy::Auto)
+    throw std::invalid_argument(std::string("--kv-drop runs with plain decoding only (ar, or auto, which then runs ar), not ") +
+                                strategy_name(dec.strategy) +
+                                ": a multi-token step's rows would read entries plain decoding has already dropped");
+  if (scoring_uses_draft_model(options) && !dec.draft_model)
+    throw std::invalid_argument(options.prompt_compress.enabled()
+                                    ? "--prompt-compress speckv needs a draft model (--draft-model FILE, or self)"
+                                    : "the speckv KV policy needs a draft model for its lookahead tokens (--draft-model FILE, or self)");
+  options.prompt_compress.validate();
+  if (!options.keep_context) model.truncate(0);
+  GenerationResult result;
+  result.prompt_tokens_given = static_cast<int32_t>(prompt.size());
+  result.prompt_ids = options.prompt_compress.enabled()
+                          ? compress_prompt(*dec.draft_model, prompt, options.prompt_compress, options.prefill_chunk)
+                          : prompt;
+  check_prompt_fits(model, result.prompt_ids.size());
+  if (options.prompt_compress.enabled())
+    result.lossy.push_back(options.prompt_compress.describe() + ": " + std::to_string(result.prompt_ids.size()) + " of " +
+                           std::to_string(prompt.size()) + " prompt tokens kept");
+  if (options.kv_drop)
+    result.lossy.push_back("kv-drop " + options.kv.name + " budget " + std::to_string(options.kv.budget));
+  Sampler sampler(options.sampling);
   const bool use_top_k = !sampler.greedy() && options.sampling.top_k > 0 && options.sampling.top_k <= kMaxTopK &&
                          options.read_top_k_only;
   const int32_t top_k = use_top_k ? options.sampling.top_k : 0;
 
   // Auto: its controller, on the step costs given, else the model's (measured once, here,
-  // before the prompt).
-  const bool auto_mode = dec.strategy == Strategy::Auto;
+  // before the prompt). Under kv_drop it runs plain decoding.
+  const bool auto_mode = dec.strategy == Strategy::Auto && !options.kv_drop;
   const std::string auto_context = auto_memory_context(options);
   std::optional<AutoController> controller;
   if (auto_mode) {
@@ -254,10 +313,10 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     for (size_t c = 1; c < controller->candidates().size(); ++c)
       fafo_may_run |= controller->candidates()[c].options.strategy == Strategy::Fafo &&
                       (controller->viable(static_cast<int32_t>(c)) || options.auto_options.rotate);
-  model.set_kv_policy(fafo_may_run ? make_kv_policy(options.kv) : nullptr);
+  const std::vector<int32_t>& text = result.prompt_ids;
   const Clock::time_point t0 = Clock::now();
-  const std::vector<float> logits = prefill(model, prompt, options.prefill_chunk);
-  model.end_prefill();
+  const std::vector<float> logits = prefill_prompt(model, text, fafo_may_run || options.kv_drop ? &options.kv : nullptr,
+                                                   options.kv_drop, dec.draft_model.get(), options.prefill_chunk);
   const Clock::time_point t1 = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   if (options.n_predict == 0) return result;
@@ -265,12 +324,12 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   // The strategy's state; with auto, plain decoding's, and each candidate's own state
   // (window, pool), made when first chosen.
   DecodingOptions plain = dec;
-  if (auto_mode) plain.strategy = Strategy::Ar;
-  StrategyState state(plain, prompt);
+  if (dec.strategy == Strategy::Auto) plain.strategy = Strategy::Ar;
+  StrategyState state(plain, text);
   state.set_sampling(sampler, options.sampling.seed);
   std::vector<std::unique_ptr<StrategyState>> candidate_states(controller ? controller->candidates().size() : 0);
   TraceRecorder trace(options.on_step, plain, model, state);
-  std::vector<int32_t> history = prompt;  // the text the pool is searched with (ends with the input token)
+  std::vector<int32_t> history = text;  // the text the pool is searched with (ends with the input token)
   TokenSink sink{options, tokenizer, on_token, result, history, std::nullopt};
 
   const int32_t n_vocab = model.config().n_vocab;
@@ -279,7 +338,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
                                          : draw_token(sampler.distribution(logits.data(), n_vocab), position_uniform(seed, 0));
   result.n_steps = 1;  // the prefill step produced the first token
   sink.emit({first});
-  trace.prefill_done(static_cast<int32_t>(prompt.size()), first, result.prefill_seconds * 1e3);
+  trace.prefill_done(static_cast<int32_t>(text.size()), first, result.prefill_seconds * 1e3);
 
   while (!sink.stop) {
     if (model.n_past() >= model.n_ctx()) {

@@ -14,8 +14,8 @@ void KvPolicyOptions::validate() const {
   auto check = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
   };
-  check(name == "stream" || name == "quest" || name == "snapkv" || name == "chunks",
-        "unknown KV policy '" + name + "' (choose stream, quest, snapkv or chunks)");
+  check(name == "stream" || name == "quest" || name == "snapkv" || name == "chunks" || name == "speckv",
+        "unknown KV policy '" + name + "' (choose stream, quest, snapkv, chunks or speckv)");
   check(budget >= 1 && budget <= (1 << 22), "--kv-budget must be in 1..4194304");
   check(sinks >= 0, "--sinks must be >= 0");
   check(recent >= 1, "--recent must be >= 1");
@@ -26,6 +26,7 @@ void KvPolicyOptions::validate() const {
   // cannot exceed a step's tokens.
   check(window >= 1 && window <= StepBatch::kMaxTokens,
         "the observation window must be in 1.." + std::to_string(StepBatch::kMaxTokens));
+  check(lookahead >= 1 && lookahead <= 256, "--kv-lookahead must be in 1..256");
 }
 
 namespace {
@@ -64,25 +65,29 @@ class StreamPolicy final : public KvPolicy {
   KvPolicyOptions o_;
 };
 
-// Attention-based importance of the prompt's entries, from the captured queries of the
-// prompt's last rows (SnapKV's observation window): softmax over the prompt's keys,
-// summed over the window's queries, the heads and the layers.
-std::vector<double> prompt_votes(const KvInspector& kv, int32_t prompt_end, int32_t window) {
+}  // namespace
+
+std::vector<double> attention_scores(const KvInspector& kv, int32_t n_keys, const AttentionScoreOptions& o) {
   const int32_t H = kv.n_head(), D = kv.head_dim(), group = kv.n_head() / kv.n_head_kv();
   const int32_t kv_dim = kv.n_head_kv() * D;
-  std::vector<double> votes(static_cast<size_t>(prompt_end), 0.0);
+  std::vector<double> scores(static_cast<size_t>(n_keys), 0.0);
+  if (n_keys <= 0) return scores;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (int32_t l = 0; l < kv.n_layer(); ++l) {
+  std::vector<double> s(static_cast<size_t>(n_keys)), layer(static_cast<size_t>(n_keys)), head(static_cast<size_t>(n_keys));
+  for (int32_t l = std::min(o.skip_layers, kv.n_layer() - 1); l < kv.n_layer(); ++l) {
     const std::vector<float> q = kv.captured_queries(l);
     const int32_t rows = static_cast<int32_t>(q.size()) / (H * D);
     if (rows == 0) continue;
-    const std::vector<float> k = kv.keys(l, 0, prompt_end);
-    std::vector<double> s(static_cast<size_t>(prompt_end));
-    for (int32_t r = std::max(0, rows - window); r < rows; ++r) {
-      for (int32_t h = 0; h < H; ++h) {
+    const std::vector<float> k = kv.keys(l, 0, n_keys);
+    const int32_t first = std::max(0, rows - o.rows), used = rows - first;
+    std::fill(layer.begin(), layer.end(), 0.0);
+    for (int32_t h = 0; h < H; ++h) {
+      std::fill(head.begin(), head.end(), 0.0);
+      for (int32_t r = first; r < rows; ++r) {
+        const double weight = o.ramp ? static_cast<double>(r - first + 1) / used : 1.0;
         const float* qh = &q[static_cast<size_t>(r * H * D + h * D)];
         double mx = -INFINITY;
-        for (int32_t j = 0; j < prompt_end; ++j) {
+        for (int32_t j = 0; j < n_keys; ++j) {
           const float* kj = &k[static_cast<size_t>(j) * static_cast<size_t>(kv_dim) + static_cast<size_t>((h / group) * D)];
           double d = 0;
           for (int32_t x = 0; x < D; ++x) d += static_cast<double>(qh[x]) * kj[x];
@@ -91,26 +96,35 @@ std::vector<double> prompt_votes(const KvInspector& kv, int32_t prompt_end, int3
         }
         double total = 0;
         for (double& v : s) total += v = std::exp(v - mx);
-        for (int32_t j = 0; j < prompt_end; ++j) votes[static_cast<size_t>(j)] += s[static_cast<size_t>(j)] / total;
+        for (int32_t j = 0; j < n_keys; ++j) head[static_cast<size_t>(j)] += weight * s[static_cast<size_t>(j)] / total;
+      }
+      for (int32_t j = 0; j < n_keys; ++j) {
+        double& to = layer[static_cast<size_t>(j)];
+        to = o.max_over_heads ? std::max(to, head[static_cast<size_t>(j)]) : to + head[static_cast<size_t>(j)];
       }
     }
+    for (int32_t j = 0; j < n_keys; ++j) scores[static_cast<size_t>(j)] += layer[static_cast<size_t>(j)];
   }
-  return votes;
+  return scores;
 }
 
-// SnapKV and chunked top-k: score the prompt once after prefill, keep the best prompt
-// entries (single tokens after max-pooling, or whole chunks), plus the recent ones.
+namespace {
+
+// SnapKV, chunked top-k and SpecKV: score the prompt once after prefill, keep the best
+// prompt entries (single tokens after max-pooling, or whole chunks), plus the recent ones.
 class PromptScoredPolicy final : public KvPolicy {
  public:
-  PromptScoredPolicy(const KvPolicyOptions& o, bool chunked) : o_(o), chunked_(chunked) {
+  explicit PromptScoredPolicy(const KvPolicyOptions& o)
+      : o_(o), chunked_(o.name == "chunks"), rows_(o.window + (o.name == "speckv" ? o.lookahead : 0)) {
     o_.recent = std::min(o_.recent, o_.budget);
   }
-  std::string name() const override { return chunked_ ? "chunks" : "snapkv"; }
+  std::string name() const override { return o_.name; }
   int32_t budget() const override { return o_.budget; }
-  // The observation window: the last `window` rows of a step (the prompt's last queries).
+  // The observation window: the last rows of a step (the prompt's last queries; for
+  // speckv followed by the lookahead rows).
   std::vector<int32_t> wanted_query_rows(int32_t step_size) const override {
     std::vector<int32_t> rows;
-    for (int32_t r = std::max(0, step_size - o_.window); r < step_size; ++r) rows.push_back(r);
+    for (int32_t r = std::max(0, step_size - rows_); r < step_size; ++r) rows.push_back(r);
     return rows;
   }
   std::optional<std::vector<int32_t>> choose(const KvPolicyEvent& e, const KvInspector& kv) override {
@@ -128,7 +142,7 @@ class PromptScoredPolicy final : public KvPolicy {
  private:
   std::vector<int32_t> score_prompt(int32_t prompt_end, const KvInspector& kv) const {
     if (prompt_end == 0) return {};
-    std::vector<double> votes = prompt_votes(kv, prompt_end, o_.window);
+    const std::vector<double> votes = attention_scores(kv, prompt_end, AttentionScoreOptions{rows_, 0, false, false});
     std::vector<int32_t> order;
     if (chunked_) {
       const int32_t n_chunks = (prompt_end + o_.chunk - 1) / o_.chunk;
@@ -158,6 +172,7 @@ class PromptScoredPolicy final : public KvPolicy {
 
   KvPolicyOptions o_;
   bool chunked_;
+  int32_t rows_;               // captured rows that score
   std::vector<int32_t> kept_;  // prompt entries, best first
 };
 
@@ -260,8 +275,7 @@ std::unique_ptr<KvPolicy> make_kv_policy(const KvPolicyOptions& o) {
   o.validate();
   if (o.name == "stream") return std::make_unique<StreamPolicy>(o);
   if (o.name == "quest") return std::make_unique<QuestPolicy>(o);
-  if (o.name == "snapkv") return std::make_unique<PromptScoredPolicy>(o, false);
-  return std::make_unique<PromptScoredPolicy>(o, true);
+  return std::make_unique<PromptScoredPolicy>(o);
 }
 
 }  // namespace fafo

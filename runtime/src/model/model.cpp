@@ -12,7 +12,6 @@
 namespace fafo {
 
 namespace {
-constexpr int32_t kMaxStepTokens = 512;
 }
 
 struct Model::Weights {
@@ -258,6 +257,7 @@ void Model::record_step(StepBatch& batch) {
                                 std::to_string(max_logit_rows_) + " rows of " + std::to_string(config_.n_vocab) +
                                 " logits");
   batch.set_n_past(n_past_);
+  if (drop_ && prompt_end_ > 0) batch.compress_all();
   KvCache& kv = *kv_;
   kv.set_captured_rows(policy_ ? policy_->wanted_query_rows(batch.size()) : std::vector<int32_t>{});
   const bool capture = !kv.captured_rows().empty();
@@ -353,8 +353,11 @@ void Model::set_step_cost_cache(std::optional<StepCostCache> cache) {
     if (std::optional<StepCosts> kept = step_cost_cache_->load()) step_costs_ = std::move(*kept);
 }
 
-void Model::set_kv_policy(std::unique_ptr<KvPolicy> policy) {
+std::unique_ptr<KvInspector> Model::inspector() { return std::make_unique<Inspector>(*this); }
+
+void Model::set_kv_policy(std::unique_ptr<KvPolicy> policy, bool drop) {
   policy_ = std::move(policy);
+  drop_ = drop && policy_;
   kv_->reset_layout(policy_ ? policy_->budget() : 0, policy_ ? policy_->dense_layers() : 0, n_past_);
   if (policy_ && n_past_ > 0) end_prefill();
 }

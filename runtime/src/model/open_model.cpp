@@ -88,9 +88,9 @@ std::string vocabulary_difference(const Vocab& target, const Vocab& draft) {
 }
 
 void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, const Model& target_model,
-                      const Vocab& target_vocab) {
-  if (decoding.draft_model_path.empty() || decoding.strategy != Strategy::Draft) {
-    decoding.draft_model.reset();  // only strategy draft uses one
+                      const Vocab& target_vocab, bool also_needed) {
+  if (decoding.draft_model_path.empty() || (decoding.strategy != Strategy::Draft && !also_needed)) {
+    decoding.draft_model.reset();  // nothing uses one
     return;
   }
   OpenOptions o;
