@@ -96,6 +96,25 @@ TEST_F(ChatSessionOnStories, TurnsReuseTheCacheAndStream) {
   EXPECT_EQ(again.turn("Tell me about the dog", greedy(20, Strategy::Fafo)).reply, second.reply);
 }
 
+// A drafter reads the whole conversation, not only the new turn: the target drafting
+// for itself has every draft accepted in the second turn too.
+TEST_F(ChatSessionOnStories, ADrafterReadsTheWholeConversation) {
+  const auto path = test::shared_path("models/stories260K.gguf");
+  std::shared_ptr<Model> self(std::move(test::load_test_model(path.string(), 512).model));
+  ChatSession plain = session("You tell stories.");
+  ChatSession drafted = session("You tell stories.");
+  GenerationOptions draft = greedy(40, Strategy::Draft);
+  draft.decoding.draft_model = self;
+  draft.decoding.draft_n = 4;
+  for (const char* text : {"Once upon a time", "Tell me about the dog", "And then?"}) {
+    const ChatTurnResult want = plain.turn(text, greedy(40));
+    const ChatTurnResult got = drafted.turn(text, draft);
+    EXPECT_EQ(got.reply, want.reply) << text;
+    const int32_t n = static_cast<int32_t>(got.generation.ids.size());
+    EXPECT_EQ(got.generation.n_steps, 1 + (n - 1 + 4) / 5) << text << ": every draft accepted";
+  }
+}
+
 TEST_F(ChatSessionOnStories, StopFlagEndsTheReplyWhichStaysInTheConversation) {
   ChatSession chat = session();
   int tokens = 0;

@@ -144,7 +144,7 @@ int run_chat(ChatArgs& args) {
 
   OpenedModel m = open_model(args.open);
   attach_corpus(args.decoding, m.tokenizer->vocab());
-  open_draft_model(args.decoding, args.open, *m.model, m.tokenizer->vocab());
+  open_draft_model(args.decoding, args.open, *m.model, m.tokenizer->vocab(), scoring_uses_draft_model(args.decoding, args.kv));
   if (!m.chat.note.empty())
     std::fprintf(stderr, "fafo: warning: %s: %s. Choose the model's format with --chat-template NAME (%s)\n",
                  args.open.path.c_str(), m.chat.note.c_str(), builtin_chat_template_list().c_str());

@@ -198,20 +198,22 @@ void Engine::begin_chat(const ResolvedChatTemplate& chat_template, const std::st
   }
 }
 
-void Engine::attach_corpus(DecodingOptions& decoding) {
+void Engine::attach_sources(GenerationOptions& options) {
+  DecodingOptions& decoding = options.decoding;
   // The index opened for an earlier run is kept: opening checks every entry.
   if (corpus_ && decoding.corpus_path == corpus_->path()) decoding.corpus = corpus_;
   fafo::attach_corpus(decoding, model_->tokenizer->vocab());
   corpus_ = decoding.corpus;
   // The draft model too, while its file, backend and device stay the same.
-  const std::string draft_key = decoding.strategy == Strategy::Draft
+  const bool needed = scoring_uses_draft_model(options);
+  const std::string draft_key = decoding.strategy == Strategy::Draft || needed
                                     ? decoding.draft_model_path + "|" + decoding.draft_backend + "|" + decoding.draft_device
                                     : "";
   if (draft_key.empty()) {
     draft_.reset();
   } else if (!draft_ || draft_key != draft_key_) {
     draft_.reset();
-    fafo::open_draft_model(decoding, open_options_, *model_->model, model_->tokenizer->vocab());
+    fafo::open_draft_model(decoding, open_options_, *model_->model, model_->tokenizer->vocab(), needed);
     draft_ = decoding.draft_model;
     draft_key_ = draft_key;
   }
@@ -227,7 +229,7 @@ void Engine::chat_turn(const std::string& text, GenerationOptions options) {
   });
   gate_.begin(0);
   options.on_step = [this](const StepTrace& t) { gate_.on_step(t); };
-  attach_corpus(options.decoding);
+  attach_sources(options);
   const ChatTurnResult r = chat_->turn(
       text, options, [this](const std::string& piece) { update([&](EngineView& v) { v.streaming += piece; }); },
       [this] { return should_stop(); });
@@ -244,7 +246,7 @@ void Engine::prompt_run(const std::string& prompt, GenerationOptions options, in
   gate_.begin(max_steps);
   options.on_step = [this](const StepTrace& t) { gate_.on_step(t); };
   options.keep_context = false;
-  attach_corpus(options.decoding);
+  attach_sources(options);
   const std::vector<int32_t> ids = model_->tokenizer->encode(prompt, true);
   const GenerationResult r =
       generate(*model_->model, *model_->tokenizer, ids, options, [this](int32_t) { return !should_stop(); });

@@ -105,9 +105,9 @@ class Engine {
   void load(const OpenOptions& options, const std::string& system);
   void start_chat(const ChatSetup& setup);
   void begin_chat(const ResolvedChatTemplate& chat_template, const std::string& system);
-  // Opens decoding.corpus_path and, for strategy draft, the draft model (each kept from
-  // an earlier run while it is the same).
-  void attach_corpus(DecodingOptions& decoding);
+  // Opens decoding.corpus_path and, for strategy draft or SpecKV/SpecPC, the draft model
+  // (each kept from an earlier run while it is the same).
+  void attach_sources(GenerationOptions& options);
   void chat_turn(const std::string& text, GenerationOptions options);
   void prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps);
   bool should_stop() const { return quitting_.load() || gate_.should_stop(); }

@@ -27,6 +27,10 @@ struct GenerationOptions {
   // false: start from an empty context. true: append the prompt after what the model
   // already holds (multi-turn chat: only the new tokens are prefilled).
   bool keep_context = false;
+  // With keep_context: the tokens the model holds already (empty, or exactly n_past()
+  // of them). The drafter, the candidate pool and --pool-from-prompt then read the
+  // whole conversation, not only the new prompt.
+  std::vector<int32_t> context_ids;
   DecodingOptions decoding;      // strategy (ar, jacobi, lookahead, fafo) and its parameters
   KvPolicyOptions kv;            // fafo: the compression policy of the fumble rows' region
   // Lossy modes, off by default; each is named in GenerationResult::lossy when on.
@@ -121,8 +125,10 @@ std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_
 std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
                                   Model* draft, int32_t chunk);
 
-// Whether `options` need decoding.draft_model besides strategy draft: SpecKV's lookahead
-// (kv policy speckv, for FAFO's region or kv_drop) or SpecPC.
+// Whether these options need decoding.draft_model besides strategy draft: SpecKV's
+// lookahead (kv policy speckv, for FAFO's region or kv_drop) or SpecPC.
+bool scoring_uses_draft_model(const DecodingOptions& decoding, const KvPolicyOptions& kv, bool kv_drop = false,
+                              bool prompt_compress = false);
 bool scoring_uses_draft_model(const GenerationOptions& options);
 
 }  // namespace fafo

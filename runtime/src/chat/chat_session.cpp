@@ -111,6 +111,11 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
 
   GenerationOptions g = options;
   g.keep_context = true;
+  for (const CachedPiece& piece : pieces_) {  // what the cache holds: the first `reused` ids
+    if (g.context_ids.size() >= static_cast<size_t>(prefill.reused)) break;
+    g.context_ids.insert(g.context_ids.end(), piece.ids.begin(), piece.ids.end());
+  }
+  g.context_ids.resize(static_cast<size_t>(prefill.reused));
   ChatReplyText reply(turn_end_);
   bool stopped = false;
   auto show = [&](const std::string& text) {

@@ -81,10 +81,13 @@ std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prom
   return logits;
 }
 
+bool scoring_uses_draft_model(const DecodingOptions& d, const KvPolicyOptions& kv, bool kv_drop, bool prompt_compress) {
+  return prompt_compress ||
+         (kv.name == "speckv" && (kv_drop || d.strategy == Strategy::Fafo || d.strategy == Strategy::Auto));
+}
+
 bool scoring_uses_draft_model(const GenerationOptions& o) {
-  const Strategy s = o.decoding.strategy;
-  return o.prompt_compress.enabled() ||
-         (o.kv.name == "speckv" && (o.kv_drop || s == Strategy::Fafo || s == Strategy::Auto));
+  return scoring_uses_draft_model(o.decoding, o.kv, o.kv_drop, o.prompt_compress.enabled());
 }
 
 namespace {
@@ -263,6 +266,10 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
                                     : "the speckv KV policy needs a draft model for its lookahead tokens (--draft-model FILE, or self)");
   options.prompt_compress.validate();
   if (!options.keep_context) model.truncate(0);
+  if (options.keep_context && !options.context_ids.empty() &&
+      options.context_ids.size() != static_cast<size_t>(model.n_past()))
+    throw std::invalid_argument("context_ids has " + std::to_string(options.context_ids.size()) +
+                                " tokens but the model holds " + std::to_string(model.n_past()));
   GenerationResult result;
   result.prompt_tokens_given = static_cast<int32_t>(prompt.size());
   result.prompt_ids = options.prompt_compress.enabled()
@@ -321,15 +328,18 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   if (options.n_predict == 0) return result;
 
+  // The text the pool and the drafter read (the conversation so far, ending with the
+  // input token).
+  std::vector<int32_t> history = options.keep_context ? options.context_ids : std::vector<int32_t>{};
+  history.insert(history.end(), text.begin(), text.end());
   // The strategy's state; with auto, plain decoding's, and each candidate's own state
   // (window, pool), made when first chosen.
   DecodingOptions plain = dec;
   if (dec.strategy == Strategy::Auto) plain.strategy = Strategy::Ar;
-  StrategyState state(plain, text);
+  StrategyState state(plain, history);
   state.set_sampling(sampler, options.sampling.seed);
   std::vector<std::unique_ptr<StrategyState>> candidate_states(controller ? controller->candidates().size() : 0);
   TraceRecorder trace(options.on_step, plain, model, state);
-  std::vector<int32_t> history = text;  // the text the pool is searched with (ends with the input token)
   TokenSink sink{options, tokenizer, on_token, result, history, std::nullopt};
 
   const int32_t n_vocab = model.config().n_vocab;
