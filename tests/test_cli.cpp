@@ -276,6 +276,14 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   EXPECT_DOUBLE_EQ(j["strategies"][0]["tau"].get<double>(), 1.0);
   EXPECT_EQ(j["strategies"][1]["strategy"], "auto");
   EXPECT_GT(j["strategies"][3]["tau"].get<double>(), 1.0);  // lookahead accepted guesses
+  // A draft column opens the draft model.
+  const Outcome d = run_fafo("bench -m " + quote(model) + " --pp 0 --tg 0 --curve '' --prompts " + quote(dir / "p.jsonl") +
+                             " -n 40 --strategies ar,draft --draft-model self --json");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const auto dj = nlohmann::json::parse(d.out.substr(d.out.find("\n{") + 1));
+  ASSERT_EQ(dj["strategies"].size(), 2u);
+  EXPECT_EQ(dj["strategies"][1]["ids_equal_ar"], 2);
+  EXPECT_GT(dj["strategies"][1]["tau"].get<double>(), 4.0);
 }
 
 TEST(Cli, BenchDevicesPutsBackendsSideBySideAndWritesTheReport) {

@@ -148,6 +148,42 @@ TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
   }
 }
 
+// A small tree (--draft-alternatives): the drafter's next most likely first tokens are
+// verified beside its chain; the output stays plain decoding's, greedy and sampled, and
+// some steps are won by an alternative the chain missed.
+TEST(DraftDecoding, AlternativeFirstTokensKeepTheOutputAndWinSomeSteps) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  OpenedModel m = open_model(stories_options(model_path.string()));
+  DecodingOptions d;
+  d.strategy = Strategy::Draft;
+  d.draft_model_path = "self";
+  open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  for (float temperature : {0.0f, 0.8f}) {
+    GenerationOptions o;
+    o.n_predict = 120;
+    o.stop_at_end_of_generation = false;
+    o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, 7};
+    const auto prompt = m.tokenizer->encode("Lily and Tom went to the park. They", true);
+    const auto plain = generate(*m.model, *m.tokenizer, prompt, o);
+    o.decoding = d;
+    o.decoding.draft_kv_policy = "stream";  // a drafter that misses now and then
+    o.decoding.draft_kv_budget = 6;
+    o.decoding.draft_alternatives = 3;
+    int alternative_wins = 0;
+    o.on_step = [&](const StepTrace& t) {
+      ASSERT_LE(t.candidates.size(), 4u);
+      for (size_t c = 1; c < t.candidates.size(); ++c) {
+        EXPECT_EQ(t.candidates[c].tokens.size(), 1u);
+        EXPECT_NE(t.candidates[c].tokens[0], t.candidates[0].tokens[0]);
+        alternative_wins += t.candidates[c].match_length == 1 && t.candidates[0].match_length == 0;
+      }
+    };
+    const auto r = generate(*m.model, *m.tokenizer, prompt, o);
+    EXPECT_EQ(r.ids, plain.ids) << "temperature " << temperature;
+    EXPECT_GT(alternative_wins, 0) << "temperature " << temperature;
+  }
+}
+
 // A prompt longer than one step holds: the drafter catches up in pieces.
 TEST(DraftDecoding, ALongPromptIsFedInPieces) {
   const std::string path = random_model("draft-long", 300, 2048);

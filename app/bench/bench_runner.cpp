@@ -208,7 +208,10 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   const ModelConfig& c = model.config();
   BenchConfig config = config_in;
   attach_corpus(config.decoding, m.tokenizer->vocab());
-  open_draft_model(config.decoding, open, model, m.tokenizer->vocab(), scoring_uses_draft_model(config.decoding, config.kv));
+  // Any column of strategy draft (the first strategy is ar) needs the draft model.
+  const bool drafts = std::find(config.strategies.begin(), config.strategies.end(), "draft") != config.strategies.end();
+  open_draft_model(config.decoding, open, model, m.tokenizer->vocab(),
+                   drafts || scoring_uses_draft_model(config.decoding, config.kv));
   DeviceResult result;
   result.backend = model.backend().name();
   result.description = model.backend().description();

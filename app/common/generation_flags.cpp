@@ -46,6 +46,10 @@ void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) 
                   "self (the target's own file, opened again with a cache of its own)");
   cmd->add_option("--draft-n", d.draft_n, "--strategy draft: tokens drafted per step")->capture_default_str()
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--draft-alternatives", d.draft_alternatives,
+                  "--strategy draft: a small tree: this many of the draft model's next most likely first tokens are "
+                  "verified beside its chain, one token each")
+      ->capture_default_str()->check(CLI::Range(0, 15));
   cmd->add_option("--draft-backend", d.draft_backend, "--strategy draft: the draft model's backend (default: the target's)");
   cmd->add_option("--draft-device", d.draft_device, "--strategy draft: the draft model's device (default: the target's)");
   cmd->add_option("--draft-kv-policy", d.draft_kv_policy,

@@ -67,6 +67,10 @@ struct DecodingOptions {
   // whole cache) of draft_kv_budget entries. The target always reads its whole cache.
   std::string draft_kv_policy;
   int32_t draft_kv_budget = 256;
+  // A small tree of drafts: besides the chain, the draft model's next most likely
+  // draft_alternatives first tokens are verified in the same step, one token each
+  // (--draft-alternatives; 0: the chain alone).
+  int32_t draft_alternatives = 0;
   uint64_t seed = 0xFAF0;         // window initialisation from prompt tokens
   // StepTrace::pool_snapshot holds this many keys of the pool (0 or less: none): the
   // ones this step's candidates came from, then the most recently used. Copied only

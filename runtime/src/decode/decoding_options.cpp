@@ -61,6 +61,7 @@ void DecodingOptions::validate() const {
   check(strategy != Strategy::Corpus || guesses >= 1, "--strategy corpus needs --guesses of at least 1");
   check(draft_n >= 1 && draft_n <= 64, "--draft-n must be in 1..64");
   check(draft_kv_budget >= 1, "--draft-kv-budget must be at least 1");
+  check(draft_alternatives >= 0 && draft_alternatives <= 15, "--draft-alternatives must be in 0..15");
   check(draft_kv_policy.empty() || draft_kv_policy == "full" || draft_kv_policy == "stream" || draft_kv_policy == "quest" ||
             draft_kv_policy == "snapkv" || draft_kv_policy == "chunks",
         "--draft-kv-policy must be full, stream, quest, snapkv or chunks");

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "fafo/top_k.h"
+
 namespace fafo {
 
 Drafter::Drafter(Model& draft, std::unique_ptr<KvPolicy> policy) : model_(draft), sparse_(policy != nullptr) {
@@ -20,17 +22,39 @@ StepBatch Drafter::batch(const std::vector<int32_t>& tokens) const {
   return b;
 }
 
-int32_t Drafter::pick(StepBatch& batch, int64_t index, const Sampler& sampler, uint64_t seed) {
-  if (sampler.greedy()) return model_.forward_argmax(batch).back();
-  const std::vector<float> logits = model_.forward(batch);
+int32_t Drafter::pick(StepBatch& batch, int64_t index, const Sampler& sampler, uint64_t seed, int32_t n_alternatives,
+                      std::vector<int32_t>* alternatives) {
   const int32_t n_vocab = model_.config().n_vocab;
+  const bool alt = alternatives && n_alternatives > 0;
+  if (alt) alternatives->clear();
+  if (sampler.greedy() && !alt) return model_.forward_argmax(batch).back();
+  if (sampler.greedy() && n_alternatives < kMaxTopK) {
+    const TopK top = model_.forward_top_k(batch, n_alternatives + 1);
+    const int32_t* ids = top.row_ids(top.rows() - 1);
+    alternatives->assign(ids + 1, ids + top.k);
+    return ids[0];
+  }
+  const std::vector<float> logits = model_.forward(batch);
   const std::vector<float> row(logits.end() - n_vocab, logits.end());
-  return draw_token(sampler.distribution(row.data(), n_vocab), position_uniform(seed, index));
+  const int32_t chosen = sampler.greedy() ? argmax(row.data(), n_vocab)
+                                          : draw_token(sampler.distribution(row.data(), n_vocab), position_uniform(seed, index));
+  if (alt) {
+    std::vector<int32_t> order(static_cast<size_t>(n_vocab));
+    for (int32_t i = 0; i < n_vocab; ++i) order[static_cast<size_t>(i)] = i;
+    const size_t k = std::min<size_t>(order.size(), static_cast<size_t>(n_alternatives) + 1);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                      [&](int32_t a, int32_t b) { return row[static_cast<size_t>(a)] > row[static_cast<size_t>(b)] || (row[static_cast<size_t>(a)] == row[static_cast<size_t>(b)] && a < b); });
+    for (size_t i = 0; i < k && static_cast<int32_t>(alternatives->size()) < n_alternatives; ++i)
+      if (order[i] != chosen) alternatives->push_back(order[i]);
+  }
+  return chosen;
 }
 
 std::vector<int32_t> Drafter::draft(const std::vector<int32_t>& text, int32_t n, int64_t first_index,
-                                    const Sampler& sampler, uint64_t seed) {
+                                    const Sampler& sampler, uint64_t seed, int32_t n_alternatives,
+                                    std::vector<int32_t>* alternatives) {
   std::vector<int32_t> out;
+  if (alternatives) alternatives->clear();
   if (text.empty() || n <= 0) return out;
   // Keep the cached prefix the text confirms; at least the last token is fed again, for
   // the logits after it.
@@ -49,7 +73,7 @@ std::vector<int32_t> Drafter::draft(const std::vector<int32_t>& text, int32_t n,
     const size_t end = std::min(text.size(), begin + kFeedChunk);
     StepBatch feed = batch(std::vector<int32_t>(text.begin() + static_cast<std::ptrdiff_t>(begin),
                                                 text.begin() + static_cast<std::ptrdiff_t>(end)));
-    if (end == text.size()) next = pick(feed, first_index, sampler, seed);
+    if (end == text.size()) next = pick(feed, first_index, sampler, seed, n_alternatives, alternatives);
     else model_.forward_argmax(feed);
     model_.commit(feed.size());
   }

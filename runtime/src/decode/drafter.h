@@ -29,11 +29,16 @@ class Drafter {
   // The next n tokens after `text` (prompt and generated tokens so far); the first of
   // them has generation index `first_index`. Fewer when the draft model's context is
   // full. `sampler` greedy: argmax; else drawn with position_uniform(seed, index).
+  // With `alternatives`: the n_alternatives first tokens the draft model finds most likely
+  // after the one it drafted (a small tree: each is verified as a chain of one token).
   std::vector<int32_t> draft(const std::vector<int32_t>& text, int32_t n, int64_t first_index, const Sampler& sampler,
-                             uint64_t seed);
+                             uint64_t seed, int32_t n_alternatives = 0, std::vector<int32_t>* alternatives = nullptr);
 
  private:
-  int32_t pick(StepBatch& batch, int64_t index, const Sampler& sampler, uint64_t seed);
+  // The token drawn (greedy: the argmax) from the batch's last logit row; with
+  // `alternatives`, also the n_alternatives next most likely other tokens of that row.
+  int32_t pick(StepBatch& batch, int64_t index, const Sampler& sampler, uint64_t seed, int32_t n_alternatives = 0,
+               std::vector<int32_t>* alternatives = nullptr);
   // A causal batch of `tokens` after the draft model's context; its rows read only the
   // region once the drafter is sparse and past the prompt.
   StepBatch batch(const std::vector<int32_t>& tokens) const;

@@ -39,16 +39,19 @@ void StrategyState::build(StepLayout& layout, const std::vector<int32_t>& histor
   }
   if (drafter_) {
     const int64_t first_index = static_cast<int64_t>(history.size() - prompt_size_);  // the input's successor
-    std::vector<int32_t> drafted;
+    std::vector<int32_t> drafted, alternatives;
     try {
-      drafted = drafter_->draft(history, o_.draft_n, first_index, *sampler_, seed_);
+      drafted = drafter_->draft(history, o_.draft_n, first_index, *sampler_, seed_, o_.draft_alternatives, &alternatives);
     } catch (const std::runtime_error&) {
       // A broken draft model (NaN logits, nothing to draw): this step verifies nothing,
       // the target goes on alone.
+      drafted.clear();
+      alternatives.clear();
     }
-    retrieved_ = {{std::move(drafted), 0, -1, -1, CandidateSource::Draft}};
-    if (!retrieved_[0].ngram.empty()) layout.add_chain(retrieved_[0].ngram);
-    else retrieved_.clear();
+    retrieved_.clear();
+    if (!drafted.empty()) retrieved_.push_back({std::move(drafted), 0, -1, -1, CandidateSource::Draft});
+    for (int32_t t : alternatives) retrieved_.push_back({{t}, 0, -1, -1, CandidateSource::Draft});
+    for (const RetrievedCandidate& c : retrieved_) layout.add_chain(c.ngram);
     return;
   }
   if (!uses_window() && o_.strategy != Strategy::Corpus) return;
