@@ -488,6 +488,44 @@ TEST(JinjaErrors, RuntimeErrorsAsJinja2RaisesThem) {
   }
 }
 
+// Integer arithmetic at the int64 edges: Jinja2's result wherever it fits in 64 bits
+// (its integers are unbounded), a Limit error naming the operation where it does not;
+// never a wrapped value or undefined behaviour.
+TEST(JinjaIntegers, ResultsAtTheInt64EdgesAreJinja2sOrAClearError) {
+  const std::string max = "9223372036854775807", min = "(-9223372036854775807 - 1)";
+  const std::vector<std::pair<std::string, std::string>> fits = {
+      {"{{ " + max + " - 1 + 1 }}", max},
+      {"{{ " + min + " }}", "-9223372036854775808"},
+      {"{{ " + min + " + " + max + " }}", "-1"},
+      {"{{ " + min + " // 2 }}", "-4611686018427387904"},
+      {"{{ " + min + " % -1 }}", "0"},
+      {"{{ " + min + " % 7 }}", "6"},
+      {"{{ -7 // 2 }} {{ -7 % 2 }} {{ 7 % -2 }}", "-4 1 -1"},
+      {"{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ (-1) ** 65 }} {{ 1 ** 1000 }} {{ 0 ** 0 }}",
+       "4611686018427387904 -9223372036854775808 -1 1 1"},
+      {"{{ 3037000499 * 3037000499 }}", "9223372030926249001"},
+  };
+  for (size_t i = 0; i < fits.size(); ++i) EXPECT_EQ(render(fits[i].first), fits[i].second) << fits[i].first;
+  EXPECT_EQ(render("{% for i in range(" + max + " - 2, " + max + ", 5) %}{{ i }};{% endfor %}"), "9223372036854775805;");
+  EXPECT_EQ(render("{% for i in range(" + min + " + 2, " + min + ", -5) %}{{ i }};{% endfor %}"), "-9223372036854775806;");
+  EXPECT_EQ(render("{{ [1, 2, 3][1::" + max + "] }}"), "[2]");
+  EXPECT_EQ(render("{{ '9223372036854775807' | int }} {{ 1e300 | int(5) if false else 2.5 | int }}"), max + " 2");
+  for (const std::string& overflow : std::vector<std::string>{
+           "{{ " + max + " + 1 }}", "{{ " + min + " - 1 }}", "{{ " + max + " * 2 }}", "{{ 3037000500 * 3037000500 }}",
+        "{{ -" + min + " }}", "{{ " + min + " // -1 }}", "{{ 2 ** 63 }}", "{{ 3 ** 1000 }}", "{{ (" + min + ") | abs }}",
+        "{{ '9223372036854775808' | int }}", "{{ 1e300 | int }}", "{{ [" + max + ", 1] | sum }}",
+        "{{ 99999999999999999999 }}", "{{ x }}"}) {
+    const nlohmann::ordered_json extra = {{"x", static_cast<uint64_t>(1) << 63}};
+    const ChatTemplateError e = render_error(overflow, extra);
+    EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Limit) << overflow << ": " << e.what();
+    EXPECT_CONTAINS(e.what(), "does not fit in 64 bits");
+  }
+  EXPECT_EQ(render("{{ (0.0 / 0.0 if false else 'nan') | float | int(7) }}"), "7");
+  EXPECT_EQ(render_error("{{ 'a' | indent(100000000) }}").kind(), ChatTemplateError::Kind::Limit);
+  EXPECT_EQ(render_error("{{ 'a' | indent([1]) }}").kind(), ChatTemplateError::Kind::Type);
+  EXPECT_EQ(render_error("{{ {} | tojson(indent=100000000) }}").kind(), ChatTemplateError::Kind::Limit);
+}
+
 TEST(JinjaErrors, UndefinedValuesAreQuietUntilUsed) {
   // Printing, iterating, testing and defaulting an undefined value is fine in Jinja2.
   EXPECT_EQ(render("[{{ x }}]{% for i in x %}{{ i }}{% endfor %}{{ x is defined }}{{ x | length }}{{ x | default('d') }}"

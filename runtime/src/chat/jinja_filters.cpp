@@ -3,6 +3,8 @@
 // keys in insertion order).
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +18,7 @@ namespace {
 
 using Kind = ChatTemplateError::Kind;
 using Filter = Value (*)(const Value& v, CallArgs& args);
+constexpr int64_t kMaxIndent = 1 << 16;  // indent / tojson widths (a bigger one is a template error)
 
 bool flag(const CallArgs& a, size_t index, std::string_view name, bool fallback) {
   const Value* v = a.get(index, name);
@@ -38,7 +41,10 @@ Value lookup_path(const Value& item, const std::string& path) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
-      cur = get_item(cur, Value::integer(std::stoll(part)));
+      int64_t index = 0;
+      if (std::from_chars(part.data(), part.data() + part.size(), index).ec != std::errc())
+        fail_overflow("the index " + part);
+      cur = get_item(cur, Value::integer(index));
     } else if (cur.is_dict() && !cur.is_namespace() && cur.as_dict().find(std::string_view(part))) {
       cur = *cur.as_dict().find(std::string_view(part));
     } else {
@@ -73,7 +79,7 @@ Value sort_key(const Value& v, bool case_sensitive) {
 Value f_abs(const Value& v, CallArgs&) {
   if (v.is_undefined()) fail_undefined(v);
   if (v.is_float()) return Value::number(std::fabs(v.as_double()));
-  if (v.is_int() || v.is_bool()) return Value::integer(std::llabs(v.as_int()));
+  if (v.is_int() || v.is_bool()) return Value::integer(v.as_int() < 0 ? checked_neg(v.as_int()) : v.as_int());
   fail_type("bad operand type for abs(): '" + type_name(v) + "'");
 }
 
@@ -148,15 +154,26 @@ Value f_int(const Value& v, CallArgs& a) {
   const Value* base_v = arg(a, 1, "base");
   const int base = base_v && base_v->is_int() ? static_cast<int>(base_v->as_int()) : 10;
   if (v.is_undefined()) fail_undefined(v);
-  if (v.is_float()) return Value::integer(static_cast<int64_t>(v.as_double()));
+  // A float truncated toward zero (NaN: the default, as Jinja2's ValueError; too large
+  // for 64 bits: an overflow error).
+  auto from_float = [&](double d) {
+    if (std::isnan(d)) return fallback ? *fallback : Value::integer(0);
+    if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) fail_overflow("int(" + to_str(Value::number(d)) + ")");
+    return Value::integer(static_cast<int64_t>(d));
+  };
+  if (v.is_float()) return from_float(v.as_double());
   if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
   if (v.is_string()) {
     const std::string s = strip(v.as_string(), "", true, true);
     char* end = nullptr;
+    errno = 0;
     const long long i = std::strtoll(s.c_str(), &end, base);
-    if (!s.empty() && end == s.c_str() + s.size()) return Value::integer(i);
+    if (!s.empty() && end == s.c_str() + s.size()) {
+      if (errno == ERANGE) fail_overflow("int('" + s + "')");
+      return Value::integer(i);
+    }
     const double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && end == s.c_str() + s.size()) return Value::integer(static_cast<int64_t>(d));
+    if (!s.empty() && end == s.c_str() + s.size()) return from_float(d);
   }
   return fallback ? *fallback : Value::integer(0);
 }
@@ -373,6 +390,7 @@ Value f_tojson(const Value& v, CallArgs& a) {
   JsonFormat format;
   if (const Value* indent = arg(a, 0, "indent"); indent && !indent->is_none()) {
     if (!indent->is_int()) fail_type("tojson indent must be an integer");
+    if (indent->as_int() > kMaxIndent) fail(Kind::Limit, "tojson indent is limited to " + std::to_string(kMaxIndent));
     format.indent = static_cast<int>(std::max<int64_t>(0, indent->as_int()));
   }
   format.sort_keys = flag(a, 99, "sort_keys", false);
@@ -415,6 +433,10 @@ Value f_wordcount(const Value& v, CallArgs&) {
 Value f_indent(const Value& v, CallArgs& a) {
   a.expect_at_most("indent", 3, {"width", "first", "blank"});
   const Value* width = arg(a, 0, "width");
+  if (width && !width->is_string() && !width->is_int() && !width->is_bool())
+    fail_type("indent width must be an integer or a string, not " + type_name(*width));
+  if (width && !width->is_string() && width->as_int() > kMaxIndent)
+    fail(Kind::Limit, "indent width is limited to " + std::to_string(kMaxIndent));
   const std::string indentation = !width ? std::string(4, ' ')
                                   : width->is_string() ? width->as_string()
                                                        : std::string(static_cast<size_t>(std::max<int64_t>(0, width->as_int())), ' ');

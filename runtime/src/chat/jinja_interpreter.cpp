@@ -48,9 +48,10 @@ Value range_function(CallArgs& a) {
   const int64_t step = bounds.size() > 2 ? bounds[2] : 1;
   if (step == 0) fail_type("range() arg 3 must not be zero");
   std::vector<Value> out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (out.size() >= 1000000) fail(Kind::Limit, "range() is limited to 1e6 items");
     out.push_back(Value::integer(i));
+    if (__builtin_add_overflow(i, step, &i)) break;  // past any bound
   }
   return Value::list(std::move(out));
 }
@@ -352,7 +353,7 @@ class Interpreter {
         if (v.is_undefined()) fail_undefined(v);
         if (!v.is_number()) fail_type("bad operand type for unary " + std::string(e.kind == Expr::Kind::Negate ? "-" : "+") + ": '" + type_name(v) + "'");
         if (e.kind == Expr::Kind::Plus) return v.is_bool() ? Value::integer(v.as_int()) : v;
-        return v.is_float() ? Value::number(-v.as_double()) : Value::integer(-v.as_int());
+        return v.is_float() ? Value::number(-v.as_double()) : Value::integer(checked_neg(v.as_int()));
       }
       case Expr::Kind::And: {
         Value a = eval(*e.operands[0], scope);

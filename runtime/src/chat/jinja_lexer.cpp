@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 
 #include "fafo/chat_template.h"
@@ -203,7 +204,10 @@ class Lexer {
     if (is_float) {
       t.float_value = std::strtod(text.c_str(), nullptr);
     } else {
+      errno = 0;
       t.int_value = std::strtoll(text.c_str(), nullptr, 10);
+      if (errno == ERANGE)
+        throw ChatTemplateError(Kind::Limit, "the integer " + text + " does not fit in 64 bits", line_);
     }
     tokens_.push_back(std::move(t));
     advance_to(end);

@@ -409,7 +409,11 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer: return Value::integer(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned: return Value::integer(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      const uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) fail_overflow("the integer " + std::to_string(u));
+      return Value::integer(static_cast<int64_t>(u));
+    }
     case nlohmann::ordered_json::value_t::number_float: return Value::number(j.get<double>());
     case nlohmann::ordered_json::value_t::string: return Value::string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
@@ -505,10 +509,62 @@ bool contains(const Value& container, const Value& item) {
 
 // ---- arithmetic -------------------------------------------------------------------
 
+void fail_overflow(const std::string& what) {
+  fail(Kind::Limit, "integer overflow: " + what + " does not fit in 64 bits");
+}
+
+int64_t checked_add(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_add_overflow(x, y, &r)) fail_overflow(std::to_string(x) + " + " + std::to_string(y));
+  return r;
+}
+
+int64_t checked_sub(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_sub_overflow(x, y, &r)) fail_overflow(std::to_string(x) + " - " + std::to_string(y));
+  return r;
+}
+
+int64_t checked_mul(int64_t x, int64_t y) {
+  int64_t r;
+  if (__builtin_mul_overflow(x, y, &r)) fail_overflow(std::to_string(x) + " * " + std::to_string(y));
+  return r;
+}
+
+int64_t checked_neg(int64_t x) {
+  if (x == INT64_MIN) fail_overflow("-(" + std::to_string(x) + ")");
+  return -x;
+}
+
+// Python's a // b (b != 0); INT64_MIN // -1 overflows.
 static int64_t floor_div(int64_t a, int64_t b) {
+  if (b == -1) return checked_neg(a);
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
+}
+
+// Python's a % b (b != 0): the sign of b.
+static int64_t floor_mod(int64_t a, int64_t b) {
+  if (b == -1) return 0;
+  const int64_t m = a % b;
+  return m != 0 && ((m < 0) != (b < 0)) ? m + b : m;
+}
+
+// Python's a ** b for b >= 0, by squaring.
+static int64_t int_power(int64_t a, int64_t b) {
+  if (a == 0 || a == 1) return b == 0 ? 1 : a;
+  if (a == -1) return b % 2 ? -1 : 1;
+  int64_t result = 1, base = a;
+  for (int64_t e = b;;) {
+    if (e & 1) {
+      if (__builtin_mul_overflow(result, base, &result)) break;
+    }
+    e >>= 1;
+    if (e == 0) return result;
+    if (__builtin_mul_overflow(base, base, &base)) break;
+  }
+  fail_overflow(std::to_string(a) + " ** " + std::to_string(b));
 }
 
 static Value repeat(const Value& seq, int64_t times) {
@@ -562,11 +618,7 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     return Value::number(a.as_double() / b.as_double());
   }
   if (op == "**") {
-    if (!floating && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
-      return Value::integer(r);
-    }
+    if (!floating && b.as_int() >= 0) return Value::integer(int_power(a.as_int(), b.as_int()));
     return Value::number(std::pow(a.as_double(), b.as_double()));
   }
   if (floating) {
@@ -583,12 +635,12 @@ Value binary_op(std::string_view op, const Value& a, const Value& b) {
     }
   } else {
     const int64_t x = a.as_int(), y = b.as_int();
-    if (op == "+") return Value::integer(x + y);
-    if (op == "-") return Value::integer(x - y);
-    if (op == "*") return Value::integer(x * y);
+    if (op == "+") return Value::integer(checked_add(x, y));
+    if (op == "-") return Value::integer(checked_sub(x, y));
+    if (op == "*") return Value::integer(checked_mul(x, y));
     if (y == 0 && (op == "//" || op == "%")) fail_type("integer division or modulo by zero");
     if (op == "//") return Value::integer(floor_div(x, y));
-    if (op == "%") return Value::integer(x - floor_div(x, y) * y);
+    if (op == "%") return Value::integer(floor_mod(x, y));
   }
   return unsupported();
 }
@@ -698,7 +750,10 @@ Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
   const int64_t start = adjust(bound(start_v, "start"), step < 0 ? n - 1 : 0);
   const int64_t stop = adjust(bound(stop_v, "stop"), step < 0 ? -1 : n);
   std::vector<size_t> picked;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) picked.push_back(static_cast<size_t>(i));
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    picked.push_back(static_cast<size_t>(i));
+    if (__builtin_add_overflow(i, step, &i)) break;  // past any bound
+  }
   if (obj.is_string()) {
     std::string out;
     for (size_t i : picked) out += chars[i];

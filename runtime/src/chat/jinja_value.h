@@ -131,6 +131,14 @@ struct Function {
 [[noreturn]] void fail_type(std::string message);
 // Raises the UndefinedError an undefined value stands for.
 [[noreturn]] void fail_undefined(const Value& v);
+// A Limit error for an integer result that does not fit in 64 bits (Jinja2's integers
+// are unbounded): "integer overflow: WHAT does not fit in 64 bits".
+[[noreturn]] void fail_overflow(const std::string& what);
+// x + y, x - y, x * y and -x, or fail_overflow.
+int64_t checked_add(int64_t x, int64_t y);
+int64_t checked_sub(int64_t x, int64_t y);
+int64_t checked_mul(int64_t x, int64_t y);
+int64_t checked_neg(int64_t x);
 
 // ---- conversions ------------------------------------------------------------------
 
