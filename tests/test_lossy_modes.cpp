@@ -119,9 +119,15 @@ TEST(LossyModes, KvDropIsPlainDecodingOverWhatThePolicyKeeps) {
     EXPECT_EQ(automatic.ids, dropped.ids) << policy;
     EXPECT_EQ(automatic.n_steps, static_cast<int32_t>(automatic.ids.size()));
   }
+  // Dropping ends with its generation: the next one reads everything again.
+  EXPECT_EQ(f.run(ar).ids, plain.ids);
+  EXPECT_FALSE(f.m.model->kv_drop());
   GenerationOptions o;
   o.kv_drop = true;
   o.kv.name = "snapkv";
+  GenerationOptions chat = o;
+  chat.keep_context = true;
+  EXPECT_THROW(f.run(chat), std::invalid_argument);
   for (Strategy s : {Strategy::Fafo, Strategy::Lookahead, Strategy::Jacobi, Strategy::Draft}) {
     o.decoding.strategy = s;
     try {

@@ -103,11 +103,17 @@ TEST(Perplexity, LossyModesChangeItOnlyWhenTheyDropSomething) {
     d.kv_drop = true;
     d.kv.name = policy;
     d.kv.recent = 8;
-    d.kv.budget = 64;  // the whole first half
+    d.kv.budget = 128;  // the whole chunk: nothing is dropped
     const PerplexityResult keep_all = perplexity(*m.model, tokens, d);
     EXPECT_NEAR(keep_all.ppl, plain, plain * 1e-9) << policy;
     ASSERT_EQ(keep_all.lossy.size(), 1u);
-    EXPECT_EQ(keep_all.lossy[0], "kv-drop " + policy + " budget 64");
+    EXPECT_EQ(keep_all.lossy[0], "kv-drop " + policy + " budget 128");
+    // The second half is read as decoding reads it: with room for the first half only,
+    // its own tokens are dropped as they age past --recent.
+    d.kv.budget = 64;
+    EXPECT_NE(perplexity(*m.model, tokens, d).ppl, plain) << policy;
+    EXPECT_EQ(m.model->kv_policy(), nullptr);
+    EXPECT_FALSE(m.model->kv_drop());
     d.kv.budget = 12;
     EXPECT_NE(perplexity(*m.model, tokens, d).ppl, plain) << policy;
   }

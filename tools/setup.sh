@@ -23,8 +23,8 @@ packages=(
   nlohmann-json3-dev libcli11-dev libdivsufsort-dev
   # the cpu backend's SIMD kernels (Google Highway, dispatched at run time)
   libhwy-dev
-  # tests
-  libgtest-dev libgmock-dev googletest tmux
+  # tests; clang with its sanitizer and libFuzzer runtimes (tools/sanitize.sh, tools/fuzz.sh)
+  libgtest-dev libgmock-dev googletest tmux clang libclang-rt-14-dev
 )
 
 export DEBIAN_FRONTEND=noninteractive

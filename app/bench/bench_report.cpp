@@ -78,11 +78,14 @@ std::vector<Row> comparison_rows(const BenchReport& r) {
     if (d.pp_tokens > 0) pps[d.pp_tokens] = true;
     if (d.tg_tokens > 0) tgs[d.tg_tokens] = true;
   }
-  for (const auto& [n, _] : pps)
+  for (const auto& pp : pps) {
+    const int32_t n = pp.first;  // a plain variable: clang 14 cannot capture a structured binding
     row("pp" + std::to_string(n), "tokens/s", [&](const DeviceResult& d) {
       return d.pp_tokens == n ? format("%.2f ± %.2f", d.pp.mean, d.pp.sd) : std::string();
     });
-  for (const auto& [n, _] : tgs) {
+  }
+  for (const auto& tg : tgs) {
+    const int32_t n = tg.first;
     row("tg" + std::to_string(n), "tokens/s", [&](const DeviceResult& d) {
       return d.tg_tokens == n ? format("%.2f ± %.2f", d.tg.mean, d.tg.sd) : std::string();
     });

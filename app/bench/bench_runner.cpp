@@ -208,10 +208,15 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   const ModelConfig& c = model.config();
   BenchConfig config = config_in;
   attach_corpus(config.decoding, m.tokenizer->vocab());
-  // Any column of strategy draft (the first strategy is ar) needs the draft model.
-  const bool drafts = std::find(config.strategies.begin(), config.strategies.end(), "draft") != config.strategies.end();
-  open_draft_model(config.decoding, open, model, m.tokenizer->vocab(),
-                   drafts || scoring_uses_draft_model(config.decoding, config.kv));
+  // A column of strategy draft, or speckv's lookahead in a fafo or auto column (each
+  // column sets its own strategy), needs the draft model.
+  bool needs_draft = false;
+  for (const std::string& name : config.strategies) {
+    DecodingOptions column = config.decoding;
+    column.strategy = parse_strategy(name);
+    needs_draft |= column.strategy == Strategy::Draft || scoring_uses_draft_model(column, config.kv);
+  }
+  open_draft_model(config.decoding, open, model, m.tokenizer->vocab(), needs_draft);
   DeviceResult result;
   result.backend = model.backend().name();
   result.description = model.backend().description();

@@ -106,6 +106,8 @@ int run_generate(RunArgs& args) {
     return true;
   };
   const GenerationResult r = generate(*m.model, tok, prompt_ids, options, on_token);
+  // What ran: auto under --kv-drop is plain decoding.
+  const Strategy ran = args.kv_drop && args.decoding.strategy == Strategy::Auto ? Strategy::Ar : args.decoding.strategy;
 
   if (args.json) {
     nlohmann::json j;
@@ -124,7 +126,7 @@ int run_generate(RunArgs& args) {
     j["decode_s"] = r.decode_seconds;
     j["stop"] = stop_reason_name(r.stop);
     j["backend"] = m.model->backend().name();
-    j["strategy"] = strategy_name(args.decoding.strategy);
+    j["strategy"] = strategy_name(ran);
     j["accepted_histogram"] = r.accepted_histogram;
     j["pool"] = {{"keys", r.pool_keys}, {"ngrams", r.pool_ngrams}, {"lookups", r.pool_lookups}, {"hits", r.pool_hits},
                  {"hit_rate", r.pool_lookups ? static_cast<double>(r.pool_hits) / static_cast<double>(r.pool_lookups) : 0.0}};
@@ -133,12 +135,12 @@ int run_generate(RunArgs& args) {
       sources.push_back({{"source", y.source}, {"key_length", y.key_length}, {"verified", y.verified}, {"won", y.won},
                          {"accepted", y.accepted}});
     j["sources"] = sources;
-    if (args.decoding.strategy != Strategy::Ar)
+    if (ran != Strategy::Ar)
       j["params"] = {{"window", args.decoding.window}, {"ngram", args.decoding.ngram}, {"guesses", args.decoding.guesses},
                      {"lookback", args.decoding.lookback}};
     if (args.decoding.strategy == Strategy::Fafo)
       j["kv"] = {{"policy", args.kv.name}, {"budget", args.kv.budget}, {"swaps", m.model->kv_swaps()}};
-    if (args.decoding.strategy == Strategy::Auto) {
+    if (ran == Strategy::Auto) {
       nlohmann::json changes = nlohmann::json::array();
       for (const auto& [step, c] : r.auto_choices) changes.push_back({{"step", step}, {"candidate", r.auto_labels[static_cast<size_t>(c)]}});
       j["auto"] = {{"choices", changes}, {"summary", r.auto_summary},
@@ -153,8 +155,8 @@ int run_generate(RunArgs& args) {
                  "\nfafo: %zu tokens in %.3f s (%.1f tokens/s), prompt %zu tokens in %.3f s, %d steps (%.2f tokens/step, "
                  "%s), stop: %s\n",
                  r.ids.size(), r.decode_seconds, r.tokens_per_second(), r.prompt_ids.size(), r.prefill_seconds, r.n_steps,
-                 r.tokens_per_step(), strategy_name(args.decoding.strategy), stop_reason_name(r.stop));
-    if (args.decoding.strategy == Strategy::Auto)
+                 r.tokens_per_step(), strategy_name(ran), stop_reason_name(r.stop));
+    if (ran == Strategy::Auto)
       std::fprintf(stderr, "fafo: auto: %s; step costs %s\n", r.auto_summary.c_str(), r.step_costs.describe().c_str());
   }
   for (const std::string& lossy : r.lossy)

@@ -86,7 +86,7 @@ void add_lossy_flags(CLI::App* cmd, KvPolicyOptions& kv, bool& kv_drop, PromptCo
                   "(speckv)")
       ->check(CLI::IsMember({"speckv"}));
   cmd->add_option("--prompt-budget", pc.budget, "--prompt-compress: prompt tokens kept")->capture_default_str()
-      ->check(CLI::Range(1, 1 << 22));
+      ->check(CLI::Range(2, 1 << 22));
 }
 
 void add_reply_length_flag(CLI::App* cmd, int32_t& n_predict) {

@@ -33,7 +33,8 @@ struct GenerationOptions {
   std::vector<int32_t> context_ids;
   DecodingOptions decoding;      // strategy (ar, jacobi, lookahead, fafo) and its parameters
   KvPolicyOptions kv;            // fafo: the compression policy of the fumble rows' region
-  // Lossy modes, off by default; each is named in GenerationResult::lossy when on.
+  // Lossy modes, off by default; each is named in GenerationResult::lossy when on, and
+  // neither runs with keep_context.
   // kv_drop (--kv-drop): `kv` chooses the entries the target keeps and, after the prompt,
   // every row reads only those (plain decoding only: ar, or auto, which then runs ar).
   // prompt_compress (--prompt-compress speckv): SpecPC drops prompt tokens before the
@@ -120,10 +121,13 @@ std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_
 
 // Sets the model's KV policy (make_kv_policy(*kv), or none when kv is null; `drop`:
 // lossy dropping, Model::set_kv_policy), feeds `prompt` (for the speckv policy, after
-// `draft` predicts kv->lookahead tokens: prefill_with_lookahead) and tells the policy the
-// prompt is in. Returns the logits after the prompt.
+// `draft` predicts up to kv->lookahead tokens after `context` + `prompt`, as many as the
+// context has room for: prefill_with_lookahead) and tells the policy the prompt is in.
+// Returns the logits after the prompt.
 std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
-                                  Model* draft, int32_t chunk);
+                                  Model* draft, int32_t chunk, const std::vector<int32_t>& context = {});
+// "kv-drop NAME budget B": how --kv-drop is labelled (GenerationResult::lossy).
+std::string kv_drop_label(const KvPolicyOptions& kv);
 
 // Whether these options need decoding.draft_model besides strategy draft: SpecKV's
 // lookahead (kv policy speckv, for FAFO's region or kv_drop) or SpecPC.

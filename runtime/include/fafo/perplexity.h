@@ -6,8 +6,8 @@
 // standard error of that mean carried through exp.
 //
 // Lossy modes are measured with the chunk's first half as the prompt: it is prefilled
-// (SpecPC: after compressing it), then the second half is read in steps whose rows
-// (with --kv-drop) read only the entries the policy kept.
+// (SpecPC: after compressing it), then the second half is read (with --kv-drop: a token
+// a step, each reading only the entries the policy keeps, as decoding does).
 #pragma once
 
 #include <cstdint>

@@ -58,8 +58,13 @@ std::vector<int32_t> Drafter::draft(const std::vector<int32_t>& text, int32_t n,
   if (text.empty() || n <= 0) return out;
   // Keep the cached prefix the text confirms; at least the last token is fed again, for
   // the logits after it.
-  size_t keep = 0;
+  // The text only grows between calls (a generation's history), so what was text at the
+  // last call is known to match; the check starts there (from 0 if the text changed).
+  size_t keep = std::min({seen_text_, cached_.size(), text.size()});
+  if (keep > 0 && cached_[keep - 1] != text[keep - 1]) keep = 0;
   while (keep < cached_.size() && keep + 1 < text.size() && cached_[keep] == text[keep]) ++keep;
+  if (keep + 1 > text.size()) keep = text.size() - 1;  // the last token is always fed again
+  seen_text_ = text.size();
   model_.truncate(static_cast<int32_t>(keep));
   cached_.resize(keep);
   const int32_t room = model_.n_ctx() - static_cast<int32_t>(text.size());

@@ -47,6 +47,7 @@ class Drafter {
   bool sparse_ = false;
   bool prefilled_ = false;       // the first text was fed (with a policy: the prompt's end told)
   std::vector<int32_t> cached_;  // the tokens the draft model's KV cache holds, in order
+  size_t seen_text_ = 0;         // the text's length at the last draft()
 };
 
 }  // namespace fafo

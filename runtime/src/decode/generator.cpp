@@ -50,8 +50,10 @@ std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_
                                           const std::vector<int32_t>& lookahead, int32_t chunk) {
   if (lookahead.empty()) return prefill(model, tokens, chunk);
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
+  // The last step holds plain prefill's last piece where the lookahead fits beside it.
+  const size_t piece = static_cast<size_t>(std::max(chunk, 1));
   const size_t room = static_cast<size_t>(std::max<int32_t>(1, Model::kMaxStepTokens - static_cast<int32_t>(lookahead.size())));
-  const size_t tail = std::min({tokens.size(), static_cast<size_t>(std::max(chunk, 1)), room});
+  const size_t tail = std::min(tokens.size() - (tokens.size() - 1) / piece * piece, room);
   if (tail < tokens.size()) prefill(model, std::vector<int32_t>(tokens.begin(), tokens.end() - static_cast<std::ptrdiff_t>(tail)), chunk);
   // One causal step: the prompt's last `tail` tokens (logits after the last of them),
   // then the lookahead tokens; only the prompt's are kept.
@@ -69,12 +71,16 @@ std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_
 }
 
 std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
-                                  Model* draft, int32_t chunk) {
+                                  Model* draft, int32_t chunk, const std::vector<int32_t>& context) {
   model.set_kv_policy(kv ? make_kv_policy(*kv) : nullptr, drop);
-  std::vector<int32_t> lookahead;  // SpecKV: the draft model's greedy continuation of the prompt
+  std::vector<int32_t> lookahead;  // SpecKV: the draft model's greedy continuation of the text
   if (kv && kv->name == "speckv") {
     if (!draft) throw std::invalid_argument("the speckv KV policy needs a draft model for its lookahead tokens");
-    lookahead = Drafter(*draft).draft(prompt, kv->lookahead, 0, Sampler(SamplerOptions{}), 0);
+    std::vector<int32_t> text = context;
+    text.insert(text.end(), prompt.begin(), prompt.end());
+    // As many as the context has room for after the prompt.
+    const int32_t room = model.n_ctx() - model.n_past() - static_cast<int32_t>(prompt.size());
+    if (room > 0) lookahead = Drafter(*draft).draft(text, std::min(kv->lookahead, room), 0, Sampler(SamplerOptions{}), 0);
   }
   std::vector<float> logits = prefill_with_lookahead(model, prompt, lookahead, chunk);
   model.end_prefill();
@@ -85,6 +91,8 @@ bool scoring_uses_draft_model(const DecodingOptions& d, const KvPolicyOptions& k
   return prompt_compress ||
          (kv.name == "speckv" && (kv_drop || d.strategy == Strategy::Fafo || d.strategy == Strategy::Auto));
 }
+
+std::string kv_drop_label(const KvPolicyOptions& kv) { return "kv-drop " + kv.name + " budget " + std::to_string(kv.budget); }
 
 bool scoring_uses_draft_model(const GenerationOptions& o) {
   return scoring_uses_draft_model(o.decoding, o.kv, o.kv_drop, o.prompt_compress.enabled());
@@ -265,6 +273,10 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
                                     ? "--prompt-compress speckv needs a draft model (--draft-model FILE, or self)"
                                     : "the speckv KV policy needs a draft model for its lookahead tokens (--draft-model FILE, or self)");
   options.prompt_compress.validate();
+  if (options.keep_context && (options.kv_drop || options.prompt_compress.enabled()))
+    throw std::invalid_argument("--kv-drop and --prompt-compress read one prompt from an empty context, not a conversation "
+                                "(keep_context)");
+  if (model.kv_drop()) model.set_kv_policy(nullptr);  // an earlier generation's dropping ends here
   if (!options.keep_context) model.truncate(0);
   if (options.keep_context && !options.context_ids.empty() &&
       options.context_ids.size() != static_cast<size_t>(model.n_past()))
@@ -280,7 +292,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     result.lossy.push_back(options.prompt_compress.describe() + ": " + std::to_string(result.prompt_ids.size()) + " of " +
                            std::to_string(prompt.size()) + " prompt tokens kept");
   if (options.kv_drop)
-    result.lossy.push_back("kv-drop " + options.kv.name + " budget " + std::to_string(options.kv.budget));
+    result.lossy.push_back(kv_drop_label(options.kv));
   Sampler sampler(options.sampling);
   const bool use_top_k = !sampler.greedy() && options.sampling.top_k > 0 && options.sampling.top_k <= kMaxTopK &&
                          options.read_top_k_only;
@@ -322,8 +334,9 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
                       (controller->viable(static_cast<int32_t>(c)) || options.auto_options.rotate);
   const std::vector<int32_t>& text = result.prompt_ids;
   const Clock::time_point t0 = Clock::now();
-  const std::vector<float> logits = prefill_prompt(model, text, fafo_may_run || options.kv_drop ? &options.kv : nullptr,
-                                                   options.kv_drop, dec.draft_model.get(), options.prefill_chunk);
+  const std::vector<float> logits =
+      prefill_prompt(model, text, fafo_may_run || options.kv_drop ? &options.kv : nullptr, options.kv_drop,
+                     dec.draft_model.get(), options.prefill_chunk, options.keep_context ? options.context_ids : std::vector<int32_t>{});
   const Clock::time_point t1 = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   if (options.n_predict == 0) return result;

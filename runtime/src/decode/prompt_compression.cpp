@@ -13,8 +13,9 @@ namespace fafo {
 void PromptCompressOptions::validate() const {
   if (!method.empty() && method != "speckv")
     throw std::invalid_argument("unknown --prompt-compress method '" + method + "' (choose speckv)");
-  if (budget < 1) throw std::invalid_argument("--prompt-budget must be at least 1");
-  if (window < 1 || window >= StepBatch::kMaxTokens) throw std::invalid_argument("the SpecPC window must be in 1..1023");
+  if (budget < 2) throw std::invalid_argument("--prompt-budget must be at least 2 (the first and the last token are kept)");
+  if (window < 1 || window >= Model::kMaxStepTokens)
+    throw std::invalid_argument("the SpecPC window must be in 1.." + std::to_string(Model::kMaxStepTokens - 1));
   if (skip_layers < 0 || pool_kernel < 1) throw std::invalid_argument("SpecPC: skipped layers >= 0 and pooling kernel >= 1");
 }
 
@@ -47,10 +48,10 @@ class CaptureLastRows final : public KvPolicy {
 std::vector<double> draft_scores(Model& draft, const std::vector<int32_t>& prompt, int32_t w,
                                  const PromptCompressOptions& o, int32_t chunk) {
   const int32_t n = static_cast<int32_t>(prompt.size());
-  draft.set_kv_policy(std::make_unique<CaptureLastRows>(w + 1));
   const std::vector<float> logits = prefill(draft, prompt, chunk);
   const int32_t next = argmax(logits.data() + logits.size() - static_cast<size_t>(draft.config().n_vocab), draft.config().n_vocab);
   draft.truncate(n - w);
+  draft.set_kv_policy(std::make_unique<CaptureLastRows>(w + 1));
   std::vector<int32_t> tail(prompt.end() - w, prompt.end());
   tail.push_back(next);
   StepBatch step = StepBatch::causal(tail, draft.n_past());

@@ -1,10 +1,44 @@
 #include "fafo/step_trace_json.h"
 
+#include <limits>
+#include <stdexcept>
+
 namespace fafo {
 
 using nlohmann::json;
 
 namespace {
+
+// Checked readers: a number that is not an integer of the type's range is an error
+// (nlohmann's get<int> converts a float such as 1e300 with undefined behaviour).
+template <class T>
+T integer(const json& v) {
+  if (!v.is_number_integer()) throw std::invalid_argument("expected an integer, not " + v.dump());
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())
+                             : v.get<int64_t>() < std::numeric_limits<T>::min() || v.get<int64_t>() > std::numeric_limits<T>::max())
+    throw std::invalid_argument("the integer " + v.dump() + " is out of range");
+  return static_cast<T>(v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>());
+}
+
+std::vector<int32_t> ints(const json& v) {
+  if (!v.is_array()) throw std::invalid_argument("expected a list of integers, not " + v.dump());
+  std::vector<int32_t> out;
+  out.reserve(v.size());
+  for (const json& x : v) out.push_back(integer<int32_t>(x));
+  return out;
+}
+
+std::vector<std::vector<int32_t>> int_rows(const json& v) {
+  if (!v.is_array()) throw std::invalid_argument("expected a list of lists of integers, not " + v.dump());
+  std::vector<std::vector<int32_t>> out;
+  for (const json& row : v) out.push_back(ints(row));
+  return out;
+}
+
+// An optional integer field.
+int32_t integer_or(const json& obj, const char* key, int32_t fallback) {
+  return obj.contains(key) ? integer<int32_t>(obj.at(key)) : fallback;
+}
 
 json pool_snapshot_to_json(const std::vector<PoolKeySnapshot>& keys) {
   json out = json::array();
@@ -25,13 +59,13 @@ std::vector<PoolKeySnapshot> pool_snapshot_from_json(const json& j) {
   std::vector<PoolKeySnapshot> out;
   for (const json& k : j) {
     PoolKeySnapshot s;
-    s.key = k.at("key").get<std::vector<int32_t>>();
-    s.hits = k.at("hits").get<int64_t>();
-    s.age = k.at("age").get<int64_t>();
+    s.key = ints(k.at("key"));
+    s.hits = integer<int64_t>(k.at("hits"));
+    s.age = integer<int64_t>(k.at("age"));
     s.retrieved = k.value("retrieved", false);
     for (const json& n : k.at("ngrams"))
-      s.ngrams.push_back({n.at("tokens").get<std::vector<int32_t>>(), n.at("origin_step").get<int32_t>(),
-                          n.at("origin_column").get<int32_t>(), n.at("hits").get<int64_t>(), n.at("age").get<int64_t>()});
+      s.ngrams.push_back({ints(n.at("tokens")), integer<int32_t>(n.at("origin_step")),
+                          integer<int32_t>(n.at("origin_column")), integer<int64_t>(n.at("hits")), integer<int64_t>(n.at("age"))});
     out.push_back(std::move(s));
   }
   return out;
@@ -41,7 +75,7 @@ std::vector<PoolKeySnapshot> pool_snapshot_from_json(const json& j) {
 // pool's, by its origin.
 CandidateSource source_of(const json& c) {
   if (c.contains("source")) return parse_candidate_source(c.at("source").get<std::string>());
-  return c.at("origin_step").get<int32_t>() < 0 ? CandidateSource::Prompt : CandidateSource::Window;
+  return integer<int32_t>(c.at("origin_step")) < 0 ? CandidateSource::Prompt : CandidateSource::Window;
 }
 
 }  // namespace
@@ -87,39 +121,39 @@ json step_trace_to_json(const StepTrace& t) {
 
 StepTrace step_trace_from_json(const json& j) {
   StepTrace t;
-  t.step = j.at("step").get<int32_t>();
+  t.step = integer<int32_t>(j.at("step"));
   t.strategy = parse_strategy(j.at("strategy").get<std::string>());
   t.auto_choice = j.value("auto_choice", std::string());
-  t.n_past = j.at("n_past").get<int32_t>();
-  t.batch_size = j.at("batch_size").get<int32_t>();
-  t.window_before = j.at("window_before").get<std::vector<std::vector<int32_t>>>();
-  t.window_after = j.at("window_after").get<std::vector<std::vector<int32_t>>>();
-  t.new_guesses = j.at("new_guesses").get<std::vector<int32_t>>();
+  t.n_past = integer<int32_t>(j.at("n_past"));
+  t.batch_size = integer<int32_t>(j.at("batch_size"));
+  t.window_before = int_rows(j.at("window_before"));
+  t.window_after = int_rows(j.at("window_after"));
+  t.new_guesses = ints(j.at("new_guesses"));
   for (const json& c : j.at("candidates"))
-    t.candidates.push_back({c.at("tokens").get<std::vector<int32_t>>(), c.at("key_length").get<int32_t>(),
-                            c.at("match_length").get<int32_t>(), c.at("origin_step").get<int32_t>(),
-                            c.at("origin_column").get<int32_t>(), c.at("padding").get<bool>(),
+    t.candidates.push_back({ints(c.at("tokens")), integer<int32_t>(c.at("key_length")),
+                            integer<int32_t>(c.at("match_length")), integer<int32_t>(c.at("origin_step")),
+                            integer<int32_t>(c.at("origin_column")), c.at("padding").get<bool>(),
                             source_of(c)});
-  t.accepted = j.at("accepted").get<std::vector<int32_t>>();
+  t.accepted = ints(j.at("accepted"));
   for (const json& s : j.at("accepted_sources")) {
     TokenSource src;
     src.kind = s.at("kind").get<std::string>() == "candidate" ? TokenSource::Candidate : TokenSource::Plain;
-    src.origin_step = s.at("origin_step").get<int32_t>();
-    src.origin_column = s.at("origin_column").get<int32_t>();
+    src.origin_step = integer<int32_t>(s.at("origin_step"));
+    src.origin_column = integer<int32_t>(s.at("origin_column"));
     src.source = source_of(s);
     t.accepted_sources.push_back(src);
   }
   if (j.contains("kv")) {
-    t.kv_region = j.at("kv").at("region").get<std::vector<int32_t>>();
-    t.kv_swaps = j.at("kv").at("swaps").get<int64_t>();
-    t.kv_layers = j.at("kv").value("layers", 0);
-    t.kv_dense_layers = j.at("kv").value("dense_layers", 0);
+    t.kv_region = ints(j.at("kv").at("region"));
+    t.kv_swaps = integer<int64_t>(j.at("kv").at("swaps"));
+    t.kv_layers = integer_or(j.at("kv"), "layers", 0);
+    t.kv_dense_layers = integer_or(j.at("kv"), "dense_layers", 0);
   }
   const json& pool = j.at("pool");
-  t.pool_keys = pool.at("keys").get<int64_t>();
-  t.pool_ngrams = pool.at("ngrams").get<int64_t>();
-  t.pool_lookups = pool.at("lookups").get<int64_t>();
-  t.pool_hits = pool.at("hits").get<int64_t>();
+  t.pool_keys = integer<int64_t>(pool.at("keys"));
+  t.pool_ngrams = integer<int64_t>(pool.at("ngrams"));
+  t.pool_lookups = integer<int64_t>(pool.at("lookups"));
+  t.pool_hits = integer<int64_t>(pool.at("hits"));
   if (pool.contains("snapshot")) t.pool_snapshot = pool_snapshot_from_json(pool.at("snapshot"));
   const json& ms = j.at("ms");
   t.build_ms = ms.at("build").get<double>();

@@ -34,7 +34,7 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, co
     throw std::invalid_argument("the text has " + std::to_string(tokens.size()) + " tokens, less than one chunk of " +
                                 std::to_string(n) + "; give a longer text or a smaller -c");
   if (o.max_chunks > 0) n_chunks = std::min(n_chunks, o.max_chunks);
-  if ((o.prompt_compress.enabled() || (o.kv_drop && o.kv.name == "speckv")) && !o.draft)
+  if (scoring_uses_draft_model(DecodingOptions{}, o.kv, o.kv_drop, o.prompt_compress.enabled()) && !o.draft)
     throw std::invalid_argument("the speckv modes need a draft model (--draft-model FILE, or self)");
   if (o.kv_drop) o.kv.validate();
   o.prompt_compress.validate();
@@ -42,9 +42,19 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, co
   PerplexityResult result;
   result.n_ctx = n;
   if (o.prompt_compress.enabled()) result.lossy.push_back(o.prompt_compress.describe());
-  if (o.kv_drop) result.lossy.push_back("kv-drop " + o.kv.name + " budget " + std::to_string(o.kv.budget));
+  if (o.kv_drop) result.lossy.push_back(kv_drop_label(o.kv));
   const int32_t n_vocab = model.config().n_vocab, first = n / 2;
-  const int32_t piece = std::min(model.max_logit_rows(), 512);
+  // Under dropping the second half is read a token a step, as decoding reads it (a row
+  // reads only the kept entries of earlier steps, but every row of its own step).
+  const int32_t piece = o.kv_drop ? 1 : std::min(model.max_logit_rows(), 512);
+  // The model is left without a policy and with an empty context, whatever happens.
+  struct Restore {
+    Model& m;
+    ~Restore() {
+      m.set_kv_policy(nullptr);
+      m.truncate(0);
+    }
+  } restore{model};
   double sum = 0.0, sum2 = 0.0;
   const auto start = std::chrono::steady_clock::now();
   for (int32_t c = 0; c < n_chunks; ++c) {
@@ -75,8 +85,6 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, co
     if (on_chunk)
       on_chunk({c, n_chunks, result.running.back(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
   }
-  model.set_kv_policy(nullptr);
-  model.truncate(0);
   const double count = static_cast<double>(result.scored), mean = sum / count;
   const double variance = std::max(0.0, sum2 / count - mean * mean);
   result.chunks = n_chunks;

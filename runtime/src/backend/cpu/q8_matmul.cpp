@@ -193,7 +193,7 @@ using D8x16 = hn::Full128<uint8_t>;
 using D16x8 = hn::Full128<int16_t>;
 // Four words as one 128-bit vector of bytes.
 HWY_INLINE hn::Vec<D8x16> FromWords(const uint32_t w[4]) {
-#if HWY_ARCH_X86
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128
   return hn::Vec<D8x16>{_mm_set_epi32(static_cast<int>(w[3]), static_cast<int>(w[2]), static_cast<int>(w[1]),
                                       static_cast<int>(w[0]))};
 #else

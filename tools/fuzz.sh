@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/) with ASan + UBSan in BUILD_DIR (default
+# build-asan, shared with tools/sanitize.sh) and runs TARGET (or every target) for
+# SECONDS each, starting from fuzz/corpus/TARGET (new inputs go to
+# BUILD_DIR/fuzz-corpus/TARGET, findings to BUILD_DIR/fuzz-findings/). Prints each
+# target's executions; exits non-zero at the first finding.
+# Usage: tools/fuzz.sh [TARGET|all] [SECONDS] [BUILD_DIR]
+#   targets: gguf tokenizer template step_trace chat corpus_index
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${1:-all}"
+seconds="${2:-60}"
+build="${3:-build-asan}"
+all=(gguf tokenizer template step_trace chat corpus_index)
+if [ "$target" = all ]; then targets=("${all[@]}"); else targets=("$target"); fi
+for t in "${targets[@]}"; do
+  [[ " ${all[*]} " == *" $t "* ]] || { echo "tools/fuzz.sh: unknown target '$t' (${all[*]}, or all)" >&2; exit 2; }
+done
+command -v clang++ >/dev/null || { echo "tools/fuzz.sh: clang++ not found (run tools/setup.sh)" >&2; exit 1; }
+if [ ! -f "$build/CMakeCache.txt" ] || ! grep -q "^FAFO_FUZZ:BOOL=ON" "$build/CMakeCache.txt"; then
+  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DFAFO_FUZZ=ON -DFAFO_VULKAN=OFF -DFAFO_CUDA=OFF
+fi
+cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}")
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+mkdir -p "$build/fuzz-findings"
+for t in "${targets[@]}"; do
+  corpus="$build/fuzz-corpus/$t"
+  mkdir -p "$corpus"
+  log="$build/fuzz-findings/$t.log"
+  echo "tools/fuzz.sh: fuzz_$t for ${seconds} s"
+  if ! "$build/fuzz/fuzz_$t" "$corpus" "fuzz/corpus/$t" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 \
+      -max_len=65536 -print_final_stats=1 -artifact_prefix="$build/fuzz-findings/$t-" > "$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    echo "tools/fuzz.sh: fuzz_$t found a problem; the input is in $build/fuzz-findings/ (log: $log)" >&2
+    exit 1
+  fi
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  echo "tools/fuzz.sh: fuzz_$t: $runs executions, no findings"
+done
