@@ -2,6 +2,8 @@
 // turns of one conversation with a tiny random model (chatml template, greedy, FAFO),
 // including text that looks like special tokens and template syntax; a turn that does
 // not fit is a ChatTurnError, and the conversation goes on.
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "fafo/chat_session.h"

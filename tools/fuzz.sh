@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (fuzz/) with ASan + UBSan in BUILD_DIR (default
 # build-asan, shared with tools/sanitize.sh) and runs TARGET (or every target) for
 # SECONDS each, starting from fuzz/corpus/TARGET (new inputs go to
-# BUILD_DIR/fuzz-corpus/TARGET, findings to BUILD_DIR/fuzz-findings/). Prints each
+# BUILD_DIR/fuzz-corpus/TARGET, findings to BUILD_DIR/fuzz-findings/; seed 1, so a run
+# is repeatable up to how many inputs the time allows). Prints each
 # target's executions; exits non-zero at the first finding.
 # Usage: tools/fuzz.sh [TARGET|all] [SECONDS] [BUILD_DIR]
 #   targets: gguf tokenizer template step_trace chat corpus_index
@@ -29,7 +30,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus"
   log="$build/fuzz-findings/$t.log"
   echo "tools/fuzz.sh: fuzz_$t for ${seconds} s"
-  if ! "$build/fuzz/fuzz_$t" "$corpus" "fuzz/corpus/$t" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 \
+  if ! "$build/fuzz/fuzz_$t" "$corpus" "fuzz/corpus/$t" -max_total_time="$seconds" -seed=1 -timeout=30 -rss_limit_mb=4096 \
       -max_len=65536 -print_final_stats=1 -artifact_prefix="$build/fuzz-findings/$t-" > "$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "tools/fuzz.sh: fuzz_$t found a problem; the input is in $build/fuzz-findings/ (log: $log)" >&2

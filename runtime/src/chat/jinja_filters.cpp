@@ -158,7 +158,7 @@ Value f_int(const Value& v, CallArgs& a) {
   // for 64 bits: an overflow error).
   auto from_float = [&](double d) {
     if (std::isnan(d)) return fallback ? *fallback : Value::integer(0);
-    if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0)) fail_overflow("int(" + to_str(Value::number(d)) + ")");
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) fail_overflow("int(" + to_str(Value::number(d)) + ")");
     return Value::integer(static_cast<int64_t>(d));
   };
   if (v.is_float()) return from_float(v.as_double());
@@ -480,7 +480,13 @@ Value f_format(const Value& v, CallArgs& a) {
       case 'd':
       case 'i':
         if (!x.is_number()) fail_type("format: %d needs a number, not " + type_name(x));
-        out += std::to_string(static_cast<int64_t>(x.as_double()));
+        if (x.is_int() || x.is_bool()) {
+          out += std::to_string(x.as_int());
+        } else {
+          const double d = std::trunc(x.as_double());
+          if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) fail_overflow("'%d' % " + to_str(x));
+          out += std::to_string(static_cast<int64_t>(d));
+        }
         break;
       case 'f': {
         if (!x.is_number()) fail_type("format: %f needs a number, not " + type_name(x));

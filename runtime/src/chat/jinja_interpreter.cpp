@@ -203,6 +203,9 @@ class Interpreter {
     if (items.empty()) return exec_body(s.else_body, scope, out);
     const auto n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      if (++iterations_ > limits_.max_loop_iterations)
+        fail(Kind::Limit, "the template runs more than " + std::to_string(limits_.max_loop_iterations) +
+                              " loop iterations (an endless or nested loop?)");
       auto iteration = std::make_shared<Scope>(scope);
       assign(s.target, items[static_cast<size_t>(i)], iteration);
       iteration->set("loop", loop_object(items, i));
@@ -382,6 +385,7 @@ class Interpreter {
 
   RenderLimits limits_;
   int depth_ = 0;
+  int64_t iterations_ = 0;
 };
 
 }  // namespace

@@ -18,6 +18,7 @@ namespace fafo::jinja {
 struct RenderLimits {
   int max_call_depth = 200;              // nested macro calls (recursive macros)
   size_t max_output_bytes = 64u << 20;   // of one rendering, macro outputs included
+  int64_t max_loop_iterations = 1'000'000;  // for-loop bodies run, over the whole rendering
 };
 
 // Renders `tmpl` with `variables` (messages, bos_token, raise_exception, ...) on

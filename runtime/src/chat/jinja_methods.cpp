@@ -1,6 +1,7 @@
 // Attribute access and the Python methods templates call on strings, dicts and
 // lists (message.content.strip(), tool.items(), param.get("type", "any")).
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <optional>
 #include <unordered_map>
@@ -210,7 +211,10 @@ Value str_replace(const Value& self, CallArgs& a) {
   if (old_text.empty()) {  // Python inserts `new` before every character and at the end
     const std::vector<std::string> chars = utf8_chars(s);
     for (const std::string& c : chars) {
-      if (count != 0) out += new_text, --count;
+      if (count != 0) {
+        out += new_text;
+        if (count > 0) --count;  // a negative count means every place
+      }
       out += c;
     }
     if (count != 0) out += new_text;
@@ -291,8 +295,9 @@ Value str_format(const Value& self, CallArgs& a) {
         v = auto_index < a.positional.size() ? &a.positional[auto_index] : nullptr;
         ++auto_index;
       } else if (std::all_of(field.begin(), field.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
-        const size_t k = std::stoul(field);
-        v = k < a.positional.size() ? &a.positional[k] : nullptr;
+        size_t k = 0;
+        const auto parsed = std::from_chars(field.data(), field.data() + field.size(), k);
+        v = parsed.ec == std::errc() && k < a.positional.size() ? &a.positional[k] : nullptr;
       } else {
         for (const auto& [k, kv] : a.keyword)
           if (k == field) v = &kv;

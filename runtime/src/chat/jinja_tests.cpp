@@ -67,7 +67,8 @@ bool t_odd(const Value& v, const CallArgs&) { return integer_of(v, "odd") % 2 !=
 bool t_divisibleby(const Value& v, const CallArgs& a) {
   const int64_t d = integer_of(operand(a, "divisibleby"), "divisibleby");
   if (d == 0) fail_type("integer division or modulo by zero");
-  return integer_of(v, "divisibleby") % d == 0;
+  const int64_t x = integer_of(v, "divisibleby");
+  return d == -1 || x % d == 0;  // INT64_MIN % -1 would trap
 }
 
 bool t_eq(const Value& v, const CallArgs& a) { return equals(v, operand(a, "eq")); }

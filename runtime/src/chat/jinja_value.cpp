@@ -569,6 +569,7 @@ static int64_t int_power(int64_t a, int64_t b) {
 
 static Value repeat(const Value& seq, int64_t times) {
   if (times < 0) times = 0;
+  if (seq.is_string() ? seq.as_string().empty() : seq.as_list().items.empty()) times = std::min<int64_t>(times, 1);
   if (seq.is_string()) {
     if (static_cast<double>(seq.as_string().size()) * static_cast<double>(times) > 16e6)
       fail(Kind::Limit, "string repetition would exceed 16 MB");

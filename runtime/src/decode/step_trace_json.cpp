@@ -13,15 +13,15 @@ namespace {
 // (nlohmann's get<int> converts a float such as 1e300 with undefined behaviour).
 template <class T>
 T integer(const json& v) {
-  if (!v.is_number_integer()) throw std::invalid_argument("expected an integer, not " + v.dump());
+  if (!v.is_number_integer()) throw std::invalid_argument(std::string("expected an integer, not ") + v.type_name());
   if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())
                              : v.get<int64_t>() < std::numeric_limits<T>::min() || v.get<int64_t>() > std::numeric_limits<T>::max())
-    throw std::invalid_argument("the integer " + v.dump() + " is out of range");
+    throw std::invalid_argument("an integer is out of range");
   return static_cast<T>(v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>());
 }
 
 std::vector<int32_t> ints(const json& v) {
-  if (!v.is_array()) throw std::invalid_argument("expected a list of integers, not " + v.dump());
+  if (!v.is_array()) throw std::invalid_argument(std::string("expected a list of integers, not ") + v.type_name());
   std::vector<int32_t> out;
   out.reserve(v.size());
   for (const json& x : v) out.push_back(integer<int32_t>(x));
@@ -29,7 +29,7 @@ std::vector<int32_t> ints(const json& v) {
 }
 
 std::vector<std::vector<int32_t>> int_rows(const json& v) {
-  if (!v.is_array()) throw std::invalid_argument("expected a list of lists of integers, not " + v.dump());
+  if (!v.is_array()) throw std::invalid_argument(std::string("expected a list of lists of integers, not ") + v.type_name());
   std::vector<std::vector<int32_t>> out;
   for (const json& row : v) out.push_back(ints(row));
   return out;
