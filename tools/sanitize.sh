@@ -12,11 +12,17 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithD
 cmake --build "$build"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-# Left out: the families that check output equality over many prompts, strategies and
-# parameters (the plain build runs them; under the sanitizers, with Highway's portable
-# kernels, each takes minutes and they repeat the code paths the other tests reach), and
-# CliChat.CtrlC..., which waits a minute for an unbounded reply to fill a 4096-token
-# context. FAFO_SANITIZE_ALL=1 runs everything.
-exclude='^(CorpusDecoding|CudaEmulated|Decoding|DraftDecoding)\.|CliChat\.CtrlCStopsTheReply'
+# Left out: the tests that check output equality over many prompts, strategies, policies
+# and parameters (the plain build runs them; under the sanitizers, with Highway's
+# portable kernels, each takes from 20 seconds to minutes, and they repeat the code paths
+# the other tests reach), and CliChat.CtrlC..., which waits a minute for an unbounded
+# reply to fill a 4096-token context. FAFO_SANITIZE_ALL=1 runs everything.
+exclude='^(CorpusDecoding|CudaEmulated|Decoding|DraftDecoding|AutoStrategy|CliChatStrategies)\.|PolicyGeneration\.'
+exclude+='|^Generator\.TopKSampling|^BackendOpsTable\.CpuResultsDoNotDependOnTheThreadCount|^CpuAttention\.LongContext'
+exclude+='|^ChatSessionOnStories\.LongSampled|^Cli\.(BenchCompares|Strategies)|^CliChat\.CtrlCStopsTheReply'
+exclude+='|^StudioBench\.(CancelKeeps|DestroyingARunning)'
+# The studio's screenshots render through Mesa's OpenGL under Xvfb, whose driver leaks a
+# few blocks at exit from a library LeakSanitizer cannot name (so no suppression matches).
+exclude+='|^StudioScreenshot\.'
 if [ "${FAFO_SANITIZE_ALL:-0}" = 1 ]; then exclude='^$'; fi
 ctest --test-dir "$build" --output-on-failure -j2 --timeout 600 -E "$exclude"
