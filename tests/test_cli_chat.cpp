@@ -332,6 +332,54 @@ TEST(CliChat, AnUnsupportedTemplateInTheModelFileFallsBackToTheFormatItLooksLike
   EXPECT_EQ(parse_stats(out).size(), 1u) << out;
 }
 
+// A device lost in the middle of the second reply (FAFO_INJECT_FAULT): fafo chat says
+// so, opens the model again and the conversation goes on with the third message.
+TEST(CliChat, ALostDeviceOpensTheModelAgainAndTheConversationGoesOn) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("chat-lost");
+  const std::string err_path = (dir / "stderr.txt").string();
+  // Steps: the first turn's prefill and 11 decoding steps (-n 12), then the second
+  // turn's prefill (13) and decoding steps: the 15th fails.
+  const auto [code, out] = shell("printf 'Hello\\nTell me about the dog\\nAnd then?\\n' | FAFO_INJECT_FAULT=lost:15 timeout 120 " +
+                                 quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat " +
+                                 model_args(model, "-n 12 -c 256 --backend cpu --strategy ar") + " 2>" + quote(err_path));
+  const std::string err = read_text(err_path);
+  EXPECT_EQ(code, 0) << err;
+  EXPECT_NE(err.find("device was lost (injected by FAFO_INJECT_FAULT); the conversation is kept (without this message): "
+                     "opening the model again"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("the model is open again on cpu; the conversation goes on (2 messages)"), std::string::npos) << err;
+  const std::vector<TurnStats> s = parse_stats(err);
+  ASSERT_EQ(s.size(), 2u) << err;  // the first and the third message
+  EXPECT_EQ(s[0].generated, 12);
+  EXPECT_EQ(s[1].generated, 12);
+  EXPECT_EQ(s[1].reused, 0);  // the new model's cache starts empty: the whole conversation is fed
+  EXPECT_GT(s[1].fresh, s[0].prompt + 1);
+}
+
+// --memory-limit: a model that does not fit is a clear error; a bad size is a usage error.
+TEST(CliChat, AMemoryLimitTooSmallForTheModelIsAClearError) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string fafo = quote(fafo::test::binary_path("app/cli/fafo").string());
+  const auto dir = fafo::test::temp_dir("chat-limit");
+  const std::string err_path = (dir / "stderr.txt").string();
+  const auto small = shell("printf 'Hello\\n' | timeout 60 " + fafo + " chat " +
+                           model_args(model, "--backend cpu --memory-limit 300K") + " 2>" + quote(err_path));
+  std::string err = read_text(err_path);
+  EXPECT_NE(small.first, 0) << err;
+  EXPECT_NE(err.find("out of memory on the cpu backend"), std::string::npos) << err;
+  EXPECT_NE(err.find("of the 300 KiB --memory-limit allows"), std::string::npos) << err;
+  const std::string run = " run -m " + quote(model.string()) + " --temp 0 ";
+  const auto bad = shell("timeout 60 " + fafo + run + "--memory-limit lots -p Hi 2>" +
+                         quote(err_path));
+  err = read_text(err_path);
+  EXPECT_NE(bad.first, 0) << err;
+  EXPECT_NE(err.find("'lots' is not a size"), std::string::npos) << err;
+  const auto fits = shell("timeout 60 " + fafo + run + "--backend cpu --memory-limit 64M -n 4 -p Hi 2>" + quote(err_path));
+  EXPECT_EQ(fits.first, 0) << read_text(err_path);
+}
+
 TEST(CliChat, BadTemplatesAreClearErrors) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const std::string fafo = quote(fafo::test::binary_path("app/cli/fafo").string());

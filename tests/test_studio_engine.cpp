@@ -6,6 +6,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "chat_template_copy.h"
@@ -216,4 +219,93 @@ TEST(StudioEngine, PromptRunsStopAtMaxStepsAndOnStop) {
 
   // Destroying the engine while it generates stops the generation.
   engine.run_prompt("Once upon a time", greedy(-1));
+}
+
+// A studio pointed at hostile model files: each is an error in the view, never a crash,
+// and the engine goes on to open the real model and chat.
+TEST(StudioEngine, HostileModelFilesAreErrorsInTheView) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  std::ifstream in(model_path, std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(good.size(), 4096u);
+  std::vector<std::string> files;
+  for (size_t cut : {size_t{0}, size_t{3}, size_t{8}, size_t{24}, size_t{100}, size_t{1000}, good.size() / 2, good.size() - 1})
+    files.push_back(good.substr(0, cut));  // truncated in the header, the metadata, the tensors
+  uint64_t state = 7;  // damaged bytes in the header and metadata, from a fixed seed
+  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  for (int i = 0; i < 24; ++i) {
+    std::string f = good;
+    for (int e = 0; e < 4; ++e) f[(next() >> 33) % 2048] = static_cast<char>(next() >> 56);
+    files.push_back(f);
+  }
+  std::string huge = good;  // a tensor count of 2^63
+  for (int b = 0; b < 8; ++b) huge[8 + b] = b == 7 ? '\x7f' : '\xff';
+  files.push_back(huge);
+  files.push_back(std::string(5000, '\0'));
+
+  const auto dir = fafo::test::temp_dir("studio-hostile-gguf");
+  Engine engine;
+  size_t refused = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto path = dir / ("hostile" + std::to_string(i) + ".gguf");
+    {
+      std::ofstream out(path, std::ios::binary);
+      out << files[i];
+    }
+    engine.open_model(cpu(path.string()), "");
+    ASSERT_TRUE(engine.wait_idle(120)) << path;
+    const EngineView v = engine.view();
+    if (!v.has_model) {
+      EXPECT_FALSE(v.error.empty()) << path;
+      ++refused;
+      continue;
+    }
+    // Damage that left a loadable model (a changed value): chatting is a reply or an error.
+    engine.send("Hello", greedy(4, Strategy::Ar));
+    ASSERT_TRUE(engine.wait_idle(120)) << path;
+  }
+  EXPECT_GE(refused, 10u);
+  engine.open_model(cpu(model_path.string()), "");
+  engine.send("Hello", greedy(4, Strategy::Ar));
+  ASSERT_TRUE(engine.wait_idle(120));
+  const EngineView v = engine.view();
+  EXPECT_TRUE(v.has_model) << v.error;
+  EXPECT_TRUE(v.error.empty()) << v.error;
+  ASSERT_EQ(v.conversation.size(), 2u);
+}
+
+// A device lost in the middle of a reply (FAFO_INJECT_FAULT): the view says what
+// happened, the model is open again with the conversation, and the next message works.
+TEST(StudioEngine, ALostDeviceOpensTheModelAgainAndKeepsTheConversation) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  // Steps of this process's first backend: the first reply's prefill and 3 decoding
+  // steps, then the second reply's prefill and decoding steps: the 6th fails.
+  ::setenv("FAFO_INJECT_FAULT", "lost:6", 1);
+  Engine engine;
+  engine.open_model(cpu(model_path.string()), "");
+  engine.send("Hello", greedy(4, Strategy::Ar));
+  ASSERT_TRUE(engine.wait_idle(120));
+  ::unsetenv("FAFO_INJECT_FAULT");
+  EngineView v = engine.view();
+  ASSERT_TRUE(v.error.empty()) << v.error;
+  ASSERT_EQ(v.conversation.size(), 2u);
+  const uint64_t serial = v.model_serial;
+
+  engine.send("Tell me more", greedy(4, Strategy::Ar));
+  ASSERT_TRUE(engine.wait_idle(120));
+  v = engine.view();
+  EXPECT_NE(v.error.find("was lost"), std::string::npos) << v.error;
+  EXPECT_NE(v.error.find("the model was opened again and the conversation is kept"), std::string::npos) << v.error;
+  EXPECT_TRUE(v.has_model);
+  EXPECT_GT(v.model_serial, serial);
+  ASSERT_EQ(v.conversation.size(), 2u);
+  EXPECT_EQ(v.conversation[0].content, "Hello");
+
+  engine.send("Tell me more", greedy(4, Strategy::Ar));
+  ASSERT_TRUE(engine.wait_idle(120));
+  v = engine.view();
+  EXPECT_TRUE(v.error.empty()) << v.error;
+  ASSERT_EQ(v.conversation.size(), 4u);
+  EXPECT_EQ(v.conversation[2].content, "Tell me more");
+  EXPECT_FALSE(v.conversation[3].content.empty());
 }

@@ -87,6 +87,8 @@ TEST(StudioPoolTrace, JsonRoundTripCarriesTheSnapshotAndLayers) {
   StepTrace t;
   t.step = 4;
   t.strategy = Strategy::Fafo;
+  t.n_past = 8;
+  t.batch_size = 1;
   t.kv_region = {0, 1, 7};
   t.kv_layers = 5;
   t.kv_dense_layers = 2;

@@ -606,3 +606,79 @@ TEST(StudioViews, StepGateQueuesPausesAndStops) {
   EXPECT_TRUE(gate.drain(out));
   EXPECT_EQ(out.size(), 2u);
 }
+
+// A studio pointed at a hostile trace: every line of a real recording, with its numbers
+// replaced by extremes and its bytes damaged, either fails to load with an error naming
+// the file and line or loads into traces every panel's view model takes without a crash
+// (the sanitizer job runs this under AddressSanitizer).
+TEST(StudioViews, HostileTracesAreErrorsOrDrawableNeverACrash) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  auto m = test::load_test_model(model_path.string());
+  GenerationOptions o;
+  o.n_predict = 24;
+  o.sampling.temperature = 0;
+  o.stop_at_end_of_generation = false;
+  o.decoding.strategy = Strategy::Fafo;
+  std::vector<std::string> lines;
+  o.on_step = [&](const StepTrace& t) { lines.push_back(step_trace_to_json(t).dump()); };
+  generate(*m.model, *m.tokenizer, m.tokenizer->encode("Once upon a time", true), o);
+  ASSERT_GT(lines.size(), 3u);
+
+  // Numbers in the JSON text, each replaced in turn by these.
+  const std::vector<std::string> extremes = {"-1", "0", "2147483647", "-2147483648", "1e300", "-7", "99999999999", "65536"};
+  std::vector<std::string> cases;
+  const std::regex number(R"(-?\d+(\.\d+)?([eE][-+]?\d+)?)");
+  for (size_t l = 0; l < lines.size(); l += 3) {
+    const std::string& line = lines[l];
+    size_t k = 0;
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), number); it != std::sregex_iterator(); ++it, ++k) {
+      const std::string& value = extremes[k % extremes.size()];
+      cases.push_back(line.substr(0, static_cast<size_t>(it->position())) + value +
+                      line.substr(static_cast<size_t>(it->position() + it->length())));
+    }
+  }
+  uint64_t state = 12345;  // damaged bytes, from a fixed seed
+  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  for (int i = 0; i < 200; ++i) {
+    std::string line = lines[next() % lines.size()];
+    for (int e = 0; e < 3; ++e) line[(next() >> 33) % line.size()] = static_cast<char>(next() >> 56);
+    cases.push_back(line);
+  }
+  cases.push_back("");
+  cases.push_back("{}");
+  cases.push_back("[]");
+  cases.push_back("{\"step\": 1}");
+
+  const auto dir = test::temp_dir("studio-hostile-traces");
+  size_t loaded = 0, refused = 0;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const auto path = dir / ("case" + std::to_string(c) + ".jsonl");
+    {
+      std::ofstream out(path);
+      // The damaged line among good ones: the panels compare neighbouring steps.
+      out << lines[0] << "\n" << cases[c] << "\n" << lines[1] << "\n";
+    }
+    std::vector<StepTrace> traces;
+    try {
+      traces = load_trace_jsonl(path.string());
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
+      ++refused;
+      continue;
+    }
+    ++loaded;
+    for (size_t i = 0; i < traces.size(); ++i) {
+      const StepTrace* previous = i > 0 ? &traces[i - 1] : nullptr;
+      (void)window_view(traces[i]);
+      (void)candidate_view(traces[i]);
+      (void)pool_view(traces[i]);
+      (void)kv_map_view(traces[i], previous);
+      (void)kv_layers_view(traces[i], previous);
+    }
+    (void)transcript_view(traces, make_token_text(*m.tokenizer));
+    (void)chart_series(traces);
+  }
+  std::printf("hostile traces: %zu loaded and drawn, %zu refused with an error\n", loaded, refused);
+  EXPECT_GT(loaded, 0u);
+  EXPECT_GT(refused, 0u);
+}

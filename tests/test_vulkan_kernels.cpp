@@ -500,11 +500,25 @@ TEST(VulkanValidation, TheMessengerRecordsLayerErrors) {
 
 TEST(VulkanErrors, NameTheCallAndTheResult) {
   try {
-    fafo::vulkan::check(VK_ERROR_OUT_OF_DEVICE_MEMORY, "vkAllocateMemory");
+    fafo::vulkan::check(VK_ERROR_INITIALIZATION_FAILED, "vkCreateInstance");
     FAIL() << "no exception";
   } catch (const VulkanError& e) {
-    EXPECT_STREQ(e.what(), "vkAllocateMemory failed: VK_ERROR_OUT_OF_DEVICE_MEMORY");
-    EXPECT_EQ(e.result(), VK_ERROR_OUT_OF_DEVICE_MEMORY);
+    EXPECT_STREQ(e.what(), "vkCreateInstance failed: VK_ERROR_INITIALIZATION_FAILED");
+    EXPECT_EQ(e.result(), VK_ERROR_INITIALIZATION_FAILED);
+  }
+  // What a caller can recover from is a fafo::DeviceError of its kind.
+  const std::pair<VkResult, fafo::DeviceError::Kind> device_errors[] = {
+      {VK_ERROR_OUT_OF_DEVICE_MEMORY, fafo::DeviceError::Kind::OutOfMemory},
+      {VK_ERROR_OUT_OF_HOST_MEMORY, fafo::DeviceError::Kind::OutOfMemory},
+      {VK_ERROR_DEVICE_LOST, fafo::DeviceError::Kind::Lost}};
+  for (const auto& [result, kind] : device_errors) {
+    try {
+      fafo::vulkan::check(result, "vkQueueSubmit");
+      ADD_FAILURE() << "no exception for " << fafo::vulkan::result_name(result);
+    } catch (const fafo::DeviceError& e) {
+      EXPECT_EQ(e.kind(), kind);
+      EXPECT_EQ(std::string(e.what()), "vkQueueSubmit failed: " + fafo::vulkan::result_name(result));
+    }
   }
   EXPECT_NO_THROW(fafo::vulkan::check(VK_SUCCESS, "vkQueueSubmit"));
   EXPECT_NO_THROW(fafo::vulkan::check(VK_INCOMPLETE, "vkEnumeratePhysicalDevices"));

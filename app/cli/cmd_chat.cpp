@@ -99,9 +99,14 @@ std::string trim(const std::string& s) {
 
 // ---- one turn ----------------------------------------------------------------------------
 
+// How a turn ended for the loop: done (replied, stopped or refused), or the model must
+// be opened again (its device was lost, or its file changed).
+enum class TurnOutcome { Done, Reopen };
+
 // Sends `text` as the user's message, streams the reply to stdout and prints the turn's
-// statistics to stderr. A turn that cannot run is reported and left out of the conversation.
-void run_turn(ChatSession& session, const ChatArgs& args, const std::string& text) {
+// statistics to stderr. A turn that cannot run or fails is reported and left out of the
+// conversation, which goes on as it was.
+TurnOutcome run_turn(ChatSession& session, const ChatArgs& args, const std::string& text) {
   GenerationOptions options;
   options.n_predict = args.n_predict;
   options.sampling = args.sampling;
@@ -120,10 +125,38 @@ void run_turn(ChatSession& session, const ChatArgs& args, const std::string& tex
   } catch (const ChatTurnError& e) {
     std::fprintf(stderr, "fafo: %s%s\n", e.what(),
                  e.kind() == ChatTurnError::Kind::ContextFull ? "; /reset starts a new conversation" : "");
-    return;
+    return TurnOutcome::Done;
+  } catch (const DeviceError& e) {
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    if (e.kind() == DeviceError::Kind::Lost) {
+      std::fprintf(stderr, "fafo: error: %s; the conversation is kept (without this message): opening the model again\n",
+                   e.what());
+      return TurnOutcome::Reopen;
+    }
+    std::fprintf(stderr,
+                 "fafo: error: %s; the conversation is kept (without this message): send it again, /reset to start "
+                 "over, or restart with a smaller --ctx-size\n",
+                 e.what());
+    return TurnOutcome::Done;
+  } catch (const GgufError& e) {  // the model file changed under us
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    std::fprintf(stderr, "fafo: error: %s; the conversation is kept (without this message)\n", e.what());
+    return TurnOutcome::Reopen;
+  } catch (const std::exception& e) {
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    std::fprintf(stderr, "fafo: error: %s; the conversation is kept (without this message)\n", e.what());
+    return TurnOutcome::Done;
   }
   std::fputs("\n", stdout);
   std::fflush(stdout);
+  if (!r.in_history) {
+    std::fprintf(stderr, "fafo: stopped (Ctrl-C) before the reply began; the message is not part of the conversation\n");
+    g_interrupted.store(false);
+    return TurnOutcome::Done;
+  }
   const Model& model = session.model();
   const GenerationResult& g = r.generation;
   const char* stop = r.stop == ChatStop::Stopped ? "interrupted (Ctrl-C)" : chat_stop_text(r.stop);
@@ -136,31 +169,72 @@ void run_turn(ChatSession& session, const ChatArgs& args, const std::string& tex
     std::fprintf(stderr, "fafo: auto: %s; step costs %s\n", g.auto_summary.c_str(), g.step_costs.describe().c_str());
   if (g.stop == StopReason::ContextFull) std::fprintf(stderr, "fafo: the context is full; /reset starts a new conversation\n");
   g_interrupted.store(false);
+  return TurnOutcome::Done;
+}
+
+// The open model and the conversation on it.
+struct Chat {
+  std::unique_ptr<OpenedModel> model;
+  std::unique_ptr<ChatSession> session;
+  std::vector<ChatMessage> kept;  // the conversation while no model is open
+};
+
+// Opens the model (and the draft model the options use) and starts a conversation on it.
+Chat open_chat(ChatArgs& args) {
+  Chat c;
+  c.model = std::make_unique<OpenedModel>(open_model(args.open));
+  OpenedModel& m = *c.model;
+  args.decoding.draft_model.reset();
+  open_draft_model(args.decoding, args.open, *m.model, m.tokenizer->vocab(), scoring_uses_draft_model(args.decoding, args.kv));
+  c.session = std::make_unique<ChatSession>(*m.model, *m.tokenizer, m.chat.chat_template, chat_template_context(*m.tokenizer),
+                                            args.system);
+  return c;
+}
+
+// Opens the model again after its device was lost or its file changed, keeping the
+// conversation. false (reported) when it cannot be opened: the next message tries again.
+bool reopen_chat(Chat& chat, ChatArgs& args) {
+  const std::vector<ChatMessage> history = chat.session ? chat.session->history() : chat.kept;
+  chat.session.reset();
+  args.decoding.draft_model.reset();
+  chat.model.reset();  // the device's memory first
+  try {
+    chat = open_chat(args);
+  } catch (const std::exception& e) {
+    chat = Chat{};
+    chat.kept = history;
+    std::fprintf(stderr, "fafo: error: cannot open the model again: %s; the conversation is kept: the next message tries "
+                 "again, /exit quits\n", e.what());
+    return false;
+  }
+  if (!history.empty()) chat.session->restore(history);
+  std::fprintf(stderr, "fafo: the model is open again on %s; the conversation goes on (%zu messages)\n",
+               chat.model->model->backend().name().c_str(), history.size());
+  return true;
 }
 
 int run_chat(ChatArgs& args) {
   if (!*args.seed_given) args.sampling.seed = std::random_device{}();
   Sampler check_options(args.sampling);  // reject bad options before loading anything
 
-  OpenedModel m = open_model(args.open);
-  attach_corpus(args.decoding, m.tokenizer->vocab());
-  open_draft_model(args.decoding, args.open, *m.model, m.tokenizer->vocab(), scoring_uses_draft_model(args.decoding, args.kv));
+  Chat chat = open_chat(args);
+  attach_corpus(args.decoding, chat.model->tokenizer->vocab());
+  const OpenedModel& m = *chat.model;
   if (!m.chat.note.empty())
     std::fprintf(stderr, "fafo: warning: %s: %s. Choose the model's format with --chat-template NAME (%s)\n",
                  args.open.path.c_str(), m.chat.note.c_str(), builtin_chat_template_list().c_str());
-  ChatSession session(*m.model, *m.tokenizer, m.chat.chat_template, chat_template_context(*m.tokenizer), args.system);
   try {
-    session.check_template();
+    chat.session->check_template();
   } catch (const ChatTemplateError& e) {
     throw std::runtime_error(std::string("the chat template cannot render a first message") +
                              (args.system.empty() ? "" : " after the --system text") + ": " + e.what() +
                              "; choose another format with --chat-template NAME (" + builtin_chat_template_list() + ")");
   }
-  const std::string& template_name = session.template_name();
+  const std::string template_name = chat.session->template_name();
   std::fprintf(stderr, "fafo chat: %s (%s), backend %s, context %d tokens, chat template %s%s\n", args.open.path.c_str(),
                m.model->config().arch.c_str(), m.model->backend().name().c_str(), m.model->n_ctx(),
                template_name == "gguf" ? "from the model (tokenizer.chat_template)" : template_name.c_str(),
-               session.turn_end().empty() ? "" : (", turn end " + session.turn_end()).c_str());
+               chat.session->turn_end().empty() ? "" : (", turn end " + chat.session->turn_end()).c_str());
   std::fprintf(stderr, "Type a message and press Enter. /reset starts over, /exit or Ctrl-D quits, Ctrl-C stops a reply.\n");
 
   InterruptHandler interrupts;
@@ -182,7 +256,8 @@ int run_chat(ChatArgs& args) {
     if (text.empty()) continue;
     if (text == "/exit" || text == "/quit") return 0;
     if (text == "/reset") {
-      session.reset();
+      if (chat.session) chat.session->reset();
+      chat.kept.clear();
       std::fprintf(stderr, "fafo: new conversation\n");
       continue;
     }
@@ -190,7 +265,8 @@ int run_chat(ChatArgs& args) {
       std::fprintf(stderr, "fafo: commands: /reset (new conversation), /exit (quit; also Ctrl-D); Ctrl-C stops a reply\n");
       continue;
     }
-    run_turn(session, args, text);
+    if (!chat.session && !reopen_chat(chat, args)) continue;
+    if (run_turn(*chat.session, args, text) == TurnOutcome::Reopen) reopen_chat(chat, args);
   }
 }
 

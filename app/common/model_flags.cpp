@@ -25,6 +25,17 @@ void add_backend_flags(CLI::App* cmd, BackendSpec& backend, KvCacheType& kv_type
   cmd->add_option("-t,--threads", backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
       ->check(CLI::Range(0, 1024));
   cmd->add_option_function<std::string>(
+         "--memory-limit",
+         [&backend](const std::string& text) {
+           try {
+             backend.memory_limit = parse_byte_size(text);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError("--memory-limit", e.what());
+           }
+         },
+         "Most memory the backend may allocate for weights, activations and the KV cache: bytes, or with K, M, G "
+         "(512M, 1.5G); a model or context past it fails with the sizes (default: the device's memory)");
+  cmd->add_option_function<std::string>(
          "--cache-type", [&kv_type](const std::string& name) { kv_type = parse_kv_cache_type(name); },
          "KV cache type: f32, or f16 (half the memory and attention reads; keys and values rounded to fp16)")
       ->default_str(kv_cache_type_name(kv_type))

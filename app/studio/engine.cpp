@@ -90,7 +90,7 @@ void Engine::loop() {
       view_.activity = EngineView::Activity::Idle;
       view_.pending_user.clear();
       view_.streaming.clear();
-      view_.conversation = chat_ ? chat_->history() : std::vector<ChatMessage>{};
+      view_.conversation = chat_ ? chat_->history() : kept_conversation_;
       if (model_) view_.n_past = model_->model->n_past();
     }
     changed_.notify_all();
@@ -172,6 +172,10 @@ void Engine::load(const OpenOptions& options, const std::string& system) {
     v.text = std::move(text);
   });
   begin_chat(model_->chat, system);
+  if (!kept_conversation_.empty()) {  // a conversation whose model could not be opened again
+    chat_->restore(std::move(kept_conversation_));
+    kept_conversation_.clear();
+  }
 }
 
 void Engine::start_chat(const ChatSetup& setup) {
@@ -181,6 +185,8 @@ void Engine::start_chat(const ChatSetup& setup) {
 
 void Engine::begin_chat(const ResolvedChatTemplate& chat_template, const std::string& system) {
   chat_.reset();
+  chat_template_ = chat_template;
+  system_ = system;
   chat_ = std::make_unique<ChatSession>(*model_->model, *model_->tokenizer, chat_template.chat_template,
                                         chat_template_context(*model_->tokenizer), system);
   update([&](EngineView& v) {
@@ -230,13 +236,52 @@ void Engine::chat_turn(const std::string& text, GenerationOptions options) {
   gate_.begin(0);
   options.on_step = [this](const StepTrace& t) { gate_.on_step(t); };
   attach_sources(options);
-  const ChatTurnResult r = chat_->turn(
-      text, options, [this](const std::string& piece) { update([&](EngineView& v) { v.streaming += piece; }); },
-      [this] { return should_stop(); });
+  ChatTurnResult r;
+  try {
+    r = chat_->turn(
+        text, options, [this](const std::string& piece) { update([&](EngineView& v) { v.streaming += piece; }); },
+        [this] { return should_stop(); });
+  } catch (const DeviceError& e) {
+    // Out of memory: the session is as it was before the message (ChatSession::turn).
+    if (e.kind() != DeviceError::Kind::Lost) throw;
+    reopen_keeping_conversation(e.what());
+  } catch (const GgufError& e) {  // the model file changed while open
+    reopen_keeping_conversation(e.what());
+  }
   TurnSummary s = summarize(r.generation, chat_stop_text(r.stop));
   s.new_tokens = r.new_tokens;
   s.reused = r.reused;
   update([&](EngineView& v) { v.last = s; });
+}
+
+void Engine::reopen_keeping_conversation(const std::string& what) {
+  std::vector<ChatMessage> history = chat_->history();
+  chat_.reset();
+  draft_.reset();
+  model_.reset();  // the device's memory first
+  update([&](EngineView& v) {
+    v.activity = EngineView::Activity::Loading;
+    v.has_model = false;
+    v.text = {};
+  });
+  try {
+    auto m = std::make_unique<OpenedModel>(fafo::open_model(open_options_));
+    TokenText text = make_token_text(*m->tokenizer);
+    model_ = std::move(m);
+    update([&](EngineView& v) {
+      v.has_model = true;
+      ++v.model_serial;
+      v.backend = model_->model->backend().name();
+      v.text = std::move(text);
+    });
+  } catch (const std::exception& e) {
+    kept_conversation_ = std::move(history);
+    throw std::runtime_error(what + "; opening the model again failed (" + e.what() +
+                             "); the conversation is kept: open a model to go on");
+  }
+  begin_chat(*chat_template_, system_);
+  chat_->restore(std::move(history));
+  throw std::runtime_error(what + "; the model was opened again and the conversation is kept: send the message again");
 }
 
 void Engine::prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps) {

@@ -109,6 +109,10 @@ class Engine {
   // (each kept from an earlier run while it is the same).
   void attach_sources(GenerationOptions& options);
   void chat_turn(const std::string& text, GenerationOptions options);
+  // After a lost device or a changed model file: opens the model again with the same
+  // options and continues the conversation on it, then throws `what` with what happened
+  // (when the model cannot be opened, the conversation waits for the next model opened).
+  [[noreturn]] void reopen_keeping_conversation(const std::string& what);
   void prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps);
   bool should_stop() const { return quitting_.load() || gate_.should_stop(); }
   template <class F>
@@ -132,6 +136,9 @@ class Engine {
   std::shared_ptr<Model> draft_;               // strategy draft's model, once opened...
   std::string draft_key_;                      // ...from this file, backend and device
   std::unique_ptr<ChatSession> chat_;
+  std::optional<ResolvedChatTemplate> chat_template_;  // chat_'s template...
+  std::string system_;                         // ...and system text
+  std::vector<ChatMessage> kept_conversation_;  // while no model is open after a failure
   std::thread thread_;  // last: starts after everything above exists
 };
 

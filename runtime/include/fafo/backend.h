@@ -21,11 +21,13 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "fafo/device_error.h"
 #include "fafo/kv_cache.h"
 #include "fafo/step_batch.h"
 #include "fafo/tensor_type.h"
@@ -249,6 +251,37 @@ class Backend {
   // take_profile() returns what was collected and stops collecting.
   virtual std::string start_profile() { return "backend " + name() + " has no per-kernel device timer"; }
   virtual KernelProfile take_profile() { return {}; }
+
+  // --- faults (fafo/device_error.h) -------------------------------------------------
+  // Limits what the backend allocates (weights, activations, the KV cache, device
+  // scratch) to `bytes`, before anything is loaded: an allocation past it throws
+  // DeviceError(OutOfMemory) naming the sizes (--memory-limit). Backends that cannot
+  // count their memory throw std::invalid_argument.
+  virtual void set_memory_limit(uint64_t bytes) {
+    (void)bytes;
+    throw std::invalid_argument("the " + name() + " backend cannot limit its memory (--memory-limit)");
+  }
+  // Bytes allocated so far, as set_memory_limit counts them.
+  virtual uint64_t memory_in_use() const { return 0; }
+  // The plan.at_step-th finish_step from now fails as plan.kind, once (FAFO_INJECT_FAULT).
+  void inject_fault(const FaultPlan& plan) {
+    fault_ = plan;
+    steps_since_fault_plan_ = 0;
+  }
+
+ protected:
+  // For finish_step: counts the step and returns the injected fault's kind when it is due.
+  std::optional<DeviceError::Kind> injected_fault_due() {
+    if (!fault_) return std::nullopt;
+    if (++steps_since_fault_plan_ < fault_->at_step) return std::nullopt;
+    const DeviceError::Kind kind = fault_->kind;
+    fault_.reset();
+    return kind;
+  }
+
+ private:
+  std::optional<FaultPlan> fault_;
+  int64_t steps_since_fault_plan_ = 0;
 };
 
 // The checks a device backend's begin_step and embed make: std::length_error when a
@@ -275,6 +308,7 @@ struct BackendSpec {
   std::string name = "auto";  // "auto" or a registered backend's name ("cpu", "vulkan")
   std::string device;         // an index in `fafo devices` order, or part of a device name; empty = the best
   int threads = 0;            // host threads (0 = every hardware thread)
+  uint64_t memory_limit = 0;  // bytes the backend may allocate (--memory-limit); 0 = the device's own
 };
 
 // Backend names this build can create, in registration order (fafo/backend_registry.h).
@@ -284,7 +318,7 @@ std::vector<std::string> available_backends();
 std::string default_backend_name();
 // Creates the backend the spec names ("auto" or "" = default_backend_name()); throws
 // std::runtime_error naming the problem (unknown backend, one not in this build, no
-// such device).
+// such device). Applies spec.memory_limit and, in tests, FAFO_INJECT_FAULT.
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
 
 // The fast CPU backend (`cpu`: SIMD matrix products with token tiles, within a stated

@@ -50,6 +50,9 @@ struct ChatTurnResult {
   size_t new_tokens = 0;        // tokens prefilled this turn
   int32_t reused = 0;           // tokens that were already in the KV cache
   ChatStop stop = ChatStop::Length;
+  // false: stopped before the reply began (during the prompt's prefill); the message
+  // and an empty reply are then not part of the conversation.
+  bool in_history = true;
 };
 
 // The BOS / EOS texts a chat template renders with, from the tokenizer's vocabulary.
@@ -73,12 +76,19 @@ class ChatSession {
   using StopFlag = std::function<bool()>;
   // One exchange: `user_text`, then the model's reply generated with `options`
   // (keep_context is set by the session; on_step, strategy, sampling, n_predict are
-  // the caller's). Throws ChatTurnError when the turn cannot run; generation errors
-  // propagate. A stopped reply still joins the conversation as far as it got.
+  // the caller's). Throws ChatTurnError when the turn cannot run. Generation errors
+  // (fafo::DeviceError, a model file that changed, ...) propagate with the session as
+  // it was before the turn: the conversation kept, the cache consistent, ready for
+  // another turn. A stopped reply joins the conversation as far as it got; one stopped
+  // before its first token does not (ChatTurnResult::in_history). `should_stop` is
+  // asked before every prefill chunk, every step and every token.
   ChatTurnResult turn(const std::string& user_text, const GenerationOptions& options, const TextCallback& on_text = {},
                       const StopFlag& should_stop = {});
 
   const std::vector<ChatMessage>& history() const { return history_; }
+  // Continues `history` (a conversation kept from another session, e.g. before the
+  // model was opened again): the next turn renders and prefills all of it.
+  void restore(std::vector<ChatMessage> history);
   const std::string& turn_end() const { return turn_end_; }
   const std::string& template_name() const { return template_.name(); }
   Model& model() { return model_; }

@@ -100,6 +100,7 @@ class CorpusIndex {
   std::string path_;
   int fd_ = -1;
   const uint8_t* map_ = nullptr;
+  int guard_ = -1;  // fafo/mapping_guard.h
   uint64_t file_bytes_ = 0;
   const uint8_t* tokens_ = nullptr;
   const uint8_t* suffixes_ = nullptr;

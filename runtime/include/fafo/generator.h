@@ -43,6 +43,10 @@ struct GenerationOptions {
   bool kv_drop = false;
   PromptCompressOptions prompt_compress;
   StepCallback on_step;          // receives a StepTrace after every step (may be empty)
+  // Asked before every prefill chunk and every decoding step (may be empty): true stops
+  // the generation there (StopReason::Cancelled). Stopped during the prefill, it returns
+  // no tokens and the model holds the context plus the prompt chunks fed so far.
+  std::function<bool()> should_stop;
   // Sampling with top-k (1..kMaxTopK) reads back only each row's k best logits, computed
   // by the backend; false reads whole rows. Both draw the same tokens.
   bool read_top_k_only = true;
@@ -111,21 +115,24 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
                           const GenerationOptions& options, const TokenCallback& on_token = {});
 
 // Feeds `tokens` to the model after its current context (chunked); returns the logits
-// after the last one.
-std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int32_t chunk);
+// after the last one, or nothing when `should_stop` (asked before each chunk) said stop.
+std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int32_t chunk,
+                           const std::function<bool()>& should_stop = {});
 // The same, but the last step also runs `lookahead` after the tokens without keeping
 // their KV entries: SpecKV's scoring rows, whose queries the model's policy captures
 // with the prompt's last ones.
 std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_t>& tokens,
-                                          const std::vector<int32_t>& lookahead, int32_t chunk);
+                                          const std::vector<int32_t>& lookahead, int32_t chunk,
+                                          const std::function<bool()>& should_stop = {});
 
 // Sets the model's KV policy (make_kv_policy(*kv), or none when kv is null; `drop`:
 // lossy dropping, Model::set_kv_policy), feeds `prompt` (for the speckv policy, after
 // `draft` predicts up to kv->lookahead tokens after `context` + `prompt`, as many as the
 // context has room for: prefill_with_lookahead) and tells the policy the prompt is in.
-// Returns the logits after the prompt.
+// Returns the logits after the prompt (nothing when `should_stop` said stop).
 std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
-                                  Model* draft, int32_t chunk, const std::vector<int32_t>& context = {});
+                                  Model* draft, int32_t chunk, const std::vector<int32_t>& context = {},
+                                  const std::function<bool()>& should_stop = {});
 // "kv-drop NAME budget B": how --kv-drop is labelled (GenerationResult::lossy).
 std::string kv_drop_label(const KvPolicyOptions& kv);
 

@@ -98,6 +98,11 @@ class GgufFile {
   const GgufTensor* find_tensor(std::string_view name) const;
   const GgufTensor& require_tensor(std::string_view name) const;  // throws GgufError
 
+  // Throws GgufError when the file changed while mapped: it is shorter or longer than
+  // when opened, was modified since, or a read of the map met its end (fafo/mapping_guard.h).
+  // The tensors' bytes are then not what was loaded; the file must be opened again.
+  void check_intact() const;
+
  private:
   GgufFile() = default;
   std::string path_;
@@ -107,6 +112,8 @@ class GgufFile {
   uint64_t size_ = 0;
   const uint8_t* base_ = nullptr;
   int fd_ = -1;
+  int guard_ = -1;               // fafo/mapping_guard.h
+  int64_t mtime_ns_ = 0;         // when opened
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;

@@ -123,6 +123,8 @@ class Model {
 
  private:
   void record_step(StepBatch& batch);
+  // The backend's finish_step, then GgufFile::check_intact (record_step checks first).
+  void finish_step();
   struct Weights;
   struct Buffers;
   std::shared_ptr<const GgufFile> file_;

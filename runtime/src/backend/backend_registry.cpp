@@ -48,7 +48,12 @@ std::string default_backend_name() {
 
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   const std::string name = spec.name == "auto" || spec.name.empty() ? default_backend_name() : spec.name;
-  if (const BackendInfo* b = find_backend(name)) return b->create(spec);
+  if (const BackendInfo* b = find_backend(name)) {
+    std::unique_ptr<Backend> backend = b->create(spec);
+    if (spec.memory_limit > 0) backend->set_memory_limit(spec.memory_limit);
+    if (const std::optional<FaultPlan> fault = take_injected_fault()) backend->inject_fault(*fault);
+    return backend;
+  }
   std::string names;
   for (const std::string& n : available_backends()) names += (names.empty() ? "" : ", ") + n;
   // Backends fafo has but this build may lack, with what it takes to build them.

@@ -85,6 +85,12 @@ void ChatSession::reset() {
   model_.truncate(0);
 }
 
+void ChatSession::restore(std::vector<ChatMessage> history) {
+  history_ = std::move(history);
+  pieces_.clear();
+  model_.truncate(0);
+}
+
 void ChatSession::check_template() const {
   std::vector<ChatMessage> probe = history_;
   probe.push_back({"user", "Hello"});
@@ -107,10 +113,32 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
     throw ChatTurnError(ChatTurnError::Kind::ContextFull,
                         "the context is full (this turn needs " + std::to_string(prefill.ids.size()) + " tokens, " +
                             std::to_string(prefill.reused) + " of " + std::to_string(model_.n_ctx()) + " are in use)");
+  // What the cache holds before this turn, to return to if the turn fails or is stopped
+  // before its reply: the kept pieces as they are now (a reply's last token is not in
+  // the cache until this turn feeds it).
+  const std::vector<CachedPiece> kept(pieces_.begin(), pieces_.begin() + static_cast<std::ptrdiff_t>(prefill.kept_pieces));
+  auto roll_back = [&] {
+    pieces_.clear();
+    int32_t held = 0;  // the kept pieces' entries, up to the `reused` this turn started from
+    for (const CachedPiece& piece : kept) {
+      const int32_t n = piece.in_cache ? static_cast<int32_t>(piece.ids.size()) : 0;
+      if (held + n > prefill.reused) break;
+      pieces_.push_back(piece);
+      held += n;
+    }
+    try {
+      model_.truncate(held);
+    } catch (...) {  // a backend that cannot even do that: the next turn feeds everything
+      pieces_.clear();
+    }
+  };
   apply(prefill);
 
   GenerationOptions g = options;
   g.keep_context = true;
+  if (should_stop) {
+    g.should_stop = [&should_stop, caller = options.should_stop] { return should_stop() || (caller && caller()); };
+  }
   for (const CachedPiece& piece : pieces_) {  // what the cache holds: the first `reused` ids
     if (g.context_ids.size() >= static_cast<size_t>(prefill.reused)) break;
     g.context_ids.insert(g.context_ids.end(), piece.ids.begin(), piece.ids.end());
@@ -131,7 +159,18 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
     return !reply.found_turn_end();
   };
   ChatTurnResult r;
-  r.generation = generate(model_, tok_, prefill.ids, g, on_token);
+  try {
+    r.generation = generate(model_, tok_, prefill.ids, g, on_token);
+  } catch (...) {
+    roll_back();  // the conversation is as it was; the message is not part of it
+    throw;
+  }
+  if (r.generation.ids.empty()) {  // stopped before the reply began
+    roll_back();
+    r.stop = ChatStop::Stopped;
+    r.in_history = false;
+    return r;
+  }
   show(reply.finish());
 
   // What the cache now holds, with the text each token stands for in the next

@@ -1,5 +1,6 @@
 // Opening, checking and searching a corpus index (fafo/corpus_index.h).
 #include "fafo/corpus_index.h"
+#include "fafo/mapping_guard.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -81,6 +82,9 @@ std::shared_ptr<const CorpusIndex> CorpusIndex::open(const std::string& path) {
   if (m == MAP_FAILED) throw IndexError(path, std::string("cannot map the file: ") + std::strerror(errno));
   ix->map_ = static_cast<const uint8_t*>(m);
   ix->file_bytes_ = size;
+  // An index that shrinks under us reads as zeros instead of killing the process: its
+  // continuations are guesses that decoding verifies, so zeros cost speed, not text.
+  ix->guard_ = guard_mapping(m, size);
   const uint8_t* map = ix->map_;
   if (std::memcmp(map, f::kMagic, sizeof f::kMagic) != 0) throw IndexError(path, "not a fafo corpus index (bad magic)");
   const uint32_t version = read_at<uint32_t>(map, f::kVersionAt);
@@ -136,6 +140,7 @@ std::shared_ptr<const CorpusIndex> CorpusIndex::open(const std::string& path) {
 }
 
 CorpusIndex::~CorpusIndex() {
+  unguard_mapping(guard_);
   if (map_) ::munmap(const_cast<uint8_t*>(map_), file_bytes_);
   if (fd_ >= 0) ::close(fd_);
 }

@@ -31,11 +31,13 @@ const char* stop_reason_name(StopReason r) {
   return "unknown";
 }
 
-std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int32_t chunk) {
+std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int32_t chunk,
+                           const std::function<bool()>& should_stop) {
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
   if (chunk <= 0) throw std::invalid_argument("prefill: chunk must be positive");
   std::vector<float> logits;
   for (size_t begin = 0; begin < tokens.size(); begin += static_cast<size_t>(chunk)) {
+    if (should_stop && should_stop()) return {};
     const size_t end = std::min(tokens.size(), begin + static_cast<size_t>(chunk));
     StepBatch batch = StepBatch::causal(std::vector<int32_t>(tokens.begin() + static_cast<std::ptrdiff_t>(begin),
                                                              tokens.begin() + static_cast<std::ptrdiff_t>(end)),
@@ -47,14 +49,20 @@ std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int
 }
 
 std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_t>& tokens,
-                                          const std::vector<int32_t>& lookahead, int32_t chunk) {
-  if (lookahead.empty()) return prefill(model, tokens, chunk);
+                                          const std::vector<int32_t>& lookahead, int32_t chunk,
+                                          const std::function<bool()>& should_stop) {
+  if (lookahead.empty()) return prefill(model, tokens, chunk, should_stop);
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
   // The last step holds plain prefill's last piece where the lookahead fits beside it.
   const size_t piece = static_cast<size_t>(std::max(chunk, 1));
   const size_t room = static_cast<size_t>(std::max<int32_t>(1, Model::kMaxStepTokens - static_cast<int32_t>(lookahead.size())));
   const size_t tail = std::min(tokens.size() - (tokens.size() - 1) / piece * piece, room);
-  if (tail < tokens.size()) prefill(model, std::vector<int32_t>(tokens.begin(), tokens.end() - static_cast<std::ptrdiff_t>(tail)), chunk);
+  if (tail < tokens.size() &&
+      prefill(model, std::vector<int32_t>(tokens.begin(), tokens.end() - static_cast<std::ptrdiff_t>(tail)), chunk,
+              should_stop)
+          .empty())
+    return {};
+  if (should_stop && should_stop()) return {};
   // One causal step: the prompt's last `tail` tokens (logits after the last of them),
   // then the lookahead tokens; only the prompt's are kept.
   StepBatch step;
@@ -71,7 +79,8 @@ std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_
 }
 
 std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
-                                  Model* draft, int32_t chunk, const std::vector<int32_t>& context) {
+                                  Model* draft, int32_t chunk, const std::vector<int32_t>& context,
+                                  const std::function<bool()>& should_stop) {
   model.set_kv_policy(kv ? make_kv_policy(*kv) : nullptr, drop);
   std::vector<int32_t> lookahead;  // SpecKV: the draft model's greedy continuation of the text
   if (kv && kv->name == "speckv") {
@@ -82,8 +91,8 @@ std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prom
     const int32_t room = model.n_ctx() - model.n_past() - static_cast<int32_t>(prompt.size());
     if (room > 0) lookahead = Drafter(*draft).draft(text, std::min(kv->lookahead, room), 0, Sampler(SamplerOptions{}), 0);
   }
-  std::vector<float> logits = prefill_with_lookahead(model, prompt, lookahead, chunk);
-  model.end_prefill();
+  std::vector<float> logits = prefill_with_lookahead(model, prompt, lookahead, chunk, should_stop);
+  if (!logits.empty()) model.end_prefill();
   return logits;
 }
 
@@ -336,9 +345,14 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   const Clock::time_point t0 = Clock::now();
   const std::vector<float> logits =
       prefill_prompt(model, text, fafo_may_run || options.kv_drop ? &options.kv : nullptr, options.kv_drop,
-                     dec.draft_model.get(), options.prefill_chunk, options.keep_context ? options.context_ids : std::vector<int32_t>{});
+                     dec.draft_model.get(), options.prefill_chunk, options.keep_context ? options.context_ids : std::vector<int32_t>{},
+                     options.should_stop);
   const Clock::time_point t1 = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  if (logits.empty()) {  // stopped during the prefill
+    result.stop = StopReason::Cancelled;
+    return result;
+  }
   if (options.n_predict == 0) return result;
 
   // The text the pool and the drafter read (the conversation so far, ending with the
@@ -366,6 +380,10 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   while (!sink.stop) {
     if (model.n_past() >= model.n_ctx()) {
       sink.stop = StopReason::ContextFull;
+      break;
+    }
+    if (options.should_stop && options.should_stop()) {
+      sink.stop = StopReason::Cancelled;
       break;
     }
     const int32_t input = result.ids.back();

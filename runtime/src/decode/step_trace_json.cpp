@@ -1,7 +1,10 @@
 #include "fafo/step_trace_json.h"
 
+#include <cmath>
 #include <limits>
 #include <stdexcept>
+
+#include "fafo/step_batch.h"
 
 namespace fafo {
 
@@ -119,6 +122,55 @@ json step_trace_to_json(const StepTrace& t) {
           {"ms", {{"build", t.build_ms}, {"forward", t.forward_ms}, {"verify", t.verify_ms}}}};
 }
 
+namespace {
+
+// What a step can hold: a recording that claims more is damaged or hostile, and the
+// studio's panels would size their drawings by it.
+constexpr int32_t kMaxContext = 1 << 24;
+constexpr int32_t kMaxLayers = 4096;
+constexpr size_t kMaxListLength = 1 << 16;
+
+void check_length(size_t n, const char* what) {
+  if (n > kMaxListLength)
+    throw std::invalid_argument(std::string(what) + " has " + std::to_string(n) + " items, more than a step can hold");
+}
+
+// Throws std::invalid_argument naming the field that a real step could not have.
+void check_step_trace(const StepTrace& t) {
+  if (t.step < 0) throw std::invalid_argument("step is negative");
+  if (t.n_past < 0 || t.n_past > kMaxContext) throw std::invalid_argument("n_past is outside [0, 2^24]");
+  if (t.batch_size < 0 || t.batch_size > StepBatch::kMaxTokens)
+    throw std::invalid_argument("batch_size is outside [0, " + std::to_string(StepBatch::kMaxTokens) + "]");
+  if (t.kv_layers < 0 || t.kv_layers > kMaxLayers) throw std::invalid_argument("kv.layers is outside [0, 4096]");
+  if (t.kv_dense_layers < 0 || t.kv_dense_layers > t.kv_layers)
+    throw std::invalid_argument("kv.dense_layers is outside [0, kv.layers]");
+  if (t.kv_swaps < 0) throw std::invalid_argument("kv.swaps is negative");
+  check_length(t.kv_region.size(), "kv.region");
+  const int64_t context_after = static_cast<int64_t>(t.n_past) + t.batch_size + 1;
+  for (int32_t e : t.kv_region)
+    if (e < 0 || e >= context_after)
+      throw std::invalid_argument("kv.region holds entry " + std::to_string(e) + ", outside the context of the step");
+  for (const auto* rows : {&t.window_before, &t.window_after}) {
+    check_length(rows->size(), "a window");
+    for (const std::vector<int32_t>& row : *rows) check_length(row.size(), "a window row");
+  }
+  check_length(t.new_guesses.size(), "new_guesses");
+  check_length(t.candidates.size(), "candidates");
+  for (const CandidateTrace& c : t.candidates) check_length(c.tokens.size(), "a candidate");
+  check_length(t.accepted.size(), "accepted");
+  if (t.accepted_sources.size() > t.accepted.size())
+    throw std::invalid_argument("accepted_sources has more items than accepted");
+  check_length(t.pool_snapshot.size(), "pool.snapshot");
+  for (const PoolKeySnapshot& k : t.pool_snapshot) {
+    check_length(k.key.size(), "a pool key");
+    check_length(k.ngrams.size(), "a pool key's n-grams");
+  }
+  for (double ms : {t.build_ms, t.forward_ms, t.verify_ms})
+    if (!std::isfinite(ms) || ms < 0) throw std::invalid_argument("a time in ms is not a finite non-negative number");
+}
+
+}  // namespace
+
 StepTrace step_trace_from_json(const json& j) {
   StepTrace t;
   t.step = integer<int32_t>(j.at("step"));
@@ -159,6 +211,7 @@ StepTrace step_trace_from_json(const json& j) {
   t.build_ms = ms.at("build").get<double>();
   t.forward_ms = ms.at("forward").get<double>();
   t.verify_ms = ms.at("verify").get<double>();
+  check_step_trace(t);
   return t;
 }
 

@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "fafo/gguf.h"
+#include "fafo/mapping_guard.h"
 
 namespace fafo {
 
@@ -273,15 +274,32 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::string& path) {
   if (::fstat(f->fd_, &st) != 0) throw GgufError(path, std::string("cannot stat: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw GgufError(path, "not a regular file");
   f->size_ = static_cast<uint64_t>(st.st_size);
+  f->mtime_ns_ = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (f->size_ == 0) throw GgufError(path, 0, "empty file: not a GGUF file");
   void* m = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, f->fd_, 0);
   if (m == MAP_FAILED) throw GgufError(path, std::string("cannot map: ") + std::strerror(errno));
   f->base_ = static_cast<const uint8_t*>(m);
+  f->guard_ = guard_mapping(m, f->size_);
   GgufParser(*f).parse();
+  f->check_intact();
   return f;
 }
 
+void GgufFile::check_intact() const {
+  struct stat st {};
+  if (mapping_damaged(guard_))
+    throw GgufError(path_, "the file shrank while in use (a read found it shorter than the " + std::to_string(size_) +
+                               " bytes it had when opened); open it again");
+  if (::fstat(fd_, &st) != 0) return;  // cannot tell
+  const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (static_cast<uint64_t>(st.st_size) != size_)
+    throw GgufError(path_, "the file changed while in use: it has " + std::to_string(st.st_size) + " bytes, not the " +
+                               std::to_string(size_) + " it had when opened; open it again");
+  if (mtime != mtime_ns_) throw GgufError(path_, "the file was modified while in use; open it again");
+}
+
 GgufFile::~GgufFile() {
+  unguard_mapping(guard_);
   if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
   if (fd_ >= 0) ::close(fd_);
 }

@@ -200,13 +200,19 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
     throw std::runtime_error("one row of " + std::to_string(c.n_vocab) + " logits does not fit in a buffer of the " +
                              backend_->name() + " backend");
   b.logits = backend_->alloc_activation(max_logit_rows_, c.n_vocab);
+  file_->check_intact();  // the weights read while loading were the file's
 }
 
 Model::~Model() = default;
 
+void Model::finish_step() {
+  backend_->finish_step();
+  file_->check_intact();  // a step that read a shrunk file's zeros is not used
+}
+
 std::vector<float> Model::forward(StepBatch& batch) {
   record_step(batch);
-  backend_->finish_step();
+  finish_step();
   last_step_size_ = batch.size();
   return backend_->read_rows(buffers_->logits, static_cast<int64_t>(batch.logit_rows().size()));
 }
@@ -214,7 +220,7 @@ std::vector<float> Model::forward(StepBatch& batch) {
 std::vector<int32_t> Model::forward_argmax(StepBatch& batch) {
   record_step(batch);
   backend_->argmax_rows(buffers_->logits);
-  backend_->finish_step();
+  finish_step();
   last_step_size_ = batch.size();
   std::vector<int32_t> ids = backend_->read_argmax(static_cast<int64_t>(batch.logit_rows().size()));
   for (int32_t id : ids) {
@@ -230,7 +236,7 @@ TopK Model::forward_top_k(StepBatch& batch, int32_t k) {
   k = std::min(k, config_.n_vocab);
   record_step(batch);
   backend_->top_k_rows(buffers_->logits, k);
-  backend_->finish_step();
+  finish_step();
   last_step_size_ = batch.size();
   TopK top = backend_->read_top_k(static_cast<int64_t>(batch.logit_rows().size()));
   for (uint8_t nan : top.has_nan)
@@ -245,6 +251,7 @@ void Model::record_step(StepBatch& batch) {
   Buffers& b = *buffers_;
   Backend& be = *backend_;
   if (batch.size() == 0) throw std::invalid_argument("forward: empty batch");
+  file_->check_intact();  // a file that changed is never read again
   if (batch.size() > kMaxStepTokens)
     throw std::invalid_argument("forward: " + std::to_string(batch.size()) + " tokens in one step (at most " +
                                 std::to_string(kMaxStepTokens) + ")");

@@ -8,6 +8,7 @@
 #include <new>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
@@ -40,6 +41,11 @@ class HostBackend final : public Backend, public StepRows {
   BackendNumerics numerics() const override { return traits_.numerics; }
 
   Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
+    check_usable();
+    // Counted as the bytes a device would hold, though the file's pages are used in place.
+    count_memory(static_cast<uint64_t>(rows) * tensor_row_bytes(type, cols) +
+                     (rows == 1 ? static_cast<uint64_t>(cols) * sizeof(float) : 0),
+                 "a weight");
     StoredWeight w{HostWeight{type, rows, cols, static_cast<const uint8_t*>(data), tensor_row_bytes(type, cols)}, {}};
     if (rows == 1) {
       w.dense.resize(static_cast<size_t>(cols));
@@ -50,19 +56,29 @@ class HostBackend final : public Backend, public StepRows {
   }
 
   Activation alloc_activation(int64_t max_rows, int64_t cols) override {
+    check_usable();
+    count_memory(static_cast<uint64_t>(max_rows) * static_cast<uint64_t>(cols) * sizeof(float), "activations");
     activations_.emplace_back(static_cast<size_t>(max_rows * cols));
     activation_rows_.push_back(max_rows);
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
 
   KvCache& create_kv_cache(const KvCacheShape& shape) override {
+    check_usable();
+    if (kv_) memory_in_use_ -= kv_bytes_;
     kv_.reset();
+    kv_bytes_ = 0;
+    const uint64_t bytes = 2ull * sizeof(float) * static_cast<uint64_t>(std::max(shape.n_layer, 0)) *
+                           static_cast<uint64_t>(std::max(shape.capacity, 0)) * static_cast<uint64_t>(std::max(shape.kv_dim, 0));
+    count_memory(bytes, "the KV cache");
+    kv_bytes_ = bytes;
     kv_ = std::make_unique<HostKvCache>(shape, *this);
     return *kv_;
   }
   KvCache* kv_cache() override { return kv_.get(); }
 
   void begin_step(const StepBatch& batch) override {
+    check_usable();
     if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
     gathered_rows_.clear();
     if (batch.n_past() + batch.size() > kv_->capacity())
@@ -253,7 +269,22 @@ class HostBackend final : public Backend, public StepRows {
     return out;
   }
 
-  void finish_step() override { gathered_rows_.clear(); }
+  void finish_step() override {
+    gathered_rows_.clear();
+    if (const std::optional<DeviceError::Kind> fault = injected_fault_due()) {
+      if (*fault == DeviceError::Kind::Lost) {
+        lost_ = true;
+        throw DeviceError(*fault, "the " + traits_.name + " backend's device was lost (injected by FAFO_INJECT_FAULT)");
+      }
+      throw DeviceError(*fault, "the " + traits_.name + " backend ran out of memory in a step (injected by FAFO_INJECT_FAULT)");
+    }
+  }
+
+  void set_memory_limit(uint64_t bytes) override {
+    if (memory_in_use_ > 0) throw std::logic_error("set_memory_limit after memory was allocated");
+    memory_limit_ = bytes;
+  }
+  uint64_t memory_in_use() const override { return memory_in_use_; }
 
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
     const float* p = row(x, 0);
@@ -264,6 +295,20 @@ class HostBackend final : public Backend, public StepRows {
   const StepBatch& step_batch() const override { return *batch_; }
   const float* data_of(const Activation& a) const override {
     return activations_[static_cast<size_t>(a.id)].data();
+  }
+
+  // Counts `bytes` more against the memory limit, or throws DeviceError naming `what`.
+  void count_memory(uint64_t bytes, const char* what) {
+    if (memory_limit_ > 0 && bytes > memory_limit_ - std::min(memory_limit_, memory_in_use_))
+      throw DeviceError(DeviceError::Kind::OutOfMemory,
+                        "out of memory on the " + traits_.name + " backend: " + what + " needs " + format_bytes(bytes) +
+                            " with " + format_bytes(memory_in_use_) + " in use of the " + format_bytes(memory_limit_) +
+                            " --memory-limit allows");
+    memory_in_use_ += bytes;
+  }
+  void check_usable() const {
+    if (lost_)
+      throw DeviceError(DeviceError::Kind::Lost, "the " + traits_.name + " backend's device was lost; open the model again");
   }
 
   // Items per parallel chunk so that a chunk does at least ~64K multiply-adds: below
@@ -314,6 +359,10 @@ class HostBackend final : public Backend, public StepRows {
   const StepBatch* batch_ = nullptr;
   std::vector<int32_t> argmax_;
   TopK top_k_;
+  uint64_t memory_limit_ = 0;  // 0: none
+  uint64_t memory_in_use_ = 0;
+  uint64_t kv_bytes_ = 0;
+  bool lost_ = false;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/descriptor_cache.h"
+#include "fafo/device_error.h"
 
 namespace fafo::vulkan {
 
@@ -26,12 +27,20 @@ Allocator::Allocator(const Context& context, uint64_t max_buffer_bytes) : contex
   if (max_buffer_bytes > 0) max_range_ = std::min<uint64_t>(max_range_, max_buffer_bytes & ~uint64_t{3});
 }
 
+void Allocator::set_limit(uint64_t bytes) {
+  if (bytes < heap_bytes_) {
+    heap_bytes_ = bytes;
+    limited_ = true;
+  }
+}
+
 Buffer Allocator::device(uint64_t bytes, const char* what) {
   bytes = std::max<uint64_t>(bytes, 4);
   if (allocated_ + bytes > heap_bytes_)
-    throw std::runtime_error("out of device memory on " + context_.device_name() + ": " + what + " needs " +
-                             gib(bytes) + " with " + gib(allocated_) + " already allocated of " + gib(heap_bytes_) +
-                             "; the model does not fit on this device");
+    throw DeviceError(DeviceError::Kind::OutOfMemory,
+                      "out of device memory on " + context_.device_name() + ": " + what + " needs " + format_bytes(bytes) +
+                          " with " + format_bytes(allocated_) + " already allocated of " + format_bytes(heap_bytes_) +
+                          (limited_ ? " (--memory-limit)" : "") + "; the model does not fit on this device");
   Buffer b(context_, bytes, Memory::Device);
   allocated_ += bytes;
   CommandSequence seq(context_, 1);

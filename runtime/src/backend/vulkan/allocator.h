@@ -1,7 +1,7 @@
 // The Vulkan backend's budget of device memory: every device buffer the backend makes
 // (weights, activations, the KV cache, attention scratch) is counted against the
-// device's largest device-local heap, so a model that does not fit fails at load time
-// with the sizes in the message, and these buffers start zeroed like the CPU backend's
+// device's largest device-local heap (or --memory-limit), so a model that does not fit
+// fails at load time with the sizes in the message (a fafo::DeviceError), and these buffers start zeroed like the CPU backend's
 // memory. Where the bytes live is the MemoryPool's business (memory_pool.h: buffers
 // placed in large blocks). ScratchBuffer is the one way a buffer that grows on demand
 // is regrown (dropping the descriptor sets that bound the old one).
@@ -25,6 +25,8 @@ class Allocator {
   Allocator(const Context& context, uint64_t max_buffer_bytes);
 
   uint64_t heap_bytes() const { return heap_bytes_; }
+  // Counts against `bytes` instead of the heap when that is smaller (--memory-limit).
+  void set_limit(uint64_t bytes);
   uint64_t allocated() const { return allocated_; }
   uint64_t free_bytes() const { return heap_bytes_ > allocated_ ? heap_bytes_ - allocated_ : 0; }
   // The largest buffer the backend makes.
@@ -41,6 +43,7 @@ class Allocator {
   uint64_t heap_bytes_ = 0;
   uint64_t allocated_ = 0;
   uint64_t max_range_ = 0;
+  bool limited_ = false;  // heap_bytes_ is --memory-limit's
 };
 
 // A host-visible buffer that grows when a step needs more than it holds.

@@ -124,9 +124,9 @@ MemoryPool::Block* MemoryPool::new_block(uint32_t type, VkDeviceSize bytes, bool
     room = heap_size(type) - std::min(heap_size(type), heap_used_[heap]);
   }
   if (room < request)
-    throw VulkanError("out of device memory on " + device_name_ + ": a Vulkan buffer of " + size_text(request) +
-                      " does not fit in memory heap " + std::to_string(heap) + " of " + size_text(heap_size(type)) +
-                      ", of which " + size_text(heap_used_[heap]) + " are allocated");
+    throw DeviceError(DeviceError::Kind::OutOfMemory, "out of device memory on " + device_name_ + ": a Vulkan buffer of " + size_text(request) +
+                          " does not fit in memory heap " + std::to_string(heap) + " of " + size_text(heap_size(type)) +
+                          ", of which " + size_text(heap_used_[heap]) + " are allocated");
   // A shared block shrinks to what the heap has left.
   bytes = std::min(bytes, room);
 

@@ -115,6 +115,7 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   // --- memory -----------------------------------------------------------------------
   Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
+    check_usable();
     DeviceWeight w;
     w.rows = rows;
     w.cols = cols;
@@ -181,6 +182,7 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   // --- a step -----------------------------------------------------------------------
   void begin_step(const StepBatch& batch) override {
+    check_usable();
     if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
     check_step_fits(batch, kv_->capacity(), max_step_rows_);
     encoder_.begin(batch, kv_->full_order());
@@ -412,7 +414,27 @@ class VulkanBackend final : public Backend, public StepTarget {
     return top;
   }
 
-  void finish_step() override { encoder_.finish(step_timeout()); }
+  // A lost device (VK_ERROR_DEVICE_LOST from the submission or its fence, or one
+  // FAFO_INJECT_FAULT raises here) makes every later step and upload fail at once.
+  void finish_step() override {
+    check_usable();
+    const std::optional<DeviceError::Kind> fault = injected_fault_due();
+    try {
+      encoder_.finish(step_timeout());
+      if (fault)  // raised through the path a real failure of the step takes
+        check(*fault == DeviceError::Kind::Lost ? VK_ERROR_DEVICE_LOST : VK_ERROR_OUT_OF_DEVICE_MEMORY,
+              "vkWaitForFences (injected by FAFO_INJECT_FAULT)");
+    } catch (const DeviceError& e) {
+      if (e.kind() == DeviceError::Kind::Lost) lost_ = true;
+      throw;
+    }
+  }
+
+  void set_memory_limit(uint64_t bytes) override {
+    if (allocator_.allocated() > 0) throw std::logic_error("set_memory_limit after memory was allocated");
+    allocator_.set_limit(bytes);
+  }
+  uint64_t memory_in_use() const override { return allocator_.allocated(); }
 
   std::string start_profile() override {
     if (!profiler_) profiler_ = std::make_unique<KernelProfiler>(context_);
@@ -500,9 +522,16 @@ class VulkanBackend final : public Backend, public StepTarget {
   uint32_t rows_of(const Activation& a) const { return encoder_.rows_of(a); }
   void set_rows(const Activation& out, uint32_t rows) { encoder_.set_rows(out, rows); }
 
+  void check_usable() const {
+    if (lost_)
+      throw DeviceError(DeviceError::Kind::Lost, "the Vulkan device " + context_.device_name() +
+                                                     " was lost; open the model again");
+  }
+
   void ensure_partials(uint64_t floats) {
     if (partials_floats_ >= floats) return;
     allocator_.release(partials_, descriptors_);  // only before a step has used it with these shapes
+    partials_floats_ = 0;  // until the larger one exists (its allocation may fail)
     partials_ = allocator_.device(floats * sizeof(float), "attention scratch");
     partials_floats_ = floats;
   }
@@ -526,6 +555,7 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   Buffer partials_;
   uint64_t partials_floats_ = 0;
+  bool lost_ = false;  // the device was lost: every later step and upload fails
   ScratchBuffer argmax_ids_;
   int64_t argmax_count_ = 0;
   ScratchBuffer top_k_result_;
@@ -566,17 +596,6 @@ ReplayCounts replay_counts(const Backend& backend) {
 }  // namespace vulkan
 
 namespace {
-
-std::string format_bytes(uint64_t bytes) {
-  char buf[64];
-  const double gib = static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
-  if (gib >= 1.0) {
-    std::snprintf(buf, sizeof buf, "%.2f GiB", gib);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  }
-  return buf;
-}
 
 // What `fafo devices` prints about a Vulkan device, label by label.
 std::vector<std::pair<std::string, std::string>> vulkan_details(const VulkanDeviceInfo& d) {

@@ -39,4 +39,13 @@ std::string result_name(VkResult result) {
 VulkanError::VulkanError(const std::string& call, VkResult result)
     : std::runtime_error(call + " failed: " + result_name(result)), result_(result) {}
 
+void check(VkResult result, const char* call) {
+  if (result >= 0) return;
+  const std::string what = std::string(call) + " failed: " + result_name(result);
+  if (result == VK_ERROR_OUT_OF_DEVICE_MEMORY || result == VK_ERROR_OUT_OF_HOST_MEMORY)
+    throw DeviceError(DeviceError::Kind::OutOfMemory, what);
+  if (result == VK_ERROR_DEVICE_LOST) throw DeviceError(DeviceError::Kind::Lost, what);
+  throw VulkanError(call, result);
+}
+
 }  // namespace fafo::vulkan

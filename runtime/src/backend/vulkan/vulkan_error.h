@@ -6,6 +6,8 @@
 
 #include <vulkan/vulkan.h>
 
+#include "fafo/device_error.h"
+
 namespace fafo::vulkan {
 
 class VulkanError : public std::runtime_error {
@@ -21,9 +23,9 @@ class VulkanError : public std::runtime_error {
 // "VK_ERROR_OUT_OF_DEVICE_MEMORY" etc.; the number for codes it does not know.
 std::string result_name(VkResult result);
 
-// Throws VulkanError("vkCreateBuffer failed: VK_ERROR_...") for any result < 0.
-inline void check(VkResult result, const char* call) {
-  if (result < 0) throw VulkanError(call, result);
-}
+// Throws for any result < 0, naming the call and the result ("vkQueueSubmit failed:
+// VK_ERROR_DEVICE_LOST"): fafo::DeviceError for out of device or host memory and a lost
+// device (what a caller can recover from), VulkanError for the rest.
+void check(VkResult result, const char* call);
 
 }  // namespace fafo::vulkan
