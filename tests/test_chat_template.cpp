@@ -491,6 +491,31 @@ TEST(JinjaErrors, RuntimeErrorsAsJinja2RaisesThem) {
 // Integer arithmetic at the int64 edges: Jinja2's result wherever it fits in 64 bits
 // (its integers are unbounded), a Limit error naming the operation where it does not;
 // never a wrapped value or undefined behaviour.
+// Strings grown by doubling, joining, replacing, formatting, indenting or printing
+// stop at 64 MiB with a Limit error naming the operation, before gigabytes are allocated.
+TEST(JinjaStrings, GrowingPast64MiBIsALimitErrorNotAnAllocation) {
+  std::string seventy_args;
+  for (int i = 0; i < 70; ++i) seventy_args += i ? ", b" : "b";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{% set ns = namespace(v='xxxxxxxx') %}{% for i in range(40) %}{% set ns.v = ns.v ~ ns.v %}{% endfor %}",
+       "a string would exceed 64 MiB"},
+      {"{{ (['x' * 1000000] * 100000) | join(',') }}", "join would exceed 64 MiB"},
+      {"{{ ','.join(['x' * 1000000] * 100000) }}", "str.join would exceed 64 MiB"},
+      {"{{ ('x' * 10000000).replace('', 'yyyyyyyy') }}", "str.replace would exceed 64 MiB"},
+      {"{{ ('x' * 10000000) | replace('x', 'yyyyyyyy') }}", "replace would exceed 64 MiB"},
+      {"{% set b = 'x' * 1000000 %}{{ ('%s' * 70) | format(" + seventy_args + ") }}", "format would exceed 64 MiB"},
+      {"{{ ('\n' * 1000000) | indent(1000, blank=true) }}", "indent would exceed 64 MiB"},
+      {"{{ ['x' * 1000000] * 100000 }}", "printing a list would exceed 64 MiB"},
+      {"{{ (['x' * 1000000] * 100000) | tojson }}", "tojson would exceed 64 MiB"},
+  };
+  for (const auto& [source, what] : cases) {
+    const ChatTemplateError e = render_error(source);
+    EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Limit) << source << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << source << ": " << e.what();
+  }
+  EXPECT_EQ(render("{{ ('x' * 1000000) | length }}"), "1000000");  // below the limit: fine
+}
+
 TEST(JinjaIntegers, ResultsAtTheInt64EdgesAreJinja2sOrAClearError) {
   const std::string max = "9223372036854775807", min = "(-9223372036854775807 - 1)";
   const std::vector<std::pair<std::string, std::string>> fits = {

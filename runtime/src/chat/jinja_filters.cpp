@@ -194,9 +194,9 @@ Value f_join(const Value& v, CallArgs& a) {
   std::string out;
   bool first = true;
   for (const Value& item : items_of(v)) {
-    if (!first) out += separator;
+    if (!first) append_limited(out, separator, "join");
     first = false;
-    out += text_of(attribute.empty() ? item : lookup_path(item, attribute));
+    append_limited(out, text_of(attribute.empty() ? item : lookup_path(item, attribute)), "join");
   }
   return Value::string(std::move(out));
 }
@@ -315,7 +315,7 @@ Value f_replace(const Value& v, CallArgs& a) {
     const size_t at = count == 0 ? std::string::npos : s.find(old_text, start);
     if (at == std::string::npos) break;
     out.append(s, start, at - start);
-    out += new_text;
+    append_limited(out, new_text, "replace");
     start = at + old_text.size();
     if (count > 0) --count;
   }
@@ -449,7 +449,7 @@ Value f_indent(const Value& v, CallArgs& a) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& line = lines[i].as_string();
     if (i > 0) out += "\n";
-    if (i > 0 && (blank || !line.empty())) out += indentation;
+    if (i > 0 && (blank || !line.empty())) append_limited(out, indentation, "indent");
     out += line;
   }
   if (first) out = indentation + out;
@@ -475,8 +475,8 @@ Value f_format(const Value& v, CallArgs& a) {
     if (next_arg >= a.positional.size()) fail_type("format: not enough arguments for format string");
     const Value& x = a.positional[next_arg++];
     switch (spec) {
-      case 's': out += to_str(x); break;
-      case 'r': out += to_repr(x); break;
+      case 's': append_limited(out, to_str(x), "format"); break;
+      case 'r': append_limited(out, to_repr(x), "format"); break;
       case 'd':
       case 'i':
         if (!x.is_number()) fail_type("format: %d needs a number, not " + type_name(x));

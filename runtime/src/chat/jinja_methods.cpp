@@ -212,7 +212,7 @@ Value str_replace(const Value& self, CallArgs& a) {
     const std::vector<std::string> chars = utf8_chars(s);
     for (const std::string& c : chars) {
       if (count != 0) {
-        out += new_text;
+        append_limited(out, new_text, "str.replace");
         if (count > 0) --count;  // a negative count means every place
       }
       out += c;
@@ -225,7 +225,7 @@ Value str_replace(const Value& self, CallArgs& a) {
     const size_t at = count == 0 ? std::string::npos : s.find(old_text, start);
     if (at == std::string::npos) break;
     out.append(s, start, at - start);
-    out += new_text;
+    append_limited(out, new_text, "str.replace");
     start = at + old_text.size();
     if (count > 0) --count;
   }
@@ -267,9 +267,9 @@ Value str_join(const Value& self, CallArgs& a) {
   bool first = true;
   for (const Value& v : iterate(*items)) {
     if (!v.is_string()) fail_type("sequence item: expected str instance, " + type_name(v) + " found");
-    if (!first) out += self_string(self);
+    if (!first) append_limited(out, self_string(self), "str.join");
     first = false;
-    out += v.as_string();
+    append_limited(out, v.as_string(), "str.join");
   }
   return Value::string(std::move(out));
 }
@@ -303,7 +303,7 @@ Value str_format(const Value& self, CallArgs& a) {
           if (k == field) v = &kv;
       }
       if (!v) fail_type("str.format(): no argument for the field '{" + field + "}'");
-      out += to_str(*v);
+      append_limited(out, to_str(*v), "str.format");
       i = close;
     } else {
       out += s[i];

@@ -17,8 +17,20 @@ Value Value::none() { return Value(Data(NoneData{})); }
 Value Value::boolean(bool b) { return Value(Data(b)); }
 Value Value::integer(int64_t i) { return Value(Data(i)); }
 Value Value::number(double d) { return Value(Data(d)); }
-Value Value::string(std::string s) { return Value(Data(StringData{std::move(s), false})); }
-Value Value::markup(std::string s) { return Value(Data(StringData{std::move(s), true})); }
+Value Value::string(std::string s) {
+  if (s.size() > kMaxStringBytes) fail(Kind::Limit, "a string would exceed 64 MiB");
+  return Value(Data(StringData{std::make_shared<const std::string>(std::move(s)), false}));
+}
+Value Value::markup(std::string s) {
+  if (s.size() > kMaxStringBytes) fail(Kind::Limit, "a string would exceed 64 MiB");
+  return Value(Data(StringData{std::make_shared<const std::string>(std::move(s)), true}));
+}
+
+void append_limited(std::string& out, std::string_view piece, const char* what) {
+  if (piece.size() > kMaxStringBytes - std::min(out.size(), kMaxStringBytes))
+    fail(Kind::Limit, std::string(what) + " would exceed 64 MiB");
+  out += piece;
+}
 
 Value Value::list(std::vector<Value> items) {
   auto l = std::make_shared<ListObject>();
@@ -265,7 +277,7 @@ static std::string repr_at_depth(const Value& v, int depth) {
       std::string out = l.is_tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
-        out += repr_at_depth(l.items[i], depth + 1);
+        append_limited(out, repr_at_depth(l.items[i], depth + 1), "printing a list");
       }
       if (l.is_tuple && l.items.size() == 1) out += ",";
       return out + (l.is_tuple ? ")" : "]");
@@ -277,7 +289,7 @@ static std::string repr_at_depth(const Value& v, int depth) {
       for (const auto& [k, item] : d.entries) {
         if (!first) out += ", ";
         first = false;
-        out += repr_at_depth(k, depth + 1) + ": " + repr_at_depth(item, depth + 1);
+        append_limited(out, repr_at_depth(k, depth + 1) + ": " + repr_at_depth(item, depth + 1), "printing a dict");
       }
       return out + (d.is_namespace ? "}>" : "}");
     }
@@ -368,6 +380,7 @@ static void json_value(std::string& out, const Value& v, const JsonFormat& f, in
         if (i) out += item_sep;
         out += newline;
         json_value(out, items[i], f, depth + 1);
+        if (out.size() > kMaxStringBytes) fail(Kind::Limit, "tojson would exceed 64 MiB");
       }
       out += closing + "]";
       return;

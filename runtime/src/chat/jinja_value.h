@@ -68,7 +68,7 @@ class Value {
   bool as_bool() const { return std::get<bool>(data_); }
   int64_t as_int() const;  // Int or Bool
   double as_double() const;  // Int, Bool or Float
-  const std::string& as_string() const { return std::get<StringData>(data_).text; }
+  const std::string& as_string() const { return *std::get<StringData>(data_).text; }
   ListObject& as_list() const { return *std::get<std::shared_ptr<ListObject>>(data_); }
   DictObject& as_dict() const { return *std::get<std::shared_ptr<DictObject>>(data_); }
   const Function& as_function() const { return *std::get<std::shared_ptr<Function>>(data_); }
@@ -82,8 +82,10 @@ class Value {
     std::string hint;
   };
   struct NoneData {};
+  // Strings are immutable and shared: a copy (a list repeated, an item appended a
+  // million times) costs a reference, not the bytes.
   struct StringData {
-    std::string text;
+    std::shared_ptr<const std::string> text;
     bool markup = false;
   };
   using Data = std::variant<UndefinedData, NoneData, bool, int64_t, double, StringData, std::shared_ptr<ListObject>,
@@ -129,6 +131,13 @@ struct Function {
 
 [[noreturn]] void fail(ChatTemplateError::Kind kind, std::string message);
 [[noreturn]] void fail_type(std::string message);
+// The most bytes one string may hold: what a whole rendering may produce
+// (RenderLimits::max_output_bytes' default). Whatever builds a string piece by piece
+// (join, replace, format, indent, printing and tojson of lists) checks before growing
+// past it, so a template cannot allocate gigabytes before the output limit is seen.
+constexpr size_t kMaxStringBytes = size_t{64} << 20;
+// out += piece, or a Limit error naming `what` when that would pass kMaxStringBytes.
+void append_limited(std::string& out, std::string_view piece, const char* what);
 // Raises the UndefinedError an undefined value stands for.
 [[noreturn]] void fail_undefined(const Value& v);
 // A Limit error for an integer result that does not fit in 64 bits (Jinja2's integers
