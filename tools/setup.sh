@@ -21,6 +21,8 @@ packages=(
   libglfw3-dev libimgui-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth
   # libraries used by the runtime and CLI (suffix arrays for corpus indexes: libdivsufsort)
   nlohmann-json3-dev libcli11-dev libdivsufsort-dev
+  # fafo serve's HTTP server and the tests' client
+  libcpp-httplib-dev
   # the cpu backend's SIMD kernels (Google Highway, dispatched at run time)
   libhwy-dev
   # tests; clang with its sanitizer and libFuzzer runtimes (tools/sanitize.sh, tools/fuzz.sh)

@@ -19,5 +19,6 @@ Command add_devices_command(CLI::App& app);
 Command add_index_command(CLI::App& app);
 Command add_quantize_command(CLI::App& app);
 Command add_perplexity_command(CLI::App& app);
+Command add_serve_command(CLI::App& app);
 
 }  // namespace fafo::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   const fafo::cli::Command index = fafo::cli::add_index_command(app);
   const fafo::cli::Command quantize = fafo::cli::add_quantize_command(app);
   const fafo::cli::Command perplexity = fafo::cli::add_perplexity_command(app);
+  const fafo::cli::Command serve = fafo::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("index")) return index();
     if (app.got_subcommand("quantize")) return quantize();
     if (app.got_subcommand("perplexity")) return perplexity();
+    if (app.got_subcommand("serve")) return serve();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "fafo: error: %s\n", e.what());

@@ -1,0 +1,104 @@
+// `fafo serve`: the OpenAI-compatible HTTP server (app/server/) on a model.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "commands.h"
+#include "fafo/open_model.h"
+#include "generation_flags.h"
+#include "model_flags.h"
+#include "server.h"
+
+namespace fafo::cli {
+
+namespace {
+
+struct ServeArgs {
+  OpenOptions open;
+  server::ServerOptions server;
+  int parallel = 1;
+  int queue = 64;
+  std::string system_unused;
+  KvPolicyOptions kv;
+  std::shared_ptr<bool> seed_given = std::make_shared<bool>(false);
+};
+
+int run_serve(ServeArgs& args) {
+  if (args.server.model_name.empty()) args.server.model_name = std::filesystem::path(args.open.path).stem().string();
+  // SIGINT and SIGTERM go to one thread that stops the server (blocked everywhere else,
+  // including the server's threads, which inherit the mask).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::fprintf(stderr, "fafo serve: opening %s (%d slot%s)\n", args.open.path.c_str(), args.parallel,
+               args.parallel == 1 ? "" : "s");
+  server::SlotPool pool(args.parallel, args.queue, [&] { return open_model(args.open); });
+  server::Server http(args.server, pool);
+  const int port = http.bind();
+  Model& m = *pool.model().model;
+  std::fprintf(stderr,
+               "fafo serve: %s as '%s' on http://%s:%d (backend %s, context %d, %d slot%s, queue %d%s); Ctrl-C stops\n",
+               args.open.path.c_str(), args.server.model_name.c_str(), args.server.host.c_str(), port,
+               m.backend().name().c_str(), m.n_ctx(), args.parallel, args.parallel == 1 ? "" : "s", args.queue,
+               args.server.api_key.empty() ? "" : ", API key required");
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::fprintf(stderr, "fafo serve: stopping (%s)\n", sig == SIGINT ? "Ctrl-C" : "SIGTERM");
+    http.stop();
+  });
+  http.listen();
+  // listen() also returns when the server fails; wake the stopper either way.
+  pthread_kill(stopper.native_handle(), SIGTERM);
+  stopper.join();
+  return 0;
+}
+
+}  // namespace
+
+Command add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "An OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics");
+  app::add_open_flags(cmd, args->open)->required();
+  cmd->add_option("--chat-template", args->open.chat_template,
+                  "Chat template: a built-in name (" + builtin_chat_template_list() + ") or a Jinja file (default: the model's)");
+  cmd->add_option("--host", args->server.host, "Address to listen on (0.0.0.0: every interface)")->capture_default_str();
+  cmd->add_option("--port", args->server.port, "Port (0: any free port, printed at start)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--parallel", args->parallel, "Slots: requests generated at once, each with its own KV cache")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--queue", args->queue, "Requests that may wait for a slot; more are answered 503")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--api-key", args->server.api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--max-body", args->server.max_body_bytes, "Largest request body in bytes (413 beyond)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cmd->add_option("--alias", args->server.model_name, "The model's name in /v1/models and requests (default: the file's stem)");
+  cmd->add_option("-n,--max-tokens", args->server.defaults.max_tokens,
+                  "Reply length when a request gives no max_tokens (-1: until the end of generation or the context)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 24));
+  args->server.defaults.sampling = SamplerOptions{0.8f, 40, 0.95f, 0.05f, 0};
+  args->server.defaults.decoding.strategy = Strategy::Auto;
+  app::add_sampling_flags(cmd, args->server.defaults.sampling, args->seed_given);
+  app::add_strategy_flag(cmd, args->server.defaults.decoding.strategy);
+  return [args] {
+    args->server.defaults.decoding.validate();
+    args->server.defaults.random_seed = !*args->seed_given;
+    return run_serve(*args);
+  };
+}
+
+}  // namespace fafo::cli

@@ -1,0 +1,32 @@
+// What `GET /metrics` reports, in Prometheus' text format: requests by route and
+// status, prompt and generated tokens, decoding time and steps (so tokens/s and tau),
+// the last request's speed and tau, and the slots and queue right now.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace fafo::server {
+
+class Metrics {
+ public:
+  void count_request(const std::string& route, int status);
+  // A finished generation: its prompt and generated tokens, steps and decoding seconds.
+  void count_generation(int64_t prompt_tokens, int64_t generated, int64_t steps, double decode_seconds);
+  // A generation stopped because its client disconnected.
+  void count_cancelled();
+  // The text of /metrics, with the slots in use and the requests waiting now.
+  std::string render(int slots, int busy, int waiting) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, int64_t> requests_;
+  int64_t prompt_tokens_ = 0, generated_ = 0, steps_ = 0, generations_ = 0, cancelled_ = 0;
+  double decode_seconds_ = 0;
+  double last_tokens_per_second_ = 0, last_tau_ = 0;
+};
+
+}  // namespace fafo::server

@@ -1,0 +1,81 @@
+#include "slot_pool.h"
+
+#include <stdexcept>
+
+namespace fafo::server {
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open) : max_queue_(max_queue) {
+  if (n < 1) throw std::invalid_argument("--parallel must be at least 1");
+  for (int i = 0; i < n; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->index = i;
+    s->model = std::make_unique<OpenedModel>(open());
+    slots_.push_back(std::move(s));
+  }
+  in_use_.assign(slots_.size(), false);
+}
+
+SlotPool::Lease& SlotPool::Lease::operator=(Lease&& o) noexcept {
+  if (this != &o) {
+    release();
+    pool_ = o.pool_, slot_ = o.slot_;
+    o.pool_ = nullptr, o.slot_ = nullptr;
+  }
+  return *this;
+}
+
+void SlotPool::Lease::release() {
+  if (pool_ && slot_) pool_->give_back(slot_);
+  pool_ = nullptr, slot_ = nullptr;
+}
+
+SlotPool::Lease SlotPool::acquire(const std::vector<int32_t>& prompt) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto any_free = [&] {
+    for (bool b : in_use_)
+      if (!b) return true;
+    return false;
+  };
+  if (!any_free()) {
+    if (waiting_ >= max_queue_) return {};
+    ++waiting_;
+    freed_.wait(lock, any_free);
+    --waiting_;
+  }
+  size_t best = slots_.size(), best_len = 0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (in_use_[i]) continue;
+    const size_t len = common_prefix(slots_[i]->cached, prompt);
+    if (best == slots_.size() || len > best_len) best = i, best_len = len;
+  }
+  in_use_[best] = true;
+  return Lease(this, slots_[best].get());
+}
+
+void SlotPool::give_back(Slot* slot) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_[static_cast<size_t>(slot->index)] = false;
+  }
+  freed_.notify_one();
+}
+
+int SlotPool::busy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int n = 0;
+  for (bool b : in_use_) n += b ? 1 : 0;
+  return n;
+}
+
+int SlotPool::waiting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return waiting_;
+}
+
+}  // namespace fafo::server

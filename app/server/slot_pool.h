@@ -1,0 +1,72 @@
+// The server's slots: `--parallel N` copies of the model, each with its own KV cache and
+// the tokens it holds, so N requests generate at once and a conversation that comes back
+// finds its earlier turns still cached. A request takes the free slot whose cache shares
+// the longest prefix with its prompt; beyond N running requests, up to `max_queue` wait
+// for a slot and the rest are refused (the server answers 503).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "fafo/open_model.h"
+
+namespace fafo::server {
+
+struct Slot {
+  int index = 0;
+  std::unique_ptr<OpenedModel> model;
+  std::vector<int32_t> cached;  // the tokens the KV cache holds, in order
+};
+
+class SlotPool {
+ public:
+  // Opens `n` copies of the model (`open` is called n times); throws what it throws.
+  SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open);
+
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(SlotPool* pool, Slot* slot) : pool_(pool), slot_(slot) {}
+    Lease(Lease&& o) noexcept : pool_(o.pool_), slot_(o.slot_) { o.pool_ = nullptr, o.slot_ = nullptr; }
+    Lease& operator=(Lease&& o) noexcept;
+    ~Lease() { release(); }
+    Slot* operator->() const { return slot_; }
+    Slot& operator*() const { return *slot_; }
+    explicit operator bool() const { return slot_ != nullptr; }
+    void release();
+
+   private:
+    SlotPool* pool_ = nullptr;
+    Slot* slot_ = nullptr;
+  };
+
+  // Waits for a free slot (the one whose cache shares the longest prefix with `prompt`);
+  // an empty lease when `max_queue` requests already wait.
+  Lease acquire(const std::vector<int32_t>& prompt);
+
+  int size() const { return static_cast<int>(slots_.size()); }
+  int max_queue() const { return max_queue_; }
+  int busy() const;
+  int waiting() const;
+  // The first slot's model (for names, the template, the context size).
+  const OpenedModel& model() const { return *slots_.front()->model; }
+
+ private:
+  void give_back(Slot* slot);
+
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<bool> in_use_;
+  int max_queue_;
+  int waiting_ = 0;
+  mutable std::mutex mutex_;
+  std::condition_variable freed_;
+};
+
+// The length of the longest common prefix of two token lists.
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
+}  // namespace fafo::server

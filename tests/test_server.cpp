@@ -1,0 +1,364 @@
+// `fafo serve`'s server on loopback, called as clients call it (cpp-httplib's client):
+// every route, every error the issue names, streaming, cancellation when a client goes
+// away, parallel slots giving the greedy text of plain generation, and a bounded load.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "fafo/chat_session.h"
+#include "fafo/generator.h"
+#include "fafo/open_model.h"
+#include "server.h"
+#include "test_support.h"
+
+namespace fafo::server {
+namespace {
+
+using nlohmann::json;
+
+std::filesystem::path stories() { return test::shared_path("models/stories260K.gguf"); }
+
+OpenOptions stories_options() {
+  OpenOptions o;
+  o.path = stories().string();
+  o.backend = BackendSpec{"cpu", "", 1};
+  o.n_ctx = 512;
+  o.chat_template = "chatml";
+  return o;
+}
+
+// A server on a free loopback port, serving until the fixture ends.
+class ServerOnLoopback {
+ public:
+  explicit ServerOnLoopback(int parallel = 2, int queue = 8, const std::string& api_key = "") {
+    pool_ = std::make_unique<SlotPool>(parallel, queue, [] { return open_model(stories_options()); });
+    ServerOptions o;
+    o.port = 0;
+    o.model_name = "stories";
+    o.api_key = api_key;
+    o.max_body_bytes = 64 * 1024;
+    o.defaults.sampling = SamplerOptions{0.0f, 40, 0.95f, 0.05f, 7};
+    o.defaults.decoding.strategy = Strategy::Ar;
+    server_ = std::make_unique<Server>(o, *pool_);
+    port_ = server_->bind();
+    thread_ = std::thread([this] { server_->listen(); });
+  }
+  ~ServerOnLoopback() {
+    server_->stop();
+    thread_.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  SlotPool& pool() { return *pool_; }
+
+ private:
+  std::unique_ptr<SlotPool> pool_;
+  std::unique_ptr<Server> server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+#define REQUIRE_STORIES() \
+  if (!std::filesystem::exists(stories())) GTEST_SKIP() << "shared data not found: " << stories()
+
+json post(httplib::Client& c, const std::string& path, const json& body, int expect_status) {
+  const httplib::Result r = c.Post(path, body.dump(), "application/json");
+  EXPECT_TRUE(r) << path << ": no response";
+  if (!r) return json();
+  EXPECT_EQ(r->status, expect_status) << r->body;
+  json j = json::parse(r->body, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r->body;
+  return j;
+}
+
+// What fafo run prints for `prompt` (greedy, `n` tokens, BOS first), as text.
+std::string plain_completion(const std::string& prompt, int n) {
+  OpenedModel m = open_model(stories_options());
+  GenerationOptions g;
+  g.n_predict = n;
+  g.sampling.temperature = 0;
+  const GenerationResult r = generate(*m.model, *m.tokenizer, m.tokenizer->encode(prompt, true), g);
+  std::string text;
+  for (int32_t id : r.ids)
+    if (!m.tokenizer->is_end_of_generation(id)) text += m.tokenizer->token_to_piece(id);
+  return text;
+}
+
+// fafo chat's first reply to `user` (greedy, `n` tokens at most).
+std::string plain_chat(const std::string& user, int n) {
+  OpenedModel m = open_model(stories_options());
+  ChatSession chat(*m.model, *m.tokenizer, m.chat.chat_template, chat_template_context(*m.tokenizer));
+  GenerationOptions g;
+  g.n_predict = n;
+  g.sampling.temperature = 0;
+  return chat.turn(user, g).reply;
+}
+
+void expect_error(const json& j, const std::string& param, const std::string& text) {
+  ASSERT_TRUE(j.contains("error")) << j.dump();
+  EXPECT_EQ(j["error"]["param"], param.empty() ? json(nullptr) : json(param)) << j.dump();
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(text), std::string::npos) << j.dump();
+  EXPECT_TRUE(j["error"].contains("type")) << j.dump();
+}
+
+TEST(Server, RoutesAnswer) {
+  REQUIRE_STORIES();
+  ServerOnLoopback s;
+  httplib::Client c = s.client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json m = json::parse(models->body);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "stories");
+  post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 4}}, 200);
+  auto missing = c.Get("/v1/nothing");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  expect_error(json::parse(missing->body), "", "no route GET /v1/nothing");
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("fafo_requests_total{route=\"/v1/completions\",status=\"200\"} 1"), std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("fafo_generated_tokens_total 4"), std::string::npos) << metrics->body;
+  EXPECT_NE(metrics->body.find("fafo_queue_depth 0"), std::string::npos) << metrics->body;
+}
+
+TEST(Server, GreedyRepliesEqualPlainGenerationOnEverySlot) {
+  REQUIRE_STORIES();
+  const std::string want_completion = plain_completion("Once upon a time", 24);
+  const std::string want_chat = plain_chat("Tell me a story.", 24);
+  ServerOnLoopback s(2, 8);
+  std::vector<std::string> got(6);
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < got.size(); ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client c = s.client();
+      if (i % 2 == 0) {
+        const json j = post(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}}, 200);
+        got[i] = j["choices"][0]["text"];
+        EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+      } else {
+        const json j = post(c, "/v1/chat/completions",
+                            {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}},
+                             {"max_tokens", 24},
+                             {"temperature", 0},
+                             {"strategy", i == 3 ? "fafo" : "lookahead"}},
+                            200);
+        got[i] = j["choices"][0]["message"]["content"];
+        EXPECT_EQ(j["object"], "chat.completion");
+        EXPECT_GT(j["fafo"]["steps"].get<int>(), 0);
+        EXPECT_EQ(j["fafo"]["strategy"], i == 3 ? "fafo" : "lookahead");
+      }
+    });
+  for (std::thread& t : clients) t.join();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], i % 2 == 0 ? want_completion : want_chat) << i;
+
+  // The same conversation again: its prompt is found in a slot's cache.
+  httplib::Client c = s.client();
+  const json again = post(c, "/v1/chat/completions",
+                          {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}, {"max_tokens", 24}}, 200);
+  EXPECT_GT(again["fafo"]["reused_prompt_tokens"].get<int>(), 0) << again.dump();
+  EXPECT_EQ(again["choices"][0]["message"]["content"], want_chat);
+}
+
+TEST(Server, StreamedChunksAddUpToTheReplyAndEndWithDone) {
+  REQUIRE_STORIES();
+  const std::string want = plain_chat("Tell me a story.", 32);
+  ServerOnLoopback s;
+  httplib::Client c = s.client();
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}},
+                     {"max_tokens", 32},
+                     {"stream", true},
+                     {"stream_options", {{"include_usage", true}}}};
+  const httplib::Result r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  std::string text;
+  std::vector<json> events;
+  bool done = false;
+  size_t at = 0;
+  while ((at = r->body.find("data: ", at)) != std::string::npos) {
+    const size_t end = r->body.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos);
+    const std::string data = r->body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      done = true;
+      break;
+    }
+    events.push_back(json::parse(data));
+  }
+  ASSERT_TRUE(done) << r->body;
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front()["choices"][0]["delta"]["role"], "assistant");
+  for (const json& e : events)
+    if (!e["choices"].empty() && e["choices"][0]["delta"].contains("content")) text += e["choices"][0]["delta"]["content"];
+  EXPECT_EQ(text, want);
+  EXPECT_FALSE(events[events.size() - 2]["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 32);
+}
+
+TEST(Server, BadRequestsAreErrorObjectsNamingTheField) {
+  REQUIRE_STORIES();
+  ServerOnLoopback s;
+  httplib::Client c = s.client();
+  auto raw = c.Post("/v1/chat/completions", "{not json", "application/json");
+  ASSERT_TRUE(raw);
+  EXPECT_EQ(raw->status, 400);
+  expect_error(json::parse(raw->body), "", "not valid JSON");
+  expect_error(post(c, "/v1/chat/completions", json::object(), 400), "messages", "'messages' is required");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", "hi"}}, 400), "messages", "list of messages");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", {{{"content", "hi"}}}}}, 400), "messages[0].role", "string");
+  const json user = {{{"role", "user"}, {"content", "hi"}}};
+  expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"temperature", "hot"}}, 400), "temperature", "number");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"temperature", 3}}, 400), "temperature", "between");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"max_tokens", 0}}, 400), "max_tokens", "between");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"n", 2}}, 400), "n", "'n' must be 1");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"stop", {1}}}, 400), "stop", "strings");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"strategy", "magic"}}, 400), "strategy", "magic");
+  expect_error(post(c, "/v1/completions", {{"prompt", 5}}, 400), "prompt", "string");
+  const json unknown = post(c, "/v1/chat/completions", {{"messages", user}, {"model", "gpt-4"}}, 404);
+  expect_error(unknown, "model", "'gpt-4' does not exist");
+  EXPECT_EQ(unknown["error"]["code"], "model_not_found");
+  // Longer than the context: the numbers.
+  std::string long_prompt;
+  for (int i = 0; i < 400; ++i) long_prompt += "Once upon a time ";
+  const json too_long = post(c, "/v1/completions", {{"prompt", long_prompt}}, 400);
+  expect_error(too_long, "prompt", "but the context holds 512");
+  EXPECT_EQ(too_long["error"]["code"], "context_length_exceeded");
+  expect_error(post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 600}}, 400), "max_tokens",
+               "max_tokens is 600: more than the 512 the context holds");
+  // A body over --max-body (64 KiB here).
+  auto big = c.Post("/v1/completions", json{{"prompt", std::string(100000, 'a')}}.dump(), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  expect_error(json::parse(big->body), "", "larger than 65536 bytes");
+  // Still serving.
+  post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}, 200);
+}
+
+TEST(Server, TheApiKeyIsCheckedOnEveryRouteButHealth) {
+  REQUIRE_STORIES();
+  ServerOnLoopback s(1, 4, "secret");
+  httplib::Client c = s.client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  for (const char* path : {"/v1/models", "/metrics"}) {
+    auto r = c.Get(path);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << path;
+    expect_error(json::parse(r->body), "", "an API key is required");
+  }
+  expect_error(post(c, "/v1/completions", {{"prompt", "Once"}}, 401), "", "an API key is required");
+  c.set_bearer_token_auth("wrong");
+  expect_error(post(c, "/v1/completions", {{"prompt", "Once"}}, 401), "", "the API key is wrong");
+  c.set_bearer_token_auth("secret");
+  post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}, 200);
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+}
+
+TEST(Server, AFullQueueIsAnswered503) {
+  REQUIRE_STORIES();
+  ServerOnLoopback s(1, 0);
+  httplib::Client c = s.client();
+  {
+    SlotPool::Lease busy = s.pool().acquire({});  // the one slot is taken, and no request may wait
+    ASSERT_TRUE(busy);
+    const json j = post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}, 503);
+    expect_error(j, "", "the server is busy");
+    EXPECT_EQ(j["error"]["code"], "queue_full");
+  }
+  post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}, 200);
+}
+
+TEST(Server, AClientThatDisconnectsCancelsItsGeneration) {
+  REQUIRE_STORIES();
+  ServerOnLoopback s(1, 4);
+  httplib::Client c = s.client();
+  for (bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "streamed" : "not streamed");
+    // Until the context is full (ignore_eos): far longer than the client waits.
+    const json body = {{"prompt", "Once upon a time"}, {"stream", stream}, {"ignore_eos", true}};
+    size_t received = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t n, uint64_t, uint64_t) {
+      received += n;
+      return received < 8;  // hang up after the first bytes
+    };
+    c.send(req);
+    EXPECT_GT(received, 0u);
+  }
+  // Both generations stop, cancelled: the slot is free and metrics count them.
+  httplib::Client m = s.client();
+  std::string metrics;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    metrics = m.Get("/metrics")->body;
+    if (metrics.find("fafo_cancelled_total 2") != std::string::npos && metrics.find("fafo_slots_busy 0") != std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(metrics.find("fafo_cancelled_total 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fafo_generations_total 0"), std::string::npos) << metrics;
+  post(m, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}, 200);
+}
+
+// 16 clients x 20 requests on 4 slots: no errors; the latency percentiles are printed.
+TEST(Server, BoundedLoadHasNoErrors) {
+  REQUIRE_STORIES();
+  ServerOnLoopback s(4, 64);
+  constexpr int kClients = 16, kRequests = 20;
+  std::atomic<int> errors{0};
+  std::vector<double> latencies;
+  std::mutex mutex;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client c = s.client();
+      for (int k = 0; k < kRequests; ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const json body = {{"messages", {{{"role", "user"}, {"content", "Story " + std::to_string(i * 100 + k)}}}},
+                           {"max_tokens", 16},
+                           {"stream", k % 2 == 0}};
+        const httplib::Result r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+        if (!r || r->status != 200) ++errors;
+        std::lock_guard<std::mutex> lock(mutex);
+        latencies.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+    });
+  for (std::thread& t : clients) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(errors.load(), 0);
+  std::sort(latencies.begin(), latencies.end());
+  auto pct = [&](double p) { return latencies[static_cast<size_t>(p * static_cast<double>(latencies.size() - 1))]; };
+  std::printf("load: %d requests in %.2f s (%.1f requests/s); latency ms p50 %.1f p90 %.1f p99 %.1f max %.1f\n",
+              kClients * kRequests, seconds, kClients * kRequests / seconds, pct(0.5), pct(0.9), pct(0.99), latencies.back());
+}
+
+}  // namespace
+}  // namespace fafo::server
