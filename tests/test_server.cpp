@@ -62,6 +62,7 @@ class ServerOnLoopback {
     return c;
   }
   SlotPool& pool() { return *pool_; }
+  int port() const { return port_; }
 
  private:
   std::unique_ptr<SlotPool> pool_;
@@ -325,6 +326,29 @@ TEST(Server, AClientThatDisconnectsCancelsItsGeneration) {
   EXPECT_NE(metrics.find("fafo_cancelled_total 2"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("fafo_generations_total 0"), std::string::npos) << metrics;
   post(m, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}, 200);
+}
+
+// The official openai client from npm (tests/node, installed by tools/setup.sh) gets
+// plain greedy generation's text, streamed or not, and a 404 for an unknown model.
+TEST(Server, TheOfficialOpenAiClientGetsPlainGenerationsText) {
+  REQUIRE_STORIES();
+  const std::filesystem::path script = std::filesystem::path(FAFO_SOURCE_DIR) / "tests/node/openai_client.mjs";
+  const std::filesystem::path module = std::filesystem::path(FAFO_SOURCE_DIR) / "tests/node/node_modules/openai";
+  ASSERT_TRUE(std::filesystem::exists(module)) << "the openai npm package is not installed: run tools/setup.sh";
+  ASSERT_EQ(test::run_command("node --version").exit_code, 0) << "node is not installed: run tools/setup.sh";
+  ServerOnLoopback s(2, 8, "key");
+  const test::CommandResult r = test::run_command("timeout 120 node " + test::shell_quote(script) + " http://127.0.0.1:" +
+                                                  std::to_string(s.port()) + "/v1 key stories");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  const std::string chat = plain_chat("Tell me a story.", 24);
+  EXPECT_EQ(j["chat"], chat);
+  EXPECT_EQ(j["streamed"], chat);
+  EXPECT_GT(j["chunks"].get<int>(), 2);
+  EXPECT_EQ(j["chat_usage"]["completion_tokens"], 24);
+  EXPECT_EQ(j["completion"], plain_completion("Once upon a time", 24));
+  EXPECT_EQ(j["missing"], "404 model_not_found");
 }
 
 // 16 clients x 20 requests on 4 slots: no errors; the latency percentiles are printed.

@@ -13,6 +13,7 @@
 
 #include "chat_template_copy.h"
 #include "engine.h"
+#include "server_session.h"
 #include "test_support.h"
 
 using namespace fafo;
@@ -308,4 +309,29 @@ TEST(StudioEngine, ALostDeviceOpensTheModelAgainAndKeepsTheConversation) {
   ASSERT_EQ(v.conversation.size(), 4u);
   EXPECT_EQ(v.conversation[2].content, "Tell me more");
   EXPECT_FALSE(v.conversation[3].content.empty());
+}
+
+// The Server menu's session: starts an OpenAI-compatible server on the model's file,
+// answers on loopback, and stops.
+TEST(StudioServer, StartsAnswersAndStops) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  ServerSession server;
+  server.start(cpu(model_path.string()), "127.0.0.1", 0);
+  ASSERT_TRUE(wait_for([&] { return server.status().state != ServerSession::Status::State::Starting; }, 60));
+  const ServerSession::Status st = server.status();
+  ASSERT_EQ(st.state, ServerSession::Status::State::Running) << st.error;
+  ASSERT_GT(st.port, 0);
+  EXPECT_EQ(st.url, "http://127.0.0.1:" + std::to_string(st.port) + "/v1");
+  const fafo::test::CommandResult r = fafo::test::run_command(
+      "curl -s -m 30 http://127.0.0.1:" + std::to_string(st.port) +
+      "/v1/completions -d '{\"prompt\": \"Once\", \"max_tokens\": 3, \"temperature\": 0}'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"completion_tokens\":3"), std::string::npos) << r.out;
+  server.stop();
+  EXPECT_EQ(server.status().state, ServerSession::Status::State::Stopped);
+  // A port that cannot be bound is an error in the status, not a crash.
+  ServerSession second;
+  second.start(cpu(model_path.string()), "203.0.113.7", 1);
+  ASSERT_TRUE(wait_for([&] { return second.status().state == ServerSession::Status::State::Stopped; }, 60));
+  EXPECT_NE(second.status().error.find("cannot listen on 203.0.113.7:1"), std::string::npos) << second.status().error;
 }

@@ -32,4 +32,10 @@ packages=(
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${packages[@]}"
+# The official openai client (npm), which tests/test_server.cpp drives against fafo
+# serve: Node.js from Debian when the machine has none, the package from tests/node's lock.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt-get install -y -q --no-install-recommends nodejs npm
+fi
+npm ci --prefix "$(dirname "$0")/../tests/node" --no-audit --no-fund --loglevel=error
 echo "tools/setup.sh: all packages installed"

@@ -1,7 +1,9 @@
 // The menu bar: switch between the chat, the debugger and the bench, open a model or a trace.
 #include <imgui.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <string>
 
 #include "panels.h"
 
@@ -46,6 +48,26 @@ float draw_menu_bar(StudioState& s) {
     if (ImGui::MenuItem("Chat", nullptr, s.view == View::Chat)) set_view(s, View::Chat);
     if (ImGui::MenuItem("Debugger", nullptr, s.view == View::Debugger)) set_view(s, View::Debugger);
     if (ImGui::MenuItem("Bench", nullptr, s.view == View::Bench)) set_view(s, View::Bench);
+    if (ImGui::BeginMenu("Server")) {
+      const ServerSession::Status st = s.server.status();
+      if (st.state == ServerSession::Status::State::Stopped) {
+        ImGui::SetNextItemWidth(120.0f);
+        ImGui::InputInt("port", &s.server_port);
+        s.server_port = std::clamp(s.server_port, 0, 65535);
+        const std::string start = "Start on 127.0.0.1:" + std::to_string(s.server_port);
+        if (ImGui::MenuItem(start.c_str(), nullptr, false, s.ev.has_model))
+          s.server.start(s.settings.open, "127.0.0.1", s.server_port);
+        if (!s.ev.has_model) ImGui::TextDisabled("open a model first");
+        if (!st.error.empty()) ImGui::TextWrapped("could not start: %s", st.error.c_str());
+      } else if (st.state == ServerSession::Status::State::Starting) {
+        ImGui::TextDisabled("opening %s...", st.model.c_str());
+      } else {
+        ImGui::Text("OpenAI API at %s", st.url.c_str());
+        ImGui::TextDisabled("serving %s", st.model.c_str());
+        if (ImGui::MenuItem("Stop")) s.server.stop();
+      }
+      ImGui::EndMenu();
+    }
     if (ImGui::BeginMenu("Layout")) {
       if (ImGui::MenuItem("Reset panel positions")) s.relayout = true;
       ImGui::EndMenu();

@@ -14,6 +14,7 @@
 #include "bench_runner.h"
 #include "bench_session.h"
 #include "engine.h"
+#include "server_session.h"
 #include "fafo/decoding.h"
 #include "file_browser.h"
 #include "layout.h"
@@ -71,6 +72,9 @@ struct StudioState {
 
   // The Bench view.
   BenchSession bench;
+  // The Server menu: an OpenAI-compatible server on the open model.
+  ServerSession server;
+  int server_port = 8080;
   BenchSnapshot bench_now;            // the run's state this frame
   BenchSetup bench_setup;
   size_t bench_log_seen = 0;          // log lines last drawn (scrolls to the end when more come)
