@@ -6,13 +6,13 @@
 # is repeatable up to how many inputs the time allows). Prints each
 # target's executions; exits non-zero at the first finding.
 # Usage: tools/fuzz.sh [TARGET|all] [SECONDS] [BUILD_DIR]
-#   targets: gguf tokenizer template messages step_trace chat corpus_index
+#   targets: gguf tokenizer template messages step_trace chat corpus_index request
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${1:-all}"
 seconds="${2:-60}"
 build="${3:-build-asan}"
-all=(gguf tokenizer template messages step_trace chat corpus_index)
+all=(gguf tokenizer template messages step_trace chat corpus_index request)
 if [ "$target" = all ]; then targets=("${all[@]}"); else targets=("$target"); fi
 for t in "${targets[@]}"; do
   [[ " ${all[*]} " == *" $t "* ]] || { echo "tools/fuzz.sh: unknown target '$t' (${all[*]}, or all)" >&2; exit 2; }
