@@ -507,6 +507,12 @@ TEST(JinjaStrings, GrowingPast64MiBIsALimitErrorNotAnAllocation) {
       {"{{ ('\n' * 1000000) | indent(1000, blank=true) }}", "indent would exceed 64 MiB"},
       {"{{ ['x' * 1000000] * 100000 }}", "printing a list would exceed 64 MiB"},
       {"{{ (['x' * 1000000] * 100000) | tojson }}", "tojson would exceed 64 MiB"},
+      {"{% set big = 'x' * 1000000 %}{% set ns = namespace(p=[]) %}{% for i in range(100) %}"
+       "{% set ns.p = ns.p + [[i | string, big]] %}{% endfor %}{{ dict(ns.p) | tojson }}",
+       "tojson would exceed 64 MiB"},
+      {"{% set ns = namespace(l=[]) %}{% set big = 'x' * 10000000 %}{% for i in range(200) %}"
+       "{% set ns.l = ns.l + [big ~ i] %}{% endfor %}",
+       "the template makes more than 1 GiB of strings"},
   };
   for (const auto& [source, what] : cases) {
     const ChatTemplateError e = render_error(source);

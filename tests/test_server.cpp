@@ -235,6 +235,13 @@ TEST(Server, BadRequestsAreErrorObjectsNamingTheField) {
   expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"stop", {1}}}, 400), "stop", "strings");
   expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"strategy", "magic"}}, 400), "strategy", "magic");
   expect_error(post(c, "/v1/completions", {{"prompt", 5}}, 400), "prompt", "string");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"min_p", 1}}, 400), "min_p", "less than 1");
+  std::string deep = "{\"messages\": ";
+  for (int i = 0; i < 5000; ++i) deep += "[";
+  auto nested = c.Post("/v1/chat/completions", deep, "application/json");  // not even complete: refused on the way in
+  ASSERT_TRUE(nested);
+  EXPECT_EQ(nested->status, 400);
+  expect_error(json::parse(nested->body), "", "nests deeper than 64 levels");
   const json unknown = post(c, "/v1/chat/completions", {{"messages", user}, {"model", "gpt-4"}}, 404);
   expect_error(unknown, "model", "'gpt-4' does not exist");
   EXPECT_EQ(unknown["error"]["code"], "model_not_found");
@@ -351,6 +358,27 @@ TEST(Server, TheOfficialOpenAiClientGetsPlainGenerationsText) {
   EXPECT_EQ(j["missing"], "404 model_not_found");
 }
 
+// Stopped before it listens (Ctrl-C while the model loads), or while it starts: the
+// server ends instead of serving on.
+TEST(Server, AStopBeforeOrWhileListeningEndsIt) {
+  REQUIRE_STORIES();
+  SlotPool pool(1, 0, [] { return open_model(stories_options()); });
+  for (int delay_ms : {-1, 0, 1, 5}) {
+    ServerOptions o;
+    o.port = 0;
+    o.model_name = "stories";
+    Server server(o, pool);
+    server.bind();
+    if (delay_ms < 0) server.stop();  // before listen()
+    std::thread t([&] { server.listen(); });
+    if (delay_ms >= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      server.stop();
+    }
+    t.join();  // a hang here is the failure (ctest's timeout)
+  }
+}
+
 // 16 clients x 20 requests on 4 slots: no errors; the latency percentiles are printed.
 TEST(Server, BoundedLoadHasNoErrors) {
   REQUIRE_STORIES();
@@ -370,7 +398,15 @@ TEST(Server, BoundedLoadHasNoErrors) {
                            {"max_tokens", 16},
                            {"stream", k % 2 == 0}};
         const httplib::Result r = c.Post("/v1/chat/completions", body.dump(), "application/json");
-        if (!r || r->status != 200) ++errors;
+        // A reply, not only a status: a JSON body with a choice, or a stream ending in [DONE].
+        bool ok = r && r->status == 200;
+        if (ok && k % 2 == 0) {
+          ok = r->body.find("data: [DONE]") != std::string::npos && r->body.find("\"error\"") == std::string::npos;
+        } else if (ok) {
+          const json j = json::parse(r->body, nullptr, false);
+          ok = !j.is_discarded() && j.contains("choices") && j["choices"].size() == 1;
+        }
+        if (!ok) ++errors;
         std::lock_guard<std::mutex> lock(mutex);
         latencies.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       }

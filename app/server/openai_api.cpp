@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "fafo/sampler.h"
+
 namespace fafo::server {
 
 using nlohmann::json;
@@ -30,7 +32,8 @@ double number(const ordered_json& v, const std::string& name, double lo, double 
 }
 
 int64_t integer(const ordered_json& v, const std::string& name, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer()) throw bad(name, "'" + name + "' must be an integer, not " + v.dump());
+  if (!v.is_number_integer())
+    throw bad(name, "'" + name + "' must be an integer, not " + (v.is_number() ? v.dump() : std::string(v.type_name())));
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     throw bad(name, "'" + name + "' is too large: " + v.dump());
   const int64_t n = v.get<int64_t>();
@@ -82,7 +85,13 @@ ordered_json flatten_content(ordered_json messages) {
 }  // namespace
 
 CompletionRequest parse_completion_request(const std::string& body, bool chat, const RequestDefaults& defaults) {
-  ordered_json j = ordered_json::parse(body, nullptr, false);
+  // Nesting is limited before anything recurses over the value (copies, messages, errors).
+  constexpr int kMaxDepth = 64;
+  const ordered_json::parser_callback_t depth_check = [](int depth, ordered_json::parse_event_t, ordered_json&) {
+    if (depth > kMaxDepth) throw bad("", "the request body nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    return true;
+  };
+  ordered_json j = ordered_json::parse(body, depth_check, false);
   if (j.is_discarded()) throw bad("", "the request body is not valid JSON");
   if (!j.is_object()) throw bad("", "the request body must be a JSON object");
   CompletionRequest r;
@@ -147,6 +156,12 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
     r.seed_given = true;
   }
   if (r.sampling.top_p <= 0.0f) throw bad("top_p", "'top_p' must be greater than 0");
+  if (r.sampling.min_p >= 1.0f) throw bad("min_p", "'min_p' must be less than 1");
+  try {
+    Sampler check(r.sampling);
+  } catch (const std::exception& e) {
+    throw bad("", std::string("sampling: ") + e.what());
+  }
   if (const ordered_json* v = opt("ignore_eos")) {
     if (!v->is_boolean()) throw bad("ignore_eos", "'ignore_eos' must be true or false");
     r.ignore_eos = v->get<bool>();

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include <httplib.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include "fafo/chat_session.h"
 #include "fafo/device_error.h"
 #include "fafo/generator.h"
+#include "fafo/gguf.h"
 #include "fafo/utf8_stream.h"
 
 namespace fafo::server {
@@ -21,14 +23,26 @@ using nlohmann::json;
 
 namespace {
 
+// Text from a model may hold bytes that are not UTF-8 (a token that is half a
+// character, cut off by max_tokens): replaced, never a throw.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse(const json& data) { return "data: " + dump(data) + "\n\n"; }
+
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(dump(body), "application/json");
 }
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.body()); }
 
-std::string sse(const json& data) { return "data: " + data.dump() + "\n\n"; }
+// The route a metrics line names: the known ones, else "other" (a client's path is
+// not a label: every distinct one would stay in /metrics for good).
+std::string route_label(const std::string& path) {
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+    if (path == known) return known;
+  return "other";
+}
 
 // A request's prompt, ready to generate: the text's tokens and what ends its reply.
 struct Prepared {
@@ -45,6 +59,8 @@ struct Server::Impl {
   httplib::Server http;
   std::mutex prepare_mutex;  // the first slot's tokenizer and template, for requests not yet in a slot
   std::atomic<uint64_t> next_id{1};
+  std::atomic<bool> stopping{false};   // stop() was called: generations end, listen() returns
+  std::atomic<bool> listening{false};  // listen() runs (or is about to)
   int port = 0;
   int listen_socket = -1;  // the server's socket, once bound
 
@@ -130,7 +146,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   job->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id.fetch_add(1));
   job->created = static_cast<int64_t>(std::time(nullptr));
 
-  auto provider = [this, job](size_t, httplib::DataSink& sink) {
+  auto generate_into = [this, job](httplib::DataSink& sink) {
     const CompletionRequest& rq = job->request;
     Slot& slot = *job->lease;
     Model& model = *slot.model->model;
@@ -152,7 +168,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     g.n_predict = rq.max_tokens;
     g.sampling = rq.sampling;
     g.decoding = rq.decoding;
-    g.should_stop = [&] { return gone; };
+    g.should_stop = [&] { return gone || stopping.load(); };
     g.stop_at_end_of_generation = !rq.ignore_eos;
     StopText stop(job->prepared.stops);
     Utf8Stream utf8;
@@ -187,7 +203,9 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       const DeviceError* de = dynamic_cast<const DeviceError*>(&e);
       const ApiError err(500, std::string("the generation failed: ") + e.what(), "", "server_error",
                          de ? (de->kind() == DeviceError::Kind::Lost ? "device_lost" : "out_of_memory") : "");
-      write(rq.stream ? sse(err.body()) + "data: [DONE]\n\n" : err.body().dump());
+      if (de ? de->kind() == DeviceError::Kind::Lost : dynamic_cast<const GgufError*>(&e) != nullptr)
+        pool.reopen(slot);  // a lost device or a changed file: the slot gets a fresh model
+      write(rq.stream ? sse(err.body()) + "data: [DONE]\n\n" : dump(err.body()));
       sink.done();
       return true;
     }
@@ -215,10 +233,19 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       if (rq.include_usage) write(sse(usage_chunk(rq.chat, job->id, job->created, name, u)));
       write("data: [DONE]\n\n");
     } else {
-      write(completion_response(rq.chat, job->id, job->created, name, text, finish, u).dump());
+      write(dump(completion_response(rq.chat, job->id, job->created, name, text, finish, u)));
     }
     sink.done();
     return true;
+  };
+  // cpp-httplib does not catch what a content provider throws: nothing may escape.
+  auto provider = [generate_into](size_t, httplib::DataSink& sink) {
+    try {
+      return generate_into(sink);
+    } catch (...) {
+      sink.done();
+      return false;
+    }
   };
   res.status = 200;
   if (job->request.stream) res.set_header("Cache-Control", "no-cache");
@@ -229,9 +256,13 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
 void Server::Impl::routes() {
   http.set_payload_max_length(options.max_body_bytes);
   http.set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);
+    // SO_REUSEADDR, not cpp-httplib's SO_REUSEPORT (which lets a second server bind the
+    // same port and take half the connections).
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     listen_socket = sock;
   });
+  http.set_keep_alive_timeout(2);  // an idle connection holds a thread no longer
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (options.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
@@ -261,7 +292,7 @@ void Server::Impl::routes() {
     send_error(res, ApiError(500, "internal error: " + what, "", "server_error"));
   });
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics.count_request(req.path, res.status);
+    metrics.count_request(route_label(req.path), res.status);
   });
   http.Post("/v1/chat/completions",
             [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
@@ -286,7 +317,7 @@ void Server::Impl::routes() {
 
 Server::Server(ServerOptions options, SlotPool& pool) : impl_(std::make_unique<Impl>(std::move(options), pool)) {
   // Threads: one per slot and per queued request, and a few for /health and /metrics.
-  const size_t threads = static_cast<size_t>(pool.size()) + static_cast<size_t>(std::max(0, pool.max_queue())) + 4;
+  const size_t threads = static_cast<size_t>(pool.size()) + static_cast<size_t>(std::max(0, pool.max_queue())) + 16;
   impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   impl_->routes();
 }
@@ -309,10 +340,25 @@ int Server::bind() {
   return impl_->port;
 }
 
-void Server::listen() { impl_->http.listen_after_bind(); }
+void Server::listen() {
+  impl_->listening = true;
+  if (!impl_->stopping) impl_->http.listen_after_bind();
+  impl_->listening = false;
+}
 
+// cpp-httplib's stop() does nothing before its listen loop runs: a stop that comes
+// while listen() is starting waits for the loop, then stops it.
 void Server::stop() {
-  if (impl_) impl_->http.stop();
+  if (!impl_) return;
+  impl_->stopping = true;
+  for (int i = 0; i < 5000; ++i) {
+    if (impl_->http.is_running()) {
+      impl_->http.stop();
+      return;
+    }
+    if (!impl_->listening) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 const Metrics& Server::metrics() const { return impl_->metrics; }

@@ -10,7 +10,7 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return n;
 }
 
-SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open) : max_queue_(max_queue) {
+SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open) : open_(open), max_queue_(max_queue) {
   if (n < 1) throw std::invalid_argument("--parallel must be at least 1");
   for (int i = 0; i < n; ++i) {
     auto s = std::make_unique<Slot>();
@@ -64,6 +64,16 @@ void SlotPool::give_back(Slot* slot) {
     in_use_[static_cast<size_t>(slot->index)] = false;
   }
   freed_.notify_one();
+}
+
+void SlotPool::reopen(Slot& slot) {
+  slot.cached.clear();
+  try {
+    auto fresh = std::make_unique<OpenedModel>(open_());
+    slot.model.reset();
+    slot.model = std::move(fresh);
+  } catch (...) {
+  }
 }
 
 int SlotPool::busy() const {

@@ -48,6 +48,10 @@ class SlotPool {
   // an empty lease when `max_queue` requests already wait.
   Lease acquire(const std::vector<int32_t>& prompt);
 
+  // Opens the slot's model again (after a lost device or a changed file); on failure the
+  // slot keeps its model, whose next request fails with the same error.
+  void reopen(Slot& slot);
+
   int size() const { return static_cast<int>(slots_.size()); }
   int max_queue() const { return max_queue_; }
   int busy() const;
@@ -58,6 +62,7 @@ class SlotPool {
  private:
   void give_back(Slot* slot);
 
+  std::function<OpenedModel()> open_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<bool> in_use_;
   int max_queue_;

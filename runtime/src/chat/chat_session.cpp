@@ -172,6 +172,7 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
     return r;
   }
   show(reply.finish());
+  stopped = stopped || r.generation.stop == StopReason::Cancelled;  // the generator's own check saw the flag
 
   // What the cache now holds, with the text each token stands for in the next
   // rendering. A control token inside the reply (a BOS a story model starts a new story

@@ -392,6 +392,10 @@ class Interpreter {
 
 std::string render(const Template& tmpl, const std::vector<std::pair<std::string, Value>>& variables,
                    const RenderLimits& limits) {
+  struct Budget {  // counted from here; cleared again after, so nothing carries to the next
+    Budget() { start_string_budget(); }
+    ~Budget() { start_string_budget(); }
+  } budget;
   return Interpreter(limits).run(tmpl, variables);
 }
 

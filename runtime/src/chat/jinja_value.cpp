@@ -17,12 +17,23 @@ Value Value::none() { return Value(Data(NoneData{})); }
 Value Value::boolean(bool b) { return Value(Data(b)); }
 Value Value::integer(int64_t i) { return Value(Data(i)); }
 Value Value::number(double d) { return Value(Data(d)); }
+// Bytes of the strings made since the rendering began (on this thread).
+static thread_local size_t t_string_bytes = 0;
+
+void start_string_budget() { t_string_bytes = 0; }
+
+static void count_string(size_t bytes) {
+  if (bytes > kMaxStringBytes) fail(Kind::Limit, "a string would exceed 64 MiB");
+  t_string_bytes += bytes;
+  if (t_string_bytes > kMaxRenderStringBytes) fail(Kind::Limit, "the template makes more than 1 GiB of strings");
+}
+
 Value Value::string(std::string s) {
-  if (s.size() > kMaxStringBytes) fail(Kind::Limit, "a string would exceed 64 MiB");
+  count_string(s.size());
   return Value(Data(StringData{std::make_shared<const std::string>(std::move(s)), false}));
 }
 Value Value::markup(std::string s) {
-  if (s.size() > kMaxStringBytes) fail(Kind::Limit, "a string would exceed 64 MiB");
+  count_string(s.size());
   return Value(Data(StringData{std::make_shared<const std::string>(std::move(s)), true}));
 }
 
@@ -402,6 +413,7 @@ static void json_value(std::string& out, const Value& v, const JsonFormat& f, in
         json_string(out, entries[i].first, f.ensure_ascii);
         out += f.key_separator;
         json_value(out, *entries[i].second, f, depth + 1);
+        if (out.size() > kMaxStringBytes) fail(Kind::Limit, "tojson would exceed 64 MiB");
       }
       out += closing + "}";
       return;

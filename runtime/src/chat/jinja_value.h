@@ -136,6 +136,11 @@ struct Function {
 // (join, replace, format, indent, printing and tojson of lists) checks before growing
 // past it, so a template cannot allocate gigabytes before the output limit is seen.
 constexpr size_t kMaxStringBytes = size_t{64} << 20;
+// The most bytes of strings one rendering may make in all (each string counted when
+// made, so a template cannot keep a million distinct large strings alive either).
+constexpr size_t kMaxRenderStringBytes = size_t{1} << 30;
+// Starts counting toward kMaxRenderStringBytes (jinja::render calls it).
+void start_string_budget();
 // out += piece, or a Limit error naming `what` when that would pass kMaxStringBytes.
 void append_limited(std::string& out, std::string_view piece, const char* what);
 // Raises the UndefinedError an undefined value stands for.
