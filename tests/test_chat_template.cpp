@@ -547,6 +547,7 @@ TEST(JinjaIntegers, ResultsAtTheInt64EdgesAreJinja2sOrAClearError) {
   EXPECT_EQ(render("{{ 'ab'.replace('', '-', " + min + ") }} {{ 'ab'.replace('', '-', 1) }}"), "-a-b- -ab");
   EXPECT_EQ(render("{{ ('' * " + max + ") | length }} {{ ([] * " + max + ") | length }}"), "0 0");
   EXPECT_EQ(render_error("{{ '{99999999999999999999}'.format(1) }}").kind(), ChatTemplateError::Kind::Type);
+  EXPECT_EQ(render_error("{{ 'abc' | replace('a', 'b', 'g') }}").kind(), ChatTemplateError::Kind::Type);  // fuzzing found it
   EXPECT_EQ(render_error("{% for a in range(100000) %}{% for b in range(20) %}{% endfor %}{% endfor %}").kind(),
             ChatTemplateError::Kind::Limit);
   for (const std::string& overflow : std::vector<std::string>{

@@ -303,6 +303,8 @@ Value f_replace(const Value& v, CallArgs& a) {
   if (a.positional.size() < 2) fail_type("replace() needs the old and the new text");
   const std::string s = text_of(v), old_text = text_of(a.positional[0]), new_text = text_of(a.positional[1]);
   const Value* count_v = arg(a, 2, "count");
+  if (count_v && !count_v->is_none() && !count_v->is_int() && !count_v->is_bool())
+    fail_type("replace() count must be an integer, not " + type_name(*count_v));
   int64_t count = count_v && !count_v->is_none() ? count_v->as_int() : -1;
   if (old_text.empty()) {
     CallArgs m;
