@@ -95,6 +95,10 @@ Command add_serve_command(CLI::App& app) {
   app::add_sampling_flags(cmd, args->server.defaults.sampling, args->seed_given);
   app::add_strategy_flag(cmd, args->server.defaults.decoding.strategy);
   return [args] {
+    const Strategy s = args->server.defaults.decoding.strategy;
+    if (s == Strategy::Draft || s == Strategy::Corpus)
+      throw std::invalid_argument(std::string("fafo serve does not open a draft model or a corpus index: --strategy ") +
+                                  strategy_name(s) + " is not served (auto, ar, jacobi, lookahead and fafo are)");
     args->server.defaults.decoding.validate();
     args->server.defaults.random_seed = !*args->seed_given;
     return run_serve(*args);
