@@ -510,6 +510,7 @@ TEST(JinjaStrings, GrowingPast64MiBIsALimitErrorNotAnAllocation) {
       {"{% set big = 'x' * 1000000 %}{% set ns = namespace(p=[]) %}{% for i in range(100) %}"
        "{% set ns.p = ns.p + [[i | string, big]] %}{% endfor %}{{ dict(ns.p) | tojson }}",
        "tojson would exceed 64 MiB"},
+      {"{{ ('x' * 2000000) | join('-') }}", "iterating over a string is limited to 1e6 characters"},  // fuzzing found it
       {"{% set ns = namespace(l=[]) %}{% set big = 'x' * 10000000 %}{% for i in range(200) %}"
        "{% set ns.l = ns.l + [big ~ i] %}{% endfor %}",
        "the template makes more than 1 GiB of strings"},

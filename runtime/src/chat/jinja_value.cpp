@@ -24,7 +24,7 @@ void start_string_budget() { t_string_bytes = 0; }
 
 static void count_string(size_t bytes) {
   if (bytes > kMaxStringBytes) fail(Kind::Limit, "a string would exceed 64 MiB");
-  t_string_bytes += bytes;
+  t_string_bytes += bytes + 64;  // and what each string value costs besides its bytes
   if (t_string_bytes > kMaxRenderStringBytes) fail(Kind::Limit, "the template makes more than 1 GiB of strings");
 }
 
@@ -684,6 +684,9 @@ std::vector<Value> iterate(const Value& v) {
       return keys;
     }
     case Value::Type::String: {
+      // A value per character: as many as a list may hold (range(), repetition).
+      if (v.as_string().size() > 1000000 && length(v) > 1000000)
+        fail(Kind::Limit, "iterating over a string is limited to 1e6 characters");
       std::vector<Value> chars;
       for (auto& c : utf8_chars(v.as_string())) chars.push_back(Value::string(std::move(c)));
       return chars;
