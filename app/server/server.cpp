@@ -85,10 +85,8 @@ Prepared Server::Impl::prepare(const CompletionRequest& r) {
     } catch (const ChatTemplateError& e) {
       throw ApiError(400, std::string("the chat template refuses these messages: ") + e.what(), "messages");
     }
-    const Vocab& vocab = tok.vocab();
     p.ids = tok.encode(text, false, true);
-    if (vocab.add_bos && vocab.bos >= 0 && !(!ctx.bos_token.empty() && text.starts_with(ctx.bos_token)))
-      p.ids.insert(p.ids.begin(), vocab.bos);
+    if (chat_needs_bos(tok, ctx, text)) p.ids.insert(p.ids.begin(), tok.vocab().bos);
     const std::string turn_end = m.chat.chat_template.assistant_turn_end(ctx);
     if (!turn_end.empty()) p.stops.push_back(turn_end);
   } else {

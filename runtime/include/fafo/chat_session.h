@@ -57,6 +57,10 @@ struct ChatTurnResult {
 
 // The BOS / EOS texts a chat template renders with, from the tokenizer's vocabulary.
 ChatTemplateContext chat_template_context(const Tokenizer& tokenizer);
+// Whether a conversation rendered as `rendered` starts with a BOS token the text does not
+// hold: the vocabulary adds one and the template did not write it already. ChatSession and
+// `fafo serve` both follow it.
+bool chat_needs_bos(const Tokenizer& tokenizer, const ChatTemplateContext& context, const std::string& rendered);
 
 class ChatSession {
  public:

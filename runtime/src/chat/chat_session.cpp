@@ -78,6 +78,11 @@ ChatSession::ChatSession(Model& model, const Tokenizer& tokenizer, ChatTemplate 
   reset();
 }
 
+bool chat_needs_bos(const Tokenizer& tokenizer, const ChatTemplateContext& context, const std::string& rendered) {
+  const Vocab& vocab = tokenizer.vocab();
+  return vocab.add_bos && vocab.bos >= 0 && !(!context.bos_token.empty() && rendered.starts_with(context.bos_token));
+}
+
 void ChatSession::reset() {
   history_.clear();
   if (!system_.empty()) history_.push_back({"system", system_});
@@ -218,10 +223,7 @@ ChatSession::Prefill ChatSession::plan_prefill(const std::string& prompt) const 
   p.rest.text = prompt.substr(matched_text);
   p.rest.ids = tok_.encode(p.rest.text, false, true);
   // A conversation starts with BOS unless the template wrote it already.
-  const Vocab& vocab = tok_.vocab();
-  if (p.kept_pieces == 0 && vocab.add_bos && vocab.bos >= 0 &&
-      !(!ctx_.bos_token.empty() && prompt.starts_with(ctx_.bos_token)))
-    p.rest.ids.insert(p.rest.ids.begin(), vocab.bos);
+  if (p.kept_pieces == 0 && chat_needs_bos(tok_, ctx_, prompt)) p.rest.ids.insert(p.rest.ids.begin(), tok_.vocab().bos);
   p.ids.insert(p.ids.end(), p.rest.ids.begin(), p.rest.ids.end());
   if (p.ids.empty() && p.kept_pieces > 0) {
     // Everything is cached already: feed the last piece again so that there are
