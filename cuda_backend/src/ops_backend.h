@@ -268,6 +268,8 @@ class OpsBackend final : public Backend, public StepAccess {
   }
 
   KvCache& create_kv_cache(const KvCacheShape& shape) override {
+    if (shape.latent())
+      throw std::invalid_argument("the " + name() + " backend cannot run multi-head latent attention (MLA) models yet");
     kv_.reset();
     kv_ = std::make_unique<OpsKvCache<Device>>(shape, *device_, *this);
     return *kv_;

@@ -139,7 +139,9 @@ class Backend {
     return std::numeric_limits<int64_t>::max();
   }
   // Creates the KV cache (replacing any earlier one): for each of shape.n_layer layers,
-  // shape.capacity entries of shape.kv_dim keys and values stored as shape.type. The
+  // shape.capacity entries of shape.kv_dim keys and values stored as shape.type (a
+  // latent cache's per-layer widths instead; backends without latent_attention throw
+  // std::invalid_argument for one). The
   // backend owns it; kv_cache() returns it (nullptr before the first call). Throws
   // std::runtime_error when it does not fit, naming the sizes.
   virtual KvCache& create_kv_cache(const KvCacheShape& shape) = 0;
@@ -165,6 +167,22 @@ class Backend {
   // the batch tokens its mask row lets it see (including itself). The queries are q's
   // first n_head * head_dim columns (with fuses_qkv, q may be the wider fused qkv).
   virtual void attention(int32_t layer, const Activation& q, const AttentionShape& shape, Activation& out) = 0;
+  // Multi-head latent attention (MLA models, made by fafo-care) over layer `layer` of a
+  // latent KV cache (KvCacheShape::latent): the values of attention() where the entry
+  // at physical slot s has the key rope(k_up * latent_key(s), position(s)) and the value
+  // v_up * latent_value(s). k_up and v_up are F32 weights of kv_dim rows and
+  // key_dim(layer) / value_dim(layer) columns. position(s) is the logical index of the
+  // committed entry there (KvLayout::logical_of) for s < n_past, and the batch position
+  // of token s - n_past for the step's own slots. Backends without MLA throw
+  // std::invalid_argument (the default).
+  virtual void latent_attention(int32_t layer, const Activation& q, const AttentionShape& shape, const Weight& k_up,
+                                const Weight& v_up, const RopeParams& rope, Activation& out) {
+    (void)layer, (void)q, (void)shape, (void)k_up, (void)v_up, (void)rope, (void)out;
+    throw std::invalid_argument("the " + name() + " backend cannot run multi-head latent attention (MLA) models");
+  }
+  // Whether each op has run when its call returns (host backends), so activations may
+  // be read with read_rows inside a step (Model::set_attention_input_tap).
+  virtual bool executes_immediately() const { return false; }
   // out = silu(gate) * up.
   virtual void swiglu(const Activation& gate, const Activation& up, Activation& out) = 0;
   // x += y.

@@ -33,10 +33,27 @@ const char* kv_cache_type_name(KvCacheType t);
 KvCacheType parse_kv_cache_type(const std::string& name);
 
 struct KvCacheShape {
+  KvCacheShape() = default;
+  KvCacheShape(int32_t layers, int32_t entries, int32_t width, KvCacheType cache_type = KvCacheType::F32)
+      : n_layer(layers), capacity(entries), kv_dim(width), type(cache_type) {}
+
   int32_t n_layer = 0;
   int32_t capacity = 0;  // entries per layer (the context length)
   int32_t kv_dim = 0;    // n_head_kv * head_dim
   KvCacheType type = KvCacheType::F32;
+  // A latent cache (multi-head latent attention, MLA models): each layer's entries are
+  // latent keys of key_dims[layer] and latent values of value_dims[layer] floats
+  // instead of kv_dim each. Empty: every layer stores kv_dim keys and values.
+  std::vector<int32_t> key_dims, value_dims;
+
+  bool latent() const { return !key_dims.empty(); }
+  int32_t key_dim(int32_t layer) const { return latent() ? key_dims[static_cast<size_t>(layer)] : kv_dim; }
+  int32_t value_dim(int32_t layer) const { return latent() ? value_dims[static_cast<size_t>(layer)] : kv_dim; }
+  // Floats one entry takes over all layers (keys and values).
+  int64_t floats_per_entry() const;
+  // Throws std::invalid_argument unless the per-layer widths are absent or one positive
+  // width per layer for both keys and values.
+  void validate() const;
 };
 
 using SlotPairs = std::vector<std::pair<int32_t, int32_t>>;
@@ -52,15 +69,18 @@ class KvCache {
 
   // --- storage (implemented by each backend) ----------------------------------------
   // In a step (between Backend::begin_step and finish_step): writes the step's k and v
-  // rows (batch.size() rows of kv_dim) into layer `layer` at slots n_past + i.
+  // rows (batch.size() rows of key_dim(layer) and value_dim(layer)) into layer `layer`
+  // at slots n_past + i.
   virtual void store(int32_t layer, const Activation& k, const Activation& v) = 0;
   // In a step: keeps the rows captured_rows() of q (after RoPE) for layer `layer`;
   // captured_queries(layer) returns them after the step. Rows outside the step are skipped.
   virtual void capture_queries(int32_t layer, const Activation& q) = 0;
   // Outside a step: writes `count` entries of one layer at physical slots first..
-  // (count x kv_dim floats each); benchmarks and tests set up long contexts with it.
+  // (count x key_dim(layer) and count x value_dim(layer) floats); benchmarks and tests
+  // set up long contexts with it.
   virtual void write(int32_t layer, int32_t first, int32_t count, const float* keys, const float* values) = 0;
-  // Keys of the listed physical slots of one layer, as floats (slots.size() x kv_dim).
+  // Keys of the listed physical slots of one layer, as floats (slots.size() x
+  // key_dim(layer): latent keys in a latent cache).
   virtual std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) = 0;
   // The queries captured in the last step for `layer` (captured rows x q width).
   virtual std::vector<float> captured_queries(int32_t layer) = 0;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,10 +38,18 @@ struct ModelConfig {
   std::string rope_scaling;  // "none" or "linear" (rope.freq_scale); per-pair factors come from rope_freqs.weight
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  // Multi-head latent attention (a file fafo-care made; fafo.mla.* keys): each layer
+  // caches a latent key of mla_rank_k[l] and a latent value of mla_rank_v[l] floats per
+  // token instead of kv_dim each. Empty: plain attention.
+  std::vector<int32_t> mla_rank_k, mla_rank_v;
+  std::string mla_method;  // "care" or "svd" (fafo.mla.method)
+  bool mla() const { return !mla_rank_k.empty(); }
 
   // Reads and validates the hyperparameters; throws GgufError naming the key.
   static ModelConfig from_gguf(const GgufFile& file);
   int32_t kv_dim() const { return n_head_kv * head_dim; }
+  // Floats the KV cache holds per token over all layers (keys and values).
+  int64_t kv_floats_per_token() const;
 };
 
 struct ModelOptions {
@@ -104,8 +113,17 @@ class Model {
   KvCache& kv_cache() { return *kv_; }
   // Tells the policy that the prompt (the first n_past() entries) is complete.
   void end_prefill();
-  // Keys of committed entries by logical index (count x kv_dim), for tests and tools.
+  // Keys of committed entries by logical index (count x kv_dim, after RoPE; an MLA
+  // model's recovered from the latents), for policies, tests and tools.
   std::vector<float> committed_keys(int32_t layer, int32_t first, int32_t count);
+
+  // Calls `tap(layer, rows, n_rows, n_embd)` with each layer's attention input (the rows
+  // after the attention RMSNorm, row-major) during every step: fafo-care's calibration.
+  // Only on backends that execute each op at once (Backend::executes_immediately) and
+  // without fused attention projections; throws std::invalid_argument otherwise. An
+  // empty function turns it off.
+  using AttentionInputTap = std::function<void(int32_t layer, const float* rows, int64_t n_rows, int64_t n_embd)>;
+  void set_attention_input_tap(AttentionInputTap tap);
   // Total KV entries exchanged between the region and the rest so far.
   int64_t kv_swaps() const { return kv_->exchanges(); }
 
@@ -133,12 +151,18 @@ class Model {
   std::unique_ptr<Weights> weights_;
   std::unique_ptr<Buffers> buffers_;
   void after_commit();
+  // Throws unless the last step's row `row` sits at position n_past() + k (MLA models).
+  void check_committed_position(int32_t row, int32_t k) const;
+  // Hands the step's attention inputs of `layer` (rows rows of xn) to tap_.
+  void tap_attention_input(int32_t layer, int32_t rows);
   class Inspector;
 
   int32_t n_ctx_ = 0;
   int32_t max_logit_rows_ = 0;
   int32_t n_past_ = 0;
   int32_t last_step_size_ = 0;
+  std::vector<int32_t> last_positions_;  // of the last step's tokens (an MLA model checks what it commits)
+  AttentionInputTap tap_;
   KvCache* kv_ = nullptr;  // owned by backend_
   std::unique_ptr<KvPolicy> policy_;
   bool drop_ = false;

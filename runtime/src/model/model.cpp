@@ -5,14 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
+#include "backend/reference/reference_kernels.h"
 #include "fafo/model.h"
 
 namespace fafo {
-
-namespace {
-}
 
 struct Model::Weights {
   struct Layer {
@@ -20,6 +19,11 @@ struct Model::Weights {
     // fused_qkv: wq and bq hold all three projections (and biases) stacked, and wk,
     // wv, bk, bv stay empty.
     bool fused_qkv = false;
+    // MLA layers (ModelConfig::mla): wk and wv are the latent down-projections (rank x
+    // n_embd), k_up and v_up the F32 up-projections (kv_dim x rank); k_up_host is
+    // k_up's floats in the file.
+    Weight k_up, v_up;
+    const float* k_up_host = nullptr;
   };
   Weight token_embd, output_norm, output;
   std::vector<Layer> layers;
@@ -29,6 +33,8 @@ struct Model::Buffers {
   // qkv holds the [queries | keys | values] of the layers whose projections are fused;
   // q, k, v those of the others. Each set is allocated only where a layer uses it.
   Activation x, xn, qkv, q, k, v, attn, proj, gate, up, ffn, last, last_norm, logits;
+  // An MLA model's latent keys and values, one buffer per width its layers use.
+  std::map<int64_t, Activation> k_latent, v_latent;
 };
 
 namespace {
@@ -62,6 +68,14 @@ class WeightLoader {
       cols += p.rows;
     }
     return b_.upload_weight(parts.front().tensor->type, 1, cols, concatenated(parts).data());
+  }
+  // An F32 matrix (an MLA up-projection, which attention reads as floats).
+  Weight f32_matrix(const std::string& name, int64_t cols, int64_t rows) {
+    const GgufTensor& t = f_.require_tensor(name);
+    if (t.type != TensorType::F32)
+      throw GgufError(f_.path(), "tensor '" + name + "' has type " + std::string(tensor_type_name(t.type)) +
+                                     "; MLA up-projections must be F32");
+    return load(t, cols, rows);
   }
   Weight optional_vector(const std::string& name, int64_t n) {
     const GgufTensor* t = f_.find_tensor(name);
@@ -128,6 +142,16 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
     const std::string p = "blk." + std::to_string(l) + ".";
     Weights::Layer L;
     L.attn_norm = load.vector(p + "attn_norm.weight", c.n_embd);
+    if (c.mla()) {
+      const int64_t rk = c.mla_rank_k[static_cast<size_t>(l)], rv = c.mla_rank_v[static_cast<size_t>(l)];
+      L.wq = load.matrix(p + "attn_q.weight", c.n_embd, q_dim);
+      L.wk = load.matrix(p + "attn_k_a.weight", c.n_embd, rk);
+      L.wv = load.matrix(p + "attn_v_a.weight", c.n_embd, rv);
+      L.k_up = load.f32_matrix(p + "attn_k_b.weight", rk, c.kv_dim());
+      L.v_up = load.f32_matrix(p + "attn_v_b.weight", rv, c.kv_dim());
+      L.k_up_host = reinterpret_cast<const float*>(file_->require_tensor(p + "attn_k_b.weight").data);
+      L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
+    } else {
     const GgufTensor& wq = file_->require_tensor(p + "attn_q.weight");
     const GgufTensor& wk = file_->require_tensor(p + "attn_k.weight");
     const GgufTensor& wv = file_->require_tensor(p + "attn_v.weight");
@@ -156,6 +180,7 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
       }
     }
     L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
+    }
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.n_embd);
     const GgufTensor& gate = file_->require_tensor(p + "ffn_gate.weight");
     const GgufTensor& up = file_->require_tensor(p + "ffn_up.weight");
@@ -170,7 +195,10 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   }
 
   n_ctx_ = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
-  kv_ = &backend_->create_kv_cache(KvCacheShape{c.n_layer, n_ctx_, c.kv_dim(), options.kv_type});
+  KvCacheShape kv_shape{c.n_layer, n_ctx_, c.kv_dim(), options.kv_type};
+  kv_shape.key_dims = c.mla_rank_k;
+  kv_shape.value_dims = c.mla_rank_v;
+  kv_ = &backend_->create_kv_cache(kv_shape);
 
   buffers_ = std::make_unique<Buffers>();
   Buffers& b = *buffers_;
@@ -184,6 +212,12 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
     b.q = backend_->alloc_activation(T, q_dim);
     b.k = backend_->alloc_activation(T, c.kv_dim());
     b.v = backend_->alloc_activation(T, c.kv_dim());
+  }
+  if (c.mla()) {
+    for (int32_t r : c.mla_rank_k)
+      if (!b.k_latent.count(r)) b.k_latent[r] = backend_->alloc_activation(T, r);
+    for (int32_t r : c.mla_rank_v)
+      if (!b.v_latent.count(r)) b.v_latent[r] = backend_->alloc_activation(T, r);
   }
   b.attn = backend_->alloc_activation(T, q_dim);
   b.proj = backend_->alloc_activation(T, c.n_embd);
@@ -264,6 +298,7 @@ void Model::record_step(StepBatch& batch) {
                                 std::to_string(max_logit_rows_) + " rows of " + std::to_string(config_.n_vocab) +
                                 " logits");
   batch.set_n_past(n_past_);
+  last_positions_ = batch.positions();
   if (drop_ && prompt_end_ > 0) batch.compress_all();
   KvCache& kv = *kv_;
   kv.set_captured_rows(policy_ ? policy_->wanted_query_rows(batch.size()) : std::vector<int32_t>{});
@@ -275,12 +310,27 @@ void Model::record_step(StepBatch& batch) {
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
     // Attention block.
-    if (L.fused_qkv) {
+    if (c.mla()) {
+      // Multi-head latent attention: the cache keeps the latents; attention recovers
+      // the keys (RoPE after the up-projection) and values.
+      Activation& kl = b.k_latent.at(c.mla_rank_k[static_cast<size_t>(l)]);
+      Activation& vl = b.v_latent.at(c.mla_rank_v[static_cast<size_t>(l)]);
+      be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
+      if (tap_) tap_attention_input(l, batch.size());
+      be.matmul(L.wq, b.xn, b.q);
+      be.matmul(L.wk, b.xn, kl);
+      be.matmul(L.wv, b.xn, vl);
+      be.rope(b.q, c.n_head, c.head_dim, c.rope);
+      kv.store(l, kl, vl);
+      if (capture) kv.capture_queries(l, b.q);
+      be.latent_attention(l, b.q, shape, L.k_up, L.v_up, c.rope, b.attn);
+    } else if (L.fused_qkv) {
       be.matmul_norm(L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
       if (c.qkv_bias) be.add_bias(L.bq, b.qkv);
       be.rope_store(l, b.qkv, shape, c.rope);
     } else {
       be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
+      if (tap_) tap_attention_input(l, batch.size());
       be.matmul(L.wq, b.xn, b.q);
       be.matmul(L.wk, b.xn, b.k);
       be.matmul(L.wv, b.xn, b.v);
@@ -294,7 +344,7 @@ void Model::record_step(StepBatch& batch) {
       kv.store(l, b.k, b.v);
       if (capture) kv.capture_queries(l, b.q);
     }
-    be.attention(l, L.fused_qkv ? b.qkv : b.q, shape, b.attn);  // the queries lead qkv's rows
+    if (!c.mla()) be.attention(l, L.fused_qkv ? b.qkv : b.q, shape, b.attn);  // the queries lead qkv's rows
     be.matmul_add(L.wo, b.attn, b.x, b.proj);
     // Feed-forward block.
     be.matmul_swiglu_norm(L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);
@@ -307,6 +357,7 @@ void Model::record_step(StepBatch& batch) {
 
 void Model::commit(int32_t n) {
   if (n < 0 || n > last_step_size_) throw std::invalid_argument("commit: more tokens than the last step had");
+  for (int32_t i = 0; i < n; ++i) check_committed_position(i, i);
   n_past_ += n;
   last_step_size_ = 0;
   kv_->append(n);
@@ -374,7 +425,42 @@ std::vector<float> Model::committed_keys(int32_t layer, int32_t first, int32_t c
     throw std::out_of_range("committed_keys: outside the committed context");
   std::vector<int32_t> slots;
   for (int32_t l = first; l < first + count; ++l) slots.push_back(kv_->layout().physical_of(l));
-  return kv_->read_keys(layer, slots);
+  std::vector<float> stored = kv_->read_keys(layer, slots);
+  if (!config_.mla()) return stored;
+  // Latent keys: recovered as the host backends' latent_attention recovers them.
+  const ModelConfig& c = config_;
+  const int64_t rank = c.mla_rank_k[static_cast<size_t>(layer)], kv_dim = c.kv_dim();
+  const float* up = weights_->layers[static_cast<size_t>(layer)].k_up_host;
+  std::vector<float> keys(static_cast<size_t>(count) * static_cast<size_t>(kv_dim));
+  for (int32_t i = 0; i < count; ++i) {
+    float* k = keys.data() + int64_t{i} * kv_dim;
+    ref::up_project(up, stored.data() + int64_t{i} * rank, kv_dim, rank, k);
+    for (int32_t h = 0; h < c.n_head_kv; ++h) ref::rope_head(k + int64_t{h} * c.head_dim, first + i, c.rope);
+  }
+  return keys;
+}
+
+void Model::check_committed_position(int32_t row, int32_t k) const {
+  // An MLA model's cache holds no positions: a committed entry's is its logical index.
+  if (config_.mla() && (row >= static_cast<int32_t>(last_positions_.size()) ||
+                        last_positions_[static_cast<size_t>(row)] != n_past_ + k))
+    throw std::logic_error("an MLA model commits a step's token only at the position that continues the context");
+}
+
+void Model::set_attention_input_tap(AttentionInputTap tap) {
+  if (tap) {
+    if (!backend_->executes_immediately())
+      throw std::invalid_argument("the " + backend_->name() + " backend cannot show a step's attention inputs (use reference or cpu)");
+    for (const Weights::Layer& L : weights_->layers)
+      if (L.fused_qkv)
+        throw std::invalid_argument("the " + backend_->name() + " backend fuses the attention projections (use the reference backend)");
+  }
+  tap_ = std::move(tap);
+}
+
+void Model::tap_attention_input(int32_t layer, int32_t rows) {
+  const std::vector<float> xn = backend_->read_rows(buffers_->xn, rows);
+  tap_(layer, xn.data(), rows, config_.n_embd);
 }
 
 void Model::commit_rows(const std::vector<int32_t>& rows) {
@@ -383,6 +469,7 @@ void Model::commit_rows(const std::vector<int32_t>& rows) {
     const int32_t row = rows[k];
     if (row < 0 || row >= last_step_size_) throw std::invalid_argument("commit_rows: row outside the last step");
     if (k > 0 && row <= rows[k - 1]) throw std::invalid_argument("commit_rows: rows must be increasing");
+    check_committed_position(row, static_cast<int32_t>(k));
     if (row != static_cast<int32_t>(k)) moves.emplace_back(n_past_ + row, n_past_ + static_cast<int32_t>(k));
   }
   if (!moves.empty()) kv_->move_slots(moves);

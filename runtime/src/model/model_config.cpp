@@ -13,7 +13,38 @@ int32_t positive_int(const GgufFile& f, const std::string& key, int64_t limit = 
   return static_cast<int32_t>(v);
 }
 
+// An MLA file's per-layer latent widths (fafo.mla.rank_k / rank_v, one per layer).
+std::vector<int32_t> mla_ranks(const GgufFile& f, const std::string& key, int32_t n_layer) {
+  const GgufValue* v = f.find(key);
+  if (!v || v->type != GgufType::ARRAY) throw GgufError(f.path(), "key '" + key + "' is missing or not an array");
+  const GgufValue::Array& a = v->as_array();
+  if (a.items.size() != static_cast<size_t>(n_layer))
+    throw GgufError(f.path(), "key '" + key + "' holds " + std::to_string(a.items.size()) + " ranks for " +
+                                  std::to_string(n_layer) + " layers");
+  std::vector<int32_t> ranks;
+  for (const GgufValue& item : a.items) {
+    if (!item.is_integer() || item.as_int() < 1 || item.as_int() > (1 << 16))
+      throw GgufError(f.path(), "key '" + key + "' holds a rank that is not an integer in [1, 65536]");
+    ranks.push_back(static_cast<int32_t>(item.as_int()));
+  }
+  return ranks;
+}
+
+void read_mla(const GgufFile& f, ModelConfig& c) {
+  if (c.qkv_bias) throw GgufError(f.path(), "MLA models with attention biases are not supported");
+  c.mla_rank_k = mla_ranks(f, "fafo.mla.rank_k", c.n_layer);
+  c.mla_rank_v = mla_ranks(f, "fafo.mla.rank_v", c.n_layer);
+  c.mla_method = f.get_string("fafo.mla.method", "");
+}
+
 }  // namespace
+
+int64_t ModelConfig::kv_floats_per_token() const {
+  if (!mla()) return int64_t{2} * n_layer * kv_dim();
+  int64_t n = 0;
+  for (size_t l = 0; l < mla_rank_k.size(); ++l) n += int64_t{mla_rank_k[l]} + mla_rank_v[l];
+  return n;
+}
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
@@ -65,6 +96,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.n_vocab = static_cast<int32_t>(embd.shape[1]);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  if (f.find("fafo.mla.rank_k") || f.find("fafo.mla.rank_v")) read_mla(f, c);
   return c;
 }
 

@@ -68,8 +68,8 @@ class HostBackend final : public Backend, public StepRows {
     if (kv_) memory_in_use_ -= kv_bytes_;
     kv_.reset();
     kv_bytes_ = 0;
-    const uint64_t bytes = 2ull * sizeof(float) * static_cast<uint64_t>(std::max(shape.n_layer, 0)) *
-                           static_cast<uint64_t>(std::max(shape.capacity, 0)) * static_cast<uint64_t>(std::max(shape.kv_dim, 0));
+    shape.validate();
+    const uint64_t bytes = sizeof(float) * static_cast<uint64_t>(shape.capacity) * static_cast<uint64_t>(shape.floats_per_entry());
     count_memory(bytes, "the KV cache");
     kv_bytes_ = bytes;
     kv_ = std::make_unique<HostKvCache>(shape, *this);
@@ -125,10 +125,60 @@ class HostBackend final : public Backend, public StepRows {
   }
 
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
+    if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
+    if (kv_->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
+    attend(layer, kv_->keys(layer), kv_->values(layer), q, s, out);
+  }
+
+  bool executes_immediately() const override { return true; }
+
+  // The keys and values of the slots a step reads, [0, n_past + T), recovered from the
+  // latents (the same code on the reference and cpu backends: plain fp32 loops, each
+  // slot's result independent of the others and of the step's size), then attention.
+  void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
+                        const Weight& v_up, const RopeParams& rope, Activation& out) override {
+    const KvCacheShape& shape = kv_->shape();
+    if (layer < 0 || layer >= shape.n_layer) throw std::out_of_range("latent_attention: layer outside the KV cache");
+    if (!shape.latent()) throw std::invalid_argument("latent_attention: the KV cache is not latent");
+    const HostWeight& ku = weights_.at(static_cast<size_t>(k_up.id)).file;
+    const HostWeight& vu = weights_.at(static_cast<size_t>(v_up.id)).file;
+    const int32_t kv_dim = shape.kv_dim, rk = shape.key_dim(layer), rv = shape.value_dim(layer);
+    if (ku.type != TensorType::F32 || vu.type != TensorType::F32 || ku.rows != kv_dim || vu.rows != kv_dim ||
+        ku.cols != rk || vu.cols != rv)
+      throw std::invalid_argument("latent_attention: the up-projections must be F32 [kv_dim x latent width]");
+    if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
+    const int32_t n_past = batch_->n_past();
+    const int32_t n_slots = n_past + batch_->size();
+    const size_t need = static_cast<size_t>(n_slots) * static_cast<size_t>(kv_dim);
+    if (latent_keys_.size() < need) {
+      latent_keys_.resize(need);
+      latent_values_.resize(need);
+    }
+    const float* lk = kv_->keys(layer);
+    const float* lv = kv_->values(layer);
+    const auto* Ku = reinterpret_cast<const float*>(ku.data);
+    const auto* Vu = reinterpret_cast<const float*>(vu.data);
+    const KvLayout& layout = kv_->layout();
+    const int64_t slot_cost = int64_t{kv_dim} * (rk + rv);
+    pool_.parallel_for(n_slots, grain_for(slot_cost), [&](int64_t b, int64_t e, int) {
+      for (int64_t slot = b; slot < e; ++slot) {
+        const int32_t position = slot < n_past ? layout.logical_of(static_cast<int32_t>(slot))
+                                               : batch_->positions()[static_cast<size_t>(slot - n_past)];
+        float* k = latent_keys_.data() + slot * kv_dim;
+        float* v = latent_values_.data() + slot * kv_dim;
+        ref::up_project(Ku, lk + slot * rk, kv_dim, rk, k);
+        ref::up_project(Vu, lv + slot * rv, kv_dim, rv, v);
+        for (int32_t h = 0; h < s.n_head_kv; ++h) ref::rope_head(k + int64_t{h} * s.head_dim, position, rope);
+      }
+    });
+    attend(layer, latent_keys_.data(), latent_values_.data(), q, s, out);
+  }
+
+  // Attention of q over keys K and values V (capacity rows of kv_dim, by physical slot).
+  void attend(int32_t layer, const float* K, const float* V, const Activation& q, const AttentionShape& s, Activation& out) {
     const int32_t T = batch_->size();
     const int32_t n_past = batch_->n_past();
     const int32_t group = s.n_head / s.n_head_kv;
-    if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
     const int32_t kv_dim = kv_->shape().kv_dim;
     // Slots each batch token attends: its view of the committed prefix (FULL: every
     // entry in logical order; COMPRESSED: the region), then its visible batch tokens.
@@ -152,8 +202,6 @@ class HostBackend final : public Backend, public StepRows {
       for (int32_t j = 0; j <= i; ++j)
         if (batch_->sees(i, j)) list.push_back(n_past + j);
     }
-    const float* K = kv_->keys(layer);
-    const float* V = kv_->values(layer);
     // Work items: (row, KV head, part of the row's keys), each for the query heads that
     // share the KV head, so their keys and values are read once. Long rows are split into
     // parts of kKeysPerPart keys that run in parallel and are combined exactly
@@ -355,6 +403,7 @@ class HostBackend final : public Backend, public StepRows {
   std::vector<ZeroedFloats> activations_;
   std::vector<int64_t> activation_rows_;
   std::unique_ptr<HostKvCache> kv_;
+  std::vector<float> latent_keys_, latent_values_;  // latent_attention's recovered keys and values
   std::unordered_map<int32_t, int64_t> gathered_rows_;
   const StepBatch* batch_ = nullptr;
   std::vector<int32_t> argmax_;

@@ -11,19 +11,18 @@
 
 namespace fafo::host {
 
-HostKvCache::HostKvCache(const KvCacheShape& shape, const StepRows& step)
-    : KvCache(shape), step_(step), row_floats_(static_cast<size_t>(shape.kv_dim)) {
-  if (shape.n_layer < 1 || shape.capacity < 1 || shape.kv_dim < 1)
-    throw std::invalid_argument("a KV cache needs at least one layer, one entry and one value per entry");
-  const size_t per_layer = static_cast<size_t>(shape.capacity) * row_floats_;
-  const double need = 2.0 * sizeof(float) * static_cast<double>(per_layer) * shape.n_layer;
+HostKvCache::HostKvCache(const KvCacheShape& shape, const StepRows& step) : KvCache(shape), step_(step) {
+  shape.validate();
+  const double need = sizeof(float) * static_cast<double>(shape.capacity) * static_cast<double>(shape.floats_per_entry());
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (have > 0 && need > 0.8 * have)
     throw std::runtime_error("the KV cache for a context of " + std::to_string(shape.capacity) + " tokens needs " +
                              std::to_string(need / (1 << 30)) + " GiB, more than this machine's memory (" +
                              std::to_string(have / (1 << 30)) + " GiB); use a smaller --ctx-size");
-  keys_.assign(static_cast<size_t>(shape.n_layer), std::vector<float>(per_layer, 0.0f));
-  values_.assign(static_cast<size_t>(shape.n_layer), std::vector<float>(per_layer, 0.0f));
+  for (int32_t l = 0; l < shape.n_layer; ++l) {
+    keys_.emplace_back(static_cast<size_t>(shape.capacity) * key_floats(l), 0.0f);
+    values_.emplace_back(static_cast<size_t>(shape.capacity) * value_floats(l), 0.0f);
+  }
 }
 
 void HostKvCache::check_layer(int32_t layer, const char* what) const {
@@ -44,12 +43,12 @@ void HostKvCache::store_values(float* dst, const float* src, size_t n) const {
 
 void HostKvCache::store(int32_t layer, const Activation& k, const Activation& v) {
   check_layer(layer, "store");
-  if (k.cols != shape().kv_dim || v.cols != shape().kv_dim) throw std::invalid_argument("store: rows are not kv_dim wide");
+  if (k.cols != shape().key_dim(layer) || v.cols != shape().value_dim(layer))
+    throw std::invalid_argument("store: rows are not as wide as the cache's layer " + std::to_string(layer));
   const StepBatch& batch = step_.step_batch();
-  const size_t at = static_cast<size_t>(batch.n_past()) * row_floats_;
-  const size_t n = static_cast<size_t>(batch.size()) * row_floats_;
-  store_values(&keys_[static_cast<size_t>(layer)][at], step_.data_of(k), n);
-  store_values(&values_[static_cast<size_t>(layer)][at], step_.data_of(v), n);
+  const size_t rows = static_cast<size_t>(batch.size()), at = static_cast<size_t>(batch.n_past());
+  store_values(&keys_[static_cast<size_t>(layer)][at * key_floats(layer)], step_.data_of(k), rows * key_floats(layer));
+  store_values(&values_[static_cast<size_t>(layer)][at * value_floats(layer)], step_.data_of(v), rows * value_floats(layer));
 }
 
 void HostKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -66,18 +65,18 @@ void HostKvCache::capture_queries(int32_t layer, const Activation& q) {
 void HostKvCache::write(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) {
   if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
     throw std::out_of_range("write_kv: outside the cache");
-  const size_t n = static_cast<size_t>(count) * row_floats_, at = static_cast<size_t>(first) * row_floats_;
-  store_values(&keys_[static_cast<size_t>(layer)][at], k, n);
-  store_values(&values_[static_cast<size_t>(layer)][at], v, n);
+  const size_t n = static_cast<size_t>(count), at = static_cast<size_t>(first);
+  store_values(&keys_[static_cast<size_t>(layer)][at * key_floats(layer)], k, n * key_floats(layer));
+  store_values(&values_[static_cast<size_t>(layer)][at * value_floats(layer)], v, n * value_floats(layer));
 }
 
 std::vector<float> HostKvCache::read_keys(int32_t layer, const std::vector<int32_t>& slots) {
   check_layer(layer, "read_keys");
-  std::vector<float> out(slots.size() * row_floats_);
+  const size_t n = key_floats(layer);
+  std::vector<float> out(slots.size() * n);
   for (size_t k = 0; k < slots.size(); ++k) {
     check_slot(slots[k], "read_keys");
-    std::memcpy(&out[k * row_floats_], &keys_[static_cast<size_t>(layer)][static_cast<size_t>(slots[k]) * row_floats_],
-                row_floats_ * sizeof(float));
+    std::memcpy(&out[k * n], &keys_[static_cast<size_t>(layer)][static_cast<size_t>(slots[k]) * n], n * sizeof(float));
   }
   return out;
 }
@@ -87,26 +86,28 @@ std::vector<float> HostKvCache::captured_queries(int32_t layer) {
 }
 
 void HostKvCache::swap_slots(const SlotPairs& pairs) {
-  const size_t n = row_floats_;
   for (const auto& [a, b] : pairs) {
     check_slot(a, "swap_kv");
     check_slot(b, "swap_kv");
-    for (size_t l = 0; l < keys_.size(); ++l) {
-      std::swap_ranges(&keys_[l][static_cast<size_t>(a) * n], &keys_[l][static_cast<size_t>(a) * n] + n, &keys_[l][static_cast<size_t>(b) * n]);
-      std::swap_ranges(&values_[l][static_cast<size_t>(a) * n], &values_[l][static_cast<size_t>(a) * n] + n, &values_[l][static_cast<size_t>(b) * n]);
-    }
+    for (int32_t l = 0; l < shape().n_layer; ++l)
+      for (auto* store : {&keys_, &values_}) {
+        const size_t n = store == &keys_ ? key_floats(l) : value_floats(l);
+        float* data = (*store)[static_cast<size_t>(l)].data();
+        std::swap_ranges(data + static_cast<size_t>(a) * n, data + static_cast<size_t>(a + 1) * n, data + static_cast<size_t>(b) * n);
+      }
   }
 }
 
 void HostKvCache::move_slots(const SlotPairs& moves) {
-  const size_t n = row_floats_;
   for (const auto& [src, dst] : moves) {
     check_slot(src, "move_kv");
     check_slot(dst, "move_kv");
-    for (size_t l = 0; l < keys_.size(); ++l) {
-      std::memmove(&keys_[l][static_cast<size_t>(dst) * n], &keys_[l][static_cast<size_t>(src) * n], n * sizeof(float));
-      std::memmove(&values_[l][static_cast<size_t>(dst) * n], &values_[l][static_cast<size_t>(src) * n], n * sizeof(float));
-    }
+    for (int32_t l = 0; l < shape().n_layer; ++l)
+      for (auto* store : {&keys_, &values_}) {
+        const size_t n = store == &keys_ ? key_floats(l) : value_floats(l);
+        float* data = (*store)[static_cast<size_t>(l)].data();
+        std::memmove(data + static_cast<size_t>(dst) * n, data + static_cast<size_t>(src) * n, n * sizeof(float));
+      }
   }
 }
 

@@ -1,5 +1,6 @@
 // The host backends' KV cache (reference and cpu): per layer, capacity x kv_dim floats of
-// keys and values in host memory. An F16 cache keeps fp32 storage here but rounds every
+// keys and values in host memory (a latent cache: capacity x key_dim(layer) and
+// capacity x value_dim(layer)). An F16 cache keeps fp32 storage here but rounds every
 // stored value to fp16, so it computes with the very values a device's fp16 cache holds.
 #pragma once
 
@@ -41,7 +42,8 @@ class HostKvCache final : public KvCache {
   void store_values(float* dst, const float* src, size_t n) const;
 
   const StepRows& step_;
-  size_t row_floats_;
+  size_t key_floats(int32_t layer) const { return static_cast<size_t>(shape().key_dim(layer)); }
+  size_t value_floats(int32_t layer) const { return static_cast<size_t>(shape().value_dim(layer)); }
   std::vector<std::vector<float>> keys_, values_;
   std::vector<std::vector<float>> captured_;
 };

@@ -37,6 +37,10 @@ void rope_head(float* head, int32_t pos, const RopeParams& p) {
   }
 }
 
+void up_project(const float* w, const float* latent, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = dot(w + r * cols, latent, cols);
+}
+
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 int32_t argmax_row(const float* x, int64_t n) {

@@ -14,6 +14,9 @@ void rms_norm_row(const float* x, const float* gain, float eps, float* out, int6
 // Rotates one head in place at position `pos`.
 void rope_head(float* head, int32_t pos, const RopeParams& p);
 float silu(float x);
+// out[r] = dot(W row r, latent) for the `rows` rows of W (row-major, `cols` wide): an MLA
+// up-projection of one latent key or value.
+void up_project(const float* w, const float* latent, int64_t rows, int64_t cols, float* out);
 // Index of the largest of n values, ties to the first; -1 when one is NaN, -2 when all are -inf.
 int32_t argmax_row(const float* x, int64_t n);
 

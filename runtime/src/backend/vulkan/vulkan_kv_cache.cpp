@@ -16,6 +16,8 @@ VulkanKvCache::VulkanKvCache(const KvCacheShape& shape, const KvCacheServices& s
     : KvCache(shape), s_(services) {
   if (shape.n_layer < 1 || shape.capacity < 1 || shape.kv_dim < 1)
     throw std::invalid_argument("a KV cache needs at least one layer, one entry and one value per entry");
+  if (shape.latent())
+    throw std::invalid_argument("the vulkan backend cannot run multi-head latent attention (MLA) models yet");
   if (f16() && shape.kv_dim % 2 != 0)
     throw std::invalid_argument("an f16 KV cache needs an even KV width; this model's is " + std::to_string(shape.kv_dim));
   const uint64_t bytes = static_cast<uint64_t>(shape.capacity) * static_cast<uint64_t>(shape.kv_dim) * value_bytes();
