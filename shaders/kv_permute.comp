@@ -1,6 +1,7 @@
 #version 450
-// Moves or exchanges whole KV entries (`words` 32-bit words each: kv_dim floats, or
-// kv_dim / 2 pairs of halves in an fp16 cache) of one layer's K or V cache, applying the (first, second) slot pairs strictly in order: mode 0 swaps the
+// Moves or exchanges whole KV entries (`words` 32-bit words each: the entry's floats,
+// or its halves two per word in an fp16 cache) of one layer's K or V cache, applying
+// the (first, second) slot pairs strictly in order: mode 0 swaps the
 // two entries, mode 1 copies entry `first` over entry `second`. Each invocation owns
 // one word column d of every entry and walks the list sequentially, so the result is
 // the same as applying the pairs one after another.

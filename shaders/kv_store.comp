@@ -1,10 +1,12 @@
 #version 450
-// Stores a step's K and V rows (fp32 activations, rows x kv_dim) into the layer's cache
-// at slots n_past.. (n_past: step_info[0], the step's header, so a recorded step
-// replays at any n_past). With KV_F16 the cache is fp16: each invocation converts two
-// adjacent values to half (round to nearest even, shaders/half.glsl) and writes them
-// as one 32-bit word, low half first (the cache is [n_ctx x kv_dim] halves, kv_dim
-// even); otherwise each invocation copies one value's bits. The caller keeps
+// Stores a step's K and V rows (fp32 activations: rows x k_width keys, rows x v_width
+// values; the widths are equal except in a latent cache) into the layer's caches at
+// slots n_past.. (n_past: step_info[0], the step's header, so a recorded step replays
+// at any n_past). A cache entry is `units` 32-bit words: with KV_F16 the cache is fp16
+// and each invocation converts two adjacent values to half (round to nearest even,
+// shaders/half.glsl) and writes them as one word, low half first ((width + 1) / 2
+// words per entry; the high half of an odd width's last word is zero); otherwise each
+// invocation copies one value's bits (width words per entry). The caller keeps
 // n_past + rows within the cache (VulkanBackend::begin_step checks it).
 #extension GL_GOOGLE_include_directive : require
 #include "half.glsl"
@@ -24,26 +26,40 @@ layout(std430, binding = 4) readonly buffer Step { uint step_info[]; };
 
 layout(push_constant) uniform Params {
   uint rows;
-  uint kv_dim;
+  uint k_width;  // floats per key row
+  uint v_width;  // floats per value row
 } p;
+
+#ifdef KV_F16
+// Word `u` of an entry: values 2u and 2u + 1 of the row starting at `at` (`width` wide).
+uint pack_k(uint at, uint u) {
+  const uint lo = float_to_half(src_k[at + 2u * u]);
+  return 2u * u + 1u < p.k_width ? lo | (float_to_half(src_k[at + 2u * u + 1u]) << 16) : lo;
+}
+uint pack_v(uint at, uint u) {
+  const uint lo = float_to_half(src_v[at + 2u * u]);
+  return 2u * u + 1u < p.v_width ? lo | (float_to_half(src_v[at + 2u * u + 1u]) << 16) : lo;
+}
+#endif
 
 void main() {
 #ifdef KV_F16
-  const uint units = p.kv_dim / 2u;
+  const uint k_units = (p.k_width + 1u) / 2u, v_units = (p.v_width + 1u) / 2u;
 #else
-  const uint units = p.kv_dim;
+  const uint k_units = p.k_width, v_units = p.v_width;
 #endif
+  const uint units = max(k_units, v_units);
   const uint n = p.rows * units;
-  const uint first = step_info[0] * units;
+  const uint first = step_info[0];
   const uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
   for (uint i = gl_GlobalInvocationID.x; i < n; i += step) {
+    const uint row = i / units, u = i % units;
 #ifdef KV_F16
-    const uint at = (i / units) * p.kv_dim + 2u * (i % units);
-    cache_k[first + i] = float_to_half(src_k[at]) | (float_to_half(src_k[at + 1u]) << 16);
-    cache_v[first + i] = float_to_half(src_v[at]) | (float_to_half(src_v[at + 1u]) << 16);
+    if (u < k_units) cache_k[(first + row) * k_units + u] = pack_k(row * p.k_width, u);
+    if (u < v_units) cache_v[(first + row) * v_units + u] = pack_v(row * p.v_width, u);
 #else
-    cache_k[first + i] = src_k[i];
-    cache_v[first + i] = src_v[i];
+    if (u < k_units) cache_k[(first + row) * k_units + u] = src_k[row * p.k_width + u];
+    if (u < v_units) cache_v[(first + row) * v_units + u] = src_v[row * p.v_width + u];
 #endif
   }
 }

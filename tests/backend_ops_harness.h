@@ -95,7 +95,7 @@ class OpEnv {
   // A KV cache of at least `capacity` entries for the cases that do not test it.
   void ensure_cache(int32_t capacity) {
     if (!be_->kv_cache() || be_->kv_cache()->capacity() < capacity || be_->kv_cache()->shape().n_layer != 1 ||
-        be_->kv_cache()->shape().kv_dim != 4)
+        be_->kv_cache()->shape().kv_dim != 4 || be_->kv_cache()->shape().latent())
       be_->create_kv_cache(KvCacheShape{1, std::max(capacity, 1024), 4, KvCacheType::F32});
     be_->kv_cache()->reset_layout(0, 0, 0);
   }

@@ -4,7 +4,9 @@
 // rms_norm, add_bias, rope in every variant the models use, KV store / write / swap /
 // move / read keys / query capture, attention over StepBatches (in-step masks, FULL and
 // COMPRESSED prefixes, a permuted logical order, dense layers, contexts long enough to
-// be split into parts, f32 and f16 caches), swiglu, add, gather, argmax and top-k — over
+// be split into parts, f32 and f16 caches), multi-head latent attention over latent
+// caches (odd per-layer widths, keys rotated at each entry's position; on the backends
+// that run MLA models), swiglu, add, gather, argmax and top-k — over
 // odd shapes and step sizes T in {1, 2, 3, 8, 9, 31, 64, 257}. It runs on every backend
 // of the registry and every device each finds, against the CPU reference:
 //   - conformance: each result equals the reference bit for bit when the backend
@@ -406,6 +408,107 @@ void add_attention(std::vector<OpCase>& cases) {
     cases.push_back({"attention", v.name, v.steps, [v](OpEnv& env, int32_t T, uint32_t salt) { return run_attention(env, v, T, salt); }});
 }
 
+// Multi-head latent attention over a latent cache of two layers with their own (odd)
+// key and value widths: n_past committed latents written with KvCache::write, a step
+// that stores its own rows' latents, and random F32 up-projections. The recovered keys
+// are rotated at each entry's position: a committed entry's logical index (through a
+// permuted order where the case selects a region) and a step token's batch position
+// (with gaps, and repeats).
+struct LatentVariant {
+  std::string name;
+  int32_t n_past, n_head, n_head_kv, head_dim;
+  std::vector<int32_t> key_dims, value_dims;  // per layer
+  int32_t n_dims;                            // rotated dimensions per head
+  bool neox, freq_factors, random_masks, compressed, permuted;
+  int32_t region, dense_layers;
+  KvCacheType type;
+  std::vector<int32_t> steps;
+};
+
+OpOutputs run_latent_attention(OpEnv& env, const LatentVariant& v, int32_t T, uint32_t salt) {
+  Backend& be = env.be();
+  const int32_t kv_dim = v.n_head_kv * v.head_dim, q_dim = v.n_head * v.head_dim;
+  KvCacheShape cache_shape{2, v.n_past + 260, kv_dim, v.type};
+  cache_shape.key_dims = v.key_dims;
+  cache_shape.value_dims = v.value_dims;
+  KvCache& kv = be.create_kv_cache(cache_shape);
+  for (int32_t layer = 0; layer < 2 && v.n_past > 0; ++layer) {
+    const int32_t rk = v.key_dims[static_cast<size_t>(layer)], rv = v.value_dims[static_cast<size_t>(layer)];
+    std::vector<float> k(static_cast<size_t>(v.n_past) * rk), val(static_cast<size_t>(v.n_past) * rv);
+    for (int32_t j = 0; j < v.n_past; ++j) {
+      for (int32_t c = 0; c < rk; ++c) k[static_cast<size_t>(j) * rk + c] = hashed_value(300 + layer, j, c, -1.5f, 1.5f);
+      for (int32_t c = 0; c < rv; ++c) val[static_cast<size_t>(j) * rv + c] = hashed_value(400 + layer, j, c);
+    }
+    kv.write(layer, 0, v.n_past, k.data(), val.data());
+  }
+  kv.reset_layout(v.region, v.dense_layers, v.n_past);
+  if (v.permuted) {
+    std::vector<int32_t> order(static_cast<size_t>(v.n_past));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [](int32_t a, int32_t b) { return hashed_int(18, a) < hashed_int(18, b); });
+    order.resize(static_cast<size_t>(std::min(v.region, v.n_past)));
+    kv.select(order);
+  }
+  RopeParams rope;
+  rope.n_dims = v.n_dims;
+  rope.neox = v.neox;
+  rope.freq_base = 10000.0f;
+  if (v.freq_factors)
+    for (int32_t i = 0; i < v.n_dims / 2; ++i) rope.freq_factors.push_back(hashed_value(19, i, 0, 1.0f, 8.0f));
+  // Row i's mask, prefix view and position depend on i only.
+  StepBatch b;
+  for (int32_t i = 0; i < T; ++i) {
+    std::vector<int32_t> sees;
+    for (int32_t j = 0; j < i; ++j)
+      if (!v.random_masks || hashed_int(25, i, j) % 3 != 0) sees.push_back(j);
+    const PrefixView view = v.compressed && hashed_int(26, i) % 2 == 0 ? PrefixView::Compressed : PrefixView::Full;
+    b.add(i, v.n_past + i / 2 + static_cast<int32_t>(hashed_int(27, i) % 9), sees, true, view);
+  }
+  b.set_n_past(v.n_past);
+  const AttentionShape shape{v.n_head, v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim))};
+  be.begin_step(b);
+  Activation q = input(env, "q", q_dim, 7, T, salt, -1.5f, 1.5f);
+  OpOutputs out;
+  std::vector<Activation> results;
+  for (int32_t layer = 0; layer < 2; ++layer) {
+    const int32_t rk = v.key_dims[static_cast<size_t>(layer)], rv = v.value_dims[static_cast<size_t>(layer)];
+    const Weight k_up = env.table(kv_dim, rk, 500 + static_cast<uint32_t>(layer), 0, 0, -0.5f, 0.5f);
+    const Weight v_up = env.table(kv_dim, rv, 600 + static_cast<uint32_t>(layer), 0, 0, -0.5f, 0.5f);
+    Activation k = input(env, "latent k" + std::to_string(layer), rk, 8 + static_cast<uint32_t>(layer), T, salt, -1.5f, 1.5f);
+    Activation val = input(env, "latent v" + std::to_string(layer), rv, 10 + static_cast<uint32_t>(layer), T, salt);
+    kv.store(layer, k, val);
+    results.push_back(env.activation("attn" + std::to_string(layer), q_dim));
+    be.latent_attention(layer, q, shape, k_up, v_up, rope, results.back());
+  }
+  be.finish_step();
+  for (int32_t layer = 0; layer < 2; ++layer)
+    out.push_back(rows_of(be, "layer " + std::to_string(layer), results[static_cast<size_t>(layer)], T));
+  return out;
+}
+
+void add_latent_attention(std::vector<OpCase>& cases) {
+  std::vector<LatentVariant> variants = {
+      {"first tokens, MHA 4x16, widths k 7/9 v 12/5", 0, 4, 4, 16, {7, 9}, {12, 5}, 16, false, false, false, false,
+       false, 0, 0, KvCacheType::F32, kSteps},
+      {"after 13, GQA 6/2 x 20, neox rotating 12, k 13/6 v 3/17", 13, 6, 2, 20, {13, 6}, {3, 17}, 12, true, false,
+       true, false, false, 0, 0, KvCacheType::F32, kSteps},
+      {"COMPRESSED rows, region 40 of 300, permuted, dense first layer", 300, 4, 2, 32, {21, 64}, {11, 33}, 32, false,
+       false, true, true, true, 40, 1, KvCacheType::F32, kShortSteps},
+      {"long context in parts, rope_freqs, permuted FULL rows", 1100, 4, 1, 64, {31, 8}, {17, 45}, 64, false, true,
+       false, false, true, 200, 0, KvCacheType::F32, {1, 2, 3, 8, 9}},
+  };
+  // The same with an f16 cache (odd widths: the last word of an entry holds one half).
+  for (size_t i = 0, n = variants.size(); i < n; ++i) {
+    LatentVariant v = variants[i];
+    v.name += ", f16 cache";
+    v.type = KvCacheType::F16;
+    variants.push_back(v);
+  }
+  for (const LatentVariant& v : variants)
+    cases.push_back({"latent_attention", v.name, v.steps,
+                     [v](OpEnv& env, int32_t T, uint32_t salt) { return run_latent_attention(env, v, T, salt); }});
+}
+
 void add_kv_ops(std::vector<OpCase>& cases) {
   for (const KvCacheType type : {KvCacheType::F32, KvCacheType::F16}) {
     const std::string t = kv_cache_type_name(type);
@@ -570,6 +673,7 @@ const std::vector<OpCase>& op_table() {
     add_rope(cases);
     add_kv_ops(cases);
     add_attention(cases);
+    add_latent_attention(cases);
     add_selection(cases);
     return cases;
   }();
@@ -678,6 +782,29 @@ TEST_P(BackendOps, KvStore) { run_op("kv_store"); }
 TEST_P(BackendOps, KvSwapMove) { run_op("kv_swap_move"); }
 TEST_P(BackendOps, CaptureQueries) { run_op("capture_queries"); }
 TEST_P(BackendOps, Attention) { run_op("attention"); }
+
+// Whether the backend runs MLA models (it makes a latent KV cache).
+bool runs_latent_attention(Backend& be) {
+  KvCacheShape shape{1, 8, 4};
+  shape.key_dims = {3};
+  shape.value_dims = {3};
+  try {
+    be.create_kv_cache(shape);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+// On the backends that run MLA models; the reference, cpu and vulkan backends must.
+TEST_P(BackendOps, LatentAttention) {
+  const std::string& backend = GetParam().backend;
+  if (!runs_latent_attention(target().be())) {
+    ASSERT_TRUE(backend != "reference" && backend != "cpu" && backend != "vulkan") << backend << " must run MLA models";
+    GTEST_SKIP() << "the " << backend << " backend does not run multi-head latent attention (MLA) models";
+  }
+  run_op("latent_attention");
+}
 TEST_P(BackendOps, Swiglu) { run_op("swiglu"); }
 TEST_P(BackendOps, Add) { run_op("add"); }
 TEST_P(BackendOps, Gather) { run_op("gather"); }
@@ -777,7 +904,8 @@ TEST(BackendOpsTable, CoversEveryOpOfTheContractAndEveryWeightFormat) {
   std::map<std::string, int> per_op;
   for (const OpCase& c : op_table()) ++per_op[c.op];
   for (const char* op : {"embed", "matmul", "rms_norm", "add_bias", "rope", "kv_store", "kv_swap_move", "capture_queries",
-                         "attention", "swiglu", "add", "matmul_add", "matmul_swiglu", "gather", "argmax", "top_k"})
+                         "attention", "latent_attention", "swiglu", "add", "matmul_add", "matmul_swiglu", "gather",
+                         "argmax", "top_k"})
     EXPECT_GT(per_op[op], 0) << op;
   EXPECT_EQ(per_op["embed"], 13);
   EXPECT_EQ(per_op["matmul"], 26);
@@ -799,7 +927,7 @@ TEST(BackendOpsTable, CpuResultsDoNotDependOnTheThreadCount) {
   OpEnv one(make_cpu_backend(1)), two(make_cpu_backend(2));
   int cases = 0;
   for (const OpCase& c : op_table()) {
-    if (c.op != "matmul" && c.op != "attention" && c.op != "gather") continue;
+    if (c.op != "matmul" && c.op != "attention" && c.op != "latent_attention" && c.op != "gather") continue;
     ++cases;
     const CaseReport r = check_case(c, one, two, -1.0);
     EXPECT_TRUE(r.conformance.ok) << c.op << " " << c.name << ": " << r.conformance.first;

@@ -4,18 +4,24 @@
 // down-projection is the original key/value projection and whose up-projection is the
 // identity is the original model, so its logits must equal the original's; a truncated
 // one is a different model on which every strategy must still equal plain decoding,
-// and every backend that runs MLA must agree with the reference.
+// and every backend that runs MLA must agree with the reference (the Vulkan backend's
+// tests run where a Vulkan device exists, else they are skipped).
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
 
 #include "fafo/backend.h"
+#include "fafo/backend_registry.h"
 #include "fafo/generator.h"
 #include "fafo/gguf.h"
 #include "fafo/model.h"
+#include "fafo/open_model.h"
 #include "model_fixtures.h"
 #include "test_support.h"
+#if FAFO_HAVE_VULKAN
+#include "backend/vulkan/vulkan_backend.h"
+#endif
 
 using namespace fafo;
 
@@ -63,9 +69,37 @@ void write_mla_copy(const std::string& in, const std::string& out, const std::ve
   w.write(out);
 }
 
-std::unique_ptr<Model> open_on(const std::string& path, const std::string& backend, int32_t n_ctx = 256) {
+std::unique_ptr<Model> open_on(const std::string& path, const std::string& backend, int32_t n_ctx = 256,
+                               KvCacheType kv_type = KvCacheType::F32) {
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
-  return std::make_unique<Model>(file, make_backend(BackendSpec{backend, "", 2}), ModelOptions{n_ctx});
+  ModelOptions options{n_ctx};
+  options.kv_type = kv_type;
+  return std::make_unique<Model>(file, make_backend(BackendSpec{backend, "", 2}), options);
+}
+
+// Why the Vulkan tests cannot run here ("" when they can).
+std::string no_vulkan_reason() {
+  const BackendInfo* vulkan = find_backend("vulkan");
+  if (!vulkan) return "this build has no Vulkan backend";
+  if (vulkan->devices().empty()) return "no Vulkan device found";
+  return "";
+}
+
+// How far a whole model's results on `backend` may be from the reference's: the backend's
+// declared tolerance with an f32 cache. With an f16 cache, a stored value that differs
+// from the reference's in its last bits may round to the neighbouring half (a relative
+// step of 2^-10), which later layers carry on: stories260K's logits then differ by up
+// to about 4e-3 on the plain model too, so 1e-2.
+double model_tolerance(const Backend& backend, KvCacheType type) {
+  return type == KvCacheType::F16 ? 1e-2 : backend.numerics().tolerance_for(false);
+}
+
+// Every value within `tol` of the reference's (relative to max(1, |want|)).
+void expect_within_tolerance(double tol, const std::vector<float>& got, const std::vector<float>& want,
+                             const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_LE(std::fabs(got[i] - want[i]), tol * std::max(1.0, std::fabs(static_cast<double>(want[i])))) << what << " logit " << i;
 }
 
 std::vector<float> logits_of(Model& m, const std::vector<int32_t>& tokens) {
@@ -81,6 +115,56 @@ const std::vector<int32_t> kPrompt = {1, 403, 261, 379, 285, 271, 266, 297, 263,
 std::string stories() { return test::shared_path("models/stories260K.gguf").string(); }
 
 std::vector<int32_t> ranks(const ModelConfig& c, int32_t each) { return std::vector<int32_t>(static_cast<size_t>(c.n_layer), each); }
+
+// The last token's logits of kPrompt: computed in one step (`batched`), and alone after
+// a 15-token prefix, are the same bits (T-invariance).
+void expect_t_invariant(Model& m, const std::vector<float>& batched) {
+  const int32_t n_vocab = m.config().n_vocab;
+  m.truncate(0);
+  StepBatch prefix = StepBatch::causal(std::vector<int32_t>(kPrompt.begin(), kPrompt.end() - 1), 0);
+  m.forward(prefix);
+  m.commit(prefix.size());
+  StepBatch one = StepBatch::causal({kPrompt.back()}, m.n_past());
+  const std::vector<float> alone = m.forward(one);
+  EXPECT_EQ(alone, std::vector<float>(batched.end() - n_vocab, batched.end())) << m.backend().name();
+}
+
+// Greedy ids of plain decoding, then of every strategy with the default KV policy and
+// with snapkv (FAFO's fumble rows read a region: stream's, by positions only, and
+// snapkv's, chosen by the captured queries against the keys recovered from the
+// latents), which must equal them; returns plain decoding's.
+std::vector<int32_t> expect_every_strategy_equals_ar(const std::string& path, const std::string& backend) {
+  OpenOptions options;
+  options.path = path;
+  options.backend = BackendSpec{backend, "", 2};
+  options.n_ctx = 512;
+  test::TestModel m = open_model(options);
+  const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 6);
+  auto run = [&](Strategy s, KvPolicyOptions kv) {
+    GenerationOptions o;
+    o.n_predict = 120;
+    o.sampling.temperature = 0;
+    o.kv = kv;
+    o.decoding.strategy = s;
+    return generate(*m.model, *m.tokenizer, prompt, o);
+  };
+  const GenerationResult ar = run(Strategy::Ar, {});
+  EXPECT_EQ(ar.ids.size(), 120u) << backend;
+  KvPolicyOptions snapkv;
+  snapkv.name = "snapkv";
+  snapkv.budget = 24;
+  snapkv.recent = 8;
+  snapkv.window = 4;
+  for (const KvPolicyOptions& kv : {KvPolicyOptions{}, snapkv})
+    for (Strategy s : {Strategy::Jacobi, Strategy::Lookahead, Strategy::Fafo}) {
+      const GenerationResult r = run(s, kv);
+      EXPECT_EQ(r.ids, ar.ids) << backend << " " << strategy_name(s) << " policy " << kv.name;
+      if (s != Strategy::Jacobi) {
+        EXPECT_LT(r.n_steps, ar.n_steps) << backend << " " << strategy_name(s);
+      }
+    }
+  return ar.ids;
+}
 
 }  // namespace
 
@@ -133,23 +217,8 @@ TEST(Mla, CpuMatchesTheReferenceAndIsTInvariant) {
   auto ref = open_on(mla, "reference");
   auto cpu = open_on(mla, "cpu");
   const std::vector<float> want = logits_of(*ref, kPrompt);
-  const std::vector<float> got = logits_of(*cpu, kPrompt);
-  ASSERT_EQ(got.size(), want.size());
-  const double tol = cpu->backend().numerics().tolerance_for(false);
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_LE(std::fabs(got[i] - want[i]), tol * std::max(1.0, std::fabs(static_cast<double>(want[i])))) << i;
-  for (auto* m : {ref.get(), cpu.get()}) {
-    // The last token's logits: computed in a step of 16 above, and alone after a 15-token prefix.
-    const int32_t n_vocab = m->config().n_vocab;
-    const std::vector<float> batched = logits_of(*m, kPrompt);
-    m->truncate(0);
-    StepBatch prefix = StepBatch::causal(std::vector<int32_t>(kPrompt.begin(), kPrompt.end() - 1), 0);
-    m->forward(prefix);
-    m->commit(prefix.size());
-    StepBatch one = StepBatch::causal({kPrompt.back()}, m->n_past());
-    const std::vector<float> alone = m->forward(one);
-    EXPECT_EQ(alone, std::vector<float>(batched.end() - n_vocab, batched.end())) << m->backend().name();
-  }
+  expect_within_tolerance(model_tolerance(cpu->backend(), KvCacheType::F32), logits_of(*cpu, kPrompt), want, "cpu");
+  for (auto* m : {ref.get(), cpu.get()}) expect_t_invariant(*m, logits_of(*m, kPrompt));
 }
 
 // Every strategy, with and without a compressed KV region, emits plain decoding's tokens
@@ -160,33 +229,138 @@ TEST(Mla, EveryStrategyEqualsArOnAnMlaModel) {
   const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
   const std::string mla = (dir / "mla.gguf").string();
   write_mla_copy(stories(), mla, ranks(c, c.kv_dim() - 8), ranks(c, c.kv_dim() - 4));
-  auto m = test::load_test_model(mla, 512);
-  const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 6);
-  auto run = [&](Strategy s, KvPolicyOptions kv) {
-    GenerationOptions o;
-    o.n_predict = 120;
-    o.sampling.temperature = 0;
-    o.kv = kv;
-    o.decoding.strategy = s;
-    return generate(*m.model, *m.tokenizer, prompt, o);
-  };
-  const GenerationResult ar = run(Strategy::Ar, {});
-  ASSERT_EQ(ar.ids.size(), 120u);
-  // FAFO's fumble rows read a region: stream's (positions only) and snapkv's (chosen by
-  // the captured queries against the keys recovered from the latents).
-  KvPolicyOptions snapkv;
-  snapkv.name = "snapkv";
-  snapkv.budget = 24;
-  snapkv.recent = 8;
-  snapkv.window = 4;
-  for (const KvPolicyOptions& kv : {KvPolicyOptions{}, snapkv})
-    for (Strategy s : {Strategy::Jacobi, Strategy::Lookahead, Strategy::Fafo}) {
-      const GenerationResult r = run(s, kv);
-      EXPECT_EQ(r.ids, ar.ids) << strategy_name(s) << " policy " << kv.name;
-      if (s != Strategy::Jacobi) {
-        EXPECT_LT(r.n_steps, ar.n_steps) << strategy_name(s);
-      }
+  expect_every_strategy_equals_ar(mla, "cpu");
+}
+
+// --- the Vulkan backend ------------------------------------------------------------------
+
+namespace {
+
+// Odd latent widths that differ between layers (an f16 cache pads each entry to whole words).
+void write_odd_mla(const std::string& out, const ModelConfig& c) {
+  std::vector<int32_t> rk, rv;
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    rk.push_back(c.kv_dim() / 2 + 1 + 2 * (l % 3));
+    rv.push_back(c.kv_dim() / 4 - 1 + 2 * (l % 2));
+  }
+  write_mla_copy(stories(), out, rk, rv);
+}
+
+}  // namespace
+
+// The Vulkan backend computes an MLA model within its tolerance of the reference
+// (model_tolerance), with an f32 and an f16 cache of odd widths, and T-invariantly; at
+// full rank with identity factors, within that tolerance of the original model's
+// reference logits.
+TEST(Mla, VulkanMatchesTheReferenceAndIsTInvariant) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  if (const std::string why = no_vulkan_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = test::temp_dir("mla-vulkan");
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const std::string mla = (dir / "mla.gguf").string();
+  write_odd_mla(mla, c);
+  for (KvCacheType type : {KvCacheType::F32, KvCacheType::F16}) {
+    auto ref = open_on(mla, "reference", 256, type);
+    auto vk = open_on(mla, "vulkan", 256, type);
+    ASSERT_TRUE(vk->kv_cache().shape().latent());
+    const std::vector<float> got = logits_of(*vk, kPrompt);
+    const double tol = model_tolerance(vk->backend(), type);
+    expect_within_tolerance(tol, got, logits_of(*ref, kPrompt), std::string("vulkan, ") + kv_cache_type_name(type));
+    expect_t_invariant(*vk, got);
+    // The keys a policy reads, recovered from the latents the device stored.
+    for (int32_t layer = 0; layer < c.n_layer; ++layer) {
+      const std::vector<float> want = ref->committed_keys(layer, 2, 11), keys = vk->committed_keys(layer, 2, 11);
+      expect_within_tolerance(tol, keys, want, "committed keys of layer " + std::to_string(layer));
     }
+  }
+  const std::string identity = (dir / "identity.gguf").string();
+  write_mla_copy(stories(), identity, ranks(c, c.kv_dim()), ranks(c, c.kv_dim()));
+  auto original = open_on(stories(), "reference");
+  auto vk = open_on(identity, "vulkan");
+  expect_within_tolerance(model_tolerance(vk->backend(), KvCacheType::F32), logits_of(*vk, kPrompt),
+                          logits_of(*original, kPrompt), "identity factors");
+}
+
+#if FAFO_HAVE_VULKAN
+// One-token steps are submitted from the command buffer recorded for an earlier step
+// with the same commands (vulkan::VulkanBackendOptions::replay): n_past, the logical
+// order and the positions the recovered keys are rotated by are read from what the host
+// writes each step, so the logits equal, bit for bit, a backend's that records every
+// step, before and after a region reorders the cache (FULL rows then read a permuted
+// order), and stay within the tolerance of the reference's.
+TEST(Mla, VulkanReplayedStepsUseTheCurrentPositions) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  if (const std::string why = no_vulkan_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = test::temp_dir("mla-vulkan-replay");
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const std::string mla = (dir / "mla.gguf").string();
+  write_odd_mla(mla, c);
+  for (KvCacheType type : {KvCacheType::F32, KvCacheType::F16}) {
+    auto open_vulkan = [&](bool replay) {
+      vulkan::VulkanBackendOptions options;
+      options.replay = replay;
+      ModelOptions model_options{256};
+      model_options.kv_type = type;
+      return std::make_unique<Model>(GgufFile::open(mla), vulkan::make_backend(options), model_options);
+    };
+    auto replayed = open_vulkan(true), recorded = open_vulkan(false);
+    auto logits = [&](Model& m) {
+      m.truncate(0);
+      std::vector<std::vector<float>> out;
+      StepBatch prefill = StepBatch::causal({1, 45, 99, 7, 250, 31}, 0);
+      out.push_back(m.forward(prefill));
+      m.commit(prefill.size());
+      for (int s = 0; s < 24; ++s) {
+        if (s == 12) {
+          // A region of 8 entries, chosen out of order: the layout is no longer the identity.
+          m.kv_cache().reset_layout(8, 0, m.n_past());
+          m.kv_cache().select({16, 3, 11, 0, 9, 14, 5, 1});
+        }
+        StepBatch one = StepBatch::causal({static_cast<int32_t>(30 + 7 * s)}, m.n_past());
+        out.push_back(m.forward(one));
+        m.commit(1);
+      }
+      return out;
+    };
+    const vulkan::ReplayCounts before = vulkan::replay_counts(replayed->backend());
+    const auto want = logits(*recorded), got = logits(*replayed);
+    const vulkan::ReplayCounts after = vulkan::replay_counts(replayed->backend());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
+          << kv_cache_type_name(type) << " step " << i;
+    EXPECT_GE(after.replayed - before.replayed, 20u) << kv_cache_type_name(type);
+    EXPECT_EQ(vulkan::replay_counts(recorded->backend()).replayed, 0u);
+    // And the reference agrees with the replayed steps within the tolerance.
+    auto ref = open_on(mla, "reference", 256, type);
+    const auto ref_logits = logits(*ref);
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_within_tolerance(model_tolerance(replayed->backend(), type), got[i], ref_logits[i],
+                              std::string(kv_cache_type_name(type)) + " step " + std::to_string(i));
+  }
+}
+#endif
+
+// Every strategy equals plain decoding on the Vulkan backend too, whose plain decoding
+// emits the cpu backend's tokens.
+TEST(Mla, EveryStrategyEqualsArOnVulkan) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  if (const std::string why = no_vulkan_reason(); !why.empty()) GTEST_SKIP() << why;
+  const auto dir = test::temp_dir("mla-vulkan-lossless");
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const std::string mla = (dir / "mla.gguf").string();
+  write_mla_copy(stories(), mla, ranks(c, c.kv_dim() - 7), ranks(c, c.kv_dim() - 3));
+  const std::vector<int32_t> vulkan_ar = expect_every_strategy_equals_ar(mla, "vulkan");
+  OpenOptions options;
+  options.path = mla;
+  options.backend = BackendSpec{"cpu", "", 2};
+  options.n_ctx = 512;
+  test::TestModel cpu = open_model(options);
+  GenerationOptions o;
+  o.n_predict = 120;
+  o.sampling.temperature = 0;
+  EXPECT_EQ(generate(*cpu.model, *cpu.tokenizer, std::vector<int32_t>(kPrompt.begin(), kPrompt.begin() + 6), o).ids,
+            vulkan_ar);
 }
 
 TEST(Mla, BadMlaFilesAreClearErrors) {

@@ -1,7 +1,8 @@
 // The Vulkan backend beyond the op-conformance table (tests/test_backend_ops.cpp runs
 // every op against the CPU reference on every device): an f16 cache read through
 // 16-bit storage or 32-bit words gives the same bits, stored halves round to nearest
-// even, bad requests give clear errors; and whole models: greedy ids equal the CPU's
+// even, a latent (MLA) cache of odd widths holds the reference's values through stores,
+// writes, swaps and moves, bad requests give clear errors; and whole models: greedy ids equal the CPU's
 // on stories260K's golden prompts and on random models in several formats, and every
 // decoding strategy stays token-identical to plain decoding on Vulkan.
 // The Khronos validation layer is on (when installed) and must report no error.
@@ -236,6 +237,110 @@ TEST_F(VulkanBackend, AnF16CacheStoresValuesRoundedToNearestEven) {
   }
   EXPECT_EQ(got, p.cpu->kv_cache()->read_keys(0, {0, 1}));
   EXPECT_NE(got[0], rows[0]);  // it was rounded
+}
+
+TEST_F(VulkanBackend, ALatentCacheOfOddWidthsHoldsTheReferenceValues) {
+  // A latent cache: per layer its own key and value widths, odd ones included (an f16
+  // entry is padded to whole words). Written entries, a step's stores, swaps and moves
+  // leave the reference's values in every slot (bit for bit: the same fp16 rounding),
+  // latent_attention agrees with the reference, and the cache, its recovery buffers
+  // and the RoPE table of positions are counted as device memory.
+  for (KvCacheType type : {KvCacheType::F32, KvCacheType::F16}) {
+    SCOPED_TRACE(kv_cache_type_name(type));
+    Pair p(make_vulkan());
+    const int32_t n_ctx = 12, T = 3, n_past = 6, kv_dim = 8;
+    KvCacheShape shape{2, n_ctx, kv_dim, type};
+    shape.key_dims = {5, 8};
+    shape.value_dims = {3, 7};
+    auto [up_k0_c, up_k0_g] = p.weight(random_values(size_t{kv_dim} * 5, 40), kv_dim, 5);
+    auto [up_v0_c, up_v0_g] = p.weight(random_values(size_t{kv_dim} * 3, 41), kv_dim, 3);
+    auto [tk_c, tk_g] = p.weight(random_values(size_t{T} * 5, 42, -70000.0f, 70000.0f), T, 5);  // overflows fp16 too
+    auto [tv_c, tv_g] = p.weight(random_values(size_t{T} * 3, 43), T, 3);
+    auto [tq_c, tq_g] = p.weight(random_values(size_t{T} * 16, 44), T, 16);
+    auto [k_c, k_g] = p.activation(T, 5);
+    auto [v_c, v_g] = p.activation(T, 3);
+    auto [q_c, q_g] = p.activation(T, 16);
+    auto [o_c, o_g] = p.activation(T, 16);
+    const uint64_t before = p.gpu->memory_in_use();
+    p.both([&](Backend& be, int) { be.create_kv_cache(shape); });
+    const uint64_t words = type == KvCacheType::F16 ? 3 + 4 + 2 + 4 : 5 + 8 + 3 + 7;
+    EXPECT_EQ(p.gpu->memory_in_use() - before, uint64_t{n_ctx} * (words + 2 * kv_dim) * sizeof(float));
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      const size_t rk = static_cast<size_t>(shape.key_dim(layer)), rv = static_cast<size_t>(shape.value_dim(layer));
+      const auto k = random_values(n_past * rk, 50 + static_cast<uint32_t>(layer), -3.0f, 3.0f);
+      const auto v = random_values(n_past * rv, 60 + static_cast<uint32_t>(layer));
+      p.both([&](Backend& be, int) { be.kv_cache()->write(layer, 0, n_past, k.data(), v.data()); });
+    }
+    p.both([&](Backend& be, int) { be.kv_cache()->reset_layout(0, 0, n_past); });
+    const StepBatch b = batch_of(T, n_past, 3, true);
+    const AttentionShape attn{2, 2, 4, 0.5f};
+    RopeParams rope;
+    rope.n_dims = 4;
+    std::vector<float> out[2];
+    p.both([&](Backend& be, int i) {
+      be.begin_step(b);
+      be.embed(i ? tk_g : tk_c, i ? k_g : k_c);
+      be.embed(i ? tv_g : tv_c, i ? v_g : v_c);
+      be.embed(i ? tq_g : tq_c, i ? q_g : q_c);
+      be.kv_cache()->store(0, i ? k_g : k_c, i ? v_g : v_c);
+      be.latent_attention(0, i ? q_g : q_c, attn, i ? up_k0_g : up_k0_c, i ? up_v0_g : up_v0_c, rope, i ? o_g : o_c);
+      be.finish_step();
+      out[i] = be.read_rows(i ? o_g : o_c, T);
+      be.kv_cache()->swap_slots({{0, 7}, {7, 2}, {8, 1}});
+      be.kv_cache()->move_slots({{3, 10}, {6, 3}});
+    });
+    expect_close(out[1], out[0], 2e-5, "latent_attention");
+    std::vector<int32_t> slots(n_ctx);
+    std::iota(slots.begin(), slots.end(), 0);
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      const std::vector<float> got = p.gpu->kv_cache()->read_keys(layer, slots), want = p.cpu->kv_cache()->read_keys(layer, slots);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "layer " << layer;
+    }
+  }
+}
+
+TEST_F(VulkanBackend, LatentRequestsThatCannotWorkGiveClearErrors) {
+  auto be = make_vulkan();
+  const int32_t kv_dim = 4;
+  const std::vector<float> up = random_values(kv_dim * 3, 1);
+  const Weight k_up = be->upload_weight(TensorType::F32, kv_dim, 3, up.data());
+  const Weight wide = be->upload_weight(TensorType::F32, kv_dim, 4, random_values(kv_dim * 4, 2).data());
+  Activation q = be->alloc_activation(1, kv_dim), o = be->alloc_activation(1, kv_dim);
+  const AttentionShape attn{1, 1, kv_dim, 0.5f};
+  RopeParams rope;
+  rope.n_dims = kv_dim;
+  StepBatch b = StepBatch::causal({0}, 0);
+  // attention() on a latent cache, and latent_attention() on a plain one or with
+  // up-projections of other widths.
+  KvCacheShape latent{1, 8, kv_dim, KvCacheType::F16};
+  latent.key_dims = {3};
+  latent.value_dims = {3};
+  be->create_kv_cache(latent);
+  be->begin_step(b);
+  EXPECT_THROW(be->attention(0, q, attn, o), std::invalid_argument);
+  EXPECT_THROW(be->latent_attention(0, q, attn, wide, k_up, rope, o), std::invalid_argument);
+  EXPECT_THROW(be->latent_attention(1, q, attn, k_up, k_up, rope, o), std::out_of_range);
+  be->finish_step();
+  be->create_kv_cache(KvCacheShape{1, 8, kv_dim, KvCacheType::F32});
+  be->begin_step(b);
+  EXPECT_THROW(be->latent_attention(0, q, attn, k_up, k_up, rope, o), std::invalid_argument);
+  be->finish_step();
+  // Widths missing for a layer; a plain f16 cache of odd width (attention reads it unpadded).
+  KvCacheShape missing{2, 8, kv_dim, KvCacheType::F32};
+  missing.key_dims = {3};
+  missing.value_dims = {3};
+  EXPECT_THROW(be->create_kv_cache(missing), std::invalid_argument);
+  EXPECT_THROW(be->create_kv_cache(KvCacheShape{1, 8, 5, KvCacheType::F16}), std::invalid_argument);
+  // A latent cache larger than the device's memory is refused with the sizes.
+  KvCacheShape huge{4, 1 << 24, 1024, KvCacheType::F32};
+  huge.key_dims = huge.value_dims = {512, 512, 512, 512};
+  try {
+    be->create_kv_cache(huge);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("ctx-size"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(VulkanBackend, BadRequestsGiveClearErrors) {

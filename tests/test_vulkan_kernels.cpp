@@ -213,7 +213,7 @@ TEST_F(VulkanKernels, RopeStoreGivesTheBitsOfRopeAndAStore) {
     kernels_->rope_store(seq, b_qkv, b_table, fused_k, fused_v, step_info, a);
     kernels_->rope(seq, b_q, b_table, c.rows, c.n_head, c.head_dim, c.n_pairs, q_cols, c.neox);
     kernels_->rope(seq, b_k, b_table, c.rows, c.n_head_kv, c.head_dim, c.n_pairs, kv_dim, c.neox);
-    kernels_->kv_store(seq, b_k, b_v, apart_k, apart_v, step_info, c.rows, kv_dim, c.first_slot, c.f16);
+    kernels_->kv_store(seq, b_k, b_v, apart_k, apart_v, step_info, c.rows, kv_dim, kv_dim, c.first_slot, c.f16);
     EXPECT_EQ(seq.dispatch_count(), 4u);
     seq.submit_and_wait();
     auto same_bits = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {

@@ -25,6 +25,8 @@ packages=(
   libcpp-httplib-dev
   # the cpu backend's SIMD kernels (Google Highway, dispatched at run time)
   libhwy-dev
+  # fafo-care's eigen-decompositions and SVDs (tools/care: GQA -> MLA conversion)
+  libeigen3-dev
   # tests; clang with its sanitizer and libFuzzer runtimes (tools/sanitize.sh, tools/fuzz.sh)
   libgtest-dev libgmock-dev googletest tmux clang libclang-rt-14-dev
 )

@@ -61,6 +61,18 @@ int run_info(const InfoArgs& args) {
                 f.find_tensor("rope_freqs.weight") ? " (rope_freqs tensor)" : "");
     std::printf("output:        %s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
                 c.qkv_bias ? ", QKV bias" : "");
+    const int64_t plain_floats = int64_t{2} * c.n_layer * c.kv_dim();
+    if (c.mla()) {
+      std::printf("attention:     multi-head latent (MLA, fafo-care %s), latent ranks K/V per layer:",
+                  c.mla_method.empty() ? "?" : c.mla_method.c_str());
+      for (size_t l = 0; l < c.mla_rank_k.size(); ++l) std::printf(" %d/%d", c.mla_rank_k[l], c.mla_rank_v[l]);
+      std::printf("\n");
+    }
+    std::printf("KV cache:      %s per token in f32 (%s in f16)%s\n",
+                human_bytes(4.0 * static_cast<double>(c.kv_floats_per_token())).c_str(),
+                human_bytes(2.0 * static_cast<double>(c.kv_floats_per_token())).c_str(),
+                c.mla() ? (", " + std::to_string(c.kv_floats_per_token() * 100 / plain_floats) + "% of the plain cache").c_str()
+                        : "");
   } catch (const std::exception& e) {
     std::printf("not loadable by fafo: %s\n", e.what());
   }

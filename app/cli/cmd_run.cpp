@@ -83,10 +83,10 @@ int run_generate(RunArgs& args) {
   if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty and the model adds no BOS token; give a prompt");
 
   if (!args.json) {
-    std::fprintf(stderr, "fafo: %s, %s, backend %s (%s), context %d (%s KV cache), prompt %zu tokens\n",
-                 m.model->config().arch.c_str(), args.open.path.c_str(), m.model->backend().name().c_str(),
-                 m.model->backend().description().c_str(), m.model->n_ctx(), kv_cache_type_name(args.open.kv_type),
-                 prompt_ids.size());
+    std::fprintf(stderr, "fafo: %s%s, %s, backend %s (%s), context %d (%s%s KV cache), prompt %zu tokens\n",
+                 m.model->config().arch.c_str(), m.model->config().mla() ? " MLA" : "", args.open.path.c_str(),
+                 m.model->backend().name().c_str(), m.model->backend().description().c_str(), m.model->n_ctx(),
+                 m.model->config().mla() ? "latent " : "", kv_cache_type_name(args.open.kv_type), prompt_ids.size());
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }

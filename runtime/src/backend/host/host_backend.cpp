@@ -162,8 +162,10 @@ class HostBackend final : public Backend, public StepRows {
     const int64_t slot_cost = int64_t{kv_dim} * (rk + rv);
     pool_.parallel_for(n_slots, grain_for(slot_cost), [&](int64_t b, int64_t e, int) {
       for (int64_t slot = b; slot < e; ++slot) {
-        const int32_t position = slot < n_past ? layout.logical_of(static_cast<int32_t>(slot))
-                                               : batch_->positions()[static_cast<size_t>(slot - n_past)];
+        // Entries the layout does not know yet (written with write()) are at their logical slots.
+        const int32_t position = slot >= n_past            ? batch_->positions()[static_cast<size_t>(slot - n_past)]
+                                 : slot < layout.size() ? layout.logical_of(static_cast<int32_t>(slot))
+                                                        : static_cast<int32_t>(slot);
         float* k = latent_keys_.data() + slot * kv_dim;
         float* v = latent_values_.data() + slot * kv_dim;
         ref::up_project(Ku, lk + slot * rk, kv_dim, rk, k);

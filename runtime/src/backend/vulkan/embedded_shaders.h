@@ -32,6 +32,11 @@ extern const EmbeddedShader attention_serial_kv_f16_storage16;
 extern const EmbeddedShader probe_half_storage;  // shaders/probe_half_storage.comp
 extern const EmbeddedShader kv_store;           // shaders/kv_store.comp (fp32 cache)
 extern const EmbeddedShader kv_store_f16;       // shaders/kv_store.comp (fp16 cache)
+// shaders/latent_expand.comp: keys (ROPE=1) and values from an fp32 or fp16 (KV_F16=1) latent cache.
+extern const EmbeddedShader latent_expand_keys;
+extern const EmbeddedShader latent_expand_keys_kv_f16;
+extern const EmbeddedShader latent_expand_values;
+extern const EmbeddedShader latent_expand_values_kv_f16;
 extern const EmbeddedShader attention_combine;  // shaders/attention_combine.comp
 extern const EmbeddedShader kv_permute;         // shaders/kv_permute.comp
 extern const EmbeddedShader argmax;             // shaders/argmax.comp

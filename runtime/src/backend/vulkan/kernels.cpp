@@ -51,7 +51,10 @@ struct KvPermutePush {
   uint32_t n_pairs, words, mode;
 };
 struct KvStorePush {
-  uint32_t rows, kv_dim;
+  uint32_t rows, k_width, v_width;
+};
+struct LatentExpandPush {
+  uint32_t T, rank, words, n_head_kv, head_dim, n_pairs, neox, use_order, order_offset;
 };
 struct TopKPush {
   uint32_t rows, n, k;
@@ -114,6 +117,12 @@ Kernels::Kernels(const Context& context)
       elementwise_(std::make_unique<ComputePipeline>(context, shaders::elementwise, 3, sizeof(ElementwisePush))),
       kv_store_(std::make_unique<ComputePipeline>(context, shaders::kv_store, 5, sizeof(KvStorePush))),
       kv_store_f16_(std::make_unique<ComputePipeline>(context, shaders::kv_store_f16, 5, sizeof(KvStorePush))),
+      latent_keys_{std::make_unique<ComputePipeline>(context, shaders::latent_expand_keys, 6, sizeof(LatentExpandPush)),
+                   std::make_unique<ComputePipeline>(context, shaders::latent_expand_keys_kv_f16, 6,
+                                                     sizeof(LatentExpandPush))},
+      latent_values_{
+          std::make_unique<ComputePipeline>(context, shaders::latent_expand_values, 4, sizeof(LatentExpandPush)),
+          std::make_unique<ComputePipeline>(context, shaders::latent_expand_values_kv_f16, 4, sizeof(LatentExpandPush))},
       rope_store_(std::make_unique<ComputePipeline>(context, shaders::rope_store, 5, sizeof(RopeStorePush))),
       rope_store_f16_(std::make_unique<ComputePipeline>(context, shaders::rope_store_kv_f16, 5, sizeof(RopeStorePush))),
       attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 3, sizeof(CombinePush))),
@@ -306,19 +315,56 @@ void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer
 }
 
 void Kernels::kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k,
-                       const Buffer& cache_v, const Buffer& step_info, uint32_t rows, uint32_t kv_dim,
-                       uint32_t first_slot, bool f16) const {
+                       const Buffer& cache_v, const Buffer& step_info, uint32_t rows, uint32_t k_width,
+                       uint32_t v_width, uint32_t first_slot, bool f16) const {
   if (rows == 0) return;
-  if (kv_dim == 0 || (f16 && kv_dim % 2 != 0))
-    throw std::invalid_argument("kv_store: kv_dim must be positive (and even for an fp16 cache)");
-  const uint64_t units = f16 ? kv_dim / 2 : kv_dim;
-  require_size(k, uint64_t{rows} * kv_dim, "k", "kv_store");
-  require_size(v, uint64_t{rows} * kv_dim, "v", "kv_store");
-  require_size(cache_k, (uint64_t{first_slot} + rows) * units, "cache_k", "kv_store");
-  require_size(cache_v, (uint64_t{first_slot} + rows) * units, "cache_v", "kv_store");
+  if (k_width == 0 || v_width == 0) throw std::invalid_argument("kv_store: the widths must be positive");
+  const uint64_t k_units = f16 ? (uint64_t{k_width} + 1) / 2 : k_width;
+  const uint64_t v_units = f16 ? (uint64_t{v_width} + 1) / 2 : v_width;
+  require_size(k, uint64_t{rows} * k_width, "k", "kv_store");
+  require_size(v, uint64_t{rows} * v_width, "v", "kv_store");
+  require_size(cache_k, (uint64_t{first_slot} + rows) * k_units, "cache_k", "kv_store");
+  require_size(cache_v, (uint64_t{first_slot} + rows) * v_units, "cache_v", "kv_store");
   require_size(step_info, 1, "step_info", "kv_store");
-  seq.dispatch(f16 ? *kv_store_f16_ : *kv_store_, {&k, &v, &cache_k, &cache_v, &step_info}, KvStorePush{rows, kv_dim},
-               groups_for(uint64_t{rows} * units, 64, context_));
+  seq.dispatch(f16 ? *kv_store_f16_ : *kv_store_, {&k, &v, &cache_k, &cache_v, &step_info},
+               KvStorePush{rows, k_width, v_width}, groups_for(uint64_t{rows} * std::max(k_units, v_units), 64, context_));
+}
+
+void Kernels::latent_expand(CommandSequence& seq, const Buffer& latent, const Buffer& up, const Buffer& step_info,
+                            const Buffer* positions, const Buffer* rows, const Buffer& recovered,
+                            const LatentExpandArgs& a) const {
+  constexpr const char* kernel = "latent_expand";
+  const bool keys = positions != nullptr;
+  if (keys != (rows != nullptr)) throw std::invalid_argument(std::string(kernel) + ": both RoPE tables or neither");
+  if (!keys && a.n_pairs != 0) throw std::invalid_argument(std::string(kernel) + ": values are not rotated");
+  if (a.rank == 0 || a.n_head_kv == 0 || a.head_dim == 0 || 2 * uint64_t{a.n_pairs} > a.head_dim)
+    throw std::invalid_argument(std::string(kernel) + ": rank " + std::to_string(a.rank) + ", " +
+                                std::to_string(a.n_head_kv) + " heads of " + std::to_string(a.head_dim) + " and " +
+                                std::to_string(a.n_pairs) + " rotated pairs do not make a recovery");
+  if (a.words < (a.kv_f16 ? (uint64_t{a.rank} + 1) / 2 : a.rank))
+    throw std::invalid_argument(std::string(kernel) + ": " + std::to_string(a.words) + " words cannot hold " +
+                                std::to_string(a.rank) + " latent values");
+  if (uint64_t{a.n_past} + a.T > a.capacity) throw std::invalid_argument(std::string(kernel) + ": slots past the cache");
+  const uint64_t kv_dim = uint64_t{a.n_head_kv} * a.head_dim;
+  const uint64_t per_entry = uint64_t{a.n_head_kv} * (a.head_dim - a.n_pairs);
+  if (uint64_t{a.capacity} * per_entry > UINT32_MAX || uint64_t{a.capacity} * kv_dim > UINT32_MAX)
+    throw std::invalid_argument(std::string(kernel) + ": too many entries for one dispatch");
+  require_size(latent, uint64_t{a.capacity} * a.words, "latent", kernel);
+  require_size(up, kv_dim * a.rank, "up", kernel);
+  require_size(recovered, uint64_t{a.capacity} * kv_dim, "recovered", kernel);
+  require_size(step_info, a.use_order != 0 ? uint64_t{a.order_offset} + a.n_past : 1, "step_info", kernel);
+  const LatentExpandPush push{a.T, a.rank, a.words, a.n_head_kv, a.head_dim, a.n_pairs, a.neox ? 1u : 0u,
+                              a.use_order, a.order_offset};
+  const uint32_t groups =
+      std::min(groups_for(uint64_t{a.capacity} * per_entry, 64, context_), kMaxLatentExpandGroups);
+  const int variant = a.kv_f16 ? 1 : 0;
+  if (keys) {
+    require_size(*positions, uint64_t{a.capacity} * a.n_pairs * 2, "positions", kernel);
+    require_size(*rows, uint64_t{a.T} * a.n_pairs * 2, "rows", kernel);
+    seq.dispatch(*latent_keys_[variant], {&latent, &up, &step_info, &recovered, positions, rows}, push, groups);
+  } else {
+    seq.dispatch(*latent_values_[variant], {&latent, &up, &step_info, &recovered}, push, groups);
+  }
 }
 
 void Kernels::argmax(CommandSequence& seq, const Buffer& x, const Buffer& ids, uint32_t rows, uint32_t n) const {

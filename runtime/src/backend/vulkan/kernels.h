@@ -101,16 +101,38 @@ class Kernels {
   void top_k(CommandSequence& seq, const Buffer& x, const Buffer& result, uint32_t rows, uint32_t n, uint32_t k) const;
 
   // Applies (first, second) slot pairs in order to one cache of `words` 32-bit words per
-  // entry (kv_dim for fp32, kv_dim / 2 for fp16): swap exchanges the two entries,
+  // entry (its width for fp32, (width + 1) / 2 for fp16): swap exchanges the two entries,
   // otherwise first is copied over second. Bits are moved unchanged.
   void kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs, uint32_t words,
                   bool swap) const;
 
-  // Stores `rows` rows of K and V (fp32, kv_dim wide) into slots first_slot.. of the
-  // caches: as they are, or (f16; kv_dim even) rounded to fp16 to nearest even as
-  // fafo::fp32_to_fp16.
+  // Stores `rows` rows of K (fp32, k_width wide) and V (v_width wide) into slots
+  // first_slot.. of the caches: as they are, or (f16) rounded to fp16 to nearest even as
+  // fafo::fp32_to_fp16, (width + 1) / 2 words per entry (an odd width's last high half
+  // zero).
   void kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k, const Buffer& cache_v,
-                const Buffer& step_info, uint32_t rows, uint32_t kv_dim, uint32_t first_slot, bool f16) const;
+                const Buffer& step_info, uint32_t rows, uint32_t k_width, uint32_t v_width, uint32_t first_slot,
+                bool f16) const;
+
+  // Multi-head latent attention's recovery (shaders/latent_expand.comp): writes the keys
+  // (with `positions` and `rows`, the RoPE tables: rotated) or values (tables null,
+  // n_pairs 0) up * latent of slots [0, n_past + T) of one layer's latent cache into
+  // `recovered` (capacity x n_head_kv * head_dim floats, by slot). `latent` holds
+  // capacity entries of `words` words (rank floats, or rank halves with kv_f16);
+  // `up` is kv_dim x rank floats; positions holds cos/sin of every position below
+  // capacity, rows those of the step's T rows (n_pairs pairs each). Committed entry k
+  // is at slot step_info[order_offset + k] with use_order, else slot k. The grid
+  // depends on capacity, not on n_past (the step's header holds it).
+  struct LatentExpandArgs {
+    uint32_t T, n_past, capacity, rank, words, n_head_kv, head_dim, n_pairs, use_order, order_offset;
+    bool neox = false;
+    bool kv_f16 = false;
+  };
+  void latent_expand(CommandSequence& seq, const Buffer& latent, const Buffer& up, const Buffer& step_info,
+                     const Buffer* positions, const Buffer* rows, const Buffer& recovered,
+                     const LatentExpandArgs& a) const;
+  // The most workgroups one latent_expand dispatch uses (a grid-stride loop covers the rest).
+  static constexpr uint32_t kMaxLatentExpandGroups = 1024;
 
  private:
   const ComputePipeline& attention_pipeline(const AttentionArgs& a) const;
@@ -132,6 +154,8 @@ class Kernels {
   AttentionPipelines attention_[2];
   bool half_storage_exact_ = false;
   std::unique_ptr<ComputePipeline> kv_store_, kv_store_f16_;
+  // latent_expand's variants, [0] fp32 latent cache, [1] fp16.
+  std::unique_ptr<ComputePipeline> latent_keys_[2], latent_values_[2];
   std::unique_ptr<ComputePipeline> rope_store_, rope_store_f16_;
   std::unique_ptr<ComputePipeline> attention_combine_;
   std::unique_ptr<ComputePipeline> kv_permute_;

@@ -1,12 +1,12 @@
 #include "backend/vulkan/step_encoder.h"
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/descriptor_cache.h"
+#include "backend/vulkan/rope_tables.h"
 
 namespace fafo::vulkan {
 
@@ -105,16 +105,7 @@ const Buffer& StepEncoder::rope_table(const RopeParams& p) {
     return rope_table_.get();
   }
   const int32_t half = p.n_dims / 2;
-  const size_t floats = static_cast<size_t>(batch_->size()) * static_cast<size_t>(half) * 2;
-  std::vector<float> table(floats);
-  for (int32_t r = 0; r < batch_->size(); ++r) {
-    const int32_t position = batch_->positions()[static_cast<size_t>(r)];
-    for (int32_t i = 0; i < half; ++i) {
-      const float theta = p.angle(position, i);
-      table[(static_cast<size_t>(r) * static_cast<size_t>(half) + static_cast<size_t>(i)) * 2] = std::cos(theta);
-      table[(static_cast<size_t>(r) * static_cast<size_t>(half) + static_cast<size_t>(i)) * 2 + 1] = std::sin(theta);
-    }
-  }
+  const std::vector<float> table = rope_cos_sin(p, batch_->positions());
   const size_t need = std::max<size_t>(1, static_cast<size_t>(StepBatch::kMaxTokens) * static_cast<size_t>(half) * 2);
   Buffer& table_buffer = rope_table_.ensure(context_, descriptors_, need * sizeof(float));
   if (!table.empty()) table_buffer.upload(table.data(), table.size() * sizeof(float));

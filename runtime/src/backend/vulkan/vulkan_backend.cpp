@@ -14,6 +14,7 @@
 #include "backend/vulkan/descriptor_cache.h"
 #include "backend/vulkan/kernel_profiler.h"
 #include "backend/vulkan/kernels.h"
+#include "backend/vulkan/rope_tables.h"
 #include "backend/vulkan/step_encoder.h"
 #include "backend/vulkan/transfer.h"
 #include "backend/vulkan/vulkan_kv_cache.h"
@@ -81,6 +82,7 @@ class VulkanBackend final : public Backend, public StepTarget {
         descriptors_(context_),
         transfer_(context_),
         allocator_(context_, options.max_buffer_bytes),
+        rope_positions_(allocator_, descriptors_, transfer_),
         max_range_(allocator_.max_range()),
         fuse_qkv_(options.fuse_qkv && !env_off("FAFO_VULKAN_FUSE")),
         fuse_norm_(fuse_norm_on(options, context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)),
@@ -173,6 +175,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   KvCache& create_kv_cache(const KvCacheShape& shape) override {
     encoder_.abandon();
     kv_.reset();
+    rope_positions_.release();  // made for the old cache's capacity
     kv_ = std::make_unique<VulkanKvCache>(
         shape, KvCacheServices{context_, kernels_, transfer_, descriptors_, allocator_, *this});
     encoder_.reserve(shape.capacity);
@@ -273,6 +276,7 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   void rope_store(int32_t layer, Activation& qkv, const AttentionShape& s, const RopeParams& p) override {
     if (!kv_) throw std::logic_error("rope_store before create_kv_cache");
+    if (kv_->shape().latent()) throw std::invalid_argument("rope_store: the KV cache is latent (MLA models store latents)");
     const int64_t q_cols = int64_t{s.n_head} * s.head_dim, kv_dim = kv_->shape().kv_dim;
     if (int64_t{s.n_head_kv} * s.head_dim != kv_dim || qkv.cols != q_cols + 2 * kv_dim)
       throw std::invalid_argument("rope_store: qkv rows of " + std::to_string(qkv.cols) + " columns do not hold " +
@@ -299,6 +303,71 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
+    if (!kv_) throw std::logic_error("attention before create_kv_cache");
+    if (kv_->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
+    attend(layer, q, s, kv_->keys(layer), kv_->values(layer), kv_->f16(), out);
+  }
+
+  // Multi-head latent attention: shaders/latent_expand.comp recovers the keys (rotated
+  // by each entry's position) and values of slots [0, n_past + T) of the layer into the
+  // cache's fp32 recovery buffers, then attention reads them as an fp32 cache. The
+  // positions: a committed entry's is its logical index, whose cos/sin the shader
+  // finds in rope_positions_ (every position of the cache, made once) through the
+  // logical order in the step's header; a step token's is its batch position, in the
+  // step's RoPE table. Both tables and n_past are read from buffers the host writes,
+  // so a replayed step uses the current ones.
+  void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
+                        const Weight& v_up, const RopeParams& rope, Activation& out) override {
+    if (!kv_) throw std::logic_error("latent_attention before create_kv_cache");
+    const KvCacheShape& shape = kv_->shape();
+    if (layer < 0 || layer >= shape.n_layer) throw std::out_of_range("latent_attention: layer outside the KV cache");
+    if (!shape.latent()) throw std::invalid_argument("latent_attention: the KV cache is not latent");
+    const DeviceWeight& ku = weight(k_up);
+    const DeviceWeight& vu = weight(v_up);
+    const int32_t kv_dim = shape.kv_dim, rk = shape.key_dim(layer), rv = shape.value_dim(layer);
+    if (ku.type != TensorType::F32 || vu.type != TensorType::F32 || ku.rows != kv_dim || vu.rows != kv_dim ||
+        ku.cols != rk || vu.cols != rv)
+      throw std::invalid_argument("latent_attention: the up-projections must be F32 [kv_dim x latent width]");
+    if (ku.parts.size() != 1 || vu.parts.size() != 1)
+      throw std::invalid_argument("latent_attention: an up-projection of " + std::to_string(kv_dim) + " x " +
+                                  std::to_string(std::max(rk, rv)) +
+                                  " floats does not fit one buffer of the device's maxStorageBufferRange (" +
+                                  std::to_string(max_range_) + " bytes)");
+    if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
+    if (rope.n_dims < 0 || rope.n_dims / 2 * 2 > s.head_dim)
+      throw std::invalid_argument("latent_attention: RoPE rotates " + std::to_string(rope.n_dims) +
+                                  " dimensions of heads of " + std::to_string(s.head_dim));
+    Kernels::LatentExpandArgs a{};
+    a.T = static_cast<uint32_t>(batch().size());
+    a.n_past = static_cast<uint32_t>(batch().n_past());
+    a.capacity = static_cast<uint32_t>(shape.capacity);
+    a.n_head_kv = static_cast<uint32_t>(s.n_head_kv);
+    a.head_dim = static_cast<uint32_t>(s.head_dim);
+    a.use_order = encoder_.use_order() ? 1u : 0u;
+    a.order_offset = encoder_.order_offset();
+    a.neox = rope.neox;
+    a.kv_f16 = kv_->f16();
+    // Keys, rotated.
+    a.rank = static_cast<uint32_t>(rk);
+    a.words = kv_->key_words(layer);
+    a.n_pairs = static_cast<uint32_t>(rope.n_dims / 2);
+    const Buffer& positions = rope_positions_.get(rope, shape.capacity);
+    const Buffer& rows = encoder_.rope_table(rope);
+    kernels_.latent_expand(step(), kv_->keys(layer), ku.parts.front().buffer, encoder_.step_info(), &positions, &rows,
+                           kv_->recovered_keys(), a);
+    // Values.
+    a.rank = static_cast<uint32_t>(rv);
+    a.words = kv_->value_words(layer);
+    a.n_pairs = 0;
+    kernels_.latent_expand(step(), kv_->values(layer), vu.parts.front().buffer, encoder_.step_info(), nullptr, nullptr,
+                           kv_->recovered_values(), a);
+    attend(layer, q, s, kv_->recovered_keys(), kv_->recovered_values(), false, out);
+  }
+
+  // Attention of q over `keys` and `values` (by slot, kv_dim per entry; fp16 words with
+  // kv_f16), with the layout, region and dense layers of the cache.
+  void attend(int32_t layer, const Activation& q, const AttentionShape& s, const Buffer& keys, const Buffer& values,
+              bool kv_f16, Activation& out) {
     const uint32_t T = static_cast<uint32_t>(batch().size());
     const uint32_t n_past = static_cast<uint32_t>(batch().n_past());
     // Each row's keys are split into parts so that a long context keeps the device busy
@@ -317,8 +386,6 @@ class VulkanBackend final : public Backend, public StepTarget {
     const uint64_t max_parts = std::clamp<uint64_t>(
         std::min<uint64_t>(kPartialsBudget, max_range_) / sizeof(float) / (rows_cap * per_row_part), 1, kMaxParts);
     ensure_partials(rows_cap * per_row_part * max_parts);
-    const Buffer& keys = kv_->keys(layer);
-    const Buffer& values = kv_->values(layer);
     const uint64_t span = uint64_t{n_past} + rows_cap;
     const uint64_t part_keys = std::max(kMinKeysPerPart, (span + max_parts - 1) / max_parts);
     const uint64_t n_parts = (uint64_t{n_past} + T + part_keys - 1) / part_keys;
@@ -342,7 +409,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     a.mask_offset = encoder_.mask_offset();
     a.order_offset = encoder_.order_offset();
     a.scale = s.scale;
-    a.kv_f16 = kv_->f16();
+    a.kv_f16 = kv_f16;
     kernels_.attention(step(), act(q), keys, values, encoder_.step_info(), partials_, act(out), a);
     set_rows(out, T);
   }
@@ -542,6 +609,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   DescriptorCache descriptors_;
   Transfer transfer_;
   Allocator allocator_;
+  PositionRopeTable rope_positions_;  // latent_attention's cos/sin of every position of the cache
   uint64_t max_range_ = 0;
   bool fuse_qkv_ = true;
   bool fuse_norm_ = true;

@@ -8,7 +8,10 @@
 // memory. Everything allocated is counted against the device's memory heap
 // (backend/vulkan/allocator.h), so a model that does not fit fails at load time with
 // the sizes in the message; buffers are placed in a few large blocks of device memory
-// (backend/vulkan/memory_pool.h).
+// (backend/vulkan/memory_pool.h). An MLA model's cache holds latents of per-layer
+// widths; latent_attention recovers a layer's keys (RoPE after the up-projection) and
+// values into fp32 buffers of the cache (shaders/latent_expand.comp) and runs the same
+// attention kernel over them.
 //
 // A step (backend/vulkan/step_encoder.h): begin_step() writes the step's tokens, masks
 // and KV view into small host-visible buffers; every kernel call records into one

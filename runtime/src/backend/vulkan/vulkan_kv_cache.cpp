@@ -1,5 +1,6 @@
 #include "backend/vulkan/vulkan_kv_cache.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -14,32 +15,42 @@ namespace fafo::vulkan {
 
 VulkanKvCache::VulkanKvCache(const KvCacheShape& shape, const KvCacheServices& services)
     : KvCache(shape), s_(services) {
-  if (shape.n_layer < 1 || shape.capacity < 1 || shape.kv_dim < 1)
-    throw std::invalid_argument("a KV cache needs at least one layer, one entry and one value per entry");
-  if (shape.latent())
-    throw std::invalid_argument("the vulkan backend cannot run multi-head latent attention (MLA) models yet");
-  if (f16() && shape.kv_dim % 2 != 0)
+  shape.validate();
+  // Attention reads a plain fp16 cache as kv_dim halves per entry, with no padding.
+  if (f16() && !shape.latent() && shape.kv_dim % 2 != 0)
     throw std::invalid_argument("an f16 KV cache needs an even KV width; this model's is " + std::to_string(shape.kv_dim));
-  const uint64_t bytes = static_cast<uint64_t>(shape.capacity) * static_cast<uint64_t>(shape.kv_dim) * value_bytes();
-  if (bytes > s_.allocator.max_range())
+  const uint64_t capacity = static_cast<uint64_t>(shape.capacity);
+  const uint64_t recovered = shape.latent() ? capacity * static_cast<uint64_t>(shape.kv_dim) * sizeof(float) : 0;
+  uint64_t largest = recovered, total = 2 * recovered;
+  for (int32_t l = 0; l < shape.n_layer; ++l) {
+    const uint64_t k_bytes = capacity * key_words(l) * sizeof(uint32_t), v_bytes = capacity * value_words(l) * sizeof(uint32_t);
+    largest = std::max({largest, k_bytes, v_bytes});
+    total += k_bytes + v_bytes;
+  }
+  if (largest > s_.allocator.max_range())
     throw std::runtime_error("one layer's KV cache for a context of " + std::to_string(shape.capacity) + " tokens needs " +
-                             std::to_string(bytes) + " bytes, more than the device's maxStorageBufferRange (" +
+                             std::to_string(largest) + " bytes, more than the device's maxStorageBufferRange (" +
                              std::to_string(s_.allocator.max_range()) + " bytes); use a smaller --ctx-size");
-  const uint64_t total = 2 * bytes * static_cast<uint64_t>(shape.n_layer);
   if (total > s_.allocator.free_bytes())
     throw std::runtime_error("the KV cache for a context of " + std::to_string(shape.capacity) + " tokens needs " +
                              gib(total) + " but only " + gib(s_.allocator.free_bytes()) + " of " +
                              gib(s_.allocator.heap_bytes()) +
                              " device memory is left after the weights; use a smaller --ctx-size");
   for (int32_t l = 0; l < shape.n_layer; ++l) {
-    keys_.push_back(s_.allocator.device(bytes, "the KV cache"));
-    values_.push_back(s_.allocator.device(bytes, "the KV cache"));
+    keys_.push_back(s_.allocator.device(capacity * key_words(l) * sizeof(uint32_t), "the KV cache"));
+    values_.push_back(s_.allocator.device(capacity * value_words(l) * sizeof(uint32_t), "the KV cache"));
+  }
+  if (shape.latent()) {
+    recovered_keys_ = s_.allocator.device(recovered, "the KV cache (recovered MLA keys)");
+    recovered_values_ = s_.allocator.device(recovered, "the KV cache (recovered MLA values)");
   }
 }
 
 VulkanKvCache::~VulkanKvCache() {
   for (Buffer& b : keys_) s_.allocator.release(b, s_.descriptors);
   for (Buffer& b : values_) s_.allocator.release(b, s_.descriptors);
+  s_.allocator.release(recovered_keys_, s_.descriptors);
+  s_.allocator.release(recovered_values_, s_.descriptors);
   if (pairs_.get().handle() != VK_NULL_HANDLE) s_.descriptors.forget(pairs_.get().handle());
   for (const Capture& c : captures_)  // named by recorded steps' copies: no replay may use them
     if (c.buffer.handle() != VK_NULL_HANDLE) s_.descriptors.forget(c.buffer.handle());
@@ -58,17 +69,27 @@ const Buffer& VulkanKvCache::values(int32_t layer) const {
   return values_[static_cast<size_t>(layer)];
 }
 
+const Buffer& VulkanKvCache::recovered_keys() const {
+  if (!shape().latent()) throw std::logic_error("latent_attention: the KV cache is not latent");
+  return recovered_keys_;
+}
+const Buffer& VulkanKvCache::recovered_values() const {
+  if (!shape().latent()) throw std::logic_error("latent_attention: the KV cache is not latent");
+  return recovered_values_;
+}
+
 void VulkanKvCache::store(int32_t layer, const Activation& k, const Activation& v) {
   check_layer(layer, "store");
-  const int32_t kv_dim = shape().kv_dim;
-  if (k.cols != kv_dim || v.cols != kv_dim) throw std::invalid_argument("store: rows are not kv_dim wide");
+  const int32_t k_width = shape().key_dim(layer), v_width = shape().value_dim(layer);
+  if (k.cols != k_width || v.cols != v_width)
+    throw std::invalid_argument("store: rows are not as wide as the cache's layer " + std::to_string(layer));
   const StepBatch& batch = s_.step.step_batch();
   const size_t l = static_cast<size_t>(layer);
   // A kernel rather than copies: it reads n_past from the step's header, so the step
   // replays at the next n_past.
   s_.kernels.kv_store(s_.step.recording(), s_.step.buffer_of(k), s_.step.buffer_of(v), keys_[l], values_[l],
-                      s_.step.step_info(), static_cast<uint32_t>(batch.size()), static_cast<uint32_t>(kv_dim),
-                      static_cast<uint32_t>(batch.n_past()), f16());
+                      s_.step.step_info(), static_cast<uint32_t>(batch.size()), static_cast<uint32_t>(k_width),
+                      static_cast<uint32_t>(v_width), static_cast<uint32_t>(batch.n_past()), f16());
 }
 
 void VulkanKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -104,42 +125,57 @@ std::vector<float> VulkanKvCache::captured_queries(int32_t layer) {
   return out;
 }
 
+namespace {
+
+// `count` entries of `width` floats as an fp16 cache holds them: each entry's halves,
+// two per word, low half first, padded to `words` words.
+std::vector<uint32_t> packed_halves(const float* src, int32_t count, int32_t width, uint32_t words) {
+  std::vector<uint32_t> out(static_cast<size_t>(count) * words, 0);
+  for (size_t e = 0; e < static_cast<size_t>(count); ++e)
+    for (size_t i = 0; i < static_cast<size_t>(width); ++i)
+      out[e * words + i / 2] |= static_cast<uint32_t>(fp32_to_fp16(src[e * static_cast<size_t>(width) + i])) << ((i % 2) * 16);
+  return out;
+}
+
+}  // namespace
+
 void VulkanKvCache::write(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) {
   if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
     throw std::out_of_range("write_kv: outside the cache");
-  const size_t values = static_cast<size_t>(count) * static_cast<size_t>(shape().kv_dim);
-  const size_t n = values * value_bytes();
-  const size_t at = static_cast<size_t>(first) * static_cast<size_t>(shape().kv_dim) * value_bytes();
-  const size_t l = static_cast<size_t>(layer);
-  if (f16()) {
-    std::vector<uint16_t> halves(values);
-    for (size_t i = 0; i < values; ++i) halves[i] = fp32_to_fp16(k[i]);
-    s_.transfer.upload(keys_[l], halves.data(), n, at);
-    for (size_t i = 0; i < values; ++i) halves[i] = fp32_to_fp16(v[i]);
-    s_.transfer.upload(values_[l], halves.data(), n, at);
+  if (count == 0) return;
+  const size_t l = static_cast<size_t>(layer), n = static_cast<size_t>(count), at = static_cast<size_t>(first);
+  const size_t k_words = key_words(layer), v_words = value_words(layer);
+  if (!f16()) {  // an entry is its floats
+    s_.transfer.upload(keys_[l], k, n * k_words * sizeof(float), at * k_words * sizeof(float));
+    s_.transfer.upload(values_[l], v, n * v_words * sizeof(float), at * v_words * sizeof(float));
     return;
   }
-  s_.transfer.upload(keys_[l], k, n, at);
-  s_.transfer.upload(values_[l], v, n, at);
+  const std::vector<uint32_t> keys = packed_halves(k, count, shape().key_dim(layer), key_words(layer));
+  const std::vector<uint32_t> values = packed_halves(v, count, shape().value_dim(layer), value_words(layer));
+  s_.transfer.upload(keys_[l], keys.data(), keys.size() * sizeof(uint32_t), at * k_words * sizeof(uint32_t));
+  s_.transfer.upload(values_[l], values.data(), values.size() * sizeof(uint32_t), at * v_words * sizeof(uint32_t));
 }
 
 std::vector<float> VulkanKvCache::read_keys(int32_t layer, const std::vector<int32_t>& slots) {
   check_layer(layer, "read_keys");
-  const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(shape().kv_dim) * value_bytes();
+  const size_t width = static_cast<size_t>(shape().key_dim(layer)), words = key_words(layer);
+  const VkDeviceSize entry_bytes = static_cast<VkDeviceSize>(words) * sizeof(uint32_t);
   std::vector<VkBufferCopy> regions;
   for (int32_t s : slots) {
     if (s < 0 || s >= capacity()) throw std::out_of_range("read_keys: slot outside the cache");
-    regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(s) * row_bytes, regions.size() * row_bytes, row_bytes});
+    regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(s) * entry_bytes, regions.size() * entry_bytes, entry_bytes});
   }
-  std::vector<float> out(slots.size() * static_cast<size_t>(shape().kv_dim));
+  std::vector<float> out(slots.size() * width);
   if (regions.empty()) return out;
-  if (f16()) {
-    std::vector<uint16_t> halves(out.size());
-    s_.transfer.download_regions(keys_[static_cast<size_t>(layer)], regions, halves.data());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = fp16_to_fp32(halves[i]);
-  } else {
+  if (!f16()) {
     s_.transfer.download_regions(keys_[static_cast<size_t>(layer)], regions, out.data());
+    return out;
   }
+  std::vector<uint32_t> entries(slots.size() * words);
+  s_.transfer.download_regions(keys_[static_cast<size_t>(layer)], regions, entries.data());
+  for (size_t e = 0; e < slots.size(); ++e)
+    for (size_t i = 0; i < width; ++i)
+      out[e * width + i] = fp16_to_fp32(static_cast<uint16_t>(entries[e * words + i / 2] >> ((i % 2) * 16)));
   return out;
 }
 
@@ -156,10 +192,10 @@ void VulkanKvCache::permute(const SlotPairs& pairs, bool swap, const char* what)
   Buffer& pairs_buffer = pairs_.ensure(s_.context, s_.descriptors, std::max<size_t>(bytes, 4096));
   pairs_buffer.upload(flat.data(), bytes);
   CommandSequence seq(s_.context, s_.descriptors);
-  const uint32_t words = static_cast<uint32_t>(f16() ? shape().kv_dim / 2 : shape().kv_dim);
-  for (size_t l = 0; l < keys_.size(); ++l) {
-    s_.kernels.kv_permute(seq, keys_[l], pairs_buffer, static_cast<uint32_t>(pairs.size()), words, swap);
-    s_.kernels.kv_permute(seq, values_[l], pairs_buffer, static_cast<uint32_t>(pairs.size()), words, swap);
+  for (int32_t l = 0; l < shape().n_layer; ++l) {
+    const size_t i = static_cast<size_t>(l);
+    s_.kernels.kv_permute(seq, keys_[i], pairs_buffer, static_cast<uint32_t>(pairs.size()), key_words(l), swap);
+    s_.kernels.kv_permute(seq, values_[i], pairs_buffer, static_cast<uint32_t>(pairs.size()), value_words(l), swap);
   }
   seq.submit_and_wait();
 }

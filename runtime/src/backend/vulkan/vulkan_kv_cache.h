@@ -3,6 +3,12 @@
 // backend's rope_store) dispatches, exchanged and moved by the kv_permute kernel in a submission of its own,
 // read back through staging. Captured queries are copied in the step into one
 // host-visible buffer per layer.
+//
+// A latent cache (KvCacheShape::latent, MLA models) stores key_dim(layer) and
+// value_dim(layer) floats per entry instead of kv_dim: an f16 entry is (width + 1) / 2
+// words, so odd widths are padded with a zero half. It also holds the two fp32 buffers
+// latent_attention recovers one layer's keys and values into (capacity x kv_dim each,
+// shared by the layers), counted with the cache.
 #pragma once
 
 #include <vector>
@@ -60,18 +66,25 @@ class VulkanKvCache final : public KvCache {
   const Buffer& keys(int32_t layer) const;
   const Buffer& values(int32_t layer) const;
   bool f16() const { return shape().type == KvCacheType::F16; }
+  // 32-bit words per entry of a layer's keys and values.
+  uint32_t key_words(int32_t layer) const { return words_for(shape().key_dim(layer)); }
+  uint32_t value_words(int32_t layer) const { return words_for(shape().value_dim(layer)); }
+  // A latent cache's recovery buffers (std::logic_error for a plain cache).
+  const Buffer& recovered_keys() const;
+  const Buffer& recovered_values() const;
 
  private:
   struct Capture {
     Buffer buffer;
     uint32_t rows = 0, cols = 0;
   };
-  size_t value_bytes() const { return f16() ? sizeof(uint16_t) : sizeof(float); }
+  uint32_t words_for(int32_t width) const { return static_cast<uint32_t>(f16() ? (width + 1) / 2 : width); }
   void check_layer(int32_t layer, const char* what) const;
   void permute(const SlotPairs& pairs, bool swap, const char* what);
 
   KvCacheServices s_;
   std::vector<Buffer> keys_, values_;
+  Buffer recovered_keys_, recovered_values_;  // a latent cache's
   ScratchBuffer pairs_;
   std::vector<Capture> captures_;
 };
