@@ -3,11 +3,13 @@
 // modes change it only when they drop something; bad requests are clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "fafo/generator.h"
 #include "fafo/open_model.h"
 #include "fafo/perplexity.h"
+#include "synthetic_model.h"
 #include "test_support.h"
 
 namespace {
@@ -86,6 +88,72 @@ TEST(Perplexity, EqualsTheMeanLikelihoodOfEachChunksSecondHalf) {
   const PerplexityResult two = perplexity(*m.model, tokens, o);
   EXPECT_EQ(two.chunks, 2);
   EXPECT_NEAR(two.ppl, by_hand(*m.model, tokens, 64, 2, o.bos), two.ppl * 1e-9);
+}
+
+// --kl-base: KL(base || model) and top-1 agreement per scored token, against the same
+// sums done by hand over one forward pass of each chunk; 0 and 100% from itself.
+TEST(Perplexity, KlDivergenceFromABaseModel) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  OpenedModel m = open_stories(model_path.string(), 128);
+  OpenedModel same = open_stories(model_path.string(), 128);
+  const std::vector<int32_t> tokens = text_tokens(*m.tokenizer, 2 * 128 + 20);
+  PerplexityOptions o;
+  o.bos = m.tokenizer->vocab().bos;
+  o.base = same.model.get();
+  const PerplexityResult self = perplexity(*m.model, tokens, o);
+  EXPECT_EQ(self.kl, 0.0);
+  EXPECT_EQ(self.top1_agreement, 1.0);
+
+  synth::SyntheticConfig cfg;
+  cfg.n_vocab = m.model->config().n_vocab;
+  cfg.n_ctx = 256;
+  const std::string other_path = (test::temp_dir("perplexity-kl") / "other.gguf").string();
+  synth::write_synthetic_model(cfg, other_path);
+  OpenedModel other = open_stories(other_path, 128);
+  o.base = other.model.get();
+  const PerplexityResult r = perplexity(*m.model, tokens, o);
+  double kl = 0;
+  int64_t agree = 0, count = 0;
+  const int32_t n_vocab = m.model->config().n_vocab;
+  for (int32_t c = 0; c < 2; ++c) {
+    std::vector<int32_t> chunk(tokens.begin() + c * 128, tokens.begin() + (c + 1) * 128);
+    chunk[0] = o.bos;
+    auto logits = [&](Model& model) {
+      model.truncate(0);
+      StepBatch b = StepBatch::causal(chunk, 0, true);
+      std::vector<float> out = model.forward(b);
+      model.truncate(0);
+      return out;
+    };
+    const std::vector<float> p = logits(*other.model), q = logits(*m.model);
+    for (int32_t i = 64; i + 1 < 128; ++i) {
+      const float* pr = &p[static_cast<size_t>(i) * n_vocab];
+      const float* qr = &q[static_cast<size_t>(i) * n_vocab];
+      const double mp = *std::max_element(pr, pr + n_vocab), mq = *std::max_element(qr, qr + n_vocab);
+      double zp = 0, zq = 0;
+      for (int32_t v = 0; v < n_vocab; ++v) zp += std::exp(pr[v] - mp), zq += std::exp(qr[v] - mq);
+      for (int32_t v = 0; v < n_vocab; ++v) {
+        const double lp = pr[v] - mp - std::log(zp), lq = qr[v] - mq - std::log(zq);
+        kl += std::exp(lp) * (lp - lq);
+      }
+      agree += std::max_element(pr, pr + n_vocab) - pr == std::max_element(qr, qr + n_vocab) - qr;
+      ++count;
+    }
+  }
+  EXPECT_GT(r.kl, 0.01);
+  EXPECT_NEAR(r.kl, kl / count, 1e-6 * (kl / count));
+  EXPECT_GT(r.kl_error, 0.0);
+  EXPECT_DOUBLE_EQ(r.top1_agreement, static_cast<double>(agree) / count);
+  EXPECT_LT(r.top1_agreement, 1.0);
+  PerplexityOptions plain = o;
+  plain.base = nullptr;
+  EXPECT_NEAR(r.ppl, perplexity(*m.model, tokens, plain).ppl, r.ppl * 1e-12);  // unchanged by the base
+
+  cfg.n_vocab = n_vocab + 1;
+  synth::write_synthetic_model(cfg, other_path);
+  OpenedModel wider = open_stories(other_path, 128);
+  o.base = wider.model.get();
+  EXPECT_THROW(perplexity(*m.model, tokens, o), std::invalid_argument);
 }
 
 TEST(Perplexity, LossyModesChangeItOnlyWhenTheyDropSomething) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -29,6 +30,7 @@ struct PerplexityArgs {
   KvPolicyOptions kv;
   bool kv_drop = false;
   PromptCompressOptions prompt_compress;
+  std::string kl_base;  // --kl-base: the model the KL divergence is measured from
 };
 
 int run_perplexity(PerplexityArgs& a) {
@@ -45,6 +47,12 @@ int run_perplexity(PerplexityArgs& a) {
   if (uses_draft && a.draft.draft_model_path.empty())
     throw std::runtime_error("the speckv modes need a draft model: --draft-model FILE (or self)");
   open_draft_model(a.draft, a.open, *m.model, tok.vocab(), uses_draft);
+  std::optional<OpenedModel> base;
+  if (!a.kl_base.empty()) {
+    OpenOptions base_open = a.open;
+    base_open.path = a.kl_base;
+    base.emplace(open_model(base_open));
+  }
 
   std::fprintf(stderr, "perplexity: tokenizing the input ..\n");
   const auto t0 = std::chrono::steady_clock::now();
@@ -60,6 +68,7 @@ int run_perplexity(PerplexityArgs& a) {
   o.kv_drop = a.kv_drop;
   o.prompt_compress = a.prompt_compress;
   o.draft = a.draft.draft_model.get();
+  o.base = base ? base->model.get() : nullptr;
   const int32_t n_ctx = m.model->n_ctx();
   std::fprintf(stderr, "perplexity: calculating perplexity over %zu chunks, n_ctx=%d, backend %s (%s)\n",
                a.max_chunks > 0 ? std::min<size_t>(static_cast<size_t>(a.max_chunks), tokens.size() / static_cast<size_t>(n_ctx))
@@ -78,9 +87,13 @@ int run_perplexity(PerplexityArgs& a) {
     nlohmann::json j{{"model", a.open.path}, {"text", a.text_path}, {"n_ctx", r.n_ctx}, {"chunks", r.chunks},
                      {"scored_tokens", r.scored}, {"ppl", r.ppl}, {"error", r.error}, {"running", r.running},
                      {"seconds", r.seconds}, {"backend", m.model->backend().name()}, {"lossy", r.lossy}};
+    if (o.base) j["kl_base"] = {{"model", a.kl_base}, {"kl", r.kl}, {"kl_error", r.kl_error}, {"top1_agreement", r.top1_agreement}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", r.ppl, r.error);
+    if (o.base)
+      std::printf("KL divergence from %s: %.6f +/- %.6f nats per token, same top token %.2f%%\n", a.kl_base.c_str(), r.kl,
+                  r.kl_error, 100.0 * r.top1_agreement);
   }
   std::fflush(stdout);
   for (const std::string& lossy : r.lossy) std::fprintf(stderr, "perplexity: LOSSY: %s\n", lossy.c_str());
@@ -109,6 +122,9 @@ Command add_perplexity_command(CLI::App& app) {
   cmd->add_option("--kv-lookahead", a->kv.lookahead, "--kv-drop speckv: draft tokens whose queries score the prompt")
       ->capture_default_str()->check(CLI::Range(1, 256));
   app::add_lossy_flags(cmd, a->kv, a->kv_drop, a->prompt_compress);
+  cmd->add_option("--kl-base", a->kl_base,
+                  "Also measure the KL divergence from this model (e.g. the original of a converted or quantized one; same "
+                  "vocabulary, opened on the same backend) and how often both pick the same top token");
   return [a] { return run_perplexity(*a); };
 }
 

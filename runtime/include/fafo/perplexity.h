@@ -8,6 +8,11 @@
 // Lossy modes are measured with the chunk's first half as the prompt: it is prefilled
 // (SpecPC: after compressing it), then the second half is read (with --kv-drop: a token
 // a step, each reading only the entries the policy keeps, as decoding does).
+//
+// With a base model (llama-perplexity's --kl-divergence, in one pass): the base reads
+// every chunk the same way (without lossy modes), and every scored token also counts the
+// KL divergence KL(base || model) of the two next-token distributions and whether their
+// most likely tokens agree: how far a converted or quantized model is from its original.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +37,7 @@ struct PerplexityOptions {
   bool kv_drop = false;
   PromptCompressOptions prompt_compress;
   Model* draft = nullptr;
+  Model* base = nullptr;  // the model the KL divergence is measured from (same vocabulary); nullptr: none
 };
 
 struct PerplexityChunk {
@@ -50,6 +56,9 @@ struct PerplexityResult {
   double seconds = 0.0;
   std::vector<double> running;     // the estimate after each chunk
   std::vector<std::string> lossy;  // the lossy modes measured (empty: none)
+  // With a base model: mean KL(base || model) in nats per scored token, its standard error,
+  // and the fraction of scored tokens whose argmax both models share.
+  double kl = 0.0, kl_error = 0.0, top1_agreement = 0.0;
 };
 
 // Throws std::invalid_argument for a text shorter than one chunk or bad options, and what

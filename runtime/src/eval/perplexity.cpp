@@ -19,6 +19,28 @@ double negative_log_likelihood(const float* row, int32_t n_vocab, int32_t target
   return std::log(sum) + mx - row[target];
 }
 
+// KL(p || q) of the softmaxes of two logit rows, in double; and whether their argmaxes agree.
+struct Divergence {
+  double kl;
+  bool same_top;
+};
+Divergence divergence(const float* base, const float* row, int32_t n_vocab) {
+  auto log_normalizer = [n_vocab](const float* r) {
+    const float mx = *std::max_element(r, r + n_vocab);
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(r[i]) - mx);
+    return std::log(sum) + mx;
+  };
+  const double zb = log_normalizer(base), zr = log_normalizer(row);
+  double kl = 0.0;
+  for (int32_t i = 0; i < n_vocab; ++i) {
+    const double lp = base[i] - zb, lq = row[i] - zr;
+    kl += std::exp(lp) * (lp - lq);
+  }
+  const bool same = std::max_element(base, base + n_vocab) - base == std::max_element(row, row + n_vocab) - row;
+  return {std::max(0.0, kl), same};
+}
+
 }  // namespace
 
 PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, const PerplexityOptions& o,
@@ -38,6 +60,12 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, co
     throw std::invalid_argument("the speckv modes need a draft model (--draft-model FILE, or self)");
   if (o.kv_drop) o.kv.validate();
   o.prompt_compress.validate();
+  if (o.base && o.base->config().n_vocab != model.config().n_vocab)
+    throw std::invalid_argument("the KL base model has " + std::to_string(o.base->config().n_vocab) +
+                                " tokens in its vocabulary, the model " + std::to_string(model.config().n_vocab));
+  if (o.base && n > o.base->n_ctx())
+    throw std::invalid_argument("the chunk length " + std::to_string(n) + " exceeds the KL base model's context " +
+                                std::to_string(o.base->n_ctx()));
 
   PerplexityResult result;
   result.n_ctx = n;
@@ -50,12 +78,15 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, co
   // The model is left without a policy and with an empty context, whatever happens.
   struct Restore {
     Model& m;
+    Model* base;
     ~Restore() {
       m.set_kv_policy(nullptr);
       m.truncate(0);
+      if (base) base->truncate(0);
     }
-  } restore{model};
-  double sum = 0.0, sum2 = 0.0;
+  } restore{model, o.base};
+  double sum = 0.0, sum2 = 0.0, kl_sum = 0.0, kl_sum2 = 0.0;
+  int64_t agree = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int32_t c = 0; c < n_chunks; ++c) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -66,12 +97,22 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, co
     if (o.prompt_compress.enabled()) context = compress_prompt(*o.draft, context, o.prompt_compress, 512);
     model.truncate(0);
     prefill_prompt(model, context, o.kv_drop ? &o.kv : nullptr, o.kv_drop, o.draft, 512);
+    if (o.base) {
+      o.base->truncate(0);
+      prefill_prompt(*o.base, std::vector<int32_t>(chunk.begin(), chunk.begin() + first), nullptr, false, nullptr, 512);
+    }
     // The second half: row i predicts chunk[first + i + 1].
     for (int32_t begin = first; begin < n; begin += piece) {
       const int32_t end = std::min(n, begin + piece);
       StepBatch step = StepBatch::causal(std::vector<int32_t>(chunk.begin() + begin, chunk.begin() + end), model.n_past(), true);
       const std::vector<float> logits = model.forward(step);
       model.commit(step.size());
+      std::vector<float> base_logits;
+      if (o.base) {
+        StepBatch base_step = StepBatch::causal(std::vector<int32_t>(chunk.begin() + begin, chunk.begin() + end), o.base->n_past(), true);
+        base_logits = o.base->forward(base_step);
+        o.base->commit(base_step.size());
+      }
       for (int32_t i = begin; i < end && i + 1 < n; ++i) {
         const double nll = negative_log_likelihood(&logits[static_cast<size_t>(i - begin) * static_cast<size_t>(n_vocab)],
                                                    n_vocab, chunk[static_cast<size_t>(i + 1)]);
@@ -79,6 +120,14 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, co
         sum += nll;
         sum2 += nll * nll;
         ++result.scored;
+        if (o.base) {
+          const size_t at = static_cast<size_t>(i - begin) * static_cast<size_t>(n_vocab);
+          const Divergence d = divergence(&base_logits[at], &logits[at], n_vocab);
+          if (!std::isfinite(d.kl)) throw std::runtime_error("the KL divergence is not finite (non-finite logits)");
+          kl_sum += d.kl;
+          kl_sum2 += d.kl * d.kl;
+          agree += d.same_top ? 1 : 0;
+        }
       }
     }
     result.running.push_back(std::exp(sum / static_cast<double>(result.scored)));
@@ -90,6 +139,11 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, co
   result.chunks = n_chunks;
   result.ppl = std::exp(mean);
   result.error = result.scored > 1 ? result.ppl * std::sqrt(variance / (count - 1.0)) : 0.0;
+  if (o.base) {
+    result.kl = kl_sum / count;
+    result.kl_error = result.scored > 1 ? std::sqrt(std::max(0.0, kl_sum2 / count - result.kl * result.kl) / (count - 1.0)) : 0.0;
+    result.top1_agreement = static_cast<double>(agree) / count;
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
