@@ -783,23 +783,11 @@ TEST_P(BackendOps, KvSwapMove) { run_op("kv_swap_move"); }
 TEST_P(BackendOps, CaptureQueries) { run_op("capture_queries"); }
 TEST_P(BackendOps, Attention) { run_op("attention"); }
 
-// Whether the backend runs MLA models (it makes a latent KV cache).
-bool runs_latent_attention(Backend& be) {
-  KvCacheShape shape{1, 8, 4};
-  shape.key_dims = {3};
-  shape.value_dims = {3};
-  try {
-    be.create_kv_cache(shape);
-    return true;
-  } catch (const std::invalid_argument&) {
-    return false;
-  }
-}
 
 // On the backends that run MLA models; the reference, cpu and vulkan backends must.
 TEST_P(BackendOps, LatentAttention) {
   const std::string& backend = GetParam().backend;
-  if (!runs_latent_attention(target().be())) {
+  if (!target().be().runs_latent_attention()) {
     ASSERT_TRUE(backend != "reference" && backend != "cpu" && backend != "vulkan") << backend << " must run MLA models";
     GTEST_SKIP() << "the " << backend << " backend does not run multi-head latent attention (MLA) models";
   }

@@ -17,6 +17,7 @@
 #include "fafo/gguf.h"
 #include "fafo/model.h"
 #include "fafo/open_model.h"
+#include "faulty_backend.h"
 #include "model_fixtures.h"
 #include "test_support.h"
 #if FAFO_HAVE_VULKAN
@@ -132,8 +133,11 @@ void expect_t_invariant(Model& m, const std::vector<float>& batched) {
 // Greedy ids of plain decoding, then of every strategy with the default KV policy and
 // with snapkv (FAFO's fumble rows read a region: stream's, by positions only, and
 // snapkv's, chosen by the captured queries against the keys recovered from the
-// latents), which must equal them; returns plain decoding's.
-std::vector<int32_t> expect_every_strategy_equals_ar(const std::string& path, const std::string& backend) {
+// latents) and, with every_policy, quest's (pages scored by the recovered keys) and
+// chunks'; they must equal plain decoding's, which it returns. speckv needs a draft
+// model and scores as snapkv does.
+std::vector<int32_t> expect_every_strategy_equals_ar(const std::string& path, const std::string& backend,
+                                                     bool every_policy = false) {
   OpenOptions options;
   options.path = path;
   options.backend = BackendSpec{backend, "", 2};
@@ -155,7 +159,18 @@ std::vector<int32_t> expect_every_strategy_equals_ar(const std::string& path, co
   snapkv.budget = 24;
   snapkv.recent = 8;
   snapkv.window = 4;
-  for (const KvPolicyOptions& kv : {KvPolicyOptions{}, snapkv})
+  std::vector<KvPolicyOptions> policies = {KvPolicyOptions{}, snapkv};
+  if (every_policy)
+    for (const char* name : {"quest", "chunks"}) {
+      KvPolicyOptions kv = snapkv;
+      kv.name = name;
+      kv.page = 4;
+      kv.chunk = 4;
+      kv.dense_layers = 1;
+      kv.update_interval = 2;
+      policies.push_back(kv);
+    }
+  for (const KvPolicyOptions& kv : policies)
     for (Strategy s : {Strategy::Jacobi, Strategy::Lookahead, Strategy::Fafo}) {
       const GenerationResult r = run(s, kv);
       EXPECT_EQ(r.ids, ar.ids) << backend << " " << strategy_name(s) << " policy " << kv.name;
@@ -203,7 +218,10 @@ TEST(Mla, LatentCacheHoldsOnlyTheRanks) {
   EXPECT_EQ(m->config().kv_floats_per_token(), want);
   EXPECT_EQ(m->kv_cache().shape().floats_per_entry(), want);
   EXPECT_LT(want, c.kv_floats_per_token());
-  EXPECT_EQ(m->backend().memory_in_use() > 0, true);
+  // The cache's memory: latents plus one layer's recovered keys and values per entry.
+  auto twice = open_on(mla, "reference", 512);
+  EXPECT_EQ(twice->backend().memory_in_use() - m->backend().memory_in_use(),
+            uint64_t{256} * sizeof(float) * static_cast<uint64_t>(want + 2 * c.kv_dim()));
 }
 
 // The reference is the oracle: the cpu backend computes an MLA model within its declared
@@ -229,7 +247,7 @@ TEST(Mla, EveryStrategyEqualsArOnAnMlaModel) {
   const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
   const std::string mla = (dir / "mla.gguf").string();
   write_mla_copy(stories(), mla, ranks(c, c.kv_dim() - 8), ranks(c, c.kv_dim() - 4));
-  expect_every_strategy_equals_ar(mla, "cpu");
+  expect_every_strategy_equals_ar(mla, "cpu", /*every_policy=*/true);
 }
 
 // --- the Vulkan backend ------------------------------------------------------------------
@@ -361,6 +379,23 @@ TEST(Mla, EveryStrategyEqualsArOnVulkan) {
   o.sampling.temperature = 0;
   EXPECT_EQ(generate(*cpu.model, *cpu.tokenizer, std::vector<int32_t>(kPrompt.begin(), kPrompt.begin() + 6), o).ids,
             vulkan_ar);
+}
+
+// A backend without latent attention refuses an MLA file before it uploads a weight.
+TEST(Mla, BackendsWithoutLatentAttentionRefuseBeforeLoading) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto dir = test::temp_dir("mla-refused");
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const std::string mla = (dir / "mla.gguf").string();
+  write_mla_copy(stories(), mla, ranks(c, 8), ranks(c, 8));
+  auto backend = std::make_unique<test::FaultyBackend>(test::Fault::MatmulRowOffByOne);
+  ASSERT_FALSE(backend->runs_latent_attention());
+  try {
+    Model m(GgufFile::open(mla), std::move(backend), ModelOptions{64});
+    ADD_FAILURE() << "an MLA model loaded on a backend without latent attention";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot run multi-head latent attention (MLA) models"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Mla, BadMlaFilesAreClearErrors) {

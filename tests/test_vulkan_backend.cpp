@@ -243,8 +243,9 @@ TEST_F(VulkanBackend, ALatentCacheOfOddWidthsHoldsTheReferenceValues) {
   // A latent cache: per layer its own key and value widths, odd ones included (an f16
   // entry is padded to whole words). Written entries, a step's stores, swaps and moves
   // leave the reference's values in every slot (bit for bit: the same fp16 rounding),
-  // latent_attention agrees with the reference, and the cache, its recovery buffers
-  // and the RoPE table of positions are counted as device memory.
+  // latent_attention agrees with the reference, and the cache and its recovery buffers
+  // are counted as device memory when it is made (the RoPE table of positions, capacity
+  // x n_dims floats, is allocated and counted at the first latent step).
   for (KvCacheType type : {KvCacheType::F32, KvCacheType::F16}) {
     SCOPED_TRACE(kv_cache_type_name(type));
     Pair p(make_vulkan());

@@ -180,6 +180,9 @@ class Backend {
     (void)layer, (void)q, (void)shape, (void)k_up, (void)v_up, (void)rope, (void)out;
     throw std::invalid_argument("the " + name() + " backend cannot run multi-head latent attention (MLA) models");
   }
+  // Whether the backend runs MLA models (a latent KV cache and latent_attention); the
+  // model refuses an MLA file before loading anything where it does not.
+  virtual bool runs_latent_attention() const { return false; }
   // Whether each op has run when its call returns (host backends), so activations may
   // be read with read_rows inside a step (Model::set_attention_input_tap).
   virtual bool executes_immediately() const { return false; }
@@ -318,6 +321,24 @@ inline void check_tokens_in_vocabulary(const StepBatch& batch, int64_t vocab) {
     if (tok < 0 || tok >= vocab)
       throw std::out_of_range("token id " + std::to_string(tok) + " is outside the vocabulary (" + std::to_string(vocab) +
                               " tokens)");
+}
+
+// The checks a latent_attention makes of its arguments: std::out_of_range for a layer
+// outside the cache; std::invalid_argument unless the cache is latent and k_up / v_up
+// are F32 weights of kv_dim rows and the layer's key / value width in columns (naming
+// what differs).
+inline void check_latent_attention(const KvCacheShape& shape, int32_t layer, const Weight& k_up, const Weight& v_up) {
+  if (layer < 0 || layer >= shape.n_layer) throw std::out_of_range("latent_attention: layer outside the KV cache");
+  if (!shape.latent()) throw std::invalid_argument("latent_attention: the KV cache is not latent");
+  const auto check = [&](const Weight& w, const char* what, int32_t width) {
+    if (w.type != TensorType::F32 || w.rows != shape.kv_dim || w.cols != width)
+      throw std::invalid_argument(std::string("latent_attention: layer ") + std::to_string(layer) + "'s " + what +
+                                  " up-projection is " + std::string(tensor_type_name(w.type)) + " [" +
+                                  std::to_string(w.rows) + " x " + std::to_string(w.cols) + "], not F32 [" +
+                                  std::to_string(shape.kv_dim) + " x " + std::to_string(width) + "]");
+  };
+  check(k_up, "key", shape.key_dim(layer));
+  check(v_up, "value", shape.value_dim(layer));
 }
 
 // Which backend to create, as a user names it (`--backend`, `--device`, `--threads`);

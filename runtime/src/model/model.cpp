@@ -122,6 +122,9 @@ class WeightLoader {
 Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend, const ModelOptions& options)
     : file_(std::move(file)), backend_(std::move(backend)), config_(ModelConfig::from_gguf(*file_)) {
   const ModelConfig& c = config_;
+  if (c.mla() && !backend_->runs_latent_attention())
+    throw std::runtime_error("the " + backend_->name() + " backend cannot run multi-head latent attention (MLA) models " +
+                             "such as " + file_->path() + " (made by fafo-care); use the cpu, reference or vulkan backend");
   if (const GgufTensor* rf = file_->find_tensor("rope_freqs.weight")) {
     if (rf->type != TensorType::F32 || rf->n_elements() != c.rope.n_dims / 2)
       throw GgufError(file_->path(), "rope_freqs.weight must be F32 with rope.dimension_count/2 values");
@@ -208,8 +211,8 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
   const bool any_fused = std::any_of(w.layers.begin(), w.layers.end(), [](const auto& L) { return L.fused_qkv; });
   const bool any_apart = std::any_of(w.layers.begin(), w.layers.end(), [](const auto& L) { return !L.fused_qkv; });
   if (any_fused) b.qkv = backend_->alloc_activation(T, q_dim + 2 * c.kv_dim());
-  if (any_apart) {
-    b.q = backend_->alloc_activation(T, q_dim);
+  if (any_apart) b.q = backend_->alloc_activation(T, q_dim);
+  if (any_apart && !c.mla()) {  // an MLA model's keys and values are latents (k_latent, v_latent)
     b.k = backend_->alloc_activation(T, c.kv_dim());
     b.v = backend_->alloc_activation(T, c.kv_dim());
   }
@@ -432,11 +435,9 @@ std::vector<float> Model::committed_keys(int32_t layer, int32_t first, int32_t c
   const int64_t rank = c.mla_rank_k[static_cast<size_t>(layer)], kv_dim = c.kv_dim();
   const float* up = weights_->layers[static_cast<size_t>(layer)].k_up_host;
   std::vector<float> keys(static_cast<size_t>(count) * static_cast<size_t>(kv_dim));
-  for (int32_t i = 0; i < count; ++i) {
-    float* k = keys.data() + int64_t{i} * kv_dim;
-    ref::up_project(up, stored.data() + int64_t{i} * rank, kv_dim, rank, k);
-    for (int32_t h = 0; h < c.n_head_kv; ++h) ref::rope_head(k + int64_t{h} * c.head_dim, first + i, c.rope);
-  }
+  for (int32_t i = 0; i < count; ++i)
+    ref::recover_key(up, stored.data() + int64_t{i} * rank, rank, c.n_head_kv, c.head_dim, first + i, c.rope,
+                     keys.data() + int64_t{i} * kv_dim);
   return keys;
 }
 
@@ -444,7 +445,12 @@ void Model::check_committed_position(int32_t row, int32_t k) const {
   // An MLA model's cache holds no positions: a committed entry's is its logical index.
   if (config_.mla() && (row >= static_cast<int32_t>(last_positions_.size()) ||
                         last_positions_[static_cast<size_t>(row)] != n_past_ + k))
-    throw std::logic_error("an MLA model commits a step's token only at the position that continues the context");
+    throw std::logic_error("an MLA model commits a step's token only at the position that continues the context: row " +
+                           std::to_string(row) + " is at position " +
+                           (row < static_cast<int32_t>(last_positions_.size())
+                                ? std::to_string(last_positions_[static_cast<size_t>(row)])
+                                : std::string("(none)")) +
+                           ", committed as entry " + std::to_string(n_past_ + k));
 }
 
 void Model::set_attention_input_tap(AttentionInputTap tap) {

@@ -14,7 +14,7 @@ int32_t positive_int(const GgufFile& f, const std::string& key, int64_t limit = 
 }
 
 // An MLA file's per-layer latent widths (fafo.mla.rank_k / rank_v, one per layer).
-std::vector<int32_t> mla_ranks(const GgufFile& f, const std::string& key, int32_t n_layer) {
+std::vector<int32_t> mla_ranks(const GgufFile& f, const std::string& key, int32_t n_layer, int32_t kv_dim) {
   const GgufValue* v = f.find(key);
   if (!v || v->type != GgufType::ARRAY) throw GgufError(f.path(), "key '" + key + "' is missing or not an array");
   const GgufValue::Array& a = v->as_array();
@@ -23,8 +23,10 @@ std::vector<int32_t> mla_ranks(const GgufFile& f, const std::string& key, int32_
                                   std::to_string(n_layer) + " layers");
   std::vector<int32_t> ranks;
   for (const GgufValue& item : a.items) {
-    if (!item.is_integer() || item.as_int() < 1 || item.as_int() > (1 << 16))
-      throw GgufError(f.path(), "key '" + key + "' holds a rank that is not an integer in [1, 65536]");
+    // A latent wider than the key or value it recovers would only cost memory.
+    if (!item.is_integer() || item.as_int() < 1 || item.as_int() > kv_dim)
+      throw GgufError(f.path(), "key '" + key + "' gives layer " + std::to_string(ranks.size()) + " the rank " +
+                                    item.summary() + ", not an integer in [1, " + std::to_string(kv_dim) + "] (kv_dim)");
     ranks.push_back(static_cast<int32_t>(item.as_int()));
   }
   return ranks;
@@ -32,8 +34,8 @@ std::vector<int32_t> mla_ranks(const GgufFile& f, const std::string& key, int32_
 
 void read_mla(const GgufFile& f, ModelConfig& c) {
   if (c.qkv_bias) throw GgufError(f.path(), "MLA models with attention biases are not supported");
-  c.mla_rank_k = mla_ranks(f, "fafo.mla.rank_k", c.n_layer);
-  c.mla_rank_v = mla_ranks(f, "fafo.mla.rank_v", c.n_layer);
+  c.mla_rank_k = mla_ranks(f, "fafo.mla.rank_k", c.n_layer, c.kv_dim());
+  c.mla_rank_v = mla_ranks(f, "fafo.mla.rank_v", c.n_layer, c.kv_dim());
   c.mla_method = f.get_string("fafo.mla.method", "");
 }
 

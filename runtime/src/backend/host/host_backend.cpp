@@ -69,10 +69,19 @@ class HostBackend final : public Backend, public StepRows {
     kv_.reset();
     kv_bytes_ = 0;
     shape.validate();
-    const uint64_t bytes = sizeof(float) * static_cast<uint64_t>(shape.capacity) * static_cast<uint64_t>(shape.floats_per_entry());
+    // A latent cache also needs the keys and values latent_attention recovers (every
+    // slot of one layer at a time).
+    const uint64_t recovered = shape.latent() ? 2ull * sizeof(float) * static_cast<uint64_t>(shape.capacity) *
+                                                    static_cast<uint64_t>(shape.kv_dim)
+                                              : 0;
+    const uint64_t bytes =
+        sizeof(float) * static_cast<uint64_t>(shape.capacity) * static_cast<uint64_t>(shape.floats_per_entry()) + recovered;
     count_memory(bytes, "the KV cache");
     kv_bytes_ = bytes;
     kv_ = std::make_unique<HostKvCache>(shape, *this);
+    const size_t recovered_floats = recovered / 2 / sizeof(float);
+    latent_keys_.assign(recovered_floats, 0.0f);
+    latent_values_.assign(recovered_floats, 0.0f);
     return *kv_;
   }
   KvCache* kv_cache() override { return kv_.get(); }
@@ -131,6 +140,7 @@ class HostBackend final : public Backend, public StepRows {
   }
 
   bool executes_immediately() const override { return true; }
+  bool runs_latent_attention() const override { return true; }
 
   // The keys and values of the slots a step reads, [0, n_past + T), recovered from the
   // latents (the same code on the reference and cpu backends: plain fp32 loops, each
@@ -138,22 +148,13 @@ class HostBackend final : public Backend, public StepRows {
   void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
                         const Weight& v_up, const RopeParams& rope, Activation& out) override {
     const KvCacheShape& shape = kv_->shape();
-    if (layer < 0 || layer >= shape.n_layer) throw std::out_of_range("latent_attention: layer outside the KV cache");
-    if (!shape.latent()) throw std::invalid_argument("latent_attention: the KV cache is not latent");
+    check_latent_attention(shape, layer, k_up, v_up);
     const HostWeight& ku = weights_.at(static_cast<size_t>(k_up.id)).file;
     const HostWeight& vu = weights_.at(static_cast<size_t>(v_up.id)).file;
     const int32_t kv_dim = shape.kv_dim, rk = shape.key_dim(layer), rv = shape.value_dim(layer);
-    if (ku.type != TensorType::F32 || vu.type != TensorType::F32 || ku.rows != kv_dim || vu.rows != kv_dim ||
-        ku.cols != rk || vu.cols != rv)
-      throw std::invalid_argument("latent_attention: the up-projections must be F32 [kv_dim x latent width]");
     if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
     const int32_t n_past = batch_->n_past();
     const int32_t n_slots = n_past + batch_->size();
-    const size_t need = static_cast<size_t>(n_slots) * static_cast<size_t>(kv_dim);
-    if (latent_keys_.size() < need) {
-      latent_keys_.resize(need);
-      latent_values_.resize(need);
-    }
     const float* lk = kv_->keys(layer);
     const float* lv = kv_->values(layer);
     const auto* Ku = reinterpret_cast<const float*>(ku.data);
@@ -166,11 +167,8 @@ class HostBackend final : public Backend, public StepRows {
         const int32_t position = slot >= n_past            ? batch_->positions()[static_cast<size_t>(slot - n_past)]
                                  : slot < layout.size() ? layout.logical_of(static_cast<int32_t>(slot))
                                                         : static_cast<int32_t>(slot);
-        float* k = latent_keys_.data() + slot * kv_dim;
-        float* v = latent_values_.data() + slot * kv_dim;
-        ref::up_project(Ku, lk + slot * rk, kv_dim, rk, k);
-        ref::up_project(Vu, lv + slot * rv, kv_dim, rv, v);
-        for (int32_t h = 0; h < s.n_head_kv; ++h) ref::rope_head(k + int64_t{h} * s.head_dim, position, rope);
+        ref::recover_key(Ku, lk + slot * rk, rk, s.n_head_kv, s.head_dim, position, rope, latent_keys_.data() + slot * kv_dim);
+        ref::up_project(Vu, lv + slot * rv, kv_dim, rv, latent_values_.data() + slot * kv_dim);
       }
     });
     attend(layer, latent_keys_.data(), latent_values_.data(), q, s, out);
@@ -344,7 +342,7 @@ class HostBackend final : public Backend, public StepRows {
  private:
   const StepBatch& step_batch() const override { return *batch_; }
   const float* data_of(const Activation& a) const override {
-    return activations_[static_cast<size_t>(a.id)].data();
+    return activations_.at(static_cast<size_t>(a.id)).data();
   }
 
   // Counts `bytes` more against the memory limit, or throws DeviceError naming `what`.
@@ -379,7 +377,7 @@ class HostBackend final : public Backend, public StepRows {
       gathered_rows_.erase(out.id);
   }
   float* row(const Activation& a, int64_t i) {
-    return activations_[static_cast<size_t>(a.id)].data() + static_cast<size_t>(i * a.cols);
+    return activations_.at(static_cast<size_t>(a.id)).data() + static_cast<size_t>(i * a.cols);
   }
 
   ThreadPool pool_;

@@ -41,6 +41,12 @@ void up_project(const float* w, const float* latent, int64_t rows, int64_t cols,
   for (int64_t r = 0; r < rows; ++r) out[r] = dot(w + r * cols, latent, cols);
 }
 
+void recover_key(const float* k_up, const float* latent, int64_t rank, int32_t n_head_kv, int32_t head_dim,
+                 int32_t position, const RopeParams& rope, float* out) {
+  up_project(k_up, latent, int64_t{n_head_kv} * head_dim, rank, out);
+  for (int32_t h = 0; h < n_head_kv; ++h) rope_head(out + int64_t{h} * head_dim, position, rope);
+}
+
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 int32_t argmax_row(const float* x, int64_t n) {

@@ -17,6 +17,10 @@ float silu(float x);
 // out[r] = dot(W row r, latent) for the `rows` rows of W (row-major, `cols` wide): an MLA
 // up-projection of one latent key or value.
 void up_project(const float* w, const float* latent, int64_t rows, int64_t cols, float* out);
+// An MLA key recovered from its latent: up_project by k_up (n_head_kv * head_dim rows,
+// `rank` columns), then each head rotated at `position`.
+void recover_key(const float* k_up, const float* latent, int64_t rank, int32_t n_head_kv, int32_t head_dim,
+                 int32_t position, const RopeParams& rope, float* out);
 // Index of the largest of n values, ties to the first; -1 when one is NaN, -2 when all are -inf.
 int32_t argmax_row(const float* x, int64_t n);
 

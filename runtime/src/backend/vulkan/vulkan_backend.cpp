@@ -316,21 +316,19 @@ class VulkanBackend final : public Backend, public StepTarget {
   // logical order in the step's header; a step token's is its batch position, in the
   // step's RoPE table. Both tables and n_past are read from buffers the host writes,
   // so a replayed step uses the current ones.
+  bool runs_latent_attention() const override { return true; }
+
   void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
                         const Weight& v_up, const RopeParams& rope, Activation& out) override {
     if (!kv_) throw std::logic_error("latent_attention before create_kv_cache");
     const KvCacheShape& shape = kv_->shape();
-    if (layer < 0 || layer >= shape.n_layer) throw std::out_of_range("latent_attention: layer outside the KV cache");
-    if (!shape.latent()) throw std::invalid_argument("latent_attention: the KV cache is not latent");
+    check_latent_attention(shape, layer, k_up, v_up);
     const DeviceWeight& ku = weight(k_up);
     const DeviceWeight& vu = weight(v_up);
     const int32_t kv_dim = shape.kv_dim, rk = shape.key_dim(layer), rv = shape.value_dim(layer);
-    if (ku.type != TensorType::F32 || vu.type != TensorType::F32 || ku.rows != kv_dim || vu.rows != kv_dim ||
-        ku.cols != rk || vu.cols != rv)
-      throw std::invalid_argument("latent_attention: the up-projections must be F32 [kv_dim x latent width]");
     if (ku.parts.size() != 1 || vu.parts.size() != 1)
       throw std::invalid_argument("latent_attention: an up-projection of " + std::to_string(kv_dim) + " x " +
-                                  std::to_string(std::max(rk, rv)) +
+                                  std::to_string(ku.parts.size() != 1 ? rk : rv) +
                                   " floats does not fit one buffer of the device's maxStorageBufferRange (" +
                                   std::to_string(max_range_) + " bytes)");
     if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
