@@ -381,6 +381,56 @@ TEST(Mla, EveryStrategyEqualsArOnVulkan) {
             vulkan_ar);
 }
 
+// --strategy draft on an MLA target: drafted by itself (an MLA drafter) and by the model
+// it was converted from (a plain drafter), greedy and sampled, gives plain decoding's
+// tokens; so does FAFO with the speckv region a draft model scores.
+TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto dir = test::temp_dir("mla-draft");
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const std::string mla = (dir / "mla.gguf").string();
+  write_mla_copy(stories(), mla, ranks(c, c.kv_dim() - 8), ranks(c, c.kv_dim() - 4));
+  OpenOptions options;
+  options.path = mla;
+  options.backend = BackendSpec{"cpu", "", 2};
+  options.n_ctx = 512;
+  test::TestModel m = open_model(options);
+  const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 6);
+  auto run = [&](DecodingOptions d, float temperature, KvPolicyOptions kv = {}) {
+    GenerationOptions o;
+    o.n_predict = 80;
+    o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, 7};
+    o.decoding = std::move(d);
+    o.kv = kv;
+    return generate(*m.model, *m.tokenizer, prompt, o);
+  };
+  for (const std::string& drafter : {std::string("self"), stories()}) {
+    DecodingOptions d;
+    d.strategy = Strategy::Draft;
+    d.draft_model_path = drafter;
+    open_draft_model(d, options, *m.model, m.tokenizer->vocab());
+    ASSERT_TRUE(d.draft_model);
+    for (float temperature : {0.0f, 0.8f}) {
+      DecodingOptions ar;
+      const GenerationResult want = run(ar, temperature);
+      const GenerationResult got = run(d, temperature);
+      EXPECT_EQ(got.ids, want.ids) << drafter << " at temperature " << temperature;
+      if (temperature == 0.0f) {
+        EXPECT_LT(got.n_steps, want.n_steps) << drafter;
+      }
+    }
+    if (drafter == "self") {
+      DecodingOptions fafo = d;
+      fafo.strategy = Strategy::Fafo;
+      KvPolicyOptions speckv;
+      speckv.name = "speckv";
+      speckv.budget = 24;
+      speckv.recent = 8;
+      EXPECT_EQ(run(fafo, 0.0f, speckv).ids, run(DecodingOptions{}, 0.0f).ids) << "fafo with a speckv region";
+    }
+  }
+}
+
 // A backend without latent attention refuses an MLA file before it uploads a weight.
 TEST(Mla, BackendsWithoutLatentAttentionRefuseBeforeLoading) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
