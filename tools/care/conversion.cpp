@@ -1,7 +1,6 @@
 #include "conversion.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -24,6 +23,7 @@
 #include "fafo/model.h"
 #include "fafo/tensor_type.h"
 #include "rank_allocation.h"
+#include "util/thread_pool.h"
 
 namespace fafo::care {
 
@@ -102,25 +102,12 @@ std::vector<uint8_t> f32_bytes(const Eigen::MatrixXd& m) {
   return bytes;
 }
 
-// Runs fn(0) .. fn(count - 1) on up to `threads` threads; rethrows the first failure.
-void parallel_for(int32_t count, int threads, const std::function<void(int32_t)>& fn) {
-  const int n = std::clamp(threads, 1, std::max(count, 1));
-  std::atomic<int32_t> next{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr failure;
-  auto work = [&] {
-    try {
-      for (int32_t i; !failed && (i = next.fetch_add(1)) < count;) fn(i);
-    } catch (...) {
-      if (!failed.exchange(true)) failure = std::current_exception();
-    }
-  };
-  {
-    std::vector<std::jthread> pool;
-    for (int i = 1; i < n; ++i) pool.emplace_back(work);
-    work();
-  }  // joined
-  if (failure) std::rethrow_exception(failure);
+// Runs fn(0) .. fn(count - 1) on the pool, one index per chunk (a layer's factorization
+// is seconds of work); rethrows the first failure.
+void for_each_layer(ThreadPool& pool, int32_t count, const std::function<void(int32_t)>& fn) {
+  pool.parallel_for(count, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) fn(static_cast<int32_t>(i));
+  });
 }
 
 // One projection of one layer: the weight and its full-rank factorization.
@@ -208,11 +195,12 @@ ConversionReport convert_to_mla(const ConversionOptions& o, const std::function<
     report.calibration_seconds = seconds_since(tc);
   }
 
-  // Stage 3: the full-rank (covariance-weighted) SVD of every K and V.
+  // Stage 3: the full-rank (covariance-weighted) SVD of every K and V, a layer per thread.
   const auto tf = Clock::now();
+  ThreadPool pool(std::min(threads, n_layer));
   std::vector<Projection> projections(static_cast<size_t>(2 * n_layer));
   int32_t factorized = 0;  // layers done, counted under progress_mutex
-  parallel_for(n_layer, threads, [&](int32_t l) {
+  for_each_layer(pool, n_layer, [&](int32_t l) {
     try {
       const Whitening whitening = care ? shrunk_sqrt(calibration.covariance[static_cast<size_t>(l)], o.shrinkage)
                                        : identity_whitening(n_embd);
@@ -244,7 +232,7 @@ ConversionReport convert_to_mla(const ConversionOptions& o, const std::function<
   // Stage 5: the factors at those ranks, and their errors.
   std::vector<LayerFactors> factors(static_cast<size_t>(n_layer));
   report.layers.resize(static_cast<size_t>(n_layer));
-  parallel_for(n_layer, threads, [&](int32_t l) {
+  for_each_layer(pool, n_layer, [&](int32_t l) {
     LayerResult& r = report.layers[static_cast<size_t>(l)];
     r.rank_k = ranks[static_cast<size_t>(2 * l)];
     r.rank_v = ranks[static_cast<size_t>(2 * l + 1)];
