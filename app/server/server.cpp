@@ -289,7 +289,9 @@ void Server::Impl::routes() {
     }
     send_error(res, ApiError(500, "internal error: " + what, "", "server_error"));
   });
-  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  // Counted just before the response goes out (cpp-httplib's logger runs after it is
+  // written, so a client's next request could read /metrics before the count).
+  http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     metrics.count_request(route_label(req.path), res.status);
   });
   http.Post("/v1/chat/completions",
