@@ -496,6 +496,10 @@ void add_latent_attention(std::vector<OpCase>& cases) {
        false, true, true, true, 40, 1, KvCacheType::F32, kShortSteps},
       {"long context in parts, rope_freqs, permuted FULL rows", 1100, 4, 1, 64, {31, 8}, {17, 45}, 64, false, true,
        false, false, true, 200, 0, KvCacheType::F32, {1, 2, 3, 8, 9}},
+      // Many heads on a narrow cache: the cpu backend recovers layer 0's values (rank 12)
+      // and absorbs layer 1's (rank 5) up-projection.
+      {"after 50, 16/2 x 8, k 9/16 v 12/5", 50, 16, 2, 8, {9, 16}, {12, 5}, 8, false, false, true, false, false, 0, 0,
+       KvCacheType::F32, kSteps},
   };
   // The same with an f16 cache (odd widths: the last word of an entry holds one half).
   for (size_t i = 0, n = variants.size(); i < n; ++i) {

@@ -42,8 +42,8 @@ TEST(CpuAttention, SplitPartsCombineToTheReference) {
     for (int32_t first = 0; first < n; first += part_size) {
       const int32_t count = std::min(part_size, n - first);
       accs.resize(accs.size() + D);
-      parts.push_back(ref::attend_head_part(q.data(), K.data(), V.data(), stride, offset, slots.data() + first, count, D,
-                                            scale, scratch.data(), accs.data() + accs.size() - D));
+      parts.push_back(ref::attend_head_part(q.data(), ref::KvRows{K.data(), stride, offset, D}, ref::KvRows{V.data(), stride, offset, D},
+                                            slots.data() + first, count, scale, scratch.data(), accs.data() + accs.size() - D));
     }
     std::vector<float> out(D);
     ref::combine_parts(parts.data(), accs.data(), static_cast<int32_t>(parts.size()), D, out.data());

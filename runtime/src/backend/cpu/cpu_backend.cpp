@@ -33,11 +33,10 @@ constexpr double kHalfMatmulTolerance = 0.01;
 
 class CpuKernels final : public host::HostKernels {
  public:
-  void attend_group_part(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
-                         int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
-                         float* scratch, ref::AttentionPart* parts, float* accs) const override {
-    cpu::attend_group_part_simd(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts,
-                                accs);
+  void attend_group_part(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
+                         const int32_t* slots, int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts,
+                         float* accs) const override {
+    cpu::attend_group_part_simd(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
   }
 
   void matmul(const host::HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
@@ -97,7 +96,7 @@ class CpuKernels final : public host::HostKernels {
 std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
   return host::make_host_backend(n_threads,
                                  {"cpu", std::string("CPU backend (") + cpu::simd_target_name() + " SIMD)",
-                                  BackendNumerics{false, kTolerance, kRoundedMatmulTolerance, kHalfMatmulTolerance}},
+                                  BackendNumerics{false, kTolerance, kRoundedMatmulTolerance, kHalfMatmulTolerance}, true},
                                  std::make_unique<CpuKernels>());
 }
 

@@ -21,19 +21,20 @@ namespace hn = hwy::HWY_NAMESPACE;
 // The heads of one group, kHeads at a time (0: any count, through memory): each head's
 // arithmetic is that of a group of one, whatever the group size.
 template <class DF, int32_t kHeads>
-void AttendHeads(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride, int64_t offset,
-                 const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
-                 ref::AttentionPart* parts, float* accs) {
+void AttendHeads(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
+                 const int32_t* slots, int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts,
+                 float* accs) {
   using VF = hn::Vec<DF>;
   const DF df;
   const int32_t H = kHeads > 0 ? kHeads : n_heads;
   const int32_t N = static_cast<int32_t>(hn::Lanes(df));
+  const int32_t head_dim = keys.width, value_dim = values.width;
   const int32_t main = head_dim - head_dim % N;
   for (int32_t h = 0; h < H; ++h) parts[h] = ref::AttentionPart{};
   // Scores: one vector dot product per head and key (the key read once for the group),
   // then the lanes' sum and a scalar tail.
   for (int32_t j = 0; j < n_keys; ++j) {
-    const float* k = keys + slots[j] * stride + offset;
+    const float* k = keys.row(slots[j]);
     for (int32_t h = 0; h < H; ++h) {
       const float* qh = q + static_cast<int64_t>(h) * head_dim;
       VF a = hn::Zero(df);
@@ -59,63 +60,59 @@ void AttendHeads(const float* q, int32_t n_heads, const float* keys, const float
   }
   // The weighted values, a vector of dimensions at a time over every key, each value
   // vector read once for the group.
-  for (int32_t d = 0; d < main; d += N) {
+  const int32_t value_main = value_dim - value_dim % N;
+  for (int32_t d = 0; d < value_main; d += N) {
     VF a[kHeads > 0 ? kHeads : 1];
     if constexpr (kHeads > 0) {
       for (int32_t h = 0; h < kHeads; ++h) a[h] = hn::Zero(df);
       for (int32_t j = 0; j < n_keys; ++j) {
-        const VF v = hn::LoadU(df, values + slots[j] * stride + offset + d);
+        const VF v = hn::LoadU(df, values.row(slots[j]) + d);
         for (int32_t h = 0; h < kHeads; ++h)
           a[h] = hn::MulAdd(hn::Set(df, scratch[static_cast<int64_t>(h) * n_keys + j]), v, a[h]);
       }
-      for (int32_t h = 0; h < kHeads; ++h) hn::StoreU(a[h], df, accs + static_cast<int64_t>(h) * head_dim + d);
+      for (int32_t h = 0; h < kHeads; ++h) hn::StoreU(a[h], df, accs + static_cast<int64_t>(h) * value_dim + d);
     } else {
       for (int32_t h = 0; h < H; ++h) {
         a[0] = hn::Zero(df);
         for (int32_t j = 0; j < n_keys; ++j)
-          a[0] = hn::MulAdd(hn::Set(df, scratch[static_cast<int64_t>(h) * n_keys + j]),
-                            hn::LoadU(df, values + slots[j] * stride + offset + d), a[0]);
-        hn::StoreU(a[0], df, accs + static_cast<int64_t>(h) * head_dim + d);
+          a[0] = hn::MulAdd(hn::Set(df, scratch[static_cast<int64_t>(h) * n_keys + j]), hn::LoadU(df, values.row(slots[j]) + d),
+                            a[0]);
+        hn::StoreU(a[0], df, accs + static_cast<int64_t>(h) * value_dim + d);
       }
     }
   }
   for (int32_t h = 0; h < H; ++h)
-    for (int32_t d = main; d < head_dim; ++d) {
+    for (int32_t d = value_main; d < value_dim; ++d) {
       float a = 0.0f;
-      for (int32_t j = 0; j < n_keys; ++j) a += scratch[static_cast<int64_t>(h) * n_keys + j] * values[slots[j] * stride + offset + d];
-      accs[static_cast<int64_t>(h) * head_dim + d] = a;
+      for (int32_t j = 0; j < n_keys; ++j) a += scratch[static_cast<int64_t>(h) * n_keys + j] * values.row(slots[j])[d];
+      accs[static_cast<int64_t>(h) * value_dim + d] = a;
     }
 }
 
 template <class DF>
-void AttendGroup(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride, int64_t offset,
-                 const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
-                 ref::AttentionPart* parts, float* accs) {
+void AttendGroup(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values, const int32_t* slots,
+                 int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts, float* accs) {
   switch (n_heads) {
-    case 1: AttendHeads<DF, 1>(q, 1, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
-    case 2: AttendHeads<DF, 2>(q, 2, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
-    case 4: AttendHeads<DF, 4>(q, 4, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
-    case 8: AttendHeads<DF, 8>(q, 8, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs); break;
-    default:
-      AttendHeads<DF, 0>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch, parts, accs);
-      break;
+    case 1: AttendHeads<DF, 1>(q, 1, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
+    case 2: AttendHeads<DF, 2>(q, 2, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
+    case 4: AttendHeads<DF, 4>(q, 4, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
+    case 8: AttendHeads<DF, 8>(q, 8, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
+    default: AttendHeads<DF, 0>(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
   }
 }
 
 // The widest vector (at most 16 lanes) that divides the head: small heads (stories260K's
 // 8 dimensions) still run in vectors. The choice depends on head_dim alone.
-void AttendGroupPartImpl(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
-                         int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
-                         float* scratch, ref::AttentionPart* parts, float* accs) {
+void AttendGroupPartImpl(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
+                         const int32_t* slots, int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts,
+                         float* accs) {
+  const int32_t head_dim = keys.width;
   if (head_dim % static_cast<int32_t>(hn::Lanes(hn::CappedTag<float, 16>())) == 0)
-    AttendGroup<hn::CappedTag<float, 16>>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch,
-                                          parts, accs);
+    AttendGroup<hn::CappedTag<float, 16>>(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
   else if (head_dim % static_cast<int32_t>(hn::Lanes(hn::CappedTag<float, 8>())) == 0)
-    AttendGroup<hn::CappedTag<float, 8>>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch,
-                                         parts, accs);
+    AttendGroup<hn::CappedTag<float, 8>>(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
   else
-    AttendGroup<hn::CappedTag<float, 4>>(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale, scratch,
-                                         parts, accs);
+    AttendGroup<hn::CappedTag<float, 4>>(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -127,11 +124,10 @@ namespace fafo::cpu {
 
 HWY_EXPORT(AttendGroupPartImpl);
 
-void attend_group_part_simd(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
-                            int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
-                            float* scratch, ref::AttentionPart* parts, float* accs) {
-  HWY_DYNAMIC_DISPATCH(AttendGroupPartImpl)(q, n_heads, keys, values, stride, offset, slots, n_keys, head_dim, scale,
-                                            scratch, parts, accs);
+void attend_group_part_simd(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
+                            const int32_t* slots, int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts,
+                            float* accs) {
+  HWY_DYNAMIC_DISPATCH(AttendGroupPartImpl)(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
 }
 
 }  // namespace fafo::cpu

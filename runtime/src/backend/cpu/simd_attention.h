@@ -12,10 +12,10 @@
 
 namespace fafo::cpu {
 
-// q: n_heads queries of head_dim floats, contiguous; scratch: n_heads * n_keys floats;
-// parts[h] and accs[h * head_dim ...] for each head (see HostKernels::attend_group_part).
-void attend_group_part_simd(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
-                            int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
-                            float* scratch, ref::AttentionPart* parts, float* accs);
+// q: n_heads queries of keys.width floats, contiguous; scratch: n_heads * n_keys floats;
+// parts[h] and accs[h * values.width ...] for each head (see HostKernels::attend_group_part).
+void attend_group_part_simd(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
+                            const int32_t* slots, int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts,
+                            float* accs);
 
 }  // namespace fafo::cpu

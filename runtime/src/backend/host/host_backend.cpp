@@ -136,15 +136,20 @@ class HostBackend final : public Backend, public StepRows {
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
     if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
     if (kv_->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
-    attend(layer, kv_->keys(layer), kv_->values(layer), q, s, out);
+    attend(layer, kv_->keys(layer), AttendValues{kv_->values(layer), kv_->shape().kv_dim, s.head_dim, s.head_dim}, q, s, out);
   }
 
   bool executes_immediately() const override { return true; }
   bool runs_latent_attention() const override { return true; }
 
-  // The keys and values of the slots a step reads, [0, n_past + T), recovered from the
-  // latents (the same code on the reference and cpu backends: plain fp32 loops, each
-  // slot's result independent of the others and of the step's size), then attention.
+  // The keys of the slots a step reads, [0, n_past + T), recovered from the latents
+  // (up-projection with the backend's matrix product, one row per slot, then RoPE at
+  // the entry's position: each slot's result independent of the others and of the
+  // step's size), then attention. Values are recovered the same way, unless the backend
+  // absorbs the layer's value up-projection: softmax(q K^T) (C_v B_v^T) =
+  // (softmax(q K^T) C_v) B_v^T, so each head attends over the latent values and
+  // up-projects its result once. Keys cannot be absorbed so cheaply: RoPE rotates each
+  // recovered key by its own position.
   void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
                         const Weight& v_up, const RopeParams& rope, Activation& out) override {
     const KvCacheShape& shape = kv_->shape();
@@ -153,29 +158,55 @@ class HostBackend final : public Backend, public StepRows {
     const HostWeight& vu = weights_.at(static_cast<size_t>(v_up.id)).file;
     const int32_t kv_dim = shape.kv_dim, rk = shape.key_dim(layer), rv = shape.value_dim(layer);
     if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
+    const bool absorb = traits_.absorbs_latent_values && absorbing_values_costs_less(s, rv);
     const int32_t n_past = batch_->n_past();
     const int32_t n_slots = n_past + batch_->size();
     const float* lk = kv_->keys(layer);
     const float* lv = kv_->values(layer);
-    const auto* Ku = reinterpret_cast<const float*>(ku.data);
-    const auto* Vu = reinterpret_cast<const float*>(vu.data);
     const KvLayout& layout = kv_->layout();
-    const int64_t slot_cost = int64_t{kv_dim} * (rk + rv);
-    pool_.parallel_for(n_slots, grain_for(slot_cost), [&](int64_t b, int64_t e, int) {
+    kernels_->matmul(ku, lk, rk, n_slots, latent_keys_.data(), kv_dim, pool_);
+    if (!absorb) kernels_->matmul(vu, lv, rv, n_slots, latent_values_.data(), kv_dim, pool_);
+    pool_.parallel_for(n_slots, grain_for(kv_dim), [&](int64_t b, int64_t e, int) {
       for (int64_t slot = b; slot < e; ++slot) {
         // Entries the layout does not know yet (written with write()) are at their logical slots.
         const int32_t position = slot >= n_past            ? batch_->positions()[static_cast<size_t>(slot - n_past)]
                                  : slot < layout.size() ? layout.logical_of(static_cast<int32_t>(slot))
                                                         : static_cast<int32_t>(slot);
-        ref::recover_key(Ku, lk + slot * rk, rk, s.n_head_kv, s.head_dim, position, rope, latent_keys_.data() + slot * kv_dim);
-        ref::up_project(Vu, lv + slot * rv, kv_dim, rv, latent_values_.data() + slot * kv_dim);
+        for (int32_t h = 0; h < s.n_head_kv; ++h)
+          ref::rope_head(latent_keys_.data() + slot * kv_dim + int64_t{h} * s.head_dim, position, rope);
       }
     });
-    attend(layer, latent_keys_.data(), latent_values_.data(), q, s, out);
+    if (absorb)
+      attend(layer, latent_keys_.data(), AttendValues{lv, rv, 0, rv, &vu}, q, s, out);
+    else
+      attend(layer, latent_keys_.data(), AttendValues{latent_values_.data(), kv_dim, s.head_dim, s.head_dim}, q, s, out);
   }
 
-  // Attention of q over keys K and values V (capacity rows of kv_dim, by physical slot).
-  void attend(int32_t layer, const float* K, const float* V, const Activation& q, const AttentionShape& s, Activation& out) {
+  // Per slot and step, recovering a layer's values costs rank x kv_dim multiply-adds
+  // plus rows x n_head x head_dim to weigh them; absorbing costs rows x n_head x rank
+  // (the head's result is then up-projected once per row, rank x head_dim, whatever the
+  // context). The choice must not depend on the step's size (a row's arithmetic may not),
+  // so it is made for a step of kAbsorbRows rows; one-token steps then gain the most.
+  static bool absorbing_values_costs_less(const AttentionShape& s, int32_t rank) {
+    constexpr int64_t kAbsorbRows = 8;
+    const int64_t kv_dim = int64_t{s.n_head_kv} * s.head_dim;
+    return kAbsorbRows * s.n_head * rank <= rank * kv_dim + kAbsorbRows * s.n_head * s.head_dim;
+  }
+
+  // Where attend() reads a KV head's values: `stride` floats per slot, the head's `width`
+  // floats from kv_head * head_step. With `up` set they are an MLA layer's latent values
+  // (head_step 0: every head shares them), and each head's weighted sum is up-projected
+  // by its KV head's head_dim rows of `up` (kv_dim rows of `width` floats).
+  struct AttendValues {
+    const float* data;
+    int64_t stride, head_step;
+    int32_t width;
+    const HostWeight* up = nullptr;
+  };
+
+  // Attention of q over keys K (capacity rows of kv_dim, by physical slot) and values V.
+  void attend(int32_t layer, const float* K, const AttendValues& V, const Activation& q, const AttentionShape& s,
+              Activation& out) {
     const int32_t T = batch_->size();
     const int32_t n_past = batch_->n_past();
     const int32_t group = s.n_head / s.n_head_kv;
@@ -226,37 +257,49 @@ class HostBackend final : public Backend, public StepRows {
           items.push_back({i, kvh, p * kKeysPerPart, std::min(kKeysPerPart, n_keys - p * kKeysPerPart), p});
     }
     std::vector<ref::AttentionPart> parts(static_cast<size_t>(n_parts_total));
-    std::vector<float> accs(static_cast<size_t>(n_parts_total) * static_cast<size_t>(s.head_dim));
-    const int64_t item_cost = static_cast<int64_t>(std::min(n_past + T, kKeysPerPart)) * s.head_dim * 2 * group;
+    const size_t width = static_cast<size_t>(V.width);
+    std::vector<float> accs(static_cast<size_t>(n_parts_total) * width);
+    const int64_t item_cost = static_cast<int64_t>(std::min(n_past + T, kKeysPerPart)) * (s.head_dim + V.width) * group;
     pool_.parallel_for(static_cast<int64_t>(items.size()), grain_for(item_cost), [&](int64_t b, int64_t e, int) {
       std::vector<float> scratch(static_cast<size_t>(kKeysPerPart) * static_cast<size_t>(group));
       std::vector<ref::AttentionPart> group_parts(static_cast<size_t>(group));
-      std::vector<float> group_accs(static_cast<size_t>(group) * static_cast<size_t>(s.head_dim));
+      std::vector<float> group_accs(static_cast<size_t>(group) * width);
       for (int64_t k = b; k < e; ++k) {
         const Item& it = items[static_cast<size_t>(k)];
         const auto& list = slots[static_cast<size_t>(it.row)];
         const int32_t h0 = it.kv_head * group;
-        kernels_->attend_group_part(row(q, it.row) + h0 * s.head_dim, group, K, V, kv_dim,
-                                    static_cast<int64_t>(it.kv_head) * s.head_dim, list.data() + it.first, it.count,
-                                    s.head_dim, s.scale, scratch.data(), group_parts.data(), group_accs.data());
+        const ref::KvRows keys{K, kv_dim, static_cast<int64_t>(it.kv_head) * s.head_dim, s.head_dim};
+        const ref::KvRows values{V.data, V.stride, it.kv_head * V.head_step, V.width};
+        kernels_->attend_group_part(row(q, it.row) + h0 * s.head_dim, group, keys, values, list.data() + it.first, it.count,
+                                    s.scale, scratch.data(), group_parts.data(), group_accs.data());
         for (int32_t g = 0; g < group; ++g) {
           const size_t p = static_cast<size_t>(
               first_part[static_cast<size_t>(it.row) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h0 + g)] + it.part);
           parts[p] = group_parts[static_cast<size_t>(g)];
-          std::copy_n(group_accs.data() + static_cast<size_t>(g) * static_cast<size_t>(s.head_dim), s.head_dim,
-                      accs.data() + p * static_cast<size_t>(s.head_dim));
+          std::copy_n(group_accs.data() + static_cast<size_t>(g) * width, width, accs.data() + p * width);
         }
       }
     });
-    for (int32_t i = 0; i < T; ++i)
-      for (int32_t h = 0; h < s.n_head; ++h) {
-        const int32_t p0 = first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h)];
-        const int32_t p1 = (h + 1 < s.n_head || i + 1 < T)
-                               ? first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h) + 1]
-                               : n_parts_total;
-        ref::combine_parts(parts.data() + p0, accs.data() + static_cast<size_t>(p0) * static_cast<size_t>(s.head_dim), p1 - p0,
-                           s.head_dim, row(out, i) + h * s.head_dim);
+    // Each (row, head): its parts combined (into the latent sums first, with `up`).
+    if (V.up) latent_sums_.resize(static_cast<size_t>(T) * static_cast<size_t>(s.n_head) * width);
+    pool_.parallel_for(int64_t{T} * s.n_head, grain_for(V.width), [&](int64_t b, int64_t e, int) {
+      for (int64_t k = b; k < e; ++k) {
+        const int32_t i = static_cast<int32_t>(k / s.n_head), h = static_cast<int32_t>(k % s.n_head);
+        const int32_t p0 = first_part[static_cast<size_t>(k)];
+        const int32_t p1 = k + 1 < int64_t{T} * s.n_head ? first_part[static_cast<size_t>(k) + 1] : n_parts_total;
+        float* o = V.up ? latent_sums_.data() + static_cast<size_t>(k) * width : row(out, i) + h * s.head_dim;
+        ref::combine_parts(parts.data() + p0, accs.data() + static_cast<size_t>(p0) * width, p1 - p0, V.width, o);
       }
+    });
+    if (!V.up) return;
+    // Each head's latent sums (T rows, n_head * width apart) times its KV head's rows of `up`.
+    for (int32_t h = 0; h < s.n_head; ++h) {
+      HostWeight rows = *V.up;
+      rows.rows = s.head_dim;
+      rows.data += static_cast<size_t>(h / group) * static_cast<size_t>(s.head_dim) * rows.row_bytes;
+      kernels_->matmul(rows, latent_sums_.data() + static_cast<size_t>(h) * width, int64_t{s.n_head} * V.width, T,
+                       row(out, 0) + h * s.head_dim, out.cols, pool_);
+    }
   }
 
   void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
@@ -404,6 +447,7 @@ class HostBackend final : public Backend, public StepRows {
   std::vector<int64_t> activation_rows_;
   std::unique_ptr<HostKvCache> kv_;
   std::vector<float> latent_keys_, latent_values_;  // latent_attention's recovered keys and values
+  std::vector<float> latent_sums_;                   // ... and each (row, head)'s weighted latent values
   std::unordered_map<int32_t, int64_t> gathered_rows_;
   const StepBatch* batch_ = nullptr;
   std::vector<int32_t> argmax_;

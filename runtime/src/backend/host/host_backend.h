@@ -31,20 +31,21 @@ struct HostWeight {
 // rows or the thread count): multi-token decoding relies on it.
 //
 // attend_group_part: the n_heads query heads that share one KV head (their queries
-// contiguous from q) over part of their keys, as ref::attend_head_part computes each
-// head (the default runs it per head): parts[h] and accs[h * head_dim ...]; scratch
-// holds n_heads * n_keys floats. Called from several threads at once.
+// contiguous from q, keys.width floats each) over part of their keys, as
+// ref::attend_head_part computes each head (the default runs it per head): parts[h] and
+// accs[h * values.width ...]; scratch holds n_heads * n_keys floats. Called from several
+// threads at once.
 class HostKernels {
  public:
   virtual ~HostKernels() = default;
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;
-  virtual void attend_group_part(const float* q, int32_t n_heads, const float* keys, const float* values, int64_t stride,
-                                 int64_t offset, const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale,
-                                 float* scratch, ref::AttentionPart* parts, float* accs) const {
+  virtual void attend_group_part(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
+                                 const int32_t* slots, int32_t n_keys, float scale, float* scratch,
+                                 ref::AttentionPart* parts, float* accs) const {
     for (int32_t h = 0; h < n_heads; ++h)
-      parts[h] = ref::attend_head_part(q + static_cast<int64_t>(h) * head_dim, keys, values, stride, offset, slots, n_keys,
-                                       head_dim, scale, scratch, accs + static_cast<int64_t>(h) * head_dim);
+      parts[h] = ref::attend_head_part(q + static_cast<int64_t>(h) * keys.width, keys, values, slots, n_keys, scale, scratch,
+                                       accs + static_cast<int64_t>(h) * values.width);
   }
 };
 
@@ -52,6 +53,9 @@ struct HostBackendTraits {
   std::string name;         // as registered: "reference", "cpu"
   std::string description;  // "... backend"; the thread count is appended
   BackendNumerics numerics;
+  // MLA layers: attend over the latent values and up-project each head's result, where
+  // that costs less than recovering every value (`cpu`); the reference always recovers.
+  bool absorbs_latent_values = false;
 };
 
 std::unique_ptr<Backend> make_host_backend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostKernels> kernels);

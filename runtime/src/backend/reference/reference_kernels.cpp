@@ -58,37 +58,36 @@ int32_t argmax_row(const float* x, int64_t n) {
   return n == 0 || x[best] == -INFINITY ? -2 : best;
 }
 
-AttentionPart attend_head_part(const float* q, const float* keys, const float* values, int64_t stride, int64_t offset,
-                               const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
-                               float* acc) {
+AttentionPart attend_head_part(const float* q, const KvRows& keys, const KvRows& values, const int32_t* slots,
+                               int32_t n_keys, float scale, float* scratch, float* acc) {
   AttentionPart part;
   for (int32_t j = 0; j < n_keys; ++j) {
-    scratch[j] = dot(q, keys + slots[j] * stride + offset, head_dim) * scale;
+    scratch[j] = dot(q, keys.row(slots[j]), keys.width) * scale;
     part.max = std::max(part.max, scratch[j]);
   }
-  std::fill(acc, acc + head_dim, 0.0f);
+  std::fill(acc, acc + values.width, 0.0f);
   for (int32_t j = 0; j < n_keys; ++j) {
     const float w = std::exp(scratch[j] - part.max);
     part.sum += w;
-    const float* v = values + slots[j] * stride + offset;
-    for (int32_t d = 0; d < head_dim; ++d) acc[d] += w * v[d];
+    const float* v = values.row(slots[j]);
+    for (int32_t d = 0; d < values.width; ++d) acc[d] += w * v[d];
   }
   return part;
 }
 
-void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t head_dim, float* out) {
+void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t width, float* out) {
   float max = -INFINITY;
   for (int32_t p = 0; p < n_parts; ++p) max = std::max(max, parts[p].max);
   double total = 0.0;
-  std::fill(out, out + head_dim, 0.0f);
+  std::fill(out, out + width, 0.0f);
   for (int32_t p = 0; p < n_parts; ++p) {
     if (parts[p].sum == 0.0) continue;
     const float rescale = std::exp(parts[p].max - max);
     total += parts[p].sum * rescale;
-    for (int32_t d = 0; d < head_dim; ++d) out[d] += accs[static_cast<size_t>(p) * static_cast<size_t>(head_dim) + static_cast<size_t>(d)] * rescale;
+    for (int32_t d = 0; d < width; ++d) out[d] += accs[static_cast<size_t>(p) * static_cast<size_t>(width) + static_cast<size_t>(d)] * rescale;
   }
   const float inv = total > 0.0 ? static_cast<float>(1.0 / total) : 0.0f;
-  for (int32_t d = 0; d < head_dim; ++d) out[d] *= inv;
+  for (int32_t d = 0; d < width; ++d) out[d] *= inv;
 }
 
 }  // namespace fafo::ref

@@ -24,20 +24,28 @@ void recover_key(const float* k_up, const float* latent, int64_t rank, int32_t n
 // Index of the largest of n values, ties to the first; -1 when one is NaN, -2 when all are -inf.
 int32_t argmax_row(const float* x, int64_t n);
 
-// Attention of one query head over part of its keys (flash-decoding style): keys and
-// values are gathered by slot index from the layer's cache (stride: floats per slot,
-// offset: the head's first float in a slot). Writes the unnormalised sum of
-// exp(score - max) * value to `acc` and returns max and the sum of exp(score - max),
-// so parts computed by different threads combine exactly with combine_parts().
-// scratch holds n_keys floats.
+// Where attention reads one KV head's keys or values: rows gathered by slot index from a
+// layer's cache, `stride` floats per slot, the head's `width` floats from `offset`.
+// Values are usually laid out as the keys are; an MLA layer that absorbs its value
+// up-projection reads the latent values instead (width: the layer's value rank).
+struct KvRows {
+  const float* data = nullptr;
+  int64_t stride = 0, offset = 0;
+  int32_t width = 0;
+  const float* row(int32_t slot) const { return data + slot * stride + offset; }
+};
+
+// Attention of one query head (keys.width floats) over part of its keys (flash-decoding
+// style). Writes the unnormalised sum of exp(score - max) * value (values.width floats)
+// to `acc` and returns max and the sum of exp(score - max), so parts computed by
+// different threads combine exactly with combine_parts(). scratch holds n_keys floats.
 struct AttentionPart {
   float max = -INFINITY;
   double sum = 0.0;
 };
-AttentionPart attend_head_part(const float* q, const float* keys, const float* values, int64_t stride, int64_t offset,
-                               const int32_t* slots, int32_t n_keys, int32_t head_dim, float scale, float* scratch,
-                               float* acc);
-// out = the softmax-weighted values of all parts (accs: n_parts x head_dim).
-void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t head_dim, float* out);
+AttentionPart attend_head_part(const float* q, const KvRows& keys, const KvRows& values, const int32_t* slots,
+                               int32_t n_keys, float scale, float* scratch, float* acc);
+// out = the softmax-weighted values of all parts (accs: n_parts x width).
+void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t width, float* out);
 
 }  // namespace fafo::ref
