@@ -224,6 +224,27 @@ TEST(Mla, LatentCacheHoldsOnlyTheRanks) {
             uint64_t{256} * sizeof(float) * static_cast<uint64_t>(want + 2 * c.kv_dim()));
 }
 
+// `fafo bench --attention` on an MLA file times the latent attention of its first layer
+// (the plain file's table has no ranks), on a backend that runs MLA, and says which
+// backend does not.
+TEST(Mla, BenchAttentionMeasuresTheLatentAttention) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto dir = test::temp_dir("mla-bench-attention");
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const std::string mla = (dir / "mla.gguf").string();
+  write_mla_copy(stories(), mla, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 5),
+                 std::vector<int32_t>(static_cast<size_t>(c.n_layer), 11));
+  const std::string args = " --attention --contexts 64,200 --rows 3 -r 1 -t 1";
+  const test::CommandResult latent = test::run_fafo("bench -m " + test::shell_quote(mla) + " --backend cpu" + args);
+  ASSERT_EQ(latent.exit_code, 0) << latent.err;
+  EXPECT_NE(latent.out.find("MLA latent ranks K 5 / V 11"), std::string::npos) << latent.out;
+  EXPECT_NE(latent.out.find("| 64 |"), std::string::npos) << latent.out;
+  EXPECT_NE(latent.out.find("| 200 |"), std::string::npos) << latent.out;
+  const test::CommandResult plain = test::run_fafo("bench -m " + test::shell_quote(stories()) + " --backend cpu" + args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("MLA"), std::string::npos) << plain.out;
+}
+
 // The reference is the oracle: the cpu backend computes an MLA model within its declared
 // tolerance, and a row's logits do not depend on the step's size (T-invariance).
 TEST(Mla, CpuMatchesTheReferenceAndIsTInvariant) {
