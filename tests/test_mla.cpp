@@ -225,8 +225,7 @@ TEST(Mla, LatentCacheHoldsOnlyTheRanks) {
 }
 
 // `fafo bench --attention` on an MLA file times the latent attention of its first layer
-// (the plain file's table has no ranks), on a backend that runs MLA, and says which
-// backend does not.
+// (the plain file's table has no ranks).
 TEST(Mla, BenchAttentionMeasuresTheLatentAttention) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-bench-attention");

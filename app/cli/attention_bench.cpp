@@ -16,6 +16,9 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendS
   const ModelConfig c = ModelConfig::from_gguf(*file);
   const int32_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
   const BackendSpec spec{choice.name, choice.device, choice.threads};
+  // An MLA model's random up-projections: declared first, as they must outlive the
+  // backend (host backends use uploaded floats in place).
+  std::vector<float> k_weights, v_weights;
   auto be = make_backend(spec);
   // One layer of the model's attention shape is enough: attention cost is per layer. An
   // MLA model's first layer caches latents of its ranks and recovers them with random
@@ -46,8 +49,8 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendS
   Weight k_up, v_up;
   if (c.mla()) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(key_width));
-    auto k_weights = random_floats(static_cast<size_t>(c.kv_dim()) * static_cast<size_t>(key_width));
-    auto v_weights = random_floats(static_cast<size_t>(c.kv_dim()) * static_cast<size_t>(value_width));
+    k_weights = random_floats(static_cast<size_t>(c.kv_dim()) * static_cast<size_t>(key_width));
+    v_weights = random_floats(static_cast<size_t>(c.kv_dim()) * static_cast<size_t>(value_width));
     for (auto& x : k_weights) x *= scale;
     k_up = be->upload_weight(TensorType::F32, c.kv_dim(), key_width, k_weights.data());
     v_up = be->upload_weight(TensorType::F32, c.kv_dim(), value_width, v_weights.data());

@@ -70,7 +70,8 @@ class HostBackend final : public Backend, public StepRows {
     kv_bytes_ = 0;
     shape.validate();
     // A latent cache also needs the keys and values latent_attention recovers (every
-    // slot of one layer at a time).
+    // slot of one layer at a time; the values only for layers that do not absorb their
+    // up-projection, counted all the same).
     const uint64_t recovered = shape.latent() ? 2ull * sizeof(float) * static_cast<uint64_t>(shape.capacity) *
                                                     static_cast<uint64_t>(shape.kv_dim)
                                               : 0;
@@ -143,8 +144,8 @@ class HostBackend final : public Backend, public StepRows {
   bool runs_latent_attention() const override { return true; }
 
   // The keys of the slots a step reads, [0, n_past + T), recovered from the latents
-  // (up-projection with the backend's matrix product, one row per slot, then RoPE at
-  // the entry's position: each slot's result independent of the others and of the
+  // (up-projection, then RoPE at the entry's position: the same plain fp32 loops on the
+  // reference and cpu backends, each slot's result independent of the others and of the
   // step's size), then attention. Values are recovered the same way, unless the backend
   // absorbs the layer's value up-projection: softmax(q K^T) (C_v B_v^T) =
   // (softmax(q K^T) C_v) B_v^T, so each head attends over the latent values and
@@ -163,21 +164,22 @@ class HostBackend final : public Backend, public StepRows {
     const int32_t n_slots = n_past + batch_->size();
     const float* lk = kv_->keys(layer);
     const float* lv = kv_->values(layer);
+    const auto* Ku = reinterpret_cast<const float*>(ku.data);
+    const auto* Vu = reinterpret_cast<const float*>(vu.data);
     const KvLayout& layout = kv_->layout();
-    kernels_->matmul(ku, lk, rk, n_slots, latent_keys_.data(), kv_dim, pool_);
-    if (!absorb) kernels_->matmul(vu, lv, rv, n_slots, latent_values_.data(), kv_dim, pool_);
-    pool_.parallel_for(n_slots, grain_for(kv_dim), [&](int64_t b, int64_t e, int) {
+    const int64_t slot_cost = int64_t{kv_dim} * (rk + (absorb ? 0 : rv));
+    pool_.parallel_for(n_slots, grain_for(slot_cost), [&](int64_t b, int64_t e, int) {
       for (int64_t slot = b; slot < e; ++slot) {
         // Entries the layout does not know yet (written with write()) are at their logical slots.
         const int32_t position = slot >= n_past            ? batch_->positions()[static_cast<size_t>(slot - n_past)]
                                  : slot < layout.size() ? layout.logical_of(static_cast<int32_t>(slot))
                                                         : static_cast<int32_t>(slot);
-        for (int32_t h = 0; h < s.n_head_kv; ++h)
-          ref::rope_head(latent_keys_.data() + slot * kv_dim + int64_t{h} * s.head_dim, position, rope);
+        ref::recover_key(Ku, lk + slot * rk, rk, s.n_head_kv, s.head_dim, position, rope, latent_keys_.data() + slot * kv_dim);
+        if (!absorb) ref::up_project(Vu, lv + slot * rv, kv_dim, rv, latent_values_.data() + slot * kv_dim);
       }
     });
     if (absorb)
-      attend(layer, latent_keys_.data(), AttendValues{lv, rv, 0, rv, &vu}, q, s, out);
+      attend(layer, latent_keys_.data(), AttendValues{lv, rv, 0, rv, Vu}, q, s, out);
     else
       attend(layer, latent_keys_.data(), AttendValues{latent_values_.data(), kv_dim, s.head_dim, s.head_dim}, q, s, out);
   }
@@ -201,7 +203,7 @@ class HostBackend final : public Backend, public StepRows {
     const float* data;
     int64_t stride, head_step;
     int32_t width;
-    const HostWeight* up = nullptr;
+    const float* up = nullptr;
   };
 
   // Attention of q over keys K (capacity rows of kv_dim, by physical slot) and values V.
@@ -280,26 +282,24 @@ class HostBackend final : public Backend, public StepRows {
         }
       }
     });
-    // Each (row, head): its parts combined (into the latent sums first, with `up`).
-    if (V.up) latent_sums_.resize(static_cast<size_t>(T) * static_cast<size_t>(s.n_head) * width);
-    pool_.parallel_for(int64_t{T} * s.n_head, grain_for(V.width), [&](int64_t b, int64_t e, int) {
+    // Each (row, head): its parts combined, then (latent values) up-projected.
+    const int64_t combine_cost = int64_t{V.width} * (V.up ? s.head_dim + 1 : 1);
+    pool_.parallel_for(int64_t{T} * s.n_head, grain_for(combine_cost), [&](int64_t b, int64_t e, int) {
+      std::vector<float> latent(V.up ? width : 0);
       for (int64_t k = b; k < e; ++k) {
         const int32_t i = static_cast<int32_t>(k / s.n_head), h = static_cast<int32_t>(k % s.n_head);
         const int32_t p0 = first_part[static_cast<size_t>(k)];
         const int32_t p1 = k + 1 < int64_t{T} * s.n_head ? first_part[static_cast<size_t>(k) + 1] : n_parts_total;
-        float* o = V.up ? latent_sums_.data() + static_cast<size_t>(k) * width : row(out, i) + h * s.head_dim;
-        ref::combine_parts(parts.data() + p0, accs.data() + static_cast<size_t>(p0) * width, p1 - p0, V.width, o);
+        float* o = row(out, i) + h * s.head_dim;
+        const float* part_accs = accs.data() + static_cast<size_t>(p0) * width;
+        if (!V.up) {
+          ref::combine_parts(parts.data() + p0, part_accs, p1 - p0, V.width, o);
+        } else {
+          ref::combine_parts(parts.data() + p0, part_accs, p1 - p0, V.width, latent.data());
+          ref::up_project(V.up + static_cast<int64_t>(h / group) * s.head_dim * V.width, latent.data(), s.head_dim, V.width, o);
+        }
       }
     });
-    if (!V.up) return;
-    // Each head's latent sums (T rows, n_head * width apart) times its KV head's rows of `up`.
-    for (int32_t h = 0; h < s.n_head; ++h) {
-      HostWeight rows = *V.up;
-      rows.rows = s.head_dim;
-      rows.data += static_cast<size_t>(h / group) * static_cast<size_t>(s.head_dim) * rows.row_bytes;
-      kernels_->matmul(rows, latent_sums_.data() + static_cast<size_t>(h) * width, int64_t{s.n_head} * V.width, T,
-                       row(out, 0) + h * s.head_dim, out.cols, pool_);
-    }
   }
 
   void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
@@ -447,7 +447,6 @@ class HostBackend final : public Backend, public StepRows {
   std::vector<int64_t> activation_rows_;
   std::unique_ptr<HostKvCache> kv_;
   std::vector<float> latent_keys_, latent_values_;  // latent_attention's recovered keys and values
-  std::vector<float> latent_sums_;                   // ... and each (row, head)'s weighted latent values
   std::unordered_map<int32_t, int64_t> gathered_rows_;
   const StepBatch* batch_ = nullptr;
   std::vector<int32_t> argmax_;
