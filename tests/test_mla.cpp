@@ -117,6 +117,14 @@ std::string stories() { return test::shared_path("models/stories260K.gguf").stri
 
 std::vector<int32_t> ranks(const ModelConfig& c, int32_t each) { return std::vector<int32_t>(static_cast<size_t>(c.n_layer), each); }
 
+// The MLA copy of stories260K the lossless tests decode (ranks a little below kv_dim), in dir.
+std::string lossless_mla_copy(const std::filesystem::path& dir) {
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const std::string mla = (dir / "mla.gguf").string();
+  write_mla_copy(stories(), mla, ranks(c, c.kv_dim() - 8), ranks(c, c.kv_dim() - 4));
+  return mla;
+}
+
 // The last token's logits of kPrompt: computed in one step (`batched`), and alone after
 // a 15-token prefix, are the same bits (T-invariance).
 void expect_t_invariant(Model& m, const std::vector<float>& batched) {
@@ -231,8 +239,7 @@ TEST(Mla, BenchAttentionMeasuresTheLatentAttention) {
   const auto dir = test::temp_dir("mla-bench-attention");
   const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
   const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, std::vector<int32_t>(static_cast<size_t>(c.n_layer), 5),
-                 std::vector<int32_t>(static_cast<size_t>(c.n_layer), 11));
+  write_mla_copy(stories(), mla, ranks(c, 5), ranks(c, 11));
   const std::string args = " --attention --contexts 64,200 --rows 3 -r 1 -t 1";
   const test::CommandResult latent = test::run_fafo("bench -m " + test::shell_quote(mla) + " --backend cpu" + args);
   ASSERT_EQ(latent.exit_code, 0) << latent.err;
@@ -264,9 +271,7 @@ TEST(Mla, CpuMatchesTheReferenceAndIsTInvariant) {
 TEST(Mla, EveryStrategyEqualsArOnAnMlaModel) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-lossless");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
-  const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, ranks(c, c.kv_dim() - 8), ranks(c, c.kv_dim() - 4));
+  const std::string mla = lossless_mla_copy(dir);
   expect_every_strategy_equals_ar(mla, "cpu", /*every_policy=*/true);
 }
 
@@ -407,9 +412,7 @@ TEST(Mla, EveryStrategyEqualsArOnVulkan) {
 TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-draft");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
-  const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, ranks(c, c.kv_dim() - 8), ranks(c, c.kv_dim() - 4));
+  const std::string mla = lossless_mla_copy(dir);
   OpenOptions options;
   options.path = mla;
   options.backend = BackendSpec{"cpu", "", 2};
