@@ -25,7 +25,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -891,6 +893,87 @@ TEST_P(BackendOps, TopK) { run_op("top_k"); }
 
 INSTANTIATE_TEST_SUITE_P(EveryBackendAndDevice, BackendOps, ::testing::ValuesIn(all_targets()),
                          [](const ::testing::TestParamInfo<Target>& p) { return p.param.label(); });
+
+// --- CUDA against Vulkan, bit for bit ------------------------------------------------------
+// The CUDA kernels and the Vulkan shaders share their arithmetic: the block decoders and
+// the summation orders of cuda_backend/src/dot_order.h, with the multiply-add fused on
+// NVIDIA (CUDA's __fmaf_rn and the NVIDIA driver's GLSL fma()). So on one NVIDIA GPU the
+// two backends must give the same bits for every op whose arithmetic is only products and
+// sums. Ops that call exp, sin/cos, sqrt or a division may differ in the last bits (the
+// drivers' versions of those are not CUDA's): the pair check reports their largest
+// difference and does not fail on them.
+
+// The ops whose results must be bit-identical across the pair.
+bool same_bits_expected(const std::string& op) {
+  static const std::set<std::string> ops = {"embed",   "matmul",          "matmul_add", "add",    "add_bias", "gather",
+                                            "kv_store", "kv_swap_move", "capture_queries", "argmax", "top_k"};
+  return ops.count(op) != 0;
+}
+
+// What comparing two backends case by case found.
+struct PairReport {
+  int cases = 0, identical = 0;
+  std::vector<std::string> must_match_but_differ;  // op, case and the first difference
+  std::map<std::string, std::pair<int, double>> differing_per_op;  // op -> (cases, largest difference)
+};
+
+// Every case both backends run (MLA only where both run it), compared bit for bit at each step size.
+PairReport compare_pair(OpEnv& a, OpEnv& b, const std::string& label) {
+  PairReport report;
+  const bool mla = a.be().runs_latent_attention() && b.be().runs_latent_attention();
+  for (const OpCase& c : op_table()) {
+    if (c.op == "latent_attention" && !mla) continue;
+    ++report.cases;
+    const CaseReport r = check_case(c, a, b, -1.0);
+    if (r.conformance.ok) {
+      ++report.identical;
+      continue;
+    }
+    auto& [n, largest] = report.differing_per_op[c.op];
+    ++n;
+    largest = std::max(largest, r.conformance.max_error);
+    if (same_bits_expected(c.op)) report.must_match_but_differ.push_back(c.op + " " + c.name + ": " + r.conformance.first);
+  }
+  std::printf("  pair %s: %d of %d cases bit-identical", label.c_str(), report.identical, report.cases);
+  for (const auto& [op, d] : report.differing_per_op)
+    std::printf("; %s differs in %d (largest %.3g%s)", op.c_str(), d.first, d.second,
+                same_bits_expected(op) ? ", must be identical" : "");
+  std::printf("\n");
+  return report;
+}
+
+// Every CUDA GPU against every Vulkan GPU of the machine (lavapipe is left out: it rounds
+// the product before the add, as Vulkan allows, where NVIDIA fuses them).
+TEST(BackendPairs, CudaAndVulkanOnTheSameGpuGiveTheSameBits) {
+  std::vector<Target> cuda, vulkan;
+  for (const Target& t : all_targets()) {
+    if (t.backend == "cuda") cuda.push_back(t);
+    if (t.backend == "vulkan" && t.device_name.find("llvmpipe") == std::string::npos) vulkan.push_back(t);
+  }
+  if (cuda.empty() || vulkan.empty()) GTEST_SKIP() << "needs a CUDA GPU and a Vulkan GPU (this machine has "
+                                                   << cuda.size() << " and " << vulkan.size() << ")";
+  for (const Target& c : cuda)
+    for (const Target& v : vulkan) {
+      OpEnv a(make_target(c)), b(make_target(v));
+      const PairReport r = compare_pair(a, b, c.label() + " (" + c.device_name + ") vs " + v.label() + " (" + v.device_name + ")");
+      EXPECT_GT(r.cases, 100);
+      for (const std::string& d : r.must_match_but_differ) ADD_FAILURE() << c.label() << " vs " << v.label() << ": " << d;
+    }
+}
+
+// The pair check can fail: a backend is identical to another instance of itself
+// everywhere, and a backend with one wrong row in its matrix products fails it.
+TEST(BackendPairs, ThePairCheckSeesAWrongRow) {
+  OpEnv a(make_reference_backend(1)), b(make_reference_backend(1));
+  const PairReport same = compare_pair(a, b, "reference vs reference");
+  EXPECT_EQ(same.identical, same.cases);
+  EXPECT_TRUE(same.must_match_but_differ.empty());
+  OpEnv faulty(std::make_unique<FaultyBackend>(Fault::MatmulRowOffByOne)), reference(make_reference_backend(1));
+  const PairReport off = compare_pair(faulty, reference, "off-by-one matmul vs reference");
+  ASSERT_EQ(off.differing_per_op.count("matmul"), 1u);
+  EXPECT_GT(off.differing_per_op.at("matmul").first, 0);
+  EXPECT_FALSE(off.must_match_but_differ.empty());
+}
 
 TEST(BackendOpsTable, CoversEveryOpOfTheContractAndEveryWeightFormat) {
   std::map<std::string, int> per_op;

@@ -339,8 +339,8 @@ TEST(Server, AClientThatDisconnectsCancelsItsGeneration) {
 // plain greedy generation's text, streamed or not, and a 404 for an unknown model.
 TEST(Server, TheOfficialOpenAiClientGetsPlainGenerationsText) {
   REQUIRE_STORIES();
-  const std::filesystem::path script = std::filesystem::path(FAFO_SOURCE_DIR) / "tests/node/openai_client.mjs";
-  const std::filesystem::path module = std::filesystem::path(FAFO_SOURCE_DIR) / "tests/node/node_modules/openai";
+  const std::filesystem::path script = fafo::test::source_path("tests/node/openai_client.mjs");
+  const std::filesystem::path module = fafo::test::source_path("tests/node/node_modules/openai");
   ASSERT_TRUE(std::filesystem::exists(module)) << "the openai npm package is not installed: run tools/setup.sh";
   ASSERT_EQ(test::run_command("node --version").exit_code, 0) << "node is not installed: run tools/setup.sh";
   ServerOnLoopback s(2, 8, "key");

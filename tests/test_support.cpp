@@ -17,7 +17,13 @@ std::filesystem::path shared_path(const std::string& relative) {
 }
 
 std::filesystem::path binary_path(const std::string& relative) {
-  return std::filesystem::path(FAFO_BINARY_DIR) / relative;
+  const char* env = std::getenv("FAFO_BINARY_DIR");
+  return (env && *env ? std::filesystem::path(env) : std::filesystem::path(FAFO_BINARY_DIR)) / relative;
+}
+
+std::filesystem::path source_path(const std::string& relative) {
+  const char* env = std::getenv("FAFO_SOURCE_DIR");
+  return (env && *env ? std::filesystem::path(env) : std::filesystem::path(FAFO_SOURCE_DIR)) / relative;
 }
 
 std::filesystem::path temp_dir(const std::string& name) {

@@ -11,8 +11,11 @@ namespace fafo::test {
 
 // Path inside ../shared (FAFO_SHARED_DIR at configure time, or $FAFO_SHARED_DIR).
 std::filesystem::path shared_path(const std::string& relative);
-// Path of a built program (e.g. "app/cli/fafo").
+// Path of a built program (e.g. "app/cli/fafo"): in the build folder baked in at
+// configure time, or in $FAFO_BINARY_DIR (a build moved elsewhere, e.g. unpacked).
 std::filesystem::path binary_path(const std::string& relative);
+// Path inside the source tree (FAFO_SOURCE_DIR at configure time, or $FAFO_SOURCE_DIR).
+std::filesystem::path source_path(const std::string& relative);
 // A fresh temporary directory for one test.
 std::filesystem::path temp_dir(const std::string& name);
 

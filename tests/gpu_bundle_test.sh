@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# ctest -L gpu-bundle: the GPU bundle rehearsed on this machine, as the GPU machine will
+# run it. Builds the bundle from BUILD_DIR, unpacks it, checks that with only the
+# bundle's libraries on the path every program finds every library it needs (or glibc's),
+# runs `gpu-run.sh --tiny` (--quick with a toy model for the benches: lavapipe reads an
+# 8B-shaped layer at ~0.2 GB/s; cpu and lavapipe rows, cuda reports that it found no
+# GPU) and `gpu-run.sh --tiny --budget 60`, and checks their reports.
+#
+#   tests/gpu_bundle_test.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1
+build=$2
+work=$build/gpu-bundle-test
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+rm -rf "$work"
+mkdir -p "$work"
+
+start=$(date +%s)
+if ! "$src/tools/gpu-bundle.sh" "$build" "$work" > "$work/bundle.log" 2>&1; then
+  cat "$work/bundle.log"
+  echo "FAIL: tools/gpu-bundle.sh failed"
+  exit 1
+fi
+cat "$work/bundle.log"
+echo "bundle built in $(($(date +%s) - start)) s"
+archive=$work/fafo-gpu.tar.xz
+size=$(stat -c %s "$archive")
+[ "$size" -le $((40 * 1024 * 1024)) ] || fail "the bundle is $size bytes, over 40 MiB"
+tar -xJf "$archive" -C "$work" || { echo "FAIL: the bundle does not unpack"; exit 1; }
+bundle=$work/fafo-gpu
+for f in gpu-run.sh gpu_run.py MANIFEST bin/fafo bin/fafo-synth bin/test_backend_ops lib/libvulkan.so.1 \
+         data/stories260K.gguf data/stories260K.greedy_256steps.golden.txt data/mt_bench_20.jsonl; do
+  [ -e "$bundle/$f" ] || fail "the bundle has no $f"
+done
+grep -q '^commit: [0-9a-f]\{40\}' "$bundle/MANIFEST" || fail "MANIFEST names no commit"
+grep -qE '^CUDA backend: (yes, architectures|no CUDA backend)' "$bundle/MANIFEST" || fail "MANIFEST does not say whether CUDA is in"
+grep -q '^needs: GLIBC_2\.[0-9]*' "$bundle/MANIFEST" || fail "MANIFEST does not say which glibc it needs"
+
+# Only the bundle's libraries and glibc's (with libstdc++ and libgcc_s from lib/fallback).
+for p in "$bundle"/bin/* "$bundle"/lib/*.so*; do
+  missing=$(env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$bundle/lib:$bundle/lib/fallback" ldd "$p" 2>&1 | grep -v "$bundle/lib" |
+            grep '=>' | grep -vE '^\s*(libc|libm|libpthread|libdl|librt|libresolv|libmvec)\.so|ld-linux|linux-vdso' || true)
+  [ -z "$missing" ] || fail "$(basename "$p") resolves libraries outside the bundle: $missing"
+  env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$bundle/lib:$bundle/lib/fallback" ldd "$p" 2>&1 | grep -q "not found" &&
+    fail "$(basename "$p") has a library that is not found"
+done
+
+# The quick rehearsal: its own work folder, so nothing of an earlier run is reused.
+export FAFO_GPU_WORK=$work/run-work
+start=$(date +%s)
+"$bundle/gpu-run.sh" --tiny "$work/out" > "$work/quick.log" 2>&1
+code=$?
+cat "$work/quick.log"
+echo "--tiny run: exit $code in $(($(date +%s) - start)) s"
+[ $code -eq 0 ] || fail "gpu-run.sh --tiny exited $code"
+report=$work/out/report.md
+[ -f "$report" ] || { echo "FAIL: no report"; exit 1; }
+for section in "1. Environment" "2. The 8B Q4_K_M file" "3. Devices" "4. Op conformance" "5. Greedy text" \
+               "6. stories260K" "7a. 8B Q4_K_M bench: cuda" "7b. 8B Q4_K_M bench: vulkan" "8. 8B F16 bench" \
+               "8b. Vulkan kernel profile" "9. Roofline"; do
+  grep -q "^## $section" "$report" || fail "the report has no section '$section'"
+done
+# Every strategy gives the golden text on cpu and on the Vulkan device.
+for backend in cpu vulkan:0; do
+  for strategy in ar jacobi lookahead fafo auto; do
+    grep -qE "^\| $backend \| $strategy \| yes \| yes \|" "$report" || fail "$backend $strategy: not the golden text"
+  done
+done
+grep -qE '^\| conformance \| ok \|' "$report" || fail "conformance did not pass"
+grep -qE 'tests passed, 0 failed' "$report" || fail "the conformance section has no pass count"
+grep -qE '^\| bench-cuda \| skipped: no cuda device' "$report" || fail "bench-cuda does not say that no cuda device was found"
+grep -qE '^- tg16: [0-9.]+' "$report" || fail "no tg figure for vulkan"
+grep -qE "^\\| tiny-Q4_K_M.gguf \\| vulkan:0 \\| [0-9.]+ \\|" "$report" || fail "no roofline row for vulkan"
+files=$(find "$work/out" -type f | wc -l)
+[ "$files" -le 8 ] || fail "OUT_DIR holds $files files (at most 8)"
+
+# A 60-second budget: ends in time, says what it skipped.
+start=$(date +%s)
+"$bundle/gpu-run.sh" --tiny --budget 60 "$work/out60" > "$work/budget.log" 2>&1
+code=$?
+took=$(($(date +%s) - start))
+cat "$work/budget.log"
+echo "--budget 60: exit $code in $took s"
+[ "$took" -le 60 ] || fail "--budget 60 took $took s"
+[ $code -eq 0 ] || [ $code -eq 2 ] || fail "--budget 60 exited $code"
+grep -qE '^\| [a-z0-9-]+ \| (skipped: [0-9]+ s left|timed out)' "$work/out60/report.md" || fail "--budget 60 reports no step it skipped or cut"
+
+[ $fails -eq 0 ] && echo "gpu bundle: all checks passed" || echo "gpu bundle: $fails checks failed"
+[ $fails -eq 0 ]

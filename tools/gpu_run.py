@@ -1,0 +1,730 @@
+#!/usr/bin/env python3
+"""The GPU run: fafo's checks and measurements on a machine with a GPU, in a fixed time.
+
+Runs from an unpacked bundle (tools/gpu-bundle.sh); tools/gpu-run.sh starts it:
+
+    gpu-run.sh [--budget SECONDS] [--quick] [--steps LIST] OUT_DIR
+
+Every step is its own process with a timeout cut to what is left of the budget; a step
+that no longer fits is reported as skipped; OUT_DIR/report.md is rewritten after every
+step, so a run cut short still returns what it measured. Large files (the 8B models) go
+to a work folder outside OUT_DIR ($FAFO_GPU_WORK, default /tmp/fafo-gpu-work), which a
+second run on the same machine reuses. OUT_DIR holds at most 4 files: report.md,
+results.json (every figure, and what --steps keeps from an earlier run), steps.log and
+conformance.log.
+
+Exit status: 0 every step that ran passed; 1 a step failed; 2 none failed, but the budget
+cut at least one short.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STEPS = ["env", "synth", "devices", "conformance", "greedy", "strategies", "bench-cuda", "bench-vulkan", "f16",
+         "profile", "roofline"]
+TITLES = {
+    "env": "1. Environment",
+    "synth": "2. The 8B Q4_K_M file",
+    "devices": "3. Devices",
+    "conformance": "4. Op conformance",
+    "greedy": "5. Greedy text of every strategy",
+    "strategies": "6. stories260K: strategies side by side",
+    "bench-cuda": "7a. 8B Q4_K_M bench: cuda",
+    "bench-vulkan": "7b. 8B Q4_K_M bench: vulkan",
+    "f16": "8. 8B F16 bench",
+    "profile": "8b. Vulkan kernel profile (8B Q4_K_M)",
+    "roofline": "9. Roofline",
+}
+# The order the steps run in: the 8B file is written in the background from the first
+# second, and the run waits for it only where the benches need it.
+RUN_ORDER = ["env", "devices", "conformance", "greedy", "strategies", "synth", "bench-cuda", "bench-vulkan", "f16",
+             "profile", "roofline"]
+STRATEGIES = ["ar", "jacobi", "lookahead", "fafo", "auto"]
+LOG_LIMIT = 16 * 1024 * 1024
+NVIDIA_ICD = "/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json"
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace):
+        self.started = time.monotonic()
+        self.budget = args.budget
+        self.quick = args.quick or args.tiny
+        self.tiny = args.tiny
+        self.root = Path(__file__).resolve().parent
+        self.bin = self.root / "bin"
+        self.data = self.root / "data"
+        self.out = Path(args.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.work = Path(os.environ.get("FAFO_GPU_WORK", "/tmp/fafo-gpu-work"))
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.selected = args.steps
+        self.results: dict = {}
+        previous = self.out / "results.json"
+        if args.steps_given and previous.exists():  # --steps: keep what the earlier run measured
+            try:
+                self.results = json.loads(previous.read_text())
+            except (OSError, ValueError):
+                self.results = {}
+        self.results.setdefault("steps", {})
+        self.results["run"] = {
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "budget_s": self.budget,
+            "quick": self.quick,
+            "steps": self.selected,
+        }
+        self.log_path = self.out / "steps.log"
+        self.log = open(self.log_path, "a" if args.steps_given else "w", encoding="utf-8", errors="replace")
+        self.env = self.program_env()
+        self.synth_jobs: dict[str, subprocess.Popen] = {}
+        self.synth_started: dict[str, float] = {}
+
+    # ---- time ------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def left(self) -> float:
+        return self.budget - self.elapsed() - 3.0  # kept for the last report
+
+    # ---- processes -------------------------------------------------------------------
+    def program_env(self) -> dict:
+        """The environment of fafo's programs: the bundle's libraries before the machine's
+        (whose LD_LIBRARY_PATH finds libcuda and the Vulkan driver), NVIDIA's Vulkan driver
+        where the machine has it, and the bundle's libstdc++ only if the machine's is older."""
+        env = dict(os.environ)
+        paths = [str(self.root / "lib")]
+        if self.needs_fallback_libstdcxx(paths):
+            paths.append(str(self.root / "lib" / "fallback"))
+        if env.get("LD_LIBRARY_PATH"):
+            paths.append(env["LD_LIBRARY_PATH"])
+        env["LD_LIBRARY_PATH"] = ":".join(paths)
+        if not env.get("VK_DRIVER_FILES") and not env.get("VK_ICD_FILENAMES") and os.path.exists(NVIDIA_ICD):
+            env["VK_DRIVER_FILES"] = NVIDIA_ICD
+            env["VK_ICD_FILENAMES"] = NVIDIA_ICD  # loaders older than 1.3.234 read this name
+        env["FAFO_SHARED_DIR"] = str(self.data)
+        env["FAFO_CACHE_DIR"] = str(self.work / "cache")
+        return env
+
+    def needs_fallback_libstdcxx(self, paths: list[str]) -> bool:
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = ":".join(paths + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else []))
+        try:
+            r = subprocess.run([str(self.bin / "fafo"), "--version"], env=env, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        self.fallback_reason = r.stderr.strip() if r.returncode != 0 else ""
+        return r.returncode != 0 and "GLIBCXX" in r.stderr
+
+    def run(self, argv: list[str], limit: float, label: str, env: dict | None = None) -> tuple[int | None, str]:
+        """Runs one program in its own process group; returns (exit status or None when it
+        ran out of time, stdout + stderr). Everything goes to steps.log too. `env`: the
+        machine's own programs (PyTorch) get os.environ, untouched by the bundle's libraries."""
+        self.log.write(f"\n== {label}: {' '.join(argv)}  (limit {limit:.0f} s)\n")
+        self.log.flush()
+        t0 = time.monotonic()
+        try:
+            p = subprocess.Popen(argv, env=self.env if env is None else env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 start_new_session=True, cwd=self.work)
+        except OSError as e:
+            self.log.write(f"could not start: {e}\n")
+            return 127, f"could not start {argv[0]}: {e}"
+        try:
+            out, _ = p.communicate(timeout=max(1.0, limit))
+            code: int | None = p.returncode
+        except subprocess.TimeoutExpired:
+            kill_group(p)
+            out, _ = p.communicate()
+            code = None
+        text = out.decode("utf-8", errors="replace")
+        self.log.write(text)
+        self.log.write(f"-- {label}: {'timed out' if code is None else f'exit {code}'} after {time.monotonic() - t0:.1f} s\n")
+        self.log.flush()
+        return code, text
+
+    # ---- the 8B files (written in the background) -------------------------------------
+    def model_path(self, kind: str) -> Path:
+        shape = "tiny" if self.tiny else "llama3-8b-2layers" if self.quick else "llama3-8b"
+        return self.work / f"{shape}-{kind}.gguf"
+
+    def synth_shape(self) -> list[str]:
+        if self.tiny:  # dim 256: the smallest the K-quants' 256-value blocks allow
+            return ["--preset", "tiny", "--layers", "2", "--dim", "256", "--heads", "4", "--kv-heads", "2", "--ffn", "768",
+                    "--vocab", "1024"]
+        if self.quick:  # the 8B layer shapes, 2 layers and a 32000-token vocabulary: ~1/3 of the writing
+            return ["--preset", "llama3-8b", "--layers", "2", "--vocab", "32000"]
+        return ["--preset", "llama3-8b"]
+
+    def start_synth(self, kind: str) -> None:
+        path = self.model_path(kind)
+        if kind in self.synth_jobs or Path(str(path) + ".done").exists():
+            return
+        argv = [str(self.bin / "fafo-synth"), *self.synth_shape(), "-t", kind, "-o", str(path)]
+        log = open(self.work / f"synth-{kind}.log", "w")
+        self.synth_jobs[kind] = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                 start_new_session=True)
+        self.synth_started[kind] = time.monotonic()
+
+    def wait_model(self, kind: str, limit: float) -> tuple[Path | None, str]:
+        """The finished file, or None and why not."""
+        path = self.model_path(kind)
+        done = Path(str(path) + ".done")
+        if done.exists():
+            return path, "reused from an earlier run"
+        job = self.synth_jobs.get(kind)
+        if job is None:
+            return None, "not being written"
+        try:
+            code = job.wait(timeout=max(1.0, limit))
+        except subprocess.TimeoutExpired:
+            return None, f"fafo-synth still writing it after {time.monotonic() - self.synth_started[kind]:.0f} s"
+        seconds = time.monotonic() - self.synth_started[kind]
+        log = (self.work / f"synth-{kind}.log").read_text(errors="replace")
+        self.log.write(f"\n== fafo-synth {kind}: exit {code} after {seconds:.1f} s\n{log}")
+        if code != 0:
+            return None, f"fafo-synth failed (exit {code}): {log.strip()[-300:]}"
+        done.write_text(f"{seconds:.1f}\n")
+        self.results.setdefault("synth", {})[kind] = {"seconds": round(seconds, 1), "bytes": path.stat().st_size}
+        return path, f"written in {seconds:.1f} s"
+
+    def stop_background(self) -> None:
+        for kind, job in self.synth_jobs.items():
+            if job.poll() is None:
+                kill_group(job)
+                job.wait()
+                self.model_path(kind).unlink(missing_ok=True)
+
+    # ---- devices ---------------------------------------------------------------------
+    def devices(self, backend: str) -> list[dict]:
+        return [d for d in self.results.get("devices", []) if d["backend"] == backend]
+
+    def gpu_devices(self) -> list[dict]:
+        return [d for d in self.results.get("devices", []) if d["backend"] in ("cuda", "vulkan")]
+
+    # ---- the report ------------------------------------------------------------------
+    def section(self, step: str, status: str, body: str, seconds: float) -> None:
+        self.results["steps"][step] = {"status": status, "seconds": round(seconds, 1), "body": body}
+        self.write_report()
+
+    def write_report(self) -> None:
+        manifest = (self.root / "MANIFEST").read_text(errors="replace") if (self.root / "MANIFEST").exists() else ""
+        lines = ["# fafo GPU run", ""]
+        lines.append(f"- run: {self.results['run']['date']}, budget {self.budget:.0f} s"
+                     f"{' (--quick: small sizes, a rehearsal)' if self.quick else ''}, steps {','.join(self.selected)}")
+        for key in ("commit", "CUDA backend", "needs"):
+            m = re.search(rf"^{re.escape(key)}: (.*)$", manifest, re.M)
+            if m:
+                lines.append(f"- bundle {key}: {m.group(1)}")
+        lines.append(f"- elapsed: {self.elapsed():.0f} s")
+        lines += ["", "| step | status | seconds |", "|---|---|---:|"]
+        for step in STEPS:
+            s = self.results["steps"].get(step)
+            lines.append(f"| {step} | {s['status'] if s else 'not run'} | {s['seconds'] if s else ''} |")
+        for step in STEPS:
+            s = self.results["steps"].get(step)
+            lines += ["", f"## {TITLES[step]}", ""]
+            if not s:
+                lines.append("(not run)")
+                continue
+            lines.append(f"_{s['status']}, {s['seconds']} s_")
+            lines += ["", s["body"].rstrip()]
+        tmp = self.out / "report.md.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.replace(self.out / "report.md")
+        data = {k: v for k, v in self.results.items()}
+        (self.out / "results.json.tmp").write_text(json.dumps(data, indent=1))
+        (self.out / "results.json.tmp").replace(self.out / "results.json")
+
+
+def kill_group(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def code_block(text: str, max_lines: int = 80) -> str:
+    lines = text.rstrip().splitlines()
+    if len(lines) > max_lines:
+        lines = lines[: max_lines // 2] + [f"... ({len(lines) - max_lines} lines left out: steps.log has them)"] + lines[-max_lines // 2:]
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def tail(text: str, n: int = 15) -> str:
+    return code_block("\n".join(text.rstrip().splitlines()[-n:]), n + 1)
+
+
+def shell_out(argv: list[str], timeout: float = 20) -> str:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return (r.stdout + r.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"({argv[0]}: {e})"
+
+
+# ---- the steps: each returns (status, markdown body) ---------------------------------------------
+# status: "ok", "FAILED: why", "timed out", "skipped: why"
+
+COPY_BANDWIDTH = r"""
+import sys, torch
+if not torch.cuda.is_available():
+    print("no CUDA device visible to PyTorch"); sys.exit(3)
+n = 1 << 30
+a = torch.empty(n, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
+a.fill_(1); b.copy_(a); torch.cuda.synchronize()
+start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+best = 0.0
+for _ in range(5):
+    start.record()
+    for _ in range(4): b.copy_(a)
+    stop.record(); torch.cuda.synchronize()
+    best = max(best, 4 * 2 * n / (start.elapsed_time(stop) / 1e3) / 1e9)
+print(f"copy_gbps {best:.1f} {torch.cuda.get_device_name(0)}")
+"""
+
+
+def step_env(r: Run) -> tuple[str, str]:
+    rows = []
+    missing = []
+    os_name = "unknown"
+    if os.path.exists("/etc/os-release"):
+        m = re.search(r'^PRETTY_NAME="?([^"\n]*)', Path("/etc/os-release").read_text(), re.M)
+        os_name = m.group(1) if m else os_name
+    rows.append(("machine", f"{os_name}, {os.uname().machine}, {os.cpu_count()} cores, {os.confstr('CS_GNU_LIBC_VERSION')}"))
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        gpu = shell_out([smi, "--query-gpu=name,memory.total,driver_version,compute_cap", "--format=csv,noheader"])
+        rows.append(("GPU (nvidia-smi)", gpu))
+        r.results["gpu"] = gpu
+    else:
+        rows.append(("GPU (nvidia-smi)", "**no nvidia-smi**: no NVIDIA GPU here"))
+        missing.append("an NVIDIA GPU")
+    libcuda = shell_out(["sh", "-c", "ldconfig -p | grep -m1 'libcuda.so.1'"])
+    if not libcuda:
+        for d in r.env.get("LD_LIBRARY_PATH", "").split(":"):
+            if d and os.path.exists(os.path.join(d, "libcuda.so.1")):
+                libcuda = os.path.join(d, "libcuda.so.1")
+                break
+    rows.append(("libcuda.so.1", libcuda or "**not found** (the cuda backend finds no device)"))
+    if not libcuda:
+        missing.append("libcuda.so.1")
+    bundled_loader = r.root / "lib" / "libvulkan.so.1"
+    rows.append(("Vulkan loader", f"the bundle's ({bundled_loader})" if bundled_loader.exists() else
+                 shell_out(["sh", "-c", "ldconfig -p | grep -m1 libvulkan.so.1"]) or "**none** (vulkan has no device)"))
+    icd = r.env.get("VK_DRIVER_FILES") or r.env.get("VK_ICD_FILENAMES")
+    if icd:
+        rows.append(("Vulkan driver (ICD)", f"VK_DRIVER_FILES={icd}" + ("" if os.path.exists(icd.split(":")[0]) else " **(file missing)**")))
+    else:
+        found = [str(p) for d in ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
+                 if os.path.isdir(d) for p in sorted(Path(d).glob("*.json"))]
+        rows.append(("Vulkan driver (ICD)", ", ".join(found) if found else
+                     f"**none found** (no {NVIDIA_ICD}, nothing in /usr/share/vulkan/icd.d or /etc/vulkan/icd.d)"))
+        if not found:
+            missing.append("a Vulkan driver")
+    fallback = getattr(r, "fallback_reason", "")
+    rows.append(("libstdc++", "the bundle's fallback (the machine's is older)" if "fallback" in r.env["LD_LIBRARY_PATH"]
+                 else ("the machine's" if not fallback else f"**fafo does not start**: {fallback}")))
+    rows.append(("LD_LIBRARY_PATH", r.env["LD_LIBRARY_PATH"]))
+    copy = "not measured"
+    python = shutil.which("python3")
+    if smi and python:
+        code, text = r.run([python, "-c", COPY_BANDWIDTH], min(90.0, r.left()), "copy bandwidth (PyTorch)", dict(os.environ))
+        m = re.search(r"copy_gbps ([0-9.]+)", text)
+        if m:
+            r.results["copy_gbps"] = float(m.group(1))
+            copy = f"{m.group(1)} GB/s (bytes read + written per second, 1 GiB device-to-device copy, best of 5)"
+        else:
+            copy = f"not measured: {text.strip().splitlines()[-1] if text.strip() else 'exit ' + str(code)}"
+    rows.append(("copy bandwidth", copy))
+    body = "| what | found |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+    if missing:
+        body += "\n\nMissing: " + ", ".join(missing) + "."
+    status = "ok" if (r.bin / "fafo").exists() and not fallback or "fallback" in r.env["LD_LIBRARY_PATH"] else "FAILED: fafo does not start"
+    return status, body
+
+
+def step_synth(r: Run) -> tuple[str, str]:
+    path, why = r.wait_model("Q4_K_M", r.left())
+    if path is None:
+        status = "timed out" if "still writing" in why else f"FAILED: {why}"
+        return status, why
+    size = path.stat().st_size
+    return "ok", f"`{path.name}`: {size / 1e9:.2f} GB, {why} (fafo-synth {' '.join(r.synth_shape())} -t Q4_K_M)"
+
+
+def step_devices(r: Run) -> tuple[str, str]:
+    code, text = r.run([str(r.bin / "fafo"), "devices"], min(60.0, r.left()), "fafo devices")
+    if code is None:
+        return "timed out", tail(text)
+    devices = []
+    backend = None
+    for line in text.splitlines():
+        m = re.match(r"backend (\S+):", line)
+        if m:
+            backend = m.group(1)
+            continue
+        m = re.match(r"device (\d+): (.*)", line)
+        if m and backend:
+            devices.append({"backend": backend, "index": int(m.group(1)), "name": m.group(2).strip()})
+    r.results["devices"] = devices
+    summary = ", ".join(f"{d['backend']}:{d['index']} ({d['name']})" for d in devices) or "none"
+    gpus = [d for d in devices if d["backend"] in ("cuda", "vulkan")]
+    body = f"Devices: {summary}\n\n" + code_block(text, 120)
+    if not any(d["backend"] == "cuda" for d in devices):
+        body += "\n\nNo cuda device: " + ("this build has no CUDA backend." if "backend cuda" not in text
+                                          else "the CUDA backend found no GPU (see above).")
+    if code != 0:
+        return f"FAILED: exit {code}", body
+    return ("ok" if gpus else "ok (no GPU device)"), body
+
+
+def parse_conformance(text: str) -> tuple[dict, list[str], list[str]]:
+    """Per target and op: cases, largest error, failures; the failed tests; the pair lines."""
+    table: dict[tuple[str, str], dict] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s+(\S+)\s+(\S+)\s+(.*?)\s+(\d+) step sizes\s+(exact|tolerance)\s+max error (\S+)(\s+FAILED)?", line)
+        if not m:
+            continue
+        key = (m.group(1), m.group(2))
+        e = table.setdefault(key, {"cases": 0, "max_error": 0.0, "failed": 0, "mode": m.group(5), "worst": ""})
+        e["cases"] += 1
+        err = float(m.group(6))
+        if err > e["max_error"] or not e["worst"]:
+            e["max_error"] = max(e["max_error"], err)
+            e["worst"] = m.group(3).strip()
+        if m.group(7):
+            e["failed"] += 1
+    failed = sorted(set(re.findall(r"^\[  FAILED  \] (\S+)", text, re.M)))
+    pairs = [l.strip() for l in text.splitlines() if l.lstrip().startswith("pair ")]
+    return table, failed, pairs
+
+
+def step_conformance(r: Run) -> tuple[str, str]:
+    argv = [str(r.bin / "test_backend_ops"), "--gtest_color=no"]
+    if r.quick:  # the table of every device and the pair check; the cpu-only tests and the emulation run in CI
+        argv.append("--gtest_filter=EveryBackendAndDevice/*:BackendPairs.*:-*cuda_emulated*")
+    elif r.devices("cuda"):  # a real GPU: its emulation is the same on every machine and checked in CI
+        argv.append("--gtest_filter=-*cuda_emulated*")
+    code, text = r.run(argv, r.left(), "op-conformance table")
+    (r.out / "conformance.log").write_text(text[-LOG_LIMIT:])
+    table, failed, pairs = parse_conformance(text)
+    passed = re.search(r"\[  PASSED  \] (\d+) tests?", text)
+    lines = [f"{passed.group(1) if passed else '?'} tests passed, {len(failed)} failed"
+             + (f": {', '.join(failed)}" if failed else "") + " (conformance.log has every case)", ""]
+    targets = sorted({t for t, _ in table})
+    lines += ["Largest error against the reference, per backend and op (exact: bit for bit; tolerance: "
+              "within the backend's declared tolerance):", "",
+              "| target | op | cases | mode | max error | worst case | failed |", "|---|---|---:|---|---:|---|---:|"]
+    for t in targets:
+        for (tt, op), e in sorted(table.items()):
+            if tt == t:
+                lines.append(f"| {t} | {op} | {e['cases']} | {e['mode']} | {e['max_error']:.3g} | {e['worst']} | {e['failed']} |")
+    lines += ["", "CUDA against Vulkan, bit for bit (one summation order):", ""]
+    lines += [f"- {p}" for p in pairs] if pairs else ["- (no cuda and vulkan device pair in this run)"]
+    r.results["conformance"] = {"failed": failed, "pairs": pairs,
+                                "max_errors": {f"{t}/{op}": e["max_error"] for (t, op), e in table.items()}}
+    body = "\n".join(lines)
+    if code is None:
+        return "timed out", body + "\n\n" + tail(text)
+    if code != 0 or failed:
+        return f"FAILED: {len(failed)} tests", body + "\n\n" + tail(text, 30)
+    return "ok", body
+
+
+def step_greedy(r: Run) -> tuple[str, str]:
+    model = r.data / "stories260K.gguf"
+    golden = (r.data / "stories260K.greedy_256steps.golden.txt").read_text()
+    golden = golden[:-1] if golden.endswith("\n") else golden  # the newline `fafo run` prints after the text
+    n_tokens = 64 if r.quick else 256  # --quick: the golden text's start
+    targets = [("cpu", None)] + [(d["backend"], d["index"]) for d in r.gpu_devices()]
+    rows, problems, cut = [], [], False
+    for backend, index in targets:
+        ar_text = None
+        for strategy in STRATEGIES:
+            if r.left() < 5:
+                rows.append(f"| {backend}{'' if index is None else ':' + str(index)} | {strategy} | skipped: budget | | | |")
+                cut = True
+                continue
+            argv = [str(r.bin / "fafo"), "run", "-m", str(model), "-n", str(n_tokens), "--temp", "0", "--json",
+                    "--strategy", strategy, "--backend", backend]
+            if index is not None:
+                argv += ["--device", str(index)]
+            label = f"{backend}{'' if index is None else ':' + str(index)}"
+            code, text = r.run(argv, min(120.0, r.left()), f"greedy {label} {strategy}")
+            if code is None:
+                rows.append(f"| {label} | {strategy} | timed out | | | |")
+                problems.append(f"{label} {strategy} timed out")
+                cut = True
+                continue
+            try:
+                j = json.loads(text[text.index("{"):])
+            except ValueError:
+                rows.append(f"| {label} | {strategy} | FAILED (exit {code}) | | | |")
+                problems.append(f"{label} {strategy}: exit {code}: {text.strip().splitlines()[-1] if text.strip() else ''}")
+                continue
+            got = j.get("text", "")
+            if got.startswith(" ") and not golden.startswith(" "):
+                got = got[1:]  # the text's leading space, which the streamed text leaves out (SentencePiece)
+            if strategy == "ar":
+                ar_text = got
+            same = got == golden if n_tokens == 256 else bool(got) and golden.startswith(got)
+            if not same:
+                at = next((i for i, (a, b) in enumerate(zip(got, golden)) if a != b), min(len(got), len(golden)))
+                problems.append(f"{label} {strategy}: differs from the golden text at character {at}: "
+                                f"{got[max(0, at - 20):at + 20]!r} vs {golden[max(0, at - 20):at + 20]!r}")
+            rows.append(f"| {label} | {strategy} | {'yes' if same else '**no**'} | "
+                        f"{'yes' if ar_text is not None and got == ar_text else '**no**'} | {j.get('tau', 0):.2f} | "
+                        f"{j.get('tokens_per_s', 0):.0f} |")
+    body = f"stories260K, {n_tokens} tokens from BOS, greedy, against llama.cpp's golden text" \
+           f"{' (its start)' if n_tokens < 256 else ''}:\n\n" \
+           "| backend | strategy | = golden | = ar here | tokens/step | tokens/s |\n|---|---|---|---|---:|---:|\n" + "\n".join(rows)
+    if problems:
+        body += "\n\n" + "\n".join(f"- {p}" for p in problems)
+    failed = [p for p in problems if "timed out" not in p]
+    r.results["greedy"] = {"problems": problems}
+    if failed:
+        return f"FAILED: {len(failed)} runs", body
+    return ("timed out" if cut else "ok"), body
+
+
+def bench_json(text: str):
+    """The JSON object `fafo bench --json` prints last."""
+    start = text.rfind("\n{")
+    start = 0 if text.startswith("{") and start < 0 else start
+    if start < 0:
+        raise ValueError("no JSON")
+    return json.loads(text[start:])
+
+
+def step_strategies(r: Run) -> tuple[str, str]:
+    gpus = r.gpu_devices()
+    if not gpus:
+        return "skipped: no GPU device", "No cuda or vulkan device found."
+    n_prompts, n_predict = (3, 32) if r.quick else (20, 128)
+    devices = ",".join(f"{d['backend']}:{d['index']}" for d in gpus)
+    argv = [str(r.bin / "fafo"), "bench", "-m", str(r.data / "stories260K.gguf"), "--devices", devices,
+            "--strategies", "ar,jacobi,lookahead,fafo", "--prompts", str(r.data / "mt_bench_20.jsonl"),
+            "--n-prompts", str(n_prompts), "-n", str(n_predict), "--pp", "0", "--tg", "0", "--curve", "", "-r", "1",
+            "--json", "--report", str(r.work / "strategies")]
+    code, text = r.run(argv, r.left(), "strategies side by side")
+    if code is None:
+        return "timed out", tail(text)
+    table = r.work / "strategies.md"
+    body = f"{n_prompts} MT-Bench prompts, {n_predict} tokens each, greedy:\n\n"
+    body += table.read_text() if table.exists() else tail(text, 40)
+    try:
+        r.results["strategies"] = bench_json(text)
+    except ValueError:
+        pass
+    bad = [f"{d.get('label')}: {s['strategy']} equals ar on {s['ids_equal_ar']}/{s['prompts']} prompts"
+           for d in r.results.get("strategies", {}).get("devices", []) for s in d.get("strategies", [])
+           if s.get("ids_equal_ar") != s.get("prompts")]
+    if bad:
+        body += "\n\n" + "\n".join(f"- **{b}**" for b in bad)
+    if code != 0:
+        return f"FAILED: exit {code}", body + "\n\n" + tail(text)
+    return ("FAILED: output differs from ar" if bad else "ok"), body
+
+
+def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False) -> tuple[str, str]:
+    devices = r.devices(backend)
+    if not devices:
+        return f"skipped: no {backend} device", f"No {backend} device found (step 3)."
+    path, why = r.wait_model(kind, r.left() - 20)
+    if path is None:
+        return ("timed out" if "still writing" in why else f"FAILED: {why}"), f"No {kind} file: {why}"
+    pp, tg, curve, reps = (64, 16, "1,8", "1") if r.quick else (512, 128, "1,2,4,8,16,32,64,128,256", "2")
+    if kind != "Q4_K_M":
+        curve = "1,8" if r.quick else "1,16,64"
+    lines, status = [], "ok"
+    store = r.results.setdefault(key, {})
+    for d in devices:
+        label = f"{backend}:{d['index']}"
+        base = [str(r.bin / "fafo"), "bench", "-m", str(path), "--backend", backend, "--device", str(d["index"]),
+                "--json"]
+        parts = [("pp/tg", ["--pp", str(pp), "--tg", str(tg), "--curve", "", "-r", reps])]
+        if profile:
+            parts = [("profile", ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
+                                  "--profile-tokens", "8" if r.quick else "64"])]
+        else:
+            parts.append(("t(T)", ["--pp", "0", "--tg", "0", "--curve", curve, "-r", "1"]))
+        for name, extra in parts:
+            if r.left() < 10:
+                lines.append(f"- {label} {name}: skipped (budget)")
+                status = "timed out"
+                continue
+            code, text = r.run(base + extra, r.left(), f"bench {kind} {label} {name}")
+            if code is None:
+                lines.append(f"- {label} {name}: **timed out**")
+                status = "timed out"
+                continue
+            try:
+                j = bench_json(text)
+            except ValueError:
+                lines.append(f"- {label} {name}: **failed** (exit {code})\n\n{tail(text)}")
+                status = f"FAILED: {label} {name}"
+                continue
+            entry = store.setdefault(label, {"device": d["name"]})
+            entry["description"] = j.get("description", entry.get("description", ""))
+            for key in ("pp", "tg"):
+                if j.get(key):
+                    entry[key] = j[key]
+            if j.get("step_cost"):
+                entry["step_cost"] = j["step_cost"]
+            if profile and j.get("profile"):
+                entry["profile"] = j["profile"]
+                at = text.find("profile of a")
+                entry["profile_text"] = text[at:text.find("\n{", at)].strip() if at >= 0 else ""
+            if j.get("error"):
+                lines.append(f"- {label} {name}: **error**: {j['error']}")
+                status = f"FAILED: {label} {name}"
+    for label, e in store.items():
+        lines.append(f"\n**{label}**: {e.get('description') or e.get('device')}\n")
+        if e.get("pp"):
+            lines.append(f"- pp{e['pp']['tokens']}: {e['pp']['tokens_per_s']:.1f} ± {e['pp']['sd']:.1f} tokens/s")
+        if e.get("tg"):
+            tg = e["tg"]
+            lines.append(f"- tg{tg['tokens']}: {tg['tokens_per_s']:.2f} ± {tg['sd']:.2f} tokens/s, "
+                         f"{tg.get('weight_bytes_per_token', 0) / 1e9:.3f} GB of weights per token, "
+                         f"{tg.get('effective_gb_per_s', 0):.1f} GB/s")
+        if e.get("step_cost"):
+            t1 = next((p["ms"] for p in e["step_cost"] if p["T"] == 1), None)
+            lines.append("\n| T | ms per step | ms per token | vs T=1 |\n|---:|---:|---:|---:|")
+            for p in e["step_cost"]:
+                ratio = f"{p['ms'] / t1:.2f}×" if t1 else ""
+                lines.append(f"| {p['T']} | {p['ms']:.2f} ± {p.get('sd', 0):.2f} | {p['ms'] / p['T']:.3f} | {ratio} |")
+        if profile and e.get("profile_text"):
+            lines.append("\n" + e["profile_text"])
+    return status, "\n".join(lines)
+
+
+def step_f16(r: Run) -> tuple[str, str]:
+    bodies, statuses = [], []
+    for backend in ("cuda", "vulkan"):
+        s, b = bench_model(r, backend, "F16", "bench_f16")
+        bodies.append(b)
+        statuses.append(s)
+    status = next((s for s in statuses if s.startswith("FAILED")), None) or \
+        next((s for s in statuses if s == "timed out"), None) or "ok"
+    return status, "\n\n".join(bodies)
+
+
+def step_roofline(r: Run) -> tuple[str, str]:
+    copy = r.results.get("copy_gbps")
+    lines = ["| model | device | tg tokens/s | weight GB/s | % of copy bandwidth | tg roof (tokens/s) |",
+             "|---|---|---:|---:|---:|---:|"]
+    any_row = False
+    for key, kind in (("bench_q4", "Q4_K_M"), ("bench_f16", "F16")):
+        model = r.model_path(kind).name
+        for label, e in r.results.get(key, {}).items():
+            if not e.get("tg"):
+                continue
+            any_row = True
+            tg = e["tg"]["tokens_per_s"]
+            bytes_per_token = e["tg"].get("weight_bytes_per_token", 0)
+            gbps = tg * bytes_per_token / 1e9
+            share = f"{100 * gbps / copy:.0f}%" if copy else "n/a"
+            roof = f"{copy * 1e9 / bytes_per_token:.0f}" if copy and bytes_per_token else "n/a"
+            lines.append(f"| {model} | {label} | {tg:.2f} | {gbps:.1f} | {share} | {roof} |")
+    if not any_row:
+        lines.append("| (no tg measured) | | | | | |")
+    lines.append("")
+    lines.append(f"Copy bandwidth: {f'{copy:.0f} GB/s' if copy else 'not measured (step 1)'}; the roof is that "
+                 "bandwidth over the weight bytes one token reads.")
+    return "ok", "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="gpu-run.sh", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole run (default 300)")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a 2-layer 8B-shaped file, pp64, tg16, curve 1,8")
+    parser.add_argument("--tiny", action="store_true",
+                        help="--quick with a toy model (dim 256) for the benches: the rehearsal on a machine without a GPU, "
+                             "whose CPU Vulkan driver (lavapipe) reads an 8B-shaped layer at ~0.2 GB/s")
+    parser.add_argument("--steps", help=f"only these steps, comma-separated: {','.join(STEPS)}")
+    parser.add_argument("out_dir", metavar="OUT_DIR")
+    args = parser.parse_args()
+    args.steps_given = args.steps is not None
+    if args.steps_given:
+        args.steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+        unknown = [s for s in args.steps if s not in STEPS]
+        if unknown:
+            parser.error(f"unknown steps {','.join(unknown)} (the steps: {','.join(STEPS)})")
+    else:
+        args.steps = list(STEPS)
+    if args.budget < 10:
+        parser.error("--budget must be at least 10 seconds")
+    root = Path(__file__).resolve().parent
+    if not (root / "bin" / "fafo").exists():
+        print(f"gpu-run: {root}/bin/fafo not found: run the gpu-run.sh of an unpacked bundle (tools/gpu-bundle.sh makes one)",
+              file=sys.stderr)
+        return 1
+
+    r = Run(args)
+    needs_q4 = any(s in args.steps for s in ("synth", "bench-cuda", "bench-vulkan", "profile"))
+    if needs_q4:
+        r.start_synth("Q4_K_M")  # from the first second; the steps before the benches run beside it
+    if "devices" not in args.steps and "devices" not in r.results:
+        args.steps.insert(0, "devices")  # the steps that follow need the device list
+    order = [s for s in RUN_ORDER if s in args.steps]
+    functions = {
+        "env": step_env, "synth": step_synth, "devices": step_devices, "conformance": step_conformance,
+        "greedy": step_greedy, "strategies": step_strategies,
+        "bench-cuda": lambda run: bench_model(run, "cuda", "Q4_K_M", "bench_q4"),
+        "bench-vulkan": lambda run: bench_model(run, "vulkan", "Q4_K_M", "bench_q4"),
+        "f16": step_f16,
+        "profile": lambda run: bench_model(run, "vulkan", "Q4_K_M", "profile_vulkan", profile=True),
+        "roofline": step_roofline,
+    }
+    minimum = {"env": 5, "synth": 5, "devices": 5, "conformance": 30, "greedy": 10, "strategies": 15,
+               "bench-cuda": 30, "bench-vulkan": 30, "f16": 60, "profile": 20, "roofline": 0}
+    worst = 0
+    r.write_report()
+    try:
+        for step in order:
+            if step == "f16":
+                if not (args.budget >= 450 or args.steps_given):
+                    r.section(step, "skipped: only with --budget 450 or more, or --steps f16", "", 0)
+                    continue
+                r.start_synth("F16")
+            if r.left() < minimum[step]:
+                r.section(step, f"skipped: {r.left():.0f} s left of the budget, the step needs {minimum[step]} s or more", "", 0)
+                worst = max(worst, 2)
+                continue
+            print(f"gpu-run: {step} ({r.elapsed():.0f} s of {r.budget:.0f})", flush=True)
+            t0 = time.monotonic()
+            try:
+                status, body = functions[step](r)
+            except Exception as e:  # a bug of the runner's: reported, the run goes on
+                status, body = f"FAILED: the runner: {type(e).__name__}: {e}", ""
+            r.section(step, status, body, time.monotonic() - t0)
+            print(f"gpu-run: {step}: {status}", flush=True)
+            if status.startswith("FAILED"):
+                worst = 1
+            elif status == "timed out":
+                worst = max(worst, 2)
+    finally:
+        r.stop_background()
+        r.write_report()
+        r.log.close()
+        if r.log_path.stat().st_size > LOG_LIMIT:
+            data = r.log_path.read_bytes()[-LOG_LIMIT:]
+            r.log_path.write_bytes(data)
+    print(f"gpu-run: report {r.out / 'report.md'} after {r.elapsed():.0f} s", flush=True)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())
