@@ -79,7 +79,7 @@ symbol_needs() {  # the newest GLIBC_ and GLIBCXX_ versions any program or libra
   objdump -T "$root"/bin/* "$root"/lib/*.so* 2> /dev/null | grep -o "$1_[0-9][0-9.]*" | sort -uV | tail -1
 }
 # The CUDA architectures nvcc compiled for, as the build's own command lines name them.
-cuda_codes=$({ grep -rhoE -- '--generate-code=arch=[^ ]*' "$build/build.ninja" "$build"/cuda_backend/CMakeFiles/*/flags.make 2> /dev/null || true; } | grep -oE 'sm_[0-9]+a?|compute_[0-9]+a?' | sort -uV | tr '\n' ' ')
+cuda_codes=$({ grep -rhoE -- '--generate-code=arch=[^ ]*' "$build/build.ninja" "$build"/cuda_backend/CMakeFiles/*/flags.make 2> /dev/null || true; } | grep -oE 'sm_[0-9]+a?|compute_[0-9]+a?' | sort -uV | tr '\n' ' ' || true)
 if [ -n "$(cache_value CMAKE_CUDA_COMPILER)" ] && [ -n "$cuda_codes" ]; then
   cuda_line="CUDA backend: yes, architectures ${cuda_codes% } (SASS sm_*, PTX compute_*; $("$(cache_value CMAKE_CUDA_COMPILER)" --version | grep -o 'release [0-9.]*'))"
 else

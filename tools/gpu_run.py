@@ -57,6 +57,7 @@ NVIDIA_ICD = "/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json"
 class Run:
     def __init__(self, args: argparse.Namespace):
         self.started = time.monotonic()
+        self.step_deadline: float | None = None  # the current step's cap (main() sets it)
         self.budget = args.budget
         self.quick = args.quick or args.tiny
         self.tiny = args.tiny
@@ -93,7 +94,12 @@ class Run:
         return time.monotonic() - self.started
 
     def left(self) -> float:
-        return self.budget - self.elapsed() - 3.0  # kept for the last report
+        """Seconds left to the current step: to the end of the budget (less 3 s kept for
+        the last report), or to the step's own cap, whichever comes first."""
+        left = self.budget - self.elapsed() - 3.0
+        if self.step_deadline is not None:
+            left = min(left, self.step_deadline - time.monotonic())
+        return left
 
     # ---- processes -------------------------------------------------------------------
     def program_env(self) -> dict:
@@ -512,7 +518,7 @@ def step_strategies(r: Run) -> tuple[str, str]:
     gpus = r.gpu_devices()
     if not gpus:
         return "skipped: no GPU device", "No cuda or vulkan device found."
-    n_prompts, n_predict = (3, 32) if r.quick else (20, 128)
+    n_prompts, n_predict = (3, 32) if r.quick else (20, 64)
     devices = ",".join(f"{d['backend']}:{d['index']}" for d in gpus)
     argv = [str(r.bin / "fafo"), "bench", "-m", str(r.data / "stories260K.gguf"), "--devices", devices,
             "--strategies", "ar,jacobi,lookahead,fafo", "--prompts", str(r.data / "mt_bench_20.jsonl"),
@@ -690,6 +696,11 @@ def main() -> int:
     }
     minimum = {"env": 5, "synth": 5, "devices": 5, "conformance": 30, "greedy": 10, "strategies": 15,
                "bench-cuda": 30, "bench-vulkan": 30, "f16": 60, "profile": 20, "roofline": 0}
+    # The most a step may take of a 300 s budget (scaled with larger budgets), so that
+    # one slow step leaves time for the 8B benches after it.
+    cap = {"env": 60, "synth": 300, "devices": 30, "conformance": 120, "greedy": 60, "strategies": 45,
+           "bench-cuda": 100, "bench-vulkan": 100, "f16": 300, "profile": 40, "roofline": 10}
+    scale = max(1.0, args.budget / 300.0)
     worst = 0
     r.write_report()
     try:
@@ -705,10 +716,12 @@ def main() -> int:
                 continue
             print(f"gpu-run: {step} ({r.elapsed():.0f} s of {r.budget:.0f})", flush=True)
             t0 = time.monotonic()
+            r.step_deadline = t0 + cap[step] * scale
             try:
                 status, body = functions[step](r)
             except Exception as e:  # a bug of the runner's: reported, the run goes on
                 status, body = f"FAILED: the runner: {type(e).__name__}: {e}", ""
+            r.step_deadline = None
             r.section(step, status, body, time.monotonic() - t0)
             print(f"gpu-run: {step}: {status}", flush=True)
             if status.startswith("FAILED"):
