@@ -312,3 +312,24 @@ TEST(Cli, BenchDevicesPutsBackendsSideBySideAndWritesTheReport) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_HAS(bad.err, "no backend 'nope'");
 }
+
+// Without -m, the commands open the shipped model (assets/models/, copied beside the
+// build's programs), even from a folder with no ../shared, and say which file it is;
+// $FAFO_MODEL names another, and one that does not exist is a clear error.
+TEST(Cli, RunWithoutAModelUsesTheShippedModel) {
+  const auto dir = fafo::test::temp_dir("cli-default-model");
+  const std::string fafo = quote(fafo::test::binary_path("app/cli/fafo"));
+  const Outcome o = fafo::test::run_command("cd " + quote(dir) + " && env -u FAFO_MODEL FAFO_SHARED_DIR=/nonexistent " + fafo +
+                                            " run -p 'Once upon a time' -n 12 --temp 0 --strategy ar");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(o.out, "Once upon a time, there was a little girl named Lily. She\n");
+  EXPECT_HAS(o.err, "assets/models/stories260K.gguf (the default; -m picks another)");
+  const Outcome missing = fafo::test::run_command("FAFO_MODEL=/nonexistent/m.gguf " + fafo + " run -p hi -n 2");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_HAS(missing.err, "$FAFO_MODEL is /nonexistent/m.gguf: no such file");
+  // -m still wins, and says nothing about a default.
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome given = run_fafo("run -m " + quote(model) + " -p hi -n 2 --temp 0");
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  EXPECT_EQ(given.err.find("the default"), std::string::npos) << given.err;
+}

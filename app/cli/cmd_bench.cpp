@@ -22,6 +22,7 @@
 #include "bench_runner.h"
 #include "commands.h"
 #include "generation_flags.h"
+#include "default_model.h"
 #include "model_flags.h"
 
 namespace fafo::cli {
@@ -95,7 +96,7 @@ int run_bench(BenchArgs& args) {
 Command add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure speed: pp/tg rows, the step-cost curve t(T), strategies side by side");
-  app::add_open_flags(cmd, args->open)->required();
+  app::add_open_flags(cmd, args->open);
   cmd->add_option("-r,--repetitions", args->config.repetitions, "Repetitions per measurement")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--pp", args->config.pp, "Prompt-processing test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--tg", args->config.tg, "Generation test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
@@ -130,6 +131,7 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", args->json,
                 "Also print the results as JSON (with --devices: {model, devices: [...]}, else the one device's object)");
   return [args] {
+    app::use_default_model_if_unset(args->open.path);
     args->config.decoding.validate();
     args->config.kv.validate();
     args->attention_options.budget = args->config.kv.budget;

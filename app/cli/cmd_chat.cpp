@@ -24,6 +24,7 @@
 #include "fafo/sampler.h"
 #include "chat_flags.h"
 #include "generation_flags.h"
+#include "default_model.h"
 #include "model_flags.h"
 
 namespace fafo::cli {
@@ -275,13 +276,14 @@ int run_chat(ChatArgs& args) {
 Command add_chat_command(CLI::App& app) {
   auto args = std::make_shared<ChatArgs>();
   CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal (multi-turn, keeps the KV cache across turns)");
-  app::add_open_flags(cmd, args->open)->required();
+  app::add_open_flags(cmd, args->open);
   app::add_chat_flags(cmd, args->system, args->open.chat_template);
   app::add_reply_length_flag(cmd, args->n_predict);
   app::add_sampling_flags(cmd, args->sampling, args->seed_given);
   app::add_strategy_flag(cmd, args->decoding.strategy);
   app::add_decoding_flags(cmd, args->decoding, args->kv);
   return [args] {
+    app::use_default_model_if_unset(args->open.path);
     args->decoding.validate();
     args->kv.validate();
     return run_chat(*args);

@@ -15,6 +15,7 @@
 #include "fafo/open_model.h"
 #include "fafo/perplexity.h"
 #include "generation_flags.h"
+#include "default_model.h"
 #include "model_flags.h"
 
 namespace fafo::cli {
@@ -108,7 +109,7 @@ Command add_perplexity_command(CLI::App& app) {
       "perplexity",
       "Perplexity of a model on a text file, measured as llama-perplexity does (chunks of -c tokens, the second half "
       "of each scored); with --kv-drop or --prompt-compress, what those lossy modes cost");
-  app::add_open_flags(cmd, a->open)->required();
+  app::add_open_flags(cmd, a->open);
   cmd->add_option("-f,--file", a->text_path, "The text (UTF-8)")->required();
   cmd->add_option("--chunks", a->max_chunks, "Chunks scored at most (-1: all)")->capture_default_str()->check(CLI::Range(-1, 1 << 30));
   cmd->add_flag("--json", a->json, "Print one JSON object instead of the running values");
@@ -125,7 +126,10 @@ Command add_perplexity_command(CLI::App& app) {
   cmd->add_option("--kl-base", a->kl_base,
                   "Also measure the KL divergence from this model (e.g. the original of a converted or quantized one; same "
                   "vocabulary, opened on the same backend) and how often both pick the same top token");
-  return [a] { return run_perplexity(*a); };
+  return [a] {
+    app::use_default_model_if_unset(a->open.path);
+    return run_perplexity(*a);
+  };
 }
 
 }  // namespace fafo::cli

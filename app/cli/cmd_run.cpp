@@ -16,6 +16,7 @@
 #include "fafo/corpus_index.h"
 #include "fafo/open_model.h"
 #include "generation_flags.h"
+#include "default_model.h"
 #include "model_flags.h"
 
 namespace fafo::cli {
@@ -169,7 +170,7 @@ int run_generate(RunArgs& args) {
 Command add_run_command(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (streams it; --json prints one object at the end)");
-  app::add_open_flags(cmd, args->open)->required();
+  app::add_open_flags(cmd, args->open);
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (default: empty, i.e. BOS only)");
   cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from a file");
   cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate; -1 = until end of text or a full context")
@@ -189,7 +190,10 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print one JSON object at the end instead of streaming text");
   cmd->add_flag("--no-bos", args->no_bos, "Do not add the BOS token before the prompt");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-text tokens");
-  return [args] { return run_generate(*args); };
+  return [args] {
+    app::use_default_model_if_unset(args->open.path);
+    return run_generate(*args);
+  };
 }
 
 }  // namespace fafo::cli

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "fafo/open_model.h"
 #include "generation_flags.h"
+#include "default_model.h"
 #include "model_flags.h"
 #include "server.h"
 
@@ -68,7 +69,7 @@ Command add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "An OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics");
-  app::add_open_flags(cmd, args->open)->required();
+  app::add_open_flags(cmd, args->open);
   cmd->add_option("--chat-template", args->open.chat_template,
                   "Chat template: a built-in name (" + builtin_chat_template_list() + ") or a Jinja file (default: the model's)");
   cmd->add_option("--host", args->server.host, "Address to listen on (0.0.0.0: every interface)")->capture_default_str();
@@ -95,6 +96,7 @@ Command add_serve_command(CLI::App& app) {
   app::add_sampling_flags(cmd, args->server.defaults.sampling, args->seed_given);
   app::add_strategy_flag(cmd, args->server.defaults.decoding.strategy);
   return [args] {
+    app::use_default_model_if_unset(args->open.path);
     const Strategy s = args->server.defaults.decoding.strategy;
     if (s == Strategy::Draft || s == Strategy::Corpus)
       throw std::invalid_argument(std::string("fafo serve does not open a draft model or a corpus index: --strategy ") +

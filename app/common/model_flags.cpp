@@ -5,7 +5,7 @@
 namespace fafo::app {
 
 CLI::Option* add_model_flag(CLI::App* cmd, std::string& path) {
-  return cmd->add_option("-m,--model", path, "GGUF model file");
+  return cmd->add_option("-m,--model", path, "GGUF model file (default: $FAFO_MODEL, else the shipped stories260K.gguf)");
 }
 
 void add_backend_flags(CLI::App* cmd, BackendSpec& backend, KvCacheType& kv_type) {

@@ -115,7 +115,7 @@ const char* view_name(View v) {
   return "?";
 }
 
-AppOptions parse_app_options(const std::vector<std::string>& args) {
+AppOptions parse_app_options(const std::vector<std::string>& args, const std::string& default_model) {
   AppOptions o;
   bool view_given = false;
   const std::unique_ptr<CLI::App> app = make_parser(o, view_given);
@@ -128,6 +128,7 @@ AppOptions parse_app_options(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     throw std::invalid_argument(e.what());
   }
+  if (o.open.path.empty() && o.replay.empty()) o.open.path = default_model;
   check_together(o, view_given);
   return o;
 }

@@ -47,7 +47,9 @@ struct AppOptions {
 
 // Throws std::invalid_argument with a message for unknown flags, bad values and
 // flags that do not go together.
-AppOptions parse_app_options(const std::vector<std::string>& args);
+// `default_model`: the model opened when neither -m nor --replay is given (main passes
+// the shipped one, app/common/default_model.h; empty: none, the user picks one).
+AppOptions parse_app_options(const std::vector<std::string>& args, const std::string& default_model = "");
 // The --help text, generated from the same flag definitions the parser uses.
 std::string app_usage();
 const char* view_name(View v);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app_options.h"
+#include "default_model.h"
 #include "engine.h"
 #include "recent_files.h"
 #include "studio_app.h"
@@ -54,7 +55,14 @@ int run(const fafo::studio::AppOptions& o) {
 
 int main(int argc, char** argv) {
   try {
-    const auto options = fafo::studio::parse_app_options(std::vector<std::string>(argv + 1, argv + argc));
+    std::string default_model;  // the shipped model, or $FAFO_MODEL; none found: the user picks one
+    try {
+      default_model = fafo::app::default_model_path();
+    } catch (const std::exception&) {
+    }
+    const auto options = fafo::studio::parse_app_options(std::vector<std::string>(argv + 1, argv + argc), default_model);
+    if (!options.help && !default_model.empty() && options.open.path == default_model)
+      std::fprintf(stderr, "model: %s (the default; -m picks another)\n", default_model.c_str());
     if (options.help) {
       std::fputs(fafo::studio::app_usage().c_str(), stdout);
       return 0;
