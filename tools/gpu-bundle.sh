@@ -28,7 +28,7 @@ command -v xz > /dev/null || die "xz is not installed"
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-stage=$(mktemp -d "$out/.stage.XXXXXX")
+stage=$(mktemp -d "${TMPDIR:-/tmp}/fafo-gpu-bundle.XXXXXX")  # not in OUT_DIR: a leftover must not travel with it
 trap 'rm -rf "$stage"' EXIT
 root=$stage/fafo-gpu
 mkdir -p "$root/bin" "$root/lib/fallback" "$root/data"
@@ -61,7 +61,7 @@ for p in "${programs[@]}"; do
 done
 # The Vulkan loader, whether the programs link it or open it at run time.
 if [ ! -e "$root/lib/libvulkan.so.1" ]; then
-  loader=$(ldconfig -p | awk '/libvulkan\.so\.1 .*x86-64/ {print $NF; exit}')
+  loader=$( (ldconfig -p 2> /dev/null || /sbin/ldconfig -p) | awk '/libvulkan\.so\.1 .*x86-64/ {print $NF}' | head -1 || true)
   [ -n "$loader" ] && cp -L "$loader" "$root/lib/libvulkan.so.1" || echo "gpu-bundle: no Vulkan loader on this machine; the bundle has none" >&2
 fi
 chmod -R u+w "$root/lib"
@@ -80,8 +80,10 @@ symbol_needs() {  # the newest GLIBC_ and GLIBCXX_ versions any program or libra
 }
 # The CUDA architectures nvcc compiled for, as the build's own command lines name them.
 cuda_codes=$({ grep -rhoE -- '--generate-code=arch=[^ ]*' "$build/build.ninja" "$build"/cuda_backend/CMakeFiles/*/flags.make 2> /dev/null || true; } | grep -oE 'sm_[0-9]+a?|compute_[0-9]+a?' | sort -uV | tr '\n' ' ' || true)
-if [ -n "$(cache_value CMAKE_CUDA_COMPILER)" ] && [ -n "$cuda_codes" ]; then
-  cuda_line="CUDA backend: yes, architectures ${cuda_codes% } (SASS sm_*, PTX compute_*; $("$(cache_value CMAKE_CUDA_COMPILER)" --version | grep -o 'release [0-9.]*'))"
+nvcc=$(cache_value CMAKE_CUDA_COMPILER)
+if [ -n "$nvcc" ] && [ -n "$cuda_codes" ]; then
+  nvcc_release=$("$nvcc" --version 2> /dev/null | grep -o 'release [0-9.]*' || echo "nvcc $nvcc")
+  cuda_line="CUDA backend: yes, architectures ${cuda_codes% } (SASS sm_*, PTX compute_*; $nvcc_release)"
 else
   cuda_line="CUDA backend: no CUDA backend in this build (configured without a CUDA toolkit): the run has vulkan and cpu rows only"
 fi

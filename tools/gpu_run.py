@@ -58,6 +58,7 @@ class Run:
     def __init__(self, args: argparse.Namespace):
         self.started = time.monotonic()
         self.step_deadline: float | None = None  # the current step's cap (main() sets it)
+        self.fallback_reason = ""
         self.budget = args.budget
         self.quick = args.quick or args.tiny
         self.tiny = args.tiny
@@ -116,7 +117,6 @@ class Run:
         if not env.get("VK_DRIVER_FILES") and not env.get("VK_ICD_FILENAMES") and os.path.exists(NVIDIA_ICD):
             env["VK_DRIVER_FILES"] = NVIDIA_ICD
             env["VK_ICD_FILENAMES"] = NVIDIA_ICD  # loaders older than 1.3.234 read this name
-        env["FAFO_SHARED_DIR"] = str(self.data)
         env["FAFO_CACHE_DIR"] = str(self.work / "cache")
         return env
 
@@ -124,11 +124,12 @@ class Run:
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = ":".join(paths + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else []))
         try:
-            r = subprocess.run([str(self.bin / "fafo"), "--version"], env=env, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
+            r = subprocess.run([str(self.bin / "fafo"), "--version"], env=env, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.fallback_reason = f"`fafo --version` did not finish: {e}"
             return False
         self.fallback_reason = r.stderr.strip() if r.returncode != 0 else ""
-        return r.returncode != 0 and "GLIBCXX" in r.stderr
+        return r.returncode != 0 and any(v in r.stderr for v in ("GLIBCXX_", "CXXABI_", "GCC_"))
 
     def run(self, argv: list[str], limit: float, label: str, env: dict | None = None) -> tuple[int | None, str]:
         """Runs one program in its own process group; returns (exit status or None when it
@@ -148,7 +149,10 @@ class Run:
             code: int | None = p.returncode
         except subprocess.TimeoutExpired:
             kill_group(p)
-            out, _ = p.communicate()
+            try:
+                out, _ = p.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # a child that ignores SIGKILL (stuck in the driver): give up on it
+                out = b"(the process did not end after SIGKILL)"
             code = None
         text = out.decode("utf-8", errors="replace")
         self.log.write(text)
@@ -205,7 +209,10 @@ class Run:
         for kind, job in self.synth_jobs.items():
             if job.poll() is None:
                 kill_group(job)
-                job.wait()
+                try:
+                    job.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
                 self.model_path(kind).unlink(missing_ok=True)
 
     # ---- devices ---------------------------------------------------------------------
@@ -251,10 +258,11 @@ class Run:
 
 
 def kill_group(p: subprocess.Popen) -> None:
+    """SIGTERM to the process group, SIGKILL 1.5 s later (within the 3 s kept at the end)."""
     try:
         os.killpg(p.pid, signal.SIGTERM)
         try:
-            p.wait(timeout=5)
+            p.wait(timeout=1.5)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -272,12 +280,22 @@ def tail(text: str, n: int = 15) -> str:
     return code_block("\n".join(text.rstrip().splitlines()[-n:]), n + 1)
 
 
-def shell_out(argv: list[str], timeout: float = 20) -> str:
+def shell_out(argv: list[str], timeout: float = 10) -> str:
+    """What the command printed on stdout when it succeeded; "" when it failed or did not finish."""
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        return (r.stdout + r.stderr).strip()
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"({argv[0]}: {e})"
+        return r.stdout.strip() if r.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def ldconfig_find(name: str) -> str:
+    """The path ldconfig's cache gives for a library, or ""."""
+    ldconfig = next((c for c in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(c)), "ldconfig")
+    for line in shell_out([ldconfig, "-p"]).splitlines():
+        if line.strip().startswith(name + " ") and "=>" in line:
+            return line.split("=>", 1)[1].strip()
+    return ""
 
 
 # ---- the steps: each returns (status, markdown body) ---------------------------------------------
@@ -312,12 +330,12 @@ def step_env(r: Run) -> tuple[str, str]:
     smi = shutil.which("nvidia-smi")
     if smi:
         gpu = shell_out([smi, "--query-gpu=name,memory.total,driver_version,compute_cap", "--format=csv,noheader"])
-        rows.append(("GPU (nvidia-smi)", gpu))
+        rows.append(("GPU (nvidia-smi)", gpu or "**nvidia-smi found no GPU** (or failed)"))
         r.results["gpu"] = gpu
     else:
         rows.append(("GPU (nvidia-smi)", "**no nvidia-smi**: no NVIDIA GPU here"))
         missing.append("an NVIDIA GPU")
-    libcuda = shell_out(["sh", "-c", "ldconfig -p | grep -m1 'libcuda.so.1'"])
+    libcuda = ldconfig_find("libcuda.so.1")
     if not libcuda:
         for d in r.env.get("LD_LIBRARY_PATH", "").split(":"):
             if d and os.path.exists(os.path.join(d, "libcuda.so.1")):
@@ -328,7 +346,7 @@ def step_env(r: Run) -> tuple[str, str]:
         missing.append("libcuda.so.1")
     bundled_loader = r.root / "lib" / "libvulkan.so.1"
     rows.append(("Vulkan loader", f"the bundle's ({bundled_loader})" if bundled_loader.exists() else
-                 shell_out(["sh", "-c", "ldconfig -p | grep -m1 libvulkan.so.1"]) or "**none** (vulkan has no device)"))
+                 ldconfig_find("libvulkan.so.1") or "**none** (vulkan has no device)"))
     icd = r.env.get("VK_DRIVER_FILES") or r.env.get("VK_ICD_FILENAMES")
     if icd:
         rows.append(("Vulkan driver (ICD)", f"VK_DRIVER_FILES={icd}" + ("" if os.path.exists(icd.split(":")[0]) else " **(file missing)**")))
@@ -339,7 +357,7 @@ def step_env(r: Run) -> tuple[str, str]:
                      f"**none found** (no {NVIDIA_ICD}, nothing in /usr/share/vulkan/icd.d or /etc/vulkan/icd.d)"))
         if not found:
             missing.append("a Vulkan driver")
-    fallback = getattr(r, "fallback_reason", "")
+    fallback = r.fallback_reason
     rows.append(("libstdc++", "the bundle's fallback (the machine's is older)" if "fallback" in r.env["LD_LIBRARY_PATH"]
                  else ("the machine's" if not fallback else f"**fafo does not start**: {fallback}")))
     rows.append(("LD_LIBRARY_PATH", r.env["LD_LIBRARY_PATH"]))
@@ -418,35 +436,62 @@ def parse_conformance(text: str) -> tuple[dict, list[str], list[str]]:
 
 
 def step_conformance(r: Run) -> tuple[str, str]:
-    argv = [str(r.bin / "test_backend_ops"), "--gtest_color=no"]
-    if r.quick:  # the table of every device and the pair check; the cpu-only tests and the emulation run in CI
-        argv.append("--gtest_filter=EveryBackendAndDevice/*:BackendPairs.*:-*cuda_emulated*")
-    elif r.devices("cuda"):  # a real GPU: its emulation is the same on every machine and checked in CI
-        argv.append("--gtest_filter=-*cuda_emulated*")
-    code, text = r.run(argv, r.left(), "op-conformance table")
-    (r.out / "conformance.log").write_text(text[-LOG_LIMIT:])
-    table, failed, pairs = parse_conformance(text)
-    passed = re.search(r"\[  PASSED  \] (\d+) tests?", text)
-    lines = [f"{passed.group(1) if passed else '?'} tests passed, {len(failed)} failed"
-             + (f": {', '.join(failed)}" if failed else "") + " (conformance.log has every case)", ""]
-    targets = sorted({t for t, _ in table})
-    lines += ["Largest error against the reference, per backend and op (exact: bit for bit; tolerance: "
-              "within the backend's declared tolerance):", "",
-              "| target | op | cases | mode | max error | worst case | failed |", "|---|---|---:|---|---:|---|---:|"]
-    for t in targets:
-        for (tt, op), e in sorted(table.items()):
-            if tt == t:
-                lines.append(f"| {t} | {op} | {e['cases']} | {e['mode']} | {e['max_error']:.3g} | {e['worst']} | {e['failed']} |")
-    lines += ["", "CUDA against Vulkan, bit for bit (one summation order):", ""]
-    lines += [f"- {p}" for p in pairs] if pairs else ["- (no cuda and vulkan device pair in this run)"]
+    """The table in one process per backend (a CUDA fault is sticky: it must not take the
+    Vulkan rows with it), GPUs first, then the CUDA-Vulkan pairs, then cpu and reference.
+    The CUDA backend's host emulation and the cpu-only tests are the same on every machine
+    and run in CI."""
+    groups = []
+    if r.devices("vulkan"):
+        groups.append(("vulkan", "EveryBackendAndDevice/*/vulkan_*"))
+    if r.devices("cuda"):
+        groups.append(("cuda", "EveryBackendAndDevice/*/cuda_?"))
+    if r.devices("vulkan") and r.devices("cuda"):
+        groups.append(("cuda against vulkan", "BackendPairs.CudaAndVulkan*"))
+    groups.append(("cpu and reference", "EveryBackendAndDevice/*/cpu_*:EveryBackendAndDevice/*/reference_*"))
+    texts, failed, summary, cut = [], [], [], False
+    for name, pattern in groups:
+        if r.left() < 5:
+            summary.append(f"- {name}: skipped (budget)")
+            cut = True
+            continue
+        code, text = r.run([str(r.bin / "test_backend_ops"), "--gtest_color=no", f"--gtest_filter={pattern}"], r.left(),
+                           f"op-conformance table: {name}")
+        texts.append(f"==== {name}: {pattern}\n{text}")
+        passed = re.search(r"\[  PASSED  \] (\d+) tests?", text)
+        group_failed = sorted(set(re.findall(r"^\[  FAILED  \] (\S+)", text, re.M)))
+        failed += group_failed
+        if code is None:
+            summary.append(f"- {name}: **timed out**")
+            cut = True
+        elif code != 0 and not group_failed:
+            summary.append(f"- {name}: **exit {code}** (crashed?)\n\n{tail(text, 12)}")
+            failed.append(f"{name} (exit {code})")
+        else:
+            summary.append(f"- {name}: {passed.group(1) if passed else 0} tests passed, {len(group_failed)} failed"
+                           + (f": {', '.join(group_failed)}" if group_failed else ""))
+    text = "\n".join(texts)
+    (r.out / "conformance.log").write_bytes(text.encode("utf-8", "replace")[-LOG_LIMIT:])
+    table, _, _ = parse_conformance(text)
+    pairs = [l.strip()[5:] for l in text.splitlines() if l.lstrip().startswith("pair cuda_")]
+    skipped_pair = re.search(r"needs a CUDA GPU and a Vulkan GPU \([^)]*\)", text)
+    lines = summary + ["", "(conformance.log has every case)", "",
+                       "Largest error against the reference, per backend and op (exact: bit for bit; tolerance: "
+                       "within the backend's declared tolerance):", "",
+                       "| target | op | cases | mode | max error | worst case | failed |", "|---|---|---:|---|---:|---|---:|"]
+    for (t, op), e in sorted(table.items()):
+        lines.append(f"| {t} | {op} | {e['cases']} | {e['mode']} | {e['max_error']:.3g} | {e['worst']} | {e['failed']} |")
+    lines += ["", "CUDA against Vulkan on the same GPU, bit for bit (one summation order):", ""]
+    if pairs:
+        lines += [f"- {p}" for p in pairs]
+    else:
+        lines.append("- not compared: " + (skipped_pair.group(0) if skipped_pair else
+                                             "this machine has no cuda device and vulkan device to pair"))
     r.results["conformance"] = {"failed": failed, "pairs": pairs,
                                 "max_errors": {f"{t}/{op}": e["max_error"] for (t, op), e in table.items()}}
     body = "\n".join(lines)
-    if code is None:
-        return "timed out", body + "\n\n" + tail(text)
-    if code != 0 or failed:
-        return f"FAILED: {len(failed)} tests", body + "\n\n" + tail(text, 30)
-    return "ok", body
+    if failed:
+        return f"FAILED: {len(failed)} tests", body
+    return ("timed out" if cut else "ok"), body
 
 
 def step_greedy(r: Run) -> tuple[str, str]:
@@ -454,7 +499,7 @@ def step_greedy(r: Run) -> tuple[str, str]:
     golden = (r.data / "stories260K.greedy_256steps.golden.txt").read_text()
     golden = golden[:-1] if golden.endswith("\n") else golden  # the newline `fafo run` prints after the text
     n_tokens = 64 if r.quick else 256  # --quick: the golden text's start
-    targets = [("cpu", None)] + [(d["backend"], d["index"]) for d in r.gpu_devices()]
+    targets = [(d["backend"], d["index"]) for d in r.gpu_devices()] + [("cpu", None)]  # GPUs first
     rows, problems, cut = [], [], False
     for backend, index in targets:
         ar_text = None
@@ -475,7 +520,7 @@ def step_greedy(r: Run) -> tuple[str, str]:
                 cut = True
                 continue
             try:
-                j = json.loads(text[text.index("{"):])
+                j = bench_json(text)
             except ValueError:
                 rows.append(f"| {label} | {strategy} | FAILED (exit {code}) | | | |")
                 problems.append(f"{label} {strategy}: exit {code}: {text.strip().splitlines()[-1] if text.strip() else ''}")
@@ -505,43 +550,63 @@ def step_greedy(r: Run) -> tuple[str, str]:
     return ("timed out" if cut else "ok"), body
 
 
-def bench_json(text: str):
-    """The JSON object `fafo bench --json` prints last."""
-    start = text.rfind("\n{")
-    start = 0 if text.startswith("{") and start < 0 else start
-    if start < 0:
-        raise ValueError("no JSON")
-    return json.loads(text[start:])
+def bench_json(text: str) -> dict:
+    """The last JSON object a program printed at the start of a line (stderr's lines, merged
+    into the same text, may come before or after it)."""
+    decoder = json.JSONDecoder()
+    starts = [m.start() for m in re.finditer(r"(?m)^\{", text)]
+    for at in reversed(starts):
+        try:
+            value, _ = decoder.raw_decode(text, at)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    raise ValueError("no JSON object in the output")
 
 
 def step_strategies(r: Run) -> tuple[str, str]:
+    """stories260K's strategies side by side, one process per GPU device."""
     gpus = r.gpu_devices()
     if not gpus:
         return "skipped: no GPU device", "No cuda or vulkan device found."
     n_prompts, n_predict = (3, 32) if r.quick else (20, 64)
-    devices = ",".join(f"{d['backend']}:{d['index']}" for d in gpus)
-    argv = [str(r.bin / "fafo"), "bench", "-m", str(r.data / "stories260K.gguf"), "--devices", devices,
-            "--strategies", "ar,jacobi,lookahead,fafo", "--prompts", str(r.data / "mt_bench_20.jsonl"),
-            "--n-prompts", str(n_prompts), "-n", str(n_predict), "--pp", "0", "--tg", "0", "--curve", "", "-r", "1",
-            "--json", "--report", str(r.work / "strategies")]
-    code, text = r.run(argv, r.left(), "strategies side by side")
-    if code is None:
-        return "timed out", tail(text)
-    table = r.work / "strategies.md"
-    body = f"{n_prompts} MT-Bench prompts, {n_predict} tokens each, greedy:\n\n"
-    body += table.read_text() if table.exists() else tail(text, 40)
-    try:
-        r.results["strategies"] = bench_json(text)
-    except ValueError:
-        pass
-    bad = [f"{d.get('label')}: {s['strategy']} equals ar on {s['ids_equal_ar']}/{s['prompts']} prompts"
-           for d in r.results.get("strategies", {}).get("devices", []) for s in d.get("strategies", [])
-           if s.get("ids_equal_ar") != s.get("prompts")]
-    if bad:
-        body += "\n\n" + "\n".join(f"- **{b}**" for b in bad)
-    if code != 0:
-        return f"FAILED: exit {code}", body + "\n\n" + tail(text)
-    return ("FAILED: output differs from ar" if bad else "ok"), body
+    lines = [f"{n_prompts} MT-Bench prompts, {n_predict} tokens each, greedy; speedup: tokens/s over ar's on the same device:",
+             "", "| device | strategy | tokens/s | speedup | tokens/step | prompts = ar |", "|---|---|---:|---:|---:|---:|"]
+    status, notes, measured = "ok", [], []
+    for d in gpus:
+        label = f"{d['backend']}:{d['index']}"
+        if r.left() < 5:
+            notes.append(f"- {label}: skipped (budget)")
+            status = "timed out" if status == "ok" else status
+            continue
+        argv = [str(r.bin / "fafo"), "bench", "-m", str(r.data / "stories260K.gguf"), "--backend", d["backend"],
+                "--device", str(d["index"]), "--strategies", "ar,jacobi,lookahead,fafo", "--prompts",
+                str(r.data / "mt_bench_20.jsonl"), "--n-prompts", str(n_prompts), "-n", str(n_predict), "--pp", "0",
+                "--tg", "0", "--curve", "", "-r", "1", "--json"]
+        code, text = r.run(argv, r.left(), f"strategies {label}")
+        if code is None:
+            notes.append(f"- {label}: **timed out**")
+            status = "timed out" if status == "ok" else status
+            continue
+        try:
+            j = bench_json(text)
+        except ValueError:
+            notes.append(f"- {label}: **failed** (exit {code})\n\n{tail(text)}")
+            status = f"FAILED: {label}"
+            continue
+        measured.append({"label": label, **j})
+        for row in j.get("strategies", []):
+            lines.append(f"| {label} | {row['strategy']} | {row['tokens_per_s']:.1f} | {row.get('speedup', 0):.2f}× | "
+                         f"{row['tau']:.2f} | {row['ids_equal_ar']}/{row['prompts']} |")
+            if row.get("ids_equal_ar") != row.get("prompts"):
+                notes.append(f"- **{label}: {row['strategy']} equals ar on {row['ids_equal_ar']} of {row['prompts']} prompts**")
+                status = "FAILED: output differs from ar"
+        if j.get("error"):
+            notes.append(f"- {label}: **error**: {j['error']}")
+            status = f"FAILED: {label}"
+    r.results["strategies"] = measured
+    return status, "\n".join(lines + [""] + notes)
 
 
 def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False) -> tuple[str, str]:
@@ -558,6 +623,7 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
     store = r.results.setdefault(key, {})
     for d in devices:
         label = f"{backend}:{d['index']}"
+        store[label] = {"device": d["name"]}  # nothing of an earlier run survives a failed rerun
         base = [str(r.bin / "fafo"), "bench", "-m", str(path), "--backend", backend, "--device", str(d["index"]),
                 "--json"]
         parts = [("pp/tg", ["--pp", str(pp), "--tg", str(tg), "--curve", "", "-r", reps])]
@@ -582,7 +648,7 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 lines.append(f"- {label} {name}: **failed** (exit {code})\n\n{tail(text)}")
                 status = f"FAILED: {label} {name}"
                 continue
-            entry = store.setdefault(label, {"device": d["name"]})
+            entry = store[label]
             entry["description"] = j.get("description", entry.get("description", ""))
             for key in ("pp", "tg"):
                 if j.get(key):
@@ -597,6 +663,8 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 lines.append(f"- {label} {name}: **error**: {j['error']}")
                 status = f"FAILED: {label} {name}"
     for label, e in store.items():
+        if not label.startswith(backend + ":"):
+            continue
         lines.append(f"\n**{label}**: {e.get('description') or e.get('device')}\n")
         if e.get("pp"):
             lines.append(f"- pp{e['pp']['tokens']}: {e['pp']['tokens_per_s']:.1f} ± {e['pp']['sd']:.1f} tokens/s")
@@ -679,6 +747,8 @@ def main() -> int:
         return 1
 
     r = Run(args)
+    # A SIGTERM (the machine's own timeout) still writes the report and stops the children.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     needs_q4 = any(s in args.steps for s in ("synth", "bench-cuda", "bench-vulkan", "profile"))
     if needs_q4:
         r.start_synth("Q4_K_M")  # from the first second; the steps before the benches run beside it
@@ -701,12 +771,26 @@ def main() -> int:
     cap = {"env": 60, "synth": 300, "devices": 30, "conformance": 120, "greedy": 60, "strategies": 45,
            "bench-cuda": 100, "bench-vulkan": 100, "f16": 300, "profile": 40, "roofline": 10}
     scale = max(1.0, args.budget / 300.0)
+    f16_runs = args.budget >= 450 or args.steps_given
+
+    def reserve_after(i: int) -> float:
+        """The least time the selected steps after order[i] need, on the devices found."""
+        later = set(order[i + 1:])
+        if "devices" in r.results:
+            if not r.devices("cuda"):
+                later.discard("bench-cuda")
+            if not r.devices("vulkan"):
+                later -= {"bench-vulkan", "profile"}
+        if not f16_runs:
+            later.discard("f16")
+        return float(sum(minimum[s] for s in later))
+
     worst = 0
     r.write_report()
     try:
-        for step in order:
+        for i, step in enumerate(order):
             if step == "f16":
-                if not (args.budget >= 450 or args.steps_given):
+                if not f16_runs:
                     r.section(step, "skipped: only with --budget 450 or more, or --steps f16", "", 0)
                     continue
                 r.start_synth("F16")
@@ -716,7 +800,9 @@ def main() -> int:
                 continue
             print(f"gpu-run: {step} ({r.elapsed():.0f} s of {r.budget:.0f})", flush=True)
             t0 = time.monotonic()
-            r.step_deadline = t0 + cap[step] * scale
+            # Its cap, and the time the steps after it need, but never less than its own minimum.
+            end_of_budget = r.started + r.budget - 3.0
+            r.step_deadline = max(t0 + minimum[step], min(t0 + cap[step] * scale, end_of_budget - reserve_after(i)))
             try:
                 status, body = functions[step](r)
             except Exception as e:  # a bug of the runner's: reported, the run goes on
