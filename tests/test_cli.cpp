@@ -333,3 +333,26 @@ TEST(Cli, RunWithoutAModelUsesTheShippedModel) {
   ASSERT_EQ(given.exit_code, 0) << given.err;
   EXPECT_EQ(given.err.find("the default"), std::string::npos) << given.err;
 }
+
+// The text to tokenize may be given positionally; `--curve` alone, empty or `none` skips
+// the step-cost curve, and a bad step size is named.
+TEST(Cli, TokenizeTakesTheTextPositionallyAndCurveCanBeEmpty) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome positional = run_fafo("tokenize -m " + quote(model) + " 'Hello world'");
+  const Outcome flag = run_fafo("tokenize -m " + quote(model) + " --text 'Hello world'");
+  ASSERT_EQ(positional.exit_code, 0) << positional.err;
+  EXPECT_EQ(positional.out, flag.out);
+  EXPECT_FALSE(positional.out.empty());
+  const Outcome both = run_fafo("tokenize -m " + quote(model) + " --text a b");
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_HAS(both.err, "give the text once");
+  for (const char* curve : {"--curve", "--curve none", "--curve ''"}) {
+    const Outcome o = run_fafo("bench -m " + quote(model) + " -r 1 --pp 4 --tg 4 --json " + curve);
+    ASSERT_EQ(o.exit_code, 0) << curve << ": " << o.err;
+    const auto j = nlohmann::json::parse(o.out.substr(o.out.rfind("\n{") + 1));
+    EXPECT_TRUE(j["step_cost"].empty()) << curve;
+  }
+  const Outcome bad = run_fafo("bench -m " + quote(model) + " --curve 1,x");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_HAS(bad.err, "'x' is not a step size");
+}

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -100,7 +101,26 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("-r,--repetitions", args->config.repetitions, "Repetitions per measurement")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--pp", args->config.pp, "Prompt-processing test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--tg", args->config.tg, "Generation test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--curve", args->config.curve, "Step sizes T for t(T) (empty list = skip)")->delimiter(',')->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--curve",
+         [args](const std::string& text) {
+           args->config.curve.clear();
+           if (text == "none" || text.empty()) return;
+           std::stringstream list(text);
+           for (std::string item; std::getline(list, item, ',');) {
+             try {
+               size_t used = 0;
+               const int value = std::stoi(item, &used);
+               if (used != item.size() || value < 1 || value > 1024) throw std::invalid_argument(item);
+               args->config.curve.push_back(value);
+             } catch (const std::exception&) {
+               throw CLI::ValidationError("--curve", "'" + item + "' is not a step size in 1..1024");
+             }
+           }
+         },
+         "Step sizes T for t(T), comma-separated (default 1,2,4,8,16,32,64,128,256); none, an empty value or "
+         "--curve alone skips the curve")
+      ->expected(0, 1);
   cmd->add_option("--prompts", args->prompts_file, "JSONL prompts (MT-Bench question.jsonl, GSM8K test.jsonl, or {\"prompt\": ...})");
   cmd->add_option("--n-prompts", args->n_prompts, "Prompts to use from the file")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("-n,--n-predict", args->config.n_generate, "New tokens per prompt")->capture_default_str()->check(CLI::Range(1, 1 << 20));

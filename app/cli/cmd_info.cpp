@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.h"
+#include "default_model.h"
 #include "fafo/gguf.h"
 #include "fafo/model.h"
 #include "fafo/tokenizer.h"
@@ -124,9 +125,12 @@ int run_info(const InfoArgs& args) {
 Command add_info_command(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
   CLI::App* cmd = app.add_subcommand("info", "Show a GGUF file's architecture, hyperparameters, tokenizer and tensors");
-  cmd->add_option("-m,--model", args->model, "GGUF file")->required();
+  cmd->add_option("-m,--model", args->model, "GGUF file (default: $FAFO_MODEL, else the shipped stories260K.gguf)");
   cmd->add_flag("--all-metadata", args->all_metadata, "Print long metadata arrays in full");
-  return [args] { return run_info(*args); };
+  return [args] {
+    app::use_default_model_if_unset(args->model);
+    return run_info(*args);
+  };
 }
 
 }  // namespace fafo::cli

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "default_model.h"
 #include "fafo/gguf.h"
 #include "fafo/tokenizer.h"
 
@@ -101,8 +102,10 @@ int run_tokenize(const TokenizeArgs& args) {
 Command add_tokenize_command(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids of a text (or of llama.cpp tokenizer test vectors)");
-  cmd->add_option("-m,--model", args->model, "GGUF file (a vocab-only GGUF is enough)")->required();
+  cmd->add_option("-m,--model", args->model,
+                  "GGUF file (a vocab-only GGUF is enough; default: $FAFO_MODEL, else the shipped stories260K.gguf)");
   CLI::Option* text = cmd->add_option("--text", args->text, "Text to tokenize (may be empty)");
+  CLI::Option* positional = cmd->add_option("TEXT", args->text, "Text to tokenize, as --text");
   CLI::Option* file = cmd->add_option("-f,--file", args->file, "Read the text to tokenize from this file");
   CLI::Option* vectors = cmd->add_option("--vectors", args->vectors,
                   "llama.cpp test inputs (.inp: strings separated by \"\\n__ggml_vocab_test__\\n\"): print one line of "
@@ -111,8 +114,10 @@ Command add_tokenize_command(CLI::App& app) {
   cmd->add_flag("--parse-special", args->parse_special,
                 "Turn control-token texts in the input (e.g. <|im_start|>) into those tokens");
   cmd->add_flag("--pieces", args->pieces, "Print one \"id 'piece'\" line per token instead of the ids");
-  return [args, text, file, vectors] {
-    args->sources = (text->count() > 0) + (file->count() > 0) + (vectors->count() > 0);
+  return [args, text, positional, file, vectors] {
+    if (text->count() > 0 && positional->count() > 0) throw std::runtime_error("give the text once: TEXT or --text");
+    args->sources = (text->count() + positional->count() > 0) + (file->count() > 0) + (vectors->count() > 0);
+    app::use_default_model_if_unset(args->model);
     return run_tokenize(*args);
   };
 }
