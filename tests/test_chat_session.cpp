@@ -167,6 +167,63 @@ TEST_F(ChatSessionOnStories, FullContextAndRefusedTemplatesAreErrors) {
   }
 }
 
+// A conversation longer than the context keeps going: the oldest turns after the system
+// message leave, down to about half the context, and the reply after a shift is exactly
+// what a new session on the shortened conversation gives. A turn that cannot fit even
+// alone is refused and the conversation kept; with the shift off, a full context refuses.
+TEST_F(ChatSessionOnStories, AFullContextShiftsOutTheOldestTurnsExactly) {
+  ChatSession chat = session("You tell stories.");
+  test::TestModel other = test::load_test_model(test::shared_path("models/stories260K.gguf").string(), 512);
+  int shifts = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string user = "Tell me story number " + std::to_string(i);
+    const size_t turns_before = chat.history().size();
+    const ChatTurnResult r = chat.turn(user, greedy(100));
+    ASSERT_TRUE(r.in_history);
+    EXPECT_LE(m_->model->n_past(), 512);
+    if (r.shifted_turns == 0) {
+      EXPECT_EQ(chat.history().size(), turns_before + 2);
+      continue;
+    }
+    ++shifts;
+    EXPECT_EQ(chat.history().size(), turns_before + 2 - 2 * static_cast<size_t>(r.shifted_turns));
+    EXPECT_EQ(chat.history()[0].role, "system");
+    EXPECT_EQ(chat.history()[1].role, "user");
+    EXPECT_GT(r.shift_tokens_before, r.shift_tokens_after);
+    EXPECT_LE(r.shift_tokens_after + 100, 256u) << "about half the context is left after a shift";
+    EXPECT_EQ(r.reused, 0) << "prefilled again from an empty cache";
+    const std::vector<ChatMessage> base(chat.history().begin(), chat.history().end() - 2);
+    ChatSession fresh(*other.model, *other.tokenizer, ChatTemplate::builtin("chatml"), chat_template_context(*other.tokenizer));
+    fresh.restore(base);
+    EXPECT_EQ(fresh.turn(user, greedy(100)).reply, r.reply) << "turn " << i;
+  }
+  EXPECT_GE(shifts, 2);
+  const size_t kept = chat.history().size();
+  try {
+    chat.turn(std::string(3000, 'a'), greedy(10));
+    FAIL() << "a turn longer than the context ran";
+  } catch (const ChatTurnError& e) {
+    EXPECT_EQ(e.kind(), ChatTurnError::Kind::ContextFull);
+    EXPECT_NE(std::string(e.what()).find("even with every earlier turn left out"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(chat.history().size(), kept) << "the conversation is kept";
+  EXPECT_FALSE(chat.turn("And then?", greedy(20)).reply.empty()) << "and goes on";
+
+  ChatSession strict = session("You tell stories.");
+  strict.set_context_shift(false);
+  bool refused = false;
+  for (int i = 0; i < 16 && !refused; ++i) {
+    try {
+      strict.turn("Tell me story number " + std::to_string(i), greedy(100));
+    } catch (const ChatTurnError& e) {
+      EXPECT_EQ(e.kind(), ChatTurnError::Kind::ContextFull);
+      EXPECT_NE(std::string(e.what()).find("no context shift"), std::string::npos) << e.what();
+      refused = true;
+    }
+  }
+  EXPECT_TRUE(refused);
+}
+
 // Long sampled replies (which sometimes contain a BOS where the story model starts a
 // new story) stay in the cache whole: the next turn reuses every fed token.
 TEST_F(ChatSessionOnStories, LongSampledRepliesStayInTheCache) {

@@ -34,7 +34,8 @@ namespace {
 struct ChatArgs {
   OpenOptions open;  // with the chat template
   std::string system;
-  int32_t n_predict = -1;
+  int32_t n_predict = 512;  // a reply's length at most, as chat apps limit it
+  bool context_shift = true;
   SamplerOptions sampling{0.8f, 40, 0.95f, 0.05f, 0};
   std::shared_ptr<bool> seed_given = std::make_shared<bool>(false);
   DecodingOptions decoding = [] {  // --strategy: auto by default
@@ -160,6 +161,12 @@ TurnOutcome run_turn(ChatSession& session, const ChatArgs& args, const std::stri
   }
   const Model& model = session.model();
   const GenerationResult& g = r.generation;
+  if (r.shifted_turns > 0)
+    std::fprintf(stderr,
+                 "fafo: context shift: the oldest %d turn%s left the conversation (%zu tokens -> %zu of %d); "
+                 "--no-context-shift keeps them and refuses instead\n",
+                 r.shifted_turns, r.shifted_turns == 1 ? "" : "s", r.shift_tokens_before, r.shift_tokens_after,
+                 model.n_ctx());
   const char* stop = r.stop == ChatStop::Stopped ? "interrupted (Ctrl-C)" : chat_stop_text(r.stop);
   std::fprintf(stderr,
                "fafo: %zu tokens in %.3f s (%.1f tokens/s); prompt %zu tokens in %.3f s: %zu new, %d reused from the "
@@ -189,6 +196,7 @@ Chat open_chat(ChatArgs& args) {
   open_draft_model(args.decoding, args.open, *m.model, m.tokenizer->vocab(), scoring_uses_draft_model(args.decoding, args.kv));
   c.session = std::make_unique<ChatSession>(*m.model, *m.tokenizer, m.chat.chat_template, chat_template_context(*m.tokenizer),
                                             args.system);
+  c.session->set_context_shift(args.context_shift);
   return c;
 }
 
@@ -279,6 +287,9 @@ Command add_chat_command(CLI::App& app) {
   app::add_open_flags(cmd, args->open);
   app::add_chat_flags(cmd, args->system, args->open.chat_template);
   app::add_reply_length_flag(cmd, args->n_predict);
+  cmd->add_flag("!--no-context-shift", args->context_shift,
+                "When a turn and its reply would not fit, refuse it instead of letting the oldest turns (after the "
+                "system message, about half the context) leave the conversation");
   app::add_sampling_flags(cmd, args->sampling, args->seed_given);
   app::add_strategy_flag(cmd, args->decoding.strategy);
   app::add_decoding_flags(cmd, args->decoding, args->kv);

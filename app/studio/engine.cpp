@@ -249,6 +249,9 @@ void Engine::chat_turn(const std::string& text, GenerationOptions options) {
     reopen_keeping_conversation(e.what());
   }
   TurnSummary s = summarize(r.generation, chat_stop_text(r.stop));
+  if (r.shifted_turns > 0)  // ChatSession made room: said under the reply, as `fafo chat` says it
+    s.stop += "; context shift: the oldest " + std::to_string(r.shifted_turns) + " turn" +
+              (r.shifted_turns == 1 ? "" : "s") + " left the conversation";
   s.new_tokens = r.new_tokens;
   s.reused = r.reused;
   update([&](EngineView& v) { v.last = s; });

@@ -9,6 +9,14 @@
 // held back and cut off) and ends at an end-of-generation token, at the turn-end
 // text, at n_predict tokens, at a full context, or when the caller's stop flag is set.
 //
+// Context shift: when a new turn and room for its reply (n_predict tokens, or one when
+// unlimited) would not fit in the context, the oldest turns after the system message
+// leave the conversation, whole user-assistant pairs, until the rendering takes about
+// half of the context at most, and the rest is prefilled again from an empty cache —
+// exactly as a new session on the shortened conversation would (restore()). A turn
+// that cannot fit even alone is refused (ChatTurnError::Kind::ContextFull, with the
+// numbers) and the conversation is kept. set_context_shift(false) refuses instead.
+//
 // Who uses it: `fafo chat` (app/cli/cmd_chat.cpp) and fafo-studio's chat view, which
 // runs turns on a worker thread. Not thread-safe: one thread at a time.
 #pragma once
@@ -53,6 +61,10 @@ struct ChatTurnResult {
   // false: stopped before the reply began (during the prompt's prefill); the message
   // and an empty reply are then not part of the conversation.
   bool in_history = true;
+  // A context shift before this turn: the turns (user-assistant pairs) that left the
+  // conversation, and its rendering's tokens before and after (0, 0, 0: none).
+  int32_t shifted_turns = 0;
+  size_t shift_tokens_before = 0, shift_tokens_after = 0;
 };
 
 // The BOS / EOS texts a chat template renders with, from the tokenizer's vocabulary.
@@ -75,6 +87,8 @@ class ChatSession {
   void set_system(std::string system) { system_ = std::move(system); }
   // Throws ChatTemplateError when the template cannot render a first user message.
   void check_template() const;
+  // Whether a turn that would not fit drops the oldest turns (the default) or is refused.
+  void set_context_shift(bool on) { context_shift_ = on; }
 
   using TextCallback = std::function<void(const std::string& text)>;
   using StopFlag = std::function<bool()>;
@@ -114,6 +128,10 @@ class ChatSession {
     CachedPiece rest;          // the new text of the rendering and its tokens
   };
   Prefill plan_prefill(const std::string& prompt) const;
+  // Tokens of a whole rendering fed from an empty cache (BOS included where added).
+  size_t rendering_tokens(const std::string& prompt) const;
+  // Renders `messages` with the generation prompt; a template's refusal is a ChatTurnError.
+  std::string render_turn(const std::vector<ChatMessage>& messages) const;
   void apply(const Prefill& p);
 
   Model& model_;
@@ -124,6 +142,7 @@ class ChatSession {
   std::string turn_end_;
   std::vector<ChatMessage> history_;
   std::vector<CachedPiece> pieces_;
+  bool context_shift_ = true;
 };
 
 // Turns a reply's generated pieces into text to show: cuts at the template's turn-end

@@ -102,22 +102,61 @@ void ChatSession::check_template() const {
   template_.render(probe, true, ctx_);
 }
 
-ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationOptions& options,
-                                 const TextCallback& on_text, const StopFlag& should_stop) {
-  std::vector<ChatMessage> messages = history_;
-  messages.push_back({"user", user_text});
-  std::string prompt;
+std::string ChatSession::render_turn(const std::vector<ChatMessage>& messages) const {
   try {
-    prompt = template_.render(messages, true, ctx_);
+    return template_.render(messages, true, ctx_);
   } catch (const ChatTemplateError& e) {
     throw ChatTurnError(ChatTurnError::Kind::TemplateRefused,
                         "the chat template (" + template_.name() + ") refuses this conversation: " + e.what());
   }
-  const Prefill prefill = plan_prefill(prompt);
-  if (static_cast<int64_t>(prefill.reused) + static_cast<int64_t>(prefill.ids.size()) >= model_.n_ctx())
-    throw ChatTurnError(ChatTurnError::Kind::ContextFull,
-                        "the context is full (this turn needs " + std::to_string(prefill.ids.size()) + " tokens, " +
-                            std::to_string(prefill.reused) + " of " + std::to_string(model_.n_ctx()) + " are in use)");
+}
+
+size_t ChatSession::rendering_tokens(const std::string& prompt) const {
+  return tok_.encode(prompt, false, true).size() + (chat_needs_bos(tok_, ctx_, prompt) ? 1 : 0);
+}
+
+ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationOptions& options,
+                                 const TextCallback& on_text, const StopFlag& should_stop) {
+  // The conversation this turn continues: history_, or what is left of it after a shift
+  // (it replaces history_ only when the turn has run).
+  std::vector<ChatMessage> base = history_;
+  std::vector<ChatMessage> messages = base;
+  messages.push_back({"user", user_text});
+  std::string prompt = render_turn(messages);
+  Prefill prefill = plan_prefill(prompt);
+  const int64_t n_ctx = model_.n_ctx();
+  const int64_t room = options.n_predict > 0 ? options.n_predict : 1;  // the reply's tokens
+  ChatTurnResult r;
+  if (static_cast<int64_t>(prefill.reused) + static_cast<int64_t>(prefill.ids.size()) + room > n_ctx) {
+    const size_t first = !base.empty() && base.front().role == "system" ? 1 : 0;
+    size_t tokens = rendering_tokens(prompt);
+    const size_t before = tokens;
+    int32_t dropped = 0;
+    // Whole turns from the oldest: a user message and the replies after it.
+    while (context_shift_ && base.size() > first && static_cast<int64_t>(tokens) + room > n_ctx / 2) {
+      size_t end = first + 1;
+      while (end < base.size() && base[end].role != "user") ++end;
+      base.erase(base.begin() + static_cast<std::ptrdiff_t>(first), base.begin() + static_cast<std::ptrdiff_t>(end));
+      ++dropped;
+      messages = base;
+      messages.push_back({"user", user_text});
+      prompt = render_turn(messages);
+      tokens = rendering_tokens(prompt);
+    }
+    if (static_cast<int64_t>(tokens) + room > n_ctx)
+      throw ChatTurnError(ChatTurnError::Kind::ContextFull,
+                          "the context is full: this turn needs " + std::to_string(tokens) + " tokens" +
+                              (context_shift_ ? " even with every earlier turn left out" : "") + ", and " +
+                              std::to_string(room) + " for the reply; the context holds " + std::to_string(n_ctx) +
+                              (context_shift_ ? "" : " (no context shift: no turn leaves the conversation)"));
+    // Prefilled again from an empty cache, as a new session on `base` would.
+    pieces_.clear();
+    model_.truncate(0);
+    prefill = plan_prefill(prompt);
+    r.shifted_turns = dropped;
+    r.shift_tokens_before = before;
+    r.shift_tokens_after = tokens;
+  }
   // What the cache holds before this turn, to return to if the turn fails or is stopped
   // before its reply: the kept pieces as they are now (a reply's last token is not in
   // the cache until this turn feeds it).
@@ -163,7 +202,6 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
     show(reply.push(tok_.token_to_piece(id)));
     return !reply.found_turn_end();
   };
-  ChatTurnResult r;
   try {
     r.generation = generate(model_, tok_, prefill.ids, g, on_token);
   } catch (...) {
@@ -174,6 +212,7 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
     roll_back();
     r.stop = ChatStop::Stopped;
     r.in_history = false;
+    r.shifted_turns = 0;  // the conversation is as it was: the next turn shifts again
     return r;
   }
   show(reply.finish());
@@ -190,6 +229,7 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
     const bool control = tok_.is_control(id) || tok_.is_end_of_generation(id);
     pieces_.push_back({control && !last ? std::string() : tok_.token_to_piece(id, control), {id}, !last});
   }
+  history_ = std::move(base);
   history_.push_back({"user", user_text});
   history_.push_back({"assistant", reply.text()});
 
