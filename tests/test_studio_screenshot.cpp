@@ -180,6 +180,21 @@ TEST(StudioScreenshot, DebuggerShowsEveryViewLive) {
   EXPECT_GE(items(s, "Candidates"), 0);
 }
 
+// What a newcomer sees first: no flags but --steps, so the shipped model, the default
+// prompt and no strategy picked. The Debugger runs fafo (the chat's auto would choose
+// plain decoding here and show no window), so it shows a window and candidates.
+TEST(StudioScreenshot, TheDebuggerShowsFumbleDecodingByDefault) {
+  REQUIRE_STUDIO();
+  const Shot s = take("debugger-default", "--backend cpu --steps 20 --width 1280 --height 800");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.out << s.run.err;
+  EXPECT_NE(s.run.err.find("stories260K.gguf (the default; -m picks another)"), std::string::npos) << s.run.err;
+  ASSERT_TRUE(s.layout.is_object()) << "no layout JSON";
+  EXPECT_EQ(s.layout["view"], "debugger");
+  expect_panels_drawn(s, kDebuggerPanels, kMinInk);
+  EXPECT_EQ(items(s, "2D window"), 4 * 8) << "fafo's window: N-1 rows x W columns";
+  EXPECT_GT(items(s, "Candidate pool"), 0);
+}
+
 // Replays a recorded FAFO trace (as `fafo run --trace` writes it) and shows step 30.
 TEST(StudioScreenshot, ReplayOfARecordedTrace) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");

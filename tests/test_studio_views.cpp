@@ -178,6 +178,24 @@ TEST(StudioViews, PlaybackPausesStepsAndFollows) {
   EXPECT_EQ(p.shown(), 5u);
 }
 
+// The Debugger runs fafo until the user picks a strategy; the chat keeps auto; a picked
+// strategy (even auto) is what both run.
+TEST(StudioViews, TheDebuggerRunsFafoUntilAStrategyIsPicked) {
+  const StudioSettings plain = settings_from_options(parse_app_options({"-m", "m"}));
+  EXPECT_EQ(plain.generation.decoding.strategy, Strategy::Auto);
+  EXPECT_EQ(debugger_generation(plain).decoding.strategy, Strategy::Fafo);
+  EXPECT_EQ(debugger_generation(settings_from_options(parse_app_options({"-m", "m", "--strategy", "lookahead"})))
+                .decoding.strategy,
+            Strategy::Lookahead);
+  EXPECT_EQ(debugger_generation(settings_from_options(parse_app_options({"-m", "m", "--strategy", "auto"})))
+                .decoding.strategy,
+            Strategy::Auto);
+  // The shipped model opens when no -m is given, unless a trace is replayed.
+  EXPECT_EQ(parse_app_options({}, "shipped.gguf").open.path, "shipped.gguf");
+  EXPECT_EQ(parse_app_options({"-m", "mine.gguf"}, "shipped.gguf").open.path, "mine.gguf");
+  EXPECT_TRUE(parse_app_options({"--replay", "t.jsonl"}, "shipped.gguf").open.path.empty());
+}
+
 TEST(StudioViews, OptionsParseAndReject) {
   const auto o = parse_app_options({"--model", "m.gguf", "--prompt", "p", "--steps", "12", "--strategy", "lookahead",
                                     "--screenshot", "x.png", "--backend", "cpu", "--kv-policy", "quest", "--temp", "0.5"});

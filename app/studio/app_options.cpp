@@ -17,9 +17,9 @@ namespace {
 constexpr const char* kDescription =
     "fafo-studio: chat with a local model and watch multi-token decoding step by step\n"
     "\n"
-    "  fafo-studio [--model M]                          the chat view (open a model in the app or with --model)\n"
+    "  fafo-studio [--model M]                          the chat view (default model: $FAFO_MODEL, else the shipped one)\n"
     "  fafo-studio --model M --chat TEXT [--chat ...]   chat: send these messages in turn\n"
-    "  fafo-studio --model M --prompt P [--steps K]     the debugger on a raw prompt (default strategy: auto;\n"
+    "  fafo-studio --model M --prompt P [--steps K]     the debugger on a raw prompt (default strategy: fafo; the chat's: auto;\n"
     "                                                   with --steps and neither --prompt nor --chat: \"Once upon a time\")\n"
     "  fafo-studio --replay TRACE.jsonl [--model M]     step through a recorded `fafo run --trace`\n"
     "  fafo-studio --model M --bench DEVICES            the Bench view: `fafo bench --devices` measured and plotted\n";
@@ -128,6 +128,7 @@ AppOptions parse_app_options(const std::vector<std::string>& args, const std::st
   } catch (const CLI::ParseError& e) {
     throw std::invalid_argument(e.what());
   }
+  o.strategy_given = app->get_option("--strategy")->count() > 0;
   if (o.open.path.empty() && o.replay.empty()) o.open.path = default_model;
   check_together(o, view_given);
   return o;

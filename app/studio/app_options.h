@@ -32,6 +32,7 @@ struct AppOptions {
     d.strategy = Strategy::Auto;
     return d;
   }();
+  bool strategy_given = false;  // --strategy was given (else the debugger runs fafo: settings.h)
   KvPolicyOptions kv;       // --kv-policy, --kv-budget, --sinks, --recent, --update-interval
   std::string bench_devices;  // --bench DEVICES: run the Bench view's benchmark on --model at start ("all" or a list)
   bench::BenchConfig bench_config;  // --bench-pp, --bench-tg, --bench-curve, --bench-repetitions: the Bench view's setup

@@ -44,8 +44,9 @@ int run(const fafo::studio::AppOptions& o) {
   const fafo::GenerationOptions& g = state.settings.generation;
   if (!o.open.path.empty()) engine.open_model(state.settings.open, state.settings.system);
   if (!o.prompt.empty()) {
-    engine.run_prompt(o.prompt, g, o.steps);
-    state.source = std::string("live: ") + o.open.path + " (" + fafo::strategy_name(g.decoding.strategy) + ")";
+    const fafo::GenerationOptions debug = debugger_generation(state.settings);
+    engine.run_prompt(o.prompt, debug, o.steps);
+    state.source = std::string("live: ") + o.open.path + " (" + fafo::strategy_name(debug.decoding.strategy) + ")";
   }
   for (const std::string& message : o.chat) engine.send(message, g);
   return run_studio(state, o);

@@ -16,8 +16,9 @@ void run_prompt_controls(StudioState& s) {
   ImGui::SameLine();
   ImGui::BeginDisabled(ev.busy || !ev.has_model || s.debug_prompt.empty() || !settings_problem(s.settings).empty());
   if (ImGui::Button("Run")) {
-    s.engine->run_prompt(s.debug_prompt, s.settings.generation, s.debug_max_steps);
-    s.source = "live: " + ev.model_path + " (" + strategy_name(s.settings.generation.decoding.strategy) + ")";
+    const GenerationOptions g = debugger_generation(s.settings);
+    s.engine->run_prompt(s.debug_prompt, g, s.debug_max_steps);
+    s.source = "live: " + ev.model_path + " (" + strategy_name(g.decoding.strategy) + ")";
   }
   ImGui::EndDisabled();
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))

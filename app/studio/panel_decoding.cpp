@@ -16,9 +16,11 @@ namespace {
 const char* const kStrategies[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"};
 const char* const kPolicies[] = {"stream", "quest", "snapkv", "chunks"};
 
-void strategy_settings(DecodingOptions& d, KvPolicyOptions& kv) {
+// Returns whether the user picked a strategy in the combo.
+bool strategy_settings(DecodingOptions& d, KvPolicyOptions& kv) {
   int strategy = static_cast<int>(d.strategy);
-  if (ImGui::Combo("strategy", &strategy, kStrategies, 7)) d.strategy = static_cast<Strategy>(strategy);
+  const bool picked = ImGui::Combo("strategy", &strategy, kStrategies, 7);
+  if (picked) d.strategy = static_cast<Strategy>(strategy);
   ImGui::InputText("corpus index (.fidx)", &d.corpus_path);
   if (d.strategy == Strategy::Corpus && d.corpus_path.empty()) ImGui::TextDisabled("corpus needs an index: fafo index build");
   if (d.strategy == Strategy::Draft) {
@@ -40,6 +42,7 @@ void strategy_settings(DecodingOptions& d, KvPolicyOptions& kv) {
     ImGui::InputInt("KV budget", &kv.budget, 4, 64);
     kv.budget = std::max(kv.budget, 1);
   }
+  return picked;
 }
 
 void sampling_settings(GenerationOptions& g) {
@@ -78,7 +81,9 @@ void draw_decoding_panel(StudioState& s) {
     GenerationOptions& g = s.settings.generation;
     ImGui::PushItemWidth(ImGui::GetContentRegionAvail().x * 0.5f);
     ImGui::TextDisabled("decoding (every strategy gives the same text as ar)");
-    strategy_settings(g.decoding, g.kv);
+    if (strategy_settings(g.decoding, g.kv)) s.settings.strategy_chosen = true;
+    if (!s.settings.strategy_chosen && g.decoding.strategy == Strategy::Auto)
+      ImGui::TextDisabled("the chat runs auto; the Debugger runs fafo until a strategy is picked");
     ImGui::Separator();
     ImGui::TextDisabled("sampling");
     sampling_settings(g);

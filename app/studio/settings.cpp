@@ -12,7 +12,14 @@ StudioSettings settings_from_options(const AppOptions& o) {
   s.generation.sampling = o.sampling;
   s.generation.decoding = o.decoding;
   s.generation.kv = o.kv;
+  s.strategy_chosen = o.strategy_given;
   return s;
+}
+
+GenerationOptions debugger_generation(const StudioSettings& s) {
+  GenerationOptions g = s.generation;
+  if (!s.strategy_chosen && g.decoding.strategy == Strategy::Auto) g.decoding.strategy = Strategy::Fafo;
+  return g;
 }
 
 ChatSetup chat_setup(const StudioSettings& s) { return {s.open.chat_template, s.system}; }

@@ -18,7 +18,14 @@ struct StudioSettings {
   std::string system;  // the system message a conversation starts with
   // Each reply: n_predict, sampling, strategy and parameters, KV policy.
   GenerationOptions generation;
+  // Whether the user picked the strategy (--strategy, or the Decoding panel). Until then
+  // the chat runs `auto` and the Debugger runs `fafo`, the decoding it is there to show.
+  bool strategy_chosen = false;
 };
+
+// The options a Debugger run uses: the settings' generation, with fafo for an `auto`
+// the user did not pick.
+GenerationOptions debugger_generation(const StudioSettings& s);
 
 StudioSettings settings_from_options(const AppOptions& o);
 ChatSetup chat_setup(const StudioSettings& s);
