@@ -224,6 +224,28 @@ TEST_F(ChatSessionOnStories, AFullContextShiftsOutTheOldestTurnsExactly) {
   EXPECT_TRUE(refused);
 }
 
+// A template that amplifies stops at the cap the context gives: the turn is refused,
+// saying so, and the conversation is kept.
+TEST_F(ChatSessionOnStories, AHostileTemplateIsRefusedAndTheConversationKept) {
+  ChatSession chat = session();
+  chat.turn("Once upon a time", greedy(8));
+  ChatSession hostile(*m_->model, *m_->tokenizer,
+                      ChatTemplate::from_source("{% for m in messages %}{% for i in range(100000) %}{{ 'x' * 1000 }}"
+                                                "{% endfor %}{% endfor %}",
+                                                "hostile"),
+                      chat_template_context(*m_->tokenizer));
+  try {
+    hostile.turn("hi", greedy(4));
+    FAIL() << "a 100 MB rendering ran";
+  } catch (const ChatTurnError& e) {
+    EXPECT_EQ(e.kind(), ChatTurnError::Kind::TemplateRefused);
+    EXPECT_NE(std::string(e.what()).find("the chat template (hostile) costs too much"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("a context of 512 tokens caps a rendering at 1048576 bytes"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(hostile.history().empty());
+}
+
 // Long sampled replies (which sometimes contain a BOS where the story model starts a
 // new story) stay in the cache whole: the next turn reuses every fed token.
 TEST_F(ChatSessionOnStories, LongSampledRepliesStayInTheCache) {

@@ -2,6 +2,8 @@
 // the reference Jinja2 engine rendered it (golden/templates/renderings.json),
 // built-in formats, and the interpreter's constructs and error messages.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -488,6 +490,86 @@ TEST(JinjaErrors, RuntimeErrorsAsJinja2RaisesThem) {
   }
 }
 
+// ---- what a rendering may cost ------------------------------------------------------------
+
+// Sanitizer builds run the interpreter tens of times slower: the time bound grows with them.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr double kSlowdown = 40.0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr double kSlowdown = 40.0;
+#else
+constexpr double kSlowdown = 1.0;
+#endif
+#else
+constexpr double kSlowdown = 1.0;
+#endif
+
+// Templates built to amplify (nested loops over repeated and joined strings, strings
+// made and dropped, arithmetic, lists grown by concatenation, macro recursion, filters
+// that grow strings): each ends with a Limit error, in milliseconds, with the cap a
+// 4096-token context gives (1 MiB) and with the engine's general limits alone. Before
+// the work budget and the cap, the worst of them took a second or more.
+TEST(JinjaCost, AdversarialTemplatesEndQuicklyWithALimitError) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"nested loops printing repeated strings",
+       "{% for i in range(1000) %}{% for j in range(1000) %}{{ 'abcdefgh' * 128 }}{% endfor %}{% endfor %}"},
+      {"nested loops printing joined strings",
+       "{% for i in range(1000) %}{% for j in range(1000) %}{{ (['abcdefgh'] * 100) | join(',') }}{% endfor %}{% endfor %}"},
+      {"nested loops making strings never printed",
+       "{% for i in range(1000) %}{% for j in range(1000) %}{% set s = 'x' * 10000 %}{% endfor %}{% endfor %}"},
+      {"nested loops of arithmetic",
+       "{% set ns = namespace(n=0) %}{% for i in range(1000) %}{% for j in range(1000) %}{% set ns.n = ns.n + i * j %}"
+       "{% endfor %}{% endfor %}{{ ns.n }}"},
+      {"a list grown by concatenation",
+       "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.l | length }}"},
+      {"binary macro recursion",
+       "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(40) }}"},
+      {"lists of a million items, again and again",
+       "{% for i in range(1000) %}{{ ([0] * 1000000) | length }}{% endfor %}"},
+      {"filters growing strings",
+       "{% for i in range(100000) %}{{ ('x' * 1000) | replace('x', 'yyyy') | indent(4) }}{% endfor %}"},
+      {"strings doubled", "{% set ns = namespace(v='xxxxxxxx') %}{% for i in range(40) %}{% set ns.v = ns.v ~ ns.v %}"
+                          "{% endfor %}{{ ns.v }}"},
+      {"big strings made in a loop", "{% for i in range(1000) %}{% set s = 'x' * 10000000 %}{% endfor %}"},
+  };
+  const std::vector<ChatMessage> messages = {{"user", "hi"}};
+  for (const size_t cap : {fafo::chat_rendering_cap(4096), size_t{0}}) {
+    for (const auto& [name, source] : cases) {
+      const ChatTemplate t = ChatTemplate::from_source(source, "hostile");
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        t.render(messages, true, {}, cap);
+        ADD_FAILURE() << name << ": rendered";
+      } catch (const ChatTemplateError& e) {
+        EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Limit) << name << ": " << e.what();
+      }
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::printf("  %-44s cap %8zu: %6.1f ms\n", name.c_str(), cap, ms);
+      // 50 ms is the goal on the build machine; the bound leaves room for a busy one.
+      EXPECT_LT(ms, 250.0 * kSlowdown) << name;
+    }
+  }
+}
+
+// The cap follows the context: 8 bytes per token, at least 1 MiB; a rendering past it
+// stops with a Limit error naming the cap, one below it renders.
+TEST(JinjaCost, TheCapFollowsTheContext) {
+  EXPECT_EQ(fafo::chat_rendering_cap(512), size_t{1} << 20);
+  EXPECT_EQ(fafo::chat_rendering_cap(1 << 20), size_t{8} << 20);
+  const ChatTemplate t = ChatTemplate::from_source("{% for i in range(2000) %}{{ 'x' * 1000 }}{% endfor %}", "big");
+  const std::vector<ChatMessage> messages = {{"user", "hi"}};
+  try {
+    t.render(messages, true, {}, fafo::chat_rendering_cap(4096));
+    FAIL() << "2 MB rendered under a 1 MiB cap";
+  } catch (const ChatTemplateError& e) {
+    EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Limit);
+    EXPECT_NE(std::string(e.what()).find("the rendering passes its cap of 1048576 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(t.render(messages, true, {}, fafo::chat_rendering_cap(1 << 20)).size(), 2000000u);
+  EXPECT_EQ(t.render(messages, true).size(), 2000000u);  // no cap given: the general limits
+}
+
 // Integer arithmetic at the int64 edges: Jinja2's result wherever it fits in 64 bits
 // (its integers are unbounded), a Limit error naming the operation where it does not;
 // never a wrapped value or undefined behaviour.
@@ -513,13 +595,27 @@ TEST(JinjaStrings, GrowingPast64MiBIsALimitErrorNotAnAllocation) {
       {"{{ ('x' * 2000000) | join('-') }}", "iterating over a string is limited to 1e6 characters"},  // fuzzing found it
       {"{% set ns = namespace(l=[]) %}{% set big = 'x' * 10000000 %}{% for i in range(200) %}"
        "{% set ns.l = ns.l + [big ~ i] %}{% endfor %}",
-       "the template makes more than 1 GiB of strings"},
+       "the template makes more than 64 MiB of strings"},
   };
+  // With the largest budget (a 64 MiB rendering: 64 MiB of strings), so that each
+  // operation's own guard is what stops it, or else a budget (strings made, work).
+  const std::vector<ChatMessage> messages = {{"user", "hi"}};
   for (const auto& [source, what] : cases) {
-    const ChatTemplateError e = render_error(source);
-    EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Limit) << source << ": " << e.what();
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << source << ": " << e.what();
+    try {
+      ChatTemplate::from_source(source).render(messages, false, {}, size_t{64} << 20);
+      ADD_FAILURE() << source << ": rendered";
+    } catch (const ChatTemplateError& e) {
+      EXPECT_EQ(e.kind(), ChatTemplateError::Kind::Limit) << source << ": " << e.what();
+      const std::string text = e.what();
+      EXPECT_TRUE(text.find(what) != std::string::npos ||
+                  text.find("the template makes more than 64 MiB of strings") != std::string::npos ||
+                  text.find("steps of work") != std::string::npos)
+          << source << ": " << text << " (expected: " << what << ")";
+    }
   }
+  // The general limits (no context known): 8 MiB of strings at most.
+  EXPECT_NE(std::string(render_error("{{ ('x' * 10000000) | length }}").what()).find("more than 8 MiB of strings"),
+            std::string::npos);
   EXPECT_EQ(render("{{ ('x' * 1000000) | length }}"), "1000000");  // below the limit: fine
 }
 

@@ -14,6 +14,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "chat_template_copy.h"
 #include "fafo/chat_session.h"
 #include "fafo/generator.h"
 #include "fafo/open_model.h"
@@ -39,8 +40,9 @@ OpenOptions stories_options() {
 // A server on a free loopback port, serving until the fixture ends.
 class ServerOnLoopback {
  public:
-  explicit ServerOnLoopback(int parallel = 2, int queue = 8, const std::string& api_key = "") {
-    pool_ = std::make_unique<SlotPool>(parallel, queue, [] { return open_model(stories_options()); });
+  explicit ServerOnLoopback(int parallel = 2, int queue = 8, const std::string& api_key = "",
+                            const OpenOptions& open = stories_options()) {
+    pool_ = std::make_unique<SlotPool>(parallel, queue, [open] { return open_model(open); });
     ServerOptions o;
     o.port = 0;
     o.model_name = "stories";
@@ -260,6 +262,29 @@ TEST(Server, BadRequestsAreErrorObjectsNamingTheField) {
   expect_error(json::parse(big->body), "", "larger than 65536 bytes");
   // Still serving.
   post(c, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}}, 200);
+}
+
+// A model whose chat template amplifies (a megabyte of output per message) costs a
+// request milliseconds: a 400 naming the cap the context gives, and the server goes on.
+TEST(Server, AHostileChatTemplateIsA400Quickly) {
+  REQUIRE_STORIES();
+  OpenOptions o = stories_options();
+  o.path = test::with_chat_template(stories(),
+                                    "{% for m in messages %}{% for i in range(1000) %}{% for j in range(1000) %}"
+                                    "{{ 'abcdefgh' * 128 }}{% endfor %}{% endfor %}{% endfor %}",
+                                    "server-hostile")
+               .string();
+  o.chat_template = "";  // the file's own
+  ServerOnLoopback s(1, 8, "", o);
+  httplib::Client c = s.client();
+  const json user = {{{"role", "user"}, {"content", "hi"}}};
+  const auto start = std::chrono::steady_clock::now();
+  const json j = post(c, "/v1/chat/completions", {{"messages", user}, {"max_tokens", 4}}, 400);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expect_error(j, "messages", "costs too much to render these messages");
+  expect_error(j, "messages", "caps a rendering at 1048576 bytes");
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_EQ(post(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4}}, 200)["object"], "text_completion");
 }
 
 TEST(Server, TheApiKeyIsCheckedOnEveryRouteButHealth) {

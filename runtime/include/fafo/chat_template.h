@@ -61,7 +61,7 @@ class ChatTemplateError : public std::runtime_error {
     Undefined,    // an undefined variable or attribute used where a value is needed
     Type,         // an operation on values of the wrong type (e.g. 'str' + 'int')
     Raised,       // the template called raise_exception(message)
-    Limit,        // too deep recursion, too large output
+    Limit,        // too deep recursion, too large output, too much work
   };
   // what() is "chat template line N: MESSAGE" ("chat template: MESSAGE" when the line
   // is unknown), except for Kind::Raised, where it is the template's message itself.
@@ -81,6 +81,11 @@ class ChatTemplateError : public std::runtime_error {
   int line_;
 };
 
+// The most bytes a rendering for a context of n_ctx tokens may produce: no longer
+// prompt can be used, and a token is at least one byte; 8 bytes per token of context,
+// at least 1 MiB.
+size_t chat_rendering_cap(int64_t n_ctx);
+
 class ChatTemplate {
  public:
   // Parses a Jinja2 chat template. Throws ChatTemplateError (Syntax or Unsupported)
@@ -93,12 +98,15 @@ class ChatTemplate {
   // Renders the conversation. add_generation_prompt appends the header that opens
   // the assistant's reply. Throws ChatTemplateError when the template fails (for
   // instance raise_exception("System role not supported") from Gemma's template).
+  // `max_bytes`: the most the rendering may produce, checked as it grows (a Limit
+  // error naming the template and the cap); 0: the engine's general limit (2 MiB).
+  // Callers that know the context pass chat_rendering_cap(n_ctx).
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                     const ChatTemplateContext& context = {}) const;
+                     const ChatTemplateContext& context = {}, size_t max_bytes = 0) const;
   // Same with messages as a JSON array of objects, for fields beyond role and
   // content (tool_calls, tool_call_id, ...).
   std::string render_json(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                          const ChatTemplateContext& context = {}) const;
+                          const ChatTemplateContext& context = {}, size_t max_bytes = 0) const;
 
   // The text the template writes right after an assistant message's content to close
   // the turn ("<|im_end|>", "<|eot_id|>", "</s>", ...): the first line of what follows

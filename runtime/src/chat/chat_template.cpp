@@ -4,6 +4,7 @@
 // interpreter.
 #include "fafo/chat_template.h"
 
+#include <algorithm>
 #include <ctime>
 
 #include "chat/builtin_templates.h"
@@ -101,8 +102,22 @@ ChatTemplate ChatTemplate::builtin(std::string_view name) {
   return from_source(std::string(b->source), std::string(b->name));
 }
 
+size_t chat_rendering_cap(int64_t n_ctx) {
+  return std::max<size_t>(size_t{1} << 20, static_cast<size_t>(std::max<int64_t>(n_ctx, 0)) * 8);
+}
+
+namespace {
+
+jinja::RenderLimits limits_for(size_t max_bytes) {
+  jinja::RenderLimits limits;
+  if (max_bytes > 0) limits.max_output_bytes = max_bytes;
+  return limits;
+}
+
+}  // namespace
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                 const ChatTemplateContext& context) const {
+                                 const ChatTemplateContext& context, size_t max_bytes) const {
   std::vector<Value> list;
   for (const ChatMessage& m : messages) {
     Value d = Value::dict();
@@ -110,13 +125,15 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
     d.as_dict().entries.emplace_back(Value::string("content"), Value::string(m.content));
     list.push_back(std::move(d));
   }
-  return jinja::render(*program_, chat_variables(Value::list(std::move(list)), add_generation_prompt, context));
+  return jinja::render(*program_, chat_variables(Value::list(std::move(list)), add_generation_prompt, context),
+                       limits_for(max_bytes));
 }
 
 std::string ChatTemplate::render_json(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                      const ChatTemplateContext& context) const {
+                                      const ChatTemplateContext& context, size_t max_bytes) const {
   if (!messages.is_array()) throw std::invalid_argument("chat messages must be a JSON array");
-  return jinja::render(*program_, chat_variables(jinja::from_json(messages), add_generation_prompt, context));
+  return jinja::render(*program_, chat_variables(jinja::from_json(messages), add_generation_prompt, context),
+                       limits_for(max_bytes));
 }
 
 std::string ChatTemplate::assistant_turn_end(const ChatTemplateContext& context) const {

@@ -50,6 +50,7 @@ Value range_function(CallArgs& a) {
   std::vector<Value> out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (out.size() >= 1000000) fail(Kind::Limit, "range() is limited to 1e6 items");
+    if (out.size() % 4096 == 4095) expect_work(static_cast<int64_t>(out.size()));  // before it all is made
     out.push_back(Value::integer(i));
     if (__builtin_add_overflow(i, step, &i)) break;  // past any bound
   }
@@ -115,9 +116,9 @@ class Interpreter {
   }
 
   void append(std::string& out, const std::string& text) {
+    if (text.size() > limits_.max_output_bytes - std::min(out.size(), limits_.max_output_bytes))
+      fail(Kind::Limit, "the rendering passes its cap of " + std::to_string(limits_.max_output_bytes) + " bytes");
     out += text;
-    if (out.size() > limits_.max_output_bytes)
-      fail(Kind::Limit, "the rendering exceeds " + std::to_string(limits_.max_output_bytes >> 20) + " MiB");
   }
 
   Flow exec_statement(const Stmt& s, const ScopePtr& scope, std::string& out) {
@@ -206,6 +207,7 @@ class Interpreter {
       if (++iterations_ > limits_.max_loop_iterations)
         fail(Kind::Limit, "the template runs more than " + std::to_string(limits_.max_loop_iterations) +
                               " loop iterations (an endless or nested loop?)");
+      count_work(1);
       auto iteration = std::make_shared<Scope>(scope);
       assign(s.target, items[static_cast<size_t>(i)], iteration);
       iteration->set("loop", loop_object(items, i));
@@ -248,6 +250,7 @@ class Interpreter {
     if (!home) fail_type("the macro '" + def.text + "' was called after its scope ended");
     if (depth_ >= limits_.max_call_depth)
       fail(Kind::Limit, "macro calls nest deeper than " + std::to_string(limits_.max_call_depth) + " (endless recursion?)");
+    count_work(kMacroCallWork);
     ++depth_;
     struct Leave {
       int& depth;
@@ -393,9 +396,9 @@ class Interpreter {
 std::string render(const Template& tmpl, const std::vector<std::pair<std::string, Value>>& variables,
                    const RenderLimits& limits) {
   struct Budget {  // counted from here; cleared again after, so nothing carries to the next
-    Budget() { start_string_budget(); }
-    ~Budget() { start_string_budget(); }
-  } budget;
+    explicit Budget(size_t string_bytes) { start_render_budget(string_bytes); }
+    ~Budget() { start_render_budget(); }
+  } budget(limits.string_bytes());
   return Interpreter(limits).run(tmpl, variables);
 }
 

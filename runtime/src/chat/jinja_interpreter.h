@@ -7,18 +7,26 @@
 // statement that raised them.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "chat/jinja_ast.h"
+#include "chat/jinja_value.h"
 
 namespace fafo::jinja {
 
 struct RenderLimits {
   int max_call_depth = 200;              // nested macro calls (recursive macros)
-  size_t max_output_bytes = 64u << 20;   // of one rendering, macro outputs included
+  // Of one rendering, macro outputs included; ChatTemplate lowers it to what the
+  // context can use (chat_rendering_cap). 2 MiB: the cap of a 256k-token context.
+  size_t max_output_bytes = 2u << 20;
   int64_t max_loop_iterations = 1'000'000;  // for-loop bodies run, over the whole rendering
+  // The bytes of strings it may make in all: four times its output, 4 to 64 MiB.
+  size_t string_bytes() const {
+    return std::clamp(4 * max_output_bytes, kMinRenderStringBytes, kMaxRenderStringBytes);
+  }
 };
 
 // Renders `tmpl` with `variables` (messages, bos_token, raise_exception, ...) on

@@ -17,15 +17,34 @@ Value Value::none() { return Value(Data(NoneData{})); }
 Value Value::boolean(bool b) { return Value(Data(b)); }
 Value Value::integer(int64_t i) { return Value(Data(i)); }
 Value Value::number(double d) { return Value(Data(d)); }
-// Bytes of the strings made since the rendering began (on this thread).
+// Bytes of the strings made, and steps of work, since the rendering began (on this thread).
 static thread_local size_t t_string_bytes = 0;
+static thread_local size_t t_string_budget = kMinRenderStringBytes;
+static thread_local int64_t t_work = 0;
 
-void start_string_budget() { t_string_bytes = 0; }
+void start_render_budget(size_t string_bytes) {
+  t_string_bytes = 0;
+  t_string_budget = string_bytes;
+  t_work = 0;
+}
+
+void expect_work(int64_t steps) {
+  if (t_work + steps > kMaxRenderWork)
+    fail(Kind::Limit, "the template does more than " + std::to_string(kMaxRenderWork) +
+                          " steps of work (loop iterations, macro calls, values made)");
+}
+
+void count_work(int64_t steps) {
+  expect_work(steps);
+  t_work += steps;
+}
 
 static void count_string(size_t bytes) {
   if (bytes > kMaxStringBytes) fail(Kind::Limit, "a string would exceed 64 MiB");
   t_string_bytes += bytes + 64;  // and what each string value costs besides its bytes
-  if (t_string_bytes > kMaxRenderStringBytes) fail(Kind::Limit, "the template makes more than 1 GiB of strings");
+  if (t_string_bytes > t_string_budget)
+    fail(Kind::Limit, "the template makes more than " + std::to_string(t_string_budget >> 20) + " MiB of strings");
+  count_work(1);
 }
 
 Value Value::string(std::string s) {
@@ -44,6 +63,7 @@ void append_limited(std::string& out, std::string_view piece, const char* what) 
 }
 
 Value Value::list(std::vector<Value> items) {
+  count_work(static_cast<int64_t>(items.size()));
   auto l = std::make_shared<ListObject>();
   l->items = std::move(items);
   return Value(Data(std::move(l)));
@@ -598,12 +618,18 @@ static Value repeat(const Value& seq, int64_t times) {
   if (seq.is_string()) {
     if (static_cast<double>(seq.as_string().size()) * static_cast<double>(times) > 16e6)
       fail(Kind::Limit, "string repetition would exceed 16 MB");
+    // Doubling: a handful of copies, not one append per repetition.
+    const std::string& piece = seq.as_string();
+    const size_t total = piece.size() * static_cast<size_t>(times);
     std::string out;
-    for (int64_t i = 0; i < times; ++i) out += seq.as_string();
+    out.reserve(total);
+    if (times > 0) out = piece;
+    while (out.size() < total) out.append(out, 0, std::min(out.size(), total - out.size()));
     return Value::string(std::move(out));
   }
   const auto& items = seq.as_list().items;
   if (static_cast<double>(items.size()) * static_cast<double>(times) > 1e6) fail(Kind::Limit, "list repetition would exceed 1e6 items");
+  expect_work(static_cast<int64_t>(items.size()) * times);  // before the list is made
   std::vector<Value> out;
   for (int64_t i = 0; i < times; ++i) out.insert(out.end(), items.begin(), items.end());
   return seq.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));

@@ -136,11 +136,26 @@ struct Function {
 // (join, replace, format, indent, printing and tojson of lists) checks before growing
 // past it, so a template cannot allocate gigabytes before the output limit is seen.
 constexpr size_t kMaxStringBytes = size_t{64} << 20;
-// The most bytes of strings one rendering may make in all (each string counted when
-// made, so a template cannot keep a million distinct large strings alive either).
-constexpr size_t kMaxRenderStringBytes = size_t{1} << 30;
-// Starts counting toward kMaxRenderStringBytes (jinja::render calls it).
-void start_string_budget();
+// The bytes of strings one rendering may make in all (each string counted when made,
+// so a template cannot keep a million distinct large strings alive either, nor spend a
+// second copying strings it never prints): four times what it may output, within
+// these bounds (RenderLimits::string_bytes()).
+constexpr size_t kMinRenderStringBytes = size_t{4} << 20;
+constexpr size_t kMaxRenderStringBytes = size_t{64} << 20;
+// The most work one rendering may do, in steps: a loop iteration, a string or list
+// element made (1 each), a macro call (kMacroCallWork: a scope and its arguments). What a rendering costs is what it makes and runs, not
+// only the memory it holds: with these two budgets the costliest template renders or
+// fails in tens of milliseconds (tests/test_chat_template.cpp, JinjaCost).
+constexpr int64_t kMaxRenderWork = 250'000;
+// Fails as count_work would if `steps` more were counted, without counting them: for a
+// list about to be made.
+void expect_work(int64_t steps);
+constexpr int64_t kMacroCallWork = 4;
+// Starts counting toward `string_bytes` of strings and kMaxRenderWork (jinja::render
+// calls it).
+void start_render_budget(size_t string_bytes = kMinRenderStringBytes);
+// Counts `steps` of work; a Limit error past kMaxRenderWork.
+void count_work(int64_t steps);
 // out += piece, or a Limit error naming `what` when that would pass kMaxStringBytes.
 void append_limited(std::string& out, std::string_view piece, const char* what);
 // Raises the UndefinedError an undefined value stands for.
