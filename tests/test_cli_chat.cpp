@@ -281,17 +281,17 @@ TEST(CliChat, PipedInputRunsEveryTurn) {
   EXPECT_NE(out.find("> "), std::string::npos);
 }
 
-// Twenty turns on the shipped model (no -m) in a small context with the default reply
-// length: every turn is answered, the oldest turns leave when the context fills, and
-// one line says so. With --no-context-shift a turn that does not fit is refused instead.
+// Twenty turns on the shipped model (no -m) in a small context: every turn is answered,
+// the oldest turns leave when the context fills, and one line says so. With
+// --no-context-shift a turn that does not fit is refused instead.
 TEST(CliChat, TwentyTurnsKeepGoingPastAFullContext) {
   const auto dir = fafo::test::temp_dir("chat-shift");
   const std::string err_path = (dir / "stderr.txt").string();
   const std::string fafo = quote(fafo::test::binary_path("app/cli/fafo").string());
   std::string input;
   for (int i = 1; i <= 20; ++i) input += "Tell me story number " + std::to_string(i) + "\\n";
-  const auto [code, out] = shell("printf '" + input + "' | timeout 120 env -u FAFO_MODEL " + fafo +
-                                 " chat -c 1024 --temp 0 2>" + quote(err_path));
+  const auto [code, out] = shell("printf '" + input + "' | timeout 300 env -u FAFO_MODEL " + fafo +
+                                 " chat -c 512 -n 100 --temp 0 2>" + quote(err_path));
   const std::string err = read_text(err_path);
   EXPECT_EQ(code, 0) << err;
   EXPECT_EQ(parse_stats(err).size(), 20u) << err;
@@ -299,8 +299,8 @@ TEST(CliChat, TwentyTurnsKeepGoingPastAFullContext) {
   EXPECT_EQ(err.find("the context is full"), std::string::npos) << err;
   EXPECT_NE(err.find("(the default; -m picks another)"), std::string::npos) << err;
 
-  const auto [strict_code, strict_out] = shell("printf '" + input + "' | timeout 120 env -u FAFO_MODEL " + fafo +
-                                               " chat -c 1024 --temp 0 --no-context-shift 2>" + quote(err_path));
+  const auto [strict_code, strict_out] = shell("printf '" + input + "' | timeout 300 env -u FAFO_MODEL " + fafo +
+                                               " chat -c 512 -n 100 --temp 0 --no-context-shift 2>" + quote(err_path));
   const std::string strict_err = read_text(err_path);
   EXPECT_EQ(strict_code, 0) << strict_err;
   EXPECT_NE(strict_err.find("the context is full"), std::string::npos) << strict_err;

@@ -713,6 +713,7 @@ std::vector<Value> iterate(const Value& v) {
       // A value per character: as many as a list may hold (range(), repetition).
       if (v.as_string().size() > 1000000 && length(v) > 1000000)
         fail(Kind::Limit, "iterating over a string is limited to 1e6 characters");
+      expect_work(static_cast<int64_t>(v.as_string().size()));  // before a value per character is made (bytes >= characters)
       std::vector<Value> chars;
       for (auto& c : utf8_chars(v.as_string())) chars.push_back(Value::string(std::move(c)));
       return chars;
