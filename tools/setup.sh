@@ -14,6 +14,8 @@ fi
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git python3
+  # the GPU bundle (tools/gpu-bundle.sh): xz, strip and objdump
+  xz-utils binutils
   # Vulkan: loader + headers, Mesa's CPU driver (lavapipe), validation layers, shader compiler
   libvulkan-dev vulkan-tools mesa-vulkan-drivers vulkan-validationlayers
   glslang-tools spirv-tools
