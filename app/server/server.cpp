@@ -83,13 +83,7 @@ Prepared Server::Impl::prepare(const CompletionRequest& r) {
     try {
       text = m.chat.chat_template.render_json(r.messages, true, ctx, chat_rendering_cap(m.model->n_ctx()));
     } catch (const ChatTemplateError& e) {
-      if (e.kind() == ChatTemplateError::Kind::Limit)
-        throw ApiError(400,
-                       "the chat template (" + m.chat.chat_template.name() + ") costs too much to render these messages: " +
-                           e.message() + " (a context of " + std::to_string(m.model->n_ctx()) +
-                           " tokens caps a rendering at " + std::to_string(chat_rendering_cap(m.model->n_ctx())) + " bytes)",
-                       "messages");
-      throw ApiError(400, std::string("the chat template refuses these messages: ") + e.what(), "messages");
+      throw ApiError(400, chat_template_refusal(m.chat.chat_template, e, m.model->n_ctx(), "these messages"), "messages");
     }
     p.ids = tok.encode(text, false, true);
     if (chat_needs_bos(tok, ctx, text)) p.ids.insert(p.ids.begin(), tok.vocab().bos);

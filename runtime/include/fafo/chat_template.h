@@ -86,6 +86,14 @@ class ChatTemplateError : public std::runtime_error {
 // at least 1 MiB.
 size_t chat_rendering_cap(int64_t n_ctx);
 
+class ChatTemplate;
+// What a user is told when `t` fails to render `what` ("this conversation", "these
+// messages") for a context of n_ctx tokens: for a Limit error, that the template costs
+// too much and the cap the context gives; otherwise that the template refuses it, and
+// why. Both name the template. fafo chat, the studio and fafo serve say this.
+std::string chat_template_refusal(const ChatTemplate& t, const ChatTemplateError& e, int64_t n_ctx,
+                                  std::string_view what);
+
 class ChatTemplate {
  public:
   // Parses a Jinja2 chat template. Throws ChatTemplateError (Syntax or Unsupported)

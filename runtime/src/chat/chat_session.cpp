@@ -103,17 +103,11 @@ void ChatSession::check_template() const {
 }
 
 std::string ChatSession::render_turn(const std::vector<ChatMessage>& messages) const {
-  const size_t cap = chat_rendering_cap(model_.n_ctx());
   try {
-    return template_.render(messages, true, ctx_, cap);
+    return template_.render(messages, true, ctx_, chat_rendering_cap(model_.n_ctx()));
   } catch (const ChatTemplateError& e) {
-    if (e.kind() == ChatTemplateError::Kind::Limit)
-      throw ChatTurnError(ChatTurnError::Kind::TemplateRefused,
-                          "the chat template (" + template_.name() + ") costs too much to render this conversation: " +
-                              e.message() + " (a context of " + std::to_string(model_.n_ctx()) + " tokens caps a rendering at " +
-                              std::to_string(cap) + " bytes)");
     throw ChatTurnError(ChatTurnError::Kind::TemplateRefused,
-                        "the chat template (" + template_.name() + ") refuses this conversation: " + e.what());
+                        chat_template_refusal(template_, e, model_.n_ctx(), "this conversation"));
   }
 }
 

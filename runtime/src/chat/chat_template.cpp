@@ -106,6 +106,15 @@ size_t chat_rendering_cap(int64_t n_ctx) {
   return std::max<size_t>(size_t{1} << 20, static_cast<size_t>(std::max<int64_t>(n_ctx, 0)) * 8);
 }
 
+std::string chat_template_refusal(const ChatTemplate& t, const ChatTemplateError& e, int64_t n_ctx,
+                                  std::string_view what) {
+  const std::string head = "the chat template (" + t.name() + ") ";
+  if (e.kind() == ChatTemplateError::Kind::Limit)
+    return head + "costs too much to render " + std::string(what) + ": " + e.message() + " (a context of " +
+           std::to_string(n_ctx) + " tokens caps a rendering at " + std::to_string(chat_rendering_cap(n_ctx)) + " bytes)";
+  return head + "refuses " + std::string(what) + ": " + e.what();
+}
+
 namespace {
 
 jinja::RenderLimits limits_for(size_t max_bytes) {

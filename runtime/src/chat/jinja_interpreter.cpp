@@ -397,7 +397,7 @@ std::string render(const Template& tmpl, const std::vector<std::pair<std::string
                    const RenderLimits& limits) {
   struct Budget {  // counted from here; cleared again after, so nothing carries to the next
     explicit Budget(size_t string_bytes) { start_render_budget(string_bytes); }
-    ~Budget() { start_render_budget(); }
+    ~Budget() { end_render_budget(); }
   } budget(limits.string_bytes());
   return Interpreter(limits).run(tmpl, variables);
 }

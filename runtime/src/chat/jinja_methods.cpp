@@ -55,7 +55,7 @@ int64_t int_arg(const CallArgs& args, size_t index, std::string_view name, int64
 
 // Code point index of a byte offset.
 int64_t char_index(const std::string& s, size_t byte_offset) {
-  return static_cast<int64_t>(utf8_chars(std::string_view(s).substr(0, byte_offset)).size());
+  return static_cast<int64_t>(utf8_count(std::string_view(s).substr(0, byte_offset)));
 }
 
 // ---- str ----
@@ -252,7 +252,7 @@ Value str_count(const Value& self, CallArgs& a) {
   a.expect_at_most("str.count", 1, {});
   const std::string sub = string_arg(a, 0, "sub", "str.count");
   const std::string& s = self_string(self);
-  if (sub.empty()) return Value::integer(static_cast<int64_t>(utf8_chars(s).size()) + 1);
+  if (sub.empty()) return Value::integer(static_cast<int64_t>(utf8_count(s)) + 1);
   int64_t n = 0;
   for (size_t at = s.find(sub); at != std::string::npos; at = s.find(sub, at + sub.size())) ++n;
   return Value::integer(n);
@@ -489,19 +489,29 @@ Value bound_method(const Value& self, const std::string& type, const std::string
 }  // namespace
 
 std::string strip(std::string_view s, std::string_view chars, bool left, bool right) {
-  const std::vector<std::string> cs = utf8_chars(s);
-  const std::vector<std::string> set = utf8_chars(chars);
-  auto strippable = [&](const std::string& c) {
-    return chars.empty() ? is_space_char(c) : std::find(set.begin(), set.end(), c) != set.end();
+  // The characters to strip, sorted for lookup; one pass over s, nothing made per character.
+  std::vector<std::string_view> set;
+  for (size_t i = 0; i < chars.size();) {
+    const size_t n = utf8_char_bytes(chars, i);
+    set.push_back(chars.substr(i, n));
+    i += n;
+  }
+  std::sort(set.begin(), set.end());
+  auto strippable = [&](std::string_view c) {
+    return chars.empty() ? is_space_char(c) : std::binary_search(set.begin(), set.end(), c);
   };
-  size_t begin = 0, end = cs.size();
-  if (left)
-    while (begin < end && strippable(cs[begin])) ++begin;
-  if (right)
-    while (end > begin && strippable(cs[end - 1])) --end;
-  std::string out;
-  for (size_t i = begin; i < end; ++i) out += cs[i];
-  return out;
+  count_read(4 * s.size());  // decoded a character at a time
+  size_t begin = s.size(), end = 0;  // of the first and past the last character kept
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_char_bytes(s, i);
+    if (!strippable(s.substr(i, n))) {
+      begin = std::min(begin, i);
+      end = i + n;
+    }
+    i += n;
+  }
+  if (begin >= end) return "";  // nothing kept: stripping from either side leaves nothing
+  return std::string(s.substr(left ? begin : 0, (right ? end : s.size()) - (left ? begin : 0)));
 }
 
 Value get_attribute(const Value& obj, const std::string& name) {

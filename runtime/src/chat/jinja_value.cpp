@@ -21,11 +21,29 @@ Value Value::number(double d) { return Value(Data(d)); }
 static thread_local size_t t_string_bytes = 0;
 static thread_local size_t t_string_budget = kMinRenderStringBytes;
 static thread_local int64_t t_work = 0;
+// Bytes of strings read, and what may be; 0: no rendering runs (reads are free).
+static thread_local size_t t_read_bytes = 0;
+static thread_local size_t t_read_budget = 0;
 
 void start_render_budget(size_t string_bytes) {
   t_string_bytes = 0;
   t_string_budget = string_bytes;
   t_work = 0;
+  t_read_bytes = 0;
+  t_read_budget = std::max(kMinRenderReadBytes, kReadsPerStringByte * string_bytes);
+}
+
+void end_render_budget() {
+  start_render_budget();
+  t_read_budget = 0;
+}
+
+void count_read(size_t bytes) {
+  if (t_read_budget == 0) return;
+  t_read_bytes += bytes;
+  if (t_read_bytes > t_read_budget)
+    fail(Kind::Limit, "the template reads more than " + std::to_string(t_read_budget >> 20) +
+                          " MiB of strings (comparing, searching, iterating, printing)");
 }
 
 void expect_work(int64_t steps) {
@@ -56,9 +74,26 @@ Value Value::markup(std::string s) {
   return Value(Data(StringData{std::make_shared<const std::string>(std::move(s)), true}));
 }
 
+// What a string built piece by piece may grow to: kMaxStringBytes, and no more than the
+// rendering may still make (past that it fails anyway once the string is made or
+// printed; failing first saves copying up to 64 MiB for nothing).
+static size_t piece_limit() {
+  const size_t left = t_string_budget > t_string_bytes ? t_string_budget - t_string_bytes : 0;
+  return std::min(kMaxStringBytes, left);
+}
+
+[[noreturn]] static void fail_piece(const char* what) {
+  const size_t limit = piece_limit();
+  fail(Kind::Limit, std::string(what) + " would exceed " +
+                        (limit == kMaxStringBytes ? std::string("64 MiB")
+                                                  : std::to_string(limit) + " bytes, what is left of the " +
+                                                        std::to_string(t_string_budget >> 20) +
+                                                        " MiB of strings the template may make"));
+}
+
 void append_limited(std::string& out, std::string_view piece, const char* what) {
-  if (piece.size() > kMaxStringBytes - std::min(out.size(), kMaxStringBytes))
-    fail(Kind::Limit, std::string(what) + " would exceed 64 MiB");
+  const size_t limit = piece_limit();
+  if (piece.size() > limit - std::min(out.size(), limit)) fail_piece(what);
   out += piece;
 }
 
@@ -179,20 +214,32 @@ bool is_ascii(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
+size_t utf8_char_bytes(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+  if (i + n > s.size()) n = 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) n = 1;
+  return n;
+}
+
 std::vector<std::string> utf8_chars(std::string_view s) {
+  count_read(32 * s.size());  // a string (32 bytes) made per character
   std::vector<std::string> out;
   out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-    if (i + n > s.size()) n = 1;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) n = 1;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_char_bytes(s, i);
     out.emplace_back(s.substr(i, n));
     i += n;
   }
   return out;
+}
+
+size_t utf8_count(std::string_view s) {
+  count_read(4 * s.size());  // decoded a character at a time
+  size_t count = 0;
+  for (size_t i = 0; i < s.size(); ++count) i += utf8_char_bytes(s, i);
+  return count;
 }
 
 // Decodes one code point at s[i] (advancing i); invalid bytes decode as themselves.
@@ -261,8 +308,10 @@ static std::string format_float(double d) {
 static std::string repr_string(const std::string& s) {
   const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
   std::string out(1, quote);
+  const size_t limit = piece_limit();
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
+    if (out.size() >= limit) fail_piece("printing a string");
     if (ch == quote || ch == '\\') {
       out += '\\';
       out += ch;
@@ -273,9 +322,9 @@ static std::string repr_string(const std::string& s) {
     } else if (ch == '\t') {
       out += "\\t";
     } else if (c < 0x20 || c == 0x7F) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
+      static constexpr char kHex[] = "0123456789abcdef";
+      const char hex[4] = {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+      out.append(hex, 4);
     } else {
       out += ch;
     }
@@ -334,13 +383,21 @@ std::string to_repr(const Value& v) { return repr_at_depth(v, 0); }
 
 // ---- JSON -------------------------------------------------------------------------
 
+// \uXXXX for one UTF-16 code unit.
+static void append_u16_escape(std::string& out, uint32_t unit) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const char e[6] = {'\\', 'u', kHex[(unit >> 12) & 15], kHex[(unit >> 8) & 15], kHex[(unit >> 4) & 15], kHex[unit & 15]};
+  out.append(e, 6);
+}
+
 static void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out += '"';
+  const size_t limit = piece_limit();
   size_t i = 0;
   while (i < s.size()) {
+    if (out.size() >= limit) fail_piece("tojson");
     const char ch = s[i];
     const auto c = static_cast<unsigned char>(ch);
-    char hex[16];
     if (ch == '"' || ch == '\\') {
       out += '\\';
       out += ch;
@@ -356,17 +413,16 @@ static void json_string(std::string& out, std::string_view s, bool ensure_ascii)
     } else if (ch == '\f') {
       out += "\\f", ++i;
     } else if (c < 0x20) {
-      std::snprintf(hex, sizeof hex, "\\u%04x", c);
-      out += hex, ++i;
+      append_u16_escape(out, c), ++i;
     } else if (c >= 0x80 && ensure_ascii) {
       uint32_t cp = next_code_point(s, i);
       if (cp >= 0x10000) {
         cp -= 0x10000;
-        std::snprintf(hex, sizeof hex, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+        append_u16_escape(out, 0xD800 + (cp >> 10));
+        append_u16_escape(out, 0xDC00 + (cp & 0x3FF));
       } else {
-        std::snprintf(hex, sizeof hex, "\\u%04x", cp);
+        append_u16_escape(out, cp);
       }
-      out += hex;
     } else {
       out += ch, ++i;
     }
@@ -411,7 +467,7 @@ static void json_value(std::string& out, const Value& v, const JsonFormat& f, in
         if (i) out += item_sep;
         out += newline;
         json_value(out, items[i], f, depth + 1);
-        if (out.size() > kMaxStringBytes) fail(Kind::Limit, "tojson would exceed 64 MiB");
+        if (out.size() > piece_limit()) fail_piece("tojson");
       }
       out += closing + "]";
       return;
@@ -433,7 +489,7 @@ static void json_value(std::string& out, const Value& v, const JsonFormat& f, in
         json_string(out, entries[i].first, f.ensure_ascii);
         out += f.key_separator;
         json_value(out, *entries[i].second, f, depth + 1);
-        if (out.size() > kMaxStringBytes) fail(Kind::Limit, "tojson would exceed 64 MiB");
+        if (out.size() > piece_limit()) fail_piece("tojson");
       }
       out += closing + "}";
       return;
@@ -711,11 +767,14 @@ std::vector<Value> iterate(const Value& v) {
     }
     case Value::Type::String: {
       // A value per character: as many as a list may hold (range(), repetition).
-      if (v.as_string().size() > 1000000 && length(v) > 1000000)
-        fail(Kind::Limit, "iterating over a string is limited to 1e6 characters");
-      expect_work(static_cast<int64_t>(v.as_string().size()));  // before a value per character is made (bytes >= characters)
+      const std::string& s = v.as_string();
+      expect_work(static_cast<int64_t>(s.size() / 4));  // characters >= bytes / 4: fails before counting them
+      const size_t n = utf8_count(s);
+      if (n > 1000000) fail(Kind::Limit, "iterating over a string is limited to 1e6 characters");
+      expect_work(static_cast<int64_t>(n));  // before a value per character is made
       std::vector<Value> chars;
-      for (auto& c : utf8_chars(v.as_string())) chars.push_back(Value::string(std::move(c)));
+      chars.reserve(n);
+      for (auto& c : utf8_chars(s)) chars.push_back(Value::string(std::move(c)));
       return chars;
     }
     default: break;
@@ -727,8 +786,7 @@ int64_t length(const Value& v) {
   switch (v.type()) {
     case Value::Type::Undefined: return 0;
     case Value::Type::String:
-      return is_ascii(v.as_string()) ? static_cast<int64_t>(v.as_string().size())
-                                     : static_cast<int64_t>(utf8_chars(v.as_string()).size());
+      return static_cast<int64_t>(utf8_count(v.as_string()));
     case Value::Type::List: return static_cast<int64_t>(v.as_list().items.size());
     case Value::Type::Dict:
       if (v.is_namespace()) break;

@@ -22,6 +22,10 @@
 
 namespace fafo::jinja {
 
+// Charges `bytes` read to the running rendering's budget of reads (kReadsPerStringByte
+// times its budget of strings made); a Limit error past it. Free outside a rendering.
+void count_read(size_t bytes);
+
 class Value;
 struct ListObject;
 struct DictObject;
@@ -68,7 +72,14 @@ class Value {
   bool as_bool() const { return std::get<bool>(data_); }
   int64_t as_int() const;  // Int or Bool
   double as_double() const;  // Int, Bool or Float
-  const std::string& as_string() const { return *std::get<StringData>(data_).text; }
+  // Every read of a string's bytes is charged to the rendering's budget of bytes read
+  // (count_read): a template that compares, searches or prints a large string in a
+  // loop runs out of it rather than of time.
+  const std::string& as_string() const {
+    const std::string& s = *std::get<StringData>(data_).text;
+    count_read(s.size());
+    return s;
+  }
   ListObject& as_list() const { return *std::get<std::shared_ptr<ListObject>>(data_); }
   DictObject& as_dict() const { return *std::get<std::shared_ptr<DictObject>>(data_); }
   const Function& as_function() const { return *std::get<std::shared_ptr<Function>>(data_); }
@@ -151,9 +162,16 @@ constexpr int64_t kMaxRenderWork = 250'000;
 // list about to be made.
 void expect_work(int64_t steps);
 constexpr int64_t kMacroCallWork = 4;
-// Starts counting toward `string_bytes` of strings and kMaxRenderWork (jinja::render
-// calls it).
+// The bytes of strings one rendering may read (compare, search, print): four times
+// what it may make, at least 64 MiB (64 to 256 MiB: milliseconds of memcmp). Decoding
+// UTF-8 a character at a time is charged 4 bytes per byte, making a string per
+// character (utf8_chars) 32.
+constexpr size_t kReadsPerStringByte = 4;
+constexpr size_t kMinRenderReadBytes = size_t{64} << 20;
+// Starts counting toward `string_bytes` of strings, the reads that gives, and
+// kMaxRenderWork (jinja::render calls it; end_render_budget ends it).
 void start_render_budget(size_t string_bytes = kMinRenderStringBytes);
+void end_render_budget();
 // Counts `steps` of work; a Limit error past kMaxRenderWork.
 void count_work(int64_t steps);
 // out += piece, or a Limit error naming `what` when that would pass kMaxStringBytes.
@@ -222,6 +240,11 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 // one character of its own.
 std::vector<std::string> utf8_chars(std::string_view s);
 bool is_ascii(std::string_view s);
+// The bytes of the character at s[i]: its UTF-8 sequence, or 1 for an invalid byte.
+size_t utf8_char_bytes(std::string_view s, size_t i);
+// The characters (code points; an invalid byte counts as one) of UTF-8 text, as
+// utf8_chars(s).size() without making them.
+size_t utf8_count(std::string_view s);
 // HTML escaping as markupsafe.escape does it: & < > " '.
 std::string html_escape(std::string_view s);
 
