@@ -507,9 +507,10 @@ constexpr double kSlowdown = 1.0;
 
 // Templates built to amplify (nested loops over repeated and joined strings, strings
 // made and dropped, arithmetic, lists grown by concatenation, macro recursion, filters
-// that grow strings): each ends with a Limit error, in milliseconds, with the cap a
-// 4096-token context gives (1 MiB) and with the engine's general limits alone. Before
-// the work budget and the cap, the worst of them took a second or more.
+// that grow strings, large strings compared, searched, escaped or counted in loops):
+// each ends with a Limit error, in milliseconds, with the cap a 4096-token context gives
+// (1 MiB), with the engine's general limits alone (2 MiB) and with the cap of a
+// 1M-token context (8 MiB). Before the budgets and the cap, the worst took 82 s.
 TEST(JinjaCost, AdversarialTemplatesEndQuicklyWithALimitError) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"nested loops printing repeated strings",
@@ -548,7 +549,7 @@ TEST(JinjaCost, AdversarialTemplatesEndQuicklyWithALimitError) {
       {"escaped strings in tojson", "{% set s = '\x01' * 1000000 %}{% for i in range(1000) %}{{ ([s] * 64) | tojson }}{% endfor %}"},
   };
   const std::vector<ChatMessage> messages = {{"user", "hi"}};
-  for (const size_t cap : {fafo::chat_rendering_cap(4096), size_t{0}}) {
+  for (const size_t cap : {fafo::chat_rendering_cap(4096), size_t{0}, fafo::chat_rendering_cap(1 << 20)}) {
     for (const auto& [name, source] : cases) {
       const ChatTemplate t = ChatTemplate::from_source(source, "hostile");
       const auto start = std::chrono::steady_clock::now();
@@ -560,8 +561,10 @@ TEST(JinjaCost, AdversarialTemplatesEndQuicklyWithALimitError) {
       }
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       std::printf("  %-44s cap %8zu: %6.1f ms\n", name.c_str(), cap, ms);
-      // 50 ms is the goal on the build machine; the bound leaves room for a busy one.
-      EXPECT_LT(ms, 250.0 * kSlowdown) << name;
+      // 50 ms is the goal on the build machine up to the 2 MiB cap (contexts up to 256k
+      // tokens); past it the budgets, and so the cost, grow with the cap (a 1M-token
+      // context: 8 MiB, ~160 ms at worst). The bound leaves room for a busy machine.
+      EXPECT_LT(ms, 250.0 * kSlowdown * std::max(1.0, static_cast<double>(cap) / (2 << 20))) << name;
     }
   }
 }

@@ -115,6 +115,10 @@ class Interpreter {
     }
   }
 
+  size_t output_left(const std::string& out) const {
+    return limits_.max_output_bytes - std::min(out.size(), limits_.max_output_bytes);
+  }
+
   void append(std::string& out, const std::string& text) {
     if (text.size() > limits_.max_output_bytes - std::min(out.size(), limits_.max_output_bytes))
       fail(Kind::Limit, "the rendering passes its cap of " + std::to_string(limits_.max_output_bytes) + " bytes");
@@ -124,7 +128,7 @@ class Interpreter {
   Flow exec_statement(const Stmt& s, const ScopePtr& scope, std::string& out) {
     switch (s.kind) {
       case Stmt::Kind::Text: append(out, s.text); return Flow::Normal;
-      case Stmt::Kind::Output: append(out, to_str(eval(*s.expr, scope))); return Flow::Normal;
+      case Stmt::Kind::Output: append(out, to_str_within(eval(*s.expr, scope), output_left(out))); return Flow::Normal;
       case Stmt::Kind::If:
         for (size_t i = 0; i < s.conditions.size(); ++i)
           if (eval(*s.conditions[i], scope).truthy()) return exec_body(s.bodies[i], scope, out);

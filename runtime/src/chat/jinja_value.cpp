@@ -77,13 +77,18 @@ Value Value::markup(std::string s) {
 // What a string built piece by piece may grow to: kMaxStringBytes, and no more than the
 // rendering may still make (past that it fails anyway once the string is made or
 // printed; failing first saves copying up to 64 MiB for nothing).
+// While a value is printed to the output (to_str_within), what the output has left.
+static thread_local size_t t_print_cap = SIZE_MAX;
+
 static size_t piece_limit() {
   const size_t left = t_string_budget > t_string_bytes ? t_string_budget - t_string_bytes : 0;
-  return std::min(kMaxStringBytes, left);
+  return std::min({kMaxStringBytes, left, t_print_cap});
 }
 
 [[noreturn]] static void fail_piece(const char* what) {
   const size_t limit = piece_limit();
+  if (limit == t_print_cap)
+    fail(Kind::Limit, std::string(what) + " would pass the rendering's cap (" + std::to_string(limit) + " bytes left)");
   fail(Kind::Limit, std::string(what) + " would exceed " +
                         (limit == kMaxStringBytes ? std::string("64 MiB")
                                                   : std::to_string(limit) + " bytes, what is left of the " +
@@ -379,6 +384,15 @@ static std::string repr_at_depth(const Value& v, int depth) {
 }
 
 std::string to_str(const Value& v) { return str_at_depth(v, 0); }
+
+std::string to_str_within(const Value& v, size_t max_bytes) {
+  struct Cap {  // restored however printing ends
+    size_t saved = t_print_cap;
+    explicit Cap(size_t cap) { t_print_cap = std::min(t_print_cap, cap); }
+    ~Cap() { t_print_cap = saved; }
+  } cap(max_bytes);
+  return str_at_depth(v, 0);
+}
 std::string to_repr(const Value& v) { return repr_at_depth(v, 0); }
 
 // ---- JSON -------------------------------------------------------------------------

@@ -192,6 +192,9 @@ int64_t checked_neg(int64_t x);
 // Python's str(): strings as they are, None as "None", True as "True", floats
 // as repr() prints them, containers as their repr; undefined prints as "".
 std::string to_str(const Value& v);
+// to_str for the output: a list or dict whose printed form would pass max_bytes stops
+// there with a Limit error, before the rest of it is made.
+std::string to_str_within(const Value& v, size_t max_bytes);
 // Python's repr(): strings quoted ('a'), containers as Python prints them.
 std::string to_repr(const Value& v);
 
