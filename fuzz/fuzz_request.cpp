@@ -2,6 +2,7 @@
 // `fafo serve` parses it (the first byte chooses the route). Every failure must be an
 // ApiError (the server's 400/404 answers).
 #include "openai_api.h"
+#include <nlohmann/json.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

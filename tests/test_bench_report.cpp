@@ -3,6 +3,7 @@
 // names backends and devices (bench_runner.h).
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 

@@ -52,7 +52,7 @@ ChatTemplateContext context(const std::string& bos = "<s>", const std::string& e
 std::string render(const std::string& source, const nlohmann::ordered_json& extra = nlohmann::ordered_json::object(),
                    const std::vector<ChatMessage>& messages = {}) {
   ChatTemplateContext ctx = context();
-  ctx.extra = extra;
+  ctx.extra_json = extra.dump();
   return ChatTemplate::from_source(source).render(messages, false, ctx);
 }
 
@@ -132,9 +132,8 @@ TEST(ChatTemplateGolden, RenderingWithChatMessagesEqualsRenderingWithJson) {
 TEST(ChatTemplateGolden, QwenFormatsToolsWithTojson) {
   FAFO_REQUIRE_SHARED(file, "templates/Qwen-Qwen2.5-7B-Instruct.jinja");
   ChatTemplateContext ctx = context("", "<|im_end|>");
-  ctx.extra["tools"] = nlohmann::ordered_json::parse(
-      R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  ctx.extra_json = R"({"tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})";
   const std::string text = ChatTemplate::from_source(read_text(file)).render({{"user", "Weather in Paris?"}}, true, ctx);
   EXPECT_CONTAINS(text, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
                         "\"Weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "

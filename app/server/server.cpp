@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 

@@ -1,6 +1,7 @@
 #include "layout.h"
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <span>
 
 namespace fafo::studio {

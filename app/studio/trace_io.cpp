@@ -1,6 +1,7 @@
 #include "trace_io.h"
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "fafo/step_trace_json.h"

@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace fafo {
 
@@ -45,10 +45,11 @@ struct ChatMessage {
 struct ChatTemplateContext {
   std::string bos_token;  // the text of the model's BOS / EOS tokens ("<s>", "<|begin_of_text|>", ...)
   std::string eos_token;
-  // Further template variables, one per key of this object: `tools`, `documents`,
-  // `date_string`, `enable_thinking`, ... (as Hugging Face's apply_chat_template
-  // passes its keyword arguments). Key order is kept (tojson prints it).
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  // Further template variables, one per key of this JSON object's text: `tools`,
+  // `documents`, `date_string`, `enable_thinking`, ... (as Hugging Face's
+  // apply_chat_template passes its keyword arguments). Key order is kept (tojson prints
+  // it). Text, so that this header does not need nlohmann/json.hpp.
+  std::string extra_json = "{}";
   // The local date and time strftime_now() formats; empty: the current time.
   std::optional<std::tm> now;
 };

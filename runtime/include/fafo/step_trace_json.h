@@ -2,7 +2,7 @@
 // line) that fafo-studio replays.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "fafo/decoding.h"
 

@@ -4,6 +4,8 @@
 // interpreter.
 #include "fafo/chat_template.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <ctime>
 
@@ -60,8 +62,14 @@ std::vector<std::pair<std::string, Value>> chat_variables(Value messages, bool a
                       if (!format || !format->is_string()) jinja::fail_type("strftime_now() needs a format string");
                       return Value::string(format_time(format->as_string(), now));
                     }));
-  if (!ctx.extra.is_object()) throw std::invalid_argument("ChatTemplateContext::extra must be a JSON object");
-  for (const auto& [key, value] : ctx.extra.items()) vars.emplace_back(key, jinja::from_json(value));
+  nlohmann::ordered_json extra;
+  try {
+    extra = nlohmann::ordered_json::parse(ctx.extra_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("ChatTemplateContext::extra_json is not JSON: ") + e.what());
+  }
+  if (!extra.is_object()) throw std::invalid_argument("ChatTemplateContext::extra_json must be a JSON object");
+  for (const auto& [key, value] : extra.items()) vars.emplace_back(key, jinja::from_json(value));
   return vars;
 }
 

@@ -1,5 +1,5 @@
 // SPIR-V modules compiled from shaders/*.comp at build time and embedded in the
-// library (cmake/vulkan.cmake: fafo_add_shader; cmake/embed_spirv.cmake). One symbol
+// library (cmake/vulkan.cmake: fafo_add_shader, fafo_embed_shaders). One symbol
 // per variant: a shader source compiled with a given set of #defines.
 #pragma once
 
