@@ -1,5 +1,5 @@
-// fp16 scalars as floats for the cpu backend's per-target code (q8_matmul.cpp and
-// simd_matmul.cpp include this after hwy/highway.h, once per target, as Highway's
+// fp16 scalars as floats for the cpu backend's per-target code (q8_matmul-inl.h and
+// simd_matmul-inl.h include this after hwy/highway.h, once per target, as Highway's
 // "-inl.h" headers are).
 #if defined(FAFO_BACKEND_CPU_HALF_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef FAFO_BACKEND_CPU_HALF_INL_H_

@@ -48,4 +48,9 @@ void quantize_activations(const float* x, int64_t x_stride, int64_t t0, int64_t 
 void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                     int64_t out_stride);
 
+// q8_matmul_rows' product for Q6_K and Q8_0 weights, rows in panels of `panel_rows`
+// (q8_matmul_q6.cpp; x already checked).
+void q8_matmul_rows_q6(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
+                       int64_t out_stride, int64_t panel_rows);
+
 }  // namespace fafo::cpu

@@ -1,0 +1,591 @@
+// The integer matrix product's per-target code (see q8_matmul.h): the 8-bit products,
+// the weight decoders and the tiled product. Two files instantiate it for two formats
+// each (q8_matmul.cpp: Q4_K and Q5_K; q8_matmul_q6.cpp: Q6_K and Q8_0), so that
+// Highway's compilation for every instruction set is spread over two translation
+// units that build in parallel. Included after hwy/highway.h by a file that
+// foreach_target.h re-includes, once per target, as Highway's "-inl.h" headers are.
+//
+// Built with -ffp-contract=off (runtime/CMakeLists.txt): the only fused multiply-adds
+// are the explicit MulAdd of the per-block scaling, so every path does the same float
+// arithmetic.
+#if defined(FAFO_BACKEND_CPU_Q8_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef FAFO_BACKEND_CPU_Q8_MATMUL_INL_H_
+#undef FAFO_BACKEND_CPU_Q8_MATMUL_INL_H_
+#else
+#define FAFO_BACKEND_CPU_Q8_MATMUL_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "backend/cpu/q8_matmul.h"
+#include "backend/cpu/simd_matmul.h"
+#include "fafo/tensor_type.h"
+#include "quant/blocks.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+// Per-target helpers, after highway.h:
+#include "backend/cpu/half-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace fafo::cpu {
+namespace HWY_NAMESPACE {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Weight and activation bytes meet in pieces of kB values: 32 (a 256-bit vector) on
+// AVX2 and AVX-512, 16 on SSE4/SSSE3/NEON, 1 on the scalar fallback. A piece's pairwise
+// products land in kG 16-bit lanes, whose sums widen into 32-bit lanes.
+using D8 = hn::CappedTag<uint8_t, 32>;
+using DI8 = hn::RebindToSigned<D8>;
+#if HWY_TARGET == HWY_SCALAR
+using D16 = hn::Rebind<int16_t, D8>;  // one lane: one product per lane
+using D32 = hn::Rebind<int32_t, D8>;
+#else
+using D16 = hn::Repartition<int16_t, D8>;  // a pair of products per lane
+using D32 = hn::Repartition<int32_t, D8>;
+#endif
+using DF = hn::RebindToFloat<D32>;
+using DQ8 = hn::Rebind<int8_t, hn::CappedTag<float, 16>>;  // bytes, one per float lane: the rounding's output
+using V8 = hn::Vec<D8>;
+using VI8 = hn::Vec<DI8>;
+using V16 = hn::Vec<D16>;
+using VI = hn::Vec<D32>;
+using VF = hn::Vec<DF>;
+
+constexpr size_t kB = hn::MaxLanes(D8());
+constexpr size_t kG = hn::MaxLanes(D16());
+static_assert(kB == 32 || 16 % kB == 0);
+
+// ---- 8-bit products ----
+
+// Lane i: w[2i] * x[2i] + w[2i + 1] * x[2i + 1] (on the scalar fallback w[i] * x[i]), w
+// unsigned, x signed. Exact while every such sum fits 16 bits, as the callers' ranges
+// ensure: weights of at most 128 times |x| <= 127, twice, is 32512. Highway 1.0 has no
+// 8-bit multiply-add, so x86 uses its instruction for this (pmaddubsw) directly. The
+// SSSE3 target takes the portable form that NEON uses, so tests on x86 run it too.
+HWY_INLINE V16 MulPairs(V8 w, VI8 x) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return V16{_mm256_maddubs_epi16(w.raw, x.raw)};
+#elif HWY_TARGET == HWY_SSE4
+  return V16{_mm_maddubs_epi16(w.raw, x.raw)};
+#elif HWY_TARGET == HWY_SCALAR
+  return hn::Mul(hn::PromoteTo(D16(), w), hn::PromoteTo(D16(), x));
+#else
+  const D16 d16;
+  const hn::RebindToUnsigned<D16> du16;
+  const V16 w_even = hn::BitCast(d16, hn::And(hn::BitCast(du16, w), hn::Set(du16, 0xff)));
+  const V16 w_odd = hn::BitCast(d16, hn::ShiftRight<8>(hn::BitCast(du16, w)));
+  const V16 x_even = hn::ShiftRight<8>(hn::ShiftLeft<8>(hn::BitCast(d16, x)));
+  const V16 x_odd = hn::ShiftRight<8>(hn::BitCast(d16, x));
+  return hn::Add(hn::Mul(w_even, x_even), hn::Mul(w_odd, x_odd));
+#endif
+}
+
+// x where s >= 0, -x where s < 0 (where s is 0 the caller's weight is 0: either will
+// do). Portable form on SSSE3, as in MulPairs.
+HWY_INLINE VI8 SignOf(VI8 x, VI8 s) {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return VI8{_mm256_sign_epi8(x.raw, s.raw)};
+#elif HWY_TARGET == HWY_SSE4
+  return VI8{_mm_sign_epi8(x.raw, s.raw)};
+#else
+  return hn::IfThenElse(hn::Lt(s, hn::Zero(DI8())), hn::Neg(x), x);
+#endif
+}
+
+// VNNI's instructions in their AVX-512 encoding. Written out because Highway 1.0
+// compiles its AVX3_DL target with AVX-VNNI enabled too, so the compiler would encode
+// the intrinsics in AVX-VNNI's form, which CPUs with VNNI through AVX-512 only (Zen 4)
+// fault on. acc + the sums of adjacent pairs of 16-bit products (vpdpwssd), or of four
+// adjacent products of unsigned and signed bytes (vpdpbusd).
+#if HWY_TARGET == HWY_AVX3_DL
+HWY_INLINE VI DotPairsAdd(VI acc, V16 a, V16 b) {
+  __m256i r = acc.raw;
+  asm("%{evex%} vpdpwssd %2, %1, %0" : "+v"(r) : "v"(a.raw), "v"(b.raw));
+  return VI{r};
+}
+HWY_INLINE VI DotQuadsAdd(VI acc, V8 u, VI8 s) {
+  __m256i r = acc.raw;
+  asm("%{evex%} vpdpbusd %2, %1, %0" : "+v"(r) : "v"(u.raw), "v"(s.raw));
+  return VI{r};
+}
+#endif
+
+// acc + (lanes 2k and 2k + 1 of p times those of scale): Highway's 16-bit multiply-add,
+// one instruction where the CPU has VNNI.
+HWY_INLINE VI MulScaleAdd(V16 p, V16 scale, VI acc, VI& acc1) {
+#if HWY_TARGET == HWY_AVX3_DL
+  (void)acc1;
+  return DotPairsAdd(acc, p, scale);
+#else
+  return hn::ReorderWidenMulAccumulate(D32(), p, scale, acc, acc1);
+#endif
+}
+
+// 16 values of 16 bits in 16 / kG vectors.
+struct Vec16x16 {
+  V16 v[16 / kG];
+};
+
+// 32-bit lanes whose sum is sum_i c[i] * s[i] over 16 entries.
+HWY_INLINE VI Dot16(const Vec16x16& c, const int16_t* s) {
+  const D32 di;
+  VI a0 = hn::Zero(di), a1 = hn::Zero(di);
+  for (size_t i = 0; i < 16 / kG; ++i) a0 = hn::ReorderWidenMulAccumulate(di, c.v[i], hn::LoadU(D16(), s + i * kG), a0, a1);
+  return hn::RearrangeToOddPlusEven(a0, a1);
+}
+
+// Bytes as 16-bit values, built in registers (a vector loaded from values just stored one
+// by one would wait for those stores).
+#if HWY_TARGET == HWY_SCALAR
+HWY_INLINE Vec16x16 Widen16(const uint8_t* b) {
+  Vec16x16 r;
+  for (size_t i = 0; i < 16; ++i) r.v[i] = hn::Set(D16(), static_cast<int16_t>(b[i]));
+  return r;
+}
+#else
+using D8x16 = hn::Full128<uint8_t>;
+using D16x8 = hn::Full128<int16_t>;
+// Four words as one 128-bit vector of bytes.
+HWY_INLINE hn::Vec<D8x16> FromWords(const uint32_t w[4]) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128
+  return hn::Vec<D8x16>{_mm_set_epi32(static_cast<int>(w[3]), static_cast<int>(w[2]), static_cast<int>(w[1]),
+                                      static_cast<int>(w[0]))};
+#else
+  return hn::BitCast(D8x16(), hn::LoadU(hn::Full128<uint32_t>(), w));
+#endif
+}
+// The 8 bytes in the lower or upper half of v (a vector of Full128<int8_t> or
+// <uint8_t>) as 16-bit values, in every 128-bit block.
+template <bool kUpper, class V>
+HWY_INLINE V16 Widen8Dup(V v) {
+  const hn::Half<hn::DFromV<V>> dh;
+  const auto half = kUpper ? hn::UpperHalf(dh, v) : hn::LowerHalf(dh, v);
+  const hn::Vec<D16x8> w = hn::PromoteTo(D16x8(), half);
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return hn::Combine(D16(), w, w);
+#else
+  return w;
+#endif
+}
+// The 16 bytes of v as 16-bit values (signed bytes when kSigned).
+template <bool kSigned>
+HWY_INLINE Vec16x16 Widen16(hn::Vec<D8x16> v) {
+  using DB = std::conditional_t<kSigned, hn::Full128<int8_t>, D8x16>;
+  const auto b = hn::BitCast(DB(), v);
+  Vec16x16 r;
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  r.v[0] = hn::PromoteTo(D16(), b);
+#else
+  const hn::Half<DB> dh;
+  r.v[0] = hn::PromoteTo(D16(), hn::LowerHalf(dh, b));
+  r.v[1] = hn::PromoteTo(D16(), hn::UpperHalf(dh, b));
+#endif
+  return r;
+}
+#endif
+
+// ---- weight decoders ----
+// Each gives a weight block as pieces of kB unsigned bytes (Weights<P>() = values P*kB
+// .. P*kB + kB - 1), per piece the integer scale of each 16-bit lane (Scale<P>()), how
+// a piece's products with the activations add into 32-bit lanes (Accumulate), the
+// float factor d, and a correction over the activations' 16-value sums:
+//   Corr::kFloat (Q4_K, Q5_K): the mins: dmin * sum_i corr[i] * sums16[i] is subtracted in float;
+//   Corr::kInt (Q6_K): its values are stored plus 32: 32 * sum_i corr[i] * sums16[i] is
+//   subtracted from the integer sum.
+
+enum class Corr { kNone, kFloat, kInt };
+
+static_assert(offsetof(quant::BlockQ4_K, dmin) == offsetof(quant::BlockQ5_K, dmin) &&
+              offsetof(quant::BlockQ4_K, scales) == offsetof(quant::BlockQ5_K, scales));
+
+// Two adjacent fp16 values (a block's d and dmin) as floats, in one conversion.
+HWY_INLINE void LoadHalves(const uint8_t* p, float& a, float& b) {
+#if HWY_TARGET == HWY_SCALAR
+  a = LoadHalf(p);
+  b = LoadHalf(p + 2);
+#else
+  const hn::CappedTag<float, 2> df2;
+  const hn::Rebind<hwy::float16_t, decltype(df2)> dh2;
+  const auto v = hn::PromoteTo(df2, hn::LoadU(dh2, reinterpret_cast<const hwy::float16_t*>(p)));
+  a = hn::GetLane(v);
+  b = hn::ExtractLane(v, 1);
+#endif
+}
+
+// Eight 16-bit scales (of 8 sub-blocks) and, per sub-block, a vector of its scale:
+// the eight sit in every 128-bit block of `dup`, and a byte shuffle spreads one of them.
+struct Scales8 {
+#if HWY_TARGET == HWY_SCALAR
+  int16_t v[8];
+#else
+  V16 dup;
+#endif
+  // Lanes [0, kG/2) get scale j, the rest scale k (j == k: all lanes scale j).
+  template <size_t j, size_t k = j>
+  HWY_INLINE V16 Get() const {
+#if HWY_TARGET == HWY_SCALAR
+    return hn::Set(D16(), v[j]);
+#else
+    constexpr int16_t kPickJ = static_cast<int16_t>(((2 * j + 1) << 8) | (2 * j));
+    constexpr int16_t kPickK = static_cast<int16_t>(((2 * k + 1) << 8) | (2 * k));
+    if constexpr (j == k) return hn::TableLookupBytes(dup, hn::Set(D16(), kPickJ));
+    else
+      return hn::TableLookupBytes(
+          dup, hn::IfThenElse(hn::FirstN(D16(), kG / 2), hn::Set(D16(), kPickJ), hn::Set(D16(), kPickK)));
+#endif
+  }
+};
+
+// Bits of `v` selected by `mask` moved to start at bit `to` (from bit `from`).
+template <int from, int to>
+HWY_INLINE V8 MoveBits(V8 v, uint8_t mask) {
+  const V8 m = hn::And(v, hn::Set(D8(), mask));
+  if constexpr (from < to) return hn::ShiftLeft<to - from>(m);
+  else if constexpr (from > to) return hn::ShiftRight<from - to>(m);
+  else return m;
+}
+
+// What Q4_K and Q5_K share: d, dmin, 8 scales and 8 mins of 6 bits.
+struct K4Int {
+  static constexpr int64_t kValues = quant::kSuperBlock;
+  static constexpr Corr kCorr = Corr::kFloat;
+  using Piece = V8;
+  float d, dmin;
+  Scales8 sc;
+  Vec16x16 corr;  // each min twice: it multiplies the sums of both halves of its sub-block
+  HWY_INLINE void LoadFactors(const uint8_t* b) {
+    LoadHalves(b + offsetof(quant::BlockQ4_K, d), d, dmin);
+    uint32_t words[4];  // scales 0-7, then mins 0-7
+    quant::unpack_scales_mins_k4_words(b + offsetof(quant::BlockQ4_K, scales), words);
+#if HWY_TARGET == HWY_SCALAR
+    uint8_t sm[16], twice[16];
+    std::memcpy(sm, words, 16);
+    for (size_t j = 0; j < 8; ++j) {
+      sc.v[j] = sm[j];
+      twice[2 * j] = twice[2 * j + 1] = sm[8 + j];
+    }
+    corr = Widen16(twice);
+#else
+    const auto sm = FromWords(words);
+    sc.dup = Widen8Dup<false>(sm);
+    corr = Widen16<false>(hn::InterleaveUpper(D8x16(), sm, sm));  // mins 0,0,1,1,..,7,7
+#endif
+  }
+  // The 4 low bits of piece P: the low nibbles of 32 bytes for even sub-blocks, their
+  // high nibbles for odd ones.
+  template <size_t P>
+  static HWY_INLINE V8 Nibbles(const uint8_t* qs) {
+    constexpr size_t v = P * kB, sub = v / 32, l = v % 32;
+    const V8 raw = hn::LoadU(D8(), qs + 32 * (sub / 2) + l);
+    if constexpr (sub & 1) return hn::ShiftRight<4>(raw);
+    else return hn::And(raw, hn::Set(D8(), 0x0f));
+  }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    return sc.Get<P * kB / 32>();
+  }
+  static HWY_INLINE VI Accumulate(V8 w, V16 scale, VI8 x, VI acc, VI& acc1) {
+    return MulScaleAdd(MulPairs(w, x), scale, acc, acc1);
+  }
+};
+
+struct Q4KInt : K4Int {
+  static constexpr int64_t kBytes = sizeof(quant::BlockQ4_K);
+  const uint8_t* qs;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    LoadFactors(b);
+    qs = b + offsetof(quant::BlockQ4_K, qs);
+  }
+  template <size_t P>
+  HWY_INLINE V8 Weights() const {
+    return Nibbles<P>(qs);
+  }
+};
+
+struct Q5KInt : K4Int {
+  static constexpr int64_t kBytes = sizeof(quant::BlockQ5_K);
+  const uint8_t* qs;
+  const uint8_t* qh;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    LoadFactors(b);
+    qs = b + offsetof(quant::BlockQ5_K, qs);
+    qh = b + offsetof(quant::BlockQ5_K, qh);
+  }
+  template <size_t P>
+  HWY_INLINE V8 Weights() const {
+    constexpr size_t v = P * kB, sub = v / 32, l = v % 32;
+    // Bit 4 of sub-block `sub` is bit `sub` of qh[l].
+    return hn::Or(Nibbles<P>(qs), MoveBits<static_cast<int>(sub), 4>(hn::LoadU(D8(), qh + l), uint8_t{1} << sub));
+  }
+};
+
+struct Q6KInt {
+  static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockQ6_K);
+  static constexpr Corr kCorr = Corr::kInt;
+  using Piece = V8;
+  float d;
+  const uint8_t* ql;
+  const uint8_t* qh;
+  Scales8 sc[2];  // scales of values 0..127 and 128..255
+  Vec16x16 corr;  // the 16 scales
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    d = LoadHalf(b + offsetof(quant::BlockQ6_K, d));
+    ql = b + offsetof(quant::BlockQ6_K, ql);
+    qh = b + offsetof(quant::BlockQ6_K, qh);
+    const uint8_t* scales = b + offsetof(quant::BlockQ6_K, scales);
+#if HWY_TARGET == HWY_SCALAR
+    for (size_t j = 0; j < 16; ++j) {
+      const auto s = static_cast<int16_t>(static_cast<int8_t>(scales[j]));
+      sc[j / 8].v[j % 8] = s;
+      corr.v[j] = hn::Set(D16(), s);
+    }
+#else
+    const hn::Full128<int8_t> di8x16;
+    const auto s = hn::LoadU(di8x16, reinterpret_cast<const int8_t*>(scales));
+    corr = Widen16<true>(hn::BitCast(D8x16(), s));
+    sc[0].dup = Widen8Dup<false>(s);
+    sc[1].dup = Widen8Dup<true>(s);
+#endif
+  }
+  // Value v = 128 * half + 32 * k + m (its 6 bits, 0..63: the stored value plus 32).
+  template <size_t P>
+  HWY_INLINE V8 Weights() const {
+    constexpr size_t v = P * kB, half = v / 128, k = (v % 128) / 32, m = v % 32;
+    const V8 l = hn::LoadU(D8(), ql + 64 * half + 32 * (k % 2) + m);
+    const V8 lo = k < 2 ? hn::And(l, hn::Set(D8(), 0x0f)) : hn::ShiftRight<4>(l);
+    return hn::Or(lo, MoveBits<static_cast<int>(2 * k), 4>(hn::LoadU(D8(), qh + 32 * half + m), uint8_t{3} << (2 * k)));
+  }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    constexpr size_t v = P * kB, half = v / 128, j = (v % 128) / 16;
+    if constexpr (kB == 32) return sc[half].Get<j, j + 1>();  // a piece of 32 spans scales j and j + 1
+    else return sc[half].Get<j>();
+  }
+  static HWY_INLINE VI Accumulate(V8 w, V16 scale, VI8 x, VI acc, VI& acc1) {
+    return MulScaleAdd(MulPairs(w, x), scale, acc, acc1);
+  }
+};
+
+struct Q8_0Int {
+  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ8_0);
+  static constexpr Corr kCorr = Corr::kNone;
+  struct Piece {
+    V8 abs;    // |w| (128 for -128)
+    VI8 sign;  // w
+  };
+  float d;
+  const int8_t* qs;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    d = LoadHalf(b);
+    qs = reinterpret_cast<const int8_t*>(b + offsetof(quant::BlockQ8_0, qs));
+  }
+  template <size_t P>
+  HWY_INLINE Piece Weights() const {
+    const VI8 w = hn::LoadU(DI8(), qs + P * kB);
+    return {hn::BitCast(D8(), hn::Abs(w)), w};
+  }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    return hn::Set(D16(), 1);
+  }
+  // |w| * (x with w's sign) = w * x; with VNNI, four products summed into each 32-bit
+  // lane in one instruction (vpdpbusd), as the pairs times scale 1 would sum them.
+  static HWY_INLINE VI Accumulate(const Piece& w, V16 scale, VI8 x, VI acc, VI& acc1) {
+#if HWY_TARGET == HWY_AVX3_DL
+    (void)scale;
+    (void)acc1;
+    return DotQuadsAdd(acc, w.abs, SignOf(x, w.sign));
+#else
+    return MulScaleAdd(MulPairs(w.abs, SignOf(x, w.sign)), scale, acc, acc1);
+#endif
+  }
+};
+
+template <class F, size_t... kPieces>
+HWY_INLINE void ForEachPieceImpl(F&& f, std::index_sequence<kPieces...>) {
+  (f(std::integral_constant<size_t, kPieces>{}), ...);
+}
+// f(std::integral_constant<size_t, P>) for every piece of Dec's block.
+template <class Dec, class F>
+HWY_INLINE void ForEachPiece(F&& f) {
+  ForEachPieceImpl(f, std::make_index_sequence<static_cast<size_t>(Dec::kValues) / kB>{});
+}
+
+// ---- the product ----
+
+// The activation rows of a tile.
+template <size_t NT>
+struct ActTile {
+  const int8_t* q[NT];
+  const float* d[NT];
+  const int16_t* s[NT];
+};
+
+template <size_t NT>
+ActTile<NT> MakeActTile(const QuantizedActivations& x, int64_t t0) {
+  ActTile<NT> a;
+  const int64_t nb = x.cols / x.block;
+  for (size_t t = 0; t < NT; ++t) {
+    const int64_t row = t0 + static_cast<int64_t>(t);
+    a.q[t] = x.q.data() + row * x.cols;
+    a.d[t] = x.d.data() + row * nb;
+    a.s[t] = x.sums16.data() + row * (x.cols / 16);
+  }
+  return a;
+}
+
+// R weight rows x NT tokens: sums[r * NT + t] = dot(w[r], x[t]). Per output: the
+// block's exact integer sum (in D32's lanes; Q6_K's correction subtracted there), one
+// multiply-add per block by d * dx in float lanes (Q4_K/Q5_K: and one by dmin * dx for
+// the mins), blocks in order; then the lane sum. Each piece of a weight block is
+// decoded once and used for all NT tokens; the arithmetic per output is the same for
+// every R and NT. While reading a block of each row, the tile asks for the same block
+// `ahead` bytes on (the next tile's rows; 0: no such requests, as for one-token steps,
+// whose single stream of rows the hardware prefetchers follow).
+template <class Dec, size_t R, size_t NT>
+HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_t blocks, int64_t per_act, float* sums,
+                        size_t ahead) {
+  const DF df;
+  const D32 di;
+  constexpr int64_t kSums = Dec::kValues / 16;  // the activations' 16-value sums per block
+  VF facc[R][NT], part[R][NT];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t t = 0; t < NT; ++t) facc[r][t] = part[r][t] = hn::Zero(df);
+  Dec dec[R];
+  int64_t act = 0, in_act = 0;  // the activation block, and weight blocks of it summed so far
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (size_t r = 0; r < R; ++r) {
+      if (ahead != 0)  // every cache line of the block `ahead` bytes on
+        for (int64_t o = 0; o < Dec::kBytes; o += 64) hwy::Prefetch(rows[r] + b * Dec::kBytes + ahead + o);
+      dec[r].Prepare(rows[r] + b * Dec::kBytes);
+    }
+    VI s0[R][NT], s1[R][NT];
+    for (size_t r = 0; r < R; ++r)
+      for (size_t t = 0; t < NT; ++t) s0[r][t] = s1[r][t] = hn::Zero(di);
+    const int64_t c0 = b * Dec::kValues;
+    ForEachPiece<Dec>([&](auto p) {
+      constexpr size_t P = decltype(p)::value;
+      VI8 xv[NT];
+      for (size_t t = 0; t < NT; ++t) xv[t] = hn::LoadU(DI8(), x.q[t] + c0 + static_cast<int64_t>(P * kB));
+      for (size_t r = 0; r < R; ++r) {
+        const typename Dec::Piece w = dec[r].template Weights<P>();
+        const V16 scale = dec[r].template Scale<P>();
+        for (size_t t = 0; t < NT; ++t)
+          s0[r][t] = Dec::Accumulate(w, scale, xv[t], s0[r][t], s1[r][t]);
+      }
+    });
+    if (per_act == 1) {  // one activation scale per weight block: scale by d * dx
+      for (size_t r = 0; r < R; ++r)
+        for (size_t t = 0; t < NT; ++t) {
+          const float dx = x.d[t][b];
+          VI s = hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t]);
+          if constexpr (Dec::kCorr == Corr::kInt) s = hn::Sub(s, hn::ShiftLeft<5>(Dot16(dec[r].corr, x.s[t] + b * kSums)));
+          facc[r][t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, dec[r].d * dx), facc[r][t]);
+          if constexpr (Dec::kCorr == Corr::kFloat)
+            facc[r][t] = hn::NegMulAdd(hn::ConvertTo(df, Dot16(dec[r].corr, x.s[t] + b * kSums)),
+                                       hn::Set(df, dec[r].dmin * dx), facc[r][t]);
+        }
+    } else if constexpr (Dec::kCorr == Corr::kNone) {
+      // per_act weight blocks (Q8_0's) share an activation scale: sum them scaled by d, then scale by dx
+      for (size_t r = 0; r < R; ++r) {
+        const VF dw = hn::Set(df, dec[r].d);
+        for (size_t t = 0; t < NT; ++t)
+          part[r][t] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t])), dw, part[r][t]);
+      }
+      if (++in_act == per_act) {  // the activation block is complete
+        for (size_t r = 0; r < R; ++r)
+          for (size_t t = 0; t < NT; ++t) {
+            facc[r][t] = hn::MulAdd(part[r][t], hn::Set(df, x.d[t][act]), facc[r][t]);
+            part[r][t] = hn::Zero(df);
+          }
+        in_act = 0;
+        ++act;
+      }
+    }
+  }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t t = 0; t < NT; ++t) sums[r * NT + t] = hn::GetLane(hn::SumOfLanes(df, facc[r][t]));
+}
+
+// Rows [r0, r1) of a matrix whose row r starts at base + r * row_bytes, by tiles of R
+// rows (missing rows repeat the first and are not written), against tokens [t0, t0 + NT).
+template <class Dec, size_t R, size_t NT>
+void IntRows(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, const QuantizedActivations& x, int64_t t0,
+             int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
+  const ActTile<NT> xt = MakeActTile<NT>(x, t0);
+  for (int64_t b0 = r0; b0 < r1; b0 += static_cast<int64_t>(R)) {
+    const int64_t rows = std::min<int64_t>(static_cast<int64_t>(R), r1 - b0);
+    const uint8_t* rp[R];
+    for (size_t r = 0; r < R; ++r)
+      rp[r] = base + static_cast<size_t>(b0 + (static_cast<int64_t>(r) < rows ? static_cast<int64_t>(r) : 0)) * row_bytes;
+    float sums[R * NT];
+    IntTile<Dec, R, NT>(rp, xt, blocks, x.block / Dec::kValues, sums, prefetch ? R * row_bytes : 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (size_t t = 0; t < NT; ++t)
+        out[(t0 + static_cast<int64_t>(t)) * out_stride + b0 + r] = sums[static_cast<size_t>(r) * NT + t];
+  }
+}
+
+// Rows x tokens per tile for steps of more than kFusedMaxT tokens; smaller steps read
+// one row at a time against all their tokens (a single sequential stream). The tiles
+// fit the register budget: 32 vector registers on AVX-512 and NEON, 16 elsewhere.
+#if HWY_TARGET <= HWY_AVX3 || HWY_ARCH_ARM
+constexpr size_t kRows = 1, kTokens = 8;
+constexpr int64_t kFusedMaxT = 8;
+#else
+constexpr size_t kRows = 2, kTokens = 2;
+constexpr int64_t kFusedMaxT = 4;
+#endif
+
+// Tokens [t, x.rows) (fewer than NT) in one tile of as many tokens.
+template <class Dec, size_t R, size_t NT>
+void LastTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, const QuantizedActivations& x,
+                int64_t t, int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
+  if constexpr (NT > 1) {
+    if (x.rows - t == static_cast<int64_t>(NT) - 1)
+      IntRows<Dec, R, NT - 1>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
+    else
+      LastTokens<Dec, R, NT - 1>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
+  }
+}
+
+// Token tiles of NT (the last one smaller) outer, row tiles of R inner.
+template <class Dec, size_t R, size_t NT>
+void AllTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, const QuantizedActivations& x,
+               int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
+  int64_t t = 0;
+  for (; t + static_cast<int64_t>(NT) <= x.rows; t += NT)
+    IntRows<Dec, R, NT>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
+  if (t < x.rows) LastTokens<Dec, R, NT>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
+}
+
+// Steps of up to kFusedMaxT tokens stream the rows once; larger ones take the rows in
+// panels of `panel_rows` (kept in cache while every token tile passes over them).
+template <class Dec>
+void ProductWith(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
+                 int64_t out_stride, int64_t panel_rows) {
+  const int64_t blocks = w.cols / Dec::kValues;
+  if (x.rows == 1) {
+    IntRows<Dec, 1, 1>(w.data, w.row_bytes, r0, r1, x, 0, blocks, out, out_stride, false);
+    return;
+  }
+  if (x.rows <= kFusedMaxT) {
+    AllTokens<Dec, 1, kFusedMaxT>(w.data, w.row_bytes, r0, r1, x, blocks, out, out_stride, true);
+    return;
+  }
+  for (int64_t p0 = r0; p0 < r1; p0 += panel_rows)
+    AllTokens<Dec, kRows, kTokens>(w.data, w.row_bytes, p0, std::min(r1, p0 + panel_rows), x, blocks, out, out_stride,
+                                   false);
+}
+}  // namespace HWY_NAMESPACE
+}  // namespace fafo::cpu
+HWY_AFTER_NAMESPACE();
+
+#endif  // FAFO_BACKEND_CPU_Q8_MATMUL_INL_H_ (toggled per target)
