@@ -102,6 +102,6 @@ ${definitions}
 }  // namespace fafo::vulkan::shaders
 ")
     target_sources(${target} PRIVATE ${cpp})
-    set_source_files_properties(${cpp} PROPERTIES OBJECT_DEPENDS "${headers}")
+    set_source_files_properties(${cpp} PROPERTIES OBJECT_DEPENDS "${headers}" SKIP_UNITY_BUILD_INCLUSION ON)
   endforeach()
 endfunction()

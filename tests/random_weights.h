@@ -1,4 +1,4 @@
-// Weight rows of random bytes for the kernel tests (Vulkan, CUDA decoders): every bit
+// Random floats, and weight rows of random bytes for the kernel tests (Vulkan, CUDA decoders): every bit
 // pattern of a format's codes and packed scales. The fp16 fields are random too but
 // finite (NaN payloads through arithmetic are not portable); subnormal and zero scales
 // occur. Plain float values are random finite bit patterns.
@@ -12,6 +12,15 @@
 #include "fafo/tensor_type.h"
 
 namespace fafo::test {
+
+// n values drawn uniformly from [lo, hi) by a generator seeded with `seed`.
+inline std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
 
 // Byte offsets of the fp16 fields (scales, mins) in a block of each quantized format.
 inline std::vector<uint32_t> half_fields(TensorType type) {

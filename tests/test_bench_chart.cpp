@@ -48,15 +48,15 @@ BenchReport three_devices() {
   return r;
 }
 
-struct Image {
+struct ChartImage {
   int width = 0, height = 0;
   std::vector<uint8_t> rgb;
   const uint8_t* at(int x, int y) const { return &rgb[(static_cast<size_t>(y) * width + x) * 3]; }
 };
 
 // The PNG decoded by stb_image, as RGB.
-Image decode(const std::vector<uint8_t>& png) {
-  Image img;
+ChartImage decode(const std::vector<uint8_t>& png) {
+  ChartImage img;
   int channels = 0;
   stbi_uc* pixels =
       stbi_load_from_memory(png.data(), static_cast<int>(png.size()), &img.width, &img.height, &channels, 3);
@@ -71,7 +71,7 @@ bool near(const uint8_t* p, ChartColor c, int tolerance) {
 }
 
 // Pixels of colour c (within tolerance per channel) in columns [x0, x1).
-int count_color(const Image& img, ChartColor c, int x0, int x1, int tolerance = 6) {
+int count_color(const ChartImage& img, ChartColor c, int x0, int x1, int tolerance = 6) {
   int n = 0;
   for (int y = 0; y < img.height; ++y) {
     for (int x = x0; x < x1; ++x) n += near(img.at(x, y), c, tolerance);
@@ -79,9 +79,9 @@ int count_color(const Image& img, ChartColor c, int x0, int x1, int tolerance = 
   return n;
 }
 
-int count_color(const Image& img, ChartColor c) { return count_color(img, c, 0, img.width); }
+int count_color(const ChartImage& img, ChartColor c) { return count_color(img, c, 0, img.width); }
 
-int count_non_white(const Image& img) {
+int count_non_white(const ChartImage& img) {
   int n = 0;
   for (int y = 0; y < img.height; ++y) {
     for (int x = 0; x < img.width; ++x) n += !near(img.at(x, y), {255, 255, 255}, 0);
@@ -96,13 +96,13 @@ const ChartText* find_text(const Chart& chart, const std::string& text) {
   return nullptr;
 }
 
-bool inside(const Image& img, const ChartText& t) {
+bool inside(const ChartImage& img, const ChartText& t) {
   return t.width > 0 && t.height > 0 && t.x >= 0 && t.y >= 0 && t.x + t.width <= img.width &&
          t.y + t.height <= img.height;
 }
 
 // Dark pixels (every channel below 100) in the text's box.
-int dark_pixels_in(const Image& img, const ChartText& t) {
+int dark_pixels_in(const ChartImage& img, const ChartText& t) {
   int n = 0;
   for (int y = t.y; y < t.y + t.height; ++y) {
     for (int x = t.x; x < t.x + t.width; ++x) {
@@ -113,7 +113,7 @@ int dark_pixels_in(const Image& img, const ChartText& t) {
   return n;
 }
 
-void expect_drawn(const Chart& chart, const Image& img, const std::string& text) {
+void expect_drawn(const Chart& chart, const ChartImage& img, const std::string& text) {
   const ChartText* t = find_text(chart, text);
   ASSERT_NE(t, nullptr) << "no label \"" << text << "\"";
   EXPECT_TRUE(inside(img, *t)) << text << " at " << t->x << "," << t->y << " " << t->width << "x" << t->height;
@@ -132,7 +132,7 @@ TEST(BenchChart, PngDecodesToTheChartItsSizeAndPixels) {
   ASSERT_GE(chart.width, 800);
   ASSERT_GE(chart.height, 400);
   ASSERT_EQ(chart.rgb.size(), static_cast<size_t>(chart.width) * chart.height * 3);
-  const Image img = decode(encode_png(chart));
+  const ChartImage img = decode(encode_png(chart));
   ASSERT_EQ(img.width, chart.width);
   ASSERT_EQ(img.height, chart.height);
   EXPECT_EQ(img.rgb, chart.rgb);  // PNG is lossless
@@ -141,7 +141,7 @@ TEST(BenchChart, PngDecodesToTheChartItsSizeAndPixels) {
 
 TEST(BenchChart, EveryDeviceHasItsOwnColourInBothPanels) {
   const Chart chart = draw_bench_chart(three_devices());
-  const Image img = decode(encode_png(chart));
+  const ChartImage img = decode(encode_png(chart));
   ASSERT_EQ(img.width, chart.width);
   const int half = img.width / 2;
   for (size_t i = 0; i < 3; ++i) {
@@ -165,7 +165,7 @@ TEST(BenchChart, PaletteCyclesForManyDevices) {
   BenchReport r;
   for (int i = 0; i < 12; ++i) r.devices.push_back(device("backend-with-a-name:" + std::to_string(i), 1 + i));
   const Chart chart = draw_bench_chart(r);
-  const Image img = decode(encode_png(chart));
+  const ChartImage img = decode(encode_png(chart));
   ASSERT_EQ(img.height, chart.height);
   for (int i = 0; i < 12; ++i) expect_drawn(chart, img, "backend-with-a-name:" + std::to_string(i));
   for (const ChartText& t : chart.texts) EXPECT_TRUE(inside(img, t)) << t.text;
@@ -173,7 +173,7 @@ TEST(BenchChart, PaletteCyclesForManyDevices) {
 
 TEST(BenchChart, AxisTickAndLegendLabelsAreDrawnWhereTheySayTheyAre) {
   const Chart chart = draw_bench_chart(three_devices());
-  const Image img = decode(encode_png(chart));
+  const ChartImage img = decode(encode_png(chart));
   ASSERT_EQ(img.width, chart.width);
   for (const char* label : {"T (tokens per step)", "ms per step", "tokens/s"}) expect_drawn(chart, img, label);
   for (const char* label : {"cpu", "vulkan:0", "reference"}) expect_drawn(chart, img, label);   // legend
@@ -213,7 +213,7 @@ TEST(BenchChart, ValuesSpanningMoreThan30xGetALogAxis) {
   slow.step_cost = {{1, {4, 0}}, {8, {18, 0}}};
   r.devices = {fast, slow};
   const Chart chart = draw_bench_chart(r);
-  const Image img = decode(encode_png(chart));
+  const ChartImage img = decode(encode_png(chart));
   expect_drawn(chart, img, "ms per step (log scale)");
   for (const char* tick : {"0.01", "0.1", "1", "10", "100"}) EXPECT_NE(find_text(chart, tick), nullptr) << "no tick " << tick;
   EXPECT_EQ(find_text(chart, "0.001"), nullptr);
@@ -236,7 +236,7 @@ TEST(BenchChart, WithoutStrategiesTheRightPanelShowsPpAndTg) {
   BenchReport r = three_devices();
   for (DeviceResult& d : r.devices) d.strategies.clear();
   const Chart chart = draw_bench_chart(r);
-  const Image img = decode(encode_png(chart));
+  const ChartImage img = decode(encode_png(chart));
   ASSERT_EQ(img.width, chart.width);
   expect_drawn(chart, img, "pp512");
   expect_drawn(chart, img, "tg128");
@@ -250,7 +250,7 @@ TEST(BenchChart, WithoutStrategiesTheRightPanelShowsPpAndTg) {
 
 TEST(BenchChart, AnEmptyReportSaysNoMeasurements) {
   const Chart chart = draw_bench_chart(BenchReport{});
-  const Image img = decode(encode_png(chart));
+  const ChartImage img = decode(encode_png(chart));
   ASSERT_EQ(img.width, chart.width);
   ASSERT_EQ(img.height, chart.height);
   ASSERT_GT(img.width, 0);
@@ -265,7 +265,7 @@ TEST(BenchChart, AFailedDeviceIsListedAsFailedAndNotDrawn) {
   r.devices[1].label = "vulkan:1";
   r.devices[1].error = "vkCreateDevice failed";
   const Chart chart = draw_bench_chart(r);
-  const Image img = decode(encode_png(chart));
+  const ChartImage img = decode(encode_png(chart));
   ASSERT_EQ(img.width, chart.width);
   expect_drawn(chart, img, "vulkan:1: failed");
   expect_drawn(chart, img, "cpu");
@@ -293,7 +293,7 @@ TEST(BenchChart, OddValuesAreSkippedOrHeldInsideThePlot) {
   d.strategies = {zero, inf};
   r.devices = {d};
   const Chart chart = draw_bench_chart(r);
-  const Image img = decode(encode_png(chart));
+  const ChartImage img = decode(encode_png(chart));
   ASSERT_EQ(img.width, chart.width);
   ASSERT_EQ(img.height, chart.height);
   for (const ChartText& t : chart.texts) EXPECT_TRUE(inside(img, t)) << t.text;

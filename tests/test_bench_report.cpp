@@ -17,7 +17,7 @@ using namespace fafo::bench;
 
 namespace {
 
-DeviceResult device(const std::string& label, double scale) {
+DeviceResult report_device(const std::string& label, double scale) {
   DeviceResult d;
   d.label = label;
   d.backend = label.substr(0, label.find(':'));
@@ -56,7 +56,7 @@ DeviceResult device(const std::string& label, double scale) {
 BenchReport two_devices_and_a_failure() {
   BenchReport r;
   r.model = "stories260K.gguf";
-  r.devices = {device("cpu", 1.0), device("vulkan:0", 2.0)};
+  r.devices = {report_device("cpu", 1.0), report_device("vulkan:0", 2.0)};
   DeviceResult failed;
   failed.label = "reference";
   failed.backend = "reference";

@@ -20,13 +20,6 @@ using fafo::ChatTemplate;
 using fafo::ChatTemplateContext;
 using fafo::ChatTemplateError;
 
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The golden data's fixed clock: strftime_now() renders 2026-11-22.
 std::tm golden_day() {
   std::tm tm{};
@@ -74,7 +67,7 @@ ChatTemplateError render_error(const std::string& source, const nlohmann::ordere
 TEST(ChatTemplateGolden, EveryTemplateRendersEveryConversationExactly) {
   FAFO_REQUIRE_SHARED(renderings, "golden/templates/renderings.json");
   FAFO_REQUIRE_SHARED(templates, "templates");
-  const nlohmann::json golden = nlohmann::json::parse(read_text(renderings));
+  const nlohmann::json golden = nlohmann::json::parse(fafo::test::read_text(renderings));
   ASSERT_GE(golden["templates"].size(), 17u);
   int checked = 0, errors = 0;
   for (const auto& [name, entry] : golden["templates"].items()) {
@@ -83,7 +76,7 @@ TEST(ChatTemplateGolden, EveryTemplateRendersEveryConversationExactly) {
     ASSERT_TRUE(std::filesystem::exists(file)) << file;
     std::optional<ChatTemplate> parsed;
     try {
-      parsed = ChatTemplate::from_source(read_text(file), name);
+      parsed = ChatTemplate::from_source(fafo::test::read_text(file), name);
     } catch (const ChatTemplateError& e) {
       ADD_FAILURE() << e.kind_name() << ": " << e.what();
       continue;
@@ -121,7 +114,7 @@ TEST(ChatTemplateGolden, EveryTemplateRendersEveryConversationExactly) {
 
 TEST(ChatTemplateGolden, RenderingWithChatMessagesEqualsRenderingWithJson) {
   FAFO_REQUIRE_SHARED(file, "templates/Qwen-Qwen2.5-7B-Instruct.jinja");
-  const ChatTemplate tmpl = ChatTemplate::from_source(read_text(file));
+  const ChatTemplate tmpl = ChatTemplate::from_source(fafo::test::read_text(file));
   const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
   for (const auto& m : messages) j.push_back({{"role", m.role}, {"content", m.content}});
@@ -134,7 +127,7 @@ TEST(ChatTemplateGolden, QwenFormatsToolsWithTojson) {
   ChatTemplateContext ctx = context("", "<|im_end|>");
   ctx.extra_json = R"({"tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})";
-  const std::string text = ChatTemplate::from_source(read_text(file)).render({{"user", "Weather in Paris?"}}, true, ctx);
+  const std::string text = ChatTemplate::from_source(fafo::test::read_text(file)).render({{"user", "Weather in Paris?"}}, true, ctx);
   EXPECT_CONTAINS(text, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
                         "\"Weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
                         "{\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n</tools>");
@@ -739,7 +732,7 @@ TEST(BuiltinTemplates, RenderTheFormatsOfTheModelFamilies) {
 // format, the built-in one renders the golden text exactly.
 TEST(BuiltinTemplates, MatchTheGoldenRenderingsOfTheirFamilies) {
   FAFO_REQUIRE_SHARED(renderings, "golden/templates/renderings.json");
-  const nlohmann::json golden = nlohmann::json::parse(read_text(renderings));
+  const nlohmann::json golden = nlohmann::json::parse(fafo::test::read_text(renderings));
   struct Match {
     const char* builtin;
     const char* golden_template;
@@ -778,7 +771,7 @@ TEST(BuiltinTemplates, RecogniseTheFormatOfRealTemplates) {
       {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1"},
   };
   for (const auto& [file, name] : expected)
-    EXPECT_EQ(fafo::builtin_template_name_for(read_text(templates / (std::string(file) + ".jinja"))).value_or("?"), name) << file;
+    EXPECT_EQ(fafo::builtin_template_name_for(fafo::test::read_text(templates / (std::string(file) + ".jinja"))).value_or("?"), name) << file;
   EXPECT_EQ(fafo::builtin_template_name_for("{{ messages[0].content }}"), std::nullopt);
   for (const std::string& n : fafo::builtin_chat_template_names())
     EXPECT_EQ(fafo::builtin_template_name_for(ChatTemplate::builtin(n).source()), n);

@@ -13,16 +13,14 @@ namespace {
 
 using Outcome = fafo::test::CommandResult;
 using fafo::test::run_fafo;
-std::string quote(const std::filesystem::path& p) { return fafo::test::shell_quote(p); }
 
-#define EXPECT_HAS(s, text) EXPECT_NE((s).find(text), std::string::npos) << (s)
 
 }  // namespace
 
 TEST(Cli, GreedyStreamFromBosEqualsGoldenText) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   FAFO_REQUIRE_SHARED(golden, "golden/stories260K.greedy_256steps.golden.txt");
-  const Outcome o = run_fafo("run -m " + quote(model) + " -n 256 --temp 0");
+  const Outcome o = run_fafo("run -m " + fafo::test::shell_quote(model) + " -n 256 --temp 0");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   std::ifstream in(golden);
   const std::string expected((std::istreambuf_iterator<char>(in)), {});
@@ -32,7 +30,7 @@ TEST(Cli, GreedyStreamFromBosEqualsGoldenText) {
 
 TEST(Cli, JsonOutputHasTheDocumentedFields) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome o = run_fafo("run -m " + quote(model) + " -p 'Once upon a time' -n 12 --temp 0 --json --strategy ar");
+  const Outcome o = run_fafo("run -m " + fafo::test::shell_quote(model) + " -p 'Once upon a time' -n 12 --temp 0 --json --strategy ar");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const auto j = nlohmann::json::parse(o.out);
   EXPECT_EQ(j["prompt_ids"], (std::vector<int>{1, 403, 407, 261, 378}));
@@ -49,10 +47,10 @@ TEST(Cli, JsonOutputHasTheDocumentedFields) {
 // drafter on another backend; plain decoding's text, and a clear error without a drafter.
 TEST(Cli, DraftModelStrategy) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const std::string run = "run -m " + quote(model) + " -p 'Once upon a time' -n 40 --temp 0 --json";
+  const std::string run = "run -m " + fafo::test::shell_quote(model) + " -p 'Once upon a time' -n 40 --temp 0 --json";
   const auto plain = nlohmann::json::parse(run_fafo(run + " --strategy ar").out);
   for (const std::string& extra :
-       std::vector<std::string>{"--draft-model self --draft-n 5", "--draft-model " + quote(model) + " --draft-backend reference"}) {
+       std::vector<std::string>{"--draft-model self --draft-n 5", "--draft-model " + fafo::test::shell_quote(model) + " --draft-backend reference"}) {
     const auto r = run_fafo(run + " --strategy draft " + extra);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
@@ -73,8 +71,8 @@ TEST(Cli, DraftModelStrategy) {
 TEST(Cli, AutoIsTheDefaultAndKeepsItsStepCosts) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("cli-auto-cache");
-  const std::string command = "FAFO_CACHE_DIR=" + quote(dir) + " " + quote(fafo::test::binary_path("app/cli/fafo")) +
-                              " run -m " + quote(model) + " -p 'Once upon a time' -n 12 --temp 0";
+  const std::string command = "FAFO_CACHE_DIR=" + fafo::test::shell_quote(dir) + " " + fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo")) +
+                              " run -m " + fafo::test::shell_quote(model) + " -p 'Once upon a time' -n 12 --temp 0";
   const auto first = fafo::test::run_command(command + " --json");
   ASSERT_EQ(first.exit_code, 0) << first.err;
   const auto j = nlohmann::json::parse(first.out);
@@ -99,7 +97,7 @@ TEST(Cli, AutoIsTheDefaultAndKeepsItsStepCosts) {
 
 TEST(Cli, SamplingIsReproducibleWithASeedAndVariesAcrossSeeds) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const std::string base = "run -m " + quote(model) + " -p 'The dog' -n 40 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --json";
+  const std::string base = "run -m " + fafo::test::shell_quote(model) + " -p 'The dog' -n 40 --temp 1.0 --top-k 0 --top-p 1 --min-p 0 --json";
   const auto a = nlohmann::json::parse(run_fafo(base + " --seed 1").out);
   const auto b = nlohmann::json::parse(run_fafo(base + " --seed 1").out);
   const auto c = nlohmann::json::parse(run_fafo(base + " --seed 2").out);
@@ -111,14 +109,14 @@ TEST(Cli, PromptFromFile) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("cli-file");
   std::ofstream(dir / "p.txt") << "Once upon a time";
-  const Outcome o = run_fafo("run -m " + quote(model) + " -f " + quote(dir / "p.txt") + " -n 3 --temp 0 --json");
+  const Outcome o = run_fafo("run -m " + fafo::test::shell_quote(model) + " -f " + fafo::test::shell_quote(dir / "p.txt") + " -n 3 --temp 0 --json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_EQ(nlohmann::json::parse(o.out)["ids"], (std::vector<int>{432, 383, 286}));
 }
 
 TEST(Cli, InfoShowsArchitectureTokenizerAndTensors) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome o = run_fafo("info -m " + quote(model));
+  const Outcome o = run_fafo("info -m " + fafo::test::shell_quote(model));
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_HAS(o.out, "architecture:  llama");
   EXPECT_HAS(o.out, "layers:        5");
@@ -138,7 +136,7 @@ TEST(Cli, MissingModelFileIsAClearError) {
 TEST(Cli, NotAGgufFileIsAClearError) {
   const auto dir = fafo::test::temp_dir("cli-bad");
   std::ofstream(dir / "bad.gguf") << "this is not a model";
-  const Outcome o = run_fafo("info -m " + quote(dir / "bad.gguf"));
+  const Outcome o = run_fafo("info -m " + fafo::test::shell_quote(dir / "bad.gguf"));
   EXPECT_NE(o.exit_code, 0);
   EXPECT_HAS(o.err, "bad magic");
 }
@@ -156,25 +154,25 @@ TEST(Cli, BadFlagsAreRejected) {
 
 TEST(Cli, PromptLongerThanTheContextIsAClearError) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome o = run_fafo("run -m " + quote(model) + " -c 8 -p 'Once upon a time there was a little girl named Lily'");
+  const Outcome o = run_fafo("run -m " + fafo::test::shell_quote(model) + " -c 8 -p 'Once upon a time there was a little girl named Lily'");
   EXPECT_NE(o.exit_code, 0);
   EXPECT_HAS(o.err, "but the context holds 8");
 }
 
 TEST(Cli, CacheTypeF16RunsAndSaysSo) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome o = run_fafo("run -m " + quote(model) + " --backend cpu --cache-type f16 -p 'Once upon a time' -n 8 --temp 0");
+  const Outcome o = run_fafo("run -m " + fafo::test::shell_quote(model) + " --backend cpu --cache-type f16 -p 'Once upon a time' -n 8 --temp 0");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_HAS(o.err, "(f16 KV cache)");
   EXPECT_HAS(o.out, "Once upon a time");
-  const Outcome bad = run_fafo("run -m " + quote(model) + " --cache-type q8_0");
+  const Outcome bad = run_fafo("run -m " + fafo::test::shell_quote(model) + " --cache-type q8_0");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_HAS(bad.err, "--cache-type");
 }
 
 TEST(Cli, JsonTextKeepsTheSpaceBeforeTheFirstGeneratedWord) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome o = run_fafo("run -m " + quote(model) + " -p 'Once upon a time,' -n 4 --temp 0 --json");
+  const Outcome o = run_fafo("run -m " + fafo::test::shell_quote(model) + " -p 'Once upon a time,' -n 4 --temp 0 --json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   const std::string text = nlohmann::json::parse(o.out)["text"];
   ASSERT_FALSE(text.empty());
@@ -195,11 +193,11 @@ TEST(Cli, ParseErrorsAreOneClearLine) {
 TEST(Cli, StrategiesGiveTheSameIdsAndATraceFile) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("cli-strategy");
-  const std::string base = "run -m " + quote(model) + " -p 'Once upon a time' -n 60 --temp 0 --json";
+  const std::string base = "run -m " + fafo::test::shell_quote(model) + " -p 'Once upon a time' -n 60 --temp 0 --json";
   const auto ar = nlohmann::json::parse(run_fafo(base).out);
   for (const char* s : {"jacobi", "lookahead", "fafo"}) {
     const auto trace = dir / (std::string(s) + ".jsonl");
-    const Outcome o = run_fafo(base + " --strategy " + s + " --trace " + quote(trace));
+    const Outcome o = run_fafo(base + " --strategy " + s + " --trace " + fafo::test::shell_quote(trace));
     ASSERT_EQ(o.exit_code, 0) << o.err;
     const auto j = nlohmann::json::parse(o.out);
     EXPECT_EQ(j["ids"], ar["ids"]) << s;
@@ -223,7 +221,7 @@ TEST(Cli, StrategiesGiveTheSameIdsAndATraceFile) {
 
 TEST(Cli, BenchProfileSaysWhereABackendHasNoDeviceTimer) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome o = run_fafo("bench -m " + quote(model) +
+  const Outcome o = run_fafo("bench -m " + fafo::test::shell_quote(model) +
                              " --backend cpu -r 1 --pp 0 --tg 0 --curve '' --profile --profile-tokens 4 --json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_HAS(o.out, "profile: not available (backend cpu has no per-kernel device timer)");
@@ -232,12 +230,12 @@ TEST(Cli, BenchProfileSaysWhereABackendHasNoDeviceTimer) {
   EXPECT_EQ(j["profile"][0]["T"], 1);
   EXPECT_EQ(j["profile"][1]["T"], 4);
   EXPECT_TRUE(j["profile"][1].contains("unavailable"));
-  EXPECT_NE(run_fafo("bench -m " + quote(model) + " --profile --profile-tokens 1").exit_code, 0);
+  EXPECT_NE(run_fafo("bench -m " + fafo::test::shell_quote(model) + " --profile --profile-tokens 1").exit_code, 0);
 }
 
 TEST(Cli, BenchProfileOnVulkanTimesEachKernel) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome o = run_fafo("bench -m " + quote(model) +
+  const Outcome o = run_fafo("bench -m " + fafo::test::shell_quote(model) +
                              " --backend vulkan -r 1 --pp 0 --tg 0 --curve '' --profile --profile-tokens 4 --json");
   if (o.exit_code != 0 && (o.err.find("Vulkan") != std::string::npos || o.err.find("vulkan") != std::string::npos))
     GTEST_SKIP() << "no Vulkan backend here: " << o.err;
@@ -260,8 +258,8 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("cli-bench");
   std::ofstream(dir / "p.jsonl") << "{\"prompt\": \"Once upon a time\"}\n{\"question\": \"The little dog\"}\n";
-  const Outcome o = run_fafo("bench -m " + quote(model) + " -r 1 --pp 16 --tg 16 --curve 1,4 --prompts " +
-                             quote(dir / "p.jsonl") + " -n 40 --json");
+  const Outcome o = run_fafo("bench -m " + fafo::test::shell_quote(model) + " -r 1 --pp 16 --tg 16 --curve 1,4 --prompts " +
+                             fafo::test::shell_quote(dir / "p.jsonl") + " -n 40 --json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_HAS(o.out, "| pp16 |");
   EXPECT_HAS(o.out, "| tg16 |");
@@ -277,7 +275,7 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   EXPECT_EQ(j["strategies"][1]["strategy"], "auto");
   EXPECT_GT(j["strategies"][3]["tau"].get<double>(), 1.0);  // lookahead accepted guesses
   // A draft column opens the draft model.
-  const Outcome d = run_fafo("bench -m " + quote(model) + " --pp 0 --tg 0 --curve '' --prompts " + quote(dir / "p.jsonl") +
+  const Outcome d = run_fafo("bench -m " + fafo::test::shell_quote(model) + " --pp 0 --tg 0 --curve '' --prompts " + fafo::test::shell_quote(dir / "p.jsonl") +
                              " -n 40 --strategies ar,draft --draft-model self --json");
   ASSERT_EQ(d.exit_code, 0) << d.err;
   const auto dj = nlohmann::json::parse(d.out.substr(d.out.find("\n{") + 1));
@@ -289,8 +287,8 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
 TEST(Cli, BenchDevicesPutsBackendsSideBySideAndWritesTheReport) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("cli-bench-devices");
-  const Outcome o = run_fafo("bench -m " + quote(model) + " --devices cpu,reference -t 1 -r 1 --pp 16 --tg 8 --curve 1,4 "
-                             "--report " + quote(dir / "run") + " --json");
+  const Outcome o = run_fafo("bench -m " + fafo::test::shell_quote(model) + " --devices cpu,reference -t 1 -r 1 --pp 16 --tg 8 --curve 1,4 "
+                             "--report " + fafo::test::shell_quote(dir / "run") + " --json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_HAS(o.out, "=== [1/2] cpu: ");
   EXPECT_HAS(o.out, "=== [2/2] reference: ");
@@ -307,8 +305,8 @@ TEST(Cli, BenchDevicesPutsBackendsSideBySideAndWritesTheReport) {
     EXPECT_TRUE(std::filesystem::exists(dir / (std::string("run") + ext))) << ext;
     EXPECT_HAS(o.err, (dir / (std::string("run") + ext)).string());
   }
-  EXPECT_NE(run_fafo("bench -m " + quote(model) + " --devices cpu --backend reference --pp 0 --tg 0 --curve ''").exit_code, 0);
-  const Outcome bad = run_fafo("bench -m " + quote(model) + " --devices cpu,nope --pp 0 --tg 0 --curve ''");
+  EXPECT_NE(run_fafo("bench -m " + fafo::test::shell_quote(model) + " --devices cpu --backend reference --pp 0 --tg 0 --curve ''").exit_code, 0);
+  const Outcome bad = run_fafo("bench -m " + fafo::test::shell_quote(model) + " --devices cpu,nope --pp 0 --tg 0 --curve ''");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_HAS(bad.err, "no backend 'nope'");
 }
@@ -318,8 +316,8 @@ TEST(Cli, BenchDevicesPutsBackendsSideBySideAndWritesTheReport) {
 // $FAFO_MODEL names another, and one that does not exist is a clear error.
 TEST(Cli, RunWithoutAModelUsesTheShippedModel) {
   const auto dir = fafo::test::temp_dir("cli-default-model");
-  const std::string fafo = quote(fafo::test::binary_path("app/cli/fafo"));
-  const Outcome o = fafo::test::run_command("cd " + quote(dir) + " && env -u FAFO_MODEL FAFO_SHARED_DIR=/nonexistent " + fafo +
+  const std::string fafo = fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo"));
+  const Outcome o = fafo::test::run_command("cd " + fafo::test::shell_quote(dir) + " && env -u FAFO_MODEL FAFO_SHARED_DIR=/nonexistent " + fafo +
                                             " run -p 'Once upon a time' -n 12 --temp 0 --strategy ar");
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_EQ(o.out, "Once upon a time, there was a little girl named Lily. She\n");
@@ -329,7 +327,7 @@ TEST(Cli, RunWithoutAModelUsesTheShippedModel) {
   EXPECT_HAS(missing.err, "$FAFO_MODEL is /nonexistent/m.gguf: no such file");
   // -m still wins, and says nothing about a default.
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome given = run_fafo("run -m " + quote(model) + " -p hi -n 2 --temp 0");
+  const Outcome given = run_fafo("run -m " + fafo::test::shell_quote(model) + " -p hi -n 2 --temp 0");
   ASSERT_EQ(given.exit_code, 0) << given.err;
   EXPECT_EQ(given.err.find("the default"), std::string::npos) << given.err;
 }
@@ -338,21 +336,21 @@ TEST(Cli, RunWithoutAModelUsesTheShippedModel) {
 // the step-cost curve, and a bad step size is named.
 TEST(Cli, TokenizeTakesTheTextPositionallyAndCurveCanBeEmpty) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const Outcome positional = run_fafo("tokenize -m " + quote(model) + " 'Hello world'");
-  const Outcome flag = run_fafo("tokenize -m " + quote(model) + " --text 'Hello world'");
+  const Outcome positional = run_fafo("tokenize -m " + fafo::test::shell_quote(model) + " 'Hello world'");
+  const Outcome flag = run_fafo("tokenize -m " + fafo::test::shell_quote(model) + " --text 'Hello world'");
   ASSERT_EQ(positional.exit_code, 0) << positional.err;
   EXPECT_EQ(positional.out, flag.out);
   EXPECT_FALSE(positional.out.empty());
-  const Outcome both = run_fafo("tokenize -m " + quote(model) + " --text a b");
+  const Outcome both = run_fafo("tokenize -m " + fafo::test::shell_quote(model) + " --text a b");
   EXPECT_EQ(both.exit_code, 1);
   EXPECT_HAS(both.err, "give the text once");
   for (const char* curve : {"--curve", "--curve none", "--curve ''"}) {
-    const Outcome o = run_fafo("bench -m " + quote(model) + " -r 1 --pp 4 --tg 4 --json " + curve);
+    const Outcome o = run_fafo("bench -m " + fafo::test::shell_quote(model) + " -r 1 --pp 4 --tg 4 --json " + curve);
     ASSERT_EQ(o.exit_code, 0) << curve << ": " << o.err;
     const auto j = nlohmann::json::parse(o.out.substr(o.out.rfind("\n{") + 1));
     EXPECT_TRUE(j["step_cost"].empty()) << curve;
   }
-  const Outcome bad = run_fafo("bench -m " + quote(model) + " --curve 1,x");
+  const Outcome bad = run_fafo("bench -m " + fafo::test::shell_quote(model) + " --curve 1,x");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_HAS(bad.err, "'x' is not a step size");
 }

@@ -28,12 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // Runs a shell command; returns its exit code and stdout.
 std::pair<int, std::string> shell(const std::string& command) {
   std::string out;
@@ -44,13 +38,6 @@ std::pair<int, std::string> shell(const std::string& command) {
   while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
   const int status = pclose(p);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 bool wait_until(const std::function<bool()>& done, double seconds) {
@@ -93,16 +80,16 @@ class ChatInTmux {
     socket_ = "fafo-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     // Ctrl-C reaches the whole foreground process group: the wrapping shell traps it
     // so that it lives on to record fafo's exit code.
-    const std::string command = "trap : INT; " + quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat " + chat_args + " 2>" +
-                                quote((dir_ / "stderr.txt").string()) + "; echo $? >" + quote((dir_ / "exit.txt").string());
-    started_ = tmux("new-session -d -s chat -x 220 -y 60 " + quote(command)).first == 0;
+    const std::string command = "trap : INT; " + fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat " + chat_args + " 2>" +
+                                fafo::test::shell_quote((dir_ / "stderr.txt").string()) + "; echo $? >" + fafo::test::shell_quote((dir_ / "exit.txt").string());
+    started_ = tmux("new-session -d -s chat -x 220 -y 60 " + fafo::test::shell_quote(command)).first == 0;
   }
   ~ChatInTmux() { tmux("kill-server"); }
   ChatInTmux(const ChatInTmux&) = delete;
   ChatInTmux& operator=(const ChatInTmux&) = delete;
 
   bool started() const { return started_; }
-  void type(const std::string& text) { tmux("send-keys -t chat -l " + quote(text)); }
+  void type(const std::string& text) { tmux("send-keys -t chat -l " + fafo::test::shell_quote(text)); }
   void key(const std::string& name) { tmux("send-keys -t chat " + name); }
   void send_line(const std::string& text) {
     type(text);
@@ -110,7 +97,7 @@ class ChatInTmux {
   }
   // The pane's whole history, wrapped lines joined.
   std::string screen() { return tmux("capture-pane -p -J -S -1000 -t chat").second; }
-  std::string err() const { return read_text(dir_ / "stderr.txt"); }
+  std::string err() const { return fafo::test::read_text(dir_ / "stderr.txt"); }
   std::vector<TurnStats> stats() const { return parse_stats(err()); }
   bool wait_for_replies(size_t n, double seconds) {
     return wait_until([&] { return stats().size() >= n; }, seconds);
@@ -130,8 +117,8 @@ class ChatInTmux {
   // The exit code once the program has ended, or -1 at the deadline.
   int wait_for_exit(double seconds) {
     const auto file = dir_ / "exit.txt";
-    if (!wait_until([&] { return std::filesystem::exists(file) && !read_text(file).empty(); }, seconds)) return -1;
-    return std::stoi(read_text(file));
+    if (!wait_until([&] { return std::filesystem::exists(file) && !fafo::test::read_text(file).empty(); }, seconds)) return -1;
+    return std::stoi(fafo::test::read_text(file));
   }
 
  private:
@@ -162,7 +149,7 @@ bool has_words(const std::string& s) {
   if (!have_tmux()) GTEST_SKIP() << "tmux is not installed (tools/setup.sh installs it); the terminal tests need it"
 
 std::string model_args(const std::filesystem::path& model, const std::string& more) {
-  return "-m " + quote(model.string()) + " --chat-template chatml --temp 0 " + more;
+  return "-m " + fafo::test::shell_quote(model.string()) + " --chat-template chatml --temp 0 " + more;
 }
 
 TEST(CliChat, TwoTurnsInATerminalPrefillOnlyTheNewTokens) {
@@ -270,9 +257,9 @@ TEST(CliChat, PipedInputRunsEveryTurn) {
   const auto dir = fafo::test::temp_dir("chat-pipe");
   const std::string err_path = (dir / "stderr.txt").string();
   const auto [code, out] = shell("printf 'Hello\\nOnce upon a time\\n' | timeout 120 " +
-                                 quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat " +
-                                 model_args(model, "-n 12 -c 256") + " 2>" + quote(err_path));
-  const std::string err = read_text(err_path);
+                                 fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat " +
+                                 model_args(model, "-n 12 -c 256") + " 2>" + fafo::test::shell_quote(err_path));
+  const std::string err = fafo::test::read_text(err_path);
   EXPECT_EQ(code, 0) << err;
   const std::vector<TurnStats> s = parse_stats(err);
   ASSERT_EQ(s.size(), 2u) << err;
@@ -287,12 +274,12 @@ TEST(CliChat, PipedInputRunsEveryTurn) {
 TEST(CliChat, TwentyTurnsKeepGoingPastAFullContext) {
   const auto dir = fafo::test::temp_dir("chat-shift");
   const std::string err_path = (dir / "stderr.txt").string();
-  const std::string fafo = quote(fafo::test::binary_path("app/cli/fafo").string());
+  const std::string fafo = fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string());
   std::string input;
   for (int i = 1; i <= 20; ++i) input += "Tell me story number " + std::to_string(i) + "\\n";
   const auto [code, out] = shell("printf '" + input + "' | timeout 300 env -u FAFO_MODEL " + fafo +
-                                 " chat -c 512 -n 100 --temp 0 2>" + quote(err_path));
-  const std::string err = read_text(err_path);
+                                 " chat -c 512 -n 100 --temp 0 2>" + fafo::test::shell_quote(err_path));
+  const std::string err = fafo::test::read_text(err_path);
   EXPECT_EQ(code, 0) << err;
   EXPECT_EQ(parse_stats(err).size(), 20u) << err;
   EXPECT_NE(err.find("fafo: context shift: the oldest"), std::string::npos) << err;
@@ -300,8 +287,8 @@ TEST(CliChat, TwentyTurnsKeepGoingPastAFullContext) {
   EXPECT_NE(err.find("(the default; -m picks another)"), std::string::npos) << err;
 
   const auto [strict_code, strict_out] = shell("printf '" + input + "' | timeout 300 env -u FAFO_MODEL " + fafo +
-                                               " chat -c 512 -n 100 --temp 0 --no-context-shift 2>" + quote(err_path));
-  const std::string strict_err = read_text(err_path);
+                                               " chat -c 512 -n 100 --temp 0 --no-context-shift 2>" + fafo::test::shell_quote(err_path));
+  const std::string strict_err = fafo::test::read_text(err_path);
   EXPECT_EQ(strict_code, 0) << strict_err;
   EXPECT_NE(strict_err.find("the context is full"), std::string::npos) << strict_err;
   EXPECT_EQ(strict_err.find("context shift: the oldest"), std::string::npos) << strict_err;
@@ -311,9 +298,9 @@ TEST(CliChat, WithoutATemplateItWarnsAndUsesChatml) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("chat-default");
   const std::string err_path = (dir / "stderr.txt").string();
-  const auto [code, out] = shell("printf 'Hi\\n' | timeout 120 " + quote(fafo::test::binary_path("app/cli/fafo").string()) +
-                                 " chat -m " + quote(model.string()) + " -n 4 --temp 0 -c 128 2>" + quote(err_path));
-  const std::string err = read_text(err_path);
+  const auto [code, out] = shell("printf 'Hi\\n' | timeout 120 " + fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string()) +
+                                 " chat -m " + fafo::test::shell_quote(model.string()) + " -n 4 --temp 0 -c 128 2>" + fafo::test::shell_quote(err_path));
+  const std::string err = fafo::test::read_text(err_path);
   EXPECT_EQ(code, 0) << err;
   EXPECT_NE(err.find("warning"), std::string::npos) << err;
   EXPECT_NE(err.find("no chat template"), std::string::npos) << err;
@@ -325,12 +312,12 @@ using fafo::test::with_chat_template;
 TEST(CliChat, UsesTheTemplateInTheModelFile) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   FAFO_REQUIRE_SHARED(phi, "templates/microsoft-Phi-3.5-mini-instruct.jinja");
-  const auto file = with_chat_template(model, read_text(phi), "phi");
+  const auto file = with_chat_template(model, fafo::test::read_text(phi), "phi");
   const auto dir = fafo::test::temp_dir("chat-gguf-run");
   const std::string err_path = (dir / "stderr.txt").string();
-  const auto [code, out] = shell("printf 'Hi\\nMore\\n' | timeout 120 " + quote(fafo::test::binary_path("app/cli/fafo").string()) +
-                                 " chat -m " + quote(file.string()) + " -n 8 --temp 0 -c 256 2>" + quote(err_path));
-  const std::string err = read_text(err_path);
+  const auto [code, out] = shell("printf 'Hi\\nMore\\n' | timeout 120 " + fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string()) +
+                                 " chat -m " + fafo::test::shell_quote(file.string()) + " -n 8 --temp 0 -c 256 2>" + fafo::test::shell_quote(err_path));
+  const std::string err = fafo::test::read_text(err_path);
   EXPECT_EQ(code, 0) << err;
   EXPECT_NE(err.find("chat template from the model"), std::string::npos) << err;
   EXPECT_NE(err.find("turn end <|end|>"), std::string::npos) << err;
@@ -346,8 +333,8 @@ TEST(CliChat, AnUnsupportedTemplateInTheModelFileFallsBackToTheFormatItLooksLike
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto file = with_chat_template(
       model, "{% for m in messages %}\n<|im_start|>{{ m.role }}\n{{ m.content | wordwrap(40) }}<|im_end|>\n{% endfor %}", "wrap");
-  const auto [code, out] = shell("printf 'Hi\\n' | timeout 60 " + quote(fafo::test::binary_path("app/cli/fafo").string()) +
-                                 " chat -m " + quote(file.string()) + " -n 4 --temp 0 -c 128 2>&1");
+  const auto [code, out] = shell("printf 'Hi\\n' | timeout 60 " + fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string()) +
+                                 " chat -m " + fafo::test::shell_quote(file.string()) + " -n 4 --temp 0 -c 128 2>&1");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("warning"), std::string::npos) << out;
   EXPECT_NE(out.find("the filter 'wordwrap'"), std::string::npos) << out;
@@ -367,9 +354,9 @@ TEST(CliChat, ALostDeviceOpensTheModelAgainAndTheConversationGoesOn) {
   // Steps: the first turn's prefill and 11 decoding steps (-n 12), then the second
   // turn's prefill (13) and decoding steps: the 15th fails.
   const auto [code, out] = shell("printf 'Hello\\nTell me about the dog\\nAnd then?\\n' | FAFO_INJECT_FAULT=lost:15 timeout 120 " +
-                                 quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat " +
-                                 model_args(model, "-n 12 -c 256 --backend cpu --strategy ar") + " 2>" + quote(err_path));
-  const std::string err = read_text(err_path);
+                                 fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string()) + " chat " +
+                                 model_args(model, "-n 12 -c 256 --backend cpu --strategy ar") + " 2>" + fafo::test::shell_quote(err_path));
+  const std::string err = fafo::test::read_text(err_path);
   EXPECT_EQ(code, 0) << err;
   EXPECT_NE(err.find("device was lost (injected by FAFO_INJECT_FAULT); the conversation is kept (without this message): "
                      "opening the model again"),
@@ -387,29 +374,29 @@ TEST(CliChat, ALostDeviceOpensTheModelAgainAndTheConversationGoesOn) {
 // --memory-limit: a model that does not fit is a clear error; a bad size is a usage error.
 TEST(CliChat, AMemoryLimitTooSmallForTheModelIsAClearError) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const std::string fafo = quote(fafo::test::binary_path("app/cli/fafo").string());
+  const std::string fafo = fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string());
   const auto dir = fafo::test::temp_dir("chat-limit");
   const std::string err_path = (dir / "stderr.txt").string();
   const auto small = shell("printf 'Hello\\n' | timeout 60 " + fafo + " chat " +
-                           model_args(model, "--backend cpu --memory-limit 300K") + " 2>" + quote(err_path));
-  std::string err = read_text(err_path);
+                           model_args(model, "--backend cpu --memory-limit 300K") + " 2>" + fafo::test::shell_quote(err_path));
+  std::string err = fafo::test::read_text(err_path);
   EXPECT_NE(small.first, 0) << err;
   EXPECT_NE(err.find("out of memory on the cpu backend"), std::string::npos) << err;
   EXPECT_NE(err.find("of the 300 KiB --memory-limit allows"), std::string::npos) << err;
-  const std::string run = " run -m " + quote(model.string()) + " --temp 0 ";
+  const std::string run = " run -m " + fafo::test::shell_quote(model.string()) + " --temp 0 ";
   const auto bad = shell("timeout 60 " + fafo + run + "--memory-limit lots -p Hi 2>" +
-                         quote(err_path));
-  err = read_text(err_path);
+                         fafo::test::shell_quote(err_path));
+  err = fafo::test::read_text(err_path);
   EXPECT_NE(bad.first, 0) << err;
   EXPECT_NE(err.find("'lots' is not a size"), std::string::npos) << err;
-  const auto fits = shell("timeout 60 " + fafo + run + "--backend cpu --memory-limit 64M -n 4 -p Hi 2>" + quote(err_path));
-  EXPECT_EQ(fits.first, 0) << read_text(err_path);
+  const auto fits = shell("timeout 60 " + fafo + run + "--backend cpu --memory-limit 64M -n 4 -p Hi 2>" + fafo::test::shell_quote(err_path));
+  EXPECT_EQ(fits.first, 0) << fafo::test::read_text(err_path);
 }
 
 TEST(CliChat, BadTemplatesAreClearErrors) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const std::string fafo = quote(fafo::test::binary_path("app/cli/fafo").string());
-  const std::string m = " chat -m " + quote(model.string());
+  const std::string fafo = fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string());
+  const std::string m = " chat -m " + fafo::test::shell_quote(model.string());
   {
     const auto [code, out] = shell("timeout 60 " + fafo + m + " --chat-template nosuch </dev/null 2>&1");
     EXPECT_EQ(code, 1) << out;
@@ -420,7 +407,7 @@ TEST(CliChat, BadTemplatesAreClearErrors) {
   {
     const auto file = dir / "include.jinja";
     std::ofstream(file) << "{{ bos_token }}\n{% include 'header.jinja' %}";
-    const auto [code, out] = shell("timeout 60 " + fafo + m + " --chat-template " + quote(file.string()) + " </dev/null 2>&1");
+    const auto [code, out] = shell("timeout 60 " + fafo + m + " --chat-template " + fafo::test::shell_quote(file.string()) + " </dev/null 2>&1");
     EXPECT_EQ(code, 1) << out;
     EXPECT_NE(out.find("line 2"), std::string::npos) << out;
     EXPECT_NE(out.find("include"), std::string::npos) << out;
@@ -428,7 +415,7 @@ TEST(CliChat, BadTemplatesAreClearErrors) {
   {
     // Gemma's own template refuses a system message: say so before the chat starts.
     FAFO_REQUIRE_SHARED(gemma, "templates/google-gemma-2-2b-it.jinja");
-    const auto [code, out] = shell("timeout 60 " + fafo + m + " --chat-template " + quote(gemma.string()) +
+    const auto [code, out] = shell("timeout 60 " + fafo + m + " --chat-template " + fafo::test::shell_quote(gemma.string()) +
                                    " --system 'Be brief.' </dev/null 2>&1");
     EXPECT_EQ(code, 1) << out;
     EXPECT_NE(out.find("System role not supported"), std::string::npos) << out;

@@ -10,16 +10,14 @@
 namespace {
 
 using fafo::test::run_fafo;
-std::string quote(const std::filesystem::path& p) { return fafo::test::shell_quote(p); }
 
-#define EXPECT_HAS(s, text) EXPECT_NE((s).find(text), std::string::npos) << (s)
 
 // Text the model itself writes: its greedy continuations of a few prompts.
 std::filesystem::path own_text(const std::filesystem::path& model, const std::filesystem::path& dir) {
   const auto path = dir / "own.txt";
   std::ofstream out(path);
   for (const char* p : {"Once upon a time", "Lily and Tom", "The dog"}) {
-    const auto r = run_fafo("run -m " + quote(model) + " -p '" + p + "' -n 200 --temp 0 --strategy ar");
+    const auto r = run_fafo("run -m " + fafo::test::shell_quote(model) + " -p '" + p + "' -n 200 --temp 0 --strategy ar");
     out << p << r.out << "\n";
   }
   return path;
@@ -32,19 +30,19 @@ TEST(CliIndex, BuildInfoAndCorpusDrafting) {
   const auto dir = fafo::test::temp_dir("cli-index");
   const auto text = own_text(model, dir);
   const auto index = dir / "own.fidx";
-  const auto built = run_fafo("index build -m " + quote(model) + " --corpus " + quote(text) + " -o " + quote(index));
+  const auto built = run_fafo("index build -m " + fafo::test::shell_quote(model) + " --corpus " + fafo::test::shell_quote(text) + " -o " + fafo::test::shell_quote(index));
   ASSERT_EQ(built.exit_code, 0) << built.err;
   EXPECT_HAS(built.err, "M tokens per minute");
   EXPECT_HAS(built.out, "in 1 documents");
-  const auto info = run_fafo("index info " + quote(index) + " -m " + quote(model));
+  const auto info = run_fafo("index info " + fafo::test::shell_quote(index) + " -m " + fafo::test::shell_quote(model));
   ASSERT_EQ(info.exit_code, 0) << info.err;
   EXPECT_HAS(info.out, "uses this tokenizer");
   EXPECT_HAS(info.out, "2 bytes per token, 4 per suffix-array entry");
   // Corpus drafting prints plain decoding's text, in fewer steps.
-  const std::string run = "run -m " + quote(model) + " -p 'Lily and Tom' -n 100 --temp 0 --json";
+  const std::string run = "run -m " + fafo::test::shell_quote(model) + " -p 'Lily and Tom' -n 100 --temp 0 --json";
   const auto plain = nlohmann::json::parse(run_fafo(run + " --strategy ar").out);
   for (const char* s : {"corpus", "lookahead", "fafo", "auto"}) {
-    const auto r = run_fafo(run + " --strategy " + s + " --corpus " + quote(index));
+    const auto r = run_fafo(run + " --strategy " + s + " --corpus " + fafo::test::shell_quote(index));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["ids"], plain["ids"]) << s;
@@ -54,7 +52,7 @@ TEST(CliIndex, BuildInfoAndCorpusDrafting) {
     }
   }
   // The lookup benchmark on this index.
-  const auto bench = run_fafo("index bench " + quote(index) + " --lookups 200");
+  const auto bench = run_fafo("index bench " + fafo::test::shell_quote(index) + " --lookups 200");
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
   EXPECT_HAS(bench.out, "| all |");
 }
@@ -65,28 +63,28 @@ TEST(CliIndex, MissingDamagedAndForeignIndexesAreClearErrors) {
   const auto dir = fafo::test::temp_dir("cli-index-errors");
   std::ofstream(dir / "t.txt") << "Once upon a time there was a cat.\n";
   const auto foreign = dir / "foreign.fidx";
-  ASSERT_EQ(run_fafo("index build -m " + quote(other) + " --corpus " + quote(dir / "t.txt") + " -o " + quote(foreign)).exit_code, 0);
-  const std::string run = "run -m " + quote(model) + " -p 'Once' -n 8 --temp 0 --strategy corpus";
-  auto r = run_fafo(run + " --corpus " + quote(foreign));
+  ASSERT_EQ(run_fafo("index build -m " + fafo::test::shell_quote(other) + " --corpus " + fafo::test::shell_quote(dir / "t.txt") + " -o " + fafo::test::shell_quote(foreign)).exit_code, 0);
+  const std::string run = "run -m " + fafo::test::shell_quote(model) + " -p 'Once' -n 8 --temp 0 --strategy corpus";
+  auto r = run_fafo(run + " --corpus " + fafo::test::shell_quote(foreign));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "built with the tokenizer of");
   EXPECT_HAS(r.err, "(32000 tokens");
   EXPECT_HAS(r.err, "but the model's tokenizer is 'llama' (512 tokens");
-  r = run_fafo(run + " --corpus " + quote(dir / "missing.fidx"));
+  r = run_fafo(run + " --corpus " + fafo::test::shell_quote(dir / "missing.fidx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "missing.fidx: no such file");
   std::ofstream(dir / "bad.fidx") << "not an index at all, but long enough to have a header? no.";
-  r = run_fafo(run + " --corpus " + quote(dir / "bad.fidx"));
+  r = run_fafo(run + " --corpus " + fafo::test::shell_quote(dir / "bad.fidx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "bad.fidx: not a fafo corpus index");
   r = run_fafo(run);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_HAS(r.err, "--strategy corpus needs a corpus index");
-  r = run_fafo("index build -m " + quote(model) + " --corpus " + quote(dir / "nothing.txt") + " -o " + quote(dir / "x.fidx"));
+  r = run_fafo("index build -m " + fafo::test::shell_quote(model) + " --corpus " + fafo::test::shell_quote(dir / "nothing.txt") + " -o " + fafo::test::shell_quote(dir / "x.fidx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "nothing.txt: no such file");
   EXPECT_FALSE(std::filesystem::exists(dir / "x.fidx"));
-  r = run_fafo("index info " + quote(foreign) + " -m " + quote(model));
+  r = run_fafo("index info " + fafo::test::shell_quote(foreign) + " -m " + fafo::test::shell_quote(model));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "built with the tokenizer of");
 }

@@ -11,9 +11,7 @@
 namespace {
 
 using fafo::test::run_fafo;
-std::string quote(const std::filesystem::path& p) { return fafo::test::shell_quote(p); }
 
-#define EXPECT_HAS(s, text) EXPECT_NE((s).find(text), std::string::npos) << (s)
 
 std::filesystem::path write_text() {
   const auto path = fafo::test::temp_dir("cli-perplexity") / "text.txt";
@@ -27,7 +25,7 @@ std::filesystem::path write_text() {
 TEST(CliPerplexity, PrintsRunningValuesAndTheFinalEstimate) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto text = write_text();
-  const std::string base = "perplexity -m " + quote(model) + " -f " + quote(text) + " -c 128 --backend cpu ";
+  const std::string base = "perplexity -m " + fafo::test::shell_quote(model) + " -f " + fafo::test::shell_quote(text) + " -c 128 --backend cpu ";
   const auto r = run_fafo(base + "--chunks 3");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_HAS(r.out, "[1]");
@@ -46,17 +44,17 @@ TEST(CliPerplexity, PrintsRunningValuesAndTheFinalEstimate) {
   auto e = run_fafo(base + "--kv-drop speckv");
   EXPECT_NE(e.exit_code, 0);
   EXPECT_HAS(e.err, "draft model");
-  e = run_fafo("perplexity -m " + quote(model) + " -f " + quote(text) + " -c 8192 --backend cpu");
+  e = run_fafo("perplexity -m " + fafo::test::shell_quote(model) + " -f " + fafo::test::shell_quote(text) + " -c 8192 --backend cpu");
   EXPECT_NE(e.exit_code, 0);
   EXPECT_HAS(e.err, "less than one chunk");
-  e = run_fafo("perplexity -m " + quote(model) + " -f /nonexistent/text --backend cpu");
+  e = run_fafo("perplexity -m " + fafo::test::shell_quote(model) + " -f /nonexistent/text --backend cpu");
   EXPECT_NE(e.exit_code, 0);
   EXPECT_HAS(e.err, "cannot read the text");
 }
 
 TEST(CliPerplexity, RunLabelsLossyModes) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
-  const std::string base = "run -m " + quote(model) + " -p 'Once upon a time' -n 16 --temp 0 --backend cpu ";
+  const std::string base = "run -m " + fafo::test::shell_quote(model) + " -p 'Once upon a time' -n 16 --temp 0 --backend cpu ";
   const auto r = run_fafo(base + "--json --kv-drop snapkv --kv-budget 4 --recent 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out)["lossy"][0], "kv-drop snapkv budget 4");

@@ -11,9 +11,7 @@
 namespace {
 
 using fafo::test::run_fafo;
-std::string quote(const std::filesystem::path& p) { return fafo::test::shell_quote(p); }
 
-#define EXPECT_HAS(s, text) EXPECT_NE((s).find(text), std::string::npos) << (s)
 
 }  // namespace
 
@@ -22,10 +20,10 @@ TEST(CliQuantize, EveryTypeKeepsTheModelUsable) {
   const auto dir = fafo::test::temp_dir("cli-quantize");
   const auto original = fafo::GgufFile::open(model.string());
   const std::string run = " -p 'Once upon a time' -n 24 --temp 0 --json --strategy ar";
-  const auto plain = nlohmann::json::parse(run_fafo("run -m " + quote(model) + run).out);
+  const auto plain = nlohmann::json::parse(run_fafo("run -m " + fafo::test::shell_quote(model) + run).out);
   for (const std::string type : {"F16", "Q8_0", "Q4_0", "Q4_K_M"}) {
     const auto out = dir / (type + ".gguf");
-    const auto q = run_fafo("quantize " + quote(model) + " " + quote(out) + " " + type);
+    const auto q = run_fafo("quantize " + fafo::test::shell_quote(model) + " " + fafo::test::shell_quote(out) + " " + type);
     ASSERT_EQ(q.exit_code, 0) << q.err;
     EXPECT_HAS(q.err, "tensors");
     const auto file = fafo::GgufFile::open(out.string());
@@ -43,12 +41,12 @@ TEST(CliQuantize, EveryTypeKeepsTheModelUsable) {
     for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(tokens[i].as_string(), original_tokens[i].as_string());
     EXPECT_EQ(file->find("general.file_type")->as_uint(), fafo::quant_file_type(type));
     // It runs; at 8 bits and more it writes the original's text, and it drafts for it.
-    const auto r = run_fafo("run -m " + quote(out) + run);
+    const auto r = run_fafo("run -m " + fafo::test::shell_quote(out) + run);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     if (type == "F16" || type == "Q8_0") {
       EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], plain["ids"]) << type;
     }
-    const auto d = run_fafo("run -m " + quote(model) + " -p 'Once upon a time' -n 24 --temp 0 --json --strategy draft --draft-model " + quote(out));
+    const auto d = run_fafo("run -m " + fafo::test::shell_quote(model) + " -p 'Once upon a time' -n 24 --temp 0 --json --strategy draft --draft-model " + fafo::test::shell_quote(out));
     ASSERT_EQ(d.exit_code, 0) << d.err;
     EXPECT_EQ(nlohmann::json::parse(d.out)["ids"], plain["ids"]) << type;
   }
@@ -57,14 +55,14 @@ TEST(CliQuantize, EveryTypeKeepsTheModelUsable) {
 TEST(CliQuantize, BadRequestsAreClearErrors) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("cli-quantize-errors");
-  auto r = run_fafo("quantize " + quote(model) + " " + quote(dir / "x.gguf") + " Q3_X");
+  auto r = run_fafo("quantize " + fafo::test::shell_quote(model) + " " + fafo::test::shell_quote(dir / "x.gguf") + " Q3_X");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "unknown or unsupported weight type 'Q3_X'");
   EXPECT_HAS(r.err, "Q4_K_M");
-  r = run_fafo("quantize " + quote(dir / "missing.gguf") + " " + quote(dir / "x.gguf") + " Q8_0");
+  r = run_fafo("quantize " + fafo::test::shell_quote(dir / "missing.gguf") + " " + fafo::test::shell_quote(dir / "x.gguf") + " Q8_0");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "missing.gguf: no such file");
-  r = run_fafo("quantize " + quote(model) + " " + quote(model) + " Q8_0");
+  r = run_fafo("quantize " + fafo::test::shell_quote(model) + " " + fafo::test::shell_quote(model) + " Q8_0");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.err, "would overwrite the input");
   EXPECT_FALSE(std::filesystem::exists(dir / "x.gguf"));

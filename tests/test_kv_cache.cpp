@@ -157,4 +157,7 @@ TEST_P(PolicyGeneration, CacheStaysCompleteAndOutputEqualsAr) {
 
 INSTANTIATE_TEST_SUITE_P(EveryPolicyAndBudget, PolicyGeneration,
                          ::testing::Combine(::testing::Values("stream", "quest", "snapkv", "chunks"),
-                                            ::testing::Values(1, 17, 68, 1000)));
+                                            ::testing::Values(1, 17, 68, 1000)),
+                         [](const ::testing::TestParamInfo<PolicyGeneration::ParamType>& p) {
+                           return std::string(std::get<0>(p.param)) + "_budget_" + std::to_string(std::get<1>(p.param));
+                         });

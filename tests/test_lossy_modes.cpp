@@ -15,7 +15,7 @@ namespace {
 
 using namespace fafo;
 
-OpenOptions stories_options(const std::string& path) {
+OpenOptions lossy_options(const std::string& path) {
   OpenOptions o;
   o.path = path;
   o.backend = BackendSpec{"cpu", "", 2};
@@ -31,10 +31,10 @@ const char* kPrompt =
 struct Fixture {
   OpenedModel m;
   std::shared_ptr<Model> draft;
-  explicit Fixture(const std::string& path) : m(open_model(stories_options(path))) {
+  explicit Fixture(const std::string& path) : m(open_model(lossy_options(path))) {
     DecodingOptions d;
     d.draft_model_path = "self";
-    open_draft_model(d, stories_options(path), *m.model, m.tokenizer->vocab(), true);
+    open_draft_model(d, lossy_options(path), *m.model, m.tokenizer->vocab(), true);
     draft = d.draft_model;
   }
   GenerationResult run(GenerationOptions o, float temperature = 0.0f, uint64_t seed = 1) {

@@ -70,7 +70,7 @@ void write_mla_copy(const std::string& in, const std::string& out, const std::ve
   w.write(out);
 }
 
-std::unique_ptr<Model> open_on(const std::string& path, const std::string& backend, int32_t n_ctx = 256,
+std::unique_ptr<Model> open_mla_on(const std::string& path, const std::string& backend, int32_t n_ctx = 256,
                                KvCacheType kv_type = KvCacheType::F32) {
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   ModelOptions options{n_ctx};
@@ -111,29 +111,29 @@ std::vector<float> logits_of(Model& m, const std::vector<int32_t>& tokens) {
   return out;
 }
 
-const std::vector<int32_t> kPrompt = {1, 403, 261, 379, 285, 271, 266, 297, 263, 295, 260, 302, 414, 317, 270, 260};
+const std::vector<int32_t> kMlaPrompt = {1, 403, 261, 379, 285, 271, 266, 297, 263, 295, 260, 302, 414, 317, 270, 260};
 
-std::string stories() { return test::shared_path("models/stories260K.gguf").string(); }
+std::string stories_path() { return test::shared_path("models/stories260K.gguf").string(); }
 
 std::vector<int32_t> ranks(const ModelConfig& c, int32_t each) { return std::vector<int32_t>(static_cast<size_t>(c.n_layer), each); }
 
 // The MLA copy of stories260K the lossless tests decode (ranks a little below kv_dim), in dir.
 std::string lossless_mla_copy(const std::filesystem::path& dir) {
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, ranks(c, c.kv_dim() - 8), ranks(c, c.kv_dim() - 4));
+  write_mla_copy(stories_path(), mla, ranks(c, c.kv_dim() - 8), ranks(c, c.kv_dim() - 4));
   return mla;
 }
 
-// The last token's logits of kPrompt: computed in one step (`batched`), and alone after
+// The last token's logits of kMlaPrompt: computed in one step (`batched`), and alone after
 // a 15-token prefix, are the same bits (T-invariance).
 void expect_t_invariant(Model& m, const std::vector<float>& batched) {
   const int32_t n_vocab = m.config().n_vocab;
   m.truncate(0);
-  StepBatch prefix = StepBatch::causal(std::vector<int32_t>(kPrompt.begin(), kPrompt.end() - 1), 0);
+  StepBatch prefix = StepBatch::causal(std::vector<int32_t>(kMlaPrompt.begin(), kMlaPrompt.end() - 1), 0);
   m.forward(prefix);
   m.commit(prefix.size());
-  StepBatch one = StepBatch::causal({kPrompt.back()}, m.n_past());
+  StepBatch one = StepBatch::causal({kMlaPrompt.back()}, m.n_past());
   const std::vector<float> alone = m.forward(one);
   EXPECT_EQ(alone, std::vector<float>(batched.end() - n_vocab, batched.end())) << m.backend().name();
 }
@@ -151,7 +151,7 @@ std::vector<int32_t> expect_every_strategy_equals_ar(const std::string& path, co
   options.backend = BackendSpec{backend, "", 2};
   options.n_ctx = 512;
   test::TestModel m = open_model(options);
-  const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 6);
+  const std::vector<int32_t> prompt(kMlaPrompt.begin(), kMlaPrompt.begin() + 6);
   auto run = [&](Strategy s, KvPolicyOptions kv) {
     GenerationOptions o;
     o.n_predict = 120;
@@ -194,15 +194,15 @@ std::vector<int32_t> expect_every_strategy_equals_ar(const std::string& path, co
 TEST(Mla, FullRankIdentityFactorsGiveTheOriginalLogitsExactly) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-identity");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, ranks(c, c.kv_dim()), ranks(c, c.kv_dim()));
+  write_mla_copy(stories_path(), mla, ranks(c, c.kv_dim()), ranks(c, c.kv_dim()));
   for (const char* backend : {"reference", "cpu"}) {
-    auto original = open_on(stories(), backend);
-    auto latent = open_on(mla, backend);
+    auto original = open_mla_on(stories_path(), backend);
+    auto latent = open_mla_on(mla, backend);
     ASSERT_TRUE(latent->config().mla());
     EXPECT_EQ(latent->kv_cache().shape().floats_per_entry(), original->kv_cache().shape().floats_per_entry());
-    EXPECT_EQ(logits_of(*latent, kPrompt), logits_of(*original, kPrompt)) << backend;
+    EXPECT_EQ(logits_of(*latent, kMlaPrompt), logits_of(*original, kMlaPrompt)) << backend;
     // And the keys a policy reads are the original's, recovered from the latents.
     for (int32_t layer = 0; layer < c.n_layer; ++layer)
       EXPECT_EQ(latent->committed_keys(layer, 3, 9), original->committed_keys(layer, 3, 9)) << backend << " layer " << layer;
@@ -212,22 +212,22 @@ TEST(Mla, FullRankIdentityFactorsGiveTheOriginalLogitsExactly) {
 TEST(Mla, LatentCacheHoldsOnlyTheRanks) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-ranks");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   std::vector<int32_t> rk, rv;
   for (int32_t l = 0; l < c.n_layer; ++l) {
     rk.push_back(1 + (l * 5) % c.kv_dim());
     rv.push_back(c.kv_dim() / 2 + l % 3);
   }
   const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, rk, rv);
-  auto m = open_on(mla, "reference");
+  write_mla_copy(stories_path(), mla, rk, rv);
+  auto m = open_mla_on(mla, "reference");
   int64_t want = 0;
   for (int32_t l = 0; l < c.n_layer; ++l) want += rk[static_cast<size_t>(l)] + rv[static_cast<size_t>(l)];
   EXPECT_EQ(m->config().kv_floats_per_token(), want);
   EXPECT_EQ(m->kv_cache().shape().floats_per_entry(), want);
   EXPECT_LT(want, c.kv_floats_per_token());
   // The cache's memory: latents plus one layer's recovered keys and values per entry.
-  auto twice = open_on(mla, "reference", 512);
+  auto twice = open_mla_on(mla, "reference", 512);
   EXPECT_EQ(twice->backend().memory_in_use() - m->backend().memory_in_use(),
             uint64_t{256} * sizeof(float) * static_cast<uint64_t>(want + 2 * c.kv_dim()));
 }
@@ -237,16 +237,16 @@ TEST(Mla, LatentCacheHoldsOnlyTheRanks) {
 TEST(Mla, BenchAttentionMeasuresTheLatentAttention) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-bench-attention");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, ranks(c, 5), ranks(c, 11));
+  write_mla_copy(stories_path(), mla, ranks(c, 5), ranks(c, 11));
   const std::string args = " --attention --contexts 64,200 --rows 3 -r 1 -t 1";
   const test::CommandResult latent = test::run_fafo("bench -m " + test::shell_quote(mla) + " --backend cpu" + args);
   ASSERT_EQ(latent.exit_code, 0) << latent.err;
   EXPECT_NE(latent.out.find("MLA latent ranks K 5 / V 11"), std::string::npos) << latent.out;
   EXPECT_NE(latent.out.find("| 64 |"), std::string::npos) << latent.out;
   EXPECT_NE(latent.out.find("| 200 |"), std::string::npos) << latent.out;
-  const test::CommandResult plain = test::run_fafo("bench -m " + test::shell_quote(stories()) + " --backend cpu" + args);
+  const test::CommandResult plain = test::run_fafo("bench -m " + test::shell_quote(stories_path()) + " --backend cpu" + args);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(plain.out.find("MLA"), std::string::npos) << plain.out;
 }
@@ -256,14 +256,14 @@ TEST(Mla, BenchAttentionMeasuresTheLatentAttention) {
 TEST(Mla, CpuMatchesTheReferenceAndIsTInvariant) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-conformance");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, ranks(c, c.kv_dim() / 2), ranks(c, c.kv_dim() / 4));
-  auto ref = open_on(mla, "reference");
-  auto cpu = open_on(mla, "cpu");
-  const std::vector<float> want = logits_of(*ref, kPrompt);
-  expect_within_tolerance(model_tolerance(cpu->backend(), KvCacheType::F32), logits_of(*cpu, kPrompt), want, "cpu");
-  for (auto* m : {ref.get(), cpu.get()}) expect_t_invariant(*m, logits_of(*m, kPrompt));
+  write_mla_copy(stories_path(), mla, ranks(c, c.kv_dim() / 2), ranks(c, c.kv_dim() / 4));
+  auto ref = open_mla_on(mla, "reference");
+  auto cpu = open_mla_on(mla, "cpu");
+  const std::vector<float> want = logits_of(*ref, kMlaPrompt);
+  expect_within_tolerance(model_tolerance(cpu->backend(), KvCacheType::F32), logits_of(*cpu, kMlaPrompt), want, "cpu");
+  for (auto* m : {ref.get(), cpu.get()}) expect_t_invariant(*m, logits_of(*m, kMlaPrompt));
 }
 
 // Every strategy, with and without a compressed KV region, emits plain decoding's tokens
@@ -286,7 +286,7 @@ void write_odd_mla(const std::string& out, const ModelConfig& c) {
     rk.push_back(c.kv_dim() / 2 + 1 + 2 * (l % 3));
     rv.push_back(c.kv_dim() / 4 - 1 + 2 * (l % 2));
   }
-  write_mla_copy(stories(), out, rk, rv);
+  write_mla_copy(stories_path(), out, rk, rv);
 }
 
 }  // namespace
@@ -299,16 +299,16 @@ TEST(Mla, VulkanMatchesTheReferenceAndIsTInvariant) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   if (const std::string why = no_vulkan_reason(); !why.empty()) GTEST_SKIP() << why;
   const auto dir = test::temp_dir("mla-vulkan");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   const std::string mla = (dir / "mla.gguf").string();
   write_odd_mla(mla, c);
   for (KvCacheType type : {KvCacheType::F32, KvCacheType::F16}) {
-    auto ref = open_on(mla, "reference", 256, type);
-    auto vk = open_on(mla, "vulkan", 256, type);
+    auto ref = open_mla_on(mla, "reference", 256, type);
+    auto vk = open_mla_on(mla, "vulkan", 256, type);
     ASSERT_TRUE(vk->kv_cache().shape().latent());
-    const std::vector<float> got = logits_of(*vk, kPrompt);
+    const std::vector<float> got = logits_of(*vk, kMlaPrompt);
     const double tol = model_tolerance(vk->backend(), type);
-    expect_within_tolerance(tol, got, logits_of(*ref, kPrompt), std::string("vulkan, ") + kv_cache_type_name(type));
+    expect_within_tolerance(tol, got, logits_of(*ref, kMlaPrompt), std::string("vulkan, ") + kv_cache_type_name(type));
     expect_t_invariant(*vk, got);
     // The keys a policy reads, recovered from the latents the device stored.
     for (int32_t layer = 0; layer < c.n_layer; ++layer) {
@@ -317,11 +317,11 @@ TEST(Mla, VulkanMatchesTheReferenceAndIsTInvariant) {
     }
   }
   const std::string identity = (dir / "identity.gguf").string();
-  write_mla_copy(stories(), identity, ranks(c, c.kv_dim()), ranks(c, c.kv_dim()));
-  auto original = open_on(stories(), "reference");
-  auto vk = open_on(identity, "vulkan");
-  expect_within_tolerance(model_tolerance(vk->backend(), KvCacheType::F32), logits_of(*vk, kPrompt),
-                          logits_of(*original, kPrompt), "identity factors");
+  write_mla_copy(stories_path(), identity, ranks(c, c.kv_dim()), ranks(c, c.kv_dim()));
+  auto original = open_mla_on(stories_path(), "reference");
+  auto vk = open_mla_on(identity, "vulkan");
+  expect_within_tolerance(model_tolerance(vk->backend(), KvCacheType::F32), logits_of(*vk, kMlaPrompt),
+                          logits_of(*original, kMlaPrompt), "identity factors");
 }
 
 #if FAFO_HAVE_VULKAN
@@ -335,7 +335,7 @@ TEST(Mla, VulkanReplayedStepsUseTheCurrentPositions) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   if (const std::string why = no_vulkan_reason(); !why.empty()) GTEST_SKIP() << why;
   const auto dir = test::temp_dir("mla-vulkan-replay");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   const std::string mla = (dir / "mla.gguf").string();
   write_odd_mla(mla, c);
   for (KvCacheType type : {KvCacheType::F32, KvCacheType::F16}) {
@@ -375,7 +375,7 @@ TEST(Mla, VulkanReplayedStepsUseTheCurrentPositions) {
     EXPECT_GE(after.replayed - before.replayed, 20u) << kv_cache_type_name(type);
     EXPECT_EQ(vulkan::replay_counts(recorded->backend()).replayed, 0u);
     // And the reference agrees with the replayed steps within the tolerance.
-    auto ref = open_on(mla, "reference", 256, type);
+    auto ref = open_mla_on(mla, "reference", 256, type);
     const auto ref_logits = logits(*ref);
     for (size_t i = 0; i < got.size(); ++i)
       expect_within_tolerance(model_tolerance(replayed->backend(), type), got[i], ref_logits[i],
@@ -390,9 +390,9 @@ TEST(Mla, EveryStrategyEqualsArOnVulkan) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   if (const std::string why = no_vulkan_reason(); !why.empty()) GTEST_SKIP() << why;
   const auto dir = test::temp_dir("mla-vulkan-lossless");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, ranks(c, c.kv_dim() - 7), ranks(c, c.kv_dim() - 3));
+  write_mla_copy(stories_path(), mla, ranks(c, c.kv_dim() - 7), ranks(c, c.kv_dim() - 3));
   const std::vector<int32_t> vulkan_ar = expect_every_strategy_equals_ar(mla, "vulkan");
   OpenOptions options;
   options.path = mla;
@@ -402,7 +402,7 @@ TEST(Mla, EveryStrategyEqualsArOnVulkan) {
   GenerationOptions o;
   o.n_predict = 120;
   o.sampling.temperature = 0;
-  EXPECT_EQ(generate(*cpu.model, *cpu.tokenizer, std::vector<int32_t>(kPrompt.begin(), kPrompt.begin() + 6), o).ids,
+  EXPECT_EQ(generate(*cpu.model, *cpu.tokenizer, std::vector<int32_t>(kMlaPrompt.begin(), kMlaPrompt.begin() + 6), o).ids,
             vulkan_ar);
 }
 
@@ -418,7 +418,7 @@ TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
   options.backend = BackendSpec{"cpu", "", 2};
   options.n_ctx = 512;
   test::TestModel m = open_model(options);
-  const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 6);
+  const std::vector<int32_t> prompt(kMlaPrompt.begin(), kMlaPrompt.begin() + 6);
   auto run = [&](DecodingOptions d, float temperature, KvPolicyOptions kv = {}) {
     GenerationOptions o;
     o.n_predict = 80;
@@ -427,7 +427,7 @@ TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
     o.kv = kv;
     return generate(*m.model, *m.tokenizer, prompt, o);
   };
-  for (const std::string& drafter : {std::string("self"), stories()}) {
+  for (const std::string& drafter : {std::string("self"), stories_path()}) {
     DecodingOptions d;
     d.strategy = Strategy::Draft;
     d.draft_model_path = drafter;
@@ -458,9 +458,9 @@ TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
 TEST(Mla, BackendsWithoutLatentAttentionRefuseBeforeLoading) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-refused");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   const std::string mla = (dir / "mla.gguf").string();
-  write_mla_copy(stories(), mla, ranks(c, 8), ranks(c, 8));
+  write_mla_copy(stories_path(), mla, ranks(c, 8), ranks(c, 8));
   auto backend = std::make_unique<test::FaultyBackend>(test::Fault::MatmulRowOffByOne);
   ASSERT_FALSE(backend->runs_latent_attention());
   try {
@@ -474,10 +474,10 @@ TEST(Mla, BackendsWithoutLatentAttentionRefuseBeforeLoading) {
 TEST(Mla, BadMlaFilesAreClearErrors) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-errors");
-  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories()));
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
   const std::string wrong_count = (dir / "count.gguf").string();
   std::vector<int32_t> few(static_cast<size_t>(c.n_layer - 1), 4);
-  write_mla_copy(stories(), wrong_count, ranks(c, 4), ranks(c, 4));
+  write_mla_copy(stories_path(), wrong_count, ranks(c, 4), ranks(c, 4));
   {
     // Ranks that disagree with the tensors' shapes.
     auto f = GgufFile::open(wrong_count);
@@ -489,7 +489,7 @@ TEST(Mla, BadMlaFilesAreClearErrors) {
     const std::string bad = (dir / "shape.gguf").string();
     w.write(bad);
     try {
-      open_on(bad, "reference");
+      open_mla_on(bad, "reference");
       ADD_FAILURE() << "a rank that disagrees with the tensors loaded";
     } catch (const GgufError& e) {
       EXPECT_NE(std::string(e.what()).find("attn_k_a.weight"), std::string::npos) << e.what();
@@ -497,7 +497,7 @@ TEST(Mla, BadMlaFilesAreClearErrors) {
     w.set_i32_array("fafo.mla.rank_k", few);
     w.write(bad);
     try {
-      open_on(bad, "reference");
+      open_mla_on(bad, "reference");
       ADD_FAILURE() << "too few ranks loaded";
     } catch (const GgufError& e) {
       EXPECT_NE(std::string(e.what()).find("ranks for"), std::string::npos) << e.what();

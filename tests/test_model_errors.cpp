@@ -52,7 +52,6 @@ std::string load_error(const std::string& path) {
   return "";
 }
 
-#define EXPECT_HAS(msg, text) EXPECT_NE((msg).find(text), std::string::npos) << "message: " << (msg)
 
 }  // namespace
 

@@ -16,7 +16,6 @@ using namespace fafo;
 
 namespace {
 
-#define EXPECT_HAS(msg, text) EXPECT_NE((msg).find(text), std::string::npos) << "message: " << (msg)
 
 // A GGUF file with metadata only, enough for resolve_chat_template; `source` empty:
 // no tokenizer.chat_template at all.
@@ -38,7 +37,7 @@ std::string synthetic_model(const std::string& name, const std::string& chat_tem
   return chat_template.empty() ? plain : test::with_chat_template(plain, chat_template, "open-model-" + name).string();
 }
 
-OpenOptions cpu(const std::string& path) {
+OpenOptions on_cpu(const std::string& path) {
   OpenOptions o;
   o.path = path;
   o.backend = BackendSpec{"cpu", "", 2};
@@ -62,23 +61,23 @@ const char* const kChatmlLikeUnsupported =
 }  // namespace
 
 TEST(OpenModel, AMissingFileIsNamed) {
-  EXPECT_EQ(open_error(cpu("/nonexistent/model.gguf")), "/nonexistent/model.gguf: no such file");
-  EXPECT_EQ(open_error(cpu("")), "no model file chosen");
+  EXPECT_EQ(open_error(on_cpu("/nonexistent/model.gguf")), "/nonexistent/model.gguf: no such file");
+  EXPECT_EQ(open_error(on_cpu("")), "no model file chosen");
   const std::string dir = test::temp_dir("open-dir").string();
-  EXPECT_EQ(open_error(cpu(dir)), dir + ": not a file");
+  EXPECT_EQ(open_error(on_cpu(dir)), dir + ": not a file");
   const std::string junk = (test::temp_dir("open-junk") / "junk.gguf").string();
   std::ofstream(junk) << "not a gguf file";
-  EXPECT_HAS(open_error(cpu(junk)), junk);
+  EXPECT_HAS(open_error(on_cpu(junk)), junk);
 }
 
 TEST(OpenModel, AnUnknownBackendIsNamed) {
-  OpenOptions o = cpu(synthetic_model("backend"));
+  OpenOptions o = on_cpu(synthetic_model("backend"));
   o.backend.name = "nosuch";
   EXPECT_HAS(open_error(o), "unknown backend 'nosuch'");
 }
 
 TEST(OpenModel, TheOptionsReachTheModelAndTheTemplate) {
-  OpenOptions o = cpu(synthetic_model("options"));
+  OpenOptions o = on_cpu(synthetic_model("options"));
   o.n_ctx = 64;
   o.kv_type = KvCacheType::F16;
   o.chat_template = "llama2";
@@ -92,7 +91,7 @@ TEST(OpenModel, TheOptionsReachTheModelAndTheTemplate) {
 }
 
 TEST(OpenModel, AnUnknownTemplateNameIsRefused) {
-  OpenOptions o = cpu(synthetic_model("bad-template"));
+  OpenOptions o = on_cpu(synthetic_model("bad-template"));
   o.chat_template = "nosuch";
   try {
     open_model(o);
@@ -105,17 +104,17 @@ TEST(OpenModel, AnUnknownTemplateNameIsRefused) {
 
 TEST(OpenModel, TheModelsOwnTemplateOrItsStandIn) {
   {
-    const OpenedModel m = open_model(cpu(synthetic_model("none")));
+    const OpenedModel m = open_model(on_cpu(synthetic_model("none")));
     EXPECT_EQ(m.chat.chat_template.name(), "chatml");
     EXPECT_HAS(m.chat.note, "no chat template");
   }
   {
-    const OpenedModel m = open_model(cpu(synthetic_model("own", "{% for m in messages %}[{{ m.content }}]{% endfor %}")));
+    const OpenedModel m = open_model(on_cpu(synthetic_model("own", "{% for m in messages %}[{{ m.content }}]{% endfor %}")));
     EXPECT_EQ(m.chat.chat_template.name(), "gguf");
     EXPECT_TRUE(m.chat.note.empty()) << m.chat.note;
   }
   {
-    const OpenedModel m = open_model(cpu(synthetic_model("unusable", kChatmlLikeUnsupported)));
+    const OpenedModel m = open_model(on_cpu(synthetic_model("unusable", kChatmlLikeUnsupported)));
     EXPECT_EQ(m.chat.chat_template.name(), "chatml");
     EXPECT_HAS(m.chat.note, "the filter 'wordwrap'");
   }

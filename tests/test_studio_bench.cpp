@@ -30,6 +30,8 @@ using namespace fafo::studio;
 
 namespace {
 
+using fafo::test::wait_for;
+
 // pp 8, tg 4, t(1) and t(2), one repetition: a second or so per device on stories260K.
 BenchPlan tiny_plan(const std::string& model, const std::string& devices) {
   BenchPlan p;
@@ -59,15 +61,6 @@ std::string joined(const std::vector<std::string>& log) {
   std::string s;
   for (const std::string& line : log) s += line + "\n";
   return s;
-}
-
-bool wait_for(const std::function<bool()>& done, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {

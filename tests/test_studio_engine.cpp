@@ -21,16 +21,9 @@ using namespace fafo::studio;
 
 namespace {
 
-bool wait_for(const std::function<bool()>& done, double seconds = 60.0) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return done();
-}
+using fafo::test::wait_for;
 
-GenerationOptions greedy(int32_t n, Strategy s = Strategy::Fafo) {
+GenerationOptions engine_greedy(int32_t n, Strategy s = Strategy::Fafo) {
   GenerationOptions o;
   o.n_predict = n;
   o.sampling.temperature = 0;
@@ -38,7 +31,7 @@ GenerationOptions greedy(int32_t n, Strategy s = Strategy::Fafo) {
   return o;
 }
 
-OpenOptions cpu(const std::string& path) {
+OpenOptions engine_on_cpu(const std::string& path) {
   OpenOptions o;
   o.path = path;
   o.backend.name = "cpu";
@@ -58,14 +51,14 @@ TEST(StudioEngine, ListsBackendsAndReportsLoadErrors) {
   EXPECT_EQ(v.backends[0], "cpu");
   EXPECT_FALSE(v.default_backend.empty());
 
-  engine.open_model(cpu("/nonexistent/model.gguf"), "");
+  engine.open_model(engine_on_cpu("/nonexistent/model.gguf"), "");
   ASSERT_TRUE(engine.wait_idle(60));
   v = engine.view();
   EXPECT_FALSE(v.has_model);
   EXPECT_NE(v.error.find("/nonexistent/model.gguf: no such file"), std::string::npos) << v.error;
 
   // A generation without a model is an error, not a crash.
-  engine.send("hello", greedy(5));
+  engine.send("hello", engine_greedy(5));
   ASSERT_TRUE(engine.wait_idle(60));
   EXPECT_NE(engine.view().error.find("open a model first"), std::string::npos) << engine.view().error;
 }
@@ -73,7 +66,7 @@ TEST(StudioEngine, ListsBackendsAndReportsLoadErrors) {
 TEST(StudioEngine, AnUnusableBackendIsAnErrorInTheView) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   Engine engine;
-  OpenOptions r = cpu(model_path.string());
+  OpenOptions r = engine_on_cpu(model_path.string());
   r.backend.name = "nosuch";
   engine.open_model(r, "");
   ASSERT_TRUE(engine.wait_idle(60));
@@ -92,7 +85,7 @@ TEST(StudioEngine, AnUnusableBackendIsAnErrorInTheView) {
 TEST(StudioEngine, ChatsStreamsAndFeedsTheDebugger) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   Engine engine;
-  engine.open_model(cpu(model_path.string()), "You tell stories.");
+  engine.open_model(engine_on_cpu(model_path.string()), "You tell stories.");
   ASSERT_TRUE(engine.wait_idle(60));
   EngineView v = engine.view();
   ASSERT_TRUE(v.has_model) << v.error;
@@ -107,7 +100,7 @@ TEST(StudioEngine, ChatsStreamsAndFeedsTheDebugger) {
 
   // A turn, watched while it runs: the reply streams into the view.
   engine.gate().set_paused(true);  // the debugger holds the generator after its first step
-  engine.send("Once upon a time", greedy(40));
+  engine.send("Once upon a time", engine_greedy(40));
   ASSERT_TRUE(wait_for([&] { return engine.gate().waiting(); }));
   v = engine.view();
   EXPECT_EQ(v.activity, EngineView::Activity::Generating);
@@ -138,7 +131,7 @@ TEST(StudioEngine, ChatsStreamsAndFeedsTheDebugger) {
   EXPECT_NEAR(live.tau(), v.last->tau, 1e-9);
 
   // The second turn reuses the cache; a new chat empties it.
-  engine.send("Tell me about the dog", greedy(10));
+  engine.send("Tell me about the dog", engine_greedy(10));
   ASSERT_TRUE(engine.wait_idle(60));
   v = engine.view();
   ASSERT_EQ(v.conversation.size(), 5u);
@@ -162,7 +155,7 @@ TEST(StudioEngine, TheChatTemplateFollowsTheSameRuleAsFafoChat) {
       "studio-wrap");
   const ResolvedChatTemplate expected = resolve_chat_template(*GgufFile::open(file.string()), "");
   Engine engine;
-  engine.open_model(cpu(file.string()), "");
+  engine.open_model(engine_on_cpu(file.string()), "");
   ASSERT_TRUE(engine.wait_idle(60));
   EngineView v = engine.view();
   ASSERT_TRUE(v.has_model) << v.error;
@@ -170,7 +163,7 @@ TEST(StudioEngine, TheChatTemplateFollowsTheSameRuleAsFafoChat) {
   EXPECT_EQ(v.note, expected.note);
   EXPECT_NE(v.note.find("the filter 'wordwrap'"), std::string::npos) << v.note;
 
-  OpenOptions chosen = cpu(file.string());
+  OpenOptions chosen = engine_on_cpu(file.string());
   chosen.chat_template = "phi3";
   engine.open_model(chosen, "");
   ASSERT_TRUE(engine.wait_idle(60));
@@ -190,8 +183,8 @@ TEST(StudioEngine, TheChatTemplateFollowsTheSameRuleAsFafoChat) {
 TEST(StudioEngine, PromptRunsStopAtMaxStepsAndOnStop) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   Engine engine;
-  engine.open_model(cpu(model_path.string()), "");
-  engine.run_prompt("Once upon a time", greedy(200), 12);
+  engine.open_model(engine_on_cpu(model_path.string()), "");
+  engine.run_prompt("Once upon a time", engine_greedy(200), 12);
   ASSERT_TRUE(engine.wait_idle(60));
   EngineView v = engine.view();
   ASSERT_TRUE(v.error.empty()) << v.error;
@@ -204,7 +197,7 @@ TEST(StudioEngine, PromptRunsStopAtMaxStepsAndOnStop) {
 
   // Stopped while paused: must not hang.
   engine.gate().set_paused(true);
-  engine.run_prompt("Once upon a time", greedy(200));
+  engine.run_prompt("Once upon a time", engine_greedy(200));
   ASSERT_TRUE(wait_for([&] { return engine.gate().waiting(); }));
   engine.gate().allow_one_step();
   ASSERT_TRUE(wait_for([&] {
@@ -219,7 +212,7 @@ TEST(StudioEngine, PromptRunsStopAtMaxStepsAndOnStop) {
   engine.gate().set_paused(false);
 
   // Destroying the engine while it generates stops the generation.
-  engine.run_prompt("Once upon a time", greedy(-1));
+  engine.run_prompt("Once upon a time", engine_greedy(-1));
 }
 
 // A studio pointed at hostile model files: each is an error in the view, never a crash,
@@ -253,7 +246,7 @@ TEST(StudioEngine, HostileModelFilesAreErrorsInTheView) {
       std::ofstream out(path, std::ios::binary);
       out << files[i];
     }
-    engine.open_model(cpu(path.string()), "");
+    engine.open_model(engine_on_cpu(path.string()), "");
     ASSERT_TRUE(engine.wait_idle(120)) << path;
     const EngineView v = engine.view();
     if (!v.has_model) {
@@ -262,12 +255,12 @@ TEST(StudioEngine, HostileModelFilesAreErrorsInTheView) {
       continue;
     }
     // Damage that left a loadable model (a changed value): chatting is a reply or an error.
-    engine.send("Hello", greedy(4, Strategy::Ar));
+    engine.send("Hello", engine_greedy(4, Strategy::Ar));
     ASSERT_TRUE(engine.wait_idle(120)) << path;
   }
   EXPECT_GE(refused, 10u);
-  engine.open_model(cpu(model_path.string()), "");
-  engine.send("Hello", greedy(4, Strategy::Ar));
+  engine.open_model(engine_on_cpu(model_path.string()), "");
+  engine.send("Hello", engine_greedy(4, Strategy::Ar));
   ASSERT_TRUE(engine.wait_idle(120));
   const EngineView v = engine.view();
   EXPECT_TRUE(v.has_model) << v.error;
@@ -283,8 +276,8 @@ TEST(StudioEngine, ALostDeviceOpensTheModelAgainAndKeepsTheConversation) {
   // steps, then the second reply's prefill and decoding steps: the 6th fails.
   ::setenv("FAFO_INJECT_FAULT", "lost:6", 1);
   Engine engine;
-  engine.open_model(cpu(model_path.string()), "");
-  engine.send("Hello", greedy(4, Strategy::Ar));
+  engine.open_model(engine_on_cpu(model_path.string()), "");
+  engine.send("Hello", engine_greedy(4, Strategy::Ar));
   ASSERT_TRUE(engine.wait_idle(120));
   ::unsetenv("FAFO_INJECT_FAULT");
   EngineView v = engine.view();
@@ -292,7 +285,7 @@ TEST(StudioEngine, ALostDeviceOpensTheModelAgainAndKeepsTheConversation) {
   ASSERT_EQ(v.conversation.size(), 2u);
   const uint64_t serial = v.model_serial;
 
-  engine.send("Tell me more", greedy(4, Strategy::Ar));
+  engine.send("Tell me more", engine_greedy(4, Strategy::Ar));
   ASSERT_TRUE(engine.wait_idle(120));
   v = engine.view();
   EXPECT_NE(v.error.find("was lost"), std::string::npos) << v.error;
@@ -302,7 +295,7 @@ TEST(StudioEngine, ALostDeviceOpensTheModelAgainAndKeepsTheConversation) {
   ASSERT_EQ(v.conversation.size(), 2u);
   EXPECT_EQ(v.conversation[0].content, "Hello");
 
-  engine.send("Tell me more", greedy(4, Strategy::Ar));
+  engine.send("Tell me more", engine_greedy(4, Strategy::Ar));
   ASSERT_TRUE(engine.wait_idle(120));
   v = engine.view();
   EXPECT_TRUE(v.error.empty()) << v.error;
@@ -316,7 +309,7 @@ TEST(StudioEngine, ALostDeviceOpensTheModelAgainAndKeepsTheConversation) {
 TEST(StudioServer, StartsAnswersAndStops) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   ServerSession server;
-  server.start(cpu(model_path.string()), "127.0.0.1", 0);
+  server.start(engine_on_cpu(model_path.string()), "127.0.0.1", 0);
   ASSERT_TRUE(wait_for([&] { return server.status().state != ServerSession::Status::State::Starting; }, 60));
   const ServerSession::Status st = server.status();
   ASSERT_EQ(st.state, ServerSession::Status::State::Running) << st.error;
@@ -331,7 +324,7 @@ TEST(StudioServer, StartsAnswersAndStops) {
   EXPECT_EQ(server.status().state, ServerSession::Status::State::Stopped);
   // A port that cannot be bound is an error in the status, not a crash.
   ServerSession second;
-  second.start(cpu(model_path.string()), "203.0.113.7", 1);
+  second.start(engine_on_cpu(model_path.string()), "203.0.113.7", 1);
   ASSERT_TRUE(wait_for([&] { return second.status().state == ServerSession::Status::State::Stopped; }, 60));
   EXPECT_NE(second.status().error.find("cannot listen on 203.0.113.7:1"), std::string::npos) << second.status().error;
 }

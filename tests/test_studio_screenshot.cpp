@@ -6,7 +6,6 @@
 // fails with a clear message.
 #include <gtest/gtest.h>
 
-#define STB_IMAGE_IMPLEMENTATION
 #include <stb/stb_image.h>
 
 #include <unistd.h>
@@ -36,7 +35,7 @@ std::string xvfb(const std::filesystem::path& dir) {
 }
 
 std::filesystem::path studio_path() { return fafo::test::binary_path("app/studio/fafo-studio"); }
-std::string studio() { return fafo::test::shell_quote(studio_path()); }
+std::string studio_command() { return fafo::test::shell_quote(studio_path()); }
 
 struct Image {
   int w = 0, h = 0;
@@ -104,7 +103,7 @@ Shot take(const std::string& name, const std::string& args) {
   const auto dir = fafo::test::temp_dir("studio-" + name);
   const auto png = dir / (name + ".png"), layout = dir / (name + ".json");
   Shot s;
-  const std::string command = studio() + " --screenshot " + fafo::test::shell_quote(png) + " --layout-json " +
+  const std::string command = studio_command() + " --screenshot " + fafo::test::shell_quote(png) + " --layout-json " +
                               fafo::test::shell_quote(layout) + " " + args;
   s.run = fafo::test::run_command(xvfb(dir) + command);
   // Two xvfb-run started at once can still take the same display; the X server then
@@ -307,7 +306,7 @@ TEST(StudioScreenshot, BadTraceIsAClearError) {
   if (!std::filesystem::exists(studio_path())) GTEST_SKIP() << "fafo-studio not built";
   const auto dir = fafo::test::temp_dir("studio-badtrace");
   std::ofstream(dir / "bad.jsonl") << "{not json\n";
-  const auto r = fafo::test::run_command("timeout 60 " + studio() + " --replay " + fafo::test::shell_quote(dir / "bad.jsonl"));
+  const auto r = fafo::test::run_command("timeout 60 " + studio_command() + " --replay " + fafo::test::shell_quote(dir / "bad.jsonl"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("bad.jsonl:1: not a step trace"), std::string::npos) << r.err;
 }
@@ -318,7 +317,7 @@ TEST(StudioScreenshot, NoDisplayIsAClearError) {
   {
     std::ofstream(dir / "empty.jsonl") << "";
   }
-  const auto r = fafo::test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY timeout 60 " + studio() + " --screenshot " +
+  const auto r = fafo::test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY timeout 60 " + studio_command() + " --screenshot " +
                                          fafo::test::shell_quote(dir / "x.png") + " --replay " +
                                          fafo::test::shell_quote(dir / "empty.jsonl"));
   EXPECT_NE(r.exit_code, 0);
@@ -330,12 +329,12 @@ TEST(StudioScreenshot, NoDisplayIsAClearError) {
 // is one clear line naming the flag and exit code 2.
 TEST(StudioScreenshot, HelpAndBadValuesExitLikeFafo) {
   if (!std::filesystem::exists(studio_path())) GTEST_SKIP() << "fafo-studio not built";
-  const auto help = fafo::test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY timeout 60 " + studio() + " --help");
+  const auto help = fafo::test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY timeout 60 " + studio_command() + " --help");
   EXPECT_EQ(help.exit_code, 0) << help.err;
   EXPECT_NE(help.out.find("--cache-type"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("--chat-template"), std::string::npos) << help.out;
   for (const char* bad : {"--cache-type f8", "--backend tpu", "--steps -3", "--bogus", "--width 10", "--threads x"}) {
-    const auto r = fafo::test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY timeout 60 " + studio() + " " + bad);
+    const auto r = fafo::test::run_command("env -u DISPLAY -u WAYLAND_DISPLAY timeout 60 " + studio_command() + " " + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
     EXPECT_EQ(r.err.rfind("fafo-studio: error: ", 0), 0u) << r.err;
     const std::string flag = std::string(bad).substr(0, std::string(bad).find(' '));

@@ -19,23 +19,15 @@
 #include "fafo/gguf.h"
 #include "fafo/tokenizer.h"
 #include "test_support.h"
+#include "tokenizer_test_support.h"
 
 namespace fafo {
 namespace {
 
 using Ids = std::vector<int32_t>;
-
-Tokenizer load_tokenizer(const std::filesystem::path& path) {
-  const std::unique_ptr<GgufFile> file = GgufFile::open(path.string());
-  return Tokenizer(Vocab::from_gguf(*file));
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::id_of;
+using test::load_tokenizer;
+using test::show;
 
 struct Case {
   std::string text;
@@ -46,7 +38,7 @@ struct Case {
 // "\n__ggml_vocab_test__\n"; .out holds one line of space-separated ids per string.
 std::vector<Case> read_vocab_cases(const std::filesystem::path& inp, const std::filesystem::path& out) {
   const std::string separator = "\n__ggml_vocab_test__\n";
-  const std::string text = read_file(inp);
+  const std::string text = fafo::test::read_text(inp);
   std::vector<Case> cases;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -58,7 +50,7 @@ std::vector<Case> read_vocab_cases(const std::filesystem::path& inp, const std::
     cases.push_back(Case{text.substr(pos, end - pos), {}});
     pos = end + separator.size();
   }
-  std::istringstream lines(read_file(out));
+  std::istringstream lines(fafo::test::read_text(out));
   std::string line;
   size_t k = 0;
   for (; std::getline(lines, line); ++k) {
@@ -82,7 +74,7 @@ struct GoldenCase {
 
 std::vector<GoldenCase> read_golden(const std::filesystem::path& path) {
   std::vector<GoldenCase> cases;
-  std::istringstream lines(read_file(path));
+  std::istringstream lines(fafo::test::read_text(path));
   std::string line;
   while (std::getline(lines, line)) {
     if (line.empty()) continue;
@@ -91,14 +83,6 @@ std::vector<GoldenCase> read_golden(const std::filesystem::path& path) {
                                j.at("ids_with_bos").get<Ids>(), j.at("detok").get<std::string>()});
   }
   return cases;
-}
-
-std::string show(const Ids& ids) {
-  std::ostringstream s;
-  s << '[';
-  for (size_t k = 0; k < ids.size(); ++k) s << (k ? " " : "") << ids[k];
-  s << ']';
-  return s.str();
 }
 
 // ---------------------------------------------------------------- real vocabularies
@@ -300,13 +284,6 @@ Vocab make_vocab(const std::vector<std::pair<std::string, float>>& pieces, bool 
   v.bos = 1;
   v.eos = 2;
   return v;
-}
-
-int32_t id_of(const Tokenizer& tok, const std::string& text) {
-  const auto& t = tok.vocab().tokens;
-  const auto it = std::find(t.begin(), t.end(), text);
-  if (it == t.end()) throw std::logic_error("no token " + text);
-  return static_cast<int32_t>(it - t.begin());
 }
 
 TEST(TokenizerMerges, HighestScorePairMergesFirst) {

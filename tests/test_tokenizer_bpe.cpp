@@ -18,6 +18,7 @@
 #include "fafo/tokenizer.h"
 #include "fafo/utf8_stream.h"
 #include "test_support.h"
+#include "tokenizer_test_support.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -25,35 +26,18 @@ namespace fafo {
 namespace {
 
 using Ids = std::vector<int32_t>;
-
-Tokenizer load_tokenizer(const std::filesystem::path& path) {
-  const std::unique_ptr<GgufFile> file = GgufFile::open(path.string());
-  return Tokenizer(Vocab::from_gguf(*file));
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string show(const Ids& ids) {
-  std::ostringstream s;
-  s << '[';
-  for (size_t k = 0; k < ids.size(); ++k) s << (k ? " " : "") << ids[k];
-  s << ']';
-  return s.str();
-}
+using test::id_of;
+using test::load_tokenizer;
+using test::show;
 
 // Every case of vocab/<name>.gguf.inp tokenized without BOS, as `fafo tokenize --vectors`
 // prints it, must reproduce vocab/<name>.gguf.out byte for byte.
 void expect_vectors_match(const Tokenizer& tok, const std::string& name) {
   const std::filesystem::path inp = test::shared_path("vocab/" + name + ".gguf.inp");
   const std::filesystem::path out = test::shared_path("vocab/" + name + ".gguf.out");
-  const std::vector<std::string> cases = split_vocab_test_cases(read_file(inp));
+  const std::vector<std::string> cases = split_vocab_test_cases(fafo::test::read_text(inp));
   ASSERT_EQ(cases.size(), 46u);
-  std::istringstream expected_lines(read_file(out));
+  std::istringstream expected_lines(fafo::test::read_text(out));
   std::string printed;
   for (size_t k = 0; k < cases.size(); ++k) {
     SCOPED_TRACE(name + " case " + std::to_string(k) + ": \"" + cases[k] + "\"");
@@ -66,7 +50,7 @@ void expect_vectors_match(const Tokenizer& tok, const std::string& name) {
     EXPECT_EQ(got, want) << "got " << show(got) << " want " << show(want);
     printed += format_vocab_test_line(got);
   }
-  EXPECT_EQ(printed, read_file(out));
+  EXPECT_EQ(printed, fafo::test::read_text(out));
 }
 
 void check_gguf_vectors(const std::string& name) {
@@ -142,7 +126,7 @@ TEST(TokenizerBpeVectors, EveryPairInSharedVocabIsCovered) {
 // ---------------------------------------------------------------- round trips, decoding
 
 std::vector<std::string> round_trip_texts() {
-  std::vector<std::string> texts = split_vocab_test_cases(read_file(test::shared_path("vocab/ggml-vocab-gpt-2.gguf.inp")));
+  std::vector<std::string> texts = split_vocab_test_cases(fafo::test::read_text(test::shared_path("vocab/ggml-vocab-gpt-2.gguf.inp")));
   texts.push_back("Once upon a time, there was a little girl named Lily.");
   texts.push_back(std::string("bytes \x01\x7f\x00 and a lone continuation \x80 byte, a cut \xE2\x96", 50));
   texts.push_back("\xF0\x9F\xA6\x99\xF0\x9F\xA6 \xFF\xFE overlong \xC0\xAF end");
@@ -304,13 +288,6 @@ Vocab make_bpe_vocab(const std::vector<std::pair<std::string, TokenKind>>& extra
   }
   v.merges = merges;
   return v;
-}
-
-int32_t id_of(const Tokenizer& tok, const std::string& text) {
-  const auto& t = tok.vocab().tokens;
-  const auto it = std::find(t.begin(), t.end(), text);
-  if (it == t.end()) throw std::logic_error("no token " + text);
-  return static_cast<int32_t>(it - t.begin());
 }
 
 TEST(TokenizerBpeMerges, LowestRankFirstThenLeftmost) {

@@ -19,13 +19,6 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 Tokenizer load(const std::filesystem::path& path) {
   const std::unique_ptr<GgufFile> file = GgufFile::open(path.string());
   return Tokenizer(Vocab::from_gguf(*file));
@@ -36,9 +29,9 @@ TEST(TokenizerWpm, BertBgeVectorsMatchLlamaCpp) {
   FAFO_REQUIRE_SHARED(inp, "vocab/ggml-vocab-bert-bge.gguf.inp");
   FAFO_REQUIRE_SHARED(out, "vocab/ggml-vocab-bert-bge.gguf.out");
   const Tokenizer tok = load(path);
-  const std::vector<std::string> cases = split_vocab_test_cases(read_file(inp));
+  const std::vector<std::string> cases = split_vocab_test_cases(fafo::test::read_text(inp));
   ASSERT_EQ(cases.size(), 46u);
-  std::istringstream lines(read_file(out));
+  std::istringstream lines(fafo::test::read_text(out));
   std::string printed;
   for (size_t k = 0; k < cases.size(); ++k) {
     SCOPED_TRACE("case " + std::to_string(k) + ": \"" + cases[k] + "\"");
@@ -51,7 +44,7 @@ TEST(TokenizerWpm, BertBgeVectorsMatchLlamaCpp) {
     EXPECT_EQ(got, want);
     printed += format_vocab_test_line(got);
   }
-  EXPECT_EQ(printed, read_file(out));
+  EXPECT_EQ(printed, fafo::test::read_text(out));
 }
 
 TEST(TokenizerWpm, ClsAndSepWithAddSpecial) {

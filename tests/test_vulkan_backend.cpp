@@ -29,24 +29,19 @@
 #include "fafo/tensor_type.h"
 #include "fafo/vulkan_devices.h"
 #include "model_fixtures.h"
+#include "random_weights.h"
 #include "test_support.h"
 
 using namespace fafo;
 
 namespace {
 
+using fafo::test::random_values;
+
 std::string join(const std::vector<std::string>& lines) {
   std::string s;
   for (const std::string& l : lines) s += l + "\n";
   return s;
-}
-
-std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
 }
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {

@@ -7,7 +7,6 @@
 
 namespace {
 
-#define EXPECT_HAS(s, text) EXPECT_NE((s).find(text), std::string::npos) << (s)
 
 TEST(VulkanDevices, ListedDevicesHaveTheirProperties) {
   const std::vector<fafo::VulkanDeviceInfo> devices = fafo::list_vulkan_devices();

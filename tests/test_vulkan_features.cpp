@@ -27,11 +27,13 @@
 #include "backend/vulkan/vulkan_error.h"
 #include "backend/vulkan/weight_kernels.h"
 #include "fafo/tensor_type.h"
+#include "test_support.h"
 #include "vulkan_test_support.h"
 
 namespace {
 
 using fafo::TensorType;
+using fafo::test::make_buffer;
 using fafo::vulkan::Buffer;
 using fafo::vulkan::CommandSequence;
 using fafo::vulkan::Context;
@@ -46,11 +48,10 @@ using fafo::vulkan::ValidationLog;
 using fafo::vulkan::VulkanError;
 using fafo::vulkan::WeightKernels;
 
-#define EXPECT_HAS(s, text) EXPECT_NE(std::string(s).find(text), std::string::npos) << (s)
 
-constexpr auto& kFormats = fafo::test::kAllWeightFormats;
+constexpr auto& kFeatureFormats = fafo::test::kAllWeightFormats;
 using fafo::test::join_lines;
-constexpr uint32_t kSentinel = 0xffc0dead;
+constexpr uint32_t kFeatureSentinel = 0xffc0dead;
 
 bool all_on(const FeatureSelection& s) { return s.subgroup && s.fp16 && s.storage16 && s.storage8 && s.int8 && s.dot; }
 bool all_off(const FeatureSelection& s) {
@@ -217,12 +218,6 @@ std::vector<uint8_t> random_weights(TensorType type, uint32_t rows, uint32_t col
   return bytes;
 }
 
-Buffer make_buffer(const Context& ctx, const void* data, size_t bytes) {
-  Buffer b(ctx, bytes);
-  b.upload(data, bytes);
-  return b;
-}
-
 // One validated context with every feature the device has and one WeightKernels for the
 // suite (pipeline creation under the validation layer is slow).
 class VulkanSubgroupMatmul : public fafo::test::ValidatedVulkanSuite<WeightKernels> {
@@ -244,7 +239,7 @@ TEST_F(VulkanSubgroupMatmul, SubgroupVariantGivesThePortableBitsForEveryFormatSh
   // formats (a partial last chunk), and for the quantized ones from one block (some
   // lanes sum nothing) to more chunks than lanes (lanes sum several chunks).
   const uint32_t x_pad = 3;
-  for (const TensorType type : kFormats) {
+  for (const TensorType type : kFeatureFormats) {
     const uint32_t block = fafo::tensor_type_info(type).block_size;
     const std::vector<uint32_t> col_counts =
         block == 1 ? std::vector<uint32_t>{1, 37, 301, 1031} : std::vector<uint32_t>{block, 3 * block, 1280 / block * block};
@@ -278,7 +273,7 @@ TEST_F(VulkanSubgroupMatmul, SubgroupVariantGivesThePortableBitsForEveryFormatSh
         runs.push_back({"T 33, 1x1 workgroups", 33, MatmulVariant{8, MatmulMapping::SplitRows, 1, 1}});
 
         const size_t words = size_t{max_T - 1} * out_stride + out_offset + rows + 3;
-        const std::vector<uint32_t> fill(words, kSentinel);
+        const std::vector<uint32_t> fill(words, kFeatureSentinel);
         std::vector<Buffer> outs;
         CommandSequence seq(*context_);
         for (const Run& run : runs) {
@@ -300,7 +295,7 @@ TEST_F(VulkanSubgroupMatmul, SubgroupVariantGivesThePortableBitsForEveryFormatSh
           size_t written = 0;
           for (size_t k = 0; k < words; ++k) {
             ASSERT_EQ(subgroup[k], portable[k]) << "out[" << k << "]";
-            written += portable[k] != kSentinel;
+            written += portable[k] != kFeatureSentinel;
           }
           EXPECT_EQ(written, size_t{runs[i].T} * rows);
         }

@@ -25,6 +25,7 @@
 #include "backend/vulkan/spirv_bindings.h"
 #include "backend/vulkan/vulkan_error.h"
 #include "fafo/top_k.h"
+#include "random_weights.h"
 #include "vulkan_test_support.h"
 
 namespace {
@@ -36,14 +37,8 @@ using fafo::vulkan::ContextOptions;
 using fafo::vulkan::Kernels;
 using fafo::vulkan::ValidationLog;
 using fafo::vulkan::VulkanError;
-
-std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using fafo::test::make_buffer;
+using fafo::test::random_values;
 
 Buffer make_buffer(const Context& ctx, const std::vector<float>& values) {
   Buffer b(ctx, values.size() * sizeof(float));

@@ -52,6 +52,8 @@ using fafo::vulkan::MatmulVariant;
 using fafo::vulkan::ValidationLog;
 using fafo::vulkan::VulkanError;
 using fafo::vulkan::WeightKernels;
+using fafo::test::make_buffer;
+using fafo::test::random_values;
 
 constexpr auto& kFormats = fafo::test::kAllWeightFormats;
 // Token counts around every tile boundary, up to a full lookahead/FAFO step.
@@ -111,20 +113,6 @@ Weights random_block_weights(TensorType type, uint32_t rows, uint32_t cols, uint
   w.bytes.resize(WeightKernels::weight_bytes(type, rows, cols), 0);
   dequantize_all(w);
   return w;
-}
-
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-Buffer make_buffer(const Context& ctx, const void* data, size_t bytes) {
-  Buffer b(ctx, bytes);
-  b.upload(data, bytes);
-  return b;
 }
 
 Buffer sentinel_buffer(const Context& ctx, size_t words) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/vulkan/buffer.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/vulkan_error.h"
 #include "fafo/tensor_type.h"
@@ -22,6 +23,13 @@ inline constexpr TensorType kAllWeightFormats[] = {
     TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
     TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
     TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+// A device buffer holding a copy of `bytes` bytes at `data`.
+inline vulkan::Buffer make_buffer(const vulkan::Context& ctx, const void* data, size_t bytes) {
+  vulkan::Buffer b(ctx, bytes);
+  b.upload(data, bytes);
+  return b;
+}
 
 inline std::string join_lines(const std::vector<std::string>& lines) {
   std::string s;

@@ -4,9 +4,7 @@
 // are measured on each chunk's first half as the prompt.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +12,7 @@
 #include "commands.h"
 #include "fafo/open_model.h"
 #include "fafo/perplexity.h"
+#include "fafo/read_file.h"
 #include "generation_flags.h"
 #include "default_model.h"
 #include "model_flags.h"
@@ -37,10 +36,7 @@ struct PerplexityArgs {
 int run_perplexity(PerplexityArgs& a) {
   if (a.kv_drop) a.kv.validate();
   a.prompt_compress.validate();
-  std::ifstream in(a.text_path, std::ios::binary);
-  if (!in) throw std::runtime_error(a.text_path + ": cannot read the text");
-  std::ostringstream text;
-  text << in.rdbuf();
+  const std::string text = read_whole_file(a.text_path, "the text");
 
   OpenedModel m = open_model(a.open);
   const Tokenizer& tok = *m.tokenizer;
@@ -58,7 +54,7 @@ int run_perplexity(PerplexityArgs& a) {
   std::fprintf(stderr, "perplexity: tokenizing the input ..\n");
   const auto t0 = std::chrono::steady_clock::now();
   const bool add_bos = tok.vocab().add_bos && tok.vocab().bos >= 0;
-  const std::vector<int32_t> tokens = tok.encode(text.str(), add_bos);
+  const std::vector<int32_t> tokens = tok.encode(text, add_bos);
   std::fprintf(stderr, "perplexity: tokenization took %.1f ms (%zu tokens)\n",
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), tokens.size());
 

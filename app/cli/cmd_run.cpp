@@ -2,7 +2,6 @@
 // print one JSON object at the end with --json.
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +14,7 @@
 #include "fafo/utf8_stream.h"
 #include "fafo/corpus_index.h"
 #include "fafo/open_model.h"
+#include "fafo/read_file.h"
 #include "generation_flags.h"
 #include "default_model.h"
 #include "model_flags.h"
@@ -44,18 +44,10 @@ struct RunArgs {
   std::string trace_path;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot read prompt file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 int run_generate(RunArgs& args) {
   if (!args.prompt.empty() && !args.prompt_file.empty())
     throw std::runtime_error("give the prompt with -p or -f, not both");
-  const std::string prompt = args.prompt_file.empty() ? args.prompt : read_file(args.prompt_file);
+  const std::string prompt = args.prompt_file.empty() ? args.prompt : read_whole_file(args.prompt_file, "the prompt file");
   if (!*args.seed_given) args.sampling.seed = std::random_device{}();
   Sampler check_options(args.sampling);  // reject bad options before loading anything
   args.decoding.validate();

@@ -8,9 +8,7 @@
 // and prints one line per string exactly as llama.cpp's .out files hold them (" id" per
 // token, no BOS), so the output can be compared with `cmp`.
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,6 +16,7 @@
 #include "commands.h"
 #include "default_model.h"
 #include "fafo/gguf.h"
+#include "fafo/read_file.h"
 #include "fafo/tokenizer.h"
 
 namespace fafo::cli {
@@ -34,14 +33,6 @@ struct TokenizeArgs {
   bool parse_special = false;
   bool pieces = false;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot read the file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A piece as a quoted, readable string: printable ASCII and UTF-8 as is, the rest escaped.
 std::string quoted(const std::string& piece) {
@@ -75,13 +66,13 @@ int run_tokenize(const TokenizeArgs& args) {
 
   if (!args.vectors.empty()) {
     std::string out;
-    for (const std::string& text : split_vocab_test_cases(read_file(args.vectors)))
+    for (const std::string& text : split_vocab_test_cases(read_whole_file(args.vectors, "the test vectors")))
       out += format_vocab_test_line(tok.encode(text, false, args.parse_special));
     std::fwrite(out.data(), 1, out.size(), stdout);
     return 0;
   }
 
-  const std::string text = args.file.empty() ? args.text : read_file(args.file);
+  const std::string text = args.file.empty() ? args.text : read_whole_file(args.file, "the text file");
   const std::vector<int32_t> ids = tok.encode(text, !args.no_bos, args.parse_special);
   if (args.pieces) {
     for (int32_t id : ids) std::printf("%d %s\n", id, quoted(tok.token_to_piece(id, true)).c_str());

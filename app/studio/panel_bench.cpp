@@ -24,14 +24,8 @@ namespace fafo::studio {
 
 namespace {
 
-const ImVec4 kError(1.0f, 0.4f, 0.4f, 1.0f);
-const ImVec4 kNote(1.0f, 0.85f, 0.4f, 1.0f);
 const ImU32 kAxis = IM_COL32(150, 150, 150, 255);
 const ImU32 kGrid = IM_COL32(70, 70, 76, 255);
-const char* const kStrategies[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"};
-
-// Device colours (Okabe-Ito, readable on the dark background) by index in the report:
-// the same in both plots and their legends.
 
 std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t");
@@ -158,7 +152,7 @@ void model_section(StudioState& s) {
 
 void devices_section(BenchSetup& b) {
   ImGui::TextUnformatted("Devices");
-  if (!b.targets_error.empty()) ImGui::TextColored(kError, "%s", b.targets_error.c_str());
+  if (!b.targets_error.empty()) ImGui::TextColored(kErrorText, "%s", b.targets_error.c_str());
   else if (b.targets.empty()) ImGui::TextDisabled("looking for devices...");
   for (const bench::BenchTarget& t : b.targets) {
     bool on = is_chosen(b, t.label);
@@ -198,7 +192,7 @@ void strategies_section(BenchSetup& b) {
   ImGui::InputInt("new tokens per prompt", &c.n_generate, 16, 128);
   c.n_generate = std::clamp(c.n_generate, 1, 1 << 20);
   std::vector<std::string> chosen;
-  for (const char* name : kStrategies) {
+  for (const char* name : kStrategyNames) {
     const bool ar = std::string(name) == "ar";  // the reference the others are compared with: always run
     bool on = ar || std::find(c.strategies.begin(), c.strategies.end(), name) != c.strategies.end();
     ImGui::BeginDisabled(ar);
@@ -242,10 +236,10 @@ void run_section(StudioState& s) {
   if (running) ImGui::Text("device %zu of %zu: %s", now.device, now.devices, now.label.c_str());
   else ImGui::TextUnformatted(status_text(now));
   if (s.ev.activity == EngineView::Activity::Generating)
-    ImGui::TextColored(kNote, "the chat view is generating: it slows the measurements down");
+    ImGui::TextColored(kNoteText, "the chat view is generating: it slows the measurements down");
   if (!b.error.empty()) {
     ImGui::PushTextWrapPos(0.0f);
-    ImGui::TextColored(kError, "%s", b.error.c_str());
+    ImGui::TextColored(kErrorText, "%s", b.error.c_str());
     ImGui::PopTextWrapPos();
   }
 }
@@ -268,7 +262,7 @@ void save_section(StudioState& s) {
   ImGui::EndDisabled();
   ImGui::PushTextWrapPos(0.0f);
   for (const std::string& p : b.saved) ImGui::TextWrapped("wrote %s", p.c_str());
-  if (!b.save_error.empty()) ImGui::TextColored(kError, "%s", b.save_error.c_str());
+  if (!b.save_error.empty()) ImGui::TextColored(kErrorText, "%s", b.save_error.c_str());
   ImGui::PopTextWrapPos();
 }
 
@@ -616,11 +610,11 @@ void results_status(const BenchSnapshot& b) {
       ImGui::Text("%sdone, %zu devices", model.c_str(), b.report.devices.size());
       break;
     case BenchStatus::Cancelled:
-      ImGui::TextColored(kNote, "%scancelled after %zu of %zu devices", model.c_str(), b.report.devices.size(), b.devices);
+      ImGui::TextColored(kNoteText, "%scancelled after %zu of %zu devices", model.c_str(), b.report.devices.size(), b.devices);
       break;
     case BenchStatus::Failed:
       ImGui::PushTextWrapPos(0.0f);
-      ImGui::TextColored(kError, "%s%s", model.c_str(), b.error.c_str());
+      ImGui::TextColored(kErrorText, "%s%s", model.c_str(), b.error.c_str());
       ImGui::PopTextWrapPos();
       break;
   }

@@ -5,6 +5,7 @@
 #include <imgui_stdlib.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "fafo/chat_template.h"
 #include "panels.h"
@@ -13,13 +14,12 @@ namespace fafo::studio {
 
 namespace {
 
-const char* const kStrategies[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"};
 const char* const kPolicies[] = {"stream", "quest", "snapkv", "chunks"};
 
 // Returns whether the user picked a strategy in the combo.
 bool strategy_settings(DecodingOptions& d, KvPolicyOptions& kv) {
   int strategy = static_cast<int>(d.strategy);
-  const bool picked = ImGui::Combo("strategy", &strategy, kStrategies, 7);
+  const bool picked = ImGui::Combo("strategy", &strategy, kStrategyNames, static_cast<int>(std::size(kStrategyNames)));
   if (picked) d.strategy = static_cast<Strategy>(strategy);
   ImGui::InputText("corpus index (.fidx)", &d.corpus_path);
   if (d.strategy == Strategy::Corpus && d.corpus_path.empty()) ImGui::TextDisabled("corpus needs an index: fafo index build");

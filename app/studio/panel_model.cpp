@@ -12,9 +12,6 @@ namespace fafo::studio {
 
 namespace {
 
-const ImVec4 kError(1.0f, 0.4f, 0.4f, 1.0f);
-const ImVec4 kNote(1.0f, 0.85f, 0.4f, 1.0f);
-
 std::string device_label(const BackendDevice& d) { return std::to_string(d.index) + ": " + d.name + " (" + d.kind + ")"; }
 
 void backend_picker(StudioState& s) {
@@ -44,7 +41,7 @@ void backend_picker(StudioState& s) {
       ImGui::EndCombo();
     }
     if (!ev.devices_known) ImGui::TextDisabled("looking for devices...");
-    else if (devices.empty()) ImGui::TextColored(kNote, "no %s device found", resolved.c_str());
+    else if (devices.empty()) ImGui::TextColored(kNoteText, "no %s device found", resolved.c_str());
   } else {
     ImGui::InputInt("threads (0: all)", &spec.threads);
     spec.threads = std::max(spec.threads, 0);
@@ -75,7 +72,7 @@ void draw_model_panel(StudioState& s) {
       ImGui::EndCombo();
     }
     ImGui::EndDisabled();
-    if (s.recent && !s.recent->problem().empty()) ImGui::TextColored(kNote, "%s", s.recent->problem().c_str());
+    if (s.recent && !s.recent->problem().empty()) ImGui::TextColored(kNoteText, "%s", s.recent->problem().c_str());
     backend_picker(s);
     ImGui::InputInt("context (0: model's)", &st.open.n_ctx, 256, 1024);
     st.open.n_ctx = std::clamp(st.open.n_ctx, 0, 1 << 20);
@@ -96,10 +93,10 @@ void draw_model_panel(StudioState& s) {
     } else {
       ImGui::TextDisabled("no model open");
     }
-    if (!ev.note.empty()) ImGui::TextColored(kNote, "%s", ev.note.c_str());
+    if (!ev.note.empty()) ImGui::TextColored(kNoteText, "%s", ev.note.c_str());
     if (!ev.error.empty()) {
       ImGui::PushTextWrapPos(0.0f);
-      ImGui::TextColored(kError, "error: %s", ev.error.c_str());
+      ImGui::TextColored(kErrorText, "error: %s", ev.error.c_str());
       ImGui::PopTextWrapPos();
     }
     report_items(s, ev.has_model ? 1 : 0);

@@ -11,7 +11,7 @@ namespace fafo::studio {
 namespace {
 
 const ImVec4 kTried(0.5f, 1.0f, 0.5f, 1.0f);
-const ImVec4 kPlain(0.8f, 0.8f, 0.8f, 1.0f);
+const ImVec4 kPlainToken(0.8f, 0.8f, 0.8f, 1.0f);
 
 // The pieces of `tokens`, each its own item so that token boundaries show.
 void tokens(const StudioState& s, const std::vector<int32_t>& ids, const ImVec4& colour) {
@@ -63,13 +63,13 @@ void draw_pool_panel(StudioState& s) {
             ImGui::TableNextRow();
             if (key.retrieved) ImGui::TableSetBgColor(ImGuiTableBgTarget_RowBg1, IM_COL32(30, 70, 40, 255));
             ImGui::TableNextColumn();
-            if (i == 0) tokens(s, key.key, kPlain);
+            if (i == 0) tokens(s, key.key, kPlainToken);
             ImGui::TableNextColumn();
             if (i == 0) ImGui::Text("%lld", static_cast<long long>(key.age));
             ImGui::TableNextColumn();
             if (i == 0) ImGui::Text("%lld", static_cast<long long>(key.hits));
             ImGui::TableNextColumn();
-            tokens(s, n.tokens, n.tried_match >= 0 ? kTried : kPlain);
+            tokens(s, n.tokens, n.tried_match >= 0 ? kTried : kPlainToken);
             ImGui::TableNextColumn();
             ImGui::Text("%lld", static_cast<long long>(n.age));
             ImGui::TableNextColumn();

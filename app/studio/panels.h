@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include <imgui.h>
+
 #include "studio_state.h"
 
 namespace fafo::studio {
@@ -15,6 +17,14 @@ bool begin_panel(StudioState& s, const char* title);
 // Says how many items (rows, cells, tokens, messages) the open panel drew.
 void report_items(StudioState& s, int64_t n);
 void end_panel();
+
+// Text colours the panels share: an error, a note (a warning, a hint).
+inline const ImVec4 kErrorText(1.0f, 0.4f, 0.4f, 1.0f);
+inline const ImVec4 kNoteText(1.0f, 0.85f, 0.4f, 1.0f);
+
+// The decoding strategies' names, in the order of Strategy (fafo/decoding.h): pickers
+// cast an index in this list to a Strategy.
+inline const char* const kStrategyNames[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"};
 
 // The i-th colour of the palette series are drawn with (colour-blind safe, then grey
 // and violet; repeats after 8).

@@ -1,36 +1,23 @@
 #include "calibration.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 
 #include "covariance.h"
 #include "fafo/backend.h"
 #include "fafo/model.h"
+#include "fafo/read_file.h"
 #include "fafo/step_batch.h"
 #include "fafo/tokenizer.h"
 
 namespace fafo::care {
 
-namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot read the calibration text");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
-
 Calibration calibrate(const std::shared_ptr<const GgufFile>& file, const CalibrationOptions& o,
                       const std::function<void(int32_t, int32_t)>& on_chunk) {
   if (o.chunk_len < 2) throw std::invalid_argument("--calib-len must be at least 2, not " + std::to_string(o.chunk_len));
   if (o.max_chunks < 1) throw std::invalid_argument("--calib-chunks must be at least 1, not " + std::to_string(o.max_chunks));
-  const std::string text = read_text(o.text_path);
+  const std::string text = read_whole_file(o.text_path, "the calibration text");
 
   const Tokenizer tokenizer(Vocab::from_gguf(*file));
   const Vocab& vocab = tokenizer.vocab();

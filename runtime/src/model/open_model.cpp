@@ -2,22 +2,14 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
+
+#include "fafo/read_file.h"
 
 namespace fafo {
 
 namespace {
-
-std::string read_template_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot read the chat template file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The model's own template, or the built-in format standing in for it.
 ResolvedChatTemplate model_chat_template(const GgufFile& file) {
@@ -41,7 +33,7 @@ ResolvedChatTemplate resolve_chat_template(const GgufFile& file, const std::stri
   if (choice.empty()) return model_chat_template(file);
   const std::vector<std::string>& names = builtin_chat_template_names();
   if (std::find(names.begin(), names.end(), choice) != names.end()) return {ChatTemplate::builtin(choice), ""};
-  if (std::filesystem::is_regular_file(choice)) return {ChatTemplate::from_source(read_template_file(choice), choice), ""};
+  if (std::filesystem::is_regular_file(choice)) return {ChatTemplate::from_source(read_whole_file(choice, "the chat template file"), choice), ""};
   throw std::invalid_argument("chat template '" + choice + "' is neither a built-in format (" + builtin_chat_template_list() +
                               ") nor a Jinja template file");
 }

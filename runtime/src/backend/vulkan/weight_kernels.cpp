@@ -14,7 +14,7 @@ namespace fafo::vulkan {
 namespace {
 
 // Push constants, laid out as shaders/matmul.comp and shaders/embed.comp declare them.
-struct MatmulPush {
+struct WeightMatmulPush {
   uint32_t T;
   uint32_t rows;
   uint32_t cols;
@@ -133,7 +133,7 @@ WeightKernels::Chosen WeightKernels::variant(FormatPipelines& f, const WeightSha
     if (!slot) {
       const bool embed = key.kind == WeightShaderKey::Kind::Embed;
       const uint32_t bindings = key.norm ? 4 : 3;
-      const uint32_t push = embed ? sizeof(EmbedPush) : sizeof(MatmulPush);
+      const uint32_t push = embed ? sizeof(EmbedPush) : sizeof(WeightMatmulPush);
       slot = key.subgroup ? std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push, subgroup_options_)
                           : std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push);
     }
@@ -241,7 +241,7 @@ void WeightKernels::product(CommandSequence& seq, TensorType type, const Buffer&
   auto cap = [](uint32_t limit, uint32_t asked) { return asked == 0 ? limit : std::min(limit, asked); };
   const uint32_t groups_x = std::min(ceil_div(s.rows, chosen.shader->rows_per_group), cap(max_groups[0], v.max_groups_x));
   const uint32_t groups_y = std::min(ceil_div(s.T, key.tile), cap(max_groups[1], v.max_groups_y));
-  const MatmulPush push{s.T,          s.rows,    s.cols, s.x_stride, s.out_stride, s.out_offset,
+  const WeightMatmulPush push{s.T,          s.rows,    s.cols, s.x_stride, s.out_stride, s.out_offset,
                         row_bytes,    s.accumulate ? 1u : 0u, norm.eps};
   if (norm.gain)
     seq.dispatch(*chosen.pipeline, {&x, &w, &out, norm.gain}, push, groups_x, groups_y);
