@@ -114,9 +114,9 @@ class Run:
         if env.get("LD_LIBRARY_PATH"):
             paths.append(env["LD_LIBRARY_PATH"])
         env["LD_LIBRARY_PATH"] = ":".join(paths)
-        if not env.get("VK_DRIVER_FILES") and not env.get("VK_ICD_FILENAMES") and os.path.exists(NVIDIA_ICD):
-            env["VK_DRIVER_FILES"] = NVIDIA_ICD
-            env["VK_ICD_FILENAMES"] = NVIDIA_ICD  # loaders older than 1.3.234 read this name
+        # No Vulkan driver variable is set: fafo finds NVIDIA's driver itself (its ICD file under
+        # /usr/local/nvidia, through libEGL_nvidia.so.0 without a display; driver_files.h), and
+        # step_devices() checks that it did.
         env["FAFO_CACHE_DIR"] = str(self.work / "cache")
         return env
 
@@ -351,7 +351,8 @@ def step_env(r: Run) -> tuple[str, str]:
     if icd:
         rows.append(("Vulkan driver (ICD)", f"VK_DRIVER_FILES={icd}" + ("" if os.path.exists(icd.split(":")[0]) else " **(file missing)**")))
     else:
-        found = [str(p) for d in ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
+        found = [str(p) for d in ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d",
+                                  str(Path(NVIDIA_ICD).parent))
                  if os.path.isdir(d) for p in sorted(Path(d).glob("*.json"))]
         rows.append(("Vulkan driver (ICD)", ", ".join(found) if found else
                      f"**none found** (no {NVIDIA_ICD}, nothing in /usr/share/vulkan/icd.d or /etc/vulkan/icd.d)"))
@@ -388,10 +389,7 @@ def step_synth(r: Run) -> tuple[str, str]:
     return "ok", f"`{path.name}`: {size / 1e9:.2f} GB, {why} (fafo-synth {' '.join(r.synth_shape())} -t Q4_K_M)"
 
 
-def step_devices(r: Run) -> tuple[str, str]:
-    code, text = r.run([str(r.bin / "fafo"), "devices"], min(60.0, r.left()), "fafo devices")
-    if code is None:
-        return "timed out", tail(text)
+def parse_devices(text: str) -> list[dict]:
     devices = []
     backend = None
     for line in text.splitlines():
@@ -402,16 +400,93 @@ def step_devices(r: Run) -> tuple[str, str]:
         m = re.match(r"device (\d+): (.*)", line)
         if m and backend:
             devices.append({"backend": backend, "index": int(m.group(1)), "name": m.group(2).strip()})
+    return devices
+
+
+def find_library(r: Run, name: str) -> str:
+    dirs = [d for d in r.env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    return next((os.path.join(d, name) for d in dirs if os.path.exists(os.path.join(d, name))), "") or ldconfig_find(name)
+
+
+def try_egl_icd(r: Run) -> tuple[str, str]:
+    """NVIDIA's ICD file names libGLX_nvidia.so.0, whose vk_icdGetInstanceProcAddr gives no
+    vkCreateInstance on some machines without a display; the same driver's EGL library
+    (libEGL_nvidia.so.0) carries the Vulkan entry points too. Returns (ICD file written, or
+    "", what happened)."""
+    egl = find_library(r, "libEGL_nvidia.so.0")
+    if not egl:
+        return "", "no libEGL_nvidia.so.0 on this machine to try instead"
+    try:
+        icd = json.loads(Path(NVIDIA_ICD).read_text())
+    except (OSError, ValueError):
+        icd = {"file_format_version": "1.0.1", "ICD": {"api_version": "1.3.0"}}
+    icd.setdefault("ICD", {})["library_path"] = egl
+    path = r.work / "nvidia_egl_icd.json"
+    path.write_text(json.dumps(icd, indent=1))
+    return str(path), f"tried {egl} through {path}"
+
+
+def step_devices(r: Run) -> tuple[str, str]:
+    code, text = r.run([str(r.bin / "fafo"), "devices"], min(60.0, r.left()), "fafo devices")
+    if code is None:
+        return "timed out", tail(text)
+    devices = parse_devices(text)
+    notes = ""
+    if "no Vulkan devices found" in text and os.path.exists(NVIDIA_ICD):
+        notes = "\n\n" + vulkan_diagnosis(r)
+        if not any(os.environ.get(v) for v in ("VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES")):
+            icd, what = try_egl_icd(r)
+            if icd:
+                env = dict(r.env)
+                env["VK_DRIVER_FILES"] = env["VK_ICD_FILENAMES"] = icd
+                code2, text2 = r.run([str(r.bin / "fafo"), "devices"], min(30.0, r.left()), "fafo devices (EGL ICD)", env)
+                if code2 == 0 and any(d["backend"] == "vulkan" for d in parse_devices(text2)):
+                    r.env = env
+                    code, text, devices = code2, text2, parse_devices(text2)
+                    notes += f"\n\n**The EGL library works**: {what} gave Vulkan devices; the rest of the run uses it."
+                else:
+                    notes += f"\n\nThe EGL library gave no Vulkan device either ({what}):\n\n" + code_block(tail(text2, 12))
+            else:
+                notes += f"\n\n{what}."
     r.results["devices"] = devices
+    r.results["vulkan_icd"] = r.env.get("VK_DRIVER_FILES", "")
     summary = ", ".join(f"{d['backend']}:{d['index']} ({d['name']})" for d in devices) or "none"
     gpus = [d for d in devices if d["backend"] in ("cuda", "vulkan")]
     body = f"Devices: {summary}\n\n" + code_block(text, 120)
     if not any(d["backend"] == "cuda" for d in devices):
         body += "\n\nNo cuda device: " + ("this build has no CUDA backend." if "backend cuda" not in text
                                           else "the CUDA backend found no GPU (see above).")
+    body += notes
     if code != 0:
         return f"FAILED: exit {code}", body
     return ("ok" if gpus else "ok (no GPU device)"), body
+
+
+def vulkan_diagnosis(r: Run) -> str:
+    """Why NVIDIA's Vulkan driver gave no device: what its ICD file names, whether that
+    library and the driver's other Vulkan pieces are on this machine, and what the loader said."""
+    lines = ["NVIDIA's Vulkan driver is declared but fafo found no device through it:", ""]
+    try:
+        icd = json.loads(Path(NVIDIA_ICD).read_text())
+        lib = icd.get("ICD", {}).get("library_path", "")
+        lines.append(f"- `{NVIDIA_ICD}`: library `{lib}`, API {icd.get('ICD', {}).get('api_version', '?')}")
+        where = lib if os.path.isabs(lib) and os.path.exists(lib) else find_library(r, lib)
+        lines.append(f"- that library: {where or '**not on this machine** (the container has no graphics driver libraries)'}")
+        lines.append(f"- libEGL_nvidia.so.0: {find_library(r, 'libEGL_nvidia.so.0') or 'not found'}")
+    except (OSError, ValueError) as e:
+        lines.append(f"- `{NVIDIA_ICD}` unreadable: {e}")
+    pieces = sorted({f.name for d in ("/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu") if os.path.isdir(d)
+                     for f in Path(d).iterdir() if re.match(r"lib(GLX_nvidia|EGL_nvidia|nvidia-(glvkspirv|gpucomp|glcore|eglcore|vulkan))", f.name)})
+    lines.append(f"- the driver's Vulkan/graphics libraries present: {', '.join(pieces) or '**none**'}")
+    lines.append(f"- device nodes: {', '.join(sorted(p.name for p in Path('/dev').glob('nvidia*'))) or 'none'}")
+    lines.append(f"- NVIDIA_DRIVER_CAPABILITIES={os.environ.get('NVIDIA_DRIVER_CAPABILITIES', '(unset)')}")
+    env = dict(r.env)
+    env["VK_LOADER_DEBUG"] = "error,warn,driver"
+    env["VK_DRIVER_FILES"] = env["VK_ICD_FILENAMES"] = NVIDIA_ICD
+    _, text = r.run([str(r.bin / "fafo"), "devices"], min(30.0, r.left()), "fafo devices (Vulkan loader debug)", env)
+    loader = [l for l in text.splitlines() if l.startswith(("ERROR", "WARNING", "DRIVER", "[Vulkan Loader]")) or "loader" in l.lower()]
+    lines += ["", "The Vulkan loader (VK_LOADER_DEBUG=error,warn,driver):", "", code_block("\n".join(loader[-40:]) or text, 45)]
+    return "\n".join(lines)
 
 
 def parse_conformance(text: str) -> tuple[dict, list[str], list[str]]:
@@ -626,18 +701,68 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
         store[label] = {"device": d["name"]}  # nothing of an earlier run survives a failed rerun
         base = [str(r.bin / "fafo"), "bench", "-m", str(path), "--backend", backend, "--device", str(d["index"]),
                 "--json"]
-        parts = [("pp/tg", ["--pp", str(pp), "--tg", str(tg), "--curve", "", "-r", reps])]
+        # The small steps' costs first, then tg, the large steps and pp sized from them: a slow
+        # backend (cuda's plain kernels: 0.39 s a token at 8B on an H100) still reports every
+        # part, smaller, instead of timing out in the first. Each part gets a share of what is left.
+        Ts = [int(t) for t in curve.split(",")]
+        small, large = Ts[:len(Ts) // 2 + 1], Ts[len(Ts) // 2 + 1:]
+        parts = ["t(T) small", "tg", "t(T) large", "pp"]
         if profile:
-            parts = [("profile", ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
-                                  "--profile-tokens", "8" if r.quick else "64"])]
-        else:
-            parts.append(("t(T)", ["--pp", "0", "--tg", "0", "--curve", curve, "-r", "1"]))
-        for name, extra in parts:
+            parts = ["profile"]
+        costs: dict[int, float] = {}  # T -> seconds per step, from the small curve
+        overhead = 10.0  # seconds to load the model and prefill the curve's context, until measured
+        for name in parts:
             if r.left() < 10:
                 lines.append(f"- {label} {name}: skipped (budget)")
                 status = "timed out"
                 continue
-            code, text = r.run(base + extra, r.left(), f"bench {kind} {label} {name}")
+            share = r.left() * {"t(T) small": 0.4, "tg": 0.45, "t(T) large": 0.6}.get(name, 1.0)
+            if name == "profile":
+                extra = ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
+                         "--profile-tokens", "8" if r.quick else "64"]
+            elif name == "t(T) small":
+                extra = ["--pp", "0", "--tg", "0", "--curve", ",".join(map(str, small)), "-r", "1"]
+            elif name == "tg":
+                n, k = tg, int(reps)
+                t1 = costs.get(1, 0.0)
+                while overhead + n * k * t1 > share and (k > 1 or n > 16):
+                    if k > 1:
+                        k = 1
+                    else:
+                        n //= 2
+                if (n, k) != (tg, int(reps)):
+                    lines.append(f"- {label}: tg{n} × {k} (tg{tg} × {reps} would need ~{overhead + tg * int(reps) * t1:.0f} s "
+                                 f"at t(1) = {t1 * 1e3:.0f} ms; {share:.0f} s were its share)")
+                extra = ["--pp", "0", "--tg", str(n), "--curve", "", "-r", str(k)]
+            elif name == "t(T) large":
+                per_token = costs[max(costs)] / max(costs) if costs else 0.0  # the widest small step's
+                keep, total = [], overhead
+                for t in large:
+                    total += 3 * t * per_token
+                    if total > share:
+                        break
+                    keep.append(t)
+                if len(keep) < len(large):
+                    dropped = ",".join(map(str, large[len(keep):]))
+                    lines.append(f"- {label}: t(T) at T = {dropped} not measured (~{3 * per_token:.2f} s per row a step "
+                                 f"needs more than the {share:.0f} s share)")
+                if not keep:
+                    continue
+                extra = ["--pp", "0", "--tg", "0", "--curve", ",".join(map(str, keep)), "-r", "1"]
+            else:  # pp
+                n, k = pp, int(reps)
+                per_token = costs[max(costs)] / max(costs) if costs else 0.0
+                while overhead + n * k * per_token > share and (k > 1 or n > 64):
+                    if k > 1:
+                        k = 1
+                    else:
+                        n //= 2
+                if (n, k) != (pp, int(reps)):
+                    lines.append(f"- {label}: pp{n} × {k} (pp{pp} × {reps} would need ~{overhead + pp * int(reps) * per_token:.0f} s; "
+                                 f"{share:.0f} s were left)")
+                extra = ["--pp", str(n), "--tg", "0", "--curve", "", "-r", str(k)]
+            t0 = time.monotonic()
+            code, text = r.run(base + extra, max(10.0, share), f"bench {kind} {label} {name}")
             if code is None:
                 lines.append(f"- {label} {name}: **timed out**")
                 status = "timed out"
@@ -653,8 +778,12 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
             for key in ("pp", "tg"):
                 if j.get(key):
                     entry[key] = j[key]
+            if name == "t(T) small" and j.get("step_cost"):
+                costs = {c["T"]: c["ms"] / 1e3 for c in j["step_cost"]}
+                overhead = max(1.0, time.monotonic() - t0 - 3 * sum(costs.values()))
             if j.get("step_cost"):
-                entry["step_cost"] = j["step_cost"]
+                earlier = [c for c in entry.get("step_cost", []) if c["T"] not in {p["T"] for p in j["step_cost"]}]
+                entry["step_cost"] = sorted(earlier + j["step_cost"], key=lambda c: c["T"])
             if profile and j.get("profile"):
                 entry["profile"] = j["profile"]
                 at = text.find("profile of a")

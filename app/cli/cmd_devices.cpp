@@ -21,6 +21,8 @@ Command add_devices_command(CLI::App& app) {
       std::printf("backend %s: %s\n", b.name.c_str(), b.summary.c_str());
       const std::vector<BackendDevice> devices = b.devices();
       if (devices.empty()) std::printf("  no %s devices found\n", b.display_name.c_str());
+      if (b.device_note)
+        if (const std::string note = b.device_note(); !note.empty()) std::printf("  note: %s\n", note.c_str());
       for (const BackendDevice& d : devices) {
         std::printf("device %d: %s\n", d.index, d.name.c_str());
         size_t width = 0;

@@ -32,6 +32,9 @@ struct BackendInfo {
   // else the backend of rank 0 (the fast CPU backend); a negative rank is never picked.
   int auto_rank = 0;
   std::function<std::vector<BackendDevice>()> devices;  // never throws; empty when unavailable
+  // What the backend did to find its devices that a user should know (Vulkan: a driver
+  // file fafo chose, or why NVIDIA's gave none); "" when nothing. Null for most backends.
+  std::function<std::string()> device_note;
   std::function<std::unique_ptr<Backend>(const BackendSpec&)> create;  // throws std::runtime_error
 };
 

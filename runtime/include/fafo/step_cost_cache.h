@@ -15,14 +15,12 @@
 #include <string>
 
 #include "fafo/auto_strategy.h"
+#include "fafo/cache_dir.h"
 #include "fafo/kv_cache.h"
 
 namespace fafo {
 
 class Backend;
-
-// The folder the variables above name; empty when none is set.
-std::filesystem::path default_cache_dir();
 
 class StepCostCache {
  public:

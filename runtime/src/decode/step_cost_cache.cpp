@@ -34,13 +34,6 @@ std::string one_line(std::string s) {
 
 }  // namespace
 
-std::filesystem::path default_cache_dir() {
-  if (const char* dir = std::getenv("FAFO_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "fafo";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache" / "fafo";
-  return {};
-}
-
 StepCostCache::StepCostCache(std::filesystem::path dir, std::string key) : key_(one_line(std::move(key))) {
   char name[64];
   std::snprintf(name, sizeof name, "step-costs-%016llx.txt", static_cast<unsigned long long>(fnv1a(key_)));

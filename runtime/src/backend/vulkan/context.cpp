@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/vulkan/driver_files.h"
 #include "backend/vulkan/memory_pool.h"
 #include "backend/vulkan/vulkan_error.h"
 
@@ -137,6 +138,7 @@ Context::Context(ContextOptions options) : log_(options.validation_log) {
     info.ppEnabledLayerNames = layers.data();
     info.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
     info.ppEnabledExtensionNames = extensions.data();
+    find_vulkan_drivers();  // NVIDIA's driver on a machine without a display (driver_files.h)
     const VkResult created = vkCreateInstance(&info, nullptr, &instance_);
     if (created == VK_ERROR_INCOMPATIBLE_DRIVER)
       throw VulkanError("no Vulkan devices found (vkCreateInstance: no compatible Vulkan driver)");

@@ -13,6 +13,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include "backend/vulkan/driver_files.h"
 #include "fafo/vulkan_devices.h"
 
 namespace fafo {
@@ -124,6 +125,7 @@ VulkanDeviceInfo describe(VkPhysicalDevice device, uint32_t index) {
 }  // namespace
 
 std::vector<VulkanDeviceInfo> list_vulkan_devices() {
+  vulkan::find_vulkan_drivers();
   VkApplicationInfo app{};
   app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
   app.pApplicationName = "fafo devices";

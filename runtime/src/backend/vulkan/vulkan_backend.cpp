@@ -12,6 +12,7 @@
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/descriptor_cache.h"
+#include "backend/vulkan/driver_files.h"
 #include "backend/vulkan/kernel_profiler.h"
 #include "backend/vulkan/kernels.h"
 #include "backend/vulkan/rope_tables.h"
@@ -718,6 +719,7 @@ BackendInfo vulkan_backend_info() {
     }
     return out;
   };
+  info.device_note = [] { return vulkan::find_vulkan_drivers(); };
   info.create = [](const BackendSpec& spec) {
     vulkan::VulkanBackendOptions options;
     options.device = spec.device;
