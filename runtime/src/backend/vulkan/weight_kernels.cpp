@@ -1,8 +1,12 @@
 #include "backend/vulkan/weight_kernels.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/command_sequence.h"
@@ -115,14 +119,45 @@ bool WeightKernels::subgroup_fits(const WeightShader& shader) const {
 void WeightKernels::prepare(TensorType type, bool norm) const {
   constexpr const char* kernel = "WeightKernels::prepare";
   FormatPipelines& f = pipelines(type, kernel);
-  for (const WeightShader& v : f.variants) {
+  std::vector<size_t> wanted;
+  for (size_t i = 0; i < f.variants.size(); ++i) {
+    const WeightShader& v = f.variants[i];
     const WeightShaderKey& k = v.key;
-    if (k.norm && !norm) continue;
+    if (f.made[i] || (k.norm && !norm)) continue;
     const bool automatic = k.kind == WeightShaderKey::Kind::Embed ||
                            (cpu_device_ ? k.kind == WeightShaderKey::Kind::WholeRows
                                         : k.kind == WeightShaderKey::Kind::SplitRows && k.subgroup == subgroup_fits(v));
-    if (automatic) variant(f, k, kernel);
+    if (automatic) wanted.push_back(i);
   }
+  // A driver compiles a pipeline on the thread that creates it, and NVIDIA's take about
+  // 0.3 s each at first (94.7 s for the 13 formats' pipelines, one after another, on an
+  // H100, 2026-11-27): a format's pipelines are created on several threads at once.
+  const size_t n_threads = std::min<size_t>({wanted.size(), std::max(1u, std::thread::hardware_concurrency()), 16});
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(wanted.size());
+  auto work = [&] {
+    for (size_t j = next++; j < wanted.size(); j = next++) {
+      try {
+        f.made[wanted[j]] = make_pipeline(f.variants[wanted[j]]);
+      } catch (...) {
+        errors[j] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < n_threads; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);  // the first in the table's order, whichever thread met it
+}
+
+std::unique_ptr<ComputePipeline> WeightKernels::make_pipeline(const WeightShader& v) const {
+  const bool embed = v.key.kind == WeightShaderKey::Kind::Embed;
+  const uint32_t bindings = v.key.norm ? 4 : 3;
+  const uint32_t push = embed ? sizeof(EmbedPush) : sizeof(WeightMatmulPush);
+  return v.key.subgroup ? std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push, subgroup_options_)
+                        : std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push);
 }
 
 WeightKernels::Chosen WeightKernels::variant(FormatPipelines& f, const WeightShaderKey& key, const char* kernel) const {
@@ -130,13 +165,7 @@ WeightKernels::Chosen WeightKernels::variant(FormatPipelines& f, const WeightSha
     const WeightShader& v = f.variants[i];
     if (!(v.key == key)) continue;
     std::unique_ptr<ComputePipeline>& slot = f.made[i];
-    if (!slot) {
-      const bool embed = key.kind == WeightShaderKey::Kind::Embed;
-      const uint32_t bindings = key.norm ? 4 : 3;
-      const uint32_t push = embed ? sizeof(EmbedPush) : sizeof(WeightMatmulPush);
-      slot = key.subgroup ? std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push, subgroup_options_)
-                          : std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push);
-    }
+    if (!slot) slot = make_pipeline(v);
     return Chosen{&v, slot.get()};
   }
   throw std::invalid_argument(std::string(kernel) + ": no such variant of the " + type_name(f.type) + " kernels");

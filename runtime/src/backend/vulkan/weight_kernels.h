@@ -5,8 +5,8 @@
 // backend/vulkan/weight_shader_table.h. A format's pipelines are created by prepare()
 // (the backend calls it while uploading the model's weights: the variants the automatic
 // choice uses on this device: split rows on a GPU, whole rows on a CPU device, each
-// plain, gated and with a fused RMSNorm); variants asked for explicitly (tests) are
-// created on first use.
+// plain, gated and with a fused RMSNorm; several at once, on up to 16 threads); variants
+// asked for explicitly (tests) are created on first use.
 //
 // A weight buffer holds `rows` packed rows of tensor_row_bytes(type, cols) bytes each,
 // back to back from offset 0, in a buffer of at least weight_bytes(type, rows, cols)
@@ -158,6 +158,7 @@ class WeightKernels {
   // The variant of `key`, its pipeline created if needed; throws std::invalid_argument
   // naming `kernel` where this build or device has none.
   Chosen variant(FormatPipelines& f, const WeightShaderKey& key, const char* kernel) const;
+  std::unique_ptr<ComputePipeline> make_pipeline(const WeightShader& v) const;
   bool subgroup_fits(const WeightShader& shader) const;
   // The key matmul / matmul_gated run for a shape and variant; throws like matmul.
   WeightShaderKey choose(const MatmulShape& s, const MatmulVariant& v, bool gated, bool norm, const char* kernel) const;
