@@ -17,8 +17,8 @@
 // replays at any n_past: the grid is fixed and strides over the entries in use.
 //
 // Each invocation computes one output value, or for a rotated pair both values of the
-// pair: dot products of rank terms in the CPU reference's order (eight partial sums,
-// fafo::ref::dot), `precise` so no compiler fuses them, then the rotation of
+// pair: dot products of rank terms in the reference backend's order (eight partial sums,
+// fafo::reference::dot), `precise` so no compiler fuses them, then the rotation of
 // shaders/rope.comp.
 #ifndef KV_F16
 #define KV_F16 0
@@ -65,7 +65,7 @@ float latent_at(uint slot, uint c) {
 #endif
 }
 
-// dot(up row `row`, latent of `slot`), summed as fafo::ref::dot: partial sums of the
+// dot(up row `row`, latent of `slot`), summed as fafo::reference::dot: partial sums of the
 // terms i % 8 (lo: 0..3, hi: 4..7), the tail apart, then ((0+4) + (1+5)) + ((2+6) +
 // (3+7)) + tail.
 float up_dot(uint row, uint slot) {

@@ -34,6 +34,7 @@
 #include "backend/cpu/simd_matmul.h"
 #include "backend_ops_harness.h"
 #include "faulty_backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "fafo/backend_registry.h"
 #include "fafo/cuda_backend.h"
 #include "fafo/top_k.h"
@@ -1075,6 +1076,29 @@ TEST(BackendOpsTable, AnOffByOneRowMatmulFailsConformance) {
     EXPECT_TRUE(r.invariance.ok) << c.name << ": the fault does not depend on T";
   }
   EXPECT_EQ(caught, cases) << "every matmul case must catch the off-by-one row";
+}
+
+// The oracle shares no attention code with the cpu backend (backend/reference/), so a
+// mistake in cpu's choice of slots shows: one wrong slot in the region of COMPRESSED rows
+// must fail conformance in every case with COMPRESSED rows, a region smaller than the
+// prefix and a layer that is not dense, and only there (T-invariance cannot see it).
+TEST(BackendOpsTable, AWrongRegionSlotInCpuAttentionFailsConformance) {
+  OpEnv mutated(cpu::make_cpu_backend(2, host::AttentionMutation::WrongRegionSlot));
+  OpEnv reference(make_reference_backend());
+  const double tolerance = mutated.be().numerics().tolerance_for(false, false);
+  const std::set<std::string> must_catch = {
+      "FAFO-like: COMPRESSED rows, region 68 of 300", "FAFO-like: COMPRESSED rows, region 68 of 300, f16 cache",
+      "permuted logical order, dense first layer", "permuted logical order, dense first layer, f16 cache",
+      "COMPRESSED rows, region 40 of 300, permuted, dense first layer",
+      "COMPRESSED rows, region 40 of 300, permuted, dense first layer, f16 cache"};
+  std::set<std::string> caught;
+  for (const OpCase& c : op_table()) {
+    if (c.op != "attention" && c.op != "latent_attention") continue;
+    const CaseReport r = check_case(c, mutated, reference, tolerance);
+    if (!r.conformance.ok) caught.insert(c.name);
+    EXPECT_TRUE(r.invariance.ok) << c.name << ": the mutation does not depend on T";
+  }
+  EXPECT_EQ(caught, must_catch);
 }
 
 // ... and a kernel whose result depends on the step size, even where it happens to be

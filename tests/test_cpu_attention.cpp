@@ -4,7 +4,7 @@
 #include <cmath>
 #include <random>
 
-#include "backend/reference/reference_kernels.h"
+#include "backend/host/scalar_kernels.h"
 #include "fafo/generator.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -37,16 +37,16 @@ TEST(CpuAttention, SplitPartsCombineToTheReference) {
 
   std::vector<float> scratch(static_cast<size_t>(n));
   for (int32_t part_size : {n, 2048, 1000, 1}) {
-    std::vector<ref::AttentionPart> parts;
+    std::vector<scalar::AttentionPart> parts;
     std::vector<float> accs;
     for (int32_t first = 0; first < n; first += part_size) {
       const int32_t count = std::min(part_size, n - first);
       accs.resize(accs.size() + D);
-      parts.push_back(ref::attend_head_part(q.data(), ref::KvRows{K.data(), stride, offset, D}, ref::KvRows{V.data(), stride, offset, D},
+      parts.push_back(scalar::attend_head_part(q.data(), scalar::KvRows{K.data(), stride, offset, D}, scalar::KvRows{V.data(), stride, offset, D},
                                             slots.data() + first, count, scale, scratch.data(), accs.data() + accs.size() - D));
     }
     std::vector<float> out(D);
-    ref::combine_parts(parts.data(), accs.data(), static_cast<int32_t>(parts.size()), D, out.data());
+    scalar::combine_parts(parts.data(), accs.data(), static_cast<int32_t>(parts.size()), D, out.data());
     for (int32_t x = 0; x < D; ++x) EXPECT_NEAR(out[x], ref[x], 2e-5) << "parts of " << part_size << ", dim " << x;
   }
 }

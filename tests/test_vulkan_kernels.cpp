@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/reference/reference_kernels.h"
+#include "backend/host/scalar_kernels.h"
 #include "backend/vulkan/buffer.h"
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
@@ -82,7 +82,7 @@ TEST_F(VulkanKernels, RmsNormMatchesCpu) {
     const std::vector<float> got = read(bo, x.size());
     std::vector<float> want(x.size());
     for (uint32_t r = 0; r < s.rows; ++r)
-      fafo::ref::rms_norm_row(&x[size_t{r} * s.n], gain.data(), eps, &want[size_t{r} * s.n], s.n);
+      fafo::scalar::rms_norm_row(&x[size_t{r} * s.n], gain.data(), eps, &want[size_t{r} * s.n], s.n);
     for (size_t i = 0; i < x.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-7) << "element " << i;
   }
@@ -92,7 +92,7 @@ struct MatShape {
   uint32_t T, rows, cols;
 };
 
-// out[t][r] against fafo::ref::dot, within 1e-5 of the sum of |x*w| (the scale of the
+// out[t][r] against fafo::scalar::dot, within 1e-5 of the sum of |x*w| (the scale of the
 // rounding error of any summation order).
 void expect_matmul_close(const std::vector<float>& got, const std::vector<float>& x, const std::vector<float>& w,
                          const MatShape& s) {
@@ -100,7 +100,7 @@ void expect_matmul_close(const std::vector<float>& got, const std::vector<float>
     for (uint32_t r = 0; r < s.rows; ++r) {
       const float* xr = &x[size_t{t} * s.cols];
       const float* wr = &w[size_t{r} * s.cols];
-      const float want = fafo::ref::dot(xr, wr, s.cols);
+      const float want = fafo::scalar::dot(xr, wr, s.cols);
       double magnitude = 0.0;
       for (uint32_t c = 0; c < s.cols; ++c) magnitude += std::fabs(double{xr[c]} * wr[c]);
       ASSERT_NEAR(got[size_t{t} * s.rows + r], want, 1e-5 * magnitude + 1e-7) << "t " << t << " row " << r;
@@ -161,9 +161,9 @@ TEST_F(VulkanKernels, ChainedDispatchesInOneSubmission) {
 
   std::vector<float> want_normed(size_t{T} * n), want_proj(size_t{T} * rows), want(size_t{T} * rows);
   for (uint32_t t = 0; t < T; ++t) {
-    fafo::ref::rms_norm_row(&x[t * n], g1.data(), eps, &want_normed[t * n], n);
-    for (uint32_t r = 0; r < rows; ++r) want_proj[t * rows + r] = fafo::ref::dot(&want_normed[t * n], &w[r * n], n);
-    fafo::ref::rms_norm_row(&want_proj[t * rows], g2.data(), eps, &want[t * rows], rows);
+    fafo::scalar::rms_norm_row(&x[t * n], g1.data(), eps, &want_normed[t * n], n);
+    for (uint32_t r = 0; r < rows; ++r) want_proj[t * rows + r] = fafo::scalar::dot(&want_normed[t * n], &w[r * n], n);
+    fafo::scalar::rms_norm_row(&want_proj[t * rows], g2.data(), eps, &want[t * rows], rows);
   }
   const std::vector<float> got = read(out, want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * std::fabs(want[i]) + 1e-5) << i;
@@ -340,9 +340,9 @@ TEST_F(VulkanKernels, OnlyDependentCommandsAreSeparatedByABarrier) {
 
   std::vector<float> na(size_t{T} * n), na2(size_t{T} * n), want_c(size_t{T} * rows);
   for (uint32_t t = 0; t < T; ++t) {
-    fafo::ref::rms_norm_row(&x[t * n], g.data(), eps, &na[t * n], n);
-    fafo::ref::rms_norm_row(&x2[t * n], g.data(), eps, &na2[t * n], n);
-    for (uint32_t r = 0; r < rows; ++r) want_c[t * rows + r] = fafo::ref::dot(&na[t * n], &w[r * n], n);
+    fafo::scalar::rms_norm_row(&x[t * n], g.data(), eps, &na[t * n], n);
+    fafo::scalar::rms_norm_row(&x2[t * n], g.data(), eps, &na2[t * n], n);
+    for (uint32_t r = 0; r < rows; ++r) want_c[t * rows + r] = fafo::scalar::dot(&na[t * n], &w[r * n], n);
   }
   const std::vector<float> got_b = read(b, na.size()), got_a = read(a, na.size()), got_d = read(d, want_c.size());
   for (size_t i = 0; i < na.size(); ++i) {

@@ -176,7 +176,7 @@ struct GatherOp {
   }
 };
 
-// The index of each row's largest value (ref::argmax_row: the first of equal ones; -1
+// The index of each row's largest value (scalar::argmax_row: the first of equal ones; -1
 // for a row holding a NaN, -2 for an empty row or one of -inf only); i over rows.
 struct ArgmaxOp {
   const float* x;

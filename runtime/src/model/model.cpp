@@ -8,7 +8,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "backend/reference/reference_kernels.h"
+#include "backend/host/scalar_kernels.h"
 #include "fafo/model.h"
 
 namespace fafo {
@@ -436,7 +436,7 @@ std::vector<float> Model::committed_keys(int32_t layer, int32_t first, int32_t c
   const float* up = weights_->layers[static_cast<size_t>(layer)].k_up_host;
   std::vector<float> keys(static_cast<size_t>(count) * static_cast<size_t>(kv_dim));
   for (int32_t i = 0; i < count; ++i)
-    ref::recover_key(up, stored.data() + int64_t{i} * rank, rank, c.n_head_kv, c.head_dim, first + i, c.rope,
+    scalar::recover_key(up, stored.data() + int64_t{i} * rank, rank, c.n_head_kv, c.head_dim, first + i, c.rope,
                      keys.data() + int64_t{i} * kv_dim);
   return keys;
 }

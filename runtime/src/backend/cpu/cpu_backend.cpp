@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/q8_matmul.h"
 #include "backend/cpu/simd_attention.h"
 #include "backend/cpu/simd_matmul.h"
@@ -33,8 +34,8 @@ constexpr double kHalfMatmulTolerance = 0.01;
 
 class CpuKernels final : public host::HostKernels {
  public:
-  void attend_group_part(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
-                         const int32_t* slots, int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts,
+  void attend_group_part(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
+                         const int32_t* slots, int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts,
                          float* accs) const override {
     cpu::attend_group_part_simd(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
   }
@@ -93,12 +94,19 @@ class CpuKernels final : public host::HostKernels {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) {
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return cpu::make_cpu_backend(n_threads, host::AttentionMutation::None); }
+
+namespace cpu {
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, host::AttentionMutation mutation) {
   return host::make_host_backend(n_threads,
-                                 {"cpu", std::string("CPU backend (") + cpu::simd_target_name() + " SIMD)",
-                                  BackendNumerics{false, kTolerance, kRoundedMatmulTolerance, kHalfMatmulTolerance}, true},
+                                 {"cpu", std::string("CPU backend (") + simd_target_name() + " SIMD)",
+                                  BackendNumerics{false, kTolerance, kRoundedMatmulTolerance, kHalfMatmulTolerance}, true,
+                                  mutation},
                                  std::make_unique<CpuKernels>());
 }
+
+}  // namespace cpu
 
 // Registered in backend_registry.cpp (FAFO_BACKEND(cpu)).
 BackendInfo cpu_backend_info() {

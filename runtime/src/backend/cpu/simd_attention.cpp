@@ -21,8 +21,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // The heads of one group, kHeads at a time (0: any count, through memory): each head's
 // arithmetic is that of a group of one, whatever the group size.
 template <class DF, int32_t kHeads>
-void AttendHeads(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
-                 const int32_t* slots, int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts,
+void AttendHeads(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
+                 const int32_t* slots, int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts,
                  float* accs) {
   using VF = hn::Vec<DF>;
   const DF df;
@@ -30,7 +30,7 @@ void AttendHeads(const float* q, int32_t n_heads, const ref::KvRows& keys, const
   const int32_t N = static_cast<int32_t>(hn::Lanes(df));
   const int32_t head_dim = keys.width, value_dim = values.width;
   const int32_t main = head_dim - head_dim % N;
-  for (int32_t h = 0; h < H; ++h) parts[h] = ref::AttentionPart{};
+  for (int32_t h = 0; h < H; ++h) parts[h] = scalar::AttentionPart{};
   // Scores: one vector dot product per head and key (the key read once for the group),
   // then the lanes' sum and a scalar tail.
   for (int32_t j = 0; j < n_keys; ++j) {
@@ -90,8 +90,8 @@ void AttendHeads(const float* q, int32_t n_heads, const ref::KvRows& keys, const
 }
 
 template <class DF>
-void AttendGroup(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values, const int32_t* slots,
-                 int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts, float* accs) {
+void AttendGroup(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values, const int32_t* slots,
+                 int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts, float* accs) {
   switch (n_heads) {
     case 1: AttendHeads<DF, 1>(q, 1, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
     case 2: AttendHeads<DF, 2>(q, 2, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
@@ -103,8 +103,8 @@ void AttendGroup(const float* q, int32_t n_heads, const ref::KvRows& keys, const
 
 // The widest vector (at most 16 lanes) that divides the head: small heads (stories260K's
 // 8 dimensions) still run in vectors. The choice depends on head_dim alone.
-void AttendGroupPartImpl(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
-                         const int32_t* slots, int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts,
+void AttendGroupPartImpl(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
+                         const int32_t* slots, int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts,
                          float* accs) {
   const int32_t head_dim = keys.width;
   if (head_dim % static_cast<int32_t>(hn::Lanes(hn::CappedTag<float, 16>())) == 0)
@@ -124,8 +124,8 @@ namespace fafo::cpu {
 
 HWY_EXPORT(AttendGroupPartImpl);
 
-void attend_group_part_simd(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
-                            const int32_t* slots, int32_t n_keys, float scale, float* scratch, ref::AttentionPart* parts,
+void attend_group_part_simd(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
+                            const int32_t* slots, int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts,
                             float* accs) {
   HWY_DYNAMIC_DISPATCH(AttendGroupPartImpl)(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
 }

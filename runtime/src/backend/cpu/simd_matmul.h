@@ -7,7 +7,7 @@
 // the reference's dequantizer gives) with an activation row, summed in vector lanes with
 // fused multiply-adds over the row in order, then across lanes. Neither the panel, the
 // token tile, the step's size nor the thread count changes that arithmetic, so the
-// results are T-invariant; they differ from the reference's ref::dot only in summation
+// results are T-invariant; they differ from the reference's dot (eight partial sums) only in summation
 // order (and by instruction set: AVX-512, AVX2, SSE4, NEON, scalar). For F16 weights
 // the caller rounds the activations to fp16 first (round_to_half, as llama.cpp does):
 // one-token steps then read half the activation bytes, and every step multiplies by the

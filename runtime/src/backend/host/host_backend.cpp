@@ -14,7 +14,7 @@
 #include <unordered_map>
 
 #include "backend/host/host_kv_cache.h"
-#include "backend/reference/reference_kernels.h"
+#include "backend/host/scalar_kernels.h"
 #include "fafo/backend.h"
 #include "fafo/backend_registry.h"
 #include "fafo/tensor_type.h"
@@ -111,7 +111,7 @@ class HostBackend final : public Backend, public StepRows {
 
   void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
     const float* g = weights_.at(static_cast<size_t>(gain.id)).dense.data();
-    for (int64_t i = 0; i < rows_of(x); ++i) ref::rms_norm_row(row(x, i), g, eps, row(out, i), x.cols);
+    for (int64_t i = 0; i < rows_of(x); ++i) scalar::rms_norm_row(row(x, i), g, eps, row(out, i), x.cols);
     set_rows(out, rows_of(x));
   }
 
@@ -131,7 +131,7 @@ class HostBackend final : public Backend, public StepRows {
   void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) override {
     for (int64_t i = 0; i < batch_rows(); ++i)
       for (int32_t h = 0; h < n_heads; ++h)
-        ref::rope_head(row(x, i) + h * head_dim, batch_->positions()[static_cast<size_t>(i)], p);
+        scalar::rope_head(row(x, i) + h * head_dim, batch_->positions()[static_cast<size_t>(i)], p);
   }
 
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
@@ -144,9 +144,8 @@ class HostBackend final : public Backend, public StepRows {
   bool runs_latent_attention() const override { return true; }
 
   // The keys of the slots a step reads, [0, n_past + T), recovered from the latents
-  // (up-projection, then RoPE at the entry's position: the same plain fp32 loops on the
-  // reference and cpu backends, each slot's result independent of the others and of the
-  // step's size), then attention. Values are recovered the same way, unless the backend
+  // (up-projection, then RoPE at the entry's position, in plain fp32 loops, each slot's
+  // result independent of the others and of the step's size), then attention. Values are recovered the same way, unless the backend
   // absorbs the layer's value up-projection: softmax(q K^T) (C_v B_v^T) =
   // (softmax(q K^T) C_v) B_v^T, so each head attends over the latent values and
   // up-projects its result once. Keys cannot be absorbed so cheaply: RoPE rotates each
@@ -174,8 +173,8 @@ class HostBackend final : public Backend, public StepRows {
         const int32_t position = slot >= n_past            ? batch_->positions()[static_cast<size_t>(slot - n_past)]
                                  : slot < layout.size() ? layout.logical_of(static_cast<int32_t>(slot))
                                                         : static_cast<int32_t>(slot);
-        ref::recover_key(Ku, lk + slot * rk, rk, s.n_head_kv, s.head_dim, position, rope, latent_keys_.data() + slot * kv_dim);
-        if (!absorb) ref::up_project(Vu, lv + slot * rv, kv_dim, rv, latent_values_.data() + slot * kv_dim);
+        scalar::recover_key(Ku, lk + slot * rk, rk, s.n_head_kv, s.head_dim, position, rope, latent_keys_.data() + slot * kv_dim);
+        if (!absorb) scalar::up_project(Vu, lv + slot * rv, kv_dim, rv, latent_values_.data() + slot * kv_dim);
       }
     });
     if (absorb)
@@ -230,7 +229,9 @@ class HostBackend final : public Backend, public StepRows {
       if (batch_->prefix(i) == PrefixView::Full || dense_layer) {
         list = full;
       } else {
-        for (int32_t j = 0; j < std::min(kv_->region_count(), n_past); ++j) list.push_back(j);
+        const int32_t region = std::min(kv_->region_count(), n_past);
+        for (int32_t j = 0; j < region; ++j) list.push_back(j);
+        if (traits_.mutation == AttentionMutation::WrongRegionSlot && region > 0 && region < n_past) list.back() = region;
       }
       for (int32_t j = 0; j <= i; ++j)
         if (batch_->sees(i, j)) list.push_back(n_past + j);
@@ -258,20 +259,20 @@ class HostBackend final : public Backend, public StepRows {
         for (int32_t p = 0; p < row_parts; ++p)
           items.push_back({i, kvh, p * kKeysPerPart, std::min(kKeysPerPart, n_keys - p * kKeysPerPart), p});
     }
-    std::vector<ref::AttentionPart> parts(static_cast<size_t>(n_parts_total));
+    std::vector<scalar::AttentionPart> parts(static_cast<size_t>(n_parts_total));
     const size_t width = static_cast<size_t>(V.width);
     std::vector<float> accs(static_cast<size_t>(n_parts_total) * width);
     const int64_t item_cost = static_cast<int64_t>(std::min(n_past + T, kKeysPerPart)) * (s.head_dim + V.width) * group;
     pool_.parallel_for(static_cast<int64_t>(items.size()), grain_for(item_cost), [&](int64_t b, int64_t e, int) {
       std::vector<float> scratch(static_cast<size_t>(kKeysPerPart) * static_cast<size_t>(group));
-      std::vector<ref::AttentionPart> group_parts(static_cast<size_t>(group));
+      std::vector<scalar::AttentionPart> group_parts(static_cast<size_t>(group));
       std::vector<float> group_accs(static_cast<size_t>(group) * width);
       for (int64_t k = b; k < e; ++k) {
         const Item& it = items[static_cast<size_t>(k)];
         const auto& list = slots[static_cast<size_t>(it.row)];
         const int32_t h0 = it.kv_head * group;
-        const ref::KvRows keys{K, kv_dim, static_cast<int64_t>(it.kv_head) * s.head_dim, s.head_dim};
-        const ref::KvRows values{V.data, V.stride, it.kv_head * V.head_step, V.width};
+        const scalar::KvRows keys{K, kv_dim, static_cast<int64_t>(it.kv_head) * s.head_dim, s.head_dim};
+        const scalar::KvRows values{V.data, V.stride, it.kv_head * V.head_step, V.width};
         kernels_->attend_group_part(row(q, it.row) + h0 * s.head_dim, group, keys, values, list.data() + it.first, it.count,
                                     s.scale, scratch.data(), group_parts.data(), group_accs.data());
         for (int32_t g = 0; g < group; ++g) {
@@ -293,10 +294,10 @@ class HostBackend final : public Backend, public StepRows {
         float* o = row(out, i) + h * s.head_dim;
         const float* part_accs = accs.data() + static_cast<size_t>(p0) * width;
         if (!V.up) {
-          ref::combine_parts(parts.data() + p0, part_accs, p1 - p0, V.width, o);
+          scalar::combine_parts(parts.data() + p0, part_accs, p1 - p0, V.width, o);
         } else {
-          ref::combine_parts(parts.data() + p0, part_accs, p1 - p0, V.width, latent.data());
-          ref::up_project(V.up + static_cast<int64_t>(h / group) * s.head_dim * V.width, latent.data(), s.head_dim, V.width, o);
+          scalar::combine_parts(parts.data() + p0, part_accs, p1 - p0, V.width, latent.data());
+          scalar::up_project(V.up + static_cast<int64_t>(h / group) * s.head_dim * V.width, latent.data(), s.head_dim, V.width, o);
         }
       }
     });
@@ -311,7 +312,7 @@ class HostBackend final : public Backend, public StepRows {
         const float* g = row(gate, i);
         const float* u = row(up, i);
         float* o = row(out, i);
-        for (int64_t c = c0; c < c1; ++c) o[c] = ref::silu(g[c]) * u[c];
+        for (int64_t c = c0; c < c1; ++c) o[c] = scalar::silu(g[c]) * u[c];
         k += c1 - c0;
       }
     });
@@ -332,7 +333,7 @@ class HostBackend final : public Backend, public StepRows {
 
   void argmax_rows(const Activation& x) override {
     argmax_.clear();
-    for (int64_t i = 0; i < rows_of(x); ++i) argmax_.push_back(ref::argmax_row(row(x, i), x.cols));
+    for (int64_t i = 0; i < rows_of(x); ++i) argmax_.push_back(scalar::argmax_row(row(x, i), x.cols));
   }
   std::vector<int32_t> read_argmax(int64_t n_rows) override {
     if (n_rows < 0 || n_rows > static_cast<int64_t>(argmax_.size())) throw std::out_of_range("read_argmax: more rows than argmax_rows computed");

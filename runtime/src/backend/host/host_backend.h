@@ -1,9 +1,8 @@
-// The host-memory backend shared by the `reference` and `cpu` backends: activations in
-// host memory, weights used in place from the memory-mapped file, the host KV cache, a
-// thread pool, and every op of the contract. The two backends differ in their matrix
-// product (the part that costs nearly all of a step) and attention's inner loop, which
-// each supplies as HostKernels: plain fp32 loops for the reference (the oracle of every
-// test), SIMD kernels for `cpu`.
+// The host-memory backend under the `cpu` backend: activations in host memory, weights
+// used in place from the memory-mapped file, the host KV cache, a thread pool, and every
+// op of the contract. The matrix product (the part that costs nearly all of a step) and
+// attention's inner loop come as HostKernels: the cpu backend's SIMD kernels. (The
+// `reference` backend, the oracle, is written apart: backend/reference/.)
 #pragma once
 
 #include <cstddef>
@@ -11,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "backend/reference/reference_kernels.h"
+#include "backend/host/scalar_kernels.h"
 #include "fafo/backend.h"
 #include "fafo/tensor_type.h"
 #include "util/thread_pool.h"
@@ -32,7 +31,7 @@ struct HostWeight {
 //
 // attend_group_part: the n_heads query heads that share one KV head (their queries
 // contiguous from q, keys.width floats each) over part of their keys, as
-// ref::attend_head_part computes each head (the default runs it per head): parts[h] and
+// scalar::attend_head_part computes each head (the default runs it per head): parts[h] and
 // accs[h * values.width ...]; scratch holds n_heads * n_keys floats. Called from several
 // threads at once.
 class HostKernels {
@@ -40,22 +39,29 @@ class HostKernels {
   virtual ~HostKernels() = default;
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;
-  virtual void attend_group_part(const float* q, int32_t n_heads, const ref::KvRows& keys, const ref::KvRows& values,
+  virtual void attend_group_part(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
                                  const int32_t* slots, int32_t n_keys, float scale, float* scratch,
-                                 ref::AttentionPart* parts, float* accs) const {
+                                 scalar::AttentionPart* parts, float* accs) const {
     for (int32_t h = 0; h < n_heads; ++h)
-      parts[h] = ref::attend_head_part(q + static_cast<int64_t>(h) * keys.width, keys, values, slots, n_keys, scale, scratch,
+      parts[h] = scalar::attend_head_part(q + static_cast<int64_t>(h) * keys.width, keys, values, slots, n_keys, scale, scratch,
                                        accs + static_cast<int64_t>(h) * values.width);
   }
 };
 
+// A deliberately wrong attention, for the tests that show the op-conformance table
+// catches one (tests/test_backend_ops.cpp): WrongRegionSlot gives every COMPRESSED row
+// of a non-dense layer the first committed slot outside the region in place of the
+// region's last slot.
+enum class AttentionMutation : uint8_t { None, WrongRegionSlot };
+
 struct HostBackendTraits {
-  std::string name;         // as registered: "reference", "cpu"
+  std::string name;         // as registered: "cpu"
   std::string description;  // "... backend"; the thread count is appended
   BackendNumerics numerics;
   // MLA layers: attend over the latent values and up-project each head's result, where
-  // that costs less than recovering every value (`cpu`); the reference always recovers.
+  // that costs less than recovering every value.
   bool absorbs_latent_values = false;
+  AttentionMutation mutation = AttentionMutation::None;  // tests only
 };
 
 std::unique_ptr<Backend> make_host_backend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostKernels> kernels);

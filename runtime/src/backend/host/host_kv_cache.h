@@ -1,4 +1,4 @@
-// The host backends' KV cache (reference and cpu): per layer, capacity x kv_dim floats of
+// The host backend's KV cache (the cpu backend's): per layer, capacity x kv_dim floats of
 // keys and values in host memory (a latent cache: capacity x key_dim(layer) and
 // capacity x value_dim(layer)). An F16 cache keeps fp32 storage here but rounds every
 // stored value to fp16, so it computes with the very values a device's fp16 cache holds.

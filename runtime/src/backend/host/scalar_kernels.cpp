@@ -1,9 +1,9 @@
-#include "backend/reference/reference_kernels.h"
+#include "backend/host/scalar_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace fafo::ref {
+namespace fafo::scalar {
 
 float dot(const float* a, const float* b, int64_t n) {
   // Eight independent partial sums: vectorizable and a fixed summation order.
@@ -90,4 +90,4 @@ void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_part
   for (int32_t d = 0; d < width; ++d) out[d] *= inv;
 }
 
-}  // namespace fafo::ref
+}  // namespace fafo::scalar

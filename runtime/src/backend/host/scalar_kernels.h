@@ -1,5 +1,7 @@
-// The CPU reference kernels: plain fp32 loops over one row (or one head) at a time.
-// The CPU backend calls them in parallel; tests compare every GPU kernel with them.
+// The host backend's scalar kernels (the cpu backend's, where it has no SIMD version):
+// plain fp32 loops over one row (or one head) at a time, called in parallel. Kernel
+// tests of the cpu and Vulkan backends compare with them too. The reference backend
+// (backend/reference/) has its own and shares none of these.
 #pragma once
 
 #include <cmath>
@@ -7,7 +9,7 @@
 
 #include "fafo/backend.h"
 
-namespace fafo::ref {
+namespace fafo::scalar {
 
 float dot(const float* a, const float* b, int64_t n);
 void rms_norm_row(const float* x, const float* gain, float eps, float* out, int64_t n);
@@ -48,4 +50,4 @@ AttentionPart attend_head_part(const float* q, const KvRows& keys, const KvRows&
 // out = the softmax-weighted values of all parts (accs: n_parts x width).
 void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t width, float* out);
 
-}  // namespace fafo::ref
+}  // namespace fafo::scalar

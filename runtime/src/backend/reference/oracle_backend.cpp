@@ -1,0 +1,309 @@
+#include "backend/reference/oracle_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/reference/reference_attention.h"
+#include "backend/reference/reference_kv_cache.h"
+#include "backend/reference/reference_math.h"
+#include "fafo/device_error.h"
+#include "fafo/tensor_type.h"
+#include "fafo/top_k.h"
+
+namespace fafo::reference {
+
+namespace {
+
+class OracleBackend final : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+  std::string description() const override { return "reference backend (fp32, single-threaded: the oracle)"; }
+
+  // --- memory: counted as a device would hold it (the file's weights are used in place) ---
+
+  Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
+    check_usable();
+    count_memory(static_cast<uint64_t>(rows) * tensor_row_bytes(type, cols) +
+                     (rows == 1 ? static_cast<uint64_t>(cols) * sizeof(float) : 0),
+                 "a weight");
+    Stored w{type, rows, cols, static_cast<const uint8_t*>(data), tensor_row_bytes(type, cols), {}};
+    if (rows == 1) {  // norm gains and biases, read as floats
+      w.vector.resize(static_cast<size_t>(cols));
+      dequantize_row(type, data, w.vector.data(), cols);
+    }
+    weights_.push_back(std::move(w));
+    return Weight{static_cast<int32_t>(weights_.size() - 1), type, rows, cols};
+  }
+
+  Activation alloc_activation(int64_t max_rows, int64_t cols) override {
+    check_usable();
+    count_memory(static_cast<uint64_t>(max_rows * cols) * sizeof(float), "activations");
+    activations_.emplace_back(static_cast<size_t>(max_rows * cols), 0.0f);
+    return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
+  }
+
+  KvCache& create_kv_cache(const KvCacheShape& shape) override {
+    check_usable();
+    memory_in_use_ -= kv_bytes_;
+    kv_.reset();
+    kv_bytes_ = 0;
+    shape.validate();
+    // A latent cache also holds one layer's recovered keys and values (every slot).
+    const uint64_t recovered = shape.latent() ? 2ull * sizeof(float) * static_cast<uint64_t>(shape.capacity) *
+                                                    static_cast<uint64_t>(shape.kv_dim)
+                                              : 0;
+    const uint64_t bytes = sizeof(float) * static_cast<uint64_t>(shape.capacity) *
+                               static_cast<uint64_t>(shape.floats_per_entry()) + recovered;
+    const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    if (have > 0 && static_cast<double>(bytes) > 0.8 * have)
+      throw std::runtime_error("the KV cache for a context of " + std::to_string(shape.capacity) + " tokens needs " +
+                               format_bytes(bytes) + ", more than this machine's memory (" +
+                               format_bytes(static_cast<uint64_t>(have)) + "); use a smaller --ctx-size");
+    count_memory(bytes, "the KV cache");
+    kv_bytes_ = bytes;
+    kv_ = std::make_unique<ReferenceKvCache>(
+        shape, [this]() -> const StepBatch& { return *batch_; },
+        [this](const Activation& a) -> const float* { return activations_.at(static_cast<size_t>(a.id)).data(); });
+    return *kv_;
+  }
+  KvCache* kv_cache() override { return kv_.get(); }
+
+  void set_memory_limit(uint64_t bytes) override {
+    if (memory_in_use_ > 0) throw std::logic_error("set_memory_limit after memory was allocated");
+    memory_limit_ = bytes;
+  }
+  uint64_t memory_in_use() const override { return memory_in_use_; }
+
+  // --- a step ---
+
+  void begin_step(const StepBatch& batch) override {
+    check_usable();
+    if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
+    if (batch.n_past() + batch.size() > kv_->capacity())
+      throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
+                              " but the cache holds " + std::to_string(kv_->capacity()));
+    gathered_.clear();
+    batch_ = &batch;
+  }
+
+  void embed(const Weight& table, Activation& out) override {
+    const Stored& w = weight(table);
+    check_tokens_in_vocabulary(*batch_, w.rows);
+    for (int32_t i = 0; i < batch_->size(); ++i)
+      dequantize_row(w.type, w.data + static_cast<size_t>(batch_->tokens()[static_cast<size_t>(i)]) * w.row_bytes,
+                     row(out, i), w.cols);
+  }
+
+  void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
+    for (int64_t i = 0; i < rows_of(x); ++i) rms_norm_row(row(x, i), weight(gain).vector.data(), eps, row(out, i), x.cols);
+    set_rows(out, rows_of(x));
+  }
+
+  // out[t][r] = dot(weight row r, dequantized, x[t]).
+  void matmul(const Weight& weight_id, const Activation& x, Activation& out) override {
+    const Stored& w = weight(weight_id);
+    std::vector<float> dense(static_cast<size_t>(w.cols));
+    for (int64_t r = 0; r < w.rows; ++r) {
+      dequantize_row(w.type, w.data + static_cast<size_t>(r) * w.row_bytes, dense.data(), w.cols);
+      for (int64_t t = 0; t < rows_of(x); ++t) row(out, t)[r] = dot(dense.data(), row(x, t), w.cols);
+    }
+    set_rows(out, rows_of(x));
+  }
+
+  void add_bias(const Weight& bias, Activation& x) override {
+    const float* b = weight(bias).vector.data();
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] += b[c];
+  }
+
+  void rope(Activation& x, int32_t n_heads, int32_t head_dim, const RopeParams& p) override {
+    for (int32_t i = 0; i < batch_->size(); ++i)
+      for (int32_t h = 0; h < n_heads; ++h) rope_head(row(x, i) + int64_t{h} * head_dim, batch_->positions()[static_cast<size_t>(i)], p);
+  }
+
+  // Each row and query head over the slots the row sees; query head h reads KV head
+  // h / (n_head / n_head_kv).
+  void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
+    if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
+    if (kv_->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
+    const int32_t kv_dim = kv_->shape().kv_dim;
+    const float* K = kv_->key(layer, 0);
+    const float* V = kv_->value(layer, 0);
+    for (int32_t i = 0; i < batch_->size(); ++i) {
+      const std::vector<int32_t> slots = keys_seen(*batch_, *kv_, layer, i);
+      for (int32_t h = 0; h < s.n_head; ++h) {
+        const int64_t kv_head = h / (s.n_head / s.n_head_kv);
+        attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{K, kv_dim, kv_head * s.head_dim, s.head_dim},
+                    HeadRows{V, kv_dim, kv_head * s.head_dim, s.head_dim}, slots, s.scale, row(out, i) + int64_t{h} * s.head_dim);
+      }
+    }
+  }
+
+  // MLA: every slot the step may read, [0, n_past + T), gets its key and value back from
+  // its latents (key: k_up times the latent key, then each KV head rotated at the
+  // entry's position; value: v_up times the latent value), then attention as above.
+  void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
+                        const Weight& v_up, const RopeParams& rope, Activation& out) override {
+    const KvCacheShape& shape = kv_->shape();
+    check_latent_attention(shape, layer, k_up, v_up);
+    const int32_t kv_dim = shape.kv_dim, key_rank = shape.key_dim(layer), value_rank = shape.value_dim(layer);
+    if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
+    const auto* Ku = reinterpret_cast<const float*>(weight(k_up).data);
+    const auto* Vu = reinterpret_cast<const float*>(weight(v_up).data);
+    const int32_t n_past = batch_->n_past(), n_slots = n_past + batch_->size();
+    std::vector<float> keys(static_cast<size_t>(n_slots) * static_cast<size_t>(kv_dim));
+    std::vector<float> values(keys.size());
+    const KvLayout& layout = kv_->layout();
+    for (int32_t slot = 0; slot < n_slots; ++slot) {
+      const int32_t position = slot >= n_past         ? batch_->positions()[static_cast<size_t>(slot - n_past)]
+                               : slot < layout.size() ? layout.logical_of(slot)
+                                                      : slot;  // written with write(), unknown to the layout
+      float* k = keys.data() + static_cast<size_t>(slot) * static_cast<size_t>(kv_dim);
+      float* v = values.data() + static_cast<size_t>(slot) * static_cast<size_t>(kv_dim);
+      for (int32_t r = 0; r < kv_dim; ++r) {
+        k[r] = dot(Ku + int64_t{r} * key_rank, kv_->key(layer, slot), key_rank);
+        v[r] = dot(Vu + int64_t{r} * value_rank, kv_->value(layer, slot), value_rank);
+      }
+      for (int32_t h = 0; h < s.n_head_kv; ++h) rope_head(k + int64_t{h} * s.head_dim, position, rope);
+    }
+    for (int32_t i = 0; i < batch_->size(); ++i) {
+      const std::vector<int32_t> slots = keys_seen(*batch_, *kv_, layer, i);
+      for (int32_t h = 0; h < s.n_head; ++h) {
+        const int64_t kv_head = h / (s.n_head / s.n_head_kv);
+        attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{keys.data(), kv_dim, kv_head * s.head_dim, s.head_dim},
+                    HeadRows{values.data(), kv_dim, kv_head * s.head_dim, s.head_dim}, slots, s.scale,
+                    row(out, i) + int64_t{h} * s.head_dim);
+      }
+    }
+  }
+  bool runs_latent_attention() const override { return true; }
+  bool executes_immediately() const override { return true; }
+
+  void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
+    for (int64_t i = 0; i < rows_of(gate); ++i)
+      for (int64_t c = 0; c < gate.cols; ++c) row(out, i)[c] = silu(row(gate, i)[c]) * row(up, i)[c];
+    set_rows(out, rows_of(gate));
+  }
+
+  void add(Activation& x, const Activation& y) override {
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] += row(y, i)[c];
+  }
+
+  void gather_rows(const Activation& src, const std::vector<int32_t>& rows, Activation& dst) override {
+    if (static_cast<int64_t>(rows.size()) > dst.rows) throw std::out_of_range("gather_rows: destination too small");
+    for (size_t k = 0; k < rows.size(); ++k)
+      std::memcpy(row(dst, static_cast<int64_t>(k)), row(src, rows[k]), sizeof(float) * static_cast<size_t>(src.cols));
+    gathered_[dst.id] = static_cast<int64_t>(rows.size());
+  }
+
+  void argmax_rows(const Activation& x) override {
+    argmax_.clear();
+    for (int64_t i = 0; i < rows_of(x); ++i) argmax_.push_back(argmax_row(row(x, i), x.cols));
+  }
+  std::vector<int32_t> read_argmax(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > static_cast<int64_t>(argmax_.size()))
+      throw std::out_of_range("read_argmax: more rows than argmax_rows computed");
+    return std::vector<int32_t>(argmax_.begin(), argmax_.begin() + n_rows);
+  }
+
+  void top_k_rows(const Activation& x, int32_t k) override {
+    if (k < 1 || k > kMaxTopK || k > x.cols) throw std::invalid_argument("top_k_rows: k out of range");
+    const int64_t rows = rows_of(x);
+    top_k_ = TopK{};
+    top_k_.k = k;
+    top_k_.ids.resize(static_cast<size_t>(rows * k));
+    top_k_.values.resize(static_cast<size_t>(rows * k));
+    top_k_.has_nan.resize(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i)
+      top_k_.has_nan[static_cast<size_t>(i)] = !top_k_row(row(x, i), static_cast<int32_t>(x.cols), k,
+                                                          top_k_.ids.data() + i * k, top_k_.values.data() + i * k);
+  }
+  TopK read_top_k(int64_t n_rows) override {
+    if (n_rows < 0 || n_rows > top_k_.rows()) throw std::out_of_range("read_top_k: more rows than top_k_rows computed");
+    TopK out = top_k_;
+    out.ids.resize(static_cast<size_t>(n_rows * out.k));
+    out.values.resize(static_cast<size_t>(n_rows * out.k));
+    out.has_nan.resize(static_cast<size_t>(n_rows));
+    return out;
+  }
+
+  void finish_step() override {
+    gathered_.clear();
+    if (const std::optional<DeviceError::Kind> fault = injected_fault_due()) {
+      if (*fault == DeviceError::Kind::Lost) {
+        lost_ = true;
+        throw DeviceError(*fault, "the reference backend's device was lost (injected by FAFO_INJECT_FAULT)");
+      }
+      throw DeviceError(*fault, "the reference backend ran out of memory in a step (injected by FAFO_INJECT_FAULT)");
+    }
+  }
+
+  std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
+    const float* p = row(x, 0);
+    return std::vector<float>(p, p + n_rows * x.cols);
+  }
+
+ private:
+  struct Stored {
+    TensorType type;
+    int64_t rows, cols;
+    const uint8_t* data;  // the file's rows, used in place
+    size_t row_bytes;
+    std::vector<float> vector;  // a one-row weight as floats
+  };
+
+  const Stored& weight(const Weight& w) const { return weights_.at(static_cast<size_t>(w.id)); }
+  float* row(const Activation& a, int64_t i) {
+    return activations_.at(static_cast<size_t>(a.id)).data() + static_cast<size_t>(i * a.cols);
+  }
+  // Rows an activation holds in this step: the batch's, or what gather_rows put there
+  // (and every op's output computed from gathered rows).
+  int64_t rows_of(const Activation& a) const {
+    const auto it = gathered_.find(a.id);
+    return it != gathered_.end() ? it->second : batch_->size();
+  }
+  void set_rows(const Activation& out, int64_t rows) {
+    if (rows != batch_->size())
+      gathered_[out.id] = rows;
+    else
+      gathered_.erase(out.id);
+  }
+
+  void count_memory(uint64_t bytes, const char* what) {
+    if (memory_limit_ > 0 && bytes > memory_limit_ - std::min(memory_limit_, memory_in_use_))
+      throw DeviceError(DeviceError::Kind::OutOfMemory,
+                        "out of memory on the reference backend: " + std::string(what) + " needs " + format_bytes(bytes) +
+                            " with " + format_bytes(memory_in_use_) + " in use of the " + format_bytes(memory_limit_) +
+                            " --memory-limit allows");
+    memory_in_use_ += bytes;
+  }
+  void check_usable() const {
+    if (lost_) throw DeviceError(DeviceError::Kind::Lost, "the reference backend's device was lost; open the model again");
+  }
+
+  std::vector<Stored> weights_;
+  std::vector<std::vector<float>> activations_;
+  std::unique_ptr<ReferenceKvCache> kv_;
+  std::unordered_map<int32_t, int64_t> gathered_;
+  const StepBatch* batch_ = nullptr;
+  std::vector<int32_t> argmax_;
+  TopK top_k_;
+  uint64_t memory_limit_ = 0;  // 0: none
+  uint64_t memory_in_use_ = 0;
+  uint64_t kv_bytes_ = 0;
+  bool lost_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_oracle_backend() { return std::make_unique<OracleBackend>(); }
+
+}  // namespace fafo::reference

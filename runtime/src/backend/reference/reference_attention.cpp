@@ -1,0 +1,45 @@
+#include "backend/reference/reference_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/reference/reference_math.h"
+
+namespace fafo::reference {
+
+std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_t layer, int32_t row) {
+  const int32_t n_past = batch.n_past();
+  std::vector<int32_t> slots;
+  if (batch.prefix(row) == PrefixView::Full || layer < kv.dense_layers()) {
+    const KvLayout& layout = kv.layout();
+    for (int32_t l = 0; l < n_past; ++l) slots.push_back(l < layout.size() ? layout.physical_of(l) : l);
+  } else {
+    const int32_t region = std::min(kv.region_count(), n_past);
+    for (int32_t s = 0; s < region; ++s) slots.push_back(s);
+  }
+  for (int32_t j = 0; j <= row; ++j)
+    if (batch.sees(row, j)) slots.push_back(n_past + j);
+  return slots;
+}
+
+void attend_head(const float* q, const HeadRows& keys, const HeadRows& values, const std::vector<int32_t>& slots,
+                 float scale, float* out) {
+  std::vector<float> score(slots.size());
+  float max = -INFINITY;
+  for (size_t k = 0; k < slots.size(); ++k) {
+    score[k] = dot(q, keys.at(slots[k]), keys.width) * scale;
+    max = std::max(max, score[k]);
+  }
+  double total = 0;
+  std::fill(out, out + values.width, 0.0f);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const float w = std::exp(score[k] - max);
+    total += w;
+    const float* v = values.at(slots[k]);
+    for (int32_t d = 0; d < values.width; ++d) out[d] += w * v[d];
+  }
+  const float inverse = total > 0 ? static_cast<float>(1.0 / total) : 0.0f;
+  for (int32_t d = 0; d < values.width; ++d) out[d] *= inverse;
+}
+
+}  // namespace fafo::reference

@@ -1,0 +1,117 @@
+#include "backend/reference/reference_kv_cache.h"
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "fafo/tensor_type.h"
+
+namespace fafo::reference {
+
+ReferenceKvCache::ReferenceKvCache(const KvCacheShape& shape, std::function<const StepBatch&()> step,
+                                   std::function<const float*(const Activation&)> rows)
+    : KvCache(shape), step_(std::move(step)), rows_(std::move(rows)) {
+  shape.validate();
+  for (int32_t l = 0; l < shape.n_layer; ++l) {
+    keys_.emplace_back(static_cast<size_t>(shape.capacity) * static_cast<size_t>(shape.key_dim(l)), 0.0f);
+    values_.emplace_back(static_cast<size_t>(shape.capacity) * static_cast<size_t>(shape.value_dim(l)), 0.0f);
+  }
+  captured_.resize(static_cast<size_t>(shape.n_layer));
+}
+
+void ReferenceKvCache::check_layer(int32_t layer, const char* what) const {
+  if (layer < 0 || layer >= shape().n_layer) throw std::out_of_range(std::string(what) + ": layer outside the KV cache");
+}
+
+void ReferenceKvCache::check_slot(int32_t slot, const char* what) const {
+  if (slot < 0 || slot >= capacity()) throw std::out_of_range(std::string(what) + ": slot outside the cache");
+}
+
+void ReferenceKvCache::put(std::vector<float>& dst, size_t at, const float* src, size_t n) const {
+  for (size_t i = 0; i < n; ++i)
+    dst[at + i] = shape().type == KvCacheType::F16 ? fp16_to_fp32(fp32_to_fp16(src[i])) : src[i];
+}
+
+const float* ReferenceKvCache::key(int32_t layer, int32_t slot) const {
+  return keys_[static_cast<size_t>(layer)].data() + static_cast<size_t>(slot) * static_cast<size_t>(shape().key_dim(layer));
+}
+
+const float* ReferenceKvCache::value(int32_t layer, int32_t slot) const {
+  return values_[static_cast<size_t>(layer)].data() +
+         static_cast<size_t>(slot) * static_cast<size_t>(shape().value_dim(layer));
+}
+
+void ReferenceKvCache::store(int32_t layer, const Activation& k, const Activation& v) {
+  check_layer(layer, "store");
+  const size_t kd = static_cast<size_t>(shape().key_dim(layer)), vd = static_cast<size_t>(shape().value_dim(layer));
+  if (static_cast<size_t>(k.cols) != kd || static_cast<size_t>(v.cols) != vd)
+    throw std::invalid_argument("store: rows are not as wide as the cache's layer " + std::to_string(layer));
+  const StepBatch& batch = step_();
+  const size_t first = static_cast<size_t>(batch.n_past()), rows = static_cast<size_t>(batch.size());
+  put(keys_[static_cast<size_t>(layer)], first * kd, rows_(k), rows * kd);
+  put(values_[static_cast<size_t>(layer)], first * vd, rows_(v), rows * vd);
+}
+
+void ReferenceKvCache::capture_queries(int32_t layer, const Activation& q) {
+  check_layer(layer, "capture_queries");
+  std::vector<float>& out = captured_[static_cast<size_t>(layer)];
+  out.clear();
+  const float* all = rows_(q);
+  const int32_t rows = step_().size();
+  for (int32_t r : captured_rows())
+    if (r >= 0 && r < rows) out.insert(out.end(), all + static_cast<int64_t>(r) * q.cols, all + static_cast<int64_t>(r + 1) * q.cols);
+}
+
+void ReferenceKvCache::write(int32_t layer, int32_t first, int32_t count, const float* keys, const float* values) {
+  if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
+    throw std::out_of_range("write_kv: outside the cache");
+  const size_t kd = static_cast<size_t>(shape().key_dim(layer)), vd = static_cast<size_t>(shape().value_dim(layer));
+  put(keys_[static_cast<size_t>(layer)], static_cast<size_t>(first) * kd, keys, static_cast<size_t>(count) * kd);
+  put(values_[static_cast<size_t>(layer)], static_cast<size_t>(first) * vd, values, static_cast<size_t>(count) * vd);
+}
+
+std::vector<float> ReferenceKvCache::read_keys(int32_t layer, const std::vector<int32_t>& slots) {
+  check_layer(layer, "read_keys");
+  const int32_t kd = shape().key_dim(layer);
+  std::vector<float> out;
+  out.reserve(slots.size() * static_cast<size_t>(kd));
+  for (int32_t s : slots) {
+    check_slot(s, "read_keys");
+    out.insert(out.end(), key(layer, s), key(layer, s) + kd);
+  }
+  return out;
+}
+
+std::vector<float> ReferenceKvCache::captured_queries(int32_t layer) {
+  return layer >= 0 && layer < shape().n_layer ? captured_[static_cast<size_t>(layer)] : std::vector<float>{};
+}
+
+void ReferenceKvCache::swap_slots(const SlotPairs& pairs) {
+  for (const auto& [a, b] : pairs) {
+    check_slot(a, "swap_kv");
+    check_slot(b, "swap_kv");
+    for (int32_t l = 0; l < shape().n_layer; ++l) {
+      const size_t kd = static_cast<size_t>(shape().key_dim(l)), vd = static_cast<size_t>(shape().value_dim(l));
+      std::vector<float>& k = keys_[static_cast<size_t>(l)];
+      std::vector<float>& v = values_[static_cast<size_t>(l)];
+      for (size_t i = 0; i < kd; ++i) std::swap(k[static_cast<size_t>(a) * kd + i], k[static_cast<size_t>(b) * kd + i]);
+      for (size_t i = 0; i < vd; ++i) std::swap(v[static_cast<size_t>(a) * vd + i], v[static_cast<size_t>(b) * vd + i]);
+    }
+  }
+}
+
+void ReferenceKvCache::move_slots(const SlotPairs& moves) {
+  for (const auto& [src, dst] : moves) {
+    check_slot(src, "move_kv");
+    check_slot(dst, "move_kv");
+    for (int32_t l = 0; l < shape().n_layer; ++l) {
+      const size_t kd = static_cast<size_t>(shape().key_dim(l)), vd = static_cast<size_t>(shape().value_dim(l));
+      std::vector<float>& k = keys_[static_cast<size_t>(l)];
+      std::vector<float>& v = values_[static_cast<size_t>(l)];
+      for (size_t i = 0; i < kd; ++i) k[static_cast<size_t>(dst) * kd + i] = k[static_cast<size_t>(src) * kd + i];
+      for (size_t i = 0; i < vd; ++i) v[static_cast<size_t>(dst) * vd + i] = v[static_cast<size_t>(src) * vd + i];
+    }
+  }
+}
+
+}  // namespace fafo::reference

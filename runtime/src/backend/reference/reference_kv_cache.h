@@ -1,0 +1,45 @@
+// The reference backend's KV cache: per layer, capacity entries of keys and values as
+// fp32 vectors (a latent cache: each layer's latent widths). An F16 cache stores each
+// value rounded to fp16 (nearest even) and widened back, the values a device's fp16
+// cache holds.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "fafo/backend.h"
+#include "fafo/kv_cache.h"
+
+namespace fafo::reference {
+
+class ReferenceKvCache final : public KvCache {
+ public:
+  // `step` gives the current step's batch (store() writes at its n_past) and `rows` an
+  // activation's floats.
+  ReferenceKvCache(const KvCacheShape& shape, std::function<const StepBatch&()> step,
+                   std::function<const float*(const Activation&)> rows);
+
+  void store(int32_t layer, const Activation& k, const Activation& v) override;
+  void capture_queries(int32_t layer, const Activation& q) override;
+  void write(int32_t layer, int32_t first, int32_t count, const float* keys, const float* values) override;
+  std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) override;
+  std::vector<float> captured_queries(int32_t layer) override;
+  void swap_slots(const SlotPairs& pairs) override;
+  void move_slots(const SlotPairs& moves) override;
+
+  // Entry `slot` of a layer: key_dim(layer) / value_dim(layer) floats.
+  const float* key(int32_t layer, int32_t slot) const;
+  const float* value(int32_t layer, int32_t slot) const;
+
+ private:
+  void put(std::vector<float>& dst, size_t at, const float* src, size_t n) const;
+  void check_layer(int32_t layer, const char* what) const;
+  void check_slot(int32_t slot, const char* what) const;
+
+  std::function<const StepBatch&()> step_;
+  std::function<const float*(const Activation&)> rows_;
+  std::vector<std::vector<float>> keys_, values_;  // per layer, slot-major
+  std::vector<std::vector<float>> captured_;
+};
+
+}  // namespace fafo::reference

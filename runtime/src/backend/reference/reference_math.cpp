@@ -1,0 +1,49 @@
+#include "backend/reference/reference_math.h"
+
+#include <cmath>
+
+namespace fafo::reference {
+
+float dot(const float* a, const float* b, int64_t n) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) s[k] += a[i + k] * b[i + k];
+  float tail = 0;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
+}
+
+void rms_norm_row(const float* x, const float* gain, float eps, float* out, int64_t n) {
+  double squares = 0;
+  for (int64_t i = 0; i < n; ++i) squares += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * gain[i];
+}
+
+void rope_head(float* head, int32_t position, const RopeParams& p) {
+  const int32_t pairs = p.n_dims / 2;
+  for (int32_t i = 0; i < pairs; ++i) {
+    const float theta = p.angle(position, i);
+    const float cos_t = std::cos(theta), sin_t = std::sin(theta);
+    const int32_t a = p.neox ? i : 2 * i;
+    const int32_t b = p.neox ? i + pairs : 2 * i + 1;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * cos_t - x1 * sin_t;
+    head[b] = x0 * sin_t + x1 * cos_t;
+  }
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+int32_t argmax_row(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return -1;
+    if (x[i] > x[best]) best = i;
+  }
+  if (n == 0 || x[best] == -INFINITY) return -2;
+  return static_cast<int32_t>(best);
+}
+
+}  // namespace fafo::reference
