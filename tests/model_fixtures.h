@@ -1,5 +1,6 @@
 // Loading models for tests, through fafo::open_model like the apps: the shared
-// stories260K model and synthetic ones, on the CPU backend.
+// stories260K model and synthetic ones, on the CPU backend unless a test names another
+// (the reference, for the golden and exactness tests that must hold on the oracle too).
 #pragma once
 
 #include <string>
@@ -11,10 +12,11 @@ namespace fafo::test {
 
 using TestModel = OpenedModel;
 
-inline TestModel load_test_model(const std::string& path, int32_t n_ctx = 0, int threads = 2) {
+inline TestModel load_test_model(const std::string& path, int32_t n_ctx = 0, int threads = 2,
+                                 const std::string& backend = "cpu") {
   OpenOptions options;
   options.path = path;
-  options.backend = BackendSpec{"cpu", "", threads};
+  options.backend = BackendSpec{backend, "", threads};
   options.n_ctx = n_ctx;
   return open_model(options);
 }

@@ -142,11 +142,28 @@ TEST(Decoding, TruncatingARegionedCacheKeepsEveryEntryFindable) {
 }
 
 TEST(Decoding, EveryStrategyEqualsArOnRandomModelsOfOddShapes) {
-  for (const char* type : {"F32", "Q8_0", "Q4_1"}) {
-    auto m = test::load_test_model(odd_model(type, 11));
-    const std::vector<int32_t> prompt = {1, 100, 101, 102, 7, 8, 100, 101};
-    const auto ar = run(m, prompt, Strategy::Ar, 120);
-    for (Strategy s : kMultiToken) EXPECT_EQ(run(m, prompt, s, 120).ids, ar.ids) << strategy_name(s) << " " << type;
+  for (const char* backend : {"cpu", "reference"})
+    for (const char* type : {"F32", "Q8_0", "Q4_1"}) {
+      auto m = test::load_test_model(odd_model(type, 11), 0, 2, backend);
+      const std::vector<int32_t> prompt = {1, 100, 101, 102, 7, 8, 100, 101};
+      const auto ar = run(m, prompt, Strategy::Ar, 120);
+      for (Strategy s : kMultiToken)
+        EXPECT_EQ(run(m, prompt, s, 120).ids, ar.ids) << strategy_name(s) << " " << type << " on " << backend;
+    }
+}
+
+// On the oracle: every strategy's greedy text equals plain decoding's for every golden
+// prompt (64 tokens: the reference is single-threaded) and plain decoding starts as
+// llama.cpp's.
+TEST(Decoding, EveryStrategyEqualsArOnTheReferenceBackend) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  auto m = test::load_test_model(model_path.string(), 0, 1, "reference");
+  for (const auto& c : golden_prompts()) {
+    const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    const auto ar = run(m, prompt, Strategy::Ar, 64);
+    EXPECT_EQ(std::vector<int32_t>(ar.ids.begin(), ar.ids.begin() + 20),
+              std::vector<int32_t>(c["greedy_ids"].begin(), c["greedy_ids"].begin() + 20));
+    for (Strategy s : kMultiToken) EXPECT_EQ(run(m, prompt, s, 64).ids, ar.ids) << strategy_name(s) << " on " << c["prompt"];
   }
 }
 

@@ -38,65 +38,74 @@ TEST(ModelGolden, GreedyFromBosMatchesGoldenText) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   FAFO_REQUIRE_SHARED(golden_path, "golden/stories260K.greedy_bos_only.jsonl");
   FAFO_REQUIRE_SHARED(text_path, "golden/stories260K.greedy_256steps.golden.txt");
-  auto m = test::load_test_model(model_path.string());
-  const json g = read_jsonl(golden_path).at(0);
-  const auto expected = g["greedy_ids"].get<std::vector<int32_t>>();
-  const auto ids = greedy(m, {1}, static_cast<int32_t>(expected.size()));
-  EXPECT_EQ(ids, expected);
-  std::ifstream in(text_path);
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  EXPECT_EQ(m.tokenizer->decode(ids), text);
+  for (const char* backend : {"cpu", "reference"}) {  // the oracle too
+    SCOPED_TRACE(backend);
+    auto m = test::load_test_model(model_path.string(), 0, 2, backend);
+    const json g = read_jsonl(golden_path).at(0);
+    const auto expected = g["greedy_ids"].get<std::vector<int32_t>>();
+    const auto ids = greedy(m, {1}, static_cast<int32_t>(expected.size()));
+    EXPECT_EQ(ids, expected);
+    std::ifstream in(text_path);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    EXPECT_EQ(m.tokenizer->decode(ids), text);
+  }
 }
 
 TEST(ModelGolden, GreedyIdsForEveryGoldenPrompt) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   FAFO_REQUIRE_SHARED(golden_path, "golden/stories260K.greedy.jsonl");
-  auto m = test::load_test_model(model_path.string());
-  const auto cases = read_jsonl(golden_path);
-  ASSERT_FALSE(cases.empty());
-  for (const json& c : cases) {
-    const auto prompt_ids = c["prompt_ids"].get<std::vector<int32_t>>();
-    EXPECT_EQ(m.tokenizer->encode(c["prompt"].get<std::string>(), true), prompt_ids) << c["prompt"];
-    const auto expected = c["greedy_ids"].get<std::vector<int32_t>>();
-    const auto ids = greedy(m, prompt_ids, static_cast<int32_t>(expected.size()));
-    // Exact up to (and including) the first step with a tiny reference margin.
-    size_t n = expected.size();
-    const auto& margins = c["top2_margins"];
-    for (size_t k = 0; k < margins.size(); ++k)
-      if (margins[k].get<double>() < 1e-2) {
-        n = k;
-        break;
-      }
-    ASSERT_GT(n, 20u) << "golden data has a tiny margin early; test would be weak";
-    EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n)),
-              std::vector<int32_t>(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(n)))
-        << "prompt: " << c["prompt"] << " (compared " << n << " steps)";
+  for (const char* backend : {"cpu", "reference"}) {  // the oracle too
+    SCOPED_TRACE(backend);
+    auto m = test::load_test_model(model_path.string(), 0, 2, backend);
+    const auto cases = read_jsonl(golden_path);
+    ASSERT_FALSE(cases.empty());
+    for (const json& c : cases) {
+      const auto prompt_ids = c["prompt_ids"].get<std::vector<int32_t>>();
+      EXPECT_EQ(m.tokenizer->encode(c["prompt"].get<std::string>(), true), prompt_ids) << c["prompt"];
+      const auto expected = c["greedy_ids"].get<std::vector<int32_t>>();
+      const auto ids = greedy(m, prompt_ids, static_cast<int32_t>(expected.size()));
+      // Exact up to (and including) the first step with a tiny reference margin.
+      size_t n = expected.size();
+      const auto& margins = c["top2_margins"];
+      for (size_t k = 0; k < margins.size(); ++k)
+        if (margins[k].get<double>() < 1e-2) {
+          n = k;
+          break;
+        }
+      ASSERT_GT(n, 20u) << "golden data has a tiny margin early; test would be weak";
+      EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n)),
+                std::vector<int32_t>(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(n)))
+          << "prompt: " << c["prompt"] << " (compared " << n << " steps)";
+    }
   }
 }
 
 TEST(ModelGolden, LogitsMatchLlamaCpp) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   FAFO_REQUIRE_SHARED(golden_path, "golden/stories260K.logits.json");
-  auto m = test::load_test_model(model_path.string());
-  std::ifstream in(golden_path);
-  const json g = json::parse(in);
-  for (const json& p : g["prompts"]) {
-    const auto prompt_ids = p["prompt_ids"].get<std::vector<int32_t>>();
-    const auto next = p["greedy_ids_first"].get<std::vector<int32_t>>();
-    const auto& expected = p["logits"];
-    m.model->truncate(0);
-    std::vector<float> logits = prefill(*m.model, prompt_ids, 512);
-    double worst = 0.0;
-    for (size_t k = 0; k < expected.size(); ++k) {
-      const auto ref = expected[k].get<std::vector<float>>();
-      ASSERT_EQ(ref.size(), logits.size());
-      for (size_t v = 0; v < ref.size(); ++v) worst = std::max(worst, std::fabs(static_cast<double>(ref[v] - logits[v])));
-      StepBatch step = StepBatch::causal({next[k]}, m.model->n_past());
-      logits = m.model->forward(step);
-      m.model->commit(1);
+  for (const char* backend : {"cpu", "reference"}) {  // the oracle too
+    SCOPED_TRACE(backend);
+    auto m = test::load_test_model(model_path.string(), 0, 2, backend);
+    std::ifstream in(golden_path);
+    const json g = json::parse(in);
+    for (const json& p : g["prompts"]) {
+      const auto prompt_ids = p["prompt_ids"].get<std::vector<int32_t>>();
+      const auto next = p["greedy_ids_first"].get<std::vector<int32_t>>();
+      const auto& expected = p["logits"];
+      m.model->truncate(0);
+      std::vector<float> logits = prefill(*m.model, prompt_ids, 512);
+      double worst = 0.0;
+      for (size_t k = 0; k < expected.size(); ++k) {
+        const auto ref = expected[k].get<std::vector<float>>();
+        ASSERT_EQ(ref.size(), logits.size());
+        for (size_t v = 0; v < ref.size(); ++v) worst = std::max(worst, std::fabs(static_cast<double>(ref[v] - logits[v])));
+        StepBatch step = StepBatch::causal({next[k]}, m.model->n_past());
+        logits = m.model->forward(step);
+        m.model->commit(1);
+      }
+      EXPECT_LT(worst, 1e-3) << p["prompt"];
     }
-    EXPECT_LT(worst, 1e-3) << p["prompt"];
   }
 }
 
