@@ -397,7 +397,10 @@ void add_attention(std::vector<OpCase>& cases) {
       {"FAFO-like: COMPRESSED rows, region 68 of 300", 300, 4, 1, 64, true, true, false, 68, 0, KvCacheType::F32, kShortSteps},
       {"permuted logical order, dense first layer", 300, 4, 2, 32, true, true, true, 40, 1, KvCacheType::F32, kSteps},
       {"region larger than the prefix, head 256", 90, 2, 2, 256, true, true, true, 200, 0, KvCacheType::F32, kShortSteps},
-      {"long context split into parts, 8/2 x 128", 2500, 8, 2, 128, false, false, true, 0, 0, KvCacheType::F32, {1, 2, 3, 8, 9}},
+      // A region of 100, so the selection permutes the logical order the FULL rows visit
+      // (with no region nothing is exchanged).
+      {"long context split into parts, permuted, 8/2 x 128", 2500, 8, 2, 128, false, false, true, 100, 0, KvCacheType::F32,
+       {1, 2, 3, 8, 9}},
       {"tiny region, both layers dense", 1200, 3, 1, 24, true, true, false, 1, 2, KvCacheType::F32, kShortSteps},
   };
   // The same with an f16 cache (every backend computes with the same rounded values).
