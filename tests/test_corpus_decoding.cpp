@@ -84,6 +84,19 @@ TEST(CorpusDecoding, EveryStrategyWithACorpusEqualsPlainDecoding) {
   EXPECT_GT(sampled_from_corpus, 20) << "sampled runs accepted too few corpus guesses for the test to mean anything";
 }
 
+// On the oracle: corpus drafting and auto (every candidate in turn) keep plain decoding's
+// greedy text.
+TEST(CorpusDecoding, EqualsPlainDecodingOnTheReferenceBackend) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  auto m = test::load_test_model(model_path.string(), 256, 1, "reference");
+  const auto corpus = own_text_index(m);
+  for (const char* prompt : kPrompts) {
+    const auto plain = run(m, prompt, Strategy::Ar, nullptr, 0.0f, 1);
+    for (Strategy s : {Strategy::Corpus, Strategy::Auto})
+      EXPECT_EQ(run(m, prompt, s, corpus, 0.0f, 1).ids, plain.ids) << strategy_name(s) << " '" << prompt << "'";
+  }
+}
+
 TEST(CorpusDecoding, TracesAndYieldsSayTheCorpusSuppliedTheTokens) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   auto m = test::load_test_model(model_path.string(), 256);

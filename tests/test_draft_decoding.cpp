@@ -77,6 +77,22 @@ TEST(DraftDecoding, OutputEqualsPlainDecodingWithEveryDrafter) {
 // A sparse drafter (BudgetDraft): the target drafting for itself while reading only a
 // budget of its cache. Output is plain decoding's; a budget that holds the whole context
 // drafts as the full cache does, a small one accepts fewer.
+// On the oracle: a target on the reference backend, drafted by itself, keeps plain
+// decoding's greedy text.
+TEST(DraftDecoding, EqualsPlainDecodingOnTheReferenceBackend) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  OpenedModel m = open_model(stories_options(model_path.string(), "reference"));
+  DecodingOptions self;
+  self.strategy = Strategy::Draft;
+  self.draft_model_path = "self";
+  open_draft_model(self, stories_options(model_path.string(), "reference"), *m.model, m.tokenizer->vocab());
+  ASSERT_TRUE(self.draft_model);
+  const auto plain = run(m, Strategy::Ar, nullptr, 0.0f, 1);
+  const auto drafted = run(m, Strategy::Draft, self.draft_model, 0.0f, 1);
+  EXPECT_EQ(drafted.ids, plain.ids);
+  EXPECT_LT(drafted.n_steps, plain.n_steps);  // the drafter is the target: its guesses are accepted
+}
+
 TEST(DraftDecoding, ASparseDrafterKeepsTheOutputAndLosesAcceptanceWithTheBudget) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   OpenedModel m = open_model(stories_options(model_path.string()));
