@@ -1,5 +1,6 @@
 #include "backend/reference/reference_kv_cache.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -86,17 +87,21 @@ std::vector<float> ReferenceKvCache::captured_queries(int32_t layer) {
   return layer >= 0 && layer < shape().n_layer ? captured_[static_cast<size_t>(layer)] : std::vector<float>{};
 }
 
+void ReferenceKvCache::each_layer(int32_t a, int32_t b, const std::function<void(float*, float*, size_t)>& op) {
+  for (int32_t l = 0; l < shape().n_layer; ++l) {
+    const size_t kd = static_cast<size_t>(shape().key_dim(l)), vd = static_cast<size_t>(shape().value_dim(l));
+    float* k = keys_[static_cast<size_t>(l)].data();
+    float* v = values_[static_cast<size_t>(l)].data();
+    op(k + static_cast<size_t>(a) * kd, k + static_cast<size_t>(b) * kd, kd);
+    op(v + static_cast<size_t>(a) * vd, v + static_cast<size_t>(b) * vd, vd);
+  }
+}
+
 void ReferenceKvCache::swap_slots(const SlotPairs& pairs) {
   for (const auto& [a, b] : pairs) {
     check_slot(a, "swap_kv");
     check_slot(b, "swap_kv");
-    for (int32_t l = 0; l < shape().n_layer; ++l) {
-      const size_t kd = static_cast<size_t>(shape().key_dim(l)), vd = static_cast<size_t>(shape().value_dim(l));
-      std::vector<float>& k = keys_[static_cast<size_t>(l)];
-      std::vector<float>& v = values_[static_cast<size_t>(l)];
-      for (size_t i = 0; i < kd; ++i) std::swap(k[static_cast<size_t>(a) * kd + i], k[static_cast<size_t>(b) * kd + i]);
-      for (size_t i = 0; i < vd; ++i) std::swap(v[static_cast<size_t>(a) * vd + i], v[static_cast<size_t>(b) * vd + i]);
-    }
+    each_layer(a, b, [](float* x, float* y, size_t n) { std::swap_ranges(x, x + n, y); });
   }
 }
 
@@ -104,13 +109,7 @@ void ReferenceKvCache::move_slots(const SlotPairs& moves) {
   for (const auto& [src, dst] : moves) {
     check_slot(src, "move_kv");
     check_slot(dst, "move_kv");
-    for (int32_t l = 0; l < shape().n_layer; ++l) {
-      const size_t kd = static_cast<size_t>(shape().key_dim(l)), vd = static_cast<size_t>(shape().value_dim(l));
-      std::vector<float>& k = keys_[static_cast<size_t>(l)];
-      std::vector<float>& v = values_[static_cast<size_t>(l)];
-      for (size_t i = 0; i < kd; ++i) k[static_cast<size_t>(dst) * kd + i] = k[static_cast<size_t>(src) * kd + i];
-      for (size_t i = 0; i < vd; ++i) v[static_cast<size_t>(dst) * vd + i] = v[static_cast<size_t>(src) * vd + i];
-    }
+    each_layer(src, dst, [](float* from, float* to, size_t n) { std::copy_n(from, n, to); });
   }
 }
 

@@ -35,6 +35,8 @@ class ReferenceKvCache final : public KvCache {
   void put(std::vector<float>& dst, size_t at, const float* src, size_t n) const;
   void check_layer(int32_t layer, const char* what) const;
   void check_slot(int32_t slot, const char* what) const;
+  // op(entry a, entry b, floats) on the keys and then the values of every layer.
+  void each_layer(int32_t a, int32_t b, const std::function<void(float*, float*, size_t)>& op);
 
   std::function<const StepBatch&()> step_;
   std::function<const float*(const Activation&)> rows_;
