@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <stdexcept>
 #include <functional>
 #include <map>
 #include <memory>
@@ -92,16 +93,29 @@ class OpEnv {
     // Wide rows (a 128K vocabulary) may not fit kMaxRows in one device buffer.
     return activations_[key] = be_->alloc_activation(std::min(kMaxRows, be_->max_activation_rows(cols)), cols);
   }
-  // A KV cache of at least `capacity` entries for the cases that do not test it.
-  void ensure_cache(int32_t capacity) {
-    if (!be_->kv_cache() || be_->kv_cache()->capacity() < capacity || be_->kv_cache()->shape().n_layer != 1 ||
-        be_->kv_cache()->shape().kv_dim != 4 || be_->kv_cache()->shape().latent())
-      be_->create_kv_cache(KvCacheShape{1, std::max(capacity, 1024), 4, KvCacheType::F32});
-    be_->kv_cache()->reset_layout(0, 0, 0);
+  // A KV cache of at least `capacity` entries for the cases that do not test it; it
+  // becomes kv().
+  KvCache& ensure_cache(int32_t capacity) {
+    if (!kv_ || kv_->capacity() < capacity || kv_->shape().n_layer != 1 || kv_->shape().kv_dim != 4 || kv_->shape().latent())
+      make_cache(KvCacheShape{1, std::max(capacity, 1024), 4, KvCacheType::F32});
+    kv_->reset_layout(0, 0, 0);
+    return *kv_;
+  }
+  // A new KV cache of `shape` (the last one is destroyed first); it becomes kv().
+  KvCache& make_cache(const KvCacheShape& shape) {
+    kv_.reset();
+    kv_ = be_->create_kv_cache(shape);
+    return *kv_;
+  }
+  // The cache the case's steps compute with: the last ensure_cache or make_cache made.
+  KvCache& kv() {
+    if (!kv_) throw std::logic_error("OpEnv::kv: no cache made yet");
+    return *kv_;
   }
 
  private:
   std::unique_ptr<Backend> be_;
+  std::unique_ptr<KvCache> kv_;  // after be_: destroyed before it
   std::deque<std::vector<uint8_t>> bytes_;
   std::map<std::string, Weight> weights_;
   std::map<std::string, Activation> activations_;

@@ -36,11 +36,10 @@ class FaultyBackend final : public Backend {
     return w;
   }
   Activation alloc_activation(int64_t max_rows, int64_t cols) override { return inner_->alloc_activation(max_rows, cols); }
-  KvCache& create_kv_cache(const KvCacheShape& shape) override { return inner_->create_kv_cache(shape); }
-  KvCache* kv_cache() override { return inner_->kv_cache(); }
-  void begin_step(const StepBatch& batch) override {
+  std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override { return inner_->create_kv_cache(shape); }
+  void begin_step(const StepBatch& batch, KvCache& kv) override {
     step_size_ = batch.size();
-    inner_->begin_step(batch);
+    inner_->begin_step(batch, kv);
   }
   void embed(const Weight& table, Activation& out) override { inner_->embed(table, out); }
   void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {

@@ -146,7 +146,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                          Backend& be = env.be();
                          const Weight w = quantized_weight(env, type, s.rows, s.cols, 11);
                          StepBatch b = causal_batch(T, 0);
-                         be.begin_step(b);
+                         be.begin_step(b, env.kv());
                          Activation x = input(env, "x", s.cols, 1, T, salt);
                          Activation out = env.activation("out", s.rows);
                          be.matmul(w, x, out);
@@ -167,7 +167,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                        Backend& be = env.be();
                        const Weight w = quantized_weight(env, type, 67, shapes[0].cols, 11);
                        StepBatch b = causal_batch(T, 0);
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        Activation x = input(env, "x", shapes[0].cols, 1, T, salt);
                        Activation acc = input(env, "acc", 67, 2, T, salt);
                        Activation scratch = env.activation("out", 67);
@@ -185,7 +185,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                          const int64_t rows = 19, cols = shapes[0].cols;
                          const auto [gate, up] = gate_and_up(env, type, rows, cols, be.fuses_gate_up(type, rows, cols));
                          StepBatch b = causal_batch(T, 0);
-                         be.begin_step(b);
+                         be.begin_step(b, env.kv());
                          // Small inputs: the error of the product of two products (each with
                          // 8-bit activations on the cpu backend) then stays within the
                          // tolerance of one, measured against max(1, |reference|).
@@ -208,7 +208,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                        for (int32_t i = 0; i < T; ++i)
                          tokens.push_back(static_cast<int32_t>(hashed_int(salt && i >= T / 2 ? 14 : 13, i) % 97));
                        StepBatch b = StepBatch::causal(tokens, 0, true);
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        Activation out = env.activation("out", cols);
                        be.embed(table, out);
                        be.finish_step();
@@ -225,7 +225,7 @@ void add_elementwise(std::vector<OpCase>& cases) {
                        Backend& be = env.be();
                        const Weight gain = vector_weight(env, n, 3, 0.5f, 1.5f);
                        StepBatch b = causal_batch(T, 0);
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        Activation x = input(env, "x", n, 1, T, salt, -2.0f, 2.0f);
                        Activation out = env.activation("out", n);
                        be.rms_norm(x, gain, 1e-5f, out);
@@ -238,7 +238,7 @@ void add_elementwise(std::vector<OpCase>& cases) {
                      Backend& be = env.be();
                      const Weight bias = vector_weight(env, 45, 4, -1.0f, 1.0f);
                      StepBatch b = causal_batch(T, 0);
-                     be.begin_step(b);
+                     be.begin_step(b, env.kv());
                      Activation x = input(env, "x", 45, 1, T, salt);
                      be.add_bias(bias, x);
                      be.finish_step();
@@ -248,7 +248,7 @@ void add_elementwise(std::vector<OpCase>& cases) {
                      env.ensure_cache(T + 1);
                      Backend& be = env.be();
                      StepBatch b = causal_batch(T, 0);
-                     be.begin_step(b);
+                     be.begin_step(b, env.kv());
                      Activation g = input(env, "x", 45, 1, T, salt, -6.0f, 6.0f);
                      Activation u = input(env, "y", 45, 2, T, salt);
                      Activation out = env.activation("out", 45);
@@ -260,7 +260,7 @@ void add_elementwise(std::vector<OpCase>& cases) {
                      env.ensure_cache(T + 1);
                      Backend& be = env.be();
                      StepBatch b = causal_batch(T, 0);
-                     be.begin_step(b);
+                     be.begin_step(b, env.kv());
                      Activation x = input(env, "x", 45, 1, T, salt);
                      Activation y = input(env, "y", 45, 2, T, salt);
                      be.add(x, y);
@@ -275,7 +275,7 @@ void add_elementwise(std::vector<OpCase>& cases) {
                      const Weight w = quantized_weight(env, TensorType::Q8_0, 33, 64, 5);
                      const std::vector<int32_t> rows = {T - 1, 0, T / 2};
                      StepBatch b = causal_batch(T, 0);
-                     be.begin_step(b);
+                     be.begin_step(b, env.kv());
                      Activation x = input(env, "x", 64, 1, T, salt);
                      Activation g = env.activation("gathered", 64);
                      Activation n = env.activation("gathered_norm", 64);
@@ -320,7 +320,7 @@ void add_rope(std::vector<OpCase>& cases) {
                        for (int32_t i = 0; i < T; ++i) {
                          b.add(i, static_cast<int32_t>(hashed_int(salt && i >= T / 2 ? 6 : 5, i) % 30000), {}, true);
                        }
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        const int64_t cols = int64_t{v.n_heads} * v.head_dim;
                        Activation x = input(env, "x", cols, 9, T, salt, -2.0f, 2.0f);
                        be.rope(x, v.n_heads, v.head_dim, p);
@@ -344,7 +344,7 @@ struct AttentionVariant {
 OpOutputs run_attention(OpEnv& env, const AttentionVariant& v, int32_t T, uint32_t salt) {
   Backend& be = env.be();
   const int32_t kv_dim = v.n_head_kv * v.head_dim, q_dim = v.n_head * v.head_dim;
-  KvCache& kv = be.create_kv_cache(KvCacheShape{2, v.n_past + 260, kv_dim, v.type});
+  KvCache& kv = env.make_cache(KvCacheShape{2, v.n_past + 260, kv_dim, v.type});
   for (int32_t layer = 0; layer < 2 && v.n_past > 0; ++layer) {
     std::vector<float> k(static_cast<size_t>(v.n_past) * kv_dim), val(k.size());
     for (int32_t j = 0; j < v.n_past; ++j)
@@ -376,7 +376,7 @@ OpOutputs run_attention(OpEnv& env, const AttentionVariant& v, int32_t T, uint32
   }
   b.set_n_past(v.n_past);
   const AttentionShape shape{v.n_head, v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim))};
-  be.begin_step(b);
+  be.begin_step(b, env.kv());
   Activation q = input(env, "q", q_dim, 7, T, salt, -1.5f, 1.5f);
   Activation k = input(env, "k", kv_dim, 8, T, salt, -1.5f, 1.5f);
   Activation val = input(env, "v", kv_dim, 9, T, salt);
@@ -437,7 +437,7 @@ OpOutputs run_latent_attention(OpEnv& env, const LatentVariant& v, int32_t T, ui
   KvCacheShape cache_shape{2, v.n_past + 260, kv_dim, v.type};
   cache_shape.key_dims = v.key_dims;
   cache_shape.value_dims = v.value_dims;
-  KvCache& kv = be.create_kv_cache(cache_shape);
+  KvCache& kv = env.make_cache(cache_shape);
   for (int32_t layer = 0; layer < 2 && v.n_past > 0; ++layer) {
     const int32_t rk = v.key_dims[static_cast<size_t>(layer)], rv = v.value_dims[static_cast<size_t>(layer)];
     std::vector<float> k(static_cast<size_t>(v.n_past) * rk), val(static_cast<size_t>(v.n_past) * rv);
@@ -472,7 +472,7 @@ OpOutputs run_latent_attention(OpEnv& env, const LatentVariant& v, int32_t T, ui
   }
   b.set_n_past(v.n_past);
   const AttentionShape shape{v.n_head, v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim))};
-  be.begin_step(b);
+  be.begin_step(b, env.kv());
   Activation q = input(env, "q", q_dim, 7, T, salt, -1.5f, 1.5f);
   OpOutputs out;
   std::vector<Activation> results;
@@ -526,10 +526,10 @@ void add_kv_ops(std::vector<OpCase>& cases) {
     cases.push_back({"kv_store", t + " kv_dim 12", kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
                        Backend& be = env.be();
                        const int32_t kv_dim = 12, n_past = 5;
-                       KvCache& kv = be.create_kv_cache(KvCacheShape{3, n_past + 260, kv_dim, type});
+                       KvCache& kv = env.make_cache(KvCacheShape{3, n_past + 260, kv_dim, type});
                        kv.reset_layout(0, 0, n_past);
                        StepBatch b = causal_batch(T, n_past);
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        Activation k = input(env, "k", kv_dim, 31, T, salt, -70000.0f, 70000.0f);  // overflows fp16 too
                        Activation v = input(env, "v", kv_dim, 32, T, salt);
                        kv.store(2, k, v);
@@ -542,11 +542,11 @@ void add_kv_ops(std::vector<OpCase>& cases) {
     // capture: the listed rows' queries (rows outside the step skipped).
     cases.push_back({"capture_queries", t + " q 24", kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
                        Backend& be = env.be();
-                       KvCache& kv = be.create_kv_cache(KvCacheShape{2, 300, 12, type});
+                       KvCache& kv = env.make_cache(KvCacheShape{2, 300, 12, type});
                        kv.reset_layout(0, 0, 0);
                        kv.set_captured_rows({0, 2, 5, 9, T - 1, 400});
                        StepBatch b = causal_batch(T, 0);
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        Activation q = input(env, "q", 24, 33, T, salt);
                        kv.capture_queries(1, q);
                        be.finish_step();
@@ -557,9 +557,8 @@ void add_kv_ops(std::vector<OpCase>& cases) {
     // write, then swaps and moves that chain through shared slots (order matters),
     // region selection and truncation; every slot of every layer read back.
     cases.push_back({"kv_swap_move", t + " 3 layers x 40 x 12", {1}, [=](OpEnv& env, int32_t, uint32_t) {
-                       Backend& be = env.be();
                        const int32_t kv_dim = 12, n_ctx = 40;
-                       KvCache& kv = be.create_kv_cache(KvCacheShape{3, n_ctx, kv_dim, type});
+                       KvCache& kv = env.make_cache(KvCacheShape{3, n_ctx, kv_dim, type});
                        for (int32_t layer = 0; layer < 3; ++layer) {
                          std::vector<float> k(30u * kv_dim), v(k.size());
                          for (size_t i = 0; i < k.size(); ++i) {
@@ -618,7 +617,7 @@ void add_selection(std::vector<OpCase>& cases) {
                        Backend& be = env.be();
                        const Weight table = logit_table(env, n, salt, T / 2);
                        StepBatch b = causal_batch(T, 0);
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        Activation x = env.activation("logits", n);
                        Activation g = env.activation("gathered logits", n);
                        be.embed(table, x);
@@ -626,7 +625,7 @@ void add_selection(std::vector<OpCase>& cases) {
                        be.finish_step();
                        OpOutput all{"argmax", T, 1, true, {}, be.read_argmax(T)};
                        // And of gathered rows.
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        be.embed(table, x);
                        be.gather_rows(x, {T - 1, 0}, g);
                        be.argmax_rows(g);
@@ -657,14 +656,14 @@ void add_selection(std::vector<OpCase>& cases) {
                          for (uint8_t f : top.has_nan) flags.ids.push_back(f);
                          return std::vector<OpOutput>{o, flags};
                        };
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        Activation x = env.activation("logits", n);
                        Activation g = env.activation("gathered logits", n);
                        be.embed(table, x);
                        be.top_k_rows(x, k);
                        be.finish_step();
                        OpOutputs out = as_output(be.read_top_k(T), "top-k", true);
-                       be.begin_step(b);
+                       be.begin_step(b, env.kv());
                        be.embed(table, x);
                        be.gather_rows(x, {T - 1, 0}, g);
                        be.top_k_rows(g, k);
@@ -839,7 +838,7 @@ TEST_P(BackendOps, FusedGateIsTheTwoProductsThenTheSwiglu) {
       env.ensure_cache(T + 1);
       auto run = [&](bool fused) {
         StepBatch b = causal_batch(T, 0);
-        be.begin_step(b);
+        be.begin_step(b, env.kv());
         Activation x = input(env, "x", cols, 1, T, 0);
         Activation out = env.activation("out", rows);
         Activation scratch = env.activation("scratch", rows);
@@ -875,7 +874,7 @@ TEST_P(BackendOps, MatmulAddIsTheProductThenTheAdd) {
       env.ensure_cache(T + 1);
       auto run = [&](bool fused) {
         StepBatch b = causal_batch(T, 0);
-        be.begin_step(b);
+        be.begin_step(b, env.kv());
         Activation x = input(env, "x", cols, 1, T, 0);
         Activation acc = input(env, "acc", rows, 2, T, 0);
         Activation scratch = env.activation("out", rows);
@@ -1143,7 +1142,7 @@ std::vector<PerfOp> perf_ops() {
                        Backend& be = env.be();
                        const Weight w = quantized_weight(env, type, n, n, 1);
                        Activation x = env.activation("x", n), out = env.activation("out", n);
-                       be.begin_step(*batch);
+                       be.begin_step(*batch, env.kv());
                        be.matmul(w, x, out);
                        be.finish_step();
                      }});
@@ -1156,7 +1155,7 @@ std::vector<PerfOp> perf_ops() {
                      Backend& be = env.be();
                      const Weight g = vector_weight(env, 4096, 3, 0.5f, 1.5f);
                      Activation x = env.activation("x", 4096), out = env.activation("out", 4096);
-                     be.begin_step(*batch);
+                     be.begin_step(*batch, env.kv());
                      be.rms_norm(x, g, 1e-5f, out);
                      be.finish_step();
                    }});
@@ -1164,7 +1163,7 @@ std::vector<PerfOp> perf_ops() {
                    [=](OpEnv& env) {
                      Backend& be = env.be();
                      Activation g = env.activation("x", 11008), u = env.activation("y", 11008);
-                     be.begin_step(*batch);
+                     be.begin_step(*batch, env.kv());
                      be.swiglu(g, u, g);
                      be.finish_step();
                    }});
@@ -1175,7 +1174,7 @@ std::vector<PerfOp> perf_ops() {
     ops.push_back({"attention", "ctx 2048, 32/8 heads x 64, f32 cache", T,
                    2.0 * (n_past + T) * kv_dim * sizeof(float) + 2.0 * T * q_dim * sizeof(float),
                    [=](OpEnv& env) {
-                     KvCache& kv = env.be().create_kv_cache(KvCacheShape{1, n_past + 64, kv_dim, KvCacheType::F32});
+                     KvCache& kv = env.make_cache(KvCacheShape{1, n_past + 64, kv_dim, KvCacheType::F32});
                      std::vector<float> k(static_cast<size_t>(n_past) * kv_dim);
                      for (size_t i = 0; i < k.size(); ++i) k[i] = hashed_value(1, static_cast<int64_t>(i), 0);
                      kv.write(0, 0, n_past, k.data(), k.data());
@@ -1184,7 +1183,7 @@ std::vector<PerfOp> perf_ops() {
                    [=](OpEnv& env) {
                      Backend& be = env.be();
                      Activation q = env.activation("q", q_dim), out = env.activation("out", q_dim);
-                     be.begin_step(*batch);
+                     be.begin_step(*batch, env.kv());
                      be.attention(0, q, AttentionShape{32, 8, 64, 0.125f}, out);
                      be.finish_step();
                    }});
@@ -1195,7 +1194,7 @@ std::vector<PerfOp> perf_ops() {
                    [=](OpEnv& env) {
                      Backend& be = env.be();
                      Activation x = env.activation("logits", 128256);
-                     be.begin_step(*batch);
+                     be.begin_step(*batch, env.kv());
                      be.argmax_rows(x);
                      be.finish_step();
                      be.read_argmax(1);

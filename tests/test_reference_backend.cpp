@@ -63,7 +63,8 @@ void check(const Case& c, const std::function<std::unique_ptr<Backend>()>& make)
   std::unique_ptr<Backend> be = make();
   KvCacheShape shape(kLayers, 64, kWidth, c.type);
   if (c.latent) shape.key_dims = shape.value_dims = std::vector<int32_t>(kLayers, kWidth);
-  KvCache& kv = be->create_kv_cache(shape);
+  const std::unique_ptr<KvCache> kv_owned = be->create_kv_cache(shape);
+  KvCache& kv = *kv_owned;
   std::vector<float> keys(static_cast<size_t>(kCommitted) * kWidth);
   for (size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<float>((i * 37) % 11) - 5.0f;  // any keys: q = 0
   const std::vector<float> values = one_hots(0, kCommitted);
@@ -87,7 +88,7 @@ void check(const Case& c, const std::function<std::unique_ptr<Backend>()>& make)
   no_rope.n_dims = 0;
   for (int32_t layer = 0; layer < kLayers; ++layer) {
     Activation out = be->alloc_activation(T, kWidth);
-    be->begin_step(batch);
+    be->begin_step(batch, kv);
     be->embed(table, v);
     kv.store(layer, v, v);
     if (c.latent)

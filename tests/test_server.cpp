@@ -383,6 +383,35 @@ TEST(Server, TheOfficialOpenAiClientGetsPlainGenerationsText) {
   EXPECT_EQ(j["missing"], "404 model_not_found");
 }
 
+// The slots are sequences on one load of the weights; a slot whose weights fail is
+// given freshly loaded ones, and every other slot moves to them when next leased.
+TEST(Server, SlotsShareOneLoadOfTheWeights) {
+  REQUIRE_STORIES();
+  int loads = 0;
+  SlotPool pool(3, 0, [&] {
+    ++loads;
+    return open_model(stories_options());
+  });
+  EXPECT_EQ(loads, 1);
+  std::vector<SlotPool::Lease> leases;
+  for (int i = 0; i < 3; ++i) leases.push_back(pool.acquire({}));
+  const std::shared_ptr<ModelWeights> first = leases[0]->model->model->weights();
+  for (const auto& l : leases) EXPECT_EQ(l->model->model->weights(), first);
+  EXPECT_NE(&leases[0]->model->model->kv_cache(), &leases[1]->model->model->kv_cache());
+  pool.reopen(*leases[1]);  // as after a lost device: loads again
+  EXPECT_EQ(loads, 2);
+  const std::shared_ptr<ModelWeights> second = leases[1]->model->model->weights();
+  EXPECT_NE(second, first);
+  EXPECT_EQ(leases[0]->model->model->weights(), first);  // leased: moves when next leased
+  pool.reopen(*leases[0]);  // on the old weights: a sequence on the new ones, no load
+  EXPECT_EQ(loads, 2);
+  EXPECT_EQ(leases[0]->model->model->weights(), second);
+  leases.clear();
+  for (int i = 0; i < 3; ++i) leases.push_back(pool.acquire({}));
+  for (const auto& l : leases) EXPECT_EQ(l->model->model->weights(), second);
+  EXPECT_EQ(pool.model().model->weights(), second);
+}
+
 // Stopped before it listens (Ctrl-C while the model loads), or while it starts: the
 // server ends instead of serving on.
 TEST(Server, AStopBeforeOrWhileListeningEndsIt) {

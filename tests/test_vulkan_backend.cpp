@@ -108,9 +108,15 @@ struct Pair {
     return {cpu->alloc_activation(rows, cols), gpu->alloc_activation(rows, cols)};
   }
   void kv(int32_t n_layer, int32_t n_ctx, int32_t kv_dim, KvCacheType kv_type = KvCacheType::F32) {
-    cpu->create_kv_cache(KvCacheShape{n_layer, n_ctx, kv_dim, kv_type});
-    gpu->create_kv_cache(KvCacheShape{n_layer, n_ctx, kv_dim, kv_type});
+    make_kv(KvCacheShape{n_layer, n_ctx, kv_dim, kv_type});
   }
+  void make_kv(const KvCacheShape& shape) {
+    cpu_kv = cpu->create_kv_cache(shape);
+    gpu_kv = gpu->create_kv_cache(shape);
+  }
+  // The cache of `be` (cpu or gpu).
+  KvCache& cache(const Backend& be) { return &be == cpu.get() ? *cpu_kv : *gpu_kv; }
+  std::unique_ptr<KvCache> cpu_kv, gpu_kv;  // after the backends: destroyed before them
   template <class F>
   void both(F&& f) {
     f(*cpu, 0);
@@ -147,7 +153,7 @@ void check_attention(Pair& p, const AttentionCase& c, KvCacheType kv_type = KvCa
   for (int32_t layer = 0; layer < 2; ++layer) {
     const auto k = random_values(static_cast<size_t>(c.n_past) * kv_dim, 100 + layer, -1.5f, 1.5f);
     const auto v = random_values(static_cast<size_t>(c.n_past) * kv_dim, 200 + layer);
-    if (c.n_past > 0) p.both([&](Backend& be, int) { be.kv_cache()->write(layer, 0, c.n_past, k.data(), v.data()); });
+    if (c.n_past > 0) p.both([&](Backend& be, int) { p.cache(be).write(layer, 0, c.n_past, k.data(), v.data()); });
   }
   auto [tq_c, tq_g] = p.weight(random_values(static_cast<size_t>(c.T) * q_dim, 7, -1.5f, 1.5f), c.T, q_dim);
   auto [tk_c, tk_g] = p.weight(random_values(static_cast<size_t>(c.T) * kv_dim, 8, -1.5f, 1.5f), c.T, kv_dim);
@@ -165,19 +171,19 @@ void check_attention(Pair& p, const AttentionCase& c, KvCacheType kv_type = KvCa
   std::shuffle(chosen.begin(), chosen.end(), std::mt19937(5));
   chosen.resize(static_cast<size_t>(std::min(c.region, c.n_past)));
   p.both([&](Backend& be, int) {
-    be.kv_cache()->reset_layout(c.region, c.dense_layers, c.n_past);
-    if (c.permuted) be.kv_cache()->select(chosen);
+    p.cache(be).reset_layout(c.region, c.dense_layers, c.n_past);
+    if (c.permuted) p.cache(be).select(chosen);
   });
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   std::vector<float> got[2][2];
   p.both([&](Backend& be, int i) {
     Activation q = i ? q_g : q_c, k = i ? k_g : k_c, v = i ? v_g : v_c, o = i ? o_g : o_c, o2 = i ? o2_g : o2_c;
-    be.begin_step(b);
+    be.begin_step(b, p.cache(be));
     be.embed(i ? tq_g : tq_c, q);
     be.embed(i ? tk_g : tk_c, k);
     be.embed(i ? tv_g : tv_c, v);
-    be.kv_cache()->store(0, k, v);
-    be.kv_cache()->store(1, k, v);
+    p.cache(be).store(0, k, v);
+    p.cache(be).store(1, k, v);
     be.attention(0, q, shape, o);
     be.attention(1, q, shape, o2);
     be.finish_step();
@@ -219,18 +225,18 @@ TEST_F(VulkanBackend, AnF16CacheStoresValuesRoundedToNearestEven) {
   auto [k_c, k_g] = p.activation(T, kv_dim);
   StepBatch b = batch_of(T, 0);
   p.both([&](Backend& be, int i) {
-    be.begin_step(b);
+    be.begin_step(b, p.cache(be));
     be.embed(i ? t_g : t_c, i ? k_g : k_c);
-    be.kv_cache()->store(0, i ? k_g : k_c, i ? k_g : k_c);
+    p.cache(be).store(0, i ? k_g : k_c, i ? k_g : k_c);
     be.finish_step();
   });
-  const std::vector<float> got = p.gpu->kv_cache()->read_keys(0, {0, 1});
+  const std::vector<float> got = p.cache(*p.gpu).read_keys(0, {0, 1});
   ASSERT_EQ(got.size(), rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const float want = fp16_to_fp32(fp32_to_fp16(rows[i]));
     EXPECT_EQ(std::memcmp(&got[i], &want, sizeof(float)), 0) << i << ": " << rows[i] << " -> " << got[i] << ", want " << want;
   }
-  EXPECT_EQ(got, p.cpu->kv_cache()->read_keys(0, {0, 1}));
+  EXPECT_EQ(got, p.cache(*p.cpu).read_keys(0, {0, 1}));
   EXPECT_NE(got[0], rows[0]);  // it was rounded
 }
 
@@ -258,38 +264,38 @@ TEST_F(VulkanBackend, ALatentCacheOfOddWidthsHoldsTheReferenceValues) {
     auto [q_c, q_g] = p.activation(T, 16);
     auto [o_c, o_g] = p.activation(T, 16);
     const uint64_t before = p.gpu->memory_in_use();
-    p.both([&](Backend& be, int) { be.create_kv_cache(shape); });
+    p.make_kv(shape);
     const uint64_t words = type == KvCacheType::F16 ? 3 + 4 + 2 + 4 : 5 + 8 + 3 + 7;
     EXPECT_EQ(p.gpu->memory_in_use() - before, uint64_t{n_ctx} * (words + 2 * kv_dim) * sizeof(float));
     for (int32_t layer = 0; layer < 2; ++layer) {
       const size_t rk = static_cast<size_t>(shape.key_dim(layer)), rv = static_cast<size_t>(shape.value_dim(layer));
       const auto k = random_values(n_past * rk, 50 + static_cast<uint32_t>(layer), -3.0f, 3.0f);
       const auto v = random_values(n_past * rv, 60 + static_cast<uint32_t>(layer));
-      p.both([&](Backend& be, int) { be.kv_cache()->write(layer, 0, n_past, k.data(), v.data()); });
+      p.both([&](Backend& be, int) { p.cache(be).write(layer, 0, n_past, k.data(), v.data()); });
     }
-    p.both([&](Backend& be, int) { be.kv_cache()->reset_layout(0, 0, n_past); });
+    p.both([&](Backend& be, int) { p.cache(be).reset_layout(0, 0, n_past); });
     const StepBatch b = batch_of(T, n_past, 3, true);
     const AttentionShape attn{2, 2, 4, 0.5f};
     RopeParams rope;
     rope.n_dims = 4;
     std::vector<float> out[2];
     p.both([&](Backend& be, int i) {
-      be.begin_step(b);
+      be.begin_step(b, p.cache(be));
       be.embed(i ? tk_g : tk_c, i ? k_g : k_c);
       be.embed(i ? tv_g : tv_c, i ? v_g : v_c);
       be.embed(i ? tq_g : tq_c, i ? q_g : q_c);
-      be.kv_cache()->store(0, i ? k_g : k_c, i ? v_g : v_c);
+      p.cache(be).store(0, i ? k_g : k_c, i ? v_g : v_c);
       be.latent_attention(0, i ? q_g : q_c, attn, i ? up_k0_g : up_k0_c, i ? up_v0_g : up_v0_c, rope, i ? o_g : o_c);
       be.finish_step();
       out[i] = be.read_rows(i ? o_g : o_c, T);
-      be.kv_cache()->swap_slots({{0, 7}, {7, 2}, {8, 1}});
-      be.kv_cache()->move_slots({{3, 10}, {6, 3}});
+      p.cache(be).swap_slots({{0, 7}, {7, 2}, {8, 1}});
+      p.cache(be).move_slots({{3, 10}, {6, 3}});
     });
     expect_close(out[1], out[0], 2e-5, "latent_attention");
     std::vector<int32_t> slots(n_ctx);
     std::iota(slots.begin(), slots.end(), 0);
     for (int32_t layer = 0; layer < 2; ++layer) {
-      const std::vector<float> got = p.gpu->kv_cache()->read_keys(layer, slots), want = p.cpu->kv_cache()->read_keys(layer, slots);
+      const std::vector<float> got = p.cache(*p.gpu).read_keys(layer, slots), want = p.cache(*p.cpu).read_keys(layer, slots);
       ASSERT_EQ(got.size(), want.size());
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "layer " << layer;
     }
@@ -312,14 +318,14 @@ TEST_F(VulkanBackend, LatentRequestsThatCannotWorkGiveClearErrors) {
   KvCacheShape latent{1, 8, kv_dim, KvCacheType::F16};
   latent.key_dims = {3};
   latent.value_dims = {3};
-  be->create_kv_cache(latent);
-  be->begin_step(b);
+  auto kv = be->create_kv_cache(latent);
+  be->begin_step(b, *kv);
   EXPECT_THROW(be->attention(0, q, attn, o), std::invalid_argument);
   EXPECT_THROW(be->latent_attention(0, q, attn, wide, k_up, rope, o), std::invalid_argument);
   EXPECT_THROW(be->latent_attention(1, q, attn, k_up, k_up, rope, o), std::out_of_range);
   be->finish_step();
-  be->create_kv_cache(KvCacheShape{1, 8, kv_dim, KvCacheType::F32});
-  be->begin_step(b);
+  kv = be->create_kv_cache(KvCacheShape{1, 8, kv_dim, KvCacheType::F32});
+  be->begin_step(b, *kv);
   EXPECT_THROW(be->latent_attention(0, q, attn, k_up, k_up, rope, o), std::invalid_argument);
   be->finish_step();
   // Widths missing for a layer; a plain f16 cache of odd width (attention reads it unpadded).
@@ -351,9 +357,14 @@ TEST_F(VulkanBackend, BadRequestsGiveClearErrors) {
   }
   EXPECT_THROW(vulkan::resolve_device("99"), std::runtime_error);
   auto be = make_vulkan();
-  be->create_kv_cache(KvCacheShape{1, 8, 4, KvCacheType::F32});
+  auto kv = be->create_kv_cache(KvCacheShape{1, 8, 4, KvCacheType::F32});
   StepBatch b = StepBatch::causal({1, 2, 3}, 6);
-  EXPECT_THROW(be->begin_step(b), std::length_error);  // 6 + 3 > 8 slots
+  EXPECT_THROW(be->begin_step(b, *kv), std::length_error);  // 6 + 3 > 8 slots
+  // A cache another backend made is refused.
+  auto other = make_vulkan();
+  auto foreign = other->create_kv_cache(KvCacheShape{1, 8, 4, KvCacheType::F32});
+  StepBatch one = StepBatch::causal({1}, 0);
+  EXPECT_THROW(be->begin_step(one, *foreign), std::invalid_argument);
   // A KV cache larger than the device's buffers or memory is refused with the sizes.
   try {
     be->create_kv_cache(KvCacheShape{4, 1 << 30, 1024, KvCacheType::F32});
@@ -671,29 +682,31 @@ TEST_F(VulkanBackend, RecordedStepsReplayWithTheBitsOfNewRecordings) {
 }
 
 TEST_F(VulkanBackend, AStepNamingFreedBuffersIsRecordedAgain) {
-  // A new KV cache frees the old one's buffers: a step recorded over them must not be
+  // Destroying a KV cache frees its buffers: a step recorded over them must not be
   // replayed (a new recording reads the new cache).
   std::unique_ptr<Backend> be = make_vulkan();
   const int32_t kv_dim = 8, T = 1;
   const std::vector<float> rows = random_values(kv_dim * 2, 5);
   const Weight table = be->upload_weight(TensorType::F32, 2, kv_dim, rows.data());
   Activation k = be->alloc_activation(T, kv_dim);
+  std::unique_ptr<KvCache> kv;
   auto store_step = [&](int32_t n_past) {
     StepBatch b = StepBatch::causal({n_past % 2}, n_past);
-    be->begin_step(b);
+    be->begin_step(b, *kv);
     be->embed(table, k);
-    be->kv_cache()->store(0, k, k);
+    kv->store(0, k, k);
     be->finish_step();
   };
-  be->create_kv_cache(KvCacheShape{1, 4, kv_dim, KvCacheType::F32});
+  kv = be->create_kv_cache(KvCacheShape{1, 4, kv_dim, KvCacheType::F32});
   store_step(0);
   store_step(1);
   EXPECT_EQ(vulkan::replay_counts(*be).replayed, 1u);
-  be->create_kv_cache(KvCacheShape{1, 4, kv_dim, KvCacheType::F32});
+  kv.reset();
+  kv = be->create_kv_cache(KvCacheShape{1, 4, kv_dim, KvCacheType::F32});
   store_step(0);
   store_step(1);
   EXPECT_EQ(vulkan::replay_counts(*be).replayed, 2u);  // the first step over the new cache was recorded
-  const std::vector<float> keys = be->kv_cache()->read_keys(0, {0, 1});
+  const std::vector<float> keys = kv->read_keys(0, {0, 1});
   EXPECT_EQ(keys, rows);  // slot 0 holds row 0 and slot 1 row 1, in the new cache
 }
 

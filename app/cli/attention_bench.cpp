@@ -31,7 +31,8 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendS
     cache_shape.key_dims = {c.mla_rank_k[0]};
     cache_shape.value_dims = {c.mla_rank_v[0]};
   }
-  KvCache& kv = be->create_kv_cache(cache_shape);
+  const std::unique_ptr<KvCache> kv_owned = be->create_kv_cache(cache_shape);
+  KvCache& kv = *kv_owned;
   const int32_t key_width = cache_shape.key_dim(0), value_width = cache_shape.value_dim(0);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -72,7 +73,7 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendS
     std::vector<double> ms;
     for (int r = 0; r < o.repetitions; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      be->begin_step(batch);
+      be->begin_step(batch, kv);
       if (c.mla())
         be->latent_attention(0, q, shape, k_up, v_up, c.rope, out);
       else
@@ -101,7 +102,8 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendS
   KvCacheShape full_shape{c.n_layer, 4096, c.kv_dim(), KvCacheType::F32};
   full_shape.key_dims = c.mla_rank_k;  // empty (the plain cache) unless MLA
   full_shape.value_dims = c.mla_rank_v;
-  KvCache& kv_full = be_full->create_kv_cache(full_shape);
+  const std::unique_ptr<KvCache> kv_full_owned = be_full->create_kv_cache(full_shape);
+  KvCache& kv_full = *kv_full_owned;
   std::vector<std::pair<int32_t, int32_t>> pairs;
   for (int32_t i = 0; i < 8; ++i) pairs.emplace_back(i, 1024 + 37 * i);
   const int reps = 2000;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "fafo/device_error.h"
 #include "fafo/open_model.h"
 #include "generation_flags.h"
 #include "default_model.h"
@@ -45,11 +46,20 @@ int run_serve(ServeArgs& args) {
   server::Server http(args.server, pool);
   const int port = http.bind();
   Model& m = *pool.model().model;
+  // The weights are loaded once; each slot adds its KV cache.
+  const KvCacheShape& kv = m.kv_cache().shape();
+  const uint64_t kv_bytes = static_cast<uint64_t>(kv.capacity) * static_cast<uint64_t>(kv.floats_per_entry()) *
+                            (kv.type == KvCacheType::F16 ? 2u : 4u);
+  const uint64_t in_use = m.backend().memory_in_use();
+  const std::string memory = in_use > 0 ? ", memory " + format_bytes(in_use) + " with " + std::to_string(args.parallel) +
+                                              " KV cache" + (args.parallel == 1 ? "" : "s") + " of " + format_bytes(kv_bytes)
+                                        : "";
   std::fprintf(stderr,
-               "fafo serve: %s as '%s' on http://%s:%d (backend %s, context %d, %d slot%s, queue %d%s); Ctrl-C stops\n",
+               "fafo serve: %s as '%s' on http://%s:%d (backend %s, context %d, %d slot%s on one load of the weights%s, "
+               "queue %d%s); Ctrl-C stops\n",
                args.open.path.c_str(), args.server.model_name.c_str(), args.server.host.c_str(), port,
-               m.backend().name().c_str(), m.n_ctx(), args.parallel, args.parallel == 1 ? "" : "s", args.queue,
-               args.server.api_key.empty() ? "" : ", API key required");
+               m.backend().name().c_str(), m.n_ctx(), args.parallel, args.parallel == 1 ? "" : "s", memory.c_str(),
+               args.queue, args.server.api_key.empty() ? "" : ", API key required");
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
@@ -76,7 +86,8 @@ Command add_serve_command(CLI::App& app) {
   cmd->add_option("--port", args->server.port, "Port (0: any free port, printed at start)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  cmd->add_option("--parallel", args->parallel, "Slots: requests generated at once, each with its own KV cache")
+  cmd->add_option("--parallel", args->parallel,
+                  "Slots: requests generated at once, each with its own KV cache on one load of the weights")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd->add_option("--queue", args->queue, "Requests that may wait for a slot; more are answered 503")

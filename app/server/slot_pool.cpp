@@ -12,13 +12,19 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 
 SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open) : open_(open), max_queue_(max_queue) {
   if (n < 1) throw std::invalid_argument("--parallel must be at least 1");
+  base_ = std::make_shared<OpenedModel>(open());
   for (int i = 0; i < n; ++i) {
     auto s = std::make_unique<Slot>();
     s->index = i;
-    s->model = std::make_unique<OpenedModel>(open());
+    s->model = i == 0 ? base_ : std::make_shared<OpenedModel>(open_sequence(*base_));
     slots_.push_back(std::move(s));
   }
   in_use_.assign(slots_.size(), false);
+}
+
+const OpenedModel& SlotPool::model() const {
+  std::lock_guard<std::mutex> lock(base_mutex_);
+  return *base_;
 }
 
 SlotPool::Lease& SlotPool::Lease::operator=(Lease&& o) noexcept {
@@ -55,7 +61,20 @@ SlotPool::Lease SlotPool::acquire(const std::vector<int32_t>& prompt) {
     if (best == slots_.size() || len > best_len) best = i, best_len = len;
   }
   in_use_[best] = true;
+  lock.unlock();
+  refresh(*slots_[best]);
   return Lease(this, slots_[best].get());
+}
+
+void SlotPool::refresh(Slot& slot) {
+  std::lock_guard<std::mutex> lock(base_mutex_);
+  if (slot.model->model->weights() == base_->model->weights()) return;
+  try {
+    slot.model = std::make_shared<OpenedModel>(open_sequence(*base_));
+    slot.cached.clear();
+  } catch (...) {
+    // The slot keeps its model; its request fails and reopens it.
+  }
 }
 
 void SlotPool::give_back(Slot* slot) {
@@ -68,11 +87,19 @@ void SlotPool::give_back(Slot* slot) {
 
 void SlotPool::reopen(Slot& slot) {
   slot.cached.clear();
+  std::lock_guard<std::mutex> lock(base_mutex_);
   try {
-    auto fresh = std::make_unique<OpenedModel>(open_());
-    slot.model.reset();
-    slot.model = std::move(fresh);
+    if (slot.model->model->weights() == base_->model->weights()) {
+      // The current weights failed: load them again. The slot drops its model first, so
+      // that the old weights go once no other slot runs on them.
+      slot.model.reset();
+      base_ = std::make_shared<OpenedModel>(open_());
+      slot.model = base_;
+    } else {
+      slot.model = std::make_shared<OpenedModel>(open_sequence(*base_));
+    }
   } catch (...) {
+    if (!slot.model) slot.model = base_;
   }
 }
 

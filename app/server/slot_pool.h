@@ -1,6 +1,7 @@
-// The server's slots: `--parallel N` copies of the model, each with its own KV cache and
-// the tokens it holds, so N requests generate at once and a conversation that comes back
-// finds its earlier turns still cached. A request takes the free slot whose cache shares
+// The server's slots: `--parallel N` sequences on one load of the model's weights
+// (ModelWeights), each with its own KV cache and the tokens it holds, so N requests
+// generate at once (their steps take turns on the backend) and a conversation that
+// comes back finds its earlier turns still cached. A request takes the free slot whose cache shares
 // the longest prefix with its prompt; beyond N running requests, up to `max_queue` wait
 // for a slot and the rest are refused (the server answers 503).
 #pragma once
@@ -18,13 +19,14 @@ namespace fafo::server {
 
 struct Slot {
   int index = 0;
-  std::unique_ptr<OpenedModel> model;
+  std::shared_ptr<OpenedModel> model;
   std::vector<int32_t> cached;  // the tokens the KV cache holds, in order
 };
 
 class SlotPool {
  public:
-  // Opens `n` copies of the model (`open` is called n times); throws what it throws.
+  // Opens the model once (`open`) and makes n sequences on its weights; throws what
+  // `open` or a KV cache that does not fit throws.
   SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open);
 
   class Lease {
@@ -48,19 +50,23 @@ class SlotPool {
   // an empty lease when `max_queue` requests already wait.
   Lease acquire(const std::vector<int32_t>& prompt);
 
-  // Opens the slot's model again (after a lost device or a changed file); on failure the
-  // slot keeps its model, whose next request fails with the same error.
+  // After a lost device or a changed file: loads the model again (`open`) when the
+  // slot's weights are the current ones, and makes the slot a sequence on the current
+  // weights; every other slot moves to them when it is next leased. On failure the slot
+  // keeps its model, whose next request fails with the same error.
   void reopen(Slot& slot);
 
   int size() const { return static_cast<int>(slots_.size()); }
   int max_queue() const { return max_queue_; }
   int busy() const;
   int waiting() const;
-  // The first slot's model (for names, the template, the context size).
-  const OpenedModel& model() const { return *slots_.front()->model; }
+  // The model the slots' weights were loaded by (for names, the template, the context size).
+  const OpenedModel& model() const;
 
  private:
   void give_back(Slot* slot);
+  // Makes a leased slot a sequence on the current weights if it is not one.
+  void refresh(Slot& slot);
 
   std::function<OpenedModel()> open_;
   std::vector<std::unique_ptr<Slot>> slots_;
@@ -69,6 +75,8 @@ class SlotPool {
   int waiting_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable freed_;
+  std::shared_ptr<OpenedModel> base_;  // loaded the current weights (a slot's model, or one a slot had)
+  mutable std::mutex base_mutex_;
 };
 
 // The length of the longest common prefix of two token lists.

@@ -222,7 +222,6 @@ class OpsBackend final : public Backend, public StepAccess {
   OpsBackend(std::unique_ptr<Device> device, std::string name, std::string describe)
       : device_(std::move(device)), name_(std::move(name)), describe_(std::move(describe)) {}
   ~OpsBackend() override {
-    kv_.reset();
     weights_.clear();
     activations_.clear();
   }
@@ -267,18 +266,20 @@ class OpsBackend final : public Backend, public StepAccess {
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
 
-  KvCache& create_kv_cache(const KvCacheShape& shape) override {
+  std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override {
     if (shape.latent())
       throw std::invalid_argument("the " + name() + " backend cannot run multi-head latent attention (MLA) models yet");
-    kv_.reset();
-    kv_ = std::make_unique<OpsKvCache<Device>>(shape, *device_, *this);
-    return *kv_;
+    auto kv = std::make_unique<OpsKvCache<Device>>(shape, *device_, *this);
+    const KvCache* made = kv.get();
+    kv->set_owner(this, [this, made] {
+      if (kv_ == made) kv_ = nullptr;
+    });
+    return kv;
   }
-  KvCache* kv_cache() override { return kv_.get(); }
 
   // --- a step ---
-  void begin_step(const StepBatch& batch) override {
-    if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
+  void begin_step(const StepBatch& batch, KvCache& cache) override {
+    kv_ = &own_kv_cache<OpsKvCache<Device>>(*this, cache);
     check_step_fits(batch, kv_->capacity(), max_step_rows_);
     batch_ = &batch;
     gathered_rows_.clear();
@@ -505,7 +506,7 @@ class OpsBackend final : public Backend, public StepAccess {
   std::vector<StoredWeight> weights_;
   std::vector<StoredActivation> activations_;
   int64_t max_step_rows_ = 0;
-  std::unique_ptr<OpsKvCache<Device>> kv_;
+  OpsKvCache<Device>* kv_ = nullptr;  // the cache of the step begun last
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_,

@@ -138,19 +138,21 @@ class Backend {
     (void)cols;
     return std::numeric_limits<int64_t>::max();
   }
-  // Creates the KV cache (replacing any earlier one): for each of shape.n_layer layers,
-  // shape.capacity entries of shape.kv_dim keys and values stored as shape.type (a
-  // latent cache's per-layer widths instead; backends without latent_attention throw
-  // std::invalid_argument for one). The
-  // backend owns it; kv_cache() returns it (nullptr before the first call). Throws
-  // std::runtime_error when it does not fit, naming the sizes.
-  virtual KvCache& create_kv_cache(const KvCacheShape& shape) = 0;
-  virtual KvCache* kv_cache() = 0;
+  // Creates a KV cache: for each of shape.n_layer layers, shape.capacity entries of
+  // shape.kv_dim keys and values stored as shape.type (a latent cache's per-layer
+  // widths instead; backends without latent_attention throw std::invalid_argument for
+  // one). The caller owns it and must destroy it before the backend; a backend holds
+  // any number of caches (one per sequence on shared weights) and each step computes
+  // over the one begin_step names. Throws std::runtime_error when it does not fit,
+  // naming the sizes.
+  virtual std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) = 0;
 
   // --- a step -----------------------------------------------------------------------
-  // Starts a step over `batch`; activations used in it get batch.size() rows. Needs
-  // the KV cache: the step's keys and values go to slots batch.n_past() onward.
-  virtual void begin_step(const StepBatch& batch) = 0;
+  // Starts a step over `batch` and the KV cache `kv` (one this backend made; else
+  // std::invalid_argument); activations used in it get batch.size() rows. The step's
+  // keys and values go to slots batch.n_past() onward of `kv`, and its attention reads
+  // `kv`.
+  virtual void begin_step(const StepBatch& batch, KvCache& kv) = 0;
   // out[i] = table row batch.tokens()[i], dequantized.
   virtual void embed(const Weight& table, Activation& out) = 0;
   // out = x / rms(x) * gain, per row.
@@ -198,7 +200,7 @@ class Backend {
   virtual bool fuses_qkv(TensorType /*type*/, int64_t /*q_rows*/, int64_t /*kv_rows*/, int64_t /*cols*/) const {
     return false;
   }
-  // With fuses_qkv: the values of rope(queries), rope(keys), kv_cache()->store(layer,
+  // With fuses_qkv: the values of rope(queries), rope(keys), the step's cache's store(layer,
   // keys, values) and, when the cache asks for rows (KvCache::captured_rows),
   // capture_queries(layer, queries), where queries, keys and values are qkv's
   // n_head * head_dim, kv_dim and kv_dim columns in that order. The keys in qkv may be
@@ -304,6 +306,15 @@ class Backend {
   std::optional<FaultPlan> fault_;
   int64_t steps_since_fault_plan_ = 0;
 };
+
+// What a backend's begin_step computes with: `kv` as the backend's own cache type.
+// Throws std::invalid_argument when another backend made it.
+template <class Cache>
+Cache& own_kv_cache(const Backend& backend, KvCache& kv) {
+  if (kv.owner() != &backend)
+    throw std::invalid_argument("begin_step: the KV cache was made by another backend than " + backend.name());
+  return static_cast<Cache&>(kv);
+}
 
 // The checks a device backend's begin_step and embed make: std::length_error when a
 // step needs KV slots past `kv_capacity` or more rows than its activations hold

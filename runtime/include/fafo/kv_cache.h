@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@
 namespace fafo {
 
 struct Activation;
+class Backend;
 
 // What the KV cache stores. F16 halves its memory and the bytes attention reads; every
 // backend rounds keys and values to fp16 (nearest even) as they are stored, so all
@@ -60,15 +62,26 @@ using SlotPairs = std::vector<std::pair<int32_t, int32_t>>;
 
 class KvCache {
  public:
-  virtual ~KvCache() = default;
+  virtual ~KvCache() {
+    if (on_destroy_) on_destroy_();
+  }
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
   const KvCacheShape& shape() const { return shape_; }
   int32_t capacity() const { return shape_.capacity; }
 
+  // The backend that made the cache (Backend::create_kv_cache): only its steps compute
+  // with it, and the cache must be destroyed before it. `on_destroy` runs when the
+  // cache is destroyed (the backend's memory accounting). For backends.
+  const Backend* owner() const { return owner_; }
+  void set_owner(const Backend* owner, std::function<void()> on_destroy) {
+    owner_ = owner;
+    on_destroy_ = std::move(on_destroy);
+  }
+
   // --- storage (implemented by each backend) ----------------------------------------
-  // In a step (between Backend::begin_step and finish_step): writes the step's k and v
+  // In a step over this cache (between Backend::begin_step and finish_step): writes the step's k and v
   // rows (batch.size() rows of key_dim(layer) and value_dim(layer)) into layer `layer`
   // at slots n_past + i.
   virtual void store(int32_t layer, const Activation& k, const Activation& v) = 0;
@@ -126,6 +139,8 @@ class KvCache {
   }
 
   KvCacheShape shape_;
+  const Backend* owner_ = nullptr;
+  std::function<void()> on_destroy_;
   KvLayout layout_;
   int32_t dense_layers_ = 0;
   int64_t exchanges_ = 0;

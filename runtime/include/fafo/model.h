@@ -1,7 +1,8 @@
-// A Llama-family model loaded from GGUF onto a backend, and its forward pass.
-//
-// Supported architectures: `llama` (Llama 2/3/3.1/3.2, Mistral, TinyLlama, SmolLM) and
-// `qwen2` (QKV bias, NEOX RoPE). The model owns the backend and the KV cache.
+// A Llama-family model as decoding uses it: one sequence (its KV cache, the committed
+// context, the KV policy) over ModelWeights (fafo/model_weights.h: the file, the
+// backend-resident weights and the forward pass), which any number of Models may share.
+// Models on the same weights may be used from different threads: each step (and each
+// use of the cache) holds the weights' step lock.
 #pragma once
 
 #include <cstdint>
@@ -17,40 +18,11 @@
 #include "fafo/gguf.h"
 #include "fafo/kv_layout.h"
 #include "fafo/kv_policy.h"
+#include "fafo/model_weights.h"
 #include "fafo/step_batch.h"
 #include "fafo/step_cost_cache.h"
 
 namespace fafo {
-
-struct ModelConfig {
-  std::string arch;          // "llama" or "qwen2"
-  std::string name;          // general.name
-  int32_t n_layer = 0;
-  int32_t n_embd = 0;
-  int32_t n_head = 0;
-  int32_t n_head_kv = 0;
-  int32_t head_dim = 0;
-  int32_t n_ff = 0;
-  int32_t n_vocab = 0;
-  int32_t n_ctx_train = 0;
-  float rms_eps = 1e-5f;
-  RopeParams rope;
-  std::string rope_scaling;  // "none" or "linear" (rope.freq_scale); per-pair factors come from rope_freqs.weight
-  bool tied_embeddings = false;
-  bool qkv_bias = false;
-  // Multi-head latent attention (a file fafo-care made; fafo.mla.* keys): each layer
-  // caches a latent key of mla_rank_k[l] and a latent value of mla_rank_v[l] floats per
-  // token instead of kv_dim each. Empty: plain attention.
-  std::vector<int32_t> mla_rank_k, mla_rank_v;
-  std::string mla_method;  // "care" or "svd" (fafo.mla.method)
-  bool mla() const { return !mla_rank_k.empty(); }
-
-  // Reads and validates the hyperparameters; throws GgufError naming the key.
-  static ModelConfig from_gguf(const GgufFile& file);
-  int32_t kv_dim() const { return n_head_kv * head_dim; }
-  // Floats the KV cache holds per token over all layers (keys and values).
-  int64_t kv_floats_per_token() const;
-};
 
 struct ModelOptions {
   int32_t n_ctx = 0;  // KV cache length; 0 uses min(context length of the model, 4096)
@@ -59,21 +31,28 @@ struct ModelOptions {
 
 class Model {
  public:
-  // Validates the file (architecture, hyperparameters, every tensor's presence, type
-  // and shape) and uploads the weights. Throws GgufError / std::runtime_error.
+  // Loads the weights (ModelWeights) and makes this model the first sequence on them.
+  // Throws GgufError / std::runtime_error.
   Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend, const ModelOptions& options = {});
+  // Another sequence on loaded weights: its own KV cache (options.n_ctx entries of
+  // options.kv_type) and context; nothing is loaded again. Throws std::runtime_error
+  // when the cache does not fit.
+  explicit Model(std::shared_ptr<ModelWeights> weights, const ModelOptions& options = {});
   ~Model();
 
   // Tokens one step may hold at most.
-  static constexpr int32_t kMaxStepTokens = 512;
+  static constexpr int32_t kMaxStepTokens = ModelWeights::kMaxStepTokens;
 
-  const ModelConfig& config() const { return config_; }
-  Backend& backend() { return *backend_; }
-  const GgufFile& file() const { return *file_; }
+  const ModelConfig& config() const { return weights_->config(); }
+  Backend& backend() { return weights_->backend(); }
+  const GgufFile& file() const { return weights_->file(); }
+  // The weights this sequence runs on (shared with any other sequence on them).
+  const std::shared_ptr<ModelWeights>& weights() const { return weights_; }
   int32_t n_ctx() const { return n_ctx_; }
+  KvCacheType kv_type() const { return kv_->shape().type; }
   // The most rows one step may want logits for (the step itself may be longer): 512,
   // or fewer where a device buffer cannot hold 512 rows of n_vocab logits.
-  int32_t max_logit_rows() const { return max_logit_rows_; }
+  int32_t max_logit_rows() const { return weights_->max_logit_rows(); }
 
   // Committed KV entries (the length of the context the next step continues).
   int32_t n_past() const { return n_past_; }
@@ -109,7 +88,7 @@ class Model {
   // asked for), for scoring outside a policy (SpecPC).
   std::unique_ptr<KvInspector> inspector();
   const KvLayout& kv_layout() const { return kv_->layout(); }
-  // The backend's KV cache this model computes with.
+  // This sequence's KV cache (its own; the backend computes with it in this model's steps).
   KvCache& kv_cache() { return *kv_; }
   // Tells the policy that the prompt (the first n_past() entries) is complete.
   void end_prefill();
@@ -122,7 +101,7 @@ class Model {
   // Only on backends that execute each op at once (Backend::executes_immediately) and
   // without fused attention projections; throws std::invalid_argument otherwise. An
   // empty function turns it off.
-  using AttentionInputTap = std::function<void(int32_t layer, const float* rows, int64_t n_rows, int64_t n_embd)>;
+  using AttentionInputTap = ModelWeights::AttentionInputTap;
   void set_attention_input_tap(AttentionInputTap tap);
   // Total KV entries exchanged between the region and the rest so far.
   int64_t kv_swaps() const { return kv_->exchanges(); }
@@ -136,34 +115,27 @@ class Model {
   // The on-disk cache this model's curve is kept in between runs (open_model sets it);
   // a curve it holds becomes step_costs().
   void set_step_cost_cache(std::optional<StepCostCache> cache);
+  const std::optional<StepCostCache>& step_cost_cache() const { return step_cost_cache_; }
   // And what its controller learned in earlier generations (steps and yields).
   AutoMemory& auto_memory() { return auto_memory_; }
 
  private:
+  // The checks, then the forward pass up to finish_step (the caller holds the step lock).
   void record_step(StepBatch& batch);
   // The backend's finish_step, then GgufFile::check_intact (record_step checks first).
   void finish_step();
-  struct Weights;
-  struct Buffers;
-  std::shared_ptr<const GgufFile> file_;
-  std::unique_ptr<Backend> backend_;
-  ModelConfig config_;
-  std::unique_ptr<Weights> weights_;
-  std::unique_ptr<Buffers> buffers_;
   void after_commit();
   // Throws unless the last step's row `row` sits at position n_past() + k (MLA models).
   void check_committed_position(int32_t row, int32_t k) const;
-  // Hands the step's attention inputs of `layer` (rows rows of xn) to tap_.
-  void tap_attention_input(int32_t layer, int32_t rows);
   class Inspector;
 
+  std::shared_ptr<ModelWeights> weights_;
+  std::unique_ptr<KvCache> kv_;  // declared after weights_: destroyed before the backend
   int32_t n_ctx_ = 0;
-  int32_t max_logit_rows_ = 0;
   int32_t n_past_ = 0;
   int32_t last_step_size_ = 0;
   std::vector<int32_t> last_positions_;  // of the last step's tokens (an MLA model checks what it commits)
   AttentionInputTap tap_;
-  KvCache* kv_ = nullptr;  // owned by backend_
   std::unique_ptr<KvPolicy> policy_;
   bool drop_ = false;
   int32_t prompt_end_ = 0;

@@ -47,10 +47,16 @@ struct OpenedModel {
 // ChatTemplateError for a chat template choice that cannot be used.
 OpenedModel open_model(const OpenOptions& options);
 
+// Another sequence on `opened`'s weights: a Model with its own KV cache (the same
+// context length and cache type), context and step-cost cache, beside the same file,
+// a tokenizer of the same vocabulary and the same chat template. Nothing is loaded
+// again. Throws std::runtime_error when the cache does not fit.
+OpenedModel open_sequence(const OpenedModel& opened);
+
 // For strategy draft, or when `also_needed` (SpecKV's lookahead or SpecPC use it:
 // scoring_uses_draft_model, fafo/generator.h), else it closes any: opens
-// decoding.draft_model_path ("self": target.path again, a model of its own with its
-// own KV cache) as the draft model, on decoding.draft_backend /
+// decoding.draft_model_path ("self": a second sequence on the target's weights, with
+// its own KV cache, unless another backend or device is asked for) as the draft model, on decoding.draft_backend /
 // draft_device (empty: the target's), with the target's context length and cache type,
 // into decoding.draft_model. An empty path closes it. Throws std::runtime_error when its
 // vocabulary differs from `target_vocab` (naming the first difference), and what

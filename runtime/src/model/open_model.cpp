@@ -64,6 +64,15 @@ OpenedModel open_model(const OpenOptions& options) {
   return {std::move(file), std::move(model), std::move(tokenizer), std::move(chat)};
 }
 
+OpenedModel open_sequence(const OpenedModel& opened) {
+  ModelOptions options;
+  options.n_ctx = opened.model->n_ctx();
+  options.kv_type = opened.model->kv_type();
+  auto model = std::make_unique<Model>(opened.model->weights(), options);
+  model->set_step_cost_cache(opened.model->step_cost_cache());
+  return {opened.file, std::move(model), std::make_unique<Tokenizer>(opened.tokenizer->vocab()), opened.chat};
+}
+
 std::string vocabulary_difference(const Vocab& target, const Vocab& draft) {
   if (target.size() != draft.size())
     return "the target has " + std::to_string(target.size()) + " tokens, the draft model " + std::to_string(draft.size());
@@ -96,6 +105,14 @@ void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, cons
   o.n_ctx = target_model.n_ctx();
   o.kv_type = target.kv_type;
   o.cache_dir = "off";
+  if (decoding.draft_model_path == "self" && decoding.draft_backend.empty() && decoding.draft_device.empty()) {
+    // The target drafting for itself: a second sequence on the loaded weights.
+    ModelOptions options;
+    options.n_ctx = target_model.n_ctx();
+    options.kv_type = target.kv_type;
+    decoding.draft_model = std::make_shared<Model>(target_model.weights(), options);
+    return;
+  }
   OpenedModel draft = open_model(o);
   if (const std::string why = vocabulary_difference(target_vocab, draft.tokenizer->vocab()); !why.empty())
     throw std::runtime_error(o.path + ": the draft model's vocabulary differs from the target's: " + why +

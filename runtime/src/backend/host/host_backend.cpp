@@ -63,37 +63,49 @@ class HostBackend final : public Backend, public StepRows {
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
 
-  KvCache& create_kv_cache(const KvCacheShape& shape) override {
+  std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override {
     check_usable();
-    if (kv_) memory_in_use_ -= kv_bytes_;
-    kv_.reset();
-    kv_bytes_ = 0;
     shape.validate();
     // A latent cache also needs the keys and values latent_attention recovers (every
     // slot of one layer at a time; the values only for layers that do not absorb their
-    // up-projection, counted all the same).
+    // up-projection, counted all the same): one buffer of each for the backend, sized
+    // for its largest latent cache.
     const uint64_t recovered = shape.latent() ? 2ull * sizeof(float) * static_cast<uint64_t>(shape.capacity) *
                                                     static_cast<uint64_t>(shape.kv_dim)
                                               : 0;
     const uint64_t bytes =
         sizeof(float) * static_cast<uint64_t>(shape.capacity) * static_cast<uint64_t>(shape.floats_per_entry()) + recovered;
     count_memory(bytes, "the KV cache");
-    kv_bytes_ = bytes;
-    kv_ = std::make_unique<HostKvCache>(shape, *this);
-    const size_t recovered_floats = recovered / 2 / sizeof(float);
-    latent_keys_.assign(recovered_floats, 0.0f);
-    latent_values_.assign(recovered_floats, 0.0f);
-    return *kv_;
+    std::unique_ptr<HostKvCache> kv;
+    try {
+      kv = std::make_unique<HostKvCache>(shape, *this);
+    } catch (...) {
+      memory_in_use_ -= bytes;
+      throw;
+    }
+    const KvCache* made = kv.get();
+    kv->set_owner(this, [this, bytes, made] {
+      memory_in_use_ -= bytes;
+      if (kv_ == made) kv_ = nullptr;
+    });
+    return kv;
   }
-  KvCache* kv_cache() override { return kv_.get(); }
 
-  void begin_step(const StepBatch& batch) override {
+  void begin_step(const StepBatch& batch, KvCache& cache) override {
     check_usable();
-    if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
+    HostKvCache& kv = own_kv_cache<HostKvCache>(*this, cache);
     gathered_rows_.clear();
-    if (batch.n_past() + batch.size() > kv_->capacity())
+    if (batch.n_past() + batch.size() > kv.capacity())
       throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
-                              " but the cache holds " + std::to_string(kv_->capacity()));
+                              " but the cache holds " + std::to_string(kv.capacity()));
+    if (kv.shape().latent()) {
+      const size_t recovered = static_cast<size_t>(kv.capacity()) * static_cast<size_t>(kv.shape().kv_dim);
+      if (latent_keys_.size() < recovered) {
+        latent_keys_.assign(recovered, 0.0f);
+        latent_values_.assign(recovered, 0.0f);
+      }
+    }
+    kv_ = &kv;
     batch_ = &batch;
   }
 
@@ -446,7 +458,7 @@ class HostBackend final : public Backend, public StepRows {
 
   std::vector<ZeroedFloats> activations_;
   std::vector<int64_t> activation_rows_;
-  std::unique_ptr<HostKvCache> kv_;
+  HostKvCache* kv_ = nullptr;  // the cache of the step begun last
   std::vector<float> latent_keys_, latent_values_;  // latent_attention's recovered keys and values
   std::unordered_map<int32_t, int64_t> gathered_rows_;
   const StepBatch* batch_ = nullptr;
@@ -454,7 +466,6 @@ class HostBackend final : public Backend, public StepRows {
   TopK top_k_;
   uint64_t memory_limit_ = 0;  // 0: none
   uint64_t memory_in_use_ = 0;
-  uint64_t kv_bytes_ = 0;
   bool lost_ = false;
 };
 

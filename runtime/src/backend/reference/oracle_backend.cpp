@@ -49,11 +49,8 @@ class OracleBackend final : public Backend {
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
 
-  KvCache& create_kv_cache(const KvCacheShape& shape) override {
+  std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override {
     check_usable();
-    memory_in_use_ -= kv_bytes_;
-    kv_.reset();
-    kv_bytes_ = 0;
     shape.validate();
     // A latent cache also holds one layer's recovered keys and values (every slot).
     const uint64_t recovered = shape.latent() ? 2ull * sizeof(float) * static_cast<uint64_t>(shape.capacity) *
@@ -67,13 +64,22 @@ class OracleBackend final : public Backend {
                                format_bytes(bytes) + ", more than this machine's memory (" +
                                format_bytes(static_cast<uint64_t>(have)) + "); use a smaller --ctx-size");
     count_memory(bytes, "the KV cache");
-    kv_bytes_ = bytes;
-    kv_ = std::make_unique<ReferenceKvCache>(
-        shape, [this]() -> const StepBatch& { return *batch_; },
-        [this](const Activation& a) -> const float* { return activations_.at(static_cast<size_t>(a.id)).data(); });
-    return *kv_;
+    std::unique_ptr<ReferenceKvCache> kv;
+    try {
+      kv = std::make_unique<ReferenceKvCache>(
+          shape, [this]() -> const StepBatch& { return *batch_; },
+          [this](const Activation& a) -> const float* { return activations_.at(static_cast<size_t>(a.id)).data(); });
+    } catch (...) {
+      memory_in_use_ -= bytes;
+      throw;
+    }
+    const KvCache* made = kv.get();
+    kv->set_owner(this, [this, bytes, made] {
+      memory_in_use_ -= bytes;
+      if (kv_ == made) kv_ = nullptr;
+    });
+    return kv;
   }
-  KvCache* kv_cache() override { return kv_.get(); }
 
   void set_memory_limit(uint64_t bytes) override {
     if (memory_in_use_ > 0) throw std::logic_error("set_memory_limit after memory was allocated");
@@ -83,13 +89,14 @@ class OracleBackend final : public Backend {
 
   // --- a step ---
 
-  void begin_step(const StepBatch& batch) override {
+  void begin_step(const StepBatch& batch, KvCache& cache) override {
     check_usable();
-    if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
-    if (batch.n_past() + batch.size() > kv_->capacity())
+    ReferenceKvCache& kv = own_kv_cache<ReferenceKvCache>(*this, cache);
+    if (batch.n_past() + batch.size() > kv.capacity())
       throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
-                              " but the cache holds " + std::to_string(kv_->capacity()));
+                              " but the cache holds " + std::to_string(kv.capacity()));
     gathered_.clear();
+    kv_ = &kv;
     batch_ = &batch;
   }
 
@@ -291,14 +298,13 @@ class OracleBackend final : public Backend {
 
   std::vector<Stored> weights_;
   std::vector<std::vector<float>> activations_;
-  std::unique_ptr<ReferenceKvCache> kv_;
+  ReferenceKvCache* kv_ = nullptr;  // the cache of the step begun last
   std::unordered_map<int32_t, int64_t> gathered_;
   const StepBatch* batch_ = nullptr;
   std::vector<int32_t> argmax_;
   TopK top_k_;
   uint64_t memory_limit_ = 0;  // 0: none
   uint64_t memory_in_use_ = 0;
-  uint64_t kv_bytes_ = 0;
   bool lost_ = false;
 };
 

@@ -94,10 +94,7 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   ReplayCounts replay_counts() const { return ReplayCounts{encoder_.steps(), encoder_.replayed()}; }
 
-  ~VulkanBackend() override {
-    encoder_.abandon();
-    kv_.reset();
-  }
+  ~VulkanBackend() override { encoder_.abandon(); }
 
   std::string name() const override { return "vulkan"; }
   // The weight kernels' summation trees, rms_norm, silu and the attention softmax are
@@ -173,23 +170,27 @@ class VulkanBackend final : public Backend, public StepTarget {
     return Activation{static_cast<int32_t>(activations_.size() - 1), max_rows, cols};
   }
 
-  KvCache& create_kv_cache(const KvCacheShape& shape) override {
-    encoder_.abandon();
-    kv_.reset();
-    rope_positions_.release();  // made for the old cache's capacity
-    kv_ = std::make_unique<VulkanKvCache>(
+  std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override {
+    auto kv = std::make_unique<VulkanKvCache>(
         shape, KvCacheServices{context_, kernels_, transfer_, descriptors_, allocator_, *this});
-    encoder_.reserve(shape.capacity);
-    return *kv_;
+    encoder_.reserve(shape.capacity);  // grows the step inputs for the longest cache's order
+    max_capacity_ = std::max(max_capacity_, shape.capacity);
+    const KvCache* made = kv.get();
+    kv->set_owner(this, [this, made] {
+      if (kv_ != made) return;
+      encoder_.abandon();  // a step recorded over it is not submitted
+      kv_ = nullptr;
+    });
+    return kv;
   }
-  KvCache* kv_cache() override { return kv_.get(); }
 
   // --- a step -----------------------------------------------------------------------
-  void begin_step(const StepBatch& batch) override {
+  void begin_step(const StepBatch& batch, KvCache& cache) override {
     check_usable();
-    if (!kv_) throw std::logic_error("begin_step before create_kv_cache");
-    check_step_fits(batch, kv_->capacity(), max_step_rows_);
-    encoder_.begin(batch, kv_->full_order());
+    VulkanKvCache& kv = own_kv_cache<VulkanKvCache>(*this, cache);
+    check_step_fits(batch, kv.capacity(), max_step_rows_);
+    kv_ = &kv;
+    encoder_.begin(batch, kv.full_order());
   }
 
   void embed(const Weight& table, Activation& out) override {
@@ -276,7 +277,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
   void rope_store(int32_t layer, Activation& qkv, const AttentionShape& s, const RopeParams& p) override {
-    if (!kv_) throw std::logic_error("rope_store before create_kv_cache");
+    if (!kv_) throw std::logic_error("rope_store outside a step");
     if (kv_->shape().latent()) throw std::invalid_argument("rope_store: the KV cache is latent (MLA models store latents)");
     const int64_t q_cols = int64_t{s.n_head} * s.head_dim, kv_dim = kv_->shape().kv_dim;
     if (int64_t{s.n_head_kv} * s.head_dim != kv_dim || qkv.cols != q_cols + 2 * kv_dim)
@@ -304,7 +305,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
-    if (!kv_) throw std::logic_error("attention before create_kv_cache");
+    if (!kv_) throw std::logic_error("attention outside a step");
     if (kv_->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
     attend(layer, q, s, kv_->keys(layer), kv_->values(layer), kv_->f16(), out);
   }
@@ -321,7 +322,7 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
                         const Weight& v_up, const RopeParams& rope, Activation& out) override {
-    if (!kv_) throw std::logic_error("latent_attention before create_kv_cache");
+    if (!kv_) throw std::logic_error("latent_attention outside a step");
     const KvCacheShape& shape = kv_->shape();
     check_latent_attention(shape, layer, k_up, v_up);
     const DeviceWeight& ku = weight(k_up);
@@ -350,7 +351,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     a.rank = static_cast<uint32_t>(rk);
     a.words = kv_->key_words(layer);
     a.n_pairs = static_cast<uint32_t>(rope.n_dims / 2);
-    const Buffer& positions = rope_positions_.get(rope, shape.capacity);
+    const Buffer& positions = rope_positions_.get(rope, max_capacity_);  // one table for every cache
     const Buffer& rows = encoder_.rope_table(rope);
     kernels_.latent_expand(step(), kv_->keys(layer), ku.parts.front().buffer, encoder_.step_info(), &positions, &rows,
                            kv_->recovered_keys(), a);
@@ -608,7 +609,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   DescriptorCache descriptors_;
   Transfer transfer_;
   Allocator allocator_;
-  PositionRopeTable rope_positions_;  // latent_attention's cos/sin of every position of the cache
+  PositionRopeTable rope_positions_;  // latent_attention's cos/sin of every position of the longest cache
   uint64_t max_range_ = 0;
   bool fuse_qkv_ = true;
   bool fuse_norm_ = true;
@@ -618,7 +619,8 @@ class VulkanBackend final : public Backend, public StepTarget {
   std::vector<DeviceWeight> weights_;
   std::vector<DeviceActivation> activations_;
   int64_t max_step_rows_ = 0;
-  std::unique_ptr<VulkanKvCache> kv_;
+  VulkanKvCache* kv_ = nullptr;  // the cache of the step begun last
+  int32_t max_capacity_ = 0;     // of the caches made
 
   Buffer partials_;
   uint64_t partials_floats_ = 0;

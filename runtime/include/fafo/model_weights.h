@@ -1,0 +1,111 @@
+// The part of a model that sequences share: the file, its hyperparameters, the weights
+// resident on one backend, one step's activations, and the forward pass written once
+// against the Backend interface. Immutable after loading; a Model (fafo/model.h) is one
+// sequence over it (its own KV cache and context), and any number of them may share one
+// ModelWeights: the server's slots, a model drafting for itself, the studio's views.
+//
+// Supported architectures: `llama` (Llama 2/3/3.1/3.2, Mistral, TinyLlama, SmolLM) and
+// `qwen2` (QKV bias, NEOX RoPE).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fafo/backend.h"
+#include "fafo/gguf.h"
+#include "fafo/kv_cache.h"
+#include "fafo/step_batch.h"
+
+namespace fafo {
+
+struct ModelConfig {
+  std::string arch;          // "llama" or "qwen2"
+  std::string name;          // general.name
+  int32_t n_layer = 0;
+  int32_t n_embd = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  int32_t n_ff = 0;
+  int32_t n_vocab = 0;
+  int32_t n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  RopeParams rope;
+  std::string rope_scaling;  // "none" or "linear" (rope.freq_scale); per-pair factors come from rope_freqs.weight
+  bool tied_embeddings = false;
+  bool qkv_bias = false;
+  // Multi-head latent attention (a file fafo-care made; fafo.mla.* keys): each layer
+  // caches a latent key of mla_rank_k[l] and a latent value of mla_rank_v[l] floats per
+  // token instead of kv_dim each. Empty: plain attention.
+  std::vector<int32_t> mla_rank_k, mla_rank_v;
+  std::string mla_method;  // "care" or "svd" (fafo.mla.method)
+  bool mla() const { return !mla_rank_k.empty(); }
+
+  // Reads and validates the hyperparameters; throws GgufError naming the key.
+  static ModelConfig from_gguf(const GgufFile& file);
+  int32_t kv_dim() const { return n_head_kv * head_dim; }
+  // Floats the KV cache holds per token over all layers (keys and values).
+  int64_t kv_floats_per_token() const;
+};
+
+class ModelWeights {
+ public:
+  // Validates the file (architecture, hyperparameters, every tensor's presence, type
+  // and shape), uploads the weights and allocates one step's activations. Throws
+  // GgufError / std::runtime_error.
+  ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend);
+  ~ModelWeights();
+  ModelWeights(const ModelWeights&) = delete;
+  ModelWeights& operator=(const ModelWeights&) = delete;
+
+  // Tokens one step may hold at most.
+  static constexpr int32_t kMaxStepTokens = 512;
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() { return *backend_; }
+  const Backend& backend() const { return *backend_; }
+  const GgufFile& file() const { return *file_; }
+  const std::shared_ptr<const GgufFile>& shared_file() const { return file_; }
+  // The most rows one step may want logits for (the step itself may be longer): 512,
+  // or fewer where a device buffer cannot hold 512 rows of n_vocab logits.
+  int32_t max_logit_rows() const { return max_logit_rows_; }
+  // The KV cache shape of a sequence of `n_ctx` entries stored as `type`.
+  KvCacheShape kv_cache_shape(int32_t n_ctx, KvCacheType type) const;
+
+  // The backend runs one step at a time, and the step's activations are shared: a
+  // sequence holds this lock from begin_step until it has read the step's results, and
+  // around anything else that uses the backend (its cache's exchanges, moves, reads).
+  // Recursive, so a policy called inside such a section may read keys.
+  std::recursive_mutex& step_mutex() const { return step_mutex_; }
+
+  // --- the forward pass (callers hold step_mutex()) ---------------------------------
+  // Calls `tap(layer, rows, n_rows, n_embd)` with each layer's attention input.
+  using AttentionInputTap = std::function<void(int32_t layer, const float* rows, int64_t n_rows, int64_t n_embd)>;
+  // Issues the whole forward pass of `batch` over cache `kv` to the backend, up to (not
+  // including) finish_step; the logits of batch.logit_rows() land in logits().
+  void record_step(const StepBatch& batch, KvCache& kv, const AttentionInputTap& tap);
+  // The logits buffer of the last step (batch.logit_rows().size() rows of n_vocab).
+  const Activation& logits() const;
+  // Why the attention inputs cannot be shown on this backend ("" when they can).
+  std::string why_no_attention_input_tap() const;
+  // An MLA model's latent keys `stored` (count x rank of layer `layer`) as the keys of
+  // logical entries first.. (count x kv_dim, rotated at their positions).
+  std::vector<float> recover_keys(int32_t layer, const std::vector<float>& stored, int32_t first, int32_t count) const;
+
+ private:
+  struct Weights;
+  struct Buffers;
+  std::shared_ptr<const GgufFile> file_;
+  std::unique_ptr<Backend> backend_;
+  ModelConfig config_;
+  std::unique_ptr<Weights> weights_;
+  std::unique_ptr<Buffers> buffers_;
+  int32_t max_logit_rows_ = 0;
+  mutable std::recursive_mutex step_mutex_;
+};
+
+}  // namespace fafo

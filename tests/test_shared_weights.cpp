@@ -1,0 +1,137 @@
+// Sequences on shared weights (fafo/model_weights.h): the weights are loaded once, each
+// sequence (Model) has its own KV cache and context, and sequences used from different
+// threads give, token for token, what each gives alone.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fafo/backend_registry.h"
+#include "fafo/generator.h"
+#include "fafo/open_model.h"
+#include "model_fixtures.h"
+#include "test_support.h"
+
+using namespace fafo;
+
+namespace {
+
+GenerationOptions greedy(Strategy s, int32_t n) {
+  GenerationOptions o;
+  o.n_predict = n;
+  o.sampling.temperature = 0;
+  o.stop_at_end_of_generation = false;
+  o.decoding.strategy = s;
+  return o;
+}
+
+// Loads stories260K on `backend`, or skips the test where that backend has no device.
+std::unique_ptr<test::TestModel> load_on(const std::string& path, const std::string& backend) {
+  try {
+    return std::make_unique<test::TestModel>(test::load_test_model(path, 256, 2, backend));
+  } catch (const std::exception& e) {
+    if (backend == "vulkan") return nullptr;  // no Vulkan device here
+    throw;
+  }
+}
+
+}  // namespace
+
+TEST(SharedWeights, SequencesOnOneLoadGiveTheIdsOfSeparateModelsFromAnyThread) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  for (const std::string backend : {"cpu", "reference", "vulkan"}) {
+    SCOPED_TRACE(backend);
+    const auto base = load_on(model_path.string(), backend);
+    if (!base) continue;
+    const std::vector<int32_t> p1 = base->tokenizer->encode("Lily and Tom went to the park. Lily and Tom went to", true);
+    const std::vector<int32_t> p2 = base->tokenizer->encode("Once upon a time there was a little dog", true);
+    // Alone, on separately loaded models.
+    const auto alone = load_on(model_path.string(), backend);
+    const auto want1 = generate(*alone->model, *alone->tokenizer, p1, greedy(Strategy::Fafo, 40)).ids;
+    const auto want2 = generate(*alone->model, *alone->tokenizer, p2, greedy(Strategy::Lookahead, 40)).ids;
+    ASSERT_EQ(want1.size(), 40u);
+
+    const OpenedModel seq = open_sequence(*base);
+    EXPECT_EQ(seq.model->weights(), base->model->weights());
+    EXPECT_EQ(&seq.model->backend(), &base->model->backend());
+    EXPECT_NE(&seq.model->kv_cache(), &base->model->kv_cache());
+    EXPECT_EQ(seq.model->n_ctx(), base->model->n_ctx());
+    // Both sequences generate at once, three times each: their steps interleave on the
+    // one backend.
+    std::vector<std::vector<int32_t>> got1, got2;
+    std::thread a([&] {
+      for (int r = 0; r < 3; ++r) got1.push_back(generate(*base->model, *base->tokenizer, p1, greedy(Strategy::Fafo, 40)).ids);
+    });
+    std::thread b([&] {
+      for (int r = 0; r < 3; ++r) got2.push_back(generate(*seq.model, *seq.tokenizer, p2, greedy(Strategy::Lookahead, 40)).ids);
+    });
+    a.join();
+    b.join();
+    for (const auto& ids : got1) EXPECT_EQ(ids, want1);
+    for (const auto& ids : got2) EXPECT_EQ(ids, want2);
+    // Each sequence's context is its own.
+    EXPECT_EQ(base->model->n_past(), static_cast<int32_t>(p1.size()) + 39);
+    EXPECT_EQ(seq.model->n_past(), static_cast<int32_t>(p2.size()) + 39);
+  }
+}
+
+TEST(SharedWeights, ASequenceCostsItsKvCacheAndNoWeights) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto base = load_on(model_path.string(), "cpu");
+  Backend& be = base->model->backend();
+  const uint64_t loaded = be.memory_in_use();
+  const uint64_t kv_bytes = static_cast<uint64_t>(base->model->n_ctx()) *
+                            static_cast<uint64_t>(base->model->kv_cache().shape().floats_per_entry()) * sizeof(float);
+  {
+    const OpenedModel s1 = open_sequence(*base);
+    const OpenedModel s2 = open_sequence(*base);
+    EXPECT_EQ(be.memory_in_use(), loaded + 2 * kv_bytes);
+  }
+  EXPECT_EQ(be.memory_in_use(), loaded);  // a destroyed sequence gives its cache back
+  // The weights outlive the first sequence while another runs on them.
+  OpenedModel last = open_sequence(*base);
+  std::shared_ptr<ModelWeights> weights = base->model->weights();
+  const std::vector<int32_t> prompt = base->tokenizer->encode("Once upon a time", true);
+  const auto want = generate(*base->model, *base->tokenizer, prompt, greedy(Strategy::Ar, 16)).ids;
+  base->model.reset();
+  EXPECT_EQ(generate(*last.model, *last.tokenizer, prompt, greedy(Strategy::Ar, 16)).ids, want);
+}
+
+TEST(SharedWeights, AModelDraftingForItselfIsASecondSequence) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  OpenOptions options;
+  options.path = model_path.string();
+  options.backend = BackendSpec{"cpu", "", 2};
+  options.n_ctx = 256;
+  OpenedModel m = open_model(options);
+  GenerationOptions o = greedy(Strategy::Draft, 40);
+  o.decoding.draft_model_path = "self";
+  open_draft_model(o.decoding, options, *m.model, m.tokenizer->vocab());
+  ASSERT_TRUE(o.decoding.draft_model);
+  EXPECT_EQ(o.decoding.draft_model->weights(), m.model->weights());
+  EXPECT_NE(&o.decoding.draft_model->kv_cache(), &m.model->kv_cache());
+  const std::vector<int32_t> prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and Tom", true);
+  const auto drafted = generate(*m.model, *m.tokenizer, prompt, o).ids;
+  EXPECT_EQ(drafted, generate(*m.model, *m.tokenizer, prompt, greedy(Strategy::Ar, 40)).ids);
+  // Another backend for the draft loads the file again.
+  o.decoding.draft_backend = "reference";
+  open_draft_model(o.decoding, options, *m.model, m.tokenizer->vocab());
+  EXPECT_NE(o.decoding.draft_model->weights(), m.model->weights());
+}
+
+TEST(SharedWeights, AStepRefusesACacheAnotherBackendMade) {
+  for (const std::string name : {"cpu", "reference"}) {
+    SCOPED_TRACE(name);
+    auto a = make_backend(BackendSpec{name, "", 1});
+    auto b = make_backend(BackendSpec{name, "", 1});
+    const auto theirs = b->create_kv_cache(KvCacheShape{1, 8, 4});
+    const auto ours = a->create_kv_cache(KvCacheShape{1, 8, 4});
+    StepBatch batch = StepBatch::causal({0}, 0);
+    EXPECT_THROW(a->begin_step(batch, *theirs), std::invalid_argument);
+    EXPECT_NO_THROW(a->begin_step(batch, *ours));
+    a->finish_step();
+  }
+}
