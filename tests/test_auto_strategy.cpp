@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fafo/auto_state.h"
 #include "fafo/auto_strategy.h"
 #include "fafo/generator.h"
 #include "model_fixtures.h"
@@ -204,6 +205,39 @@ TEST(AutoStrategy, GreedyIdsEqualPlainDecodingWhateverItChooses) {
   EXPECT_EQ(measured.ids, ar.ids);
   ASSERT_FALSE(measured.step_costs.empty());
   EXPECT_FALSE(measured.auto_summary.empty());
+}
+
+TEST(AutoStrategy, ItsStateKeepsTheCurveAndWhatItLearnedBetweenGenerations) {
+  // OpenedModel::auto_state, passed as GenerationOptions::auto_state: the curve measured
+  // in one generation is the next one's (not measured again), and what the controller
+  // learned is kept; without a state each generation measures its own.
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  test::TestModel m = test::load_test_model(model_path.string(), 512);
+  const std::vector<int32_t> prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and", true);
+  AutoState state;
+  GenerationOptions o;
+  o.n_predict = 24;
+  o.sampling.temperature = 0;
+  o.decoding.strategy = Strategy::Auto;
+  o.auto_state = &state;
+  const GenerationResult first = generate(*m.model, *m.tokenizer, prompt, o);
+  ASSERT_FALSE(state.step_costs().empty());
+  EXPECT_EQ(first.step_costs.sizes, state.step_costs().sizes);
+  EXPECT_FALSE(state.memory().labels.empty());
+  EXPECT_FALSE(state.memory().context.empty());
+  StepCosts marked = state.step_costs();
+  marked.source = "kept by the test";
+  state.set_step_costs(marked);
+  const GenerationResult second = generate(*m.model, *m.tokenizer, prompt, o);
+  EXPECT_EQ(second.step_costs.source, "kept by the test");
+  EXPECT_EQ(second.ids, first.ids);
+  o.auto_state = nullptr;
+  EXPECT_EQ(generate(*m.model, *m.tokenizer, prompt, o).step_costs.source, "measured");
+  // open_model gives each opened model (and each sequence on its weights) a state.
+  ASSERT_TRUE(m.auto_state);
+  const OpenedModel seq = open_sequence(m);
+  ASSERT_TRUE(seq.auto_state);
+  EXPECT_NE(seq.auto_state.get(), m.auto_state.get());
 }
 
 }  // namespace

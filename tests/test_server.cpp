@@ -236,6 +236,8 @@ TEST(Server, BadRequestsAreErrorObjectsNamingTheField) {
   expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"n", 2}}, 400), "n", "'n' must be 1");
   expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"stop", {1}}}, 400), "stop", "strings");
   expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"strategy", "magic"}}, 400), "strategy", "magic");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"strategy", "draft"}}, 400), "strategy", "--draft-model");
+  expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"strategy", "corpus"}}, 400), "strategy", "--corpus");
   expect_error(post(c, "/v1/completions", {{"prompt", 5}}, 400), "prompt", "string");
   expect_error(post(c, "/v1/chat/completions", {{"messages", user}, {"min_p", 1}}, 400), "min_p", "less than 1");
   std::string deep = "{\"messages\": ";
@@ -412,6 +414,58 @@ TEST(Server, SlotsShareOneLoadOfTheWeights) {
   EXPECT_EQ(pool.model().model->weights(), second);
 }
 
+// A server with a draft model (here the model drafting for itself): loaded once, each
+// slot drafts on its own sequence, and strategy draft gives plain decoding's text.
+TEST(Server, ADraftModelIsLoadedOnceAndEverySlotDraftsWithItsOwnSequence) {
+  REQUIRE_STORIES();
+  const std::string want = plain_completion("Lily and Tom went to the park. Lily and Tom", 24);
+  int draft_loads = 0;
+  SlotPool pool(2, 8, [] { return open_model(stories_options()); }, [&](const OpenedModel& target) {
+    ++draft_loads;
+    DecodingOptions d;
+    d.strategy = Strategy::Draft;
+    d.draft_model_path = "self";
+    open_draft_model(d, stories_options(), *target.model, target.tokenizer->vocab(), true);
+    return d.draft_model;
+  });
+  EXPECT_EQ(draft_loads, 1);
+  {
+    SlotPool::Lease a = pool.acquire({}), b = pool.acquire({});
+    ASSERT_TRUE(a->draft && b->draft);
+    EXPECT_NE(a->draft.get(), b->draft.get());
+    EXPECT_EQ(a->draft->weights(), b->draft->weights());
+  }
+  ServerOptions o;
+  o.port = 0;
+  o.model_name = "stories";
+  o.defaults.sampling = SamplerOptions{0.0f, 40, 0.95f, 0.05f, 7};
+  o.defaults.decoding.strategy = Strategy::Ar;
+  o.defaults.decoding.draft_model_path = "self";
+  Server server(o, pool);
+  const int port = server.bind();
+  std::thread t([&] { server.listen(); });
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  std::vector<std::thread> clients;
+  std::vector<json> got(4);
+  for (size_t i = 0; i < got.size(); ++i)
+    clients.emplace_back([&, i] {
+      httplib::Client ci("127.0.0.1", port);
+      ci.set_read_timeout(60, 0);
+      got[i] = post(ci, "/v1/completions",
+                    {{"prompt", "Lily and Tom went to the park. Lily and Tom"}, {"max_tokens", 24}, {"temperature", 0},
+                     {"strategy", "draft"}},
+                    200);
+    });
+  for (auto& th : clients) th.join();
+  for (const json& j : got) {
+    EXPECT_EQ(j["choices"][0]["text"], want);
+    EXPECT_EQ(j["fafo"]["strategy"], "draft");
+  }
+  server.stop();
+  t.join();
+}
+
 // Stopped before it listens (Ctrl-C while the model loads), or while it starts: the
 // server ends instead of serving on.
 TEST(Server, AStopBeforeOrWhileListeningEndsIt) {
@@ -433,11 +487,23 @@ TEST(Server, AStopBeforeOrWhileListeningEndsIt) {
   }
 }
 
-// 16 clients x 20 requests on 4 slots: no errors; the latency percentiles are printed.
+// 16 clients x 20 requests on 4 slots (8 each under AddressSanitizer, where a request
+// costs ten times as much): no errors; the latency percentiles are printed.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kLoadRequests = 8;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr int kLoadRequests = 8;
+#else
+constexpr int kLoadRequests = 20;
+#endif
+#else
+constexpr int kLoadRequests = 20;
+#endif
 TEST(Server, BoundedLoadHasNoErrors) {
   REQUIRE_STORIES();
   ServerOnLoopback s(4, 64);
-  constexpr int kClients = 16, kRequests = 20;
+  constexpr int kClients = 16, kRequests = kLoadRequests;
   std::atomic<int> errors{0};
   std::vector<double> latencies;
   std::mutex mutex;

@@ -20,7 +20,7 @@ for t in "${targets[@]}"; do
 done
 command -v clang++ >/dev/null || { echo "tools/fuzz.sh: clang++ not found (run tools/setup.sh)" >&2; exit 1; }
 if [ ! -f "$build/CMakeCache.txt" ] || ! grep -q "^FAFO_FUZZ:BOOL=ON" "$build/CMakeCache.txt"; then
-  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DFAFO_FUZZ=ON -DFAFO_VULKAN=OFF -DFAFO_CUDA=OFF
+  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DFAFO_FUZZ=ON -DFAFO_VULKAN=OFF -DFAFO_CUDA=OFF
 fi
 cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}")
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"

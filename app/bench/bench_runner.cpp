@@ -117,8 +117,8 @@ nlohmann::json profile_steps(Model& model, int32_t T, int repetitions,
 }
 
 // Every strategy of config over the same prompts, greedy; rows in config's order.
-std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer, const BenchConfig& config,
-                                        const Printer& out) {
+std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer, AutoState& auto_state,
+                                        const BenchConfig& config, const Printer& out) {
   out("\n%zu prompts, %d new tokens each (greedy):\n", config.prompts.size(), config.n_generate);
   out("| strategy | W | N | G | k | tokens | steps | tau | tokens/s | speedup vs ar | ids equal ar |\n");
   out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -143,6 +143,7 @@ std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer
       o.stop_at_end_of_generation = false;
       o.decoding = d;
       o.kv = config.kv;
+      o.auto_state = &auto_state;
       const auto ids = tokenizer.encode(config.prompts[p], tokenizer.vocab().add_bos);
       const auto res = generate(model, tokenizer, ids, o, out.until_cancelled());
       out.check_cancel();
@@ -321,7 +322,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     if (big > 1) result.profile.push_back(profile_steps(model, big, config.repetitions, random_tokens, out));
   }
   // Strategies side by side over the same prompts.
-  if (!config.prompts.empty()) result.strategies = run_strategies(model, *m.tokenizer, config, out);
+  if (!config.prompts.empty()) result.strategies = run_strategies(model, *m.tokenizer, *m.auto_state, config, out);
   return result;
 }
 

@@ -108,8 +108,9 @@ enum class TurnOutcome { Done, Reopen };
 // Sends `text` as the user's message, streams the reply to stdout and prints the turn's
 // statistics to stderr. A turn that cannot run or fails is reported and left out of the
 // conversation, which goes on as it was.
-TurnOutcome run_turn(ChatSession& session, const ChatArgs& args, const std::string& text) {
+TurnOutcome run_turn(ChatSession& session, AutoState* auto_state, const ChatArgs& args, const std::string& text) {
   GenerationOptions options;
+  options.auto_state = auto_state;
   options.n_predict = args.n_predict;
   options.sampling = args.sampling;
   options.decoding = args.decoding;
@@ -275,7 +276,7 @@ int run_chat(ChatArgs& args) {
       continue;
     }
     if (!chat.session && !reopen_chat(chat, args)) continue;
-    if (run_turn(*chat.session, args, text) == TurnOutcome::Reopen) reopen_chat(chat, args);
+    if (run_turn(*chat.session, chat.model->auto_state.get(), args, text) == TurnOutcome::Reopen) reopen_chat(chat, args);
   }
 }
 

@@ -70,6 +70,7 @@ int run_generate(RunArgs& args) {
   options.kv_drop = args.kv_drop;
   options.prompt_compress = args.prompt_compress;
   options.decoding = args.decoding;
+  options.auto_state = m.auto_state.get();
   open_draft_model(options.decoding, args.open, *m.model, tok.vocab(), scoring_uses_draft_model(options));
   const bool add_bos = !args.no_bos && tok.vocab().add_bos;
   const std::vector<int32_t> prompt_ids = tok.encode(prompt, add_bos);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "fafo/corpus_index.h"
 #include "fafo/device_error.h"
 #include "fafo/open_model.h"
 #include "generation_flags.h"
@@ -26,7 +27,6 @@ struct ServeArgs {
   int parallel = 1;
   int queue = 64;
   std::string system_unused;
-  KvPolicyOptions kv;
   std::shared_ptr<bool> seed_given = std::make_shared<bool>(false);
 };
 
@@ -42,7 +42,18 @@ int run_serve(ServeArgs& args) {
 
   std::fprintf(stderr, "fafo serve: opening %s (%d slot%s)\n", args.open.path.c_str(), args.parallel,
                args.parallel == 1 ? "" : "s");
-  server::SlotPool pool(args.parallel, args.queue, [&] { return open_model(args.open); });
+  // The draft model (--draft-model) is loaded once, beside the model, and every slot
+  // drafts with its own sequence on it.
+  server::SlotPool::DraftOpener open_draft;
+  if (!args.server.defaults.decoding.draft_model_path.empty())
+    open_draft = [&](const OpenedModel& target) {
+      DecodingOptions d = args.server.defaults.decoding;
+      open_draft_model(d, args.open, *target.model, target.tokenizer->vocab(), true);
+      return d.draft_model;
+    };
+  server::SlotPool pool(args.parallel, args.queue, [&] { return open_model(args.open); }, open_draft);
+  // The corpus index (--corpus) is opened once; every request reads it.
+  attach_corpus(args.server.defaults.decoding, pool.model().tokenizer->vocab());
   server::Server http(args.server, pool);
   const int port = http.bind();
   Model& m = *pool.model().model;
@@ -106,13 +117,11 @@ Command add_serve_command(CLI::App& app) {
   args->server.defaults.decoding.strategy = Strategy::Auto;
   app::add_sampling_flags(cmd, args->server.defaults.sampling, args->seed_given);
   app::add_strategy_flag(cmd, args->server.defaults.decoding.strategy);
+  app::add_decoding_flags(cmd, args->server.defaults.decoding, args->server.defaults.kv);
   return [args] {
     app::use_default_model_if_unset(args->open.path);
-    const Strategy s = args->server.defaults.decoding.strategy;
-    if (s == Strategy::Draft || s == Strategy::Corpus)
-      throw std::invalid_argument(std::string("fafo serve does not open a draft model or a corpus index: --strategy ") +
-                                  strategy_name(s) + " is not served (auto, ar, jacobi, lookahead and fafo are)");
     args->server.defaults.decoding.validate();
+    args->server.defaults.kv.validate();
     args->server.defaults.random_seed = !*args->seed_given;
     return run_serve(*args);
   };

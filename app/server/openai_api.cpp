@@ -175,8 +175,10 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
     } catch (const std::exception& e) {
       throw bad("strategy", std::string("'strategy': ") + e.what());
     }
-    if (r.decoding.strategy == Strategy::Draft || r.decoding.strategy == Strategy::Corpus)
-      throw bad("strategy", "'strategy' " + v->dump() + " needs a draft model or a corpus, which the server does not open");
+    if (r.decoding.strategy == Strategy::Draft && r.decoding.draft_model_path.empty())
+      throw bad("strategy", "'strategy' \"draft\" needs a draft model, which this server was not started with (--draft-model)");
+    if (r.decoding.strategy == Strategy::Corpus && !r.decoding.corpus)
+      throw bad("strategy", "'strategy' \"corpus\" needs a corpus index, which this server was not started with (--corpus)");
   }
   for (auto [name, field] : {std::pair{"window", &r.decoding.window}, std::pair{"ngram", &r.decoding.ngram},
                              std::pair{"guesses", &r.decoding.guesses}, std::pair{"lookback", &r.decoding.lookback}})

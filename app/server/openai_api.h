@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fafo/decoding.h"
+#include "fafo/kv_policy.h"
 #include "fafo/sampler.h"
 
 namespace fafo::server {
@@ -36,7 +37,8 @@ class ApiError : public std::runtime_error {
 // The server's defaults for what a request does not say.
 struct RequestDefaults {
   SamplerOptions sampling;       // temperature, top_k, top_p, min_p, seed
-  DecodingOptions decoding;      // the strategy and its parameters
+  DecodingOptions decoding;      // the strategy and its parameters (the corpus index shared by every request)
+  KvPolicyOptions kv;            // the KV compression policy (--kv-policy)
   int32_t max_tokens = -1;       // -1: until the context is full
   bool random_seed = false;      // a request without a seed gets a random one (else sampling.seed)
 };

@@ -167,6 +167,9 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     g.n_predict = rq.max_tokens;
     g.sampling = rq.sampling;
     g.decoding = rq.decoding;
+    g.kv = options.defaults.kv;
+    g.auto_state = slot.model->auto_state.get();
+    if (rq.decoding.strategy == Strategy::Draft || scoring_uses_draft_model(g)) g.decoding.draft_model = slot.draft;
     g.should_stop = [&] { return gone || stopping.load(); };
     g.stop_at_end_of_generation = !rq.ignore_eos;
     StopText stop(job->prepared.stops);

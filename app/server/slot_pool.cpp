@@ -1,6 +1,7 @@
 #include "slot_pool.h"
 
 #include <stdexcept>
+#include <utility>
 
 namespace fafo::server {
 
@@ -10,16 +11,27 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return n;
 }
 
-SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open) : open_(open), max_queue_(max_queue) {
+SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open, DraftOpener open_draft)
+    : open_(open), open_draft_(std::move(open_draft)), max_queue_(max_queue) {
   if (n < 1) throw std::invalid_argument("--parallel must be at least 1");
   base_ = std::make_shared<OpenedModel>(open());
+  if (open_draft_) base_draft_ = open_draft_(*base_);
   for (int i = 0; i < n; ++i) {
     auto s = std::make_unique<Slot>();
     s->index = i;
     s->model = i == 0 ? base_ : std::make_shared<OpenedModel>(open_sequence(*base_));
+    s->draft = i == 0 ? base_draft_ : draft_sequence();
     slots_.push_back(std::move(s));
   }
   in_use_.assign(slots_.size(), false);
+}
+
+std::shared_ptr<Model> SlotPool::draft_sequence() const {
+  if (!base_draft_) return nullptr;
+  ModelOptions options;
+  options.n_ctx = base_draft_->n_ctx();
+  options.kv_type = base_draft_->kv_type();
+  return std::make_shared<Model>(base_draft_->weights(), options);
 }
 
 const OpenedModel& SlotPool::model() const {
@@ -71,6 +83,7 @@ void SlotPool::refresh(Slot& slot) {
   if (slot.model->model->weights() == base_->model->weights()) return;
   try {
     slot.model = std::make_shared<OpenedModel>(open_sequence(*base_));
+    slot.draft = draft_sequence();
     slot.cached.clear();
   } catch (...) {
     // The slot keeps its model; its request fails and reopens it.
@@ -90,16 +103,21 @@ void SlotPool::reopen(Slot& slot) {
   std::lock_guard<std::mutex> lock(base_mutex_);
   try {
     if (slot.model->model->weights() == base_->model->weights()) {
-      // The current weights failed: load them again. The slot drops its model first, so
-      // that the old weights go once no other slot runs on them.
+      // The current weights failed: load them (and the draft model's) again. The slot
+      // drops its models first, so that the old weights go once no other slot runs on them.
       slot.model.reset();
+      slot.draft.reset();
       base_ = std::make_shared<OpenedModel>(open_());
+      if (open_draft_) base_draft_ = open_draft_(*base_);
       slot.model = base_;
+      slot.draft = base_draft_;
     } else {
       slot.model = std::make_shared<OpenedModel>(open_sequence(*base_));
+      slot.draft = draft_sequence();
     }
   } catch (...) {
     if (!slot.model) slot.model = base_;
+    if (!slot.draft) slot.draft = base_draft_;
   }
 }
 

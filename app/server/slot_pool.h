@@ -20,14 +20,19 @@ namespace fafo::server {
 struct Slot {
   int index = 0;
   std::shared_ptr<OpenedModel> model;
+  std::shared_ptr<Model> draft;  // its draft model's sequence (--draft-model), or null
   std::vector<int32_t> cached;  // the tokens the KV cache holds, in order
 };
 
 class SlotPool {
  public:
-  // Opens the model once (`open`) and makes n sequences on its weights; throws what
-  // `open` or a KV cache that does not fit throws.
-  SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open);
+  // Loads a draft model for a target (--draft-model); the pool makes every other slot's
+  // draft a sequence on what it loaded.
+  using DraftOpener = std::function<std::shared_ptr<Model>(const OpenedModel& target)>;
+  // Opens the model once (`open`), and the draft model once (`open_draft`, when given),
+  // and makes n sequences on their weights; throws what `open` or `open_draft` or a KV
+  // cache that does not fit throws.
+  SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open, DraftOpener open_draft = {});
 
   class Lease {
    public:
@@ -67,8 +72,11 @@ class SlotPool {
   void give_back(Slot* slot);
   // Makes a leased slot a sequence on the current weights if it is not one.
   void refresh(Slot& slot);
+  // A new sequence on the current draft weights (null without a draft model).
+  std::shared_ptr<Model> draft_sequence() const;
 
   std::function<OpenedModel()> open_;
+  DraftOpener open_draft_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<bool> in_use_;
   int max_queue_;
@@ -76,6 +84,7 @@ class SlotPool {
   mutable std::mutex mutex_;
   std::condition_variable freed_;
   std::shared_ptr<OpenedModel> base_;  // loaded the current weights (a slot's model, or one a slot had)
+  std::shared_ptr<Model> base_draft_;  // loaded the current draft weights (with base_)
   mutable std::mutex base_mutex_;
 };
 

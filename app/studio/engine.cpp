@@ -205,6 +205,7 @@ void Engine::begin_chat(const ResolvedChatTemplate& chat_template, const std::st
 }
 
 void Engine::attach_sources(GenerationOptions& options) {
+  options.auto_state = model_->auto_state.get();
   DecodingOptions& decoding = options.decoding;
   // The index opened for an earlier run is kept: opening checks every entry.
   if (corpus_ && decoding.corpus_path == corpus_->path()) decoding.corpus = corpus_;

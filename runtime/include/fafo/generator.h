@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fafo/auto_state.h"
 #include "fafo/auto_strategy.h"
 #include "fafo/decoding.h"
 #include "fafo/kv_policy.h"
@@ -51,11 +52,15 @@ struct GenerationOptions {
   // by the backend; false reads whole rows. Both draw the same tokens.
   bool read_top_k_only = true;
   // --strategy auto: its candidates (empty: default_auto_candidates), the step costs
-  // (empty: measured on the model before the first decoding step) and its controller's
-  // settings.
+  // (empty: auto_state's, else measured on the model before the first decoding step)
+  // and its controller's settings.
   std::vector<AutoCandidate> auto_candidates;
   StepCosts step_costs;
   AutoOptions auto_options;
+  // What auto keeps between generations on this model (OpenedModel::auto_state): a
+  // curve measured here is kept there, and what the controller learned. Null: measured
+  // for this generation and forgotten.
+  AutoState* auto_state = nullptr;
 };
 
 enum class StopReason { Length, EndOfGeneration, ContextFull, Cancelled };

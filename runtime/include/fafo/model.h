@@ -8,19 +8,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "fafo/auto_strategy.h"
 #include "fafo/backend.h"
 #include "fafo/gguf.h"
 #include "fafo/kv_layout.h"
 #include "fafo/kv_policy.h"
 #include "fafo/model_weights.h"
 #include "fafo/step_batch.h"
-#include "fafo/step_cost_cache.h"
 
 namespace fafo {
 
@@ -106,19 +103,6 @@ class Model {
   // Total KV entries exchanged between the region and the rest so far.
   int64_t kv_swaps() const { return kv_->exchanges(); }
 
-  // --strategy auto's step-cost curve for this model on its backend and cache, kept
-  // once measured (fafo/auto_strategy.h); empty until then.
-  const StepCosts& step_costs() const { return step_costs_; }
-  // Keeps `costs`; a measured curve (source "measured") is also written to the step-cost
-  // cache when one is set, and its source then says where (or why it could not be).
-  void set_step_costs(StepCosts costs);
-  // The on-disk cache this model's curve is kept in between runs (open_model sets it);
-  // a curve it holds becomes step_costs().
-  void set_step_cost_cache(std::optional<StepCostCache> cache);
-  const std::optional<StepCostCache>& step_cost_cache() const { return step_cost_cache_; }
-  // And what its controller learned in earlier generations (steps and yields).
-  AutoMemory& auto_memory() { return auto_memory_; }
-
  private:
   // The checks, then the forward pass up to finish_step (the caller holds the step lock).
   void record_step(StepBatch& batch);
@@ -140,9 +124,6 @@ class Model {
   bool drop_ = false;
   int32_t prompt_end_ = 0;
   int64_t steps_ = 0;
-  StepCosts step_costs_;
-  std::optional<StepCostCache> step_cost_cache_;
-  AutoMemory auto_memory_;
 };
 
 }  // namespace fafo

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "fafo/auto_state.h"
 #include "fafo/backend.h"
 #include "fafo/chat_template.h"
 #include "fafo/gguf.h"
@@ -37,6 +38,9 @@ struct OpenedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
   ResolvedChatTemplate chat;  // options.chat_template resolved against this file
+  // What --strategy auto keeps between this model's generations (its step-cost curve
+  // in options.cache_dir's cache); pass it as GenerationOptions::auto_state.
+  std::unique_ptr<AutoState> auto_state;
 };
 
 // Opens options.path, creates the backend with make_backend(options.backend), builds
@@ -48,7 +52,8 @@ struct OpenedModel {
 OpenedModel open_model(const OpenOptions& options);
 
 // Another sequence on `opened`'s weights: a Model with its own KV cache (the same
-// context length and cache type), context and step-cost cache, beside the same file,
+// context length and cache type) and context, its own AutoState on the same step-cost
+// cache, beside the same file,
 // a tokenizer of the same vocabulary and the same chat template. Nothing is loaded
 // again. Throws std::runtime_error when the cache does not fit.
 OpenedModel open_sequence(const OpenedModel& opened);

@@ -321,17 +321,18 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     });
     int32_t max_emitted = 1;
     for (const AutoCandidate& c : candidates) max_emitted = std::max(max_emitted, c.max_emitted());
-    StepCosts costs = options.step_costs.empty() ? model.step_costs() : options.step_costs;
+    AutoState* kept = options.auto_state;
+    StepCosts costs = !options.step_costs.empty() ? options.step_costs : kept ? kept->step_costs() : StepCosts{};
     if (costs.empty()) {
       costs = measure_step_costs(model, max_emitted);
       // Kept for later generations (and runs) unless the context cut it short.
-      if (!costs.empty() && (costs.sizes.back() >= 8 || costs.relative(costs.sizes.back()) > max_emitted)) {
-        model.set_step_costs(std::move(costs));
-        costs = model.step_costs();
+      if (kept && !costs.empty() && (costs.sizes.back() >= 8 || costs.relative(costs.sizes.back()) > max_emitted)) {
+        kept->set_step_costs(std::move(costs));
+        costs = kept->step_costs();
       }
     }
     controller.emplace(std::move(costs), std::move(candidates), options.auto_options);
-    if (model.auto_memory().context == auto_context) controller->recall(model.auto_memory());
+    if (kept && kept->memory().context == auto_context) controller->recall(kept->memory());
     result.step_costs = controller->costs();
   }
   // FAFO's fumble rows read the region its policy keeps; other strategies need none
@@ -434,8 +435,10 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
   add_pool_stats(state.pool(), result);
   if (controller) {
-    model.auto_memory() = controller->memory();
-    model.auto_memory().context = auto_context;
+    if (options.auto_state) {
+      options.auto_state->memory() = controller->memory();
+      options.auto_state->memory().context = auto_context;
+    }
     result.auto_summary = controller->explain();
     for (const std::unique_ptr<StrategyState>& s : candidate_states)
       if (s) add_pool_stats(s->pool(), result);

@@ -145,20 +145,6 @@ void Model::end_prefill() {
   if (auto chosen = policy_->choose(event, inspector)) kv_->select(*chosen);
 }
 
-void Model::set_step_costs(StepCosts costs) {
-  if (step_cost_cache_ && costs.source == "measured") {
-    const std::string why = step_cost_cache_->store(costs);
-    costs.source = why.empty() ? "measured, kept in " + step_cost_cache_->file().string() : "measured (not kept: " + why + ")";
-  }
-  step_costs_ = std::move(costs);
-}
-
-void Model::set_step_cost_cache(std::optional<StepCostCache> cache) {
-  step_cost_cache_ = std::move(cache);
-  if (step_cost_cache_)
-    if (std::optional<StepCosts> kept = step_cost_cache_->load()) step_costs_ = std::move(*kept);
-}
-
 std::unique_ptr<KvInspector> Model::inspector() { return std::make_unique<Inspector>(*this); }
 
 void Model::set_kv_policy(std::unique_ptr<KvPolicy> policy, bool drop) {

@@ -1,3 +1,7 @@
+// Opening a model for use (runtime/include/fafo/open_model.h): the file, the weights and
+// a first sequence, its tokenizer, chat template and what auto keeps; draft models and
+// more sequences on loaded weights. Above model/ (which knows no decoding strategy) and
+// decode/.
 #include "fafo/open_model.h"
 
 #include <algorithm>
@@ -49,10 +53,11 @@ OpenedModel open_model(const OpenOptions& options) {
   model_options.n_ctx = options.n_ctx;
   model_options.kv_type = options.kv_type;
   auto model = std::make_unique<Model>(file, make_backend(options.backend), model_options);
+  auto auto_state = std::make_unique<AutoState>();
   const std::filesystem::path cache_dir = options.cache_dir.empty() ? default_cache_dir() : std::filesystem::path(options.cache_dir);
   if (options.cache_dir != "off" && !cache_dir.empty()) {
     try {
-      model->set_step_cost_cache(StepCostCache::for_model(cache_dir, path, model->backend(), options.kv_type));
+      auto_state->set_step_cost_cache(StepCostCache::for_model(cache_dir, path, model->backend(), options.kv_type));
     } catch (const std::filesystem::filesystem_error&) {
       // The file vanished or cannot be examined: no cache, measured when needed.
     }
@@ -61,7 +66,7 @@ OpenedModel open_model(const OpenOptions& options) {
   if (tokenizer->vocab().size() != model->config().n_vocab)
     throw GgufError(path, "the vocabulary has " + std::to_string(tokenizer->vocab().size()) +
                               " tokens but token_embd.weight has " + std::to_string(model->config().n_vocab) + " rows");
-  return {std::move(file), std::move(model), std::move(tokenizer), std::move(chat)};
+  return {std::move(file), std::move(model), std::move(tokenizer), std::move(chat), std::move(auto_state)};
 }
 
 OpenedModel open_sequence(const OpenedModel& opened) {
@@ -69,8 +74,10 @@ OpenedModel open_sequence(const OpenedModel& opened) {
   options.n_ctx = opened.model->n_ctx();
   options.kv_type = opened.model->kv_type();
   auto model = std::make_unique<Model>(opened.model->weights(), options);
-  model->set_step_cost_cache(opened.model->step_cost_cache());
-  return {opened.file, std::move(model), std::make_unique<Tokenizer>(opened.tokenizer->vocab()), opened.chat};
+  auto auto_state = std::make_unique<AutoState>();
+  if (opened.auto_state) auto_state->set_step_cost_cache(opened.auto_state->step_cost_cache());
+  return {opened.file, std::move(model), std::make_unique<Tokenizer>(opened.tokenizer->vocab()), opened.chat,
+          std::move(auto_state)};
 }
 
 std::string vocabulary_difference(const Vocab& target, const Vocab& draft) {
