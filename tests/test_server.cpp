@@ -411,7 +411,7 @@ TEST(Server, SlotsShareOneLoadOfTheWeights) {
   leases.clear();
   for (int i = 0; i < 3; ++i) leases.push_back(pool.acquire({}));
   for (const auto& l : leases) EXPECT_EQ(l->model->model->weights(), second);
-  EXPECT_EQ(pool.model().model->weights(), second);
+  EXPECT_EQ(pool.model()->model->weights(), second);
 }
 
 // A server with a draft model (here the model drafting for itself): loaded once, each

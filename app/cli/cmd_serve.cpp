@@ -53,10 +53,11 @@ int run_serve(ServeArgs& args) {
     };
   server::SlotPool pool(args.parallel, args.queue, [&] { return open_model(args.open); }, open_draft);
   // The corpus index (--corpus) is opened once; every request reads it.
-  attach_corpus(args.server.defaults.decoding, pool.model().tokenizer->vocab());
+  attach_corpus(args.server.defaults.decoding, pool.model()->tokenizer->vocab());
   server::Server http(args.server, pool);
   const int port = http.bind();
-  Model& m = *pool.model().model;
+  const std::shared_ptr<const OpenedModel> served = pool.model();
+  Model& m = *served->model;
   // The weights are loaded once; each slot adds its KV cache.
   const KvCacheShape& kv = m.kv_cache().shape();
   const uint64_t kv_bytes = static_cast<uint64_t>(kv.capacity) * static_cast<uint64_t>(kv.floats_per_entry()) *

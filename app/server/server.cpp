@@ -74,7 +74,8 @@ struct Server::Impl {
 
 Prepared Server::Impl::prepare(const CompletionRequest& r) {
   std::lock_guard<std::mutex> lock(prepare_mutex);
-  const OpenedModel& m = pool.model();
+  const std::shared_ptr<const OpenedModel> held = pool.model();
+  const OpenedModel& m = *held;
   const Tokenizer& tok = *m.tokenizer;
   Prepared p;
   p.stops = r.stop;
@@ -308,8 +309,8 @@ void Server::Impl::routes() {
                                           {"object", "model"},
                                           {"created", 0},
                                           {"owned_by", "fafo"},
-                                          {"meta", {{"n_ctx", pool.model().model->n_ctx()},
-                                                    {"backend", pool.model().model->backend().name()}}}}})}});
+                                          {"meta", {{"n_ctx", pool.model()->model->n_ctx()},
+                                                    {"backend", pool.model()->model->backend().name()}}}}})}});
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, json{{"status", "ok"}, {"slots", pool.size()}, {"slots_busy", pool.busy()}, {"queue", pool.waiting()}});

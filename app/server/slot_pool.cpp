@@ -34,9 +34,9 @@ std::shared_ptr<Model> SlotPool::draft_sequence() const {
   return std::make_shared<Model>(base_draft_->weights(), options);
 }
 
-const OpenedModel& SlotPool::model() const {
+std::shared_ptr<const OpenedModel> SlotPool::model() const {
   std::lock_guard<std::mutex> lock(base_mutex_);
-  return *base_;
+  return base_;
 }
 
 SlotPool::Lease& SlotPool::Lease::operator=(Lease&& o) noexcept {

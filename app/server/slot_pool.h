@@ -65,8 +65,9 @@ class SlotPool {
   int max_queue() const { return max_queue_; }
   int busy() const;
   int waiting() const;
-  // The model the slots' weights were loaded by (for names, the template, the context size).
-  const OpenedModel& model() const;
+  // The model the slots' current weights were loaded by (for names, the template, the
+  // context size), kept alive by the caller while a reopen may replace it.
+  std::shared_ptr<const OpenedModel> model() const;
 
  private:
   void give_back(Slot* slot);
