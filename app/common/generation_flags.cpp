@@ -43,7 +43,7 @@ void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) 
       ->capture_default_str();
   cmd->add_option("--draft-model", d.draft_model_path,
                   "--strategy draft: the draft model (a GGUF file with the target's vocabulary, token for token), or "
-                  "self (the target's own file, opened again with a cache of its own)");
+                  "self (the target itself: a second sequence on its loaded weights, with a KV cache of its own)");
   cmd->add_option("--draft-n", d.draft_n, "--strategy draft: tokens drafted per step")->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd->add_option("--draft-alternatives", d.draft_alternatives,
