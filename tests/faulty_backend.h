@@ -37,10 +37,7 @@ class FaultyBackend final : public Backend {
   }
   Activation alloc_activation(int64_t max_rows, int64_t cols) override { return inner_->alloc_activation(max_rows, cols); }
   std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override { return inner_->create_kv_cache(shape); }
-  void begin_step(const StepBatch& batch, KvCache& kv) override {
-    step_size_ = batch.size();
-    inner_->begin_step(batch, kv);
-  }
+  int32_t max_step_sequences() const override { return inner_->max_step_sequences(); }
   void embed(const Weight& table, Activation& out) override { inner_->embed(table, out); }
   void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
     inner_->rms_norm(x, gain, fault_ == Fault::RmsNormDependsOnT && step_size_ > 8 ? eps * 4.0f + 1e-3f : eps, out);
@@ -67,6 +64,12 @@ class FaultyBackend final : public Backend {
   TopK read_top_k(int64_t n_rows) override { return inner_->read_top_k(n_rows); }
   void finish_step() override { inner_->finish_step(); }
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override { return inner_->read_rows(x, n_rows); }
+
+ protected:
+  void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
+    step_size_ = batch.size();
+    inner_->begin_step(batch, caches);
+  }
 
  private:
   Fault fault_;

@@ -22,6 +22,7 @@
 #include "fafo/tensor_type.h"
 #include "random_weights.h"
 #include "model_fixtures.h"
+#include "joined_steps_check.h"
 #include "test_support.h"
 
 #if FAFO_HAVE_VULKAN
@@ -184,6 +185,16 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
     for (const std::string policy : {"stream", "snapkv"})
       EXPECT_EQ(run(fafo::cuda::make_emulated_backend(), kv, fafo::Strategy::Fafo, policy), ar) << policy;
   }
+}
+
+TEST(CudaEmulated, JoinedStepsGiveEachPartTheBitsOfItsStepAlone) {
+  // Several sequences' steps as one step (one attention launch per part): each part's
+  // results and stored keys and values equal its step alone (tests/joined_steps_check.h).
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
+  const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
+  auto weights = std::make_shared<fafo::ModelWeights>(file, fafo::cuda::make_emulated_backend());
+  fafo::test::check_joined_steps(weights, tokenizer);
 }
 
 #if FAFO_HAVE_VULKAN

@@ -16,14 +16,20 @@ SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& ope
   if (n < 1) throw std::invalid_argument("--parallel must be at least 1");
   base_ = std::make_shared<OpenedModel>(open());
   if (open_draft_) base_draft_ = open_draft_(*base_);
+  if (n > 1) joiner_ = std::make_shared<StepJoiner>();
   for (int i = 0; i < n; ++i) {
     auto s = std::make_unique<Slot>();
     s->index = i;
     s->model = i == 0 ? base_ : std::make_shared<OpenedModel>(open_sequence(*base_));
     s->draft = i == 0 ? base_draft_ : draft_sequence();
+    join(*s);
     slots_.push_back(std::move(s));
   }
   in_use_.assign(slots_.size(), false);
+}
+
+void SlotPool::join(Slot& slot) const {
+  if (joiner_ && slot.model) slot.model->model->set_step_joiner(joiner_);
 }
 
 std::shared_ptr<Model> SlotPool::draft_sequence() const {
@@ -73,6 +79,7 @@ SlotPool::Lease SlotPool::acquire(const std::vector<int32_t>& prompt) {
     if (best == slots_.size() || len > best_len) best = i, best_len = len;
   }
   in_use_[best] = true;
+  if (joiner_) joiner_->enter();  // a leased slot steps soon: joined steps wait for it
   lock.unlock();
   refresh(*slots_[best]);
   return Lease(this, slots_[best].get());
@@ -85,6 +92,7 @@ void SlotPool::refresh(Slot& slot) {
     slot.model = std::make_shared<OpenedModel>(open_sequence(*base_));
     slot.draft = draft_sequence();
     slot.cached.clear();
+    join(slot);
   } catch (...) {
     // The slot keeps its model; its request fails and reopens it.
   }
@@ -94,6 +102,7 @@ void SlotPool::give_back(Slot* slot) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_[static_cast<size_t>(slot->index)] = false;
+    if (joiner_) joiner_->leave();
   }
   freed_.notify_one();
 }
@@ -119,6 +128,7 @@ void SlotPool::reopen(Slot& slot) {
     if (!slot.model) slot.model = base_;
     if (!slot.draft) slot.draft = base_draft_;
   }
+  join(slot);
 }
 
 int SlotPool::busy() const {

@@ -1,7 +1,9 @@
 // The server's slots: `--parallel N` sequences on one load of the model's weights
 // (ModelWeights), each with its own KV cache and the tokens it holds, so N requests
-// generate at once (their steps take turns on the backend) and a conversation that
-// comes back finds its earlier turns still cached. A request takes the free slot whose cache shares
+// generate at once and a conversation that comes back finds its earlier turns still
+// cached. The slots' steps go through one StepJoiner (fafo/step_joiner.h): the steps
+// that leased slots ask for at the same time run as one step over the weights, where
+// the backend joins steps (cpu, reference, cuda; Vulkan runs them one by one). A request takes the free slot whose cache shares
 // the longest prefix with its prompt; beyond N running requests, up to `max_queue` wait
 // for a slot and the rest are refused (the server answers 503).
 #pragma once
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "fafo/open_model.h"
+#include "fafo/step_joiner.h"
 
 namespace fafo::server {
 
@@ -68,6 +71,8 @@ class SlotPool {
   // The model the slots' current weights were loaded by (for names, the template, the
   // context size), kept alive by the caller while a reopen may replace it.
   std::shared_ptr<const OpenedModel> model() const;
+  // The joiner of the slots' steps (null with one slot).
+  const StepJoiner* joiner() const { return joiner_.get(); }
 
  private:
   void give_back(Slot* slot);
@@ -76,7 +81,11 @@ class SlotPool {
   // A new sequence on the current draft weights (null without a draft model).
   std::shared_ptr<Model> draft_sequence() const;
 
+  // Sends the slot's steps through the joiner.
+  void join(Slot& slot) const;
+
   std::function<OpenedModel()> open_;
+  std::shared_ptr<StepJoiner> joiner_;
   DraftOpener open_draft_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<bool> in_use_;

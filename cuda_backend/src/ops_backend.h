@@ -96,6 +96,9 @@ class OpsKvCache final : public KvCache {
     captured_.resize(static_cast<size_t>(shape.n_layer));
   }
 
+  // The part of the step begun last this cache is for (StepBatch::segment).
+  void set_step_part(int32_t part) { part_ = part; }
+
   void store(int32_t layer, const Activation& k, const Activation& v) override {
     check_layer(layer, "store");
     if (k.cols != shape().kv_dim || v.cols != shape().kv_dim) throw std::invalid_argument("store: rows are not kv_dim wide");
@@ -104,19 +107,21 @@ class OpsKvCache final : public KvCache {
   // The step's keys and values from columns of wider rows (the fused qkv).
   void store_rows(int32_t layer, const float* k, uint32_t k_stride, uint32_t k_offset, const float* v, uint32_t v_stride,
                   uint32_t v_offset) {
-    const StepBatch& b = step_.step_batch();
+    const StepSegment part = step_.step_batch().segment(part_);
     const uint32_t kv_dim = static_cast<uint32_t>(shape().kv_dim);
-    const uint64_t n = static_cast<uint64_t>(b.size()) * kv_dim;
-    const uint32_t first = static_cast<uint32_t>(b.n_past());
-    device_.launch(KvStoreOp{k, keys(layer), kv_dim, k_stride, k_offset, first, f16_}, n, "kv_store");
-    device_.launch(KvStoreOp{v, values(layer), kv_dim, v_stride, v_offset, first, f16_}, n, "kv_store");
+    const uint64_t n = static_cast<uint64_t>(part.size) * kv_dim;
+    const uint32_t first = static_cast<uint32_t>(part.n_past);
+    const uint64_t row = static_cast<uint64_t>(part.first);  // the part's rows start here
+    device_.launch(KvStoreOp{k + row * k_stride, keys(layer), kv_dim, k_stride, k_offset, first, f16_}, n, "kv_store");
+    device_.launch(KvStoreOp{v + row * v_stride, values(layer), kv_dim, v_stride, v_offset, first, f16_}, n, "kv_store");
   }
 
   void capture_queries(int32_t layer, const Activation& q) override {
     check_layer(layer, "capture_queries");
     std::vector<int32_t> rows;
+    const StepSegment part = step_.step_batch().segment(part_);  // captured rows count from its first row
     for (int32_t r : captured_rows())
-      if (r >= 0 && r < step_.step_batch().size()) rows.push_back(r);
+      if (r >= 0 && r < part.size) rows.push_back(part.first + r);
     Captured& c = captured_[static_cast<size_t>(layer)];
     c.rows = static_cast<uint32_t>(rows.size());
     c.cols = static_cast<uint32_t>(q.cols);
@@ -210,6 +215,7 @@ class OpsKvCache final : public KvCache {
   Device& device_;
   const StepAccess& step_;
   bool f16_;
+  int32_t part_ = 0;
   std::vector<DeviceMemory<Device>> keys_, values_;
   std::vector<Captured> captured_;
   Staging<Device> pair_staging_;
@@ -272,35 +278,50 @@ class OpsBackend final : public Backend, public StepAccess {
     auto kv = std::make_unique<OpsKvCache<Device>>(shape, *device_, *this);
     const KvCache* made = kv.get();
     kv->set_owner(this, [this, made] {
-      if (kv_ == made) kv_ = nullptr;
+      for (OpsKvCache<Device>*& kv_of_part : kvs_)
+        if (kv_of_part == made) kv_of_part = nullptr;  // a step over it fails
     });
     return kv;
   }
 
   // --- a step ---
-  void begin_step(const StepBatch& batch, KvCache& cache) override {
-    kv_ = &own_kv_cache<OpsKvCache<Device>>(*this, cache);
-    check_step_fits(batch, kv_->capacity(), max_step_rows_);
+  // Any number of sequences per step: attention runs once per part, over its cache.
+  int32_t max_step_sequences() const override { return StepBatch::kMaxTokens; }
+
+  void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
+    std::vector<OpsKvCache<Device>*> kvs;
+    for (KvCache* cache : caches) kvs.push_back(&own_kv_cache<OpsKvCache<Device>>(*this, *cache));
+    check_step_fits(batch, caches, max_step_rows_);
+    for (size_t k = 0; k < kvs.size(); ++k) kvs[k]->set_step_part(static_cast<int32_t>(k));
+    kvs_ = std::move(kvs);
     batch_ = &batch;
     gathered_rows_.clear();
     tokens_ = token_staging_.put(*device_, batch.tokens());
-    // Each row's mask and prefix view, for attention.
+    // Each row's mask (bits counted from its part's first row) and prefix view, and each
+    // part's logical order, for attention.
     const uint32_t T = static_cast<uint32_t>(batch.size());
-    mask_words_ = (T + 63) / 64;
+    uint32_t widest = 1;
+    for (int32_t k = 0; k < batch.n_segments(); ++k) widest = std::max(widest, static_cast<uint32_t>(batch.segment(k).size));
+    mask_words_ = (widest + 63) / 64;
     std::vector<uint64_t> mask(size_t{T} * mask_words_, 0);
     std::vector<uint8_t> compressed(T, 0);
     for (uint32_t i = 0; i < T; ++i) {
       compressed[i] = batch.prefix(static_cast<int32_t>(i)) == PrefixView::Compressed;
-      for (uint32_t j = 0; j <= i; ++j)
-        if (batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) mask[size_t{i} * mask_words_ + j / 64] |= uint64_t{1} << (j % 64);
+      const uint32_t first = static_cast<uint32_t>(batch.segment(batch.segment_of(static_cast<int32_t>(i))).first);
+      for (uint32_t j = first; j <= i; ++j)
+        if (batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j)))
+          mask[size_t{i} * mask_words_ + (j - first) / 64] |= uint64_t{1} << ((j - first) % 64);
     }
     mask_ = mask_staging_.put(*device_, mask);
     compressed_ = compressed_staging_.put(*device_, compressed);
-    order_ = nullptr;
-    if (const std::vector<int32_t>* order = kv_->full_order()) {
-      std::vector<int32_t> prefix(order->begin(), order->begin() + batch.n_past());
-      order_ = order_staging_.put(*device_, prefix);
-    }
+    std::vector<int32_t> orders;
+    order_at_.assign(kvs_.size(), -1);
+    for (size_t k = 0; k < kvs_.size(); ++k)
+      if (const std::vector<int32_t>* order = kvs_[k]->full_order()) {
+        order_at_[k] = static_cast<int64_t>(orders.size());
+        orders.insert(orders.end(), order->begin(), order->begin() + batch.segment(static_cast<int32_t>(k)).n_past);
+      }
+    order_ = orders.empty() ? nullptr : order_staging_.put(*device_, orders);
     ++steps_;
   }
 
@@ -344,16 +365,27 @@ class OpsBackend final : public Backend, public StepAccess {
            uint64_t{static_cast<uint32_t>(batch().size())} * static_cast<uint32_t>(n_heads) * n_pairs, "rope");
   }
 
+  // One launch per part of the step, over its rows and its cache.
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
-    if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
     const uint32_t T = static_cast<uint32_t>(batch().size());
-    float* acc = attention_scratch_.template reserve<float>(*device_, size_t{T} * s.n_head * s.head_dim);
-    AttentionOp op{data_of(q), data_of(out), acc, kv_->keys(layer), kv_->values(layer), mask_, compressed_, order_, T,
-                   static_cast<uint32_t>(batch().n_past()), static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.n_head_kv),
-                   static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv_->shape().kv_dim),
-                   static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
-                   static_cast<uint32_t>(std::max(0, kv_->region_count())), s.scale, layer < kv_->dense_layers(), kv_->f16()};
-    launch(op, uint64_t{T} * static_cast<uint32_t>(s.n_head), "attention");
+    const size_t head_floats = size_t{static_cast<uint32_t>(s.n_head)} * static_cast<uint32_t>(s.head_dim);
+    float* acc = attention_scratch_.template reserve<float>(*device_, size_t{T} * head_floats);
+    for (int32_t part = 0; part < batch().n_segments(); ++part) {
+      const OpsKvCache<Device>* kv = kvs_[static_cast<size_t>(part)];
+      if (!kv) throw std::logic_error("attention: a KV cache of the step was destroyed");
+      if (layer < 0 || layer >= kv->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
+      const StepSegment seg = batch().segment(part);
+      const size_t first = static_cast<size_t>(seg.first);
+      const int64_t order_at = order_at_[static_cast<size_t>(part)];
+      AttentionOp op{data_of(q) + first * static_cast<size_t>(q.cols), data_of(out) + first * static_cast<size_t>(out.cols),
+                     acc + first * head_floats, kv->keys(layer), kv->values(layer), mask_ + first * mask_words_,
+                     compressed_ + first, order_at < 0 ? nullptr : order_ + order_at, static_cast<uint32_t>(seg.size),
+                     static_cast<uint32_t>(seg.n_past), static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.n_head_kv),
+                     static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv->shape().kv_dim),
+                     static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
+                     static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16()};
+      launch(op, uint64_t{static_cast<uint32_t>(seg.size)} * static_cast<uint32_t>(s.n_head), "attention");
+    }
     set_rows(out, T);
   }
 
@@ -506,7 +538,8 @@ class OpsBackend final : public Backend, public StepAccess {
   std::vector<StoredWeight> weights_;
   std::vector<StoredActivation> activations_;
   int64_t max_step_rows_ = 0;
-  OpsKvCache<Device>* kv_ = nullptr;  // the cache of the step begun last
+  std::vector<OpsKvCache<Device>*> kvs_;  // the caches of the step begun last, one per part
+  std::vector<int64_t> order_at_;         // where each part's logical order starts in order_ (-1: identity)
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_,

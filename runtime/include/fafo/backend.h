@@ -1,6 +1,6 @@
 // The backend contract, part 1: compute. Memory for weights and activations, and the
 // kernels of a Llama-family forward pass. The forward pass is written once against it
-// (Model::record_step in runtime/src/model/model.cpp); backends never know which
+// (ModelWeights::record_step in runtime/src/model/model_weights.cpp); backends never know which
 // decoding strategy or KV compression policy runs. Part 2 is the KV cache each backend
 // provides (fafo/kv_cache.h); part 3 is the registry that names and creates backends
 // (fafo/backend_registry.h).
@@ -22,6 +22,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -152,7 +153,21 @@ class Backend {
   // std::invalid_argument); activations used in it get batch.size() rows. The step's
   // keys and values go to slots batch.n_past() onward of `kv`, and its attention reads
   // `kv`.
-  virtual void begin_step(const StepBatch& batch, KvCache& kv) = 0;
+  void begin_step(const StepBatch& batch, KvCache& kv) {
+    KvCache* one = &kv;
+    begin_step(batch, std::span<KvCache* const>(&one, 1));
+  }
+  // A step over several sequences (a joined batch, StepBatch::join): part s's keys and
+  // values go to slots segment(s).n_past onward of caches[s], and its rows attend
+  // caches[s] and the part's own rows. Every kernel computes each row as in a step of
+  // that part alone. Throws std::invalid_argument unless there is one distinct cache per
+  // part and at most max_step_sequences() parts.
+  void begin_step(const StepBatch& batch, std::span<KvCache* const> caches) {
+    check_step_caches(batch, caches);
+    start_step(batch, caches);
+  }
+  // How many sequences one step may compute for (1: no joined steps).
+  virtual int32_t max_step_sequences() const { return 1; }
   // out[i] = table row batch.tokens()[i], dequantized.
   virtual void embed(const Weight& table, Activation& out) = 0;
   // out = x / rms(x) * gain, per row.
@@ -293,6 +308,9 @@ class Backend {
   }
 
  protected:
+  // begin_step after its checks: caches.size() == batch.n_segments() distinct caches.
+  virtual void start_step(const StepBatch& batch, std::span<KvCache* const> caches) = 0;
+
   // For finish_step: counts the step and returns the injected fault's kind when it is due.
   std::optional<DeviceError::Kind> injected_fault_due() {
     if (!fault_) return std::nullopt;
@@ -303,6 +321,21 @@ class Backend {
   }
 
  private:
+  void check_step_caches(const StepBatch& batch, std::span<KvCache* const> caches) const {
+    if (static_cast<int64_t>(caches.size()) != batch.n_segments())
+      throw std::invalid_argument("begin_step: " + std::to_string(caches.size()) + " KV caches for a step of " +
+                                  std::to_string(batch.n_segments()) + " sequences");
+    if (batch.n_segments() > max_step_sequences())
+      throw std::invalid_argument("begin_step: the " + name() + " backend computes at most " +
+                                  std::to_string(max_step_sequences()) + " sequences in one step, not " +
+                                  std::to_string(batch.n_segments()));
+    for (size_t a = 0; a < caches.size(); ++a) {
+      if (caches[a] == nullptr) throw std::invalid_argument("begin_step: no KV cache for part " + std::to_string(a));
+      for (size_t b = 0; b < a; ++b)
+        if (caches[a] == caches[b]) throw std::invalid_argument("begin_step: two parts of a step share one KV cache");
+    }
+  }
+
   std::optional<FaultPlan> fault_;
   int64_t steps_since_fault_plan_ = 0;
 };
@@ -317,12 +350,17 @@ Cache& own_kv_cache(const Backend& backend, KvCache& kv) {
 }
 
 // The checks a device backend's begin_step and embed make: std::length_error when a
-// step needs KV slots past `kv_capacity` or more rows than its activations hold
-// (`max_rows`); std::out_of_range for a token outside a table of `vocab` rows.
-inline void check_step_fits(const StepBatch& batch, int32_t kv_capacity, int64_t max_rows) {
-  if (batch.n_past() + batch.size() > kv_capacity)
-    throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
-                            " but the cache holds " + std::to_string(kv_capacity));
+// part of the step needs KV slots past its cache's capacity or the step has more rows
+// than its activations hold (`max_rows`); std::out_of_range for a token outside a
+// table of `vocab` rows.
+inline void check_step_fits(const StepBatch& batch, std::span<KvCache* const> caches, int64_t max_rows) {
+  for (int32_t s = 0; s < batch.n_segments(); ++s) {
+    const StepSegment seg = batch.segment(s);
+    const int32_t capacity = caches[static_cast<size_t>(s)]->capacity();
+    if (seg.n_past + seg.size > capacity)
+      throw std::length_error("step needs KV slots up to " + std::to_string(seg.n_past + seg.size) +
+                              " but the cache holds " + std::to_string(capacity));
+  }
   if (batch.size() > max_rows)
     throw std::length_error("a step of " + std::to_string(batch.size()) + " tokens exceeds the " +
                             std::to_string(max_rows) + " rows the activations hold");

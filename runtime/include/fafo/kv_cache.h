@@ -81,12 +81,14 @@ class KvCache {
   }
 
   // --- storage (implemented by each backend) ----------------------------------------
-  // In a step over this cache (between Backend::begin_step and finish_step): writes the step's k and v
-  // rows (batch.size() rows of key_dim(layer) and value_dim(layer)) into layer `layer`
-  // at slots n_past + i.
+  // In a step over this cache (between Backend::begin_step and finish_step): writes the
+  // k and v rows of its part of the step (StepBatch::segment: all of a step over one
+  // cache; key_dim(layer) and value_dim(layer) wide) into layer `layer` at slots
+  // n_past + i, i counted from the part's first row.
   virtual void store(int32_t layer, const Activation& k, const Activation& v) = 0;
-  // In a step: keeps the rows captured_rows() of q (after RoPE) for layer `layer`;
-  // captured_queries(layer) returns them after the step. Rows outside the step are skipped.
+  // In a step: keeps the rows captured_rows() of q (after RoPE; counted from its part's
+  // first row) for layer `layer`; captured_queries(layer) returns them after the step.
+  // Rows outside the part are skipped.
   virtual void capture_queries(int32_t layer, const Activation& q) = 0;
   // Outside a step: writes `count` entries of one layer at physical slots first..
   // (count x key_dim(layer) and count x value_dim(layer) floats); benchmarks and tests

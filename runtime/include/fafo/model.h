@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +21,25 @@
 #include "fafo/step_batch.h"
 
 namespace fafo {
+
+class StepJoiner;
+
+// One step a sequence asks for and what it returns: the logit rows' logits, their argmax
+// or their k best (Model::forward, forward_argmax, forward_top_k), or the exception the
+// step threw for this sequence.
+enum class StepWant : uint8_t { Logits, Argmax, TopK };
+struct StepRequest {
+  StepRequest() = default;
+  StepRequest(StepBatch* step, StepWant result, int32_t top_k = 0) : batch(step), want(result), k(top_k) {}
+
+  StepBatch* batch = nullptr;
+  StepWant want = StepWant::Logits;
+  int32_t k = 0;  // TopK: 1 <= k <= kMaxTopK
+  std::vector<float> logits;
+  std::vector<int32_t> ids;
+  TopK top;
+  std::exception_ptr error;
+};
 
 struct ModelOptions {
   int32_t n_ctx = 0;  // KV cache length; 0 uses min(context length of the model, 4096)
@@ -66,6 +86,24 @@ class Model {
   // n_vocab; 1 <= k <= kMaxTopK): what top-k sampling needs. Throws std::runtime_error
   // when a row holds a NaN, as the sampler does.
   TopK forward_top_k(StepBatch& batch, int32_t k);
+  // The steps of several sequences on the same weights as one step (StepBatch::join;
+  // at most backend().max_step_sequences() of them, distinct): each request gets what
+  // the matching forward* call would return for its model, bit for bit, or in `error`
+  // the exception it would throw (a part that fails its own checks does not stop the
+  // others; a failing step fails every part). The sequences' logit rows together must
+  // fit max_logit_rows() and their tokens kMaxStepTokens. Throws std::invalid_argument
+  // for models on different weights, a model twice, or an attention input tap in a step
+  // of several parts.
+  static void forward_joined(const std::vector<std::pair<Model*, StepRequest*>>& parts);
+  // Sends this sequence's steps through `joiner`, which runs them joined with the
+  // concurrent steps of other sequences on the same weights (the server's slots);
+  // nullptr: each step alone (the default).
+  void set_step_joiner(std::shared_ptr<StepJoiner> joiner) { joiner_ = std::move(joiner); }
+  StepJoiner* step_joiner() const { return joiner_.get(); }
+  // Whether this sequence's steps may be joined with others' (not while an attention
+  // input tap is set).
+  bool joins_steps() const { return !tap_; }
+
   // Makes the first n tokens of the last step part of the committed context.
   void commit(int32_t n);
   // Makes the listed rows of the last step (in this order) the next committed entries;
@@ -104,16 +142,18 @@ class Model {
   int64_t kv_swaps() const { return kv_->exchanges(); }
 
  private:
-  // The checks, then the forward pass up to finish_step (the caller holds the step lock).
-  void record_step(StepBatch& batch);
-  // The backend's finish_step, then GgufFile::check_intact (record_step checks first).
-  void finish_step();
+  // Runs one request: through the joiner if one is set, else alone; rethrows its error.
+  void run(StepRequest& request);
+  // The checks of a step and the sequence's part of recording it (n_past, the KV
+  // policy's captured rows, lossy dropping); the caller holds the step lock.
+  void prepare_step(StepRequest& request);
   void after_commit();
   // Throws unless the last step's row `row` sits at position n_past() + k (MLA models).
   void check_committed_position(int32_t row, int32_t k) const;
   class Inspector;
 
   std::shared_ptr<ModelWeights> weights_;
+  std::shared_ptr<StepJoiner> joiner_;
   std::unique_ptr<KvCache> kv_;  // declared after weights_: destroyed before the backend
   int32_t n_ctx_ = 0;
   int32_t n_past_ = 0;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -85,9 +86,10 @@ class ModelWeights {
   // --- the forward pass (callers hold step_mutex()) ---------------------------------
   // Calls `tap(layer, rows, n_rows, n_embd)` with each layer's attention input.
   using AttentionInputTap = std::function<void(int32_t layer, const float* rows, int64_t n_rows, int64_t n_embd)>;
-  // Issues the whole forward pass of `batch` over cache `kv` to the backend, up to (not
-  // including) finish_step; the logits of batch.logit_rows() land in logits().
-  void record_step(const StepBatch& batch, KvCache& kv, const AttentionInputTap& tap);
+  // Issues the whole forward pass of `batch` to the backend, part s over caches[s] (one
+  // cache for a batch that is not joined), up to (not including) finish_step; the
+  // logits of batch.logit_rows() land in logits(). `tap`: only for a step of one part.
+  void record_step(const StepBatch& batch, std::span<KvCache* const> caches, const AttentionInputTap& tap);
   // The logits buffer of the last step (batch.logit_rows().size() rows of n_vocab).
   const Activation& logits() const;
   // Why the attention inputs cannot be shown on this backend ("" when they can).

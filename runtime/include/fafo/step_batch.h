@@ -12,6 +12,12 @@
 // `n_past + i` for the duration of the step; committing the step makes some of them
 // part of the cache: Model::commit(n) the first n tokens, Model::commit_rows the listed
 // rows (the input and a verified chain), moved into place after the prefix.
+//
+// A joined batch (StepBatch::join) is one step over several sequences on shared
+// weights: each part's rows follow the previous part's, keep their own n_past and see
+// only rows of their own part; a backend computes part s over the s-th KV cache it is
+// given (Backend::begin_step). Its rows get the bits they get alone (backends are
+// T-invariant across parts as across rows).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,14 @@ namespace fafo {
 // Which committed KV entries a batch token attends.
 enum class PrefixView : uint8_t { Full, Compressed };
 
+// The rows of one sequence in a step: rows [first, first + size), whose KV slots start
+// at n_past (the sequence's committed entries).
+struct StepSegment {
+  int32_t first = 0;
+  int32_t size = 0;
+  int32_t n_past = 0;
+};
+
 class StepBatch {
  public:
   // A causal batch: token i sees tokens 0..i of the batch, positions n_past..n_past+T-1.
@@ -30,8 +44,14 @@ class StepBatch {
 
   // An empty batch for custom masks; add tokens one by one.
   StepBatch() = default;
+  // One step over several sequences: the parts' rows in order, part s's rows seeing
+  // only part s's rows, its n_past kept, its logit rows in order after the previous
+  // part's. Throws std::length_error past kMaxTokens rows, std::invalid_argument for no
+  // part or an empty one.
+  static StepBatch join(const std::vector<const StepBatch*>& parts);
+
   // Adds a token at `pos` that sees the batch tokens listed in `sees` (all < its index,
-  // itself is always seen). Returns its index.
+  // itself is always seen). Returns its index. (Not for a joined batch.)
   int32_t add(int32_t token, int32_t pos, const std::vector<int32_t>& sees, bool wants_logits,
               PrefixView prefix = PrefixView::Full);
 
@@ -49,8 +69,31 @@ class StepBatch {
   const std::vector<int32_t>& logit_rows() const { return logit_rows_; }
   // Committed KV entries before the step (the cache length; the model sets it when it
   // runs the step). FULL tokens see all of them; the step's own KV slots start here.
-  int32_t n_past() const { return n_past_; }
+  // A joined batch of several parts has one per part: std::logic_error here (use
+  // segment()).
+  int32_t n_past() const {
+    if (segments_.size() > 1) throw std::logic_error("StepBatch::n_past: a joined batch has one per part (segment)");
+    return segments_.empty() ? n_past_ : segments_[0].n_past;
+  }
   void set_n_past(int32_t n) { n_past_ = n; }
+
+  // The sequences the step computes for: 1 for a batch made by causal() or add(), the
+  // number of parts for a joined one.
+  int32_t n_segments() const { return segments_.empty() ? 1 : static_cast<int32_t>(segments_.size()); }
+  StepSegment segment(int32_t s) const {
+    return segments_.empty() ? StepSegment{0, size(), n_past_} : segments_[static_cast<size_t>(s)];
+  }
+  // The part row i belongs to.
+  int32_t segment_of(int32_t i) const {
+    return segments_.empty() ? 0 : row_segment_[static_cast<size_t>(i)];
+  }
+  // The KV slot row i's key and value go to in its part's cache (n_past + its index in
+  // the part), and that part's committed entries.
+  int32_t slot_of(int32_t i) const {
+    const StepSegment seg = segment(segment_of(i));
+    return seg.n_past + i - seg.first;
+  }
+  int32_t n_past_of(int32_t i) const { return segment(segment_of(i)).n_past; }
 
   static constexpr int32_t kMaxTokens = 1024;
 
@@ -63,6 +106,8 @@ class StepBatch {
   std::vector<uint64_t> mask_;  // T rows of kMaxTokens bits
   std::vector<int32_t> logit_rows_;
   int32_t n_past_ = 0;
+  std::vector<StepSegment> segments_;  // empty: one sequence, rows [0, size) at n_past_
+  std::vector<int32_t> row_segment_;   // a joined batch's part of each row
 };
 
 }  // namespace fafo

@@ -18,6 +18,7 @@
 #include "decode/verifier.h"
 #include "fafo/auto_strategy.h"
 #include "fafo/corpus_index.h"
+#include "fafo/step_joiner.h"
 
 namespace fafo {
 
@@ -120,6 +121,15 @@ void check_prompt_fits(const Model& model, size_t prompt_size) {
                             (model.n_past() ? std::to_string(room) + " more" : std::to_string(model.n_ctx())) +
                             " (including at least one generated token); use a shorter prompt or a larger --ctx-size");
 }
+
+// Whether other sequences share this sequence's steps now (a server's slots joined by
+// a StepJoiner, more than one decoding). Auto then decodes plainly: its step-cost curve
+// t(T) was measured for one sequence alone, and in a step that already carries other
+// sequences' rows the weights are read once for all of them, so a multi-token
+// candidate's extra rows cost their full compute instead of riding on the memory-bound
+// weight read (on 2 cores the step of 4 decode rows is already compute-bound). Plain
+// decoding keeps each slot's row in every joined step; the output is the same either way.
+bool shares_steps(const Model& model) { return model.step_joiner() && model.step_joiner()->active() > 1; }
 
 // Whether the step can run as laid out: the context has room for every row, and the
 // device can hold logits for every row that wants them (a huge vocabulary on a
@@ -392,7 +402,11 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     StrategyState* run = &state;
     int32_t chosen = 0;
     std::string choice;
-    if (controller) {
+    if (controller && shares_steps(model)) {
+      // Other sequences share the step (a server's slots): plain decoding (see shares_steps).
+      choice = "ar (the step is shared with other sequences)";
+      if (result.auto_choices.empty() || result.auto_choices.back().second != 0) result.auto_choices.emplace_back(step, 0);
+    } else if (controller) {
       const AutoDecision d = controller->choose();
       chosen = d.candidate;
       if (chosen > 0) {

@@ -3,10 +3,12 @@
 // ModelWeights::record_step, in model_weights.cpp). Every use of the backend holds the
 // weights' step lock, so sequences sharing weights may run on different threads.
 #include <algorithm>
+#include <cstddef>
 #include <mutex>
 #include <stdexcept>
 
 #include "fafo/model.h"
+#include "fafo/step_joiner.h"
 
 namespace fafo {
 
@@ -35,50 +37,42 @@ Model::~Model() {
   kv_.reset();
 }
 
-void Model::finish_step() {
-  backend().finish_step();
-  file().check_intact();  // a step that read a shrunk file's zeros is not used
-}
-
 std::vector<float> Model::forward(StepBatch& batch) {
-  StepLock lock(weights_->step_mutex());
-  record_step(batch);
-  finish_step();
-  last_step_size_ = batch.size();
-  return backend().read_rows(weights_->logits(), static_cast<int64_t>(batch.logit_rows().size()));
+  StepRequest request{&batch, StepWant::Logits};
+  run(request);
+  return std::move(request.logits);
 }
 
 std::vector<int32_t> Model::forward_argmax(StepBatch& batch) {
-  StepLock lock(weights_->step_mutex());
-  record_step(batch);
-  backend().argmax_rows(weights_->logits());
-  finish_step();
-  last_step_size_ = batch.size();
-  std::vector<int32_t> ids = backend().read_argmax(static_cast<int64_t>(batch.logit_rows().size()));
-  for (int32_t id : ids) {
-    if (id == -1) throw std::runtime_error("the model produced non-finite logits (NaN): the weights or the computation are broken");
-    if (id < 0) throw std::runtime_error("every logit is -inf: the model rules out every token");
-  }
-  return ids;
+  StepRequest request{&batch, StepWant::Argmax};
+  run(request);
+  return std::move(request.ids);
 }
 
 TopK Model::forward_top_k(StepBatch& batch, int32_t k) {
-  if (k < 1 || k > kMaxTopK)
-    throw std::invalid_argument("forward_top_k: k = " + std::to_string(k) + " is outside [1, " + std::to_string(kMaxTopK) + "]");
-  k = std::min(k, config().n_vocab);
-  StepLock lock(weights_->step_mutex());
-  record_step(batch);
-  backend().top_k_rows(weights_->logits(), k);
-  finish_step();
-  last_step_size_ = batch.size();
-  TopK top = backend().read_top_k(static_cast<int64_t>(batch.logit_rows().size()));
-  for (uint8_t nan : top.has_nan)
-    if (nan) throw std::runtime_error("the model produced non-finite logits (NaN): the weights or the computation are broken");
-  return top;
+  StepRequest request{&batch, StepWant::TopK, k};
+  run(request);
+  return std::move(request.top);
 }
 
-void Model::record_step(StepBatch& batch) {
+void Model::run(StepRequest& request) {
+  if (joiner_ && joins_steps())
+    joiner_->run(*this, request);
+  else
+    forward_joined({{this, &request}});
+  if (request.error) std::rethrow_exception(request.error);
+}
+
+void Model::prepare_step(StepRequest& request) {
+  StepBatch& batch = *request.batch;
+  if (request.want == StepWant::TopK) {
+    if (request.k < 1 || request.k > kMaxTopK)
+      throw std::invalid_argument("forward_top_k: k = " + std::to_string(request.k) + " is outside [1, " +
+                                  std::to_string(kMaxTopK) + "]");
+    request.k = std::min(request.k, config().n_vocab);
+  }
   if (batch.size() == 0) throw std::invalid_argument("forward: empty batch");
+  if (batch.n_segments() != 1) throw std::invalid_argument("forward: a joined batch (use Model::forward_joined)");
   file().check_intact();  // a file that changed is never read again
   if (batch.size() > kMaxStepTokens)
     throw std::invalid_argument("forward: " + std::to_string(batch.size()) + " tokens in one step (at most " +
@@ -95,7 +89,110 @@ void Model::record_step(StepBatch& batch) {
   last_positions_ = batch.positions();
   if (drop_ && prompt_end_ > 0) batch.compress_all();
   kv_->set_captured_rows(policy_ ? policy_->wanted_query_rows(batch.size()) : std::vector<int32_t>{});
-  weights_->record_step(batch, *kv_, tap_);
+}
+
+void Model::forward_joined(const std::vector<std::pair<Model*, StepRequest*>>& parts) {
+  if (parts.empty()) return;
+  ModelWeights& weights = *parts[0].first->weights_;
+  for (size_t a = 0; a < parts.size(); ++a) {
+    if (parts[a].first->weights_.get() != &weights)
+      throw std::invalid_argument("forward_joined: the sequences run on different weights");
+    for (size_t b = 0; b < a; ++b)
+      if (parts[a].first == parts[b].first) throw std::invalid_argument("forward_joined: a sequence twice in one step");
+    if (parts.size() > 1 && parts[a].first->tap_)
+      throw std::invalid_argument("forward_joined: a sequence with an attention input tap steps alone");
+  }
+  Backend& backend = weights.backend();
+  StepLock lock(weights.step_mutex());
+  // Each sequence's own checks: a part that fails them gets its error, the rest run.
+  std::vector<std::pair<Model*, StepRequest*>> ready;
+  int64_t logit_rows = 0, tokens = 0;
+  for (const auto& [model, request] : parts) {
+    request->error = nullptr;
+    try {
+      model->prepare_step(*request);
+      ready.emplace_back(model, request);
+      logit_rows += static_cast<int64_t>(request->batch->logit_rows().size());
+      tokens += request->batch->size();
+    } catch (...) {
+      request->error = std::current_exception();
+    }
+  }
+  if (ready.empty()) return;
+  try {
+    if (ready.size() > static_cast<size_t>(backend.max_step_sequences()))
+      throw std::invalid_argument("forward_joined: the " + backend.name() + " backend computes at most " +
+                                  std::to_string(backend.max_step_sequences()) + " sequences in one step");
+    if (tokens > kMaxStepTokens || logit_rows > weights.max_logit_rows())
+      throw std::invalid_argument("forward_joined: " + std::to_string(tokens) + " tokens and " + std::to_string(logit_rows) +
+                                  " logit rows in one step (at most " + std::to_string(kMaxStepTokens) + " and " +
+                                  std::to_string(weights.max_logit_rows()) + ")");
+    std::vector<KvCache*> caches;
+    std::vector<const StepBatch*> batches;
+    bool want_logits = false, want_ids = false;
+    int32_t top_k = 0;
+    for (const auto& [model, request] : ready) {
+      caches.push_back(model->kv_.get());
+      batches.push_back(request->batch);
+      want_logits |= request->want == StepWant::Logits;
+      want_ids |= request->want == StepWant::Argmax;
+      if (request->want == StepWant::TopK) top_k = std::max(top_k, request->k);
+    }
+    StepBatch joined;
+    if (ready.size() > 1) joined = StepBatch::join(batches);
+    const StepBatch& step = ready.size() > 1 ? joined : *batches[0];
+    weights.record_step(step, caches, ready.size() == 1 ? ready[0].first->tap_ : AttentionInputTap{});
+    if (want_ids) backend.argmax_rows(weights.logits());
+    if (top_k > 0) backend.top_k_rows(weights.logits(), top_k);
+    backend.finish_step();
+    weights.file().check_intact();  // a step that read a shrunk file's zeros is not used
+    const int64_t n_rows = static_cast<int64_t>(step.logit_rows().size());
+    const std::vector<float> logits = want_logits ? backend.read_rows(weights.logits(), n_rows) : std::vector<float>{};
+    const std::vector<int32_t> ids = want_ids ? backend.read_argmax(n_rows) : std::vector<int32_t>{};
+    const TopK top = top_k > 0 ? backend.read_top_k(n_rows) : TopK{};
+    // Each part's rows, in order.
+    const size_t n_vocab = static_cast<size_t>(weights.config().n_vocab);
+    size_t row = 0;
+    for (const auto& [model, request] : ready) {
+      model->last_step_size_ = request->batch->size();
+      const size_t rows = request->batch->logit_rows().size();
+      try {
+        switch (request->want) {
+          case StepWant::Logits:
+            request->logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(row * n_vocab),
+                                   logits.begin() + static_cast<std::ptrdiff_t>((row + rows) * n_vocab));
+            break;
+          case StepWant::Argmax:
+            request->ids.assign(ids.begin() + static_cast<std::ptrdiff_t>(row), ids.begin() + static_cast<std::ptrdiff_t>(row + rows));
+            for (int32_t id : request->ids) {
+              if (id == -1)
+                throw std::runtime_error("the model produced non-finite logits (NaN): the weights or the computation are broken");
+              if (id < 0) throw std::runtime_error("every logit is -inf: the model rules out every token");
+            }
+            break;
+          case StepWant::TopK: {
+            TopK& mine = request->top;
+            mine = TopK{};
+            mine.k = request->k;
+            for (size_t r = row; r < row + rows; ++r) {
+              const int64_t at = static_cast<int64_t>(r);
+              mine.ids.insert(mine.ids.end(), top.row_ids(at), top.row_ids(at) + request->k);
+              mine.values.insert(mine.values.end(), top.row_values(at), top.row_values(at) + request->k);
+              mine.has_nan.push_back(top.has_nan[r]);
+              if (top.has_nan[r])
+                throw std::runtime_error("the model produced non-finite logits (NaN): the weights or the computation are broken");
+            }
+            break;
+          }
+        }
+      } catch (...) {
+        request->error = std::current_exception();
+      }
+      row += rows;
+    }
+  } catch (...) {
+    for (const auto& [model, request] : ready) request->error = std::current_exception();
+  }
 }
 
 void Model::commit(int32_t n) {

@@ -267,12 +267,19 @@ std::vector<float> ModelWeights::recover_keys(int32_t layer, const std::vector<f
   return keys;
 }
 
-void ModelWeights::record_step(const StepBatch& batch, KvCache& kv, const AttentionInputTap& tap) {
+void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const> caches, const AttentionInputTap& tap) {
   const ModelConfig& c = config_;
   const Weights& w = *weights_;
   Buffers& b = *buffers_;
   Backend& be = *backend_;
-  const bool capture = !kv.captured_rows().empty();
+  if (tap && caches.size() != 1) throw std::invalid_argument("record_step: an attention input tap in a joined step");
+  // Each sequence's cache keeps its part's keys and values (and the queries its policy asked for).
+  const auto store = [&](int32_t l, const Activation& k, const Activation& v, const Activation& q) {
+    for (KvCache* kv : caches) {
+      kv->store(l, k, v);
+      if (!kv->captured_rows().empty()) kv->capture_queries(l, q);
+    }
+  };
   // Hands the step's attention inputs of layer l to tap.
   const auto tap_attention_input = [&](int32_t l) {
     const std::vector<float> xn = be.read_rows(b.xn, batch.size());
@@ -280,7 +287,7 @@ void ModelWeights::record_step(const StepBatch& batch, KvCache& kv, const Attent
   };
 
   const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  be.begin_step(batch, kv);
+  be.begin_step(batch, caches);
   be.embed(w.token_embd, b.x);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
@@ -296,8 +303,7 @@ void ModelWeights::record_step(const StepBatch& batch, KvCache& kv, const Attent
       be.matmul(L.wk, b.xn, kl);
       be.matmul(L.wv, b.xn, vl);
       be.rope(b.q, c.n_head, c.head_dim, c.rope);
-      kv.store(l, kl, vl);
-      if (capture) kv.capture_queries(l, b.q);
+      store(l, kl, vl, b.q);
       be.latent_attention(l, b.q, shape, L.k_up, L.v_up, c.rope, b.attn);
     } else if (L.fused_qkv) {
       be.matmul_norm(L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
@@ -316,8 +322,7 @@ void ModelWeights::record_step(const StepBatch& batch, KvCache& kv, const Attent
       }
       be.rope(b.q, c.n_head, c.head_dim, c.rope);
       be.rope(b.k, c.n_head_kv, c.head_dim, c.rope);
-      kv.store(l, b.k, b.v);
-      if (capture) kv.capture_queries(l, b.q);
+      store(l, b.k, b.v, b.q);
     }
     if (!c.mla()) be.attention(l, L.fused_qkv ? b.qkv : b.q, shape, b.attn);  // the queries lead qkv's rows
     be.matmul_add(L.wo, b.attn, b.x, b.proj);

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <new>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -86,26 +88,33 @@ class HostBackend final : public Backend, public StepRows {
     const KvCache* made = kv.get();
     kv->set_owner(this, [this, bytes, made] {
       memory_in_use_ -= bytes;
-      if (kv_ == made) kv_ = nullptr;
+      for (HostKvCache*& part_kv : kvs_)
+        if (part_kv == made) part_kv = nullptr;  // a step over it fails
     });
     return kv;
   }
 
-  void begin_step(const StepBatch& batch, KvCache& cache) override {
+  // Any number of sequences per step: attention visits each row's own cache.
+  int32_t max_step_sequences() const override { return StepBatch::kMaxTokens; }
+
+  void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
     check_usable();
-    HostKvCache& kv = own_kv_cache<HostKvCache>(*this, cache);
     gathered_rows_.clear();
-    if (batch.n_past() + batch.size() > kv.capacity())
-      throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
-                              " but the cache holds " + std::to_string(kv.capacity()));
-    if (kv.shape().latent()) {
-      const size_t recovered = static_cast<size_t>(kv.capacity()) * static_cast<size_t>(kv.shape().kv_dim);
-      if (latent_keys_.size() < recovered) {
-        latent_keys_.assign(recovered, 0.0f);
-        latent_values_.assign(recovered, 0.0f);
+    std::vector<HostKvCache*> kvs;
+    for (KvCache* cache : caches) kvs.push_back(&own_kv_cache<HostKvCache>(*this, *cache));
+    check_step_fits(batch, caches, std::numeric_limits<int64_t>::max());
+    for (size_t k = 0; k < kvs.size(); ++k) {
+      HostKvCache& kv = *kvs[k];
+      kv.set_step_segment(static_cast<int32_t>(k));
+      if (kv.shape().latent()) {
+        const size_t recovered = static_cast<size_t>(kv.capacity()) * static_cast<size_t>(kv.shape().kv_dim);
+        if (latent_keys_.size() < recovered) {
+          latent_keys_.assign(recovered, 0.0f);
+          latent_values_.assign(recovered, 0.0f);
+        }
       }
     }
-    kv_ = &kv;
+    kvs_ = std::move(kvs);
     batch_ = &batch;
   }
 
@@ -147,9 +156,14 @@ class HostBackend final : public Backend, public StepRows {
   }
 
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
-    if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
-    if (kv_->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
-    attend(layer, kv_->keys(layer), AttendValues{kv_->values(layer), kv_->shape().kv_dim, s.head_dim, s.head_dim}, q, s, out);
+    std::vector<SegmentKeys> segs;
+    for (HostKvCache* kv : kvs_) {
+      if (!kv) throw std::logic_error("attention: a KV cache of the step was destroyed");
+      if (layer < 0 || layer >= kv->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
+      if (kv->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
+      segs.push_back({kv, kv->keys(layer), AttendValues{kv->values(layer), kv->shape().kv_dim, s.head_dim, s.head_dim}});
+    }
+    attend(layer, segs, q, s, out);
   }
 
   bool executes_immediately() const override { return true; }
@@ -164,35 +178,48 @@ class HostBackend final : public Backend, public StepRows {
   // recovered key by its own position.
   void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
                         const Weight& v_up, const RopeParams& rope, Activation& out) override {
-    const KvCacheShape& shape = kv_->shape();
+    for (int32_t seg_index = 0; seg_index < static_cast<int32_t>(kvs_.size()); ++seg_index)
+      latent_attention_of(seg_index, layer, q, s, k_up, v_up, rope, out);
+  }
+
+  // latent_attention for the rows of part `seg_index` of the step (the recovered keys
+  // and values are one buffer, used by one part at a time).
+  void latent_attention_of(int32_t seg_index, int32_t layer, const Activation& q, const AttentionShape& s,
+                           const Weight& k_up, const Weight& v_up, const RopeParams& rope, Activation& out) {
+    HostKvCache* kv = kvs_[static_cast<size_t>(seg_index)];
+    if (!kv) throw std::logic_error("latent_attention: a KV cache of the step was destroyed");
+    const KvCacheShape& shape = kv->shape();
     check_latent_attention(shape, layer, k_up, v_up);
     const HostWeight& ku = weights_.at(static_cast<size_t>(k_up.id)).file;
     const HostWeight& vu = weights_.at(static_cast<size_t>(v_up.id)).file;
     const int32_t kv_dim = shape.kv_dim, rk = shape.key_dim(layer), rv = shape.value_dim(layer);
     if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
     const bool absorb = traits_.absorbs_latent_values && absorbing_values_costs_less(s, rv);
-    const int32_t n_past = batch_->n_past();
-    const int32_t n_slots = n_past + batch_->size();
-    const float* lk = kv_->keys(layer);
-    const float* lv = kv_->values(layer);
+    const StepSegment seg = batch_->segment(seg_index);
+    const int32_t n_past = seg.n_past;
+    const int32_t n_slots = n_past + seg.size;
+    const float* lk = kv->keys(layer);
+    const float* lv = kv->values(layer);
     const auto* Ku = reinterpret_cast<const float*>(ku.data);
     const auto* Vu = reinterpret_cast<const float*>(vu.data);
-    const KvLayout& layout = kv_->layout();
+    const KvLayout& layout = kv->layout();
     const int64_t slot_cost = int64_t{kv_dim} * (rk + (absorb ? 0 : rv));
     pool_.parallel_for(n_slots, grain_for(slot_cost), [&](int64_t b, int64_t e, int) {
       for (int64_t slot = b; slot < e; ++slot) {
         // Entries the layout does not know yet (written with write()) are at their logical slots.
-        const int32_t position = slot >= n_past            ? batch_->positions()[static_cast<size_t>(slot - n_past)]
+        const int32_t position = slot >= n_past ? batch_->positions()[static_cast<size_t>(seg.first + slot - n_past)]
                                  : slot < layout.size() ? layout.logical_of(static_cast<int32_t>(slot))
                                                         : static_cast<int32_t>(slot);
         scalar::recover_key(Ku, lk + slot * rk, rk, s.n_head_kv, s.head_dim, position, rope, latent_keys_.data() + slot * kv_dim);
         if (!absorb) scalar::up_project(Vu, lv + slot * rv, kv_dim, rv, latent_values_.data() + slot * kv_dim);
       }
     });
+    std::vector<SegmentKeys> segs(kvs_.size());  // the other parts' rows are left alone
     if (absorb)
-      attend(layer, latent_keys_.data(), AttendValues{lv, rv, 0, rv, Vu}, q, s, out);
+      segs[static_cast<size_t>(seg_index)] = {kv, latent_keys_.data(), AttendValues{lv, rv, 0, rv, Vu}};
     else
-      attend(layer, latent_keys_.data(), AttendValues{latent_values_.data(), kv_dim, s.head_dim, s.head_dim}, q, s, out);
+      segs[static_cast<size_t>(seg_index)] = {kv, latent_keys_.data(), AttendValues{latent_values_.data(), kv_dim, s.head_dim, s.head_dim}};
+    attend(layer, segs, q, s, out);
   }
 
   // Per slot and step, recovering a layer's values costs rank x kv_dim multiply-adds
@@ -217,36 +244,52 @@ class HostBackend final : public Backend, public StepRows {
     const float* up = nullptr;
   };
 
-  // Attention of q over keys K (capacity rows of kv_dim, by physical slot) and values V.
-  void attend(int32_t layer, const float* K, const AttendValues& V, const Activation& q, const AttentionShape& s,
+  // The keys and values one part of the step attends: K (capacity rows of kv_dim, by
+  // physical slot) and V of its cache `kv`. A part without a cache is not computed.
+  struct SegmentKeys {
+    HostKvCache* kv = nullptr;
+    const float* K = nullptr;
+    AttendValues V{nullptr, 0, 0, 0};
+  };
+
+  // Attention of q's rows over their parts' keys and values (segs[s] for part s).
+  void attend(int32_t layer, const std::vector<SegmentKeys>& segs, const Activation& q, const AttentionShape& s,
               Activation& out) {
     const int32_t T = batch_->size();
-    const int32_t n_past = batch_->n_past();
     const int32_t group = s.n_head / s.n_head_kv;
-    const int32_t kv_dim = kv_->shape().kv_dim;
-    // Slots each batch token attends: its view of the committed prefix (FULL: every
-    // entry in logical order; COMPRESSED: the region), then its visible batch tokens.
-    const bool dense_layer = layer < kv_->dense_layers();
-    std::vector<int32_t> full;
-    if (const std::vector<int32_t>* order = kv_->full_order()) {
-      full.assign(order->begin(), order->begin() + n_past);
-    } else {
-      full.resize(static_cast<size_t>(n_past));
-      for (int32_t j = 0; j < n_past; ++j) full[static_cast<size_t>(j)] = j;
+    // Slots each batch token attends: its view of its part's committed prefix (FULL:
+    // every entry in logical order; COMPRESSED: the region), then its visible batch
+    // tokens (all in its part).
+    std::vector<std::vector<int32_t>> full(segs.size());
+    for (size_t k = 0; k < segs.size(); ++k) {
+      if (!segs[k].kv) continue;
+      const int32_t n_past = batch_->segment(static_cast<int32_t>(k)).n_past;
+      if (const std::vector<int32_t>* order = segs[k].kv->full_order()) {
+        full[k].assign(order->begin(), order->begin() + n_past);
+      } else {
+        full[k].resize(static_cast<size_t>(n_past));
+        for (int32_t j = 0; j < n_past; ++j) full[k][static_cast<size_t>(j)] = j;
+      }
     }
     std::vector<std::vector<int32_t>> slots(static_cast<size_t>(T));
+    int32_t longest = 1;
     for (int32_t i = 0; i < T; ++i) {
+      const int32_t si = batch_->segment_of(i);
+      const SegmentKeys& sk = segs[static_cast<size_t>(si)];
+      if (!sk.kv) continue;
+      const StepSegment seg = batch_->segment(si);
       auto& list = slots[static_cast<size_t>(i)];
-      list.reserve(static_cast<size_t>(n_past + i + 1));
-      if (batch_->prefix(i) == PrefixView::Full || dense_layer) {
-        list = full;
+      list.reserve(static_cast<size_t>(seg.n_past + i - seg.first + 1));
+      if (batch_->prefix(i) == PrefixView::Full || layer < sk.kv->dense_layers()) {
+        list = full[static_cast<size_t>(si)];
       } else {
-        const int32_t region = std::min(kv_->region_count(), n_past);
+        const int32_t region = std::min(sk.kv->region_count(), seg.n_past);
         for (int32_t j = 0; j < region; ++j) list.push_back(j);
-        if (traits_.mutation == AttentionMutation::WrongRegionSlot && region > 0 && region < n_past) list.back() = region;
+        if (traits_.mutation == AttentionMutation::WrongRegionSlot && region > 0 && region < seg.n_past) list.back() = region;
       }
-      for (int32_t j = 0; j <= i; ++j)
-        if (batch_->sees(i, j)) list.push_back(n_past + j);
+      for (int32_t j = seg.first; j <= i; ++j)
+        if (batch_->sees(i, j)) list.push_back(seg.n_past + j - seg.first);
+      longest = std::max(longest, static_cast<int32_t>(list.size()));
     }
     // Work items: (row, KV head, part of the row's keys), each for the query heads that
     // share the KV head, so their keys and values are read once. Long rows are split into
@@ -262,7 +305,7 @@ class HostBackend final : public Backend, public StepRows {
     int32_t n_parts_total = 0;
     for (int32_t i = 0; i < T; ++i) {
       const int32_t n_keys = static_cast<int32_t>(slots[static_cast<size_t>(i)].size());
-      const int32_t row_parts = (n_keys + kKeysPerPart - 1) / kKeysPerPart;  // n_keys >= 1: a token sees itself
+      const int32_t row_parts = (n_keys + kKeysPerPart - 1) / kKeysPerPart;  // 0 for a row not computed, else n_keys >= 1
       for (int32_t h = 0; h < s.n_head; ++h) {
         first_part[static_cast<size_t>(i) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h)] = n_parts_total;
         n_parts_total += row_parts;
@@ -272,9 +315,11 @@ class HostBackend final : public Backend, public StepRows {
           items.push_back({i, kvh, p * kKeysPerPart, std::min(kKeysPerPart, n_keys - p * kKeysPerPart), p});
     }
     std::vector<scalar::AttentionPart> parts(static_cast<size_t>(n_parts_total));
-    const size_t width = static_cast<size_t>(V.width);
+    int32_t widest = 1;
+    for (const SegmentKeys& sk : segs) widest = std::max(widest, sk.V.width);
+    const size_t width = static_cast<size_t>(widest);  // of every part's values (one part's in a latent step)
     std::vector<float> accs(static_cast<size_t>(n_parts_total) * width);
-    const int64_t item_cost = static_cast<int64_t>(std::min(n_past + T, kKeysPerPart)) * (s.head_dim + V.width) * group;
+    const int64_t item_cost = static_cast<int64_t>(std::min(longest, kKeysPerPart)) * (s.head_dim + widest) * group;
     pool_.parallel_for(static_cast<int64_t>(items.size()), grain_for(item_cost), [&](int64_t b, int64_t e, int) {
       std::vector<float> scratch(static_cast<size_t>(kKeysPerPart) * static_cast<size_t>(group));
       std::vector<scalar::AttentionPart> group_parts(static_cast<size_t>(group));
@@ -282,6 +327,10 @@ class HostBackend final : public Backend, public StepRows {
       for (int64_t k = b; k < e; ++k) {
         const Item& it = items[static_cast<size_t>(k)];
         const auto& list = slots[static_cast<size_t>(it.row)];
+        const SegmentKeys& sk = segs[static_cast<size_t>(batch_->segment_of(it.row))];
+        const float* K = sk.K;
+        const AttendValues& V = sk.V;
+        const int32_t kv_dim = sk.kv->shape().kv_dim;
         const int32_t h0 = it.kv_head * group;
         const scalar::KvRows keys{K, kv_dim, static_cast<int64_t>(it.kv_head) * s.head_dim, s.head_dim};
         const scalar::KvRows values{V.data, V.stride, it.kv_head * V.head_step, V.width};
@@ -296,13 +345,15 @@ class HostBackend final : public Backend, public StepRows {
       }
     });
     // Each (row, head): its parts combined, then (latent values) up-projected.
-    const int64_t combine_cost = int64_t{V.width} * (V.up ? s.head_dim + 1 : 1);
+    const int64_t combine_cost = int64_t{widest} * (s.head_dim + 1);
     pool_.parallel_for(int64_t{T} * s.n_head, grain_for(combine_cost), [&](int64_t b, int64_t e, int) {
-      std::vector<float> latent(V.up ? width : 0);
+      std::vector<float> latent(width);
       for (int64_t k = b; k < e; ++k) {
         const int32_t i = static_cast<int32_t>(k / s.n_head), h = static_cast<int32_t>(k % s.n_head);
         const int32_t p0 = first_part[static_cast<size_t>(k)];
         const int32_t p1 = k + 1 < int64_t{T} * s.n_head ? first_part[static_cast<size_t>(k) + 1] : n_parts_total;
+        if (p0 == p1) continue;  // a row of a part not computed here
+        const AttendValues& V = segs[static_cast<size_t>(batch_->segment_of(i))].V;
         float* o = row(out, i) + h * s.head_dim;
         const float* part_accs = accs.data() + static_cast<size_t>(p0) * width;
         if (!V.up) {
@@ -458,7 +509,7 @@ class HostBackend final : public Backend, public StepRows {
 
   std::vector<ZeroedFloats> activations_;
   std::vector<int64_t> activation_rows_;
-  HostKvCache* kv_ = nullptr;  // the cache of the step begun last
+  std::vector<HostKvCache*> kvs_;  // the caches of the step begun last, one per part
   std::vector<float> latent_keys_, latent_values_;  // latent_attention's recovered keys and values
   std::unordered_map<int32_t, int64_t> gathered_rows_;
   const StepBatch* batch_ = nullptr;

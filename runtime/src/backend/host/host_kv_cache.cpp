@@ -45,10 +45,12 @@ void HostKvCache::store(int32_t layer, const Activation& k, const Activation& v)
   check_layer(layer, "store");
   if (k.cols != shape().key_dim(layer) || v.cols != shape().value_dim(layer))
     throw std::invalid_argument("store: rows are not as wide as the cache's layer " + std::to_string(layer));
-  const StepBatch& batch = step_.step_batch();
-  const size_t rows = static_cast<size_t>(batch.size()), at = static_cast<size_t>(batch.n_past());
-  store_values(&keys_[static_cast<size_t>(layer)][at * key_floats(layer)], step_.data_of(k), rows * key_floats(layer));
-  store_values(&values_[static_cast<size_t>(layer)][at * value_floats(layer)], step_.data_of(v), rows * value_floats(layer));
+  const StepSegment seg = step_.step_batch().segment(segment_);
+  const size_t rows = static_cast<size_t>(seg.size), at = static_cast<size_t>(seg.n_past), first = static_cast<size_t>(seg.first);
+  store_values(&keys_[static_cast<size_t>(layer)][at * key_floats(layer)], step_.data_of(k) + first * key_floats(layer),
+               rows * key_floats(layer));
+  store_values(&values_[static_cast<size_t>(layer)][at * value_floats(layer)], step_.data_of(v) + first * value_floats(layer),
+               rows * value_floats(layer));
 }
 
 void HostKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -58,8 +60,10 @@ void HostKvCache::capture_queries(int32_t layer, const Activation& q) {
   dst.clear();
   const float* src = step_.data_of(q);
   const size_t cols = static_cast<size_t>(q.cols);
+  const StepSegment seg = step_.step_batch().segment(segment_);  // captured_rows() count from its first row
   for (int32_t r : captured_rows())
-    if (r >= 0 && r < step_.step_batch().size()) dst.insert(dst.end(), src + static_cast<size_t>(r) * cols, src + static_cast<size_t>(r + 1) * cols);
+    if (r >= 0 && r < seg.size)
+      dst.insert(dst.end(), src + static_cast<size_t>(seg.first + r) * cols, src + static_cast<size_t>(seg.first + r + 1) * cols);
 }
 
 void HostKvCache::write(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) {

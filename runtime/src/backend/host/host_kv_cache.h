@@ -32,6 +32,9 @@ class HostKvCache final : public KvCache {
   void swap_slots(const SlotPairs& pairs) override;
   void move_slots(const SlotPairs& moves) override;
 
+  // The part of the step begun last this cache is for (StepBatch::segment).
+  void set_step_segment(int32_t s) { segment_ = s; }
+
   const float* keys(int32_t layer) const { return keys_[static_cast<size_t>(layer)].data(); }
   const float* values(int32_t layer) const { return values_[static_cast<size_t>(layer)].data(); }
 
@@ -42,6 +45,7 @@ class HostKvCache final : public KvCache {
   void store_values(float* dst, const float* src, size_t n) const;
 
   const StepRows& step_;
+  int32_t segment_ = 0;
   size_t key_floats(int32_t layer) const { return static_cast<size_t>(shape().key_dim(layer)); }
   size_t value_floats(int32_t layer) const { return static_cast<size_t>(shape().value_dim(layer)); }
   std::vector<std::vector<float>> keys_, values_;

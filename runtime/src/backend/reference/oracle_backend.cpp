@@ -6,6 +6,7 @@
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -76,7 +77,8 @@ class OracleBackend final : public Backend {
     const KvCache* made = kv.get();
     kv->set_owner(this, [this, bytes, made] {
       memory_in_use_ -= bytes;
-      if (kv_ == made) kv_ = nullptr;
+      for (ReferenceKvCache*& part_kv : kvs_)
+        if (part_kv == made) part_kv = nullptr;  // a step over it fails
     });
     return kv;
   }
@@ -89,14 +91,22 @@ class OracleBackend final : public Backend {
 
   // --- a step ---
 
-  void begin_step(const StepBatch& batch, KvCache& cache) override {
+  int32_t max_step_sequences() const override { return StepBatch::kMaxTokens; }
+
+  void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
     check_usable();
-    ReferenceKvCache& kv = own_kv_cache<ReferenceKvCache>(*this, cache);
-    if (batch.n_past() + batch.size() > kv.capacity())
-      throw std::length_error("step needs KV slots up to " + std::to_string(batch.n_past() + batch.size()) +
-                              " but the cache holds " + std::to_string(kv.capacity()));
+    std::vector<ReferenceKvCache*> kvs;
+    for (int32_t s = 0; s < batch.n_segments(); ++s) {
+      ReferenceKvCache& kv = own_kv_cache<ReferenceKvCache>(*this, *caches[static_cast<size_t>(s)]);
+      const StepSegment part = batch.segment(s);
+      if (part.n_past + part.size > kv.capacity())
+        throw std::length_error("step needs KV slots up to " + std::to_string(part.n_past + part.size) +
+                                " but the cache holds " + std::to_string(kv.capacity()));
+      kv.set_step_part(s);
+      kvs.push_back(&kv);
+    }
     gathered_.clear();
-    kv_ = &kv;
+    kvs_ = std::move(kvs);
     batch_ = &batch;
   }
 
@@ -138,13 +148,14 @@ class OracleBackend final : public Backend {
   // Each row and query head over the slots the row sees; query head h reads KV head
   // h / (n_head / n_head_kv).
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
-    if (layer < 0 || layer >= kv_->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
-    if (kv_->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
-    const int32_t kv_dim = kv_->shape().kv_dim;
-    const float* K = kv_->key(layer, 0);
-    const float* V = kv_->value(layer, 0);
     for (int32_t i = 0; i < batch_->size(); ++i) {
-      const std::vector<int32_t> slots = keys_seen(*batch_, *kv_, layer, i);
+      const ReferenceKvCache& kv = cache_of(i);
+      if (layer < 0 || layer >= kv.shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
+      if (kv.shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
+      const int32_t kv_dim = kv.shape().kv_dim;
+      const float* K = kv.key(layer, 0);
+      const float* V = kv.value(layer, 0);
+      const std::vector<int32_t> slots = keys_seen(*batch_, kv, layer, i);
       for (int32_t h = 0; h < s.n_head; ++h) {
         const int64_t kv_head = h / (s.n_head / s.n_head_kv);
         attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{K, kv_dim, kv_head * s.head_dim, s.head_dim},
@@ -153,40 +164,45 @@ class OracleBackend final : public Backend {
     }
   }
 
-  // MLA: every slot the step may read, [0, n_past + T), gets its key and value back from
-  // its latents (key: k_up times the latent key, then each KV head rotated at the
-  // entry's position; value: v_up times the latent value), then attention as above.
+  // MLA: every slot a part of the step may read, [0, n_past + its rows), gets its key and
+  // value back from its latents (key: k_up times the latent key, then each KV head
+  // rotated at the entry's position; value: v_up times the latent value), then
+  // attention as above; part by part.
   void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
                         const Weight& v_up, const RopeParams& rope, Activation& out) override {
-    const KvCacheShape& shape = kv_->shape();
-    check_latent_attention(shape, layer, k_up, v_up);
-    const int32_t kv_dim = shape.kv_dim, key_rank = shape.key_dim(layer), value_rank = shape.value_dim(layer);
-    if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
-    const auto* Ku = reinterpret_cast<const float*>(weight(k_up).data);
-    const auto* Vu = reinterpret_cast<const float*>(weight(v_up).data);
-    const int32_t n_past = batch_->n_past(), n_slots = n_past + batch_->size();
-    std::vector<float> keys(static_cast<size_t>(n_slots) * static_cast<size_t>(kv_dim));
-    std::vector<float> values(keys.size());
-    const KvLayout& layout = kv_->layout();
-    for (int32_t slot = 0; slot < n_slots; ++slot) {
-      const int32_t position = slot >= n_past         ? batch_->positions()[static_cast<size_t>(slot - n_past)]
-                               : slot < layout.size() ? layout.logical_of(slot)
-                                                      : slot;  // written with write(), unknown to the layout
-      float* k = keys.data() + static_cast<size_t>(slot) * static_cast<size_t>(kv_dim);
-      float* v = values.data() + static_cast<size_t>(slot) * static_cast<size_t>(kv_dim);
-      for (int32_t r = 0; r < kv_dim; ++r) {
-        k[r] = dot(Ku + int64_t{r} * key_rank, kv_->key(layer, slot), key_rank);
-        v[r] = dot(Vu + int64_t{r} * value_rank, kv_->value(layer, slot), value_rank);
+    for (int32_t part = 0; part < batch_->n_segments(); ++part) {
+      const ReferenceKvCache& kv = cache_of(batch_->segment(part).first);
+      const StepSegment seg = batch_->segment(part);
+      const KvCacheShape& shape = kv.shape();
+      check_latent_attention(shape, layer, k_up, v_up);
+      const int32_t kv_dim = shape.kv_dim, key_rank = shape.key_dim(layer), value_rank = shape.value_dim(layer);
+      if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
+      const auto* Ku = reinterpret_cast<const float*>(weight(k_up).data);
+      const auto* Vu = reinterpret_cast<const float*>(weight(v_up).data);
+      const int32_t n_past = seg.n_past, n_slots = n_past + seg.size;
+      std::vector<float> keys(static_cast<size_t>(n_slots) * static_cast<size_t>(kv_dim));
+      std::vector<float> values(keys.size());
+      const KvLayout& layout = kv.layout();
+      for (int32_t slot = 0; slot < n_slots; ++slot) {
+        const int32_t position = slot >= n_past         ? batch_->positions()[static_cast<size_t>(seg.first + slot - n_past)]
+                                 : slot < layout.size() ? layout.logical_of(slot)
+                                                        : slot;  // written with write(), unknown to the layout
+        float* k = keys.data() + static_cast<size_t>(slot) * static_cast<size_t>(kv_dim);
+        float* v = values.data() + static_cast<size_t>(slot) * static_cast<size_t>(kv_dim);
+        for (int32_t r = 0; r < kv_dim; ++r) {
+          k[r] = dot(Ku + int64_t{r} * key_rank, kv.key(layer, slot), key_rank);
+          v[r] = dot(Vu + int64_t{r} * value_rank, kv.value(layer, slot), value_rank);
+        }
+        for (int32_t h = 0; h < s.n_head_kv; ++h) rope_head(k + int64_t{h} * s.head_dim, position, rope);
       }
-      for (int32_t h = 0; h < s.n_head_kv; ++h) rope_head(k + int64_t{h} * s.head_dim, position, rope);
-    }
-    for (int32_t i = 0; i < batch_->size(); ++i) {
-      const std::vector<int32_t> slots = keys_seen(*batch_, *kv_, layer, i);
-      for (int32_t h = 0; h < s.n_head; ++h) {
-        const int64_t kv_head = h / (s.n_head / s.n_head_kv);
-        attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{keys.data(), kv_dim, kv_head * s.head_dim, s.head_dim},
-                    HeadRows{values.data(), kv_dim, kv_head * s.head_dim, s.head_dim}, slots, s.scale,
-                    row(out, i) + int64_t{h} * s.head_dim);
+      for (int32_t i = seg.first; i < seg.first + seg.size; ++i) {
+        const std::vector<int32_t> slots = keys_seen(*batch_, kv, layer, i);
+        for (int32_t h = 0; h < s.n_head; ++h) {
+          const int64_t kv_head = h / (s.n_head / s.n_head_kv);
+          attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{keys.data(), kv_dim, kv_head * s.head_dim, s.head_dim},
+                      HeadRows{values.data(), kv_dim, kv_head * s.head_dim, s.head_dim}, slots, s.scale,
+                      row(out, i) + int64_t{h} * s.head_dim);
+        }
       }
     }
   }
@@ -268,6 +284,12 @@ class OracleBackend final : public Backend {
   };
 
   const Stored& weight(const Weight& w) const { return weights_.at(static_cast<size_t>(w.id)); }
+  // The cache of row i's part of the step.
+  const ReferenceKvCache& cache_of(int32_t i) const {
+    const ReferenceKvCache* kv = kvs_.at(static_cast<size_t>(batch_->segment_of(i)));
+    if (!kv) throw std::logic_error("a KV cache of the step was destroyed");
+    return *kv;
+  }
   float* row(const Activation& a, int64_t i) {
     return activations_.at(static_cast<size_t>(a.id)).data() + static_cast<size_t>(i * a.cols);
   }
@@ -298,7 +320,7 @@ class OracleBackend final : public Backend {
 
   std::vector<Stored> weights_;
   std::vector<std::vector<float>> activations_;
-  ReferenceKvCache* kv_ = nullptr;  // the cache of the step begun last
+  std::vector<ReferenceKvCache*> kvs_;  // the caches of the step begun last, one per part
   std::unordered_map<int32_t, int64_t> gathered_;
   const StepBatch* batch_ = nullptr;
   std::vector<int32_t> argmax_;

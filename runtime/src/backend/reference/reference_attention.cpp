@@ -8,7 +8,8 @@
 namespace fafo::reference {
 
 std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_t layer, int32_t row) {
-  const int32_t n_past = batch.n_past();
+  const StepSegment part = batch.segment(batch.segment_of(row));
+  const int32_t n_past = part.n_past;
   std::vector<int32_t> slots;
   if (batch.prefix(row) == PrefixView::Full || layer < kv.dense_layers()) {
     const KvLayout& layout = kv.layout();
@@ -17,8 +18,8 @@ std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_
     const int32_t region = std::min(kv.region_count(), n_past);
     for (int32_t s = 0; s < region; ++s) slots.push_back(s);
   }
-  for (int32_t j = 0; j <= row; ++j)
-    if (batch.sees(row, j)) slots.push_back(n_past + j);
+  for (int32_t j = part.first; j <= row; ++j)
+    if (batch.sees(row, j)) slots.push_back(n_past + j - part.first);
   return slots;
 }
 

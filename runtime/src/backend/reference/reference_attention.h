@@ -11,14 +11,16 @@
 
 namespace fafo::reference {
 
-// The physical KV slots row `row` of `batch` reads in layer `layer`, in the order it
-// reads them:
+// The physical KV slots row `row` of `batch` reads in layer `layer` of `kv` (the cache
+// of the row's part of the step; n_past and `first` below are that part's), in the
+// order it reads them:
 //   - its view of the n_past committed entries: a FULL row, or any row in one of the
 //     cache's dense layers, sees every committed entry in logical order (logical entry
 //     l is at physical slot layout.physical_of(l); entries past the layout's size, written
 //     with write() and unknown to it, at slot l); a COMPRESSED row sees the region, the
 //     physical slots [0, min(region_count, n_past));
-//   - then the batch tokens j <= row its mask row sets, at slots n_past + j.
+//   - then the batch tokens j <= row of its part its mask row sets, at slots
+//     n_past + j - first.
 std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_t layer, int32_t row);
 
 // Where one head reads its keys or values: slot s's `width` floats at data + s * stride + offset.

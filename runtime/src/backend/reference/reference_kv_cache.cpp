@@ -47,10 +47,11 @@ void ReferenceKvCache::store(int32_t layer, const Activation& k, const Activatio
   const size_t kd = static_cast<size_t>(shape().key_dim(layer)), vd = static_cast<size_t>(shape().value_dim(layer));
   if (static_cast<size_t>(k.cols) != kd || static_cast<size_t>(v.cols) != vd)
     throw std::invalid_argument("store: rows are not as wide as the cache's layer " + std::to_string(layer));
-  const StepBatch& batch = step_();
-  const size_t first = static_cast<size_t>(batch.n_past()), rows = static_cast<size_t>(batch.size());
-  put(keys_[static_cast<size_t>(layer)], first * kd, rows_(k), rows * kd);
-  put(values_[static_cast<size_t>(layer)], first * vd, rows_(v), rows * vd);
+  const StepSegment part = step_().segment(part_);
+  const size_t first = static_cast<size_t>(part.n_past), rows = static_cast<size_t>(part.size);
+  const size_t from = static_cast<size_t>(part.first);  // the part's first row
+  put(keys_[static_cast<size_t>(layer)], first * kd, rows_(k) + from * kd, rows * kd);
+  put(values_[static_cast<size_t>(layer)], first * vd, rows_(v) + from * vd, rows * vd);
 }
 
 void ReferenceKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -58,9 +59,10 @@ void ReferenceKvCache::capture_queries(int32_t layer, const Activation& q) {
   std::vector<float>& out = captured_[static_cast<size_t>(layer)];
   out.clear();
   const float* all = rows_(q);
-  const int32_t rows = step_().size();
+  const StepSegment part = step_().segment(part_);  // captured rows count from its first row
   for (int32_t r : captured_rows())
-    if (r >= 0 && r < rows) out.insert(out.end(), all + static_cast<int64_t>(r) * q.cols, all + static_cast<int64_t>(r + 1) * q.cols);
+    if (r >= 0 && r < part.size)
+      out.insert(out.end(), all + static_cast<int64_t>(part.first + r) * q.cols, all + static_cast<int64_t>(part.first + r + 1) * q.cols);
 }
 
 void ReferenceKvCache::write(int32_t layer, int32_t first, int32_t count, const float* keys, const float* values) {

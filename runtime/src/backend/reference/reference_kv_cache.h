@@ -14,7 +14,8 @@ namespace fafo::reference {
 
 class ReferenceKvCache final : public KvCache {
  public:
-  // `step` gives the current step's batch (store() writes at its n_past) and `rows` an
+  // `step` gives the current step's batch (store() writes this cache's part at its
+  // n_past) and `rows` an
   // activation's floats.
   ReferenceKvCache(const KvCacheShape& shape, std::function<const StepBatch&()> step,
                    std::function<const float*(const Activation&)> rows);
@@ -27,11 +28,15 @@ class ReferenceKvCache final : public KvCache {
   void swap_slots(const SlotPairs& pairs) override;
   void move_slots(const SlotPairs& moves) override;
 
+  // The part of the step begun last this cache is for (StepBatch::segment).
+  void set_step_part(int32_t part) { part_ = part; }
+
   // Entry `slot` of a layer: key_dim(layer) / value_dim(layer) floats.
   const float* key(int32_t layer, int32_t slot) const;
   const float* value(int32_t layer, int32_t slot) const;
 
  private:
+  int32_t part_ = 0;
   void put(std::vector<float>& dst, size_t at, const float* src, size_t n) const;
   void check_layer(int32_t layer, const char* what) const;
   void check_slot(int32_t slot, const char* what) const;

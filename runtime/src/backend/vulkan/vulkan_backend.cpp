@@ -185,10 +185,12 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
   // --- a step -----------------------------------------------------------------------
-  void begin_step(const StepBatch& batch, KvCache& cache) override {
+  // One sequence per step (max_step_sequences() is 1): the shaders read one n_past and
+  // one cache.
+  void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
     check_usable();
-    VulkanKvCache& kv = own_kv_cache<VulkanKvCache>(*this, cache);
-    check_step_fits(batch, kv.capacity(), max_step_rows_);
+    VulkanKvCache& kv = own_kv_cache<VulkanKvCache>(*this, *caches[0]);
+    check_step_fits(batch, caches, max_step_rows_);
     kv_ = &kv;
     encoder_.begin(batch, kv.full_order());
   }

@@ -1,0 +1,163 @@
+// Joined steps (StepBatch::join, Model::forward_joined, StepJoiner): the steps of several
+// sequences on one load of the weights run as one step, and every row gets the bits it
+// gets when its sequence steps alone (T-invariance extended to sequences), on every
+// backend that joins steps; the backends that do not say so.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fafo/backend_registry.h"
+#include "fafo/generator.h"
+#include "fafo/kv_policy.h"
+#include "fafo/open_model.h"
+#include "fafo/step_joiner.h"
+#include "joined_steps_check.h"
+#include "model_fixtures.h"
+#include "test_support.h"
+
+using namespace fafo;
+
+namespace {
+
+// Loads stories260K on `backend`, or returns nullptr where the backend has no device.
+std::unique_ptr<test::TestModel> load_on(const std::string& path, const std::string& backend) {
+  try {
+    return std::make_unique<test::TestModel>(test::load_test_model(path, 256, 2, backend));
+  } catch (const std::exception& e) {
+    if (backend == "vulkan") return nullptr;  // no Vulkan device here
+    throw;
+  }
+}
+
+}  // namespace
+
+TEST(StepBatchJoin, PartsKeepTheirRowsMasksAndNPast) {
+  StepBatch a = StepBatch::causal({5, 6, 7}, 10, true);
+  StepBatch b;
+  b.add(8, 3, {}, false);
+  b.add(9, 4, {0}, true, PrefixView::Compressed);
+  b.set_n_past(3);
+  StepBatch j = StepBatch::join({&a, &b});
+  ASSERT_EQ(j.size(), 5);
+  ASSERT_EQ(j.n_segments(), 2);
+  EXPECT_EQ(j.segment(0).first, 0);
+  EXPECT_EQ(j.segment(1).first, 3);
+  EXPECT_EQ(j.segment(1).n_past, 3);
+  EXPECT_EQ(j.segment_of(4), 1);
+  EXPECT_EQ(j.slot_of(2), 12);
+  EXPECT_EQ(j.slot_of(4), 4);
+  EXPECT_TRUE(j.sees(2, 0));
+  EXPECT_FALSE(j.sees(3, 2));  // a part never sees another part's rows
+  EXPECT_TRUE(j.sees(4, 3));
+  EXPECT_EQ(j.prefix(4), PrefixView::Compressed);
+  EXPECT_EQ(j.logit_rows(), (std::vector<int32_t>{0, 1, 2, 4}));
+  EXPECT_THROW((void)j.n_past(), std::logic_error);
+  EXPECT_THROW(j.add(1, 0, {}, false), std::logic_error);
+  EXPECT_THROW(StepBatch::join({}), std::invalid_argument);
+  EXPECT_THROW(StepBatch::join({&a, &j}), std::invalid_argument);
+  StepBatch empty;
+  EXPECT_THROW(StepBatch::join({&a, &empty}), std::invalid_argument);
+}
+
+// The check of tests/joined_steps_check.h on the backends in this executable
+// (cuda-emulated: tests/test_cuda_host.cpp).
+TEST(JoinedSteps, EachPartGetsTheBitsOfItsStepAlone) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  for (const std::string backend : {"reference", "cpu"}) {
+    SCOPED_TRACE(backend);
+    const auto base = load_on(model_path.string(), backend);
+    test::check_joined_steps(base->model->weights(), *base->tokenizer);
+  }
+}
+
+TEST(JoinedSteps, APartThatFailsItsChecksDoesNotStopTheOthers) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto base = load_on(model_path.string(), "cpu");
+  OpenedModel other = open_sequence(*base);
+  StepBatch ok = StepBatch::causal({5, 6}, 0);
+  StepBatch too_long = StepBatch::causal(std::vector<int32_t>(300, 7), 0);  // the context holds 256
+  StepRequest a{&ok, StepWant::Argmax}, b{&too_long, StepWant::Argmax};
+  Model::forward_joined({{base->model.get(), &a}, {other.model.get(), &b}});
+  EXPECT_FALSE(a.error);
+  EXPECT_EQ(a.ids.size(), 1u);
+  ASSERT_TRUE(b.error);
+  EXPECT_THROW(std::rethrow_exception(b.error), std::length_error);
+  // A sequence twice, or sequences on different weights, are refused.
+  StepRequest c{&ok, StepWant::Argmax};
+  EXPECT_THROW(Model::forward_joined({{base->model.get(), &a}, {base->model.get(), &c}}), std::invalid_argument);
+  const auto separate = load_on(model_path.string(), "cpu");
+  EXPECT_THROW(Model::forward_joined({{base->model.get(), &a}, {separate->model.get(), &c}}), std::invalid_argument);
+}
+
+// Vulkan computes one sequence per step: a joined step of two is an error for both
+// parts, and a joiner runs its sequences' steps one by one there.
+TEST(JoinedSteps, VulkanRunsOneSequencePerStep) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto base = load_on(model_path.string(), "vulkan");
+  if (!base) GTEST_SKIP() << "no Vulkan device";
+  EXPECT_EQ(base->model->backend().max_step_sequences(), 1);
+  OpenedModel other = open_sequence(*base);
+  StepBatch x = StepBatch::causal({5, 6}, 0), y = StepBatch::causal({7}, 0);
+  StepRequest a{&x, StepWant::Argmax}, b{&y, StepWant::Argmax};
+  Model::forward_joined({{base->model.get(), &a}, {other.model.get(), &b}});
+  ASSERT_TRUE(a.error);
+  ASSERT_TRUE(b.error);
+  EXPECT_THROW(std::rethrow_exception(a.error), std::invalid_argument);
+}
+
+// Sequences generating on threads through one StepJoiner: their steps are joined (more
+// than one sequence per step) and every text equals its sequence's text alone, for
+// plain, Lookahead and FAFO decoding side by side.
+TEST(JoinedSteps, AJoinerJoinsConcurrentGenerationsWithoutChangingATokens) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  for (const std::string backend : {"cpu", "vulkan"}) {
+    SCOPED_TRACE(backend);
+    const auto base = load_on(model_path.string(), backend);
+    if (!base) continue;
+    const std::vector<std::string> prompts = {"Once upon a time there was a little dog",
+                                              "Lily and Tom went to the park. Lily and Tom went to", "The sun was"};
+    const Strategy strategies[] = {Strategy::Ar, Strategy::Lookahead, Strategy::Fafo};
+    const auto options = [](Strategy s) {
+      GenerationOptions o;
+      o.n_predict = 40;
+      o.sampling.temperature = 0;
+      o.stop_at_end_of_generation = false;
+      o.decoding.strategy = s;
+      return o;
+    };
+    std::vector<std::vector<int32_t>> want;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      want.push_back(generate(*base->model, *base->tokenizer, base->tokenizer->encode(prompts[i], true),
+                              options(strategies[i])).ids);
+    // Waits of 20 ms for each active sequence: the threads' steps meet even where they start apart.
+    auto joiner = std::make_shared<StepJoiner>(std::chrono::milliseconds(20), std::chrono::milliseconds(20));
+    std::vector<OpenedModel> seqs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      seqs.push_back(open_sequence(*base));
+      seqs.back().model->set_step_joiner(joiner);
+    }
+    std::vector<std::vector<int32_t>> got(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) joiner->enter();
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      threads.emplace_back([&, i] {
+        got[i] = generate(*seqs[i].model, *seqs[i].tokenizer, seqs[i].tokenizer->encode(prompts[i], true),
+                          options(strategies[i])).ids;
+        joiner->leave();
+      });
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], want[i]) << strategy_name(strategies[i]);
+    const StepJoiner::Stats stats = joiner->stats();
+    if (backend == "vulkan") {
+      EXPECT_EQ(stats.most_parts, 1);
+    } else {
+      EXPECT_GT(stats.parts, stats.steps);
+      EXPECT_EQ(stats.most_parts, 3);
+    }
+  }
+}
