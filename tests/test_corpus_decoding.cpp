@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "fafo/corpus_index.h"
 #include "fafo/corpus_index_build.h"
 #include "fafo/generator.h"

@@ -171,6 +171,14 @@ TEST(Server, GreedyRepliesEqualPlainGenerationOnEverySlot) {
     });
   for (std::thread& t : clients) t.join();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], i % 2 == 0 ? want_completion : want_chat) << i;
+  // The slots' steps went through the joiner (how many met in one pass depends on timing).
+  const std::string metrics = s.client().Get("/metrics")->body;
+  const auto counter = [&](const std::string& name) {
+    const size_t at = metrics.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + name.size() + 2));
+  };
+  EXPECT_GT(counter("fafo_joined_steps_total"), 0) << metrics;
+  EXPECT_GE(counter("fafo_joined_step_parts_total"), counter("fafo_joined_steps_total")) << metrics;
 
   // The same conversation again: its prompt is found in a slot's cache.
   httplib::Client c = s.client();
@@ -383,6 +391,22 @@ TEST(Server, TheOfficialOpenAiClientGetsPlainGenerationsText) {
   EXPECT_EQ(j["chat_usage"]["completion_tokens"], 24);
   EXPECT_EQ(j["completion"], plain_completion("Once upon a time", 24));
   EXPECT_EQ(j["missing"], "404 model_not_found");
+}
+
+// More slots than the memory holds: refused at start, naming how many fit.
+TEST(Server, MoreSlotsThanTheMemoryHoldsAreRefusedNamingWhatFits) {
+  REQUIRE_STORIES();
+  OpenOptions options = stories_options();
+  options.backend.memory_limit = 20ull << 20;
+  try {
+    SlotPool pool(50, 0, [&] { return open_model(options); });
+    FAIL() << "50 slots fit in 20 MiB";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--parallel 50 does not fit"), std::string::npos) << what;
+    EXPECT_NE(what.find("out of memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("use --parallel "), std::string::npos) << what;
+  }
 }
 
 // The slots are sequences on one load of the weights; a slot whose weights fail is

@@ -26,7 +26,7 @@ void Metrics::count_cancelled() {
   ++cancelled_;
 }
 
-std::string Metrics::render(int slots, int busy, int waiting) const {
+std::string Metrics::render(int slots, int busy, int waiting, int64_t joined_steps, int64_t joined_parts) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;
   char line[512];
@@ -66,6 +66,10 @@ std::string Metrics::render(int slots, int busy, int waiting) const {
   value("fafo_slots_busy", busy);
   metric("fafo_queue_depth", "gauge", "Requests waiting for a slot.");
   value("fafo_queue_depth", waiting);
+  metric("fafo_joined_steps_total", "counter", "Forward passes run for the slots (each joins the steps slots asked for together).");
+  value("fafo_joined_steps_total", static_cast<double>(joined_steps));
+  metric("fafo_joined_step_parts_total", "counter", "Slots' steps run in those passes (/ fafo_joined_steps_total: slots per pass).");
+  value("fafo_joined_step_parts_total", static_cast<double>(joined_parts));
   return out;
 }
 

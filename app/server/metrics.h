@@ -19,7 +19,9 @@ class Metrics {
   // A generation stopped because its client disconnected.
   void count_cancelled();
   // The text of /metrics, with the slots in use and the requests waiting now.
-  std::string render(int slots, int busy, int waiting) const;
+  // `joined_steps` / `joined_parts`: the slots' joined steps and the slots' steps run
+  // in them (StepJoiner::Stats; 0 with one slot).
+  std::string render(int slots, int busy, int waiting, int64_t joined_steps = 0, int64_t joined_parts = 0) const;
 
  private:
   mutable std::mutex mutex_;

@@ -316,7 +316,9 @@ void Server::Impl::routes() {
     send_json(res, 200, json{{"status", "ok"}, {"slots", pool.size()}, {"slots_busy", pool.busy()}, {"queue", pool.waiting()}});
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(pool.size(), pool.busy(), pool.waiting()), "text/plain; version=0.0.4");
+    const StepJoiner::Stats joined = pool.joiner() ? pool.joiner()->stats() : StepJoiner::Stats{};
+    res.set_content(metrics.render(pool.size(), pool.busy(), pool.waiting(), joined.steps, joined.parts),
+                    "text/plain; version=0.0.4");
   });
 }
 
