@@ -328,3 +328,29 @@ TEST(StudioServer, StartsAnswersAndStops) {
   ASSERT_TRUE(wait_for([&] { return second.status().state == ServerSession::Status::State::Stopped; }, 60));
   EXPECT_NE(second.status().error.find("cannot listen on 203.0.113.7:1"), std::string::npos) << second.status().error;
 }
+
+// With the chat's model open on the same settings, the server's slot is a sequence on
+// its weights (no second load); other settings load the file.
+TEST(StudioServer, SharesTheChatsWeightsWhenTheSettingsMatch) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  Engine engine;
+  const OpenOptions options = engine_on_cpu(model_path.string());
+  engine.open_model(options, "");
+  ASSERT_TRUE(engine.wait_idle(60));
+  const std::shared_ptr<const OpenedModel> loaded = engine.loaded_model(options);
+  ASSERT_TRUE(loaded);
+  OpenOptions other = options;
+  other.n_ctx = options.n_ctx + 64;
+  EXPECT_FALSE(engine.loaded_model(other));
+  const long before = loaded->model->weights().use_count();
+  ServerSession server;
+  server.start(options, "127.0.0.1", 0, loaded);
+  ASSERT_TRUE(wait_for([&] { return server.status().state != ServerSession::Status::State::Starting; }, 60));
+  ASSERT_EQ(server.status().state, ServerSession::Status::State::Running) << server.status().error;
+  EXPECT_EQ(loaded->model->weights().use_count(), before + 1);  // the slot's sequence
+  const fafo::test::CommandResult r = fafo::test::run_command(
+      "curl -s -m 30 http://127.0.0.1:" + std::to_string(server.status().port) +
+      "/v1/completions -d '{\"prompt\": \"Once\", \"max_tokens\": 3, \"temperature\": 0}'");
+  EXPECT_NE(r.out.find("\"completion_tokens\":3"), std::string::npos) << r.out;
+  server.stop();
+}

@@ -80,6 +80,8 @@ def request(port, path, body, stream, disconnect):
             if r.status != 200:
                 return r.status, "", None, False
             j = json.loads(data)
+            if "error" in j:  # a generation that failed on the device after the status was sent
+                return 500, "", None, False
             choice = j["choices"][0]
             text = choice["text"] if "text" in choice else choice["message"]["content"]
             return 200, text, choice.get("finish_reason"), True
@@ -233,8 +235,9 @@ def main():
     other = {k: v for k, v in tally.counts.items() if k.startswith("http ") and k != "http 500"}
     print(f"soak: {args.seconds:.0f} s, {args.clients} clients, {args.parallel} slots, fault {args.fault or 'none'}: " +
           ", ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())))
+    last = settled[-1] if settled else 0
     print(f"soak: resident memory {base / 1024:.1f} MiB at {settle:.0f} s, peak after {peak / 1024:.1f} MiB "
-          f"({100 * growth:+.1f} %); slots busy at the end {busy}, waiting {waiting}")
+          f"({100 * growth:+.1f} %), at the end {last / 1024:.1f} MiB; slots busy at the end {busy}, waiting {waiting}")
     problems = list(tally.wrong)
     if errors > args.parallel or (errors > 0 and not args.fault):
         problems.append(f"{errors} requests answered 500 (the fault allows at most {args.parallel if args.fault else 0})")

@@ -115,6 +115,22 @@ void Engine::run_prompt(const std::string& prompt, const GenerationOptions& opti
 
 void Engine::stop() { gate_.stop(); }
 
+void Engine::set_model(std::shared_ptr<OpenedModel> m, const OpenOptions* options) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  model_ = std::move(m);
+  if (options) open_options_ = *options;
+}
+
+std::shared_ptr<const OpenedModel> Engine::loaded_model(const OpenOptions& o) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const OpenOptions& mine = open_options_;
+  const bool same = model_ && o.path == mine.path && o.backend.name == mine.backend.name &&
+                    o.backend.device == mine.backend.device && o.backend.threads == mine.backend.threads &&
+                    o.backend.memory_limit == mine.backend.memory_limit && o.n_ctx == mine.n_ctx &&
+                    o.kv_type == mine.kv_type && o.chat_template == mine.chat_template;
+  return same ? model_ : nullptr;
+}
+
 EngineView Engine::view() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return view_;
@@ -155,13 +171,12 @@ void Engine::load(const OpenOptions& options, const std::string& system) {
     v.model_path = options.path;
   });
   chat_.reset();
-  model_.reset();  // free the old model before loading the next
+  set_model(nullptr);  // free the old model before loading the next
   draft_.reset();
-  auto m = std::make_unique<OpenedModel>(fafo::open_model(options));
-  open_options_ = options;
+  auto m = std::make_shared<OpenedModel>(fafo::open_model(options));
   TokenText text = make_token_text(*m->tokenizer);
   const std::string summary = model_summary(*m);
-  model_ = std::move(m);
+  set_model(std::move(m), &options);
   update([&](EngineView& v) {
     v.has_model = true;
     ++v.model_serial;
@@ -262,16 +277,16 @@ void Engine::reopen_keeping_conversation(const std::string& what) {
   std::vector<ChatMessage> history = chat_->history();
   chat_.reset();
   draft_.reset();
-  model_.reset();  // the device's memory first
+  set_model(nullptr);  // the device's memory first
   update([&](EngineView& v) {
     v.activity = EngineView::Activity::Loading;
     v.has_model = false;
     v.text = {};
   });
   try {
-    auto m = std::make_unique<OpenedModel>(fafo::open_model(open_options_));
+    auto m = std::make_shared<OpenedModel>(fafo::open_model(open_options_));
     TokenText text = make_token_text(*m->tokenizer);
-    model_ = std::move(m);
+    set_model(std::move(m));
     update([&](EngineView& v) {
       v.has_model = true;
       ++v.model_serial;

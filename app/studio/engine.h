@@ -93,6 +93,10 @@ class Engine {
 
   EngineView view() const;
   bool busy() const;
+  // The open model when it was opened with `options` (same file, backend, device,
+  // threads, context, cache type and template), else null: the studio's server makes
+  // its slot a sequence on these weights instead of loading them again. Any thread.
+  std::shared_ptr<const OpenedModel> loaded_model(const OpenOptions& options) const;
   // Waits until no job runs or is queued (tests and headless runs); false on timeout.
   bool wait_idle(double seconds) const;
   StepGate& gate() { return gate_; }
@@ -114,6 +118,8 @@ class Engine {
   // (when the model cannot be opened, the conversation waits for the next model opened).
   [[noreturn]] void reopen_keeping_conversation(const std::string& what);
   void prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps);
+  // Replaces model_ (and open_options_) where loaded_model() reads them.
+  void set_model(std::shared_ptr<OpenedModel> m, const OpenOptions* options = nullptr);
   bool should_stop() const { return quitting_.load() || gate_.should_stop(); }
   template <class F>
   void update(F&& f) {
@@ -130,7 +136,7 @@ class Engine {
   EngineView view_;
   StepGate gate_;
   // Worker-thread state.
-  std::unique_ptr<OpenedModel> model_;
+  std::shared_ptr<OpenedModel> model_;         // written by the worker under mutex_ (set_model)
   std::shared_ptr<const CorpusIndex> corpus_;  // the --corpus index, once opened
   OpenOptions open_options_;                   // how model_ was opened
   std::shared_ptr<Model> draft_;               // strategy draft's model, once opened...

@@ -56,7 +56,7 @@ float draw_menu_bar(StudioState& s) {
         s.server_port = std::clamp(s.server_port, 0, 65535);
         const std::string start = "Start on 127.0.0.1:" + std::to_string(s.server_port);
         if (ImGui::MenuItem(start.c_str(), nullptr, false, s.ev.has_model))
-          s.server.start(s.settings.open, "127.0.0.1", s.server_port);
+          s.server.start(s.settings.open, "127.0.0.1", s.server_port, s.engine->loaded_model(s.settings.open));
         if (!s.ev.has_model) ImGui::TextDisabled("open a model first");
         if (!st.error.empty()) ImGui::TextWrapped("could not start: %s", st.error.c_str());
       } else if (st.state == ServerSession::Status::State::Starting) {

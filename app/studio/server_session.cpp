@@ -10,7 +10,8 @@ namespace fafo::studio {
 ServerSession::ServerSession() = default;
 ServerSession::~ServerSession() { stop(); }
 
-void ServerSession::start(const OpenOptions& model, const std::string& host, int port) {
+void ServerSession::start(const OpenOptions& model, const std::string& host, int port,
+                          std::shared_ptr<const OpenedModel> loaded) {
   stop();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -19,12 +20,20 @@ void ServerSession::start(const OpenOptions& model, const std::string& host, int
     status_.model = model.path;
     stop_requested_ = false;
   }
-  thread_ = std::thread([this, model, host, port] { run(model, host, port); });
+  thread_ = std::thread([this, model, host, port, loaded] { run(model, host, port, loaded); });
 }
 
-void ServerSession::run(OpenOptions model, std::string host, int port) {
+void ServerSession::run(OpenOptions model, std::string host, int port, std::shared_ptr<const OpenedModel> loaded) {
   try {
-    auto pool = std::make_unique<server::SlotPool>(1, 16, [&] { return open_model(model); });
+    // The first load is a sequence on the chat's weights when given; a reload (after a
+    // lost device) opens the file.
+    auto first = std::make_shared<std::shared_ptr<const OpenedModel>>(std::move(loaded));
+    auto pool = std::make_unique<server::SlotPool>(1, 16, [model, first] {
+      if (!*first) return open_model(model);
+      const std::shared_ptr<const OpenedModel> chat = std::move(*first);
+      *first = nullptr;
+      return open_sequence(*chat);
+    });
     server::ServerOptions o;
     o.host = host;
     o.port = port;

@@ -1,7 +1,8 @@
 // The studio's optional `fafo serve`: an OpenAI-compatible server (app/server/) on the
-// open model's file and settings, started and stopped from the Server menu. It opens
-// its own copy of the model (one slot) on a background thread, so the chat and the
-// debugger go on with theirs; the UI thread only reads status().
+// open model's file and settings, started and stopped from the Server menu. Its one
+// slot is a sequence on the chat's loaded weights when they were opened with the same
+// settings (else it opens the file itself), made on a background thread, so the chat and
+// the debugger go on with theirs; the UI thread only reads status().
 #pragma once
 
 #include <memory>
@@ -34,13 +35,15 @@ class ServerSession {
   ServerSession& operator=(const ServerSession&) = delete;
 
   // Starts serving `model` on host:port (port 0: any free one); returns at once. A
-  // running server is stopped first.
-  void start(const OpenOptions& model, const std::string& host, int port);
+  // running server is stopped first. `loaded`: the model already open with those
+  // options (Engine::loaded_model), whose weights the slot shares; null: load them.
+  void start(const OpenOptions& model, const std::string& host, int port,
+             std::shared_ptr<const OpenedModel> loaded = nullptr);
   void stop();
   Status status() const;
 
  private:
-  void run(OpenOptions model, std::string host, int port);
+  void run(OpenOptions model, std::string host, int port, std::shared_ptr<const OpenedModel> loaded);
 
   mutable std::mutex mutex_;
   Status status_;

@@ -5,7 +5,8 @@
 // Each sequence's thread calls run() (Model::forward* does, once Model::set_step_joiner
 // is set) and blocks. The first caller while no joined step runs leads: it waits until
 // every active sequence (enter() .. leave()) has a step waiting, or until about one
-// step's time has passed (a sequence busy with host work is not waited for long), then takes the
+// step's time has passed (a sequence busy with host work is not waited for long; no
+// wait at all where the backend computes one sequence per step), then takes the
 // waiting steps that fit one step and runs them; the rest wait for the next one. The
 // oldest waiting step always goes first, then the smallest (a decode row before a
 // prefill chunk), within the row budget (ModelWeights::kMaxStepTokens tokens and
