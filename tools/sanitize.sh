@@ -30,6 +30,10 @@ exclude+='|^StudioBench\.(CancelKeeps|DestroyingARunning)'
 exclude+='|^Mla\.(EveryStrategyEqualsArOnAnMlaModel|DraftModelsAndSpeckvKeepAnMlaModelsOutput)$'
 exclude+='|^LossyModes\.SpeckvAsFafosRegionIsLossless$|^Perplexity\.LossyModesChangeItOnlyWhenTheyDropSomething$'
 exclude+='|^BackendPairs\.ThePairCheckSeesAWrongRow$|^BackendOpsTable\.AWrongRegionSlotInCpuAttentionFailsConformance$'
+# Threads generating side by side for a minute under ASan each: the joined and shared
+# steps' exactness is checked there by JoinedSteps.EachPartGetsTheBitsOfItsStepAlone.
+exclude+='|^JoinedSteps\.AJoinerJoinsConcurrentGenerationsWithoutChangingATokens$'
+exclude+='|^SharedWeights\.SequencesOnOneLoadGiveTheIdsOfSeparateModelsFromAnyThread$'
 # ThreadPool.ThreadCreationFailureIsAnError caps the address space just above what the
 # process maps, so that a thread cannot be made; ASan maps each new thread's fake stack
 # (detect_stack_use_after_return) first and aborts instead.
