@@ -74,10 +74,12 @@ layout(std430, binding = 2) readonly buffer V { float vc[]; };          // [n_ct
 float key_at(uint i) { return kc[i]; }
 float value_at(uint i) { return vc[i]; }
 #endif
-// [0] n_past, [1] keys per part, [2] parts in use (the step's header, written by the
-// host each step, so a recorded step replays at any n_past: the grid has n_parts
-// parts, those from step_info[2] on return at once), then the prefix flags, masks and
-// order.
+// [0] n_past, [1] keys per part, [2] parts in use, [3] the first row (the step's
+// header, written by the host each step, so a recorded step replays at any n_past: the
+// grid has n_parts parts, those from step_info[2] on return at once), then the prefix
+// flags, masks and order. In a joined step each part has its own step_info: its rows
+// are rows step_info[3].. of q and of the partials, its flags and masks are indexed
+// from its first row.
 layout(std430, binding = 3) readonly buffer Step { uint step_info[]; };
 layout(std430, binding = 4) writeonly buffer Partials { float partials[]; };
 
@@ -121,7 +123,8 @@ void main() {
   const uint first = part * part_keys;
   const uint last = min(first + part_keys, n_keys);
 
-  for (uint d = lid; d < p.head_dim; d += WG_SIZE) q_sh[d] = q[row * p.q_stride + head * p.head_dim + d];
+  const uint step_row = step_info[3] + row;  // of q and the partials
+  for (uint d = lid; d < p.head_dim; d += WG_SIZE) q_sh[d] = q[step_row * p.q_stride + head * p.head_dim + d];
   barrier();
 
   float m = -1.0 / 0.0;  // running max
@@ -186,7 +189,7 @@ void main() {
     barrier();  // weight_sh, slot_sh and red are rewritten by the next chunk
   }
 
-  const uint at = ((row * p.n_head + head) * p.n_parts + part) * (p.head_dim + 2);
+  const uint at = (((step_info[3] + row) * p.n_head + head) * p.n_parts + part) * (p.head_dim + 2);
   if (lid == 0) {
     partials[at] = m;
     partials[at + 1] = l;
@@ -213,7 +216,7 @@ void main() {
   if (row >= p.T || part >= step_info[2]) return;
   const uint kv_head = head / (p.n_head / p.n_head_kv);
   const uint kv_offset = kv_head * p.head_dim;
-  const uint q_offset = row * p.q_stride + head * p.head_dim;
+  const uint q_offset = (step_info[3] + row) * p.q_stride + head * p.head_dim;
 
   const uint n_past = step_info[0], part_keys = step_info[1];  // the step's header
   const bool compressed = step_info[p.flags_offset + row] != 0 && p.dense == 0;
@@ -276,7 +279,7 @@ void main() {
     m = m_new;
   }
 
-  const uint at = ((row * p.n_head + head) * p.n_parts + part) * (p.head_dim + 2);
+  const uint at = (((step_info[3] + row) * p.n_head + head) * p.n_parts + part) * (p.head_dim + 2);
   partials[at] = m;
   partials[at + 1] = l;
   for (uint d = 0; d < p.head_dim; ++d) partials[at + 2 + d] = acc_s[d];

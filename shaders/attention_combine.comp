@@ -3,7 +3,8 @@
 // part max, out[d] = sum_p acc_p[d] * exp(m_p - M) / sum_p l_p * exp(m_p - M).
 // Parts that saw no visible key have l = 0 and are skipped. One workgroup per
 // (head, row); invocations own head dimensions. The parts in use are step_info[2] (the
-// step's header) of the n_parts the partials are laid out for.
+// step's header) of the n_parts the partials are laid out for; row r of the dispatch is
+// row step_info[3] + r of the partials and of y (a joined step's part).
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer Partials { float partials[]; };
@@ -20,7 +21,7 @@ layout(push_constant) uniform Params {
 
 void main() {
   const uint head = gl_WorkGroupID.x;
-  const uint row = gl_WorkGroupID.y;
+  const uint row = step_info[3] + gl_WorkGroupID.y;
   const uint base = (row * p.n_head + head) * p.n_parts * (p.head_dim + 2);
   const uint stride = p.head_dim + 2;
   const uint used = step_info[2];

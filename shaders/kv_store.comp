@@ -2,7 +2,7 @@
 // Stores a step's K and V rows (fp32 activations: rows x k_width keys, rows x v_width
 // values; the widths are equal except in a latent cache) into the layer's caches at
 // slots n_past.. (n_past: step_info[0], the step's header, so a recorded step replays
-// at any n_past). A cache entry is `units` 32-bit words: with KV_F16 the cache is fp16
+// at any n_past). The rows are the part's of a joined step: rows step_info[3].. of k and v. A cache entry is `units` 32-bit words: with KV_F16 the cache is fp16
 // and each invocation converts two adjacent values to half (round to nearest even,
 // shaders/half.glsl) and writes them as one word, low half first ((width + 1) / 2
 // words per entry; the high half of an odd width's last word is zero); otherwise each
@@ -50,16 +50,16 @@ void main() {
 #endif
   const uint units = max(k_units, v_units);
   const uint n = p.rows * units;
-  const uint first = step_info[0];
+  const uint first = step_info[0], first_row = step_info[3];
   const uint step = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
   for (uint i = gl_GlobalInvocationID.x; i < n; i += step) {
     const uint row = i / units, u = i % units;
 #ifdef KV_F16
-    if (u < k_units) cache_k[(first + row) * k_units + u] = pack_k(row * p.k_width, u);
-    if (u < v_units) cache_v[(first + row) * v_units + u] = pack_v(row * p.v_width, u);
+    if (u < k_units) cache_k[(first + row) * k_units + u] = pack_k((first_row + row) * p.k_width, u);
+    if (u < v_units) cache_v[(first + row) * v_units + u] = pack_v((first_row + row) * p.v_width, u);
 #else
-    if (u < k_units) cache_k[(first + row) * k_units + u] = src_k[row * p.k_width + u];
-    if (u < v_units) cache_v[(first + row) * v_units + u] = src_v[row * p.v_width + u];
+    if (u < k_units) cache_k[(first + row) * k_units + u] = src_k[(first_row + row) * p.k_width + u];
+    if (u < v_units) cache_v[(first + row) * v_units + u] = src_v[(first_row + row) * p.v_width + u];
 #endif
   }
 }

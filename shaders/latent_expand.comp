@@ -13,7 +13,7 @@
 // step_info[order_offset + k] with use_order, else slot k; position k, whose cos and
 // sin are row k of `positions`, the host's table of every position of the cache),
 // then the step's own: slot n_past + j at batch row j's position (row j of `rows`, the
-// step's RoPE table). n_past is step_info[0], the step's header, so a recorded step
+// step's RoPE table; in a joined step, row step_info[3] + j). n_past is step_info[0], the step's header, so a recorded step
 // replays at any n_past: the grid is fixed and strides over the entries in use.
 //
 // Each invocation computes one output value, or for a rotated pair both values of the
@@ -104,7 +104,7 @@ void main() {
       const uint a = p.neox != 0u ? u : 2u * u;
       const uint b = p.neox != 0u ? u + p.n_pairs : 2u * u + 1u;
       const float x0 = up_dot(first_row + a, slot), x1 = up_dot(first_row + b, slot);
-      const uint at = ((committed ? k : k - n_past) * p.n_pairs + u) * 2u;
+      const uint at = ((committed ? k : step_info[3] + k - n_past) * p.n_pairs + u) * 2u;
       const float c = committed ? positions[at] : rows[at];
       const float s = committed ? positions[at + 1u] : rows[at + 1u];
       precise float r0 = x0 * c - x1 * s;

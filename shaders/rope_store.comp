@@ -9,6 +9,9 @@
 // the results are bit for bit those of rope + rope + store. The keys in qkv are left
 // unrotated (attention reads them from the cache).
 //
+// In a joined step the dispatch covers one part: rows step_info[3].. of qkv and of the
+// table (the header of the part's step_info), stored at the part's n_past.
+//
 // The items of the grid-stride loop: rows x n_head x n_pairs query pairs, then
 // rows x units key units, then rows x units value units, where a unit is one value
 // (fp32) or one word of two (fp16).
@@ -42,7 +45,7 @@ layout(push_constant) uniform Params {
 
 // Key e (0 <= e < kv_dim) of `row`, rotated.
 float rotated_key(uint row, uint e) {
-  const uint base = row * p.stride + p.k_offset;
+  const uint base = (step_info[3] + row) * p.stride + p.k_offset;
   const uint d = e % p.head_dim;
   if (d >= 2u * p.n_pairs) return x[base + e];
   const uint head_base = base + e - d;
@@ -50,8 +53,8 @@ float rotated_key(uint row, uint e) {
   const bool second = p.neox != 0u ? d >= p.n_pairs : (d & 1u) != 0u;
   const uint a = head_base + (p.neox != 0u ? i : 2u * i);
   const uint b = head_base + (p.neox != 0u ? i + p.n_pairs : 2u * i + 1u);
-  const float c = cs[(row * p.n_pairs + i) * 2u];
-  const float s = cs[(row * p.n_pairs + i) * 2u + 1u];
+  const float c = cs[((step_info[3] + row) * p.n_pairs + i) * 2u];
+  const float s = cs[((step_info[3] + row) * p.n_pairs + i) * 2u + 1u];
   const float x0 = x[a], x1 = x[b];
   precise float r0 = x0 * c - x1 * s;
   precise float r1 = x0 * s + x1 * c;
@@ -73,7 +76,7 @@ void main() {
     if (id < q_items) {
       const uint i = id % p.n_pairs;
       const uint head = (id / p.n_pairs) % p.n_head;
-      const uint row = id / (p.n_pairs * p.n_head);
+      const uint row = step_info[3] + id / (p.n_pairs * p.n_head);  // of qkv and the table
       const uint base = row * p.stride + head * p.head_dim;
       const uint a = base + (p.neox != 0u ? i : 2u * i);
       const uint b = base + (p.neox != 0u ? i + p.n_pairs : 2u * i + 1u);
@@ -95,14 +98,14 @@ void main() {
     if (keys) {
       cache_k[out_at] = float_to_half(rotated_key(row, 2u * u)) | (float_to_half(rotated_key(row, 2u * u + 1u)) << 16);
     } else {
-      const uint at = row * p.stride + p.v_offset + 2u * u;
+      const uint at = (step_info[3] + row) * p.stride + p.v_offset + 2u * u;
       cache_v[out_at] = float_to_half(x[at]) | (float_to_half(x[at + 1u]) << 16);
     }
 #else
     if (keys) {
       cache_k[out_at] = rotated_key(row, u);
     } else {
-      cache_v[out_at] = x[row * p.stride + p.v_offset + u];
+      cache_v[out_at] = x[(step_info[3] + row) * p.stride + p.v_offset + u];
     }
 #endif
   }

@@ -3,6 +3,8 @@
 // (the reference, for the golden and exactness tests that must hold on the oracle too).
 #pragma once
 
+#include <exception>
+#include <memory>
 #include <string>
 
 #include "fafo/open_model.h"
@@ -19,6 +21,17 @@ inline TestModel load_test_model(const std::string& path, int32_t n_ctx = 0, int
   options.backend = BackendSpec{backend, "", threads};
   options.n_ctx = n_ctx;
   return open_model(options);
+}
+
+// load_test_model(path, 256, 2, backend), or nullptr where `backend` is vulkan and the
+// machine has no Vulkan device (the caller skips); other failures throw.
+inline std::unique_ptr<TestModel> load_on(const std::string& path, const std::string& backend) {
+  try {
+    return std::make_unique<TestModel>(load_test_model(path, 256, 2, backend));
+  } catch (const std::exception&) {
+    if (backend == "vulkan") return nullptr;
+    throw;
+  }
 }
 
 }  // namespace fafo::test

@@ -1,9 +1,10 @@
 // Joined steps (StepBatch::join, Model::forward_joined, StepJoiner): the steps of several
 // sequences on one load of the weights run as one step, and every row gets the bits it
 // gets when its sequence steps alone (T-invariance extended to sequences), on every
-// backend that joins steps; the backends that do not say so.
+// backend.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -21,20 +22,6 @@
 #include "test_support.h"
 
 using namespace fafo;
-
-namespace {
-
-// Loads stories260K on `backend`, or returns nullptr where the backend has no device.
-std::unique_ptr<test::TestModel> load_on(const std::string& path, const std::string& backend) {
-  try {
-    return std::make_unique<test::TestModel>(test::load_test_model(path, 256, 2, backend));
-  } catch (const std::exception& e) {
-    if (backend == "vulkan") return nullptr;  // no Vulkan device here
-    throw;
-  }
-}
-
-}  // namespace
 
 TEST(StepBatchJoin, PartsKeepTheirRowsMasksAndNPast) {
   StepBatch a = StepBatch::causal({5, 6, 7}, 10, true);
@@ -65,19 +52,26 @@ TEST(StepBatchJoin, PartsKeepTheirRowsMasksAndNPast) {
 }
 
 // The check of tests/joined_steps_check.h on the backends in this executable
-// (cuda-emulated: tests/test_cuda_host.cpp).
+// (cuda-emulated: tests/test_cuda_host.cpp; an MLA model: tests/test_mla.cpp). On Vulkan
+// twice: with the fused attention projections (rope_store, one dispatch per part) and
+// without them (FAFO_VULKAN_FUSE=0: the KV cache's kv_store per part).
 TEST(JoinedSteps, EachPartGetsTheBitsOfItsStepAlone) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
-  for (const std::string backend : {"reference", "cpu"}) {
+  for (const std::string backend : {"reference", "cpu", "vulkan", "vulkan unfused"}) {
     SCOPED_TRACE(backend);
-    const auto base = load_on(model_path.string(), backend);
+    const bool unfused = backend == "vulkan unfused";
+    if (unfused) ::setenv("FAFO_VULKAN_FUSE", "0", 1);
+    const auto base = test::load_on(model_path.string(), unfused ? "vulkan" : backend);
+    if (unfused) ::unsetenv("FAFO_VULKAN_FUSE");
+    if (!base) continue;  // no Vulkan device
+    EXPECT_GT(base->model->backend().max_step_sequences(), 3);
     test::check_joined_steps(base->model->weights(), *base->tokenizer);
   }
 }
 
 TEST(JoinedSteps, APartThatFailsItsChecksDoesNotStopTheOthers) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
-  const auto base = load_on(model_path.string(), "cpu");
+  const auto base = test::load_on(model_path.string(), "cpu");
   OpenedModel other = open_sequence(*base);
   StepBatch ok = StepBatch::causal({5, 6}, 0);
   StepBatch too_long = StepBatch::causal(std::vector<int32_t>(300, 7), 0);  // the context holds 256
@@ -90,24 +84,8 @@ TEST(JoinedSteps, APartThatFailsItsChecksDoesNotStopTheOthers) {
   // A sequence twice, or sequences on different weights, are refused.
   StepRequest c{&ok, StepWant::Argmax};
   EXPECT_THROW(Model::forward_joined({{base->model.get(), &a}, {base->model.get(), &c}}), std::invalid_argument);
-  const auto separate = load_on(model_path.string(), "cpu");
+  const auto separate = test::load_on(model_path.string(), "cpu");
   EXPECT_THROW(Model::forward_joined({{base->model.get(), &a}, {separate->model.get(), &c}}), std::invalid_argument);
-}
-
-// Vulkan computes one sequence per step: a joined step of two is an error for both
-// parts, and a joiner runs its sequences' steps one by one there.
-TEST(JoinedSteps, VulkanRunsOneSequencePerStep) {
-  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
-  const auto base = load_on(model_path.string(), "vulkan");
-  if (!base) GTEST_SKIP() << "no Vulkan device";
-  EXPECT_EQ(base->model->backend().max_step_sequences(), 1);
-  OpenedModel other = open_sequence(*base);
-  StepBatch x = StepBatch::causal({5, 6}, 0), y = StepBatch::causal({7}, 0);
-  StepRequest a{&x, StepWant::Argmax}, b{&y, StepWant::Argmax};
-  Model::forward_joined({{base->model.get(), &a}, {other.model.get(), &b}});
-  ASSERT_TRUE(a.error);
-  ASSERT_TRUE(b.error);
-  EXPECT_THROW(std::rethrow_exception(a.error), std::invalid_argument);
 }
 
 // Sequences generating on threads through one StepJoiner: their steps are joined (more
@@ -117,7 +95,7 @@ TEST(JoinedSteps, AJoinerJoinsConcurrentGenerationsWithoutChangingATokens) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   for (const std::string backend : {"cpu", "vulkan"}) {
     SCOPED_TRACE(backend);
-    const auto base = load_on(model_path.string(), backend);
+    const auto base = test::load_on(model_path.string(), backend);
     if (!base) continue;
     const std::vector<std::string> prompts = {"Once upon a time there was a little dog",
                                               "Lily and Tom went to the park. Lily and Tom went to", "The sun was"};
@@ -153,11 +131,7 @@ TEST(JoinedSteps, AJoinerJoinsConcurrentGenerationsWithoutChangingATokens) {
     for (auto& t : threads) t.join();
     for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], want[i]) << strategy_name(strategies[i]);
     const StepJoiner::Stats stats = joiner->stats();
-    if (backend == "vulkan") {
-      EXPECT_EQ(stats.most_parts, 1);
-    } else {
-      EXPECT_GT(stats.parts, stats.steps);
-      EXPECT_EQ(stats.most_parts, 3);
-    }
+    EXPECT_GT(stats.parts, stats.steps);
+    EXPECT_EQ(stats.most_parts, 3);
   }
 }

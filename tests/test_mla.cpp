@@ -18,6 +18,7 @@
 #include "fafo/model.h"
 #include "fafo/open_model.h"
 #include "faulty_backend.h"
+#include "joined_steps_check.h"
 #include "model_fixtures.h"
 #include "test_support.h"
 #if FAFO_HAVE_VULKAN
@@ -273,6 +274,22 @@ TEST(Mla, EveryStrategyEqualsArOnAnMlaModel) {
   const auto dir = test::temp_dir("mla-lossless");
   const std::string mla = lossless_mla_copy(dir);
   expect_every_strategy_equals_ar(mla, "cpu", /*every_policy=*/true);
+}
+
+// Joined steps on an MLA model (latent attention part by part: each part recovers its
+// own cache's keys and values): each part's results equal its step alone, bit for bit,
+// on every backend here that has a device.
+TEST(Mla, JoinedStepsGiveEachPartTheBitsOfItsStepAlone) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto dir = test::temp_dir("mla-joined");
+  const std::string mla = lossless_mla_copy(dir);
+  for (const std::string backend : {"reference", "cpu", "vulkan"}) {
+    SCOPED_TRACE(backend);
+    if (backend == "vulkan" && !no_vulkan_reason().empty()) continue;
+    const test::TestModel base = test::load_test_model(mla, 256, 2, backend);
+    ASSERT_TRUE(base.model->kv_cache().shape().latent());
+    test::check_joined_steps(base.model->weights(), *base.tokenizer);
+  }
 }
 
 // --- the Vulkan backend ------------------------------------------------------------------

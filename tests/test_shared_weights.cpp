@@ -28,15 +28,6 @@ GenerationOptions greedy(Strategy s, int32_t n) {
   return o;
 }
 
-// Loads stories260K on `backend`, or skips the test where that backend has no device.
-std::unique_ptr<test::TestModel> load_on(const std::string& path, const std::string& backend) {
-  try {
-    return std::make_unique<test::TestModel>(test::load_test_model(path, 256, 2, backend));
-  } catch (const std::exception& e) {
-    if (backend == "vulkan") return nullptr;  // no Vulkan device here
-    throw;
-  }
-}
 
 }  // namespace
 
@@ -44,12 +35,12 @@ TEST(SharedWeights, SequencesOnOneLoadGiveTheIdsOfSeparateModelsFromAnyThread) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   for (const std::string backend : {"cpu", "vulkan"}) {
     SCOPED_TRACE(backend);
-    const auto base = load_on(model_path.string(), backend);
+    const auto base = test::load_on(model_path.string(), backend);
     if (!base) continue;
     const std::vector<int32_t> p1 = base->tokenizer->encode("Lily and Tom went to the park. Lily and Tom went to", true);
     const std::vector<int32_t> p2 = base->tokenizer->encode("Once upon a time there was a little dog", true);
     // Alone, on separately loaded models.
-    const auto alone = load_on(model_path.string(), backend);
+    const auto alone = test::load_on(model_path.string(), backend);
     const auto want1 = generate(*alone->model, *alone->tokenizer, p1, greedy(Strategy::Fafo, 32)).ids;
     const auto want2 = generate(*alone->model, *alone->tokenizer, p2, greedy(Strategy::Lookahead, 32)).ids;
     ASSERT_EQ(want1.size(), 32u);
@@ -80,7 +71,7 @@ TEST(SharedWeights, SequencesOnOneLoadGiveTheIdsOfSeparateModelsFromAnyThread) {
 
 TEST(SharedWeights, ASequenceCostsItsKvCacheAndNoWeights) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
-  const auto base = load_on(model_path.string(), "cpu");
+  const auto base = test::load_on(model_path.string(), "cpu");
   Backend& be = base->model->backend();
   const uint64_t loaded = be.memory_in_use();
   const uint64_t kv_bytes = static_cast<uint64_t>(base->model->n_ctx()) *

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -97,13 +98,15 @@ TEST_F(VulkanStepEncoder, BeginWritesTheStepsInputs) {
   EXPECT_EQ(encoder_->flags_offset(), H);
   EXPECT_EQ(encoder_->mask_offset(), H + T);
   EXPECT_EQ(encoder_->order_offset(), H + T + T * words);
-  encoder_->set_split(128, 2);
-  encoder_->set_split(128, 2);  // the same again is fine; another split is not
-  EXPECT_THROW(encoder_->set_split(256, 1), std::logic_error);
+  encoder_->set_split(0, 128, 2);
+  encoder_->set_split(0, 128, 2);  // the same again is fine; another split is not
+  EXPECT_THROW(encoder_->set_split(0, 256, 1), std::logic_error);
+  EXPECT_THROW(encoder_->set_split(1, 128, 2), std::out_of_range);  // a step of one part
   const std::vector<uint32_t> info = read<uint32_t>(encoder_->step_info(), H + T + T * words + 5);
   EXPECT_EQ(info[0], 5u);    // n_past
   EXPECT_EQ(info[1], 128u);  // keys per part
   EXPECT_EQ(info[2], 2u);    // parts in use
+  EXPECT_EQ(info[3], 0u);    // the first row
   for (uint32_t i = 0; i < T; ++i) EXPECT_EQ(info[H + i], i == 2 ? 1u : 0u) << "prefix flag of " << i;
   for (uint32_t i = 0; i < T; ++i)
     for (uint32_t j = 0; j < T; ++j) {
@@ -122,6 +125,52 @@ TEST_F(VulkanStepEncoder, BeginWritesTheStepsInputs) {
   batch.set_n_past(5);
   encoder_->begin(batch, nullptr);
   EXPECT_FALSE(encoder_->use_order());
+  encoder_->finish();
+}
+
+TEST_F(VulkanStepEncoder, AJoinedStepGivesEachPartItsOwnStepInputs) {
+  // Three sequences in one step: a 3-token causal step at n_past 4 (an order), one
+  // decode row at n_past 0, and a FAFO-like part at n_past 6 whose row 1 views the
+  // compressed prefix and sees only itself.
+  StepBatch a = StepBatch::causal({1, 2, 3}, 4);
+  StepBatch b = StepBatch::causal({7}, 0);
+  StepBatch c;
+  c.add(20, 6, {}, true);
+  c.add(21, 7, {}, true, PrefixView::Compressed);
+  c.set_n_past(6);
+  const StepBatch joined = StepBatch::join({&a, &b, &c});
+  const std::vector<int32_t> order_a = {3, 2, 1, 0}, order_c = {5, 4, 3, 2, 1, 0};
+  const std::vector<int32_t>* orders[3] = {&order_a, nullptr, &order_c};
+  EXPECT_THROW(encoder_->begin(joined, std::span<const std::vector<int32_t>* const>(orders, 2)), std::invalid_argument);
+  encoder_->begin(joined, orders);
+  ASSERT_EQ(encoder_->parts(), 3);
+  const uint32_t H = StepEncoder::kHeaderWords;
+  EXPECT_TRUE(encoder_->use_order(0));
+  EXPECT_FALSE(encoder_->use_order(1));  // nothing committed
+  EXPECT_TRUE(encoder_->use_order(2));
+  EXPECT_EQ(encoder_->mask_offset(0), H + 3);
+  EXPECT_EQ(encoder_->order_offset(2), H + 2 + 2);
+  encoder_->set_split(2, 128, 1);
+  EXPECT_THROW(encoder_->set_split(3, 128, 1), std::out_of_range);
+  const std::vector<uint32_t> info_a = read<uint32_t>(encoder_->step_info(0), H + 3 + 3 + 4);
+  const std::vector<uint32_t> info_b = read<uint32_t>(encoder_->step_info(1), H + 1 + 1);
+  const std::vector<uint32_t> info_c = read<uint32_t>(encoder_->step_info(2), H + 2 + 2 + 6);
+  // Header: n_past, split (only part 2's set), first row.
+  EXPECT_EQ(std::vector<uint32_t>(info_a.begin(), info_a.begin() + H), (std::vector<uint32_t>{4, 0, 0, 0}));
+  EXPECT_EQ(std::vector<uint32_t>(info_b.begin(), info_b.begin() + H), (std::vector<uint32_t>{0, 0, 0, 3}));
+  EXPECT_EQ(std::vector<uint32_t>(info_c.begin(), info_c.begin() + H), (std::vector<uint32_t>{6, 128, 1, 4}));
+  // Flags and masks of each part's own rows, counted from its first row.
+  EXPECT_EQ(std::vector<uint32_t>(info_a.begin() + H, info_a.begin() + H + 6), (std::vector<uint32_t>{0, 0, 0, 1, 3, 7}));
+  EXPECT_EQ(std::vector<uint32_t>(info_b.begin() + H, info_b.end()), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(std::vector<uint32_t>(info_c.begin() + H, info_c.begin() + H + 4), (std::vector<uint32_t>{0, 1, 1, 2}));
+  EXPECT_EQ(std::vector<uint32_t>(info_a.end() - 4, info_a.end()), (std::vector<uint32_t>{3, 2, 1, 0}));
+  EXPECT_EQ(std::vector<uint32_t>(info_c.end() - 6, info_c.end()), (std::vector<uint32_t>{5, 4, 3, 2, 1, 0}));
+  EXPECT_EQ(read<int32_t>(encoder_->tokens(), 6), (std::vector<int32_t>{1, 2, 3, 7, 20, 21}));
+  encoder_->finish();
+  // The next step of one sequence has one part again.
+  encoder_->begin(b, nullptr);
+  EXPECT_EQ(encoder_->parts(), 1);
+  EXPECT_THROW(encoder_->step_info(1), std::out_of_range);
   encoder_->finish();
 }
 

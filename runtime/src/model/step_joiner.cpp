@@ -72,7 +72,7 @@ void StepJoiner::run(Model& model, StepRequest& request) {
     // waited for longer than it would cost it to step alone.
     const auto limit = std::clamp<std::chrono::steady_clock::duration>(mean_step_, min_wait_, max_wait_);
     const auto deadline = waiting_.front()->since + limit;
-    // A backend that computes one sequence per step (Vulkan) joins nothing: no wait.
+    // A backend that computes one sequence per step joins nothing: no wait.
     const bool joins = waiting_.front()->model->weights()->backend().max_step_sequences() > 1;
     if (joins && static_cast<int64_t>(waiting_.size()) < active_ && std::chrono::steady_clock::now() < deadline) {
       changed_.wait_until(lock, deadline);

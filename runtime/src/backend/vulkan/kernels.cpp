@@ -228,15 +228,15 @@ void Kernels::rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& 
                                 std::to_string(a.k_offset) + " and values from " + std::to_string(a.v_offset) +
                                 " overlap or do not fit rows of " + std::to_string(a.stride));
   if (a.kv_f16 && kv_dim % 2 != 0) throw std::invalid_argument(std::string(kernel) + ": an fp16 cache needs an even kv_dim");
-  require_size(qkv, uint64_t{a.rows} * a.stride, "qkv", kernel);
-  require_size(table, uint64_t{a.rows} * a.n_pairs * 2, "table", kernel);
+  require_size(qkv, (uint64_t{a.first_row} + a.rows) * a.stride, "qkv", kernel);
+  require_size(table, (uint64_t{a.first_row} + a.rows) * a.n_pairs * 2, "table", kernel);
   const uint64_t cache_words = (uint64_t{a.first_slot} + a.rows) * (a.kv_f16 ? kv_dim / 2 : kv_dim);
   require_size(cache_k, cache_words, "cache_k", kernel);
   require_size(cache_v, cache_words, "cache_v", kernel);
   const uint64_t units = a.kv_f16 ? kv_dim / 2 : kv_dim;
   const uint64_t items = uint64_t{a.rows} * (uint64_t{a.n_head} * a.n_pairs + 2 * units);
   if (items > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": too many rows for one dispatch");
-  require_size(step_info, 1, "step_info", kernel);
+  require_size(step_info, 4, "step_info", kernel);
   const RopeStorePush push{a.rows, a.n_head,   a.n_head_kv, a.head_dim,       a.n_pairs,
                            a.stride, a.k_offset, a.v_offset, a.neox ? 1u : 0u};
   seq.dispatch(a.kv_f16 ? *rope_store_f16_ : *rope_store_, {&qkv, &table, &cache_k, &cache_v, &step_info}, push,
@@ -281,18 +281,19 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
                                 std::to_string(kMaxHeadDim));
   if (a.part_keys == 0 || a.n_parts == 0 || uint64_t{a.part_keys} * a.n_parts < uint64_t{a.n_past} + a.T)
     throw std::invalid_argument("attention: the parts do not cover the keys");
-  require_size(q, uint64_t{a.T} * a.q_stride, "q", "attention");
+  require_size(q, (uint64_t{a.first_row} + a.T) * a.q_stride, "q", "attention");
   if (a.kv_f16 && a.kv_dim % 2 != 0) throw std::invalid_argument("attention: an fp16 cache needs an even kv_dim");
   const uint64_t cache_words = a.kv_f16 ? uint64_t{a.n_past + a.T} * a.kv_dim / 2 : uint64_t{a.n_past + a.T} * a.kv_dim;
   require_size(keys, cache_words, "keys", "attention");
   require_size(values, cache_words, "values", "attention");
-  require_size(partials, uint64_t{a.T} * a.n_head * a.n_parts * (a.head_dim + 2), "partials", "attention");
-  require_size(out, uint64_t{a.T} * a.out_stride, "out", "attention");
+  require_size(partials, (uint64_t{a.first_row} + a.T) * a.n_head * a.n_parts * (a.head_dim + 2), "partials",
+               "attention");
+  require_size(out, (uint64_t{a.first_row} + a.T) * a.out_stride, "out", "attention");
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
   if (serial_attention(a) ? serial_groups(a) > max_groups[0]
                           : a.n_parts > max_groups[0] || a.n_head > max_groups[1] || a.T > max_groups[2])
     throw std::invalid_argument("attention: grid over the device limit");
-  if (a.flags_offset < 3) throw std::invalid_argument("attention: step_info's header takes 3 words before the flags");
+  if (a.flags_offset < 4) throw std::invalid_argument("attention: step_info's header takes 4 words before the flags");
   require_size(step_info, uint64_t{a.flags_offset} + a.T, "step_info", "attention");
   const AttentionPush push{a.T,         a.n_head,       a.n_head_kv,   a.head_dim,     a.kv_dim,
                            a.q_stride,  a.region,       a.dense,       a.use_order,    a.n_parts,
@@ -316,16 +317,16 @@ void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer
 
 void Kernels::kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k,
                        const Buffer& cache_v, const Buffer& step_info, uint32_t rows, uint32_t k_width,
-                       uint32_t v_width, uint32_t first_slot, bool f16) const {
+                       uint32_t v_width, uint32_t first_slot, bool f16, uint32_t first_row) const {
   if (rows == 0) return;
   if (k_width == 0 || v_width == 0) throw std::invalid_argument("kv_store: the widths must be positive");
   const uint64_t k_units = f16 ? (uint64_t{k_width} + 1) / 2 : k_width;
   const uint64_t v_units = f16 ? (uint64_t{v_width} + 1) / 2 : v_width;
-  require_size(k, uint64_t{rows} * k_width, "k", "kv_store");
-  require_size(v, uint64_t{rows} * v_width, "v", "kv_store");
+  require_size(k, (uint64_t{first_row} + rows) * k_width, "k", "kv_store");
+  require_size(v, (uint64_t{first_row} + rows) * v_width, "v", "kv_store");
   require_size(cache_k, (uint64_t{first_slot} + rows) * k_units, "cache_k", "kv_store");
   require_size(cache_v, (uint64_t{first_slot} + rows) * v_units, "cache_v", "kv_store");
-  require_size(step_info, 1, "step_info", "kv_store");
+  require_size(step_info, 4, "step_info", "kv_store");
   seq.dispatch(f16 ? *kv_store_f16_ : *kv_store_, {&k, &v, &cache_k, &cache_v, &step_info},
                KvStorePush{rows, k_width, v_width}, groups_for(uint64_t{rows} * std::max(k_units, v_units), 64, context_));
 }
@@ -352,7 +353,8 @@ void Kernels::latent_expand(CommandSequence& seq, const Buffer& latent, const Bu
   require_size(latent, uint64_t{a.capacity} * a.words, "latent", kernel);
   require_size(up, kv_dim * a.rank, "up", kernel);
   require_size(recovered, uint64_t{a.capacity} * kv_dim, "recovered", kernel);
-  require_size(step_info, a.use_order != 0 ? uint64_t{a.order_offset} + a.n_past : 1, "step_info", kernel);
+  require_size(step_info, a.use_order != 0 ? std::max<uint64_t>(4, uint64_t{a.order_offset} + a.n_past) : 4, "step_info",
+               kernel);
   const LatentExpandPush push{a.T, a.rank, a.words, a.n_head_kv, a.head_dim, a.n_pairs, a.neox ? 1u : 0u,
                               a.use_order, a.order_offset};
   const uint32_t groups =
@@ -360,7 +362,7 @@ void Kernels::latent_expand(CommandSequence& seq, const Buffer& latent, const Bu
   const int variant = a.kv_f16 ? 1 : 0;
   if (keys) {
     require_size(*positions, uint64_t{a.capacity} * a.n_pairs * 2, "positions", kernel);
-    require_size(*rows, uint64_t{a.T} * a.n_pairs * 2, "rows", kernel);
+    require_size(*rows, (uint64_t{a.first_row} + a.T) * a.n_pairs * 2, "rows", kernel);
     seq.dispatch(*latent_keys_[variant], {&latent, &up, &step_info, &recovered, positions, rows}, push, groups);
   } else {
     seq.dispatch(*latent_values_[variant], {&latent, &up, &step_info, &recovered}, push, groups);

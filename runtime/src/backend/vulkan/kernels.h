@@ -37,9 +37,13 @@ class Kernels {
 
   // The kernels that read n_past (attention, the stores) read it from the step's
   // header, step_info[0] (StepEncoder writes it), not from push constants, so that a
-  // recorded step replays at any n_past; first_slot, n_past and part_keys in the
-  // arguments below are what the header holds, for the size checks (the caller keeps
-  // the header within them).
+  // recorded step replays at any n_past. In a joined step (several sequences) each part
+  // has its own step_info, and these kernels run once per part: the header's word 3 is
+  // the part's first row of the step's activations (0 for a step of one sequence), and
+  // the dispatch's rows are rows first_row.. of q, qkv, k, v, the RoPE table, the
+  // partials and out. first_slot, n_past, part_keys and first_row in the arguments
+  // below are what the header holds, for the size checks (the caller keeps the header
+  // within them).
   //
   // RoPE and the KV store in one dispatch (shaders/rope_store.comp): each of `rows` rows
   // of qkv (row stride `stride` floats) holds n_head query heads at column 0, n_head_kv
@@ -51,6 +55,7 @@ class Kernels {
     uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, first_slot;
     bool neox = false;
     bool kv_f16 = false;
+    uint32_t first_row = 0;
   };
   void rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& table, const Buffer& cache_k,
                   const Buffer& cache_v, const Buffer& step_info, const RopeStoreArgs& a) const;
@@ -63,7 +68,7 @@ class Kernels {
   void swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
 
   // Attention over a step (see shaders/attention.comp for the key order and the
-  // step_info layout: the header [n_past, part_keys, parts in use], then the prefix
+  // step_info layout: the header [n_past, part_keys, parts in use, first row], then the prefix
   // flags at flags_offset, masks and order); the grid and the partials' layout have
   // n_parts parts per (row, head), of which the header's are computed (parts past a
   // row's keys come out empty) and combined into out[row * out_stride + head *
@@ -81,6 +86,7 @@ class Kernels {
     // devices, else Workgroup (a workgroup per (part, head, row)); Serial = one
     // invocation per (part, head, row). Same bits either way.
     enum class Mapping { Auto, Workgroup, Serial } mapping = Mapping::Auto;
+    uint32_t first_row = 0;
   };
   // Whether 16-bit storage is enabled and a probe at construction found that the device
   // widens all 65536 half bit patterns exactly (subnormals kept, NaN payloads kept).
@@ -112,7 +118,7 @@ class Kernels {
   // zero).
   void kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k, const Buffer& cache_v,
                 const Buffer& step_info, uint32_t rows, uint32_t k_width, uint32_t v_width, uint32_t first_slot,
-                bool f16) const;
+                bool f16, uint32_t first_row = 0) const;
 
   // Multi-head latent attention's recovery (shaders/latent_expand.comp): writes the keys
   // (with `positions` and `rows`, the RoPE tables: rotated) or values (tables null,
@@ -127,6 +133,7 @@ class Kernels {
     uint32_t T, n_past, capacity, rank, words, n_head_kv, head_dim, n_pairs, use_order, order_offset;
     bool neox = false;
     bool kv_f16 = false;
+    uint32_t first_row = 0;
   };
   void latent_expand(CommandSequence& seq, const Buffer& latent, const Buffer& up, const Buffer& step_info,
                      const Buffer* positions, const Buffer* rows, const Buffer& recovered,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
@@ -23,48 +24,81 @@ StepEncoder::~StepEncoder() = default;
 void StepEncoder::reserve(int32_t capacity) {
   const uint64_t T = static_cast<uint64_t>(StepBatch::kMaxTokens);
   const uint64_t mask_words = (T + 31) / 32;
-  step_info_.ensure(context_, descriptors_,
-                    (kHeaderWords + T + T * mask_words + static_cast<uint64_t>(capacity)) * sizeof(uint32_t));
+  info_bytes_ = std::max<uint64_t>(info_bytes_, (kHeaderWords + T + T * mask_words + static_cast<uint64_t>(capacity)) *
+                                                    sizeof(uint32_t));
+  if (parts_.empty()) parts_.resize(1);
+  for (Part& part : parts_) part.info.ensure(context_, descriptors_, info_bytes_);
   tokens_.ensure(context_, descriptors_, T * sizeof(int32_t));
 }
 
-void StepEncoder::begin(const StepBatch& batch, const std::vector<int32_t>* order) {
+const StepEncoder::Part& StepEncoder::part_at(int32_t part) const {
+  if (part < 0 || static_cast<size_t>(part) >= std::max<size_t>(in_use_, 1) || static_cast<size_t>(part) >= parts_.size())
+    throw std::out_of_range("step_info: the step has no part " + std::to_string(part));
+  return parts_[static_cast<size_t>(part)];
+}
+
+void StepEncoder::begin(const StepBatch& batch, std::span<const std::vector<int32_t>* const> orders) {
+  const int32_t n_parts = batch.n_segments();
+  if (static_cast<int32_t>(orders.size()) != n_parts)
+    throw std::invalid_argument("begin_step: " + std::to_string(orders.size()) + " KV caches for a step of " +
+                                std::to_string(n_parts) + " sequences");
+  if (n_parts > kMaxParts)
+    throw std::invalid_argument("a Vulkan step joins at most " + std::to_string(kMaxParts) + " sequences, not " +
+                                std::to_string(n_parts));
   batch_ = &batch;
   gathered_rows_.clear();
   rope_key_.reset();
-  const uint32_t T = static_cast<uint32_t>(batch.size());
-  mask_words_ = (T + 31) / 32;
-  // step_info: [header][T prefix flags][T x mask_words masks][n_past logical order]
-  std::vector<uint32_t> info(kHeaderWords + T + static_cast<size_t>(T) * mask_words_, 0);
-  info[0] = static_cast<uint32_t>(batch.n_past());
-  part_keys_ = n_parts_ = 0;
-  uint32_t* flags = info.data() + kHeaderWords;
-  uint32_t* masks = flags + T;
-  for (uint32_t i = 0; i < T; ++i) {
-    flags[i] = batch.prefix(static_cast<int32_t>(i)) == PrefixView::Compressed ? 1u : 0u;
-    for (uint32_t j = 0; j <= i; ++j)
-      if (batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) masks[i * mask_words_ + j / 32] |= 1u << (j % 32);
+  if (parts_.size() < static_cast<size_t>(n_parts)) {
+    parts_.resize(static_cast<size_t>(n_parts));
+    for (Part& part : parts_) part.info.ensure(context_, descriptors_, info_bytes_);
   }
-  step_info_.get().upload(info.data(), info.size() * sizeof(uint32_t));
-  use_order_ = order != nullptr && batch.n_past() > 0;
-  if (use_order_) {
-    if (static_cast<int32_t>(order->size()) < batch.n_past())
-      throw std::invalid_argument("the KV cache's logical order is shorter than n_past");
-    step_info_.get().upload(order->data(), static_cast<size_t>(batch.n_past()) * sizeof(int32_t),
-                            info.size() * sizeof(uint32_t));
+  in_use_ = static_cast<size_t>(n_parts);
+  for (int32_t s = 0; s < n_parts; ++s) {
+    const StepSegment seg = batch.segment(s);
+    Part& part = parts_[static_cast<size_t>(s)];
+    const uint32_t T = static_cast<uint32_t>(seg.size);
+    part.rows = T;
+    part.mask_words = (T + 31) / 32;
+    part.part_keys = part.n_parts = 0;
+    // step_info: [header][T prefix flags][T x mask_words masks][n_past logical order],
+    // the part's rows counted from its first.
+    std::vector<uint32_t> info(kHeaderWords + T + static_cast<size_t>(T) * part.mask_words, 0);
+    info[0] = static_cast<uint32_t>(seg.n_past);
+    info[3] = static_cast<uint32_t>(seg.first);
+    uint32_t* flags = info.data() + kHeaderWords;
+    uint32_t* masks = flags + T;
+    for (uint32_t i = 0; i < T; ++i) {
+      const int32_t row = seg.first + static_cast<int32_t>(i);
+      flags[i] = batch.prefix(row) == PrefixView::Compressed ? 1u : 0u;
+      for (uint32_t j = 0; j <= i; ++j)
+        if (batch.sees(row, seg.first + static_cast<int32_t>(j))) masks[i * part.mask_words + j / 32] |= 1u << (j % 32);
+    }
+    if (info.size() * sizeof(uint32_t) + static_cast<uint64_t>(seg.n_past) * sizeof(uint32_t) > info_bytes_)
+      throw std::logic_error("begin_step: the step inputs were not sized for this step (StepEncoder::reserve)");
+    Buffer& buffer = part.info.get();
+    buffer.upload(info.data(), info.size() * sizeof(uint32_t));
+    const std::vector<int32_t>* order = orders[static_cast<size_t>(s)];
+    part.use_order = order != nullptr && seg.n_past > 0;
+    if (part.use_order) {
+      if (static_cast<int32_t>(order->size()) < seg.n_past)
+        throw std::invalid_argument("the KV cache's logical order is shorter than n_past");
+      buffer.upload(order->data(), static_cast<size_t>(seg.n_past) * sizeof(int32_t), info.size() * sizeof(uint32_t));
+    }
   }
   tokens_.get().upload(batch.tokens().data(), batch.tokens().size() * sizeof(int32_t));
   seq_ = std::make_unique<CommandSequence>(context_, descriptors_);
   seq_->set_profiler(profiler_);
 }
 
-void StepEncoder::set_split(uint32_t part_keys, uint32_t n_parts) {
-  if (part_keys_ == part_keys && n_parts_ == n_parts) return;
-  if (part_keys_ != 0) throw std::logic_error("attention: one split of the keys per step");
+void StepEncoder::set_split(int32_t part_index, uint32_t part_keys, uint32_t n_parts) {
+  part_at(part_index);  // throws for a part the step does not have
+  Part& part = parts_[static_cast<size_t>(part_index)];
+  if (part.part_keys == part_keys && part.n_parts == n_parts) return;
+  if (part.part_keys != 0) throw std::logic_error("attention: one split of the keys per step");
   const uint32_t words[2] = {part_keys, n_parts};
-  step_info_.get().upload(words, sizeof words, sizeof(uint32_t));
-  part_keys_ = part_keys;
-  n_parts_ = n_parts;
+  part.info.get().upload(words, sizeof words, sizeof(uint32_t));
+  part.part_keys = part_keys;
+  part.n_parts = n_parts;
 }
 
 void StepEncoder::finish(std::chrono::milliseconds timeout) {

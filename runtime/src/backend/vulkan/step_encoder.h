@@ -1,11 +1,13 @@
 // The step the Vulkan backend is recording, between begin_step and finish_step:
 //   - the step's inputs on the device, written by the host at begin(): the tokens, and
-//     step_info ([header: n_past, keys per attention part, parts in use, 1 word
-//     unused][T prefix
-//     flags][T x mask_words in-step masks][n_past logical order of the KV cache], the
-//     layout shaders/attention.comp reads; the kernels that need n_past read it from
-//     the header); the RoPE table (cos, sin of every row's position and pair) when the
-//     first rope op asks for it;
+//     for each part of the step (one sequence: one part; a joined step: one per
+//     sequence, StepBatch::segment) a step_info buffer ([header: n_past, keys per
+//     attention part, attention parts in use, first row of the part][T prefix
+//     flags][T x mask_words in-step masks][n_past logical order of the part's KV
+//     cache], with T, the flags and the masks the part's own, indexed from its first
+//     row: the layout shaders/attention.comp reads; the kernels that need n_past read it
+//     from the header); the RoPE table (cos, sin of every row's position and pair) when
+//     the first rope op asks for it;
 //   - the one CommandSequence every op of the step records into (dispatches, copies and
 //     the barriers between them), submitted once by finish(), which waits for the
 //     device: from the command buffer of an earlier step with the same commands when
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -42,12 +45,20 @@ class StepEncoder {
   StepEncoder(const StepEncoder&) = delete;
   StepEncoder& operator=(const StepEncoder&) = delete;
 
-  // Sizes the step inputs for steps of up to StepBatch::kMaxTokens tokens over a KV
-  // cache of `capacity` entries (when a cache is created).
+  // The most sequences one step joins (VulkanBackend::max_step_sequences).
+  static constexpr int32_t kMaxParts = 16;
+  // Sizes the step inputs for steps of up to StepBatch::kMaxTokens tokens over KV
+  // caches of up to `capacity` entries (when a cache is created).
   void reserve(int32_t capacity);
-  // Writes the step's inputs (`order`: the cache's logical order, null when it has
-  // none) and starts recording. A recording not finished is dropped.
-  void begin(const StepBatch& batch, const std::vector<int32_t>* order);
+  // Writes the step's inputs (`orders`: each part's cache's logical order, null when it
+  // has none; one per part of the batch) and starts recording. A recording not
+  // finished is dropped.
+  void begin(const StepBatch& batch, std::span<const std::vector<int32_t>* const> orders);
+  // A step of one sequence.
+  void begin(const StepBatch& batch, const std::vector<int32_t>* order) {
+    const std::vector<int32_t>* orders[1] = {order};
+    begin(batch, orders);
+  }
   // Submits the step's commands once and waits, at most `timeout` (then VulkanError);
   // throws std::logic_error without begin().
   void finish(std::chrono::milliseconds timeout = std::chrono::seconds(120));
@@ -68,18 +79,22 @@ class StepEncoder {
   const StepBatch& batch() const;
 
   const Buffer& tokens() const { return tokens_.get(); }
-  const Buffer& step_info() const { return step_info_.get(); }
+  // The parts of the step begun last (its sequences), and part `part`'s step_info.
+  int32_t parts() const { return static_cast<int32_t>(in_use_); }
+  const Buffer& step_info(int32_t part = 0) const { return part_at(part).info.get(); }
   static constexpr uint32_t kHeaderWords = 4;
-  // Where the prefix flags, masks and order start in step_info.
+  // Where the prefix flags, masks and order start in a part's step_info.
   uint32_t flags_offset() const { return kHeaderWords; }
-  uint32_t mask_offset() const { return kHeaderWords + static_cast<uint32_t>(batch().size()); }
-  uint32_t order_offset() const { return mask_offset() + static_cast<uint32_t>(batch().size()) * mask_words_; }
-  // Writes the attention split into the header (keys per part, parts in use): one per
-  // step (std::logic_error for a second, different one).
-  void set_split(uint32_t part_keys, uint32_t n_parts);
-  uint32_t mask_words() const { return mask_words_; }
-  // Whether step_info holds the cache's logical order (the cache has one and n_past > 0).
-  bool use_order() const { return use_order_; }
+  uint32_t mask_offset(int32_t part = 0) const { return kHeaderWords + part_at(part).rows; }
+  uint32_t order_offset(int32_t part = 0) const { return mask_offset(part) + part_at(part).rows * part_at(part).mask_words; }
+  uint32_t mask_words(int32_t part = 0) const { return part_at(part).mask_words; }
+  // Whether the part's step_info holds its cache's logical order (the cache has one
+  // and the part's n_past > 0).
+  bool use_order(int32_t part = 0) const { return part_at(part).use_order; }
+  // Writes the attention split into the part's header (keys per attention part,
+  // attention parts in use): one per part and step (std::logic_error for a second,
+  // different one).
+  void set_split(int32_t part, uint32_t part_keys, uint32_t n_parts);
   // cos/sin of every (batch row, pair) of this step, computed like the CPU reference;
   // one RoPE configuration per step (std::logic_error for a second).
   const Buffer& rope_table(const RopeParams& p);
@@ -96,13 +111,19 @@ class StepEncoder {
   const Context& context_;
   DescriptorCache& descriptors_;
   KernelProfiler* profiler_ = nullptr;
-  ScratchBuffer step_info_;
+  struct Part {
+    ScratchBuffer info;  // step_info
+    uint32_t rows = 0, mask_words = 0;
+    uint32_t part_keys = 0, n_parts = 0;  // in the header this step; 0 = not yet
+    bool use_order = false;
+  };
+  const Part& part_at(int32_t part) const;
+  std::vector<Part> parts_;  // grown to the most parts a step has used
+  size_t in_use_ = 0;
+  uint64_t info_bytes_ = 0;  // of each part's step_info
   ScratchBuffer tokens_;
   ScratchBuffer rope_table_;
   std::optional<std::tuple<int32_t, float, float, std::vector<float>>> rope_key_;
-  uint32_t mask_words_ = 0;
-  uint32_t part_keys_ = 0, n_parts_ = 0;  // in the header this step; 0 = not yet
-  bool use_order_ = false;
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   std::unique_ptr<CommandSequence> seq_;

@@ -177,22 +177,37 @@ class VulkanBackend final : public Backend, public StepTarget {
     max_capacity_ = std::max(max_capacity_, shape.capacity);
     const KvCache* made = kv.get();
     kv->set_owner(this, [this, made] {
-      if (kv_ != made) return;
+      if (std::find(kvs_.begin(), kvs_.end(), made) == kvs_.end()) return;
       encoder_.abandon();  // a step recorded over it is not submitted
-      kv_ = nullptr;
+      kvs_.clear();
     });
     return kv;
   }
 
   // --- a step -----------------------------------------------------------------------
-  // One sequence per step (max_step_sequences() is 1): the shaders read one n_past and
-  // one cache.
+  // A step joins up to StepEncoder::kMaxParts sequences. The products, norms and
+  // element-wise ops run once over every row; the ops on a sequence's cache (the KV
+  // store, rope_store, attention, latent_expand, query capture) run once per part, each
+  // with the part's own step_info (its n_past, first row, flags, masks and order) and
+  // cache buffers. Replay keys are the recorded commands (ReplayCache): a joined step
+  // replays an earlier one with the same parts (caches, sizes, views) in the same
+  // order, such as every step where the same slots each decode one token; the cache
+  // keeps the 8 most recently used, so mixed batches never grow it.
+  int32_t max_step_sequences() const override { return StepEncoder::kMaxParts; }
+
   void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
     check_usable();
-    VulkanKvCache& kv = own_kv_cache<VulkanKvCache>(*this, *caches[0]);
+    kvs_.clear();
+    std::vector<VulkanKvCache*> kvs;
+    std::vector<const std::vector<int32_t>*> orders;
+    for (KvCache* cache : caches) {
+      kvs.push_back(&own_kv_cache<VulkanKvCache>(*this, *cache));
+      orders.push_back(kvs.back()->full_order());
+    }
     check_step_fits(batch, caches, max_step_rows_);
-    kv_ = &kv;
-    encoder_.begin(batch, kv.full_order());
+    encoder_.begin(batch, orders);
+    for (size_t s = 0; s < kvs.size(); ++s) kvs[s]->set_step_part(static_cast<int32_t>(s));
+    kvs_ = std::move(kvs);
   }
 
   void embed(const Weight& table, Activation& out) override {
@@ -279,37 +294,45 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
   void rope_store(int32_t layer, Activation& qkv, const AttentionShape& s, const RopeParams& p) override {
-    if (!kv_) throw std::logic_error("rope_store outside a step");
-    if (kv_->shape().latent()) throw std::invalid_argument("rope_store: the KV cache is latent (MLA models store latents)");
-    const int64_t q_cols = int64_t{s.n_head} * s.head_dim, kv_dim = kv_->shape().kv_dim;
-    if (int64_t{s.n_head_kv} * s.head_dim != kv_dim || qkv.cols != q_cols + 2 * kv_dim)
-      throw std::invalid_argument("rope_store: qkv rows of " + std::to_string(qkv.cols) + " columns do not hold " +
-                                  std::to_string(s.n_head) + " query and 2 x " + std::to_string(s.n_head_kv) +
-                                  " key/value heads of " + std::to_string(s.head_dim));
+    const int32_t n_parts = step_parts("rope_store");
     if (rows_of(qkv) != static_cast<uint32_t>(batch().size()))
       throw std::invalid_argument("rope_store: qkv holds gathered rows, not the step's");
-    const Buffer& table = encoder_.rope_table(p);
-    Kernels::RopeStoreArgs a{};
-    a.rows = static_cast<uint32_t>(batch().size());
-    a.n_head = static_cast<uint32_t>(s.n_head);
-    a.n_head_kv = static_cast<uint32_t>(s.n_head_kv);
-    a.head_dim = static_cast<uint32_t>(s.head_dim);
-    a.n_pairs = static_cast<uint32_t>(p.n_dims / 2);
-    a.stride = static_cast<uint32_t>(qkv.cols);
-    a.k_offset = static_cast<uint32_t>(q_cols);
-    a.v_offset = static_cast<uint32_t>(q_cols + kv_dim);
-    a.first_slot = static_cast<uint32_t>(batch().n_past());
-    a.neox = p.neox;
-    a.kv_f16 = kv_->f16();
-    kernels_.rope_store(step(), act(qkv), table, kv_->keys(layer), kv_->values(layer), encoder_.step_info(), a);
-    if (!kv_->captured_rows().empty())
-      kv_->capture_queries(layer, act(qkv), static_cast<uint32_t>(q_cols), static_cast<uint32_t>(qkv.cols));
+    const int64_t q_cols = int64_t{s.n_head} * s.head_dim;
+    for (int32_t part = 0; part < n_parts; ++part) {
+      VulkanKvCache& kv = kv_of(part, "rope_store");
+      if (kv.shape().latent()) throw std::invalid_argument("rope_store: the KV cache is latent (MLA models store latents)");
+      const int64_t kv_dim = kv.shape().kv_dim;
+      if (int64_t{s.n_head_kv} * s.head_dim != kv_dim || qkv.cols != q_cols + 2 * kv_dim)
+        throw std::invalid_argument("rope_store: qkv rows of " + std::to_string(qkv.cols) + " columns do not hold " +
+                                    std::to_string(s.n_head) + " query and 2 x " + std::to_string(s.n_head_kv) +
+                                    " key/value heads of " + std::to_string(s.head_dim));
+      const StepSegment seg = batch().segment(part);
+      const Buffer& table = encoder_.rope_table(p);
+      Kernels::RopeStoreArgs a{};
+      a.rows = static_cast<uint32_t>(seg.size);
+      a.n_head = static_cast<uint32_t>(s.n_head);
+      a.n_head_kv = static_cast<uint32_t>(s.n_head_kv);
+      a.head_dim = static_cast<uint32_t>(s.head_dim);
+      a.n_pairs = static_cast<uint32_t>(p.n_dims / 2);
+      a.stride = static_cast<uint32_t>(qkv.cols);
+      a.k_offset = static_cast<uint32_t>(q_cols);
+      a.v_offset = static_cast<uint32_t>(q_cols + kv_dim);
+      a.first_slot = static_cast<uint32_t>(seg.n_past);
+      a.first_row = static_cast<uint32_t>(seg.first);
+      a.neox = p.neox;
+      a.kv_f16 = kv.f16();
+      kernels_.rope_store(step(), act(qkv), table, kv.keys(layer), kv.values(layer), encoder_.step_info(part), a);
+      if (!kv.captured_rows().empty())
+        kv.capture_queries(layer, act(qkv), static_cast<uint32_t>(q_cols), static_cast<uint32_t>(qkv.cols));
+    }
   }
 
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
-    if (!kv_) throw std::logic_error("attention outside a step");
-    if (kv_->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
-    attend(layer, q, s, kv_->keys(layer), kv_->values(layer), kv_->f16(), out);
+    for (int32_t part = 0, n = step_parts("attention"); part < n; ++part) {
+      VulkanKvCache& kv = kv_of(part, "attention");
+      if (kv.shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
+      attend(part, layer, q, s, kv.keys(layer), kv.values(layer), kv.f16(), out);
+    }
   }
 
   // Multi-head latent attention: shaders/latent_expand.comp recovers the keys (rotated
@@ -324,8 +347,17 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
                         const Weight& v_up, const RopeParams& rope, Activation& out) override {
-    if (!kv_) throw std::logic_error("latent_attention outside a step");
-    const KvCacheShape& shape = kv_->shape();
+    for (int32_t part = 0, n = step_parts("latent_attention"); part < n; ++part)
+      latent_attention_of(part, layer, q, s, k_up, v_up, rope, out);
+  }
+
+  // latent_attention for the rows of part `part` of the step, over its cache's recovery
+  // buffers.
+  void latent_attention_of(int32_t part, int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
+                           const Weight& v_up, const RopeParams& rope, Activation& out) {
+    VulkanKvCache& kv = kv_of(part, "latent_attention");
+    const KvCacheShape& shape = kv.shape();
+    const StepSegment seg = batch().segment(part);
     check_latent_attention(shape, layer, k_up, v_up);
     const DeviceWeight& ku = weight(k_up);
     const DeviceWeight& vu = weight(v_up);
@@ -340,41 +372,45 @@ class VulkanBackend final : public Backend, public StepTarget {
       throw std::invalid_argument("latent_attention: RoPE rotates " + std::to_string(rope.n_dims) +
                                   " dimensions of heads of " + std::to_string(s.head_dim));
     Kernels::LatentExpandArgs a{};
-    a.T = static_cast<uint32_t>(batch().size());
-    a.n_past = static_cast<uint32_t>(batch().n_past());
+    a.T = static_cast<uint32_t>(seg.size);
+    a.n_past = static_cast<uint32_t>(seg.n_past);
+    a.first_row = static_cast<uint32_t>(seg.first);
     a.capacity = static_cast<uint32_t>(shape.capacity);
     a.n_head_kv = static_cast<uint32_t>(s.n_head_kv);
     a.head_dim = static_cast<uint32_t>(s.head_dim);
-    a.use_order = encoder_.use_order() ? 1u : 0u;
-    a.order_offset = encoder_.order_offset();
+    a.use_order = encoder_.use_order(part) ? 1u : 0u;
+    a.order_offset = encoder_.order_offset(part);
     a.neox = rope.neox;
-    a.kv_f16 = kv_->f16();
+    a.kv_f16 = kv.f16();
     // Keys, rotated.
     a.rank = static_cast<uint32_t>(rk);
-    a.words = kv_->key_words(layer);
+    a.words = kv.key_words(layer);
     a.n_pairs = static_cast<uint32_t>(rope.n_dims / 2);
     const Buffer& positions = rope_positions_.get(rope, max_capacity_);  // one table for every cache
     const Buffer& rows = encoder_.rope_table(rope);
-    kernels_.latent_expand(step(), kv_->keys(layer), ku.parts.front().buffer, encoder_.step_info(), &positions, &rows,
-                           kv_->recovered_keys(), a);
+    kernels_.latent_expand(step(), kv.keys(layer), ku.parts.front().buffer, encoder_.step_info(part), &positions, &rows,
+                           kv.recovered_keys(), a);
     // Values.
     a.rank = static_cast<uint32_t>(rv);
-    a.words = kv_->value_words(layer);
+    a.words = kv.value_words(layer);
     a.n_pairs = 0;
-    kernels_.latent_expand(step(), kv_->values(layer), vu.parts.front().buffer, encoder_.step_info(), nullptr, nullptr,
-                           kv_->recovered_values(), a);
-    attend(layer, q, s, kv_->recovered_keys(), kv_->recovered_values(), false, out);
+    kernels_.latent_expand(step(), kv.values(layer), vu.parts.front().buffer, encoder_.step_info(part), nullptr, nullptr,
+                           kv.recovered_values(), a);
+    attend(part, layer, q, s, kv.recovered_keys(), kv.recovered_values(), false, out);
   }
 
-  // Attention of q over `keys` and `values` (by slot, kv_dim per entry; fp16 words with
-  // kv_f16), with the layout, region and dense layers of the cache.
-  void attend(int32_t layer, const Activation& q, const AttentionShape& s, const Buffer& keys, const Buffer& values,
-              bool kv_f16, Activation& out) {
-    const uint32_t T = static_cast<uint32_t>(batch().size());
-    const uint32_t n_past = static_cast<uint32_t>(batch().n_past());
+  // Attention of part `part`'s rows of q over `keys` and `values` (by slot, kv_dim per
+  // entry; fp16 words with kv_f16), with the layout, region and dense layers of the
+  // part's cache, into the same rows of out.
+  void attend(int32_t part, int32_t layer, const Activation& q, const AttentionShape& s, const Buffer& keys,
+              const Buffer& values, bool kv_f16, Activation& out) {
+    const VulkanKvCache& kv = kv_of(part, "attention");
+    const StepSegment seg = batch().segment(part);
+    const uint32_t T = static_cast<uint32_t>(seg.size);
+    const uint32_t n_past = static_cast<uint32_t>(seg.n_past);
     // Each row's keys are split into parts so that a long context keeps the device busy
     // even for one token. The split depends on n_past only, never on T or the other
-    // rows, so a row gets the same arithmetic in every step (T-invariance): up to
+    // rows or sequences, so a row gets the same arithmetic in every step (T-invariance): up to
     // max_parts parts of part_keys keys, sized for the largest step; parts past a row's
     // last key are empty and skipped by the combine. The grid always has max_parts parts
     // and the split (part_keys, parts in use) goes in the step's header, so a recorded
@@ -391,29 +427,30 @@ class VulkanBackend final : public Backend, public StepTarget {
     const uint64_t span = uint64_t{n_past} + rows_cap;
     const uint64_t part_keys = std::max(kMinKeysPerPart, (span + max_parts - 1) / max_parts);
     const uint64_t n_parts = (uint64_t{n_past} + T + part_keys - 1) / part_keys;
-    encoder_.set_split(static_cast<uint32_t>(part_keys), static_cast<uint32_t>(n_parts));
+    encoder_.set_split(part, static_cast<uint32_t>(part_keys), static_cast<uint32_t>(n_parts));
     Kernels::AttentionArgs a{};
     a.T = T;
     a.n_past = n_past;
     a.n_head = static_cast<uint32_t>(s.n_head);
     a.n_head_kv = static_cast<uint32_t>(s.n_head_kv);
     a.head_dim = static_cast<uint32_t>(s.head_dim);
-    a.kv_dim = static_cast<uint32_t>(kv_->shape().kv_dim);
+    a.kv_dim = static_cast<uint32_t>(kv.shape().kv_dim);
     a.q_stride = static_cast<uint32_t>(q.cols);
     a.out_stride = static_cast<uint32_t>(out.cols);
-    a.region = static_cast<uint32_t>(std::max(0, kv_->region_count()));
-    a.dense = layer < kv_->dense_layers() ? 1u : 0u;
-    a.use_order = encoder_.use_order() ? 1u : 0u;
+    a.region = static_cast<uint32_t>(std::max(0, kv.region_count()));
+    a.dense = layer < kv.dense_layers() ? 1u : 0u;
+    a.use_order = encoder_.use_order(part) ? 1u : 0u;
     a.part_keys = static_cast<uint32_t>(part_keys);
     a.n_parts = static_cast<uint32_t>(max_parts);
-    a.mask_words = encoder_.mask_words();
+    a.mask_words = encoder_.mask_words(part);
     a.flags_offset = encoder_.flags_offset();
-    a.mask_offset = encoder_.mask_offset();
-    a.order_offset = encoder_.order_offset();
+    a.mask_offset = encoder_.mask_offset(part);
+    a.order_offset = encoder_.order_offset(part);
     a.scale = s.scale;
     a.kv_f16 = kv_f16;
-    kernels_.attention(step(), act(q), keys, values, encoder_.step_info(), partials_, act(out), a);
-    set_rows(out, T);
+    a.first_row = static_cast<uint32_t>(seg.first);
+    kernels_.attention(step(), act(q), keys, values, encoder_.step_info(part), partials_, act(out), a);
+    set_rows(out, static_cast<uint32_t>(batch().size()));
   }
 
   void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
@@ -562,7 +599,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   CommandSequence& recording() override { return step(); }
   const StepBatch& step_batch() const override { return encoder_.batch(); }
   const Buffer& buffer_of(const Activation& a) const override { return act(a); }
-  const Buffer& step_info() const override { return encoder_.step_info(); }
+  const Buffer& step_info(int32_t part) const override { return encoder_.step_info(part); }
 
   static ContextOptions make_context_options(const VulkanBackendOptions& options) {
     ContextOptions c;
@@ -590,6 +627,18 @@ class VulkanBackend final : public Backend, public StepTarget {
   const Buffer& act(const Activation& a) const { return activations_.at(static_cast<size_t>(a.id)).buffer; }
   uint32_t rows_of(const Activation& a) const { return encoder_.rows_of(a); }
   void set_rows(const Activation& out, uint32_t rows) { encoder_.set_rows(out, rows); }
+
+  // The parts of the step begun last (std::logic_error outside a step).
+  int32_t step_parts(const char* op) const {
+    if (kvs_.empty()) throw std::logic_error(std::string(op) + " outside a step");
+    return static_cast<int32_t>(kvs_.size());
+  }
+  // The cache of part `part` of the step begun last.
+  VulkanKvCache& kv_of(int32_t part, const char* op) const {
+    if (part < 0 || static_cast<size_t>(part) >= kvs_.size() || !kvs_[static_cast<size_t>(part)])
+      throw std::logic_error(std::string(op) + " outside a step, or a KV cache of the step was destroyed");
+    return *kvs_[static_cast<size_t>(part)];
+  }
 
   void check_usable() const {
     if (lost_)
@@ -621,7 +670,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   std::vector<DeviceWeight> weights_;
   std::vector<DeviceActivation> activations_;
   int64_t max_step_rows_ = 0;
-  VulkanKvCache* kv_ = nullptr;  // the cache of the step begun last
+  std::vector<VulkanKvCache*> kvs_;  // the caches of the step begun last, one per part
   int32_t max_capacity_ = 0;     // of the caches made
 
   Buffer partials_;

@@ -83,13 +83,14 @@ void VulkanKvCache::store(int32_t layer, const Activation& k, const Activation& 
   const int32_t k_width = shape().key_dim(layer), v_width = shape().value_dim(layer);
   if (k.cols != k_width || v.cols != v_width)
     throw std::invalid_argument("store: rows are not as wide as the cache's layer " + std::to_string(layer));
-  const StepBatch& batch = s_.step.step_batch();
+  const StepSegment seg = s_.step.step_batch().segment(part_);  // this cache's rows of the step
   const size_t l = static_cast<size_t>(layer);
-  // A kernel rather than copies: it reads n_past from the step's header, so the step
-  // replays at the next n_past.
+  // A kernel rather than copies: it reads n_past and the part's first row from the
+  // part's header, so the step replays at the next n_past.
   s_.kernels.kv_store(s_.step.recording(), s_.step.buffer_of(k), s_.step.buffer_of(v), keys_[l], values_[l],
-                      s_.step.step_info(), static_cast<uint32_t>(batch.size()), static_cast<uint32_t>(k_width),
-                      static_cast<uint32_t>(v_width), static_cast<uint32_t>(batch.n_past()), f16());
+                      s_.step.step_info(part_), static_cast<uint32_t>(seg.size), static_cast<uint32_t>(k_width),
+                      static_cast<uint32_t>(v_width), static_cast<uint32_t>(seg.n_past), f16(),
+                      static_cast<uint32_t>(seg.first));
 }
 
 void VulkanKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -102,11 +103,12 @@ void VulkanKvCache::capture_queries(int32_t layer, const Buffer& rows, uint32_t 
   Capture& c = captures_[static_cast<size_t>(layer)];
   const VkDeviceSize row_bytes = static_cast<VkDeviceSize>(q_cols) * sizeof(float);
   const VkDeviceSize stride_bytes = static_cast<VkDeviceSize>(stride) * sizeof(float);
-  const int32_t T = s_.step.step_batch().size();
+  const StepSegment seg = s_.step.step_batch().segment(part_);  // captured_rows() count from its first row
   std::vector<VkBufferCopy> regions;
   for (int32_t r : captured_rows())
-    if (r >= 0 && r < T)
-      regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(r) * stride_bytes, regions.size() * row_bytes, row_bytes});
+    if (r >= 0 && r < seg.size)
+      regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(seg.first + r) * stride_bytes, regions.size() * row_bytes,
+                                     row_bytes});
   c.rows = static_cast<uint32_t>(regions.size());
   c.cols = q_cols;
   if (regions.empty()) return;

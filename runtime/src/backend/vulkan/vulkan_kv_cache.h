@@ -33,7 +33,8 @@ class StepTarget {
   virtual CommandSequence& recording() = 0;  // throws outside begin_step/finish_step
   virtual const StepBatch& step_batch() const = 0;
   virtual const Buffer& buffer_of(const Activation& a) const = 0;
-  virtual const Buffer& step_info() const = 0;  // the step's header holds n_past
+  // Part `part`'s step_info (StepEncoder): its header holds the part's n_past and first row.
+  virtual const Buffer& step_info(int32_t part) const = 0;
 };
 
 // The services the cache shares with its backend.
@@ -63,6 +64,10 @@ class VulkanKvCache final : public KvCache {
   void swap_slots(const SlotPairs& pairs) override { permute(pairs, true, "swap_kv"); }
   void move_slots(const SlotPairs& moves) override { permute(moves, false, "move_kv"); }
 
+  // Which part (sequence) of the step begun last this cache is: store and
+  // capture_queries take that part's rows (VulkanBackend sets it at each step).
+  void set_step_part(int32_t part) { part_ = part; }
+
   const Buffer& keys(int32_t layer) const;
   const Buffer& values(int32_t layer) const;
   bool f16() const { return shape().type == KvCacheType::F16; }
@@ -87,6 +92,7 @@ class VulkanKvCache final : public KvCache {
   Buffer recovered_keys_, recovered_values_;  // a latent cache's
   ScratchBuffer pairs_;
   std::vector<Capture> captures_;
+  int32_t part_ = 0;
 };
 
 }  // namespace fafo::vulkan
