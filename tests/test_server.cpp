@@ -421,12 +421,12 @@ TEST(Server, SlotsShareOneLoadOfTheWeights) {
   EXPECT_EQ(loads, 1);
   std::vector<SlotPool::Lease> leases;
   for (int i = 0; i < 3; ++i) leases.push_back(pool.acquire({}));
-  const std::shared_ptr<ModelWeights> first = leases[0]->model->model->weights();
+  std::shared_ptr<ModelWeights> first = leases[0]->model->model->weights();
   for (const auto& l : leases) EXPECT_EQ(l->model->model->weights(), first);
   EXPECT_NE(&leases[0]->model->model->kv_cache(), &leases[1]->model->model->kv_cache());
   pool.reopen(*leases[1]);  // as after a lost device: loads again
   EXPECT_EQ(loads, 2);
-  const std::shared_ptr<ModelWeights> second = leases[1]->model->model->weights();
+  std::shared_ptr<ModelWeights> second = leases[1]->model->model->weights();
   EXPECT_NE(second, first);
   EXPECT_EQ(leases[0]->model->model->weights(), first);  // leased: moves when next leased
   pool.reopen(*leases[0]);  // on the old weights: a sequence on the new ones, no load
@@ -436,6 +436,19 @@ TEST(Server, SlotsShareOneLoadOfTheWeights) {
   for (int i = 0; i < 3; ++i) leases.push_back(pool.acquire({}));
   for (const auto& l : leases) EXPECT_EQ(l->model->model->weights(), second);
   EXPECT_EQ(pool.model()->model->weights(), second);
+  leases.clear();
+  // A reload with the other slots idle moves them at once: the old load is freed.
+  std::weak_ptr<ModelWeights> old = second;
+  first.reset();
+  second.reset();
+  const int64_t alive = ModelWeights::loads_alive();
+  {
+    SlotPool::Lease lease = pool.acquire({});
+    pool.reopen(*lease);
+    EXPECT_EQ(loads, 3);
+  }
+  EXPECT_TRUE(old.expired());
+  EXPECT_EQ(ModelWeights::loads_alive(), alive);
 }
 
 // A server with a draft model (here the model drafting for itself): loaded once, each

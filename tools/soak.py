@@ -12,6 +12,8 @@ other slots move to them). At the end it checks:
   - errors only from the fault: at most PARALLEL requests answered 500 (those in flight
     when it struck), none otherwise, and no request refused or lost;
   - every slot free afterwards (/metrics: fafo_slots_busy 0, fafo_queue_depth 0);
+  - no load of the weights kept after the fault's reload (/metrics: fafo_weight_loads
+    at the end as before the load);
   - the server's resident memory after the first sixth of the run grows by at most 5 %.
 Prints a summary; exits 0 when every check holds, 1 otherwise.
 
@@ -206,6 +208,7 @@ def main():
                 sys.exit(f"soak: the chat {user!r} alone was answered {status}")
             want[("chat", user, n)] = text
 
+    loads_before = metric(port, "fafo_weight_loads")
     tally = Tally()
     deadline = time.time() + args.seconds
     rss, settle = [], args.seconds / 6
@@ -220,6 +223,7 @@ def main():
         t.join()
     time.sleep(0.5)  # a disconnected stream's slot is freed at its next token
     busy, waiting = metric(port, "fafo_slots_busy"), metric(port, "fafo_queue_depth")
+    loads_after = metric(port, "fafo_weight_loads")
     server.terminate()
     try:
         server.wait(timeout=60)
@@ -237,7 +241,8 @@ def main():
           ", ".join(f"{k} {v}" for k, v in sorted(tally.counts.items())))
     last = settled[-1] if settled else 0
     print(f"soak: resident memory {base / 1024:.1f} MiB at {settle:.0f} s, peak after {peak / 1024:.1f} MiB "
-          f"({100 * growth:+.1f} %), at the end {last / 1024:.1f} MiB; slots busy at the end {busy}, waiting {waiting}")
+          f"({100 * growth:+.1f} %), at the end {last / 1024:.1f} MiB; slots busy at the end {busy}, waiting {waiting}; "
+          f"loads of the weights {loads_before} before, {loads_after} at the end")
     problems = list(tally.wrong)
     if errors > args.parallel or (errors > 0 and not args.fault):
         problems.append(f"{errors} requests answered 500 (the fault allows at most {args.parallel if args.fault else 0})")
@@ -245,6 +250,8 @@ def main():
         problems.append(f"unexpected statuses: {other}")
     if busy != 0 or waiting != 0:
         problems.append(f"slots not freed: {busy} busy, {waiting} waiting")
+    if loads_after != loads_before:
+        problems.append(f"loads of the weights alive: {loads_before} before the load, {loads_after} at the end")
     if growth > 0.05:
         problems.append(f"resident memory grew by {100 * growth:.1f} % after the first {settle:.0f} s (at most 5 %)")
     if tally.counts.get("answered", 0) == 0:

@@ -56,22 +56,26 @@ int run_serve(ServeArgs& args) {
   attach_corpus(args.server.defaults.decoding, pool.model()->tokenizer->vocab());
   server::Server http(args.server, pool);
   const int port = http.bind();
-  const std::shared_ptr<const OpenedModel> served = pool.model();
-  Model& m = *served->model;
-  // The weights are loaded once; each slot adds its KV cache.
-  const KvCacheShape& kv = m.kv_cache().shape();
-  const uint64_t kv_bytes = static_cast<uint64_t>(kv.capacity) * static_cast<uint64_t>(kv.floats_per_entry()) *
-                            (kv.type == KvCacheType::F16 ? 2u : 4u);
-  const uint64_t in_use = m.backend().memory_in_use();
-  const std::string memory = in_use > 0 ? ", memory " + format_bytes(in_use) + " with " + std::to_string(args.parallel) +
-                                              " KV cache" + (args.parallel == 1 ? "" : "s") + " of " + format_bytes(kv_bytes)
-                                        : "";
-  std::fprintf(stderr,
-               "fafo serve: %s as '%s' on http://%s:%d (backend %s, context %d, %d slot%s on one load of the weights%s, "
-               "queue %d%s); Ctrl-C stops\n",
-               args.open.path.c_str(), args.server.model_name.c_str(), args.server.host.c_str(), port,
-               m.backend().name().c_str(), m.n_ctx(), args.parallel, args.parallel == 1 ? "" : "s", memory.c_str(),
-               args.queue, args.server.api_key.empty() ? "" : ", API key required");
+  {
+    // The load the server starts on, held only for this message: after a lost device
+    // the slots move to a new load, and the old one must go.
+    const std::shared_ptr<const OpenedModel> served = pool.model();
+    Model& m = *served->model;
+    // The weights are loaded once; each slot adds its KV cache.
+    const KvCacheShape& kv = m.kv_cache().shape();
+    const uint64_t kv_bytes = static_cast<uint64_t>(kv.capacity) * static_cast<uint64_t>(kv.floats_per_entry()) *
+                              (kv.type == KvCacheType::F16 ? 2u : 4u);
+    const uint64_t in_use = m.backend().memory_in_use();
+    const std::string memory = in_use > 0 ? ", memory " + format_bytes(in_use) + " with " + std::to_string(args.parallel) +
+                                                " KV cache" + (args.parallel == 1 ? "" : "s") + " of " + format_bytes(kv_bytes)
+                                          : "";
+    std::fprintf(stderr,
+                 "fafo serve: %s as '%s' on http://%s:%d (backend %s, context %d, %d slot%s on one load of the weights%s, "
+                 "queue %d%s); Ctrl-C stops\n",
+                 args.open.path.c_str(), args.server.model_name.c_str(), args.server.host.c_str(), port,
+                 m.backend().name().c_str(), m.n_ctx(), args.parallel, args.parallel == 1 ? "" : "s", memory.c_str(),
+                 args.queue, args.server.api_key.empty() ? "" : ", API key required");
+  }
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -26,7 +26,7 @@ void Metrics::count_cancelled() {
   ++cancelled_;
 }
 
-std::string Metrics::render(int slots, int busy, int waiting, int64_t joined_steps, int64_t joined_parts) const {
+std::string Metrics::render(const PoolGauges& pool) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;
   char line[512];
@@ -61,15 +61,18 @@ std::string Metrics::render(int slots, int busy, int waiting, int64_t joined_ste
   metric("fafo_tau", "gauge", "Tokens per step of the last generation.");
   value("fafo_tau", last_tau_);
   metric("fafo_slots", "gauge", "Slots (--parallel).");
-  value("fafo_slots", slots);
+  value("fafo_slots", pool.slots);
   metric("fafo_slots_busy", "gauge", "Slots generating now.");
-  value("fafo_slots_busy", busy);
+  value("fafo_slots_busy", pool.busy);
   metric("fafo_queue_depth", "gauge", "Requests waiting for a slot.");
-  value("fafo_queue_depth", waiting);
+  value("fafo_queue_depth", pool.waiting);
   metric("fafo_joined_steps_total", "counter", "Forward passes run for the slots (each joins the steps slots asked for together).");
-  value("fafo_joined_steps_total", static_cast<double>(joined_steps));
+  value("fafo_joined_steps_total", static_cast<double>(pool.joined_steps));
   metric("fafo_joined_step_parts_total", "counter", "Slots' steps run in those passes (/ fafo_joined_steps_total: slots per pass).");
-  value("fafo_joined_step_parts_total", static_cast<double>(joined_parts));
+  value("fafo_joined_step_parts_total", static_cast<double>(pool.joined_parts));
+  metric("fafo_weight_loads", "gauge",
+         "Loads of model weights alive in the process (the model's, and a draft model's; more for a while after a lost device).");
+  value("fafo_weight_loads", static_cast<double>(pool.weight_loads));
   return out;
 }
 

@@ -1,6 +1,7 @@
 // What `GET /metrics` reports, in Prometheus' text format: requests by route and
 // status, prompt and generated tokens, decoding time and steps (so tokens/s and tau),
-// the last request's speed and tau, and the slots and queue right now.
+// the last request's speed and tau, and the slots, queue, joined steps and loads of the
+// weights right now.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,15 @@
 
 namespace fafo::server {
 
+// What the slot pool and the process hold now, read at each /metrics request.
+struct PoolGauges {
+  int slots = 0, busy = 0, waiting = 0;
+  // The slots' joined steps and the slots' steps run in them (StepJoiner::Stats; 0
+  // with one slot).
+  int64_t joined_steps = 0, joined_parts = 0;
+  int64_t weight_loads = 0;  // ModelWeights::loads_alive()
+};
+
 class Metrics {
  public:
   void count_request(const std::string& route, int status);
@@ -18,10 +28,8 @@ class Metrics {
   void count_generation(int64_t prompt_tokens, int64_t generated, int64_t steps, double decode_seconds);
   // A generation stopped because its client disconnected.
   void count_cancelled();
-  // The text of /metrics, with the slots in use and the requests waiting now.
-  // `joined_steps` / `joined_parts`: the slots' joined steps and the slots' steps run
-  // in them (StepJoiner::Stats; 0 with one slot).
-  std::string render(int slots, int busy, int waiting, int64_t joined_steps = 0, int64_t joined_parts = 0) const;
+  // The text of /metrics, with the pool's gauges now.
+  std::string render(const PoolGauges& pool) const;
 
  private:
   mutable std::mutex mutex_;

@@ -16,6 +16,7 @@
 #include "fafo/device_error.h"
 #include "fafo/generator.h"
 #include "fafo/gguf.h"
+#include "fafo/model_weights.h"
 #include "fafo/utf8_stream.h"
 
 namespace fafo::server {
@@ -317,7 +318,8 @@ void Server::Impl::routes() {
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     const StepJoiner::Stats joined = pool.joiner() ? pool.joiner()->stats() : StepJoiner::Stats{};
-    res.set_content(metrics.render(pool.size(), pool.busy(), pool.waiting(), joined.steps, joined.parts),
+    res.set_content(metrics.render(PoolGauges{pool.size(), pool.busy(), pool.waiting(), joined.steps, joined.parts,
+                                              ModelWeights::loads_alive()}),
                     "text/plain; version=0.0.4");
   });
 }

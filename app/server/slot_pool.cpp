@@ -136,6 +136,7 @@ void SlotPool::reopen(Slot& slot) {
       if (open_draft_) base_draft_ = open_draft_(*base_);
       slot.model = base_;
       slot.draft = base_draft_;
+      move_idle_slots();
     } else {
       slot.model = std::make_shared<OpenedModel>(open_sequence(*base_));
       slot.draft = draft_sequence();
@@ -145,6 +146,24 @@ void SlotPool::reopen(Slot& slot) {
     if (!slot.draft) slot.draft = base_draft_;
   }
   join(slot);
+}
+
+void SlotPool::move_idle_slots() {
+  std::lock_guard<std::mutex> lock(mutex_);  // no slot is leased meanwhile
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& idle = *slots_[i];
+    if (in_use_[i] || idle.model->model->weights() == base_->model->weights()) continue;
+    try {
+      auto model = std::make_shared<OpenedModel>(open_sequence(*base_));
+      std::shared_ptr<Model> draft = draft_sequence();
+      idle.model = std::move(model);
+      idle.draft = std::move(draft);
+      idle.cached.clear();
+      join(idle);
+    } catch (...) {
+      // It stays on the old load and moves when next leased (refresh).
+    }
+  }
 }
 
 int SlotPool::busy() const {

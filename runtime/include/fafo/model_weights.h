@@ -65,6 +65,9 @@ class ModelWeights {
 
   // Tokens one step may hold at most.
   static constexpr int32_t kMaxStepTokens = 512;
+  // ModelWeights alive in this process (loads of weights not yet freed): what a server
+  // reports, so a load kept after it was replaced (a lost device) shows.
+  static int64_t loads_alive();
 
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return *backend_; }
@@ -101,6 +104,14 @@ class ModelWeights {
  private:
   struct Weights;
   struct Buffers;
+  // Counts this object in loads_alive() from its construction (first member) to its end.
+  struct LoadCount {
+    LoadCount();
+    ~LoadCount();
+    LoadCount(const LoadCount&) = delete;
+    LoadCount& operator=(const LoadCount&) = delete;
+  };
+  LoadCount counted_;
   std::shared_ptr<const GgufFile> file_;
   std::unique_ptr<Backend> backend_;
   ModelConfig config_;

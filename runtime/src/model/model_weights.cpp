@@ -4,6 +4,7 @@
 // -> output projection -> residual -> RMSNorm -> SwiGLU FFN -> residual; final norm and
 // logits.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -119,6 +120,14 @@ class WeightLoader {
 };
 
 }  // namespace
+
+namespace {
+std::atomic<int64_t> g_loads_alive{0};
+}  // namespace
+
+ModelWeights::LoadCount::LoadCount() { ++g_loads_alive; }
+ModelWeights::LoadCount::~LoadCount() { --g_loads_alive; }
+int64_t ModelWeights::loads_alive() { return g_loads_alive.load(); }
 
 ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend)
     : file_(std::move(file)), backend_(std::move(backend)), config_(ModelConfig::from_gguf(*file_)) {
