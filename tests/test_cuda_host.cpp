@@ -3,12 +3,15 @@
 // `__host__ __device__` functions compiled here as plain C++ (with -ffp-contract=off,
 // as their header requires), checked against fafo's dequantize_row and, where a Vulkan
 // device exists (lavapipe in CI), against the Vulkan kernels' bits: what the CUDA
-// kernels compute with these functions is then what the Vulkan backend computes.
+// kernels compute with these functions is then what the Vulkan backend computes. The
+// warp kernels (warp_ops.h), run by the host device lane by lane, give the plain
+// kernels' bits.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -16,7 +19,9 @@
 
 #include "../cuda_backend/src/block_decode.h"
 #include "../cuda_backend/src/dot_order.h"
+#include "../cuda_backend/src/host_device.h"
 #include "../cuda_backend/src/ops.h"
+#include "../cuda_backend/src/warp_ops.h"
 #include "fafo/cuda_backend.h"
 #include "fafo/generator.h"
 #include "fafo/tensor_type.h"
@@ -152,6 +157,81 @@ TEST(CudaDotOrder, ProductsAreTheExactDotWithinTheOrdersRoundingBound) {
       EXPECT_NEAR(got, exact, roundings * std::ldexp(1.0, -24) * magnitude) << "row " << r;
     }
   }
+}
+
+// The warp kernels' products (a warp per row, tiles of up to 8 tokens) equal the plain
+// kernels' (a thread per output) bit for bit, for every format, step sizes around the
+// tile (1, 3, 8, 9, 17), strided inputs and outputs, and accumulation; and so their
+// RMSNorm.
+TEST(CudaWarpOps, ProductsAndNormsGiveThePlainKernelsBits) {
+  fafo::cuda::HostDevice device;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (const TensorType type : kFormats) {
+    SCOPED_TRACE(name_of(type));
+    const uint32_t cols = cols_for(type), rows = 6;  // 3 quantized rows and 3 of random bytes
+    const std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 21);
+    const uint64_t row_bytes = fafo::tensor_row_bytes(type, cols);
+    for (const uint32_t T : {1u, 3u, 8u, 9u, 17u}) {
+      SCOPED_TRACE("T = " + std::to_string(T));
+      const uint32_t x_stride = cols + 5, out_stride = rows + 3, out_offset = 2;
+      std::vector<float> x(size_t{T} * x_stride);
+      for (float& v : x) v = value(rng);
+      for (const bool accumulate : {false, true}) {
+        std::vector<float> plain(size_t{T} * out_stride), warp;
+        for (float& v : plain) v = value(rng);
+        warp = plain;
+        fafo::cuda::with_format(static_cast<uint32_t>(type), [&]<Format F>() {
+          device.launch(fafo::cuda::MatmulOp<F>{bytes.data(), x.data(), plain.data(), rows, cols, x_stride, out_stride,
+                                                out_offset, row_bytes, accumulate},
+                        uint64_t{T} * rows, "matmul");
+          using Op = fafo::cuda::MatmulWarpOp<F>;
+          device.launch_warps(Op{bytes.data(), x.data(), warp.data(), rows, cols, T, x_stride, out_stride, out_offset,
+                                 row_bytes, accumulate},
+                              Op::warps(rows, T), "matmul");
+        });
+        ASSERT_EQ(std::memcmp(plain.data(), warp.data(), plain.size() * sizeof(float)), 0) << "accumulate " << accumulate;
+      }
+    }
+  }
+  for (const uint32_t n : {1u, 15u, 288u, 1007u}) {
+    const uint32_t rows = 5;
+    std::vector<float> x(size_t{rows} * n), gain(n), plain(x.size()), warp(x.size());
+    for (float& v : x) v = value(rng);
+    for (float& v : gain) v = value(rng);
+    device.launch(fafo::cuda::RmsNormOp{x.data(), gain.data(), plain.data(), n, 1e-5f}, rows, "rms_norm");
+    device.launch_warps(fafo::cuda::RmsNormWarpOp{x.data(), gain.data(), warp.data(), n, 1e-5f}, rows, "rms_norm");
+    EXPECT_EQ(std::memcmp(plain.data(), warp.data(), plain.size() * sizeof(float)), 0) << "n = " << n;
+  }
+}
+
+// The backend with either kernel set (FAFO_CUDA_KERNELS) gives the same logits, bit for
+// bit, for a prefill step and a decode step; a bad value is a clear error.
+TEST(CudaEmulated, BothKernelSetsGiveTheSameLogits) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
+  auto logits = [&](fafo::cuda::CudaKernels kernels) {
+    fafo::ModelOptions mo;
+    mo.n_ctx = 64;
+    fafo::Model model(file, fafo::cuda::make_emulated_backend(kernels), mo);
+    fafo::StepBatch prefill = fafo::StepBatch::causal({1, 403, 261, 379, 285, 271, 266, 297, 263, 295, 260}, 0, true);
+    std::vector<float> out = model.forward(prefill);
+    model.commit(prefill.size());
+    fafo::StepBatch next = fafo::StepBatch::causal({302}, model.n_past());
+    const std::vector<float> last = model.forward(next);
+    out.insert(out.end(), last.begin(), last.end());
+    EXPECT_NE(model.backend().description().find(kernels == fafo::cuda::CudaKernels::Fast ? "warp kernels" : "plain kernels"),
+              std::string::npos);
+    return out;
+  };
+  const std::vector<float> fast = logits(fafo::cuda::CudaKernels::Fast), plain = logits(fafo::cuda::CudaKernels::Plain);
+  ASSERT_EQ(fast.size(), plain.size());
+  EXPECT_EQ(std::memcmp(fast.data(), plain.data(), fast.size() * sizeof(float)), 0);
+  ::setenv("FAFO_CUDA_KERNELS", "turbo", 1);
+  EXPECT_THROW(fafo::cuda::make_emulated_backend(), std::invalid_argument);
+  ::setenv("FAFO_CUDA_KERNELS", "plain", 1);
+  EXPECT_NE(fafo::cuda::make_emulated_backend()->description().find("plain kernels"), std::string::npos);
+  ::unsetenv("FAFO_CUDA_KERNELS");
 }
 
 TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {

@@ -520,6 +520,7 @@ def step_conformance(r: Run) -> tuple[str, str]:
         groups.append(("vulkan", "EveryBackendAndDevice/*/vulkan_*"))
     if r.devices("cuda"):
         groups.append(("cuda", "EveryBackendAndDevice/*/cuda_?"))
+        groups.append(("cuda, plain kernels", "EveryBackendAndDevice/*/cuda_?"))  # FAFO_CUDA_KERNELS=plain
     if r.devices("vulkan") and r.devices("cuda"):
         groups.append(("cuda against vulkan", "BackendPairs.CudaAndVulkan*"))
     groups.append(("cpu and reference", "EveryBackendAndDevice/*/cpu_*:EveryBackendAndDevice/*/reference_*"))
@@ -529,8 +530,9 @@ def step_conformance(r: Run) -> tuple[str, str]:
             summary.append(f"- {name}: skipped (budget)")
             cut = True
             continue
+        env = dict(r.env, FAFO_CUDA_KERNELS="plain") if "plain kernels" in name else None
         code, text = r.run([str(r.bin / "test_backend_ops"), "--gtest_color=no", f"--gtest_filter={pattern}"], r.left(),
-                           f"op-conformance table: {name}")
+                           f"op-conformance table: {name}", env=env)
         texts.append(f"==== {name}: {pattern}\n{text}")
         passed = re.search(r"\[  PASSED  \] (\d+) tests?", text)
         group_failed = sorted(set(re.findall(r"^\[  FAILED  \] (\S+)", text, re.M)))
@@ -707,6 +709,8 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
         Ts = [int(t) for t in curve.split(",")]
         small, large = Ts[:len(Ts) // 2 + 1], Ts[len(Ts) // 2 + 1:]
         parts = ["t(T) small", "tg", "t(T) large", "pp"]
+        if backend == "cuda":
+            parts.insert(1, "plain t(T)")  # the plain kernels side by side (FAFO_CUDA_KERNELS=plain)
         if profile:
             parts = ["profile"]
         costs: dict[int, float] = {}  # T -> seconds per step, from the small curve
@@ -716,12 +720,14 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 lines.append(f"- {label} {name}: skipped (budget)")
                 status = "timed out"
                 continue
-            share = r.left() * {"t(T) small": 0.4, "tg": 0.45, "t(T) large": 0.6}.get(name, 1.0)
+            share = r.left() * {"t(T) small": 0.4, "plain t(T)": 0.2, "tg": 0.45, "t(T) large": 0.6}.get(name, 1.0)
             if name == "profile":
                 extra = ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
                          "--profile-tokens", "8" if r.quick else "64"]
             elif name == "t(T) small":
                 extra = ["--pp", "0", "--tg", "0", "--curve", ",".join(map(str, small)), "-r", "1"]
+            elif name == "plain t(T)":
+                extra = ["--pp", "0", "--tg", "0", "--curve", "1,8", "-r", "1"]
             elif name == "tg":
                 n, k = tg, int(reps)
                 t1 = costs.get(1, 0.0)
@@ -762,7 +768,9 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                                  f"{share:.0f} s were left)")
                 extra = ["--pp", str(n), "--tg", "0", "--curve", "", "-r", str(k)]
             t0 = time.monotonic()
-            code, text = r.run(base + extra, max(10.0, share), f"bench {kind} {label} {name}")
+            plain = name == "plain t(T)"
+            code, text = r.run(base + extra, max(10.0, share), f"bench {kind} {label} {name}",
+                               env=dict(r.env, FAFO_CUDA_KERNELS="plain") if plain else None)
             if code is None:
                 lines.append(f"- {label} {name}: **timed out**")
                 status = "timed out"
@@ -773,12 +781,12 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 lines.append(f"- {label} {name}: **failed** (exit {code})\n\n{tail(text)}")
                 status = f"FAILED: {label} {name}"
                 continue
-            entry = store[label]
+            entry = store.setdefault(label + " plain", {"device": store[label]["device"]}) if plain else store[label]
             entry["description"] = j.get("description", entry.get("description", ""))
             for key in ("pp", "tg"):
                 if j.get(key):
                     entry[key] = j[key]
-            if name == "t(T) small" and j.get("step_cost"):
+            if name == "t(T) small" and j.get("step_cost"):  # (the warp kernels' costs size the rest)
                 costs = {c["T"]: c["ms"] / 1e3 for c in j["step_cost"]}
                 overhead = max(1.0, time.monotonic() - t0 - 3 * sum(costs.values()))
             if j.get("step_cost"):

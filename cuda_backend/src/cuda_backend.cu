@@ -77,8 +77,9 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& device) {
   check(cudaGetDeviceProperties(&props, index), "cudaGetDeviceProperties");
   const std::string describe = "CUDA device " + std::to_string(index) + ": " + props.name + " (compute capability " +
                                std::to_string(props.major) + "." + std::to_string(props.minor) + ", " +
-                               std::to_string(props.totalGlobalMem >> 30) + " GiB; plain kernels)";
-  return std::make_unique<OpsBackend<CudaDevice>>(std::make_unique<CudaDevice>(index), "cuda", describe);
+                               std::to_string(props.totalGlobalMem >> 30) + " GiB)";
+  return std::make_unique<OpsBackend<CudaDevice>>(std::make_unique<CudaDevice>(index), "cuda", describe,
+                                                  cuda_kernels_from_env());
 }
 
 }  // namespace cuda
@@ -87,7 +88,9 @@ BackendInfo cuda_backend_info() {
   BackendInfo info;
   info.name = "cuda";
   info.display_name = "CUDA";
-  info.summary = "NVIDIA GPUs through CUDA (plain kernels: exact, but 0.5% of an H100's bandwidth at 8B; never chosen by auto)";
+  info.summary =
+      "NVIDIA GPUs through CUDA (warp kernels for products and RMSNorm, FAFO_CUDA_KERNELS=plain for the plain ones; "
+      "the Vulkan backend's bits; not yet measured on a GPU, never chosen by auto)";
   info.auto_rank = -1;
   info.devices = [] {
     std::vector<BackendDevice> out;

@@ -1,5 +1,6 @@
 // The CUDA device: device memory from cudaMalloc, and the kernels of ops.h launched as
-// grids of 256-thread blocks, one thread per index, on one stream. Every error becomes a
+// grids of 256-thread blocks, one thread per index, and the warp kernels of
+// warp_ops.h as 8 warps per block, on one stream. Every error becomes a
 // std::runtime_error naming the call and CUDA's message.
 #pragma once
 
@@ -20,6 +21,27 @@ template <class Op>
 __global__ void run_op(Op op, uint32_t n) {
   const uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // no wrap near 2^32
   if (i < n) op(static_cast<uint32_t>(i));
+}
+
+// dot_order.h's tree32 over the 32 lanes' values of `v` by shuffles: lane l adds lane
+// l + 16's value, then l + 8's, + 4, + 2, + 1 (lanes past the tree add what they get and
+// are ignored); lane 0's sum, given to every lane.
+__device__ __forceinline__ float warp_tree(float v) {
+#pragma unroll
+  for (uint32_t offset = 16; offset >= 1; offset /= 2) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, offset));
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+template <class Op>
+__global__ void run_warp_op(Op op, uint32_t n_warps) {
+  const uint64_t warp = (static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const uint32_t lane = threadIdx.x % 32;
+  if (warp >= n_warps) return;  // the whole warp: blocks are whole warps
+  float v[Op::kValues];
+  op.lane_values(static_cast<uint32_t>(warp), lane, v);
+#pragma unroll
+  for (uint32_t k = 0; k < Op::kValues; ++k) v[k] = warp_tree(v[k]);
+  op.finish(static_cast<uint32_t>(warp), lane, v);
 }
 
 class CudaDevice {
@@ -73,6 +95,14 @@ class CudaDevice {
     constexpr uint32_t kThreads = 256;
     const uint32_t blocks = static_cast<uint32_t>((n + kThreads - 1) / kThreads);
     run_op<<<blocks, kThreads, 0, stream_>>>(op, static_cast<uint32_t>(n));
+    check(cudaGetLastError(), name);
+  }
+  template <class Op>
+  void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
+    select();
+    constexpr uint32_t kWarpsPerBlock = 8;
+    const uint32_t blocks = static_cast<uint32_t>((n_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    run_warp_op<<<blocks, 32 * kWarpsPerBlock, 0, stream_>>>(op, static_cast<uint32_t>(n_warps));
     check(cudaGetLastError(), name);
   }
   void sync() {

@@ -1,6 +1,7 @@
 // The CUDA backend over the host device (host_device.h): every kernel of ops.h run on
 // the CPU. Compiled with -ffp-contract=off, as block_decode.h requires on the host.
 #include <memory>
+#include <string>
 
 #include "fafo/cuda_backend.h"
 #include "host_device.h"
@@ -8,10 +9,11 @@
 
 namespace fafo::cuda {
 
-std::unique_ptr<Backend> make_emulated_backend() {
+std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels) {
   auto device = std::make_unique<HostDevice>();
   const std::string describe = "CUDA backend, " + device->description();
-  return std::make_unique<OpsBackend<HostDevice>>(std::move(device), "cuda-emulated", describe);
+  return std::make_unique<OpsBackend<HostDevice>>(std::move(device), "cuda-emulated", describe,
+                                                  kernels ? *kernels : cuda_kernels_from_env());
 }
 
 }  // namespace fafo::cuda

@@ -1,5 +1,7 @@
 // The host device: runs the CUDA backend's kernels (ops.h) on the CPU, one index after
-// another, with device memory in host memory. It makes the backend's whole step logic
+// another, and its warp kernels (warp_ops.h) one warp after another, the lanes of a warp
+// phase by phase (every lane's shares, the warp's tree, every lane's finish), with
+// device memory in host memory. It makes the backend's whole step logic
 // run and be tested where there is no GPU (CI); it is not meant to be fast.
 #pragma once
 
@@ -10,6 +12,8 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+
+#include "dot_order.h"
 
 namespace fafo::cuda {
 
@@ -28,6 +32,23 @@ class HostDevice {
   template <class Op>
   void launch(const Op& op, uint64_t n, const char* /*name*/) {
     for (uint64_t i = 0; i < n; ++i) op(static_cast<uint32_t>(i));
+  }
+  // A warp op over n_warps warps (warp_ops.h): the lanes' shares, tree32 over each
+  // sum's 32 shares (the order warp_tree's shuffles add them in), every lane's finish.
+  template <class Op>
+  void launch_warps(const Op& op, uint64_t n_warps, const char* /*name*/) {
+    float shares[kLanes][Op::kValues];
+    for (uint64_t w = 0; w < n_warps; ++w) {
+      const uint32_t warp = static_cast<uint32_t>(w);
+      for (uint32_t lane = 0; lane < kLanes; ++lane) op.lane_values(warp, lane, shares[lane]);
+      float sums[Op::kValues];
+      for (uint32_t k = 0; k < Op::kValues; ++k) {
+        float s[kLanes];
+        for (uint32_t lane = 0; lane < kLanes; ++lane) s[lane] = shares[lane][k];
+        sums[k] = tree32(s);
+      }
+      for (uint32_t lane = 0; lane < kLanes; ++lane) op.finish(warp, lane, sums);
+    }
   }
   void sync() {}
 };

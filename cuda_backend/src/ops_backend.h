@@ -1,8 +1,10 @@
 // The CUDA backend's Backend and KvCache, written once over a Device: CudaDevice
 // (cuda_device.cuh: device memory, kernels as grids on a stream) or HostDevice
 // (host_device.h: the same kernels run on the CPU, for tests where there is no GPU).
-// Every op launches one kernel of ops.h (or copies); a step's launches run in order on
-// the device and finish_step() waits for them.
+// Every op launches one kernel (or copies): the matrix products and RMSNorm from the
+// kernel set chosen at creation (CudaKernels::Fast: warp_ops.h; Plain: ops.h, which give
+// the same bits), the other ops from ops.h; a step's launches run in order on the device
+// and finish_step() waits for them.
 #pragma once
 
 #include <algorithm>
@@ -17,10 +19,12 @@
 
 #include "block_decode.h"
 #include "fafo/backend.h"
+#include "fafo/cuda_backend.h"
 #include "fafo/kv_cache.h"
 #include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
 #include "ops.h"
+#include "warp_ops.h"
 
 namespace fafo::cuda {
 
@@ -224,9 +228,14 @@ class OpsKvCache final : public KvCache {
 template <class Device>
 class OpsBackend final : public Backend, public StepAccess {
  public:
-  // `name`: as registered; `describe`: the device, for description().
-  OpsBackend(std::unique_ptr<Device> device, std::string name, std::string describe)
-      : device_(std::move(device)), name_(std::move(name)), describe_(std::move(describe)) {}
+  // `name`: as registered; `describe`: the device, for description(), to which the
+  // kernel set is added.
+  OpsBackend(std::unique_ptr<Device> device, std::string name, std::string describe, CudaKernels kernels)
+      : device_(std::move(device)),
+        name_(std::move(name)),
+        describe_(std::move(describe) + "; " +
+                  (kernels == CudaKernels::Fast ? "warp kernels" : "plain kernels (FAFO_CUDA_KERNELS=plain)")),
+        kernels_(kernels) {}
   ~OpsBackend() override {
     weights_.clear();
     activations_.clear();
@@ -338,8 +347,11 @@ class OpsBackend final : public Backend, public StepAccess {
 
   void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
     const uint32_t rows = rows_of(x);
-    launch(RmsNormOp{data_of(x), weight(gain).memory.template as<float>(), data_of(out), static_cast<uint32_t>(x.cols), eps}, rows,
-           "rms_norm");
+    const float* g = weight(gain).memory.template as<float>();
+    if (kernels_ == CudaKernels::Fast)
+      launch_warps(RmsNormWarpOp{data_of(x), g, data_of(out), static_cast<uint32_t>(x.cols), eps}, rows, "rms_norm");
+    else
+      launch(RmsNormOp{data_of(x), g, data_of(out), static_cast<uint32_t>(x.cols), eps}, rows, "rms_norm");
     set_rows(out, rows);
   }
 
@@ -480,14 +492,27 @@ class OpsBackend final : public Backend, public StepAccess {
     if (n > UINT32_MAX) throw std::length_error(std::string(name) + ": " + std::to_string(n) + " threads are too many for one launch");
     device_->launch(op, n, name);
   }
+  template <class Op>
+  void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
+    if (n_warps == 0) return;
+    if (n_warps > UINT32_MAX / 32)
+      throw std::length_error(std::string(name) + ": " + std::to_string(n_warps) + " warps are too many for one launch");
+    device_->launch_warps(op, n_warps, name);
+  }
 
   void product(const Weight& weight_id, const Activation& x, const Activation& out, bool accumulate) {
     const StoredWeight& w = weight(weight_id);
     const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(w.rows);
     with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
-      launch(MatmulOp<F>{w.memory.template as<uint8_t>(), data_of(x), data_of(out), rows, static_cast<uint32_t>(w.cols),
-                         static_cast<uint32_t>(x.cols), static_cast<uint32_t>(out.cols), 0, w.row_bytes, accumulate},
-             uint64_t{T} * rows, "matmul");
+      if (kernels_ == CudaKernels::Fast)
+        launch_warps(MatmulWarpOp<F>{w.memory.template as<uint8_t>(), data_of(x), data_of(out), rows,
+                                     static_cast<uint32_t>(w.cols), T, static_cast<uint32_t>(x.cols),
+                                     static_cast<uint32_t>(out.cols), 0, w.row_bytes, accumulate},
+                     MatmulWarpOp<F>::warps(rows, T), "matmul");
+      else
+        launch(MatmulOp<F>{w.memory.template as<uint8_t>(), data_of(x), data_of(out), rows, static_cast<uint32_t>(w.cols),
+                           static_cast<uint32_t>(x.cols), static_cast<uint32_t>(out.cols), 0, w.row_bytes, accumulate},
+               uint64_t{T} * rows, "matmul");
     });
   }
 
@@ -535,6 +560,7 @@ class OpsBackend final : public Backend, public StepAccess {
 
   std::unique_ptr<Device> device_;
   std::string name_, describe_;
+  CudaKernels kernels_ = CudaKernels::Fast;
   std::vector<StoredWeight> weights_;
   std::vector<StoredActivation> activations_;
   int64_t max_step_rows_ = 0;

@@ -3,7 +3,10 @@
 // `fafo devices` with each GPU's compute capability, memory and memory bandwidth.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -11,8 +14,23 @@
 
 namespace fafo::cuda {
 
-// The CUDA backend's code with its kernels run on the host, one index after another
-// (HostDevice): what tests use where there is no GPU. Always built; slow.
-std::unique_ptr<Backend> make_emulated_backend();
+// The kernels the backend runs its matrix products and RMSNorms with: Fast, a warp per
+// output row (and up to 8 tokens per warp: cuda_backend/src/warp_ops.h), or Plain, one
+// thread per output (ops.h). Both give the same bits. The environment variable
+// FAFO_CUDA_KERNELS=plain or fast picks one for backends made without a choice; unset:
+// Fast.
+enum class CudaKernels { Plain, Fast };
+// FAFO_CUDA_KERNELS's choice (std::invalid_argument for another value).
+inline CudaKernels cuda_kernels_from_env() {
+  const char* v = std::getenv("FAFO_CUDA_KERNELS");
+  if (v == nullptr || *v == '\0' || std::string(v) == "fast") return CudaKernels::Fast;
+  if (std::string(v) == "plain") return CudaKernels::Plain;
+  throw std::invalid_argument("FAFO_CUDA_KERNELS is '" + std::string(v) + "': it must be plain or fast");
+}
+
+// The CUDA backend's code with its kernels run on the host (HostDevice: one index after
+// another, a warp's lanes phase by phase): what tests use where there is no GPU. Always
+// built; slow. `kernels`: else cuda_kernels_from_env().
+std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels = std::nullopt);
 
 }  // namespace fafo::cuda
