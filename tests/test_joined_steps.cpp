@@ -135,3 +135,36 @@ TEST(JoinedSteps, AJoinerJoinsConcurrentGenerationsWithoutChangingATokens) {
     EXPECT_EQ(stats.most_parts, 3);
   }
 }
+
+// While other sequences share the joiner, auto decodes plainly (its step costs were
+// measured for one sequence alone): one token per step, plain decoding's ids, and its
+// summary says why; alone on the joiner it chooses as usual.
+TEST(JoinedSteps, AutoDecodesPlainlyWhileOtherSequencesShareTheStep) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto base = test::load_on(model_path.string(), "cpu");
+  const std::vector<int32_t> prompt =
+      base->tokenizer->encode("Lily and Tom went to the park. Lily and Tom went to the park. Lily and Tom went to", true);
+  GenerationOptions o;
+  o.n_predict = 40;
+  o.sampling.temperature = 0;
+  o.stop_at_end_of_generation = false;
+  o.decoding.strategy = Strategy::Ar;
+  const std::vector<int32_t> want = generate(*base->model, *base->tokenizer, prompt, o).ids;
+  auto joiner = std::make_shared<StepJoiner>(std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+  OpenedModel seq = open_sequence(*base);
+  seq.model->set_step_joiner(joiner);
+  o.decoding.strategy = Strategy::Auto;
+  joiner->enter();
+  joiner->enter();  // another sequence, leased but not stepping
+  const GenerationResult shared = generate(*seq.model, *seq.tokenizer, prompt, o);
+  joiner->leave();
+  EXPECT_EQ(shared.ids, want);
+  EXPECT_EQ(shared.n_steps, static_cast<int32_t>(shared.ids.size()));
+  EXPECT_NE(shared.auto_summary.find("plain decoding at 39 steps shared with other sequences"), std::string::npos)
+      << shared.auto_summary;
+  seq.model->truncate(0);
+  const GenerationResult alone = generate(*seq.model, *seq.tokenizer, prompt, o);
+  joiner->leave();
+  EXPECT_EQ(alone.ids, want);
+  EXPECT_EQ(alone.auto_summary.find("shared with other sequences"), std::string::npos) << alone.auto_summary;
+}

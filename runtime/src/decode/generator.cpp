@@ -388,6 +388,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   sink.emit({first});
   trace.prefill_done(static_cast<int32_t>(text.size()), first, result.prefill_seconds * 1e3);
 
+  int32_t shared_steps = 0;  // auto's steps decoded plainly because other sequences shared them
   while (!sink.stop) {
     if (model.n_past() >= model.n_ctx()) {
       sink.stop = StopReason::ContextFull;
@@ -405,6 +406,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     if (controller && shares_steps(model)) {
       // Other sequences share the step (a server's slots): plain decoding (see shares_steps).
       choice = "ar (the step is shared with other sequences)";
+      ++shared_steps;
       if (result.auto_choices.empty() || result.auto_choices.back().second != 0) result.auto_choices.emplace_back(step, 0);
     } else if (controller) {
       const AutoDecision d = controller->choose();
@@ -454,6 +456,9 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
       options.auto_state->memory().context = auto_context;
     }
     result.auto_summary = controller->explain();
+    if (shared_steps > 0)
+      result.auto_summary = "plain decoding at " + std::to_string(shared_steps) + " step" + (shared_steps == 1 ? "" : "s") +
+                            " shared with other sequences; " + result.auto_summary;
     for (const std::unique_ptr<StrategyState>& s : candidate_states)
       if (s) add_pool_stats(s->pool(), result);
     result.auto_labels.clear();
