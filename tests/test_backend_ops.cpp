@@ -399,8 +399,9 @@ void add_attention(std::vector<OpCase>& cases) {
       {"region larger than the prefix, head 256", 90, 2, 2, 256, true, true, true, 200, 0, KvCacheType::F32, kShortSteps},
       // A region of 100, so the selection permutes the logical order the FULL rows visit
       // (with no region nothing is exchanged).
+      // T = 64 too: a split of the keys that depended on T would differ from T = 1's here.
       {"long context split into parts, permuted, 8/2 x 128", 2500, 8, 2, 128, false, false, true, 100, 0, KvCacheType::F32,
-       {1, 2, 3, 8, 9}},
+       {1, 2, 3, 8, 9, 64}},
       {"tiny region, both layers dense", 1200, 3, 1, 24, true, true, false, 1, 2, KvCacheType::F32, kShortSteps},
   };
   // The same with an f16 cache (every backend computes with the same rounded values).

@@ -8,6 +8,7 @@
 // kernels' bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -205,16 +206,24 @@ TEST(CudaWarpOps, ProductsAndNormsGiveThePlainKernelsBits) {
   }
 }
 
-// The backend with either kernel set (FAFO_CUDA_KERNELS) gives the same logits, bit for
-// bit, for a prefill step and a decode step; a bad value is a clear error.
+// The backend with either kernel set (FAFO_CUDA_KERNELS) gives the same logits for a
+// prefill step and a decode step at a context long enough for the warp kernels'
+// attention to split the keys into parts: within the backend's tolerance (their
+// attention sums the softmax in another order), the same greedy token; a bad value is
+// a clear error.
 TEST(CudaEmulated, BothKernelSetsGiveTheSameLogits) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
+  const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += "Lily and Tom went to the park. They played with a ball and a kite. ";
+  const std::vector<int32_t> prompt = tokenizer.encode(text, true);
+  ASSERT_GT(prompt.size(), 200u);
   auto logits = [&](fafo::cuda::CudaKernels kernels) {
     fafo::ModelOptions mo;
-    mo.n_ctx = 64;
+    mo.n_ctx = 512;
     fafo::Model model(file, fafo::cuda::make_emulated_backend(kernels), mo);
-    fafo::StepBatch prefill = fafo::StepBatch::causal({1, 403, 261, 379, 285, 271, 266, 297, 263, 295, 260}, 0, true);
+    fafo::StepBatch prefill = fafo::StepBatch::causal(prompt, 0, true);
     std::vector<float> out = model.forward(prefill);
     model.commit(prefill.size());
     fafo::StepBatch next = fafo::StepBatch::causal({302}, model.n_past());
@@ -226,7 +235,18 @@ TEST(CudaEmulated, BothKernelSetsGiveTheSameLogits) {
   };
   const std::vector<float> fast = logits(fafo::cuda::CudaKernels::Fast), plain = logits(fafo::cuda::CudaKernels::Plain);
   ASSERT_EQ(fast.size(), plain.size());
-  EXPECT_EQ(std::memcmp(fast.data(), plain.data(), fast.size() * sizeof(float)), 0);
+  const size_t n_vocab = 512;
+  ASSERT_EQ(fast.size() % n_vocab, 0u);
+  double worst = 0;
+  for (size_t i = 0; i < fast.size(); ++i)
+    worst = std::max(worst, std::fabs(double{fast[i]} - plain[i]) / std::max(1.0, std::fabs(double{plain[i]})));
+  EXPECT_LE(worst, 1e-4);
+  for (size_t row = 0; row < fast.size() / n_vocab; ++row) {
+    const auto best = [&](const std::vector<float>& v) {
+      return std::max_element(v.begin() + row * n_vocab, v.begin() + (row + 1) * n_vocab) - v.begin();
+    };
+    EXPECT_EQ(best(fast), best(plain)) << "row " << row;
+  }
   ::setenv("FAFO_CUDA_KERNELS", "turbo", 1);
   EXPECT_THROW(fafo::cuda::make_emulated_backend(), std::invalid_argument);
   ::setenv("FAFO_CUDA_KERNELS", "plain", 1);

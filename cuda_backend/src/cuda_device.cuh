@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "warp.h"
+
 namespace fafo::cuda {
 
 inline void check(cudaError_t e, const char* what) {
@@ -42,6 +44,14 @@ __global__ void run_warp_op(Op op, uint32_t n_warps) {
 #pragma unroll
   for (uint32_t k = 0; k < Op::kValues; ++k) v[k] = warp_tree(v[k]);
   op.finish(static_cast<uint32_t>(warp), lane, v);
+}
+
+template <class Op>
+__global__ void run_warp_fn(Op op, uint32_t n_warps) {
+  const uint64_t warp = (static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (warp >= n_warps) return;  // the whole warp: blocks are whole warps
+  DeviceWarp w{threadIdx.x % 32};
+  op.run(w, static_cast<uint32_t>(warp));
 }
 
 class CudaDevice {
@@ -103,6 +113,14 @@ class CudaDevice {
     constexpr uint32_t kWarpsPerBlock = 8;
     const uint32_t blocks = static_cast<uint32_t>((n_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
     run_warp_op<<<blocks, 32 * kWarpsPerBlock, 0, stream_>>>(op, static_cast<uint32_t>(n_warps));
+    check(cudaGetLastError(), name);
+  }
+  template <class Op>
+  void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
+    select();
+    constexpr uint32_t kWarpsPerBlock = 4;
+    const uint32_t blocks = static_cast<uint32_t>((n_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    run_warp_fn<<<blocks, 32 * kWarpsPerBlock, 0, stream_>>>(op, static_cast<uint32_t>(n_warps));
     check(cudaGetLastError(), name);
   }
   void sync() {

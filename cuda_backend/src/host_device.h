@@ -14,6 +14,7 @@
 #include <string>
 
 #include "dot_order.h"
+#include "warp.h"
 
 namespace fafo::cuda {
 
@@ -49,6 +50,12 @@ class HostDevice {
       }
       for (uint32_t lane = 0; lane < kLanes; ++lane) op.finish(warp, lane, sums);
     }
+  }
+  // A warp function over n_warps warps (warp.h: op.run(warp, index)), one after another.
+  template <class Op>
+  void launch_warp_fn(const Op& op, uint64_t n_warps, const char* /*name*/) {
+    HostWarp warp;
+    for (uint64_t w = 0; w < n_warps; ++w) op.run(warp, static_cast<uint32_t>(w));
   }
   void sync() {}
 };

@@ -396,7 +396,10 @@ class OpsBackend final : public Backend, public StepAccess {
                      static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv->shape().kv_dim),
                      static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
                      static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16()};
-      launch(op, uint64_t{static_cast<uint32_t>(seg.size)} * static_cast<uint32_t>(s.n_head), "attention");
+      if (kernels_ == CudaKernels::Fast && s.head_dim <= static_cast<int32_t>(AttentionSplitOp::kDimsPerLane * kLanes))
+        split_attention(op, first);
+      else
+        launch(op, uint64_t{static_cast<uint32_t>(seg.size)} * static_cast<uint32_t>(s.n_head), "attention");
     }
     set_rows(out, T);
   }
@@ -492,6 +495,32 @@ class OpsBackend final : public Backend, public StepAccess {
     if (n > UINT32_MAX) throw std::length_error(std::string(name) + ": " + std::to_string(n) + " threads are too many for one launch");
     device_->launch(op, n, name);
   }
+  // The warp kernels' attention of one part (`op`: the plain kernel's arguments for its
+  // rows, from row `first` of the step): the keys split into parts of part_keys, which
+  // depends on the part's n_past and the largest step only (as the Vulkan backend splits
+  // them), so a row's result does not depend on T or the other rows; up to 16 parts,
+  // with at most 64 MiB of partials for the largest step.
+  void split_attention(const AttentionOp& op, size_t first) {
+    const uint64_t per_row_part = uint64_t{op.n_head} * (op.head_dim + 2);
+    const uint64_t rows_cap = static_cast<uint64_t>(std::max<int64_t>(max_step_rows_, 1));
+    constexpr uint64_t kMaxParts = 16, kMinKeysPerPart = 128, kPartialsBudget = uint64_t{64} << 20;
+    const uint64_t max_parts = std::clamp<uint64_t>(kPartialsBudget / sizeof(float) / (rows_cap * per_row_part), 1, kMaxParts);
+    const uint64_t part_keys = std::max(kMinKeysPerPart, (uint64_t{op.n_past} + rows_cap + max_parts - 1) / max_parts);
+    const uint64_t n_parts = (uint64_t{op.n_past} + op.T + part_keys - 1) / part_keys;
+    float* partials = split_partials_.template reserve<float>(*device_, static_cast<size_t>(rows_cap * per_row_part * max_parts));
+    partials += first * per_row_part * max_parts;
+    launch_warp_fn(AttentionSplitOp{op, partials, static_cast<uint32_t>(part_keys), static_cast<uint32_t>(n_parts)},
+                   uint64_t{op.T} * op.n_head * n_parts, "attention");
+    launch(AttentionCombineOp{partials, op.out, op.n_head, op.head_dim, static_cast<uint32_t>(n_parts), op.out_stride},
+           uint64_t{op.T} * op.n_head * op.head_dim, "attention_combine");
+  }
+  template <class Op>
+  void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
+    if (n_warps == 0) return;
+    if (n_warps > UINT32_MAX / 32)
+      throw std::length_error(std::string(name) + ": " + std::to_string(n_warps) + " warps are too many for one launch");
+    device_->launch_warp_fn(op, n_warps, name);
+  }
   template <class Op>
   void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
     if (n_warps == 0) return;
@@ -569,7 +598,7 @@ class OpsBackend final : public Backend, public StepAccess {
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_,
-      attention_scratch_;
+      attention_scratch_, split_partials_;
   const int32_t* tokens_ = nullptr;
   const uint64_t* mask_ = nullptr;
   const uint8_t* compressed_ = nullptr;

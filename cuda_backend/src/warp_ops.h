@@ -7,6 +7,8 @@
 //   2. the warp adds the 32 shares of each sum by dot_order.h's fixed tree (tree32:
 //      lane l + 16, then + 8, + 4, + 2, + 1) and every lane receives the sums;
 //   3. finish(warp, lane, sums): each lane writes its part of the results.
+// Attention, whose warps reduce inside a loop, is written instead over a Warp (warp.h:
+// `run(warp, index)`), which a GPU runs lane per thread and the host lane by lane.
 // A GPU does step 2 with warp shuffles (cuda_device.cuh: warp_tree); the host device
 // (host_device.h: launch_warps) runs the lanes of a warp one after another, then
 // tree32 over their shares: the same additions in the same order, so the bits are the
@@ -17,6 +19,8 @@
 
 #include "block_decode.h"
 #include "dot_order.h"
+#include "ops.h"
+#include "warp.h"
 
 namespace fafo::cuda {
 
@@ -99,6 +103,127 @@ struct RmsNormWarpOp {
     const float* row = x + static_cast<uint64_t>(warp) * n;
     float* o = out + static_cast<uint64_t>(warp) * n;
     for (uint32_t c = lane; c < n; c += kLanes) o[c] = rms_apply(row[c], scale, gain[c]);
+  }
+};
+
+// Attention split over the context (flash-decoding), for one part of a step (its rows
+// over its cache): warp (p, h, t) computes, for query head h of row t, the softmax
+// statistics and the unnormalised weighted sum of values over keys [p * part_keys,
+// (p + 1) * part_keys) of the row's keys (AttentionOp's order: its view of the committed
+// entries, then the batch tokens its mask lets it see), and writes (max, sum of exp,
+// acc[head_dim]) to partials; AttentionCombineOp merges the parts. part_keys depends on
+// n_past and the backend's largest step only (OpsBackend::attention), so a row's
+// arithmetic does not depend on T or the other rows (T-invariant).
+//
+// Keys go 32 at a time, one per lane: the lane's score (its key's dot with the query,
+// fused multiply-adds in dimension order), the chunk's max (exact) and the sum of its
+// exponentials by the tree; then each lane owns dimensions lane, lane + 32, ... of the
+// accumulator and adds the chunk's keys' weighted values in key order (coalesced reads
+// of each value row). Not AttentionOp's bits (a different order of the softmax sums):
+// within the backend's tolerance of the reference.
+struct AttentionSplitOp {
+  static constexpr uint32_t kDimsPerLane = 8;  // head_dim <= 256
+  AttentionOp a;  // the part's rows, cache, masks and shape, as the plain kernel takes them
+  float* partials;  // [T][n_head][n_parts][head_dim + 2]
+  uint32_t part_keys, n_parts;
+
+  template <class W>
+  FAFO_HD void run(W& warp, uint32_t index) const {
+    const uint32_t part = index % n_parts, h = (index / n_parts) % a.n_head, t = index / (n_parts * a.n_head);
+    const uint32_t kv_off = (h / (a.n_head / a.n_head_kv)) * a.head_dim;
+    const float* qh = a.q + static_cast<uint64_t>(t) * a.q_stride + static_cast<uint64_t>(h) * a.head_dim;
+    const uint32_t prefix = a.prefix_count(t), n_keys = prefix + t + 1;
+    const uint32_t first = part * part_keys;
+    const uint32_t last = first + part_keys < n_keys ? first + part_keys : n_keys;
+    float m = -INFINITY, l = 0.0f;
+    typename W::template Vec<float> acc[kDimsPerLane];
+    warp.each([&](uint32_t lane) {
+      for (uint32_t k = 0; k < kDimsPerLane; ++k) acc[k][lane] = 0.0f;
+    });
+    for (uint32_t chunk = first; chunk < last; chunk += kLanes) {
+      typename W::template Vec<float> score, weight;
+      typename W::template Vec<uint32_t> slot;
+      warp.each([&](uint32_t lane) {
+        const uint32_t key = chunk + lane;
+        float s = -INFINITY;
+        uint32_t at = 0;
+        if (key < last) {
+          bool visible = true;
+          if (key < prefix) {
+            at = a.prefix_slot(t, key);
+          } else {
+            at = a.n_past + (key - prefix);
+            visible = a.sees(t, key - prefix);
+          }
+          if (visible) s = a.score(qh, at, kv_off);
+        }
+        score[lane] = s;
+        slot[lane] = at;
+      });
+      const float m_new = max_f(m, warp.max(score));
+      if (m_new == -INFINITY) continue;  // nothing visible yet (the same on every lane)
+      warp.each([&](uint32_t lane) { weight[lane] = score[lane] == -INFINITY ? 0.0f : exp_f(sub_rn(score[lane], m_new)); });
+      const float correction = m == -INFINITY ? 0.0f : exp_f(sub_rn(m, m_new));
+      l = add_rn(mul_rn(l, correction), warp.sum(weight));
+      warp.each([&](uint32_t lane) {
+        for (uint32_t k = 0; k < kDimsPerLane; ++k) acc[k][lane] = mul_rn(acc[k][lane], correction);
+      });
+      const uint32_t count = last - chunk < kLanes ? last - chunk : kLanes;
+      for (uint32_t j = 0; j < count; ++j) {
+        const float w = warp.at(weight, j);
+        const uint32_t at = warp.at(slot, j);
+        if (w == 0.0f) continue;  // the same on every lane
+        warp.each([&](uint32_t lane) {
+          for (uint32_t k = 0; k < kDimsPerLane; ++k) {
+            const uint32_t d = lane + k * kLanes;
+            if (d < a.head_dim) acc[k][lane] = fma_rn(w, a.value(at, kv_off + d), acc[k][lane]);
+          }
+        });
+      }
+      m = m_new;
+    }
+    float* out = partials + ((static_cast<uint64_t>(t) * a.n_head + h) * n_parts + part) * (a.head_dim + 2);
+    warp.each([&](uint32_t lane) {
+      if (lane == 0) {
+        out[0] = m;
+        out[1] = l;
+      }
+      for (uint32_t k = 0; k < kDimsPerLane; ++k) {
+        const uint32_t d = lane + k * kLanes;
+        if (d < a.head_dim) out[2 + d] = acc[k][lane];
+      }
+    });
+  }
+};
+
+// Merges AttentionSplitOp's parts of each (row, head): with M the largest max of the
+// parts that saw a key, out[d] = sum_p acc_p[d] e_p / sum_p l_p e_p, e_p = exp(m_p - M),
+// in part order; i over T x n_head x head_dim.
+struct AttentionCombineOp {
+  const float* partials;
+  float* out;
+  uint32_t n_head, head_dim, n_parts, out_stride;
+  FAFO_HD void operator()(uint32_t i) const {
+    const uint32_t d = i % head_dim, h = (i / head_dim) % n_head, t = i / (head_dim * n_head);
+    const uint32_t stride = head_dim + 2;
+    const float* p = partials + (static_cast<uint64_t>(t) * n_head + h) * n_parts * stride;
+    float m = -INFINITY;
+    for (uint32_t k = 0; k < n_parts; ++k)
+      if (p[k * stride + 1] > 0.0f) m = max_f(m, p[k * stride]);
+    float total = 0.0f, sum = 0.0f;
+    for (uint32_t k = 0; k < n_parts; ++k) {
+      const float l = p[k * stride + 1];
+      if (!(l > 0.0f)) continue;
+      const float e = exp_f(sub_rn(p[k * stride], m));
+      total = fma_rn(l, e, total);
+      sum = fma_rn(p[k * stride + 2 + d], e, sum);
+    }
+    float* o = out + static_cast<uint64_t>(t) * out_stride + static_cast<uint64_t>(h) * head_dim + d;
+#if defined(__CUDA_ARCH__)
+    *o = total > 0.0f ? __fdiv_rn(sum, total) : 0.0f;
+#else
+    *o = total > 0.0f ? sum / total : 0.0f;
+#endif
   }
 };
 
