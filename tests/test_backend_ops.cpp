@@ -863,6 +863,53 @@ TEST_P(BackendOps, FusedGateIsTheTwoProductsThenTheSwiglu) {
   }
 }
 
+// matmul_norm and matmul_swiglu_norm (an RMSNorm fused into the product where the
+// backend can) give the bits of rms_norm then the product(s), on every backend, for a
+// format of each kind (plain floats with a partial last chunk, 32-value blocks,
+// superblocks) and steps of one, several and more than one tile of tokens.
+TEST_P(BackendOps, NormedProductsAreTheNormThenTheProduct) {
+  OpEnv& env = target();
+  Backend& be = env.be();
+  for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
+    const int64_t cols = type == TensorType::F16 ? 200 : 256, rows = 37;
+    const Weight w = quantized_weight(env, type, rows, cols, 41);
+    const Weight gain = vector_weight(env, cols, 42, 0.5f, 1.5f);
+    const auto fused_pair = gate_and_up(env, type, rows, cols, be.fuses_gate_up(type, rows, cols));
+    const auto plain_pair = gate_and_up(env, type, rows, cols, false);
+    for (const int32_t T : {1, 5, 12}) {
+      env.ensure_cache(T + 1);
+      for (const bool gated : {false, true}) {
+        auto run = [&](bool fused) {
+          StepBatch b = causal_batch(T, 0);
+          be.begin_step(b, env.kv());
+          Activation x = input(env, "x", cols, 1, T, 0, -2.0f, 2.0f);
+          Activation normed = env.activation("normed", cols);
+          Activation out = env.activation("out", rows);
+          Activation scratch = env.activation("scratch", rows);
+          if (fused && gated) {
+            be.matmul_swiglu_norm(fused_pair.first, fused_pair.second, x, gain, 1e-5f, normed, out, scratch);
+          } else if (fused) {
+            be.matmul_norm(w, x, gain, 1e-5f, normed, out);
+          } else {
+            be.rms_norm(x, gain, 1e-5f, normed);
+            if (gated) {
+              be.matmul(plain_pair.first, normed, out);
+              be.matmul(plain_pair.second, normed, scratch);
+              be.swiglu(out, scratch, out);
+            } else {
+              be.matmul(w, normed, out);
+            }
+          }
+          be.finish_step();
+          return be.read_rows(out, T);
+        };
+        ASSERT_TRUE(same_bits_everywhere(run(true), run(false)))
+            << tensor_type_name(type) << " T=" << T << (gated ? " gated" : "");
+      }
+    }
+  }
+}
+
 // A fused matmul_add gives the bits of the product followed by the add, on every
 // backend, for a format of each kind (plain floats, 32-value blocks, superblocks).
 TEST_P(BackendOps, MatmulAddIsTheProductThenTheAdd) {

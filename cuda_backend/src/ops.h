@@ -131,18 +131,19 @@ struct BiasOp {
   uint32_t cols;
   FAFO_HD void operator()(uint32_t i) const { x[i] = add_rn(x[i], b[i % cols]); }
 };
+// silu(a) * u, as every SwiGLU kernel computes it.
+FAFO_HD float swiglu_value(float a, float u) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(__fdiv_rn(a, __fadd_rn(1.0f, exp_f(-a))), u);
+#else
+  return a / (1.0f + exp_f(-a)) * u;
+#endif
+}
 struct SwigluOp {
   const float* g;
   const float* u;
   float* out;
-  FAFO_HD void operator()(uint32_t i) const {
-    const float a = g[i];
-#if defined(__CUDA_ARCH__)
-    out[i] = __fmul_rn(__fdiv_rn(a, __fadd_rn(1.0f, exp_f(-a))), u[i]);
-#else
-    out[i] = a / (1.0f + exp_f(-a)) * u[i];
-#endif
-  }
+  FAFO_HD void operator()(uint32_t i) const { out[i] = swiglu_value(g[i], u[i]); }
 };
 
 // Rotates pair p of head h of row t by the step's table (cos, sin per row and pair,

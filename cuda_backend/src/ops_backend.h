@@ -355,6 +355,36 @@ class OpsBackend final : public Backend, public StepAccess {
     set_rows(out, rows);
   }
 
+  // With the warp kernels: the feed-forward gate and up projections as one weight, the
+  // RMSNorm before a product fused into it (FusedProductWarpOp: the bits of the ops apart).
+  bool fuses_gate_up(TensorType type, int64_t rows, int64_t cols) const override {
+    return kernels_ == CudaKernels::Fast && has_decoder(static_cast<uint32_t>(type)) && rows > 0 && cols > 0;
+  }
+  void matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
+                     Activation& scratch) override {
+    if (up || kernels_ != CudaKernels::Fast) {
+      Backend::matmul_swiglu(gate, up, x, out, scratch);
+      return;
+    }
+    fused_product(gate, x, nullptr, 0.0f, true, out);
+  }
+  void matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
+                   Activation& out) override {
+    if (kernels_ != CudaKernels::Fast || weight(w).cols != x.cols) {
+      Backend::matmul_norm(w, x, gain, eps, normed, out);
+      return;
+    }
+    fused_product(w, x, &gain, eps, false, out);
+  }
+  void matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain, float eps,
+                          Activation& normed, Activation& out, Activation& scratch) override {
+    if (up || kernels_ != CudaKernels::Fast || weight(gate).cols != x.cols) {
+      Backend::matmul_swiglu_norm(gate, up, x, gain, eps, normed, out, scratch);
+      return;
+    }
+    fused_product(gate, x, &gain, eps, true, out);
+  }
+
   void matmul(const Weight& weight_id, const Activation& x, Activation& out) override {
     product(weight_id, x, out, false);
     set_rows(out, rows_of(x));
@@ -543,6 +573,23 @@ class OpsBackend final : public Backend, public StepAccess {
                            static_cast<uint32_t>(x.cols), static_cast<uint32_t>(out.cols), 0, w.row_bytes, accumulate},
                uint64_t{T} * rows, "matmul");
     });
+  }
+
+  // out = W x (gated: silu(W_gate x) * (W_up x) from one weight of 2 x rows rows), x
+  // normalized by `gain` first when given: FusedProductWarpOp.
+  void fused_product(const Weight& weight_id, const Activation& x, const Weight* gain, float eps, bool gated,
+                     Activation& out) {
+    const StoredWeight& w = weight(weight_id);
+    if (gated && w.rows % 2 != 0) throw std::invalid_argument("matmul_swiglu: the gate and up weight has an odd row count");
+    const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(gated ? w.rows / 2 : w.rows);
+    const float* g = gain ? weight(*gain).memory.template as<float>() : nullptr;
+    with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
+      launch_warp_fn(FusedProductWarpOp<F>{w.memory.template as<uint8_t>(), data_of(x), data_of(out), g, eps, rows,
+                                           static_cast<uint32_t>(w.cols), T, static_cast<uint32_t>(x.cols),
+                                           static_cast<uint32_t>(out.cols), w.row_bytes, gated},
+                     FusedProductWarpOp<F>::warps(rows, T), gated ? "matmul_swiglu" : "matmul_norm");
+    });
+    set_rows(out, T);
   }
 
   // The step's (cos, sin) table for `p`: angles from RopeParams::angle, as the reference
