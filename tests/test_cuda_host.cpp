@@ -287,6 +287,81 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
   }
 }
 
+// The warp kernels' fused products (the attention projections as one product with RoPE
+// and the stores after it, the gate and up projections with the SwiGLU, each RMSNorm
+// inside the product after it) give the logits of the ops apart, bit for bit: a
+// prefill, single tokens and a multi-token step with a tree mask, fp32 and fp16 caches,
+// GQA, and Qwen2's biases and NEOX rotation; and a policy's captured queries and FAFO's
+// ids.
+TEST(CudaEmulated, FusedProductsGiveTheBitsOfTheOpsApart) {
+  for (const std::string arch : {"llama", "qwen2"}) {
+    for (const fafo::KvCacheType kv : {fafo::KvCacheType::F32, fafo::KvCacheType::F16}) {
+      SCOPED_TRACE(arch + (kv == fafo::KvCacheType::F16 ? " f16 cache" : " f32 cache"));
+      fafo::synth::SyntheticConfig c;
+      c.arch = arch;
+      c.n_layer = 2, c.n_embd = 128, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 256, c.n_vocab = 300, c.n_ctx = 256;
+      c.weight_type = arch == "llama" ? "Q8_0" : "F16";
+      const std::string path = (fafo::test::temp_dir("cuda-fused-" + arch) / "m.gguf").string();
+      fafo::synth::write_synthetic_model(c, path);
+      const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(path);
+      const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
+      auto open = [&](bool fuse) {
+        fafo::ModelOptions o;
+        o.n_ctx = 128;
+        o.kv_type = kv;
+        return std::make_unique<fafo::Model>(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast, fuse), o);
+      };
+      auto steps = [&](fafo::Model& model) {
+        EXPECT_EQ(model.backend().fuses_qkv(fafo::TensorType::Q8_0, 128, 64, 128),
+                  model.backend().description().find("fused") != std::string::npos);
+        std::vector<std::vector<float>> logits;
+        fafo::StepBatch prefill = fafo::StepBatch::causal({1, 45, 99, 7, 250, 31, 8}, 0);
+        logits.push_back(model.forward(prefill));
+        model.commit(prefill.size());
+        for (int32_t t : {12, 200}) {
+          fafo::StepBatch one = fafo::StepBatch::causal({t}, model.n_past());
+          logits.push_back(model.forward(one));
+          model.commit(1);
+        }
+        fafo::StepBatch tree;
+        const int32_t n = model.n_past();
+        tree.add(5, n, {}, true);
+        tree.add(6, n + 1, {0}, true, fafo::PrefixView::Compressed);
+        tree.add(7, n + 1, {0}, true);
+        tree.add(8, n + 2, {0, 2}, true);
+        tree.set_n_past(n);
+        logits.push_back(model.forward(tree));
+        return logits;
+      };
+      const auto fused = open(true), apart = open(false);
+      const auto got = steps(*fused), want = steps(*apart);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].size(), want[i].size());
+        EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "step " << i;
+      }
+      const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31};
+      auto run = [&](fafo::Model& m) {
+        m.truncate(0);
+        fafo::GenerationOptions o;
+        o.n_predict = 16;
+        o.sampling.temperature = 0;
+        o.decoding.strategy = fafo::Strategy::Fafo;
+        o.kv.name = "snapkv";
+        o.kv.budget = 8;
+        std::vector<int32_t> ids = fafo::generate(m, tokenizer, prompt, o).ids;
+        return std::make_pair(ids, m.kv_cache().captured_queries(1));
+      };
+      const auto [ids_fused, queries_fused] = run(*fused);
+      const auto [ids_apart, queries_apart] = run(*apart);
+      EXPECT_EQ(ids_fused, ids_apart);
+      EXPECT_FALSE(queries_apart.empty());
+      ASSERT_EQ(queries_fused.size(), queries_apart.size());
+      EXPECT_EQ(std::memcmp(queries_fused.data(), queries_apart.data(), queries_fused.size() * sizeof(float)), 0);
+    }
+  }
+}
+
 TEST(CudaEmulated, JoinedStepsGiveEachPartTheBitsOfItsStepAlone) {
   // Several sequences' steps as one step (one attention launch per part): each part's
   // results and stored keys and values equal its step alone (tests/joined_steps_check.h).

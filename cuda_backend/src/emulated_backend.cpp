@@ -9,11 +9,11 @@
 
 namespace fafo::cuda {
 
-std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels) {
+std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels, bool fuse) {
   auto device = std::make_unique<HostDevice>();
   const std::string describe = "CUDA backend, " + device->description();
   return std::make_unique<OpsBackend<HostDevice>>(std::move(device), "cuda-emulated", describe,
-                                                  kernels ? *kernels : cuda_kernels_from_env());
+                                                  kernels ? *kernels : cuda_kernels_from_env(), fuse);
 }
 
 }  // namespace fafo::cuda

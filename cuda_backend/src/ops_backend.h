@@ -121,6 +121,10 @@ class OpsKvCache final : public KvCache {
   }
 
   void capture_queries(int32_t layer, const Activation& q) override {
+    capture_columns(layer, step_.data_of(q), static_cast<uint32_t>(q.cols), static_cast<uint32_t>(q.cols));
+  }
+  // The same from the first `cols` columns of rows `stride` floats apart (the fused qkv).
+  void capture_columns(int32_t layer, const float* src, uint32_t cols, uint32_t stride) {
     check_layer(layer, "capture_queries");
     std::vector<int32_t> rows;
     const StepSegment part = step_.step_batch().segment(part_);  // captured rows count from its first row
@@ -128,13 +132,13 @@ class OpsKvCache final : public KvCache {
       if (r >= 0 && r < part.size) rows.push_back(part.first + r);
     Captured& c = captured_[static_cast<size_t>(layer)];
     c.rows = static_cast<uint32_t>(rows.size());
-    c.cols = static_cast<uint32_t>(q.cols);
+    c.cols = cols;
     if (rows.empty()) return;
     const size_t bytes = size_t{c.rows} * c.cols * sizeof(float);
     if (c.memory.bytes() < bytes) c.memory = DeviceMemory<Device>(device_, bytes);
     float* dst = c.memory.template as<float>();
     const int32_t* index = c.index.put(device_, rows);
-    device_.launch(GatherOp{step_.data_of(q), dst, index, c.cols, c.cols, c.cols}, uint64_t{c.rows} * c.cols, "capture");
+    device_.launch(GatherOp{src, dst, index, c.cols, stride, c.cols}, uint64_t{c.rows} * c.cols, "capture");
   }
 
   void write(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) override {
@@ -230,12 +234,18 @@ class OpsBackend final : public Backend, public StepAccess {
  public:
   // `name`: as registered; `describe`: the device, for description(), to which the
   // kernel set is added.
-  OpsBackend(std::unique_ptr<Device> device, std::string name, std::string describe, CudaKernels kernels)
+  // `fuse` (warp kernels only): the attention projections as one product with RoPE and
+  // the stores after it (rope_store), the gate and up projections as one with the
+  // SwiGLU, and each RMSNorm inside the product after it; the same bits either way.
+  OpsBackend(std::unique_ptr<Device> device, std::string name, std::string describe, CudaKernels kernels,
+             bool fuse = true)
       : device_(std::move(device)),
         name_(std::move(name)),
         describe_(std::move(describe) + "; " +
-                  (kernels == CudaKernels::Fast ? "warp kernels" : "plain kernels (FAFO_CUDA_KERNELS=plain)")),
-        kernels_(kernels) {}
+                  (kernels == CudaKernels::Fast ? std::string(fuse ? "warp kernels, fused" : "warp kernels")
+                                                : std::string("plain kernels (FAFO_CUDA_KERNELS=plain)"))),
+        kernels_(kernels),
+        fuse_(kernels == CudaKernels::Fast && fuse) {}
   ~OpsBackend() override {
     weights_.clear();
     activations_.clear();
@@ -355,14 +365,48 @@ class OpsBackend final : public Backend, public StepAccess {
     set_rows(out, rows);
   }
 
-  // With the warp kernels: the feed-forward gate and up projections as one weight, the
-  // RMSNorm before a product fused into it (FusedProductWarpOp: the bits of the ops apart).
+  // With the warp kernels and `fuse`: the attention projections as one weight, the
+  // feed-forward gate and up projections as one weight, the RMSNorm before a product
+  // fused into it (FusedProductWarpOp: the bits of the ops apart).
   bool fuses_gate_up(TensorType type, int64_t rows, int64_t cols) const override {
-    return kernels_ == CudaKernels::Fast && has_decoder(static_cast<uint32_t>(type)) && rows > 0 && cols > 0;
+    return fuse_ && has_decoder(static_cast<uint32_t>(type)) && rows > 0 && cols > 0;
+  }
+  bool fuses_qkv(TensorType type, int64_t q_rows, int64_t kv_rows, int64_t cols) const override {
+    return fuse_ && has_decoder(static_cast<uint32_t>(type)) && q_rows > 0 && kv_rows > 0 && cols > 0;
+  }
+  // RoPE of the queries and keys in qkv (in place), then each part's keys and values
+  // into its cache from qkv's columns: the kernels of rope, rope and store, launched on
+  // qkv's columns instead of three activations.
+  void rope_store(int32_t layer, Activation& qkv, const AttentionShape& s, const RopeParams& p) override {
+    const uint32_t q_cols = static_cast<uint32_t>(s.n_head) * static_cast<uint32_t>(s.head_dim);
+    const uint32_t kv_dim = static_cast<uint32_t>(s.n_head_kv) * static_cast<uint32_t>(s.head_dim);
+    if (qkv.cols != int64_t{q_cols} + 2 * int64_t{kv_dim})
+      throw std::invalid_argument("rope_store: qkv rows of " + std::to_string(qkv.cols) + " columns do not hold " +
+                                  std::to_string(s.n_head) + " query and 2 x " + std::to_string(s.n_head_kv) +
+                                  " key/value heads of " + std::to_string(s.head_dim));
+    const uint32_t T = static_cast<uint32_t>(batch().size());
+    if (rows_of(qkv) != T) throw std::invalid_argument("rope_store: qkv holds gathered rows, not the step's");
+    const uint32_t n_pairs = static_cast<uint32_t>(p.n_dims / 2), stride = static_cast<uint32_t>(qkv.cols);
+    const float* table = rope_table(p);
+    float* rows = data_of(qkv);
+    launch(RopeOp{rows, table, static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.head_dim), n_pairs, stride, p.neox},
+           uint64_t{T} * static_cast<uint32_t>(s.n_head) * n_pairs, "rope");
+    launch(RopeOp{rows + q_cols, table, static_cast<uint32_t>(s.n_head_kv), static_cast<uint32_t>(s.head_dim), n_pairs,
+                  stride, p.neox},
+           uint64_t{T} * static_cast<uint32_t>(s.n_head_kv) * n_pairs, "rope");
+    for (size_t part = 0; part < kvs_.size(); ++part) {
+      OpsKvCache<Device>* kv = kvs_[part];
+      if (!kv) throw std::logic_error("rope_store: a KV cache of the step was destroyed");
+      if (layer < 0 || layer >= kv->shape().n_layer) throw std::out_of_range("rope_store: layer outside the KV cache");
+      if (kv->shape().kv_dim != static_cast<int32_t>(kv_dim))
+        throw std::invalid_argument("rope_store: the KV cache's entries are not " + std::to_string(kv_dim) + " wide");
+      kv->store_rows(layer, rows, stride, q_cols, rows, stride, q_cols + kv_dim);
+      if (!kv->captured_rows().empty()) kv->capture_columns(layer, rows, q_cols, stride);
+    }
   }
   void matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
                      Activation& scratch) override {
-    if (up || kernels_ != CudaKernels::Fast) {
+    if (up || !fuse_) {
       Backend::matmul_swiglu(gate, up, x, out, scratch);
       return;
     }
@@ -370,7 +414,7 @@ class OpsBackend final : public Backend, public StepAccess {
   }
   void matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
                    Activation& out) override {
-    if (kernels_ != CudaKernels::Fast || weight(w).cols != x.cols) {
+    if (!fuse_ || weight(w).cols != x.cols) {
       Backend::matmul_norm(w, x, gain, eps, normed, out);
       return;
     }
@@ -378,7 +422,7 @@ class OpsBackend final : public Backend, public StepAccess {
   }
   void matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain, float eps,
                           Activation& normed, Activation& out, Activation& scratch) override {
-    if (up || kernels_ != CudaKernels::Fast || weight(gate).cols != x.cols) {
+    if (up || !fuse_ || weight(gate).cols != x.cols) {
       Backend::matmul_swiglu_norm(gate, up, x, gain, eps, normed, out, scratch);
       return;
     }
@@ -637,6 +681,7 @@ class OpsBackend final : public Backend, public StepAccess {
   std::unique_ptr<Device> device_;
   std::string name_, describe_;
   CudaKernels kernels_ = CudaKernels::Fast;
+  bool fuse_ = true;  // fused products (warp kernels)
   std::vector<StoredWeight> weights_;
   std::vector<StoredActivation> activations_;
   int64_t max_step_rows_ = 0;

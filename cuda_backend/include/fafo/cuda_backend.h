@@ -30,7 +30,10 @@ inline CudaKernels cuda_kernels_from_env() {
 
 // The CUDA backend's code with its kernels run on the host (HostDevice: one index after
 // another, a warp's lanes phase by phase): what tests use where there is no GPU. Always
-// built; slow. `kernels`: else cuda_kernels_from_env().
-std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels = std::nullopt);
+// built; slow. `kernels`: else cuda_kernels_from_env(). `fuse` (warp kernels): the fused
+// products (the attention projections as one with RoPE and the stores after it, the
+// gate and up projections as one with the SwiGLU, RMSNorm inside products), which give
+// the same bits as the ops apart.
+std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels = std::nullopt, bool fuse = true);
 
 }  // namespace fafo::cuda
