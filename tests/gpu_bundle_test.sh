@@ -59,7 +59,7 @@ report=$work/out/report.md
 [ -f "$report" ] || { echo "FAIL: no report"; exit 1; }
 for section in "1. Environment" "2. The 8B Q4_K_M file" "3. Devices" "4. Op conformance" "5. Greedy text" \
                "6. stories260K" "7a. 8B Q4_K_M bench: cuda" "7b. 8B Q4_K_M bench: vulkan" "8. 8B F16 bench" \
-               "8b. Vulkan kernel profile" "9. Roofline"; do
+               "8b. Kernel profile" "9. Roofline"; do
   grep -q "^## $section" "$report" || fail "the report has no section '$section'"
 done
 # Every strategy gives the golden text on cpu and on the Vulkan device.

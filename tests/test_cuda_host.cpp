@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -360,6 +361,56 @@ TEST(CudaEmulated, FusedProductsGiveTheBitsOfTheOpsApart) {
       EXPECT_EQ(std::memcmp(queries_fused.data(), queries_apart.data(), queries_fused.size() * sizeof(float)), 0);
     }
   }
+}
+
+// Backend::start_profile on the CUDA backend (here its host device, timing its loops; a
+// GPU brackets each launch with events): per kernel the calls, seconds and the weight
+// bytes of the products, over the steps run until take_profile.
+TEST(CudaEmulated, AProfileCountsEachKernelsCallsTimeAndWeightBytes) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
+  fafo::ModelOptions mo;
+  mo.n_ctx = 64;
+  fafo::Model model(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast), mo);
+  fafo::StepBatch prefill = fafo::StepBatch::causal({1, 403, 261, 379}, 0);
+  model.forward(prefill);  // not profiled
+  model.commit(prefill.size());
+  ASSERT_EQ(model.backend().start_profile(), "");
+  for (int32_t t : {285, 271}) {
+    fafo::StepBatch one = fafo::StepBatch::causal({t}, model.n_past());
+    model.forward(one);
+    model.commit(1);
+  }
+  const fafo::KernelProfile p = model.backend().take_profile();
+  EXPECT_EQ(p.steps, 2u);
+  uint64_t calls = 0;
+  double bytes = 0;
+  std::map<std::string, uint64_t> by_name;
+  for (const fafo::KernelProfile::Kernel& k : p.kernels) {
+    calls += k.calls;
+    bytes += k.bytes;
+    by_name[k.name] = k.calls;
+    EXPECT_GE(k.seconds, 0.0) << k.name;
+  }
+  EXPECT_EQ(calls, p.dispatches);
+  const int64_t layers = model.config().n_layer;
+  EXPECT_EQ(by_name["attention"], static_cast<uint64_t>(2 * layers));
+  EXPECT_EQ(by_name["matmul_swiglu"], static_cast<uint64_t>(2 * layers));  // gate and up fused, norm inside
+  EXPECT_EQ(by_name.count("rms_norm"), 0u);
+  // Every weight matrix is read once a step (the embedding's lookup is not counted; a
+  // file without output.weight multiplies by the embedding table instead).
+  double matrices = 0, table = 0;
+  bool tied = true;
+  for (const fafo::GgufTensor& t : file->tensors()) {
+    if (t.shape.size() != 2) continue;
+    if (t.name == "token_embd.weight") table = static_cast<double>(t.n_bytes);
+    else matrices += static_cast<double>(t.n_bytes);
+    if (t.name == "output.weight") tied = false;
+  }
+  if (tied) matrices += table;
+  EXPECT_DOUBLE_EQ(bytes, 2 * matrices);
+  EXPECT_GT(p.step_seconds, 0.0);
+  EXPECT_TRUE(model.backend().take_profile().kernels.empty());  // stopped
 }
 
 TEST(CudaEmulated, JoinedStepsGiveEachPartTheBitsOfItsStepAlone) {

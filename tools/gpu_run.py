@@ -42,7 +42,7 @@ TITLES = {
     "bench-cuda": "7a. 8B Q4_K_M bench: cuda",
     "bench-vulkan": "7b. 8B Q4_K_M bench: vulkan",
     "f16": "8. 8B F16 bench",
-    "profile": "8b. Vulkan kernel profile (8B Q4_K_M)",
+    "profile": "8b. Kernel profile (8B Q4_K_M): cuda, then Vulkan",
     "roofline": "9. Roofline",
 }
 # The order the steps run in: the 8B file is written in the background from the first
@@ -821,6 +821,19 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
     return status, "\n".join(lines)
 
 
+def step_profile(r: Run) -> tuple[str, str]:
+    """Per-kernel device time at 8B Q4_K_M: cuda (events around each launch, the warp
+    kernels) first, then Vulkan (timestamp queries)."""
+    bodies, statuses = [], []
+    for backend in ("cuda", "vulkan"):
+        s, b = bench_model(r, backend, "Q4_K_M", f"profile_{backend}", profile=True)
+        bodies.append(b)
+        statuses.append(s)
+    status = next((s for s in statuses if s.startswith("FAILED")), None) or \
+        next((s for s in statuses if s == "timed out"), None) or "ok"
+    return status, "\n\n".join(bodies)
+
+
 def step_f16(r: Run) -> tuple[str, str]:
     bodies, statuses = [], []
     for backend in ("cuda", "vulkan"):
@@ -898,7 +911,7 @@ def main() -> int:
         "bench-cuda": lambda run: bench_model(run, "cuda", "Q4_K_M", "bench_q4"),
         "bench-vulkan": lambda run: bench_model(run, "vulkan", "Q4_K_M", "bench_q4"),
         "f16": step_f16,
-        "profile": lambda run: bench_model(run, "vulkan", "Q4_K_M", "profile_vulkan", profile=True),
+        "profile": step_profile,
         "roofline": step_roofline,
     }
     minimum = {"env": 5, "synth": 5, "devices": 5, "conformance": 30, "greedy": 10, "strategies": 15,

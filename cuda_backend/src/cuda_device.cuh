@@ -10,7 +10,11 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
+#include "launch_times.h"
 #include "warp.h"
 
 namespace fafo::cuda {
@@ -61,6 +65,10 @@ class CudaDevice {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~CudaDevice() {
+    for (auto& [start, stop] : events_) {
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+    }
     if (stream_) cudaStreamDestroy(stream_);
   }
   CudaDevice(const CudaDevice&) = delete;
@@ -104,31 +112,89 @@ class CudaDevice {
     select();
     constexpr uint32_t kThreads = 256;
     const uint32_t blocks = static_cast<uint32_t>((n + kThreads - 1) / kThreads);
+    const size_t timer = start_timer();
     run_op<<<blocks, kThreads, 0, stream_>>>(op, static_cast<uint32_t>(n));
     check(cudaGetLastError(), name);
+    stop_timer(timer, name);
   }
   template <class Op>
   void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
     select();
     constexpr uint32_t kWarpsPerBlock = 8;
     const uint32_t blocks = static_cast<uint32_t>((n_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    const size_t timer = start_timer();
     run_warp_op<<<blocks, 32 * kWarpsPerBlock, 0, stream_>>>(op, static_cast<uint32_t>(n_warps));
     check(cudaGetLastError(), name);
+    stop_timer(timer, name);
   }
   template <class Op>
   void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
     select();
     constexpr uint32_t kWarpsPerBlock = 4;
     const uint32_t blocks = static_cast<uint32_t>((n_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    const size_t timer = start_timer();
     run_warp_fn<<<blocks, 32 * kWarpsPerBlock, 0, stream_>>>(op, static_cast<uint32_t>(n_warps));
     check(cudaGetLastError(), name);
+    stop_timer(timer, name);
   }
   void sync() {
     select();
     check(cudaStreamSynchronize(stream_), "a step");
   }
 
+  // Profiling: while on, each launch is bracketed by two events (reused across steps);
+  // take_times() waits for the stream and reads them.
+  void set_timing(bool on) {
+    timing_ = on;
+    pending_.clear();
+    bytes_ = 0;
+  }
+  void note_bytes(double bytes) { bytes_ = bytes; }
+  LaunchTimes take_times() {
+    LaunchTimes t;
+    if (pending_.empty()) return t;
+    sync();
+    for (const auto& [index, name, bytes] : pending_) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, events_[index].first, events_[index].second), "cudaEventElapsedTime");
+      t.launches.push_back({name, ms / 1e3, bytes});
+    }
+    float span = 0;
+    check(cudaEventElapsedTime(&span, events_[std::get<0>(pending_.front())].first, events_[std::get<0>(pending_.back())].second),
+          "cudaEventElapsedTime");
+    t.span_seconds = span / 1e3;
+    pending_.clear();
+    return t;
+  }
+
  private:
+  // The events of the next timed launch (SIZE_MAX when not timing).
+  size_t start_timer() {
+    if (!timing_) {
+      bytes_ = 0;  // noted for this launch
+      return SIZE_MAX;
+    }
+    const size_t index = pending_.size();
+    if (index == events_.size()) {
+      cudaEvent_t start = nullptr, stop = nullptr;
+      check(cudaEventCreate(&start), "cudaEventCreate");
+      check(cudaEventCreate(&stop), "cudaEventCreate");
+      events_.emplace_back(start, stop);
+    }
+    check(cudaEventRecord(events_[index].first, stream_), "cudaEventRecord");
+    return index;
+  }
+  void stop_timer(size_t index, const char* name) {
+    if (index == SIZE_MAX) return;
+    check(cudaEventRecord(events_[index].second, stream_), "cudaEventRecord");
+    pending_.emplace_back(index, name, bytes_);
+    bytes_ = 0;
+  }
+  bool timing_ = false;
+  double bytes_ = 0;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  std::vector<std::tuple<size_t, const char*, double>> pending_;  // (events, kernel, bytes) of this step's launches
+
   void select() { check(cudaSetDevice(index_), "cudaSetDevice"); }
   int index_ = 0;
   cudaStream_t stream_ = nullptr;

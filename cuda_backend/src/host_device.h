@@ -5,6 +5,7 @@
 // run and be tested where there is no GPU (CI); it is not meant to be fast.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "dot_order.h"
+#include "launch_times.h"
 #include "warp.h"
 
 namespace fafo::cuda {
@@ -31,13 +33,19 @@ class HostDevice {
   void download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
   template <class Op>
-  void launch(const Op& op, uint64_t n, const char* /*name*/) {
-    for (uint64_t i = 0; i < n; ++i) op(static_cast<uint32_t>(i));
+  void launch(const Op& op, uint64_t n, const char* name) {
+    timed(name, [&] {
+      for (uint64_t i = 0; i < n; ++i) op(static_cast<uint32_t>(i));
+    });
   }
   // A warp op over n_warps warps (warp_ops.h): the lanes' shares, tree32 over each
   // sum's 32 shares (the order warp_tree's shuffles add them in), every lane's finish.
   template <class Op>
-  void launch_warps(const Op& op, uint64_t n_warps, const char* /*name*/) {
+  void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
+    timed(name, [&] { run_warps(op, n_warps); });
+  }
+  template <class Op>
+  void run_warps(const Op& op, uint64_t n_warps) {
     float shares[kLanes][Op::kValues];
     for (uint64_t w = 0; w < n_warps; ++w) {
       const uint32_t warp = static_cast<uint32_t>(w);
@@ -53,11 +61,49 @@ class HostDevice {
   }
   // A warp function over n_warps warps (warp.h: op.run(warp, index)), one after another.
   template <class Op>
-  void launch_warp_fn(const Op& op, uint64_t n_warps, const char* /*name*/) {
-    HostWarp warp;
-    for (uint64_t w = 0; w < n_warps; ++w) op.run(warp, static_cast<uint32_t>(w));
+  void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
+    timed(name, [&] {
+      HostWarp warp;
+      for (uint64_t w = 0; w < n_warps; ++w) op.run(warp, static_cast<uint32_t>(w));
+    });
   }
   void sync() {}
+
+  // Profiling: while on, every launch's host time is kept (with the bytes note_bytes
+  // gave for it) until take_times().
+  void set_timing(bool on) {
+    timing_ = on;
+    times_ = {};
+    bytes_ = 0;
+  }
+  void note_bytes(double bytes) { bytes_ = bytes; }
+  LaunchTimes take_times() {
+    LaunchTimes t = std::move(times_);
+    times_ = {};
+    if (!t.launches.empty()) t.span_seconds = std::chrono::duration<double>(last_end_ - first_start_).count();
+    return t;
+  }
+
+ private:
+  template <class F>
+  void timed(const char* name, F&& f) {
+    if (!timing_) {
+      f();
+      bytes_ = 0;  // noted for this launch
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    const auto end = std::chrono::steady_clock::now();
+    if (times_.launches.empty()) first_start_ = start;
+    last_end_ = end;
+    times_.launches.push_back({name, std::chrono::duration<double>(end - start).count(), bytes_});
+    bytes_ = 0;
+  }
+  bool timing_ = false;
+  double bytes_ = 0;
+  LaunchTimes times_;
+  std::chrono::steady_clock::time_point first_start_, last_end_;
 };
 
 }  // namespace fafo::cuda

@@ -23,6 +23,7 @@
 #include "fafo/kv_cache.h"
 #include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
+#include "launch_times.h"
 #include "ops.h"
 #include "warp_ops.h"
 
@@ -536,7 +537,26 @@ class OpsBackend final : public Backend, public StepAccess {
     return out;
   }
 
-  void finish_step() override { device_->sync(); }
+  void finish_step() override {
+    device_->sync();
+    if (profiling_) add_to_profile(device_->take_times());
+  }
+
+  // Per-kernel device time (CUDA events around each launch; the host device times its
+  // loops), by kernel name; the weight bytes of the products.
+  std::string start_profile() override {
+    device_->set_timing(true);
+    profile_ = KernelProfile{};
+    profiling_ = true;
+    return "";
+  }
+  KernelProfile take_profile() override {
+    device_->set_timing(false);
+    profiling_ = false;
+    KernelProfile p = std::move(profile_);
+    profile_ = KernelProfile{};
+    return p;
+  }
 
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
     if (n_rows < 0 || n_rows > x.rows) throw std::out_of_range("read_rows: more rows than the activation holds");
@@ -588,6 +608,20 @@ class OpsBackend final : public Backend, public StepAccess {
     launch(AttentionCombineOp{partials, op.out, op.n_head, op.head_dim, static_cast<uint32_t>(n_parts), op.out_stride},
            uint64_t{op.T} * op.n_head * op.head_dim, "attention_combine");
   }
+  void add_to_profile(const LaunchTimes& t) {
+    if (t.launches.empty()) return;
+    ++profile_.steps;
+    profile_.step_seconds += t.span_seconds;
+    for (const LaunchTimes::Launch& l : t.launches) {
+      ++profile_.dispatches;
+      auto it = std::find_if(profile_.kernels.begin(), profile_.kernels.end(),
+                             [&](const KernelProfile::Kernel& k) { return k.name == l.name; });
+      if (it == profile_.kernels.end()) it = profile_.kernels.insert(profile_.kernels.end(), KernelProfile::Kernel{l.name});
+      ++it->calls;
+      it->seconds += l.seconds;
+      it->bytes += l.bytes;
+    }
+  }
   template <class Op>
   void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
     if (n_warps == 0) return;
@@ -606,6 +640,7 @@ class OpsBackend final : public Backend, public StepAccess {
   void product(const Weight& weight_id, const Activation& x, const Activation& out, bool accumulate) {
     const StoredWeight& w = weight(weight_id);
     const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(w.rows);
+    device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
     with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
       if (kernels_ == CudaKernels::Fast)
         launch_warps(MatmulWarpOp<F>{w.memory.template as<uint8_t>(), data_of(x), data_of(out), rows,
@@ -627,6 +662,7 @@ class OpsBackend final : public Backend, public StepAccess {
     if (gated && w.rows % 2 != 0) throw std::invalid_argument("matmul_swiglu: the gate and up weight has an odd row count");
     const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(gated ? w.rows / 2 : w.rows);
     const float* g = gain ? weight(*gain).memory.template as<float>() : nullptr;
+    device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
     with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
       launch_warp_fn(FusedProductWarpOp<F>{w.memory.template as<uint8_t>(), data_of(x), data_of(out), g, eps, rows,
                                            static_cast<uint32_t>(w.cols), T, static_cast<uint32_t>(x.cols),
@@ -681,6 +717,8 @@ class OpsBackend final : public Backend, public StepAccess {
   std::unique_ptr<Device> device_;
   std::string name_, describe_;
   CudaKernels kernels_ = CudaKernels::Fast;
+  bool profiling_ = false;
+  KernelProfile profile_;
   bool fuse_ = true;  // fused products (warp kernels)
   std::vector<StoredWeight> weights_;
   std::vector<StoredActivation> activations_;
