@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -204,6 +205,62 @@ TEST(CudaWarpOps, ProductsAndNormsGiveThePlainKernelsBits) {
     device.launch(fafo::cuda::RmsNormOp{x.data(), gain.data(), plain.data(), n, 1e-5f}, rows, "rms_norm");
     device.launch_warps(fafo::cuda::RmsNormWarpOp{x.data(), gain.data(), warp.data(), n, 1e-5f}, rows, "rms_norm");
     EXPECT_EQ(std::memcmp(plain.data(), warp.data(), plain.size() * sizeof(float)), 0) << "n = " << n;
+  }
+}
+
+// The split attention's warps that take several query heads sharing a KV head (each key
+// and value read once for the group) give each head the bits of warps that take one:
+// GQA 8/2 and 12/3 (groups of 4 and 3), head sizes 64 and 100 (a partial last 32), f32
+// and f16 caches, FULL and COMPRESSED rows over a permuted order, random masks, parts
+// of 96 keys over a 300-entry prefix.
+TEST(CudaWarpOps, GroupedAttentionHeadsGetTheBitsOfOneHeadPerWarp) {
+  fafo::cuda::HostDevice device;
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  struct Shape {
+    uint32_t n_head, n_head_kv, head_dim;
+  };
+  for (const Shape sh : {Shape{8, 2, 64}, Shape{12, 3, 100}}) {
+    for (const bool f16 : {false, true}) {
+      SCOPED_TRACE(std::to_string(sh.n_head) + "/" + std::to_string(sh.n_head_kv) + " x " + std::to_string(sh.head_dim) +
+                   (f16 ? " f16" : " f32"));
+      const uint32_t T = 11, n_past = 300, kv_dim = sh.n_head_kv * sh.head_dim, q_stride = sh.n_head * sh.head_dim;
+      const uint32_t part_keys = 96, n_parts = (n_past + T + part_keys - 1) / part_keys;
+      std::vector<float> q(size_t{T} * q_stride);
+      for (float& v : q) v = value(rng);
+      const size_t entries = size_t{n_past + T} * kv_dim;
+      std::vector<float> kf(entries), vf(entries);
+      std::vector<uint16_t> kh(entries), vh(entries);
+      for (size_t i = 0; i < entries; ++i) {
+        kf[i] = value(rng), vf[i] = value(rng);
+        kh[i] = fafo::cuda::float_to_half_bits(kf[i]), vh[i] = fafo::cuda::float_to_half_bits(vf[i]);
+      }
+      std::vector<uint64_t> mask(T, 0);
+      std::vector<uint8_t> compressed(T, 0);
+      for (uint32_t t = 0; t < T; ++t) {
+        compressed[t] = t % 3 == 1;
+        for (uint32_t j = 0; j <= t; ++j)
+          if (j == t || rng() % 2) mask[t] |= uint64_t{1} << j;
+      }
+      std::vector<int32_t> order(n_past);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      fafo::cuda::AttentionOp op{q.data(), nullptr, nullptr,
+                                 f16 ? static_cast<const void*>(kh.data()) : kf.data(),
+                                 f16 ? static_cast<const void*>(vh.data()) : vf.data(),
+                                 mask.data(), compressed.data(), order.data(), T, n_past, sh.n_head, sh.n_head_kv,
+                                 sh.head_dim, kv_dim, q_stride, q_stride, 1, 70, 0.125f, false, f16};
+      const uint32_t group = fafo::cuda::AttentionSplitOp::group_for(sh.n_head, sh.n_head_kv, sh.head_dim);
+      EXPECT_EQ(group, sh.n_head / sh.n_head_kv);
+      const size_t floats = size_t{T} * sh.n_head * n_parts * (sh.head_dim + 2);
+      std::vector<float> one(floats, 7.0f), grouped(floats, 7.0f);
+      device.launch_warp_fn(fafo::cuda::AttentionSplitOp{op, one.data(), part_keys, n_parts, 1},
+                            uint64_t{T} * sh.n_head * n_parts, "attention");
+      device.launch_warp_fn(fafo::cuda::AttentionSplitOp{op, grouped.data(), part_keys, n_parts, group},
+                            uint64_t{T} * (sh.n_head / group) * n_parts, "attention");
+      EXPECT_EQ(std::memcmp(one.data(), grouped.data(), floats * sizeof(float)), 0);
+      EXPECT_NE(one[2], 7.0f);  // written
+    }
   }
 }
 

@@ -603,8 +603,9 @@ class OpsBackend final : public Backend, public StepAccess {
     const uint64_t n_parts = (uint64_t{op.n_past} + op.T + part_keys - 1) / part_keys;
     float* partials = split_partials_.template reserve<float>(*device_, static_cast<size_t>(rows_cap * per_row_part * max_parts));
     partials += first * per_row_part * max_parts;
-    launch_warp_fn(AttentionSplitOp{op, partials, static_cast<uint32_t>(part_keys), static_cast<uint32_t>(n_parts)},
-                   uint64_t{op.T} * op.n_head * n_parts, "attention");
+    const uint32_t group = AttentionSplitOp::group_for(op.n_head, op.n_head_kv, op.head_dim);
+    launch_warp_fn(AttentionSplitOp{op, partials, static_cast<uint32_t>(part_keys), static_cast<uint32_t>(n_parts), group},
+                   uint64_t{op.T} * (op.n_head / group) * n_parts, "attention");
     launch(AttentionCombineOp{partials, op.out, op.n_head, op.head_dim, static_cast<uint32_t>(n_parts), op.out_stride},
            uint64_t{op.T} * op.n_head * op.head_dim, "attention_combine");
   }

@@ -191,92 +191,141 @@ struct RmsNormWarpOp {
 };
 
 // Attention split over the context (flash-decoding), for one part of a step (its rows
-// over its cache): warp (p, h, t) computes, for query head h of row t, the softmax
-// statistics and the unnormalised weighted sum of values over keys [p * part_keys,
-// (p + 1) * part_keys) of the row's keys (AttentionOp's order: its view of the committed
-// entries, then the batch tokens its mask lets it see), and writes (max, sum of exp,
-// acc[head_dim]) to partials; AttentionCombineOp merges the parts. part_keys depends on
-// n_past and the backend's largest step only (OpsBackend::attention), so a row's
-// arithmetic does not depend on T or the other rows (T-invariant).
+// over its cache): warp (p, g, t) computes, for the `group` query heads g * group, ...
+// of row t (heads that share one KV head), the softmax statistics and the unnormalised
+// weighted sum of values over keys [p * part_keys, (p + 1) * part_keys) of the row's
+// keys (AttentionOp's order: its view of the committed entries, then the batch tokens
+// its mask lets it see), and writes each head's (max, sum of exp, acc[head_dim]) to
+// partials; AttentionCombineOp merges the parts. part_keys depends on n_past and the
+// backend's largest step only (OpsBackend::attention), so a row's arithmetic does not
+// depend on T or the other rows (T-invariant).
 //
-// Keys go 32 at a time, one per lane: the lane's score (its key's dot with the query,
-// fused multiply-adds in dimension order), the chunk's max (exact) and the sum of its
-// exponentials by the tree; then each lane owns dimensions lane, lane + 32, ... of the
-// accumulator and adds the chunk's keys' weighted values in key order (coalesced reads
-// of each value row). Not AttentionOp's bits (a different order of the softmax sums):
-// within the backend's tolerance of the reference.
+// Keys go 32 at a time, one per lane: the lane reads its key once and scores it for
+// every head of the group (each score a dot with the head's query, fused multiply-adds
+// in dimension order), each head's chunk max (exact) and sum of exponentials by the
+// tree; then each lane owns dimensions lane, lane + 32, ... of every head's accumulator
+// and adds the chunk's keys' weighted values in key order, each value read once for
+// the group (coalesced reads of each value row). A head's arithmetic is the same
+// whatever the group (a group only saves reads), and not AttentionOp's (the softmax sums
+// in another order): within the backend's tolerance of the reference.
 struct AttentionSplitOp {
   static constexpr uint32_t kDimsPerLane = 8;  // head_dim <= 256
+  static constexpr uint32_t kMaxAcc = 16;      // group * ceil(head_dim / 32) accumulators per lane
+  static constexpr uint32_t kMaxGroup = 8;
   AttentionOp a;  // the part's rows, cache, masks and shape, as the plain kernel takes them
   float* partials;  // [T][n_head][n_parts][head_dim + 2]
   uint32_t part_keys, n_parts;
+  uint32_t group = 1;  // query heads per warp: divides n_head / n_head_kv, at most kMaxGroup and kMaxAcc / dims
+
+  // The largest group that divides the heads sharing a KV head and fits the accumulators.
+  static uint32_t group_for(uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim) {
+    const uint32_t sharing = n_head / n_head_kv, dims = (head_dim + kLanes - 1) / kLanes;
+    uint32_t best = 1;
+    for (uint32_t g = 1; g <= sharing && g <= kMaxGroup; ++g)
+      if (sharing % g == 0 && g * dims <= kMaxAcc) best = g;
+    return best;
+  }
 
   template <class W>
   FAFO_HD void run(W& warp, uint32_t index) const {
-    const uint32_t part = index % n_parts, h = (index / n_parts) % a.n_head, t = index / (n_parts * a.n_head);
-    const uint32_t kv_off = (h / (a.n_head / a.n_head_kv)) * a.head_dim;
-    const float* qh = a.q + static_cast<uint64_t>(t) * a.q_stride + static_cast<uint64_t>(h) * a.head_dim;
+    const uint32_t n_groups = a.n_head / group;
+    const uint32_t part = index % n_parts, h0 = ((index / n_parts) % n_groups) * group, t = index / (n_parts * n_groups);
+    const uint32_t dims = (a.head_dim + kLanes - 1) / kLanes;  // accumulators per head and lane
+    const uint32_t kv_off = (h0 / (a.n_head / a.n_head_kv)) * a.head_dim;
+    const float* q0 = a.q + static_cast<uint64_t>(t) * a.q_stride + static_cast<uint64_t>(h0) * a.head_dim;
     const uint32_t prefix = a.prefix_count(t), n_keys = prefix + t + 1;
     const uint32_t first = part * part_keys;
     const uint32_t last = first + part_keys < n_keys ? first + part_keys : n_keys;
-    float m = -INFINITY, l = 0.0f;
-    typename W::template Vec<float> acc[kDimsPerLane];
+    float m[kMaxGroup], l[kMaxGroup];
+    for (uint32_t g = 0; g < kMaxGroup; ++g) m[g] = -INFINITY, l[g] = 0.0f;
+    typename W::template Vec<float> acc[kMaxAcc];  // [g * dims + k]: head h0 + g, dimension lane + 32 k
     warp.each([&](uint32_t lane) {
-      for (uint32_t k = 0; k < kDimsPerLane; ++k) acc[k][lane] = 0.0f;
+      for (uint32_t k = 0; k < kMaxAcc; ++k) acc[k][lane] = 0.0f;
     });
     for (uint32_t chunk = first; chunk < last; chunk += kLanes) {
-      typename W::template Vec<float> score, weight;
+      typename W::template Vec<float> score[kMaxGroup], weight[kMaxGroup];
       typename W::template Vec<uint32_t> slot;
       warp.each([&](uint32_t lane) {
         const uint32_t key = chunk + lane;
-        float s = -INFINITY;
         uint32_t at = 0;
+        bool visible = false;
         if (key < last) {
-          bool visible = true;
+          visible = true;
           if (key < prefix) {
             at = a.prefix_slot(t, key);
           } else {
             at = a.n_past + (key - prefix);
             visible = a.sees(t, key - prefix);
           }
-          if (visible) s = a.score(qh, at, kv_off);
         }
-        score[lane] = s;
+        float s[kMaxGroup];
+        for (uint32_t g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
+        if (visible)
+          for (uint32_t d = 0; d < a.head_dim; ++d) {
+            const float k = a.key(at, kv_off + d);
+            for (uint32_t g = 0; g < kMaxGroup; ++g)
+              if (g < group) s[g] = fma_rn(q0[g * a.head_dim + d], k, s[g]);
+          }
+        for (uint32_t g = 0; g < kMaxGroup; ++g) score[g][lane] = visible ? mul_rn(s[g], a.scale) : -INFINITY;
         slot[lane] = at;
       });
-      const float m_new = max_f(m, warp.max(score));
-      if (m_new == -INFINITY) continue;  // nothing visible yet (the same on every lane)
-      warp.each([&](uint32_t lane) { weight[lane] = score[lane] == -INFINITY ? 0.0f : exp_f(sub_rn(score[lane], m_new)); });
-      const float correction = m == -INFINITY ? 0.0f : exp_f(sub_rn(m, m_new));
-      l = add_rn(mul_rn(l, correction), warp.sum(weight));
+      float correction[kMaxGroup];
+      bool any = false;
+      for (uint32_t g = 0; g < kMaxGroup; ++g) {
+        correction[g] = 1.0f;
+        if (g >= group) continue;
+        const float m_new = max_f(m[g], warp.max(score[g]));
+        if (m_new == -INFINITY) {  // nothing visible yet for this head (the same on every lane)
+          warp.each([&](uint32_t lane) { weight[g][lane] = 0.0f; });
+          continue;
+        }
+        any = true;
+        warp.each([&](uint32_t lane) {
+          weight[g][lane] = score[g][lane] == -INFINITY ? 0.0f : exp_f(sub_rn(score[g][lane], m_new));
+        });
+        correction[g] = m[g] == -INFINITY ? 0.0f : exp_f(sub_rn(m[g], m_new));
+        l[g] = add_rn(mul_rn(l[g], correction[g]), warp.sum(weight[g]));
+        m[g] = m_new;
+      }
+      if (!any) continue;
       warp.each([&](uint32_t lane) {
-        for (uint32_t k = 0; k < kDimsPerLane; ++k) acc[k][lane] = mul_rn(acc[k][lane], correction);
+        for (uint32_t k = 0; k < kMaxAcc; ++k)
+          if (k < group * dims && m[k / dims] != -INFINITY) acc[k][lane] = mul_rn(acc[k][lane], correction[k / dims]);
       });
       const uint32_t count = last - chunk < kLanes ? last - chunk : kLanes;
       for (uint32_t j = 0; j < count; ++j) {
-        const float w = warp.at(weight, j);
+        float w[kMaxGroup];
+        bool seen = false;
+        for (uint32_t g = 0; g < kMaxGroup; ++g) {
+          w[g] = g < group ? warp.at(weight[g], j) : 0.0f;
+          seen = seen || w[g] != 0.0f;
+        }
         const uint32_t at = warp.at(slot, j);
-        if (w == 0.0f) continue;  // the same on every lane
+        if (!seen) continue;  // the same on every lane
         warp.each([&](uint32_t lane) {
           for (uint32_t k = 0; k < kDimsPerLane; ++k) {
             const uint32_t d = lane + k * kLanes;
-            if (d < a.head_dim) acc[k][lane] = fma_rn(w, a.value(at, kv_off + d), acc[k][lane]);
+            if (k >= dims || d >= a.head_dim) break;
+            const float v = a.value(at, kv_off + d);
+            for (uint32_t g = 0; g < kMaxGroup; ++g)
+              if (g < group && w[g] != 0.0f) acc[g * dims + k][lane] = fma_rn(w[g], v, acc[g * dims + k][lane]);
           }
         });
       }
-      m = m_new;
     }
-    float* out = partials + ((static_cast<uint64_t>(t) * a.n_head + h) * n_parts + part) * (a.head_dim + 2);
-    warp.each([&](uint32_t lane) {
-      if (lane == 0) {
-        out[0] = m;
-        out[1] = l;
-      }
-      for (uint32_t k = 0; k < kDimsPerLane; ++k) {
-        const uint32_t d = lane + k * kLanes;
-        if (d < a.head_dim) out[2 + d] = acc[k][lane];
-      }
-    });
+    for (uint32_t g = 0; g < group; ++g) {
+      float* out = partials + ((static_cast<uint64_t>(t) * a.n_head + h0 + g) * n_parts + part) * (a.head_dim + 2);
+      warp.each([&](uint32_t lane) {
+        if (lane == 0) {
+          out[0] = m[g];
+          out[1] = l[g];
+        }
+        for (uint32_t k = 0; k < dims; ++k) {
+          const uint32_t d = lane + k * kLanes;
+          if (d < a.head_dim) out[2 + d] = acc[g * dims + k][lane];
+        }
+      });
+    }
   }
 };
 
