@@ -410,7 +410,8 @@ TEST(Server, MoreSlotsThanTheMemoryHoldsAreRefusedNamingWhatFits) {
 }
 
 // The slots are sequences on one load of the weights; a slot whose weights fail is
-// given freshly loaded ones, and every other slot moves to them when next leased.
+// given freshly loaded ones, and every other slot moves to them: at once when idle,
+// else when given back, so the old load is freed.
 TEST(Server, SlotsShareOneLoadOfTheWeights) {
   REQUIRE_STORIES();
   int loads = 0;
@@ -428,11 +429,15 @@ TEST(Server, SlotsShareOneLoadOfTheWeights) {
   EXPECT_EQ(loads, 2);
   std::shared_ptr<ModelWeights> second = leases[1]->model->model->weights();
   EXPECT_NE(second, first);
-  EXPECT_EQ(leases[0]->model->model->weights(), first);  // leased: moves when next leased
+  EXPECT_EQ(leases[0]->model->model->weights(), first);  // leased: moves when given back
   pool.reopen(*leases[0]);  // on the old weights: a sequence on the new ones, no load
   EXPECT_EQ(loads, 2);
   EXPECT_EQ(leases[0]->model->model->weights(), second);
+  EXPECT_EQ(leases[2]->model->model->weights(), first);  // leased: moves when given back
+  std::weak_ptr<ModelWeights> old_first = first;
+  first.reset();
   leases.clear();
+  EXPECT_TRUE(old_first.expired());  // no slot is on the first load any more
   for (int i = 0; i < 3; ++i) leases.push_back(pool.acquire({}));
   for (const auto& l : leases) EXPECT_EQ(l->model->model->weights(), second);
   EXPECT_EQ(pool.model()->model->weights(), second);

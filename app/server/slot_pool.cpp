@@ -115,6 +115,7 @@ void SlotPool::refresh(Slot& slot) {
 }
 
 void SlotPool::give_back(Slot* slot) {
+  refresh(*slot);  // a slot still on a replaced load moves now, so that load can go
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_use_[static_cast<size_t>(slot->index)] = false;
@@ -161,7 +162,7 @@ void SlotPool::move_idle_slots() {
       idle.cached.clear();
       join(idle);
     } catch (...) {
-      // It stays on the old load and moves when next leased (refresh).
+      // It stays on the old load and moves when next leased or given back (refresh).
     }
   }
 }

@@ -61,9 +61,9 @@ class SlotPool {
   // After a lost device or a changed file: loads the model again (`open`) when the
   // slot's weights are the current ones, and makes the slot a sequence on the current
   // weights; every other slot moves to them, at once when it is not leased, else when
-  // it is next leased (so the old load is freed once the requests on it end; /metrics'
-  // fafo_weight_loads shows it). On failure the slot
-  // keeps its model, whose next request fails with the same error.
+  // its lease is given back (so the old load is freed once the requests on it end;
+  // /metrics' fafo_weight_loads shows it). On failure the slot keeps its model, whose
+  // next request fails with the same error.
   void reopen(Slot& slot);
 
   int size() const { return static_cast<int>(slots_.size()); }
@@ -78,7 +78,8 @@ class SlotPool {
 
  private:
   void give_back(Slot* slot);
-  // Makes a leased slot a sequence on the current weights if it is not one.
+  // Makes a leased slot a sequence on the current weights if it is not one (when leased
+  // and when given back).
   void refresh(Slot& slot);
   // After a new load (reopen, base_mutex_ held): every slot not leased moves to it now,
   // so the old load goes as soon as the leased ones' requests end.

@@ -90,7 +90,7 @@ BackendInfo cuda_backend_info() {
   info.display_name = "CUDA";
   info.summary =
       "NVIDIA GPUs through CUDA (warp kernels for products and RMSNorm, FAFO_CUDA_KERNELS=plain for the plain ones; "
-      "the Vulkan backend's bits; not yet measured on a GPU, never chosen by auto)";
+      "products and norms with the Vulkan backend's bits; not yet measured on a GPU, never chosen by auto)";
   info.auto_rank = -1;
   info.devices = [] {
     std::vector<BackendDevice> out;

@@ -1,9 +1,10 @@
 // The CUDA backend's Backend and KvCache, written once over a Device: CudaDevice
 // (cuda_device.cuh: device memory, kernels as grids on a stream) or HostDevice
 // (host_device.h: the same kernels run on the CPU, for tests where there is no GPU).
-// Every op launches one kernel (or copies): the matrix products and RMSNorm from the
-// kernel set chosen at creation (CudaKernels::Fast: warp_ops.h; Plain: ops.h, which give
-// the same bits), the other ops from ops.h; a step's launches run in order on the device
+// Every op launches one kernel (or copies): the matrix products, RMSNorm and attention
+// from the kernel set chosen at creation (CudaKernels::Fast: warp_ops.h; Plain: ops.h;
+// the same bits for products and norms, attention within the tolerance), the other ops
+// from ops.h; a step's launches run in order on the device
 // and finish_step() waits for them.
 #pragma once
 
@@ -316,6 +317,7 @@ class OpsBackend final : public Backend, public StepAccess {
     kvs_ = std::move(kvs);
     batch_ = &batch;
     gathered_rows_.clear();
+    if (profiling_) (void)device_->take_times();  // the launches of a step not finished
     tokens_ = token_staging_.put(*device_, batch.tokens());
     // Each row's mask (bits counted from its part's first row) and prefix view, and each
     // part's logical order, for attention.
@@ -399,6 +401,7 @@ class OpsBackend final : public Backend, public StepAccess {
       OpsKvCache<Device>* kv = kvs_[part];
       if (!kv) throw std::logic_error("rope_store: a KV cache of the step was destroyed");
       if (layer < 0 || layer >= kv->shape().n_layer) throw std::out_of_range("rope_store: layer outside the KV cache");
+      if (kv->shape().latent()) throw std::invalid_argument("rope_store: the KV cache is latent (MLA models store latents)");
       if (kv->shape().kv_dim != static_cast<int32_t>(kv_dim))
         throw std::invalid_argument("rope_store: the KV cache's entries are not " + std::to_string(kv_dim) + " wide");
       kv->store_rows(layer, rows, stride, q_cols, rows, stride, q_cols + kv_dim);
@@ -585,7 +588,10 @@ class OpsBackend final : public Backend, public StepAccess {
 
   template <class Op>
   void launch(const Op& op, uint64_t n, const char* name) {
-    if (n == 0) return;
+    if (n == 0) {
+      device_->note_bytes(0);  // noted for this launch
+      return;
+    }
     if (n > UINT32_MAX) throw std::length_error(std::string(name) + ": " + std::to_string(n) + " threads are too many for one launch");
     device_->launch(op, n, name);
   }
@@ -625,14 +631,20 @@ class OpsBackend final : public Backend, public StepAccess {
   }
   template <class Op>
   void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
-    if (n_warps == 0) return;
+    if (n_warps == 0) {
+      device_->note_bytes(0);  // noted for this launch
+      return;
+    }
     if (n_warps > UINT32_MAX / 32)
       throw std::length_error(std::string(name) + ": " + std::to_string(n_warps) + " warps are too many for one launch");
     device_->launch_warp_fn(op, n_warps, name);
   }
   template <class Op>
   void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
-    if (n_warps == 0) return;
+    if (n_warps == 0) {
+      device_->note_bytes(0);  // noted for this launch
+      return;
+    }
     if (n_warps > UINT32_MAX / 32)
       throw std::length_error(std::string(name) + ": " + std::to_string(n_warps) + " warps are too many for one launch");
     device_->launch_warps(op, n_warps, name);

@@ -5,9 +5,10 @@
 //     calls f(lane); max, sum and at() exchange values by shuffles;
 //   - HostWarp (host device, CI): Vec<T> holds all 32 lanes' values; each(f) calls f for
 //     lane 0, 1, ..., 31 in turn; max, sum and at() read the 32 values.
-// sum() adds by dot_order.h's tree (lane l + 16, + 8, + 4, + 2, + 1) on both, max() is
-// exact in any order, at(v, j) is lane j's value: every lane gets the same result on
-// both. Code between these calls runs per lane and must only touch its own lane's
+// sum() adds by dot_order.h's tree (lane l + 16, + 8, + 4, + 2, + 1) on both and max()
+// takes the larger by the same tree (max_f is not symmetric for NaN, so the order is
+// fixed too), both then lane 0's result for every lane; at(v, j) is lane j's value:
+// every lane gets the same result on both, NaN included. Code between these calls runs per lane and must only touch its own lane's
 // values (vec[lane] inside each()), as the GPU's lanes cannot see each other's.
 #pragma once
 
@@ -34,9 +35,11 @@ struct HostWarp {
     for (uint32_t lane = 0; lane < kLanes; ++lane) f(lane);
   }
   float max(const Vec<float>& x) const {
-    float m = x[0];
-    for (uint32_t lane = 1; lane < kLanes; ++lane) m = max_f(m, x[lane]);
-    return m;
+    float s[kLanes];
+    for (uint32_t lane = 0; lane < kLanes; ++lane) s[lane] = x[lane];
+    for (uint32_t half = kLanes / 2; half >= 1; half /= 2)
+      for (uint32_t lane = 0; lane < half; ++lane) s[lane] = max_f(s[lane], s[lane + half]);
+    return s[0];
   }
   float sum(const Vec<float>& x) const {
     float s[kLanes];
@@ -65,8 +68,8 @@ struct DeviceWarp {
   __device__ __forceinline__ float max(const Vec<float>& x) const {
     float m = x.v;
 #pragma unroll
-    for (uint32_t offset = 16; offset >= 1; offset /= 2) m = max_f(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    return m;
+    for (uint32_t offset = 16; offset >= 1; offset /= 2) m = max_f(m, __shfl_down_sync(0xffffffffu, m, offset));
+    return __shfl_sync(0xffffffffu, m, 0);
   }
   __device__ __forceinline__ float sum(const Vec<float>& x) const {
     float s = x.v;

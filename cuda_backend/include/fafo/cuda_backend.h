@@ -14,9 +14,11 @@
 
 namespace fafo::cuda {
 
-// The kernels the backend runs its matrix products and RMSNorms with: Fast, a warp per
-// output row (and up to 8 tokens per warp: cuda_backend/src/warp_ops.h), or Plain, one
-// thread per output (ops.h). Both give the same bits. The environment variable
+// The kernels the backend runs its matrix products, RMSNorms and attention with: Fast,
+// a warp per output row (and up to 8 tokens per warp), per RMSNorm row, and per
+// (attention part, group of query heads, row) (cuda_backend/src/warp_ops.h), or Plain,
+// one thread per output, row or (row, head) (ops.h). Products and norms give the same
+// bits with both; attention the same within the backend's tolerance. The environment variable
 // FAFO_CUDA_KERNELS=plain or fast picks one for backends made without a choice; unset:
 // Fast.
 enum class CudaKernels { Plain, Fast };
