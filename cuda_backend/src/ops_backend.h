@@ -676,11 +676,15 @@ class OpsBackend final : public Backend, public StepAccess {
     const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(gated ? w.rows / 2 : w.rows);
     const float* g = gain ? weight(*gain).memory.template as<float>() : nullptr;
     device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
+    const auto run = [&]<Format F, bool Gated>() {
+      using Op = FusedProductWarpOp<F, Gated>;
+      launch_warp_fn(Op{w.memory.template as<uint8_t>(), data_of(x), data_of(out), g, eps, rows, static_cast<uint32_t>(w.cols),
+                        T, static_cast<uint32_t>(x.cols), static_cast<uint32_t>(out.cols), w.row_bytes},
+                     Op::warps(rows, T), Gated ? "matmul_swiglu" : "matmul_norm");
+    };
     with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
-      launch_warp_fn(FusedProductWarpOp<F>{w.memory.template as<uint8_t>(), data_of(x), data_of(out), g, eps, rows,
-                                           static_cast<uint32_t>(w.cols), T, static_cast<uint32_t>(x.cols),
-                                           static_cast<uint32_t>(out.cols), w.row_bytes, gated},
-                     FusedProductWarpOp<F>::warps(rows, T), gated ? "matmul_swiglu" : "matmul_norm");
+      if (gated) run.template operator()<F, true>();
+      else run.template operator()<F, false>();
     });
     set_rows(out, T);
   }

@@ -87,16 +87,17 @@ struct MatmulWarpOp {
 
 // The fused products, over a Warp (warp.h): out = W rms_norm(x) (with `gain`: the RMSNorm
 // fused into the product), and the feed-forward gate out = silu(W_gate x') * (W_up x')
-// (`gated`: W is the gate's `rows` rows then the up projection's, one weight; x' = x or
+// (Gated: W is the gate's `rows` rows then the up projection's, one weight; x' = x or
 // rms_norm(x)). Warp w computes row w % rows for a tile of up to kTile tokens, as
 // MatmulWarpOp: first each token's norm scale (lane_sum_squares, the tree, rms_scale,
 // as RmsNormWarpOp), then each lane's chunks, normalizing each x value as it reads it
 // (rms_apply, RmsNormWarpOp's value), the tree per token, and the SwiGLU
 // (swiglu_value): the bits of rms_norm, matmul (twice) and swiglu apart, with one read
 // of x and none of a normalized copy.
-template <Format F>
+template <Format F, bool Gated>
 struct FusedProductWarpOp {
   static constexpr uint32_t kTile = 8;
+  static constexpr bool gated = Gated;  // a template parameter: the plain products keep no up accumulators
   const uint8_t* w;
   const float* x;
   float* out;
@@ -104,7 +105,6 @@ struct FusedProductWarpOp {
   float eps;
   uint32_t rows, cols, T, x_stride, out_stride;
   uint64_t row_bytes;
-  bool gated;
 
   static uint64_t warps(uint32_t rows, uint32_t T) { return uint64_t{rows} * ((T + kTile - 1) / kTile); }
 
@@ -121,11 +121,13 @@ struct FusedProductWarpOp {
       warp.each([&](uint32_t lane) { squares[lane] = lane_sum_squares(xt + static_cast<uint64_t>(t) * x_stride, cols, lane); });
       scale[t] = rms_scale(warp.sum(squares), cols, eps);
     }
-    typename W::template Vec<float> acc[kTile], acc_up[kTile];
+    typename W::template Vec<float> acc[kTile], acc_up[Gated ? kTile : 1];
     const uint8_t* gate_row = w + static_cast<uint64_t>(r) * row_bytes;
     const uint8_t* up_row = w + static_cast<uint64_t>(r + rows) * row_bytes;
     warp.each([&](uint32_t lane) {
-      for (uint32_t t = 0; t < kTile; ++t) acc[t][lane] = acc_up[t][lane] = 0.0f;
+      for (uint32_t t = 0; t < kTile; ++t) acc[t][lane] = 0.0f;
+      if constexpr (Gated)
+        for (uint32_t t = 0; t < kTile; ++t) acc_up[t][lane] = 0.0f;
       const uint32_t full_chunks = cols / 16;
       // x value c of token t, normalized when the norm is fused.
       const auto input = [&](uint32_t t, uint32_t c) {
@@ -133,19 +135,24 @@ struct FusedProductWarpOp {
         return gain != nullptr ? rms_apply(v, scale[t], gain[c]) : v;
       };
       for (uint32_t chunk = lane; chunk < full_chunks; chunk += kLanes) {
-        float wg[16], wu[16];
+        float wg[16], wu[Gated ? 16 : 1];
         decode_chunk<F>(gate_row, chunk, wg);
-        if (gated) decode_chunk<F>(up_row, chunk, wu);
+        if constexpr (Gated) decode_chunk<F>(up_row, chunk, wu);
         for (uint32_t t = 0; t < kTile; ++t) {
           if (t >= n) break;
-          float a = acc[t][lane], b = acc_up[t][lane];
-          for (uint32_t k = 0; k < 16; ++k) {
-            const float v = input(t, 16 * chunk + k);
-            a = fma_rn(wg[k], v, a);
-            if (gated) b = fma_rn(wu[k], v, b);
+          float a = acc[t][lane];
+          if constexpr (Gated) {
+            float b = acc_up[t][lane];
+            for (uint32_t k = 0; k < 16; ++k) {
+              const float v = input(t, 16 * chunk + k);
+              a = fma_rn(wg[k], v, a);
+              b = fma_rn(wu[k], v, b);
+            }
+            acc_up[t][lane] = b;
+          } else {
+            for (uint32_t k = 0; k < 16; ++k) a = fma_rn(wg[k], input(t, 16 * chunk + k), a);
           }
           acc[t][lane] = a;
-          acc_up[t][lane] = b;
         }
       }
       if constexpr (is_plain_float<F>) {
@@ -154,16 +161,17 @@ struct FusedProductWarpOp {
             for (uint32_t c = 16 * full_chunks; c < cols; ++c) {
               const float v = input(t, c);
               acc[t][lane] = fma_rn(decode_value<F>(gate_row, c), v, acc[t][lane]);
-              if (gated) acc_up[t][lane] = fma_rn(decode_value<F>(up_row, c), v, acc_up[t][lane]);
+              if constexpr (Gated) acc_up[t][lane] = fma_rn(decode_value<F>(up_row, c), v, acc_up[t][lane]);
             }
       }
     });
     for (uint32_t t = 0; t < kTile; ++t) {
       if (t >= n) break;
       const float g = warp.sum(acc[t]);
-      const float u = gated ? warp.sum(acc_up[t]) : 0.0f;
+      float result = g;
+      if constexpr (Gated) result = swiglu_value(g, warp.sum(acc_up[t]));
       warp.each([&](uint32_t lane) {
-        if (lane == t) out[static_cast<uint64_t>(t0 + t) * out_stride + r] = gated ? swiglu_value(g, u) : g;
+        if (lane == t) out[static_cast<uint64_t>(t0 + t) * out_stride + r] = result;
       });
     }
   }
