@@ -250,14 +250,18 @@ TEST(CudaWarpOps, GroupedAttentionHeadsGetTheBitsOfOneHeadPerWarp) {
                                  f16 ? static_cast<const void*>(vh.data()) : vf.data(),
                                  mask.data(), compressed.data(), order.data(), T, n_past, sh.n_head, sh.n_head_kv,
                                  sh.head_dim, kv_dim, q_stride, q_stride, 1, 70, 0.125f, false, f16};
-      const uint32_t group = fafo::cuda::AttentionSplitOp::group_for(sh.n_head, sh.n_head_kv, sh.head_dim);
+      const uint32_t group = fafo::cuda::attention_group_for(sh.n_head, sh.n_head_kv);
       EXPECT_EQ(group, sh.n_head / sh.n_head_kv);
       const size_t floats = size_t{T} * sh.n_head * n_parts * (sh.head_dim + 2);
       std::vector<float> one(floats, 7.0f), grouped(floats, 7.0f);
-      device.launch_warp_fn(fafo::cuda::AttentionSplitOp{op, one.data(), part_keys, n_parts, 1},
+      device.launch_warp_fn(fafo::cuda::AttentionSplitOp<1>{op, one.data(), part_keys, n_parts},
                             uint64_t{T} * sh.n_head * n_parts, "attention");
-      device.launch_warp_fn(fafo::cuda::AttentionSplitOp{op, grouped.data(), part_keys, n_parts, group},
-                            uint64_t{T} * (sh.n_head / group) * n_parts, "attention");
+      if (group == 4)
+        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<4>{op, grouped.data(), part_keys, n_parts},
+                              uint64_t{T} * (sh.n_head / 4) * n_parts, "attention");
+      else
+        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<3>{op, grouped.data(), part_keys, n_parts},
+                              uint64_t{T} * (sh.n_head / 3) * n_parts, "attention");
       EXPECT_EQ(std::memcmp(one.data(), grouped.data(), floats * sizeof(float)), 0);
       EXPECT_NE(one[2], 7.0f);  // written
     }

@@ -474,7 +474,7 @@ class OpsBackend final : public Backend, public StepAccess {
                      static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv->shape().kv_dim),
                      static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
                      static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16()};
-      if (kernels_ == CudaKernels::Fast && s.head_dim <= static_cast<int32_t>(AttentionSplitOp::kDimsPerLane * kLanes))
+      if (kernels_ == CudaKernels::Fast && s.head_dim <= static_cast<int32_t>(AttentionSplitOp<1>::kDimsPerLane * kLanes))
         split_attention(op, first);
       else
         launch(op, uint64_t{static_cast<uint32_t>(seg.size)} * static_cast<uint32_t>(s.n_head), "attention");
@@ -609,9 +609,17 @@ class OpsBackend final : public Backend, public StepAccess {
     const uint64_t n_parts = (uint64_t{op.n_past} + op.T + part_keys - 1) / part_keys;
     float* partials = split_partials_.template reserve<float>(*device_, static_cast<size_t>(rows_cap * per_row_part * max_parts));
     partials += first * per_row_part * max_parts;
-    const uint32_t group = AttentionSplitOp::group_for(op.n_head, op.n_head_kv, op.head_dim);
-    launch_warp_fn(AttentionSplitOp{op, partials, static_cast<uint32_t>(part_keys), static_cast<uint32_t>(n_parts), group},
-                   uint64_t{op.T} * (op.n_head / group) * n_parts, "attention");
+    const uint32_t group = attention_group_for(op.n_head, op.n_head_kv);
+    const auto run = [&]<uint32_t Group>() {
+      launch_warp_fn(AttentionSplitOp<Group>{op, partials, static_cast<uint32_t>(part_keys), static_cast<uint32_t>(n_parts)},
+                     uint64_t{op.T} * (op.n_head / Group) * n_parts, "attention");
+    };
+    switch (group) {
+      case 4: run.template operator()<4>(); break;
+      case 3: run.template operator()<3>(); break;
+      case 2: run.template operator()<2>(); break;
+      default: run.template operator()<1>(); break;
+    }
     launch(AttentionCombineOp{partials, op.out, op.n_head, op.head_dim, static_cast<uint32_t>(n_parts), op.out_stride},
            uint64_t{op.T} * op.n_head * op.head_dim, "attention_combine");
   }

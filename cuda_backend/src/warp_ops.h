@@ -216,42 +216,43 @@ struct RmsNormWarpOp {
 // the group (coalesced reads of each value row). A head's arithmetic is the same
 // whatever the group (a group only saves reads), and not AttentionOp's (the softmax sums
 // in another order): within the backend's tolerance of the reference.
+// The query heads one attention warp takes: the largest count that divides the heads
+// sharing a KV head, up to 4 (each adds 8 accumulators per lane).
+constexpr uint32_t kMaxAttentionGroup = 4;
+inline uint32_t attention_group_for(uint32_t n_head, uint32_t n_head_kv) {
+  const uint32_t sharing = n_head_kv > 0 ? n_head / n_head_kv : 1;
+  uint32_t best = 1;
+  for (uint32_t g = 1; g <= sharing && g <= kMaxAttentionGroup; ++g)
+    if (sharing % g == 0) best = g;
+  return best;
+}
+
+template <uint32_t Group>
 struct AttentionSplitOp {
   static constexpr uint32_t kDimsPerLane = 8;  // head_dim <= 256
-  static constexpr uint32_t kMaxAcc = 16;      // group * ceil(head_dim / 32) accumulators per lane
-  static constexpr uint32_t kMaxGroup = 8;
+  static_assert(Group >= 1 && Group <= kMaxAttentionGroup);
   AttentionOp a;  // the part's rows, cache, masks and shape, as the plain kernel takes them
   float* partials;  // [T][n_head][n_parts][head_dim + 2]
   uint32_t part_keys, n_parts;
-  uint32_t group = 1;  // query heads per warp: divides n_head / n_head_kv, at most kMaxGroup and kMaxAcc / dims
-
-  // The largest group that divides the heads sharing a KV head and fits the accumulators.
-  static uint32_t group_for(uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim) {
-    const uint32_t sharing = n_head / n_head_kv, dims = (head_dim + kLanes - 1) / kLanes;
-    uint32_t best = 1;
-    for (uint32_t g = 1; g <= sharing && g <= kMaxGroup; ++g)
-      if (sharing % g == 0 && g * dims <= kMaxAcc) best = g;
-    return best;
-  }
 
   template <class W>
   FAFO_HD void run(W& warp, uint32_t index) const {
-    const uint32_t n_groups = a.n_head / group;
-    const uint32_t part = index % n_parts, h0 = ((index / n_parts) % n_groups) * group, t = index / (n_parts * n_groups);
+    const uint32_t n_groups = a.n_head / Group;
+    const uint32_t part = index % n_parts, h0 = ((index / n_parts) % n_groups) * Group, t = index / (n_parts * n_groups);
     const uint32_t dims = (a.head_dim + kLanes - 1) / kLanes;  // accumulators per head and lane
     const uint32_t kv_off = (h0 / (a.n_head / a.n_head_kv)) * a.head_dim;
     const float* q0 = a.q + static_cast<uint64_t>(t) * a.q_stride + static_cast<uint64_t>(h0) * a.head_dim;
     const uint32_t prefix = a.prefix_count(t), n_keys = prefix + t + 1;
     const uint32_t first = part * part_keys;
     const uint32_t last = first + part_keys < n_keys ? first + part_keys : n_keys;
-    float m[kMaxGroup], l[kMaxGroup];
-    for (uint32_t g = 0; g < kMaxGroup; ++g) m[g] = -INFINITY, l[g] = 0.0f;
-    typename W::template Vec<float> acc[kMaxAcc];  // [g * dims + k]: head h0 + g, dimension lane + 32 k
+    float m[Group], l[Group];
+    for (uint32_t g = 0; g < Group; ++g) m[g] = -INFINITY, l[g] = 0.0f;
+    typename W::template Vec<float> acc[Group * kDimsPerLane];  // [g * 8 + k]: head h0 + g, dimension lane + 32 k
     warp.each([&](uint32_t lane) {
-      for (uint32_t k = 0; k < kMaxAcc; ++k) acc[k][lane] = 0.0f;
+      for (uint32_t k = 0; k < Group * kDimsPerLane; ++k) acc[k][lane] = 0.0f;
     });
     for (uint32_t chunk = first; chunk < last; chunk += kLanes) {
-      typename W::template Vec<float> score[kMaxGroup], weight[kMaxGroup];
+      typename W::template Vec<float> score[Group], weight[Group];
       typename W::template Vec<uint32_t> slot;
       warp.each([&](uint32_t lane) {
         const uint32_t key = chunk + lane;
@@ -266,22 +267,20 @@ struct AttentionSplitOp {
             visible = a.sees(t, key - prefix);
           }
         }
-        float s[kMaxGroup];
-        for (uint32_t g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
+        float s[Group];
+        for (uint32_t g = 0; g < Group; ++g) s[g] = 0.0f;
         if (visible)
           for (uint32_t d = 0; d < a.head_dim; ++d) {
             const float k = a.key(at, kv_off + d);
-            for (uint32_t g = 0; g < kMaxGroup; ++g)
-              if (g < group) s[g] = fma_rn(q0[g * a.head_dim + d], k, s[g]);
+            for (uint32_t g = 0; g < Group; ++g) s[g] = fma_rn(q0[g * a.head_dim + d], k, s[g]);
           }
-        for (uint32_t g = 0; g < kMaxGroup; ++g) score[g][lane] = visible ? mul_rn(s[g], a.scale) : -INFINITY;
+        for (uint32_t g = 0; g < Group; ++g) score[g][lane] = visible ? mul_rn(s[g], a.scale) : -INFINITY;
         slot[lane] = at;
       });
-      float correction[kMaxGroup];
+      float correction[Group];
       bool any = false;
-      for (uint32_t g = 0; g < kMaxGroup; ++g) {
+      for (uint32_t g = 0; g < Group; ++g) {
         correction[g] = 1.0f;
-        if (g >= group) continue;
         const float m_new = max_f(m[g], warp.max(score[g]));
         if (m_new == -INFINITY) {  // nothing visible yet for this head (the same on every lane)
           warp.each([&](uint32_t lane) { weight[g][lane] = 0.0f; });
@@ -297,15 +296,20 @@ struct AttentionSplitOp {
       }
       if (!any) continue;
       warp.each([&](uint32_t lane) {
-        for (uint32_t k = 0; k < kMaxAcc; ++k)
-          if (k < group * dims && m[k / dims] != -INFINITY) acc[k][lane] = mul_rn(acc[k][lane], correction[k / dims]);
+        for (uint32_t g = 0; g < Group; ++g) {
+          if (m[g] == -INFINITY) continue;
+          for (uint32_t k = 0; k < kDimsPerLane; ++k) {
+            if (k >= dims) break;
+            acc[g * kDimsPerLane + k][lane] = mul_rn(acc[g * kDimsPerLane + k][lane], correction[g]);
+          }
+        }
       });
       const uint32_t count = last - chunk < kLanes ? last - chunk : kLanes;
       for (uint32_t j = 0; j < count; ++j) {
-        float w[kMaxGroup];
+        float w[Group];
         bool seen = false;
-        for (uint32_t g = 0; g < kMaxGroup; ++g) {
-          w[g] = g < group ? warp.at(weight[g], j) : 0.0f;
+        for (uint32_t g = 0; g < Group; ++g) {
+          w[g] = warp.at(weight[g], j);
           seen = seen || w[g] != 0.0f;
         }
         const uint32_t at = warp.at(slot, j);
@@ -315,22 +319,23 @@ struct AttentionSplitOp {
             const uint32_t d = lane + k * kLanes;
             if (k >= dims || d >= a.head_dim) break;
             const float v = a.value(at, kv_off + d);
-            for (uint32_t g = 0; g < kMaxGroup; ++g)
-              if (g < group && w[g] != 0.0f) acc[g * dims + k][lane] = fma_rn(w[g], v, acc[g * dims + k][lane]);
+            for (uint32_t g = 0; g < Group; ++g)
+              if (w[g] != 0.0f) acc[g * kDimsPerLane + k][lane] = fma_rn(w[g], v, acc[g * kDimsPerLane + k][lane]);
           }
         });
       }
     }
-    for (uint32_t g = 0; g < group; ++g) {
+    for (uint32_t g = 0; g < Group; ++g) {
       float* out = partials + ((static_cast<uint64_t>(t) * a.n_head + h0 + g) * n_parts + part) * (a.head_dim + 2);
       warp.each([&](uint32_t lane) {
         if (lane == 0) {
           out[0] = m[g];
           out[1] = l[g];
         }
-        for (uint32_t k = 0; k < dims; ++k) {
+        for (uint32_t k = 0; k < kDimsPerLane; ++k) {
           const uint32_t d = lane + k * kLanes;
-          if (d < a.head_dim) out[2 + d] = acc[g * dims + k][lane];
+          if (k >= dims || d >= a.head_dim) break;
+          out[2 + d] = acc[g * kDimsPerLane + k][lane];
         }
       });
     }
