@@ -109,33 +109,15 @@ class CudaDevice {
   }
   template <class Op>
   void launch(const Op& op, uint64_t n, const char* name) {
-    select();
-    constexpr uint32_t kThreads = 256;
-    const uint32_t blocks = static_cast<uint32_t>((n + kThreads - 1) / kThreads);
-    const size_t timer = start_timer();
-    run_op<<<blocks, kThreads, 0, stream_>>>(op, static_cast<uint32_t>(n));
-    check(cudaGetLastError(), name);
-    stop_timer(timer, name);
+    start(run_op<Op>, op, n, 256, name);
   }
   template <class Op>
   void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
-    select();
-    constexpr uint32_t kWarpsPerBlock = 8;
-    const uint32_t blocks = static_cast<uint32_t>((n_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-    const size_t timer = start_timer();
-    run_warp_op<<<blocks, 32 * kWarpsPerBlock, 0, stream_>>>(op, static_cast<uint32_t>(n_warps));
-    check(cudaGetLastError(), name);
-    stop_timer(timer, name);
+    start(run_warp_op<Op>, op, n_warps, 8, name, 32);
   }
   template <class Op>
   void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
-    select();
-    constexpr uint32_t kWarpsPerBlock = 4;
-    const uint32_t blocks = static_cast<uint32_t>((n_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-    const size_t timer = start_timer();
-    run_warp_fn<<<blocks, 32 * kWarpsPerBlock, 0, stream_>>>(op, static_cast<uint32_t>(n_warps));
-    check(cudaGetLastError(), name);
-    stop_timer(timer, name);
+    start(run_warp_fn<Op>, op, n_warps, 4, name, 32);
   }
   void sync() {
     select();
@@ -168,6 +150,18 @@ class CudaDevice {
   }
 
  private:
+  // Launches `kernel(op, n)` over n items (indices or warps) of `threads_per_item`
+  // threads, `per_block` items a block, timed when profiling.
+  template <class Op>
+  void start(void (*kernel)(Op, uint32_t), const Op& op, uint64_t n, uint32_t per_block, const char* name,
+             uint32_t threads_per_item = 1) {
+    select();
+    const uint32_t blocks = static_cast<uint32_t>((n + per_block - 1) / per_block);
+    const size_t timer = start_timer();
+    kernel<<<blocks, per_block * threads_per_item, 0, stream_>>>(op, static_cast<uint32_t>(n));
+    check(cudaGetLastError(), name);
+    stop_timer(timer, name);
+  }
   // The events of the next timed launch (SIZE_MAX when not timing).
   size_t start_timer() {
     if (!timing_) {

@@ -639,23 +639,22 @@ class OpsBackend final : public Backend, public StepAccess {
   }
   template <class Op>
   void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
-    if (n_warps == 0) {
-      device_->note_bytes(0);  // noted for this launch
-      return;
-    }
-    if (n_warps > UINT32_MAX / 32)
-      throw std::length_error(std::string(name) + ": " + std::to_string(n_warps) + " warps are too many for one launch");
-    device_->launch_warp_fn(op, n_warps, name);
+    if (warps_to_launch(n_warps, name)) device_->launch_warp_fn(op, n_warps, name);
   }
   template <class Op>
   void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
+    if (warps_to_launch(n_warps, name)) device_->launch_warps(op, n_warps, name);
+  }
+  // Whether n_warps warps are launched (none: the bytes noted for the launch are
+  // dropped); std::length_error past one launch's threads.
+  bool warps_to_launch(uint64_t n_warps, const char* name) {
     if (n_warps == 0) {
-      device_->note_bytes(0);  // noted for this launch
-      return;
+      device_->note_bytes(0);
+      return false;
     }
     if (n_warps > UINT32_MAX / 32)
       throw std::length_error(std::string(name) + ": " + std::to_string(n_warps) + " warps are too many for one launch");
-    device_->launch_warps(op, n_warps, name);
+    return true;
   }
 
   void product(const Weight& weight_id, const Activation& x, const Activation& out, bool accumulate) {
