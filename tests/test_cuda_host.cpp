@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -23,6 +24,7 @@
 #include "../cuda_backend/src/block_decode.h"
 #include "../cuda_backend/src/dot_order.h"
 #include "../cuda_backend/src/host_device.h"
+#include "../cuda_backend/src/int_ops.h"
 #include "../cuda_backend/src/ops.h"
 #include "../cuda_backend/src/warp_ops.h"
 #include "fafo/cuda_backend.h"
@@ -208,6 +210,162 @@ TEST(CudaWarpOps, ProductsAndNormsGiveThePlainKernelsBits) {
   }
 }
 
+// The integer products' rounding of the activations (QuantizeRowsOp, a warp per row):
+// each block of 32 is d = max |x| / 127 and q = round(x / d) (ties to even), with the
+// block's sum of q; a zero block is all 0 with d = 0, a block with a NaN or an infinity
+// gets an infinite d and q = 0; the rounding of a normalized row (gain given) is the
+// rounding of RmsNormWarpOp's values, bit for bit; each row alone.
+TEST(CudaIntOps, RoundingGivesEachBlockOfThirtyTwoItsScaleQuantsAndSum) {
+  fafo::cuda::HostDevice device;
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  const uint32_t T = 3, cols = 128, stride = 133, blocks = cols / 32;
+  std::vector<float> x(size_t{T} * stride), gain(cols);
+  for (float& v : x) v = value(rng);
+  for (float& v : gain) v = value(rng);
+  for (uint32_t c = 32; c < 64; ++c) x[c] = 0.0f;          // row 0, block 1: zeros
+  x[stride + 70] = std::numeric_limits<float>::quiet_NaN();  // row 1, block 2
+  x[2 * stride + 5] = 2.5f, x[2 * stride + 6] = -7.0f;       // row 2, block 0: max 7, 2.5 / (7 / 127) = 45.357...
+  struct Rounded {
+    std::vector<int8_t> q;
+    std::vector<float> d;
+    std::vector<int32_t> s;
+  };
+  auto round_rows = [&](const float* rows, uint32_t row_stride, const float* g) {
+    Rounded r{std::vector<int8_t>(size_t{T} * cols, 99), std::vector<float>(T * blocks, -1.0f),
+              std::vector<int32_t>(T * blocks, -1)};
+    device.launch_warp_fn(fafo::cuda::QuantizeRowsOp{rows, row_stride, g, 1e-5f, {r.q.data(), r.d.data(), r.s.data(), cols}}, T,
+                          "quantize");
+    return r;
+  };
+  const Rounded got = round_rows(x.data(), stride, nullptr);
+  for (uint32_t t = 0; t < T; ++t)
+    for (uint32_t b = 0; b < blocks; ++b) {
+      SCOPED_TRACE("row " + std::to_string(t) + " block " + std::to_string(b));
+      const float* v = x.data() + t * stride + 32 * b;
+      float amax = 0;
+      bool finite = true;
+      for (uint32_t k = 0; k < 32; ++k) {
+        finite = finite && std::isfinite(v[k]);
+        amax = std::max(amax, std::fabs(v[k]));
+      }
+      const float d = finite ? amax / 127.0f : std::numeric_limits<float>::infinity();
+      EXPECT_EQ(got.d[t * blocks + b], d);
+      int32_t sum = 0;
+      for (uint32_t k = 0; k < 32; ++k) {
+        const int32_t q = d > 0 && std::isfinite(d) ? static_cast<int32_t>(std::nearbyint(v[k] / d)) : 0;
+        EXPECT_EQ(got.q[t * cols + 32 * b + k], q) << k;
+        EXPECT_LE(std::abs(q), 127);
+        sum += q;
+      }
+      EXPECT_EQ(got.s[t * blocks + b], sum);
+    }
+  EXPECT_EQ(got.q[2 * cols + 6], -127);
+  EXPECT_EQ(got.q[2 * cols + 5], 45);
+  EXPECT_EQ(got.d[1], 0.0f);
+
+  // Normalized: the rounding of RmsNormWarpOp's output.
+  std::vector<float> normed(size_t{T} * cols);
+  x[stride + 70] = 1.0f;  // no NaN: a NaN makes the whole row's norm NaN
+  for (uint32_t t = 0; t < T; ++t)
+    device.launch_warps(fafo::cuda::RmsNormWarpOp{x.data() + t * stride, gain.data(), normed.data() + t * cols, cols, 1e-5f},
+                        1, "rms_norm");
+  const Rounded fused = round_rows(x.data(), stride, gain.data()), apart = round_rows(normed.data(), cols, nullptr);
+  EXPECT_EQ(fused.q, apart.q);
+  EXPECT_EQ(std::memcmp(fused.d.data(), apart.d.data(), fused.d.size() * sizeof(float)), 0);
+  EXPECT_EQ(fused.s, apart.s);
+}
+
+// The integer products of Q4_K, Q5_K, Q6_K and Q8_0 rows (fafo's quantizers on random
+// floats, and random bytes): each unit's value (IntUnit: its integer sums, then its
+// scales) is the exact dot product of the decoded weights with the rounded activations
+// (q * d) within a few roundings; IntMatmulWarpOp's warps give int_row_dot's bits for
+// every token whatever the step size (1, 3, 8, 9, 17: T-invariant), accumulate onto
+// the output, and the gated form gives silu(gate) * up of the two rows' products; the
+// tensor-core kernel (IntMmaWarpOp, mma_s8 emulated) gives the same bits.
+TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
+  fafo::cuda::HostDevice device;
+  std::mt19937 rng(19);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    SCOPED_TRACE(name_of(type));
+    ASSERT_TRUE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(type)));
+    // 20 rows: the tensor-core tiles of 16 rows, one of them partial.
+    const uint32_t cols = type == TensorType::Q8_0 ? 24 * 32 : 3 * 256, rows = 20, T_max = 17;
+    const std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 23);
+    const uint64_t row_bytes = fafo::tensor_row_bytes(type, cols);
+    std::vector<float> x(size_t{T_max} * cols);
+    for (float& v : x) v = value(rng);
+    std::vector<int8_t> q(x.size());
+    std::vector<float> d(x.size() / 32);
+    std::vector<int32_t> s(x.size() / 32);
+    const fafo::cuda::Q8Rows x8{q.data(), d.data(), s.data(), cols};
+    device.launch_warp_fn(fafo::cuda::QuantizeRowsOp{x.data(), cols, nullptr, 0.0f, x8}, T_max, "quantize");
+    fafo::cuda::with_format(static_cast<uint32_t>(type), [&]<Format F>() {
+      if constexpr (fafo::cuda::has_int_product<F>) {
+        using Unit = fafo::cuda::IntUnit<F>;
+        std::vector<float> w(cols);
+        double worst = 0;
+        for (uint32_t r = 0; r < rows; ++r) {
+          const uint8_t* row = bytes.data() + r * row_bytes;
+          fafo::dequantize_row(type, row, w.data(), cols);
+          for (uint32_t t = 0; t < T_max; t += 4)
+            for (uint32_t u = 0; u < cols / Unit::kValues; ++u) {
+              double exact = 0, scale = 0;
+              for (uint32_t k = 0; k < Unit::kValues; ++k) {
+                const uint32_t c = Unit::kValues * u + k;
+                const double term = double{w[c]} * q[t * cols + c] * d[(t * cols + c) / 32];
+                exact += term;
+                scale += std::fabs(term);
+              }
+              fafo::cuda::LoadedUnit<F> unit;
+              unit.load(row, u);
+              const double got = unit.value(fafo::cuda::q8_run(x8, t, Unit::kValues * u));
+              worst = std::max(worst, std::fabs(got - exact) / std::max(scale, 1e-30));
+            }
+        }
+        EXPECT_LT(worst, 1e-5);  // a few float roundings of the scales; a wrong bit of a quant is far more
+
+        for (const uint32_t T : {1u, 3u, 8u, 9u, 17u}) {
+          SCOPED_TRACE("T = " + std::to_string(T));
+          const uint32_t out_stride = rows + 3;
+          std::vector<float> out(size_t{T} * out_stride, 0.5f), gated(size_t{T} * out_stride, 0.5f);
+          using Op = fafo::cuda::IntMatmulWarpOp<F>;
+          device.launch_warps(Op{bytes.data(), x8, out.data(), rows, T, out_stride, row_bytes, true}, Op::warps(rows, T),
+                              "matmul");
+          using Gated = fafo::cuda::IntMatmulWarpOp<F, true>;
+          device.launch_warps(Gated{bytes.data(), x8, gated.data(), rows / 2, T, out_stride, row_bytes, false},
+                              Gated::warps(rows / 2, T), "matmul_swiglu");
+          // The tensor-core kernel: the same bits.
+          std::vector<float> mma(out.size(), 0.5f), mma_gated(out.size(), 0.5f);
+          using Mma = fafo::cuda::IntMmaWarpOp<F>;
+          device.launch_warp_fn(Mma{bytes.data(), x8, mma.data(), rows, T, out_stride, row_bytes, true}, Mma::warps(rows, T),
+                                "matmul");
+          using MmaGated = fafo::cuda::IntMmaWarpOp<F, true>;
+          device.launch_warp_fn(MmaGated{bytes.data(), x8, mma_gated.data(), rows / 2, T, out_stride, row_bytes, false},
+                                MmaGated::warps(rows / 2, T), "matmul_swiglu");
+          EXPECT_EQ(std::memcmp(mma.data(), out.data(), out.size() * sizeof(float)), 0);
+          EXPECT_EQ(std::memcmp(mma_gated.data(), gated.data(), out.size() * sizeof(float)), 0);
+          for (uint32_t t = 0; t < T; ++t)
+            for (uint32_t r = 0; r < rows; ++r) {
+              const float want = fafo::cuda::int_row_dot<F>(bytes.data() + r * row_bytes, x8, t);
+              ASSERT_EQ(std::bit_cast<uint32_t>(out[t * out_stride + r]), std::bit_cast<uint32_t>(0.5f + want))
+                  << "token " << t << " row " << r;
+              if (r < rows / 2) {
+                const float up = fafo::cuda::int_row_dot<F>(bytes.data() + (r + rows / 2) * row_bytes, x8, t);
+                ASSERT_EQ(std::bit_cast<uint32_t>(gated[t * out_stride + r]),
+                          std::bit_cast<uint32_t>(fafo::cuda::swiglu_value(want, up)));
+              }
+            }
+          EXPECT_EQ(out[out_stride - 1], 0.5f);  // past the rows: untouched
+        }
+      }
+    });
+  }
+  EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::Q4_0)));
+  EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::F16)));
+}
+
 // The split attention's warps that take several query heads sharing a KV head (each key
 // and value read once for the group) give each head the bits of warps that take one:
 // GQA 8/2 and 12/3 (groups of 4 and 3), head sizes 64 and 100 (a partial last 32), f32
@@ -268,7 +426,7 @@ TEST(CudaWarpOps, GroupedAttentionHeadsGetTheBitsOfOneHeadPerWarp) {
   }
 }
 
-// The backend with either kernel set (FAFO_CUDA_KERNELS) gives the same logits for a
+// The backend with any kernel set (FAFO_CUDA_KERNELS) gives the same logits for a
 // prefill step and a decode step at a context long enough for the warp kernels'
 // attention to split the keys into parts: within the backend's tolerance (their
 // attention sums the softmax in another order), the same greedy token; a bad value is
@@ -291,12 +449,16 @@ TEST(CudaEmulated, BothKernelSetsGiveTheSameLogits) {
     fafo::StepBatch next = fafo::StepBatch::causal({302}, model.n_past());
     const std::vector<float> last = model.forward(next);
     out.insert(out.end(), last.begin(), last.end());
-    EXPECT_NE(model.backend().description().find(kernels == fafo::cuda::CudaKernels::Fast ? "warp kernels" : "plain kernels"),
+    EXPECT_NE(model.backend().description().find(kernels != fafo::cuda::CudaKernels::Plain ? "warp kernels" : "plain kernels"),
               std::string::npos);
     return out;
   };
   const std::vector<float> fast = logits(fafo::cuda::CudaKernels::Fast), plain = logits(fafo::cuda::CudaKernels::Plain);
   ASSERT_EQ(fast.size(), plain.size());
+  // F32 weights: no integer products, so the warp kernels' float products give the bits.
+  const std::vector<float> warp = logits(fafo::cuda::CudaKernels::Warp);
+  ASSERT_EQ(warp.size(), fast.size());
+  EXPECT_EQ(std::memcmp(warp.data(), fast.data(), fast.size() * sizeof(float)), 0);
   const size_t n_vocab = 512;
   ASSERT_EQ(fast.size() % n_vocab, 0u);
   double worst = 0;
@@ -313,6 +475,10 @@ TEST(CudaEmulated, BothKernelSetsGiveTheSameLogits) {
   EXPECT_THROW(fafo::cuda::make_emulated_backend(), std::invalid_argument);
   ::setenv("FAFO_CUDA_KERNELS", "plain", 1);
   EXPECT_NE(fafo::cuda::make_emulated_backend()->description().find("plain kernels"), std::string::npos);
+  ::setenv("FAFO_CUDA_KERNELS", "warp", 1);
+  EXPECT_NE(fafo::cuda::make_emulated_backend()->description().find("float products"), std::string::npos);
+  ::setenv("FAFO_CUDA_KERNELS", "fast", 1);
+  EXPECT_NE(fafo::cuda::make_emulated_backend()->description().find("integer products"), std::string::npos);
   ::unsetenv("FAFO_CUDA_KERNELS");
 }
 
@@ -347,6 +513,45 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
     for (const std::string policy : {"stream", "snapkv"})
       EXPECT_EQ(run(fafo::cuda::make_emulated_backend(), kv, fafo::Strategy::Fafo, policy), ar) << policy;
   }
+}
+
+// The same with the integer products (a Q4_K_M model: Q4_K and Q6_K weights): every
+// strategy's greedy ids equal plain decoding's on the CUDA backend, and the products are
+// integer ones (the profile names the rounding launches).
+TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithIntegerProducts) {
+  fafo::synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
+  c.weight_type = "Q4_K_M";
+  const std::string path = (fafo::test::temp_dir("cuda-int") / "m.gguf").string();
+  fafo::synth::write_synthetic_model(c, path);
+  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(path);
+  const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
+  const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31, 8, 45};
+  auto run = [&](fafo::Strategy s, const std::string& policy, fafo::KernelProfile* profile = nullptr) {
+    fafo::ModelOptions mo;
+    mo.n_ctx = 128;
+    fafo::Model model(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast), mo);
+    if (profile) model.backend().start_profile();
+    fafo::GenerationOptions o;
+    o.n_predict = 32;
+    o.sampling.temperature = 0;
+    o.decoding.strategy = s;
+    o.kv.name = policy;
+    o.kv.budget = 12;
+    std::vector<int32_t> ids = fafo::generate(model, tokenizer, prompt, o).ids;
+    if (profile) *profile = model.backend().take_profile();
+    return ids;
+  };
+  fafo::KernelProfile profile;
+  const auto ar = run(fafo::Strategy::Ar, "stream", &profile);
+  ASSERT_EQ(ar.size(), 32u);
+  std::map<std::string, uint64_t> calls;
+  for (const auto& k : profile.kernels) calls[k.name] = k.calls;
+  EXPECT_GT(calls["quantize_norm"], 0u);  // the norm before qkv and gate-up, fused into the rounding
+  EXPECT_GT(calls["quantize"], 0u);       // before the attention output and down projections
+  EXPECT_EQ(run(fafo::Strategy::Jacobi, "stream"), ar);
+  EXPECT_EQ(run(fafo::Strategy::Lookahead, "stream"), ar);
+  for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(run(fafo::Strategy::Fafo, policy), ar) << policy;
 }
 
 // The warp kernels' fused products (the attention projections as one product with RoPE

@@ -520,20 +520,26 @@ def step_conformance(r: Run) -> tuple[str, str]:
         groups.append(("vulkan", "EveryBackendAndDevice/*/vulkan_*"))
     if r.devices("cuda"):
         groups.append(("cuda", "EveryBackendAndDevice/*/cuda_?"))
+        groups.append(("cuda, warp kernels", "EveryBackendAndDevice/*/cuda_?"))  # FAFO_CUDA_KERNELS=warp
         groups.append(("cuda, plain kernels", "EveryBackendAndDevice/*/cuda_?"))  # FAFO_CUDA_KERNELS=plain
     if r.devices("vulkan") and r.devices("cuda"):
         groups.append(("cuda against vulkan", "BackendPairs.CudaAndVulkan*"))
+        groups.append(("cuda against vulkan, warp kernels", "BackendPairs.CudaAndVulkan*"))  # float products too
     groups.append(("cpu and reference", "EveryBackendAndDevice/*/cpu_*:EveryBackendAndDevice/*/reference_*"))
     texts, failed, summary, cut = [], [], [], False
+    table: dict[tuple[str, str], dict] = {}
     for name, pattern in groups:
         if r.left() < 5:
             summary.append(f"- {name}: skipped (budget)")
             cut = True
             continue
-        env = dict(r.env, FAFO_CUDA_KERNELS="plain") if "plain kernels" in name else None
+        kernels = "plain" if "plain kernels" in name else "warp" if "warp kernels" in name else None
+        env = dict(r.env, FAFO_CUDA_KERNELS=kernels) if kernels else None
         code, text = r.run([str(r.bin / "test_backend_ops"), "--gtest_color=no", f"--gtest_filter={pattern}"], r.left(),
                            f"op-conformance table: {name}", env=env)
         texts.append(f"==== {name}: {pattern}\n{text}")
+        for (t, op), e in parse_conformance(text)[0].items():  # cuda's rows once per kernel set
+            table[(f"{t} ({kernels} kernels)" if kernels else t, op)] = e
         passed = re.search(r"\[  PASSED  \] (\d+) tests?", text)
         group_failed = sorted(set(re.findall(r"^\[  FAILED  \] (\S+)", text, re.M)))
         failed += group_failed
@@ -548,7 +554,6 @@ def step_conformance(r: Run) -> tuple[str, str]:
                            + (f": {', '.join(group_failed)}" if group_failed else ""))
     text = "\n".join(texts)
     (r.out / "conformance.log").write_bytes(text.encode("utf-8", "replace")[-LOG_LIMIT:])
-    table, _, _ = parse_conformance(text)
     pairs = [l.strip()[5:] for l in text.splitlines() if l.lstrip().startswith("pair cuda_")]
     skipped_pair = re.search(r"needs a CUDA GPU and a Vulkan GPU \([^)]*\)", text)
     lines = summary + ["", "(conformance.log has every case)", "",
@@ -710,7 +715,8 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
         small, large = Ts[:len(Ts) // 2 + 1], Ts[len(Ts) // 2 + 1:]
         parts = ["t(T) small", "tg", "t(T) large", "pp"]
         if backend == "cuda":
-            parts.insert(1, "plain t(T)")  # the plain kernels side by side (FAFO_CUDA_KERNELS=plain)
+            # Side by side: the warp kernels with float products (FAFO_CUDA_KERNELS=warp), the plain kernels.
+            parts[1:1] = ["warp t(T)", "plain t(T)"]
         if profile:
             parts = ["profile"]
         costs: dict[int, float] = {}  # T -> seconds per step, from the small curve
@@ -720,13 +726,13 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 lines.append(f"- {label} {name}: skipped (budget)")
                 status = "timed out"
                 continue
-            share = r.left() * {"t(T) small": 0.4, "plain t(T)": 0.2, "tg": 0.45, "t(T) large": 0.6}.get(name, 1.0)
+            share = r.left() * {"t(T) small": 0.4, "warp t(T)": 0.2, "plain t(T)": 0.2, "tg": 0.45, "t(T) large": 0.6}.get(name, 1.0)
             if name == "profile":
                 extra = ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
                          "--profile-tokens", "8" if r.quick else "64"]
             elif name == "t(T) small":
                 extra = ["--pp", "0", "--tg", "0", "--curve", ",".join(map(str, small)), "-r", "1"]
-            elif name == "plain t(T)":
+            elif name in ("plain t(T)", "warp t(T)"):
                 extra = ["--pp", "0", "--tg", "0", "--curve", "1,8", "-r", "1"]
             elif name == "tg":
                 n, k = tg, int(reps)
@@ -768,9 +774,9 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                                  f"{share:.0f} s were left)")
                 extra = ["--pp", str(n), "--tg", "0", "--curve", "", "-r", str(k)]
             t0 = time.monotonic()
-            plain = name == "plain t(T)"
+            kernel_set = {"plain t(T)": "plain", "warp t(T)": "warp"}.get(name)
             code, text = r.run(base + extra, max(10.0, share), f"bench {kind} {label} {name}",
-                               env=dict(r.env, FAFO_CUDA_KERNELS="plain") if plain else None)
+                               env=dict(r.env, FAFO_CUDA_KERNELS=kernel_set) if kernel_set else None)
             if code is None:
                 lines.append(f"- {label} {name}: **timed out**")
                 status = "timed out"
@@ -781,7 +787,8 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 lines.append(f"- {label} {name}: **failed** (exit {code})\n\n{tail(text)}")
                 status = f"FAILED: {label} {name}"
                 continue
-            entry = store.setdefault(label + " plain", {"device": store[label]["device"]}) if plain else store[label]
+            entry = (store.setdefault(f"{label} {kernel_set}", {"device": store[label]["device"]}) if kernel_set
+                     else store[label])
             entry["description"] = j.get("description", entry.get("description", ""))
             for key in ("pp", "tg"):
                 if j.get(key):

@@ -89,8 +89,9 @@ BackendInfo cuda_backend_info() {
   info.name = "cuda";
   info.display_name = "CUDA";
   info.summary =
-      "NVIDIA GPUs through CUDA (warp kernels for products and RMSNorm, FAFO_CUDA_KERNELS=plain for the plain ones; "
-      "products and norms with the Vulkan backend's bits; not yet measured on a GPU, never chosen by auto)";
+      "NVIDIA GPUs through CUDA (warp kernels, integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights; "
+      "FAFO_CUDA_KERNELS=warp or plain: float products with the Vulkan backend's bits; not yet measured on a GPU, "
+      "never chosen by auto)";
   info.auto_rank = -1;
   info.devices = [] {
     std::vector<BackendDevice> out;

@@ -63,7 +63,12 @@ class CudaDevice {
   explicit CudaDevice(int index) : index_(index) {
     check(cudaSetDevice(index), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    int major = 0;
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index), "cudaDeviceGetAttribute");
+    int8_mma_ = major >= 8;
   }
+  // mma.sync's 8-bit integer products (warp.h: DeviceWarp::mma_s8): compute capability 8.0 on.
+  bool has_int8_tensor_cores() const { return int8_mma_; }
   ~CudaDevice() {
     for (auto& [start, stop] : events_) {
       cudaEventDestroy(start);
@@ -191,6 +196,7 @@ class CudaDevice {
 
   void select() { check(cudaSetDevice(index_), "cudaSetDevice"); }
   int index_ = 0;
+  bool int8_mma_ = false;
   cudaStream_t stream_ = nullptr;
 };
 

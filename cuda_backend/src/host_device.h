@@ -67,6 +67,8 @@ class HostDevice {
       for (uint64_t w = 0; w < n_warps; ++w) op.run(warp, static_cast<uint32_t>(w));
     });
   }
+  // The warp's mma_s8 (warp.h), emulated.
+  bool has_int8_tensor_cores() const { return true; }
   void sync() {}
 
   // Profiling: while on, every launch's host time is kept (with the bytes note_bytes

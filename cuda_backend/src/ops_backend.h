@@ -2,10 +2,12 @@
 // (cuda_device.cuh: device memory, kernels as grids on a stream) or HostDevice
 // (host_device.h: the same kernels run on the CPU, for tests where there is no GPU).
 // Every op launches one kernel (or copies): the matrix products, RMSNorm and attention
-// from the kernel set chosen at creation (CudaKernels::Fast: warp_ops.h; Plain: ops.h;
-// the same bits for products and norms, attention within the tolerance), the other ops
-// from ops.h; a step's launches run in order on the device
-// and finish_step() waits for them.
+// from the kernel set chosen at creation (CudaKernels::Fast: warp_ops.h with int_ops.h's
+// integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights; Warp: warp_ops.h alone; Plain:
+// ops.h; Warp and Plain give the same bits for products and norms, Fast's integer
+// products are within rounded_matmul_tolerance, attention within the tolerance), the
+// other ops from ops.h; a step's launches run in order on the device and finish_step()
+// waits for them.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include "fafo/kv_cache.h"
 #include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
+#include "int_ops.h"
 #include "launch_times.h"
 #include "ops.h"
 #include "warp_ops.h"
@@ -243,11 +246,9 @@ class OpsBackend final : public Backend, public StepAccess {
              bool fuse = true)
       : device_(std::move(device)),
         name_(std::move(name)),
-        describe_(std::move(describe) + "; " +
-                  (kernels == CudaKernels::Fast ? std::string(fuse ? "warp kernels, fused" : "warp kernels")
-                                                : std::string("plain kernels (FAFO_CUDA_KERNELS=plain)"))),
+        describe_(std::move(describe) + "; " + kernels_description(kernels, fuse)),
         kernels_(kernels),
-        fuse_(kernels == CudaKernels::Fast && fuse) {}
+        fuse_(kernels != CudaKernels::Plain && fuse) {}
   ~OpsBackend() override {
     weights_.clear();
     activations_.clear();
@@ -256,8 +257,15 @@ class OpsBackend final : public Backend, public StepAccess {
   std::string name() const override { return name_; }
   std::string description() const override { return describe_; }
   // The Vulkan backend's summation orders; silu and the attention softmax use the
-  // device's expf, so results differ from the reference in the last bits.
-  BackendNumerics numerics() const override { return BackendNumerics{false, 1e-4}; }
+  // device's expf, so results differ from the reference in the last bits. The integer
+  // products (Fast) round the activations to 8 bits per block of 32 (int_ops.h): on the
+  // op-conformance table's inputs (weights up to 2, activations uniform in [-1, 1], 96
+  // to 512 columns) the largest error measured is 0.163 of max(1, |reference|), as the
+  // cpu backend's 0.173 (it rounds the same way, per 256 values).
+  BackendNumerics numerics() const override {
+    return BackendNumerics{false, 1e-4, kernels_ == CudaKernels::Fast ? kIntProductTolerance : 0.0};
+  }
+  static constexpr double kIntProductTolerance = 0.25;
 
   // --- memory ---
   Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
@@ -361,7 +369,7 @@ class OpsBackend final : public Backend, public StepAccess {
   void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
     const uint32_t rows = rows_of(x);
     const float* g = weight(gain).memory.template as<float>();
-    if (kernels_ == CudaKernels::Fast)
+    if (kernels_ != CudaKernels::Plain)
       launch_warps(RmsNormWarpOp{data_of(x), g, data_of(out), static_cast<uint32_t>(x.cols), eps}, rows, "rms_norm");
     else
       launch(RmsNormOp{data_of(x), g, data_of(out), static_cast<uint32_t>(x.cols), eps}, rows, "rms_norm");
@@ -474,7 +482,7 @@ class OpsBackend final : public Backend, public StepAccess {
                      static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv->shape().kv_dim),
                      static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
                      static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16()};
-      if (kernels_ == CudaKernels::Fast && s.head_dim <= static_cast<int32_t>(AttentionSplitOp<1>::kDimsPerLane * kLanes))
+      if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionSplitOp<1>::kDimsPerLane * kLanes))
         split_attention(op, first);
       else
         launch(op, uint64_t{static_cast<uint32_t>(seg.size)} * static_cast<uint32_t>(s.n_head), "attention");
@@ -660,9 +668,17 @@ class OpsBackend final : public Backend, public StepAccess {
   void product(const Weight& weight_id, const Activation& x, const Activation& out, bool accumulate) {
     const StoredWeight& w = weight(weight_id);
     const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(w.rows);
+    if (integer_product(w)) {
+      const Q8Rows q = quantize(data_of(x), static_cast<uint32_t>(x.cols), T, static_cast<uint32_t>(w.cols), nullptr, 0.0f);
+      device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
+      with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
+        if constexpr (has_int_product<F>) int_product<F, false>(w, q, out, rows, T, accumulate, "matmul");
+      });
+      return;
+    }
     device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
     with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
-      if (kernels_ == CudaKernels::Fast)
+      if (kernels_ != CudaKernels::Plain)
         launch_warps(MatmulWarpOp<F>{w.memory.template as<uint8_t>(), data_of(x), data_of(out), rows,
                                      static_cast<uint32_t>(w.cols), T, static_cast<uint32_t>(x.cols),
                                      static_cast<uint32_t>(out.cols), 0, w.row_bytes, accumulate},
@@ -682,6 +698,18 @@ class OpsBackend final : public Backend, public StepAccess {
     if (gated && w.rows % 2 != 0) throw std::invalid_argument("matmul_swiglu: the gate and up weight has an odd row count");
     const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(gated ? w.rows / 2 : w.rows);
     const float* g = gain ? weight(*gain).memory.template as<float>() : nullptr;
+    if (integer_product(w)) {
+      const Q8Rows q = quantize(data_of(x), static_cast<uint32_t>(x.cols), T, static_cast<uint32_t>(w.cols), g, eps);
+      device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
+      with_format(static_cast<uint32_t>(w.type), [&]<Format F>() {
+        if constexpr (has_int_product<F>) {
+          if (gated) int_product<F, true>(w, q, out, rows, T, false, "matmul_swiglu");
+          else int_product<F, false>(w, q, out, rows, T, false, "matmul");
+        }
+      });
+      set_rows(out, T);
+      return;
+    }
     device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
     const auto run = [&]<Format F, bool Gated>() {
       using Op = FusedProductWarpOp<F, Gated>;
@@ -694,6 +722,47 @@ class OpsBackend final : public Backend, public StepAccess {
       else run.template operator()<F, false>();
     });
     set_rows(out, T);
+  }
+
+  // Whether `w`'s products are integer ones (Fast kernels, int_ops.h's formats).
+  bool integer_product(const StoredWeight& w) const {
+    return kernels_ == CudaKernels::Fast && has_int_product_for(static_cast<uint32_t>(w.type)) && w.cols % kQ8Block == 0;
+  }
+  // The integer product of `w` with the rounded rows `q`: steps of up to 8 tokens a warp
+  // per row and dot4 (IntMatmulWarpOp), wider ones on the tensor cores where the device
+  // has them (IntMmaWarpOp: tiles of 16 rows by 8 tokens); the same bits either way.
+  template <Format F, bool Gated>
+  void int_product(const StoredWeight& w, const Q8Rows& q, const Activation& out, uint32_t rows, uint32_t T,
+                   bool accumulate, const char* name) {
+    const uint8_t* bytes = w.memory.template as<uint8_t>();
+    const uint32_t out_stride = static_cast<uint32_t>(out.cols);
+    if (T > IntMatmulWarpOp<F, Gated>::kTile && device_->has_int8_tensor_cores()) {
+      using Op = IntMmaWarpOp<F, Gated>;
+      launch_warp_fn(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::warps(rows, T), name);
+    } else {
+      using Op = IntMatmulWarpOp<F, Gated>;
+      launch_warps(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::warps(rows, T), name);
+    }
+  }
+  // Rows [0, T) of x (row t at x + t * x_stride, `cols` values; normalized by `gain`
+  // first when given) rounded to 8 bits per block (QuantizeRowsOp), in a buffer the
+  // step's products share: each product rounds its input just before it runs.
+  Q8Rows quantize(const float* x, uint32_t x_stride, uint32_t T, uint32_t cols, const float* gain, float eps) {
+    const uint64_t values = uint64_t{T} * cols, blocks = values / kQ8Block;
+    uint8_t* base = q8_staging_.template reserve<uint8_t>(*device_, static_cast<size_t>(values + 8 * blocks));
+    const Q8Rows q{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + values),
+                   reinterpret_cast<int32_t*>(base + values + 4 * blocks), cols};
+    launch_warp_fn(QuantizeRowsOp{x, x_stride, gain, eps, q}, T, gain ? "quantize_norm" : "quantize");
+    return q;
+  }
+  static std::string kernels_description(CudaKernels kernels, bool fuse) {
+    switch (kernels) {
+      case CudaKernels::Fast: return fuse ? "warp kernels, integer products, fused" : "warp kernels, integer products";
+      case CudaKernels::Warp:
+        return std::string(fuse ? "warp kernels, fused" : "warp kernels") + ", float products (FAFO_CUDA_KERNELS=warp)";
+      case CudaKernels::Plain: break;
+    }
+    return "plain kernels (FAFO_CUDA_KERNELS=plain)";
   }
 
   // The step's (cos, sin) table for `p`: angles from RopeParams::angle, as the reference
@@ -752,7 +821,7 @@ class OpsBackend final : public Backend, public StepAccess {
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_,
-      attention_scratch_, split_partials_;
+      attention_scratch_, split_partials_, q8_staging_;
   const int32_t* tokens_ = nullptr;
   const uint64_t* mask_ = nullptr;
   const uint8_t* compressed_ = nullptr;

@@ -8,7 +8,13 @@
 // sum() adds by dot_order.h's tree (lane l + 16, + 8, + 4, + 2, + 1) on both and max()
 // takes the larger by the same tree (max_f is not symmetric for NaN, so the order is
 // fixed too), both then lane 0's result for every lane; at(v, j) is lane j's value:
-// every lane gets the same result on both, NaN included. Code between these calls runs per lane and must only touch its own lane's
+// every lane gets the same result on both, NaN included. sum_int() adds integers
+// (exact: the order does not matter; it must not overflow). mma_s8() is the tensor
+// cores' 16 x 8 x 16 integer product (mma.sync.m16n8k16.s32.s8.s8.s32, sm_80 on):
+// c += A B, A 16 x 16 and B 16 x 8 signed bytes, c 16 x 8 int32, exact, in the
+// instruction's fragments: lane 4g + i holds a0 = A row g, columns 4i..4i + 3 (four
+// bytes, the first lowest), a1 = A row g + 8, the same columns, b = B column g, rows
+// 4i..4i + 3, and c[0], c[1] = (row g, columns 2i, 2i + 1), c[2], c[3] = (row g + 8, ...). Code between these calls runs per lane and must only touch its own lane's
 // values (vec[lane] inside each()), as the GPU's lanes cannot see each other's.
 #pragma once
 
@@ -46,6 +52,31 @@ struct HostWarp {
     for (uint32_t lane = 0; lane < kLanes; ++lane) s[lane] = x[lane];
     return tree32(s);
   }
+  int32_t sum_int(const Vec<int32_t>& x) const {
+    int32_t s = 0;
+    for (uint32_t lane = 0; lane < kLanes; ++lane) s += x[lane];
+    return s;
+  }
+  void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b, Vec<int32_t> c[4]) const {
+    int8_t A[16][16], B[16][8];
+    for (uint32_t lane = 0; lane < kLanes; ++lane) {
+      const uint32_t g = lane / 4, i = lane % 4;
+      for (uint32_t k = 0; k < 4; ++k) {
+        A[g][4 * i + k] = static_cast<int8_t>(a0[lane] >> (8 * k));
+        A[g + 8][4 * i + k] = static_cast<int8_t>(a1[lane] >> (8 * k));
+        B[4 * i + k][g] = static_cast<int8_t>(b[lane] >> (8 * k));
+      }
+    }
+    for (uint32_t lane = 0; lane < kLanes; ++lane) {
+      const uint32_t g = lane / 4, i = lane % 4;
+      for (uint32_t e = 0; e < 4; ++e) {
+        const uint32_t row = g + 8 * (e / 2), col = 2 * i + e % 2;
+        int32_t sum = 0;
+        for (uint32_t k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+        c[e][lane] += sum;
+      }
+    }
+  }
   template <class T>
   T at(const Vec<T>& x, uint32_t lane) const {
     return x[lane];
@@ -76,6 +107,23 @@ struct DeviceWarp {
 #pragma unroll
     for (uint32_t offset = 16; offset >= 1; offset /= 2) s = __fadd_rn(s, __shfl_down_sync(0xffffffffu, s, offset));
     return __shfl_sync(0xffffffffu, s, 0);
+  }
+  __device__ __forceinline__ int32_t sum_int(const Vec<int32_t>& x) const {
+    int32_t s = x.v;
+#pragma unroll
+    for (uint32_t offset = 16; offset >= 1; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+    return s;
+  }
+  __device__ __forceinline__ void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b,
+                                         Vec<int32_t> c[4]) const {
+#if __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+        : "+r"(c[0].v), "+r"(c[1].v), "+r"(c[2].v), "+r"(c[3].v)
+        : "r"(a0.v), "r"(a1.v), "r"(b.v));
+#else
+    __trap();  // the backend launches these only on sm_80 and later
+#endif
   }
   template <class T>
   __device__ __forceinline__ T at(const Vec<T>& x, uint32_t lane) const {

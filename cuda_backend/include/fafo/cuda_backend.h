@@ -14,20 +14,26 @@
 
 namespace fafo::cuda {
 
-// The kernels the backend runs its matrix products, RMSNorms and attention with: Fast,
-// a warp per output row (and up to 8 tokens per warp), per RMSNorm row, and per
-// (attention part, group of query heads, row) (cuda_backend/src/warp_ops.h), or Plain,
-// one thread per output, row or (row, head) (ops.h). Products and norms give the same
-// bits with both; attention the same within the backend's tolerance. The environment variable
-// FAFO_CUDA_KERNELS=plain or fast picks one for backends made without a choice; unset:
-// Fast.
-enum class CudaKernels { Plain, Fast };
+// The kernels the backend runs its matrix products, RMSNorms and attention with:
+//   - Fast (the default): the warp kernels (cuda_backend/src/warp_ops.h: a warp per
+//     output row and up to 8 tokens, per RMSNorm row, per (attention part, group of
+//     query heads, row)), with integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights
+//     (int_ops.h: activations rounded to 8 bits per block of 32, exact integer block
+//     sums, as llama.cpp's CUDA backend does; within the rounded-product tolerance);
+//   - Warp: the same warp kernels with float products for every format (the plain
+//     kernels' bits for products and norms);
+//   - Plain: one thread per output, row or (row, head) (ops.h).
+// Attention gives the same results with Fast and Warp, and within the backend's
+// tolerance with Plain. The environment variable FAFO_CUDA_KERNELS=fast, warp or plain
+// picks one for backends made without a choice; unset: Fast.
+enum class CudaKernels { Plain, Warp, Fast };
 // FAFO_CUDA_KERNELS's choice (std::invalid_argument for another value).
 inline CudaKernels cuda_kernels_from_env() {
   const char* v = std::getenv("FAFO_CUDA_KERNELS");
   if (v == nullptr || *v == '\0' || std::string(v) == "fast") return CudaKernels::Fast;
+  if (std::string(v) == "warp") return CudaKernels::Warp;
   if (std::string(v) == "plain") return CudaKernels::Plain;
-  throw std::invalid_argument("FAFO_CUDA_KERNELS is '" + std::string(v) + "': it must be plain or fast");
+  throw std::invalid_argument("FAFO_CUDA_KERNELS is '" + std::string(v) + "': it must be fast, warp or plain");
 }
 
 // The CUDA backend's code with its kernels run on the host (HostDevice: one index after

@@ -1,0 +1,516 @@
+// The CUDA backend's integer products: the warp kernels' product for weights in Q4_K,
+// Q5_K, Q6_K and Q8_0 (has_int_product), for every step size, as llama.cpp's CUDA
+// backend multiplies them:
+//   1. QuantizeRowsOp rounds each activation row to 8 bits per block of 32 values
+//      (d = max |x| / 127, q = round(x / d), and the block's sum of q), after the
+//      RMSNorm when one is fused (the bits of RmsNormWarpOp's values);
+//   2. IntMatmulWarpOp: a warp per weight row and tile of up to 8 tokens; the row is cut
+//      into units (IntUnit: a Q8_0 block, a Q6_K run of 32 values, a pair of Q4_K/Q5_K
+//      sub-blocks of 32), lane l takes units l, l + 32, ...; a unit's dot products with
+//      the rounded activations are integer sums (dot4: four byte products at a time,
+//      __dp4a on the GPU), exact in any order; the unit's value is then one fixed float
+//      expression of those sums and the scales (IntUnit::value), lane l adds its units'
+//      values in unit order, and the warp adds the 32 lane sums by dot_order.h's tree.
+// Every float step is fixed by the row, the unit and the token alone: the result does
+// not depend on T, the tile or the other rows (T-invariant), and a kernel that gets the
+// same integer sums another way (tensor cores) gives the same bits by applying the same
+// expressions in the same order. The rounding of the activations puts the products
+// within the backend's rounded_matmul_tolerance of the reference.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#if !defined(__CUDA_ARCH__)
+#include <cmath>
+#endif
+
+#include "block_decode.h"
+#include "dot_order.h"
+#include "ops.h"
+#include "warp.h"
+
+// Loops over a kernel's small register arrays are unrolled on the GPU so that their
+// indices are constants (an array indexed at run time lives in local memory).
+#if defined(__CUDA_ARCH__)
+#define FAFO_UNROLL _Pragma("unroll")
+#else
+#define FAFO_UNROLL
+#endif
+
+namespace fafo::cuda {
+
+constexpr uint32_t kQ8Block = 32;  // activation values per rounding block
+
+// The formats with an integer product.
+template <Format F>
+constexpr bool has_int_product = F == Format::Q4_K || F == Format::Q5_K || F == Format::Q6_K || F == Format::Q8_0;
+inline bool has_int_product_for(uint32_t type) {
+  bool yes = false;
+  with_format(type, [&]<Format F>() { yes = has_int_product<F>; });
+  return yes;
+}
+
+// A step's activations rounded to 8 bits: row t's values at q + t * cols, its blocks'
+// scales at d + t * (cols / 32) and their sums of q at s + t * (cols / 32).
+struct Q8Rows {
+  int8_t* q;
+  float* d;
+  int32_t* s;
+  uint32_t cols;
+};
+
+// ---- integer and bit helpers ----
+
+// c + the sum of the four products of the signed bytes of a and b.
+FAFO_HD int32_t dot4(uint32_t a, uint32_t b, int32_t c) {
+#if defined(__CUDA_ARCH__)
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+#else
+  for (uint32_t k = 0; k < 4; ++k) c += static_cast<int8_t>(a >> (8 * k)) * static_cast<int8_t>(b >> (8 * k));
+  return c;
+#endif
+}
+
+// Four bytes from an address aligned to 4 (a Q4_K/Q5_K block's quants, the rounded
+// activations) or only to 2 (Q8_0 and Q6_K blocks, whose sizes are even).
+FAFO_HD uint32_t load_word4(const void* p) {
+#if defined(__CUDA_ARCH__)
+  return *static_cast<const uint32_t*>(p);
+#else
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+FAFO_HD uint32_t load_word2(const void* p) {
+#if defined(__CUDA_ARCH__)
+  const uint16_t* h = static_cast<const uint16_t*>(p);
+  return uint32_t{h[0]} | (uint32_t{h[1]} << 16);
+#else
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+
+// Each byte b (0..63) of w as the signed byte b - 32 (no borrow crosses bytes).
+FAFO_HD uint32_t bytes_minus_32(uint32_t w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
+
+FAFO_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+FAFO_HD int32_t round_to_int(float v) {
+#if defined(__CUDA_ARCH__)
+  return __float2int_rn(v);
+#else
+  return static_cast<int32_t>(std::nearbyint(v));  // ties to even, as __float2int_rn
+#endif
+}
+FAFO_HD float int_to_float(int32_t v) {
+#if defined(__CUDA_ARCH__)
+  return __int2float_rn(v);
+#else
+  return static_cast<float>(v);  // rounds to nearest, ties to even
+#endif
+}
+
+// ---- 1. rounding the activations ----
+
+// Warp t rounds row t of x (normalized first by `gain`, as RmsNormWarpOp, when given):
+// block b's 32 values one per lane; the block's largest magnitude (NaN counted as
+// infinite) by the warp's max; d = max / 127 (IEEE division); q = round(x / d) (ties to
+// even), 0 where d is 0 or not finite; the block's sum of q. Every row on its own.
+struct QuantizeRowsOp {
+  const float* x;
+  uint32_t x_stride;
+  const float* gain;  // null: no norm
+  float eps;
+  Q8Rows out;
+
+  template <class W>
+  FAFO_HD void run(W& warp, uint32_t t) const {
+    const uint32_t cols = out.cols, n_blocks = cols / kQ8Block;
+    const float* xt = x + static_cast<uint64_t>(t) * x_stride;
+    float scale = 1.0f;
+    if (gain != nullptr) {
+      typename W::template Vec<float> squares;
+      warp.each([&](uint32_t lane) { squares[lane] = lane_sum_squares(xt, cols, lane); });
+      scale = rms_scale(warp.sum(squares), cols, eps);
+    }
+    int8_t* q = out.q + static_cast<uint64_t>(t) * cols;
+    for (uint32_t b = 0; b < n_blocks; ++b) {
+      typename W::template Vec<float> v, magnitude;
+      warp.each([&](uint32_t lane) {
+        const uint32_t c = kQ8Block * b + lane;
+        const float value = gain != nullptr ? rms_apply(xt[c], scale, gain[c]) : xt[c];
+        const float m = value < 0.0f ? -value : value;
+        v[lane] = value;
+        magnitude[lane] = m == m ? m : bits_to_float(0x7f800000u);
+      });
+      const float d = div_rn(warp.max(magnitude), 127.0f);
+      const bool usable = d > 0.0f && d < bits_to_float(0x7f800000u);
+      typename W::template Vec<int32_t> qv;
+      warp.each([&](uint32_t lane) {
+        int32_t r = usable ? round_to_int(div_rn(v[lane], d)) : 0;
+        r = r > 127 ? 127 : (r < -127 ? -127 : r);
+        qv[lane] = r;
+        q[kQ8Block * b + lane] = static_cast<int8_t>(r);
+      });
+      const int32_t sum = warp.sum_int(qv);
+      warp.each([&](uint32_t lane) {
+        if (lane != 0) return;
+        out.d[static_cast<uint64_t>(t) * n_blocks + b] = d;
+        out.s[static_cast<uint64_t>(t) * n_blocks + b] = sum;
+      });
+    }
+  }
+};
+
+// ---- 2. units of a weight row ----
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block's 12 bytes.
+FAFO_HD void k_scale_min(const uint8_t* scales, uint32_t j, int32_t& sc, int32_t& mn) {
+  if (j < 4) {
+    sc = scales[j] & 63;
+    mn = scales[j + 4] & 63;
+  } else {
+    sc = (scales[j + 4] & 0xf) | ((scales[j - 4] >> 6) << 4);
+    mn = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
+
+// The rounded activations of token row t from value `first` (a unit's first value).
+struct Q8Run {
+  const int8_t* q;  // the run's first value
+  const float* d;   // its first block's scale
+  const int32_t* s;
+};
+FAFO_HD Q8Run q8_run(const Q8Rows& x, uint32_t t, uint32_t first) {
+  const uint64_t n_blocks = x.cols / kQ8Block;
+  return Q8Run{x.q + static_cast<uint64_t>(t) * x.cols + first, x.d + t * n_blocks + first / kQ8Block,
+               x.s + t * n_blocks + first / kQ8Block};
+}
+
+// A unit of a weight row, for every kernel that multiplies it: its kValues weights as
+// kValues / 4 words of four signed bytes (`word(row, u, k)`: values 4k..4k + 3 of unit u,
+// which meet the activation bytes 4k..4k + 3 of the unit's run), its kSums integer sums
+// (sum i over words i * kWordsPerSum, ...), its scales (`scales`), and its value from
+// its sums (`value`): the one float expression every kernel applies.
+template <Format F>
+struct IntUnit;
+
+// Q8_0: a block of 32; value = (d_w * d_x) * sum.
+template <>
+struct IntUnit<Format::Q8_0> {
+  static constexpr uint32_t kValues = 32, kSums = 1, kWordsPerSum = 8;
+  struct Scales {
+    float d;
+  };
+  static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) { return load_word2(row + 34ull * u + 2 + 4 * k); }
+  static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) { return Scales{half_bits_to_float(read_u16(row + 34ull * u))}; }
+  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const Q8Run& x) {
+    return mul_rn(mul_rn(w.d, x.d[0]), int_to_float(sums[0]));
+  }
+};
+
+// Q6_K: 32 values (half h, plane k4 of a block), sub-blocks a and b of 16 with signed
+// scales, weights q6 - 32; value = (d * d_x) * (sc_a * sum_a + sc_b * sum_b).
+template <>
+struct IntUnit<Format::Q6_K> {
+  static constexpr uint32_t kValues = 32, kSums = 2, kWordsPerSum = 4;
+  struct Scales {
+    float d;
+    int32_t sc_a, sc_b;
+  };
+  static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) {
+    const uint8_t* b = row + 210ull * (u / 8);
+    const uint32_t h = (u % 8) / 4, k4 = u % 4;
+    const uint32_t low = (load_word2(b + 64 * h + 32 * (k4 & 1u) + 4 * k) >> (4 * (k4 >> 1))) & 0x0f0f0f0fu;
+    const uint32_t high = ((load_word2(b + 128 + 32 * h + 4 * k) >> (2 * k4)) & 0x03030303u) << 4;
+    return bytes_minus_32(low | high);
+  }
+  static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) {
+    const uint8_t* b = row + 210ull * (u / 8);
+    const uint32_t h = (u % 8) / 4, k4 = u % 4;
+    return Scales{half_bits_to_float(read_u16(b + 208)), static_cast<int8_t>(b[192 + 8 * h + 2 * k4]),
+                  static_cast<int8_t>(b[192 + 8 * h + 2 * k4 + 1])};
+  }
+  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const Q8Run& x) {
+    return mul_rn(mul_rn(w.d, x.d[0]), int_to_float(w.sc_a * sums[0] + w.sc_b * sums[1]));
+  }
+};
+
+// Q4_K and Q5_K: sub-blocks j = 2i and 2i + 1 of a block (64 values: the low then the
+// high nibbles of 32 bytes; Q5_K's fifth bit from qh bit j); sub-block j's value is
+// d_x,j * ((d * (sc_j * sum_j)) - (dmin * (m_j * s_x,j))), the unit's their sum.
+template <bool FifthBit>
+struct IntUnitQ45 {
+  static constexpr uint32_t kValues = 64, kSums = 2, kWordsPerSum = 8;
+  static constexpr uint64_t kBlockBytes = FifthBit ? 176 : 144;
+  struct Scales {
+    float d, dmin;
+    int32_t sc[2], mn[2];
+  };
+  static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) {
+    const uint8_t* b = row + kBlockBytes * (u / 4);
+    const uint32_t i = u % 4, high = k / 8, w = k % 8;
+    uint32_t v = (load_word4(b + (FifthBit ? 48 : 16) + 32 * i + 4 * w) >> (4 * high)) & 0x0f0f0f0fu;
+    if constexpr (FifthBit) v |= ((load_word4(b + 16 + 4 * w) >> (2 * i + high)) & 0x01010101u) << 4;
+    return v;
+  }
+  static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) {
+    const uint8_t* b = row + kBlockBytes * (u / 4);
+    const uint32_t i = u % 4;
+    Scales w;
+    w.d = half_bits_to_float(read_u16(b));
+    w.dmin = half_bits_to_float(read_u16(b + 2));
+    k_scale_min(b + 4, 2 * i, w.sc[0], w.mn[0]);
+    k_scale_min(b + 4, 2 * i + 1, w.sc[1], w.mn[1]);
+    return w;
+  }
+  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const Q8Run& x) {
+    const float va = mul_rn(x.d[0], sub_rn(mul_rn(w.d, int_to_float(w.sc[0] * sums[0])), mul_rn(w.dmin, int_to_float(w.mn[0] * x.s[0]))));
+    const float vb = mul_rn(x.d[1], sub_rn(mul_rn(w.d, int_to_float(w.sc[1] * sums[1])), mul_rn(w.dmin, int_to_float(w.mn[1] * x.s[1]))));
+    return add_rn(va, vb);
+  }
+};
+template <>
+struct IntUnit<Format::Q4_K> : IntUnitQ45<false> {};
+template <>
+struct IntUnit<Format::Q5_K> : IntUnitQ45<true> {};
+
+// A unit decoded once (its words and scales) for the dot4 kernel, which then takes its
+// value against several tokens: the sums by dot4 over the words, then IntUnit::value.
+template <Format F>
+struct LoadedUnit {
+  using Unit = IntUnit<F>;
+  typename Unit::Scales scales;
+  uint32_t w[Unit::kValues / 4];
+  FAFO_HD void load(const uint8_t* row, uint32_t u) {
+    scales = Unit::scales(row, u);
+    for (uint32_t k = 0; k < Unit::kValues / 4; ++k) w[k] = Unit::word(row, u, k);
+  }
+  FAFO_HD float value(const Q8Run& x) const {
+    int32_t sums[Unit::kSums];
+    for (uint32_t i = 0; i < Unit::kSums; ++i) {
+      int32_t s = 0;
+      for (uint32_t k = i * Unit::kWordsPerSum; k < (i + 1) * Unit::kWordsPerSum; ++k) s = dot4(w[k], load_word4(x.q + 4 * k), s);
+      sums[i] = s;
+    }
+    return Unit::value(scales, sums, x);
+  }
+};
+
+// W[r] . x[t] from rounded activations, in the order of the file comment: lane l's units
+// l, l + 32, ... in order, then the tree (what IntMatmulWarpOp computes; tests compare).
+template <Format F>
+FAFO_HD float int_row_dot(const uint8_t* row, const Q8Rows& x, uint32_t t) {
+  float s[kLanes];
+  const uint32_t units = x.cols / IntUnit<F>::kValues;
+  for (uint32_t lane = 0; lane < kLanes; ++lane) {
+    s[lane] = 0.0f;
+    for (uint32_t u = lane; u < units; u += kLanes) {
+      LoadedUnit<F> unit;
+      unit.load(row, u);
+      s[lane] = add_rn(s[lane], unit.value(q8_run(x, t, IntUnit<F>::kValues * u)));
+    }
+  }
+  return tree32(s);
+}
+
+// out[t * out_stride + r] (+)= W[r] . x[t] (Gated: silu(W[r] . x[t]) * (W[r + rows] . x[t]),
+// the gate's rows then the up projection's in one weight) for a tile of up to kTile
+// tokens: warp w computes row w % rows for tokens [kTile * (w / rows), + kTile); each
+// unit's weights are decoded once for the tile.
+template <Format F, bool Gated = false>
+struct IntMatmulWarpOp {
+  static constexpr uint32_t kTile = 8;
+  static constexpr uint32_t kValues = Gated ? 2 * kTile : kTile;
+  const uint8_t* w;
+  Q8Rows x;
+  float* out;
+  uint32_t rows, T, out_stride;
+  uint64_t row_bytes;
+  bool accumulate;
+
+  static uint64_t warps(uint32_t rows, uint32_t T) { return uint64_t{rows} * ((T + kTile - 1) / kTile); }
+
+  FAFO_HD void lane_values(uint32_t warp, uint32_t lane, float v[kValues]) const {
+    const uint32_t r = warp % rows, t0 = (warp / rows) * kTile;
+    const uint32_t n = T - t0 < kTile ? T - t0 : kTile;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (uint32_t k = 0; k < kValues; ++k) v[k] = 0.0f;
+    const uint32_t units = x.cols / IntUnit<F>::kValues;
+    for (uint32_t u = lane; u < units; u += kLanes) {
+      LoadedUnit<F> gate, up;
+      gate.load(w + static_cast<uint64_t>(r) * row_bytes, u);
+      if constexpr (Gated) up.load(w + static_cast<uint64_t>(r + rows) * row_bytes, u);
+#if defined(__CUDA_ARCH__)
+#pragma unroll  // v stays in registers
+#endif
+      for (uint32_t t = 0; t < kTile; ++t) {
+        if (t >= n) continue;
+        const Q8Run xr = q8_run(x, t0 + t, IntUnit<F>::kValues * u);
+        v[t] = add_rn(v[t], gate.value(xr));
+        if constexpr (Gated) v[kTile + t] = add_rn(v[kTile + t], up.value(xr));
+      }
+    }
+  }
+
+  // Lane t writes token t's result.
+  FAFO_HD void finish(uint32_t warp, uint32_t lane, const float sums[kValues]) const {
+    const uint32_t r = warp % rows, t0 = (warp / rows) * kTile;
+    if (lane >= kTile || t0 + lane >= T) return;
+    float* o = out + static_cast<uint64_t>(t0 + lane) * out_stride + r;
+    float gate = 0.0f, up = 0.0f;  // sums[lane] by selects: an array indexed by lane would live in memory
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (uint32_t k = 0; k < kTile; ++k)
+      if (k == lane) {
+        gate = sums[k];
+        if constexpr (Gated) up = sums[kTile + k];
+      }
+    if constexpr (Gated) *o = swiglu_value(gate, up);
+    else *o = accumulate ? add_rn(*o, gate) : gate;
+  }
+};
+
+// The 5-bit reversal of n: the order in which IntMmaWarpOp takes the 32 lane sums, so
+// that a stack adds them by tree32's tree (lane l + 16 first, then + 8, ...).
+FAFO_HD uint32_t reverse5(uint32_t n) {
+  return ((n & 1u) << 4) | ((n & 2u) << 2) | (n & 4u) | ((n & 8u) >> 2) | ((n & 16u) >> 4);
+}
+
+// IntMatmulWarpOp's products on the tensor cores (wide steps): warp w computes a tile of
+// 16 rows (from 16 * (w % row_tiles)) by 8 tokens (from 8 * (w / row_tiles)). The
+// integer sums of a unit for the tile's 128 (row, token) pairs come from mma_s8 over
+// its 16-value slices (exact, so the same sums as dot4's); each lane then takes the
+// values of its four pairs (rows g and g + 8, tokens 2i and 2i + 1) with
+// IntUnit::value, adds them per "lane" of IntMatmulWarpOp (units l, l + 32, ... in
+// order) and adds the 32 lane sums by tree32's tree, taking the lanes in reverse5
+// order and keeping a stack of partial sums: the same float operations in the same
+// order as IntMatmulWarpOp, so the same bits for every row and token whatever T.
+// Rows past `rows` and tokens past T repeat the last one and are not written.
+template <Format F, bool Gated = false>
+struct IntMmaWarpOp {
+  static constexpr uint32_t kRows = 16, kTokens = 8;
+  using Unit = IntUnit<F>;
+  const uint8_t* w;
+  Q8Rows x;
+  float* out;
+  uint32_t rows, T, out_stride;
+  uint64_t row_bytes;
+  bool accumulate;
+
+  static FAFO_HD uint32_t row_tiles(uint32_t rows) { return (rows + kRows - 1) / kRows; }
+  static uint64_t warps(uint32_t rows, uint32_t T) { return uint64_t{row_tiles(rows)} * ((T + kTokens - 1) / kTokens); }
+
+  template <class W>
+  FAFO_HD void run(W& warp, uint32_t index) const {
+    constexpr uint32_t kMatrices = Gated ? 2 : 1, kSlices = Unit::kValues / 16;
+    const uint32_t tiles = row_tiles(rows);
+    const uint32_t r0 = (index % tiles) * kRows, t0 = (index / tiles) * kTokens;
+    const uint32_t units = x.cols / Unit::kValues;
+    const auto row_of = [&](uint32_t m, uint32_t r) {  // row r of the tile (clamped) in matrix m (0: gate, 1: up)
+      const uint32_t rr = r0 + r < rows ? r0 + r : rows - 1;
+      return w + static_cast<uint64_t>(rr + m * rows) * row_bytes;
+    };
+    const auto token_of = [&](uint32_t t) { return t0 + t < T ? t0 + t : T - 1; };
+    // pending[m][p][k]: pair p's partial sum of level k of the tree, waiting for its sibling.
+    typename W::template Vec<float> pending[kMatrices][4][6];
+    for (uint32_t n = 0; n < kLanes; ++n) {
+      const uint32_t lane_sum = reverse5(n);
+      typename W::template Vec<float> acc[kMatrices][4];
+      warp.each([&](uint32_t lane) {
+        FAFO_UNROLL
+        for (uint32_t m = 0; m < kMatrices; ++m)
+          FAFO_UNROLL
+          for (uint32_t p = 0; p < 4; ++p) acc[m][p][lane] = 0.0f;
+      });
+      for (uint32_t u = lane_sum; u < units; u += kLanes) {
+        typename W::template Vec<int32_t> sums[kMatrices][Unit::kSums][4];
+        warp.each([&](uint32_t lane) {
+          FAFO_UNROLL
+          for (uint32_t m = 0; m < kMatrices; ++m)
+            FAFO_UNROLL
+            for (uint32_t i = 0; i < Unit::kSums; ++i)
+              FAFO_UNROLL
+              for (uint32_t e = 0; e < 4; ++e) sums[m][i][e][lane] = 0;
+        });
+        FAFO_UNROLL
+        for (uint32_t slice = 0; slice < kSlices; ++slice) {
+          typename W::template Vec<uint32_t> a0[kMatrices], a1[kMatrices], b;
+          warp.each([&](uint32_t lane) {
+            const uint32_t g = lane / 4, i = lane % 4, k = 4 * slice + i;
+            FAFO_UNROLL
+            for (uint32_t m = 0; m < kMatrices; ++m) {
+              a0[m][lane] = Unit::word(row_of(m, g), u, k);
+              a1[m][lane] = Unit::word(row_of(m, g + 8), u, k);
+            }
+            b[lane] = load_word4(q8_run(x, token_of(g), Unit::kValues * u).q + 4 * k);
+          });
+          FAFO_UNROLL
+          for (uint32_t m = 0; m < kMatrices; ++m) warp.mma_s8(a0[m], a1[m], b, sums[m][4 * slice / Unit::kWordsPerSum]);
+        }
+        warp.each([&](uint32_t lane) {
+          const uint32_t g = lane / 4, i = lane % 4;
+          FAFO_UNROLL
+          for (uint32_t m = 0; m < kMatrices; ++m)
+            FAFO_UNROLL
+            for (uint32_t half = 0; half < 2; ++half) {
+              const typename Unit::Scales sc = Unit::scales(row_of(m, g + 8 * half), u);
+              FAFO_UNROLL
+              for (uint32_t j = 0; j < 2; ++j) {
+                const uint32_t e = 2 * half + j;
+                int32_t s[Unit::kSums];
+                FAFO_UNROLL
+                for (uint32_t k = 0; k < Unit::kSums; ++k) s[k] = sums[m][k][e][lane];
+                const float v = Unit::value(sc, s, q8_run(x, token_of(2 * i + j), Unit::kValues * u));
+                acc[m][e][lane] = add_rn(acc[m][e][lane], v);
+              }
+            }
+        });
+      }
+      warp.each([&](uint32_t lane) {  // lane sum `lane_sum` into the tree: carry while n's low bits are 1
+        FAFO_UNROLL
+        for (uint32_t m = 0; m < kMatrices; ++m)
+          FAFO_UNROLL
+          for (uint32_t e = 0; e < 4; ++e) {
+            float v = acc[m][e][lane];
+            bool carrying = true;
+            FAFO_UNROLL
+            for (uint32_t level = 0; level < 6; ++level) {
+              if (!carrying) continue;
+              if ((n >> level) & 1u) {
+                v = add_rn(pending[m][e][level][lane], v);
+              } else {
+                pending[m][e][level][lane] = v;
+                carrying = false;
+              }
+            }
+          }
+      });
+    }
+    warp.each([&](uint32_t lane) {
+      const uint32_t g = lane / 4, i = lane % 4;
+      FAFO_UNROLL
+      for (uint32_t e = 0; e < 4; ++e) {
+        const uint32_t r = r0 + g + 8 * (e / 2), t = t0 + 2 * i + e % 2;
+        if (r >= rows || t >= T) continue;
+        float* o = out + static_cast<uint64_t>(t) * out_stride + r;
+        const float sum = pending[0][e][5][lane];
+        if constexpr (Gated) *o = swiglu_value(sum, pending[kMatrices - 1][e][5][lane]);
+        else *o = accumulate ? add_rn(*o, sum) : sum;
+      }
+    });
+  }
+};
+
+}  // namespace fafo::cuda
