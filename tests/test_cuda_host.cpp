@@ -25,6 +25,8 @@
 #include "../cuda_backend/src/dot_order.h"
 #include "../cuda_backend/src/host_device.h"
 #include "../cuda_backend/src/int_ops.h"
+#include "../cuda_backend/src/ops_backend.h"
+#include "../cuda_backend/src/step_graphs.h"
 #include "../cuda_backend/src/ops.h"
 #include "../cuda_backend/src/warp_ops.h"
 #include "fafo/cuda_backend.h"
@@ -552,6 +554,117 @@ TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithIntegerProducts) {
   EXPECT_EQ(run(fafo::Strategy::Jacobi, "stream"), ar);
   EXPECT_EQ(run(fafo::Strategy::Lookahead, "stream"), ar);
   for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(run(fafo::Strategy::Fafo, policy), ar) << policy;
+}
+
+// The step graphs' bookkeeping (step_graphs.h): a shape is captured from its second
+// step on (the shapes seen are bounded); a kept graph is found by its topology and
+// becomes the most recently used; beyond the capacity the least recently used is
+// dropped; a graph whose update failed is replaced.
+TEST(CudaGraphs, RepeatedShapesAreCapturedAndTheLeastRecentlyUsedGraphGoes) {
+  fafo::cuda::StepGraphs<int> g(2, 3);
+  EXPECT_FALSE(g.capture({1, 1}));
+  EXPECT_TRUE(g.capture({1, 1}));
+  EXPECT_FALSE(g.capture({8, 8}));
+  EXPECT_FALSE(g.capture({8, 4, 4}));  // the same size, other parts: another shape
+  EXPECT_TRUE(g.capture({1, 1}));
+  EXPECT_FALSE(g.capture({2, 2}));     // 4 shapes seen, 3 kept: {8, 8} is forgotten
+  EXPECT_FALSE(g.capture({8, 8}));
+  EXPECT_EQ(g.stats().captured, 2u);
+  EXPECT_EQ(g.stats().direct, 5u);
+
+  EXPECT_EQ(g.find("matmul;rope;"), nullptr);
+  g.keep("matmul;rope;", 1);
+  g.keep("matmul;", 2);
+  ASSERT_NE(g.find("matmul;rope;"), nullptr);  // now the most recently used
+  EXPECT_EQ(*g.find("matmul;rope;"), 1);
+  g.keep("rope;", 3);                          // drops "matmul;", the least recently used
+  EXPECT_EQ(g.size(), 2u);
+  EXPECT_EQ(g.find("matmul;"), nullptr);
+  ASSERT_NE(g.find("rope;"), nullptr);
+  const uint64_t updated = g.stats().updated;
+  g.keep("rope;", 4, true);                    // its update failed: replaced
+  EXPECT_EQ(*g.find("rope;"), 4);
+  EXPECT_EQ(g.size(), 2u);
+  EXPECT_EQ(g.stats().replaced, 1u);
+  EXPECT_EQ(g.stats().updated, updated);  // the failed update is not counted, the last find is
+  EXPECT_EQ(g.stats().instantiated, 4u);
+  EXPECT_EQ(g.stats().evicted, 1u);
+}
+
+// With FAFO_CUDA_GRAPHS the backend captures each step whose shape ran before and runs
+// it as a graph (the host device records the launches and in-step uploads and runs them
+// at the step's end, as a GPU would): the logits and every strategy's ids are the bits
+// of launching each kernel at once; decode steps reuse one graph, updated; a download
+// inside a captured step is an error, not a stale read.
+TEST(CudaEmulated, GraphsGiveTheBitsOfLaunchesOneByOne) {
+  fafo::synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
+  c.weight_type = "Q4_K_M";
+  const std::string path = (fafo::test::temp_dir("cuda-graphs") / "m.gguf").string();
+  fafo::synth::write_synthetic_model(c, path);
+  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(path);
+  const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
+  using Backend = fafo::cuda::OpsBackend<fafo::cuda::HostDevice>;
+  struct Run {
+    std::vector<std::vector<float>> logits;
+    std::vector<std::vector<int32_t>> ids;
+    fafo::cuda::GraphStats stats;
+  };
+  auto run = [&](bool graphs) {
+    auto backend = std::make_unique<Backend>(std::make_unique<fafo::cuda::HostDevice>(), "cuda-emulated", "test",
+                                             fafo::cuda::CudaKernels::Fast, true, graphs);
+    const Backend* be = backend.get();
+    EXPECT_EQ(be->description().find("CUDA graphs") != std::string::npos, graphs);
+    fafo::ModelOptions mo;
+    mo.n_ctx = 128;
+    fafo::Model model(file, std::move(backend), mo);
+    Run r;
+    fafo::StepBatch prefill = fafo::StepBatch::causal({1, 45, 99, 7, 250, 31, 8}, 0);
+    r.logits.push_back(model.forward(prefill));
+    model.commit(prefill.size());
+    for (int32_t t : {12, 200, 17, 9}) {
+      fafo::StepBatch one = fafo::StepBatch::causal({t}, model.n_past());
+      r.logits.push_back(model.forward(one));
+      model.commit(1);
+    }
+    const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31};
+    for (const fafo::Strategy s : {fafo::Strategy::Ar, fafo::Strategy::Lookahead, fafo::Strategy::Fafo}) {
+      model.truncate(0);
+      fafo::GenerationOptions o;
+      o.n_predict = 20;
+      o.sampling.temperature = 0;
+      o.decoding.strategy = s;
+      o.kv.name = s == fafo::Strategy::Fafo ? "snapkv" : "stream";
+      o.kv.budget = 10;
+      r.ids.push_back(fafo::generate(model, tokenizer, prompt, o).ids);
+    }
+    r.stats = be->graph_stats();
+    return r;
+  };
+  const Run direct = run(false), graphs = run(true);
+  ASSERT_EQ(direct.logits.size(), graphs.logits.size());
+  for (size_t i = 0; i < direct.logits.size(); ++i) {
+    ASSERT_EQ(direct.logits[i].size(), graphs.logits[i].size());
+    EXPECT_EQ(std::memcmp(direct.logits[i].data(), graphs.logits[i].data(), direct.logits[i].size() * sizeof(float)), 0)
+        << "step " << i;
+  }
+  EXPECT_EQ(direct.ids, graphs.ids);
+  EXPECT_EQ(direct.stats.captured, 0u);
+  EXPECT_GT(graphs.stats.captured, 20u);
+  EXPECT_GT(graphs.stats.updated, 15u);  // decode steps replay one graph, updated
+  EXPECT_LT(graphs.stats.instantiated, graphs.stats.captured / 2);
+
+  fafo::cuda::HostDevice device;
+  std::vector<float> a(4, 1.0f), b(4, 0.0f);
+  device.begin_capture();
+  EXPECT_THROW(device.download(b.data(), a.data(), sizeof(float) * 4), std::logic_error);
+  EXPECT_THROW(device.sync(), std::logic_error);
+  device.upload(b.data(), a.data(), sizeof(float) * 4);
+  EXPECT_EQ(b[0], 0.0f);  // recorded, not run
+  fafo::cuda::StepGraphs<fafo::cuda::HostDevice::Graph> kept;
+  device.end_capture(kept);
+  EXPECT_EQ(b[0], 1.0f);
+  EXPECT_EQ(kept.size(), 1u);
 }
 
 // The warp kernels' fused products (the attention projections as one product with RoPE

@@ -522,6 +522,7 @@ def step_conformance(r: Run) -> tuple[str, str]:
         groups.append(("cuda", "EveryBackendAndDevice/*/cuda_?"))
         groups.append(("cuda, warp kernels", "EveryBackendAndDevice/*/cuda_?"))  # FAFO_CUDA_KERNELS=warp
         groups.append(("cuda, plain kernels", "EveryBackendAndDevice/*/cuda_?"))  # FAFO_CUDA_KERNELS=plain
+        groups.append(("cuda, graphs", "EveryBackendAndDevice/*/cuda_?"))  # FAFO_CUDA_GRAPHS=1
     if r.devices("vulkan") and r.devices("cuda"):
         groups.append(("cuda against vulkan", "BackendPairs.CudaAndVulkan*"))
         groups.append(("cuda against vulkan, warp kernels", "BackendPairs.CudaAndVulkan*"))  # float products too
@@ -535,6 +536,8 @@ def step_conformance(r: Run) -> tuple[str, str]:
             continue
         kernels = "plain" if "plain kernels" in name else "warp" if "warp kernels" in name else None
         env = dict(r.env, FAFO_CUDA_KERNELS=kernels) if kernels else None
+        if name == "cuda, graphs":
+            env, kernels = dict(r.env, FAFO_CUDA_GRAPHS="1"), "graphs, fast"
         code, text = r.run([str(r.bin / "test_backend_ops"), "--gtest_color=no", f"--gtest_filter={pattern}"], r.left(),
                            f"op-conformance table: {name}", env=env)
         texts.append(f"==== {name}: {pattern}\n{text}")
@@ -581,9 +584,11 @@ def step_greedy(r: Run) -> tuple[str, str]:
     golden = (r.data / "stories260K.greedy_256steps.golden.txt").read_text()
     golden = golden[:-1] if golden.endswith("\n") else golden  # the newline `fafo run` prints after the text
     n_tokens = 64 if r.quick else 256  # --quick: the golden text's start
-    targets = [(d["backend"], d["index"]) for d in r.gpu_devices()] + [("cpu", None)]  # GPUs first
+    # GPUs first; cuda again with its steps captured as graphs (FAFO_CUDA_GRAPHS=1)
+    targets = [(d["backend"], d["index"], False) for d in r.gpu_devices()]
+    targets += [("cuda", d["index"], True) for d in r.devices("cuda")] + [("cpu", None, False)]
     rows, problems, cut = [], [], False
-    for backend, index in targets:
+    for backend, index, graphs in targets:
         ar_text = None
         for strategy in STRATEGIES:
             if r.left() < 5:
@@ -594,8 +599,9 @@ def step_greedy(r: Run) -> tuple[str, str]:
                     "--strategy", strategy, "--backend", backend]
             if index is not None:
                 argv += ["--device", str(index)]
-            label = f"{backend}{'' if index is None else ':' + str(index)}"
-            code, text = r.run(argv, min(120.0, r.left()), f"greedy {label} {strategy}")
+            label = f"{backend}{'' if index is None else ':' + str(index)}{' graphs' if graphs else ''}"
+            code, text = r.run(argv, min(120.0, r.left()), f"greedy {label} {strategy}",
+                               env=dict(r.env, FAFO_CUDA_GRAPHS="1") if graphs else None)
             if code is None:
                 rows.append(f"| {label} | {strategy} | timed out | | | |")
                 problems.append(f"{label} {strategy} timed out")
@@ -716,7 +722,8 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
         parts = ["t(T) small", "tg", "t(T) large", "pp"]
         if backend == "cuda":
             # Side by side: the warp kernels with float products (FAFO_CUDA_KERNELS=warp), the plain kernels.
-            parts[1:1] = ["warp t(T)", "plain t(T)"]
+            # And the fast kernels with each step a CUDA graph (FAFO_CUDA_GRAPHS=1).
+            parts[1:1] = ["warp t(T)", "plain t(T)", "graphs t(T)"]
         if profile:
             parts = ["profile"]
         costs: dict[int, float] = {}  # T -> seconds per step, from the small curve
@@ -726,13 +733,13 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 lines.append(f"- {label} {name}: skipped (budget)")
                 status = "timed out"
                 continue
-            share = r.left() * {"t(T) small": 0.4, "warp t(T)": 0.2, "plain t(T)": 0.2, "tg": 0.45, "t(T) large": 0.6}.get(name, 1.0)
+            share = r.left() * {"t(T) small": 0.4, "warp t(T)": 0.2, "plain t(T)": 0.2, "graphs t(T)": 0.2, "tg": 0.45, "t(T) large": 0.6}.get(name, 1.0)
             if name == "profile":
                 extra = ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
                          "--profile-tokens", "8" if r.quick else "64"]
             elif name == "t(T) small":
                 extra = ["--pp", "0", "--tg", "0", "--curve", ",".join(map(str, small)), "-r", "1"]
-            elif name in ("plain t(T)", "warp t(T)"):
+            elif name in ("plain t(T)", "warp t(T)", "graphs t(T)"):
                 extra = ["--pp", "0", "--tg", "0", "--curve", "1,8", "-r", "1"]
             elif name == "tg":
                 n, k = tg, int(reps)
@@ -774,9 +781,13 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                                  f"{share:.0f} s were left)")
                 extra = ["--pp", str(n), "--tg", "0", "--curve", "", "-r", str(k)]
             t0 = time.monotonic()
-            kernel_set = {"plain t(T)": "plain", "warp t(T)": "warp"}.get(name)
-            code, text = r.run(base + extra, max(10.0, share), f"bench {kind} {label} {name}",
-                               env=dict(r.env, FAFO_CUDA_KERNELS=kernel_set) if kernel_set else None)
+            kernel_set = {"plain t(T)": "plain", "warp t(T)": "warp", "graphs t(T)": "graphs"}.get(name)
+            env = None
+            if kernel_set == "graphs":
+                env = dict(r.env, FAFO_CUDA_GRAPHS="1")
+            elif kernel_set:
+                env = dict(r.env, FAFO_CUDA_KERNELS=kernel_set)
+            code, text = r.run(base + extra, max(10.0, share), f"bench {kind} {label} {name}", env=env)
             if code is None:
                 lines.append(f"- {label} {name}: **timed out**")
                 status = "timed out"

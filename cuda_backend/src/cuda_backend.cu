@@ -79,7 +79,7 @@ std::unique_ptr<Backend> make_cuda_backend(const std::string& device) {
                                std::to_string(props.major) + "." + std::to_string(props.minor) + ", " +
                                std::to_string(props.totalGlobalMem >> 30) + " GiB)";
   return std::make_unique<OpsBackend<CudaDevice>>(std::make_unique<CudaDevice>(index), "cuda", describe,
-                                                  cuda_kernels_from_env());
+                                                  cuda_kernels_from_env(), true, cuda_graphs_from_env());
 }
 
 }  // namespace cuda

@@ -1,12 +1,15 @@
 // The CUDA device: device memory from cudaMalloc, and the kernels of ops.h launched as
 // grids of 256-thread blocks, one thread per index, and the warp kernels of
 // warp_ops.h as 8 warps per block, on one stream. Every error becomes a
-// std::runtime_error naming the call and CUDA's message.
+// std::runtime_error naming the call and CUDA's message. A step can be captured into a
+// CUDA graph instead (begin_capture, end_capture: step_graphs.h).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "launch_times.h"
+#include "step_graphs.h"
 #include "warp.h"
 
 namespace fafo::cuda {
@@ -58,8 +62,27 @@ __global__ void run_warp_fn(Op op, uint32_t n_warps) {
   op.run(w, static_cast<uint32_t>(warp));
 }
 
+// An executable CUDA graph, destroyed with its owner.
+class GraphExec {
+ public:
+  explicit GraphExec(cudaGraphExec_t e) : exec_(e) {}
+  GraphExec(GraphExec&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
+  GraphExec& operator=(GraphExec&& o) noexcept {
+    std::swap(exec_, o.exec_);
+    return *this;
+  }
+  ~GraphExec() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+  }
+  cudaGraphExec_t get() const { return exec_; }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 class CudaDevice {
  public:
+  using Graph = GraphExec;
   explicit CudaDevice(int index) : index_(index) {
     check(cudaSetDevice(index), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -75,6 +98,7 @@ class CudaDevice {
       cudaEventDestroy(stop);
     }
     if (stream_) cudaStreamDestroy(stream_);
+    for (void* chunk : pinned_) cudaFreeHost(chunk);
   }
   CudaDevice(const CudaDevice&) = delete;
   CudaDevice& operator=(const CudaDevice&) = delete;
@@ -92,18 +116,33 @@ class CudaDevice {
                                std::to_string(free_bytes >> 20) + " MiB free of " + std::to_string(total >> 20) + ")");
     }
     check(cudaMemsetAsync(p, 0, bytes == 0 ? 1 : bytes, stream_), "cudaMemset");
+    node("memset");
     return p;
   }
   void release(void* p) noexcept {
+    if (capturing_) {
+      freed_.push_back(p);  // the graph being captured may use it
+      return;
+    }
     cudaSetDevice(index_);
     cudaFree(p);
   }
+  // While capturing, the data is copied into pinned host memory that lives until the
+  // step has run, and the copy to the device becomes a node of the graph.
   void upload(void* dst, const void* src, size_t bytes) {
     select();
+    if (capturing_) {
+      void* staged = pinned(bytes);
+      std::memcpy(staged, src, bytes);
+      check(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpy to the device");
+      node("copy");
+      return;
+    }
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpy to the device");
     sync();  // the host data may go away when this returns
   }
   void download(void* dst, const void* src, size_t bytes) {
+    not_capturing("a download");
     select();
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy from the device");
     sync();
@@ -111,7 +150,67 @@ class CudaDevice {
   void copy(void* dst, const void* src, size_t bytes) {
     select();
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpy on the device");
+    node("copy");
   }
+
+  // From here to end_capture the stream's work is captured into a graph, not run.
+  void begin_capture() {
+    if (capturing_) throw std::logic_error("begin_capture: already capturing");
+    select();
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+    capturing_ = true;
+    topology_.clear();
+    pinned_used_ = 0;
+    pinned_at_ = 0;
+  }
+  // Ends the capture and launches it: as the graph `graphs` keeps for its topology,
+  // updated to this step's arguments (cudaGraphExecUpdate), or as a new graph kept there
+  // (also when the update fails).
+  void end_capture(StepGraphs<Graph>& graphs) {
+    if (!capturing_) throw std::logic_error("end_capture: not capturing");
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    struct Destroy {
+      cudaGraph_t g;
+      ~Destroy() {
+        if (g) cudaGraphDestroy(g);
+      }
+    } destroy{graph};
+    check(ended, "cudaStreamEndCapture");
+    Graph* exec = graphs.find(topology_);
+    bool replacing = false;
+    if (exec) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(exec->get(), graph, &info) != cudaSuccess) {
+        (void)cudaGetLastError();
+        replacing = true;
+        exec = nullptr;
+      }
+    }
+    if (!exec) {
+      cudaGraphExec_t made = nullptr;
+      check(cudaGraphInstantiate(&made, graph, 0), "cudaGraphInstantiate");
+      exec = &graphs.keep(topology_, GraphExec(made), replacing);
+    }
+    check(cudaGraphLaunch(exec->get(), stream_), "cudaGraphLaunch");
+    if (!freed_.empty()) {
+      sync();
+      for (void* p : freed_) cudaFree(p);
+      freed_.clear();
+    }
+  }
+  // Drops a capture whose step failed before its end (nothing of it runs).
+  void abort_capture() {
+    if (!capturing_) return;
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    for (void* p : freed_) cudaFree(p);
+    freed_.clear();
+  }
+  bool capturing() const { return capturing_; }
   template <class Op>
   void launch(const Op& op, uint64_t n, const char* name) {
     start(run_op<Op>, op, n, 256, name);
@@ -125,6 +224,7 @@ class CudaDevice {
     start(run_warp_fn<Op>, op, n_warps, 4, name, 32);
   }
   void sync() {
+    not_capturing("a wait for the device");
     select();
     check(cudaStreamSynchronize(stream_), "a step");
   }
@@ -165,6 +265,7 @@ class CudaDevice {
     const size_t timer = start_timer();
     kernel<<<blocks, per_block * threads_per_item, 0, stream_>>>(op, static_cast<uint32_t>(n));
     check(cudaGetLastError(), name);
+    node(name);
     stop_timer(timer, name);
   }
   // The events of the next timed launch (SIZE_MAX when not timing).
@@ -195,6 +296,41 @@ class CudaDevice {
   std::vector<std::tuple<size_t, const char*, double>> pending_;  // (events, kernel, bytes) of this step's launches
 
   void select() { check(cudaSetDevice(index_), "cudaSetDevice"); }
+  void node(const char* kind) {
+    if (!capturing_) return;
+    topology_ += kind;
+    topology_ += ';';
+  }
+  void not_capturing(const char* what) const {
+    if (capturing_) throw std::logic_error(std::string(what) + " inside a captured step (its launches have not run)");
+  }
+  // `bytes` of pinned host memory for a captured upload, valid until the next capture
+  // begins (chunks of at least 1 MiB, kept).
+  void* pinned(size_t bytes) {
+    bytes = (bytes + 255) / 256 * 256;
+    while (pinned_at_ < pinned_.size()) {
+      if (pinned_used_ + bytes <= pinned_bytes_[pinned_at_]) {
+        void* p = static_cast<uint8_t*>(pinned_[pinned_at_]) + pinned_used_;
+        pinned_used_ += bytes;
+        return p;
+      }
+      ++pinned_at_;
+      pinned_used_ = 0;
+    }
+    void* chunk = nullptr;
+    const size_t size = std::max<size_t>(bytes, size_t{1} << 20);
+    check(cudaMallocHost(&chunk, size), "cudaMallocHost");
+    pinned_.push_back(chunk);
+    pinned_bytes_.push_back(size);
+    pinned_at_ = pinned_.size() - 1;
+    pinned_used_ = bytes;
+    return chunk;
+  }
+  bool capturing_ = false;
+  std::string topology_;
+  std::vector<void*> freed_, pinned_;
+  std::vector<size_t> pinned_bytes_;
+  size_t pinned_at_ = 0, pinned_used_ = 0;
   int index_ = 0;
   bool int8_mma_ = false;
   cudaStream_t stream_ = nullptr;

@@ -9,11 +9,12 @@
 
 namespace fafo::cuda {
 
-std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels, bool fuse) {
+std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels, bool fuse, std::optional<bool> graphs) {
   auto device = std::make_unique<HostDevice>();
   const std::string describe = "CUDA backend, " + device->description();
   return std::make_unique<OpsBackend<HostDevice>>(std::move(device), "cuda-emulated", describe,
-                                                  kernels ? *kernels : cuda_kernels_from_env(), fuse);
+                                                  kernels ? *kernels : cuda_kernels_from_env(), fuse,
+                                                  graphs ? *graphs : cuda_graphs_from_env());
 }
 
 }  // namespace fafo::cuda

@@ -1,7 +1,9 @@
 // The host device: runs the CUDA backend's kernels (ops.h) on the CPU, one index after
 // another, and its warp kernels (warp_ops.h) one warp after another, the lanes of a warp
 // phase by phase (every lane's shares, the warp's tree, every lane's finish), with
-// device memory in host memory. It makes the backend's whole step logic
+// device memory in host memory. It captures steps as a GPU does (begin_capture): the
+// launches, uploads and copies are recorded and run at end_capture, so tests see what
+// a graph would compute. It makes the backend's whole step logic
 // run and be tested where there is no GPU (CI); it is not meant to be fast.
 #pragma once
 
@@ -10,12 +12,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "dot_order.h"
 #include "launch_times.h"
+#include "step_graphs.h"
 #include "warp.h"
 
 namespace fafo::cuda {
@@ -28,12 +33,34 @@ class HostDevice {
     if (!p) throw std::runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
     return p;
   }
-  void release(void* p) noexcept { std::free(p); }
-  void upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-  void download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
+  void release(void* p) noexcept {
+    if (capturing_) freed_.push_back(p);  // the recording may still use it
+    else std::free(p);
+  }
+  void upload(void* dst, const void* src, size_t bytes) {
+    if (!capturing_) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    std::vector<uint8_t> data(static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(src) + bytes);
+    record("copy", [dst, data = std::move(data)] { std::memcpy(dst, data.data(), data.size()); });
+  }
+  void download(void* dst, const void* src, size_t bytes) {
+    not_capturing("a download");
+    std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) {
+    if (capturing_) record("copy", [=] { std::memmove(dst, src, bytes); });
+    else std::memmove(dst, src, bytes);
+  }
   template <class Op>
   void launch(const Op& op, uint64_t n, const char* name) {
+    if (capturing_) {
+      record(name, [op, n] {
+        for (uint64_t i = 0; i < n; ++i) op(static_cast<uint32_t>(i));
+      });
+      return;
+    }
     timed(name, [&] {
       for (uint64_t i = 0; i < n; ++i) op(static_cast<uint32_t>(i));
     });
@@ -42,7 +69,8 @@ class HostDevice {
   // sum's 32 shares (the order warp_tree's shuffles add them in), every lane's finish.
   template <class Op>
   void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
-    timed(name, [&] { run_warps(op, n_warps); });
+    if (capturing_) record(name, [this, op, n_warps] { run_warps(op, n_warps); });
+    else timed(name, [&] { run_warps(op, n_warps); });
   }
   template <class Op>
   void run_warps(const Op& op, uint64_t n_warps) {
@@ -62,14 +90,47 @@ class HostDevice {
   // A warp function over n_warps warps (warp.h: op.run(warp, index)), one after another.
   template <class Op>
   void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
-    timed(name, [&] {
+    const auto run = [op, n_warps] {
       HostWarp warp;
       for (uint64_t w = 0; w < n_warps; ++w) op.run(warp, static_cast<uint32_t>(w));
-    });
+    };
+    if (capturing_) record(name, run);
+    else timed(name, run);
   }
   // The warp's mma_s8 (warp.h), emulated.
   bool has_int8_tensor_cores() const { return true; }
-  void sync() {}
+  void sync() { not_capturing("a wait for the device"); }
+
+  // A step's graph: its recorded launches, uploads and copies in order.
+  using Graph = std::vector<std::function<void()>>;
+  // From here to end_capture, record instead of run (as stream capture does).
+  void begin_capture() {
+    if (capturing_) throw std::logic_error("begin_capture: already capturing");
+    capturing_ = true;
+    recording_.clear();
+    topology_.clear();
+  }
+  // Runs the recording as the graph `graphs` keeps for its topology, that graph then
+  // updated to it (a GPU's cudaGraphExecUpdate), or as a new graph kept there.
+  void end_capture(StepGraphs<Graph>& graphs) {
+    if (!capturing_) throw std::logic_error("end_capture: not capturing");
+    capturing_ = false;
+    Graph* graph = graphs.find(topology_);
+    if (graph) *graph = std::move(recording_);
+    else graph = &graphs.keep(topology_, std::move(recording_));
+    recording_.clear();
+    for (const auto& node : *graph) node();
+    for (void* p : freed_) std::free(p);
+    freed_.clear();
+  }
+  // Drops a capture whose step failed before its end (nothing of it runs).
+  void abort_capture() {
+    capturing_ = false;
+    recording_.clear();
+    for (void* p : freed_) std::free(p);
+    freed_.clear();
+  }
+  bool capturing() const { return capturing_; }
 
   // Profiling: while on, every launch's host time is kept (with the bytes note_bytes
   // gave for it) until take_times().
@@ -102,6 +163,19 @@ class HostDevice {
     times_.launches.push_back({name, std::chrono::duration<double>(end - start).count(), bytes_});
     bytes_ = 0;
   }
+  template <class F>
+  void record(const char* kind, F&& node) {
+    recording_.emplace_back(std::forward<F>(node));
+    topology_ += kind;
+    topology_ += ';';
+  }
+  void not_capturing(const char* what) const {
+    if (capturing_) throw std::logic_error(std::string(what) + " inside a captured step (its launches have not run)");
+  }
+  bool capturing_ = false;
+  Graph recording_;
+  std::string topology_;
+  std::vector<void*> freed_;
   bool timing_ = false;
   double bytes_ = 0;
   LaunchTimes times_;

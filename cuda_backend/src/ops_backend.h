@@ -29,6 +29,7 @@
 #include "int_ops.h"
 #include "launch_times.h"
 #include "ops.h"
+#include "step_graphs.h"
 #include "warp_ops.h"
 
 namespace fafo::cuda {
@@ -242,14 +243,18 @@ class OpsBackend final : public Backend, public StepAccess {
   // `fuse` (warp kernels only): the attention projections as one product with RoPE and
   // the stores after it (rope_store), the gate and up projections as one with the
   // SwiGLU, and each RMSNorm inside the product after it; the same bits either way.
+  // `graphs`: steps whose shape ran before are captured and replayed as graphs
+  // (step_graphs.h; FAFO_CUDA_GRAPHS).
   OpsBackend(std::unique_ptr<Device> device, std::string name, std::string describe, CudaKernels kernels,
-             bool fuse = true)
+             bool fuse = true, bool graphs = false)
       : device_(std::move(device)),
         name_(std::move(name)),
-        describe_(std::move(describe) + "; " + kernels_description(kernels, fuse)),
+        describe_(std::move(describe) + "; " + kernels_description(kernels, fuse) + (graphs ? ", CUDA graphs" : "")),
         kernels_(kernels),
-        fuse_(kernels != CudaKernels::Plain && fuse) {}
+        fuse_(kernels != CudaKernels::Plain && fuse),
+        graphs_(graphs) {}
   ~OpsBackend() override {
+    if (device_->capturing()) device_->abort_capture();
     weights_.clear();
     activations_.clear();
   }
@@ -318,6 +323,7 @@ class OpsBackend final : public Backend, public StepAccess {
   int32_t max_step_sequences() const override { return StepBatch::kMaxTokens; }
 
   void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
+    if (device_->capturing()) device_->abort_capture();  // a step that failed before finish_step
     std::vector<OpsKvCache<Device>*> kvs;
     for (KvCache* cache : caches) kvs.push_back(&own_kv_cache<OpsKvCache<Device>>(*this, *cache));
     check_step_fits(batch, caches, max_step_rows_);
@@ -353,6 +359,11 @@ class OpsBackend final : public Backend, public StepAccess {
       }
     order_ = orders.empty() ? nullptr : order_staging_.put(*device_, orders);
     ++steps_;
+    if (graphs_ && !profiling_) {
+      std::vector<int32_t> shape{batch.size()};
+      for (int32_t k = 0; k < batch.n_segments(); ++k) shape.push_back(batch.segment(k).size);
+      if (step_graphs_.capture(shape)) device_->begin_capture();  // the step's inputs are uploaded: its launches next
+    }
   }
 
   void embed(const Weight& table, Activation& out) override {
@@ -549,12 +560,16 @@ class OpsBackend final : public Backend, public StepAccess {
   }
 
   void finish_step() override {
+    if (device_->capturing()) device_->end_capture(step_graphs_);
     device_->sync();
     if (profiling_) add_to_profile(device_->take_times());
   }
 
   // Per-kernel device time (CUDA events around each launch; the host device times its
   // loops), by kernel name; the weight bytes of the products.
+  // What the step graphs did (FAFO_CUDA_GRAPHS).
+  const GraphStats& graph_stats() const { return step_graphs_.stats(); }
+
   std::string start_profile() override {
     device_->set_timing(true);
     profile_ = KernelProfile{};
@@ -813,6 +828,8 @@ class OpsBackend final : public Backend, public StepAccess {
   bool profiling_ = false;
   KernelProfile profile_;
   bool fuse_ = true;  // fused products (warp kernels)
+  bool graphs_ = false;
+  StepGraphs<typename Device::Graph> step_graphs_;
   std::vector<StoredWeight> weights_;
   std::vector<StoredActivation> activations_;
   int64_t max_step_rows_ = 0;

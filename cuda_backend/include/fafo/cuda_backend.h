@@ -36,12 +36,26 @@ inline CudaKernels cuda_kernels_from_env() {
   throw std::invalid_argument("FAFO_CUDA_KERNELS is '" + std::string(v) + "': it must be fast, warp or plain");
 }
 
+// FAFO_CUDA_GRAPHS=1: a step whose shape ran before is captured into a CUDA graph and
+// launched as one (cuda_backend/src/step_graphs.h); unset or 0: every kernel launched
+// on its own (the default until a GPU run has checked the graphs). Another value is an
+// std::invalid_argument.
+inline bool cuda_graphs_from_env() {
+  const char* v = std::getenv("FAFO_CUDA_GRAPHS");
+  if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  throw std::invalid_argument("FAFO_CUDA_GRAPHS is '" + std::string(v) + "': it must be 0 or 1");
+}
+
 // The CUDA backend's code with its kernels run on the host (HostDevice: one index after
 // another, a warp's lanes phase by phase): what tests use where there is no GPU. Always
 // built; slow. `kernels`: else cuda_kernels_from_env(). `fuse` (warp kernels): the fused
 // products (the attention projections as one with RoPE and the stores after it, the
 // gate and up projections as one with the SwiGLU, RMSNorm inside products), which give
 // the same bits as the ops apart.
-std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels = std::nullopt, bool fuse = true);
+// `graphs`: else cuda_graphs_from_env() (the host device records a captured step and
+// runs it at its end, as a graph).
+std::unique_ptr<Backend> make_emulated_backend(std::optional<CudaKernels> kernels = std::nullopt, bool fuse = true,
+                                               std::optional<bool> graphs = std::nullopt);
 
 }  // namespace fafo::cuda
