@@ -27,11 +27,13 @@
 #include "../cuda_backend/src/int_ops.h"
 #include "../cuda_backend/src/ops_backend.h"
 #include "../cuda_backend/src/step_graphs.h"
+#include "../cuda_backend/src/top_k_op.h"
 #include "../cuda_backend/src/ops.h"
 #include "../cuda_backend/src/warp_ops.h"
 #include "fafo/cuda_backend.h"
 #include "fafo/generator.h"
 #include "fafo/tensor_type.h"
+#include "fafo/top_k.h"
 #include "random_weights.h"
 #include "model_fixtures.h"
 #include "joined_steps_check.h"
@@ -556,6 +558,51 @@ TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithIntegerProducts) {
   for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(run(fafo::Strategy::Fafo, policy), ar) << policy;
 }
 
+// Top-k on the device (TopKWarpOp, a warp per row) is fafo::top_k_row bit for bit:
+// rows of few distinct values (ties broken by the lower index), -0.0 tying +0.0,
+// infinities, k = 1, k = n and k past the 32 lanes, a row with a NaN marked, rows of
+// odd lengths.
+TEST(CudaTopK, EachRowsBestKAreTheHostsInItsOrder) {
+  fafo::cuda::HostDevice device;
+  std::mt19937 rng(29);
+  for (const uint32_t n : {1u, 7u, 33u, 300u, 1000u}) {
+    for (const uint32_t k : {1u, 5u, 40u, 1000u}) {
+      if (k > n) continue;
+      SCOPED_TRACE("n = " + std::to_string(n) + ", k = " + std::to_string(k));
+      const uint32_t rows = 4, stride = n + 3;
+      std::vector<float> x(size_t{rows} * stride, 9.0f);
+      std::uniform_int_distribution<int> few(-3, 3);
+      std::uniform_real_distribution<float> any(-5.0f, 5.0f);
+      for (uint32_t r = 0; r < rows; ++r)
+        for (uint32_t i = 0; i < n; ++i) {
+          float v = r == 0 ? static_cast<float>(few(rng)) : any(rng);  // row 0: many ties
+          if (r == 0 && v == 0.0f && i % 2) v = -0.0f;
+          if (r == 1 && i % 17 == 3) v = (i % 2) ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+          x[size_t{r} * stride + i] = v;
+        }
+      x[size_t{3} * stride + n / 2] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<uint32_t> out(size_t{rows} * (4 * k + 1), 0xdeadbeefu);
+      uint32_t* base = out.data();
+      device.launch_warp_fn(fafo::cuda::TopKWarpOp{x.data(), n, stride, k, reinterpret_cast<int32_t*>(base),
+                                                   reinterpret_cast<float*>(base + rows * k), base + rows * k * 2,
+                                                   base + rows * (k * 2 + 1)},
+                            rows, "top_k");
+      for (uint32_t r = 0; r < rows; ++r) {
+        std::vector<int32_t> ids(k);
+        std::vector<float> values(k);
+        const bool ok = fafo::top_k_row(x.data() + size_t{r} * stride, static_cast<int32_t>(n), static_cast<int32_t>(k),
+                                        ids.data(), values.data());
+        EXPECT_EQ(base[rows * k * 2 + r], ok ? 0u : 1u) << "row " << r;
+        if (!ok) continue;
+        for (uint32_t j = 0; j < k; ++j) {
+          ASSERT_EQ(static_cast<int32_t>(base[r * k + j]), ids[j]) << "row " << r << " rank " << j;
+          ASSERT_EQ(base[rows * k + r * k + j], std::bit_cast<uint32_t>(values[j])) << "row " << r << " rank " << j;
+        }
+      }
+    }
+  }
+}
+
 // The step graphs' bookkeeping (step_graphs.h): a shape is captured from its second
 // step on (the shapes seen are bounded); a kept graph is found by its topology and
 // becomes the most recently used; beyond the capacity the least recently used is
@@ -594,7 +641,8 @@ TEST(CudaGraphs, RepeatedShapesAreCapturedAndTheLeastRecentlyUsedGraphGoes) {
 // With FAFO_CUDA_GRAPHS the backend captures each step whose shape ran before and runs
 // it as a graph (the host device records the launches and in-step uploads and runs them
 // at the step's end, as a GPU would): the logits and every strategy's ids are the bits
-// of launching each kernel at once; decode steps reuse one graph, updated; a download
+// of launching each kernel at once; decode steps reuse one graph, updated; after a step
+// that throws inside, a download first runs what its capture recorded; a download
 // inside a captured step is an error, not a stale read.
 TEST(CudaEmulated, GraphsGiveTheBitsOfLaunchesOneByOne) {
   fafo::synth::SyntheticConfig c;
@@ -627,6 +675,15 @@ TEST(CudaEmulated, GraphsGiveTheBitsOfLaunchesOneByOne) {
       r.logits.push_back(model.forward(one));
       model.commit(1);
     }
+    // A step that fails inside (a token outside the vocabulary: embed throws) while it
+    // is captured: the calls after it are not captured into its graph.
+    fafo::StepBatch bad = fafo::StepBatch::causal({100000}, model.n_past());
+    EXPECT_ANY_THROW(model.forward(bad));
+    fafo::Activation a = model.backend().alloc_activation(1, 4);
+    EXPECT_NO_THROW(model.backend().read_rows(a, 1));  // runs the failed step's capture first
+    fafo::StepBatch after = fafo::StepBatch::causal({5}, model.n_past());
+    r.logits.push_back(model.forward(after));
+    model.commit(1);
     const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31};
     for (const fafo::Strategy s : {fafo::Strategy::Ar, fafo::Strategy::Lookahead, fafo::Strategy::Fafo}) {
       model.truncate(0);

@@ -54,6 +54,16 @@ __global__ void run_warp_op(Op op, uint32_t n_warps) {
   op.finish(static_cast<uint32_t>(warp), lane, v);
 }
 
+// 1 where the code loaded for this GPU has mma.sync's 8-bit products (built for sm_80 or
+// later: DeviceWarp::mma_s8 traps otherwise).
+__global__ inline void probe_int8_mma(int* out) {
+#if __CUDA_ARCH__ >= 800
+  *out = 1;
+#else
+  *out = 0;
+#endif
+}
+
 template <class Op>
 __global__ void run_warp_fn(Op op, uint32_t n_warps) {
   const uint64_t warp = (static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -86,17 +96,27 @@ class CudaDevice {
   explicit CudaDevice(int index) : index_(index) {
     check(cudaSetDevice(index), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    int major = 0;
-    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index), "cudaDeviceGetAttribute");
-    int8_mma_ = major >= 8;
+    int* flag = nullptr;
+    check(cudaMalloc(&flag, sizeof(int)), "cudaMalloc");
+    probe_int8_mma<<<1, 1, 0, stream_>>>(flag);
+    int found = 0;
+    const cudaError_t e = cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost, stream_);
+    cudaStreamSynchronize(stream_);
+    cudaFree(flag);
+    check(e, "probing the GPU's code");
+    int8_mma_ = found == 1;
   }
-  // mma.sync's 8-bit integer products (warp.h: DeviceWarp::mma_s8): compute capability 8.0 on.
+  // mma.sync's 8-bit integer products (warp.h: DeviceWarp::mma_s8) in the code loaded for
+  // this GPU: compute capability 8.0 on, and the build's architectures (cmake/cuda.cmake)
+  // include one of them.
   bool has_int8_tensor_cores() const { return int8_mma_; }
   ~CudaDevice() {
     for (auto& [start, stop] : events_) {
       cudaEventDestroy(start);
       cudaEventDestroy(stop);
     }
+    if (capturing_) abort_capture();
+    for (void* p : freed_) cudaFree(p);
     if (stream_) cudaStreamDestroy(stream_);
     for (void* chunk : pinned_) cudaFreeHost(chunk);
   }
@@ -169,6 +189,15 @@ class CudaDevice {
   void end_capture(StepGraphs<Graph>& graphs) {
     if (!capturing_) throw std::logic_error("end_capture: not capturing");
     capturing_ = false;
+    struct FreeAfter {  // memory freed during the capture: after the graph ran, on every path
+      CudaDevice& d;
+      ~FreeAfter() {
+        if (d.freed_.empty()) return;
+        cudaStreamSynchronize(d.stream_);
+        for (void* p : d.freed_) cudaFree(p);
+        d.freed_.clear();
+      }
+    } free_after{*this};
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
     struct Destroy {
@@ -194,11 +223,6 @@ class CudaDevice {
       exec = &graphs.keep(topology_, GraphExec(made), replacing);
     }
     check(cudaGraphLaunch(exec->get(), stream_), "cudaGraphLaunch");
-    if (!freed_.empty()) {
-      sync();
-      for (void* p : freed_) cudaFree(p);
-      freed_.clear();
-    }
   }
   // Drops a capture whose step failed before its end (nothing of it runs).
   void abort_capture() {

@@ -31,6 +31,10 @@ class HostDevice {
   void* alloc(size_t bytes) {
     void* p = std::calloc(bytes == 0 ? 1 : bytes, 1);
     if (!p) throw std::runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    if (capturing_) {  // a GPU zeroes it by a node of the graph
+      topology_ += "memset;";
+      recording_.emplace_back([] {});
+    }
     return p;
   }
   void release(void* p) noexcept {

@@ -30,6 +30,7 @@
 #include "launch_times.h"
 #include "ops.h"
 #include "step_graphs.h"
+#include "top_k_op.h"
 #include "warp_ops.h"
 
 namespace fafo::cuda {
@@ -89,12 +90,15 @@ class StepAccess {
   virtual ~StepAccess() = default;
   virtual const StepBatch& step_batch() const = 0;
   virtual float* data_of(const Activation& a) const = 0;
+  // Runs what a capture still open has recorded (FAFO_CUDA_GRAPHS): before a download or
+  // a wait, which a captured step cannot hold.
+  virtual void run_open_capture() = 0;
 };
 
 template <class Device>
 class OpsKvCache final : public KvCache {
  public:
-  OpsKvCache(const KvCacheShape& shape, Device& device, const StepAccess& step)
+  OpsKvCache(const KvCacheShape& shape, Device& device, StepAccess& step)
       : KvCache(shape), device_(device), step_(step), f16_(shape.type == KvCacheType::F16) {
     if (shape.n_layer < 1 || shape.capacity < 1 || shape.kv_dim < 1)
       throw std::invalid_argument("a KV cache needs at least one layer, one entry and one value per entry");
@@ -157,6 +161,7 @@ class OpsKvCache final : public KvCache {
   }
 
   std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) override {
+    step_.run_open_capture();
     check_layer(layer, "read_keys");
     const size_t kv_dim = static_cast<size_t>(shape().kv_dim);
     std::vector<float> out(slots.size() * kv_dim);
@@ -175,6 +180,7 @@ class OpsKvCache final : public KvCache {
   }
 
   std::vector<float> captured_queries(int32_t layer) override {
+    step_.run_open_capture();
     if (layer < 0 || layer >= shape().n_layer) return {};
     const Captured& c = captured_[static_cast<size_t>(layer)];
     std::vector<float> out(size_t{c.rows} * c.cols);
@@ -182,8 +188,14 @@ class OpsKvCache final : public KvCache {
     return out;
   }
 
-  void swap_slots(const SlotPairs& pairs) override { slots(pairs, true, "swap_kv"); }
-  void move_slots(const SlotPairs& moves) override { slots(moves, false, "move_kv"); }
+  void swap_slots(const SlotPairs& pairs) override {
+    step_.run_open_capture();
+    slots(pairs, true, "swap_kv");
+  }
+  void move_slots(const SlotPairs& moves) override {
+    step_.run_open_capture();
+    slots(moves, false, "move_kv");
+  }
 
   void* keys(int32_t layer) const { return keys_[static_cast<size_t>(layer)].get(); }
   void* values(int32_t layer) const { return values_[static_cast<size_t>(layer)].get(); }
@@ -227,7 +239,7 @@ class OpsKvCache final : public KvCache {
   }
 
   Device& device_;
-  const StepAccess& step_;
+  StepAccess& step_;
   bool f16_;
   int32_t part_ = 0;
   std::vector<DeviceMemory<Device>> keys_, values_;
@@ -323,7 +335,7 @@ class OpsBackend final : public Backend, public StepAccess {
   int32_t max_step_sequences() const override { return StepBatch::kMaxTokens; }
 
   void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
-    if (device_->capturing()) device_->abort_capture();  // a step that failed before finish_step
+    run_open_capture();  // of a step that threw before finish_step: what it issued runs, as without graphs
     std::vector<OpsKvCache<Device>*> kvs;
     for (KvCache* cache : caches) kvs.push_back(&own_kv_cache<OpsKvCache<Device>>(*this, *cache));
     check_step_fits(batch, caches, max_step_rows_);
@@ -530,6 +542,7 @@ class OpsBackend final : public Backend, public StepAccess {
     launch(ArgmaxOp{data_of(x), out, static_cast<uint32_t>(x.cols), static_cast<uint32_t>(x.cols)}, argmax_n_, "argmax");
   }
   std::vector<int32_t> read_argmax(int64_t n_rows) override {
+    run_open_capture();
     if (n_rows < 0 || n_rows > argmax_n_) throw std::out_of_range("read_argmax: more rows than argmax_rows computed");
     std::vector<int32_t> out(static_cast<size_t>(n_rows));
     if (n_rows > 0)
@@ -537,25 +550,36 @@ class OpsBackend final : public Backend, public StepAccess {
     return out;
   }
 
-  // Top-k: the rows are read back after the step and ranked on the host (fafo/top_k.h).
+  // Top-k on the device (top_k_op.h: a warp per row, fafo/top_k.h's order exactly);
+  // read_top_k reads back k ids and values per row.
   void top_k_rows(const Activation& x, int32_t k) override {
     if (k < 1 || k > kMaxTopK || k > x.cols) throw std::invalid_argument("top_k_rows: k out of range");
-    top_k_source_ = x;
-    top_k_n_ = rows_of(x);
+    const uint32_t rows = rows_of(x), kk = static_cast<uint32_t>(k);
+    const uint64_t per_row = uint64_t{kk} * 4 + 1;  // ids, values, 2k scratch words; the NaN flag
+    uint32_t* base = top_k_staging_.template reserve<uint32_t>(*device_, static_cast<size_t>(std::max<uint32_t>(rows, 1) * per_row));
+    top_k_out_ = base;
+    const TopKWarpOp op{data_of(x), static_cast<uint32_t>(x.cols), static_cast<uint32_t>(x.cols), kk,
+                        reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + uint64_t{rows} * kk),
+                        base + uint64_t{rows} * kk * 2, base + uint64_t{rows} * (kk * 2 + 1)};
+    launch_warp_fn(op, rows, "top_k");
+    top_k_n_ = rows;
     top_k_k_ = k;
   }
   TopK read_top_k(int64_t n_rows) override {
+    run_open_capture();
     if (n_rows < 0 || n_rows > top_k_n_) throw std::out_of_range("read_top_k: more rows than top_k_rows computed");
-    const std::vector<float> rows = read_rows(top_k_source_, n_rows);
+    const uint64_t rows = static_cast<uint64_t>(top_k_n_), kk = static_cast<uint64_t>(top_k_k_);
     TopK out;
     out.k = top_k_k_;
     out.ids.resize(static_cast<size_t>(n_rows * top_k_k_));
     out.values.resize(static_cast<size_t>(n_rows * top_k_k_));
-    out.has_nan.resize(static_cast<size_t>(n_rows));
-    for (int64_t r = 0; r < n_rows; ++r)
-      out.has_nan[static_cast<size_t>(r)] =
-          !top_k_row(rows.data() + r * top_k_source_.cols, static_cast<int32_t>(top_k_source_.cols), top_k_k_,
-                     out.ids.data() + r * top_k_k_, out.values.data() + r * top_k_k_);
+    std::vector<uint32_t> nan(static_cast<size_t>(n_rows));
+    if (n_rows > 0) {
+      device_->download(out.ids.data(), top_k_out_, out.ids.size() * sizeof(int32_t));
+      device_->download(out.values.data(), top_k_out_ + rows * kk, out.values.size() * sizeof(float));
+      device_->download(nan.data(), top_k_out_ + rows * kk * 2, nan.size() * sizeof(uint32_t));
+    }
+    out.has_nan.assign(nan.begin(), nan.end());
     return out;
   }
 
@@ -567,16 +591,21 @@ class OpsBackend final : public Backend, public StepAccess {
 
   // Per-kernel device time (CUDA events around each launch; the host device times its
   // loops), by kernel name; the weight bytes of the products.
+  void run_open_capture() override {
+    if (device_->capturing()) device_->end_capture(step_graphs_);
+  }
   // What the step graphs did (FAFO_CUDA_GRAPHS).
   const GraphStats& graph_stats() const { return step_graphs_.stats(); }
 
   std::string start_profile() override {
+    run_open_capture();
     device_->set_timing(true);
     profile_ = KernelProfile{};
     profiling_ = true;
     return "";
   }
   KernelProfile take_profile() override {
+    run_open_capture();
     device_->set_timing(false);
     profiling_ = false;
     KernelProfile p = std::move(profile_);
@@ -585,6 +614,7 @@ class OpsBackend final : public Backend, public StepAccess {
   }
 
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
+    run_open_capture();
     if (n_rows < 0 || n_rows > x.rows) throw std::out_of_range("read_rows: more rows than the activation holds");
     std::vector<float> out(static_cast<size_t>(n_rows * x.cols));
     if (!out.empty()) device_->download(out.data(), data_of(x), out.size() * sizeof(float));
@@ -838,7 +868,7 @@ class OpsBackend final : public Backend, public StepAccess {
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_,
-      attention_scratch_, split_partials_, q8_staging_;
+      attention_scratch_, split_partials_, q8_staging_, top_k_staging_;
   const int32_t* tokens_ = nullptr;
   const uint64_t* mask_ = nullptr;
   const uint8_t* compressed_ = nullptr;
@@ -855,7 +885,7 @@ class OpsBackend final : public Backend, public StepAccess {
   std::vector<RopeTable> rope_tables_;
   uint64_t steps_ = 0;
   int64_t argmax_n_ = 0;
-  Activation top_k_source_;
+  const uint32_t* top_k_out_ = nullptr;  // ids, values, NaN flags of the rows top_k_rows ranked
   int64_t top_k_n_ = 0;
   int32_t top_k_k_ = 0;
 };

@@ -14,7 +14,9 @@
 // c += A B, A 16 x 16 and B 16 x 8 signed bytes, c 16 x 8 int32, exact, in the
 // instruction's fragments: lane 4g + i holds a0 = A row g, columns 4i..4i + 3 (four
 // bytes, the first lowest), a1 = A row g + 8, the same columns, b = B column g, rows
-// 4i..4i + 3, and c[0], c[1] = (row g, columns 2i, 2i + 1), c[2], c[3] = (row g + 8, ...). Code between these calls runs per lane and must only touch its own lane's
+// 4i..4i + 3, and c[0], c[1] = (row g, columns 2i, 2i + 1), c[2], c[3] = (row g + 8, ...).
+// ballot(f) is the mask of the lanes whose f is true (bit l: lane l), on every lane;
+// sync() makes the lanes' writes to memory visible to each other (__syncwarp). Code between these calls runs per lane and must only touch its own lane's
 // values (vec[lane] inside each()), as the GPU's lanes cannot see each other's.
 #pragma once
 
@@ -28,6 +30,16 @@ namespace fafo::cuda {
 
 // The larger of a and b (b when a is not larger; NaN compares false), alike everywhere.
 FAFO_HD float max_f(float a, float b) { return a > b ? a : b; }
+
+FAFO_HD uint32_t popcount32(uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint32_t>(__popc(v));
+#else
+  uint32_t n = 0;
+  for (; v != 0; v &= v - 1) ++n;
+  return n;
+#endif
+}
 
 struct HostWarp {
   template <class T>
@@ -57,6 +69,12 @@ struct HostWarp {
     for (uint32_t lane = 0; lane < kLanes; ++lane) s += x[lane];
     return s;
   }
+  uint32_t ballot(const Vec<bool>& f) const {
+    uint32_t mask = 0;
+    for (uint32_t lane = 0; lane < kLanes; ++lane) mask |= f[lane] ? 1u << lane : 0u;
+    return mask;
+  }
+  void sync() const {}
   void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b, Vec<int32_t> c[4]) const {
     int8_t A[16][16], B[16][8];
     for (uint32_t lane = 0; lane < kLanes; ++lane) {
@@ -114,6 +132,8 @@ struct DeviceWarp {
     for (uint32_t offset = 16; offset >= 1; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
     return s;
   }
+  __device__ __forceinline__ uint32_t ballot(const Vec<bool>& f) const { return __ballot_sync(0xffffffffu, f.v); }
+  __device__ __forceinline__ void sync() const { __syncwarp(); }
   __device__ __forceinline__ void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b,
                                          Vec<int32_t> c[4]) const {
 #if __CUDA_ARCH__ >= 800
