@@ -953,9 +953,10 @@ INSTANTIATE_TEST_SUITE_P(EveryBackendAndDevice, BackendOps, ::testing::ValuesIn(
 // sums. Ops that call exp, sin/cos, sqrt or a division may differ in the last bits (the
 // drivers' versions of those are not CUDA's): the pair check reports their largest
 // difference and does not fail on them. Nor does it on products with block-quantized
-// weights where a backend rounds their activations to 8 bits (the CUDA backend's integer
-// products: the GPU run compares the pair with FAFO_CUDA_KERNELS=warp too, where CUDA
-// multiplies in floats like Vulkan).
+// weights where a backend rounds their activations to 8 bits, or with F16 weights where
+// one rounds them to halves (the CUDA backend's integer and tensor-core products: the
+// GPU run compares the pair with FAFO_CUDA_KERNELS=warp too, where CUDA multiplies in
+// floats like Vulkan).
 
 // The ops whose results must be bit-identical across the pair.
 bool same_bits_expected(const std::string& op) {
@@ -976,6 +977,7 @@ PairReport compare_pair(OpEnv& a, OpEnv& b, const std::string& label) {
   PairReport report;
   const bool mla = a.be().runs_latent_attention() && b.be().runs_latent_attention();
   const bool rounds = a.be().numerics().rounded_matmul_tolerance > 0 || b.be().numerics().rounded_matmul_tolerance > 0;
+  const bool halves = a.be().numerics().half_matmul_tolerance > 0 || b.be().numerics().half_matmul_tolerance > 0;
   for (const OpCase& c : op_table()) {
     if (c.op == "latent_attention" && !mla) continue;
     ++report.cases;
@@ -987,7 +989,8 @@ PairReport compare_pair(OpEnv& a, OpEnv& b, const std::string& label) {
     auto& [n, largest] = report.differing_per_op[c.op];
     ++n;
     largest = std::max(largest, r.conformance.max_error);
-    if (same_bits_expected(c.op) && !(rounds && c.rounded_matmul)) report.must_match_but_differ.push_back(c.op + " " + c.name + ": " + r.conformance.first);
+    if (same_bits_expected(c.op) && !(rounds && c.rounded_matmul) && !(halves && c.half_matmul))
+      report.must_match_but_differ.push_back(c.op + " " + c.name + ": " + r.conformance.first);
   }
   std::printf("  pair %s: %d of %d cases bit-identical", label.c_str(), report.identical, report.cases);
   for (const auto& [op, d] : report.differing_per_op)

@@ -24,6 +24,7 @@
 #include "../cuda_backend/src/block_decode.h"
 #include "../cuda_backend/src/dot_order.h"
 #include "../cuda_backend/src/host_device.h"
+#include "../cuda_backend/src/half_mma_ops.h"
 #include "../cuda_backend/src/int_ops.h"
 #include "../cuda_backend/src/ops_backend.h"
 #include "../cuda_backend/src/step_graphs.h"
@@ -556,6 +557,57 @@ TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithIntegerProducts) {
   EXPECT_EQ(run(fafo::Strategy::Jacobi, "stream"), ar);
   EXPECT_EQ(run(fafo::Strategy::Lookahead, "stream"), ar);
   for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(run(fafo::Strategy::Fafo, policy), ar) << policy;
+}
+
+// F16 products on the tensor cores (HalfMmaWarpOp's parts of 256 columns, then
+// HalfCombineOp; mma_f16 emulated): each output is the dot product of the weights with
+// the activations rounded to halves within float roundings, the same bits for every step
+// size (1, 3, 8, 9, 17), rows in a partial tile, row lengths that end inside a 16-column
+// step and inside a part (45, 300, 600), accumulation and the gated form.
+TEST(CudaHalfMma, ProductsAreTheHalfRoundedDotForEveryStepSize) {
+  fafo::cuda::HostDevice device;
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  for (const uint32_t cols : {45u, 300u, 600u}) {
+    SCOPED_TRACE("cols = " + std::to_string(cols));
+    const uint32_t rows = 20, T_max = 17;
+    std::vector<uint16_t> w(size_t{2 * rows} * cols);  // the gated form's 2 x rows
+    for (uint16_t& h : w) h = fafo::cuda::float_to_half_bits(value(rng));
+    std::vector<float> x(size_t{T_max} * cols);
+    for (float& v : x) v = value(rng);
+    const uint64_t row_bytes = 2ull * cols;
+    const auto* bytes = reinterpret_cast<const uint8_t*>(w.data());
+    auto product = [&](uint32_t T, bool gated, bool accumulate, std::vector<float>& out) {
+      const uint32_t parts = fafo::cuda::HalfMmaWarpOp::parts(cols), matrices = gated ? 2 : 1;
+      std::vector<float> partials(size_t{matrices} * parts * T * rows);
+      device.launch_warp_fn(fafo::cuda::HalfMmaWarpOp{bytes, x.data(), partials.data(), rows, cols, T, cols, matrices, row_bytes},
+                            fafo::cuda::HalfMmaWarpOp::warps(rows, cols, T), "matmul");
+      device.launch(fafo::cuda::HalfCombineOp{partials.data(), out.data(), rows, T, parts, rows + 1, gated, accumulate},
+                    uint64_t{T} * rows, "matmul_combine");
+    };
+    std::vector<float> want(size_t{T_max} * (rows + 1), 0.25f), want_gated(want.size(), 0.25f);
+    product(T_max, false, true, want);
+    product(T_max, true, false, want_gated);
+    for (uint32_t t = 0; t < T_max; ++t)
+      for (uint32_t r = 0; r < rows; ++r) {
+        double exact = 0, scale = 0;
+        for (uint32_t c = 0; c < cols; ++c) {
+          const double term = double{fafo::cuda::half_bits_to_float(w[size_t{r} * cols + c])} *
+                              fafo::cuda::half_bits_to_float(fafo::cuda::float_to_half_bits(x[size_t{t} * cols + c]));
+          exact += term;
+          scale += std::fabs(term);
+        }
+        EXPECT_NEAR(want[t * (rows + 1) + r], 0.25 + exact, 1e-6 * (scale + 1)) << "token " << t << " row " << r;
+      }
+    EXPECT_EQ(want[rows], 0.25f);  // past the rows: untouched
+    for (const uint32_t T : {1u, 3u, 8u, 9u}) {
+      std::vector<float> got(size_t{T} * (rows + 1), 0.25f), got_gated(got.size(), 0.25f);
+      product(T, false, true, got);
+      product(T, true, false, got_gated);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "T = " << T;
+      EXPECT_EQ(std::memcmp(got_gated.data(), want_gated.data(), got.size() * sizeof(float)), 0) << "T = " << T;
+    }
+  }
 }
 
 // Top-k on the device (TopKWarpOp, a warp per row) is fafo::top_k_row bit for bit:

@@ -24,6 +24,14 @@
 #define FAFO_HD inline
 #endif
 
+// Loops over a kernel's small register arrays are unrolled on the GPU so that their
+// indices are constants (an array indexed at run time lives in local memory).
+#if defined(__CUDA_ARCH__)
+#define FAFO_UNROLL _Pragma("unroll")
+#else
+#define FAFO_UNROLL
+#endif
+
 namespace fafo::cuda {
 
 // The weight formats, numbered as GGUF (ggml) type ids.

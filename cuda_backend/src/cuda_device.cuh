@@ -109,7 +109,7 @@ class CudaDevice {
   // mma.sync's 8-bit integer products (warp.h: DeviceWarp::mma_s8) in the code loaded for
   // this GPU: compute capability 8.0 on, and the build's architectures (cmake/cuda.cmake)
   // include one of them.
-  bool has_int8_tensor_cores() const { return int8_mma_; }
+  bool has_mma() const { return int8_mma_; }
   ~CudaDevice() {
     for (auto& [start, stop] : events_) {
       cudaEventDestroy(start);

@@ -102,7 +102,7 @@ class HostDevice {
     else timed(name, run);
   }
   // The warp's mma_s8 (warp.h), emulated.
-  bool has_int8_tensor_cores() const { return true; }
+  bool has_mma() const { return true; }
   void sync() { not_capturing("a wait for the device"); }
 
   // A step's graph: its recorded launches, uploads and copies in order.

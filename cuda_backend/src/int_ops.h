@@ -29,14 +29,6 @@
 #include "ops.h"
 #include "warp.h"
 
-// Loops over a kernel's small register arrays are unrolled on the GPU so that their
-// indices are constants (an array indexed at run time lives in local memory).
-#if defined(__CUDA_ARCH__)
-#define FAFO_UNROLL _Pragma("unroll")
-#else
-#define FAFO_UNROLL
-#endif
-
 namespace fafo::cuda {
 
 constexpr uint32_t kQ8Block = 32;  // activation values per rounding block

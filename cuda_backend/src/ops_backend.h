@@ -26,6 +26,7 @@
 #include "fafo/kv_cache.h"
 #include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
+#include "half_mma_ops.h"
 #include "int_ops.h"
 #include "launch_times.h"
 #include "ops.h"
@@ -279,10 +280,13 @@ class OpsBackend final : public Backend, public StepAccess {
   // op-conformance table's inputs (weights up to 2, activations uniform in [-1, 1], 96
   // to 512 columns) the largest error measured is 0.163 of max(1, |reference|), as the
   // cpu backend's 0.173 (it rounds the same way, per 256 values).
+  // The F16 products on the tensor cores (Fast) round the activations to halves: largest
+  // error on the table's inputs 0.0053 of max(1, |reference|), as the cpu backend's (it rounds them too).
   BackendNumerics numerics() const override {
-    return BackendNumerics{false, 1e-4, kernels_ == CudaKernels::Fast ? kIntProductTolerance : 0.0};
+    const bool fast = kernels_ == CudaKernels::Fast;
+    return BackendNumerics{false, 1e-4, fast ? kIntProductTolerance : 0.0, fast ? kHalfProductTolerance : 0.0};
   }
-  static constexpr double kIntProductTolerance = 0.25;
+  static constexpr double kIntProductTolerance = 0.25, kHalfProductTolerance = 0.01;
 
   // --- memory ---
   Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
@@ -713,6 +717,10 @@ class OpsBackend final : public Backend, public StepAccess {
   void product(const Weight& weight_id, const Activation& x, const Activation& out, bool accumulate) {
     const StoredWeight& w = weight(weight_id);
     const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(w.rows);
+    if (half_mma_product(w)) {
+      half_product(w, data_of(x), static_cast<uint32_t>(x.cols), T, out, rows, false, accumulate, "matmul");
+      return;
+    }
     if (integer_product(w)) {
       const Q8Rows q = quantize(data_of(x), static_cast<uint32_t>(x.cols), T, static_cast<uint32_t>(w.cols), nullptr, 0.0f);
       device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
@@ -743,6 +751,19 @@ class OpsBackend final : public Backend, public StepAccess {
     if (gated && w.rows % 2 != 0) throw std::invalid_argument("matmul_swiglu: the gate and up weight has an odd row count");
     const uint32_t T = rows_of(x), rows = static_cast<uint32_t>(gated ? w.rows / 2 : w.rows);
     const float* g = gain ? weight(*gain).memory.template as<float>() : nullptr;
+    if (half_mma_product(w)) {
+      const float* input = data_of(x);
+      uint32_t stride = static_cast<uint32_t>(x.cols);
+      if (g) {  // the norm apart (RmsNormWarpOp's bits), into a scratch copy
+        float* normed = normed_staging_.template reserve<float>(*device_, size_t{T} * static_cast<size_t>(w.cols));
+        launch_warps(RmsNormWarpOp{input, g, normed, static_cast<uint32_t>(w.cols), eps}, T, "rms_norm");
+        input = normed;
+        stride = static_cast<uint32_t>(w.cols);
+      }
+      half_product(w, input, stride, T, out, rows, gated, false, gated ? "matmul_swiglu" : "matmul");
+      set_rows(out, T);
+      return;
+    }
     if (integer_product(w)) {
       const Q8Rows q = quantize(data_of(x), static_cast<uint32_t>(x.cols), T, static_cast<uint32_t>(w.cols), g, eps);
       device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
@@ -769,6 +790,35 @@ class OpsBackend final : public Backend, public StepAccess {
     set_rows(out, T);
   }
 
+  // Whether `w`'s products run on the tensor cores in halves (Fast kernels, F16 weights,
+  // a GPU with mma.sync: half_mma_ops.h).
+  bool half_mma_product(const StoredWeight& w) const {
+    return kernels_ == CudaKernels::Fast && w.type == TensorType::F16 && device_->has_mma();
+  }
+  // out (+)= W x (gated: silu(W_gate x) * (W_up x), W the gate's `rows` rows then the up
+  // projection's) on the tensor cores: HalfMmaWarpOp's parts, then HalfCombineOp, in
+  // chunks of tokens whose partial sums fit 64 MiB (a token's sums do not depend on its
+  // chunk).
+  void half_product(const StoredWeight& w, const float* x, uint32_t x_stride, uint32_t T, const Activation& out,
+                    uint32_t rows, bool gated, bool accumulate, const char* name) {
+    const uint32_t cols = static_cast<uint32_t>(w.cols), matrices = gated ? 2 : 1;
+    const uint32_t n_parts = HalfMmaWarpOp::parts(cols);
+    const uint64_t per_token = uint64_t{n_parts} * rows * matrices;
+    constexpr uint64_t kBudget = (uint64_t{64} << 20) / sizeof(float);
+    const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(
+        std::max<uint64_t>(8, kBudget / per_token / 8 * 8), (uint64_t{T} + 7) / 8 * 8));
+    float* partials = half_partials_.template reserve<float>(*device_, static_cast<size_t>(chunk * per_token));
+    const uint32_t out_stride = static_cast<uint32_t>(out.cols);
+    for (uint32_t t0 = 0; t0 < T; t0 += chunk) {
+      const uint32_t n = std::min(chunk, T - t0);
+      device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
+      launch_warp_fn(HalfMmaWarpOp{w.memory.template as<uint8_t>(), x + uint64_t{t0} * x_stride, partials, rows, cols, n,
+                                   x_stride, matrices, w.row_bytes},
+                     HalfMmaWarpOp::warps(rows, cols, n), name);
+      launch(HalfCombineOp{partials, data_of(out) + uint64_t{t0} * out_stride, rows, n, n_parts, out_stride, gated, accumulate},
+             uint64_t{n} * rows, "matmul_combine");
+    }
+  }
   // Whether `w`'s products are integer ones (Fast kernels, int_ops.h's formats).
   bool integer_product(const StoredWeight& w) const {
     return kernels_ == CudaKernels::Fast && has_int_product_for(static_cast<uint32_t>(w.type)) && w.cols % kQ8Block == 0;
@@ -781,7 +831,7 @@ class OpsBackend final : public Backend, public StepAccess {
                    bool accumulate, const char* name) {
     const uint8_t* bytes = w.memory.template as<uint8_t>();
     const uint32_t out_stride = static_cast<uint32_t>(out.cols);
-    if (T > IntMatmulWarpOp<F, Gated>::kTile && device_->has_int8_tensor_cores()) {
+    if (T > IntMatmulWarpOp<F, Gated>::kTile && device_->has_mma()) {
       using Op = IntMmaWarpOp<F, Gated>;
       launch_warp_fn(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::warps(rows, T), name);
     } else {
@@ -868,7 +918,7 @@ class OpsBackend final : public Backend, public StepAccess {
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_,
-      attention_scratch_, split_partials_, q8_staging_, top_k_staging_;
+      attention_scratch_, split_partials_, q8_staging_, top_k_staging_, half_partials_, normed_staging_;
   const int32_t* tokens_ = nullptr;
   const uint64_t* mask_ = nullptr;
   const uint8_t* compressed_ = nullptr;

@@ -15,6 +15,12 @@
 // instruction's fragments: lane 4g + i holds a0 = A row g, columns 4i..4i + 3 (four
 // bytes, the first lowest), a1 = A row g + 8, the same columns, b = B column g, rows
 // 4i..4i + 3, and c[0], c[1] = (row g, columns 2i, 2i + 1), c[2], c[3] = (row g + 8, ...).
+// mma_f16() is the 16 x 8 x 16 product of halves into floats (mma.sync.m16n8k16.f32.f16
+// .f16.f32): lane 4g + i holds a[0] = A row g, columns 2i, 2i + 1 (two halves, the first
+// in the low 16 bits), a[1] = row g + 8, the same columns, a[2], a[3] = rows g, g + 8,
+// columns 2i + 8, 2i + 9; b[0] = B column g, rows 2i, 2i + 1, b[1] = rows 2i + 8, 2i + 9;
+// c as mma_s8's. The host adds each element's 16 exact products to c in double and
+// rounds once, which a GPU's tensor cores may not match in the last bit.
 // ballot(f) is the mask of the lanes whose f is true (bit l: lane l), on every lane;
 // sync() makes the lanes' writes to memory visible to each other (__syncwarp). Code between these calls runs per lane and must only touch its own lane's
 // values (vec[lane] inside each()), as the GPU's lanes cannot see each other's.
@@ -75,6 +81,30 @@ struct HostWarp {
     return mask;
   }
   void sync() const {}
+  void mma_f16(const Vec<uint32_t> a[4], const Vec<uint32_t> b[2], Vec<float> c[4]) const {
+    float A[16][16], B[16][8];
+    const auto h = [](uint32_t v, uint32_t half) { return half_bits_to_float((v >> (16 * half)) & 0xffffu); };
+    for (uint32_t lane = 0; lane < kLanes; ++lane) {
+      const uint32_t g = lane / 4, i = lane % 4;
+      for (uint32_t e = 0; e < 2; ++e) {
+        A[g][2 * i + e] = h(a[0][lane], e);
+        A[g + 8][2 * i + e] = h(a[1][lane], e);
+        A[g][2 * i + 8 + e] = h(a[2][lane], e);
+        A[g + 8][2 * i + 8 + e] = h(a[3][lane], e);
+        B[2 * i + e][g] = h(b[0][lane], e);
+        B[2 * i + 8 + e][g] = h(b[1][lane], e);
+      }
+    }
+    for (uint32_t lane = 0; lane < kLanes; ++lane) {
+      const uint32_t g = lane / 4, i = lane % 4;
+      for (uint32_t e = 0; e < 4; ++e) {
+        const uint32_t row = g + 8 * (e / 2), col = 2 * i + e % 2;
+        double sum = c[e][lane];
+        for (uint32_t k = 0; k < 16; ++k) sum += static_cast<double>(A[row][k]) * B[k][col];
+        c[e][lane] = static_cast<float>(sum);
+      }
+    }
+  }
   void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b, Vec<int32_t> c[4]) const {
     int8_t A[16][16], B[16][8];
     for (uint32_t lane = 0; lane < kLanes; ++lane) {
@@ -134,6 +164,17 @@ struct DeviceWarp {
   }
   __device__ __forceinline__ uint32_t ballot(const Vec<bool>& f) const { return __ballot_sync(0xffffffffu, f.v); }
   __device__ __forceinline__ void sync() const { __syncwarp(); }
+  __device__ __forceinline__ void mma_f16(const Vec<uint32_t> a[4], const Vec<uint32_t> b[2], Vec<float> c[4]) const {
+#if __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0].v), "+f"(c[1].v), "+f"(c[2].v), "+f"(c[3].v)
+        : "r"(a[0].v), "r"(a[1].v), "r"(a[2].v), "r"(a[3].v), "r"(b[0].v), "r"(b[1].v));
+#else
+    __trap();  // the backend launches these only where the loaded code has them
+#endif
+  }
   __device__ __forceinline__ void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b,
                                          Vec<int32_t> c[4]) const {
 #if __CUDA_ARCH__ >= 800

@@ -19,7 +19,9 @@ namespace fafo::cuda {
 //     output row and up to 8 tokens, per RMSNorm row, per (attention part, group of
 //     query heads, row)), with integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights
 //     (int_ops.h: activations rounded to 8 bits per block of 32, exact integer block
-//     sums, as llama.cpp's CUDA backend does; within the rounded-product tolerance);
+//     sums, as llama.cpp's CUDA backend does; within the rounded-product tolerance),
+//     and tensor-core products for F16 weights (half_mma_ops.h: activations rounded to
+//     halves; within the half-product tolerance);
 //   - Warp: the same warp kernels with float products for every format (the plain
 //     kernels' bits for products and norms);
 //   - Plain: one thread per output, row or (row, head) (ops.h).
