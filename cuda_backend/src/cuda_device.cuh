@@ -96,14 +96,26 @@ class CudaDevice {
   explicit CudaDevice(int index) : index_(index) {
     check(cudaSetDevice(index), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    // A first kernel: whether the loaded code has mma.sync, and a clear error where the
+    // build has no code for this GPU at all.
     int* flag = nullptr;
-    check(cudaMalloc(&flag, sizeof(int)), "cudaMalloc");
-    probe_int8_mma<<<1, 1, 0, stream_>>>(flag);
     int found = 0;
-    const cudaError_t e = cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost, stream_);
-    cudaStreamSynchronize(stream_);
-    cudaFree(flag);
-    check(e, "probing the GPU's code");
+    cudaError_t e = cudaMalloc(&flag, sizeof(int));
+    if (e == cudaSuccess) {
+      probe_int8_mma<<<1, 1, 0, stream_>>>(flag);
+      e = cudaGetLastError();
+      if (e == cudaSuccess) e = cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost, stream_);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+      cudaFree(flag);
+    }
+    if (e != cudaSuccess) {
+      cudaStreamDestroy(stream_);
+      stream_ = nullptr;
+      throw std::runtime_error(std::string("CUDA: a first kernel failed on device ") + std::to_string(index) + ": " +
+                               cudaGetErrorString(e) +
+                               " (a build without code for this GPU's compute capability fails so: "
+                               "cmake -DCMAKE_CUDA_ARCHITECTURES=...)");
+    }
     int8_mma_ = found == 1;
   }
   // mma.sync's 8-bit integer products (warp.h: DeviceWarp::mma_s8) in the code loaded for
@@ -223,6 +235,11 @@ class CudaDevice {
       exec = &graphs.keep(topology_, GraphExec(made), replacing);
     }
     check(cudaGraphLaunch(exec->get(), stream_), "cudaGraphLaunch");
+  }
+  // Whether a failed call broke the capture (cudaStreamEndCapture would only report it).
+  bool capture_broken() {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream_, &status) != cudaSuccess || status == cudaStreamCaptureStatusInvalidated;
   }
   // Drops a capture whose step failed before its end (nothing of it runs).
   void abort_capture() {

@@ -127,6 +127,8 @@ class HostDevice {
     for (void* p : freed_) std::free(p);
     freed_.clear();
   }
+  // Nothing breaks a recording on the host.
+  bool capture_broken() const { return false; }
   // Drops a capture whose step failed before its end (nothing of it runs).
   void abort_capture() {
     capturing_ = false;

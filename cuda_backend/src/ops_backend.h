@@ -593,13 +593,17 @@ class OpsBackend final : public Backend, public StepAccess {
     if (profiling_) add_to_profile(device_->take_times());
   }
 
-  // Per-kernel device time (CUDA events around each launch; the host device times its
-  // loops), by kernel name; the weight bytes of the products.
+  // A capture that a failed CUDA call broke is dropped (that call reported the error).
   void run_open_capture() override {
-    if (device_->capturing()) device_->end_capture(step_graphs_);
+    if (!device_->capturing()) return;
+    if (device_->capture_broken()) device_->abort_capture();
+    else device_->end_capture(step_graphs_);
   }
   // What the step graphs did (FAFO_CUDA_GRAPHS).
   const GraphStats& graph_stats() const { return step_graphs_.stats(); }
+
+  // Per-kernel device time (CUDA events around each launch; the host device times its
+  // loops), by kernel name; the weight bytes of the products.
 
   std::string start_profile() override {
     run_open_capture();
@@ -797,8 +801,8 @@ class OpsBackend final : public Backend, public StepAccess {
   }
   // out (+)= W x (gated: silu(W_gate x) * (W_up x), W the gate's `rows` rows then the up
   // projection's) on the tensor cores: HalfMmaWarpOp's parts, then HalfCombineOp, in
-  // chunks of tokens whose partial sums fit 64 MiB (a token's sums do not depend on its
-  // chunk).
+  // chunks of tokens whose partial sums fit 64 MiB, at least 8 tokens a chunk (a token's
+  // sums do not depend on its chunk).
   void half_product(const StoredWeight& w, const float* x, uint32_t x_stride, uint32_t T, const Activation& out,
                     uint32_t rows, bool gated, bool accumulate, const char* name) {
     const uint32_t cols = static_cast<uint32_t>(w.cols), matrices = gated ? 2 : 1;
