@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -577,13 +578,16 @@ class OpsBackend final : public Backend, public StepAccess {
     out.k = top_k_k_;
     out.ids.resize(static_cast<size_t>(n_rows * top_k_k_));
     out.values.resize(static_cast<size_t>(n_rows * top_k_k_));
-    std::vector<uint32_t> nan(static_cast<size_t>(n_rows));
-    if (n_rows > 0) {
-      device_->download(out.ids.data(), top_k_out_, out.ids.size() * sizeof(int32_t));
-      device_->download(out.values.data(), top_k_out_ + rows * kk, out.values.size() * sizeof(float));
-      device_->download(nan.data(), top_k_out_ + rows * kk * 2, nan.size() * sizeof(uint32_t));
+    // ids, values and NaN flags lie one after another: one read of the three.
+    std::vector<uint32_t> all(static_cast<size_t>(rows * (2 * kk + 1)));
+    if (n_rows > 0) device_->download(all.data(), top_k_out_, all.size() * sizeof(uint32_t));
+    const size_t n = static_cast<size_t>(n_rows) * kk;
+    if (n > 0) {
+      std::memcpy(out.ids.data(), all.data(), n * sizeof(int32_t));
+      std::memcpy(out.values.data(), all.data() + rows * kk, n * sizeof(float));
     }
-    out.has_nan.assign(nan.begin(), nan.end());
+    out.has_nan.assign(all.begin() + static_cast<std::ptrdiff_t>(rows * kk * 2),
+                       all.begin() + static_cast<std::ptrdiff_t>(rows * kk * 2 + static_cast<uint64_t>(n_rows)));
     return out;
   }
 
