@@ -169,6 +169,17 @@ TEST(CudaDotOrder, ProductsAreTheExactDotWithinTheOrdersRoundingBound) {
   }
 }
 
+// A small synthetic Q4_K_M model (Q4_K and Q6_K weights, GQA 4/2, 256 wide), written
+// into the temporary directory `name`.
+std::shared_ptr<const fafo::GgufFile> q4_k_m_test_model(const std::string& name) {
+  fafo::synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
+  c.weight_type = "Q4_K_M";
+  const std::string path = (fafo::test::temp_dir(name) / "m.gguf").string();
+  fafo::synth::write_synthetic_model(c, path);
+  return fafo::GgufFile::open(path);
+}
+
 // The warp kernels' products (a warp per row, tiles of up to 8 tokens) equal the plain
 // kernels' (a thread per output) bit for bit, for every format, step sizes around the
 // tile (1, 3, 8, 9, 17), strided inputs and outputs, and accumulation; and so their
@@ -524,12 +535,7 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
 // strategy's greedy ids equal plain decoding's on the CUDA backend, and the products are
 // integer ones (the profile names the rounding launches).
 TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithIntegerProducts) {
-  fafo::synth::SyntheticConfig c;
-  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
-  c.weight_type = "Q4_K_M";
-  const std::string path = (fafo::test::temp_dir("cuda-int") / "m.gguf").string();
-  fafo::synth::write_synthetic_model(c, path);
-  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(path);
+  const std::shared_ptr<const fafo::GgufFile> file = q4_k_m_test_model("cuda-int");
   const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
   const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31, 8, 45};
   auto run = [&](fafo::Strategy s, const std::string& policy, fafo::KernelProfile* profile = nullptr) {
@@ -697,12 +703,7 @@ TEST(CudaGraphs, RepeatedShapesAreCapturedAndTheLeastRecentlyUsedGraphGoes) {
 // that throws inside, a download first runs what its capture recorded; a download
 // inside a captured step is an error, not a stale read.
 TEST(CudaEmulated, GraphsGiveTheBitsOfLaunchesOneByOne) {
-  fafo::synth::SyntheticConfig c;
-  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
-  c.weight_type = "Q4_K_M";
-  const std::string path = (fafo::test::temp_dir("cuda-graphs") / "m.gguf").string();
-  fafo::synth::write_synthetic_model(c, path);
-  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(path);
+  const std::shared_ptr<const fafo::GgufFile> file = q4_k_m_test_model("cuda-graphs");
   const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
   using Backend = fafo::cuda::OpsBackend<fafo::cuda::HostDevice>;
   struct Run {

@@ -92,6 +92,17 @@ FAFO_HD float bits_to_float(uint32_t u) {
 #endif
 }
 
+// float -> its bits.
+FAFO_HD uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
 FAFO_HD uint32_t read_u16(const uint8_t* p) { return uint32_t{p[0]} | (uint32_t{p[1]} << 8); }
 FAFO_HD uint32_t read_u32(const uint8_t* p) { return read_u16(p) | (read_u16(p + 2) << 16); }
 

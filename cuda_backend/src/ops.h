@@ -29,12 +29,7 @@ FAFO_HD float exp_f(float x) {
 // float -> IEEE half bits, rounded to nearest even (fafo::fp32_to_fp16's result):
 // overflow to infinity, subnormals, NaN kept a NaN.
 FAFO_HD uint16_t float_to_half_bits(float f) {
-  uint32_t u;
-#if defined(__CUDA_ARCH__)
-  u = __float_as_uint(f);
-#else
-  std::memcpy(&u, &f, sizeof u);
-#endif
+  const uint32_t u = float_bits(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t abs = u & 0x7fffffffu;
   if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN

@@ -17,7 +17,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "block_decode.h"
 #include "warp.h"
@@ -26,12 +25,7 @@ namespace fafo::cuda {
 
 // Larger float <=> larger key; -0.0 gets +0.0's key so that the two tie.
 FAFO_HD uint32_t top_k_key(float v) {
-  uint32_t b;
-#if defined(__CUDA_ARCH__)
-  b = __float_as_uint(v);
-#else
-  std::memcpy(&b, &v, sizeof b);
-#endif
+  uint32_t b = float_bits(v);
   if (b == 0x80000000u) b = 0u;
   return (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u);
 }
