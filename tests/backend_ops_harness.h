@@ -132,6 +132,8 @@ struct OpCase {
   bool rounded_matmul = false;
   // A matrix product with F16 weights (BackendNumerics::half_matmul_tolerance).
   bool half_matmul = false;
+  // A matrix product with BF16 weights (BackendNumerics::bf16_matmul_tolerance).
+  bool bf16_matmul = false;
 };
 
 // The result of comparing two runs.

@@ -153,7 +153,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                          be.finish_step();
                          return OpOutputs{rows_of(be, "matmul", out, T)};
                        },
-                       block > 1, type == TensorType::F16});
+                       block > 1, type == TensorType::F16, type == TensorType::BF16});
     }
     // matmul_add: a residual add after the product (fused by backends that can), for the
     // formats models store their output projections in (each format's kernel compiles
@@ -175,7 +175,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                        be.finish_step();
                        return OpOutputs{rows_of(be, "matmul_add", acc, T)};
                      },
-                     block > 1, type == TensorType::F16});
+                     block > 1, type == TensorType::F16, type == TensorType::BF16});
     // matmul_swiglu: the feed-forward gate (one kernel where the backend fuses it).
     if (residual_format || type == TensorType::Q5_K) {
       cases.push_back({"matmul_swiglu", fmt + " 2 x 19x" + std::to_string(shapes[0].cols), kSteps,
@@ -196,7 +196,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                          be.finish_step();
                          return OpOutputs{rows_of(be, "matmul_swiglu", out, T)};
                        },
-                       block > 1, type == TensorType::F16});
+                       block > 1, type == TensorType::F16, type == TensorType::BF16});
     }
     // embed: tokens are hashed rows of a 97-row table (repeats included).
     const int64_t cols = block == 1 ? 45 : 2 * block;
@@ -768,7 +768,8 @@ class BackendOps : public ::testing::TestWithParam<Target> {
     for (const OpCase& c : op_table()) {
       if (c.op != op) continue;
       ++n_cases;
-      const double tolerance = numerics.exact ? -1.0 : numerics.tolerance_for(c.rounded_matmul, c.half_matmul);
+      const double tolerance =
+          numerics.exact ? -1.0 : numerics.tolerance_for(c.rounded_matmul, c.half_matmul, c.bf16_matmul);
       const CaseReport r = check_case(c, env, *reference_, tolerance);
       std::printf("  %-10s %-16s %-52s %zu step sizes  %s  max error %.3g%s\n", GetParam().label().c_str(), c.op.c_str(),
                   c.name.c_str(), c.steps.size(), numerics.exact ? "exact" : "tolerance", r.conformance.max_error,
@@ -978,6 +979,7 @@ PairReport compare_pair(OpEnv& a, OpEnv& b, const std::string& label) {
   const bool mla = a.be().runs_latent_attention() && b.be().runs_latent_attention();
   const bool rounds = a.be().numerics().rounded_matmul_tolerance > 0 || b.be().numerics().rounded_matmul_tolerance > 0;
   const bool halves = a.be().numerics().half_matmul_tolerance > 0 || b.be().numerics().half_matmul_tolerance > 0;
+  const bool bf16s = a.be().numerics().bf16_matmul_tolerance > 0 || b.be().numerics().bf16_matmul_tolerance > 0;
   for (const OpCase& c : op_table()) {
     if (c.op == "latent_attention" && !mla) continue;
     ++report.cases;
@@ -989,7 +991,8 @@ PairReport compare_pair(OpEnv& a, OpEnv& b, const std::string& label) {
     auto& [n, largest] = report.differing_per_op[c.op];
     ++n;
     largest = std::max(largest, r.conformance.max_error);
-    if (same_bits_expected(c.op) && !(rounds && c.rounded_matmul) && !(halves && c.half_matmul))
+    if (same_bits_expected(c.op) && !(rounds && c.rounded_matmul) && !(halves && c.half_matmul) &&
+        !(bf16s && c.bf16_matmul))
       report.must_match_but_differ.push_back(c.op + " " + c.name + ": " + r.conformance.first);
   }
   std::printf("  pair %s: %d of %d cases bit-identical", label.c_str(), report.identical, report.cases);
@@ -1084,7 +1087,8 @@ TEST(BackendOpsTable, CpuMatmulOnEveryInstructionSet) {
     double worst = 0.0;
     for (const OpCase& c : op_table()) {
       if (c.op != "matmul") continue;
-      const CaseReport r = check_case(c, env, reference, env.be().numerics().tolerance_for(c.rounded_matmul, c.half_matmul));
+      const double tolerance = env.be().numerics().tolerance_for(c.rounded_matmul, c.half_matmul, c.bf16_matmul);
+      const CaseReport r = check_case(c, env, reference, tolerance);
       worst = std::max(worst, r.conformance.max_error);
       EXPECT_TRUE(r.conformance.ok) << target << " " << c.name << ": " << r.conformance.first;
       EXPECT_TRUE(r.invariance.ok) << target << " " << c.name << ": " << r.invariance.first;

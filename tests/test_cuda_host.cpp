@@ -169,12 +169,13 @@ TEST(CudaDotOrder, ProductsAreTheExactDotWithinTheOrdersRoundingBound) {
   }
 }
 
-// A small synthetic Q4_K_M model (Q4_K and Q6_K weights, GQA 4/2, 256 wide), written
-// into the temporary directory `name`.
-std::shared_ptr<const fafo::GgufFile> q4_k_m_test_model(const std::string& name) {
+// A small synthetic model (GQA 4/2, 256 wide) of `weight_type` (Q4_K_M: Q4_K and Q6_K
+// weights), written into the temporary directory `name`.
+std::shared_ptr<const fafo::GgufFile> small_test_model(const std::string& name,
+                                                        const std::string& weight_type = "Q4_K_M") {
   fafo::synth::SyntheticConfig c;
   c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
-  c.weight_type = "Q4_K_M";
+  c.weight_type = weight_type;
   const std::string path = (fafo::test::temp_dir(name) / "m.gguf").string();
   fafo::synth::write_synthetic_model(c, path);
   return fafo::GgufFile::open(path);
@@ -531,46 +532,68 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
   }
 }
 
-// The same with the integer products (a Q4_K_M model: Q4_K and Q6_K weights): every
-// strategy's greedy ids equal plain decoding's on the CUDA backend, and the products are
-// integer ones (the profile names the rounding launches).
+// The same with the integer and tensor-core products (a Q4_K_M model: Q4_K and Q6_K
+// weights; an F16 and a BF16 model): every strategy's greedy ids equal plain decoding's
+// on the CUDA backend, and the products are the fast ones (the profile names the
+// rounding launches, or the tensor-core products' combine).
 TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithIntegerProducts) {
-  const std::shared_ptr<const fafo::GgufFile> file = q4_k_m_test_model("cuda-int");
-  const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
-  const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31, 8, 45};
-  auto run = [&](fafo::Strategy s, const std::string& policy, fafo::KernelProfile* profile = nullptr) {
-    fafo::ModelOptions mo;
-    mo.n_ctx = 128;
-    fafo::Model model(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast), mo);
-    if (profile) model.backend().start_profile();
-    fafo::GenerationOptions o;
-    o.n_predict = 32;
-    o.sampling.temperature = 0;
-    o.decoding.strategy = s;
-    o.kv.name = policy;
-    o.kv.budget = 12;
-    std::vector<int32_t> ids = fafo::generate(model, tokenizer, prompt, o).ids;
-    if (profile) *profile = model.backend().take_profile();
-    return ids;
-  };
-  fafo::KernelProfile profile;
-  const auto ar = run(fafo::Strategy::Ar, "stream", &profile);
-  ASSERT_EQ(ar.size(), 32u);
-  std::map<std::string, uint64_t> calls;
-  for (const auto& k : profile.kernels) calls[k.name] = k.calls;
-  EXPECT_GT(calls["quantize_norm"], 0u);  // the norm before qkv and gate-up, fused into the rounding
-  EXPECT_GT(calls["quantize"], 0u);       // before the attention output and down projections
-  EXPECT_EQ(run(fafo::Strategy::Jacobi, "stream"), ar);
-  EXPECT_EQ(run(fafo::Strategy::Lookahead, "stream"), ar);
-  for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(run(fafo::Strategy::Fafo, policy), ar) << policy;
+  for (const std::string type : {"Q4_K_M", "F16", "BF16"}) {
+    SCOPED_TRACE(type);
+    const std::shared_ptr<const fafo::GgufFile> file = small_test_model("cuda-fast-" + type, type);
+    const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
+    const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31, 8, 45};
+    auto run = [&](fafo::Strategy s, const std::string& policy, fafo::KernelProfile* profile = nullptr) {
+      fafo::ModelOptions mo;
+      mo.n_ctx = 128;
+      fafo::Model model(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast), mo);
+      if (profile) model.backend().start_profile();
+      fafo::GenerationOptions o;
+      o.n_predict = 32;
+      o.sampling.temperature = 0;
+      o.decoding.strategy = s;
+      o.kv.name = policy;
+      o.kv.budget = 12;
+      std::vector<int32_t> ids = fafo::generate(model, tokenizer, prompt, o).ids;
+      if (profile) *profile = model.backend().take_profile();
+      return ids;
+    };
+    fafo::KernelProfile profile;
+    const auto ar = run(fafo::Strategy::Ar, "stream", &profile);
+    ASSERT_EQ(ar.size(), 32u);
+    std::map<std::string, uint64_t> calls;
+    for (const auto& k : profile.kernels) calls[k.name] = k.calls;
+    if (type == "Q4_K_M") {
+      EXPECT_GT(calls["quantize_norm"], 0u);  // the norm before qkv and gate-up, fused into the rounding
+      EXPECT_GT(calls["quantize"], 0u);       // before the attention output and down projections
+    } else {
+      EXPECT_GT(calls["matmul_combine"], 0u);  // the tensor-core products' parts added
+      EXPECT_EQ(calls["quantize"], 0u);
+    }
+    EXPECT_EQ(run(fafo::Strategy::Lookahead, "stream"), ar);
+    EXPECT_EQ(run(fafo::Strategy::Fafo, "snapkv"), ar);
+    if (type != "Q4_K_M") continue;  // the other strategies' steps are those shapes again
+    EXPECT_EQ(run(fafo::Strategy::Jacobi, "stream"), ar);
+    EXPECT_EQ(run(fafo::Strategy::Fafo, "stream"), ar);
+  }
 }
 
-// F16 products on the tensor cores (HalfMmaWarpOp's parts of 256 columns, then
-// HalfCombineOp; mma_f16 emulated): each output is the dot product of the weights with
-// the activations rounded to halves within float roundings, the same bits for every step
-// size (1, 3, 8, 9, 17), rows in a partial tile, row lengths that end inside a 16-column
-// step and inside a part (45, 300, 600), accumulation and the gated form.
-TEST(CudaHalfMma, ProductsAreTheHalfRoundedDotForEveryStepSize) {
+// F16 and BF16 products on the tensor cores (HalfMmaWarpOp's parts of 256 columns, then
+// HalfCombineOp; mma_half emulated): each output is the dot product of the weights with
+// the activations rounded to the weights' format within float roundings, the same bits
+// for every step size (1, 3, 8, 9, 17), rows in a partial tile, row lengths that end
+// inside a 16-column step and inside a part (45, 300, 600), accumulation and the gated
+// form.
+template <fafo::cuda::Format F>
+void check_half_mma_products() {
+  using Op = fafo::cuda::HalfMmaWarpOp<F>;
+  const auto to_bits = [](float v) -> uint16_t {
+    if constexpr (F == fafo::cuda::Format::F16) return fafo::cuda::float_to_half_bits(v);
+    else return fafo::cuda::float_to_bf16_bits(v);
+  };
+  const auto to_float = [](uint32_t bits) {
+    if constexpr (F == fafo::cuda::Format::F16) return fafo::cuda::half_bits_to_float(bits);
+    else return fafo::cuda::bf16_bits_to_float(bits);
+  };
   fafo::cuda::HostDevice device;
   std::mt19937 rng(31);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
@@ -578,33 +601,36 @@ TEST(CudaHalfMma, ProductsAreTheHalfRoundedDotForEveryStepSize) {
     SCOPED_TRACE("cols = " + std::to_string(cols));
     const uint32_t rows = 20, T_max = 17;
     std::vector<uint16_t> w(size_t{2 * rows} * cols);  // the gated form's 2 x rows
-    for (uint16_t& h : w) h = fafo::cuda::float_to_half_bits(value(rng));
+    for (uint16_t& h : w) h = to_bits(value(rng));
     std::vector<float> x(size_t{T_max} * cols);
     for (float& v : x) v = value(rng);
     const uint64_t row_bytes = 2ull * cols;
     const auto* bytes = reinterpret_cast<const uint8_t*>(w.data());
     auto product = [&](uint32_t T, bool gated, bool accumulate, std::vector<float>& out) {
-      const uint32_t parts = fafo::cuda::HalfMmaWarpOp::parts(cols), matrices = gated ? 2 : 1;
+      const uint32_t parts = Op::parts(cols), matrices = gated ? 2 : 1;
       std::vector<float> partials(size_t{matrices} * parts * T * rows);
-      device.launch_warp_fn(fafo::cuda::HalfMmaWarpOp{bytes, x.data(), partials.data(), rows, cols, T, cols, matrices, row_bytes},
-                            fafo::cuda::HalfMmaWarpOp::warps(rows, cols, T), "matmul");
+      device.launch_warp_fn(Op{bytes, x.data(), partials.data(), rows, cols, T, cols, matrices, row_bytes},
+                            Op::warps(rows, cols, T), "matmul");
       device.launch(fafo::cuda::HalfCombineOp{partials.data(), out.data(), rows, T, parts, rows + 1, gated, accumulate},
                     uint64_t{T} * rows, "matmul_combine");
     };
     std::vector<float> want(size_t{T_max} * (rows + 1), 0.25f), want_gated(want.size(), 0.25f);
     product(T_max, false, true, want);
     product(T_max, true, false, want_gated);
+    double largest_rounding = 0;  // of an input, relative: shows the format's rounding is the one applied
     for (uint32_t t = 0; t < T_max; ++t)
       for (uint32_t r = 0; r < rows; ++r) {
         double exact = 0, scale = 0;
         for (uint32_t c = 0; c < cols; ++c) {
-          const double term = double{fafo::cuda::half_bits_to_float(w[size_t{r} * cols + c])} *
-                              fafo::cuda::half_bits_to_float(fafo::cuda::float_to_half_bits(x[size_t{t} * cols + c]));
+          const float xv = x[size_t{t} * cols + c], rounded = to_float(to_bits(xv));
+          largest_rounding = std::max(largest_rounding, std::fabs(double{rounded} - xv) / std::fabs(xv));
+          const double term = double{to_float(w[size_t{r} * cols + c])} * rounded;
           exact += term;
           scale += std::fabs(term);
         }
         EXPECT_NEAR(want[t * (rows + 1) + r], 0.25 + exact, 1e-6 * (scale + 1)) << "token " << t << " row " << r;
       }
+    EXPECT_GT(largest_rounding, F == fafo::cuda::Format::F16 ? 1e-4 : 1e-3);
     EXPECT_EQ(want[rows], 0.25f);  // past the rows: untouched
     for (const uint32_t T : {1u, 3u, 8u, 9u}) {
       std::vector<float> got(size_t{T} * (rows + 1), 0.25f), got_gated(got.size(), 0.25f);
@@ -613,6 +639,30 @@ TEST(CudaHalfMma, ProductsAreTheHalfRoundedDotForEveryStepSize) {
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "T = " << T;
       EXPECT_EQ(std::memcmp(got_gated.data(), want_gated.data(), got.size() * sizeof(float)), 0) << "T = " << T;
     }
+  }
+}
+
+TEST(CudaHalfMma, ProductsAreTheHalfRoundedDotForEveryStepSize) {
+  check_half_mma_products<fafo::cuda::Format::F16>();
+}
+
+TEST(CudaHalfMma, Bf16ProductsAreTheBf16RoundedDotForEveryStepSize) {
+  check_half_mma_products<fafo::cuda::Format::BF16>();
+}
+
+// bfloat16 rounding on the device is fafo::fp32_to_bf16's: nearest even on the dropped
+// 16 bits, ties, overflow to infinity, NaN kept a quiet NaN.
+TEST(CudaHalfMma, Bf16RoundingIsTheRuntimes) {
+  std::mt19937 rng(5);
+  std::vector<uint32_t> bits = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                                0x7fc00001u, 0x7f800001u, 0x80000000u, 0x00000001u, 0x00008000u, 0x00018000u};
+  for (int i = 0; i < 100000; ++i) bits.push_back(static_cast<uint32_t>(rng()));
+  for (const uint32_t b : bits) {
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    const uint16_t got = fafo::cuda::float_to_bf16_bits(f), want = fafo::fp32_to_bf16(f);
+    if (std::isnan(f)) EXPECT_TRUE(std::isnan(fafo::bf16_to_fp32(got))) << std::hex << b;
+    else EXPECT_EQ(got, want) << std::hex << b;
   }
 }
 
@@ -703,7 +753,7 @@ TEST(CudaGraphs, RepeatedShapesAreCapturedAndTheLeastRecentlyUsedGraphGoes) {
 // that throws inside, a download first runs what its capture recorded; a download
 // inside a captured step is an error, not a stale read.
 TEST(CudaEmulated, GraphsGiveTheBitsOfLaunchesOneByOne) {
-  const std::shared_ptr<const fafo::GgufFile> file = q4_k_m_test_model("cuda-graphs");
+  const std::shared_ptr<const fafo::GgufFile> file = small_test_model("cuda-graphs");
   const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
   using Backend = fafo::cuda::OpsBackend<fafo::cuda::HostDevice>;
   struct Run {

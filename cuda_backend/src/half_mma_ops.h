@@ -1,9 +1,10 @@
-// The CUDA backend's products with F16 weights on the tensor cores (the default kernels,
-// every step size), as llama.cpp's CUDA backend multiplies F16 weights: activations
-// rounded to halves as they are read, mma.sync.m16n8k16 (halves in, floats accumulated:
-// warp.h's mma_f16) over tiles of 16 weight rows by 8 tokens.
-//   1. HalfMmaWarpOp: warp w takes one tile and one part of kPartCols columns (the row is
-//      split so that enough warps stream the weights at one token as at many), steps
+// The CUDA backend's products with F16 and BF16 weights on the tensor cores (the default
+// kernels, every step size), as llama.cpp's CUDA backend multiplies them: activations
+// rounded to the weights' 16-bit format as they are read, mma.sync.m16n8k16 (16-bit
+// values in, floats accumulated: warp.h's mma_half) over tiles of 16 weight rows by 8
+// tokens.
+//   1. HalfMmaWarpOp<F>: warp w takes one tile and one part of kPartCols columns (the row
+//      is split so that enough warps stream the weights at one token as at many), steps
 //      through its part 16 columns at a time in column order, and writes the tile's 128
 //      partial sums;
 //   2. HalfCombineOp adds each output's parts in part order (then the SwiGLU, or the
@@ -12,8 +13,8 @@
 // instructions in the same order whatever T (a tile's tokens never meet), so the result
 // is T-invariant on a GPU. The host's emulation of the instruction rounds each 16-product
 // step once, which a GPU's tensor cores may not match in the last bit: both are within
-// the backend's half_matmul_tolerance of the reference, which the conformance table
-// checks on each.
+// the backend's half_matmul_tolerance (F16) or bf16_matmul_tolerance (BF16) of the
+// reference, which the conformance table checks on each.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +26,11 @@
 
 namespace fafo::cuda {
 
+template <Format F>
 struct HalfMmaWarpOp {
+  static_assert(F == Format::F16 || F == Format::BF16);
   static constexpr uint32_t kRows = 16, kTokens = 8, kPartCols = 256;
-  const uint8_t* w;  // F16 rows: `rows` (Gated: 2 x rows, the gate's then the up projection's)
+  const uint8_t* w;  // F16 or BF16 rows: `rows` (Gated: 2 x rows, the gate's then the up projection's)
   const float* x;
   float* partials;  // [matrix][part][token][row]
   uint32_t rows, cols, T, x_stride, matrices;
@@ -52,10 +55,14 @@ struct HalfMmaWarpOp {
       const uint32_t lo = c < c_end ? read_u16(row + 2ull * c) : 0u, hi = c + 1 < c_end ? read_u16(row + 2ull * c + 2) : 0u;
       return lo | (hi << 16);
     };
-    // Token t of the tile's activations at columns c, c + 1, rounded to halves.
+    // Token t of the tile's activations at columns c, c + 1, rounded to the weights' format.
+    const auto round = [](float v) -> uint32_t {
+      if constexpr (F == Format::F16) return float_to_half_bits(v);
+      else return float_to_bf16_bits(v);
+    };
     const auto inputs = [&](uint32_t t, uint32_t c) {
       const float* xt = x + static_cast<uint64_t>(t0 + t < T ? t0 + t : T - 1) * x_stride;
-      const uint32_t lo = c < c_end ? float_to_half_bits(xt[c]) : 0u, hi = c + 1 < c_end ? float_to_half_bits(xt[c + 1]) : 0u;
+      const uint32_t lo = c < c_end ? round(xt[c]) : 0u, hi = c + 1 < c_end ? round(xt[c + 1]) : 0u;
       return lo | (hi << 16);
     };
     typename W::template Vec<float> acc[2][4];
@@ -80,8 +87,8 @@ struct HalfMmaWarpOp {
         b[0][lane] = inputs(g, c0 + 2 * i);
         b[1][lane] = inputs(g, c0 + 2 * i + 8);
       });
-      warp.mma_f16(a[0], b, acc[0]);
-      if (matrices == 2) warp.mma_f16(a[1], b, acc[1]);
+      warp.template mma_half<F>(a[0], b, acc[0]);
+      if (matrices == 2) warp.template mma_half<F>(a[1], b, acc[1]);
     }
     warp.each([&](uint32_t lane) {
       const uint32_t g = lane / 4, i = lane % 4;

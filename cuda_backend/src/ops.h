@@ -51,6 +51,14 @@ FAFO_HD uint16_t float_to_half_bits(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
+// float -> bfloat16 bits, rounded to nearest even (fafo::fp32_to_bf16's result):
+// overflow to infinity, NaN kept a quiet NaN.
+FAFO_HD uint16_t float_to_bf16_bits(float f) {
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 // ---- weights ----
 
 // out[t][c] = the table row of token t, for tokens in [first_row, first_row + n_rows);

@@ -283,11 +283,14 @@ class OpsBackend final : public Backend, public StepAccess {
   // cpu backend's 0.173 (it rounds the same way, per 256 values).
   // The F16 products on the tensor cores (Fast) round the activations to halves: largest
   // error on the table's inputs 0.0053 of max(1, |reference|), as the cpu backend's (it rounds them too).
+  // The BF16 ones round them to bfloat16 (8 significant bits, 3 fewer than a half): largest
+  // error on the table's inputs 0.058 of max(1, |reference|).
   BackendNumerics numerics() const override {
     const bool fast = kernels_ == CudaKernels::Fast;
-    return BackendNumerics{false, 1e-4, fast ? kIntProductTolerance : 0.0, fast ? kHalfProductTolerance : 0.0};
+    return BackendNumerics{false, 1e-4, fast ? kIntProductTolerance : 0.0, fast ? kHalfProductTolerance : 0.0,
+                           fast ? kBf16ProductTolerance : 0.0};
   }
-  static constexpr double kIntProductTolerance = 0.25, kHalfProductTolerance = 0.01;
+  static constexpr double kIntProductTolerance = 0.25, kHalfProductTolerance = 0.01, kBf16ProductTolerance = 0.1;
 
   // --- memory ---
   Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
@@ -798,10 +801,11 @@ class OpsBackend final : public Backend, public StepAccess {
     set_rows(out, T);
   }
 
-  // Whether `w`'s products run on the tensor cores in halves (Fast kernels, F16 weights,
-  // a GPU with mma.sync: half_mma_ops.h).
+  // Whether `w`'s products run on the tensor cores in 16-bit floats (Fast kernels, F16 or
+  // BF16 weights, a GPU with mma.sync: half_mma_ops.h).
   bool half_mma_product(const StoredWeight& w) const {
-    return kernels_ == CudaKernels::Fast && w.type == TensorType::F16 && device_->has_mma();
+    return kernels_ == CudaKernels::Fast && (w.type == TensorType::F16 || w.type == TensorType::BF16) &&
+           device_->has_mma();
   }
   // out (+)= W x (gated: silu(W_gate x) * (W_up x), W the gate's `rows` rows then the up
   // projection's) on the tensor cores: HalfMmaWarpOp's parts, then HalfCombineOp, in
@@ -810,7 +814,7 @@ class OpsBackend final : public Backend, public StepAccess {
   void half_product(const StoredWeight& w, const float* x, uint32_t x_stride, uint32_t T, const Activation& out,
                     uint32_t rows, bool gated, bool accumulate, const char* name) {
     const uint32_t cols = static_cast<uint32_t>(w.cols), matrices = gated ? 2 : 1;
-    const uint32_t n_parts = HalfMmaWarpOp::parts(cols);
+    const uint32_t n_parts = HalfMmaWarpOp<Format::F16>::parts(cols);
     const uint64_t per_token = uint64_t{n_parts} * rows * matrices;
     constexpr uint64_t kBudget = (uint64_t{64} << 20) / sizeof(float);
     const uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(
@@ -820,9 +824,13 @@ class OpsBackend final : public Backend, public StepAccess {
     for (uint32_t t0 = 0; t0 < T; t0 += chunk) {
       const uint32_t n = std::min(chunk, T - t0);
       device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
-      launch_warp_fn(HalfMmaWarpOp{w.memory.template as<uint8_t>(), x + uint64_t{t0} * x_stride, partials, rows, cols, n,
-                                   x_stride, matrices, w.row_bytes},
-                     HalfMmaWarpOp::warps(rows, cols, n), name);
+      const auto run = [&]<Format F>() {
+        launch_warp_fn(HalfMmaWarpOp<F>{w.memory.template as<uint8_t>(), x + uint64_t{t0} * x_stride, partials, rows, cols,
+                                        n, x_stride, matrices, w.row_bytes},
+                       HalfMmaWarpOp<F>::warps(rows, cols, n), name);
+      };
+      if (w.type == TensorType::BF16) run.template operator()<Format::BF16>();
+      else run.template operator()<Format::F16>();
       launch(HalfCombineOp{partials, data_of(out) + uint64_t{t0} * out_stride, rows, n, n_parts, out_stride, gated, accumulate},
              uint64_t{n} * rows, "matmul_combine");
     }

@@ -15,11 +15,11 @@
 // instruction's fragments: lane 4g + i holds a0 = A row g, columns 4i..4i + 3 (four
 // bytes, the first lowest), a1 = A row g + 8, the same columns, b = B column g, rows
 // 4i..4i + 3, and c[0], c[1] = (row g, columns 2i, 2i + 1), c[2], c[3] = (row g + 8, ...).
-// mma_f16() is the 16 x 8 x 16 product of halves into floats (mma.sync.m16n8k16.f32.f16
-// .f16.f32): lane 4g + i holds a[0] = A row g, columns 2i, 2i + 1 (two halves, the first
-// in the low 16 bits), a[1] = row g + 8, the same columns, a[2], a[3] = rows g, g + 8,
-// columns 2i + 8, 2i + 9; b[0] = B column g, rows 2i, 2i + 1, b[1] = rows 2i + 8, 2i + 9;
-// c as mma_s8's. The host adds each element's 16 exact products to c in double and
+// mma_half<F>() is the 16 x 8 x 16 product of 16-bit floats into floats, F = Format::F16
+// (mma.sync.m16n8k16.f32.f16.f16.f32) or Format::BF16 (.f32.bf16.bf16.f32): lane 4g + i
+// holds a[0] = A row g, columns 2i, 2i + 1 (two values, the first in the low 16 bits),
+// a[1] = row g + 8, the same columns, a[2], a[3] = rows g, g + 8, columns 2i + 8, 2i + 9;
+// b[0] = B column g, rows 2i, 2i + 1, b[1] = rows 2i + 8, 2i + 9; c as mma_s8's. The host adds each element's 16 exact products to c in double and
 // rounds once, which a GPU's tensor cores may not match in the last bit.
 // ballot(f) is the mask of the lanes whose f is true (bit l: lane l), on every lane;
 // sync() makes the lanes' writes to memory visible to each other (__syncwarp). Code between these calls runs per lane and must only touch its own lane's
@@ -81,9 +81,14 @@ struct HostWarp {
     return mask;
   }
   void sync() const {}
-  void mma_f16(const Vec<uint32_t> a[4], const Vec<uint32_t> b[2], Vec<float> c[4]) const {
+  template <Format F>
+  void mma_half(const Vec<uint32_t> a[4], const Vec<uint32_t> b[2], Vec<float> c[4]) const {
+    static_assert(F == Format::F16 || F == Format::BF16);
     float A[16][16], B[16][8];
-    const auto h = [](uint32_t v, uint32_t half) { return half_bits_to_float((v >> (16 * half)) & 0xffffu); };
+    const auto h = [](uint32_t v, uint32_t half) {
+      const uint32_t bits = (v >> (16 * half)) & 0xffffu;
+      return F == Format::F16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+    };
     for (uint32_t lane = 0; lane < kLanes; ++lane) {
       const uint32_t g = lane / 4, i = lane % 4;
       for (uint32_t e = 0; e < 2; ++e) {
@@ -164,13 +169,22 @@ struct DeviceWarp {
   }
   __device__ __forceinline__ uint32_t ballot(const Vec<bool>& f) const { return __ballot_sync(0xffffffffu, f.v); }
   __device__ __forceinline__ void sync() const { __syncwarp(); }
-  __device__ __forceinline__ void mma_f16(const Vec<uint32_t> a[4], const Vec<uint32_t> b[2], Vec<float> c[4]) const {
+  template <Format F>
+  __device__ __forceinline__ void mma_half(const Vec<uint32_t> a[4], const Vec<uint32_t> b[2], Vec<float> c[4]) const {
+    static_assert(F == Format::F16 || F == Format::BF16);
 #if __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0].v), "+f"(c[1].v), "+f"(c[2].v), "+f"(c[3].v)
-        : "r"(a[0].v), "r"(a[1].v), "r"(a[2].v), "r"(a[3].v), "r"(b[0].v), "r"(b[1].v));
+    if constexpr (F == Format::F16)
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+          "{%0, %1, %2, %3};"
+          : "+f"(c[0].v), "+f"(c[1].v), "+f"(c[2].v), "+f"(c[3].v)
+          : "r"(a[0].v), "r"(a[1].v), "r"(a[2].v), "r"(a[3].v), "r"(b[0].v), "r"(b[1].v));
+    else
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+          "{%0, %1, %2, %3};"
+          : "+f"(c[0].v), "+f"(c[1].v), "+f"(c[2].v), "+f"(c[3].v)
+          : "r"(a[0].v), "r"(a[1].v), "r"(a[2].v), "r"(a[3].v), "r"(b[0].v), "r"(b[1].v));
 #else
     __trap();  // the backend launches these only where the loaded code has them
 #endif

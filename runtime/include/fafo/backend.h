@@ -93,11 +93,15 @@ struct BackendNumerics {
   // Matrix products with F16 weights, where a backend rounds the activations to fp16 as
   // llama.cpp does. 0: `tolerance` holds for them too.
   double half_matmul_tolerance = 0.0;
+  // Matrix products with BF16 weights, where a backend rounds the activations to bfloat16
+  // (the CUDA backend's tensor-core products). 0: `tolerance` holds for them too.
+  double bf16_matmul_tolerance = 0.0;
 
   // The tolerance for an op; `rounded_matmul`: a matrix product with block-quantized
-  // weights; `half_matmul`: one with F16 weights.
-  double tolerance_for(bool rounded_matmul, bool half_matmul = false) const {
+  // weights; `half_matmul`: one with F16 weights; `bf16_matmul`: one with BF16 weights.
+  double tolerance_for(bool rounded_matmul, bool half_matmul = false, bool bf16_matmul = false) const {
     if (half_matmul && half_matmul_tolerance > 0.0) return half_matmul_tolerance;
+    if (bf16_matmul && bf16_matmul_tolerance > 0.0) return bf16_matmul_tolerance;
     return rounded_matmul && rounded_matmul_tolerance > 0.0 ? rounded_matmul_tolerance : tolerance;
   }
 };
