@@ -42,6 +42,9 @@ class FaultyBackend final : public Backend {
   void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
     inner_->rms_norm(x, gain, fault_ == Fault::RmsNormDependsOnT && step_size_ > 8 ? eps * 4.0f + 1e-3f : eps, out);
   }
+  void head_norm(const Activation& x, int32_t n_heads, const Weight& gain, float eps, Activation& out) override {
+    inner_->head_norm(x, n_heads, gain, eps, out);
+  }
   void matmul(const Weight& w, const Activation& x, Activation& out) override {
     auto it = rotated_.find(w.id);
     inner_->matmul(it != rotated_.end() ? it->second : w, x, out);

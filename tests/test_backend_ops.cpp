@@ -233,6 +233,24 @@ void add_elementwise(std::vector<OpCase>& cases) {
                        return OpOutputs{rows_of(be, "rms_norm", out, T)};
                      }});
   }
+  // head_norm: each head of a row normalized alone (Qwen3's Q and K norms), heads of a
+  // width past one warp's 32 lanes and of an odd width.
+  for (const auto [n_heads, width] : {std::pair<int32_t, int64_t>{3, 128}, {5, 45}}) {
+    const std::string shape = std::to_string(n_heads) + " heads of " + std::to_string(width);
+    cases.push_back({"head_norm", shape, kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
+                       env.ensure_cache(T + 1);
+                       Backend& be = env.be();
+                       const int64_t n = n_heads * width;
+                       const Weight gain = vector_weight(env, width, 5, 0.5f, 1.5f);
+                       StepBatch b = causal_batch(T, 0);
+                       be.begin_step(b, env.kv());
+                       Activation x = input(env, "x", n, 1, T, salt, -2.0f, 2.0f);
+                       Activation out = env.activation("out", n);
+                       be.head_norm(x, n_heads, gain, 1e-6f, out);
+                       be.finish_step();
+                       return OpOutputs{rows_of(be, "head_norm", out, T)};
+                     }});
+  }
   cases.push_back({"add_bias", "n=45", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
                      env.ensure_cache(T + 1);
                      Backend& be = env.be();
@@ -787,6 +805,7 @@ class BackendOps : public ::testing::TestWithParam<Target> {
 TEST_P(BackendOps, Embed) { run_op("embed"); }
 TEST_P(BackendOps, Matmul) { run_op("matmul"); }
 TEST_P(BackendOps, RmsNorm) { run_op("rms_norm"); }
+TEST_P(BackendOps, HeadNorm) { run_op("head_norm"); }
 TEST_P(BackendOps, AddBias) { run_op("add_bias"); }
 TEST_P(BackendOps, Rope) { run_op("rope"); }
 TEST_P(BackendOps, KvStore) { run_op("kv_store"); }
@@ -1039,8 +1058,8 @@ TEST(BackendPairs, ThePairCheckSeesAWrongRow) {
 TEST(BackendOpsTable, CoversEveryOpOfTheContractAndEveryWeightFormat) {
   std::map<std::string, int> per_op;
   for (const OpCase& c : op_table()) ++per_op[c.op];
-  for (const char* op : {"embed", "matmul", "rms_norm", "add_bias", "rope", "kv_store", "kv_swap_move", "capture_queries",
-                         "attention", "latent_attention", "swiglu", "add", "matmul_add", "matmul_swiglu", "gather",
+  for (const char* op : {"embed", "matmul", "rms_norm", "head_norm", "add_bias", "rope", "kv_store", "kv_swap_move",
+                         "capture_queries", "attention", "latent_attention", "swiglu", "add", "matmul_add", "matmul_swiglu", "gather",
                          "argmax", "top_k"})
     EXPECT_GT(per_op[op], 0) << op;
   EXPECT_EQ(per_op["embed"], 13);

@@ -112,6 +112,39 @@ TEST(ChatTemplateGolden, EveryTemplateRendersEveryConversationExactly) {
   EXPECT_GT(errors, 0);
 }
 
+// Templates of the model families beyond the shared set (tests/data/templates/<name>.json,
+// rendered by Jinja2 with tools/peer/render_template.py), with the extra variables a
+// caller may pass (Qwen3's enable_thinking), exactly.
+TEST(ChatTemplateGolden, FamilyTemplatesRenderEveryConversationExactly) {
+  for (const std::string name : {"qwen3"}) {
+    SCOPED_TRACE(name);
+    const nlohmann::json golden =
+        nlohmann::json::parse(fafo::test::read_text(fafo::test::source_path("tests/data/templates/" + name + ".json")));
+    FAFO_REQUIRE_SHARED(config, golden["template_from"].get<std::string>());
+    const nlohmann::json tokenizer_config = nlohmann::json::parse(fafo::test::read_text(config));
+    const ChatTemplate tmpl = ChatTemplate::from_source(tokenizer_config["chat_template"].get<std::string>(), name);
+    ChatTemplateContext ctx = context(golden["bos_token"], golden["eos_token"]);
+    int checked = 0;
+    for (const auto& [key, expected] : golden["renderings"].items()) {
+      SCOPED_TRACE(key);
+      const size_t dot = key.find('.'), second = key.find('.', dot + 1);
+      const std::string conversation = key.substr(0, dot);
+      const bool add_generation_prompt = key.substr(dot + 1, 4) == "gen1";
+      const std::string variant = second == std::string::npos ? "" : key.substr(second + 1);
+      ctx.extra_json = golden["variants"][variant].dump();
+      const nlohmann::ordered_json messages = nlohmann::ordered_json::parse(golden["conversations"][conversation].dump());
+      ASSERT_TRUE(expected["ok"].get<bool>());
+      try {
+        EXPECT_EQ(tmpl.render_json(messages, add_generation_prompt, ctx), expected["text"].get<std::string>());
+      } catch (const ChatTemplateError& e) {
+        ADD_FAILURE() << e.kind_name() << ": " << e.what();
+      }
+      ++checked;
+    }
+    EXPECT_EQ(checked, 12);
+  }
+}
+
 TEST(ChatTemplateGolden, RenderingWithChatMessagesEqualsRenderingWithJson) {
   FAFO_REQUIRE_SHARED(file, "templates/Qwen-Qwen2.5-7B-Instruct.jinja");
   const ChatTemplate tmpl = ChatTemplate::from_source(fafo::test::read_text(file));

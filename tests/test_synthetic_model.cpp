@@ -182,6 +182,24 @@ TEST(SyntheticModel, Qwen2WithBiasTiedEmbeddingsAndNeoxRope) {
   EXPECT_LT(max_abs_diff(a, b), 1e-4 * std::max(1.0, rms(a)));
 }
 
+TEST(SyntheticModel, Qwen3WithHeadNormsAndHeadsWiderThanDimOverHeads) {
+  std::optional<synth::SyntheticConfig> c = synth::preset("qwen3-tiny");
+  ASSERT_TRUE(c);
+  auto m = test::load_test_model(write_model(*c, "qwen3"));
+  const ModelConfig& config = m.model->config();
+  EXPECT_EQ(config.arch, "qwen3");
+  EXPECT_TRUE(config.qk_norm);
+  EXPECT_FALSE(config.qkv_bias);
+  EXPECT_TRUE(config.rope.neox);
+  EXPECT_EQ(config.head_dim, 32);  // attention.key_length, not 64 / 4
+  EXPECT_NE(m.file->find_tensor("blk.1.attn_q_norm.weight"), nullptr);
+  const auto a = batch_logits(*m.model, kTokens);
+  const auto b = stepwise_logits(*m.model, kTokens);
+  EXPECT_LT(max_abs_diff(a, b), 1e-4 * std::max(1.0, rms(a)));
+  c->head_dim = 33;
+  EXPECT_THROW(synth::validate(*c), std::invalid_argument);
+}
+
 TEST(SyntheticModel, Llama3RopeScalingChangesLongPositionsOnly) {
   // Like the Hub's Llama 3.1/3.2 GGUFs: the scaling is a rope_freqs.weight tensor of
   // per-pair divisors, with no rope.scaling.* metadata.

@@ -60,8 +60,8 @@ int run_info(const InfoArgs& args) {
     std::printf("RoPE:          %s, %d dims, base %g, scaling %s%s\n", c.rope.neox ? "neox" : "normal", c.rope.n_dims,
                 static_cast<double>(c.rope.freq_base), c.rope_scaling.c_str(),
                 f.find_tensor("rope_freqs.weight") ? " (rope_freqs tensor)" : "");
-    std::printf("output:        %s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
-                c.qkv_bias ? ", QKV bias" : "");
+    std::printf("output:        %s%s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
+                c.qkv_bias ? ", QKV bias" : "", c.qk_norm ? ", Q/K head norms" : "");
     const int64_t plain_floats = int64_t{2} * c.n_layer * c.kv_dim();
     if (c.mla()) {
       std::printf("attention:     multi-head latent (MLA, fafo-care %s), latent ranks K/V per layer:",

@@ -407,6 +407,17 @@ class OpsBackend final : public Backend, public StepAccess {
     set_rows(out, rows);
   }
 
+  // Rows of one head each (a row's heads are consecutive): rms_norm's kernels.
+  void head_norm(const Activation& x, int32_t n_heads, const Weight& gain, float eps, Activation& out) override {
+    const uint32_t rows = rows_of(x) * static_cast<uint32_t>(n_heads), width = static_cast<uint32_t>(x.cols / n_heads);
+    const float* g = weight(gain).memory.template as<float>();
+    if (kernels_ != CudaKernels::Plain)
+      launch_warps(RmsNormWarpOp{data_of(x), g, data_of(out), width, eps}, rows, "head_norm");
+    else
+      launch(RmsNormOp{data_of(x), g, data_of(out), width, eps}, rows, "head_norm");
+    set_rows(out, rows_of(x));
+  }
+
   // With the warp kernels and `fuse`: the attention projections as one weight, the
   // feed-forward gate and up projections as one weight, the RMSNorm before a product
   // fused into it (FusedProductWarpOp: the bits of the ops apart).

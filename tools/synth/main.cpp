@@ -14,13 +14,15 @@ int main(int argc, char** argv) {
   std::string out, preset_name;
   SyntheticConfig c;
   app.add_option("-o,--out", out, "Output GGUF path")->required();
-  app.add_option("--preset", preset_name, "Start from a preset: llama3-8b, llama2-7b, tinyllama-1.1b, qwen2.5-0.5b, tiny");
+  app.add_option("--preset", preset_name, "Start from a preset: llama3-8b, llama2-7b, tinyllama-1.1b, qwen2.5-0.5b, qwen3-8b, "
+                 "qwen3-0.6b, tiny, qwen3-tiny");
   // Values given explicitly override the preset: parse twice (once for the preset).
-  auto* o_arch = app.add_option("--arch", c.arch, "llama or qwen2");
+  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2 or qwen3");
   auto* o_layers = app.add_option("--layers", c.n_layer, "Number of layers");
   auto* o_dim = app.add_option("--dim", c.n_embd, "Embedding size");
   auto* o_heads = app.add_option("--heads", c.n_head, "Attention heads");
   auto* o_kv = app.add_option("--kv-heads", c.n_head_kv, "KV heads (GQA when fewer than heads)");
+  auto* o_head_dim = app.add_option("--head-dim", c.head_dim, "Head size (default: dim / heads)");
   auto* o_ffn = app.add_option("--ffn", c.n_ff, "Feed-forward size");
   auto* o_vocab = app.add_option("--vocab", c.n_vocab, "Vocabulary size (>= 259)");
   auto* o_ctx = app.add_option("--ctx", c.n_ctx, "Context length written to the metadata");
@@ -50,12 +52,14 @@ int main(int argc, char** argv) {
     keep(o_vocab, c.n_vocab, given.n_vocab), keep(o_ctx, c.n_ctx, given.n_ctx), keep(o_base, c.rope_base, given.rope_base);
     keep(o_scaling, c.rope_scaling, given.rope_scaling), keep(o_factor, c.rope_scaling_factor, given.rope_scaling_factor);
     keep(o_tied, c.tied_embeddings, given.tied_embeddings), keep(o_type, c.weight_type, given.weight_type);
-    keep(o_seed, c.seed, given.seed);
+    keep(o_seed, c.seed, given.seed), keep(o_head_dim, c.head_dim, given.head_dim);
   }
   try {
+    validate(c);  // before the head size is printed
     const auto t0 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "fafo-synth: %s, %d layers, dim %d, heads %d/%d, ffn %d, vocab %d, %s -> %s\n", c.arch.c_str(),
-                 c.n_layer, c.n_embd, c.n_head, c.n_head_kv, c.n_ff, c.n_vocab, c.weight_type.c_str(), out.c_str());
+    std::fprintf(stderr, "fafo-synth: %s, %d layers, dim %d, heads %d/%d of %d, ffn %d, vocab %d, %s -> %s\n",
+                 c.arch.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_head_kv, head_dim_of(c), c.n_ff, c.n_vocab,
+                 c.weight_type.c_str(), out.c_str());
     const uint64_t bytes = write_synthetic_model(c, out, [](size_t done, size_t total) {
       std::fprintf(stderr, "\rfafo-synth: tensor %zu/%zu", done, total);
     });

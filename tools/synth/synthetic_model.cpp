@@ -68,8 +68,17 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
     c.arch = "qwen2", c.n_layer = 24, c.n_embd = 896, c.n_head = 14, c.n_head_kv = 2, c.n_ff = 4864;
     c.n_vocab = 151936, c.n_ctx = 32768, c.rope_base = 1000000.0f, c.tied_embeddings = true, c.rms_eps = 1e-6f;
     c.weight_type = "Q8_0";
+  } else if (name == "qwen3-8b") {
+    c.arch = "qwen3", c.n_layer = 36, c.n_embd = 4096, c.n_head = 32, c.n_head_kv = 8, c.head_dim = 128, c.n_ff = 12288;
+    c.n_vocab = 151936, c.n_ctx = 40960, c.rope_base = 1000000.0f, c.rms_eps = 1e-6f, c.weight_type = "Q4_K_M";
+  } else if (name == "qwen3-0.6b") {
+    c.arch = "qwen3", c.n_layer = 28, c.n_embd = 1024, c.n_head = 16, c.n_head_kv = 8, c.head_dim = 128, c.n_ff = 3072;
+    c.n_vocab = 151936, c.n_ctx = 40960, c.rope_base = 1000000.0f, c.rms_eps = 1e-6f, c.tied_embeddings = true;
+    c.weight_type = "Q8_0";
   } else if (name == "tiny") {
     // defaults
+  } else if (name == "qwen3-tiny") {  // heads wider than n_embd / n_head, as Qwen3's
+    c.arch = "qwen3", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
   } else {
     return std::nullopt;
   }
@@ -78,11 +87,14 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
 
 void validate(const SyntheticConfig& c) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("synthetic model: " + what); };
-  if (c.arch != "llama" && c.arch != "qwen2") bad("architecture must be llama or qwen2, not '" + c.arch + "'");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
+    bad("architecture must be llama, qwen2 or qwen3, not '" + c.arch + "'");
   if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.n_ff <= 0 || c.n_ctx <= 0)
     bad("layers, dim, heads, KV heads, FFN size and context must be positive");
-  if (c.n_embd % c.n_head != 0) bad("dim " + std::to_string(c.n_embd) + " is not a multiple of heads " + std::to_string(c.n_head));
-  if ((c.n_embd / c.n_head) % 2 != 0) bad("the head size must be even (RoPE rotates pairs)");
+  if (c.head_dim < 0) bad("the head size must be positive (or 0: dim / heads)");
+  if (c.head_dim == 0 && c.n_embd % c.n_head != 0)
+    bad("dim " + std::to_string(c.n_embd) + " is not a multiple of heads " + std::to_string(c.n_head));
+  if (head_dim_of(c) % 2 != 0) bad("the head size must be even (RoPE rotates pairs)");
   if (c.n_head % c.n_head_kv != 0) bad("heads must be a multiple of KV heads");
   if (c.n_vocab < 259) bad("vocab must be at least 259 (3 special tokens + 256 byte tokens)");
   if (c.rope_scaling != "none" && c.rope_scaling != "linear" && c.rope_scaling != "llama3")
@@ -91,6 +103,8 @@ void validate(const SyntheticConfig& c) {
     bad("the rope scaling factor must be a positive finite number");
   tensor_type_for(c, "blk.0.attn_q.weight", 256);  // checks the type name
 }
+
+int32_t head_dim_of(const SyntheticConfig& c) { return c.head_dim > 0 ? c.head_dim : c.n_embd / c.n_head; }
 
 TensorType tensor_type_for(const SyntheticConfig& c, const std::string& name, int64_t row_length) {
   try {
@@ -113,7 +127,7 @@ std::vector<float> llama3_rope_freqs(const SyntheticConfig& c) {
   // config, low_freq_factor 1, high_freq_factor 4, original context 8192).
   const double factor = c.rope_scaling_factor, low_freq_factor = 1.0, high_freq_factor = 4.0, original_ctx = 8192.0;
   const double low_freq_wavelen = original_ctx / low_freq_factor, high_freq_wavelen = original_ctx / high_freq_factor;
-  const int64_t dim = c.n_embd / c.n_head;  // rope.dimension_count
+  const int64_t dim = head_dim_of(c);  // rope.dimension_count
   std::vector<float> divisors;
   for (int64_t i = 0; i < dim; i += 2) {
     const double freq = 1.0 / std::pow(static_cast<double>(c.rope_base), static_cast<double>(i) / static_cast<double>(dim));
@@ -135,7 +149,7 @@ std::vector<float> llama3_rope_freqs(const SyntheticConfig& c) {
 uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path,
                                const std::function<void(size_t, size_t)>& progress) {
   validate(c);
-  const int64_t head_dim = c.n_embd / c.n_head;
+  const int64_t head_dim = head_dim_of(c);
   const int64_t q_dim = c.n_head * head_dim;
   const int64_t kv_dim = c.n_head_kv * head_dim;
 
@@ -151,6 +165,10 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(c.n_head));
   w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_head_kv));
   w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  if (c.head_dim > 0) {
+    w.set_u32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
+    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
+  }
   w.set_f32(a + "rope.freq_base", c.rope_base);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   w.set_u32(a + "vocab_size", static_cast<uint32_t>(c.n_vocab));
@@ -200,6 +218,10 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
       vec(p + "attn_v.bias", kv_dim, 0.0f, 0.02f);
     }
     matrix(p + "attn_output.weight", q_dim, c.n_embd, 1.0f / std::sqrt(static_cast<float>(q_dim)));
+    if (c.arch == "qwen3") {
+      vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.2f);
+      vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.2f);
+    }
     vec(p + "ffn_norm.weight", c.n_embd, 1.0f, 0.02f);
     matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, in_std);
     matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, in_std);

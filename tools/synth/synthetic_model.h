@@ -15,12 +15,14 @@
 namespace fafo::synth {
 
 struct SyntheticConfig {
-  std::string arch = "llama";  // "llama" or "qwen2" (adds QKV biases, NEOX RoPE)
+  // "llama"; "qwen2" (adds QKV biases, NEOX RoPE); "qwen3" (per-head Q/K norms, NEOX RoPE)
+  std::string arch = "llama";
   std::string name = "synthetic";
   int32_t n_layer = 2;
   int32_t n_embd = 64;
   int32_t n_head = 4;
   int32_t n_head_kv = 4;
+  int32_t head_dim = 0;  // 0: n_embd / n_head; else written as attention.key_length / value_length
   int32_t n_ff = 128;
   int32_t n_vocab = 320;        // at least 259 (3 specials + 256 byte tokens)
   int32_t n_ctx = 512;
@@ -39,7 +41,8 @@ struct SyntheticConfig {
   uint64_t seed = 1;
 };
 
-// Named presets: "llama3-8b", "llama2-7b", "tinyllama-1.1b", "qwen2.5-0.5b", "tiny".
+// Named presets: "llama3-8b", "llama2-7b", "tinyllama-1.1b", "qwen2.5-0.5b", "qwen3-8b",
+// "qwen3-0.6b", "tiny", "qwen3-tiny".
 std::optional<SyntheticConfig> preset(const std::string& name);
 
 // The type each tensor gets under cfg.weight_type. Throws std::invalid_argument for
@@ -57,6 +60,9 @@ std::vector<float> llama3_rope_freqs(const SyntheticConfig& cfg);
 
 // Checks the configuration; throws std::invalid_argument with a clear message.
 void validate(const SyntheticConfig& cfg);
+
+// The head size: cfg.head_dim, or n_embd / n_head when it is 0.
+int32_t head_dim_of(const SyntheticConfig& cfg);
 
 // Writes the file. `progress(done, total)` is called after each tensor (may be empty).
 // Returns the number of bytes written.

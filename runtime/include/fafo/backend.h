@@ -176,6 +176,10 @@ class Backend {
   virtual void embed(const Weight& table, Activation& out) = 0;
   // out = x / rms(x) * gain, per row.
   virtual void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) = 0;
+  // RMSNorm of each head: x's rows are n_heads heads of x.cols / n_heads values, and
+  // each head of each row becomes head / rms(head) * gain (gain: one head's width) in
+  // out, as rms_norm on rows that narrow does (Qwen3's and Gemma 3's Q and K norms).
+  virtual void head_norm(const Activation& x, int32_t n_heads, const Weight& gain, float eps, Activation& out) = 0;
   // out[i] = W x[i]: out is [T x w.rows], x is [T x w.cols].
   virtual void matmul(const Weight& w, const Activation& x, Activation& out) = 0;
   // x[i] += bias (a 1 x cols weight).

@@ -24,7 +24,7 @@
 namespace fafo {
 
 struct ModelConfig {
-  std::string arch;          // "llama" or "qwen2"
+  std::string arch;          // "llama", "qwen2" or "qwen3"
   std::string name;          // general.name
   int32_t n_layer = 0;
   int32_t n_embd = 0;
@@ -39,6 +39,9 @@ struct ModelConfig {
   std::string rope_scaling;  // "none" or "linear" (rope.freq_scale); per-pair factors come from rope_freqs.weight
   bool tied_embeddings = false;
   bool qkv_bias = false;
+  // Each layer normalizes every query and key head (attn_q_norm / attn_k_norm, one
+  // head's width) before RoPE: Qwen3.
+  bool qk_norm = false;
   // Multi-head latent attention (a file fafo-care made; fafo.mla.* keys): each layer
   // caches a latent key of mla_rank_k[l] and a latent value of mla_rank_v[l] floats per
   // token instead of kv_dim each. Empty: plain attention.

@@ -34,6 +34,7 @@ std::vector<int32_t> mla_ranks(const GgufFile& f, const std::string& key, int32_
 
 void read_mla(const GgufFile& f, ModelConfig& c) {
   if (c.qkv_bias) throw GgufError(f.path(), "MLA models with attention biases are not supported");
+  if (c.qk_norm) throw GgufError(f.path(), "MLA models with query and key norms are not supported");
   c.mla_rank_k = mla_ranks(f, "fafo.mla.rank_k", c.n_layer, c.kv_dim());
   c.mla_rank_v = mla_ranks(f, "fafo.mla.rank_v", c.n_layer, c.kv_dim());
   c.mla_method = f.get_string("fafo.mla.method", "");
@@ -51,8 +52,8 @@ int64_t ModelConfig::kv_floats_per_token() const {
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2")
-    throw GgufError(f.path(), "unsupported architecture '" + c.arch + "' (supported: llama, qwen2)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
+    throw GgufError(f.path(), "unsupported architecture '" + c.arch + "' (supported: llama, qwen2, qwen3)");
   c.name = f.get_string("general.name", "");
   const std::string a = c.arch + ".";
   c.n_layer = positive_int(f, a + "block_count", 4096);
@@ -77,7 +78,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.rope.freq_base = static_cast<float>(f.get_float(a + "rope.freq_base", 10000.0));
   if (!std::isfinite(c.rope.freq_base) || c.rope.freq_base <= 0.0f)
     throw GgufError(f.path(), "rope.freq_base must be a positive finite number");
-  c.rope.neox = c.arch == "qwen2";  // llama GGUFs store Q/K permuted for the interleaved layout
+  // llama GGUFs store Q/K permuted for the interleaved layout; Qwen's rotate halves.
+  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3";
   // As llama.cpp reads it: the type defaults to linear; the factor comes from
   // rope.scaling.factor, else the legacy rope.scale_linear; 0 means no scaling.
   // Llama 3.1/3.2 files carry their scaling as a rope_freqs.weight tensor instead (see Model).
@@ -98,6 +100,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.n_vocab = static_cast<int32_t>(embd.shape[1]);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.qk_norm = c.arch == "qwen3";
+  if (c.qk_norm && c.rope.n_dims != c.head_dim)
+    throw GgufError(f.path(), "rope.dimension_count " + std::to_string(c.rope.n_dims) + " must equal the head size " +
+                                  std::to_string(c.head_dim) + " in a " + c.arch + " file");
   if (f.find("fafo.mla.rank_k") || f.find("fafo.mla.rank_v")) read_mla(f, c);
   return c;
 }

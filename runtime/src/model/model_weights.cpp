@@ -1,8 +1,8 @@
 // Loading a Llama-family model's weights (tensor names, shapes, types) onto a backend,
 // and the forward pass, written once against the Backend interface. The forward reads
-// top to bottom like llama2.c: embed, then per layer RMSNorm -> QKV -> RoPE -> attention
-// -> output projection -> residual -> RMSNorm -> SwiGLU FFN -> residual; final norm and
-// logits.
+// top to bottom like llama2.c: embed, then per layer RMSNorm -> QKV (-> per-head Q/K
+// RMSNorm: Qwen3) -> RoPE -> attention -> output projection -> residual -> RMSNorm ->
+// SwiGLU FFN -> residual; final norm and logits.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -18,6 +18,7 @@ namespace fafo {
 struct ModelWeights::Weights {
   struct Layer {
     Weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
+    Weight q_norm, k_norm;  // ModelConfig::qk_norm: one head's gains each
     // fused_qkv: wq and bq hold all three projections (and biases) stacked, and wk,
     // wv, bk, bv stay empty.
     bool fused_qkv = false;
@@ -35,6 +36,8 @@ struct ModelWeights::Buffers {
   // qkv holds the [queries | keys | values] of the layers whose projections are fused;
   // q, k, v those of the others. Each set is allocated only where a layer uses it.
   Activation x, xn, qkv, q, k, v, attn, proj, gate, up, ffn, last, last_norm, logits;
+  // The normalized queries and keys (ModelConfig::qk_norm).
+  Activation q_normed, k_normed;
   // An MLA model's latent keys and values, one buffer per width its layers use.
   std::map<int64_t, Activation> k_latent, v_latent;
 };
@@ -164,6 +167,10 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
       L.v_up = load.f32_matrix(p + "attn_v_b.weight", rv, c.kv_dim());
       L.k_up_host = reinterpret_cast<const float*>(file_->require_tensor(p + "attn_k_b.weight").data);
       L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
+    if (c.qk_norm) {
+      L.q_norm = load.vector(p + "attn_q_norm.weight", c.head_dim);
+      L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
+    }
     } else {
     const GgufTensor& wq = file_->require_tensor(p + "attn_q.weight");
     const GgufTensor& wk = file_->require_tensor(p + "attn_k.weight");
@@ -177,7 +184,9 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     // A layer's three projections (and biases) become one weight where they share a
     // type and the backend fuses them; a Q4_K_M file, whose attn_v is Q6_K in some
     // layers, fuses the others.
-    L.fused_qkv = wq.type == wk.type && wk.type == wv.type && backend_->fuses_qkv(wq.type, q_dim, c.kv_dim(), c.n_embd) &&
+    // (Not where the queries and keys are normalized between the product and RoPE.)
+    L.fused_qkv = !c.qk_norm && wq.type == wk.type && wk.type == wv.type &&
+                  backend_->fuses_qkv(wq.type, q_dim, c.kv_dim(), c.n_embd) &&
                   (!c.qkv_bias || (bias[0]->type == bias[1]->type && bias[1]->type == bias[2]->type));
     if (L.fused_qkv) {
       L.wq = load.stacked({{&wq, q_dim}, {&wk, c.kv_dim()}, {&wv, c.kv_dim()}}, c.n_embd);
@@ -193,6 +202,10 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
       }
     }
     L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
+    if (c.qk_norm) {
+      L.q_norm = load.vector(p + "attn_q_norm.weight", c.head_dim);
+      L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
+    }
     }
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.n_embd);
     const GgufTensor& gate = file_->require_tensor(p + "ffn_gate.weight");
@@ -225,6 +238,10 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
       if (!b.k_latent.count(r)) b.k_latent[r] = backend_->alloc_activation(T, r);
     for (int32_t r : c.mla_rank_v)
       if (!b.v_latent.count(r)) b.v_latent[r] = backend_->alloc_activation(T, r);
+  }
+  if (c.qk_norm) {
+    b.q_normed = backend_->alloc_activation(T, q_dim);
+    b.k_normed = backend_->alloc_activation(T, c.kv_dim());
   }
   b.attn = backend_->alloc_activation(T, q_dim);
   b.proj = backend_->alloc_activation(T, c.n_embd);
@@ -329,11 +346,20 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
         be.add_bias(L.bk, b.k);
         be.add_bias(L.bv, b.v);
       }
-      be.rope(b.q, c.n_head, c.head_dim, c.rope);
-      be.rope(b.k, c.n_head_kv, c.head_dim, c.rope);
-      store(l, b.k, b.v, b.q);
+      Activation& q = c.qk_norm ? b.q_normed : b.q;
+      Activation& k = c.qk_norm ? b.k_normed : b.k;
+      if (c.qk_norm) {
+        be.head_norm(b.q, c.n_head, L.q_norm, c.rms_eps, q);
+        be.head_norm(b.k, c.n_head_kv, L.k_norm, c.rms_eps, k);
+      }
+      be.rope(q, c.n_head, c.head_dim, c.rope);
+      be.rope(k, c.n_head_kv, c.head_dim, c.rope);
+      store(l, k, b.v, q);
     }
-    if (!c.mla()) be.attention(l, L.fused_qkv ? b.qkv : b.q, shape, b.attn);  // the queries lead qkv's rows
+    if (!c.mla()) {
+      const Activation& q = L.fused_qkv ? b.qkv : (c.qk_norm ? b.q_normed : b.q);  // the queries lead qkv's rows
+      be.attention(l, q, shape, b.attn);
+    }
     be.matmul_add(L.wo, b.attn, b.x, b.proj);
     // Feed-forward block.
     be.matmul_swiglu_norm(L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);

@@ -136,6 +136,15 @@ class HostBackend final : public Backend, public StepRows {
     set_rows(out, rows_of(x));
   }
 
+  void head_norm(const Activation& x, int32_t n_heads, const Weight& gain, float eps, Activation& out) override {
+    const float* g = weights_.at(static_cast<size_t>(gain.id)).dense.data();
+    const int64_t width = x.cols / n_heads;
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t h = 0; h < n_heads; ++h)
+        scalar::rms_norm_row(row(x, i) + h * width, g, eps, row(out, i) + h * width, width);
+    set_rows(out, rows_of(x));
+  }
+
   void matmul(const Weight& weight, const Activation& x, Activation& out) override {
     const StoredWeight& w = weights_.at(static_cast<size_t>(weight.id));
     const int64_t T = rows_of(x);

@@ -123,6 +123,14 @@ class OracleBackend final : public Backend {
     set_rows(out, rows_of(x));
   }
 
+  void head_norm(const Activation& x, int32_t n_heads, const Weight& gain, float eps, Activation& out) override {
+    const int64_t width = x.cols / n_heads;
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t h = 0; h < n_heads; ++h)
+        rms_norm_row(row(x, i) + h * width, weight(gain).vector.data(), eps, row(out, i) + h * width, width);
+    set_rows(out, rows_of(x));
+  }
+
   // out[t][r] = dot(weight row r, dequantized, x[t]).
   void matmul(const Weight& weight_id, const Activation& x, Activation& out) override {
     const Stored& w = weight(weight_id);

@@ -223,6 +223,13 @@ class VulkanBackend final : public Backend, public StepTarget {
     set_rows(out, rows_of(x));
   }
 
+  // Rows of one head each (a row's heads are consecutive): rms_norm's kernel.
+  void head_norm(const Activation& x, int32_t n_heads, const Weight& gain, float eps, Activation& out) override {
+    kernels_.rms_norm(step(), act(x), vector(gain), act(out), rows_of(x) * static_cast<uint32_t>(n_heads),
+                      static_cast<uint32_t>(x.cols / n_heads), eps);
+    set_rows(out, rows_of(x));
+  }
+
   void matmul(const Weight& weight_id, const Activation& x, Activation& out) override {
     product(weight_id, x, out, false);
     set_rows(out, rows_of(x));

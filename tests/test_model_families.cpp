@@ -1,0 +1,145 @@
+// The model families beyond llama, each against llama.cpp: a small synthetic model of
+// each family (fafo-synth's preset, F32 weights, written by the test exactly as when
+// the reference was made) is fed the reference's token sequences, and the logits at
+// every position are compared with the ones llama.cpp computed for the same file
+// (tests/data/families/<preset>.json, made by tools/peer/families_reference.py with
+// tools/peer/llama_logits.cpp; the file names the llama.cpp commit). On each backend:
+// the argmax wherever llama.cpp's top two logits are more than kMargin apart, and the
+// logits of llama.cpp's top 8 tokens within kLogitTolerance; then every strategy's
+// greedy ids equal plain decoding's.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fafo/generator.h"
+#include "fafo/model.h"
+#include "fafo/step_batch.h"
+#include "model_fixtures.h"
+#include "synthetic_model.h"
+#include "test_support.h"
+
+namespace {
+
+using namespace fafo;
+
+// F32 weights and an F32 cache on both sides: the logits differ only by the order of
+// float additions (llama.cpp's SIMD dot products, fafo's tree and lanes).
+constexpr double kLogitTolerance = 1e-3;
+constexpr double kMargin = 1e-3;
+
+struct Reference {
+  std::string preset;
+  std::vector<std::vector<int32_t>> prompts;
+  // Per prompt and position: llama.cpp's top tokens (best first) and their logits.
+  std::vector<std::vector<std::vector<std::pair<int32_t, float>>>> top;
+};
+
+Reference read_reference(const std::string& preset) {
+  const std::string text = test::read_text(test::source_path("tests/data/families/" + preset + ".json"));
+  if (text.empty()) throw std::runtime_error("no reference data for " + preset);
+  const nlohmann::json j = nlohmann::json::parse(text);
+  Reference r;
+  r.preset = j.at("preset");
+  r.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
+  for (const auto& prompt : j.at("top")) {
+    r.top.emplace_back();
+    for (const auto& position : prompt) {
+      r.top.back().emplace_back();
+      for (const auto& entry : position) r.top.back().back().push_back({entry.at(0).get<int32_t>(), entry.at(1).get<float>()});
+    }
+  }
+  return r;
+}
+
+// The preset's model as the reference was made from it (F32 weights, seed 1).
+std::string write_family_model(const std::string& preset) {
+  std::optional<synth::SyntheticConfig> c = synth::preset(preset);
+  if (!c) throw std::runtime_error("no preset " + preset);
+  c->weight_type = "F32";
+  const std::string path = (test::temp_dir("family-" + preset) / "m.gguf").string();
+  synth::write_synthetic_model(*c, path);
+  return path;
+}
+
+struct Agreement {
+  int positions = 0, compared = 0, agreed = 0;
+  double largest_difference = 0.0;
+};
+
+// Teacher-forced: each reference sequence in one causal step, logits for every position.
+Agreement compare_with_llama_cpp(Model& model, const Reference& ref) {
+  Agreement a;
+  const int32_t n_vocab = model.config().n_vocab;
+  for (size_t p = 0; p < ref.prompts.size(); ++p) {
+    model.truncate(0);
+    StepBatch batch = StepBatch::causal(ref.prompts[p], 0, true);
+    const std::vector<float> logits = model.forward(batch);
+    for (size_t i = 0; i < ref.prompts[p].size(); ++i) {
+      const float* row = logits.data() + i * static_cast<size_t>(n_vocab);
+      const auto& top = ref.top[p][i];
+      ++a.positions;
+      for (const auto& [id, value] : top)
+        a.largest_difference = std::max(a.largest_difference, std::fabs(double{row[id]} - value));
+      if (top[0].second - top[1].second <= kMargin) continue;
+      ++a.compared;
+      int32_t best = 0;
+      for (int32_t v = 1; v < n_vocab; ++v)
+        if (row[v] > row[best]) best = v;
+      a.agreed += best == top[0].first;
+    }
+  }
+  return a;
+}
+
+std::vector<int32_t> greedy(test::TestModel& m, const std::vector<int32_t>& prompt, Strategy s, const std::string& policy) {
+  GenerationOptions o;
+  o.n_predict = 24;
+  o.sampling.temperature = 0;
+  o.decoding.strategy = s;
+  o.kv.name = policy;
+  o.kv.budget = 24;
+  m.model->truncate(0);
+  return generate(*m.model, *m.tokenizer, prompt, o).ids;
+}
+
+void check_family(const std::string& preset) {
+  const Reference ref = read_reference(preset);
+  ASSERT_EQ(ref.preset, preset);
+  ASSERT_EQ(ref.prompts.size(), 5u);
+  const std::string path = write_family_model(preset);
+  for (const std::string backend : {"reference", "cpu", "vulkan"}) {
+    SCOPED_TRACE(backend);
+    const std::unique_ptr<test::TestModel> m = test::load_on(path, backend);
+    if (!m) {
+      std::printf("  %s: no Vulkan device, skipped\n", backend.c_str());
+      continue;
+    }
+    Model& model = *m->model;
+    const Agreement a = compare_with_llama_cpp(model, ref);
+    std::printf("  %s on %s: argmax = llama.cpp's at %d of %d positions compared (%d in all, top-2 margin > %g); "
+                "largest logit difference %.3g\n",
+                preset.c_str(), backend.c_str(), a.agreed, a.compared, a.positions, kMargin, a.largest_difference);
+    EXPECT_EQ(a.positions, 5 * 64);
+    EXPECT_GT(a.compared, a.positions * 9 / 10);
+    EXPECT_EQ(a.agreed, a.compared);
+    EXPECT_LT(a.largest_difference, kLogitTolerance);
+
+    const std::vector<int32_t> prompt(ref.prompts[0].begin(), ref.prompts[0].begin() + 16);
+    const std::vector<int32_t> ar = greedy(*m, prompt, Strategy::Ar, "stream");
+    ASSERT_EQ(ar.size(), 24u);
+    EXPECT_EQ(greedy(*m, prompt, Strategy::Jacobi, "stream"), ar);
+    EXPECT_EQ(greedy(*m, prompt, Strategy::Lookahead, "stream"), ar);
+    for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(greedy(*m, prompt, Strategy::Fafo, policy), ar) << policy;
+  }
+}
+
+TEST(ModelFamilies, Qwen3MatchesLlamaCppOnEveryBackend) {
+  // Per-head Q and K RMSNorms before NEOX RoPE, heads wider than n_embd / n_head, tied
+  // embeddings.
+  check_family("qwen3-tiny");
+}
+
+}  // namespace

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Makes tests/data/families/<preset>.json: llama.cpp's logits for a family's small
+synthetic model, the reference tests/test_model_families.cpp compares fafo with.
+
+  tools/peer/families_reference.py --preset qwen3-tiny --synth build/tools/synth/fafo-synth \
+      --llama-logits /tmp/llama-logits --llama-commit 3f545bec --out tests/data/families/qwen3-tiny.json
+
+Writes the model with fafo-synth (the preset, F32 weights, seed 1: what the test
+writes), draws 5 sequences of 64 token ids (a fixed seed), runs llama_logits.cpp on
+them (teacher-forced, F32 KV cache) and keeps, for every position, llama.cpp's 8
+largest logits with their token ids (best first; ties: the lower id first).
+"""
+import argparse
+import json
+import os
+import random
+import struct
+import subprocess
+import tempfile
+
+PROMPTS, LENGTH, TOP = 5, 64, 8
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--synth", required=True, help="fafo-synth")
+    ap.add_argument("--llama-logits", required=True, help="llama_logits.cpp built against llama.cpp")
+    ap.add_argument("--llama-commit", required=True, help="the llama.cpp commit it was built from")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "m.gguf")
+        info = subprocess.run([a.synth, "--preset", a.preset, "--type", "F32", "-o", model],
+                              check=True, capture_output=True, text=True).stderr
+        n_vocab = int(info.split("vocab ")[1].split(",")[0])  # fafo-synth's summary line
+        rng = random.Random("fafo-families-" + a.preset)
+        prompts = [[rng.randrange(3, n_vocab) for _ in range(LENGTH)] for _ in range(PROMPTS)]
+        ids = os.path.join(tmp, "prompts.txt")
+        with open(ids, "w") as f:
+            for p in prompts:
+                f.write(" ".join(map(str, p)) + "\n")
+        out = os.path.join(tmp, "logits.f32")
+        subprocess.run([a.llama_logits, model, ids, out, "2"], check=True)
+        data = open(out, "rb").read()
+    assert len(data) == PROMPTS * LENGTH * n_vocab * 4, "unexpected logits size"
+    top = []
+    for p in range(PROMPTS):
+        rows = []
+        for i in range(LENGTH):
+            offset = ((p * LENGTH) + i) * n_vocab * 4
+            row = struct.unpack_from("<%df" % n_vocab, data, offset)
+            best = sorted(range(n_vocab), key=lambda v: (-row[v], v))[:TOP]
+            rows.append([[v, float("%.7g" % row[v])] for v in best])
+        top.append(rows)
+    doc = {
+        "preset": a.preset,
+        "weights": "F32",
+        "made_by": "tools/peer/families_reference.py with tools/peer/llama_logits.cpp (CPU, F32 KV cache, "
+                   "flash attention off)",
+        "llama_cpp_commit": a.llama_commit,
+        "prompts": prompts,
+        "top": top,
+    }
+    with open(a.out, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+        f.write("\n")
+    print("wrote", a.out, "(%d positions)" % (PROMPTS * LENGTH))
+
+
+if __name__ == "__main__":
+    main()
