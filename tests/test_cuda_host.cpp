@@ -533,44 +533,48 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
   }
 }
 
-// A Qwen3 model (per-head Q and K norms before NEOX RoPE, heads wider than n_embd /
-// n_head): the CUDA backend's logits are the cpu backend's within the tolerance at every
-// position of a prompt, and every strategy's greedy ids equal plain decoding's. (Both
-// against llama.cpp: tests/test_model_families.cpp.)
-TEST(CudaEmulated, Qwen3GivesTheCpuBackendsLogitsAndEveryStrategyPlainDecodingsIds) {
-  std::optional<fafo::synth::SyntheticConfig> c = fafo::synth::preset("qwen3-tiny");
-  ASSERT_TRUE(c);
-  c->weight_type = "F32";
-  const std::string path = (fafo::test::temp_dir("cuda-qwen3") / "m.gguf").string();
-  fafo::synth::write_synthetic_model(*c, path);
-  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(path);
-  const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
-  const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31, 8, 45, 300, 12};
-  fafo::ModelOptions mo;
-  mo.n_ctx = 128;
-  fafo::Model cpu(file, fafo::make_cpu_backend(2), mo);
-  fafo::Model cuda(file, fafo::cuda::make_emulated_backend(), mo);
-  ASSERT_TRUE(cuda.config().qk_norm);
-  fafo::StepBatch batch = fafo::StepBatch::causal(prompt, 0, true);
-  const std::vector<float> want = cpu.forward(batch);
-  const std::vector<float> got = cuda.forward(batch);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], 1e-4 * std::max(1.0f, std::fabs(want[i]))) << "logit " << i;
-  auto run = [&](fafo::Strategy s, const std::string& policy) {
-    cuda.truncate(0);
-    fafo::GenerationOptions o;
-    o.n_predict = 24;
-    o.sampling.temperature = 0;
-    o.decoding.strategy = s;
-    o.kv.name = policy;
-    o.kv.budget = 16;
-    return fafo::generate(cuda, tokenizer, prompt, o).ids;
-  };
-  const auto ar = run(fafo::Strategy::Ar, "stream");
-  ASSERT_EQ(ar.size(), 24u);
-  EXPECT_EQ(run(fafo::Strategy::Lookahead, "stream"), ar);
-  for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(run(fafo::Strategy::Fafo, policy), ar) << policy;
+// The model families beyond llama (qwen3: per-head Q and K norms before NEOX RoPE,
+// heads wider than n_embd / n_head; phi3: one attn_qkv and one gate-and-up tensor,
+// LongRoPE): the CUDA backend's logits are the cpu backend's within the tolerance at
+// every position of a prompt, and every strategy's greedy ids equal plain decoding's.
+// (Both against llama.cpp: tests/test_model_families.cpp.)
+TEST(CudaEmulated, ModelFamiliesGiveTheCpuBackendsLogitsAndEveryStrategyPlainDecodingsIds) {
+  for (const std::string preset : {"qwen3-tiny", "phi3-tiny"}) {
+    SCOPED_TRACE(preset);
+    std::optional<fafo::synth::SyntheticConfig> c = fafo::synth::preset(preset);
+    ASSERT_TRUE(c);
+    c->weight_type = "F32";
+    const std::string path = (fafo::test::temp_dir("cuda-" + preset) / "m.gguf").string();
+    fafo::synth::write_synthetic_model(*c, path);
+    const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(path);
+    const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
+    const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31, 8, 45, 300, 12};
+    fafo::ModelOptions mo;
+    mo.n_ctx = 128;
+    fafo::Model cpu(file, fafo::make_cpu_backend(2), mo);
+    fafo::Model cuda(file, fafo::cuda::make_emulated_backend(), mo);
+    fafo::StepBatch batch = fafo::StepBatch::causal(prompt, 0, true);
+    const std::vector<float> want = cpu.forward(batch);
+    const std::vector<float> got = cuda.forward(batch);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-4 * std::max(1.0f, std::fabs(want[i]))) << "logit " << i;
+    auto run = [&](fafo::Strategy s, const std::string& policy) {
+      cuda.truncate(0);
+      fafo::GenerationOptions o;
+      o.n_predict = 24;
+      o.sampling.temperature = 0;
+      o.decoding.strategy = s;
+      o.kv.name = policy;
+      o.kv.budget = 16;
+      o.stop_at_end_of_generation = false;  // a random model may well pick the end first
+      return fafo::generate(cuda, tokenizer, prompt, o).ids;
+    };
+    const auto ar = run(fafo::Strategy::Ar, "stream");
+    ASSERT_EQ(ar.size(), 24u);
+    EXPECT_EQ(run(fafo::Strategy::Lookahead, "stream"), ar);
+    for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(run(fafo::Strategy::Fafo, policy), ar) << policy;
+  }
 }
 
 // The same with the integer and tensor-core products (a Q4_K_M model: Q4_K and Q6_K

@@ -2,13 +2,15 @@
 // each family (fafo-synth's preset, F32 weights, written by the test exactly as when
 // the reference was made) is fed the reference's token sequences, and the logits at
 // every position are compared with the ones llama.cpp computed for the same file
-// (tests/data/families/<preset>.json, made by tools/peer/families_reference.py with
+// (tests/data/families/*.json, made by tools/peer/families_reference.py with
 // tools/peer/llama_logits.cpp; the file names the llama.cpp commit). On each backend:
 // the argmax wherever llama.cpp's top two logits are more than kMargin apart, and the
 // logits of llama.cpp's top 8 tokens within kLogitTolerance; then every strategy's
 // greedy ids equal plain decoding's.
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,17 +34,19 @@ constexpr double kMargin = 1e-3;
 
 struct Reference {
   std::string preset;
+  int32_t n_ctx = 0;  // the context both sides ran with
   std::vector<std::vector<int32_t>> prompts;
   // Per prompt and position: llama.cpp's top tokens (best first) and their logits.
   std::vector<std::vector<std::vector<std::pair<int32_t, float>>>> top;
 };
 
-Reference read_reference(const std::string& preset) {
-  const std::string text = test::read_text(test::source_path("tests/data/families/" + preset + ".json"));
-  if (text.empty()) throw std::runtime_error("no reference data for " + preset);
+Reference read_reference(const std::string& name) {
+  const std::string text = test::read_text(test::source_path("tests/data/families/" + name + ".json"));
+  if (text.empty()) throw std::runtime_error("no reference data " + name);
   const nlohmann::json j = nlohmann::json::parse(text);
   Reference r;
   r.preset = j.at("preset");
+  r.n_ctx = j.at("n_ctx");
   r.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
   for (const auto& prompt : j.at("top")) {
     r.top.emplace_back();
@@ -101,27 +105,32 @@ std::vector<int32_t> greedy(test::TestModel& m, const std::vector<int32_t>& prom
   o.decoding.strategy = s;
   o.kv.name = policy;
   o.kv.budget = 24;
+  o.stop_at_end_of_generation = false;  // a random model may well pick the end early
   m.model->truncate(0);
   return generate(*m.model, *m.tokenizer, prompt, o).ids;
 }
 
-void check_family(const std::string& preset) {
-  const Reference ref = read_reference(preset);
-  ASSERT_EQ(ref.preset, preset);
+// The reference data `name` (tests/data/families/<name>.json) on each backend.
+void check_family(const std::string& name) {
+  const Reference ref = read_reference(name);
   ASSERT_EQ(ref.prompts.size(), 5u);
+  const std::string& preset = ref.preset;
   const std::string path = write_family_model(preset);
   for (const std::string backend : {"reference", "cpu", "vulkan"}) {
     SCOPED_TRACE(backend);
-    const std::unique_ptr<test::TestModel> m = test::load_on(path, backend);
-    if (!m) {
-      std::printf("  %s: no Vulkan device, skipped\n", backend.c_str());
+    std::unique_ptr<test::TestModel> m;
+    try {
+      m = std::make_unique<test::TestModel>(test::load_test_model(path, ref.n_ctx, 2, backend));
+    } catch (const std::exception& e) {
+      if (backend != "vulkan") throw;
+      std::printf("  %s: no Vulkan device (%s), skipped\n", backend.c_str(), e.what());
       continue;
     }
     Model& model = *m->model;
     const Agreement a = compare_with_llama_cpp(model, ref);
-    std::printf("  %s on %s: argmax = llama.cpp's at %d of %d positions compared (%d in all, top-2 margin > %g); "
+    std::printf("  %s (context %d) on %s: argmax = llama.cpp's at %d of %d positions compared (%d in all, top-2 margin > %g); "
                 "largest logit difference %.3g\n",
-                preset.c_str(), backend.c_str(), a.agreed, a.compared, a.positions, kMargin, a.largest_difference);
+                preset.c_str(), ref.n_ctx, backend.c_str(), a.agreed, a.compared, a.positions, kMargin, a.largest_difference);
     EXPECT_EQ(a.positions, 5 * 64);
     EXPECT_GT(a.compared, a.positions * 9 / 10);
     EXPECT_EQ(a.agreed, a.compared);
@@ -134,6 +143,15 @@ void check_family(const std::string& preset) {
     EXPECT_EQ(greedy(*m, prompt, Strategy::Lookahead, "stream"), ar);
     for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(greedy(*m, prompt, Strategy::Fafo, policy), ar) << policy;
   }
+}
+
+// Phi-3: the query, key and value projections in one tensor and the gate's and up
+// projection's in one (split where a backend does not fuse them), NEOX RoPE with
+// LongRoPE's short factors (a context up to the original 256) or long ones (512), and
+// its attention factor.
+TEST(ModelFamilies, Phi3MatchesLlamaCppOnEveryBackend) {
+  check_family("phi3-tiny");
+  check_family("phi3-tiny-long");
 }
 
 TEST(ModelFamilies, Qwen3MatchesLlamaCppOnEveryBackend) {

@@ -200,6 +200,34 @@ TEST(SyntheticModel, Qwen3WithHeadNormsAndHeadsWiderThanDimOverHeads) {
   EXPECT_THROW(synth::validate(*c), std::invalid_argument);
 }
 
+TEST(SyntheticModel, Phi3WithFusedTensorsAndLongRopeFactorsChosenByTheContext) {
+  std::optional<synth::SyntheticConfig> c = synth::preset("phi3-tiny");
+  ASSERT_TRUE(c);
+  const std::string path = write_model(*c, "phi3");
+  auto m = test::load_test_model(path, 256);
+  const ModelConfig& config = m.model->config();
+  EXPECT_EQ(config.arch, "phi3");
+  EXPECT_TRUE(config.fused_tensors());
+  EXPECT_TRUE(config.rope.neox);
+  EXPECT_EQ(config.rope_original_ctx, 256);
+  EXPECT_NEAR(config.rope_attn_factor, std::sqrt(1.0 + std::log(4.0) / std::log(256.0)), 1e-6);
+  EXPECT_EQ(config.rope.freq_factors, config.rope_factors_short);  // a context of 256: the short factors
+  EXPECT_NE(m.file->find_tensor("blk.0.attn_qkv.weight"), nullptr);
+  EXPECT_EQ(m.file->find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  const auto a = batch_logits(*m.model, kTokens);
+  const auto b = stepwise_logits(*m.model, kTokens);
+  EXPECT_LT(max_abs_diff(a, b), 1e-4 * std::max(1.0, rms(a)));
+  // A second sequence on the same weights with a context past 256 would need the long
+  // factors while the first uses the short ones: a clear error, and the first goes on.
+  ModelOptions longer;
+  longer.n_ctx = 512;
+  EXPECT_THROW(Model(m.model->weights(), longer), std::invalid_argument);
+  EXPECT_EQ(batch_logits(*m.model, kTokens), a);
+  auto long_context = test::load_test_model(path, 512);
+  EXPECT_EQ(long_context.model->config().rope.freq_factors, long_context.model->config().rope_factors_long);
+  EXPECT_GT(max_abs_diff(batch_logits(*long_context.model, kTokens), a), 1e-3);
+}
+
 TEST(SyntheticModel, Llama3RopeScalingChangesLongPositionsOnly) {
   // Like the Hub's Llama 3.1/3.2 GGUFs: the scaling is a rope_freqs.weight tensor of
   // per-pair divisors, with no rope.scaling.* metadata.

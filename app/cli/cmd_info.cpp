@@ -60,6 +60,9 @@ int run_info(const InfoArgs& args) {
     std::printf("RoPE:          %s, %d dims, base %g, scaling %s%s\n", c.rope.neox ? "neox" : "normal", c.rope.n_dims,
                 static_cast<double>(c.rope.freq_base), c.rope_scaling.c_str(),
                 f.find_tensor("rope_freqs.weight") ? " (rope_freqs tensor)" : "");
+    if (!c.rope_factors_short.empty())
+      std::printf("LongRoPE:      short factors up to %d positions, long ones past them; attention factor %g\n",
+                  c.rope_original_ctx, static_cast<double>(c.rope_attn_factor));
     std::printf("output:        %s%s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
                 c.qkv_bias ? ", QKV bias" : "", c.qk_norm ? ", Q/K head norms" : "");
     const int64_t plain_floats = int64_t{2} * c.n_layer * c.kv_dim();

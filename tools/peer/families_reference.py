@@ -3,7 +3,7 @@
 synthetic model, the reference tests/test_model_families.cpp compares fafo with.
 
   tools/peer/families_reference.py --preset qwen3-tiny --synth build/tools/synth/fafo-synth \
-      --llama-logits /tmp/llama-logits --llama-commit 3f545bec --out tests/data/families/qwen3-tiny.json
+      --llama-logits /tmp/llama-logits --llama-commit 3f545bec [--ctx 256] --out tests/data/families/qwen3-tiny.json
 
 Writes the model with fafo-synth (the preset, F32 weights, seed 1: what the test
 writes), draws 5 sequences of 64 token ids (a fixed seed), runs llama_logits.cpp on
@@ -27,11 +27,14 @@ def main():
     ap.add_argument("--synth", required=True, help="fafo-synth")
     ap.add_argument("--llama-logits", required=True, help="llama_logits.cpp built against llama.cpp")
     ap.add_argument("--llama-commit", required=True, help="the llama.cpp commit it was built from")
+    ap.add_argument("--ctx", type=int, default=256, help="the context both sides use (LongRoPE picks by it)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "m.gguf")
-        info = subprocess.run([a.synth, "--preset", a.preset, "--type", "F32", "-o", model],
+        # general.name "synthetic": llama.cpp gives a file named like Phi-3 attributes of
+        # Phi-3's special tokens, which a synthetic vocabulary lacks (names change no logit).
+        info = subprocess.run([a.synth, "--preset", a.preset, "--type", "F32", "--name", "synthetic", "-o", model],
                               check=True, capture_output=True, text=True).stderr
         n_vocab = int(info.split("vocab ")[1].split(",")[0])  # fafo-synth's summary line
         rng = random.Random("fafo-families-" + a.preset)
@@ -41,7 +44,7 @@ def main():
             for p in prompts:
                 f.write(" ".join(map(str, p)) + "\n")
         out = os.path.join(tmp, "logits.f32")
-        subprocess.run([a.llama_logits, model, ids, out, "2"], check=True)
+        subprocess.run([a.llama_logits, model, ids, out, "2", str(a.ctx)], check=True)
         data = open(out, "rb").read()
     assert len(data) == PROMPTS * LENGTH * n_vocab * 4, "unexpected logits size"
     top = []
@@ -56,6 +59,7 @@ def main():
     doc = {
         "preset": a.preset,
         "weights": "F32",
+        "n_ctx": a.ctx,
         "made_by": "tools/peer/families_reference.py with tools/peer/llama_logits.cpp (CPU, F32 KV cache, "
                    "flash attention off)",
         "llama_cpp_commit": a.llama_commit,

@@ -4,11 +4,12 @@
 // of fafo's build):
 //   c++ -O2 -std=c++17 tools/peer/llama_logits.cpp -I$LLAMA/include -I$LLAMA/ggml/include \
 //       $LLAMA/build/src/libllama.a $LLAMA/build/ggml/src/libggml*.a -lpthread -o llama-logits
-//   llama-logits model.gguf prompts.txt out.f32 [threads]
+//   llama-logits model.gguf prompts.txt out.f32 [threads] [n_ctx]
 // prompts.txt: one sequence per line, token ids separated by spaces. out.f32: for each
 // sequence, for each position, n_vocab float32 logits (little-endian), in order. The
 // KV cache is F32 and flash attention off, so only llama.cpp's products differ from
-// plain float arithmetic.
+// plain float arithmetic. n_ctx (default: 256, or the longest sequence) matters where a
+// model's RoPE depends on it (Phi-3's LongRoPE factors).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -20,7 +21,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: llama-logits model.gguf prompts.txt out.f32 [threads]\n");
+    std::fprintf(stderr, "usage: llama-logits model.gguf prompts.txt out.f32 [threads] [n_ctx]\n");
     return 2;
   }
   const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
@@ -47,8 +48,8 @@ int main(int argc, char** argv) {
   llama_model* model = llama_model_load_from_file(argv[1], mp);
   if (!model) return 1;
   llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = static_cast<uint32_t>(longest < 256 ? 256 : longest);
-  cp.n_batch = cp.n_ubatch = cp.n_ctx;
+  cp.n_ctx = argc > 5 ? static_cast<uint32_t>(std::atoi(argv[5])) : static_cast<uint32_t>(longest < 256 ? 256 : longest);
+  cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(longest);
   cp.n_threads = cp.n_threads_batch = threads;
   cp.type_k = cp.type_v = GGML_TYPE_F32;
   cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;

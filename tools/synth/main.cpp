@@ -15,9 +15,9 @@ int main(int argc, char** argv) {
   SyntheticConfig c;
   app.add_option("-o,--out", out, "Output GGUF path")->required();
   app.add_option("--preset", preset_name, "Start from a preset: llama3-8b, llama2-7b, tinyllama-1.1b, qwen2.5-0.5b, qwen3-8b, "
-                 "qwen3-0.6b, tiny, qwen3-tiny");
+                 "qwen3-0.6b, phi3-mini, phi3.5-mini, tiny, qwen3-tiny, phi3-tiny");
   // Values given explicitly override the preset: parse twice (once for the preset).
-  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2 or qwen3");
+  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2, qwen3 or phi3");
   auto* o_layers = app.add_option("--layers", c.n_layer, "Number of layers");
   auto* o_dim = app.add_option("--dim", c.n_embd, "Embedding size");
   auto* o_heads = app.add_option("--heads", c.n_head, "Attention heads");
@@ -28,13 +28,16 @@ int main(int argc, char** argv) {
   auto* o_ctx = app.add_option("--ctx", c.n_ctx, "Context length written to the metadata");
   auto* o_base = app.add_option("--rope-base", c.rope_base, "RoPE frequency base");
   auto* o_scaling = app.add_option("--rope-scaling", c.rope_scaling,
-                                   "none, linear (rope.scaling.* metadata) or llama3 (a rope_freqs.weight tensor, "
-                                   "as in the Hub's Llama 3.1/3.2 GGUFs)");
+                                   "none, linear (rope.scaling.* metadata), llama3 (a rope_freqs.weight tensor, "
+                                   "as in the Hub's Llama 3.1/3.2 GGUFs) or longrope (phi3: short and long factors)");
+  auto* o_original = app.add_option("--rope-original-ctx", c.rope_original_ctx,
+                                    "longrope: the context up to which the short factors hold (default 4096)");
   auto* o_factor = app.add_option("--rope-factor", c.rope_scaling_factor, "RoPE scaling factor (default 8)");
   auto* o_tied = app.add_flag("--tied", c.tied_embeddings, "Tie the output matrix to the token embeddings");
   auto* o_type = app.add_option("-t,--type", c.weight_type,
                                 "Weight format: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K, or the mixes Q4_K_M Q5_K_M");
   auto* o_seed = app.add_option("--seed", c.seed, "Random seed");
+  auto* o_name = app.add_option("--name", c.name, "general.name (default: the preset's name, or \"synthetic\")");
   CLI11_PARSE(app, argc, argv);
   if (!preset_name.empty()) {
     auto p = preset(preset_name);
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
     keep(o_scaling, c.rope_scaling, given.rope_scaling), keep(o_factor, c.rope_scaling_factor, given.rope_scaling_factor);
     keep(o_tied, c.tied_embeddings, given.tied_embeddings), keep(o_type, c.weight_type, given.weight_type);
     keep(o_seed, c.seed, given.seed), keep(o_head_dim, c.head_dim, given.head_dim);
+    keep(o_original, c.rope_original_ctx, given.rope_original_ctx), keep(o_name, c.name, given.name);
   }
   try {
     validate(c);  // before the head size is printed

@@ -75,10 +75,18 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
     c.arch = "qwen3", c.n_layer = 28, c.n_embd = 1024, c.n_head = 16, c.n_head_kv = 8, c.head_dim = 128, c.n_ff = 3072;
     c.n_vocab = 151936, c.n_ctx = 40960, c.rope_base = 1000000.0f, c.rms_eps = 1e-6f, c.tied_embeddings = true;
     c.weight_type = "Q8_0";
+  } else if (name == "phi3-mini") {  // Phi-3-mini-4k-instruct
+    c.arch = "phi3", c.n_layer = 32, c.n_embd = 3072, c.n_head = 32, c.n_head_kv = 32, c.n_ff = 8192, c.n_vocab = 32064;
+    c.n_ctx = 4096, c.weight_type = "Q4_K_M";
+  } else if (name == "phi3.5-mini") {  // Phi-3.5-mini-instruct: LongRoPE to 128k
+    c.arch = "phi3", c.n_layer = 32, c.n_embd = 3072, c.n_head = 32, c.n_head_kv = 32, c.n_ff = 8192, c.n_vocab = 32064;
+    c.n_ctx = 131072, c.rope_scaling = "longrope", c.rope_original_ctx = 4096, c.weight_type = "Q4_K_M";
   } else if (name == "tiny") {
     // defaults
   } else if (name == "qwen3-tiny") {  // heads wider than n_embd / n_head, as Qwen3's
     c.arch = "qwen3", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
+  } else if (name == "phi3-tiny") {  // LongRoPE from 256 positions on
+    c.arch = "phi3", c.n_head_kv = 2, c.n_ctx = 1024, c.rope_scaling = "longrope", c.rope_original_ctx = 256;
   } else {
     return std::nullopt;
   }
@@ -87,8 +95,8 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
 
 void validate(const SyntheticConfig& c) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("synthetic model: " + what); };
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
-    bad("architecture must be llama, qwen2 or qwen3, not '" + c.arch + "'");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3")
+    bad("architecture must be llama, qwen2, qwen3 or phi3, not '" + c.arch + "'");
   if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.n_ff <= 0 || c.n_ctx <= 0)
     bad("layers, dim, heads, KV heads, FFN size and context must be positive");
   if (c.head_dim < 0) bad("the head size must be positive (or 0: dim / heads)");
@@ -97,8 +105,11 @@ void validate(const SyntheticConfig& c) {
   if (head_dim_of(c) % 2 != 0) bad("the head size must be even (RoPE rotates pairs)");
   if (c.n_head % c.n_head_kv != 0) bad("heads must be a multiple of KV heads");
   if (c.n_vocab < 259) bad("vocab must be at least 259 (3 special tokens + 256 byte tokens)");
-  if (c.rope_scaling != "none" && c.rope_scaling != "linear" && c.rope_scaling != "llama3")
-    bad("rope scaling must be none, linear or llama3");
+  if (c.rope_scaling != "none" && c.rope_scaling != "linear" && c.rope_scaling != "llama3" && c.rope_scaling != "longrope")
+    bad("rope scaling must be none, linear, llama3 or longrope");
+  if (c.rope_scaling == "longrope" && c.arch != "phi3") bad("longrope scaling is phi3's");
+  if (c.rope_scaling == "longrope" && !(c.rope_original_ctx > 0 && c.rope_original_ctx < c.n_ctx))
+    bad("longrope needs an original context between 1 and the context length");
   if (c.rope_scaling != "none" && !(std::isfinite(c.rope_scaling_factor) && c.rope_scaling_factor > 0.0f))
     bad("the rope scaling factor must be a positive finite number");
   tensor_type_for(c, "blk.0.attn_q.weight", 256);  // checks the type name
@@ -178,6 +189,12 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
     w.set_string(a + "rope.scaling.type", "linear");
     w.set_f32(a + "rope.scaling.factor", c.rope_scaling_factor);
   }
+  if (c.rope_scaling == "longrope") {
+    const double scale = static_cast<double>(c.n_ctx) / c.rope_original_ctx;
+    w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(c.rope_original_ctx));
+    w.set_f32(a + "rope.scaling.attn_factor",
+              static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(c.rope_original_ctx)))));
+  }
   const SyntheticVocab vocab = make_synthetic_vocab(c.n_vocab);
   w.set_string("tokenizer.ggml.model", "llama");
   w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
@@ -206,12 +223,29 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
     const auto n = static_cast<int64_t>(divisors.size());
     plan.push_back({"rope_freqs.weight", {n}, TensorType::F32, 0.0f, 0.0f, std::move(divisors)});
   }
+  if (c.rope_scaling == "longrope") {
+    // Divisors per rotated pair: the short ones near 1, the long ones growing to 8 for
+    // the slowest pairs (the shape of Phi-3.5's).
+    const int64_t n = head_dim / 2;
+    std::vector<float> short_factors, long_factors;
+    for (int64_t i = 0; i < n; ++i) {
+      const double f = n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0.0;
+      short_factors.push_back(static_cast<float>(1.0 + 0.05 * f));
+      long_factors.push_back(static_cast<float>(1.0 + 7.0 * f * f));
+    }
+    plan.push_back({"rope_factors_long.weight", {n}, TensorType::F32, 0.0f, 0.0f, std::move(long_factors)});
+    plan.push_back({"rope_factors_short.weight", {n}, TensorType::F32, 0.0f, 0.0f, std::move(short_factors)});
+  }
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", c.n_embd, 1.0f, 0.02f);
-    matrix(p + "attn_q.weight", c.n_embd, q_dim, in_std);
-    matrix(p + "attn_k.weight", c.n_embd, kv_dim, in_std);
-    matrix(p + "attn_v.weight", c.n_embd, kv_dim, in_std);
+    if (c.arch == "phi3") {
+      matrix(p + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim, in_std);
+    } else {
+      matrix(p + "attn_q.weight", c.n_embd, q_dim, in_std);
+      matrix(p + "attn_k.weight", c.n_embd, kv_dim, in_std);
+      matrix(p + "attn_v.weight", c.n_embd, kv_dim, in_std);
+    }
     if (c.arch == "qwen2") {
       vec(p + "attn_q.bias", q_dim, 0.0f, 0.02f);
       vec(p + "attn_k.bias", kv_dim, 0.0f, 0.02f);
@@ -223,8 +257,12 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
       vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.2f);
     }
     vec(p + "ffn_norm.weight", c.n_embd, 1.0f, 0.02f);
-    matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, in_std);
-    matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, in_std);
+    if (c.arch == "phi3") {
+      matrix(p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff}, in_std);  // the gate's rows, then the up projection's
+    } else {
+      matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, in_std);
+      matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, in_std);
+    }
     matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, 1.0f / std::sqrt(static_cast<float>(c.n_ff)));
   }
   for (const TensorPlan& t : plan) w.add_tensor_info(t.name, t.type, t.shape);

@@ -15,7 +15,8 @@
 namespace fafo::synth {
 
 struct SyntheticConfig {
-  // "llama"; "qwen2" (adds QKV biases, NEOX RoPE); "qwen3" (per-head Q/K norms, NEOX RoPE)
+  // "llama"; "qwen2" (adds QKV biases, NEOX RoPE); "qwen3" (per-head Q/K norms, NEOX
+  // RoPE); "phi3" (attn_qkv.weight and a gate-and-up ffn_up.weight, NEOX RoPE)
   std::string arch = "llama";
   std::string name = "synthetic";
   int32_t n_layer = 2;
@@ -29,7 +30,11 @@ struct SyntheticConfig {
   float rope_base = 10000.0f;
   // "none"; "linear" (rope.scaling.type/factor metadata); "llama3": a rope_freqs.weight
   // tensor of per-pair divisors, as the Hub's Llama 3.1/3.2 GGUFs carry it (no metadata).
+  // "longrope" (phi3 only): rope_factors_short/long.weight tensors, original context
+  // rope_original_ctx, attention factor sqrt(1 + ln(n_ctx / original) / ln(original)),
+  // as llama.cpp's converter writes Phi-3.5's.
   std::string rope_scaling = "none";
+  int32_t rope_original_ctx = 4096;
   float rope_scaling_factor = 8.0f;  // > 0
   bool tied_embeddings = false;
   float rms_eps = 1e-5f;
@@ -42,7 +47,7 @@ struct SyntheticConfig {
 };
 
 // Named presets: "llama3-8b", "llama2-7b", "tinyllama-1.1b", "qwen2.5-0.5b", "qwen3-8b",
-// "qwen3-0.6b", "tiny", "qwen3-tiny".
+// "qwen3-0.6b", "phi3-mini", "phi3.5-mini", "tiny", "qwen3-tiny", "phi3-tiny".
 std::optional<SyntheticConfig> preset(const std::string& name);
 
 // The type each tensor gets under cfg.weight_type. Throws std::invalid_argument for

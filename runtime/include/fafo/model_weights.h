@@ -24,7 +24,7 @@
 namespace fafo {
 
 struct ModelConfig {
-  std::string arch;          // "llama", "qwen2" or "qwen3"
+  std::string arch;          // "llama", "qwen2", "qwen3" or "phi3"
   std::string name;          // general.name
   int32_t n_layer = 0;
   int32_t n_embd = 0;
@@ -42,6 +42,14 @@ struct ModelConfig {
   // Each layer normalizes every query and key head (attn_q_norm / attn_k_norm, one
   // head's width) before RoPE: Qwen3.
   bool qk_norm = false;
+  // Phi-3's LongRoPE (rope_factors_short/long.weight, per-pair divisors): the short
+  // factors hold for contexts up to rope_original_ctx, the long ones past it (as
+  // llama.cpp picks them from the context size); empty: none. rope_attn_factor scales
+  // the rotated queries and keys (rope.scaling.attn_factor; 1: none), which fafo applies
+  // as its square on the attention scale.
+  std::vector<float> rope_factors_short, rope_factors_long;
+  int32_t rope_original_ctx = 0;
+  float rope_attn_factor = 1.0f;
   // Multi-head latent attention (a file fafo-care made; fafo.mla.* keys): each layer
   // caches a latent key of mla_rank_k[l] and a latent value of mla_rank_v[l] floats per
   // token instead of kv_dim each. Empty: plain attention.
@@ -49,6 +57,9 @@ struct ModelConfig {
   std::string mla_method;  // "care" or "svd" (fafo.mla.method)
   bool mla() const { return !mla_rank_k.empty(); }
 
+  // Phi-3's fused projections: attn_qkv.weight (the query, key and value rows in one
+  // tensor) and ffn_up.weight holding the gate's rows then the up projection's.
+  bool fused_tensors() const { return arch == "phi3"; }
   // Reads and validates the hyperparameters; throws GgufError naming the key.
   static ModelConfig from_gguf(const GgufFile& file);
   int32_t kv_dim() const { return n_head_kv * head_dim; }
@@ -80,6 +91,11 @@ class ModelWeights {
   // The most rows one step may want logits for (the step itself may be longer): 512,
   // or fewer where a device buffer cannot hold 512 rows of n_vocab logits.
   int32_t max_logit_rows() const { return max_logit_rows_; }
+  // Sets the RoPE factors for sequences of `n_ctx` entries: a LongRoPE model's short
+  // factors up to ModelConfig::rope_original_ctx, its long ones past it (nothing to do
+  // for other models). Throws std::invalid_argument where a sequence on these weights
+  // already chose the other set (one step computes for every sequence alike).
+  void use_context(int32_t n_ctx);
   // The KV cache shape of a sequence of `n_ctx` entries stored as `type`.
   KvCacheShape kv_cache_shape(int32_t n_ctx, KvCacheType type) const;
 
@@ -121,6 +137,7 @@ class ModelWeights {
   std::unique_ptr<Weights> weights_;
   std::unique_ptr<Buffers> buffers_;
   int32_t max_logit_rows_ = 0;
+  int rope_factors_chosen_ = 0;  // use_context: 0 none yet, 1 short, 2 long
   mutable std::recursive_mutex step_mutex_;
 };
 

@@ -29,6 +29,7 @@ Model::Model(std::shared_ptr<ModelWeights> weights, const ModelOptions& options)
   if (!weights_) throw std::invalid_argument("Model: no weights");
   n_ctx_ = context_length(weights_->config(), options);
   StepLock lock(weights_->step_mutex());
+  weights_->use_context(n_ctx_);
   kv_ = weights_->backend().create_kv_cache(weights_->kv_cache_shape(n_ctx_, options.kv_type));
 }
 

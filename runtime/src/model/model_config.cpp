@@ -1,5 +1,6 @@
 // Hyperparameters from GGUF metadata, as each architecture defines them.
 #include <cmath>
+#include <cstring>
 
 #include "fafo/model.h"
 
@@ -52,8 +53,8 @@ int64_t ModelConfig::kv_floats_per_token() const {
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
-    throw GgufError(f.path(), "unsupported architecture '" + c.arch + "' (supported: llama, qwen2, qwen3)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3")
+    throw GgufError(f.path(), "unsupported architecture '" + c.arch + "' (supported: llama, qwen2, qwen3, phi3)");
   c.name = f.get_string("general.name", "");
   const std::string a = c.arch + ".";
   c.n_layer = positive_int(f, a + "block_count", 4096);
@@ -78,8 +79,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.rope.freq_base = static_cast<float>(f.get_float(a + "rope.freq_base", 10000.0));
   if (!std::isfinite(c.rope.freq_base) || c.rope.freq_base <= 0.0f)
     throw GgufError(f.path(), "rope.freq_base must be a positive finite number");
-  // llama GGUFs store Q/K permuted for the interleaved layout; Qwen's rotate halves.
-  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3";
+  // llama GGUFs store Q/K permuted for the interleaved layout; Qwen's and Phi-3's rotate halves.
+  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3";
   // As llama.cpp reads it: the type defaults to linear; the factor comes from
   // rope.scaling.factor, else the legacy rope.scale_linear; 0 means no scaling.
   // Llama 3.1/3.2 files carry their scaling as a rope_freqs.weight tensor instead (see Model).
@@ -88,6 +89,29 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (factor == 0.0) factor = f.get_float(a + "rope.scale_linear", 1.0);
   if (!std::isfinite(factor) || factor < 0.0) throw GgufError(f.path(), "rope.scaling.factor must be a finite number >= 0");
   if (factor == 0.0) factor = 1.0;
+  // LongRoPE (Phi-3): per-pair factors in two tensors, chosen by the context size
+  // (ModelWeights::use_context), and an attention factor.
+  const GgufTensor* short_factors = f.find_tensor("rope_factors_short.weight");
+  const GgufTensor* long_factors = f.find_tensor("rope_factors_long.weight");
+  if (short_factors || long_factors) {
+    if (!short_factors || !long_factors)
+      throw GgufError(f.path(), "a LongRoPE file needs both rope_factors_short.weight and rope_factors_long.weight");
+    for (const GgufTensor* t : {short_factors, long_factors}) {
+      if (t->type != TensorType::F32 || t->n_elements() != c.rope.n_dims / 2)
+        throw GgufError(f.path(), t->name + " must be F32 with rope.dimension_count/2 values");
+      std::vector<float>& dst = t == short_factors ? c.rope_factors_short : c.rope_factors_long;
+      dst.resize(static_cast<size_t>(c.rope.n_dims / 2));
+      std::memcpy(dst.data(), t->data, t->n_bytes);
+      for (float v : dst)
+        if (!std::isfinite(v) || v <= 0.0f) throw GgufError(f.path(), t->name + " holds a value that is not a positive number");
+    }
+    c.rope_original_ctx = f.find(a + "rope.scaling.original_context_length")
+                              ? positive_int(f, a + "rope.scaling.original_context_length", 1 << 24)
+                              : c.n_ctx_train;
+  }
+  c.rope_attn_factor = static_cast<float>(f.get_float(a + "rope.scaling.attn_factor", 1.0));
+  if (!std::isfinite(c.rope_attn_factor) || c.rope_attn_factor <= 0.0f)
+    throw GgufError(f.path(), "rope.scaling.attn_factor must be a positive finite number");
   if (c.rope_scaling == "linear") {
     c.rope.freq_scale = static_cast<float>(1.0 / factor);
   } else if (c.rope_scaling != "none") {

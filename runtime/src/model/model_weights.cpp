@@ -74,6 +74,12 @@ class WeightLoader {
     }
     return b_.upload_weight(parts.front().tensor->type, 1, cols, concatenated(parts).data());
   }
+  // Rows [first, first + n) of a matrix of `rows` rows (a part of a fused tensor).
+  Weight matrix_rows(const GgufTensor& t, int64_t cols, int64_t rows, int64_t first, int64_t n) {
+    check(t, cols, rows);
+    const auto* bytes = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(first) * tensor_row_bytes(t.type, cols);
+    return b_.upload_weight(t.type, n, cols, bytes);
+  }
   // An F32 matrix (an MLA up-projection, which attention reads as floats).
   Weight f32_matrix(const std::string& name, int64_t cols, int64_t rows) {
     const GgufTensor& t = f_.require_tensor(name);
@@ -138,7 +144,10 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
   if (c.mla() && !backend_->runs_latent_attention())
     throw std::runtime_error("the " + backend_->name() + " backend cannot run multi-head latent attention (MLA) models " +
                              "such as " + file_->path() + " (made by fafo-care); use the cpu, reference or vulkan backend");
+  if (c.mla() && c.fused_tensors()) throw GgufError(file_->path(), "MLA files of a " + c.arch + " model are not supported");
   if (const GgufTensor* rf = file_->find_tensor("rope_freqs.weight")) {
+    if (!c.rope_factors_short.empty())
+      throw GgufError(file_->path(), "rope_freqs.weight and LongRoPE factors in one file");
     if (rf->type != TensorType::F32 || rf->n_elements() != c.rope.n_dims / 2)
       throw GgufError(file_->path(), "rope_freqs.weight must be F32 with rope.dimension_count/2 values");
     config_.rope.freq_factors.resize(static_cast<size_t>(c.rope.n_dims / 2));
@@ -171,6 +180,20 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
       L.q_norm = load.vector(p + "attn_q_norm.weight", c.head_dim);
       L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
     }
+    } else if (const GgufTensor* qkv = c.fused_tensors() ? file_->find_tensor(p + "attn_qkv.weight") : nullptr) {
+      // Phi-3: the query, key and value rows in one tensor, one weight where the backend
+      // fuses them, else three.
+      const int64_t all = q_dim + 2 * c.kv_dim();
+      if (c.qkv_bias) throw GgufError(file_->path(), "attention biases with a fused attn_qkv.weight are not supported");
+      L.fused_qkv = backend_->fuses_qkv(qkv->type, q_dim, c.kv_dim(), c.n_embd);
+      if (L.fused_qkv) {
+        L.wq = load.matrix(*qkv, c.n_embd, all);
+      } else {
+        L.wq = load.matrix_rows(*qkv, c.n_embd, all, 0, q_dim);
+        L.wk = load.matrix_rows(*qkv, c.n_embd, all, q_dim, c.kv_dim());
+        L.wv = load.matrix_rows(*qkv, c.n_embd, all, q_dim + c.kv_dim(), c.kv_dim());
+      }
+      L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
     } else {
     const GgufTensor& wq = file_->require_tensor(p + "attn_q.weight");
     const GgufTensor& wk = file_->require_tensor(p + "attn_k.weight");
@@ -208,6 +231,19 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     }
     }
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.n_embd);
+    if (c.fused_tensors() && !file_->find_tensor(p + "ffn_gate.weight")) {
+      // Phi-3: ffn_up holds the gate's n_ff rows, then the up projection's.
+      const GgufTensor& gate_up = file_->require_tensor(p + "ffn_up.weight");
+      if (backend_->fuses_gate_up(gate_up.type, c.n_ff, c.n_embd)) {
+        L.w_gate = load.matrix(gate_up, c.n_embd, 2 * int64_t{c.n_ff});
+      } else {
+        L.w_gate = load.matrix_rows(gate_up, c.n_embd, 2 * int64_t{c.n_ff}, 0, c.n_ff);
+        L.w_up = load.matrix_rows(gate_up, c.n_embd, 2 * int64_t{c.n_ff}, c.n_ff, c.n_ff);
+      }
+      L.w_down = load.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
+      w.layers.push_back(L);
+      continue;
+    }
     const GgufTensor& gate = file_->require_tensor(p + "ffn_gate.weight");
     const GgufTensor& up = file_->require_tensor(p + "ffn_up.weight");
     if (gate.type == up.type && backend_->fuses_gate_up(gate.type, c.n_ff, c.n_embd)) {
@@ -263,6 +299,19 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
 
 ModelWeights::~ModelWeights() = default;
 
+void ModelWeights::use_context(int32_t n_ctx) {
+  if (config_.rope_factors_short.empty()) return;
+  const bool long_context = n_ctx > config_.rope_original_ctx;
+  const int chosen = long_context ? 2 : 1;
+  if (rope_factors_chosen_ != 0 && rope_factors_chosen_ != chosen)
+    throw std::invalid_argument("a context of " + std::to_string(n_ctx) + " needs the " +
+                                (long_context ? "long" : "short") + " RoPE factors of " + file_->path() +
+                                ", but a sequence on these weights uses the other ones (contexts up to " +
+                                std::to_string(config_.rope_original_ctx) + " use the short factors)");
+  rope_factors_chosen_ = chosen;
+  config_.rope.freq_factors = long_context ? config_.rope_factors_long : config_.rope_factors_short;
+}
+
 KvCacheShape ModelWeights::kv_cache_shape(int32_t n_ctx, KvCacheType type) const {
   KvCacheShape shape{config_.n_layer, n_ctx, config_.kv_dim(), type};
   shape.key_dims = config_.mla_rank_k;
@@ -312,7 +361,10 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
     tap(l, xn.data(), batch.size(), c.n_embd);
   };
 
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  // LongRoPE's attention factor scales the rotated queries and keys alike: their dot
+  // products by its square.
+  const float scale = c.rope_attn_factor * c.rope_attn_factor / std::sqrt(static_cast<float>(c.head_dim));
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, scale};
   be.begin_step(batch, caches);
   be.embed(w.token_embd, b.x);
   for (int32_t l = 0; l < c.n_layer; ++l) {
