@@ -34,6 +34,9 @@ exclude+='|^BackendPairs\.ThePairCheckSeesAWrongRow$|^BackendOpsTable\.AWrongReg
 # steps' exactness is checked there by JoinedSteps.EachPartGetsTheBitsOfItsStepAlone.
 exclude+='|^JoinedSteps\.AJoinerJoinsConcurrentGenerationsWithoutChangingATokens$'
 exclude+='|^SharedWeights\.SequencesOnOneLoadGiveTheIdsOfSeparateModelsFromAnyThread$'
+# The families against llama.cpp: numerics with real vocabularies (151,669 logits per
+# position); their loading and forward code runs under the sanitizers in SyntheticModel.*.
+exclude+='|^ModelFamilies\.'
 # ThreadPool.ThreadCreationFailureIsAnError caps the address space just above what the
 # process maps, so that a thread cannot be made; ASan maps each new thread's fake stack
 # (detect_stack_use_after_return) first and aborts instead.

@@ -2,15 +2,18 @@
 """Makes tests/data/families/<preset>.json: llama.cpp's logits for a family's small
 synthetic model, the reference tests/test_model_families.cpp compares fafo with.
 
-  tools/peer/families_reference.py --preset qwen3-tiny --synth build/tools/synth/fafo-synth \
-      --llama-logits /tmp/llama-logits --llama-commit 3f545bec [--ctx 256] --out tests/data/families/qwen3-tiny.json
+  tools/peer/families_reference.py --preset qwen3-tiny --synth build/tools/synth/fafo-synth --fafo build/app/cli/fafo \
+      --llama-logits /tmp/llama-logits --llama-commit 3f545bec [--ctx 256] \
+      [--vocab vocab/ggml-vocab-phi-3.gguf | --vocab-convert tokenizers/qwen3-from-npm/tokenizer.json \
+       --convert build/tools/convert_tokenizer/fafo-convert-tokenizer] --out tests/data/families/qwen3-tiny.json
 
-Writes the model with fafo-synth (the preset, F32 weights, seed 1: what the test
-writes), draws 5 sequences of 64 token ids (a fixed seed), runs llama_logits.cpp on
+Writes the model with fafo-synth (the preset, F32 weights, seed 1, the vocabulary
+given: what the test writes), draws 5 sequences of 64 token ids (a fixed seed), runs llama_logits.cpp on
 them (teacher-forced, F32 KV cache) and keeps, for every position, llama.cpp's 8
 largest logits with their token ids (best first; ties: the lower id first).
 """
 import argparse
+import heapq
 import json
 import os
 import random
@@ -25,18 +28,33 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", required=True)
     ap.add_argument("--synth", required=True, help="fafo-synth")
+    ap.add_argument("--fafo", required=True, help="fafo (its info command reads the vocabulary size)")
     ap.add_argument("--llama-logits", required=True, help="llama_logits.cpp built against llama.cpp")
     ap.add_argument("--llama-commit", required=True, help="the llama.cpp commit it was built from")
     ap.add_argument("--ctx", type=int, default=256, help="the context both sides use (LongRoPE picks by it)")
+    ap.add_argument("--shared", default="../shared", help="the shared data folder")
+    ap.add_argument("--vocab", help="a vocab GGUF under --shared (e.g. vocab/ggml-vocab-phi-3.gguf)")
+    ap.add_argument("--vocab-convert", help="a tokenizer.json under --shared, converted by --convert")
+    ap.add_argument("--convert", help="fafo-convert-tokenizer")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "m.gguf")
         # general.name "synthetic": llama.cpp gives a file named like Phi-3 attributes of
         # Phi-3's special tokens, which a synthetic vocabulary lacks (names change no logit).
-        info = subprocess.run([a.synth, "--preset", a.preset, "--type", "F32", "--name", "synthetic", "-o", model],
-                              check=True, capture_output=True, text=True).stderr
-        n_vocab = int(info.split("vocab ")[1].split(",")[0])  # fafo-synth's summary line
+        synth = [a.synth, "--preset", a.preset, "--type", "F32", "--name", "synthetic", "-o", model]
+        vocab = {}
+        if a.vocab:
+            synth += ["--vocab-from", os.path.join(a.shared, a.vocab)]
+            vocab = {"shared": a.vocab}
+        elif a.vocab_convert:
+            converted = os.path.join(tmp, "vocab.gguf")
+            subprocess.run([a.convert, os.path.join(a.shared, a.vocab_convert), "-o", converted], check=True)
+            synth += ["--vocab-from", converted]
+            vocab = {"converted_from": a.vocab_convert}
+        subprocess.run(synth, check=True, capture_output=True)
+        info = subprocess.run([a.fafo, "info", "-m", model], check=True, capture_output=True, text=True).stdout
+        n_vocab = int(info.split("vocabulary:")[1].split()[0])
         rng = random.Random("fafo-families-" + a.preset)
         prompts = [[rng.randrange(3, n_vocab) for _ in range(LENGTH)] for _ in range(PROMPTS)]
         ids = os.path.join(tmp, "prompts.txt")
@@ -53,13 +71,15 @@ def main():
         for i in range(LENGTH):
             offset = ((p * LENGTH) + i) * n_vocab * 4
             row = struct.unpack_from("<%df" % n_vocab, data, offset)
-            best = sorted(range(n_vocab), key=lambda v: (-row[v], v))[:TOP]
+            best = heapq.nsmallest(TOP, range(n_vocab), key=lambda v: (-row[v], v))
             rows.append([[v, float("%.7g" % row[v])] for v in best])
         top.append(rows)
     doc = {
         "preset": a.preset,
         "weights": "F32",
         "n_ctx": a.ctx,
+        "vocab": vocab,
+        "n_vocab": n_vocab,
         "made_by": "tools/peer/families_reference.py with tools/peer/llama_logits.cpp (CPU, F32 KV cache, "
                    "flash attention off)",
         "llama_cpp_commit": a.llama_commit,

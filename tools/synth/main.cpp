@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   auto* o_type = app.add_option("-t,--type", c.weight_type,
                                 "Weight format: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K, or the mixes Q4_K_M Q5_K_M");
   auto* o_seed = app.add_option("--seed", c.seed, "Random seed");
+  auto* o_vocab_from = app.add_option("--vocab-from", c.vocab_from,
+                                      "Take the vocabulary (tokenizer.* keys) from this GGUF; --vocab is then its size");
   auto* o_name = app.add_option("--name", c.name, "general.name (default: the preset's name, or \"synthetic\")");
   CLI11_PARSE(app, argc, argv);
   if (!preset_name.empty()) {
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
     keep(o_tied, c.tied_embeddings, given.tied_embeddings), keep(o_type, c.weight_type, given.weight_type);
     keep(o_seed, c.seed, given.seed), keep(o_head_dim, c.head_dim, given.head_dim);
     keep(o_original, c.rope_original_ctx, given.rope_original_ctx), keep(o_name, c.name, given.name);
+    keep(o_vocab_from, c.vocab_from, given.vocab_from);
   }
   try {
     validate(c);  // before the head size is printed

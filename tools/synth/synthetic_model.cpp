@@ -157,9 +157,19 @@ std::vector<float> llama3_rope_freqs(const SyntheticConfig& c) {
   return divisors;
 }
 
-uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path,
+uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string& path,
                                const std::function<void(size_t, size_t)>& progress) {
-  validate(c);
+  validate(config);
+  // A real vocabulary: its tokenizer.* keys, and its size for the embeddings.
+  std::shared_ptr<const GgufFile> vocab_file;
+  SyntheticConfig c = config;
+  if (!c.vocab_from.empty()) {
+    vocab_file = GgufFile::open(c.vocab_from);
+    const GgufValue* tokens = vocab_file->find("tokenizer.ggml.tokens");
+    if (!tokens || tokens->type != GgufType::ARRAY)
+      throw std::invalid_argument("synthetic model: " + c.vocab_from + " holds no tokenizer.ggml.tokens");
+    c.n_vocab = static_cast<int32_t>(tokens->as_array().items.size());
+  }
   const int64_t head_dim = head_dim_of(c);
   const int64_t q_dim = c.n_head * head_dim;
   const int64_t kv_dim = c.n_head_kv * head_dim;
@@ -195,16 +205,21 @@ uint64_t write_synthetic_model(const SyntheticConfig& c, const std::string& path
     w.set_f32(a + "rope.scaling.attn_factor",
               static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(c.rope_original_ctx)))));
   }
-  const SyntheticVocab vocab = make_synthetic_vocab(c.n_vocab);
-  w.set_string("tokenizer.ggml.model", "llama");
-  w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
-  w.set_f32_array("tokenizer.ggml.scores", vocab.scores);
-  w.set_i32_array("tokenizer.ggml.token_type", vocab.types);
-  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
-  w.set_u32("tokenizer.ggml.bos_token_id", 1);
-  w.set_u32("tokenizer.ggml.eos_token_id", 2);
-  w.set_bool("tokenizer.ggml.add_bos_token", true);
-  w.set_bool("tokenizer.ggml.add_eos_token", false);
+  if (vocab_file) {
+    for (const auto& [key, value] : vocab_file->metadata())
+      if (key.rfind("tokenizer.", 0) == 0) w.set(key, value);
+  } else {
+    const SyntheticVocab vocab = make_synthetic_vocab(c.n_vocab);
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
+    w.set_f32_array("tokenizer.ggml.scores", vocab.scores);
+    w.set_i32_array("tokenizer.ggml.token_type", vocab.types);
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    w.set_bool("tokenizer.ggml.add_bos_token", true);
+    w.set_bool("tokenizer.ggml.add_eos_token", false);
+  }
 
   // Tensors in the order llama.cpp's converter writes them.
   std::vector<TensorPlan> plan;

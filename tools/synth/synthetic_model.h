@@ -43,6 +43,10 @@ struct SyntheticConfig {
   // "Q4_K_M" / "Q5_K_M" (Q6_K for output, or for token_embd when the embeddings are
   // tied, and for some attn_v / ffn_down layers).
   std::string weight_type = "F32";
+  // A GGUF whose tokenizer.* keys the model gets (a real vocabulary: a vocab-only GGUF of
+  // llama.cpp's or fafo-convert-tokenizer's); n_vocab is then its token count. Empty: a
+  // synthetic SentencePiece-style vocabulary of n_vocab tokens.
+  std::string vocab_from;
   uint64_t seed = 1;
 };
 
