@@ -3,6 +3,9 @@
 //   0 ADD     out[i] = a[i] + b[i]             (residual adds: out aliases a)
 //   1 BIAS    out[i] = a[i] + b[i % cols]      (a bias row broadcast over rows)
 //   2 SWIGLU  out[i] = silu(a[i]) * b[i]       (silu(x) = x / (1 + exp(-x)))
+//   3 GEGLU   out[i] = gelu(a[i]) * b[i]       (GELU's tanh form, tanh's argument clamped to [-10, 10])
+//   4 SCALE   out[i] = a[i] * p.value
+//   5 SOFTCAP out[i] = p.value * tanh(a[i] / p.value)   (the argument clamped as GEGLU's)
 // Buffers are declared without readonly/writeonly because out may alias a.
 layout(local_size_x = 256) in;
 
@@ -14,6 +17,7 @@ layout(push_constant) uniform Params {
   uint n;
   uint cols;
   uint op;
+  float value;
 } p;
 
 void main() {
@@ -24,10 +28,17 @@ void main() {
       y[i] = av + b[i];
     } else if (p.op == 1) {
       y[i] = av + b[i % p.cols];
-    } else {
+    } else if (p.op == 2) {
       // precise: the same expression in matmul.comp's GATED epilogue gives the same bits.
       precise float r = av / (1.0 + exp(-av)) * b[i];
       y[i] = r;
+    } else if (p.op == 3) {
+      const float inner = 0.7978845608028654 * (av + 0.044715 * av * av * av);
+      y[i] = 0.5 * av * (1.0 + tanh(clamp(inner, -10.0, 10.0))) * b[i];
+    } else if (p.op == 4) {
+      y[i] = av * p.value;
+    } else {
+      y[i] = p.value * tanh(clamp(av / p.value, -10.0, 10.0));
     }
   }
 }

@@ -274,6 +274,40 @@ void add_elementwise(std::vector<OpCase>& cases) {
                      be.finish_step();
                      return OpOutputs{rows_of(be, "swiglu", out, T)};
                    }});
+  // Gemma's ops: the GeGLU gate over the tanh's saturation (|x| up to 12), the
+  // embedding scale, and soft-capping of values far past the cap and near it.
+  cases.push_back({"geglu", "n=45", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
+                     env.ensure_cache(T + 1);
+                     Backend& be = env.be();
+                     StepBatch b = causal_batch(T, 0);
+                     be.begin_step(b, env.kv());
+                     Activation g = input(env, "x", 45, 1, T, salt, -12.0f, 12.0f);
+                     Activation u = input(env, "y", 45, 2, T, salt);
+                     Activation out = env.activation("out", 45);
+                     be.geglu(g, u, out);
+                     be.finish_step();
+                     return OpOutputs{rows_of(be, "geglu", out, T)};
+                   }});
+  cases.push_back({"scale", "n=45 by 48", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
+                     env.ensure_cache(T + 1);
+                     Backend& be = env.be();
+                     StepBatch b = causal_batch(T, 0);
+                     be.begin_step(b, env.kv());
+                     Activation x = input(env, "x", 45, 1, T, salt);
+                     be.scale(x, std::sqrt(2304.0f));
+                     be.finish_step();
+                     return OpOutputs{rows_of(be, "scale", x, T)};
+                   }});
+  cases.push_back({"softcap", "n=45 at 30", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
+                     env.ensure_cache(T + 1);
+                     Backend& be = env.be();
+                     StepBatch b = causal_batch(T, 0);
+                     be.begin_step(b, env.kv());
+                     Activation x = input(env, "x", 45, 1, T, salt, -400.0f, 400.0f);
+                     be.softcap(x, 30.0f);
+                     be.finish_step();
+                     return OpOutputs{rows_of(be, "softcap", x, T)};
+                   }});
   cases.push_back({"add", "n=45", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
                      env.ensure_cache(T + 1);
                      Backend& be = env.be();
@@ -824,6 +858,9 @@ TEST_P(BackendOps, LatentAttention) {
   run_op("latent_attention");
 }
 TEST_P(BackendOps, Swiglu) { run_op("swiglu"); }
+TEST_P(BackendOps, Geglu) { run_op("geglu"); }
+TEST_P(BackendOps, Scale) { run_op("scale"); }
+TEST_P(BackendOps, Softcap) { run_op("softcap"); }
 TEST_P(BackendOps, Add) { run_op("add"); }
 TEST_P(BackendOps, Gather) { run_op("gather"); }
 TEST_P(BackendOps, MatmulAdd) { run_op("matmul_add"); }
@@ -981,7 +1018,7 @@ INSTANTIATE_TEST_SUITE_P(EveryBackendAndDevice, BackendOps, ::testing::ValuesIn(
 // The ops whose results must be bit-identical across the pair.
 bool same_bits_expected(const std::string& op) {
   static const std::set<std::string> ops = {"embed",   "matmul",          "matmul_add", "add",    "add_bias", "gather",
-                                            "kv_store", "kv_swap_move", "capture_queries", "argmax", "top_k"};
+                                            "kv_store", "kv_swap_move", "capture_queries", "argmax", "top_k", "scale"};
   return ops.count(op) != 0;
 }
 
@@ -1059,8 +1096,8 @@ TEST(BackendOpsTable, CoversEveryOpOfTheContractAndEveryWeightFormat) {
   std::map<std::string, int> per_op;
   for (const OpCase& c : op_table()) ++per_op[c.op];
   for (const char* op : {"embed", "matmul", "rms_norm", "head_norm", "add_bias", "rope", "kv_store", "kv_swap_move",
-                         "capture_queries", "attention", "latent_attention", "swiglu", "add", "matmul_add", "matmul_swiglu", "gather",
-                         "argmax", "top_k"})
+                         "capture_queries", "attention", "latent_attention", "swiglu", "geglu", "scale", "softcap", "add",
+                         "matmul_add", "matmul_swiglu", "gather", "argmax", "top_k"})
     EXPECT_GT(per_op[op], 0) << op;
   EXPECT_EQ(per_op["embed"], 13);
   EXPECT_EQ(per_op["matmul"], 26);

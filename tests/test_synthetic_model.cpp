@@ -158,6 +158,13 @@ TEST(SyntheticModel, Llama3_8bPresetHasTheRealShapesAndMix) {
   EXPECT_EQ(q6, (std::vector<int>{0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31}));
   EXPECT_EQ(synth::tensor_type_for(*c, "output.weight", 4096), TensorType::Q6_K);
   EXPECT_EQ(synth::tensor_type_for(*c, "token_embd.weight", 4096), TensorType::Q4_K);
+  // Phi-3's fused attn_qkv: Q5_K in Q4_K_M files, Q6_K in Q5_K_M ones (llama.cpp's mix).
+  const auto phi = synth::preset("phi3-mini");
+  ASSERT_TRUE(phi.has_value());
+  EXPECT_EQ(synth::tensor_type_for(*phi, "blk.3.attn_qkv.weight", 3072), TensorType::Q5_K);
+  synth::SyntheticConfig phi5 = *phi;
+  phi5.weight_type = "Q5_K_M";
+  EXPECT_EQ(synth::tensor_type_for(phi5, "blk.3.attn_qkv.weight", 3072), TensorType::Q6_K);
 }
 
 TEST(SyntheticModel, BatchedStepEqualsOneTokenSteps) {
@@ -223,6 +230,17 @@ TEST(SyntheticModel, Phi3WithFusedTensorsAndLongRopeFactorsChosenByTheContext) {
   longer.n_ctx = 512;
   EXPECT_THROW(Model(m.model->weights(), longer), std::invalid_argument);
   EXPECT_EQ(batch_logits(*m.model, kTokens), a);
+  {
+    ModelOptions shorter;
+    shorter.n_ctx = 200;  // short factors too (200 rounds up to 256)
+    Model second(m.model->weights(), shorter);
+    EXPECT_EQ(batch_logits(second, kTokens), a);
+  }
+  // Once no sequence uses the short factors, a long context may open on the same weights.
+  const std::shared_ptr<ModelWeights> weights = m.model->weights();
+  m.model.reset();
+  Model long_on_same(weights, longer);
+  EXPECT_EQ(long_on_same.config().rope.freq_factors, long_on_same.config().rope_factors_long);
   auto long_context = test::load_test_model(path, 512);
   EXPECT_EQ(long_context.model->config().rope.freq_factors, long_context.model->config().rope_factors_long);
   EXPECT_GT(max_abs_diff(batch_logits(*long_context.model, kTokens), a), 1e-3);

@@ -61,10 +61,12 @@ int run_info(const InfoArgs& args) {
                 static_cast<double>(c.rope.freq_base), c.rope_scaling.c_str(),
                 f.find_tensor("rope_freqs.weight") ? " (rope_freqs tensor)" : "");
     if (!c.rope_factors_short.empty())
-      std::printf("LongRoPE:      short factors up to %d positions, long ones past them; attention factor %g\n",
-                  c.rope_original_ctx, static_cast<double>(c.rope_attn_factor));
-    std::printf("output:        %s%s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
-                c.qkv_bias ? ", QKV bias" : "", c.qk_norm ? ", Q/K head norms" : "");
+      std::printf("LongRoPE:      short factors for contexts of up to %d, long ones past it\n", c.rope_original_ctx);
+    if (c.rope_attn_factor != 1.0f)
+      std::printf("RoPE factor:   %g on the rotated queries and keys\n", static_cast<double>(c.rope_attn_factor));
+    std::printf("output:        %s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
+                c.qkv_bias ? ", QKV bias" : "");
+    if (c.qk_norm) std::printf("Q/K norms:     an RMSNorm of each query and key head before RoPE\n");
     const int64_t plain_floats = int64_t{2} * c.n_layer * c.kv_dim();
     if (c.mla()) {
       std::printf("attention:     multi-head latent (MLA, fafo-care %s), latent ranks K/V per layer:",

@@ -149,6 +149,35 @@ struct SwigluOp {
   FAFO_HD void operator()(uint32_t i) const { out[i] = swiglu_value(g[i], u[i]); }
 };
 
+FAFO_HD float tanh_f(float x) {
+#if defined(__CUDA_ARCH__)
+  return tanhf(x);
+#else
+  return std::tanh(x);
+#endif
+}
+FAFO_HD float clamp_f(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
+// gelu(g) * u, GELU by its tanh form, tanh's argument clamped to [-10, 10].
+struct GegluOp {
+  const float* g;
+  const float* u;
+  float* out;
+  FAFO_HD void operator()(uint32_t i) const {
+    const float x = g[i], inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    out[i] = 0.5f * x * (1.0f + tanh_f(clamp_f(inner, -10.0f, 10.0f))) * u[i];
+  }
+};
+struct ScaleOp {
+  float* x;
+  float factor;
+  FAFO_HD void operator()(uint32_t i) const { x[i] = mul_rn(x[i], factor); }
+};
+struct SoftcapOp {
+  float* x;
+  float cap;
+  FAFO_HD void operator()(uint32_t i) const { x[i] = cap * tanh_f(clamp_f(x[i] / cap, -10.0f, 10.0f)); }
+};
+
 // Rotates pair p of head h of row t by the step's table (cos, sin per row and pair,
 // computed on the host by RopeParams::angle as the reference does); i over
 // T x n_heads x n_pairs.

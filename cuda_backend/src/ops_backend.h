@@ -538,6 +538,20 @@ class OpsBackend final : public Backend, public StepAccess {
     set_rows(out, rows_of(gate));
   }
 
+  void geglu(const Activation& gate, const Activation& up, Activation& out) override {
+    launch(GegluOp{data_of(gate), data_of(up), data_of(out)}, uint64_t{rows_of(gate)} * static_cast<uint64_t>(gate.cols),
+           "geglu");
+    set_rows(out, rows_of(gate));
+  }
+
+  void scale(Activation& x, float factor) override {
+    launch(ScaleOp{data_of(x), factor}, uint64_t{rows_of(x)} * static_cast<uint64_t>(x.cols), "scale");
+  }
+
+  void softcap(Activation& x, float cap) override {
+    launch(SoftcapOp{data_of(x), cap}, uint64_t{rows_of(x)} * static_cast<uint64_t>(x.cols), "softcap");
+  }
+
   void add(Activation& x, const Activation& y) override {
     launch(AddOp{data_of(x), data_of(y)}, uint64_t{rows_of(x)} * static_cast<uint64_t>(x.cols), "add");
   }

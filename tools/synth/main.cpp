@@ -64,8 +64,9 @@ int main(int argc, char** argv) {
   try {
     validate(c);  // before the head size is printed
     const auto t0 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "fafo-synth: %s, %d layers, dim %d, heads %d/%d of %d, ffn %d, vocab %d, %s -> %s\n",
-                 c.arch.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_head_kv, head_dim_of(c), c.n_ff, c.n_vocab,
+    const std::string vocab = c.vocab_from.empty() ? std::to_string(c.n_vocab) : "of " + c.vocab_from;
+    std::fprintf(stderr, "fafo-synth: %s, %d layers, dim %d, heads %d/%d of %d, ffn %d, vocab %s, %s -> %s\n",
+                 c.arch.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_head_kv, head_dim_of(c), c.n_ff, vocab.c_str(),
                  c.weight_type.c_str(), out.c_str());
     const uint64_t bytes = write_synthetic_model(c, out, [](size_t done, size_t total) {
       std::fprintf(stderr, "\rfafo-synth: tensor %zu/%zu", done, total);

@@ -213,6 +213,15 @@ class Backend {
   virtual bool executes_immediately() const { return false; }
   // out = silu(gate) * up.
   virtual void swiglu(const Activation& gate, const Activation& up, Activation& out) = 0;
+  // out = gelu(gate) * up, GELU by its tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi)
+  // (x + 0.044715 x^3))), the argument of tanh clamped to [-10, 10] (where tanh is +-1 in
+  // floats): Gemma's GeGLU feed-forward.
+  virtual void geglu(const Activation& gate, const Activation& up, Activation& out) = 0;
+  // x *= factor (Gemma's embedding scale).
+  virtual void scale(Activation& x, float factor) = 0;
+  // x = cap * tanh(x / cap), the argument of tanh clamped as geglu's (Gemma 2's logit
+  // soft-capping); cap > 0.
+  virtual void softcap(Activation& x, float cap) = 0;
   // x += y.
   virtual void add(Activation& x, const Activation& y) = 0;
   // Whether the model may give the attention block's three projections of `type` as one

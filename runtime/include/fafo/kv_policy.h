@@ -17,6 +17,7 @@
 // The region holds `budget` entries. A policy only chooses; KvLayout moves entries.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -48,6 +49,8 @@ class KvInspector {
   virtual int32_t n_head() const = 0;
   virtual int32_t n_head_kv() const = 0;
   virtual int32_t head_dim() const = 0;
+  // The factor of the query-key dot products (ModelConfig::attention_scale).
+  virtual float attention_scale() const { return 1.0f / std::sqrt(static_cast<float>(head_dim())); }
   // Keys (after RoPE) of a layer's committed entries, by logical index, n x kv_dim.
   virtual std::vector<float> keys(int32_t layer, int32_t first, int32_t count) const = 0;
   // Queries (after RoPE) of the rows captured in the last step, rows x (n_head*head_dim).

@@ -63,6 +63,11 @@ struct ModelConfig {
   // Reads and validates the hyperparameters; throws GgufError naming the key.
   static ModelConfig from_gguf(const GgufFile& file);
   int32_t kv_dim() const { return n_head_kv * head_dim; }
+  // The factor of the query-key dot products: 1 / sqrt(head_dim), times the square of
+  // rope_attn_factor (which scales the rotated queries and keys alike).
+  float attention_scale() const {
+    return rope_attn_factor * rope_attn_factor / std::sqrt(static_cast<float>(head_dim));
+  }
   // Floats the KV cache holds per token over all layers (keys and values).
   int64_t kv_floats_per_token() const;
 };
@@ -91,11 +96,13 @@ class ModelWeights {
   // The most rows one step may want logits for (the step itself may be longer): 512,
   // or fewer where a device buffer cannot hold 512 rows of n_vocab logits.
   int32_t max_logit_rows() const { return max_logit_rows_; }
-  // Sets the RoPE factors for sequences of `n_ctx` entries: a LongRoPE model's short
-  // factors up to ModelConfig::rope_original_ctx, its long ones past it (nothing to do
-  // for other models). Throws std::invalid_argument where a sequence on these weights
-  // already chose the other set (one step computes for every sequence alike).
+  // A sequence of `n_ctx` entries starts using these weights: a LongRoPE model's RoPE
+  // takes its short factors for contexts up to ModelConfig::rope_original_ctx, its long
+  // ones past them (the context rounded up to a multiple of 256 first, as llama.cpp does) (nothing to do for other models). Throws std::invalid_argument where
+  // a sequence using the other set is open (one step computes for every sequence
+  // alike). release_context(n_ctx) when the sequence ends.
   void use_context(int32_t n_ctx);
+  void release_context(int32_t n_ctx);
   // The KV cache shape of a sequence of `n_ctx` entries stored as `type`.
   KvCacheShape kv_cache_shape(int32_t n_ctx, KvCacheType type) const;
 
@@ -137,7 +144,7 @@ class ModelWeights {
   std::unique_ptr<Weights> weights_;
   std::unique_ptr<Buffers> buffers_;
   int32_t max_logit_rows_ = 0;
-  int rope_factors_chosen_ = 0;  // use_context: 0 none yet, 1 short, 2 long
+  int32_t rope_factor_users_[2] = {0, 0};  // open sequences on the short, the long factors
   mutable std::recursive_mutex step_mutex_;
 };
 

@@ -72,7 +72,7 @@ std::vector<double> attention_scores(const KvInspector& kv, int32_t n_keys, cons
   const int32_t kv_dim = kv.n_head_kv() * D;
   std::vector<double> scores(static_cast<size_t>(n_keys), 0.0);
   if (n_keys <= 0) return scores;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = kv.attention_scale();
   std::vector<double> s(static_cast<size_t>(n_keys)), layer(static_cast<size_t>(n_keys)), head(static_cast<size_t>(n_keys));
   for (int32_t l = std::min(o.skip_layers, kv.n_layer() - 1); l < kv.n_layer(); ++l) {
     const std::vector<float> q = kv.captured_queries(l);

@@ -29,12 +29,13 @@ Model::Model(std::shared_ptr<ModelWeights> weights, const ModelOptions& options)
   if (!weights_) throw std::invalid_argument("Model: no weights");
   n_ctx_ = context_length(weights_->config(), options);
   StepLock lock(weights_->step_mutex());
-  weights_->use_context(n_ctx_);
   kv_ = weights_->backend().create_kv_cache(weights_->kv_cache_shape(n_ctx_, options.kv_type));
+  weights_->use_context(n_ctx_);  // last: a sequence that fails to open holds no RoPE factors
 }
 
 Model::~Model() {
   StepLock lock(weights_->step_mutex());
+  weights_->release_context(n_ctx_);
   kv_.reset();
 }
 
@@ -214,6 +215,7 @@ class Model::Inspector final : public KvInspector {
   int32_t n_head() const override { return m_.config().n_head; }
   int32_t n_head_kv() const override { return m_.config().n_head_kv; }
   int32_t head_dim() const override { return m_.config().head_dim; }
+  float attention_scale() const override { return m_.config().attention_scale(); }
   std::vector<float> keys(int32_t layer, int32_t first, int32_t count) const override {
     return m_.committed_keys(layer, first, count);
   }

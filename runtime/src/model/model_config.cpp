@@ -112,6 +112,12 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.rope_attn_factor = static_cast<float>(f.get_float(a + "rope.scaling.attn_factor", 1.0));
   if (!std::isfinite(c.rope_attn_factor) || c.rope_attn_factor <= 0.0f)
     throw GgufError(f.path(), "rope.scaling.attn_factor must be a positive finite number");
+  // fafo applies the factor as its square on the attention scale, which equals scaling
+  // the rotated dimensions only where every dimension rotates.
+  if (c.rope_attn_factor != 1.0f && c.rope.n_dims != c.head_dim)
+    throw GgufError(f.path(), "rope.scaling.attn_factor with partial rotation (rope.dimension_count " +
+                                  std::to_string(c.rope.n_dims) + " of " + std::to_string(c.head_dim) +
+                                  ", as in Phi-4-mini) is not supported yet");
   if (c.rope_scaling == "linear") {
     c.rope.freq_scale = static_cast<float>(1.0 / factor);
   } else if (c.rope_scaling != "none") {
@@ -124,6 +130,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.n_vocab = static_cast<int32_t>(embd.shape[1]);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  if (f.find_tensor("blk.0.attn_qkv.bias"))
+    throw GgufError(f.path(), "attention biases in a fused attn_qkv.bias are not supported");
   c.qk_norm = c.arch == "qwen3";
   if (c.qk_norm && c.rope.n_dims != c.head_dim)
     throw GgufError(f.path(), "rope.dimension_count " + std::to_string(c.rope.n_dims) + " must equal the head size " +

@@ -176,10 +176,6 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
       L.v_up = load.f32_matrix(p + "attn_v_b.weight", rv, c.kv_dim());
       L.k_up_host = reinterpret_cast<const float*>(file_->require_tensor(p + "attn_k_b.weight").data);
       L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
-    if (c.qk_norm) {
-      L.q_norm = load.vector(p + "attn_q_norm.weight", c.head_dim);
-      L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
-    }
     } else if (const GgufTensor* qkv = c.fused_tensors() ? file_->find_tensor(p + "attn_qkv.weight") : nullptr) {
       // Phi-3: the query, key and value rows in one tensor, one weight where the backend
       // fuses them, else three.
@@ -299,17 +295,30 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
 
 ModelWeights::~ModelWeights() = default;
 
+namespace {
+// Whether a sequence of n_ctx entries takes LongRoPE's long factors: as llama.cpp picks
+// them, from the context rounded up to a multiple of 256 (llama_context pads it so).
+bool takes_long_factors(int32_t n_ctx, int32_t original_ctx) {
+  return (int64_t{n_ctx} + 255) / 256 * 256 > original_ctx;
+}
+}  // namespace
+
 void ModelWeights::use_context(int32_t n_ctx) {
   if (config_.rope_factors_short.empty()) return;
-  const bool long_context = n_ctx > config_.rope_original_ctx;
-  const int chosen = long_context ? 2 : 1;
-  if (rope_factors_chosen_ != 0 && rope_factors_chosen_ != chosen)
+  const bool long_context = takes_long_factors(n_ctx, config_.rope_original_ctx);
+  if (rope_factor_users_[long_context ? 0 : 1] > 0)
     throw std::invalid_argument("a context of " + std::to_string(n_ctx) + " needs the " +
                                 (long_context ? "long" : "short") + " RoPE factors of " + file_->path() +
-                                ", but a sequence on these weights uses the other ones (contexts up to " +
-                                std::to_string(config_.rope_original_ctx) + " use the short factors)");
-  rope_factors_chosen_ = chosen;
-  config_.rope.freq_factors = long_context ? config_.rope_factors_long : config_.rope_factors_short;
+                                ", but a sequence on these weights uses the other ones (contexts of up to " +
+                                std::to_string(config_.rope_original_ctx) +
+                                ", rounded up to a multiple of 256, use the short factors)");
+  if (rope_factor_users_[long_context ? 1 : 0]++ == 0)
+    config_.rope.freq_factors = long_context ? config_.rope_factors_long : config_.rope_factors_short;
+}
+
+void ModelWeights::release_context(int32_t n_ctx) {
+  if (config_.rope_factors_short.empty()) return;
+  --rope_factor_users_[takes_long_factors(n_ctx, config_.rope_original_ctx) ? 1 : 0];
 }
 
 KvCacheShape ModelWeights::kv_cache_shape(int32_t n_ctx, KvCacheType type) const {
@@ -361,10 +370,7 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
     tap(l, xn.data(), batch.size(), c.n_embd);
   };
 
-  // LongRoPE's attention factor scales the rotated queries and keys alike: their dot
-  // products by its square.
-  const float scale = c.rope_attn_factor * c.rope_attn_factor / std::sqrt(static_cast<float>(c.head_dim));
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, scale};
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale()};
   be.begin_step(batch, caches);
   be.embed(w.token_embd, b.x);
   for (int32_t l = 0; l < c.n_layer; ++l) {

@@ -58,6 +58,8 @@ TensorType quant_type_for(const std::string& mix_name, const std::string& name, 
       t = row_length % tensor_type_info(TensorType::Q6_K).block_size == 0 ? TensorType::Q6_K : TensorType::Q8_0;
     if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) && use_more_bits(layer_of(name), n_layer))
       t = TensorType::Q6_K;
+    // A fused query-key-value projection (Phi-3) gets one step more, as in llama.cpp.
+    if (ends_with(name, "attn_qkv.weight")) t = mix == "Q4_K_M" ? TensorType::Q5_K : TensorType::Q6_K;
   } else {
     const auto parsed = tensor_type_from_name(mix);
     if (!parsed || !tensor_type_info(*parsed).has_quantize || *parsed == TensorType::Q8_1 || *parsed == TensorType::Q8_K)

@@ -391,6 +391,30 @@ class HostBackend final : public Backend, public StepRows {
     set_rows(out, rows_of(gate));
   }
 
+  void geglu(const Activation& gate, const Activation& up, Activation& out) override {
+    for (int64_t i = 0; i < rows_of(gate); ++i) {
+      const float* g = row(gate, i);
+      const float* u = row(up, i);
+      float* o = row(out, i);
+      for (int64_t c = 0; c < gate.cols; ++c) o[c] = scalar::gelu_tanh(g[c]) * u[c];
+    }
+    set_rows(out, rows_of(gate));
+  }
+
+  void scale(Activation& x, float factor) override {
+    for (int64_t i = 0; i < rows_of(x); ++i) {
+      float* r = row(x, i);
+      for (int64_t c = 0; c < x.cols; ++c) r[c] *= factor;
+    }
+  }
+
+  void softcap(Activation& x, float cap) override {
+    for (int64_t i = 0; i < rows_of(x); ++i) {
+      float* r = row(x, i);
+      for (int64_t c = 0; c < x.cols; ++c) r[c] = scalar::soft_cap(r[c], cap);
+    }
+  }
+
   void add(Activation& x, const Activation& y) override {
     for (int64_t i = 0; i < rows_of(x); ++i)
       for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] += row(y, i)[c];

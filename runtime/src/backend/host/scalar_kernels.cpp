@@ -49,6 +49,13 @@ void recover_key(const float* k_up, const float* latent, int64_t rank, int32_t n
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+float gelu_tanh(float x) {
+  const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(std::clamp(inner, -10.0f, 10.0f)));
+}
+
+float soft_cap(float x, float cap) { return cap * std::tanh(std::clamp(x / cap, -10.0f, 10.0f)); }
+
 int32_t argmax_row(const float* x, int64_t n) {
   int32_t best = 0;
   for (int64_t i = 0; i < n; ++i) {

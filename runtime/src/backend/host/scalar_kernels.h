@@ -16,6 +16,10 @@ void rms_norm_row(const float* x, const float* gain, float eps, float* out, int6
 // Rotates one head in place at position `pos`.
 void rope_head(float* head, int32_t pos, const RopeParams& p);
 float silu(float x);
+// GELU by its tanh approximation (tanh's argument clamped to [-10, 10]).
+float gelu_tanh(float x);
+// cap * tanh(x / cap), tanh's argument clamped to [-10, 10].
+float soft_cap(float x, float cap);
 // out[r] = dot(W row r, latent) for the `rows` rows of W (row-major, `cols` wide): an MLA
 // up-projection of one latent key or value.
 void up_project(const float* w, const float* latent, int64_t rows, int64_t cols, float* out);

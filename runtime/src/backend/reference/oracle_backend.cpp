@@ -223,6 +223,22 @@ class OracleBackend final : public Backend {
     set_rows(out, rows_of(gate));
   }
 
+  void geglu(const Activation& gate, const Activation& up, Activation& out) override {
+    for (int64_t i = 0; i < rows_of(gate); ++i)
+      for (int64_t c = 0; c < gate.cols; ++c) row(out, i)[c] = gelu_tanh(row(gate, i)[c]) * row(up, i)[c];
+    set_rows(out, rows_of(gate));
+  }
+
+  void scale(Activation& x, float factor) override {
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] *= factor;
+  }
+
+  void softcap(Activation& x, float cap) override {
+    for (int64_t i = 0; i < rows_of(x); ++i)
+      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] = soft_cap(row(x, i)[c], cap);
+  }
+
   void add(Activation& x, const Activation& y) override {
     for (int64_t i = 0; i < rows_of(x); ++i)
       for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] += row(y, i)[c];

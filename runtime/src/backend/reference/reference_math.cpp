@@ -1,5 +1,6 @@
 #include "backend/reference/reference_math.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace fafo::reference {
@@ -35,6 +36,13 @@ void rope_head(float* head, int32_t position, const RopeParams& p) {
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+float gelu_tanh(float x) {
+  const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(std::clamp(inner, -10.0f, 10.0f)));
+}
+
+float soft_cap(float x, float cap) { return cap * std::tanh(std::clamp(x / cap, -10.0f, 10.0f)); }
 
 int32_t argmax_row(const float* x, int64_t n) {
   int64_t best = 0;

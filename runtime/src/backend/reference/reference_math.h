@@ -18,6 +18,10 @@ void rms_norm_row(const float* x, const float* gain, float eps, float* out, int6
 void rope_head(float* head, int32_t position, const RopeParams& p);
 // x * sigmoid(x), as x / (1 + exp(-x)).
 float silu(float x);
+// GELU by its tanh approximation (tanh's argument clamped to [-10, 10]).
+float gelu_tanh(float x);
+// cap * tanh(x / cap), tanh's argument clamped to [-10, 10].
+float soft_cap(float x, float cap);
 // The index of the largest of n values, ties to the first; -1 when one is NaN, -2 when
 // every value is -inf.
 int32_t argmax_row(const float* x, int64_t n);

@@ -38,6 +38,7 @@ struct RopeStorePush {
 };
 struct ElementwisePush {
   uint32_t n, cols, op;
+  float value;  // SCALE's factor, SOFTCAP's cap
 };
 struct CombinePush {
   uint32_t T, n_head, head_dim, n_parts, out_stride;
@@ -62,7 +63,7 @@ struct TopKPush {
 struct ArgmaxPush {
   uint32_t rows, n;
 };
-enum ElementwiseOp : uint32_t { kAdd = 0, kBias = 1, kSwiglu = 2 };
+enum ElementwiseOp : uint32_t { kAdd = 0, kBias = 1, kSwiglu = 2, kGeglu = 3, kScale = 4, kSoftcap = 5 };
 
 // Workgroups for a grid-stride loop over n items, wg_size per workgroup.
 uint32_t groups_for(uint64_t n, uint32_t wg_size, const Context& context) {
@@ -248,7 +249,7 @@ void Kernels::add(CommandSequence& seq, const Buffer& a, const Buffer& b, const 
   require_size(a, n, "a", "add");
   require_size(b, n, "b", "add");
   require_size(out, n, "out", "add");
-  seq.dispatch(*elementwise_, {&a, &b, &out}, ElementwisePush{n, n, kAdd}, groups_for(n, 256, context_));
+  seq.dispatch(*elementwise_, {&a, &b, &out}, ElementwisePush{n, n, kAdd, 0.0f}, groups_for(n, 256, context_));
 }
 
 void Kernels::add_bias(CommandSequence& seq, const Buffer& a, const Buffer& bias, const Buffer& out, uint32_t n,
@@ -258,7 +259,7 @@ void Kernels::add_bias(CommandSequence& seq, const Buffer& a, const Buffer& bias
   require_size(a, n, "a", "add_bias");
   require_size(bias, cols, "bias", "add_bias");
   require_size(out, n, "out", "add_bias");
-  seq.dispatch(*elementwise_, {&a, &bias, &out}, ElementwisePush{n, cols, kBias}, groups_for(n, 256, context_));
+  seq.dispatch(*elementwise_, {&a, &bias, &out}, ElementwisePush{n, cols, kBias, 0.0f}, groups_for(n, 256, context_));
 }
 
 void Kernels::swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const {
@@ -266,7 +267,27 @@ void Kernels::swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up,
   require_size(gate, n, "gate", "swiglu");
   require_size(up, n, "up", "swiglu");
   require_size(out, n, "out", "swiglu");
-  seq.dispatch(*elementwise_, {&gate, &up, &out}, ElementwisePush{n, n, kSwiglu}, groups_for(n, 256, context_));
+  seq.dispatch(*elementwise_, {&gate, &up, &out}, ElementwisePush{n, n, kSwiglu, 0.0f}, groups_for(n, 256, context_));
+}
+
+void Kernels::geglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const {
+  if (n == 0) return;
+  require_size(gate, n, "gate", "geglu");
+  require_size(up, n, "up", "geglu");
+  require_size(out, n, "out", "geglu");
+  seq.dispatch(*elementwise_, {&gate, &up, &out}, ElementwisePush{n, n, kGeglu, 0.0f}, groups_for(n, 256, context_));
+}
+
+void Kernels::scale(CommandSequence& seq, const Buffer& x, uint32_t n, float factor) const {
+  if (n == 0) return;
+  require_size(x, n, "x", "scale");
+  seq.dispatch(*elementwise_, {&x, &x, &x}, ElementwisePush{n, n, kScale, factor}, groups_for(n, 256, context_));
+}
+
+void Kernels::softcap(CommandSequence& seq, const Buffer& x, uint32_t n, float cap) const {
+  if (n == 0) return;
+  require_size(x, n, "x", "softcap");
+  seq.dispatch(*elementwise_, {&x, &x, &x}, ElementwisePush{n, n, kSoftcap, cap}, groups_for(n, 256, context_));
 }
 
 void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& keys, const Buffer& values,

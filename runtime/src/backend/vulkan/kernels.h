@@ -66,6 +66,11 @@ class Kernels {
   void add_bias(CommandSequence& seq, const Buffer& a, const Buffer& bias, const Buffer& out, uint32_t n,
                 uint32_t cols) const;
   void swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
+  // out = gelu_tanh(gate) * up; x *= factor; x = cap * tanh(x / cap) (Backend::geglu,
+  // scale, softcap); n floats.
+  void geglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
+  void scale(CommandSequence& seq, const Buffer& x, uint32_t n, float factor) const;
+  void softcap(CommandSequence& seq, const Buffer& x, uint32_t n, float cap) const;
 
   // Attention over a step (see shaders/attention.comp for the key order and the
   // step_info layout: the header [n_past, part_keys, parts in use, first row], then the prefix

@@ -466,6 +466,19 @@ class VulkanBackend final : public Backend, public StepTarget {
     set_rows(out, rows_of(gate));
   }
 
+  void geglu(const Activation& gate, const Activation& up, Activation& out) override {
+    kernels_.geglu(step(), act(gate), act(up), act(out), rows_of(gate) * static_cast<uint32_t>(gate.cols));
+    set_rows(out, rows_of(gate));
+  }
+
+  void scale(Activation& x, float factor) override {
+    kernels_.scale(step(), act(x), rows_of(x) * static_cast<uint32_t>(x.cols), factor);
+  }
+
+  void softcap(Activation& x, float cap) override {
+    kernels_.softcap(step(), act(x), rows_of(x) * static_cast<uint32_t>(x.cols), cap);
+  }
+
   void add(Activation& x, const Activation& y) override {
     kernels_.add(step(), act(x), act(y), act(x), rows_of(x) * static_cast<uint32_t>(x.cols));
   }
