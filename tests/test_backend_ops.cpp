@@ -235,7 +235,9 @@ void add_elementwise(std::vector<OpCase>& cases) {
   }
   // head_norm: each head of a row normalized alone (Qwen3's Q and K norms), heads of a
   // width past one warp's 32 lanes and of an odd width.
-  for (const auto [n_heads, width] : {std::pair<int32_t, int64_t>{3, 128}, {5, 45}}) {
+  for (const std::pair<int32_t, int64_t>& heads : {std::pair<int32_t, int64_t>{3, 128}, {5, 45}}) {
+    const int32_t n_heads = heads.first;
+    const int64_t width = heads.second;
     const std::string shape = std::to_string(n_heads) + " heads of " + std::to_string(width);
     cases.push_back({"head_norm", shape, kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
                        env.ensure_cache(T + 1);
