@@ -1017,10 +1017,12 @@ INSTANTIATE_TEST_SUITE_P(EveryBackendAndDevice, BackendOps, ::testing::ValuesIn(
 // GPU run compares the pair with FAFO_CUDA_KERNELS=warp too, where CUDA multiplies in
 // floats like Vulkan).
 
-// The ops whose results must be bit-identical across the pair.
+// The ops whose results must be bit-identical across the pair ("gather" is not: its case
+// normalizes the gathered rows, and the backends' RMSNorms sum the squares in different
+// orders).
 bool same_bits_expected(const std::string& op) {
-  static const std::set<std::string> ops = {"embed",   "matmul",          "matmul_add", "add",    "add_bias", "gather",
-                                            "kv_store", "kv_swap_move", "capture_queries", "argmax", "top_k", "scale"};
+  static const std::set<std::string> ops = {"embed",    "matmul",       "matmul_add",      "add",    "add_bias", "kv_store",
+                                            "kv_swap_move", "capture_queries", "argmax", "top_k", "scale"};
   return ops.count(op) != 0;
 }
 
@@ -1075,7 +1077,11 @@ TEST(BackendPairs, CudaAndVulkanOnTheSameGpuGiveTheSameBits) {
     for (const Target& v : vulkan) {
       OpEnv a(make_target(c)), b(make_target(v));
       const PairReport r = compare_pair(a, b, c.label() + " (" + c.device_name + ") vs " + v.label() + " (" + v.device_name + ")");
-      EXPECT_GT(r.cases, 100);
+      const bool mla = a.be().runs_latent_attention() && b.be().runs_latent_attention();
+      const auto compared = std::count_if(op_table().begin(), op_table().end(),
+                                          [&](const OpCase& k) { return mla || k.op != "latent_attention"; });
+      EXPECT_EQ(r.cases, compared);
+      EXPECT_GT(r.cases, 80);
       for (const std::string& d : r.must_match_but_differ) ADD_FAILURE() << c.label() << " vs " << v.label() << ": " << d;
     }
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda_backend/src/argmax_op.h"
 #include "../cuda_backend/src/block_decode.h"
 #include "../cuda_backend/src/dot_order.h"
 #include "../cuda_backend/src/host_device.h"
@@ -217,18 +218,25 @@ TEST(CudaWarpOps, ProductsAndNormsGiveThePlainKernelsBits) {
       }
     }
   }
-  for (const uint32_t n : {1u, 15u, 288u, 1007u}) {
+  // The norm with 1 to 9 warps a row (the last part short or empty where n is not a
+  // multiple), and the parts the backend chooses.
+  for (const uint32_t n : {1u, 15u, 288u, 1007u, 4096u}) {
     const uint32_t rows = 5;
-    std::vector<float> x(size_t{rows} * n), gain(n), plain(x.size()), warp(x.size());
+    std::vector<float> x(size_t{rows} * n), gain(n), plain(x.size());
     for (float& v : x) v = value(rng);
     for (float& v : gain) v = value(rng);
     device.launch(fafo::cuda::RmsNormOp{x.data(), gain.data(), plain.data(), n, 1e-5f}, rows, "rms_norm");
-    device.launch_warps(fafo::cuda::RmsNormWarpOp{x.data(), gain.data(), warp.data(), n, 1e-5f}, rows, "rms_norm");
-    EXPECT_EQ(std::memcmp(plain.data(), warp.data(), plain.size() * sizeof(float)), 0) << "n = " << n;
+    for (const uint32_t parts : {1u, 2u, 3u, 9u, fafo::cuda::RmsNormWarpOp::parts_for(n)}) {
+      std::vector<float> warp(x.size(), -7.0f);
+      device.launch_warps(fafo::cuda::RmsNormWarpOp{x.data(), gain.data(), warp.data(), n, 1e-5f, parts}, uint64_t{rows} * parts,
+                          "rms_norm");
+      EXPECT_EQ(std::memcmp(plain.data(), warp.data(), plain.size() * sizeof(float)), 0) << "n = " << n << ", parts " << parts;
+    }
   }
 }
 
-// The integer products' rounding of the activations (QuantizeRowsOp, a warp per row):
+// The integer products' rounding of the activations (QuantizeRowsOp, 4 blocks a warp:
+// 10 blocks a row here, so a row has three warps, the last one partial):
 // each block of 32 is d = max |x| / 127 and q = round(x / d) (ties to even), with the
 // block's sum of q; a zero block is all 0 with d = 0, a block with a NaN or an infinity
 // gets an infinite d and q = 0; the rounding of a normalized row (gain given) is the
@@ -237,7 +245,7 @@ TEST(CudaIntOps, RoundingGivesEachBlockOfThirtyTwoItsScaleQuantsAndSum) {
   fafo::cuda::HostDevice device;
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> value(-3.0f, 3.0f);
-  const uint32_t T = 3, cols = 128, stride = 133, blocks = cols / 32;
+  const uint32_t T = 3, cols = 320, stride = 333, blocks = cols / 32;
   std::vector<float> x(size_t{T} * stride), gain(cols);
   for (float& v : x) v = value(rng);
   for (float& v : gain) v = value(rng);
@@ -252,8 +260,8 @@ TEST(CudaIntOps, RoundingGivesEachBlockOfThirtyTwoItsScaleQuantsAndSum) {
   auto round_rows = [&](const float* rows, uint32_t row_stride, const float* g) {
     Rounded r{std::vector<int8_t>(size_t{T} * cols, 99), std::vector<float>(T * blocks, -1.0f),
               std::vector<int32_t>(T * blocks, -1)};
-    device.launch_warp_fn(fafo::cuda::QuantizeRowsOp{rows, row_stride, g, 1e-5f, {r.q.data(), r.d.data(), r.s.data(), cols}}, T,
-                          "quantize");
+    device.launch_warp_fn(fafo::cuda::QuantizeRowsOp{rows, row_stride, g, 1e-5f, {r.q.data(), r.d.data(), r.s.data(), cols}},
+                          fafo::cuda::QuantizeRowsOp::warps(T, cols), "quantize");
     return r;
   };
   const Rounded got = round_rows(x.data(), stride, nullptr);
@@ -318,7 +326,8 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
     std::vector<float> d(x.size() / 32);
     std::vector<int32_t> s(x.size() / 32);
     const fafo::cuda::Q8Rows x8{q.data(), d.data(), s.data(), cols};
-    device.launch_warp_fn(fafo::cuda::QuantizeRowsOp{x.data(), cols, nullptr, 0.0f, x8}, T_max, "quantize");
+    device.launch_warp_fn(fafo::cuda::QuantizeRowsOp{x.data(), cols, nullptr, 0.0f, x8},
+                          fafo::cuda::QuantizeRowsOp::warps(T_max, cols), "quantize");
     fafo::cuda::with_format(static_cast<uint32_t>(type), [&]<Format F>() {
       if constexpr (fafo::cuda::has_int_product<F>) {
         using Unit = fafo::cuda::IntUnit<F>;
@@ -440,6 +449,16 @@ TEST(CudaWarpOps, GroupedAttentionHeadsGetTheBitsOfOneHeadPerWarp) {
                               uint64_t{T} * (sh.n_head / 3) * n_parts, "attention");
       EXPECT_EQ(std::memcmp(one.data(), grouped.data(), floats * sizeof(float)), 0);
       EXPECT_NE(one[2], 7.0f);  // written
+      // The rows in runs of 4 (t0 = 0, 4, 8; the backend's runs when partials would
+      // outgrow their budget): each run's partials are the same rows' of one launch.
+      const size_t per_row = size_t{sh.n_head} * n_parts * (sh.head_dim + 2);
+      for (uint32_t t0 = 0; t0 < T; t0 += 4) {
+        const uint32_t rows = std::min(4u, T - t0);
+        std::vector<float> run(rows * per_row, 7.0f);
+        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<1>{op, run.data(), part_keys, n_parts, t0},
+                              uint64_t{rows} * sh.n_head * n_parts, "attention");
+        EXPECT_EQ(std::memcmp(run.data(), one.data() + t0 * per_row, run.size() * sizeof(float)), 0) << "t0 " << t0;
+      }
     }
   }
 }
@@ -708,6 +727,54 @@ TEST(CudaHalfMma, Bf16RoundingIsTheRuntimes) {
     const uint16_t got = fafo::cuda::float_to_bf16_bits(f), want = fafo::fp32_to_bf16(f);
     if (std::isnan(f)) EXPECT_TRUE(std::isnan(fafo::bf16_to_fp32(got))) << std::hex << b;
     else EXPECT_EQ(got, want) << std::hex << b;
+  }
+}
+
+// The warp kernels' argmax (argmax_op.h: warps over parts of 2,048 columns, then a warp
+// per row) is the plain kernel's (ArgmaxOp, the first of equal largest values) on rows
+// spanning 1 to 4 parts: the maximum in a later part than an equal earlier one, ties
+// inside a part on lanes out of index order, -0.0 tying +0.0, +inf, rows of -inf only
+// (-2), a NaN in the last part (-1), random rows with few distinct values.
+TEST(CudaArgmax, PartsGiveTheFirstLargestValueAsThePlainKernel) {
+  fafo::cuda::HostDevice device;
+  std::mt19937 rng(23);
+  for (const uint32_t cols : {1u, 31u, 2048u, 2049u, 7000u, 70000u}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const uint32_t rows = 9;
+    std::vector<float> x(size_t{rows} * cols);
+    for (float& v : x) v = static_cast<float>(rng() % 5) - 4.0f;  // few distinct values: many ties at 0
+    float* r = x.data();
+    r[cols - 1] = 3.0f;  // row 0: the largest value last
+    r = x.data() + cols;  // row 1: equal largest values, the later one on a lower lane
+    if (cols > 64) r[33] = 9.0f, r[64] = 9.0f;  // lane 1 first, then lane 0
+    if (cols > 65600) r[65600] = 9.0f;          // part 32: the combine's lane 0 again, after part 0
+    r[cols - 1] = 9.0f;
+    r = x.data() + 2 * cols;  // row 2: -0.0 and +0.0 as the largest
+    for (uint32_t c = 0; c < cols; ++c) r[c] = c % 3 == 0 ? -0.0f : (c % 3 == 1 ? 0.0f : -1.0f);
+    r = x.data() + 3 * cols;  // row 3: -inf only
+    std::fill(r, r + cols, -std::numeric_limits<float>::infinity());
+    r = x.data() + 4 * cols;  // row 4: a NaN in the last column
+    r[cols - 1] = std::numeric_limits<float>::quiet_NaN();
+    r = x.data() + 5 * cols;  // row 5: +inf twice
+    r[cols / 2] = std::numeric_limits<float>::infinity(), r[cols - 1] = std::numeric_limits<float>::infinity();
+    r = x.data() + 6 * cols;  // row 6: -inf but one finite value
+    std::fill(r, r + cols, -std::numeric_limits<float>::infinity());
+    r[cols - 1] = -1e30f;
+    std::vector<int32_t> want(rows, 99), got(rows, 99);
+    device.launch(fafo::cuda::ArgmaxOp{x.data(), want.data(), cols, cols}, rows, "argmax");
+    const uint32_t parts = fafo::cuda::ArgmaxPartOp::parts(cols);
+    std::vector<float> values(size_t{rows} * parts);
+    std::vector<int32_t> index(size_t{rows} * parts);
+    device.launch_warp_fn(fafo::cuda::ArgmaxPartOp{x.data(), cols, cols, parts, values.data(), index.data()},
+                          uint64_t{rows} * parts, "argmax");
+    device.launch_warp_fn(fafo::cuda::ArgmaxCombineOp{values.data(), index.data(), parts, got.data()}, rows, "argmax_combine");
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(want[3], -2);
+    EXPECT_EQ(want[4], -1);
+    EXPECT_EQ(want[6], static_cast<int32_t>(cols - 1));
+    if (cols > 64) {
+      EXPECT_EQ(want[1], 33);
+    }
   }
 }
 

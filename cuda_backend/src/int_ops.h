@@ -112,20 +112,34 @@ FAFO_HD float int_to_float(int32_t v) {
 
 // ---- 1. rounding the activations ----
 
-// Warp t rounds row t of x (normalized first by `gain`, as RmsNormWarpOp, when given):
-// block b's 32 values one per lane; the block's largest magnitude (NaN counted as
-// infinite) by the warp's max; d = max / 127 (IEEE division); q = round(x / d) (ties to
-// even), 0 where d is 0 or not finite; the block's sum of q. Every row on its own.
+// Warp w rounds kBlocksPerWarp blocks of one row (row w / warps_per_row(cols), blocks
+// from kBlocksPerWarp * (w % warps_per_row(cols))) of x, normalized first by `gain`, as
+// RmsNormWarpOp, when given (each warp computes its row's norm scale itself: the same
+// lane sums and tree, so the same bits, and no step waits on a per-row pass): block b's
+// 32 values one per lane; the block's largest magnitude (NaN counted as infinite) by the
+// warp's max; d = max / 127 (IEEE division); q = round(x / d) (ties to even), 0 where d
+// is 0 or not finite; the block's sum of q. Every block on its own: a value's bits
+// depend on its row and block alone, whatever the number of warps.
 struct QuantizeRowsOp {
+  static constexpr uint32_t kBlocksPerWarp = 4;
   const float* x;
   uint32_t x_stride;
   const float* gain;  // null: no norm
   float eps;
   Q8Rows out;
 
+  static FAFO_HD uint32_t warps_per_row(uint32_t cols) {
+    const uint32_t n_blocks = cols / kQ8Block;
+    return n_blocks == 0 ? 1 : (n_blocks + kBlocksPerWarp - 1) / kBlocksPerWarp;
+  }
+  // The warps that round T rows.
+  static uint64_t warps(uint32_t T, uint32_t cols) { return uint64_t{T} * warps_per_row(cols); }
+
   template <class W>
-  FAFO_HD void run(W& warp, uint32_t t) const {
-    const uint32_t cols = out.cols, n_blocks = cols / kQ8Block;
+  FAFO_HD void run(W& warp, uint32_t w) const {
+    const uint32_t cols = out.cols, n_blocks = cols / kQ8Block, per_row = warps_per_row(cols);
+    const uint32_t t = w / per_row, first = (w % per_row) * kBlocksPerWarp;
+    const uint32_t end = first + kBlocksPerWarp < n_blocks ? first + kBlocksPerWarp : n_blocks;
     const float* xt = x + static_cast<uint64_t>(t) * x_stride;
     float scale = 1.0f;
     if (gain != nullptr) {
@@ -134,7 +148,7 @@ struct QuantizeRowsOp {
       scale = rms_scale(warp.sum(squares), cols, eps);
     }
     int8_t* q = out.q + static_cast<uint64_t>(t) * cols;
-    for (uint32_t b = 0; b < n_blocks; ++b) {
+    for (uint32_t b = first; b < end; ++b) {
       typename W::template Vec<float> v, magnitude;
       warp.each([&](uint32_t lane) {
         const uint32_t c = kQ8Block * b + lane;

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "argmax_op.h"
 #include "block_decode.h"
 #include "fafo/backend.h"
 #include "fafo/cuda_backend.h"
@@ -400,8 +401,10 @@ class OpsBackend final : public Backend, public StepAccess {
   void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
     const uint32_t rows = rows_of(x);
     const float* g = weight(gain).memory.template as<float>();
-    if (kernels_ != CudaKernels::Plain)
-      launch_warps(RmsNormWarpOp{data_of(x), g, data_of(out), static_cast<uint32_t>(x.cols), eps}, rows, "rms_norm");
+    if (kernels_ != CudaKernels::Plain) {
+      const uint32_t n = static_cast<uint32_t>(x.cols), parts = RmsNormWarpOp::parts_for(n);
+      launch_warps(RmsNormWarpOp{data_of(x), g, data_of(out), n, eps, parts}, uint64_t{rows} * parts, "rms_norm");
+    }
     else
       launch(RmsNormOp{data_of(x), g, data_of(out), static_cast<uint32_t>(x.cols), eps}, rows, "rms_norm");
     set_rows(out, rows);
@@ -525,7 +528,7 @@ class OpsBackend final : public Backend, public StepAccess {
                      static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
                      static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16()};
       if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionSplitOp<1>::kDimsPerLane * kLanes))
-        split_attention(op, first);
+        split_attention(op);
       else
         launch(op, uint64_t{static_cast<uint32_t>(seg.size)} * static_cast<uint32_t>(s.n_head), "attention");
     }
@@ -572,7 +575,19 @@ class OpsBackend final : public Backend, public StepAccess {
   void argmax_rows(const Activation& x) override {
     argmax_n_ = rows_of(x);
     int32_t* out = argmax_staging_.template reserve<int32_t>(*device_, argmax_n_);
-    launch(ArgmaxOp{data_of(x), out, static_cast<uint32_t>(x.cols), static_cast<uint32_t>(x.cols)}, argmax_n_, "argmax");
+    const uint32_t cols = static_cast<uint32_t>(x.cols), rows = static_cast<uint32_t>(argmax_n_);
+    if (kernels_ == CudaKernels::Plain) {
+      launch(ArgmaxOp{data_of(x), out, cols, cols}, rows, "argmax");
+      return;
+    }
+    // argmax_op.h: warps over parts of each row, then a warp per row over its parts.
+    const uint32_t parts = ArgmaxPartOp::parts(cols);
+    const size_t n = std::max<size_t>(size_t{rows} * parts, 1);
+    uint32_t* scratch = argmax_parts_staging_.template reserve<uint32_t>(*device_, 2 * n);
+    float* values = reinterpret_cast<float*>(scratch);
+    int32_t* index = reinterpret_cast<int32_t*>(scratch + n);
+    launch_warp_fn(ArgmaxPartOp{data_of(x), cols, cols, parts, values, index}, uint64_t{rows} * parts, "argmax");
+    launch_warp_fn(ArgmaxCombineOp{values, index, parts, out}, rows, "argmax_combine");
   }
   std::vector<int32_t> read_argmax(int64_t n_rows) override {
     run_open_capture();
@@ -689,32 +704,34 @@ class OpsBackend final : public Backend, public StepAccess {
     device_->launch(op, n, name);
   }
   // The warp kernels' attention of one part (`op`: the plain kernel's arguments for its
-  // rows, from row `first` of the step): the keys split into parts of part_keys, which
-  // depends on the part's n_past and the largest step only (as the Vulkan backend splits
-  // them), so a row's result does not depend on T or the other rows; up to 16 parts,
-  // with at most 64 MiB of partials for the largest step.
-  void split_attention(const AttentionOp& op, size_t first) {
-    const uint64_t per_row_part = uint64_t{op.n_head} * (op.head_dim + 2);
-    const uint64_t rows_cap = static_cast<uint64_t>(std::max<int64_t>(max_step_rows_, 1));
-    constexpr uint64_t kMaxParts = 16, kMinKeysPerPart = 128, kPartialsBudget = uint64_t{64} << 20;
-    const uint64_t max_parts = std::clamp<uint64_t>(kPartialsBudget / sizeof(float) / (rows_cap * per_row_part), 1, kMaxParts);
-    const uint64_t part_keys = std::max(kMinKeysPerPart, (uint64_t{op.n_past} + rows_cap + max_parts - 1) / max_parts);
+  // rows): the keys split into parts of part_keys = attention_part_keys(n_past), which
+  // depends on the part's n_past alone (not on T or the other rows: T-invariant), so a
+  // one-token step's keys go to up to kAttentionParts warps per head group whatever the
+  // largest step. The rows are taken in runs whose partials fit kPartialsBudget.
+  void split_attention(const AttentionOp& op) {
+    const uint64_t per_part = uint64_t{op.head_dim} + 2;
+    const uint32_t part_keys = attention_part_keys(op.n_past);
     const uint64_t n_parts = (uint64_t{op.n_past} + op.T + part_keys - 1) / part_keys;
-    float* partials = split_partials_.template reserve<float>(*device_, static_cast<size_t>(rows_cap * per_row_part * max_parts));
-    partials += first * per_row_part * max_parts;
+    const uint64_t per_row = uint64_t{op.n_head} * n_parts * per_part;
+    constexpr uint64_t kPartialsBudget = uint64_t{64} << 20;
+    const uint32_t run_rows = static_cast<uint32_t>(std::clamp<uint64_t>(kPartialsBudget / sizeof(float) / per_row, 1, op.T));
+    float* partials = split_partials_.template reserve<float>(*device_, static_cast<size_t>(run_rows * per_row));
     const uint32_t group = attention_group_for(op.n_head, op.n_head_kv);
-    const auto run = [&]<uint32_t Group>() {
-      launch_warp_fn(AttentionSplitOp<Group>{op, partials, static_cast<uint32_t>(part_keys), static_cast<uint32_t>(n_parts)},
-                     uint64_t{op.T} * (op.n_head / Group) * n_parts, "attention");
-    };
-    switch (group) {
-      case 4: run.template operator()<4>(); break;
-      case 3: run.template operator()<3>(); break;
-      case 2: run.template operator()<2>(); break;
-      default: run.template operator()<1>(); break;
+    for (uint32_t t0 = 0; t0 < op.T; t0 += run_rows) {
+      const uint32_t rows = std::min(run_rows, op.T - t0);
+      const auto run = [&]<uint32_t Group>() {
+        launch_warp_fn(AttentionSplitOp<Group>{op, partials, part_keys, static_cast<uint32_t>(n_parts), t0},
+                       uint64_t{rows} * (op.n_head / Group) * n_parts, "attention");
+      };
+      switch (group) {
+        case 4: run.template operator()<4>(); break;
+        case 3: run.template operator()<3>(); break;
+        case 2: run.template operator()<2>(); break;
+        default: run.template operator()<1>(); break;
+      }
+      launch(AttentionCombineOp{partials, op.out, op.n_head, op.head_dim, static_cast<uint32_t>(n_parts), op.out_stride, t0},
+             uint64_t{rows} * op.n_head * op.head_dim, "attention_combine");
     }
-    launch(AttentionCombineOp{partials, op.out, op.n_head, op.head_dim, static_cast<uint32_t>(n_parts), op.out_stride},
-           uint64_t{op.T} * op.n_head * op.head_dim, "attention_combine");
   }
   void add_to_profile(const LaunchTimes& t) {
     if (t.launches.empty()) return;
@@ -792,7 +809,8 @@ class OpsBackend final : public Backend, public StepAccess {
       uint32_t stride = static_cast<uint32_t>(x.cols);
       if (g) {  // the norm apart (RmsNormWarpOp's bits), into a scratch copy
         float* normed = normed_staging_.template reserve<float>(*device_, size_t{T} * static_cast<size_t>(w.cols));
-        launch_warps(RmsNormWarpOp{input, g, normed, static_cast<uint32_t>(w.cols), eps}, T, "rms_norm");
+        const uint32_t n = static_cast<uint32_t>(w.cols), parts = RmsNormWarpOp::parts_for(n);
+        launch_warps(RmsNormWarpOp{input, g, normed, n, eps, parts}, uint64_t{T} * parts, "rms_norm");
         input = normed;
         stride = static_cast<uint32_t>(w.cols);
       }
@@ -888,7 +906,7 @@ class OpsBackend final : public Backend, public StepAccess {
     uint8_t* base = q8_staging_.template reserve<uint8_t>(*device_, static_cast<size_t>(values + 8 * blocks));
     const Q8Rows q{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + values),
                    reinterpret_cast<int32_t*>(base + values + 4 * blocks), cols};
-    launch_warp_fn(QuantizeRowsOp{x, x_stride, gain, eps, q}, T, gain ? "quantize_norm" : "quantize");
+    launch_warp_fn(QuantizeRowsOp{x, x_stride, gain, eps, q}, QuantizeRowsOp::warps(T, cols), gain ? "quantize_norm" : "quantize");
     return q;
   }
   static std::string kernels_description(CudaKernels kernels, bool fuse) {
@@ -958,7 +976,7 @@ class OpsBackend final : public Backend, public StepAccess {
   std::vector<int64_t> order_at_;         // where each part's logical order starts in order_ (-1: identity)
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
-  Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_,
+  Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_, argmax_parts_staging_,
       attention_scratch_, split_partials_, q8_staging_, top_k_staging_, half_partials_, normed_staging_;
   const int32_t* tokens_ = nullptr;
   const uint64_t* mask_ = nullptr;

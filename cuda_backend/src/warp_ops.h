@@ -177,8 +177,11 @@ struct FusedProductWarpOp {
   }
 };
 
-// RMSNorm of row w (n values, rows contiguous): lane l's sum of squares of its chunks
-// (lane_sum_squares), the tree, then every lane scales its chunks: RmsNormOp's bits.
+// RMSNorm of rows of n values (rows contiguous), `parts` warps a row: warp w takes row
+// w / parts and writes its part w % parts of the columns (parts of 32 x ceil(n / (32
+// parts)) columns); every warp of a row computes the row's lane sums of squares
+// (lane_sum_squares) and the tree itself, so each value is RmsNormOp's bits whatever
+// `parts` is. parts_for(n) spreads a long row over warps of 512 columns or more.
 struct RmsNormWarpOp {
   static constexpr uint32_t kValues = 1;
   const float* x;
@@ -186,15 +189,21 @@ struct RmsNormWarpOp {
   float* out;
   uint32_t n;
   float eps;
+  uint32_t parts = 1;
+
+  static uint32_t parts_for(uint32_t n) { return n >= 1024 ? n / 512 : 1; }
 
   FAFO_HD void lane_values(uint32_t warp, uint32_t lane, float v[kValues]) const {
-    v[0] = lane_sum_squares(x + static_cast<uint64_t>(warp) * n, n, lane);
+    v[0] = lane_sum_squares(x + static_cast<uint64_t>(warp / parts) * n, n, lane);
   }
   FAFO_HD void finish(uint32_t warp, uint32_t lane, const float sums[kValues]) const {
     const float scale = rms_scale(sums[0], n, eps);
-    const float* row = x + static_cast<uint64_t>(warp) * n;
-    float* o = out + static_cast<uint64_t>(warp) * n;
-    for (uint32_t c = lane; c < n; c += kLanes) o[c] = rms_apply(row[c], scale, gain[c]);
+    const uint64_t row_at = static_cast<uint64_t>(warp / parts) * n;
+    const uint32_t span = (n + kLanes * parts - 1) / (kLanes * parts) * kLanes, first = (warp % parts) * span;
+    const uint32_t end = first + span < n ? first + span : n;
+    const float* row = x + row_at;
+    float* o = out + row_at;
+    for (uint32_t c = first + lane; c < end; c += kLanes) o[c] = rms_apply(row[c], scale, gain[c]);
   }
 };
 
@@ -227,18 +236,30 @@ inline uint32_t attention_group_for(uint32_t n_head, uint32_t n_head_kv) {
   return best;
 }
 
+// The keys of one attention part for a step whose rows see n_past committed entries:
+// 32 (one chunk of a warp) up to n_past = 32 kAttentionParts, then n_past /
+// kAttentionParts rounded up to a whole chunk, so that a one-token step gives each head
+// group up to kAttentionParts + 1 warps. A function of n_past alone (T-invariant).
+constexpr uint32_t kAttentionParts = 32;
+inline uint32_t attention_part_keys(uint32_t n_past) {
+  const uint32_t per_part = (n_past + kAttentionParts - 1) / kAttentionParts;
+  return per_part <= kLanes ? kLanes : (per_part + kLanes - 1) / kLanes * kLanes;
+}
+
 template <uint32_t Group>
 struct AttentionSplitOp {
   static constexpr uint32_t kDimsPerLane = 8;  // head_dim <= 256
   static_assert(Group >= 1 && Group <= kMaxAttentionGroup);
   AttentionOp a;  // the part's rows, cache, masks and shape, as the plain kernel takes them
-  float* partials;  // [T][n_head][n_parts][head_dim + 2]
+  float* partials;  // [rows from t0][n_head][n_parts][head_dim + 2]
   uint32_t part_keys, n_parts;
+  uint32_t t0 = 0;  // the first row of this launch: warp index i takes row t0 + i / (n_parts * n_groups)
 
   template <class W>
   FAFO_HD void run(W& warp, uint32_t index) const {
     const uint32_t n_groups = a.n_head / Group;
-    const uint32_t part = index % n_parts, h0 = ((index / n_parts) % n_groups) * Group, t = index / (n_parts * n_groups);
+    const uint32_t part = index % n_parts, h0 = ((index / n_parts) % n_groups) * Group;
+    const uint32_t t = t0 + index / (n_parts * n_groups);
     const uint32_t dims = (a.head_dim + kLanes - 1) / kLanes;  // accumulators per head and lane
     const uint32_t kv_off = (h0 / (a.n_head / a.n_head_kv)) * a.head_dim;
     const float* q0 = a.q + static_cast<uint64_t>(t) * a.q_stride + static_cast<uint64_t>(h0) * a.head_dim;
@@ -326,7 +347,7 @@ struct AttentionSplitOp {
       }
     }
     for (uint32_t g = 0; g < Group; ++g) {
-      float* out = partials + ((static_cast<uint64_t>(t) * a.n_head + h0 + g) * n_parts + part) * (a.head_dim + 2);
+      float* out = partials + ((static_cast<uint64_t>(t - t0) * a.n_head + h0 + g) * n_parts + part) * (a.head_dim + 2);
       warp.each([&](uint32_t lane) {
         if (lane == 0) {
           out[0] = m[g];
@@ -344,15 +365,16 @@ struct AttentionSplitOp {
 
 // Merges AttentionSplitOp's parts of each (row, head): with M the largest max of the
 // parts that saw a key, out[d] = sum_p acc_p[d] e_p / sum_p l_p e_p, e_p = exp(m_p - M),
-// in part order; i over T x n_head x head_dim.
+// in part order; i over rows x n_head x head_dim, the rows from t0.
 struct AttentionCombineOp {
-  const float* partials;
+  const float* partials;  // AttentionSplitOp's, for the rows from t0
   float* out;
   uint32_t n_head, head_dim, n_parts, out_stride;
+  uint32_t t0 = 0;
   FAFO_HD void operator()(uint32_t i) const {
-    const uint32_t d = i % head_dim, h = (i / head_dim) % n_head, t = i / (head_dim * n_head);
+    const uint32_t d = i % head_dim, h = (i / head_dim) % n_head, r = i / (head_dim * n_head), t = t0 + r;
     const uint32_t stride = head_dim + 2;
-    const float* p = partials + (static_cast<uint64_t>(t) * n_head + h) * n_parts * stride;
+    const float* p = partials + (static_cast<uint64_t>(r) * n_head + h) * n_parts * stride;
     float m = -INFINITY;
     for (uint32_t k = 0; k < n_parts; ++k)
       if (p[k * stride + 1] > 0.0f) m = max_f(m, p[k * stride]);
