@@ -26,15 +26,10 @@
 
 // Loops over a kernel's small register arrays are unrolled on the GPU so that their
 // indices are constants (an array indexed at run time lives in local memory).
-// FAFO_UNROLL_BY(n) unrolls a loop of global loads n times so that n loads are in
-// flight at once (the arithmetic and its order stay the same).
-#define FAFO_PRAGMA(x) _Pragma(#x)
 #if defined(__CUDA_ARCH__)
 #define FAFO_UNROLL _Pragma("unroll")
-#define FAFO_UNROLL_BY(n) FAFO_PRAGMA(unroll n)
 #else
 #define FAFO_UNROLL
-#define FAFO_UNROLL_BY(n)
 #endif
 
 namespace fafo::cuda {

@@ -75,14 +75,8 @@ FAFO_HD float row_dot(const uint8_t* row, const float* x, uint32_t cols) {
 // x * scale * gain.
 FAFO_HD float lane_sum_squares(const float* x, uint32_t n, uint32_t lane) {
   float s = 0.0f;
-  for (uint32_t c0 = 16 * lane; c0 < n; c0 += 16 * kLanes) {
-    if (c0 + 16 <= n) {  // a whole chunk: its 16 loads issued together on a GPU
-      FAFO_UNROLL
-      for (uint32_t c = c0; c < c0 + 16; ++c) s = fma_rn(x[c], x[c], s);
-    } else {
-      for (uint32_t c = c0; c < n; ++c) s = fma_rn(x[c], x[c], s);
-    }
-  }
+  for (uint32_t c0 = 16 * lane; c0 < n; c0 += 16 * kLanes)
+    for (uint32_t c = c0; c < c0 + 16 && c < n; ++c) s = fma_rn(x[c], x[c], s);
   return s;
 }
 

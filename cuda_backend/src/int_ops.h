@@ -353,7 +353,6 @@ struct IntMatmulWarpOp {
 #endif
     for (uint32_t k = 0; k < kValues; ++k) v[k] = 0.0f;
     const uint32_t units = x.cols / IntUnit<F>::kValues;
-    FAFO_UNROLL_BY(2)
     for (uint32_t u = lane; u < units; u += kLanes) {
       LoadedUnit<F> gate, up;
       gate.load(w + static_cast<uint64_t>(r) * row_bytes, u);

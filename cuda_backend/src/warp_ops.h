@@ -290,13 +290,11 @@ struct AttentionSplitOp {
         }
         float s[Group];
         for (uint32_t g = 0; g < Group; ++g) s[g] = 0.0f;
-        if (visible) {
-          FAFO_UNROLL_BY(8)
+        if (visible)
           for (uint32_t d = 0; d < a.head_dim; ++d) {
             const float k = a.key(at, kv_off + d);
             for (uint32_t g = 0; g < Group; ++g) s[g] = fma_rn(q0[g * a.head_dim + d], k, s[g]);
           }
-        }
         for (uint32_t g = 0; g < Group; ++g) score[g][lane] = visible ? mul_rn(s[g], a.scale) : -INFINITY;
         slot[lane] = at;
       });
@@ -328,7 +326,6 @@ struct AttentionSplitOp {
         }
       });
       const uint32_t count = last - chunk < kLanes ? last - chunk : kLanes;
-      FAFO_UNROLL_BY(4)
       for (uint32_t j = 0; j < count; ++j) {
         float w[Group];
         bool seen = false;
