@@ -99,7 +99,14 @@ layout(push_constant) uniform Params {
   uint mask_offset;   // where the masks start in step_info (after the prefix flags)
   uint order_offset;
   float scale;
+  float softcap;      // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2)
 } p;
+
+// A key's score from its dot product with the query.
+float key_score(float dot_qk) {
+  const float s = dot_qk * p.scale;
+  return p.softcap > 0.0 ? p.softcap * tanh(clamp(s / p.softcap, -10.0, 10.0)) : s;
+}
 
 #if !SERIAL
 shared float q_sh[MAX_HEAD_DIM];
@@ -150,7 +157,7 @@ void main() {
         const uint base = slot * p.kv_dim + kv_offset;
         precise float dot_qk = 0.0;
         for (uint d = 0; d < p.head_dim; ++d) dot_qk += q_sh[d] * key_at(base + d);
-        score = dot_qk * p.scale;
+        score = key_score(dot_qk);
       }
     }
     red[lid] = score;
@@ -247,7 +254,7 @@ void main() {
           const uint base = slot * p.kv_dim + kv_offset;
           precise float dot_qk = 0.0;
           for (uint d = 0; d < p.head_dim; ++d) dot_qk += q[q_offset + d] * key_at(base + d);
-          score = dot_qk * p.scale;
+          score = key_score(dot_qk);
         }
       }
       score_s[lid] = score;

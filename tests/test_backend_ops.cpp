@@ -351,9 +351,12 @@ void add_rope(std::vector<OpCase>& cases) {
     bool neox;
     float freq_base, freq_scale;
     bool factors;
+    float attn_factor = 1.0f;
   };
   const Variant variants[] = {
       {"normal 3x16", 3, 16, 16, false, 10000.0f, 1.0f, false},
+      {"neox partial 3x32 (24 rotated), LongRoPE factors, attention factor 1.19 (Phi-4-mini)", 3, 32, 24, true, 10000.0f,
+       1.0f, true, 1.19f},
       {"neox partial 2x20 (12 rotated), linear scaling 0.25", 2, 20, 12, true, 1000000.0f, 0.25f, false},
       {"normal 5x64 with rope_freqs (llama 3.1)", 5, 64, 64, false, 500000.0f, 1.0f, true},
       {"neox 1x128 with rope_freqs", 1, 128, 128, true, 500000.0f, 1.0f, true},
@@ -367,6 +370,7 @@ void add_rope(std::vector<OpCase>& cases) {
                        p.freq_base = v.freq_base;
                        p.freq_scale = v.freq_scale;
                        p.neox = v.neox;
+                       p.attn_factor = v.attn_factor;
                        if (v.factors)
                          for (int32_t i = 0; i < v.n_dims / 2; ++i) p.freq_factors.push_back(hashed_value(4, i, 0, 1.0f, 8.0f));
                        // Positions far from the row index (FAFO's guesses sit at any position).
@@ -393,6 +397,7 @@ struct AttentionVariant {
   int32_t region, dense_layers;
   KvCacheType type;
   std::vector<int32_t> steps;
+  float softcap = 0.0f;  // AttentionShape::softcap (Gemma 2's soft-capped scores)
 };
 
 OpOutputs run_attention(OpEnv& env, const AttentionVariant& v, int32_t T, uint32_t salt) {
@@ -429,7 +434,7 @@ OpOutputs run_attention(OpEnv& env, const AttentionVariant& v, int32_t T, uint32
     b.add(i, pos, sees, true, view);
   }
   b.set_n_past(v.n_past);
-  const AttentionShape shape{v.n_head, v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim))};
+  const AttentionShape shape{v.n_head, v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim)), v.softcap};
   be.begin_step(b, env.kv());
   Activation q = input(env, "q", q_dim, 7, T, salt, -1.5f, 1.5f);
   Activation k = input(env, "k", kv_dim, 8, T, salt, -1.5f, 1.5f);
@@ -465,6 +470,16 @@ void add_attention(std::vector<OpCase>& cases) {
     v.type = KvCacheType::F16;
     variants.push_back(v);
   }
+  // Soft-capped scores (a cap of 0.5 or 1 bends most of these scores: |s| is up to ~1).
+  AttentionVariant capped = variants[1];
+  capped.name = "soft-capped at 0.5, prefill after 13, GQA 6/2 x 20";
+  capped.softcap = 0.5f;
+  variants.push_back(capped);
+  capped = variants[4];
+  capped.name = "soft-capped at 1, permuted, COMPRESSED rows, f16 cache";
+  capped.softcap = 1.0f;
+  capped.type = KvCacheType::F16;
+  variants.push_back(capped);
   for (const AttentionVariant& v : variants)
     cases.push_back({"attention", v.name, v.steps, [v](OpEnv& env, int32_t T, uint32_t salt) { return run_attention(env, v, T, salt); }});
 }
@@ -484,6 +499,7 @@ struct LatentVariant {
   int32_t region, dense_layers;
   KvCacheType type;
   std::vector<int32_t> steps;
+  float softcap = 0.0f;  // AttentionShape::softcap (Gemma 2's soft-capped scores)
 };
 
 OpOutputs run_latent_attention(OpEnv& env, const LatentVariant& v, int32_t T, uint32_t salt) {
@@ -526,7 +542,7 @@ OpOutputs run_latent_attention(OpEnv& env, const LatentVariant& v, int32_t T, ui
     b.add(i, v.n_past + i / 2 + static_cast<int32_t>(hashed_int(27, i) % 9), sees, true, view);
   }
   b.set_n_past(v.n_past);
-  const AttentionShape shape{v.n_head, v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim))};
+  const AttentionShape shape{v.n_head, v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim)), v.softcap};
   be.begin_step(b, env.kv());
   Activation q = input(env, "q", q_dim, 7, T, salt, -1.5f, 1.5f);
   OpOutputs out;
@@ -1215,7 +1231,8 @@ TEST(BackendOpsTable, AWrongRegionSlotInCpuAttentionFailsConformance) {
       "FAFO-like: COMPRESSED rows, region 68 of 300", "FAFO-like: COMPRESSED rows, region 68 of 300, f16 cache",
       "permuted logical order, dense first layer", "permuted logical order, dense first layer, f16 cache",
       "COMPRESSED rows, region 40 of 300, permuted, dense first layer",
-      "COMPRESSED rows, region 40 of 300, permuted, dense first layer, f16 cache"};
+      "COMPRESSED rows, region 40 of 300, permuted, dense first layer, f16 cache",
+      "soft-capped at 1, permuted, COMPRESSED rows, f16 cache"};
   std::set<std::string> caught;
   for (const OpCase& c : op_table()) {
     if (c.op != "attention" && c.op != "latent_attention") continue;

@@ -43,7 +43,7 @@ TEST(CpuAttention, SplitPartsCombineToTheReference) {
       const int32_t count = std::min(part_size, n - first);
       accs.resize(accs.size() + D);
       parts.push_back(scalar::attend_head_part(q.data(), scalar::KvRows{K.data(), stride, offset, D}, scalar::KvRows{V.data(), stride, offset, D},
-                                            slots.data() + first, count, scale, scratch.data(), accs.data() + accs.size() - D));
+                                            slots.data() + first, count, scalar::ScoreMap{scale}, scratch.data(), accs.data() + accs.size() - D));
     }
     std::vector<float> out(D);
     scalar::combine_parts(parts.data(), accs.data(), static_cast<int32_t>(parts.size()), D, out.data());

@@ -554,11 +554,12 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
 
 // The model families beyond llama (qwen3: per-head Q and K norms before NEOX RoPE,
 // heads wider than n_embd / n_head; phi3: one attn_qkv and one gate-and-up tensor,
-// LongRoPE): the CUDA backend's logits are the cpu backend's within the tolerance at
+// LongRoPE; phi4-mini: part of each head rotated, with the attention factor; gemma2:
+// soft-capped scores and logits, GeGLU, post-norms): the CUDA backend's logits are the cpu backend's within the tolerance at
 // every position of a prompt, and every strategy's greedy ids equal plain decoding's.
 // (Both against llama.cpp: tests/test_model_families.cpp.)
 TEST(CudaEmulated, ModelFamiliesGiveTheCpuBackendsLogitsAndEveryStrategyPlainDecodingsIds) {
-  for (const std::string preset : {"qwen3-tiny", "phi3-tiny"}) {
+  for (const std::string preset : {"qwen3-tiny", "phi3-tiny", "phi4-mini-tiny", "gemma2-tiny"}) {
     SCOPED_TRACE(preset);
     std::optional<fafo::synth::SyntheticConfig> c = fafo::synth::preset(preset);
     ASSERT_TRUE(c);
@@ -569,7 +570,7 @@ TEST(CudaEmulated, ModelFamiliesGiveTheCpuBackendsLogitsAndEveryStrategyPlainDec
     const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
     const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31, 8, 45, 300, 12};
     fafo::ModelOptions mo;
-    mo.n_ctx = preset == "phi3-tiny" ? 512 : 128;  // phi3: LongRoPE's long factors
+    mo.n_ctx = preset.rfind("phi", 0) == 0 ? 512 : 128;  // phi3, phi4-mini: LongRoPE's long factors
     fafo::Model cpu(file, fafo::make_cpu_backend(2), mo);
     fafo::Model cuda(file, fafo::cuda::make_emulated_backend(), mo);
     fafo::StepBatch batch = fafo::StepBatch::causal(prompt, 0, true);

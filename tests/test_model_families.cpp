@@ -178,16 +178,38 @@ void check_family(const std::string& name) {
 // Phi-3: the query, key and value projections in one tensor and the gate's and up
 // projection's in one (split where a backend does not fuse them), NEOX RoPE with
 // LongRoPE's short factors (a context up to the original 256) or long ones (512), and
-// its attention factor.
+// its attention factor; Phi-4-mini's shape: 12 of each head's 16 dimensions rotated
+// (the attention factor on those only), tied embeddings, the long factors (512).
 TEST(ModelFamilies, Phi3MatchesLlamaCppOnEveryBackend) {
   check_family("phi3-tiny");
   check_family("phi3-tiny-long");
+  check_family("phi4-mini-tiny");
 }
 
 TEST(ModelFamilies, Qwen3MatchesLlamaCppOnEveryBackend) {
   // Per-head Q and K RMSNorms before NEOX RoPE, heads wider than n_embd / n_head, tied
   // embeddings.
   check_family("qwen3-tiny");
+}
+
+// Gemma 2: embeddings scaled by sqrt(n_embd), GeGLU, RMSNorms after the attention and
+// the feed-forward blocks, soft-capped attention scores and logits (at 1 and 20 here,
+// where this model's scores and logits reach about 1 and 35: both bend), tied embeddings, a sliding window (512) longer than the context.
+TEST(ModelFamilies, Gemma2MatchesLlamaCppOnEveryBackend) { check_family("gemma2-tiny"); }
+
+// fafo does not apply Gemma 2's sliding window, so a context longer than the window is
+// refused with a clear error (one no longer than it never reaches the window).
+TEST(ModelFamilies, Gemma2RefusesAContextLongerThanItsSlidingWindow) {
+  const Reference ref = read_reference("gemma2-tiny");
+  const std::string path = write_family_model(ref);
+  if (path.empty()) GTEST_SKIP() << "../shared lacks the vocabulary of gemma2-tiny";
+  EXPECT_NO_THROW(test::load_test_model(path, 512, 1, "cpu"));
+  try {
+    test::load_test_model(path, 513, 1, "cpu");
+    ADD_FAILURE() << "a context of 513 past a window of 512 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("sliding window (512 tokens)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

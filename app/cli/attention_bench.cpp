@@ -59,7 +59,7 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendS
   }
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   Activation q = be->alloc_activation(o.rows, q_dim), out = be->alloc_activation(o.rows, q_dim);
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale()};
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(), c.attn_softcap};
 
   auto time_step = [&](int32_t n_past, int32_t region, PrefixView view) {
     StepBatch batch;

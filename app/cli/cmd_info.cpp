@@ -67,6 +67,18 @@ int run_info(const InfoArgs& args) {
     std::printf("output:        %s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
                 c.qkv_bias ? ", QKV bias" : "");
     if (c.qk_norm) std::printf("Q/K norms:     an RMSNorm of each query and key head before RoPE\n");
+    if (c.gelu_ffn || c.post_norms)
+      std::printf("blocks:        %s feed-forward%s\n", c.gelu_ffn ? "GeGLU" : "SwiGLU",
+                  c.post_norms ? ", RMSNorms after attention and feed-forward too" : "");
+    if (c.embedding_scale > 0.0f) std::printf("embeddings:    scaled by %g\n", static_cast<double>(c.embedding_scale));
+    if (c.query_pre_attn_scalar > 0.0f)
+      std::printf("attn scale:    1/sqrt(%g)\n", static_cast<double>(c.query_pre_attn_scalar));
+    if (c.attn_softcap > 0.0f || c.final_softcap > 0.0f)
+      std::printf("soft-capping:  attention scores at %g, logits at %g\n", static_cast<double>(c.attn_softcap),
+                  static_cast<double>(c.final_softcap));
+    if (c.sliding_window > 0)
+      std::printf("sliding window: %d tokens on the local layers (not applied: contexts are limited to it)\n",
+                  c.sliding_window);
     const int64_t plain_floats = int64_t{2} * c.n_layer * c.kv_dim();
     if (c.mla()) {
       std::printf("attention:     multi-head latent (MLA, fafo-care %s), latent ranks K/V per layer:",

@@ -172,10 +172,12 @@ struct ScaleOp {
   float factor;
   FAFO_HD void operator()(uint32_t i) const { x[i] = mul_rn(x[i], factor); }
 };
+// cap * tanh(x / cap), tanh's argument clamped to [-10, 10].
+FAFO_HD float soft_cap(float x, float cap) { return cap * tanh_f(clamp_f(x / cap, -10.0f, 10.0f)); }
 struct SoftcapOp {
   float* x;
   float cap;
-  FAFO_HD void operator()(uint32_t i) const { x[i] = cap * tanh_f(clamp_f(x[i] / cap, -10.0f, 10.0f)); }
+  FAFO_HD void operator()(uint32_t i) const { x[i] = soft_cap(x[i], cap); }
 };
 
 // Rotates pair p of head h of row t by the step's table (cos, sin per row and pair,
@@ -287,6 +289,13 @@ struct AttentionOp {
   uint32_t T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, out_stride, mask_words, region;
   float scale;
   bool dense, f16;
+  float softcap = 0.0f;  // > 0: scores soft-capped (AttentionShape::softcap)
+
+  // A key's score from its dot product with the query.
+  FAFO_HD float score_of(float dot) const {
+    const float s = mul_rn(dot, scale);
+    return softcap > 0.0f ? soft_cap(s, softcap) : s;
+  }
 
   FAFO_HD float key(uint32_t slot, uint32_t d) const {
     const uint64_t at = static_cast<uint64_t>(slot) * kv_dim + d;
@@ -310,7 +319,7 @@ struct AttentionOp {
   FAFO_HD float score(const float* qh, uint32_t slot, uint32_t kv_off) const {
     float s = 0.0f;
     for (uint32_t d = 0; d < head_dim; ++d) s = fma_rn(qh[d], key(slot, kv_off + d), s);
-    return mul_rn(s, scale);
+    return score_of(s);
   }
 
   FAFO_HD void operator()(uint32_t i) const {

@@ -526,7 +526,8 @@ class OpsBackend final : public Backend, public StepAccess {
                      static_cast<uint32_t>(seg.n_past), static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.n_head_kv),
                      static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv->shape().kv_dim),
                      static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
-                     static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16()};
+                     static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16(),
+                     s.softcap};
       if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionSplitOp<1>::kDimsPerLane * kLanes))
         split_attention(op);
       else
@@ -924,15 +925,15 @@ class OpsBackend final : public Backend, public StepAccess {
   const float* rope_table(const RopeParams& p) {
     for (RopeTable& r : rope_tables_)
       if (r.n_dims == p.n_dims && r.freq_base == p.freq_base && r.freq_scale == p.freq_scale &&
-          r.freq_factors == p.freq_factors && r.step == steps_)
+          r.freq_factors == p.freq_factors && r.attn_factor == p.attn_factor && r.step == steps_)
         return r.data;
     const uint32_t n_pairs = static_cast<uint32_t>(p.n_dims / 2);
     std::vector<float> table(static_cast<size_t>(batch().size()) * n_pairs * 2);
     for (int32_t t = 0; t < batch().size(); ++t)
       for (uint32_t i = 0; i < n_pairs; ++i) {
         const float theta = p.angle(batch().positions()[static_cast<size_t>(t)], static_cast<int32_t>(i));
-        table[(static_cast<size_t>(t) * n_pairs + i) * 2] = std::cos(theta);
-        table[(static_cast<size_t>(t) * n_pairs + i) * 2 + 1] = std::sin(theta);
+        table[(static_cast<size_t>(t) * n_pairs + i) * 2] = std::cos(theta) * p.attn_factor;
+        table[(static_cast<size_t>(t) * n_pairs + i) * 2 + 1] = std::sin(theta) * p.attn_factor;
       }
     RopeTable* slot = nullptr;
     for (RopeTable& r : rope_tables_)
@@ -942,6 +943,7 @@ class OpsBackend final : public Backend, public StepAccess {
     slot->freq_base = p.freq_base;
     slot->freq_scale = p.freq_scale;
     slot->freq_factors = p.freq_factors;
+    slot->attn_factor = p.attn_factor;
     slot->step = steps_;
     slot->data = slot->memory.put(*device_, table);
     return slot->data;
@@ -985,7 +987,7 @@ class OpsBackend final : public Backend, public StepAccess {
   uint32_t mask_words_ = 0;
   struct RopeTable {
     int32_t n_dims = 0;
-    float freq_base = 0, freq_scale = 0;
+    float freq_base = 0, freq_scale = 0, attn_factor = 1;
     std::vector<float> freq_factors;
     uint64_t step = 0;
     Staging<Device> memory;

@@ -295,7 +295,7 @@ struct AttentionSplitOp {
             const float k = a.key(at, kv_off + d);
             for (uint32_t g = 0; g < Group; ++g) s[g] = fma_rn(q0[g * a.head_dim + d], k, s[g]);
           }
-        for (uint32_t g = 0; g < Group; ++g) score[g][lane] = visible ? mul_rn(s[g], a.scale) : -INFINITY;
+        for (uint32_t g = 0; g < Group; ++g) score[g][lane] = visible ? a.score_of(s[g]) : -INFINITY;
         slot[lane] = at;
       });
       float correction[Group];

@@ -15,14 +15,16 @@ int main(int argc, char** argv) {
   SyntheticConfig c;
   app.add_option("-o,--out", out, "Output GGUF path")->required();
   app.add_option("--preset", preset_name, "Start from a preset: llama3-8b, llama2-7b, tinyllama-1.1b, qwen2.5-0.5b, qwen3-8b, "
-                 "qwen3-0.6b, phi3-mini, phi3.5-mini, tiny, qwen3-tiny, phi3-tiny");
+                 "qwen3-0.6b, phi3-mini, phi3.5-mini, phi4-mini, gemma2-9b, gemma2-2b, tiny, qwen3-tiny, phi3-tiny, "
+                 "phi4-mini-tiny, gemma2-tiny");
   // Values given explicitly override the preset: parse twice (once for the preset).
-  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2, qwen3 or phi3");
+  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2, qwen3, phi3 or gemma2");
   auto* o_layers = app.add_option("--layers", c.n_layer, "Number of layers");
   auto* o_dim = app.add_option("--dim", c.n_embd, "Embedding size");
   auto* o_heads = app.add_option("--heads", c.n_head, "Attention heads");
   auto* o_kv = app.add_option("--kv-heads", c.n_head_kv, "KV heads (GQA when fewer than heads)");
   auto* o_head_dim = app.add_option("--head-dim", c.head_dim, "Head size (default: dim / heads)");
+  auto* o_rope_dims = app.add_option("--rope-dims", c.rope_dims, "Rotated dimensions per head (default: the whole head)");
   auto* o_ffn = app.add_option("--ffn", c.n_ff, "Feed-forward size");
   auto* o_vocab = app.add_option("--vocab", c.n_vocab, "Vocabulary size (>= 259)");
   auto* o_ctx = app.add_option("--ctx", c.n_ctx, "Context length written to the metadata");
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
     keep(o_scaling, c.rope_scaling, given.rope_scaling), keep(o_factor, c.rope_scaling_factor, given.rope_scaling_factor);
     keep(o_tied, c.tied_embeddings, given.tied_embeddings), keep(o_type, c.weight_type, given.weight_type);
     keep(o_seed, c.seed, given.seed), keep(o_head_dim, c.head_dim, given.head_dim);
+    keep(o_rope_dims, c.rope_dims, given.rope_dims);
     keep(o_original, c.rope_original_ctx, given.rope_original_ctx), keep(o_name, c.name, given.name);
     keep(o_vocab_from, c.vocab_from, given.vocab_from);
   }

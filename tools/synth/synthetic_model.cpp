@@ -81,12 +81,28 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
   } else if (name == "phi3.5-mini") {  // Phi-3.5-mini-instruct: LongRoPE to 128k
     c.arch = "phi3", c.n_layer = 32, c.n_embd = 3072, c.n_head = 32, c.n_head_kv = 32, c.n_ff = 8192, c.n_vocab = 32064;
     c.n_ctx = 131072, c.rope_scaling = "longrope", c.rope_original_ctx = 4096, c.weight_type = "Q4_K_M";
+  } else if (name == "phi4-mini") {  // Phi-4-mini-instruct: 3/4 of each head rotated, LongRoPE, tied embeddings
+    c.arch = "phi3", c.n_layer = 32, c.n_embd = 3072, c.n_head = 24, c.n_head_kv = 8, c.rope_dims = 96, c.n_ff = 8192;
+    c.n_vocab = 200064, c.n_ctx = 131072, c.rope_scaling = "longrope", c.rope_original_ctx = 4096;
+    c.tied_embeddings = true, c.weight_type = "Q4_K_M";
+  } else if (name == "gemma2-9b") {
+    c.arch = "gemma2", c.n_layer = 42, c.n_embd = 3584, c.n_head = 16, c.n_head_kv = 8, c.head_dim = 256, c.n_ff = 14336;
+    c.n_vocab = 256000, c.n_ctx = 8192, c.rms_eps = 1e-6f, c.tied_embeddings = true, c.weight_type = "Q4_K_M";
+  } else if (name == "gemma2-2b") {
+    c.arch = "gemma2", c.n_layer = 26, c.n_embd = 2304, c.n_head = 8, c.n_head_kv = 4, c.head_dim = 256, c.n_ff = 9216;
+    c.n_vocab = 256000, c.n_ctx = 8192, c.rms_eps = 1e-6f, c.tied_embeddings = true, c.weight_type = "Q4_K_M";
   } else if (name == "tiny") {
     // defaults
   } else if (name == "qwen3-tiny") {  // heads wider than n_embd / n_head, as Qwen3's
     c.arch = "qwen3", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
   } else if (name == "phi3-tiny") {  // LongRoPE from 256 positions on
     c.arch = "phi3", c.n_head_kv = 2, c.n_ctx = 1024, c.rope_scaling = "longrope", c.rope_original_ctx = 256;
+  } else if (name == "phi4-mini-tiny") {  // phi3-tiny with 3/4 of each head rotated, as Phi-4-mini
+    c.arch = "phi3", c.n_head_kv = 2, c.rope_dims = 12, c.n_ctx = 1024, c.rope_scaling = "longrope";
+    c.rope_original_ctx = 256, c.tied_embeddings = true;
+  } else if (name == "gemma2-tiny") {  // caps low enough to bend this model's scores and logits
+    c.arch = "gemma2", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
+    c.attn_softcap = 1.0f, c.final_softcap = 20.0f, c.sliding_window = 512;
   } else {
     return std::nullopt;
   }
@@ -95,14 +111,18 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
 
 void validate(const SyntheticConfig& c) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("synthetic model: " + what); };
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3")
-    bad("architecture must be llama, qwen2, qwen3 or phi3, not '" + c.arch + "'");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma2")
+    bad("architecture must be llama, qwen2, qwen3, phi3 or gemma2, not '" + c.arch + "'");
+  if (c.arch == "gemma2" && !(c.attn_softcap > 0.0f && c.final_softcap > 0.0f && c.sliding_window > 0))
+    bad("gemma2's soft-caps and sliding window must be positive");
   if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.n_ff <= 0 || c.n_ctx <= 0)
     bad("layers, dim, heads, KV heads, FFN size and context must be positive");
   if (c.head_dim < 0) bad("the head size must be positive (or 0: dim / heads)");
   if (c.head_dim == 0 && c.n_embd % c.n_head != 0)
     bad("dim " + std::to_string(c.n_embd) + " is not a multiple of heads " + std::to_string(c.n_head));
   if (head_dim_of(c) % 2 != 0) bad("the head size must be even (RoPE rotates pairs)");
+  if (c.rope_dims < 0 || c.rope_dims % 2 != 0 || c.rope_dims > head_dim_of(c))
+    bad("the rotated dimensions must be even and at most the head size (0: the whole head)");
   if (c.n_head % c.n_head_kv != 0) bad("heads must be a multiple of KV heads");
   if (c.n_vocab < 259) bad("vocab must be at least 259 (3 special tokens + 256 byte tokens)");
   if (c.rope_scaling != "none" && c.rope_scaling != "linear" && c.rope_scaling != "llama3" && c.rope_scaling != "longrope")
@@ -185,7 +205,8 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(c.n_ff));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(c.n_head));
   w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_head_kv));
-  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  const int64_t rope_dims = c.rope_dims > 0 ? c.rope_dims : head_dim;
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(rope_dims));
   if (c.head_dim > 0) {
     w.set_u32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
     w.set_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
@@ -204,6 +225,11 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
     w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(c.rope_original_ctx));
     w.set_f32(a + "rope.scaling.attn_factor",
               static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(c.rope_original_ctx)))));
+  }
+  if (c.arch == "gemma2") {
+    w.set_f32(a + "attn_logit_softcapping", c.attn_softcap);
+    w.set_f32(a + "final_logit_softcapping", c.final_softcap);
+    w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
   }
   if (vocab_file) {
     for (const auto& [key, value] : vocab_file->metadata())
@@ -241,7 +267,7 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
   if (c.rope_scaling == "longrope") {
     // Divisors per rotated pair: the short ones near 1, the long ones growing to 8 for
     // the slowest pairs (the shape of Phi-3.5's).
-    const int64_t n = head_dim / 2;
+    const int64_t n = rope_dims / 2;
     std::vector<float> short_factors, long_factors;
     for (int64_t i = 0; i < n; ++i) {
       const double f = n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0.0;
@@ -271,6 +297,7 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
       vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.2f);
       vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.2f);
     }
+    if (c.arch == "gemma2") vec(p + "post_attention_norm.weight", c.n_embd, 1.0f, 0.02f);
     vec(p + "ffn_norm.weight", c.n_embd, 1.0f, 0.02f);
     if (c.arch == "phi3") {
       matrix(p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff}, in_std);  // the gate's rows, then the up projection's
@@ -279,6 +306,7 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
       matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, in_std);
     }
     matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, 1.0f / std::sqrt(static_cast<float>(c.n_ff)));
+    if (c.arch == "gemma2") vec(p + "post_ffw_norm.weight", c.n_embd, 1.0f, 0.02f);
   }
   for (const TensorPlan& t : plan) w.add_tensor_info(t.name, t.type, t.shape);
 

@@ -16,7 +16,9 @@ namespace fafo::synth {
 
 struct SyntheticConfig {
   // "llama"; "qwen2" (adds QKV biases, NEOX RoPE); "qwen3" (per-head Q/K norms, NEOX
-  // RoPE); "phi3" (attn_qkv.weight and a gate-and-up ffn_up.weight, NEOX RoPE)
+  // RoPE); "phi3" (attn_qkv.weight and a gate-and-up ffn_up.weight, NEOX RoPE);
+  // "gemma2" (post_attention_norm / post_ffw_norm weights, soft-capping and sliding-window
+  // metadata, NEOX RoPE; a GeGLU model)
   std::string arch = "llama";
   std::string name = "synthetic";
   int32_t n_layer = 2;
@@ -24,6 +26,7 @@ struct SyntheticConfig {
   int32_t n_head = 4;
   int32_t n_head_kv = 4;
   int32_t head_dim = 0;  // 0: n_embd / n_head; else written as attention.key_length / value_length
+  int32_t rope_dims = 0;  // rotated dimensions per head (rope.dimension_count); 0: the whole head
   int32_t n_ff = 128;
   int32_t n_vocab = 320;        // at least 259 (3 specials + 256 byte tokens)
   int32_t n_ctx = 512;
@@ -47,11 +50,15 @@ struct SyntheticConfig {
   // llama.cpp's or fafo-convert-tokenizer's); n_vocab is then its token count. Empty: a
   // synthetic SentencePiece-style vocabulary of n_vocab tokens.
   std::string vocab_from;
+  // gemma2: attn_logit_softcapping, final_logit_softcapping, attention.sliding_window.
+  float attn_softcap = 50.0f, final_softcap = 30.0f;
+  int32_t sliding_window = 4096;
   uint64_t seed = 1;
 };
 
 // Named presets: "llama3-8b", "llama2-7b", "tinyllama-1.1b", "qwen2.5-0.5b", "qwen3-8b",
-// "qwen3-0.6b", "phi3-mini", "phi3.5-mini", "tiny", "qwen3-tiny", "phi3-tiny".
+// "qwen3-0.6b", "phi3-mini", "phi3.5-mini", "phi4-mini", "gemma2-9b", "gemma2-2b", "tiny",
+// "qwen3-tiny", "phi3-tiny", "phi4-mini-tiny", "gemma2-tiny".
 std::optional<SyntheticConfig> preset(const std::string& name);
 
 // The type each tensor gets under cfg.weight_type. Throws std::invalid_argument for

@@ -60,6 +60,7 @@ struct AttentionShape {
   int32_t n_head_kv = 0;
   int32_t head_dim = 0;
   float scale = 0.0f;  // usually 1/sqrt(head_dim)
+  float softcap = 0.0f;  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2)
 };
 
 // RoPE parameters. Positions come from the StepBatch.
@@ -69,6 +70,9 @@ struct RopeParams {
   float freq_scale = 1.0f;   // linear position scaling (1/factor)
   bool neox = false;         // rotate (i, i+n_dims/2) pairs instead of (2i, 2i+1)
   std::vector<float> freq_factors;  // optional per-pair divisor (Llama 3.1 "rope_freqs")
+  // The rotated dimensions come out times attn_factor (cos and sin times it, as
+  // llama.cpp's rope applies LongRoPE's attention factor); the others are left alone.
+  float attn_factor = 1.0f;
 
   // The rotation angle of pair `pair` at `position`: the one formula every backend uses
   // (the CPU backend directly, GPU backends for their per-step cos/sin tables).

@@ -51,6 +51,8 @@ class KvInspector {
   virtual int32_t head_dim() const = 0;
   // The factor of the query-key dot products (ModelConfig::attention_scale).
   virtual float attention_scale() const { return 1.0f / std::sqrt(static_cast<float>(head_dim())); }
+  // > 0: the scaled scores are soft-capped, cap * tanh(s / cap) (ModelConfig::attn_softcap).
+  virtual float attention_softcap() const { return 0.0f; }
   // Keys (after RoPE) of a layer's committed entries, by logical index, n x kv_dim.
   virtual std::vector<float> keys(int32_t layer, int32_t first, int32_t count) const = 0;
   // Queries (after RoPE) of the rows captured in the last step, rows x (n_head*head_dim).

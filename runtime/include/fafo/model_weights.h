@@ -24,7 +24,7 @@
 namespace fafo {
 
 struct ModelConfig {
-  std::string arch;          // "llama", "qwen2", "qwen3" or "phi3"
+  std::string arch;          // "llama", "qwen2", "qwen3", "phi3" or "gemma2"
   std::string name;          // general.name
   int32_t n_layer = 0;
   int32_t n_embd = 0;
@@ -45,11 +45,24 @@ struct ModelConfig {
   // Phi-3's LongRoPE (rope_factors_short/long.weight, per-pair divisors): the short
   // factors hold for contexts up to rope_original_ctx, the long ones past it (as
   // llama.cpp picks them from the context size); empty: none. rope_attn_factor scales
-  // the rotated queries and keys (rope.scaling.attn_factor; 1: none), which fafo applies
-  // as its square on the attention scale.
+  // the rotated dimensions of the queries and keys (rope.scaling.attn_factor; 1: none;
+  // rope.attn_factor).
   std::vector<float> rope_factors_short, rope_factors_long;
   int32_t rope_original_ctx = 0;
   float rope_attn_factor = 1.0f;
+  // Gemma 2: the embeddings times embedding_scale (sqrt(n_embd); 0: none); the attention
+  // scale 1 / sqrt(query_pre_attn_scalar) (0: 1 / sqrt(head_dim)); scores and logits
+  // soft-capped at attn_softcap and final_softcap (0: none); GeGLU feed-forward
+  // (gelu_ffn, else SwiGLU); RMSNorms after the attention and the feed-forward blocks
+  // too (post_norms: attn_post_norm, ffn_post_norm); sliding_window: the window of the
+  // layers that attend locally (0: none), which a context no longer than it never
+  // reaches: fafo refuses longer contexts (ModelWeights::use_context) instead of
+  // applying it.
+  float embedding_scale = 0.0f;
+  float query_pre_attn_scalar = 0.0f;
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
+  bool gelu_ffn = false, post_norms = false;
+  int32_t sliding_window = 0;
   // Multi-head latent attention (a file fafo-care made; fafo.mla.* keys): each layer
   // caches a latent key of mla_rank_k[l] and a latent value of mla_rank_v[l] floats per
   // token instead of kv_dim each. Empty: plain attention.
@@ -63,10 +76,11 @@ struct ModelConfig {
   // Reads and validates the hyperparameters; throws GgufError naming the key.
   static ModelConfig from_gguf(const GgufFile& file);
   int32_t kv_dim() const { return n_head_kv * head_dim; }
-  // The factor of the query-key dot products: 1 / sqrt(head_dim), times the square of
-  // rope_attn_factor (which scales the rotated queries and keys alike).
+  // The factor of the query-key dot products: 1 / sqrt(head_dim), or 1 /
+  // sqrt(query_pre_attn_scalar).
   float attention_scale() const {
-    return rope_attn_factor * rope_attn_factor / std::sqrt(static_cast<float>(head_dim));
+    const float d = query_pre_attn_scalar > 0.0f ? query_pre_attn_scalar : static_cast<float>(head_dim);
+    return 1.0f / std::sqrt(d);
   }
   // Floats the KV cache holds per token over all layers (keys and values).
   int64_t kv_floats_per_token() const;

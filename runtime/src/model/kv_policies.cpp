@@ -73,6 +73,7 @@ std::vector<double> attention_scores(const KvInspector& kv, int32_t n_keys, cons
   std::vector<double> scores(static_cast<size_t>(n_keys), 0.0);
   if (n_keys <= 0) return scores;
   const float scale = kv.attention_scale();
+  const double cap = kv.attention_softcap();
   std::vector<double> s(static_cast<size_t>(n_keys)), layer(static_cast<size_t>(n_keys)), head(static_cast<size_t>(n_keys));
   for (int32_t l = std::min(o.skip_layers, kv.n_layer() - 1); l < kv.n_layer(); ++l) {
     const std::vector<float> q = kv.captured_queries(l);
@@ -91,7 +92,7 @@ std::vector<double> attention_scores(const KvInspector& kv, int32_t n_keys, cons
           const float* kj = &k[static_cast<size_t>(j) * static_cast<size_t>(kv_dim) + static_cast<size_t>((h / group) * D)];
           double d = 0;
           for (int32_t x = 0; x < D; ++x) d += static_cast<double>(qh[x]) * kj[x];
-          s[static_cast<size_t>(j)] = d * scale;
+          s[static_cast<size_t>(j)] = cap > 0.0 ? cap * std::tanh(d * scale / cap) : d * scale;
           mx = std::max(mx, s[static_cast<size_t>(j)]);
         }
         double total = 0;

@@ -216,6 +216,7 @@ class Model::Inspector final : public KvInspector {
   int32_t n_head_kv() const override { return m_.config().n_head_kv; }
   int32_t head_dim() const override { return m_.config().head_dim; }
   float attention_scale() const override { return m_.config().attention_scale(); }
+  float attention_softcap() const override { return m_.config().attn_softcap; }
   std::vector<float> keys(int32_t layer, int32_t first, int32_t count) const override {
     return m_.committed_keys(layer, first, count);
   }

@@ -41,6 +41,34 @@ void read_mla(const GgufFile& f, ModelConfig& c) {
   c.mla_method = f.get_string("fafo.mla.method", "");
 }
 
+// A positive finite float key, or `fallback` where the file has none.
+float positive_float(const GgufFile& f, const std::string& key, double fallback) {
+  const double v = f.get_float(key, fallback);
+  if (!std::isfinite(v) || v <= 0.0) throw GgufError(f.path(), "key '" + key + "' must be a positive finite number");
+  return static_cast<float>(v);
+}
+
+// Gemma 2, as llama.cpp defines it: embeddings scaled by sqrt(n_embd); soft-capped
+// attention scores (attn_logit_softcapping, default 50) and logits
+// (final_logit_softcapping, default 30); GeGLU; post-norms; the attention scale
+// 1 / sqrt(head_dim), or 1 / sqrt(n_embd / n_head) for the 46-layer (27B) model (the
+// query_pre_attn_scalar of Google's configs); a sliding window (default 4096) on
+// alternate layers, which fafo does not apply: contexts longer than it are refused.
+void read_gemma2(const GgufFile& f, ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.query_pre_attn_scalar = static_cast<float>(c.n_layer == 46 ? c.n_embd / c.n_head : c.head_dim);
+  c.attn_softcap = positive_float(f, a + "attn_logit_softcapping", 50.0);
+  c.final_softcap = positive_float(f, a + "final_logit_softcapping", 30.0);
+  c.gelu_ffn = true;
+  c.post_norms = true;
+  c.sliding_window = f.find(a + "attention.sliding_window") ? positive_int(f, a + "attention.sliding_window") : 4096;
+  if (f.find(a + "rope.freq_base_swa") && f.get_float(a + "rope.freq_base_swa", 0.0) != c.rope.freq_base)
+    throw GgufError(f.path(), "a RoPE base for the sliding-window layers (rope.freq_base_swa) other than the global one "
+                              "is not supported");
+  if (c.qkv_bias) throw GgufError(f.path(), "gemma2 files with attention biases are not supported");
+}
+
 }  // namespace
 
 int64_t ModelConfig::kv_floats_per_token() const {
@@ -53,8 +81,8 @@ int64_t ModelConfig::kv_floats_per_token() const {
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3")
-    throw GgufError(f.path(), "unsupported architecture '" + c.arch + "' (supported: llama, qwen2, qwen3, phi3)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma2")
+    throw GgufError(f.path(), "unsupported architecture '" + c.arch + "' (supported: llama, qwen2, qwen3, phi3, gemma2)");
   c.name = f.get_string("general.name", "");
   const std::string a = c.arch + ".";
   c.n_layer = positive_int(f, a + "block_count", 4096);
@@ -80,7 +108,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (!std::isfinite(c.rope.freq_base) || c.rope.freq_base <= 0.0f)
     throw GgufError(f.path(), "rope.freq_base must be a positive finite number");
   // llama GGUFs store Q/K permuted for the interleaved layout; Qwen's and Phi-3's rotate halves.
-  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3";
+  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma2";
   // As llama.cpp reads it: the type defaults to linear; the factor comes from
   // rope.scaling.factor, else the legacy rope.scale_linear; 0 means no scaling.
   // Llama 3.1/3.2 files carry their scaling as a rope_freqs.weight tensor instead (see Model).
@@ -112,12 +140,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.rope_attn_factor = static_cast<float>(f.get_float(a + "rope.scaling.attn_factor", 1.0));
   if (!std::isfinite(c.rope_attn_factor) || c.rope_attn_factor <= 0.0f)
     throw GgufError(f.path(), "rope.scaling.attn_factor must be a positive finite number");
-  // fafo applies the factor as its square on the attention scale, which equals scaling
-  // the rotated dimensions only where every dimension rotates.
-  if (c.rope_attn_factor != 1.0f && c.rope.n_dims != c.head_dim)
-    throw GgufError(f.path(), "rope.scaling.attn_factor with partial rotation (rope.dimension_count " +
-                                  std::to_string(c.rope.n_dims) + " of " + std::to_string(c.head_dim) +
-                                  ", as in Phi-4-mini) is not supported yet");
+  c.rope.attn_factor = c.rope_attn_factor;  // on the rotated dimensions (Phi-4-mini rotates 3/4 of each head)
   if (c.rope_scaling == "linear") {
     c.rope.freq_scale = static_cast<float>(1.0 / factor);
   } else if (c.rope_scaling != "none") {
@@ -136,7 +159,11 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (c.qk_norm && c.rope.n_dims != c.head_dim)
     throw GgufError(f.path(), "rope.dimension_count " + std::to_string(c.rope.n_dims) + " must equal the head size " +
                                   std::to_string(c.head_dim) + " in a " + c.arch + " file");
-  if (f.find("fafo.mla.rank_k") || f.find("fafo.mla.rank_v")) read_mla(f, c);
+  if (c.arch == "gemma2") read_gemma2(f, c);
+  if (f.find("fafo.mla.rank_k") || f.find("fafo.mla.rank_v")) {
+    if (c.arch == "gemma2") throw GgufError(f.path(), "MLA files of a gemma2 model are not supported");
+    read_mla(f, c);
+  }
   return c;
 }
 

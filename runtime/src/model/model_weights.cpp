@@ -1,8 +1,9 @@
 // Loading a Llama-family model's weights (tensor names, shapes, types) onto a backend,
 // and the forward pass, written once against the Backend interface. The forward reads
-// top to bottom like llama2.c: embed, then per layer RMSNorm -> QKV (-> per-head Q/K
-// RMSNorm: Qwen3) -> RoPE -> attention -> output projection -> residual -> RMSNorm ->
-// SwiGLU FFN -> residual; final norm and logits.
+// top to bottom like llama2.c: embed (scaled: Gemma 2), then per layer RMSNorm -> QKV
+// (-> per-head Q/K RMSNorm: Qwen3) -> RoPE -> attention -> output projection (->
+// RMSNorm: Gemma 2) -> residual -> RMSNorm -> SwiGLU (GeGLU: Gemma 2) FFN (-> RMSNorm:
+// Gemma 2) -> residual; final norm and logits (soft-capped: Gemma 2).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -19,6 +20,7 @@ struct ModelWeights::Weights {
   struct Layer {
     Weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
     Weight q_norm, k_norm;  // ModelConfig::qk_norm: one head's gains each
+    Weight attn_post_norm, ffn_post_norm;  // ModelConfig::post_norms
     // fused_qkv: wq and bq hold all three projections (and biases) stacked, and wk,
     // wv, bk, bv stay empty.
     bool fused_qkv = false;
@@ -227,6 +229,10 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     }
     }
     L.ffn_norm = load.vector(p + "ffn_norm.weight", c.n_embd);
+    if (c.post_norms) {
+      L.attn_post_norm = load.vector(p + "post_attention_norm.weight", c.n_embd);
+      L.ffn_post_norm = load.vector(p + "post_ffw_norm.weight", c.n_embd);
+    }
     if (c.fused_tensors() && !file_->find_tensor(p + "ffn_gate.weight")) {
       // Phi-3: ffn_up holds the gate's n_ff rows, then the up projection's.
       const GgufTensor& gate_up = file_->require_tensor(p + "ffn_up.weight");
@@ -242,7 +248,8 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     }
     const GgufTensor& gate = file_->require_tensor(p + "ffn_gate.weight");
     const GgufTensor& up = file_->require_tensor(p + "ffn_up.weight");
-    if (gate.type == up.type && backend_->fuses_gate_up(gate.type, c.n_ff, c.n_embd)) {
+    // (The fused gate-and-up kernels apply SwiGLU: a GeGLU model keeps them apart.)
+    if (!c.gelu_ffn && gate.type == up.type && backend_->fuses_gate_up(gate.type, c.n_ff, c.n_embd)) {
       L.w_gate = load.stacked({{&gate, c.n_ff}, {&up, c.n_ff}}, c.n_embd);  // one weight; L.w_up stays empty
     } else {
       L.w_gate = load.matrix(gate, c.n_embd, c.n_ff);
@@ -304,6 +311,11 @@ bool takes_long_factors(int32_t n_ctx, int32_t original_ctx) {
 }  // namespace
 
 void ModelWeights::use_context(int32_t n_ctx) {
+  if (config_.sliding_window > 0 && n_ctx > config_.sliding_window)
+    throw std::invalid_argument("a context of " + std::to_string(n_ctx) + " is longer than the sliding window (" +
+                                std::to_string(config_.sliding_window) + " tokens) of " + file_->path() + "'s " +
+                                config_.arch + " layers, which fafo does not apply yet: use a context of at most " +
+                                std::to_string(config_.sliding_window) + " (-c)");
   if (config_.rope_factors_short.empty()) return;
   const bool long_context = takes_long_factors(n_ctx, config_.rope_original_ctx);
   if (rope_factor_users_[long_context ? 0 : 1] > 0)
@@ -370,9 +382,10 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
     tap(l, xn.data(), batch.size(), c.n_embd);
   };
 
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale()};
+  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(), c.attn_softcap};
   be.begin_step(batch, caches);
   be.embed(w.token_embd, b.x);
+  if (c.embedding_scale > 0.0f) be.scale(b.x, c.embedding_scale);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
     // Attention block.
@@ -418,14 +431,34 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
       const Activation& q = L.fused_qkv ? b.qkv : (c.qk_norm ? b.q_normed : b.q);  // the queries lead qkv's rows
       be.attention(l, q, shape, b.attn);
     }
-    be.matmul_add(L.wo, b.attn, b.x, b.proj);
+    if (c.post_norms) {  // the block's output normalized before the residual
+      be.matmul(L.wo, b.attn, b.proj);
+      be.rms_norm(b.proj, L.attn_post_norm, c.rms_eps, b.xn);
+      be.add(b.x, b.xn);
+    } else {
+      be.matmul_add(L.wo, b.attn, b.x, b.proj);
+    }
     // Feed-forward block.
-    be.matmul_swiglu_norm(L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);
-    be.matmul_add(L.w_down, b.gate, b.x, b.ffn);
+    if (c.gelu_ffn) {
+      be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
+      be.matmul(L.w_gate, b.xn, b.gate);
+      be.matmul(L.w_up, b.xn, b.up);
+      be.geglu(b.gate, b.up, b.gate);
+    } else {
+      be.matmul_swiglu_norm(L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);
+    }
+    if (c.post_norms) {
+      be.matmul(L.w_down, b.gate, b.ffn);
+      be.rms_norm(b.ffn, L.ffn_post_norm, c.rms_eps, b.xn);
+      be.add(b.x, b.xn);
+    } else {
+      be.matmul_add(L.w_down, b.gate, b.x, b.ffn);
+    }
   }
   const auto& rows = batch.logit_rows();
   be.gather_rows(b.x, rows, b.last);
   be.matmul_norm(w.output, b.last, w.output_norm, c.rms_eps, b.last_norm, b.logits);
+  if (c.final_softcap > 0.0f) be.softcap(b.logits, c.final_softcap);
 }
 
 }  // namespace fafo

@@ -35,9 +35,9 @@ constexpr double kHalfMatmulTolerance = 0.01;
 class CpuKernels final : public host::HostKernels {
  public:
   void attend_group_part(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
-                         const int32_t* slots, int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts,
+                         const int32_t* slots, int32_t n_keys, scalar::ScoreMap score, float* scratch, scalar::AttentionPart* parts,
                          float* accs) const override {
-    cpu::attend_group_part_simd(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
+    cpu::attend_group_part_simd(q, n_heads, keys, values, slots, n_keys, score, scratch, parts, accs);
   }
 
   void matmul(const host::HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,

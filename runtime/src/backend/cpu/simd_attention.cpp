@@ -22,7 +22,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // arithmetic is that of a group of one, whatever the group size.
 template <class DF, int32_t kHeads>
 void AttendHeads(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
-                 const int32_t* slots, int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts,
+                 const int32_t* slots, int32_t n_keys, scalar::ScoreMap score, float* scratch, scalar::AttentionPart* parts,
                  float* accs) {
   using VF = hn::Vec<DF>;
   const DF df;
@@ -41,9 +41,9 @@ void AttendHeads(const float* q, int32_t n_heads, const scalar::KvRows& keys, co
       for (int32_t d = 0; d < main; d += N) a = hn::MulAdd(hn::LoadU(df, qh + d), hn::LoadU(df, k + d), a);
       float s = hn::GetLane(hn::SumOfLanes(df, a));
       for (int32_t d = main; d < head_dim; ++d) s += qh[d] * k[d];
-      float& score = scratch[static_cast<int64_t>(h) * n_keys + j];
-      score = s * scale;
-      parts[h].max = std::max(parts[h].max, score);
+      float& out = scratch[static_cast<int64_t>(h) * n_keys + j];
+      out = score(s);
+      parts[h].max = std::max(parts[h].max, out);
     }
   }
   // Weights exp(score - max), in place; a NaN score stays NaN (as std::exp keeps it).
@@ -91,28 +91,28 @@ void AttendHeads(const float* q, int32_t n_heads, const scalar::KvRows& keys, co
 
 template <class DF>
 void AttendGroup(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values, const int32_t* slots,
-                 int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts, float* accs) {
+                 int32_t n_keys, scalar::ScoreMap score, float* scratch, scalar::AttentionPart* parts, float* accs) {
   switch (n_heads) {
-    case 1: AttendHeads<DF, 1>(q, 1, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
-    case 2: AttendHeads<DF, 2>(q, 2, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
-    case 4: AttendHeads<DF, 4>(q, 4, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
-    case 8: AttendHeads<DF, 8>(q, 8, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
-    default: AttendHeads<DF, 0>(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs); break;
+    case 1: AttendHeads<DF, 1>(q, 1, keys, values, slots, n_keys, score, scratch, parts, accs); break;
+    case 2: AttendHeads<DF, 2>(q, 2, keys, values, slots, n_keys, score, scratch, parts, accs); break;
+    case 4: AttendHeads<DF, 4>(q, 4, keys, values, slots, n_keys, score, scratch, parts, accs); break;
+    case 8: AttendHeads<DF, 8>(q, 8, keys, values, slots, n_keys, score, scratch, parts, accs); break;
+    default: AttendHeads<DF, 0>(q, n_heads, keys, values, slots, n_keys, score, scratch, parts, accs); break;
   }
 }
 
 // The widest vector (at most 16 lanes) that divides the head: small heads (stories260K's
 // 8 dimensions) still run in vectors. The choice depends on head_dim alone.
 void AttendGroupPartImpl(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
-                         const int32_t* slots, int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts,
+                         const int32_t* slots, int32_t n_keys, scalar::ScoreMap score, float* scratch, scalar::AttentionPart* parts,
                          float* accs) {
   const int32_t head_dim = keys.width;
   if (head_dim % static_cast<int32_t>(hn::Lanes(hn::CappedTag<float, 16>())) == 0)
-    AttendGroup<hn::CappedTag<float, 16>>(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
+    AttendGroup<hn::CappedTag<float, 16>>(q, n_heads, keys, values, slots, n_keys, score, scratch, parts, accs);
   else if (head_dim % static_cast<int32_t>(hn::Lanes(hn::CappedTag<float, 8>())) == 0)
-    AttendGroup<hn::CappedTag<float, 8>>(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
+    AttendGroup<hn::CappedTag<float, 8>>(q, n_heads, keys, values, slots, n_keys, score, scratch, parts, accs);
   else
-    AttendGroup<hn::CappedTag<float, 4>>(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
+    AttendGroup<hn::CappedTag<float, 4>>(q, n_heads, keys, values, slots, n_keys, score, scratch, parts, accs);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -125,9 +125,9 @@ namespace fafo::cpu {
 HWY_EXPORT(AttendGroupPartImpl);
 
 void attend_group_part_simd(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
-                            const int32_t* slots, int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts,
+                            const int32_t* slots, int32_t n_keys, scalar::ScoreMap score, float* scratch, scalar::AttentionPart* parts,
                             float* accs) {
-  HWY_DYNAMIC_DISPATCH(AttendGroupPartImpl)(q, n_heads, keys, values, slots, n_keys, scale, scratch, parts, accs);
+  HWY_DYNAMIC_DISPATCH(AttendGroupPartImpl)(q, n_heads, keys, values, slots, n_keys, score, scratch, parts, accs);
 }
 
 }  // namespace fafo::cpu

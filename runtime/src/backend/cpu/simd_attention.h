@@ -15,7 +15,7 @@ namespace fafo::cpu {
 // q: n_heads queries of keys.width floats, contiguous; scratch: n_heads * n_keys floats;
 // parts[h] and accs[h * values.width ...] for each head (see HostKernels::attend_group_part).
 void attend_group_part_simd(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
-                            const int32_t* slots, int32_t n_keys, float scale, float* scratch, scalar::AttentionPart* parts,
+                            const int32_t* slots, int32_t n_keys, scalar::ScoreMap score, float* scratch, scalar::AttentionPart* parts,
                             float* accs);
 
 }  // namespace fafo::cpu

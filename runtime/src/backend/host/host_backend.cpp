@@ -344,7 +344,8 @@ class HostBackend final : public Backend, public StepRows {
         const scalar::KvRows keys{K, kv_dim, static_cast<int64_t>(it.kv_head) * s.head_dim, s.head_dim};
         const scalar::KvRows values{V.data, V.stride, it.kv_head * V.head_step, V.width};
         kernels_->attend_group_part(row(q, it.row) + h0 * s.head_dim, group, keys, values, list.data() + it.first, it.count,
-                                    s.scale, scratch.data(), group_parts.data(), group_accs.data());
+                                    scalar::ScoreMap{s.scale, s.softcap}, scratch.data(), group_parts.data(),
+                                    group_accs.data());
         for (int32_t g = 0; g < group; ++g) {
           const size_t p = static_cast<size_t>(
               first_part[static_cast<size_t>(it.row) * static_cast<size_t>(s.n_head) + static_cast<size_t>(h0 + g)] + it.part);

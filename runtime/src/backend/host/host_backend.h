@@ -40,10 +40,10 @@ class HostKernels {
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;
   virtual void attend_group_part(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
-                                 const int32_t* slots, int32_t n_keys, float scale, float* scratch,
+                                 const int32_t* slots, int32_t n_keys, scalar::ScoreMap score, float* scratch,
                                  scalar::AttentionPart* parts, float* accs) const {
     for (int32_t h = 0; h < n_heads; ++h)
-      parts[h] = scalar::attend_head_part(q + static_cast<int64_t>(h) * keys.width, keys, values, slots, n_keys, scale, scratch,
+      parts[h] = scalar::attend_head_part(q + static_cast<int64_t>(h) * keys.width, keys, values, slots, n_keys, score, scratch,
                                        accs + static_cast<int64_t>(h) * values.width);
   }
 };

@@ -27,7 +27,7 @@ void rope_head(float* head, int32_t pos, const RopeParams& p) {
   const int32_t half = p.n_dims / 2;
   for (int32_t i = 0; i < half; ++i) {
     const float theta = p.angle(pos, i);
-    const float c = std::cos(theta), s = std::sin(theta);
+    const float c = std::cos(theta) * p.attn_factor, s = std::sin(theta) * p.attn_factor;
     // NEOX pairs dimension i with i + n_dims/2; the "normal" layout pairs 2i with 2i+1.
     const int32_t a = p.neox ? i : 2 * i;
     const int32_t b = p.neox ? i + half : 2 * i + 1;
@@ -66,10 +66,10 @@ int32_t argmax_row(const float* x, int64_t n) {
 }
 
 AttentionPart attend_head_part(const float* q, const KvRows& keys, const KvRows& values, const int32_t* slots,
-                               int32_t n_keys, float scale, float* scratch, float* acc) {
+                               int32_t n_keys, ScoreMap score, float* scratch, float* acc) {
   AttentionPart part;
   for (int32_t j = 0; j < n_keys; ++j) {
-    scratch[j] = dot(q, keys.row(slots[j]), keys.width) * scale;
+    scratch[j] = score(dot(q, keys.row(slots[j]), keys.width));
     part.max = std::max(part.max, scratch[j]);
   }
   std::fill(acc, acc + values.width, 0.0f);

@@ -49,8 +49,18 @@ struct AttentionPart {
   float max = -INFINITY;
   double sum = 0.0;
 };
+// A key's score from its dot product with the query: dot * scale, then soft-capped
+// (soft_cap) where softcap > 0 (AttentionShape).
+struct ScoreMap {
+  float scale = 1.0f;
+  float softcap = 0.0f;
+  float operator()(float dot) const {
+    const float s = dot * scale;
+    return softcap > 0.0f ? soft_cap(s, softcap) : s;
+  }
+};
 AttentionPart attend_head_part(const float* q, const KvRows& keys, const KvRows& values, const int32_t* slots,
-                               int32_t n_keys, float scale, float* scratch, float* acc);
+                               int32_t n_keys, ScoreMap score, float* scratch, float* acc);
 // out = the softmax-weighted values of all parts (accs: n_parts x width).
 void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t width, float* out);
 

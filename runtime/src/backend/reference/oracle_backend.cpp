@@ -167,7 +167,8 @@ class OracleBackend final : public Backend {
       for (int32_t h = 0; h < s.n_head; ++h) {
         const int64_t kv_head = h / (s.n_head / s.n_head_kv);
         attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{K, kv_dim, kv_head * s.head_dim, s.head_dim},
-                    HeadRows{V, kv_dim, kv_head * s.head_dim, s.head_dim}, slots, s.scale, row(out, i) + int64_t{h} * s.head_dim);
+                    HeadRows{V, kv_dim, kv_head * s.head_dim, s.head_dim}, slots, s.scale, s.softcap,
+                    row(out, i) + int64_t{h} * s.head_dim);
       }
     }
   }
@@ -208,7 +209,7 @@ class OracleBackend final : public Backend {
         for (int32_t h = 0; h < s.n_head; ++h) {
           const int64_t kv_head = h / (s.n_head / s.n_head_kv);
           attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{keys.data(), kv_dim, kv_head * s.head_dim, s.head_dim},
-                      HeadRows{values.data(), kv_dim, kv_head * s.head_dim, s.head_dim}, slots, s.scale,
+                      HeadRows{values.data(), kv_dim, kv_head * s.head_dim, s.head_dim}, slots, s.scale, s.softcap,
                       row(out, i) + int64_t{h} * s.head_dim);
         }
       }

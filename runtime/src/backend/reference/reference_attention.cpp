@@ -24,11 +24,12 @@ std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_
 }
 
 void attend_head(const float* q, const HeadRows& keys, const HeadRows& values, const std::vector<int32_t>& slots,
-                 float scale, float* out) {
+                 float scale, float softcap, float* out) {
   std::vector<float> score(slots.size());
   float max = -INFINITY;
   for (size_t k = 0; k < slots.size(); ++k) {
     score[k] = dot(q, keys.at(slots[k]), keys.width) * scale;
+    if (softcap > 0.0f) score[k] = soft_cap(score[k], softcap);
     max = std::max(max, score[k]);
   }
   double total = 0;

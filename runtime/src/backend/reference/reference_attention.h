@@ -32,10 +32,10 @@ struct HeadRows {
 };
 
 // One head's attention over `slots`: out[d] = sum_k w_k v_k[d] / sum_k w_k with
-// w_k = exp(s_k - max_k s_k) and s_k = dot(q, key_k) * scale. The weights are fp32,
-// their sum is taken in double, and the weighted values are divided once, through
-// one fp32 reciprocal.
+// w_k = exp(s_k - max_k s_k) and s_k = dot(q, key_k) * scale, soft-capped (softcap *
+// tanh(s_k / softcap)) where softcap > 0. The weights are fp32, their sum is taken in
+// double, and the weighted values are divided once, through one fp32 reciprocal.
 void attend_head(const float* q, const HeadRows& keys, const HeadRows& values, const std::vector<int32_t>& slots,
-                 float scale, float* out);
+                 float scale, float softcap, float* out);
 
 }  // namespace fafo::reference

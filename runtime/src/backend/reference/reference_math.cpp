@@ -26,7 +26,7 @@ void rope_head(float* head, int32_t position, const RopeParams& p) {
   const int32_t pairs = p.n_dims / 2;
   for (int32_t i = 0; i < pairs; ++i) {
     const float theta = p.angle(position, i);
-    const float cos_t = std::cos(theta), sin_t = std::sin(theta);
+    const float cos_t = std::cos(theta) * p.attn_factor, sin_t = std::sin(theta) * p.attn_factor;
     const int32_t a = p.neox ? i : 2 * i;
     const int32_t b = p.neox ? i + pairs : 2 * i + 1;
     const float x0 = head[a], x1 = head[b];

@@ -46,7 +46,7 @@ struct CombinePush {
 struct AttentionPush {
   uint32_t T, n_head, n_head_kv, head_dim, kv_dim, q_stride, region, dense, use_order, n_parts, mask_words,
       flags_offset, mask_offset, order_offset;
-  float scale;
+  float scale, softcap;
 };
 struct KvPermutePush {
   uint32_t n_pairs, words, mode;
@@ -318,7 +318,8 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   require_size(step_info, uint64_t{a.flags_offset} + a.T, "step_info", "attention");
   const AttentionPush push{a.T,         a.n_head,       a.n_head_kv,   a.head_dim,     a.kv_dim,
                            a.q_stride,  a.region,       a.dense,       a.use_order,    a.n_parts,
-                           a.mask_words, a.flags_offset, a.mask_offset, a.order_offset, a.scale};
+                           a.mask_words, a.flags_offset, a.mask_offset, a.order_offset, a.scale,
+                           a.softcap};
   if (serial_attention(a))
     seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push,
                  static_cast<uint32_t>(serial_groups(a)));

@@ -15,14 +15,14 @@ std::vector<float> rope_cos_sin(const RopeParams& p, const std::vector<int32_t>&
   for (size_t r = 0; r < positions.size(); ++r)
     for (size_t i = 0; i < half; ++i) {
       const float theta = p.angle(positions[r], static_cast<int32_t>(i));
-      table[(r * half + i) * 2] = std::cos(theta);
-      table[(r * half + i) * 2 + 1] = std::sin(theta);
+      table[(r * half + i) * 2] = std::cos(theta) * p.attn_factor;
+      table[(r * half + i) * 2 + 1] = std::sin(theta) * p.attn_factor;
     }
   return table;
 }
 
 const Buffer& PositionRopeTable::get(const RopeParams& p, int32_t capacity) {
-  Key key = std::make_tuple(p.n_dims, p.freq_base, p.freq_scale, p.freq_factors, capacity);
+  Key key = std::make_tuple(p.n_dims, p.freq_base, p.freq_scale, p.freq_factors, p.attn_factor, capacity);
   if (key_ && *key_ == key) return buffer_;
   std::vector<int32_t> positions(static_cast<size_t>(std::max(capacity, 0)));
   std::iota(positions.begin(), positions.end(), 0);

@@ -40,7 +40,7 @@ class PositionRopeTable {
   void release();
 
  private:
-  using Key = std::tuple<int32_t, float, float, std::vector<float>, int32_t>;
+  using Key = std::tuple<int32_t, float, float, std::vector<float>, float, int32_t>;
   Allocator& allocator_;
   DescriptorCache& descriptors_;
   Transfer& transfer_;

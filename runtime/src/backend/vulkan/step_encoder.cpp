@@ -133,7 +133,7 @@ void StepEncoder::set_rows(const Activation& out, uint32_t rows) {
 }
 
 const Buffer& StepEncoder::rope_table(const RopeParams& p) {
-  const auto key = std::make_tuple(p.n_dims, p.freq_base, p.freq_scale, p.freq_factors);
+  const auto key = std::make_tuple(p.n_dims, p.freq_base, p.freq_scale, p.freq_factors, p.attn_factor);
   if (rope_key_) {
     if (*rope_key_ != key) throw std::logic_error("rope: one RoPE configuration per step");
     return rope_table_.get();

@@ -123,7 +123,7 @@ class StepEncoder {
   uint64_t info_bytes_ = 0;  // of each part's step_info
   ScratchBuffer tokens_;
   ScratchBuffer rope_table_;
-  std::optional<std::tuple<int32_t, float, float, std::vector<float>>> rope_key_;
+  std::optional<std::tuple<int32_t, float, float, std::vector<float>, float>> rope_key_;
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   std::unique_ptr<CommandSequence> seq_;

@@ -454,6 +454,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     a.mask_offset = encoder_.mask_offset(part);
     a.order_offset = encoder_.order_offset(part);
     a.scale = s.scale;
+    a.softcap = s.softcap;
     a.kv_f16 = kv_f16;
     a.first_row = static_cast<uint32_t>(seg.first);
     kernels_.attention(step(), act(q), keys, values, encoder_.step_info(part), partials_, act(out), a);
