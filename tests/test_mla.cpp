@@ -488,6 +488,28 @@ TEST(Mla, BackendsWithoutLatentAttentionRefuseBeforeLoading) {
   }
 }
 
+// `auto` picks only backends that run MLA models for an MLA file (the CUDA backend does
+// not), and opening one with `auto` gives such a backend.
+TEST(Mla, AutoPicksABackendThatRunsLatentAttention) {
+  const BackendInfo* chosen = find_backend(default_backend_name(true));
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_TRUE(chosen->runs_latent_attention) << chosen->name;
+  if (const BackendInfo* cuda = find_backend("cuda")) {
+    EXPECT_FALSE(cuda->runs_latent_attention);
+  }
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto dir = test::temp_dir("mla-auto");
+  const ModelConfig c = ModelConfig::from_gguf(*GgufFile::open(stories_path()));
+  const std::string mla = (dir / "mla.gguf").string();
+  write_mla_copy(stories_path(), mla, ranks(c, 8), ranks(c, 8));
+  OpenOptions options;
+  options.path = mla;
+  options.n_ctx = 64;
+  options.cache_dir = "off";
+  const OpenedModel m = fafo::open_model(options);
+  EXPECT_TRUE(m.model->backend().runs_latent_attention()) << m.model->backend().name();
+}
+
 TEST(Mla, BadMlaFilesAreClearErrors) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto dir = test::temp_dir("mla-errors");

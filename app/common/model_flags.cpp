@@ -16,7 +16,8 @@ void add_backend_flags(CLI::App* cmd, BackendSpec& backend, KvCacheType& kv_type
     built += (built.empty() ? "" : ", ") + n;
   }
   cmd->add_option("--backend", backend.name,
-                  "Compute backend: auto (vulkan when a Vulkan GPU exists, else cpu; lavapipe only when asked), " + built)
+                  "Compute backend: auto (cuda when it finds an NVIDIA GPU it has kernels for, else vulkan when a "
+                  "Vulkan GPU exists, else cpu; lavapipe only when asked), " + built)
       ->capture_default_str()
       ->check(CLI::IsMember(names));
   cmd->add_option("--device", backend.device,

@@ -22,6 +22,7 @@ struct GpuInfo {
   int index = 0;
   cudaDeviceProp props{};
   double bandwidth_gbs = 0;  // peak memory bandwidth from the memory clock and bus width
+  bool has_kernels = false;  // the build holds code this GPU runs (CMAKE_CUDA_ARCHITECTURES)
 };
 
 // The GPUs the CUDA runtime finds, or the reason there are none.
@@ -34,6 +35,8 @@ std::vector<GpuInfo> list_gpus(std::string& why_none) {
     return {};
   }
   if (count == 0) why_none = "no CUDA device";
+  int current = 0;
+  const bool restore = cudaGetDevice(&current) == cudaSuccess;
   std::vector<GpuInfo> out;
   for (int i = 0; i < count; ++i) {
     GpuInfo g;
@@ -42,8 +45,13 @@ std::vector<GpuInfo> list_gpus(std::string& why_none) {
     int clock_khz = 0;
     if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, i) == cudaSuccess)
       g.bandwidth_gbs = 2.0 * clock_khz * 1e3 * (g.props.memoryBusWidth / 8.0) / 1e9;  // double data rate
+    // A kernel's attributes exist for a GPU only where the build has SASS or PTX it runs.
+    cudaFuncAttributes attributes{};
+    g.has_kernels = cudaSetDevice(i) == cudaSuccess && cudaFuncGetAttributes(&attributes, probe_int8_mma) == cudaSuccess;
+    cudaGetLastError();  // clear what a failed probe left
     out.push_back(g);
   }
+  if (restore) cudaSetDevice(current);
   return out;
 }
 
@@ -73,6 +81,14 @@ int resolve_device(const std::string& device) {
 
 std::unique_ptr<Backend> make_cuda_backend(const std::string& device) {
   const int index = resolve_device(device);
+  {
+    std::string why;
+    for (const GpuInfo& g : list_gpus(why))
+      if (g.index == index && !g.has_kernels)
+        throw std::runtime_error("the CUDA backend has no kernels for " + std::string(g.props.name) + " (compute capability " +
+                                 std::to_string(g.props.major) + "." + std::to_string(g.props.minor) +
+                                 "): rebuild with it in CMAKE_CUDA_ARCHITECTURES, or use --backend vulkan");
+  }
   cudaDeviceProp props{};
   check(cudaGetDeviceProperties(&props, index), "cudaGetDeviceProperties");
   const std::string describe = "CUDA device " + std::to_string(index) + ": " + props.name + " (compute capability " +
@@ -93,6 +109,7 @@ BackendInfo cuda_backend_info() {
       "FAFO_CUDA_KERNELS=warp or plain: float products with the Vulkan backend's bits; auto's first choice where it "
       "finds a GPU: 2.6x the Vulkan backend's tokens/s at 8B Q4_K_M on an H200)";
   info.auto_rank = 2;  // above Vulkan's: measured faster at every step size (docs/gpu/2026-11-28-H200.md)
+  info.runs_latent_attention = false;
   info.devices = [] {
     std::vector<BackendDevice> out;
     std::string why;
@@ -101,11 +118,15 @@ BackendInfo cuda_backend_info() {
       d.index = g.index;
       d.name = g.props.name;
       d.kind = "discrete GPU";
-      d.gpu = true;
+      d.gpu = g.has_kernels;  // what `auto` looks for: a GPU this build's kernels run on
       d.details = {{"compute capability", std::to_string(g.props.major) + "." + std::to_string(g.props.minor)},
                    {"memory", std::to_string(g.props.totalGlobalMem >> 20) + " MiB"},
                    {"memory bandwidth", std::to_string(static_cast<int>(g.bandwidth_gbs)) + " GB/s (peak)"},
                    {"multiprocessors", std::to_string(g.props.multiProcessorCount)}};
+      if (!g.has_kernels)
+        d.details.push_back({"kernels", "none for compute capability " + std::to_string(g.props.major) + "." +
+                                            std::to_string(g.props.minor) +
+                                            " in this build (CMAKE_CUDA_ARCHITECTURES); auto skips it"});
       out.push_back(std::move(d));
     }
     return out;

@@ -402,7 +402,10 @@ class OpsBackend final : public Backend, public StepAccess {
     const uint32_t rows = rows_of(x);
     const float* g = weight(gain).memory.template as<float>();
     if (kernels_ != CudaKernels::Plain) {
-      const uint32_t n = static_cast<uint32_t>(x.cols), parts = RmsNormWarpOp::parts_for(n);
+      // Several warps a row only out of place: a warp writes its columns while the row's
+      // other warps may still read x.
+      const uint32_t n = static_cast<uint32_t>(x.cols);
+      const uint32_t parts = data_of(x) == data_of(out) ? 1 : RmsNormWarpOp::parts_for(n);
       launch_warps(RmsNormWarpOp{data_of(x), g, data_of(out), n, eps, parts}, uint64_t{rows} * parts, "rms_norm");
     }
     else
@@ -710,6 +713,7 @@ class OpsBackend final : public Backend, public StepAccess {
   // one-token step's keys go to up to kAttentionParts warps per head group whatever the
   // largest step. The rows are taken in runs whose partials fit kPartialsBudget.
   void split_attention(const AttentionOp& op) {
+    if (op.T == 0) return;
     const uint64_t per_part = uint64_t{op.head_dim} + 2;
     const uint32_t part_keys = attention_part_keys(op.n_past);
     const uint64_t n_parts = (uint64_t{op.n_past} + op.T + part_keys - 1) / part_keys;

@@ -177,7 +177,7 @@ struct FusedProductWarpOp {
   }
 };
 
-// RMSNorm of rows of n values (rows contiguous), `parts` warps a row: warp w takes row
+// RMSNorm of rows of n values (rows contiguous; out must not be x when parts > 1), `parts` warps a row: warp w takes row
 // w / parts and writes its part w % parts of the columns (parts of 32 x ceil(n / (32
 // parts)) columns); every warp of a row computes the row's lane sums of squares
 // (lane_sum_squares) and the tree itself, so each value is RmsNormOp's bits whatever

@@ -418,13 +418,14 @@ struct BackendSpec {
   std::string device;         // an index in `fafo devices` order, or part of a device name; empty = the best
   int threads = 0;            // host threads (0 = every hardware thread)
   uint64_t memory_limit = 0;  // bytes the backend may allocate (--memory-limit); 0 = the device's own
+  bool latent_attention = false;  // for an MLA model: "auto" skips backends that cannot run one
 };
 
 // Backend names this build can create, in registration order (fafo/backend_registry.h).
 std::vector<std::string> available_backends();
 // The backend "auto" resolves to on this machine: the GPU backend of highest rank that
-// finds a real GPU, else cpu.
-std::string default_backend_name();
+// finds a real GPU (one that runs MLA models where latent_attention), else cpu.
+std::string default_backend_name(bool latent_attention = false);
 // Creates the backend the spec names ("auto" or "" = default_backend_name()); throws
 // std::runtime_error naming the problem (unknown backend, one not in this build, no
 // such device). Applies spec.memory_limit and, in tests, FAFO_INJECT_FAULT.

@@ -114,8 +114,12 @@ class ModelWeights {
   // takes its short factors for contexts up to ModelConfig::rope_original_ctx, its long
   // ones past them (the context rounded up to a multiple of 256 first, as llama.cpp does) (nothing to do for other models). Throws std::invalid_argument where
   // a sequence using the other set is open (one step computes for every sequence
-  // alike). release_context(n_ctx) when the sequence ends.
+  // alike), or the context is refused (check_context). release_context(n_ctx) when the
+  // sequence ends.
   void use_context(int32_t n_ctx);
+  // Throws std::invalid_argument for a context these weights cannot serve: longer than
+  // a sliding window fafo does not apply (ModelConfig::sliding_window).
+  void check_context(int32_t n_ctx) const;
   void release_context(int32_t n_ctx);
   // The KV cache shape of a sequence of `n_ctx` entries stored as `type`.
   KvCacheShape kv_cache_shape(int32_t n_ctx, KvCacheType type) const;

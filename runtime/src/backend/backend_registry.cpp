@@ -33,10 +33,11 @@ std::vector<std::string> available_backends() {
   return names;
 }
 
-std::string default_backend_name() {
+std::string default_backend_name(bool latent_attention) {
   const BackendInfo* best = nullptr;
   for (const BackendInfo& b : backend_registry()) {
     if (b.auto_rank <= 0 || (best && best->auto_rank >= b.auto_rank)) continue;
+    if (latent_attention && !b.runs_latent_attention) continue;
     const std::vector<BackendDevice> devices = b.devices();
     if (std::any_of(devices.begin(), devices.end(), [](const BackendDevice& d) { return d.gpu; })) best = &b;
   }
@@ -47,7 +48,8 @@ std::string default_backend_name() {
 }
 
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
-  const std::string name = spec.name == "auto" || spec.name.empty() ? default_backend_name() : spec.name;
+  const std::string name =
+      spec.name == "auto" || spec.name.empty() ? default_backend_name(spec.latent_attention) : spec.name;
   if (const BackendInfo* b = find_backend(name)) {
     std::unique_ptr<Backend> backend = b->create(spec);
     if (spec.memory_limit > 0) backend->set_memory_limit(spec.memory_limit);

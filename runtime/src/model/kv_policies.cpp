@@ -255,6 +255,9 @@ class QuestPolicy final : public KvPolicy {
             const double qd = q[static_cast<size_t>(h * D + d)];
             ub += std::max(qd * min_[static_cast<size_t>(l)][base + static_cast<size_t>(d)], qd * max_[static_cast<size_t>(l)][base + static_cast<size_t>(d)]);
           }
+          // Raw bounds summed over heads: the attention scale is common to every page,
+          // but a soft-cap (Gemma 2) is monotonic per head only, so pages are ranked by
+          // their uncapped bounds.
           score[static_cast<size_t>(p)] += ub;
         }
     }

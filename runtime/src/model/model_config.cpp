@@ -53,7 +53,8 @@ float positive_float(const GgufFile& f, const std::string& key, double fallback)
 // (final_logit_softcapping, default 30); GeGLU; post-norms; the attention scale
 // 1 / sqrt(head_dim), or 1 / sqrt(n_embd / n_head) for the 46-layer (27B) model (the
 // query_pre_attn_scalar of Google's configs); a sliding window (default 4096) on
-// alternate layers, which fafo does not apply: contexts longer than it are refused.
+// alternate layers, which fafo does not apply: contexts longer than it are refused; the
+// output is token_embd.
 void read_gemma2(const GgufFile& f, ModelConfig& c) {
   const std::string a = c.arch + ".";
   c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
@@ -62,6 +63,7 @@ void read_gemma2(const GgufFile& f, ModelConfig& c) {
   c.final_softcap = positive_float(f, a + "final_logit_softcapping", 30.0);
   c.gelu_ffn = true;
   c.post_norms = true;
+  c.tied_embeddings = true;  // llama.cpp's gemma2 takes token_embd as the output even where output.weight exists
   c.sliding_window = f.find(a + "attention.sliding_window") ? positive_int(f, a + "attention.sliding_window") : 4096;
   if (f.find(a + "rope.freq_base_swa") && f.get_float(a + "rope.freq_base_swa", 0.0) != c.rope.freq_base)
     throw GgufError(f.path(), "a RoPE base for the sliding-window layers (rope.freq_base_swa) other than the global one "

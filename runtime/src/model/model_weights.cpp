@@ -310,12 +310,16 @@ bool takes_long_factors(int32_t n_ctx, int32_t original_ctx) {
 }
 }  // namespace
 
-void ModelWeights::use_context(int32_t n_ctx) {
+void ModelWeights::check_context(int32_t n_ctx) const {
   if (config_.sliding_window > 0 && n_ctx > config_.sliding_window)
     throw std::invalid_argument("a context of " + std::to_string(n_ctx) + " is longer than the sliding window (" +
                                 std::to_string(config_.sliding_window) + " tokens) of " + file_->path() + "'s " +
                                 config_.arch + " layers, which fafo does not apply yet: use a context of at most " +
                                 std::to_string(config_.sliding_window) + " (-c)");
+}
+
+void ModelWeights::use_context(int32_t n_ctx) {
+  check_context(n_ctx);
   if (config_.rope_factors_short.empty()) return;
   const bool long_context = takes_long_factors(n_ctx, config_.rope_original_ctx);
   if (rope_factor_users_[long_context ? 0 : 1] > 0)

@@ -52,7 +52,9 @@ OpenedModel open_model(const OpenOptions& options) {
   ModelOptions model_options;
   model_options.n_ctx = options.n_ctx;
   model_options.kv_type = options.kv_type;
-  auto model = std::make_unique<Model>(file, make_backend(options.backend), model_options);
+  BackendSpec backend = options.backend;
+  backend.latent_attention = file->find("fafo.mla.rank_k") != nullptr;  // auto: a backend that runs MLA
+  auto model = std::make_unique<Model>(file, make_backend(backend), model_options);
   auto auto_state = std::make_unique<AutoState>();
   const std::filesystem::path cache_dir = options.cache_dir.empty() ? default_cache_dir() : std::filesystem::path(options.cache_dir);
   if (options.cache_dir != "off" && !cache_dir.empty()) {
