@@ -19,13 +19,23 @@ namespace fafo::cuda {
 // A part's (or a row's) result: `index` >= 0 with its value, kArgmaxNaN or kArgmaxNone.
 constexpr int32_t kArgmaxNaN = -1, kArgmaxNone = -2;
 
-// The warp's result from each lane's first largest value (`best`, at `index`, or
-// kArgmaxNone) and whether it saw a NaN: a NaN anywhere wins; else the largest value,
-// and among lanes holding it the lowest index (lanes' indices interleave, so the lowest
-// lane need not hold it); kArgmaxNone when no lane has one.
-template <class W>
-FAFO_HD void argmax_warp(W& warp, const typename W::template Vec<float>& best, const typename W::template Vec<int32_t>& index,
-                         const typename W::template Vec<bool>& nan, float& value_out, int32_t& index_out) {
+// The warp's argmax: scan(lane, best, index, nan) gives each lane's first largest value
+// (`best`, at `index`, or kArgmaxNone) and whether it saw a NaN; then a NaN anywhere
+// wins, else the largest value and, among lanes holding it, the lowest index (lanes'
+// indices interleave, so the lowest lane need not hold it); kArgmaxNone when no lane has
+// one.
+template <class W, class Scan>
+FAFO_HD void argmax_warp(W& warp, const Scan& scan, float& value_out, int32_t& index_out) {
+  typename W::template Vec<float> best;
+  typename W::template Vec<int32_t> index;
+  typename W::template Vec<bool> nan;
+  warp.each([&](uint32_t lane) {
+    float b = -INFINITY;
+    int32_t i = kArgmaxNone;
+    bool seen_nan = false;
+    scan(lane, b, i, seen_nan);
+    best[lane] = b, index[lane] = i, nan[lane] = seen_nan;
+  });
   value_out = -INFINITY;
   index_out = kArgmaxNone;
   if (warp.ballot(nan) != 0u) {
@@ -60,23 +70,18 @@ struct ArgmaxPartOp {
     const uint32_t row = w / n_parts, part = w % n_parts;
     const uint32_t first = part * kPartCols, last = first + kPartCols < cols ? first + kPartCols : cols;
     const float* r = x + static_cast<uint64_t>(row) * stride;
-    typename W::template Vec<float> best;
-    typename W::template Vec<int32_t> index;
-    typename W::template Vec<bool> nan;
-    warp.each([&](uint32_t lane) {
-      float b = -INFINITY;
-      int32_t i = kArgmaxNone;
-      bool seen_nan = false;
-      for (uint32_t c = first + lane; c < last; c += kLanes) {
-        const float v = r[c];
-        seen_nan = seen_nan || v != v;
-        if (v > b) b = v, i = static_cast<int32_t>(c);
-      }
-      best[lane] = b, index[lane] = i, nan[lane] = seen_nan;
-    });
     float value;
     int32_t at;
-    argmax_warp(warp, best, index, nan, value, at);
+    argmax_warp(
+        warp,
+        [&](uint32_t lane, float& b, int32_t& i, bool& seen_nan) {
+          for (uint32_t c = first + lane; c < last; c += kLanes) {
+            const float v = r[c];
+            seen_nan = seen_nan || v != v;
+            if (v > b) b = v, i = static_cast<int32_t>(c);
+          }
+        },
+        value, at);
     warp.each([&](uint32_t lane) {
       if (lane != 0) return;
       part_values[static_cast<uint64_t>(w)] = value;
@@ -93,24 +98,19 @@ struct ArgmaxCombineOp {
 
   template <class W>
   FAFO_HD void run(W& warp, uint32_t row) const {
-    typename W::template Vec<float> best;
-    typename W::template Vec<int32_t> index;
-    typename W::template Vec<bool> nan;
-    warp.each([&](uint32_t lane) {
-      float b = -INFINITY;
-      int32_t i = kArgmaxNone;
-      bool seen_nan = false;
-      for (uint32_t p = lane; p < n_parts; p += kLanes) {  // parts in column order: the first largest stays
-        const uint64_t at = static_cast<uint64_t>(row) * n_parts + p;
-        const int32_t pi = part_index[at];
-        seen_nan = seen_nan || pi == kArgmaxNaN;
-        if (pi >= 0 && (i < 0 || part_values[at] > b)) b = part_values[at], i = pi;
-      }
-      best[lane] = b, index[lane] = i, nan[lane] = seen_nan;
-    });
     float value;
     int32_t at;
-    argmax_warp(warp, best, index, nan, value, at);
+    argmax_warp(
+        warp,
+        [&](uint32_t lane, float& b, int32_t& i, bool& seen_nan) {
+          for (uint32_t p = lane; p < n_parts; p += kLanes) {  // parts in column order: the first largest stays
+            const uint64_t k = static_cast<uint64_t>(row) * n_parts + p;
+            const int32_t pi = part_index[k];
+            seen_nan = seen_nan || pi == kArgmaxNaN;
+            if (pi >= 0 && (i < 0 || part_values[k] > b)) b = part_values[k], i = pi;
+          }
+        },
+        value, at);
     warp.each([&](uint32_t lane) {
       if (lane == 0) out[row] = at;
     });
