@@ -31,6 +31,12 @@
 //      use_order, else slot k); COMPRESSED rows see the region, slots [0, region).
 //   2. the batch tokens j <= i, at slots n_past + j, masked out unless bit j of the
 //      row's in-step mask is set.
+// In a sliding-window layer (window > 0) a key is also masked out unless its position
+// is inside the row's window: row position - key position < window, a committed
+// entry's position being its logical index (k for FULL rows, the region slot's entry
+// for COMPRESSED ones) and a batch token's its row position; a FULL row starts its
+// committed keys at its window's first (skipped_keys), so the parts before it are not
+// computed.
 // Keys are processed WG_SIZE at a time with an online softmax: each invocation
 // scores one key, the workgroup reduces max and sum in shared memory, and each
 // invocation accumulates its own head dimensions (head_dim <= 4 * WG_SIZE).
@@ -100,12 +106,42 @@ layout(push_constant) uniform Params {
   uint order_offset;
   float scale;
   float softcap;      // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2)
+  uint window;        // > 0: keys outside the row's sliding window are masked out
+  uint positions_offset;  // the rows' positions in step_info
+  uint region_offset;     // the logical index of each region slot in step_info
 } p;
 
 // A key's score from its dot product with the query.
 float key_score(float dot_qk) {
   const float s = dot_qk * p.scale;
   return p.softcap > 0.0 ? p.softcap * tanh(clamp(s / p.softcap, -10.0, 10.0)) : s;
+}
+
+// Committed keys a row skips: in a sliding-window layer, a FULL row's entries before
+// its window (logical indices below row_pos - window + 1); none otherwise.
+uint skipped_keys(uint row_pos, uint prefix, bool compressed) {
+  if (p.window == 0 || compressed || row_pos < p.window) return 0;
+  return min(row_pos - p.window + 1, prefix);
+}
+
+// Key `key` of a row (counted over its keys: the `prefix_keys` committed ones from
+// logical index `skip`, then the batch tokens): its slot, and whether the row sees it
+// (its mask bit; in a sliding-window layer, its position inside the row's window).
+bool key_slot(uint row, uint row_pos, uint key, uint n_past, uint skip, uint prefix_keys, bool compressed,
+              out uint slot) {
+  bool visible = true;
+  uint key_pos = 0;
+  if (key < prefix_keys) {
+    const uint l = skip + key;
+    slot = (!compressed && p.use_order != 0) ? step_info[p.order_offset + l] : l;
+    if (p.window != 0) key_pos = compressed ? step_info[p.region_offset + l] : l;
+  } else {
+    const uint j = key - prefix_keys;
+    slot = n_past + j;
+    visible = ((step_info[p.mask_offset + row * p.mask_words + j / 32] >> (j % 32)) & 1u) != 0;
+    if (p.window != 0) key_pos = step_info[p.positions_offset + j];
+  }
+  return visible && (p.window == 0 || int(row_pos) - int(key_pos) < int(p.window));
 }
 
 #if !SERIAL
@@ -125,7 +161,9 @@ void main() {
 
   const uint n_past = step_info[0], part_keys = step_info[1];  // the step's header
   const bool compressed = step_info[p.flags_offset + row] != 0 && p.dense == 0;
-  const uint prefix = compressed ? min(p.region, n_past) : n_past;
+  const uint row_pos = step_info[p.positions_offset + row];
+  const uint skip = skipped_keys(row_pos, compressed ? min(p.region, n_past) : n_past, compressed);
+  const uint prefix = (compressed ? min(p.region, n_past) : n_past) - skip;  // committed keys the row visits
   const uint n_keys = prefix + row + 1;
   const uint first = part * part_keys;
   const uint last = min(first + part_keys, n_keys);
@@ -145,14 +183,7 @@ void main() {
     precise float score = -1.0 / 0.0;
     uint slot = 0;
     if (key < last) {
-      bool visible = true;
-      if (key < prefix) {
-        slot = (!compressed && p.use_order != 0) ? step_info[p.order_offset + key] : key;
-      } else {
-        const uint j = key - prefix;
-        slot = n_past + j;
-        visible = ((step_info[p.mask_offset + row * p.mask_words + j / 32] >> (j % 32)) & 1u) != 0;
-      }
+      const bool visible = key_slot(row, row_pos, key, n_past, skip, prefix, compressed, slot);
       if (visible) {
         const uint base = slot * p.kv_dim + kv_offset;
         precise float dot_qk = 0.0;
@@ -227,7 +258,9 @@ void main() {
 
   const uint n_past = step_info[0], part_keys = step_info[1];  // the step's header
   const bool compressed = step_info[p.flags_offset + row] != 0 && p.dense == 0;
-  const uint prefix = compressed ? min(p.region, n_past) : n_past;
+  const uint row_pos = step_info[p.positions_offset + row];
+  const uint skip = skipped_keys(row_pos, compressed ? min(p.region, n_past) : n_past, compressed);
+  const uint prefix = (compressed ? min(p.region, n_past) : n_past) - skip;  // committed keys the row visits
   const uint n_keys = prefix + row + 1;
   const uint first = part * part_keys;
   const uint last = min(first + part_keys, n_keys);
@@ -242,14 +275,7 @@ void main() {
       precise float score = -1.0 / 0.0;
       uint slot = 0;
       if (key < last) {
-        bool visible = true;
-        if (key < prefix) {
-          slot = (!compressed && p.use_order != 0) ? step_info[p.order_offset + key] : key;
-        } else {
-          const uint j = key - prefix;
-          slot = n_past + j;
-          visible = ((step_info[p.mask_offset + row * p.mask_words + j / 32] >> (j % 32)) & 1u) != 0;
-        }
+        const bool visible = key_slot(row, row_pos, key, n_past, skip, prefix, compressed, slot);
         if (visible) {
           const uint base = slot * p.kv_dim + kv_offset;
           precise float dot_qk = 0.0;

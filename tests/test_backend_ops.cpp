@@ -398,6 +398,7 @@ struct AttentionVariant {
   KvCacheType type;
   std::vector<int32_t> steps;
   float softcap = 0.0f;  // AttentionShape::softcap (Gemma 2's soft-capped scores)
+  int32_t window = 0;    // AttentionShape::window (sliding-window layers)
 };
 
 OpOutputs run_attention(OpEnv& env, const AttentionVariant& v, int32_t T, uint32_t salt) {
@@ -434,7 +435,8 @@ OpOutputs run_attention(OpEnv& env, const AttentionVariant& v, int32_t T, uint32
     b.add(i, pos, sees, true, view);
   }
   b.set_n_past(v.n_past);
-  const AttentionShape shape{v.n_head, v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim)), v.softcap};
+  const AttentionShape shape{v.n_head,  v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim)),
+                             v.softcap, v.window};
   be.begin_step(b, env.kv());
   Activation q = input(env, "q", q_dim, 7, T, salt, -1.5f, 1.5f);
   Activation k = input(env, "k", kv_dim, 8, T, salt, -1.5f, 1.5f);
@@ -480,6 +482,25 @@ void add_attention(std::vector<OpCase>& cases) {
   capped.softcap = 1.0f;
   capped.type = KvCacheType::F16;
   variants.push_back(capped);
+  // Sliding windows: rows whose window starts inside the committed entries (FULL rows
+  // through a permuted logical order; COMPRESSED rows keep the region's entries inside
+  // it), batch tokens masked by position (the random cases' rows have gaps and repeats),
+  // and, at 2500, whole parts of a long row outside the window.
+  AttentionVariant windowed = variants[2];
+  windowed.name = "sliding window of 7, random in-step masks, 6/3 x 8";
+  windowed.window = 7;
+  variants.push_back(windowed);
+  windowed = variants[4];
+  windowed.name = "sliding window of 64, permuted, COMPRESSED rows, dense first layer";
+  windowed.window = 64;
+  variants.push_back(windowed);
+  windowed.name += ", f16 cache";
+  windowed.type = KvCacheType::F16;
+  variants.push_back(windowed);
+  windowed = variants[6];
+  windowed.name = "sliding window of 1000, long context split into parts, permuted";
+  windowed.window = 1000;
+  variants.push_back(windowed);
   for (const AttentionVariant& v : variants)
     cases.push_back({"attention", v.name, v.steps, [v](OpEnv& env, int32_t T, uint32_t salt) { return run_attention(env, v, T, salt); }});
 }
@@ -1228,7 +1249,9 @@ TEST(BackendOpsTable, AWrongRegionSlotInCpuAttentionFailsConformance) {
       "permuted logical order, dense first layer", "permuted logical order, dense first layer, f16 cache",
       "COMPRESSED rows, region 40 of 300, permuted, dense first layer",
       "COMPRESSED rows, region 40 of 300, permuted, dense first layer, f16 cache",
-      "soft-capped at 1, permuted, COMPRESSED rows, f16 cache"};
+      "soft-capped at 1, permuted, COMPRESSED rows, f16 cache",
+      "sliding window of 64, permuted, COMPRESSED rows, dense first layer",
+      "sliding window of 64, permuted, COMPRESSED rows, dense first layer, f16 cache"};
   std::set<std::string> caught;
   for (const OpCase& c : op_table()) {
     if (c.op != "attention" && c.op != "latent_attention") continue;

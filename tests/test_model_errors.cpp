@@ -77,7 +77,7 @@ TEST(ModelErrors, UnsupportedArchitecture) {
                                             return true;
                                           },
                                           nullptr});
-  EXPECT_HAS(load_error(path), "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, phi3, gemma2)");
+  EXPECT_HAS(load_error(path), "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)");
 }
 
 TEST(ModelErrors, MissingRequiredKey) {

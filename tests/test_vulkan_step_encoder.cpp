@@ -1,7 +1,7 @@
 // The Vulkan backend's StepEncoder on whatever Vulkan device the machine has (lavapipe
 // in CI), with the Khronos validation layer enabled when it is installed: the step
-// inputs begin() writes (tokens, prefix flags, in-step masks, the cache's logical
-// order), the RoPE table, the one recording per step and its submission, the row counts
+// inputs begin() writes (tokens, prefix flags, in-step masks, positions, the region's
+// entries, the cache's logical order), the RoPE tables, the one recording per step and its submission, the row counts
 // of gathered activations, and clear errors for misuse. Skipped, with the reason, when
 // there is no Vulkan device or fafo was built without Vulkan.
 #include <gtest/gtest.h>
@@ -29,6 +29,7 @@
 namespace {
 
 using fafo::Activation;
+using fafo::KvLayout;
 using fafo::PrefixView;
 using fafo::RopeParams;
 using fafo::StepBatch;
@@ -71,8 +72,16 @@ TEST_F(VulkanStepEncoder, MisuseIsAClearError) {
   EXPECT_THROW(encoder_->commands(), std::logic_error);
   EXPECT_THROW(encoder_->batch(), std::logic_error);
   StepBatch batch = StepBatch::causal({1, 2, 3}, 4);
-  const std::vector<int32_t> short_order = {0, 1};
-  EXPECT_THROW(encoder_->begin(batch, &short_order), std::invalid_argument);
+  KvLayout short_layout(1);  // a logical order of 2 entries for a step after 4
+  short_layout.append(2);
+  short_layout.select({1});
+  ASSERT_FALSE(short_layout.is_identity());
+  EXPECT_THROW(encoder_->begin(batch, &short_layout), std::invalid_argument);
+}
+
+// The layout's order and region entries as the step_info holds them.
+std::vector<uint32_t> words_of(const std::vector<int32_t>& v, size_t n) {
+  return std::vector<uint32_t>(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 TEST_F(VulkanStepEncoder, BeginWritesTheStepsInputs) {
@@ -88,21 +97,26 @@ TEST_F(VulkanStepEncoder, BeginWritesTheStepsInputs) {
     batch.add(10 + i, 6 + i, sees, false);
   }
   batch.set_n_past(5);
-  const std::vector<int32_t> order = {4, 3, 2, 1, 0, 9};
-  encoder_->begin(batch, &order);
+  KvLayout layout(2);  // a region of 2 holding entries 4 and 3: a permuted order
+  layout.append(6);
+  layout.select({4, 3});
+  ASSERT_FALSE(layout.is_identity());
+  encoder_->begin(batch, &layout);
   EXPECT_EQ(&encoder_->batch(), &batch);
   EXPECT_TRUE(encoder_->use_order());
-  const uint32_t T = 40, words = 2;
+  const uint32_t T = 40, words = 2, region = 2;
   EXPECT_EQ(encoder_->mask_words(), words);
   const uint32_t H = StepEncoder::kHeaderWords;
   EXPECT_EQ(encoder_->flags_offset(), H);
   EXPECT_EQ(encoder_->mask_offset(), H + T);
-  EXPECT_EQ(encoder_->order_offset(), H + T + T * words);
+  EXPECT_EQ(encoder_->positions_offset(), H + T + T * words);
+  EXPECT_EQ(encoder_->region_offset(), H + T + T * words + T);
+  EXPECT_EQ(encoder_->order_offset(), H + T + T * words + T + region);
   encoder_->set_split(0, 128, 2);
   encoder_->set_split(0, 128, 2);  // the same again is fine; another split is not
   EXPECT_THROW(encoder_->set_split(0, 256, 1), std::logic_error);
   EXPECT_THROW(encoder_->set_split(1, 128, 2), std::out_of_range);  // a step of one part
-  const std::vector<uint32_t> info = read<uint32_t>(encoder_->step_info(), H + T + T * words + 5);
+  const std::vector<uint32_t> info = read<uint32_t>(encoder_->step_info(), H + T + T * words + T + region + 5);
   EXPECT_EQ(info[0], 5u);    // n_past
   EXPECT_EQ(info[1], 128u);  // keys per part
   EXPECT_EQ(info[2], 2u);    // parts in use
@@ -113,13 +127,16 @@ TEST_F(VulkanStepEncoder, BeginWritesTheStepsInputs) {
       const bool bit = (info[H + T + i * words + j / 32] >> (j % 32)) & 1u;
       EXPECT_EQ(bit, j <= i && batch.sees(static_cast<int32_t>(i), static_cast<int32_t>(j))) << i << " sees " << j;
     }
-  EXPECT_EQ(std::vector<uint32_t>(info.end() - 5, info.end()), (std::vector<uint32_t>{4, 3, 2, 1, 0}));
+  for (uint32_t i = 0; i < T; ++i)
+    EXPECT_EQ(info[H + T + T * words + i], static_cast<uint32_t>(batch.positions()[i])) << "position of " << i;
+  EXPECT_EQ(std::vector<uint32_t>(info.end() - 5 - region, info.end() - 5), words_of(layout.region_entries(), region));
+  EXPECT_EQ(std::vector<uint32_t>(info.end() - 5, info.end()), words_of(layout.full_order(), 5));
   EXPECT_EQ(read<int32_t>(encoder_->tokens(), T), batch.tokens());
   encoder_->finish();
 
   // No order, or nothing committed: the order is not used.
   StepBatch first = StepBatch::causal({1, 2}, 0);
-  encoder_->begin(first, &order);
+  encoder_->begin(first, &layout);
   EXPECT_FALSE(encoder_->use_order());
   encoder_->finish();
   batch.set_n_past(5);
@@ -139,32 +156,41 @@ TEST_F(VulkanStepEncoder, AJoinedStepGivesEachPartItsOwnStepInputs) {
   c.add(21, 7, {}, true, PrefixView::Compressed);
   c.set_n_past(6);
   const StepBatch joined = StepBatch::join({&a, &b, &c});
-  const std::vector<int32_t> order_a = {3, 2, 1, 0}, order_c = {5, 4, 3, 2, 1, 0};
-  const std::vector<int32_t>* orders[3] = {&order_a, nullptr, &order_c};
-  EXPECT_THROW(encoder_->begin(joined, std::span<const std::vector<int32_t>* const>(orders, 2)), std::invalid_argument);
-  encoder_->begin(joined, orders);
+  KvLayout layout_a(2), layout_c(1);  // permuted orders, regions of 2 and 1
+  layout_a.append(4);
+  layout_a.select({3, 2});
+  layout_c.append(6);
+  layout_c.select({5});
+  const KvLayout* layouts[3] = {&layout_a, nullptr, &layout_c};
+  EXPECT_THROW(encoder_->begin(joined, std::span<const KvLayout* const>(layouts, 2)), std::invalid_argument);
+  encoder_->begin(joined, layouts);
   ASSERT_EQ(encoder_->parts(), 3);
   const uint32_t H = StepEncoder::kHeaderWords;
   EXPECT_TRUE(encoder_->use_order(0));
   EXPECT_FALSE(encoder_->use_order(1));  // nothing committed
   EXPECT_TRUE(encoder_->use_order(2));
   EXPECT_EQ(encoder_->mask_offset(0), H + 3);
-  EXPECT_EQ(encoder_->order_offset(2), H + 2 + 2);
+  EXPECT_EQ(encoder_->order_offset(2), H + 2 + 2 + 2 + 1);
   encoder_->set_split(2, 128, 1);
   EXPECT_THROW(encoder_->set_split(3, 128, 1), std::out_of_range);
-  const std::vector<uint32_t> info_a = read<uint32_t>(encoder_->step_info(0), H + 3 + 3 + 4);
-  const std::vector<uint32_t> info_b = read<uint32_t>(encoder_->step_info(1), H + 1 + 1);
-  const std::vector<uint32_t> info_c = read<uint32_t>(encoder_->step_info(2), H + 2 + 2 + 6);
+  const std::vector<uint32_t> info_a = read<uint32_t>(encoder_->step_info(0), H + 3 + 3 + 3 + 2 + 4);
+  const std::vector<uint32_t> info_b = read<uint32_t>(encoder_->step_info(1), H + 1 + 1 + 1);
+  const std::vector<uint32_t> info_c = read<uint32_t>(encoder_->step_info(2), H + 2 + 2 + 2 + 1 + 6);
   // Header: n_past, split (only part 2's set), first row.
   EXPECT_EQ(std::vector<uint32_t>(info_a.begin(), info_a.begin() + H), (std::vector<uint32_t>{4, 0, 0, 0}));
   EXPECT_EQ(std::vector<uint32_t>(info_b.begin(), info_b.begin() + H), (std::vector<uint32_t>{0, 0, 0, 3}));
   EXPECT_EQ(std::vector<uint32_t>(info_c.begin(), info_c.begin() + H), (std::vector<uint32_t>{6, 128, 1, 4}));
   // Flags and masks of each part's own rows, counted from its first row.
   EXPECT_EQ(std::vector<uint32_t>(info_a.begin() + H, info_a.begin() + H + 6), (std::vector<uint32_t>{0, 0, 0, 1, 3, 7}));
-  EXPECT_EQ(std::vector<uint32_t>(info_b.begin() + H, info_b.end()), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(std::vector<uint32_t>(info_b.begin() + H, info_b.end()), (std::vector<uint32_t>{0, 1, 0}));
   EXPECT_EQ(std::vector<uint32_t>(info_c.begin() + H, info_c.begin() + H + 4), (std::vector<uint32_t>{0, 1, 1, 2}));
-  EXPECT_EQ(std::vector<uint32_t>(info_a.end() - 4, info_a.end()), (std::vector<uint32_t>{3, 2, 1, 0}));
-  EXPECT_EQ(std::vector<uint32_t>(info_c.end() - 6, info_c.end()), (std::vector<uint32_t>{5, 4, 3, 2, 1, 0}));
+  // Positions, region entries and order.
+  EXPECT_EQ(std::vector<uint32_t>(info_a.begin() + H + 6, info_a.begin() + H + 9), (std::vector<uint32_t>{4, 5, 6}));
+  EXPECT_EQ(std::vector<uint32_t>(info_c.begin() + H + 4, info_c.begin() + H + 6), (std::vector<uint32_t>{6, 7}));
+  EXPECT_EQ(std::vector<uint32_t>(info_a.end() - 6, info_a.end() - 4), words_of(layout_a.region_entries(), 2));
+  EXPECT_EQ(std::vector<uint32_t>(info_c.end() - 7, info_c.end() - 6), words_of(layout_c.region_entries(), 1));
+  EXPECT_EQ(std::vector<uint32_t>(info_a.end() - 4, info_a.end()), words_of(layout_a.full_order(), 4));
+  EXPECT_EQ(std::vector<uint32_t>(info_c.end() - 6, info_c.end()), words_of(layout_c.full_order(), 6));
   EXPECT_EQ(read<int32_t>(encoder_->tokens(), 6), (std::vector<int32_t>{1, 2, 3, 7, 20, 21}));
   encoder_->finish();
   // The next step of one sequence has one part again.
@@ -247,7 +273,7 @@ TEST_F(VulkanStepEncoder, GatheredActivationsKeepTheirRowCountForTheStep) {
   encoder_->finish();
 }
 
-TEST_F(VulkanStepEncoder, TheRopeTableHoldsEveryRowsAnglesOnceAStep) {
+TEST_F(VulkanStepEncoder, EachRopeConfigurationGetsItsTableOnceAStep) {
   StepBatch batch = StepBatch::causal({1, 2, 3}, 10);
   RopeParams p;
   p.n_dims = 8;
@@ -262,12 +288,25 @@ TEST_F(VulkanStepEncoder, TheRopeTableHoldsEveryRowsAnglesOnceAStep) {
       EXPECT_EQ(got[static_cast<size_t>((r * 4 + i) * 2 + 1)], std::sin(theta)) << r << " " << i;
     }
   EXPECT_EQ(&encoder_->rope_table(p), &table);
+  // Another configuration (Gemma 3's local layers) gets its own table, and the first
+  // keeps its own; up to kMaxRopeTables in one step.
   RopeParams other = p;
   other.freq_scale = 0.5f;
+  const Buffer& other_table = encoder_->rope_table(other);
+  EXPECT_NE(&other_table, &table);
+  const float theta = other.angle(batch.positions()[2], 3);
+  EXPECT_EQ(read<float>(other_table, 1, (2 * 4 + 3) * 2)[0], std::cos(theta));
+  EXPECT_EQ(read<float>(table, 3 * 4 * 2), got);
+  EXPECT_EQ(&encoder_->rope_table(p), &table);
+  for (size_t k = 2; k < StepEncoder::kMaxRopeTables; ++k) {
+    other.freq_base += 1000.0f;
+    encoder_->rope_table(other);
+  }
+  other.freq_base += 1000.0f;
   EXPECT_THROW(encoder_->rope_table(other), std::logic_error);
   encoder_->finish();
   encoder_->begin(batch, nullptr);
-  EXPECT_NO_THROW(encoder_->rope_table(other));  // a new step may use another
+  EXPECT_NO_THROW(encoder_->rope_table(other));  // a new step starts with every table free
   encoder_->finish();
 }
 

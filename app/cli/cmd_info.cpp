@@ -76,9 +76,12 @@ int run_info(const InfoArgs& args) {
     if (c.attn_softcap > 0.0f || c.final_softcap > 0.0f)
       std::printf("soft-capping:  attention scores at %g, logits at %g\n", static_cast<double>(c.attn_softcap),
                   static_cast<double>(c.final_softcap));
-    if (c.sliding_window > 0)
-      std::printf("sliding window: %d tokens on the local layers (not applied: contexts are limited to it)\n",
-                  c.sliding_window);
+    if (c.sliding_window > 0) {
+      int32_t local = 0;
+      for (int32_t l = 0; l < c.n_layer; ++l) local += c.window_layer(l) ? 1 : 0;
+      std::printf("sliding window: %d tokens on %d of %d layers (RoPE base %g, scale %g there)\n", c.sliding_window, local,
+                  c.n_layer, static_cast<double>(c.rope_swa.freq_base), static_cast<double>(c.rope_swa.freq_scale));
+    }
     const int64_t plain_floats = int64_t{2} * c.n_layer * c.kv_dim();
     if (c.mla()) {
       std::printf("attention:     multi-head latent (MLA, fafo-care %s), latent ranks K/V per layer:",

@@ -290,6 +290,11 @@ struct AttentionOp {
   float scale;
   bool dense, f16;
   float softcap = 0.0f;  // > 0: scores soft-capped (AttentionShape::softcap)
+  // A sliding-window layer (AttentionShape::window > 0): the rows' positions ([T]) and
+  // each region slot's entry (its logical index, [region]); null without a window.
+  const int32_t* positions = nullptr;
+  const int32_t* region_positions = nullptr;
+  int32_t window = 0;
 
   // A key's score from its dot product with the query.
   FAFO_HD float score_of(float dot) const {
@@ -305,16 +310,35 @@ struct AttentionOp {
     const uint64_t at = static_cast<uint64_t>(slot) * kv_dim + d;
     return f16 ? half_bits_to_float(static_cast<const uint16_t*>(values)[at]) : static_cast<const float*>(values)[at];
   }
-  // The k-th key slot row t sees, k < count(t).
+  // Committed entries row t skips: in a sliding-window layer, a FULL row's entries
+  // before its window (logical indices below its position - window + 1).
+  FAFO_HD uint32_t prefix_skip(uint32_t t) const {
+    if (window <= 0 || (compressed[t] && !dense) || positions[t] < window) return 0;
+    const uint32_t first = static_cast<uint32_t>(positions[t] - window + 1);
+    return first < n_past ? first : n_past;
+  }
+  // The committed keys row t visits, and the slot of the k-th, k < prefix_count(t).
   FAFO_HD uint32_t prefix_count(uint32_t t) const {
     if (compressed[t] && !dense) return region < n_past ? region : n_past;
-    return n_past;
+    return n_past - prefix_skip(t);
   }
   FAFO_HD uint32_t prefix_slot(uint32_t t, uint32_t k) const {
     if (compressed[t] && !dense) return k;
+    k += prefix_skip(t);
     return order ? static_cast<uint32_t>(order[k]) : k;
   }
   FAFO_HD bool sees(uint32_t t, uint32_t j) const { return (mask[static_cast<uint64_t>(t) * mask_words + j / 64] >> (j % 64)) & 1u; }
+  // Whether row t's key `key` (counted over its keys: the `prefix` committed ones first,
+  // from prefix_skip(t) on, then batch token key - prefix) is inside its sliding window
+  // (always without one). A committed entry's position is its logical index (a region
+  // slot's, its entry's).
+  FAFO_HD bool in_window(uint32_t t, uint32_t key, uint32_t prefix) const {
+    if (window <= 0) return true;
+    const int32_t at = key < prefix ? (compressed[t] && !dense ? region_positions[key]
+                                                               : static_cast<int32_t>(key + prefix_skip(t)))
+                                    : positions[key - prefix];
+    return positions[t] - at < window;
+  }
 
   FAFO_HD float score(const float* qh, uint32_t slot, uint32_t kv_off) const {
     float s = 0.0f;
@@ -330,11 +354,12 @@ struct AttentionOp {
     const uint32_t n_prefix = prefix_count(t);
     float m = -INFINITY;
     for (uint32_t k = 0; k < n_prefix; ++k) {
+      if (!in_window(t, k, n_prefix)) continue;
       const float s = score(qh, prefix_slot(t, k), kv_off);
       m = s > m ? s : m;
     }
     for (uint32_t j = 0; j <= t; ++j)
-      if (sees(t, j)) {
+      if (sees(t, j) && in_window(t, n_prefix + j, n_prefix)) {
         const float s = score(qh, n_past + j, kv_off);
         m = s > m ? s : m;
       }
@@ -345,9 +370,10 @@ struct AttentionOp {
       l = add_rn(l, e);
       for (uint32_t d = 0; d < head_dim; ++d) a[d] = fma_rn(e, value(slot, kv_off + d), a[d]);
     };
-    for (uint32_t k = 0; k < n_prefix; ++k) add_key(prefix_slot(t, k));
+    for (uint32_t k = 0; k < n_prefix; ++k)
+      if (in_window(t, k, n_prefix)) add_key(prefix_slot(t, k));
     for (uint32_t j = 0; j <= t; ++j)
-      if (sees(t, j)) add_key(n_past + j);
+      if (sees(t, j) && in_window(t, n_prefix + j, n_prefix)) add_key(n_past + j);
     float* o = out + static_cast<uint64_t>(t) * out_stride + static_cast<uint64_t>(h) * head_dim;
     for (uint32_t d = 0; d < head_dim; ++d) {
 #if defined(__CUDA_ARCH__)

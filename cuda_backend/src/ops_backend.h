@@ -379,6 +379,17 @@ class OpsBackend final : public Backend, public StepAccess {
         orders.insert(orders.end(), order->begin(), order->begin() + batch.segment(static_cast<int32_t>(k)).n_past);
       }
     order_ = orders.empty() ? nullptr : order_staging_.put(*device_, orders);
+    // Each row's position and each part's region entries (their logical indices), for
+    // sliding-window layers.
+    positions_ = position_staging_.put(*device_, batch.positions());
+    std::vector<int32_t> region_entries;
+    region_at_.assign(kvs_.size(), 0);
+    for (size_t k = 0; k < kvs_.size(); ++k) {
+      region_at_[k] = static_cast<int64_t>(region_entries.size());
+      const std::vector<int32_t> entries = kvs_[k]->layout().region_entries();
+      region_entries.insert(region_entries.end(), entries.begin(), entries.end());
+    }
+    region_positions_ = region_staging_.put(*device_, region_entries);
     ++steps_;
     if (graphs_ && !profiling_) {
       std::vector<int32_t> shape{batch.size()};
@@ -530,7 +541,7 @@ class OpsBackend final : public Backend, public StepAccess {
                      static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv->shape().kv_dim),
                      static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
                      static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16(),
-                     s.softcap};
+                     s.softcap, positions_ + first, region_positions_ + region_at_[static_cast<size_t>(part)], s.window};
       if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionSplitOp<1>::kDimsPerLane * kLanes))
         split_attention(op);
       else
@@ -980,14 +991,18 @@ class OpsBackend final : public Backend, public StepAccess {
   int64_t max_step_rows_ = 0;
   std::vector<OpsKvCache<Device>*> kvs_;  // the caches of the step begun last, one per part
   std::vector<int64_t> order_at_;         // where each part's logical order starts in order_ (-1: identity)
+  std::vector<int64_t> region_at_;        // where each part's region entries start in region_positions_
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
-  Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, gather_staging_, argmax_staging_, argmax_parts_staging_,
+  Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, position_staging_, region_staging_,
+      gather_staging_, argmax_staging_, argmax_parts_staging_,
       attention_scratch_, split_partials_, q8_staging_, top_k_staging_, half_partials_, normed_staging_;
   const int32_t* tokens_ = nullptr;
   const uint64_t* mask_ = nullptr;
   const uint8_t* compressed_ = nullptr;
   const int32_t* order_ = nullptr;
+  const int32_t* positions_ = nullptr;         // each row's position
+  const int32_t* region_positions_ = nullptr;  // each part's region entries, one after another
   uint32_t mask_words_ = 0;
   struct RopeTable {
     int32_t n_dims = 0;

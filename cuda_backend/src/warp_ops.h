@@ -287,6 +287,7 @@ struct AttentionSplitOp {
             at = a.n_past + (key - prefix);
             visible = a.sees(t, key - prefix);
           }
+          visible = visible && a.in_window(t, key, prefix);
         }
         float s[Group];
         for (uint32_t g = 0; g < Group; ++g) s[g] = 0.0f;

@@ -36,6 +36,9 @@ def main():
     ap.add_argument("--vocab", help="a vocab GGUF under --shared (e.g. vocab/ggml-vocab-phi-3.gguf)")
     ap.add_argument("--vocab-convert", help="a tokenizer.json under --shared, converted by --convert")
     ap.add_argument("--convert", help="fafo-convert-tokenizer")
+    ap.add_argument("--logit-tolerance", type=float,
+                    help="the largest logit difference the test allows for this family (default 1e-3)")
+    ap.add_argument("--tolerance-reason", help="why this family needs a wider one than 1e-3")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,6 +89,9 @@ def main():
         "prompts": prompts,
         "top": top,
     }
+    if a.logit_tolerance is not None:
+        doc["logit_tolerance"] = a.logit_tolerance
+        doc["tolerance_reason"] = a.tolerance_reason or ""
     with open(a.out, "w") as f:
         json.dump(doc, f, separators=(",", ":"))
         f.write("\n")

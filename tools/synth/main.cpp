@@ -15,10 +15,10 @@ int main(int argc, char** argv) {
   SyntheticConfig c;
   app.add_option("-o,--out", out, "Output GGUF path")->required();
   app.add_option("--preset", preset_name, "Start from a preset: llama3-8b, llama2-7b, tinyllama-1.1b, qwen2.5-0.5b, qwen3-8b, "
-                 "qwen3-0.6b, phi3-mini, phi3.5-mini, phi4-mini, gemma2-9b, gemma2-2b, tiny, qwen3-tiny, phi3-tiny, "
-                 "phi4-mini-tiny, gemma2-tiny");
+                 "qwen3-0.6b, phi3-mini, phi3.5-mini, phi4-mini, gemma2-9b, gemma2-2b, gemma3-4b, gemma3-1b, tiny, "
+                 "qwen3-tiny, phi3-tiny, phi4-mini-tiny, gemma2-tiny, gemma3-tiny");
   // Values given explicitly override the preset: parse twice (once for the preset).
-  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2, qwen3, phi3 or gemma2");
+  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2, qwen3, phi3, gemma2 or gemma3");
   auto* o_layers = app.add_option("--layers", c.n_layer, "Number of layers");
   auto* o_dim = app.add_option("--dim", c.n_embd, "Embedding size");
   auto* o_heads = app.add_option("--heads", c.n_head, "Attention heads");
@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   auto* o_type = app.add_option("-t,--type", c.weight_type,
                                 "Weight format: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K, or the mixes Q4_K_M Q5_K_M");
   auto* o_seed = app.add_option("--seed", c.seed, "Random seed");
+  auto* o_window = app.add_option("--sliding-window", c.sliding_window, "gemma2, gemma3: the local layers' window");
+  auto* o_pattern = app.add_option("--swa-pattern", c.swa_pattern,
+                                   "gemma2, gemma3: every Nth layer is global (default: the family's, 2 or 6)");
   auto* o_vocab_from = app.add_option("--vocab-from", c.vocab_from,
                                       "Take the vocabulary (tokenizer.* keys) from this GGUF; --vocab is then its size");
   auto* o_name = app.add_option("--name", c.name, "general.name (default: the preset's name, or \"synthetic\")");
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
     keep(o_rope_dims, c.rope_dims, given.rope_dims);
     keep(o_original, c.rope_original_ctx, given.rope_original_ctx), keep(o_name, c.name, given.name);
     keep(o_vocab_from, c.vocab_from, given.vocab_from);
+    keep(o_window, c.sliding_window, given.sliding_window), keep(o_pattern, c.swa_pattern, given.swa_pattern);
   }
   try {
     validate(c);  // before the head size is printed

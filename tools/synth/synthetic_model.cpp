@@ -91,6 +91,14 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
   } else if (name == "gemma2-2b") {
     c.arch = "gemma2", c.n_layer = 26, c.n_embd = 2304, c.n_head = 8, c.n_head_kv = 4, c.head_dim = 256, c.n_ff = 9216;
     c.n_vocab = 256000, c.n_ctx = 8192, c.rms_eps = 1e-6f, c.tied_embeddings = true, c.weight_type = "Q4_K_M";
+  } else if (name == "gemma3-4b") {  // global layers: base 1e6, linear scaling 8; local ones: base 10,000
+    c.arch = "gemma3", c.n_layer = 34, c.n_embd = 2560, c.n_head = 8, c.n_head_kv = 4, c.head_dim = 256, c.n_ff = 10240;
+    c.n_vocab = 262144, c.n_ctx = 131072, c.rope_base = 1000000.0f, c.rope_scaling = "linear", c.rope_scaling_factor = 8.0f;
+    c.rms_eps = 1e-6f, c.tied_embeddings = true, c.sliding_window = 1024, c.weight_type = "Q4_K_M";
+  } else if (name == "gemma3-1b") {
+    c.arch = "gemma3", c.n_layer = 26, c.n_embd = 1152, c.n_head = 4, c.n_head_kv = 1, c.head_dim = 256, c.n_ff = 6912;
+    c.n_vocab = 262144, c.n_ctx = 32768, c.rope_base = 1000000.0f, c.rms_eps = 1e-6f, c.tied_embeddings = true;
+    c.sliding_window = 512, c.weight_type = "Q4_K_M";
   } else if (name == "tiny") {
     // defaults
   } else if (name == "qwen3-tiny") {  // heads wider than n_embd / n_head, as Qwen3's
@@ -100,9 +108,13 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
   } else if (name == "phi4-mini-tiny") {  // phi3-tiny with 3/4 of each head rotated, as Phi-4-mini
     c.arch = "phi3", c.n_head_kv = 2, c.rope_dims = 12, c.n_ctx = 1024, c.rope_scaling = "longrope";
     c.rope_original_ctx = 256, c.tied_embeddings = true;
-  } else if (name == "gemma2-tiny") {  // caps low enough to bend this model's scores and logits
+  } else if (name == "gemma2-tiny") {  // caps low enough to bend this model's scores and logits; a window of 24
     c.arch = "gemma2", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
-    c.attn_softcap = 1.0f, c.final_softcap = 20.0f, c.sliding_window = 512;
+    c.attn_softcap = 1.0f, c.final_softcap = 20.0f, c.sliding_window = 24;
+  } else if (name == "gemma3-tiny") {  // layer 0 local (a window of 16, base 10,000), layer 1 global (1e6, scaled)
+    c.arch = "gemma3", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
+    c.rope_base = 1000000.0f, c.rope_scaling = "linear", c.rope_scaling_factor = 8.0f;
+    c.sliding_window = 16, c.swa_pattern = 2;
   } else {
     return std::nullopt;
   }
@@ -111,10 +123,12 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
 
 void validate(const SyntheticConfig& c) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("synthetic model: " + what); };
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma2")
-    bad("architecture must be llama, qwen2, qwen3, phi3 or gemma2, not '" + c.arch + "'");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma2" &&
+      c.arch != "gemma3")
+    bad("architecture must be llama, qwen2, qwen3, phi3, gemma2 or gemma3, not '" + c.arch + "'");
   if (c.arch == "gemma2" && !(c.attn_softcap > 0.0f && c.final_softcap > 0.0f && c.sliding_window > 0))
     bad("gemma2's soft-caps and sliding window must be positive");
+  if (c.sliding_window < 0 || c.swa_pattern < 0) bad("the sliding window and its pattern must not be negative");
   if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.n_ff <= 0 || c.n_ctx <= 0)
     bad("layers, dim, heads, KV heads, FFN size and context must be positive");
   if (c.head_dim < 0) bad("the head size must be positive (or 0: dim / heads)");
@@ -229,7 +243,10 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
   if (c.arch == "gemma2") {
     w.set_f32(a + "attn_logit_softcapping", c.attn_softcap);
     w.set_f32(a + "final_logit_softcapping", c.final_softcap);
+  }
+  if (c.arch == "gemma2" || c.arch == "gemma3") {
     w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+    if (c.swa_pattern > 0) w.set_u32(a + "attention.sliding_window_pattern", static_cast<uint32_t>(c.swa_pattern));
   }
   if (vocab_file) {
     for (const auto& [key, value] : vocab_file->metadata())
@@ -293,11 +310,12 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
       vec(p + "attn_v.bias", kv_dim, 0.0f, 0.02f);
     }
     matrix(p + "attn_output.weight", q_dim, c.n_embd, 1.0f / std::sqrt(static_cast<float>(q_dim)));
-    if (c.arch == "qwen3") {
+    const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
+    if (c.arch == "qwen3" || c.arch == "gemma3") {
       vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.2f);
       vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.2f);
     }
-    if (c.arch == "gemma2") vec(p + "post_attention_norm.weight", c.n_embd, 1.0f, 0.02f);
+    if (gemma) vec(p + "post_attention_norm.weight", c.n_embd, 1.0f, 0.02f);
     vec(p + "ffn_norm.weight", c.n_embd, 1.0f, 0.02f);
     if (c.arch == "phi3") {
       matrix(p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff}, in_std);  // the gate's rows, then the up projection's
@@ -306,7 +324,7 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
       matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, in_std);
     }
     matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, 1.0f / std::sqrt(static_cast<float>(c.n_ff)));
-    if (c.arch == "gemma2") vec(p + "post_ffw_norm.weight", c.n_embd, 1.0f, 0.02f);
+    if (gemma) vec(p + "post_ffw_norm.weight", c.n_embd, 1.0f, 0.02f);
   }
   for (const TensorPlan& t : plan) w.add_tensor_info(t.name, t.type, t.shape);
 

@@ -18,7 +18,8 @@ struct SyntheticConfig {
   // "llama"; "qwen2" (adds QKV biases, NEOX RoPE); "qwen3" (per-head Q/K norms, NEOX
   // RoPE); "phi3" (attn_qkv.weight and a gate-and-up ffn_up.weight, NEOX RoPE);
   // "gemma2" (post_attention_norm / post_ffw_norm weights, soft-capping and sliding-window
-  // metadata, NEOX RoPE; a GeGLU model)
+  // metadata, NEOX RoPE; a GeGLU model); "gemma3" (gemma2's blocks with Q/K norms,
+  // without soft-capping)
   std::string arch = "llama";
   std::string name = "synthetic";
   int32_t n_layer = 2;
@@ -50,15 +51,19 @@ struct SyntheticConfig {
   // llama.cpp's or fafo-convert-tokenizer's); n_vocab is then its token count. Empty: a
   // synthetic SentencePiece-style vocabulary of n_vocab tokens.
   std::string vocab_from;
-  // gemma2: attn_logit_softcapping, final_logit_softcapping, attention.sliding_window.
+  // gemma2: attn_logit_softcapping, final_logit_softcapping; gemma2 and gemma3:
+  // attention.sliding_window and attention.sliding_window_pattern (0: not written, the
+  // family's default period: 2 for gemma2, 6 for gemma3).
   float attn_softcap = 50.0f, final_softcap = 30.0f;
   int32_t sliding_window = 4096;
+  int32_t swa_pattern = 0;
   uint64_t seed = 1;
 };
 
 // Named presets: "llama3-8b", "llama2-7b", "tinyllama-1.1b", "qwen2.5-0.5b", "qwen3-8b",
-// "qwen3-0.6b", "phi3-mini", "phi3.5-mini", "phi4-mini", "gemma2-9b", "gemma2-2b", "tiny",
-// "qwen3-tiny", "phi3-tiny", "phi4-mini-tiny", "gemma2-tiny".
+// "qwen3-0.6b", "phi3-mini", "phi3.5-mini", "phi4-mini", "gemma2-9b", "gemma2-2b",
+// "gemma3-4b", "gemma3-1b", "tiny", "qwen3-tiny", "phi3-tiny", "phi4-mini-tiny",
+// "gemma2-tiny", "gemma3-tiny".
 std::optional<SyntheticConfig> preset(const std::string& name);
 
 // The type each tensor gets under cfg.weight_type. Throws std::invalid_argument for

@@ -61,6 +61,12 @@ struct AttentionShape {
   int32_t head_dim = 0;
   float scale = 0.0f;  // usually 1/sqrt(head_dim)
   float softcap = 0.0f;  // > 0: each scaled score s becomes softcap * tanh(s / softcap) (Gemma 2)
+  // > 0: a sliding-window layer (Gemma 2 and 3): a row at position p sees only the keys
+  // at positions p - window + 1 .. p of those its view and mask give it (a committed
+  // entry's position is its logical index; a batch token's, its StepBatch position).
+  int32_t window = 0;
+  // Whether a key at position `key` is inside the window of a row at `row`.
+  bool in_window(int32_t row, int32_t key) const { return window <= 0 || row - key < window; }
 };
 
 // RoPE parameters. Positions come from the StepBatch.

@@ -24,7 +24,7 @@
 namespace fafo {
 
 struct ModelConfig {
-  std::string arch;          // "llama", "qwen2", "qwen3", "phi3" or "gemma2"
+  std::string arch;          // "llama", "qwen2", "qwen3", "phi3", "gemma2" or "gemma3"
   std::string name;          // general.name
   int32_t n_layer = 0;
   int32_t n_embd = 0;
@@ -40,7 +40,7 @@ struct ModelConfig {
   bool tied_embeddings = false;
   bool qkv_bias = false;
   // Each layer normalizes every query and key head (attn_q_norm / attn_k_norm, one
-  // head's width) before RoPE: Qwen3.
+  // head's width) before RoPE: Qwen3, Gemma 3.
   bool qk_norm = false;
   // Phi-3's LongRoPE (rope_factors_short/long.weight, per-pair divisors): the short
   // factors hold for contexts up to rope_original_ctx, the long ones past it (as
@@ -50,19 +50,28 @@ struct ModelConfig {
   std::vector<float> rope_factors_short, rope_factors_long;
   int32_t rope_original_ctx = 0;
   float rope_attn_factor = 1.0f;
-  // Gemma 2: the embeddings times embedding_scale (sqrt(n_embd); 0: none); the attention
-  // scale 1 / sqrt(query_pre_attn_scalar) (0: 1 / sqrt(head_dim)); scores and logits
-  // soft-capped at attn_softcap and final_softcap (0: none); GeGLU feed-forward
+  // Gemma 2 and 3: the embeddings times embedding_scale (sqrt(n_embd); 0: none); the
+  // attention scale 1 / sqrt(query_pre_attn_scalar) (0: 1 / sqrt(head_dim)); scores and
+  // logits soft-capped at attn_softcap and final_softcap (0: none); GeGLU feed-forward
   // (gelu_ffn, else SwiGLU); RMSNorms after the attention and the feed-forward blocks
-  // too (post_norms: attn_post_norm, ffn_post_norm); sliding_window: the window of the
-  // layers that attend locally (0: none), which a context no longer than it never
-  // reaches: fafo refuses longer contexts (ModelWeights::use_context) instead of
-  // applying it.
+  // too (post_norms: attn_post_norm, ffn_post_norm).
   float embedding_scale = 0.0f;
   float query_pre_attn_scalar = 0.0f;
   float attn_softcap = 0.0f, final_softcap = 0.0f;
   bool gelu_ffn = false, post_norms = false;
+  // Sliding-window layers (Gemma 2 and 3): with sliding_window > 0, layer l attends
+  // only the last sliding_window positions when l % swa_period < swa_period - 1 (every
+  // layer when swa_period is 0), as llama.cpp's set_swa_pattern; those layers rotate by
+  // rope_swa (Gemma 3: base 10,000, no scaling), the others by rope.
   int32_t sliding_window = 0;
+  int32_t swa_period = 0;
+  RopeParams rope_swa;
+  bool window_layer(int32_t layer) const {
+    return sliding_window > 0 && (swa_period == 0 || layer % swa_period < swa_period - 1);
+  }
+  // The window of layer `layer` (AttentionShape::window; 0: none) and its RoPE.
+  int32_t window_of(int32_t layer) const { return window_layer(layer) ? sliding_window : 0; }
+  const RopeParams& rope_of(int32_t layer) const { return window_layer(layer) ? rope_swa : rope; }
   // Multi-head latent attention (a file fafo-care made; fafo.mla.* keys): each layer
   // caches a latent key of mla_rank_k[l] and a latent value of mla_rank_v[l] floats per
   // token instead of kv_dim each. Empty: plain attention.
@@ -114,12 +123,9 @@ class ModelWeights {
   // takes its short factors for contexts up to ModelConfig::rope_original_ctx, its long
   // ones past them (the context rounded up to a multiple of 256 first, as llama.cpp does) (nothing to do for other models). Throws std::invalid_argument where
   // a sequence using the other set is open (one step computes for every sequence
-  // alike), or the context is refused (check_context). release_context(n_ctx) when the
+  // alike). release_context(n_ctx) when the
   // sequence ends.
   void use_context(int32_t n_ctx);
-  // Throws std::invalid_argument for a context these weights cannot serve: longer than
-  // a sliding window fafo does not apply (ModelConfig::sliding_window).
-  void check_context(int32_t n_ctx) const;
   void release_context(int32_t n_ctx);
   // The KV cache shape of a sequence of `n_ctx` entries stored as `type`.
   KvCacheShape kv_cache_shape(int32_t n_ctx, KvCacheType type) const;

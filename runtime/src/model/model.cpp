@@ -16,11 +16,10 @@ namespace {
 
 using StepLock = std::lock_guard<std::recursive_mutex>;
 
-// -c, else the trained context up to 4096 (and up to a sliding window fafo does not apply).
+// -c, else the trained context up to 4096.
 int32_t context_length(const ModelConfig& c, const ModelOptions& options) {
   if (options.n_ctx > 0) return options.n_ctx;
-  const int32_t n = std::min(c.n_ctx_train, 4096);
-  return c.sliding_window > 0 ? std::min(n, c.sliding_window) : n;
+  return std::min(c.n_ctx_train, 4096);
 }
 
 }  // namespace
@@ -31,7 +30,6 @@ Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> back
 Model::Model(std::shared_ptr<ModelWeights> weights, const ModelOptions& options) : weights_(std::move(weights)) {
   if (!weights_) throw std::invalid_argument("Model: no weights");
   n_ctx_ = context_length(weights_->config(), options);
-  weights_->check_context(n_ctx_);  // before the cache: a clear error rather than its allocation's
   StepLock lock(weights_->step_mutex());
   kv_ = weights_->backend().create_kv_cache(weights_->kv_cache_shape(n_ctx_, options.kv_type));
   weights_->use_context(n_ctx_);  // last: a sequence that fails to open holds no RoPE factors

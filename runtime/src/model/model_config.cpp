@@ -48,13 +48,35 @@ float positive_float(const GgufFile& f, const std::string& key, double fallback)
   return static_cast<float>(v);
 }
 
+// The sliding window of Gemma 2 and 3 (attention.sliding_window; Gemma 2's default
+// 4096), on the layers `attention.sliding_window_pattern` picks (a scalar period, as
+// llama.cpp reads it; an array there is ignored as llama.cpp ignores it), and their RoPE
+// base (rope.freq_base_swa, default `base_swa`) and scale (`scale_swa`).
+void read_sliding_window(const GgufFile& f, ModelConfig& c, int32_t default_window, int32_t default_period,
+                         double base_swa, float scale_swa) {
+  const std::string a = c.arch + ".";
+  c.sliding_window = f.find(a + "attention.sliding_window") ? static_cast<int32_t>(f.require_int(a + "attention.sliding_window"))
+                                                           : default_window;
+  if (c.sliding_window < 0 || c.sliding_window > (1 << 24))
+    throw GgufError(f.path(), "key '" + a + "attention.sliding_window' has invalid value " + std::to_string(c.sliding_window));
+  c.swa_period = default_period;
+  if (const GgufValue* v = f.find(a + "attention.sliding_window_pattern"); v && v->is_integer()) {
+    if (v->as_int() < 0 || v->as_int() > c.n_layer)
+      throw GgufError(f.path(), "key '" + a + "attention.sliding_window_pattern' has invalid value " + v->summary());
+    c.swa_period = static_cast<int32_t>(v->as_int());
+  }
+  c.rope_swa = c.rope;
+  c.rope_swa.freq_base = positive_float(f, a + "rope.freq_base_swa", base_swa);
+  c.rope_swa.freq_scale = scale_swa;
+}
+
 // Gemma 2, as llama.cpp defines it: embeddings scaled by sqrt(n_embd); soft-capped
 // attention scores (attn_logit_softcapping, default 50) and logits
 // (final_logit_softcapping, default 30); GeGLU; post-norms; the attention scale
 // 1 / sqrt(head_dim), or 1 / sqrt(n_embd / n_head) for the 46-layer (27B) model (the
 // query_pre_attn_scalar of Google's configs); a sliding window (default 4096) on
-// alternate layers, which fafo does not apply: contexts longer than it are refused; the
-// output is token_embd.
+// alternate layers (period 2), which rotate as the others unless the file gives them
+// their own base; the output is token_embd.
 void read_gemma2(const GgufFile& f, ModelConfig& c) {
   const std::string a = c.arch + ".";
   c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
@@ -64,11 +86,26 @@ void read_gemma2(const GgufFile& f, ModelConfig& c) {
   c.gelu_ffn = true;
   c.post_norms = true;
   c.tied_embeddings = true;  // llama.cpp's gemma2 takes token_embd as the output even where output.weight exists
-  c.sliding_window = f.find(a + "attention.sliding_window") ? positive_int(f, a + "attention.sliding_window") : 4096;
-  if (f.find(a + "rope.freq_base_swa") && f.get_float(a + "rope.freq_base_swa", 0.0) != c.rope.freq_base)
-    throw GgufError(f.path(), "a RoPE base for the sliding-window layers (rope.freq_base_swa) other than the global one "
-                              "is not supported");
+  read_sliding_window(f, c, 4096, 2, c.rope.freq_base, c.rope.freq_scale);
   if (c.qkv_bias) throw GgufError(f.path(), "gemma2 files with attention biases are not supported");
+}
+
+// Gemma 3, as llama.cpp defines it: Gemma 2's embedding scale, GeGLU, post-norms and
+// attention scale (1 / sqrt(n_embd / n_head) for the 62-layer 27B model), without
+// attention soft-capping; logits capped only where the file gives
+// final_logit_softcapping; Q and K head norms before RoPE; a sliding window (where the
+// file gives one) on five layers of every six (period 6), rotating with base 10,000 and
+// no scaling (rope.freq_base_swa), the global layers with rope.freq_base and the file's
+// linear scaling; token_embd as the output unless the file has output.weight.
+void read_gemma3(const GgufFile& f, ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
+  c.query_pre_attn_scalar = static_cast<float>(c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim);
+  c.final_softcap = f.find(a + "final_logit_softcapping") ? positive_float(f, a + "final_logit_softcapping", 30.0) : 0.0f;
+  c.gelu_ffn = true;
+  c.post_norms = true;
+  read_sliding_window(f, c, 0, 6, 10000.0, 1.0f);
+  if (c.qkv_bias) throw GgufError(f.path(), "gemma3 files with attention biases are not supported");
 }
 
 }  // namespace
@@ -83,8 +120,10 @@ int64_t ModelConfig::kv_floats_per_token() const {
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma2")
-    throw GgufError(f.path(), "unsupported architecture '" + c.arch + "' (supported: llama, qwen2, qwen3, phi3, gemma2)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma2" &&
+      c.arch != "gemma3")
+    throw GgufError(f.path(),
+                    "unsupported architecture '" + c.arch + "' (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)");
   c.name = f.get_string("general.name", "");
   const std::string a = c.arch + ".";
   c.n_layer = positive_int(f, a + "block_count", 4096);
@@ -110,7 +149,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (!std::isfinite(c.rope.freq_base) || c.rope.freq_base <= 0.0f)
     throw GgufError(f.path(), "rope.freq_base must be a positive finite number");
   // llama GGUFs store Q/K permuted for the interleaved layout; Qwen's and Phi-3's rotate halves.
-  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma2";
+  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma2" || c.arch == "gemma3";
   // As llama.cpp reads it: the type defaults to linear; the factor comes from
   // rope.scaling.factor, else the legacy rope.scale_linear; 0 means no scaling.
   // Llama 3.1/3.2 files carry their scaling as a rope_freqs.weight tensor instead (see Model).
@@ -157,13 +196,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   if (f.find_tensor("blk.0.attn_qkv.bias"))
     throw GgufError(f.path(), "attention biases in a fused attn_qkv.bias are not supported");
-  c.qk_norm = c.arch == "qwen3";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "gemma3";
   if (c.qk_norm && c.rope.n_dims != c.head_dim)
     throw GgufError(f.path(), "rope.dimension_count " + std::to_string(c.rope.n_dims) + " must equal the head size " +
                                   std::to_string(c.head_dim) + " in a " + c.arch + " file");
   if (c.arch == "gemma2") read_gemma2(f, c);
+  if (c.arch == "gemma3") read_gemma3(f, c);
   if (f.find("fafo.mla.rank_k") || f.find("fafo.mla.rank_v")) {
-    if (c.arch == "gemma2") throw GgufError(f.path(), "MLA files of a gemma2 model are not supported");
+    if (c.sliding_window > 0 || c.gelu_ffn)
+      throw GgufError(f.path(), "MLA files of a " + c.arch + " model are not supported");
     read_mla(f, c);
   }
   return c;

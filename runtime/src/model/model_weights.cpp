@@ -310,16 +310,7 @@ bool takes_long_factors(int32_t n_ctx, int32_t original_ctx) {
 }
 }  // namespace
 
-void ModelWeights::check_context(int32_t n_ctx) const {
-  if (config_.sliding_window > 0 && n_ctx > config_.sliding_window)
-    throw std::invalid_argument("a context of " + std::to_string(n_ctx) + " is longer than the sliding window (" +
-                                std::to_string(config_.sliding_window) + " tokens) of " + file_->path() + "'s " +
-                                config_.arch + " layers, which fafo does not apply yet: use a context of at most " +
-                                std::to_string(config_.sliding_window) + " (-c)");
-}
-
 void ModelWeights::use_context(int32_t n_ctx) {
-  check_context(n_ctx);
   if (config_.rope_factors_short.empty()) return;
   const bool long_context = takes_long_factors(n_ctx, config_.rope_original_ctx);
   if (rope_factor_users_[long_context ? 0 : 1] > 0)
@@ -386,12 +377,13 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
     tap(l, xn.data(), batch.size(), c.n_embd);
   };
 
-  const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(), c.attn_softcap};
   be.begin_step(batch, caches);
   be.embed(w.token_embd, b.x);
   if (c.embedding_scale > 0.0f) be.scale(b.x, c.embedding_scale);
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const Weights::Layer& L = w.layers[static_cast<size_t>(l)];
+    const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(), c.attn_softcap, c.window_of(l)};
+    const RopeParams& rope = c.rope_of(l);
     // Attention block.
     if (c.mla()) {
       // Multi-head latent attention: the cache keeps the latents; attention recovers
@@ -403,13 +395,13 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
       be.matmul(L.wq, b.xn, b.q);
       be.matmul(L.wk, b.xn, kl);
       be.matmul(L.wv, b.xn, vl);
-      be.rope(b.q, c.n_head, c.head_dim, c.rope);
+      be.rope(b.q, c.n_head, c.head_dim, rope);
       store(l, kl, vl, b.q);
-      be.latent_attention(l, b.q, shape, L.k_up, L.v_up, c.rope, b.attn);
+      be.latent_attention(l, b.q, shape, L.k_up, L.v_up, rope, b.attn);
     } else if (L.fused_qkv) {
       be.matmul_norm(L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
       if (c.qkv_bias) be.add_bias(L.bq, b.qkv);
-      be.rope_store(l, b.qkv, shape, c.rope);
+      be.rope_store(l, b.qkv, shape, rope);
     } else {
       be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
       if (tap) tap_attention_input(l);
@@ -427,8 +419,8 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
         be.head_norm(b.q, c.n_head, L.q_norm, c.rms_eps, q);
         be.head_norm(b.k, c.n_head_kv, L.k_norm, c.rms_eps, k);
       }
-      be.rope(q, c.n_head, c.head_dim, c.rope);
-      be.rope(k, c.n_head_kv, c.head_dim, c.rope);
+      be.rope(q, c.n_head, c.head_dim, rope);
+      be.rope(k, c.n_head_kv, c.head_dim, rope);
       store(l, k, b.v, q);
     }
     if (!c.mla()) {

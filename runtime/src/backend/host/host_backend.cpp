@@ -289,15 +289,23 @@ class HostBackend final : public Backend, public StepRows {
       const StepSegment seg = batch_->segment(si);
       auto& list = slots[static_cast<size_t>(i)];
       list.reserve(static_cast<size_t>(seg.n_past + i - seg.first + 1));
+      // A sliding-window layer keeps the keys at positions position - window + 1 on
+      // (a committed entry's position is its logical index).
+      const int32_t position = batch_->positions()[static_cast<size_t>(i)];
       if (batch_->prefix(i) == PrefixView::Full || layer < sk.kv->dense_layers()) {
-        list = full[static_cast<size_t>(si)];
+        const auto& prefix = full[static_cast<size_t>(si)];
+        const int32_t start = s.window > 0 ? std::clamp(position - s.window + 1, 0, seg.n_past) : 0;
+        list.assign(prefix.begin() + start, prefix.end());
       } else {
+        const KvLayout& layout = sk.kv->layout();
         const int32_t region = std::min(sk.kv->region_count(), seg.n_past);
-        for (int32_t j = 0; j < region; ++j) list.push_back(j);
-        if (traits_.mutation == AttentionMutation::WrongRegionSlot && region > 0 && region < seg.n_past) list.back() = region;
+        for (int32_t j = 0; j < region; ++j)
+          if (s.in_window(position, j < layout.size() ? layout.logical_of(j) : j)) list.push_back(j);
+        if (traits_.mutation == AttentionMutation::WrongRegionSlot && !list.empty() && region < seg.n_past) list.back() = region;
       }
       for (int32_t j = seg.first; j <= i; ++j)
-        if (batch_->sees(i, j)) list.push_back(seg.n_past + j - seg.first);
+        if (batch_->sees(i, j) && s.in_window(position, batch_->positions()[static_cast<size_t>(j)]))
+          list.push_back(seg.n_past + j - seg.first);
       longest = std::max(longest, static_cast<int32_t>(list.size()));
     }
     // Work items: (row, KV head, part of the row's keys), each for the query heads that

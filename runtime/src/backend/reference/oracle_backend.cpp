@@ -163,7 +163,7 @@ class OracleBackend final : public Backend {
       const int32_t kv_dim = kv.shape().kv_dim;
       const float* K = kv.key(layer, 0);
       const float* V = kv.value(layer, 0);
-      const std::vector<int32_t> slots = keys_seen(*batch_, kv, layer, i);
+      const std::vector<int32_t> slots = keys_seen(*batch_, kv, layer, i, s.window);
       for (int32_t h = 0; h < s.n_head; ++h) {
         const int64_t kv_head = h / (s.n_head / s.n_head_kv);
         attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{K, kv_dim, kv_head * s.head_dim, s.head_dim},
@@ -205,7 +205,7 @@ class OracleBackend final : public Backend {
         for (int32_t h = 0; h < s.n_head_kv; ++h) rope_head(k + int64_t{h} * s.head_dim, position, rope);
       }
       for (int32_t i = seg.first; i < seg.first + seg.size; ++i) {
-        const std::vector<int32_t> slots = keys_seen(*batch_, kv, layer, i);
+        const std::vector<int32_t> slots = keys_seen(*batch_, kv, layer, i, s.window);
         for (int32_t h = 0; h < s.n_head; ++h) {
           const int64_t kv_head = h / (s.n_head / s.n_head_kv);
           attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{keys.data(), kv_dim, kv_head * s.head_dim, s.head_dim},

@@ -7,19 +7,23 @@
 
 namespace fafo::reference {
 
-std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_t layer, int32_t row) {
+std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_t layer, int32_t row, int32_t window) {
   const StepSegment part = batch.segment(batch.segment_of(row));
   const int32_t n_past = part.n_past;
+  const int32_t position = batch.positions()[static_cast<size_t>(row)];
+  auto inside = [&](int32_t key_position) { return window <= 0 || position - key_position < window; };
+  const KvLayout& layout = kv.layout();
   std::vector<int32_t> slots;
   if (batch.prefix(row) == PrefixView::Full || layer < kv.dense_layers()) {
-    const KvLayout& layout = kv.layout();
-    for (int32_t l = 0; l < n_past; ++l) slots.push_back(l < layout.size() ? layout.physical_of(l) : l);
+    for (int32_t l = 0; l < n_past; ++l)
+      if (inside(l)) slots.push_back(l < layout.size() ? layout.physical_of(l) : l);
   } else {
     const int32_t region = std::min(kv.region_count(), n_past);
-    for (int32_t s = 0; s < region; ++s) slots.push_back(s);
+    for (int32_t s = 0; s < region; ++s)
+      if (inside(s < layout.size() ? layout.logical_of(s) : s)) slots.push_back(s);
   }
   for (int32_t j = part.first; j <= row; ++j)
-    if (batch.sees(row, j)) slots.push_back(n_past + j - part.first);
+    if (batch.sees(row, j) && inside(batch.positions()[static_cast<size_t>(j)])) slots.push_back(n_past + j - part.first);
   return slots;
 }
 

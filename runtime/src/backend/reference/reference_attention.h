@@ -21,7 +21,12 @@ namespace fafo::reference {
 //     physical slots [0, min(region_count, n_past));
 //   - then the batch tokens j <= row of its part its mask row sets, at slots
 //     n_past + j - first.
-std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_t layer, int32_t row);
+// With window > 0 (a sliding-window layer, AttentionShape::window) only the keys whose
+// positions are inside the row's window stay (a committed entry's position is its
+// logical index: layout.logical_of(slot) for a region slot; a batch token's, its
+// StepBatch position), in the same order.
+std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_t layer, int32_t row,
+                               int32_t window = 0);
 
 // Where one head reads its keys or values: slot s's `width` floats at data + s * stride + offset.
 struct HeadRows {

@@ -47,6 +47,7 @@ struct AttentionPush {
   uint32_t T, n_head, n_head_kv, head_dim, kv_dim, q_stride, region, dense, use_order, n_parts, mask_words,
       flags_offset, mask_offset, order_offset;
   float scale, softcap;
+  uint32_t window, positions_offset, region_offset;
 };
 struct KvPermutePush {
   uint32_t n_pairs, words, mode;
@@ -319,7 +320,7 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   const AttentionPush push{a.T,         a.n_head,       a.n_head_kv,   a.head_dim,     a.kv_dim,
                            a.q_stride,  a.region,       a.dense,       a.use_order,    a.n_parts,
                            a.mask_words, a.flags_offset, a.mask_offset, a.order_offset, a.scale,
-                           a.softcap};
+                           a.softcap,   a.window,       a.positions_offset, a.region_offset};
   if (serial_attention(a))
     seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push,
                  static_cast<uint32_t>(serial_groups(a)));

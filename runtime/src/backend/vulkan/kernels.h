@@ -83,6 +83,8 @@ class Kernels {
     uint32_t region, dense, use_order, part_keys, n_parts, mask_words, flags_offset, mask_offset, order_offset;
     float scale;
     float softcap = 0.0f;  // > 0: scores soft-capped (AttentionShape::softcap)
+    uint32_t window = 0;   // > 0: a sliding-window layer (AttentionShape::window)
+    uint32_t positions_offset = 0, region_offset = 0;  // the rows' positions, the region's entries in step_info
     bool kv_f16 = false;  // keys and values are an fp16 cache (kv_store); else fp32
     // How an fp16 cache is read: Auto = through 16-bit storage where the device widens
     // halves exactly (half_storage_exact()), else by unpacking 32-bit words; Words and

@@ -12,7 +12,7 @@
 namespace fafo::vulkan {
 
 StepEncoder::StepEncoder(const Context& context, DescriptorCache& descriptors)
-    : context_(context), descriptors_(descriptors), replay_(context) {}
+    : context_(context), descriptors_(descriptors), rope_tables_(kMaxRopeTables), replay_(context) {}
 
 void StepEncoder::set_replay(bool on) {
   replay_on_ = on;
@@ -22,10 +22,13 @@ void StepEncoder::set_replay(bool on) {
 StepEncoder::~StepEncoder() = default;
 
 void StepEncoder::reserve(int32_t capacity) {
+  capacity_ = std::max(capacity_, capacity);
   const uint64_t T = static_cast<uint64_t>(StepBatch::kMaxTokens);
   const uint64_t mask_words = (T + 31) / 32;
-  info_bytes_ = std::max<uint64_t>(info_bytes_, (kHeaderWords + T + T * mask_words + static_cast<uint64_t>(capacity)) *
-                                                    sizeof(uint32_t));
+  // Header, flags, masks, positions, the region's entries and the order (both at most
+  // the capacity).
+  info_bytes_ = std::max<uint64_t>(
+      info_bytes_, (kHeaderWords + 2 * T + T * mask_words + 2 * static_cast<uint64_t>(capacity)) * sizeof(uint32_t));
   if (parts_.empty()) parts_.resize(1);
   for (Part& part : parts_) part.info.ensure(context_, descriptors_, info_bytes_);
   tokens_.ensure(context_, descriptors_, T * sizeof(int32_t));
@@ -37,17 +40,17 @@ const StepEncoder::Part& StepEncoder::part_at(int32_t part) const {
   return parts_[static_cast<size_t>(part)];
 }
 
-void StepEncoder::begin(const StepBatch& batch, std::span<const std::vector<int32_t>* const> orders) {
+void StepEncoder::begin(const StepBatch& batch, std::span<const KvLayout* const> layouts) {
   const int32_t n_parts = batch.n_segments();
-  if (static_cast<int32_t>(orders.size()) != n_parts)
-    throw std::invalid_argument("begin_step: " + std::to_string(orders.size()) + " KV caches for a step of " +
+  if (static_cast<int32_t>(layouts.size()) != n_parts)
+    throw std::invalid_argument("begin_step: " + std::to_string(layouts.size()) + " KV caches for a step of " +
                                 std::to_string(n_parts) + " sequences");
   if (n_parts > kMaxParts)
     throw std::invalid_argument("a Vulkan step joins at most " + std::to_string(kMaxParts) + " sequences, not " +
                                 std::to_string(n_parts));
   batch_ = &batch;
   gathered_rows_.clear();
-  rope_key_.reset();
+  for (RopeTable& table : rope_tables_) table.key.reset();
   if (parts_.size() < static_cast<size_t>(n_parts)) {
     parts_.resize(static_cast<size_t>(n_parts));
     for (Part& part : parts_) part.info.ensure(context_, descriptors_, info_bytes_);
@@ -60,24 +63,32 @@ void StepEncoder::begin(const StepBatch& batch, std::span<const std::vector<int3
     part.rows = T;
     part.mask_words = (T + 31) / 32;
     part.part_keys = part.n_parts = 0;
-    // step_info: [header][T prefix flags][T x mask_words masks][n_past logical order],
-    // the part's rows counted from its first.
-    std::vector<uint32_t> info(kHeaderWords + T + static_cast<size_t>(T) * part.mask_words, 0);
+    const KvLayout* layout = layouts[static_cast<size_t>(s)];
+    part.region_words = layout ? static_cast<uint32_t>(std::clamp(layout->region_size(), 0, capacity_)) : 0u;
+    // step_info: [header][T prefix flags][T x mask_words masks][T positions][region
+    // entries][n_past logical order], the part's rows counted from its first.
+    std::vector<uint32_t> info(kHeaderWords + 2 * T + static_cast<size_t>(T) * part.mask_words + part.region_words, 0);
     info[0] = static_cast<uint32_t>(seg.n_past);
     info[3] = static_cast<uint32_t>(seg.first);
     uint32_t* flags = info.data() + kHeaderWords;
     uint32_t* masks = flags + T;
+    uint32_t* positions = masks + static_cast<size_t>(T) * part.mask_words;
+    uint32_t* region = positions + T;
     for (uint32_t i = 0; i < T; ++i) {
       const int32_t row = seg.first + static_cast<int32_t>(i);
       flags[i] = batch.prefix(row) == PrefixView::Compressed ? 1u : 0u;
+      positions[i] = static_cast<uint32_t>(batch.positions()[static_cast<size_t>(row)]);
       for (uint32_t j = 0; j <= i; ++j)
         if (batch.sees(row, seg.first + static_cast<int32_t>(j))) masks[i * part.mask_words + j / 32] |= 1u << (j % 32);
     }
+    // A region slot's position is the logical index of the entry it holds.
+    const int32_t in_region = layout ? std::min<int32_t>(layout->region_count(), static_cast<int32_t>(part.region_words)) : 0;
+    for (int32_t k = 0; k < in_region; ++k) region[k] = static_cast<uint32_t>(layout->logical_of(k));
     if (info.size() * sizeof(uint32_t) + static_cast<uint64_t>(seg.n_past) * sizeof(uint32_t) > info_bytes_)
       throw std::logic_error("begin_step: the step inputs were not sized for this step (StepEncoder::reserve)");
     Buffer& buffer = part.info.get();
     buffer.upload(info.data(), info.size() * sizeof(uint32_t));
-    const std::vector<int32_t>* order = orders[static_cast<size_t>(s)];
+    const std::vector<int32_t>* order = layout && !layout->is_identity() ? &layout->full_order() : nullptr;
     part.use_order = order != nullptr && seg.n_past > 0;
     if (part.use_order) {
       if (static_cast<int32_t>(order->size()) < seg.n_past)
@@ -133,17 +144,20 @@ void StepEncoder::set_rows(const Activation& out, uint32_t rows) {
 }
 
 const Buffer& StepEncoder::rope_table(const RopeParams& p) {
-  const auto key = std::make_tuple(p.n_dims, p.freq_base, p.freq_scale, p.freq_factors, p.attn_factor);
-  if (rope_key_) {
-    if (*rope_key_ != key) throw std::logic_error("rope: one RoPE configuration per step");
-    return rope_table_.get();
+  RopeKey key = std::make_tuple(p.n_dims, p.freq_base, p.freq_scale, p.freq_factors, p.attn_factor);
+  RopeTable* free_table = nullptr;
+  for (RopeTable& table : rope_tables_) {
+    if (table.key && *table.key == key) return table.buffer.get();
+    if (!table.key && !free_table) free_table = &table;
   }
+  if (!free_table)
+    throw std::logic_error("rope: more than " + std::to_string(kMaxRopeTables) + " RoPE configurations in one step");
   const int32_t half = p.n_dims / 2;
   const std::vector<float> table = rope_cos_sin(p, batch_->positions());
   const size_t need = std::max<size_t>(1, static_cast<size_t>(StepBatch::kMaxTokens) * static_cast<size_t>(half) * 2);
-  Buffer& table_buffer = rope_table_.ensure(context_, descriptors_, need * sizeof(float));
+  Buffer& table_buffer = free_table->buffer.ensure(context_, descriptors_, need * sizeof(float));
   if (!table.empty()) table_buffer.upload(table.data(), table.size() * sizeof(float));
-  rope_key_ = key;
+  free_table->key = std::move(key);
   return table_buffer;
 }
 

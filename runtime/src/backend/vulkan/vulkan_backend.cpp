@@ -199,13 +199,13 @@ class VulkanBackend final : public Backend, public StepTarget {
     check_usable();
     kvs_.clear();
     std::vector<VulkanKvCache*> kvs;
-    std::vector<const std::vector<int32_t>*> orders;
+    std::vector<const KvLayout*> layouts;
     for (KvCache* cache : caches) {
       kvs.push_back(&own_kv_cache<VulkanKvCache>(*this, *cache));
-      orders.push_back(kvs.back()->full_order());
+      layouts.push_back(&kvs.back()->layout());
     }
     check_step_fits(batch, caches, max_step_rows_);
-    encoder_.begin(batch, orders);
+    encoder_.begin(batch, layouts);
     for (size_t s = 0; s < kvs.size(); ++s) kvs[s]->set_step_part(static_cast<int32_t>(s));
     kvs_ = std::move(kvs);
   }
@@ -455,6 +455,9 @@ class VulkanBackend final : public Backend, public StepTarget {
     a.order_offset = encoder_.order_offset(part);
     a.scale = s.scale;
     a.softcap = s.softcap;
+    a.window = static_cast<uint32_t>(std::max(0, s.window));
+    a.positions_offset = encoder_.positions_offset(part);
+    a.region_offset = encoder_.region_offset(part);
     a.kv_f16 = kv_f16;
     a.first_row = static_cast<uint32_t>(seg.first);
     kernels_.attention(step(), act(q), keys, values, encoder_.step_info(part), partials_, act(out), a);
