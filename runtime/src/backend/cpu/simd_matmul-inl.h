@@ -187,6 +187,78 @@ struct Q4_0Decoder {
   }
 };
 
+// Q4_1: value = q * d + m (a multiply, then an add: the scalar dequantization's two
+// roundings), low nibbles values 0..15, high nibbles 16..31.
+struct Q4_1Decoder {
+  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ4_1);
+  static constexpr size_t kSubs = 2, kSubValues = 16;
+  VF d, m;
+  const uint8_t* qs;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    d = hn::Set(DF(), LoadHalf(b + offsetof(quant::BlockQ4_1, d)));
+    m = hn::Set(DF(), LoadHalf(b + offsetof(quant::BlockQ4_1, m)));
+    qs = b + offsetof(quant::BlockQ4_1, qs);
+  }
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t l) const {
+    const VI v = LoadBytes(qs + l);
+    VI q;
+    if constexpr (kSub == 1) q = hn::ShiftRight<4>(v);
+    else q = hn::And(v, hn::Set(DI(), 0x0f));
+    return hn::Add(hn::Mul(hn::ConvertTo(DF(), q), d), m);
+  }
+};
+
+// Q5_0 and Q5_1's five-bit codes: the nibble as in Q4_0 / Q4_1, and bit 4 of value j
+// is bit j of the 32-bit qh (values 16 * kSub + l + lane).
+template <size_t kSub>
+HWY_INLINE VI FiveBitCodes(const uint8_t* qs, uint32_t qh, size_t l) {
+  const VI v = LoadBytes(qs + l);
+  VI low;
+  if constexpr (kSub == 1) low = hn::ShiftRight<4>(v);
+  else low = hn::And(v, hn::Set(DI(), 0x0f));
+  const auto bits = hn::Shr(hn::Set(DU(), qh >> (16 * kSub + l)), hn::Iota(DU(), 0));
+  const VI high = hn::BitCast(DI(), hn::ShiftLeft<4>(hn::And(bits, hn::Set(DU(), 1u))));
+  return hn::Or(low, high);
+}
+
+// Q5_0: value = (q - 16) * d.
+struct Q5_0Decoder {
+  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ5_0);
+  static constexpr size_t kSubs = 2, kSubValues = 16;
+  VF d;
+  uint32_t qh;
+  const uint8_t* qs;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    d = hn::Set(DF(), LoadHalf(b + offsetof(quant::BlockQ5_0, d)));
+    std::memcpy(&qh, b + offsetof(quant::BlockQ5_0, qh), 4);
+    qs = b + offsetof(quant::BlockQ5_0, qs);
+  }
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t l) const {
+    return hn::Mul(hn::ConvertTo(DF(), hn::Sub(FiveBitCodes<kSub>(qs, qh, l), hn::Set(DI(), 16))), d);
+  }
+};
+
+// Q5_1: value = q * d + m.
+struct Q5_1Decoder {
+  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ5_1);
+  static constexpr size_t kSubs = 2, kSubValues = 16;
+  VF d, m;
+  uint32_t qh;
+  const uint8_t* qs;
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    d = hn::Set(DF(), LoadHalf(b + offsetof(quant::BlockQ5_1, d)));
+    m = hn::Set(DF(), LoadHalf(b + offsetof(quant::BlockQ5_1, m)));
+    std::memcpy(&qh, b + offsetof(quant::BlockQ5_1, qh), 4);
+    qs = b + offsetof(quant::BlockQ5_1, qs);
+  }
+  template <size_t kSub>
+  HWY_INLINE VF Group(size_t l) const {
+    return hn::Add(hn::Mul(hn::ConvertTo(DF(), FiveBitCodes<kSub>(qs, qh, l)), d), m);
+  }
+};
+
 // Unquantized formats: a "block" is one vector of values; a row's last cols % N values
 // are the scalar tail of the dot product.
 constexpr int64_t kLanes = static_cast<int64_t>(hn::MaxLanes(DF()));

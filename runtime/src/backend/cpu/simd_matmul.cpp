@@ -44,6 +44,9 @@ bool DecodeRow(TensorType type, const uint8_t* src, float* dst, int64_t n) {
     case TensorType::Q6_K: DecodeRowWith<Q6KDecoder>(src, dst, n); return true;
     case TensorType::Q8_0: DecodeRowWith<Q8_0Decoder>(src, dst, n); return true;
     case TensorType::Q4_0: DecodeRowWith<Q4_0Decoder>(src, dst, n); return true;
+    case TensorType::Q4_1: DecodeRowWith<Q4_1Decoder>(src, dst, n); return true;
+    case TensorType::Q5_0: DecodeRowWith<Q5_0Decoder>(src, dst, n); return true;
+    case TensorType::Q5_1: DecodeRowWith<Q5_1Decoder>(src, dst, n); return true;
     case TensorType::F16: DecodeRowWith<F16Decoder>(src, dst, n); return true;
     case TensorType::BF16: DecodeRowWith<BF16Decoder>(src, dst, n); return true;
     case TensorType::F32: DecodeRowWith<F32Decoder>(src, dst, n); return true;
@@ -58,7 +61,8 @@ void DequantizeRowImpl(TensorType type, const uint8_t* src, float* dst, int64_t 
 bool HasDecoderImpl(TensorType type) {
   switch (type) {
     case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: case TensorType::Q8_0:
-    case TensorType::Q4_0: case TensorType::F16: case TensorType::BF16: case TensorType::F32: return true;
+    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
+    case TensorType::F16: case TensorType::BF16: case TensorType::F32: return true;
     default: return false;
   }
 }
@@ -79,6 +83,9 @@ bool Fused(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, co
       fused_rows_k(w, r0, r1, x, x_stride, T, out, out_stride);  // simd_matmul_k.cpp
       return true;
     case TensorType::Q4_0: FusedProduct<Q4_0Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::Q4_1: FusedProduct<Q4_1Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::Q5_0: FusedProduct<Q5_0Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
+    case TensorType::Q5_1: FusedProduct<Q5_1Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
     case TensorType::F16: FusedProduct<F16Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
     case TensorType::BF16: FusedProduct<BF16Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
     case TensorType::F32: FusedProduct<F32Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
