@@ -66,7 +66,7 @@ uint32_t float_bits(float f) {
   return u;
 }
 
-const TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_0};
+const TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_0, TensorType::Q5_0};
 
 }  // namespace
 
@@ -105,8 +105,8 @@ TEST(CpuQ8Matmul, ProductsAreExactOverTheRoundedActivationsOnEveryInstructionSet
   for (const std::string& target : cpu::simd_targets()) {
     cpu::use_simd_target(target);
     for (const TensorType type : kTypes)
-    for (const int64_t cols : {int64_t{96}, int64_t{512}}) {  // Q8_0: activation blocks of 32, then 256
-      if (type != TensorType::Q8_0 && cols == 96) continue;
+    for (const int64_t cols : {int64_t{96}, int64_t{512}}) {  // Q8_0, Q5_0: activation blocks of 32, then 256
+      if (type != TensorType::Q8_0 && type != TensorType::Q5_0 && cols == 96) continue;
       const Matrix m = random_matrix(type, rows, cols, 7);
       const std::vector<float> x = activations(T, cols, 3);
       cpu::QuantizedActivations q;
@@ -148,8 +148,9 @@ TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBitsOnEveryInstructionSet) {
   const int64_t rows = 70, T = 19;
   for (const std::string& target : cpu::simd_targets()) {
     cpu::use_simd_target(target);
-    for (const TensorType type : kTypes) {
-      const int64_t cols = 512;
+    for (const TensorType type : kTypes)
+    for (const int64_t cols : {int64_t{512}, int64_t{96}}) {  // Q8_0, Q5_0 at 96: activation blocks of 32
+      if (type != TensorType::Q8_0 && type != TensorType::Q5_0 && cols == 96) continue;
       const Matrix m = random_matrix(type, rows, cols, 11);
       const std::vector<float> x = activations(T, cols, 5);
       std::vector<float> all(static_cast<size_t>(T * rows));
@@ -200,4 +201,6 @@ TEST(CpuQ8Matmul, ActivationsRoundedForAnotherFormatAreRefused) {
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q4_K, 256), 256);
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q8_0, 512), 256);
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q8_0, 96), 32);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q5_0, 1152), 32);  // Gemma 3 1B's rows
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q5_0, 512), 256);
 }

@@ -408,6 +408,72 @@ struct Q8_0Int {
   }
 };
 
+// Q5_0 (value = (q - 16) * d, q's low 4 bits in nibbles as Q4_0's, bit 4 of value j bit
+// j of the 32-bit qh): the block's 32 values as signed bytes, decoded once in Prepare
+// (values 0..15 from the low nibbles, 16..31 from the high ones) and kept in registers,
+// then multiplied as Q8_0's.
+struct Q5_0Int {
+  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ5_0);
+  static constexpr Corr kCorr = Corr::kNone;
+  using Piece = Q8_0Int::Piece;
+  float d;
+#if HWY_TARGET == HWY_SCALAR
+  HWY_ALIGN int8_t w[quant::kLegacyBlock];
+#else
+  using DH = hn::Full128<int8_t>;
+  hn::Vec<DH> lo, hi;  // values 0..15 and 16..31
+#endif
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    d = LoadHalf(b + offsetof(quant::BlockQ5_0, d));
+    uint32_t qh;
+    std::memcpy(&qh, b + offsetof(quant::BlockQ5_0, qh), 4);
+    const uint8_t* qs = b + offsetof(quant::BlockQ5_0, qs);
+#if HWY_TARGET == HWY_SCALAR
+    for (size_t j = 0; j < 16; ++j) {
+      w[j] = static_cast<int8_t>(((qs[j] & 0x0f) | (((qh >> j) & 1u) << 4)) - 16);
+      w[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16);
+    }
+#else
+    const hn::Full128<uint8_t> d8;
+    const auto v = hn::LoadU(d8, qs);
+    // Bit j of a 16-bit half of qh as 16 or 0 in byte j: each byte takes the half's byte
+    // j / 8, then tests bit j % 8.
+    static constexpr uint8_t kByteOf[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static constexpr uint8_t kBitOf[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const auto byte_of = hn::LoadU(d8, kByteOf);
+    const auto bit_of = hn::LoadU(d8, kBitOf);
+    const hn::Full128<uint16_t> d16;
+    auto fifth = [&](uint32_t half) {
+      const auto bytes = hn::TableLookupBytes(hn::BitCast(d8, hn::Set(d16, static_cast<uint16_t>(half))), byte_of);
+      return hn::IfThenElseZero(hn::TestBit(bytes, bit_of), hn::Set(d8, 16));
+    };
+    const auto sixteen = hn::Set(d8, 16);
+    lo = hn::BitCast(DH(), hn::Sub(hn::Or(hn::And(v, hn::Set(d8, 0x0f)), fifth(qh & 0xffffu)), sixteen));
+    hi = hn::BitCast(DH(), hn::Sub(hn::Or(hn::ShiftRight<4>(v), fifth(qh >> 16)), sixteen));
+#endif
+  }
+  template <size_t P>
+  HWY_INLINE Piece Weights() const {
+#if HWY_TARGET == HWY_SCALAR
+    const VI8 v = hn::Load(DI8(), w + P * kB);
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    static_assert(kB == 32 && P == 0);  // one piece of the whole block
+    const VI8 v = hn::Combine(DI8(), hi, lo);
+#else
+    static_assert(kB == 16);  // DI8 is 128 bits: two pieces
+    const VI8 v = P == 0 ? lo : hi;
+#endif
+    return {hn::BitCast(D8(), hn::Abs(v)), v};
+  }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    return hn::Set(D16(), 1);
+  }
+  static HWY_INLINE VI Accumulate(const Piece& p, V16 scale, VI8 x, VI acc, VI& acc1) {
+    return Q8_0Int::Accumulate(p, scale, x, acc, acc1);
+  }
+};
+
 template <class F, size_t... kPieces>
 HWY_INLINE void ForEachPieceImpl(F&& f, std::index_sequence<kPieces...>) {
   (f(std::integral_constant<size_t, kPieces>{}), ...);

@@ -1,4 +1,4 @@
-// The integer matrix product of the `cpu` backend for Q6_K and Q8_0 weights (see
+// The integer matrix product of the `cpu` backend for Q6_K, Q8_0 and Q5_0 weights (see
 // q8_matmul.h; Q4_K and Q5_K and the rounding of activations: q8_matmul.cpp; the
 // shared per-target code: q8_matmul-inl.h), its own translation unit so that the two
 // halves of Highway's per-target compilation build in parallel. HWY_DYNAMIC_DISPATCH
@@ -34,6 +34,7 @@ bool Q8MatmulRowsQ6Impl(const host::HostWeight& w, int64_t r0, int64_t r1, const
   switch (w.type) {
     case TensorType::Q6_K: ProductWith<Q6KInt>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::Q8_0: ProductWith<Q8_0Int>(w, r0, r1, x, out, out_stride, panel_rows); return true;
+    case TensorType::Q5_0: ProductWith<Q5_0Int>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     default: return false;
   }
 }
@@ -50,7 +51,7 @@ HWY_EXPORT(Q8MatmulRowsQ6Impl);
 void q8_matmul_rows_q6(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                        int64_t out_stride, int64_t panel_rows) {
   if (!HWY_DYNAMIC_DISPATCH(Q8MatmulRowsQ6Impl)(w, r0, r1, x, out, out_stride, panel_rows))
-    throw std::logic_error("q8_matmul_rows_q6: not a Q6_K or Q8_0 weight");
+    throw std::logic_error("q8_matmul_rows_q6: not a Q6_K, Q8_0 or Q5_0 weight");
 }
 
 }  // namespace fafo::cpu

@@ -401,12 +401,18 @@ class HostBackend final : public Backend, public StepRows {
   }
 
   void geglu(const Activation& gate, const Activation& up, Activation& out) override {
-    for (int64_t i = 0; i < rows_of(gate); ++i) {
-      const float* g = row(gate, i);
-      const float* u = row(up, i);
-      float* o = row(out, i);
-      for (int64_t c = 0; c < gate.cols; ++c) o[c] = scalar::gelu_tanh(g[c]) * u[c];
-    }
+    // Element by element, as swiglu (one tanh each): split over the threads freely.
+    const int64_t cols = gate.cols;
+    pool_.parallel_for(rows_of(gate) * cols, 2048, [&](int64_t b, int64_t e, int) {
+      for (int64_t k = b; k < e;) {
+        const int64_t i = k / cols, c0 = k % cols, c1 = std::min(cols, c0 + (e - k));
+        const float* g = row(gate, i);
+        const float* u = row(up, i);
+        float* o = row(out, i);
+        for (int64_t c = c0; c < c1; ++c) o[c] = scalar::gelu_tanh(g[c]) * u[c];
+        k += c1 - c0;
+      }
+    });
     set_rows(out, rows_of(gate));
   }
 
