@@ -83,9 +83,9 @@ float value_at(uint i) { return vc[i]; }
 // [0] n_past, [1] keys per part, [2] parts in use, [3] the first row (the step's
 // header, written by the host each step, so a recorded step replays at any n_past: the
 // grid has n_parts parts, those from step_info[2] on return at once), then the prefix
-// flags, masks and order. In a joined step each part has its own step_info: its rows
-// are rows step_info[3].. of q and of the partials, its flags and masks are indexed
-// from its first row.
+// flags, masks, the rows' positions, the region slots' entries and the order. In a
+// joined step each part has its own step_info: its rows are rows step_info[3].. of q
+// and of the partials, its flags, masks and positions are indexed from its first row.
 layout(std430, binding = 3) readonly buffer Step { uint step_info[]; };
 layout(std430, binding = 4) writeonly buffer Partials { float partials[]; };
 

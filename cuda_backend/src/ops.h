@@ -275,7 +275,8 @@ struct SlotOp {
 // Attention of head h of row t over the keys its row sees: first its view of the
 // committed entries (FULL rows: every one, in logical order; COMPRESSED rows: the region
 // [0, region), or every entry in a dense layer), then the batch tokens its mask row lets
-// it see. Two passes over the keys (the largest score, then the exponentials and the
+// it see; in a sliding-window layer only the keys inside the row's window (a FULL row's
+// committed keys start at its window's first, prefix_skip). Two passes over the keys (the largest score, then the exponentials and the
 // weighted values, accumulated into `acc`); i over T x n_head.
 struct AttentionOp {
   const float* q;

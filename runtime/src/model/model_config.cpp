@@ -49,9 +49,9 @@ float positive_float(const GgufFile& f, const std::string& key, double fallback)
 }
 
 // The sliding window of Gemma 2 and 3 (attention.sliding_window; Gemma 2's default
-// 4096), on the layers `attention.sliding_window_pattern` picks (a scalar period, as
-// llama.cpp reads it; an array there is ignored as llama.cpp ignores it), and their RoPE
-// base (rope.freq_base_swa, default `base_swa`) and scale (`scale_swa`).
+// 4096; 0: none), on the layers `attention.sliding_window_pattern` picks (a scalar
+// period; a file giving anything else keeps the family's default period), and their
+// RoPE base (rope.freq_base_swa, default `base_swa`) and scale (`scale_swa`).
 void read_sliding_window(const GgufFile& f, ModelConfig& c, int32_t default_window, int32_t default_period,
                          double base_swa, float scale_swa) {
   const std::string a = c.arch + ".";
@@ -101,7 +101,11 @@ void read_gemma3(const GgufFile& f, ModelConfig& c) {
   const std::string a = c.arch + ".";
   c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
   c.query_pre_attn_scalar = static_cast<float>(c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim);
-  c.final_softcap = f.find(a + "final_logit_softcapping") ? positive_float(f, a + "final_logit_softcapping", 30.0) : 0.0f;
+  // final_logit_softcapping where the file gives one (0 or absent: none, as llama.cpp).
+  const double final_cap = f.get_float(a + "final_logit_softcapping", 0.0);
+  if (!std::isfinite(final_cap) || final_cap < 0.0)
+    throw GgufError(f.path(), "key '" + a + "final_logit_softcapping' must be a finite number >= 0");
+  c.final_softcap = static_cast<float>(final_cap);
   c.gelu_ffn = true;
   c.post_norms = true;
   read_sliding_window(f, c, 0, 6, 10000.0, 1.0f);

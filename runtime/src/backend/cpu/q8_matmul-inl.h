@@ -1,6 +1,6 @@
 // The integer matrix product's per-target code (see q8_matmul.h): the 8-bit products,
-// the weight decoders and the tiled product. Two files instantiate it for two formats
-// each (q8_matmul.cpp: Q4_K and Q5_K; q8_matmul_q6.cpp: Q6_K and Q8_0), so that
+// the weight decoders and the tiled product. Two files instantiate it (q8_matmul.cpp:
+// Q4_K and Q5_K; q8_matmul_q6.cpp: Q6_K, Q8_0 and Q5_0), so that
 // Highway's compilation for every instruction set is spread over two translation
 // units that build in parallel. Included after hwy/highway.h by a file that
 // foreach_target.h re-includes, once per target, as Highway's "-inl.h" headers are.

@@ -69,7 +69,7 @@ void QuantizeImpl(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int6
   }
 }
 
-// ---- the product for Q4_K and Q5_K (Q6_K and Q8_0: q8_matmul_q6.cpp) ----
+// ---- the product for Q4_K and Q5_K (Q6_K, Q8_0 and Q5_0: q8_matmul_q6.cpp) ----
 
 // Returns false when the format has no integer product here.
 bool Q8MatmulRowsKImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,

@@ -268,7 +268,7 @@ class HostBackend final : public Backend, public StepRows {
     const int32_t group = s.n_head / s.n_head_kv;
     // Slots each batch token attends: its view of its part's committed prefix (FULL:
     // every entry in logical order; COMPRESSED: the region), then its visible batch
-    // tokens (all in its part).
+    // tokens (all in its part); in a sliding-window layer only those inside its window.
     std::vector<std::vector<int32_t>> full(segs.size());
     for (size_t k = 0; k < segs.size(); ++k) {
       if (!segs[k].kv) continue;
