@@ -55,10 +55,10 @@ float positive_float(const GgufFile& f, const std::string& key, double fallback)
 void read_sliding_window(const GgufFile& f, ModelConfig& c, int32_t default_window, int32_t default_period,
                          double base_swa, float scale_swa) {
   const std::string a = c.arch + ".";
-  c.sliding_window = f.find(a + "attention.sliding_window") ? static_cast<int32_t>(f.require_int(a + "attention.sliding_window"))
-                                                           : default_window;
-  if (c.sliding_window < 0 || c.sliding_window > (1 << 24))
-    throw GgufError(f.path(), "key '" + a + "attention.sliding_window' has invalid value " + std::to_string(c.sliding_window));
+  const int64_t window = f.find(a + "attention.sliding_window") ? f.require_int(a + "attention.sliding_window") : default_window;
+  if (window < 0 || window > (1 << 24))
+    throw GgufError(f.path(), "key '" + a + "attention.sliding_window' has invalid value " + std::to_string(window));
+  c.sliding_window = static_cast<int32_t>(window);
   c.swa_period = default_period;
   if (const GgufValue* v = f.find(a + "attention.sliding_window_pattern"); v && v->is_integer()) {
     if (v->as_int() < 0 || v->as_int() > c.n_layer)
