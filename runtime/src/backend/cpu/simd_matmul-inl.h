@@ -168,6 +168,15 @@ struct Q8_0Decoder {
   }
 };
 
+// The 32-value formats' 4-bit codes (Q4_0, Q4_1, and the low bits of Q5_0, Q5_1):
+// sub-block 0 (values 0..15) in the low nibbles of qs[0..15], sub-block 1 in the high.
+template <size_t kSub>
+HWY_INLINE VI LegacyNibbles(const uint8_t* qs, size_t l) {
+  const VI v = LoadBytes(qs + l);
+  if constexpr (kSub == 1) return hn::ShiftRight<4>(v);
+  else return hn::And(v, hn::Set(DI(), 0x0f));
+}
+
 struct Q4_0Decoder {
   static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ4_0);
   static constexpr size_t kSubs = 2, kSubValues = 16;  // low nibbles: values 0..15, high: 16..31
@@ -179,11 +188,7 @@ struct Q4_0Decoder {
   }
   template <size_t kSub>
   HWY_INLINE VF Group(size_t l) const {
-    const VI v = LoadBytes(qs + l);
-    VI q;
-    if constexpr (kSub == 1) q = hn::ShiftRight<4>(v);
-    else q = hn::And(v, hn::Set(DI(), 0x0f));
-    return hn::Mul(hn::ConvertTo(DF(), hn::Sub(q, hn::Set(DI(), 8))), d);
+    return hn::Mul(hn::ConvertTo(DF(), hn::Sub(LegacyNibbles<kSub>(qs, l), hn::Set(DI(), 8))), d);
   }
 };
 
@@ -201,11 +206,7 @@ struct Q4_1Decoder {
   }
   template <size_t kSub>
   HWY_INLINE VF Group(size_t l) const {
-    const VI v = LoadBytes(qs + l);
-    VI q;
-    if constexpr (kSub == 1) q = hn::ShiftRight<4>(v);
-    else q = hn::And(v, hn::Set(DI(), 0x0f));
-    return hn::Add(hn::Mul(hn::ConvertTo(DF(), q), d), m);
+    return hn::Add(hn::Mul(hn::ConvertTo(DF(), LegacyNibbles<kSub>(qs, l)), d), m);
   }
 };
 
@@ -213,10 +214,7 @@ struct Q4_1Decoder {
 // is bit j of the 32-bit qh (values 16 * kSub + l + lane).
 template <size_t kSub>
 HWY_INLINE VI FiveBitCodes(const uint8_t* qs, uint32_t qh, size_t l) {
-  const VI v = LoadBytes(qs + l);
-  VI low;
-  if constexpr (kSub == 1) low = hn::ShiftRight<4>(v);
-  else low = hn::And(v, hn::Set(DI(), 0x0f));
+  const VI low = LegacyNibbles<kSub>(qs, l);
   const auto bits = hn::Shr(hn::Set(DU(), qh >> (16 * kSub + l)), hn::Iota(DU(), 0));
   const VI high = hn::BitCast(DI(), hn::ShiftLeft<4>(hn::And(bits, hn::Set(DU(), 1u))));
   return hn::Or(low, high);

@@ -385,23 +385,16 @@ class HostBackend final : public Backend, public StepRows {
   }
 
   void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
-    // Element by element (so split over the threads freely): one exp each.
-    const int64_t cols = gate.cols;
-    pool_.parallel_for(rows_of(gate) * cols, 2048, [&](int64_t b, int64_t e, int) {
-      for (int64_t k = b; k < e;) {
-        const int64_t i = k / cols, c0 = k % cols, c1 = std::min(cols, c0 + (e - k));
-        const float* g = row(gate, i);
-        const float* u = row(up, i);
-        float* o = row(out, i);
-        for (int64_t c = c0; c < c1; ++c) o[c] = scalar::silu(g[c]) * u[c];
-        k += c1 - c0;
-      }
-    });
-    set_rows(out, rows_of(gate));
+    gated(gate, up, out, [](float g) { return scalar::silu(g); });
   }
 
   void geglu(const Activation& gate, const Activation& up, Activation& out) override {
-    // Element by element, as swiglu (one tanh each): split over the threads freely.
+    gated(gate, up, out, [](float g) { return scalar::gelu_tanh(g); });
+  }
+
+  // out = act(gate) * up, element by element (so split over the threads freely).
+  template <class Act>
+  void gated(const Activation& gate, const Activation& up, Activation& out, Act act) {
     const int64_t cols = gate.cols;
     pool_.parallel_for(rows_of(gate) * cols, 2048, [&](int64_t b, int64_t e, int) {
       for (int64_t k = b; k < e;) {
@@ -409,7 +402,7 @@ class HostBackend final : public Backend, public StepRows {
         const float* g = row(gate, i);
         const float* u = row(up, i);
         float* o = row(out, i);
-        for (int64_t c = c0; c < c1; ++c) o[c] = scalar::gelu_tanh(g[c]) * u[c];
+        for (int64_t c = c0; c < c1; ++c) o[c] = act(g[c]) * u[c];
         k += c1 - c0;
       }
     });
