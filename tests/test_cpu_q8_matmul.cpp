@@ -66,7 +66,11 @@ uint32_t float_bits(float f) {
   return u;
 }
 
-const TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_0, TensorType::Q5_0};
+const TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_0,
+                             TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1};
+
+// Formats of 32-value blocks: activation blocks of 32 where the row is not a multiple of 256.
+bool legacy(TensorType type) { return tensor_type_info(type).block_size == 32; }
 
 }  // namespace
 
@@ -105,8 +109,8 @@ TEST(CpuQ8Matmul, ProductsAreExactOverTheRoundedActivationsOnEveryInstructionSet
   for (const std::string& target : cpu::simd_targets()) {
     cpu::use_simd_target(target);
     for (const TensorType type : kTypes)
-    for (const int64_t cols : {int64_t{96}, int64_t{512}}) {  // Q8_0, Q5_0: activation blocks of 32, then 256
-      if (type != TensorType::Q8_0 && type != TensorType::Q5_0 && cols == 96) continue;
+    for (const int64_t cols : {int64_t{96}, int64_t{512}}) {  // 32-value formats: activation blocks of 32, then 256
+      if (!legacy(type) && cols == 96) continue;
       const Matrix m = random_matrix(type, rows, cols, 7);
       const std::vector<float> x = activations(T, cols, 3);
       cpu::QuantizedActivations q;
@@ -149,8 +153,8 @@ TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBitsOnEveryInstructionSet) {
   for (const std::string& target : cpu::simd_targets()) {
     cpu::use_simd_target(target);
     for (const TensorType type : kTypes)
-    for (const int64_t cols : {int64_t{512}, int64_t{96}}) {  // Q8_0, Q5_0 at 96: activation blocks of 32
-      if (type != TensorType::Q8_0 && type != TensorType::Q5_0 && cols == 96) continue;
+    for (const int64_t cols : {int64_t{512}, int64_t{96}}) {  // 32-value formats at 96: activation blocks of 32
+      if (!legacy(type) && cols == 96) continue;
       const Matrix m = random_matrix(type, rows, cols, 11);
       const std::vector<float> x = activations(T, cols, 5);
       std::vector<float> all(static_cast<size_t>(T * rows));
@@ -203,4 +207,7 @@ TEST(CpuQ8Matmul, ActivationsRoundedForAnotherFormatAreRefused) {
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q8_0, 96), 32);
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q5_0, 1152), 32);  // Gemma 3 1B's rows
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q5_0, 512), 256);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q5_1, 1152), 32);  // Gemma 3 1B's Q5_K_M rows
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q4_0, 4096), 256);
+  EXPECT_EQ(cpu::q8_activation_block(TensorType::Q4_1, 96), 32);
 }

@@ -23,7 +23,7 @@ namespace {
 // lanes with fused multiply-adds) and attention's exp is Highway's; the op-conformance
 // table measures the largest difference.
 constexpr double kTolerance = 1e-4;
-// Products with Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0 weights round the activations to 8 bits per
+// Products with Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 weights round the activations to 8 bits per
 // block (q8_matmul.h): on the table's inputs (uniform in [-1, 1], 256 to 512 columns)
 // the largest error measured is 0.17 of max(1, |reference|); llama.cpp's CPU backend
 // rounds the same way.

@@ -1,6 +1,6 @@
 // The integer matrix product's per-target code (see q8_matmul.h): the 8-bit products,
 // the weight decoders and the tiled product. Two files instantiate it (q8_matmul.cpp:
-// Q4_K and Q5_K; q8_matmul_q6.cpp: Q6_K, Q8_0 and Q5_0), so that
+// Q4_K and Q5_K; q8_matmul_q6.cpp: Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1), so that
 // Highway's compilation for every instruction set is spread over two translation
 // units that build in parallel. Included after hwy/highway.h by a file that
 // foreach_target.h re-includes, once per target, as Highway's "-inl.h" headers are.
@@ -198,9 +198,11 @@ HWY_INLINE Vec16x16 Widen16(hn::Vec<D8x16> v) {
 // float factor d, and a correction over the activations' 16-value sums:
 //   Corr::kFloat (Q4_K, Q5_K): the mins: dmin * sum_i corr[i] * sums16[i] is subtracted in float;
 //   Corr::kInt (Q6_K): its values are stored plus 32: 32 * sum_i corr[i] * sums16[i] is
-//   subtracted from the integer sum.
+//   subtracted from the integer sum;
+//   Corr::kMin (Q4_1, Q5_1): value = code * d + m: m * dx * (the block's two 16-value
+//   sums) is added, in a float kept apart from the lanes and added after their sum.
 
-enum class Corr { kNone, kFloat, kInt };
+enum class Corr { kNone, kFloat, kInt, kMin };
 
 static_assert(offsetof(quant::BlockQ4_K, dmin) == offsetof(quant::BlockQ5_K, dmin) &&
               offsetof(quant::BlockQ4_K, scales) == offsetof(quant::BlockQ5_K, scales));
@@ -408,71 +410,104 @@ struct Q8_0Int {
   }
 };
 
-// Q5_0 (value = (q - 16) * d, q's low 4 bits in nibbles as Q4_0's, bit 4 of value j bit
-// j of the 32-bit qh): the block's 32 values as signed bytes, decoded once in Prepare
-// (values 0..15 from the low nibbles, 16..31 from the high ones) and kept in registers,
-// then multiplied as Q8_0's.
-struct Q5_0Int {
-  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(quant::BlockQ5_0);
-  static constexpr Corr kCorr = Corr::kNone;
-  using Piece = Q8_0Int::Piece;
-  float d;
+// The 32-value formats Q4_0, Q4_1, Q5_0 and Q5_1: a block's codes (0..15, or 0..31 with
+// the fifth bit: bit 4 of value j is bit j of the 32-bit qh; low nibbles are values
+// 0..15, high nibbles 16..31), decoded once in Prepare and kept in registers.
+//   kOffset > 0 (Q4_0: 8, Q5_0: 16): value = (code - kOffset) * d, as signed bytes
+//     multiplied as Q8_0's;
+//   kOffset == 0 (Q4_1, Q5_1): value = code * d + m, the codes as unsigned bytes; the
+//     min adds m * dx * (the activation block's sum) to the output (Corr::kMin).
+template <class Block, bool kFifth, int kOffset>
+struct LegacyInt {
+  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(Block);
+  static constexpr bool kSigned = kOffset > 0;
+  static constexpr Corr kCorr = kSigned ? Corr::kNone : Corr::kMin;
+  using Piece = std::conditional_t<kSigned, Q8_0Int::Piece, V8>;
+  float d, m = 0.0f;
 #if HWY_TARGET == HWY_SCALAR
-  HWY_ALIGN int8_t w[quant::kLegacyBlock];
+  HWY_ALIGN uint8_t w[quant::kLegacyBlock];
 #else
-  using DH = hn::Full128<int8_t>;
-  hn::Vec<DH> lo, hi;  // values 0..15 and 16..31
+  hn::Vec<D8x16> lo, hi;  // values 0..15 and 16..31
 #endif
   HWY_INLINE void Prepare(const uint8_t* b) {
-    d = LoadHalf(b + offsetof(quant::BlockQ5_0, d));
-    uint32_t qh;
-    std::memcpy(&qh, b + offsetof(quant::BlockQ5_0, qh), 4);
-    const uint8_t* qs = b + offsetof(quant::BlockQ5_0, qs);
+    if constexpr (kSigned) d = LoadHalf(b + offsetof(Block, d));
+    else LoadHalves(b + offsetof(Block, d), d, m);  // m follows d
+    uint32_t qh = 0;
+    if constexpr (kFifth) std::memcpy(&qh, b + offsetof(Block, qh), 4);
+    const uint8_t* qs = b + offsetof(Block, qs);
 #if HWY_TARGET == HWY_SCALAR
     for (size_t j = 0; j < 16; ++j) {
-      w[j] = static_cast<int8_t>(((qs[j] & 0x0f) | (((qh >> j) & 1u) << 4)) - 16);
-      w[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16);
+      w[j] = static_cast<uint8_t>(((qs[j] & 0x0f) | (((qh >> j) & 1u) << 4)) - kOffset);
+      w[j + 16] = static_cast<uint8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - kOffset);
     }
 #else
-    const hn::Full128<uint8_t> d8;
+    const D8x16 d8;
     const auto v = hn::LoadU(d8, qs);
-    // Bit j of a 16-bit half of qh as 16 or 0 in byte j: each byte takes the half's byte
-    // j / 8, then tests bit j % 8.
-    static constexpr uint8_t kByteOf[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-    static constexpr uint8_t kBitOf[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    const auto byte_of = hn::LoadU(d8, kByteOf);
-    const auto bit_of = hn::LoadU(d8, kBitOf);
-    const hn::Full128<uint16_t> d16;
-    auto fifth = [&](uint32_t half) {
-      const auto bytes = hn::TableLookupBytes(hn::BitCast(d8, hn::Set(d16, static_cast<uint16_t>(half))), byte_of);
-      return hn::IfThenElseZero(hn::TestBit(bytes, bit_of), hn::Set(d8, 16));
-    };
-    const auto sixteen = hn::Set(d8, 16);
-    lo = hn::BitCast(DH(), hn::Sub(hn::Or(hn::And(v, hn::Set(d8, 0x0f)), fifth(qh & 0xffffu)), sixteen));
-    hi = hn::BitCast(DH(), hn::Sub(hn::Or(hn::ShiftRight<4>(v), fifth(qh >> 16)), sixteen));
+    lo = hn::And(v, hn::Set(d8, 0x0f));
+    hi = hn::ShiftRight<4>(v);
+    if constexpr (kFifth) {
+      // Bit j of a 16-bit half of qh as 16 or 0 in byte j: each byte takes the half's
+      // byte j / 8, then tests bit j % 8.
+      static constexpr uint8_t kByteOf[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+      static constexpr uint8_t kBitOf[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+      const auto byte_of = hn::LoadU(d8, kByteOf);
+      const auto bit_of = hn::LoadU(d8, kBitOf);
+      const hn::Full128<uint16_t> d16;
+      auto fifth = [&](uint32_t half) {
+        const auto bytes = hn::TableLookupBytes(hn::BitCast(d8, hn::Set(d16, static_cast<uint16_t>(half))), byte_of);
+        return hn::IfThenElseZero(hn::TestBit(bytes, bit_of), hn::Set(d8, 16));
+      };
+      lo = hn::Or(lo, fifth(qh & 0xffffu));
+      hi = hn::Or(hi, fifth(qh >> 16));
+    }
+    if constexpr (kSigned) {
+      lo = hn::Sub(lo, hn::Set(d8, kOffset));  // wraps to the signed byte's two's complement
+      hi = hn::Sub(hi, hn::Set(d8, kOffset));
+    }
 #endif
   }
   template <size_t P>
   HWY_INLINE Piece Weights() const {
 #if HWY_TARGET == HWY_SCALAR
-    const VI8 v = hn::Load(DI8(), w + P * kB);
+    const V8 u = hn::Load(D8(), w + P * kB);
 #elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
     static_assert(kB == 32 && P == 0);  // one piece of the whole block
-    const VI8 v = hn::Combine(DI8(), hi, lo);
+    const V8 u = hn::Combine(D8(), hi, lo);
 #else
-    static_assert(kB == 16);  // DI8 is 128 bits: two pieces
-    const VI8 v = P == 0 ? lo : hi;
+    static_assert(kB == 16);  // D8 is 128 bits: two pieces
+    const V8 u = P == 0 ? lo : hi;
 #endif
-    return {hn::BitCast(D8(), hn::Abs(v)), v};
+    if constexpr (kSigned) {
+      const VI8 v = hn::BitCast(DI8(), u);
+      return Piece{hn::BitCast(D8(), hn::Abs(v)), v};
+    } else {
+      return u;
+    }
   }
   template <size_t P>
   HWY_INLINE V16 Scale() const {
     return hn::Set(D16(), 1);
   }
+  // Codes of at most 31 times |x| <= 127, twice, fit MulPairs' 16 bits.
   static HWY_INLINE VI Accumulate(const Piece& p, V16 scale, VI8 x, VI acc, VI& acc1) {
-    return Q8_0Int::Accumulate(p, scale, x, acc, acc1);
+    if constexpr (kSigned) {
+      return Q8_0Int::Accumulate(p, scale, x, acc, acc1);
+    } else {
+#if HWY_TARGET == HWY_AVX3_DL
+      (void)scale;
+      (void)acc1;
+      return DotQuadsAdd(acc, p, x);
+#else
+      return MulScaleAdd(MulPairs(p, x), scale, acc, acc1);
+#endif
+    }
   }
 };
+
+using Q4_0Int = LegacyInt<quant::BlockQ4_0, false, 8>;
+using Q4_1Int = LegacyInt<quant::BlockQ4_1, false, 0>;
+using Q5_0Int = LegacyInt<quant::BlockQ5_0, true, 16>;
+using Q5_1Int = LegacyInt<quant::BlockQ5_1, true, 0>;
 
 template <class F, size_t... kPieces>
 HWY_INLINE void ForEachPieceImpl(F&& f, std::index_sequence<kPieces...>) {
@@ -485,6 +520,9 @@ HWY_INLINE void ForEachPiece(F&& f) {
 }
 
 // ---- the product ----
+
+// The sum of a 32-value activation block, from its two 16-value sums.
+HWY_INLINE float BlockSum(const int16_t* s) { return static_cast<float>(int32_t{s[0]} + s[1]); }
 
 // The activation rows of a tile.
 template <size_t NT>
@@ -522,8 +560,12 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
   const D32 di;
   constexpr int64_t kSums = Dec::kValues / 16;  // the activations' 16-value sums per block
   VF facc[R][NT], part[R][NT];
+  float mins[R][NT];  // Corr::kMin's sum of m * dx * block sums, blocks in order
   for (size_t r = 0; r < R; ++r)
-    for (size_t t = 0; t < NT; ++t) facc[r][t] = part[r][t] = hn::Zero(df);
+    for (size_t t = 0; t < NT; ++t) {
+      facc[r][t] = part[r][t] = hn::Zero(df);
+      mins[r][t] = 0.0f;
+    }
   Dec dec[R];
   int64_t act = 0, in_act = 0;  // the activation block, and weight blocks of it summed so far
   for (int64_t b = 0; b < blocks; ++b) {
@@ -557,13 +599,17 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
           if constexpr (Dec::kCorr == Corr::kFloat)
             facc[r][t] = hn::NegMulAdd(hn::ConvertTo(df, Dot16(dec[r].corr, x.s[t] + b * kSums)),
                                        hn::Set(df, dec[r].dmin * dx), facc[r][t]);
+          if constexpr (Dec::kCorr == Corr::kMin) mins[r][t] += dec[r].m * dx * BlockSum(x.s[t] + b * kSums);
         }
-    } else if constexpr (Dec::kCorr == Corr::kNone) {
-      // per_act weight blocks (Q8_0's) share an activation scale: sum them scaled by d, then scale by dx
+    } else if constexpr (Dec::kCorr == Corr::kNone || Dec::kCorr == Corr::kMin) {
+      // per_act weight blocks (the 32-value formats') share an activation scale: sum them
+      // scaled by d, then scale by dx
       for (size_t r = 0; r < R; ++r) {
         const VF dw = hn::Set(df, dec[r].d);
-        for (size_t t = 0; t < NT; ++t)
+        for (size_t t = 0; t < NT; ++t) {
           part[r][t] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t])), dw, part[r][t]);
+          if constexpr (Dec::kCorr == Corr::kMin) mins[r][t] += dec[r].m * x.d[t][act] * BlockSum(x.s[t] + b * kSums);
+        }
       }
       if (++in_act == per_act) {  // the activation block is complete
         for (size_t r = 0; r < R; ++r)
@@ -577,7 +623,10 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
     }
   }
   for (size_t r = 0; r < R; ++r)
-    for (size_t t = 0; t < NT; ++t) sums[r * NT + t] = hn::GetLane(hn::SumOfLanes(df, facc[r][t]));
+    for (size_t t = 0; t < NT; ++t) {
+      sums[r * NT + t] = hn::GetLane(hn::SumOfLanes(df, facc[r][t]));
+      if constexpr (Dec::kCorr == Corr::kMin) sums[r * NT + t] += mins[r][t];
+    }
 }
 
 // Rows [r0, r1) of a matrix whose row r starts at base + r * row_bytes, by tiles of R

@@ -69,7 +69,7 @@ void QuantizeImpl(const float* x, int64_t x_stride, int64_t t0, int64_t t1, int6
   }
 }
 
-// ---- the product for Q4_K and Q5_K (Q6_K, Q8_0 and Q5_0: q8_matmul_q6.cpp) ----
+// ---- the product for Q4_K and Q5_K (Q6_K and the 32-value formats: q8_matmul_q6.cpp) ----
 
 // Returns false when the format has no integer product here.
 bool Q8MatmulRowsKImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
@@ -106,7 +106,7 @@ void QuantizedActivations::resize(int64_t n_rows, int64_t n_cols, int64_t n_bloc
 int64_t q8_activation_block(TensorType type, int64_t cols) {
   switch (type) {
     case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return quant::kSuperBlock;
-    case TensorType::Q8_0: case TensorType::Q5_0:
+    case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
       return cols % quant::kSuperBlock == 0 ? quant::kSuperBlock : quant::kLegacyBlock;
     default: return 0;
   }
@@ -121,7 +121,7 @@ void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const Qua
                     int64_t out_stride) {
   if (q8_activation_block(w.type, w.cols) != x.block || w.cols != x.cols || x.cols % x.block != 0)
     throw std::logic_error("q8_matmul_rows: activations rounded for another format or width");
-  if (w.type == TensorType::Q6_K || w.type == TensorType::Q8_0 || w.type == TensorType::Q5_0) {
+  if (w.type != TensorType::Q4_K && w.type != TensorType::Q5_K) {
     q8_matmul_rows_q6(w, r0, r1, x, out, out_stride, matmul_panel_rows(w.cols));
     return;
   }

@@ -1,13 +1,14 @@
 // The `cpu` backend's integer matrix product for block-quantized weights (Q4_K, Q5_K,
-// Q6_K, Q8_0, Q5_0), as llama.cpp computes it: each activation row is rounded to 8 bits
-// per block (one float scale per 256 values; per 32 for Q8_0 and Q5_0 rows of other
-// widths), and a
-// weight block's dot product with it is summed exactly in integers (pairs of 8-bit
-// products in 16 bits, then 16-bit multiply-adds by the sub-block scales into 32 bits;
-// with VNNI, Q8_0 sums four 8-bit products into 32 bits at once), then scaled in float.
+// Q6_K, and the 32-value formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), as llama.cpp computes it:
+// each activation row is rounded to 8 bits per block (one float scale per 256 values;
+// per 32 for the 32-value formats' rows of other widths), and a weight block's dot
+// product with it is summed exactly in integers (pairs of 8-bit products in 16 bits,
+// then 16-bit multiply-adds by the sub-block scales into 32 bits; with VNNI, the
+// 32-value formats sum four 8-bit products into 32 bits at once), then scaled in float.
 //
 // Numerics: integer sums are exact in any order, and the float steps (one multiply-add
-// per block in vector lanes, blocks in order, then across lanes, then the mins) are the
+// per block in vector lanes, blocks in order, then across lanes; Q4_1's and Q5_1's mins
+// in a float of their own, blocks in order, added last) are the
 // same for every step size, token tile, panel and thread count: results are
 // T-invariant. The rounding of the activations puts them within about 1% of the
 // reference's (kRoundedMatmulTolerance in cpu_backend.cpp).
@@ -35,8 +36,8 @@ struct QuantizedActivations {
 };
 
 // The activation block the integer product of `type` over `cols` columns needs: 256
-// for the K-quants, and for Q8_0 and Q5_0 where cols allows it (8 weight blocks of 32 then
-// share one activation scale: less float work per block), else 32; 0 where the format
+// for the K-quants, and for the 32-value formats where cols allows it (8 weight blocks
+// then share one activation scale: less float work per block), else 32; 0 where the format
 // has none (its product takes float activations: simd_matmul.h).
 int64_t q8_activation_block(TensorType type, int64_t cols);
 
@@ -49,7 +50,7 @@ void quantize_activations(const float* x, int64_t x_stride, int64_t t0, int64_t 
 void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                     int64_t out_stride);
 
-// q8_matmul_rows' product for Q6_K, Q8_0 and Q5_0 weights, rows in panels of `panel_rows`
+// q8_matmul_rows' product for Q6_K and the 32-value formats, rows in panels of `panel_rows`
 // (q8_matmul_q6.cpp; x already checked).
 void q8_matmul_rows_q6(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                        int64_t out_stride, int64_t panel_rows);
