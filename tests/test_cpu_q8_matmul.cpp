@@ -100,6 +100,13 @@ TEST(CpuQ8Matmul, ActivationsRoundToEightBitsPerBlock) {
         for (int64_t j = 0; j < 16; ++j) s += q.q[static_cast<size_t>(t * cols + 16 * i + j)];
         EXPECT_EQ(q.sums16[static_cast<size_t>(t * (cols / 16) + i)], s);
       }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < cols / 32; ++i) {
+        int32_t s = 0;
+        for (int64_t j = 0; j < 32; ++j) s += q.q[static_cast<size_t>(t * cols + 32 * i + j)];
+        EXPECT_EQ(q.sums32[static_cast<size_t>(t * (cols / 32) + i)],
+                  static_cast<float>(s) * q.d[static_cast<size_t>(t * (cols / block) + 32 * i / block)]);
+      }
   }
 }
 

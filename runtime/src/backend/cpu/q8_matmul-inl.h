@@ -199,8 +199,8 @@ HWY_INLINE Vec16x16 Widen16(hn::Vec<D8x16> v) {
 //   Corr::kFloat (Q4_K, Q5_K): the mins: dmin * sum_i corr[i] * sums16[i] is subtracted in float;
 //   Corr::kInt (Q6_K): its values are stored plus 32: 32 * sum_i corr[i] * sums16[i] is
 //   subtracted from the integer sum;
-//   Corr::kMin (Q4_1, Q5_1): value = code * d + m: m * dx * (the block's two 16-value
-//   sums) is added, in a float kept apart from the lanes and added after their sum.
+//   Corr::kMin (Q4_1, Q5_1): value = code * d + m: m * sums32 (the block's sum times dx)
+//   is added, in a float kept apart from the lanes and added after their sum.
 
 enum class Corr { kNone, kFloat, kInt, kMin };
 
@@ -521,15 +521,13 @@ HWY_INLINE void ForEachPiece(F&& f) {
 
 // ---- the product ----
 
-// The sum of a 32-value activation block, from its two 16-value sums.
-HWY_INLINE float BlockSum(const int16_t* s) { return static_cast<float>(int32_t{s[0]} + s[1]); }
-
 // The activation rows of a tile.
 template <size_t NT>
 struct ActTile {
   const int8_t* q[NT];
   const float* d[NT];
   const int16_t* s[NT];
+  const float* m[NT];  // the 32-value blocks' sums times their scale
 };
 
 template <size_t NT>
@@ -541,6 +539,7 @@ ActTile<NT> MakeActTile(const QuantizedActivations& x, int64_t t0) {
     a.q[t] = x.q.data() + row * x.cols;
     a.d[t] = x.d.data() + row * nb;
     a.s[t] = x.sums16.data() + row * (x.cols / 16);
+    a.m[t] = x.sums32.data() + row * (x.cols / 32);
   }
   return a;
 }
@@ -599,7 +598,7 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
           if constexpr (Dec::kCorr == Corr::kFloat)
             facc[r][t] = hn::NegMulAdd(hn::ConvertTo(df, Dot16(dec[r].corr, x.s[t] + b * kSums)),
                                        hn::Set(df, dec[r].dmin * dx), facc[r][t]);
-          if constexpr (Dec::kCorr == Corr::kMin) mins[r][t] += dec[r].m * dx * BlockSum(x.s[t] + b * kSums);
+          if constexpr (Dec::kCorr == Corr::kMin) mins[r][t] += dec[r].m * x.m[t][b];
         }
     } else if constexpr (Dec::kCorr == Corr::kNone || Dec::kCorr == Corr::kMin) {
       // per_act weight blocks (the 32-value formats') share an activation scale: sum them
@@ -608,7 +607,7 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
         const VF dw = hn::Set(df, dec[r].d);
         for (size_t t = 0; t < NT; ++t) {
           part[r][t] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t])), dw, part[r][t]);
-          if constexpr (Dec::kCorr == Corr::kMin) mins[r][t] += dec[r].m * x.d[t][act] * BlockSum(x.s[t] + b * kSums);
+          if constexpr (Dec::kCorr == Corr::kMin) mins[r][t] += dec[r].m * x.m[t][b];
         }
       }
       if (++in_act == per_act) {  // the activation block is complete

@@ -101,6 +101,7 @@ void QuantizedActivations::resize(int64_t n_rows, int64_t n_cols, int64_t n_bloc
   q.resize(static_cast<size_t>(rows * cols));
   d.resize(static_cast<size_t>(rows * (cols / block)));
   sums16.resize(static_cast<size_t>(rows * (cols / 16)));
+  sums32.resize(static_cast<size_t>(rows * (cols / 32)));
 }
 
 int64_t q8_activation_block(TensorType type, int64_t cols) {
@@ -115,6 +116,13 @@ int64_t q8_activation_block(TensorType type, int64_t cols) {
 void quantize_activations(const float* x, int64_t x_stride, int64_t t0, int64_t t1, QuantizedActivations& out) {
   HWY_DYNAMIC_DISPATCH(QuantizeImpl)(x, x_stride, t0, t1, out.cols, out.block, out.q.data(), out.d.data(),
                                      out.sums16.data());
+  const int64_t n32 = out.cols / 32, per_block = out.block / 32;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int16_t* s = out.sums16.data() + t * (out.cols / 16);
+    const float* d = out.d.data() + t * (out.cols / out.block);
+    float* m = out.sums32.data() + t * n32;
+    for (int64_t i = 0; i < n32; ++i) m[i] = static_cast<float>(int32_t{s[2 * i]} + s[2 * i + 1]) * d[i / per_block];
+  }
 }
 
 void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,

@@ -25,12 +25,14 @@ namespace fafo::cpu {
 // Activation rows rounded to 8 bits per block: row t's value c is q[t * cols + c] *
 // d[t * (cols / block) + c / block], |q| <= 127; sums16[t * (cols / 16) + i] is the sum
 // of q over values 16i..16i+15 (what the mins of Q4_K and Q5_K and Q6_K's offset of 32
-// multiply).
+// multiply); sums32[t * (cols / 32) + i] is values 32i..32i+31's sum of q times their d,
+// as a float (what the mins of Q4_1 and Q5_1 multiply).
 struct QuantizedActivations {
   int64_t rows = 0, cols = 0, block = 0;
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<int16_t> sums16;
+  std::vector<float> sums32;
   // Sizes the arrays for `rows` x `cols` in blocks of `block` (keeps their memory).
   void resize(int64_t rows, int64_t cols, int64_t block);
 };
