@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/q8_matmul.h"
+#include "backend/cpu/simd_activations.h"
 #include "backend/cpu/simd_attention.h"
 #include "backend/cpu/simd_matmul.h"
 #include "backend/host/host_backend.h"
@@ -34,6 +35,10 @@ constexpr double kHalfMatmulTolerance = 0.01;
 
 class CpuKernels final : public host::HostKernels {
  public:
+  void gated(host::GatedActivation act, const float* gate, const float* up, float* out, int64_t n) const override {
+    cpu::gated_simd(act, gate, up, out, n);
+  }
+
   void attend_group_part(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
                          const int32_t* slots, int32_t n_keys, scalar::ScoreMap score, float* scratch, scalar::AttentionPart* parts,
                          float* accs) const override {

@@ -528,6 +528,10 @@ struct ActTile {
   const float* d[NT];
   const int16_t* s[NT];
   const float* m[NT];  // the 32-value blocks' sums times their scale
+  // The tokens' scales block by block: block b's of the tile's tokens at
+  // d_by_block + b * d_stride (QuantizedActivations::d_by_block).
+  const float* d_by_block;
+  int64_t d_stride;
 };
 
 template <size_t NT>
@@ -541,6 +545,8 @@ ActTile<NT> MakeActTile(const QuantizedActivations& x, int64_t t0) {
     a.s[t] = x.sums16.data() + row * (x.cols / 16);
     a.m[t] = x.sums32.data() + row * (x.cols / 32);
   }
+  a.d_by_block = x.d_by_block.data() + t0;
+  a.d_stride = x.rows + QuantizedActivations::kPadding;
   return a;
 }
 
@@ -589,15 +595,35 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
       }
     });
     if (per_act == 1) {  // one activation scale per weight block: scale by d * dx
+      // The products d * dx (and dmin * dx) of the tile's tokens, one vector multiply by
+      // the block's column of activation scales (the same IEEE products as one by one).
+      constexpr bool kVectorScales = NT > 1 && NT <= hn::MaxLanes(DF());
+      HWY_ALIGN float dd[kVectorScales ? R : 1][hn::MaxLanes(DF())];
+      HWY_ALIGN float dm[kVectorScales && Dec::kCorr == Corr::kFloat ? R : 1][hn::MaxLanes(DF())];
+      if constexpr (kVectorScales) {
+        const VF dx = hn::LoadU(df, x.d_by_block + b * x.d_stride);
+        for (size_t r = 0; r < R; ++r) {
+          hn::Store(hn::Mul(hn::Set(df, dec[r].d), dx), df, dd[r]);
+          if constexpr (Dec::kCorr == Corr::kFloat) hn::Store(hn::Mul(hn::Set(df, dec[r].dmin), dx), df, dm[r]);
+        }
+      }
       for (size_t r = 0; r < R; ++r)
         for (size_t t = 0; t < NT; ++t) {
           const float dx = x.d[t][b];
+          float d_dx, dmin_dx = 0.0f;
+          if constexpr (kVectorScales) {
+            d_dx = dd[r][t];
+            if constexpr (Dec::kCorr == Corr::kFloat) dmin_dx = dm[r][t];
+          } else {
+            d_dx = dec[r].d * dx;
+            if constexpr (Dec::kCorr == Corr::kFloat) dmin_dx = dec[r].dmin * dx;
+          }
           VI s = hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t]);
           if constexpr (Dec::kCorr == Corr::kInt) s = hn::Sub(s, hn::ShiftLeft<5>(Dot16(dec[r].corr, x.s[t] + b * kSums)));
-          facc[r][t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, dec[r].d * dx), facc[r][t]);
+          facc[r][t] = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, d_dx), facc[r][t]);
           if constexpr (Dec::kCorr == Corr::kFloat)
-            facc[r][t] = hn::NegMulAdd(hn::ConvertTo(df, Dot16(dec[r].corr, x.s[t] + b * kSums)),
-                                       hn::Set(df, dec[r].dmin * dx), facc[r][t]);
+            facc[r][t] = hn::NegMulAdd(hn::ConvertTo(df, Dot16(dec[r].corr, x.s[t] + b * kSums)), hn::Set(df, dmin_dx),
+                                       facc[r][t]);
           if constexpr (Dec::kCorr == Corr::kMin) mins[r][t] += dec[r].m * x.m[t][b];
         }
     } else if constexpr (Dec::kCorr == Corr::kNone || Dec::kCorr == Corr::kMin) {

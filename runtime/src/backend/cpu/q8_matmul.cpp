@@ -102,6 +102,7 @@ void QuantizedActivations::resize(int64_t n_rows, int64_t n_cols, int64_t n_bloc
   d.resize(static_cast<size_t>(rows * (cols / block)));
   sums16.resize(static_cast<size_t>(rows * (cols / 16)));
   sums32.resize(static_cast<size_t>(rows * (cols / 32)));
+  d_by_block.resize(static_cast<size_t>((rows + kPadding) * (cols / block)));
 }
 
 int64_t q8_activation_block(TensorType type, int64_t cols) {
@@ -116,8 +117,11 @@ int64_t q8_activation_block(TensorType type, int64_t cols) {
 void quantize_activations(const float* x, int64_t x_stride, int64_t t0, int64_t t1, QuantizedActivations& out) {
   HWY_DYNAMIC_DISPATCH(QuantizeImpl)(x, x_stride, t0, t1, out.cols, out.block, out.q.data(), out.d.data(),
                                      out.sums16.data());
-  const int64_t n32 = out.cols / 32, per_block = out.block / 32;
+  const int64_t n32 = out.cols / 32, per_block = out.block / 32, nb = out.cols / out.block;
   for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t b = 0; b < nb; ++b)
+      out.d_by_block[static_cast<size_t>(b * (out.rows + QuantizedActivations::kPadding) + t)] =
+          out.d[static_cast<size_t>(t * nb + b)];
     const int16_t* s = out.sums16.data() + t * (out.cols / 16);
     const float* d = out.d.data() + t * (out.cols / out.block);
     float* m = out.sums32.data() + t * n32;

@@ -33,6 +33,10 @@ struct QuantizedActivations {
   std::vector<float> d;
   std::vector<int16_t> sums16;
   std::vector<float> sums32;
+  // d again, block-major: block b's scale of row t at d_by_block[b * (rows + kPadding) + t]
+  // (kPadding more per block, so a vector of a tile's tokens may read past the last row).
+  static constexpr int64_t kPadding = 16;
+  std::vector<float> d_by_block;
   // Sizes the arrays for `rows` x `cols` in blocks of `block` (keeps their memory).
   void resize(int64_t rows, int64_t cols, int64_t block);
 };

@@ -385,16 +385,15 @@ class HostBackend final : public Backend, public StepRows {
   }
 
   void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
-    gated(gate, up, out, [](float g) { return scalar::silu(g); });
+    gated(gate, up, out, GatedActivation::Silu);
   }
 
   void geglu(const Activation& gate, const Activation& up, Activation& out) override {
-    gated(gate, up, out, [](float g) { return scalar::gelu_tanh(g); });
+    gated(gate, up, out, GatedActivation::GeluTanh);
   }
 
   // out = act(gate) * up, element by element (so split over the threads freely).
-  template <class Act>
-  void gated(const Activation& gate, const Activation& up, Activation& out, Act act) {
+  void gated(const Activation& gate, const Activation& up, Activation& out, GatedActivation act) {
     const int64_t cols = gate.cols;
     pool_.parallel_for(rows_of(gate) * cols, 2048, [&](int64_t b, int64_t e, int) {
       for (int64_t k = b; k < e;) {
@@ -402,7 +401,7 @@ class HostBackend final : public Backend, public StepRows {
         const float* g = row(gate, i);
         const float* u = row(up, i);
         float* o = row(out, i);
-        for (int64_t c = c0; c < c1; ++c) o[c] = act(g[c]) * u[c];
+        kernels_->gated(act, g + c0, u + c0, o + c0, c1 - c0);
         k += c1 - c0;
       }
     });

@@ -34,9 +34,17 @@ struct HostWeight {
 // scalar::attend_head_part computes each head (the default runs it per head): parts[h] and
 // accs[h * values.width ...]; scratch holds n_heads * n_keys floats. Called from several
 // threads at once.
+using scalar::GatedActivation;
+
 class HostKernels {
  public:
   virtual ~HostKernels() = default;
+  // out[i] = act(gate[i]) * up[i] for i < n; the result of a value may depend only on
+  // its inputs (the host backend splits a step's values over threads at any point).
+  virtual void gated(GatedActivation act, const float* gate, const float* up, float* out, int64_t n) const {
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = (act == GatedActivation::Silu ? scalar::silu(gate[i]) : scalar::gelu_tanh(gate[i])) * up[i];
+  }
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;
   virtual void attend_group_part(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,

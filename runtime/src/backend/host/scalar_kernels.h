@@ -18,6 +18,8 @@ void rope_head(float* head, int32_t pos, const RopeParams& p);
 float silu(float x);
 // GELU by its tanh approximation (tanh's argument clamped to [-10, 10]).
 float gelu_tanh(float x);
+// The gated feed-forward activations: SwiGLU's SiLU, GeGLU's GELU.
+enum class GatedActivation : uint8_t { Silu, GeluTanh };
 // cap * tanh(x / cap), tanh's argument clamped to [-10, 10].
 float soft_cap(float x, float cap);
 // out[r] = dot(W row r, latent) for the `rows` rows of W (row-major, `cols` wide): an MLA
