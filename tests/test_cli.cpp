@@ -264,6 +264,7 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   EXPECT_HAS(o.out, "| pp16 |");
   EXPECT_HAS(o.out, "| tg16 |");
   const auto j = nlohmann::json::parse(o.out.substr(o.out.find("\n{") + 1));
+  EXPECT_EQ(j["warmup"], true);  // an unmeasured prompt step and token first, as llama-bench
   ASSERT_EQ(j["step_cost"].size(), 2u);
   ASSERT_EQ(j["strategies"].size(), 5u);  // ar, auto, jacobi, lookahead, fafo
   for (const auto& row : j["strategies"]) {
@@ -282,6 +283,10 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   ASSERT_EQ(dj["strategies"].size(), 2u);
   EXPECT_EQ(dj["strategies"][1]["ids_equal_ar"], 2);
   EXPECT_GT(dj["strategies"][1]["tau"].get<double>(), 4.0);
+  EXPECT_EQ(dj["warmup"], false);  // nothing to warm up for: no pp or tg
+  const Outcome cold = run_fafo("bench -m " + fafo::test::shell_quote(model) + " -r 1 --pp 8 --tg 4 --curve '' --no-warmup --json");
+  ASSERT_EQ(cold.exit_code, 0) << cold.err;
+  EXPECT_EQ(nlohmann::json::parse(cold.out.substr(cold.out.find("\n{") + 1))["warmup"], false);
 }
 
 TEST(Cli, BenchDevicesPutsBackendsSideBySideAndWritesTheReport) {

@@ -25,7 +25,8 @@ float scalar_act(GatedActivation act, float x) {
   return act == GatedActivation::Silu ? fafo::scalar::silu(x) : fafo::scalar::gelu_tanh(x);
 }
 
-// Gates from -120 to 120 (past exp's range both ways), some tiny, the special values.
+// Gates from -120 to 120 (past exp's range both ways), some tiny, the special values and
+// the largest magnitudes.
 std::vector<float> gates(int64_t n) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> wide(-120.0f, 120.0f);
@@ -36,6 +37,11 @@ std::vector<float> gates(int64_t n) {
   g[8] = -0.0f;
   g[9] = std::numeric_limits<float>::infinity();
   g[10] = std::numeric_limits<float>::quiet_NaN();
+  g[11] = -std::numeric_limits<float>::infinity();
+  g[12] = -std::numeric_limits<float>::max();
+  g[13] = -1e35f;
+  g[14] = -95.0f;
+  g[15] = std::numeric_limits<float>::max();
   return g;
 }
 

@@ -186,19 +186,22 @@ TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBitsOnEveryInstructionSet) {
 
 TEST(CpuQ8Matmul, NonFiniteActivationsGiveNaNInTheirRowOnly) {
   const int64_t rows = 5, T = 3, cols = 256;
-  const Matrix m = random_matrix(TensorType::Q4_K, rows, cols, 2);
-  std::vector<float> x = activations(T, cols, 9);
-  x[static_cast<size_t>(cols + 17)] = std::numeric_limits<float>::infinity();
-  x[static_cast<size_t>(2 * cols + 200)] = std::numeric_limits<float>::quiet_NaN();
-  cpu::QuantizedActivations q;
-  q.resize(T, cols, 256);
-  cpu::quantize_activations(x.data(), cols, 0, T, q);
-  std::vector<float> out(static_cast<size_t>(T * rows));
-  cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    EXPECT_TRUE(std::isfinite(out[static_cast<size_t>(r)]));
-    EXPECT_TRUE(std::isnan(out[static_cast<size_t>(rows + r)]));
-    EXPECT_TRUE(std::isnan(out[static_cast<size_t>(2 * rows + r)]));
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q5_1}) {  // Q5_1: through its mins too
+    SCOPED_TRACE(tensor_type_name(type));
+    const Matrix m = random_matrix(type, rows, cols, 2);
+    std::vector<float> x = activations(T, cols, 9);
+    x[static_cast<size_t>(cols + 17)] = std::numeric_limits<float>::infinity();
+    x[static_cast<size_t>(2 * cols + 200)] = std::numeric_limits<float>::quiet_NaN();
+    cpu::QuantizedActivations q;
+    q.resize(T, cols, 256);
+    cpu::quantize_activations(x.data(), cols, 0, T, q);
+    std::vector<float> out(static_cast<size_t>(T * rows));
+    cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_TRUE(std::isfinite(out[static_cast<size_t>(r)]));
+      EXPECT_TRUE(std::isnan(out[static_cast<size_t>(rows + r)]));
+      EXPECT_TRUE(std::isnan(out[static_cast<size_t>(2 * rows + r)]));
+    }
   }
 }
 

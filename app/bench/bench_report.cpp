@@ -213,7 +213,8 @@ nlohmann::json report_json(const BenchReport& r) {
   nlohmann::json devices = nlohmann::json::array();
   for (const DeviceResult& d : r.devices) {
     nlohmann::json j = {{"label", d.label},   {"backend", d.backend}, {"device", d.device},
-                        {"description", d.description}, {"threads", d.threads}, {"error", d.error}};
+                        {"description", d.description}, {"threads", d.threads}, {"error", d.error},
+                        {"warmup", d.warmup}};
     if (d.pp_tokens > 0) j["pp"] = {{"tokens", d.pp_tokens}, {"tokens_per_s", d.pp.mean}, {"sd", d.pp.sd}};
     if (d.tg_tokens > 0)
       j["tg"] = {{"tokens", d.tg_tokens},
@@ -252,6 +253,7 @@ BenchReport report_from_json(const nlohmann::json& j) {
     d.description = field<std::string>(dj, "description", where);
     d.threads = field<int32_t>(dj, "threads", where);
     d.error = field<std::string>(dj, "error", where);
+    d.warmup = dj.contains("warmup") && dj["warmup"].is_boolean() && dj["warmup"].get<bool>();  // absent before it was recorded
     if (dj.contains("pp")) {
       d.pp_tokens = field<int32_t>(dj["pp"], "tokens", where + " pp");
       d.pp = {field<double>(dj["pp"], "tokens_per_s", where + " pp"), field<double>(dj["pp"], "sd", where + " pp")};

@@ -41,6 +41,7 @@ struct DeviceResult {
   std::string device;       // the device's name ("llvmpipe (LLVM 15.0.6, 256 bits)", the CPU's model)
   std::string description;  // the backend's one-line description of itself
   int32_t threads = 0;      // CPU threads (host backends)
+  bool warmup = false;      // an unmeasured prompt step and token ran before pp and tg
   int32_t pp_tokens = 0;    // 0: prompt processing not measured
   Measure pp;               // tokens/s
   int32_t tg_tokens = 0;    // 0: generation not measured

@@ -237,8 +237,20 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   };
 
   out("\n| test | t/s | \n|---|---:|\n");
-  // pp: prompt processing.
   const int32_t pp = std::min(config.pp, model.n_ctx() - 1);
+  const int32_t tg = std::min(config.tg, model.n_ctx() - 2);
+  if (config.warmup && (pp > 0 || tg > 0)) {  // unmeasured: a prompt step of pp tokens (1 when none) and one more
+    out.check_cancel();
+    model.truncate(0);
+    prefill(model, random_tokens(std::max(pp, 1)), 512);
+    if (model.n_past() < model.n_ctx()) {
+      StepBatch one = StepBatch::causal({any_token(rng)}, model.n_past(), true);
+      model.forward_argmax(one);
+    }
+    model.truncate(0);
+    result.warmup = true;
+  }
+  // pp: prompt processing.
   if (pp > 0) {
     std::vector<double> tps;
     for (int r = 0; r < config.repetitions; ++r) {
@@ -254,7 +266,6 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     out("| pp%d | %.2f ± %.2f |\n", pp, result.pp.mean, result.pp.sd);
   }
   // tg: plain generation, one token per step.
-  const int32_t tg = std::min(config.tg, model.n_ctx() - 2);
   if (tg > 0) {
     std::vector<double> tps;
     for (int r = 0; r < config.repetitions; ++r) {

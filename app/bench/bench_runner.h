@@ -20,6 +20,9 @@ namespace fafo::bench {
 // What to measure (the same on every device of a run).
 struct BenchConfig {
   int repetitions = 3;
+  // One unmeasured prompt step and generated token before pp and tg (as llama-bench
+  // does): the first run otherwise pays for reading the weights in and the allocations.
+  bool warmup = true;
   int32_t pp = 512;  // prompt-processing test length (0 = skip)
   int32_t tg = 128;  // generation test length (0 = skip)
   std::vector<int32_t> curve = {1, 2, 4, 8, 16, 32, 64, 128, 256};  // step sizes of t(T) (empty = skip)

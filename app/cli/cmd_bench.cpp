@@ -101,6 +101,9 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("-r,--repetitions", args->config.repetitions, "Repetitions per measurement")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--pp", args->config.pp, "Prompt-processing test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--tg", args->config.tg, "Generation test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  cmd->add_flag_function(
+      "--no-warmup", [args](std::int64_t) { args->config.warmup = false; },
+      "Measure pp and tg without first running one unmeasured prompt step and token (which reads the weights in)");
   cmd->add_option_function<std::string>(
          "--curve",
          [args](const std::string& text) {

@@ -1,7 +1,9 @@
 // The fast CPU backend (`--backend cpu`, what `auto` picks without a GPU): the host
 // backend with SIMD matrix products split over the thread pool by panels of weight rows
-// (integer products with 8-bit activations for Q4_K/Q5_K/Q6_K/Q8_0: q8_matmul.h; float
-// products for the other formats: simd_matmul.h) and SIMD attention (simd_attention.h).
+// (integer products with 8-bit activations for the K-quants Q4_K/Q5_K/Q6_K and the
+// 32-value formats Q8_0/Q4_0/Q4_1/Q5_0/Q5_1: q8_matmul.h; float products for the other
+// formats: simd_matmul.h), SIMD attention (simd_attention.h) and SIMD SwiGLU/GeGLU
+// (simd_activations.h).
 // Its results are within the tolerances below of the reference's, and T-invariant.
 #include <algorithm>
 #include <memory>
@@ -21,8 +23,8 @@ namespace fafo {
 namespace {
 
 // The matrix product and attention sum in another order than the reference (vector
-// lanes with fused multiply-adds) and attention's exp is Highway's; the op-conformance
-// table measures the largest difference.
+// lanes with fused multiply-adds), and attention's exp and SwiGLU's and GeGLU's exp and
+// tanh are Highway's; the op-conformance table measures the largest difference.
 constexpr double kTolerance = 1e-4;
 // Products with Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 weights round the activations to 8 bits per
 // block (q8_matmul.h): on the table's inputs (uniform in [-1, 1], 256 to 512 columns)
@@ -119,7 +121,7 @@ BackendInfo cpu_backend_info() {
   info.name = "cpu";
   info.display_name = "CPU";
   info.summary = std::string("the fast CPU backend (") + cpu::simd_target_name() +
-                 " SIMD matrix products with token tiles, 8-bit activations for Q4_K/Q5_K/Q6_K/Q8_0 weights as "
+                 " SIMD matrix products with token tiles, 8-bit activations for the K-quants and 32-value formats as "
                  "llama.cpp; T-invariant)";
   info.auto_rank = 0;
   info.devices = [] {

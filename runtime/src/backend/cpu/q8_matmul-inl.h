@@ -430,8 +430,12 @@ struct LegacyInt {
   hn::Vec<D8x16> lo, hi;  // values 0..15 and 16..31
 #endif
   HWY_INLINE void Prepare(const uint8_t* b) {
-    if constexpr (kSigned) d = LoadHalf(b + offsetof(Block, d));
-    else LoadHalves(b + offsetof(Block, d), d, m);  // m follows d
+    if constexpr (kSigned) {
+      d = LoadHalf(b + offsetof(Block, d));
+    } else {
+      static_assert(offsetof(Block, m) == offsetof(Block, d) + 2);
+      LoadHalves(b + offsetof(Block, d), d, m);  // m follows d
+    }
     uint32_t qh = 0;
     if constexpr (kFifth) std::memcpy(&qh, b + offsetof(Block, qh), 4);
     const uint8_t* qs = b + offsetof(Block, qs);
@@ -553,7 +557,9 @@ ActTile<NT> MakeActTile(const QuantizedActivations& x, int64_t t0) {
 // R weight rows x NT tokens: sums[r * NT + t] = dot(w[r], x[t]). Per output: the
 // block's exact integer sum (in D32's lanes; Q6_K's correction subtracted there), one
 // multiply-add per block by d * dx in float lanes (Q4_K/Q5_K: and one by dmin * dx for
-// the mins), blocks in order; then the lane sum. Each piece of a weight block is
+// the mins; the tile's d * dx products in one vector multiply, the same IEEE products),
+// blocks in order; then the lane sum (Q4_1/Q5_1: plus their mins, m * sums32 summed
+// in a float of their own, blocks in order). Each piece of a weight block is
 // decoded once and used for all NT tokens; the arithmetic per output is the same for
 // every R and NT. While reading a block of each row, the tile asks for the same block
 // `ahead` bytes on (the next tile's rows; 0: no such requests, as for one-token steps,
@@ -598,6 +604,7 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
       // The products d * dx (and dmin * dx) of the tile's tokens, one vector multiply by
       // the block's column of activation scales (the same IEEE products as one by one).
       constexpr bool kVectorScales = NT > 1 && NT <= hn::MaxLanes(DF());
+      static_assert(QuantizedActivations::kPadding >= static_cast<int64_t>(hn::MaxLanes(DF())));
       HWY_ALIGN float dd[kVectorScales ? R : 1][hn::MaxLanes(DF())];
       HWY_ALIGN float dm[kVectorScales && Dec::kCorr == Corr::kFloat ? R : 1][hn::MaxLanes(DF())];
       if constexpr (kVectorScales) {
@@ -609,12 +616,12 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
       }
       for (size_t r = 0; r < R; ++r)
         for (size_t t = 0; t < NT; ++t) {
-          const float dx = x.d[t][b];
           float d_dx, dmin_dx = 0.0f;
           if constexpr (kVectorScales) {
             d_dx = dd[r][t];
             if constexpr (Dec::kCorr == Corr::kFloat) dmin_dx = dm[r][t];
           } else {
+            const float dx = x.d[t][b];
             d_dx = dec[r].d * dx;
             if constexpr (Dec::kCorr == Corr::kFloat) dmin_dx = dec[r].dmin * dx;
           }
@@ -624,7 +631,6 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
           if constexpr (Dec::kCorr == Corr::kFloat)
             facc[r][t] = hn::NegMulAdd(hn::ConvertTo(df, Dot16(dec[r].corr, x.s[t] + b * kSums)), hn::Set(df, dmin_dx),
                                        facc[r][t]);
-          if constexpr (Dec::kCorr == Corr::kMin) mins[r][t] += dec[r].m * x.m[t][b];
         }
     } else if constexpr (Dec::kCorr == Corr::kNone || Dec::kCorr == Corr::kMin) {
       // per_act weight blocks (the 32-value formats') share an activation scale: sum them
@@ -633,7 +639,6 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
         const VF dw = hn::Set(df, dec[r].d);
         for (size_t t = 0; t < NT; ++t) {
           part[r][t] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[r][t], s1[r][t])), dw, part[r][t]);
-          if constexpr (Dec::kCorr == Corr::kMin) mins[r][t] += dec[r].m * x.m[t][b];
         }
       }
       if (++in_act == per_act) {  // the activation block is complete
@@ -646,6 +651,9 @@ HWY_INLINE void IntTile(const uint8_t* const* rows, const ActTile<NT>& x, int64_
         ++act;
       }
     }
+    if constexpr (Dec::kCorr == Corr::kMin)
+      for (size_t r = 0; r < R; ++r)
+        for (size_t t = 0; t < NT; ++t) mins[r][t] += dec[r].m * x.m[t][b];
   }
   for (size_t r = 0; r < R; ++r)
     for (size_t t = 0; t < NT; ++t) {

@@ -1,6 +1,6 @@
 // The integer matrix product of the `cpu` backend (see q8_matmul.h): the rounding of
-// activations and the product for Q4_K and Q5_K weights (q8_matmul_q6.cpp: Q6_K and
-// Q8_0; the shared per-target code: q8_matmul-inl.h). Highway compiles this file once
+// activations and the product for Q4_K and Q5_K weights (q8_matmul_q6.cpp: Q6_K and the
+// 32-value formats; the shared per-target code: q8_matmul-inl.h). Highway compiles this file once
 // per instruction set (foreach_target.h re-includes it) and HWY_DYNAMIC_DISPATCH picks
 // the best the CPU has at run time.
 //

@@ -20,9 +20,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 template <GatedActivation kAct, class DF, class VF = hn::Vec<DF>>
 HWY_INLINE VF Activate(DF df, VF x) {
   if constexpr (kAct == GatedActivation::Silu) {
-    // Highway's exp holds up to 104; past 88, 1 + exp(-x) is inf for std::exp and about
-    // 1.7e38 here: either way x / (1 + exp(-x)) is within 1e-36 of 0.
-    const VF e = hn::Exp(df, hn::Min(hn::Neg(x), hn::Set(df, 88.0f)));
+    // Highway's exp holds up to 104 and, as std::exp, overflows to inf past 88.7: with
+    // -x clamped to 100, x / (1 + exp(-x)) is -0 for every x below -89 and NaN for
+    // -inf, as the scalar formula's.
+    const VF e = hn::Exp(df, hn::Min(hn::Neg(x), hn::Set(df, 100.0f)));
     return hn::Div(x, hn::Add(hn::Set(df, 1.0f), e));
   } else {
     const VF x3 = hn::Mul(hn::Mul(x, x), x);

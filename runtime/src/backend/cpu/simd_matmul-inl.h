@@ -1,10 +1,7 @@
-// The cpu backend's SIMD per-target code shared by simd_matmul.cpp and
-// simd_matmul_k.cpp (see simd_matmul.h): the decoders and the token-tiled product.
-// simd_matmul_k.cpp instantiates the fused product for the K-quants and Q8_0,
-// simd_matmul.cpp for the other formats and everything else, so Highway's compilation
-// for every instruction set is spread over two translation units that build in
-// parallel. Included after hwy/highway.h by a file that foreach_target.h re-includes,
-// once per target, as Highway's "-inl.h" headers are.
+// The cpu backend's SIMD per-target code of simd_matmul.cpp (see simd_matmul.h): the
+// decoders (whole rows: embeddings, and the panels of the float product) and the
+// token-tiled float product. Included after hwy/highway.h by a file that
+// foreach_target.h re-includes, once per target, as Highway's "-inl.h" headers are.
 //
 // Built with -ffp-contract=off (runtime/CMakeLists.txt): the decoders evaluate the
 // reference dequantizer's expressions with a rounding after every product, so they give

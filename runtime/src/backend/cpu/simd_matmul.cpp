@@ -1,6 +1,6 @@
 // SIMD decoders and the token-tiled matrix product of the `cpu` backend (see
-// simd_matmul.h): whole rows decoded, the product for every format but the K-quants'
-// and Q8_0's fused one (simd_matmul_k.cpp), fp16 rounding of activations; the shared
+// simd_matmul.h): whole rows decoded, the float product (the formats without an integer
+// one: F32, F16, BF16, Q2_K, Q3_K), fp16 rounding of activations; the shared
 // per-target code is simd_matmul-inl.h. Highway compiles this file once per
 // instruction set (foreach_target.h re-includes it) and HWY_DYNAMIC_DISPATCH picks the
 // best the CPU has at run time.
@@ -79,13 +79,6 @@ bool Fused(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, co
     return true;
   }
   switch (w.type) {
-    case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: case TensorType::Q8_0:
-      fused_rows_k(w, r0, r1, x, x_stride, T, out, out_stride);  // simd_matmul_k.cpp
-      return true;
-    case TensorType::Q4_0: FusedProduct<Q4_0Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
-    case TensorType::Q4_1: FusedProduct<Q4_1Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
-    case TensorType::Q5_0: FusedProduct<Q5_0Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
-    case TensorType::Q5_1: FusedProduct<Q5_1Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
     case TensorType::F16: FusedProduct<F16Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
     case TensorType::BF16: FusedProduct<BF16Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;
     case TensorType::F32: FusedProduct<F32Decoder>(w, r0, r1, x, x_stride, T, out, out_stride); return true;

@@ -1,4 +1,5 @@
-// The `cpu` backend's matrix product: weight rows dequantized in panels by SIMD decoders
+// The `cpu` backend's float matrix product, for the formats without an integer one
+// (q8_matmul.h): F32, F16, BF16, Q2_K, Q3_K. Weight rows dequantized in panels by SIMD decoders
 // (Google Highway, the best instruction set of the running CPU chosen at run time), then
 // multiplied with tiles of tokens, so each weight block is read and decoded once per
 // step for all of the step's tokens.
@@ -34,10 +35,6 @@ int64_t matmul_panel_rows(int64_t cols);
 // small steps with F16 weights read instead of x.
 void matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, const uint16_t* x_half,
                  int64_t x_stride, int64_t T, float* out, int64_t out_stride, float* scratch);
-// matmul_rows' fused product (decoding and multiplying in one pass) for Q4_K, Q5_K, Q6_K
-// and Q8_0 weights, for steps of up to its largest fused step (simd_matmul_k.cpp).
-void fused_rows_k(const host::HostWeight& w, int64_t r0, int64_t r1, const float* x, int64_t x_stride, int64_t T,
-                  float* out, int64_t out_stride);
 
 // Whether products with `type` weights take activations rounded to fp16 (F16).
 bool rounds_activations_to_half(TensorType type);

@@ -17,6 +17,8 @@
 
 namespace fafo::host {
 
+using scalar::GatedActivation;
+
 // A weight matrix as the file stores it: `rows` rows of `row_bytes` bytes each.
 struct HostWeight {
   TensorType type = TensorType::F32;
@@ -34,8 +36,6 @@ struct HostWeight {
 // scalar::attend_head_part computes each head (the default runs it per head): parts[h] and
 // accs[h * values.width ...]; scratch holds n_heads * n_keys floats. Called from several
 // threads at once.
-using scalar::GatedActivation;
-
 class HostKernels {
  public:
   virtual ~HostKernels() = default;
