@@ -3,12 +3,16 @@
 // pays, one where everything does, one in between, and yields that change.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "fafo/auto_state.h"
 #include "fafo/auto_strategy.h"
+#include "fafo/step_cost_cache.h"
 #include "fafo/generator.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -39,17 +43,119 @@ std::vector<AutoCandidate> grid() {
           candidate(Strategy::Fafo, 5, 65)};
 }
 
-TEST(StepCosts, LinearBetweenPointsAndAlongTheLastSlopeBeyond) {
+TEST(StepCosts, LinearBetweenPointsAndNeverExtrapolated) {
   const StepCosts c = curve({{1, 1.0}, {2, 1.5}, {8, 2.0}, {64, 9.0}});
   EXPECT_DOUBLE_EQ(c.at(1), 1.0);
   EXPECT_DOUBLE_EQ(c.at(2), 1.5);
   EXPECT_DOUBLE_EQ(c.at(5), 1.75);
   EXPECT_DOUBLE_EQ(c.at(64), 9.0);
-  EXPECT_DOUBLE_EQ(c.at(120), 16.0);
   EXPECT_DOUBLE_EQ(c.relative(8), 2.0);
+  EXPECT_TRUE(c.measured(8));
+  EXPECT_FALSE(c.measured(5));
   EXPECT_THROW(StepCosts{}.at(1), std::logic_error);
-  // Beyond the last point, never below it (a noisy last segment may slope down).
-  EXPECT_DOUBLE_EQ(curve({{1, 1.0}, {8, 3.0}, {64, 2.5}}).at(128), 2.5);
+  // Beyond the last point: the last point, a lower bound, whatever the last slope; one
+  // point is not a line either.
+  EXPECT_DOUBLE_EQ(c.at(120), 9.0);
+  EXPECT_DOUBLE_EQ(curve({{1, 1.0}, {2, 56.0}}).at(4), 56.0);
+  EXPECT_DOUBLE_EQ(curve({{1, 1.0}}).at(4), 1.0);
+}
+
+TEST(StepCosts, ACurveNoDeviceCouldHaveIsNamedAndBounded) {
+  // The cache file: t(2) = 56 t(1), timed while the machine was busy.
+  StepCosts busy = curve({{1, 1.0}, {2, 56.09}});
+  EXPECT_NE(busy.implausible_reason().find("more than the 2 steps of 1 tokens"), std::string::npos) << busy.implausible_reason();
+  busy.make_plausible();
+  EXPECT_EQ(busy.implausible_reason(0), "");
+  EXPECT_DOUBLE_EQ(busy.relative(2), 2.0);
+  EXPECT_EQ(busy.bounded, 1);
+  StepCosts cheaper = curve({{1, 1.0}, {4, 2.0}, {8, 1.5}, {16, 1.9}});
+  EXPECT_NE(cheaper.implausible_reason().find("t(8) is 0.75 t(4): a larger step cannot cost less"), std::string::npos)
+      << cheaper.implausible_reason();
+  cheaper.make_plausible();
+  EXPECT_EQ(cheaper.seconds, (std::vector<double>{1.0, 2.0, 2.0, 2.0}));
+  EXPECT_EQ(cheaper.bounded, 2);
+  // Within the tolerance: plausible (timing noise), and left as measured.
+  EXPECT_EQ(curve({{1, 1.0}, {2, 0.95}, {4, 2.05}}).implausible_reason(0.1), "");
+  EXPECT_NE(curve({{1, 1.0}, {2, 0.95}}).implausible_reason(0.0), "");
+  // describe() prints the measured points with their spread, nothing extrapolated.
+  StepCosts spread = curve({{1, 0.001}, {4, 0.002}});
+  spread.spread = {0.01, 0.03};
+  spread.source = "measured";
+  EXPECT_EQ(spread.describe(), "t(T)/t(1): 4 2.00 +-4% (measured)");
+}
+
+// A timer that lies now and then, as a busy machine does: a step's time is its cost on
+// an idle machine (`truth`), a little jitter, and with probability `spikes` many times
+// more (another program took the cores).
+struct NoisyTimer {
+  std::function<double(int32_t)> truth;
+  double spikes = 0.2;
+  uint64_t state = 1;
+  int calls = 0;
+  double uniform() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) / 9007199254740992.0;
+  }
+  double operator()(int32_t T) {
+    ++calls;
+    const double t = truth(T) * (1 + 0.03 * uniform());
+    return uniform() < spikes ? t * (2 + 60 * uniform()) : t;
+  }
+};
+
+TEST(StepCosts, ANoisyTimerCannotProduceARatioThePhysicsRulesOut) {
+  const std::vector<int32_t> sizes = {1, 2, 4, 5, 8, 16, 17, 32, 64, 65};
+  auto gpu = [](int32_t T) { return 1e-3 * (1 + 0.01 * T); };
+  auto cpu = [](int32_t T) { return 1e-4 * (0.3 + 0.7 * T); };
+  for (const auto& truth : {std::function<double(int32_t)>(gpu), std::function<double(int32_t)>(cpu)})
+    for (double spikes : {0.0, 0.1, 0.3, 0.6})
+      for (uint64_t seed = 1; seed <= 40; ++seed) {
+        NoisyTimer timer{truth, spikes, seed};
+        const StepCosts c = time_step_costs(sizes, std::ref(timer), 1000);
+        SCOPED_TRACE("spikes " + std::to_string(spikes) + " seed " + std::to_string(seed));
+        ASSERT_EQ(c.invalid_reason(), "");
+        // Whatever the timer said: t(1) <= t(T) <= T t(1), and the same between neighbours.
+        EXPECT_EQ(c.implausible_reason(0), "");
+        for (size_t i = 0; i < c.sizes.size(); ++i) {
+          EXPECT_GE(c.relative(c.sizes[i]), 1.0);
+          EXPECT_LE(c.relative(c.sizes[i]), c.sizes[i] * (1 + 1e-12));
+        }
+        ASSERT_EQ(c.spread.size(), c.sizes.size());
+        // With a few spikes the medians find the idle machine's ratios.
+        if (spikes <= 0.1)
+          for (int32_t T : {8, 65}) {
+            const double truth_ratio = truth(T) / truth(1);
+            EXPECT_NEAR(c.relative(T), truth_ratio, 0.1 * truth_ratio) << "T " << T;
+          }
+      }
+}
+
+TEST(StepCosts, APointImplausibleAgainstItsNeighbourIsTimedAgain) {
+  // The second step of 2 tokens takes 56 times what it should; the others are true.
+  int twos = 0, calls = 0;
+  auto timer = [&](int32_t T) {
+    ++calls;
+    if (T == 2 && ++twos <= 3) return 56e-3;  // the untimed one, then two of five: still a median of 1.1
+    return 1e-3 * (1 + 0.1 * (T - 1));
+  };
+  const StepCosts c = time_step_costs({1, 2, 4}, timer, 100);
+  EXPECT_NEAR(c.relative(2), 1.1, 1e-9);
+  EXPECT_EQ(c.bounded, 0);
+  // Every step that always lies: timed again (remeasures x rounds more), then bounded.
+  calls = 0;
+  auto liar = [&](int32_t T) {
+    ++calls;
+    return T == 2 ? 0.056 : 1e-3;
+  };
+  const StepCosts bounded = time_step_costs({1, 2}, liar, 100);
+  EXPECT_DOUBLE_EQ(bounded.relative(2), 2.0);
+  EXPECT_EQ(bounded.bounded, 1);
+  const StepTimingOptions o;
+  EXPECT_EQ(calls, 2 + o.rounds + 2 * o.rounds * (1 + o.remeasures));
+  // It stops after a size no candidate can pay at.
+  const StepCosts linear = time_step_costs({1, 2, 4, 8, 16}, [](int32_t T) { return 1e-3 * T; }, 3);
+  EXPECT_EQ(linear.sizes, (std::vector<int32_t>{1, 2, 4}));
+  EXPECT_THROW(time_step_costs({2, 4}, liar, 100), std::invalid_argument);
 }
 
 TEST(AutoController, WhereNothingPaysItIsPlainDecodingFromTheFirstStep) {
@@ -147,6 +253,60 @@ TEST(AutoController, ACandidateComingBackRestartsAndWarmsUpAgain) {
   EXPECT_GT(restarts, 2);  // the revisits and the returns to the best after them
 }
 
+// The machine changes under a generation: a GPU-like device (a step of up to 128
+// tokens costs one), then a CPU-like one (a step costs its tokens), then the GPU again.
+// The controller, told each step's time, follows: the large FAFO step, then plain
+// decoding, then a multi-token step again, found by its probes.
+TEST(AutoController, TheChoiceConvergesOnAMachineWhoseCostsChangeMidway) {
+  auto gpu = [](int32_t) { return 1e-3; };
+  auto cpu = [](int32_t T) { return 1e-3 * T; };
+  const StepCosts prior = curve({{1, 1e-3}, {128, 1e-3}});
+  AutoController auto_(prior, grid());
+  const std::map<int32_t, int32_t> emits = {{0, 1}, {1, 2}, {2, 3}, {3, 4}};
+  std::function<double(int32_t)> machine = gpu;
+  // Runs `steps` steps; returns how many of the last `tail` ran each candidate.
+  auto run = [&](int steps, int tail) {
+    std::map<int32_t, int> last;
+    for (int step = 0; step < steps; ++step) {
+      const AutoDecision d = auto_.choose();
+      const int32_t T = auto_.candidates()[static_cast<size_t>(d.candidate)].step_tokens;
+      auto_.time_step(d.candidate, T, machine(T));
+      auto_.observe(d.candidate, emits.at(d.candidate));
+      if (step >= steps - tail) ++last[d.candidate];
+    }
+    return last;
+  };
+  std::map<int32_t, int> last = run(600, 300);
+  EXPECT_GE(last[3], 270) << "the GPU: the large FAFO step";
+  machine = cpu;
+  last = run(1500, 500);
+  EXPECT_GE(last[0], 480) << "the CPU: plain decoding, but for probes";
+  EXPECT_FALSE(auto_.viable(3));
+  EXPECT_NEAR(auto_.step_seconds(0), 1e-3, 1e-9);
+  EXPECT_NE(auto_.explain().find("no strategy can pay here"), std::string::npos) << auto_.explain();
+  EXPECT_NE(auto_.explain().find("of its steps timed"), std::string::npos) << auto_.explain();
+  machine = gpu;
+  last = run(3000, 500);
+  EXPECT_GE(last[3], 450) << "the GPU again, found by a probe";
+  // The same machine without a change stays where it is: no probe on a GPU where the best runs.
+  EXPECT_TRUE(auto_.viable(1) && auto_.viable(2) && auto_.viable(3));
+}
+
+TEST(AutoController, OneSlowStepMovesACostByAFewPerCent) {
+  AutoController auto_(curve({{1, 1e-3}, {128, 1e-3}}), grid());
+  auto_.time_step(0, 1, 50e-3);  // 50x: another program took the core for a moment
+  EXPECT_NEAR(auto_.step_seconds(0), 1e-3 * std::exp(0.05), 1e-12);
+  auto_.time_step(0, 1, 0.5e-3);  // faster than its work can be unless the machine changed
+  EXPECT_LT(auto_.step_seconds(0), 0.75e-3);
+  // A lookahead step smaller than its full size counts at its size along the curve.
+  AutoController scaled(curve({{1, 1.0}, {5, 2.0}}), grid());
+  scaled.time_step(1, 3, 1.5);  // t(3) on the curve is 1.5: the full step, 2.0, as expected
+  EXPECT_DOUBLE_EQ(scaled.step_seconds(1), 2.0);
+  EXPECT_EQ(scaled.timed_steps(1), 1);
+  scaled.time_step(1, 3, 0.0);  // not a time: ignored
+  EXPECT_EQ(scaled.timed_steps(1), 1);
+}
+
 TEST(AutoController, RejectsACandidateListWithoutPlainDecodingFirst) {
   EXPECT_THROW(AutoController(curve({{1, 1.0}}), {candidate(Strategy::Fafo, 5, 65)}), std::invalid_argument);
   EXPECT_THROW(AutoController(StepCosts{}, grid()), std::invalid_argument);
@@ -205,6 +365,51 @@ TEST(AutoStrategy, GreedyIdsEqualPlainDecodingWhateverItChooses) {
   EXPECT_EQ(measured.ids, ar.ids);
   ASSERT_FALSE(measured.step_costs.empty());
   EXPECT_FALSE(measured.auto_summary.empty());
+}
+
+// A kept curve no device could have (the t(2) = 56 t(1)) is measured again by
+// the next generation and rewritten; so is one whose one-token steps no longer take
+// what it says.
+TEST(AutoStrategy, AKeptCurveThatIsImplausibleOrStaleIsMeasuredAgain) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  test::TestModel m = test::load_test_model(model_path.string(), 512);
+  const std::vector<int32_t> prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and", true);
+  const auto dir = test::temp_dir("auto-implausible-cache");
+  const StepCostCache cache(dir, "stories260K | cpu | f32");
+  std::ofstream(cache.file(), std::ios::trunc) << "fafo step costs 2\nkey " << cache.key() << "\n1 0.0001 0\n2 0.005609 0\n";
+  AutoState state;
+  state.set_step_cost_cache(cache);
+  EXPECT_TRUE(state.step_costs().empty());
+  EXPECT_NE(state.remeasure_reason().find("implausible"), std::string::npos) << state.remeasure_reason();
+  GenerationOptions o;
+  o.n_predict = 16;
+  o.sampling.temperature = 0;
+  o.decoding.strategy = Strategy::Auto;
+  o.auto_state = &state;
+  const GenerationResult first = generate(*m.model, *m.tokenizer, prompt, o);
+  ASSERT_FALSE(state.step_costs().empty());
+  EXPECT_EQ(state.step_costs().implausible_reason(0), "");
+  EXPECT_NE(first.step_costs.source.find("measured again: the kept curve was implausible"), std::string::npos) << first.step_costs.source;
+  EXPECT_NE(first.step_costs.source.find("kept in " + cache.file().string()), std::string::npos) << first.step_costs.source;
+  ASSERT_TRUE(cache.load());  // rewritten, plausible
+  EXPECT_EQ(cache.load()->sizes, state.step_costs().sizes);
+  // The candidates' step sizes are measured, not interpolated, where the curve reaches them.
+  for (const AutoCandidate& c : default_auto_candidates(DecodingOptions{})) {
+    if (c.step_tokens <= state.step_costs().sizes.back()) {
+      EXPECT_TRUE(state.step_costs().measured(c.step_tokens)) << c.label();
+    }
+  }
+  // Plain steps that took 3x the kept t(1) over 40 steps: measured again next time; 10 steps are too few to say.
+  state.follow_plain_steps(3 * state.step_costs().at(1), 10);
+  EXPECT_FALSE(state.step_costs().empty());
+  state.follow_plain_steps(1.2 * state.step_costs().at(1), 40);
+  EXPECT_FALSE(state.step_costs().empty());
+  state.follow_plain_steps(3 * state.step_costs().at(1), 40);
+  EXPECT_TRUE(state.step_costs().empty());
+  const GenerationResult second = generate(*m.model, *m.tokenizer, prompt, o);
+  EXPECT_NE(second.step_costs.source.find("measured again: one-token steps took 3.00x the kept t(1) over 40 steps"), std::string::npos)
+      << second.step_costs.source;
+  EXPECT_EQ(second.ids, first.ids);
 }
 
 TEST(AutoStrategy, ItsStateKeepsTheCurveAndWhatItLearnedBetweenGenerations) {

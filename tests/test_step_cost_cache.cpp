@@ -20,6 +20,7 @@ StepCosts three_points() {
   StepCosts c;
   c.sizes = {1, 2, 4};
   c.seconds = {0.001, 0.0012345678901, 0.002};
+  c.spread = {0.01, 0.02, 0.005};
   return c;
 }
 
@@ -34,6 +35,7 @@ TEST(StepCostCache, ACurveComesBackAsWrittenForItsKeyOnly) {
   ASSERT_TRUE(back);
   EXPECT_EQ(back->sizes, three_points().sizes);
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(back->seconds[i], three_points().seconds[i], 1e-12);
+  EXPECT_EQ(back->spread, three_points().spread);
   EXPECT_EQ(back->source, cache.file().string());
   EXPECT_EQ(cache.file().parent_path(), dir / "sub");
   // Another key names another file, and finds nothing.
@@ -50,22 +52,39 @@ TEST(StepCostCache, ACurveComesBackAsWrittenForItsKeyOnly) {
 TEST(StepCostCache, DamagedFilesAreIgnored) {
   const auto dir = test::temp_dir("step-cost-cache-damaged");
   const StepCostCache cache(dir, "k");
-  const std::string head = "fafo step costs 1\nkey k\n";
-  for (const std::string& body : {std::string("1 0.5\n2 abc\n"), std::string("2 0.5\n4 0.6\n"), std::string("1 0.5\n2 -1\n"),
-                                  std::string("1 0.5\n1 0.6\n"), std::string("1 nan\n"), std::string(""), std::string("1\n"),
-                                  std::string("1 0.5\n2"), std::string("1 0.5 7\n")}) {
+  const std::string head = "fafo step costs 2\nkey k\n";
+  for (const std::string& body : {std::string("1 0.5 0\n2 abc 0\n"), std::string("2 0.5 0\n4 0.6 0\n"), std::string("1 0.5 0\n2 -1 0\n"),
+                                  std::string("1 0.5 0\n1 0.6 0\n"), std::string("1 nan 0\n"), std::string(""), std::string("1\n"),
+                                  std::string("1 0.5 0\n2"), std::string("1 0.5 0 7\n"), std::string("1 0.5 -1\n"),
+                                  std::string("1 0.5\n")}) {
     write(cache.file(), head + body);
-    EXPECT_FALSE(cache.load()) << body;
+    std::string why;
+    EXPECT_FALSE(cache.load(&why)) << body;
+    EXPECT_EQ(why, "") << "damaged, not implausible: " << body;
   }
-  write(cache.file(), "fafo step costs 2\nkey k\n1 0.5\n");
+  write(cache.file(), "fafo step costs 1\nkey k\n1 0.5\n");
   EXPECT_FALSE(cache.load()) << "another format version";
-  write(cache.file(), head + "1 0.5\n2 0.75\n");
+  write(cache.file(), head + "1 0.5 0.01\n2 0.75 0.02\n");
   ASSERT_TRUE(cache.load());
   EXPECT_DOUBLE_EQ(cache.load()->relative(2), 1.5);
   // Storing replaces a damaged file.
   write(cache.file(), "garbage");
   ASSERT_EQ(cache.store(three_points()), "");
   EXPECT_TRUE(cache.load());
+}
+
+// The file: t(2) = 56 t(1), one step timed while the machine was busy. Never
+// trusted, and the reason says why.
+TEST(StepCostCache, AnImplausibleCurveIsNotTrusted) {
+  const auto dir = test::temp_dir("step-cost-cache-implausible");
+  const StepCostCache cache(dir, "k");
+  write(cache.file(), "fafo step costs 2\nkey k\n1 0.0001 0\n2 0.005609 0\n");
+  std::string why;
+  EXPECT_FALSE(cache.load(&why));
+  EXPECT_NE(why.find("the kept curve was implausible (t(2) is 56.09 t(1)"), std::string::npos) << why;
+  write(cache.file(), "fafo step costs 2\nkey k\n1 0.0001 0\n4 0.0002 0\n8 0.00015 0\n");
+  EXPECT_FALSE(cache.load(&why));
+  EXPECT_NE(why.find("a larger step cannot cost less"), std::string::npos) << why;
 }
 
 TEST(StepCostCache, AFolderThatCannotBeWrittenIsReported) {
@@ -102,6 +121,8 @@ TEST(StepCosts, InvalidCurvesAndTheirDescription) {
   EXPECT_EQ(three_points().invalid_reason(), "");
   StepCosts c = three_points();
   c.source = "measured";
+  EXPECT_EQ(c.describe(), "t(T)/t(1): 2 1.23 +-3%, 4 2.00 +-2% (measured)");
+  c.spread.clear();
   EXPECT_EQ(c.describe(), "t(T)/t(1): 2 1.23, 4 2.00 (measured)");
   c.sizes = {1, 4, 2};
   EXPECT_NE(c.invalid_reason(), "");

@@ -1,12 +1,17 @@
 // What `--strategy auto` keeps between generations on one sequence: the step-cost curve
-// t(T) (measured once for the model's weights, backend and cache type, and kept on disk
+// t(T) (measured for the model's weights, backend and cache type, and kept on disk
 // between runs by a StepCostCache) and what its controller learned (AutoMemory), so
-// that neither is measured again for every prompt. One per decoding run beside its
+// that neither is measured again for every prompt. The curve is measured again when
+// the machine no longer matches it: a kept file that is implausible
+// (StepCosts::implausible_reason), or one-token steps that took, over a generation,
+// more than 1.5x or less than 1/1.5 of its t(1) (follow_plain_steps). One per decoding run beside its
 // sequence (open_model makes one for each OpenedModel); a generation reads and updates
 // the one GenerationOptions::auto_state names. Not shared between threads.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <string>
 
 #include "fafo/auto_strategy.h"
 #include "fafo/step_cost_cache.h"
@@ -25,6 +30,13 @@ class AutoState {
   // step_costs().
   void set_step_cost_cache(std::optional<StepCostCache> cache);
   const std::optional<StepCostCache>& step_cost_cache() const { return step_cost_cache_; }
+  // After a generation that timed `steps` one-token steps at `seconds` each (a running
+  // estimate): when at least 32 were timed and they differ from the curve's t(1) by more
+  // than 1.5x either way, the curve is dropped, and the next generation measures it
+  // again (and says why in its source).
+  void follow_plain_steps(double seconds, int64_t steps);
+  // Why the next measurement is made ("" when nothing was kept, or it is the first).
+  const std::string& remeasure_reason() const { return remeasure_reason_; }
   // What the controller learned in earlier generations (steps and yields).
   AutoMemory& memory() { return memory_; }
 
@@ -32,6 +44,7 @@ class AutoState {
   StepCosts step_costs_;
   std::optional<StepCostCache> step_cost_cache_;
   AutoMemory memory_;
+  std::string remeasure_reason_;
 };
 
 }  // namespace fafo

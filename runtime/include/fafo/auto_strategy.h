@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,21 +23,46 @@
 
 namespace fafo {
 
-// t(T): measured points (T ascending, T = 1 first), linear between them and beyond the
-// last along the last segment's slope.
+// t(T): measured points (T ascending, T = 1 first; each the median of several timed
+// steps), linear between them. Beyond the last point the curve is not extrapolated:
+// at() gives the last point's time there, a lower bound (a larger step never costs
+// less), and measured() says which sizes were timed.
 struct StepCosts {
   std::vector<int32_t> sizes;
   std::vector<double> seconds;
+  // Per point, how far the timed steps scattered: half their interquartile range over
+  // the median (0.05: +-5 %); empty when unknown (a curve given by hand).
+  std::vector<double> spread;
+  // Points moved into the bounds of plausible() after re-measuring did not bring them
+  // there (timing noise no median removed).
+  int32_t bounded = 0;
   std::string source;  // where it came from, for messages: "measured", or the cache file it was read from
   bool empty() const { return sizes.empty(); }
   // Throws std::logic_error when empty.
   double at(int32_t T) const;
   double relative(int32_t T) const { return at(T) / at(1); }
+  bool measured(int32_t T) const;
   // Why these points cannot be a curve (sizes not starting at 1 or not increasing, times
   // not positive and finite, counts that differ), or "" when they can.
   std::string invalid_reason() const;
-  // One line for messages: "t(T)/t(1): 2 1.02, 4 1.10, 8 1.31 (SOURCE)".
+  // Why these points cannot be a device's costs, or "": a step of T tokens costs at
+  // least a step of fewer and at most as much as running it as several smaller steps,
+  // so between neighbours t(a) <= t(b) <= (b / a) t(a) (a < b), within `tolerance`
+  // (0.1: 10 %) for timing noise.
+  std::string implausible_reason(double tolerance = 0.1) const;
+  // Moves every point into those bounds (tolerance 0), from the first point on;
+  // counts the points moved in `bounded`.
+  void make_plausible();
+  // One line for messages: "t(T)/t(1): 2 1.02 +-3%, 4 1.10 +-1% (SOURCE)", only the
+  // measured points (and, when make_plausible moved some, how many).
   std::string describe() const;
+};
+
+// How measure_step_costs times a curve.
+struct StepTimingOptions {
+  int32_t rounds = 5;      // timed steps per size, medians taken (3 when a step takes over 50 ms)
+  int32_t remeasures = 2;  // extra rounds for a point implausible against its neighbour
+  double tolerance = 0.1;  // see StepCosts::implausible_reason
 };
 
 // A strategy and its parameters as auto may run it, and the most tokens one of its
@@ -61,6 +87,18 @@ struct AutoOptions {
   // yields on chat text are far below N, so trials of the others cost and never repay.
   double viable_fraction = 0.5;
   bool rotate = false;           // tests: every candidate in turn, one step each
+  // Probes of candidates the costs rule out (see AutoController::time_step): probe_steps
+  // steps each, at most probe_overhead of the time per candidate (0.02: 2 %), and never
+  // more often than every probe_every steps.
+  int32_t probe_steps = 4;
+  double probe_overhead = 0.02;
+  int32_t probe_every = 256;
+  // A timed step slower than a candidate's running cost moves it up by cost_rate times
+  // its log ratio, clipped to cost_clip (one 50x spike: +5 %); a faster one moves it down
+  // by cost_fall times its log ratio (timing noise only ever slows a step).
+  double cost_rate = 0.1;
+  double cost_clip = 0.5;
+  double cost_fall = 0.5;
 };
 
 // What a controller learned (steps run and running yield per candidate label), kept by
@@ -77,7 +115,7 @@ struct AutoMemory {
 // The decision of one step, for logs, --json and StepTrace.
 struct AutoDecision {
   int32_t candidate = 0;  // index into the controller's candidates (0: plain decoding)
-  std::string reason;     // "trial", "best", "revisit", "nothing pays", "rotate"
+  std::string reason;     // "trial", "best", "revisit", "nothing pays", "probe", "rotate"
   // The candidate ran before but not in the previous step: its window's guesses are for
   // a place the text has left, so the decoding loop starts it afresh, and its next N - 1
   // steps (for a 2D window; none for corpus drafting) count as warm-up, not as its yield.
@@ -98,17 +136,33 @@ class AutoController {
   AutoDecision choose();
   // After a step that ran candidate c and emitted `emitted` tokens.
   void observe(int32_t c, int32_t emitted);
+  // After a step of candidate c that held `tokens` tokens (a full one: c's step size, or
+  // fewer when its pool held fewer chains; plain decoding: 1) and took `seconds`. Each
+  // candidate's cost per step starts from the curve and follows these timings (a
+  // running estimate robust to slow outliers, see AutoOptions::cost_rate), so the choice
+  // follows a machine whose costs change. Once steps are timed, a candidate the costs
+  // rule out runs a few steps now and then (a "probe", at most AutoOptions::probe_overhead
+  // of the time) so that its cost is known again if the machine changed, and plain
+  // decoding is among the revisits while another candidate is best.
+  void time_step(int32_t c, int32_t tokens, double seconds);
 
   const std::vector<AutoCandidate>& candidates() const { return candidates_; }
   const StepCosts& costs() const { return costs_; }
   bool viable(int32_t c) const { return viable_[static_cast<size_t>(c)]; }
   // Expected tokens per second relative to plain decoding (1 for plain; 0 untried).
   double relative_speed(int32_t c) const;
+  // Candidate c's cost per step now, in seconds (the curve's, then followed by timings),
+  // and how many of its steps were timed.
+  double step_seconds(int32_t c) const { return cost_[static_cast<size_t>(c)]; }
+  int64_t timed_steps(int32_t c) const { return timed_[static_cast<size_t>(c)]; }
   // One line: what runs and why, with the numbers.
   std::string explain() const;
 
  private:
   int32_t best_tried() const;
+  void update_viability();
+  int32_t probe_candidate() const;
+  std::string cost_words(size_t c) const;
 
   StepCosts costs_;
   std::vector<AutoCandidate> candidates_;
@@ -118,6 +172,13 @@ class AutoController {
   std::vector<bool> started_;     // per candidate: chosen at least once
   std::vector<int64_t> steps_;    // per candidate, counted after the warm-up
   std::vector<double> yield_;     // running tokens per step
+  std::vector<double> cost_;      // per candidate: seconds per step (see time_step)
+  std::vector<int64_t> timed_;    // per candidate: steps timed
+  std::vector<int64_t> probed_at_;  // per candidate: the step of its last probe
+  int32_t revisits_ = 0;
+  bool any_timed_ = false;        // time_step was called
+  int32_t probing_ = -1;          // the candidate being probed, and until which step
+  int64_t probe_until_ = 0;
   int64_t step_ = 0;
   int32_t revisiting_ = -1;       // the candidate being revisited, and until which step
   int64_t revisit_until_ = 0;
@@ -126,11 +187,23 @@ class AutoController {
 
 class Model;
 
-// Measures t(T) for T = 1, 2, 4, ... 64 on `model`, after what it holds, without
-// committing anything; stops once a step costs more than `max_emitted` one-token steps
-// (no candidate emitting at most that many tokens can pay past it). Under a second on
-// a CPU, where that happens by T = 8.
-StepCosts measure_step_costs(Model& model, int32_t max_emitted);
+// Times a curve over `sizes` (ascending, 1 first) with `time_step(T)`, the seconds of
+// one step of T tokens: one untimed step of each size first (pipelines, caches), then
+// options.rounds steps per size alternating with steps of one token (so that a load
+// that comes and goes weighs on both), medians and spreads; a point implausible against
+// its neighbour (StepCosts::implausible_reason) is timed again, both of them, up to
+// options.remeasures times, and what is still out of bounds is moved into them
+// (StepCosts::make_plausible). Stops after a size whose step costs more than
+// `max_emitted` one-token steps: no candidate emitting at most that many tokens can pay
+// there or beyond.
+StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function<double(int32_t)>& time_step,
+                          int32_t max_emitted, const StepTimingOptions& options = {});
+
+// time_step_costs on `model`, after what it holds, without committing anything, over
+// T = 1, 2, 4 ... 64 and `extra_sizes` (the candidates' step sizes, so that their costs
+// are measured, not interpolated), as far as the context and the device's logit rows
+// allow. Under a second on a CPU for small models.
+StepCosts measure_step_costs(Model& model, int32_t max_emitted, const std::vector<int32_t>& extra_sizes = {});
 
 // The default grid auto chooses from: plain decoding, Lookahead and FAFO at a few
 // (W, N, G) from small to large steps, and with a corpus index (base.corpus) corpus

@@ -3,9 +3,10 @@
 //
 // One small text file per curve, named by a hash of its key: the model file (canonical
 // path, size, modification time), the backend and its device description (which names
-// the device and the threads), the KV cache type and fafo's version. The folder is
+// the device and the threads), the KV cache type and fafo's version; one line per point:
+// its size, median time and spread. The folder is
 // $FAFO_CACHE_DIR, else $XDG_CACHE_HOME/fafo, else ~/.cache/fafo. A file that cannot be
-// read, was written for another key or holds a malformed curve is ignored (the curve is
+// read, was written for another key or holds a malformed or implausible curve is ignored (the curve is
 // measured again and the file rewritten); one that cannot be written is reported, never
 // fatal. Deleting the folder makes every curve be measured again.
 #pragma once
@@ -33,8 +34,10 @@ class StepCostCache {
   const std::string& key() const { return key_; }
   const std::filesystem::path& file() const { return file_; }
 
-  // The curve kept for this key (its `source` names the file), or nothing.
-  std::optional<StepCosts> load() const;
+  // The curve kept for this key (its `source` names the file), or nothing. A curve the
+  // file holds but that no device could have (StepCosts::implausible_reason) is not
+  // returned either, and `why` (when given) then says why.
+  std::optional<StepCosts> load(std::string* why = nullptr) const;
   // Writes the curve (a temporary file renamed into place, so readers never see half of
   // one). Returns "" or why it could not be written.
   std::string store(const StepCosts& costs) const;

@@ -88,14 +88,21 @@ AutoController::AutoController(StepCosts costs, std::vector<AutoCandidate> candi
   yield_.assign(n, 0.0);
   warm_up_.assign(n, 0);
   started_.assign(n, false);
+  cost_.assign(n, 0.0);
+  timed_.assign(n, 0);
+  probed_at_.assign(n, 0);
   for (size_t c = 1; c < n; ++c) warm_up_[c] = window_warm_up(candidates_[c].options);
-  viable_[0] = true;
+  for (size_t c = 0; c < n; ++c) cost_[c] = costs_.at(c == 0 ? 1 : candidates_[c].step_tokens);
   yield_[0] = 1.0;
+  update_viability();
+}
+
+void AutoController::update_viability() {
   // A candidate can pay only if its best step (N tokens) beats N plain steps' cost; it is
   // tried only if it would pay at a fraction of that.
-  for (size_t c = 1; c < n; ++c)
-    viable_[c] = options_.viable_fraction * candidates_[c].max_emitted() * costs_.at(1) >
-                 costs_.at(candidates_[c].step_tokens);
+  viable_[0] = true;
+  for (size_t c = 1; c < candidates_.size(); ++c)
+    viable_[c] = options_.viable_fraction * candidates_[c].max_emitted() * cost_[0] > cost_[c];
 }
 
 void AutoController::recall(const AutoMemory& memory) {
@@ -121,7 +128,7 @@ double AutoController::relative_speed(int32_t c) const {
   const size_t i = static_cast<size_t>(c);
   if (i == 0) return 1.0;
   if (steps_[i] == 0) return 0.0;
-  return yield_[i] * costs_.at(1) / costs_.at(candidates_[i].step_tokens);
+  return yield_[i] * cost_[0] / cost_[i];
 }
 
 int32_t AutoController::best_tried() const {
@@ -146,10 +153,20 @@ AutoDecision AutoController::choose() {
     if (viable_[c] && steps_[c] < options_.trial_steps &&
         (trial < 0 || candidates_[c].step_tokens < candidates_[static_cast<size_t>(trial)].step_tokens))
       trial = static_cast<int32_t>(c);
+  const bool revisit_running = revisiting_ >= 0 && step_ <= revisit_until_;
+  const bool probe_running = probing_ >= 0 && step_ <= probe_until_;
+  const int32_t probe = trial < 0 && !revisit_running && !probe_running ? probe_candidate() : -1;
   if (trial >= 0) {
     d = {trial, "trial"};
-  } else if (revisiting_ >= 0 && step_ <= revisit_until_) {
+  } else if (revisit_running) {
     d = {revisiting_, "revisit"};
+  } else if (probe_running) {
+    d = {probing_, "probe"};
+  } else if (probe >= 0) {
+    probing_ = probe;
+    probe_until_ = step_ + options_.probe_steps - 1;
+    probed_at_[static_cast<size_t>(probe)] = step_;
+    d = {probe, "probe"};
   } else {
     revisiting_ = -1;
     const int32_t best = best_tried();
@@ -162,6 +179,10 @@ AutoDecision AutoController::choose() {
         if (viable_[c] && static_cast<int32_t>(c) != best &&
             (other < 0 || relative_speed(static_cast<int32_t>(c)) > relative_speed(other)))
           other = static_cast<int32_t>(c);
+      // Every other revisit while another candidate is best is plain decoding's, when steps
+      // are timed: its cost, which every candidate is weighed against, is timed again.
+      if (best != 0 && any_timed_ && (other < 0 || revisits_ % 2 == 1)) other = 0;
+      if (other >= 0) ++revisits_;
       if (other >= 0) {
         revisiting_ = other;
         // Its window starts afresh: the warm-up, then the steps that count.
@@ -184,6 +205,7 @@ void AutoController::observe(int32_t c, int32_t emitted) {
   if (c < 0 || static_cast<size_t>(c) >= candidates_.size()) throw std::out_of_range("auto: no such candidate");
   const size_t i = static_cast<size_t>(c);
   if (i == 0) return;  // plain decoding always emits one token
+  if (last_.reason == "probe" && last_.candidate == c) return;  // a probe times a step; its window guessed nothing yet
   if (warm_up_[i] > 0) {
     --warm_up_[i];
     return;
@@ -194,29 +216,92 @@ void AutoController::observe(int32_t c, int32_t emitted) {
   yield_[i] += w * (static_cast<double>(emitted) - yield_[i]);
 }
 
+void AutoController::time_step(int32_t c, int32_t tokens, double seconds) {
+  if (c < 0 || static_cast<size_t>(c) >= candidates_.size()) throw std::out_of_range("auto: no such candidate");
+  if (!(seconds > 0) || !std::isfinite(seconds) || tokens < 1) return;
+  const size_t i = static_cast<size_t>(c);
+  // A step smaller than the candidate's (fewer chains in its pool) counts at the
+  // candidate's size, scaled along the curve.
+  const int32_t full = i == 0 ? 1 : candidates_[i].step_tokens;
+  const double sample = tokens == full ? seconds : seconds * costs_.at(full) / costs_.at(tokens);
+  // In log: a running average. Timing noise makes steps slower, never faster than their
+  // work: a slower step moves the cost up by a clipped small step (one 50x spike: +5 %; a
+  // machine that stays slower: all the way in a few dozen steps), a faster one moves it
+  // halfway down at once.
+  const double x = std::log(sample / cost_[i]);
+  cost_[i] *= std::exp(x > 0 ? options_.cost_rate * std::min(x, options_.cost_clip) : options_.cost_fall * x);
+  ++timed_[i];
+  any_timed_ = true;
+  update_viability();
+}
+
+int32_t AutoController::probe_candidate() const {
+  if (!any_timed_) return -1;  // steps are not timed: a probe would learn nothing
+  int32_t pick = -1;
+  for (size_t c = 1; c < candidates_.size(); ++c) {
+    if (viable_[c]) continue;
+    // Its probe's extra time over plain steps, spread over the interval, stays under the overhead.
+    const double extra = options_.probe_steps * std::max(0.0, cost_[c] / cost_[0] - 1);
+    const double interval = std::max(static_cast<double>(options_.probe_every), std::ceil(extra / options_.probe_overhead));
+    if (static_cast<double>(step_ - probed_at_[c]) < interval) continue;
+    if (pick < 0 || cost_[c] < cost_[static_cast<size_t>(pick)]) pick = static_cast<int32_t>(c);
+  }
+  return pick;
+}
+
+std::string AutoController::cost_words(size_t c) const {
+  const int32_t T = candidates_[c].step_tokens;
+  char buf[160];
+  if (timed_[c] > 0 && timed_[0] > 0) {
+    std::snprintf(buf, sizeof buf, "%.2f one-token steps (%lld of its steps timed)", cost_[c] / cost_[0],
+                  static_cast<long long>(timed_[c]));
+  } else if (costs_.measured(T)) {
+    const size_t p = static_cast<size_t>(std::find(costs_.sizes.begin(), costs_.sizes.end(), T) - costs_.sizes.begin());
+    if (costs_.spread.empty())
+      std::snprintf(buf, sizeof buf, "t(%d)/t(1) = %.2f", T, costs_.relative(T));
+    else
+      std::snprintf(buf, sizeof buf, "t(%d)/t(1) = %.2f +-%.0f%%", T, costs_.relative(T), 100 * (costs_.spread[p] + costs_.spread[0]));
+  } else if (T > costs_.sizes.back()) {
+    std::snprintf(buf, sizeof buf, "t(%d)/t(1) >= t(%d)/t(1) = %.2f", T, costs_.sizes.back(), costs_.relative(costs_.sizes.back()));
+  } else {
+    std::snprintf(buf, sizeof buf, "t(%d)/t(1) = %.2f (between measured sizes)", T, costs_.relative(T));
+  }
+  return buf;
+}
+
 std::string AutoController::explain() const {
   const size_t c = static_cast<size_t>(last_.candidate);
-  char buf[256];
+  char buf[384];
   if (c == 0) {
     if (std::count(viable_.begin() + 1, viable_.end(), true) == 0) {
-      // The cheapest multi-token candidate's bound, to say why nothing pays.
+      // The cheapest multi-token candidate, to say why nothing pays.
       size_t cheapest = 1;
       for (size_t i = 1; i < candidates_.size(); ++i)
-        if (candidates_[i].step_tokens < candidates_[cheapest].step_tokens) cheapest = i;
+        if (cost_[i] < cost_[cheapest]) cheapest = i;
       if (cheapest < candidates_.size())
-        std::snprintf(buf, sizeof buf, "ar: no strategy can pay here (the cheapest, %s, costs t(%d)/t(1) = %.2f for at most %d tokens)",
-                      candidates_[cheapest].label().c_str(), candidates_[cheapest].step_tokens,
-                      costs_.relative(candidates_[cheapest].step_tokens), candidates_[cheapest].max_emitted());
+        std::snprintf(buf, sizeof buf, "ar: no strategy can pay here (the cheapest, %s, a %d-token step, costs %s for at most %d tokens)",
+                      candidates_[cheapest].label().c_str(), candidates_[cheapest].step_tokens, cost_words(cheapest).c_str(),
+                      candidates_[cheapest].max_emitted());
       else
         std::snprintf(buf, sizeof buf, "ar: no other candidate");
+      return buf;
+    }
+    if (last_.reason == "revisit" && best_tried() > 0) {
+      const size_t best = static_cast<size_t>(best_tried());
+      std::snprintf(buf, sizeof buf, "ar (revisit): plain decoding timed again beside the best, %s at %.2fx",
+                    candidates_[best].label().c_str(), relative_speed(static_cast<int32_t>(best)));
       return buf;
     }
     std::snprintf(buf, sizeof buf, "ar (%s): no tried strategy beats plain decoding", last_.reason.c_str());
     return buf;
   }
-  std::snprintf(buf, sizeof buf, "%s (%s): %.2f tokens/step at t(%d)/t(1) = %.2f -> %.2fx plain decoding",
-                candidates_[c].label().c_str(), last_.reason.c_str(), yield_[c], candidates_[c].step_tokens,
-                costs_.relative(candidates_[c].step_tokens), relative_speed(static_cast<int32_t>(c)));
+  if (last_.reason == "probe") {
+    std::snprintf(buf, sizeof buf, "%s (probe): a few steps of a strategy its costs rule out, timed again; it costs %s",
+                  candidates_[c].label().c_str(), cost_words(c).c_str());
+    return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%s (%s): %.2f tokens/step at %s -> %.2fx plain decoding", candidates_[c].label().c_str(),
+                last_.reason.c_str(), yield_[c], cost_words(c).c_str(), relative_speed(static_cast<int32_t>(c)));
   return buf;
 }
 

@@ -334,7 +334,9 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     AutoState* kept = options.auto_state;
     StepCosts costs = !options.step_costs.empty() ? options.step_costs : kept ? kept->step_costs() : StepCosts{};
     if (costs.empty()) {
-      costs = measure_step_costs(model, max_emitted);
+      std::vector<int32_t> candidate_sizes;
+      for (const AutoCandidate& c : candidates) candidate_sizes.push_back(c.step_tokens);
+      costs = measure_step_costs(model, max_emitted, candidate_sizes);
       // Kept for later generations (and runs) unless the context cut it short.
       if (kept && !costs.empty() && (costs.sizes.back() >= 8 || costs.relative(costs.sizes.back()) > max_emitted)) {
         kept->set_step_costs(std::move(costs));
@@ -433,7 +435,10 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     if (!full_step) layout = StepLayout(model.n_past(), input);  // a plain step
     trace.step_built(layout, full_step);
 
+    const Clock::time_point step_start = Clock::now();
     forward_step(model, layout, sampler, top_k);
+    if (controller && !shares_steps(model))
+      controller->time_step(full_step ? chosen : 0, layout.size(), std::chrono::duration<double>(Clock::now() - step_start).count());
     trace.forward_done();
 
     const Verdict verdict = sampler.greedy() ? verify_greedy(layout) : verify_sampling(layout, sampler, seed, static_cast<int64_t>(result.ids.size()));
@@ -454,6 +459,10 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     if (options.auto_state) {
       options.auto_state->memory() = controller->memory();
       options.auto_state->memory().context = auto_context;
+      // A kept curve whose one-token steps no longer take what it says is measured again
+      // by the next generation.
+      if (options.step_costs.empty())
+        options.auto_state->follow_plain_steps(controller->step_seconds(0), controller->timed_steps(0));
     }
     result.auto_summary = controller->explain();
     if (shared_steps > 0)

@@ -18,7 +18,7 @@
 namespace fafo {
 namespace {
 
-constexpr const char* kMagic = "fafo step costs 1";
+constexpr const char* kMagic = "fafo step costs 2";
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -51,24 +51,32 @@ StepCostCache StepCostCache::for_model(const std::filesystem::path& dir, const s
   return StepCostCache(dir, key.str());
 }
 
-std::optional<StepCosts> StepCostCache::load() const {
+std::optional<StepCosts> StepCostCache::load(std::string* why) const {
   std::ifstream in(file_);
   if (!in) return std::nullopt;
   std::string magic, key_line;
   if (!std::getline(in, magic) || magic != kMagic) return std::nullopt;
   if (!std::getline(in, key_line) || key_line != "key " + key_) return std::nullopt;
   StepCosts costs;
-  // One point per line: exactly a size and a time (a partial or malformed line: no curve).
+  // One point per line: exactly a size, a time and a spread (a partial or malformed line:
+  // no curve).
   for (std::string line; std::getline(in, line);) {
     std::istringstream fields(line);
     int32_t T = 0;
-    double seconds = 0;
+    double seconds = 0, spread = 0;
     std::string rest;
-    if (!(fields >> T >> seconds) || (fields >> rest) || costs.sizes.size() >= 64) return std::nullopt;
+    if (!(fields >> T >> seconds >> spread) || (fields >> rest) || costs.sizes.size() >= 64) return std::nullopt;
     costs.sizes.push_back(T);
     costs.seconds.push_back(seconds);
+    costs.spread.push_back(spread);
   }
   if (!costs.invalid_reason().empty()) return std::nullopt;
+  // A curve no device could have (say, one timed while the machine was busy by an older
+  // version) is not trusted either.
+  if (const std::string implausible = costs.implausible_reason(); !implausible.empty()) {
+    if (why) *why = "the kept curve was implausible (" + implausible + ")";
+    return std::nullopt;
+  }
   costs.source = file_.string();
   return costs;
 }
@@ -83,9 +91,9 @@ std::string StepCostCache::store(const StepCosts& costs) const {
     std::ofstream out(temporary, std::ios::trunc);
     if (!out) return "cannot write " + temporary.string();
     out << kMagic << "\nkey " << key_ << "\n";
-    char line[64];
+    char line[96];
     for (size_t i = 0; i < costs.sizes.size(); ++i) {
-      std::snprintf(line, sizeof line, "%d %.9g\n", costs.sizes[i], costs.seconds[i]);
+      std::snprintf(line, sizeof line, "%d %.9g %.4g\n", costs.sizes[i], costs.seconds[i], costs.spread.empty() ? 0.0 : costs.spread[i]);
       out << line;
     }
     out.flush();

@@ -1,9 +1,10 @@
-// The step-cost curve t(T) of --strategy auto (fafo/auto_strategy.h): interpolation, and
-// its measurement on the model itself.
+// The step-cost curve t(T) of --strategy auto (fafo/auto_strategy.h): interpolation,
+// plausibility, and its measurement on the model itself.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -15,41 +16,142 @@ namespace fafo {
 
 double StepCosts::at(int32_t T) const {
   if (sizes.empty() || sizes.size() != seconds.size()) throw std::logic_error("StepCosts: no measurements");
-  if (sizes.size() == 1) return seconds[0] * T / sizes[0];
   if (T <= sizes[0]) return seconds[0];
+  if (T >= sizes.back()) return seconds.back();  // beyond: a lower bound, never extrapolated
   size_t i = 1;
-  while (i + 1 < sizes.size() && sizes[i] < T) ++i;
-  // The segment [i - 1, i] holds T, or is the last one (extrapolated along its slope).
+  while (sizes[i] < T) ++i;
   const double x0 = sizes[i - 1], x1 = sizes[i], y0 = seconds[i - 1], y1 = seconds[i];
-  // Never below the last measurement beyond it, whatever the last segment's slope.
-  const double t = y0 + (y1 - y0) * (T - x0) / (x1 - x0);
-  return T > sizes.back() ? std::max(t, seconds.back()) : t;
+  return y0 + (y1 - y0) * (T - x0) / (x1 - x0);
 }
+
+bool StepCosts::measured(int32_t T) const { return std::find(sizes.begin(), sizes.end(), T) != sizes.end(); }
 
 std::string StepCosts::invalid_reason() const {
   if (sizes.empty()) return "no points";
   if (sizes.size() != seconds.size()) return "sizes and times differ in count";
+  if (!spread.empty() && spread.size() != sizes.size()) return "sizes and spreads differ in count";
   if (sizes[0] != 1) return "the first size is not 1";
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (!(seconds[i] > 0) || !std::isfinite(seconds[i])) return "a time is not positive and finite";
+    if (!spread.empty() && !(spread[i] >= 0 && std::isfinite(spread[i]))) return "a spread is not finite and >= 0";
     if (i > 0 && sizes[i] <= sizes[i - 1]) return "the sizes do not increase";
   }
   return "";
 }
 
+std::string StepCosts::implausible_reason(double tolerance) const {
+  if (std::string why = invalid_reason(); !why.empty()) return why;
+  char buf[192];
+  constexpr double kRounding = 1e-12;  // make_plausible's bounds, as rounded
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    const double ratio = seconds[i] / seconds[i - 1], most = static_cast<double>(sizes[i]) / sizes[i - 1];
+    if (ratio < (1 - tolerance) * (1 - kRounding)) {
+      std::snprintf(buf, sizeof buf, "t(%d) is %.2f t(%d): a larger step cannot cost less", sizes[i], ratio, sizes[i - 1]);
+      return buf;
+    }
+    if (ratio > most * (1 + tolerance) * (1 + kRounding)) {
+      std::snprintf(buf, sizeof buf, "t(%d) is %.2f t(%d), more than the %.2g steps of %d tokens it could be run as", sizes[i],
+                    ratio, sizes[i - 1], most, sizes[i - 1]);
+      return buf;
+    }
+  }
+  return "";
+}
+
+void StepCosts::make_plausible() {
+  for (size_t i = 1; i < sizes.size(); ++i) {
+    const double lo = seconds[i - 1], hi = seconds[i - 1] * sizes[i] / sizes[i - 1];
+    const double t = std::clamp(seconds[i], lo, hi);
+    if (t != seconds[i]) {
+      seconds[i] = t;
+      ++bounded;
+    }
+  }
+}
+
 std::string StepCosts::describe() const {
   if (!invalid_reason().empty()) return "no step costs";
   std::string s = "t(T)/t(1):";
-  char buf[48];
+  char buf[64];
   for (size_t i = 1; i < sizes.size(); ++i) {
     std::snprintf(buf, sizeof buf, "%s %d %.2f", i > 1 ? "," : "", sizes[i], seconds[i] / seconds[0]);
     s += buf;
+    if (!spread.empty()) {
+      // The ratio's spread: its two medians' spreads added.
+      std::snprintf(buf, sizeof buf, " +-%.0f%%", 100 * (spread[i] + spread[0]));
+      s += buf;
+    }
   }
   if (sizes.size() == 1) s += " one point";
+  if (bounded > 0) {
+    std::snprintf(buf, sizeof buf, "; %d point%s held to at most (b/a) t(a)", bounded, bounded == 1 ? "" : "s");
+    s += buf;
+  }
   return s + (source.empty() ? "" : " (" + source + ")");
 }
 
-StepCosts measure_step_costs(Model& model, int32_t max_emitted) {
+namespace {
+
+// The median and half the interquartile range over the median of some timings.
+std::pair<double, double> median_and_spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  const double q1 = v[(n - 1) / 4], q3 = v[n - 1 - (n - 1) / 4];
+  return {median, median > 0 ? (q3 - q1) / 2 / median : 0.0};
+}
+
+}  // namespace
+
+StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function<double(int32_t)>& time_step,
+                          int32_t max_emitted, const StepTimingOptions& options) {
+  if (sizes.empty() || sizes[0] != 1) throw std::invalid_argument("time_step_costs: the sizes must start at 1");
+  std::map<int32_t, std::vector<double>> samples;
+  StepCosts costs;
+  costs.source = "measured";
+  auto settle = [&](size_t i) {
+    const auto [median, spread] = median_and_spread(samples[costs.sizes[i]]);
+    costs.seconds[i] = median;
+    costs.spread[i] = spread;
+  };
+  // `rounds` steps of T, each after one of 1 token (whose timings join t(1)'s).
+  auto time_rounds = [&](int32_t T, int32_t rounds) {
+    for (int32_t r = 0; r < rounds; ++r) {
+      if (T != 1) samples[1].push_back(time_step(1));
+      samples[T].push_back(time_step(T));
+    }
+  };
+  time_step(1);  // untimed: pipelines, caches
+  int32_t rounds = options.rounds;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int32_t T = sizes[i];
+    if (i > 0 && T <= sizes[i - 1]) throw std::invalid_argument("time_step_costs: the sizes must increase");
+    if (i > 0) time_step(T);  // untimed, as for T = 1
+    time_rounds(T, rounds);
+    // Slow steps (large models on a CPU): fewer rounds from here on.
+    if (i == 0 && samples[1].front() > 0.05) rounds = std::min(rounds, 3);
+    costs.sizes.push_back(T);
+    costs.seconds.push_back(0);
+    costs.spread.push_back(0);
+    settle(0);
+    settle(i);
+    // Against its neighbour: timed again, both, while implausible.
+    for (int32_t again = 0; i > 0 && again < options.remeasures; ++again) {
+      StepCosts pair;
+      pair.sizes = {costs.sizes[i - 1], T};
+      pair.seconds = {costs.seconds[i - 1], costs.seconds[i]};
+      if (pair.implausible_reason(options.tolerance).empty()) break;
+      if (i - 1 > 0) time_rounds(costs.sizes[i - 1], rounds);
+      time_rounds(T, rounds);
+      for (size_t k = 0; k <= i; ++k) settle(k);
+    }
+    if (costs.seconds[i] / costs.seconds[0] > max_emitted) break;
+  }
+  costs.make_plausible();
+  return costs;
+}
+
+StepCosts measure_step_costs(Model& model, int32_t max_emitted, const std::vector<int32_t>& extra_sizes) {
   // Steps of T tokens after what the model holds, never committed (the slots they write
   // are past the context and rewritten by the next real step). Every row wants logits,
   // as in a multi-token step; like greedy decoding, only each row's argmax is read back.
@@ -63,20 +165,13 @@ StepCosts measure_step_costs(Model& model, int32_t max_emitted) {
     model.forward_argmax(b);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  StepCosts costs;
-  costs.source = "measured";
-  run(1);  // warm-up: pipelines, caches
-  for (int32_t T = 1; T <= 64; T *= 2) {
-    if (model.n_past() + T > model.n_ctx() || T > model.max_logit_rows()) break;
-    // A larger step never counts as cheaper than a smaller one (timing noise).
-    const double seconds = std::max(std::min(run(T), run(T)), costs.seconds.empty() ? 0.0 : costs.seconds.back());
-    costs.sizes.push_back(T);
-    costs.seconds.push_back(seconds);
-    // Larger steps cost more still: once a step costs more than the most tokens any
-    // candidate emits, none of them can pay, and the rest is extrapolated.
-    if (costs.relative(T) > max_emitted) break;
-  }
-  return costs;
+  std::vector<int32_t> sizes = extra_sizes;
+  for (int32_t T = 1; T <= 64; T *= 2) sizes.push_back(T);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  std::erase_if(sizes, [&](int32_t T) { return T < 1 || model.n_past() + T > model.n_ctx() || T > model.max_logit_rows(); });
+  if (sizes.empty()) return {};  // a full context: no step fits
+  return time_step_costs(sizes, run, max_emitted);
 }
 
 }  // namespace fafo
