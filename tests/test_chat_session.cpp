@@ -224,6 +224,33 @@ TEST_F(ChatSessionOnStories, AFullContextShiftsOutTheOldestTurnsExactly) {
   EXPECT_TRUE(refused);
 }
 
+// A reply never reserves more than half the context, whatever n_predict asks: in a
+// context of 512 tokens, n_predict 1000 answers (at most 256 tokens) instead of refusing
+// every turn. A turn refused for a full context carries its numbers.
+TEST_F(ChatSessionOnStories, AReplyReservesAtMostHalfTheContext) {
+  ChatSession chat = session();
+  EXPECT_EQ(chat.reply_limit(1000), 256);
+  EXPECT_EQ(chat.reply_limit(100), 100);
+  EXPECT_EQ(chat.reply_limit(-1), -1);
+  GenerationOptions o = greedy(1000);
+  o.stop_at_end_of_generation = false;
+  for (int i = 0; i < 3; ++i) {
+    const ChatTurnResult r = chat.turn("Tell me a story", o);
+    ASSERT_TRUE(r.in_history);
+    EXPECT_LE(r.generation.ids.size(), 256u);
+    EXPECT_LE(m_->model->n_past(), 512);
+  }
+  try {
+    chat.turn(std::string(3000, 'a'), greedy(10));
+    FAIL() << "a turn longer than the context ran";
+  } catch (const ChatTurnError& e) {
+    EXPECT_EQ(e.kind(), ChatTurnError::Kind::ContextFull);
+    EXPECT_GT(e.need().turn_tokens, 512);
+    EXPECT_EQ(e.need().reply_tokens, 10);
+    EXPECT_EQ(e.need().n_ctx, 512);
+  }
+}
+
 // A template that amplifies stops at the cap the context gives: the turn is refused,
 // saying so, and the conversation is kept.
 TEST_F(ChatSessionOnStories, AHostileTemplateIsRefusedAndTheConversationKept) {

@@ -62,7 +62,7 @@ struct TurnStats {
 
 std::vector<TurnStats> parse_stats(const std::string& err) {
   static const std::regex line(
-      R"(fafo: (\d+) tokens in [0-9.]+ s \([0-9.]+ tokens/s\); prompt (\d+) tokens in [0-9.]+ s: (\d+) new, (\d+) reused from the cache; context \d+/\d+; stop: ([^\n]+))");
+      R"(fafo: (\d+) tokens? in [0-9.]+ s \([0-9.]+ tokens/s\); prompt (\d+) tokens? in [0-9.]+ s: (\d+) new, (\d+) reused from the cache; context \d+/\d+; stop: ([^\n]+))");
   std::vector<TurnStats> out;
   for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator(); ++it) {
     const std::smatch& m = *it;
@@ -292,6 +292,40 @@ TEST(CliChat, TwentyTurnsKeepGoingPastAFullContext) {
   EXPECT_EQ(strict_code, 0) << strict_err;
   EXPECT_NE(strict_err.find("the context is full"), std::string::npos) << strict_err;
   EXPECT_EQ(strict_err.find("context shift: the oldest"), std::string::npos) << strict_err;
+}
+
+// In a small context the default reply length (512) does not refuse every turn: a reply
+// gets at most half the context, and one line says so. A turn that cannot fit names the
+// flags that would let it (-n, -c), not /reset, which cannot help it.
+TEST(CliChat, ASmallContextAnswersAndARefusalNamesTheFlags) {
+  const auto dir = fafo::test::temp_dir("chat-small");
+  const std::string err_path = (dir / "stderr.txt").string();
+  const std::string fafo = fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string());
+  const auto [code, out] = shell("printf 'Hello\\nOnce upon a time\\n' | timeout 120 env -u FAFO_MODEL " + fafo +
+                                 " chat -c 256 --temp 0 2>" + fafo::test::shell_quote(err_path));
+  const std::string err = fafo::test::read_text(err_path);
+  EXPECT_EQ(code, 0) << err;
+  const std::vector<TurnStats> stats = parse_stats(err);
+  ASSERT_EQ(stats.size(), 2u) << err;
+  for (const TurnStats& s : stats) EXPECT_LE(s.generated, 128) << err;
+  EXPECT_NE(err.find("fafo chat: a reply stops at 128 tokens, half of the 256-token context, not at -n 512; a larger -c "
+                     "gives replies more room\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("the context is full"), std::string::npos) << err;
+
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  // "Hello" in chatml is 44 tokens: with 32 for the reply it does not fit in 64.
+  const auto [refused_code, refused_out] = shell("printf 'Hello\\n' | timeout 120 " + fafo + " chat " +
+                                                 model_args(model, "-c 64 -n 32") + " 2>" + fafo::test::shell_quote(err_path));
+  const std::string refused = fafo::test::read_text(err_path);
+  EXPECT_EQ(refused_code, 0) << refused;
+  EXPECT_NE(refused.find("fafo: the context is full: this turn needs 44 tokens even with every earlier turn left out, and "
+                         "32 for the reply; the context holds 64; restart with -n 20 (a shorter reply) or a larger -c "
+                         "(this model was trained on 2048 tokens)\n"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(refused.rfind("/reset"), refused.find("/reset starts over")) << "only the banner names /reset: " << refused;
 }
 
 TEST(CliChat, WithoutATemplateItWarnsAndUsesChatml) {

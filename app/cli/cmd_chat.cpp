@@ -25,7 +25,10 @@
 #include "chat_flags.h"
 #include "generation_flags.h"
 #include "default_model.h"
+#include "input_files.h"
 #include "model_flags.h"
+#include "plural.h"
+#include "training_context.h"
 
 namespace fafo::cli {
 
@@ -101,6 +104,21 @@ std::string trim(const std::string& s) {
 
 // ---- one turn ----------------------------------------------------------------------------
 
+// What would let a turn refused for a full context run, after its numbers: the flags to
+// restart with (-n for a shorter reply when the turn alone fits, -c for a longer
+// context) and, without the context shift, /reset.
+std::string context_full_advice(ChatSession& session, const ChatTurnError::Need& need) {
+  std::string advice = "; ";
+  if (!session.context_shift()) advice += "/reset starts a new conversation, or ";
+  advice += "restart with ";
+  if (need.turn_tokens < need.n_ctx)
+    advice += "-n " + std::to_string(need.n_ctx - need.turn_tokens) + " (a shorter reply) or ";
+  advice += "a larger -c (this model was trained on " + std::to_string(session.model().config().n_ctx_train) +
+            " tokens)";
+  if (need.turn_tokens >= need.n_ctx) advice += ", or send a shorter message";
+  return advice;
+}
+
 // How a turn ended for the loop: done (replied, stopped or refused), or the model must
 // be opened again (its device was lost, or its file changed).
 enum class TurnOutcome { Done, Reopen };
@@ -127,7 +145,7 @@ TurnOutcome run_turn(ChatSession& session, AutoState* auto_state, const ChatArgs
         [] { return g_interrupted.load(); });
   } catch (const ChatTurnError& e) {
     std::fprintf(stderr, "fafo: %s%s\n", e.what(),
-                 e.kind() == ChatTurnError::Kind::ContextFull ? "; /reset starts a new conversation" : "");
+                 e.kind() == ChatTurnError::Kind::ContextFull ? context_full_advice(session, e.need()).c_str() : "");
     return TurnOutcome::Done;
   } catch (const DeviceError& e) {
     std::fputs("\n", stdout);
@@ -170,13 +188,17 @@ TurnOutcome run_turn(ChatSession& session, AutoState* auto_state, const ChatArgs
                  model.n_ctx());
   const char* stop = r.stop == ChatStop::Stopped ? "interrupted (Ctrl-C)" : chat_stop_text(r.stop);
   std::fprintf(stderr,
-               "fafo: %zu tokens in %.3f s (%.1f tokens/s); prompt %zu tokens in %.3f s: %zu new, %d reused from the "
-               "cache; context %d/%d; stop: %s\n",
-               g.ids.size(), g.decode_seconds, g.tokens_per_second(), r.prompt_tokens, g.prefill_seconds, r.new_tokens,
-               r.reused, model.n_past(), model.n_ctx(), stop);
+               "fafo: %s in %.3f s (%.1f tokens/s); prompt %s in %.3f s: %zu new, %d reused from the cache; context "
+               "%d/%d; stop: %s\n",
+               app::count_of(static_cast<int64_t>(g.ids.size()), "token").c_str(), g.decode_seconds,
+               g.tokens_per_second(), app::count_of(static_cast<int64_t>(r.prompt_tokens), "token").c_str(),
+               g.prefill_seconds, r.new_tokens, r.reused, model.n_past(), model.n_ctx(), stop);
   if (!g.auto_summary.empty())
     std::fprintf(stderr, "fafo: auto: %s; step costs %s\n", g.auto_summary.c_str(), g.step_costs.describe().c_str());
-  if (g.stop == StopReason::ContextFull) std::fprintf(stderr, "fafo: the context is full; /reset starts a new conversation\n");
+  if (g.stop == StopReason::ContextFull)
+    std::fprintf(stderr, "fafo: the context is full; %s\n",
+                 session.context_shift() ? "the next message lets the oldest turns leave, /reset starts a new conversation"
+                                         : "/reset starts a new conversation");
   g_interrupted.store(false);
   return TurnOutcome::Done;
 }
@@ -218,16 +240,21 @@ bool reopen_chat(Chat& chat, ChatArgs& args) {
     return false;
   }
   if (!history.empty()) chat.session->restore(history);
-  std::fprintf(stderr, "fafo: the model is open again on %s; the conversation goes on (%zu messages)\n",
-               chat.model->model->backend().name().c_str(), history.size());
+  std::fprintf(stderr, "fafo: the model is open again on %s; the conversation goes on (%s)\n",
+               chat.model->model->backend().name().c_str(),
+               app::count_of(static_cast<int64_t>(history.size()), "message").c_str());
   return true;
 }
 
 int run_chat(ChatArgs& args) {
   if (!*args.seed_given) args.sampling.seed = std::random_device{}();
   Sampler check_options(args.sampling);  // reject bad options before loading anything
+  app::require_readable_file(args.open.path);
+  app::require_decoding_files(args.decoding);
+  app::require_chat_template_file(args.open.chat_template);
 
   Chat chat = open_chat(args);
+  app::warn_if_past_training_context(*chat.model->model);
   attach_corpus(args.decoding, chat.model->tokenizer->vocab());
   const OpenedModel& m = *chat.model;
   if (!m.chat.note.empty())
@@ -245,6 +272,11 @@ int run_chat(ChatArgs& args) {
                m.model->config().arch.c_str(), m.model->backend().name().c_str(), m.model->n_ctx(),
                template_name == "gguf" ? "from the model (tokenizer.chat_template)" : template_name.c_str(),
                chat.session->turn_end().empty() ? "" : (", turn end " + chat.session->turn_end()).c_str());
+  if (const int32_t limit = chat.session->reply_limit(args.n_predict); limit < args.n_predict)
+    std::fprintf(stderr,
+                 "fafo chat: a reply stops at %d tokens, half of the %d-token context, not at -n %d; a larger -c gives "
+                 "replies more room\n",
+                 limit, m.model->n_ctx(), args.n_predict);
   std::fprintf(stderr, "Type a message and press Enter. /reset starts over, /exit or Ctrl-D quits, Ctrl-C stops a reply.\n");
 
   InterruptHandler interrupts;

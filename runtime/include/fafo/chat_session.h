@@ -9,10 +9,15 @@
 // held back and cut off) and ends at an end-of-generation token, at the turn-end
 // text, at n_predict tokens, at a full context, or when the caller's stop flag is set.
 //
-// Context shift: when a new turn and room for its reply (n_predict tokens, or one when
-// unlimited) would not fit in the context, the oldest turns after the system message
-// leave the conversation, whole user-assistant pairs, until the rendering takes about
-// half of the context at most, and the rest is prefilled again from an empty cache —
+// The reply's room: a reply is at most n_predict tokens and never more than half the
+// context (reply_limit()), so that a turn always has the other half; unlimited
+// (n_predict <= 0) reserves one token and the reply ends at a full context.
+//
+// Context shift: when a new turn and the reply's room would not fit in the context,
+// the oldest turns after the system message leave the conversation, whole
+// user-assistant pairs, until the rendering and the reply's room take about half of
+// the context at most (the rendering keeps up to a quarter of it when the reply's room
+// is larger than a quarter), and the rest is prefilled again from an empty cache —
 // exactly as a new session on the shortened conversation would (restore()). A turn
 // that cannot fit even alone is refused (ChatTurnError::Kind::ContextFull, with the
 // numbers) and the conversation is kept. set_context_shift(false) refuses instead.
@@ -44,11 +49,23 @@ const char* chat_stop_text(ChatStop s);
 class ChatTurnError : public std::runtime_error {
  public:
   enum class Kind { TemplateRefused, ContextFull };
-  ChatTurnError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  // What a ContextFull refusal measured (all 0 for TemplateRefused): the turn's
+  // rendering (with every earlier turn left out, when the context shift is on), the
+  // reply's room and the context's length, in tokens.
+  struct Need {
+    int64_t turn_tokens = 0, reply_tokens = 0, n_ctx = 0;
+  };
+  ChatTurnError(Kind kind, const std::string& message, Need need)
+      : std::runtime_error(message), kind_(kind), need_(need) {}
+  // (Not a default argument: GCC 12 cannot default a nested struct with member
+  // initializers inside the enclosing class.)
+  ChatTurnError(Kind kind, const std::string& message) : ChatTurnError(kind, message, Need{}) {}
   Kind kind() const { return kind_; }
+  const Need& need() const { return need_; }
 
  private:
   Kind kind_;
+  Need need_;
 };
 
 struct ChatTurnResult {
@@ -89,12 +106,16 @@ class ChatSession {
   void check_template() const;
   // Whether a turn that would not fit drops the oldest turns (the default) or is refused.
   void set_context_shift(bool on) { context_shift_ = on; }
+  bool context_shift() const { return context_shift_; }
+  // The most tokens a reply asked for with `n_predict` gets: n_predict, but at most half
+  // the context (at least 1); n_predict <= 0 (unlimited) is returned as it is.
+  int32_t reply_limit(int32_t n_predict) const;
 
   using TextCallback = std::function<void(const std::string& text)>;
   using StopFlag = std::function<bool()>;
   // One exchange: `user_text`, then the model's reply generated with `options`
-  // (keep_context is set by the session; on_step, strategy, sampling, n_predict are
-  // the caller's). Throws ChatTurnError when the turn cannot run. Generation errors
+  // (keep_context is set by the session; on_step, strategy, sampling are the caller's;
+  // n_predict is the caller's up to reply_limit()). Throws ChatTurnError when the turn cannot run. Generation errors
   // (fafo::DeviceError, a model file that changed, ...) propagate with the session as
   // it was before the turn: the conversation kept, the cache consistent, ready for
   // another turn. A stopped reply joins the conversation as far as it got; one stopped

@@ -111,6 +111,11 @@ std::string ChatSession::render_turn(const std::vector<ChatMessage>& messages) c
   }
 }
 
+int32_t ChatSession::reply_limit(int32_t n_predict) const {
+  if (n_predict <= 0) return n_predict;
+  return std::min(n_predict, std::max(1, model_.n_ctx() / 2));
+}
+
 size_t ChatSession::rendering_tokens(const std::string& prompt) const {
   return tok_.encode(prompt, false, true).size() + (chat_needs_bos(tok_, ctx_, prompt) ? 1 : 0);
 }
@@ -125,15 +130,19 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
   std::string prompt = render_turn(messages);
   Prefill prefill = plan_prefill(prompt);
   const int64_t n_ctx = model_.n_ctx();
-  const int64_t room = options.n_predict > 0 ? options.n_predict : 1;  // the reply's tokens
+  const int32_t limit = reply_limit(options.n_predict);
+  const int64_t room = limit > 0 ? limit : 1;  // the reply's tokens
   ChatTurnResult r;
   if (static_cast<int64_t>(prefill.reused) + static_cast<int64_t>(prefill.ids.size()) + room > n_ctx) {
     const size_t first = !base.empty() && base.front().role == "system" ? 1 : 0;
     size_t tokens = rendering_tokens(prompt);
     const size_t before = tokens;
     int32_t dropped = 0;
-    // Whole turns from the oldest: a user message and the replies after it.
-    while (context_shift_ && base.size() > first && static_cast<int64_t>(tokens) + room > n_ctx / 2) {
+    // Whole turns from the oldest: a user message and the replies after it, until the
+    // rendering and the reply take half the context (the rendering keeps a quarter of
+    // it when the reply's room is larger than a quarter).
+    const int64_t keep = std::max(n_ctx / 2 - room, n_ctx / 4);
+    while (context_shift_ && base.size() > first && static_cast<int64_t>(tokens) > keep) {
       size_t end = first + 1;
       while (end < base.size() && base[end].role != "user") ++end;
       base.erase(base.begin() + static_cast<std::ptrdiff_t>(first), base.begin() + static_cast<std::ptrdiff_t>(end));
@@ -148,7 +157,8 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
                           "the context is full: this turn needs " + std::to_string(tokens) + " tokens" +
                               (context_shift_ ? " even with every earlier turn left out" : "") + ", and " +
                               std::to_string(room) + " for the reply; the context holds " + std::to_string(n_ctx) +
-                              (context_shift_ ? "" : " (no context shift: no turn leaves the conversation)"));
+                              (context_shift_ ? "" : " (no context shift: no turn leaves the conversation)"),
+                          ChatTurnError::Need{static_cast<int64_t>(tokens), room, n_ctx});
     // Prefilled again from an empty cache, as a new session on `base` would.
     pieces_.clear();
     model_.truncate(0);
@@ -180,6 +190,7 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
 
   GenerationOptions g = options;
   g.keep_context = true;
+  g.n_predict = limit;
   if (should_stop) {
     g.should_stop = [&should_stop, caller = options.should_stop] { return should_stop() || (caller && caller()); };
   }
