@@ -359,3 +359,54 @@ TEST(Cli, TokenizeTakesTheTextPositionallyAndCurveCanBeEmpty) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_HAS(bad.err, "'x' is not a step size");
 }
+
+// `fafo bench --strategies` alone runs the strategies side by side over the MT-Bench
+// prompts that ship in assets/prompts/ (found beside the build's programs), and says so.
+TEST(Cli, BenchStrategiesRunOverTheShippedPromptsWithoutPrompts) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome o = run_fafo("bench -m " + fafo::test::shell_quote(model) +
+                             " --strategies ar,fafo -n 16 --n-prompts 2 --pp 0 --tg 0 --curve none --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_HAS(o.err, "assets/prompts/mt_bench_20.jsonl (the shipped MT-Bench questions; --prompts picks others)");
+  EXPECT_HAS(o.out, "2 prompts, 16 new tokens each (greedy):");
+  EXPECT_EQ(o.out.find("| test | t/s |"), std::string::npos) << "no pp/tg table when neither runs: " << o.out;
+  const auto j = nlohmann::json::parse(o.out.substr(o.out.find("\n{") + 1));
+  ASSERT_EQ(j["strategies"].size(), 2u);
+  EXPECT_EQ(j["strategies"][0]["strategy"], "ar");
+  EXPECT_EQ(j["strategies"][1]["strategy"], "fafo");
+  EXPECT_EQ(j["strategies"][1]["ids_equal_ar"], 2);
+  // The shipped file holds MT-Bench's first 20 questions.
+  std::ifstream in(fafo::test::source_path("assets/prompts/mt_bench_20.jsonl"));
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) EXPECT_EQ(nlohmann::json::parse(line)["turns"].size(), 1u);
+  EXPECT_EQ(lines, 20);
+}
+
+// A bench flag that cannot act on what runs is an error naming it, and so is a run that
+// would measure nothing; --pp 0 --tg 0 with the curve prints no empty pp/tg table.
+TEST(Cli, BenchFlagsThatCannotActAreErrors) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string bench = "bench -m " + fafo::test::shell_quote(model) + " -r 1 ";
+  const Outcome nothing = run_fafo(bench + "--pp 0 --tg 0 --curve none");
+  EXPECT_EQ(nothing.exit_code, 1);
+  EXPECT_HAS(nothing.err, "fafo: error: nothing to measure: --pp 0 --tg 0 with no curve leaves no test; ask for --pp N, "
+                          "--tg N, --curve 1,2,4,8, --profile or --strategies ar,fafo");
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--curve none -n 16", "-n acts only on the strategies side by side: give --strategies"},
+      {"--curve none --n-prompts 2", "--n-prompts acts only on the strategies side by side"},
+      {"--curve none --window 4", "--window acts only on the strategies side by side"},
+      {"--curve none --rows 8", "--rows acts only with --attention"},
+      {"--curve none --profile-tokens 4", "--profile-tokens acts only with --profile"},
+      {"--curve none --tg 0 --peak-gbps 100", "--peak-gbps rates tg's bandwidth: it needs --tg N above 0"},
+      {"--attention --strategies ar,fafo", "--strategies does not act on --attention"},
+  };
+  for (const auto& [flags, message] : refused) {
+    const Outcome o = run_fafo(bench + flags);
+    EXPECT_EQ(o.exit_code, 1) << flags;
+    EXPECT_HAS(o.err, message);
+  }
+  const Outcome curve_only = run_fafo(bench + "--pp 0 --tg 0 --curve 1,2");
+  ASSERT_EQ(curve_only.exit_code, 0) << curve_only.err;
+  EXPECT_HAS(curve_only.out, "step cost t(T)");
+  EXPECT_EQ(curve_only.out.find("| test | t/s |"), std::string::npos) << curve_only.out;
+}

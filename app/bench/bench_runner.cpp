@@ -15,6 +15,8 @@
 #include "fafo/backend_registry.h"
 #include "fafo/corpus_index.h"
 #include "fafo/generator.h"
+#include "plural.h"
+#include "training_context.h"
 
 namespace fafo::bench {
 
@@ -119,7 +121,8 @@ nlohmann::json profile_steps(Model& model, int32_t T, int repetitions,
 // Every strategy of config over the same prompts, greedy; rows in config's order.
 std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer, AutoState& auto_state,
                                         const BenchConfig& config, const Printer& out) {
-  out("\n%zu prompts, %d new tokens each (greedy):\n", config.prompts.size(), config.n_generate);
+  out("\n%s, %s each (greedy):\n", app::count_of(static_cast<int64_t>(config.prompts.size()), "prompt").c_str(),
+      app::count_of(config.n_generate, "new token").c_str());
   out("| strategy | W | N | G | k | tokens | steps | tau | tokens/s | speedup vs ar | ids equal ar |\n");
   out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::vector<std::vector<int32_t>> reference;
@@ -207,6 +210,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     throw std::runtime_error(problem);
   OpenedModel m = open_model(open);
   Model& model = *m.model;
+  app::warn_if_past_training_context(model);
   const ModelConfig& c = model.config();
   BenchConfig config = config_in;
   attach_corpus(config.decoding, m.tokenizer->vocab());
@@ -236,9 +240,9 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     return t;
   };
 
-  out("\n| test | t/s | \n|---|---:|\n");
   const int32_t pp = std::min(config.pp, model.n_ctx() - 1);
   const int32_t tg = std::min(config.tg, model.n_ctx() - 2);
+  if (pp > 0 || tg > 0) out("\n| test | t/s | \n|---|---:|\n");
   if (config.warmup && (pp > 0 || tg > 0)) {  // unmeasured: a prompt step of pp tokens (1 when none) and one more
     out.check_cancel();
     model.truncate(0);

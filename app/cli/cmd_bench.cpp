@@ -3,14 +3,18 @@
 //   - the step-cost curve t(T): one forward pass of T tokens after a 128-token context
 //   - with --profile: per-kernel device time of a one-token step and a T-token step
 //     (backends with a device timer: Vulkan's timestamp queries)
-//   - with --prompts: every strategy over the same prompts, tau (tokens per step),
+//   - with --strategies or --prompts: every strategy over the same prompts (without
+//     --prompts the shipped assets/prompts/mt_bench_20.jsonl), tau (tokens per step),
 //     tokens/s and the speedup over plain decoding in this run, and a check that every
 //     strategy emitted exactly the plain-decoding ids
 //   - with --devices: the same on several backends and devices, then one comparison
 //     table; --report writes it as Markdown, CSV, JSON and a PNG chart
+// A flag that cannot act on what runs (-n without strategies, --rows without
+// --attention, ...) is an error, and so is a run that would measure nothing.
 // The measurements live in app/bench (shared with fafo-studio's Bench view).
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -24,6 +28,7 @@
 #include "commands.h"
 #include "generation_flags.h"
 #include "default_model.h"
+#include "input_files.h"
 #include "model_flags.h"
 
 namespace fafo::cli {
@@ -36,6 +41,7 @@ struct BenchArgs {
   std::string prompts_file;
   int32_t n_prompts = 20;
   std::string devices;  // --devices: empty = the one --backend/--device
+  std::vector<bench::BenchTarget> targets;  // --devices resolved
   std::string report;   // --report PREFIX
   bool json = false;
   bool attention = false;
@@ -60,14 +66,17 @@ int run_bench(BenchArgs& args) {
     if (args.json) std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  if (!args.prompts_file.empty()) args.config.prompts = bench::read_bench_prompts(args.prompts_file, args.n_prompts);
+  if (!args.prompts_file.empty()) {
+    app::require_readable_file(args.prompts_file);
+    args.config.prompts = bench::read_bench_prompts(args.prompts_file, args.n_prompts);
+  }
   bench::BenchReport report;
   report.model = std::filesystem::path(args.open.path).filename().string();
   const bench::BenchObserver observer{print_stdout, {}};
   if (args.devices.empty()) {
     report.devices.push_back(bench::run_device_bench(args.open, args.config, observer));
   } else {
-    const std::vector<bench::BenchTarget> targets = bench::resolve_bench_targets(args.devices, args.open.backend.threads);
+    const std::vector<bench::BenchTarget>& targets = args.targets;
     for (size_t i = 0; i < targets.size(); ++i) {
       const bench::BenchTarget& t = targets[i];
       std::printf("\n=== [%zu/%zu] %s: %s ===\n", i + 1, targets.size(), t.label.c_str(), t.device_name.c_str());
@@ -90,6 +99,42 @@ int run_bench(BenchArgs& args) {
   for (const bench::DeviceResult& d : report.devices)
     if (d.error.empty()) return 0;
   return 1;  // no device could be measured
+}
+
+// The options a run used that cannot act on it, and a run with nothing to measure,
+// as one error (empty: none). `given(name)` says whether an option was on the command
+// line; `decoding` are the decoding flags' names (they act only on the strategies).
+std::string bench_flags_problem(const BenchArgs& a, const std::function<bool(const std::string&)>& given,
+                                const std::vector<std::string>& decoding, bool strategies) {
+  if (a.attention) {
+    for (const char* flag : {"--pp", "--tg", "--curve", "--no-warmup", "--prompts", "--n-prompts", "-n", "--strategies",
+                             "--profile", "--profile-tokens", "--peak-gbps"})
+      if (given(flag))
+        return std::string(flag) + " does not act on --attention, which measures only attention (--contexts, --rows, "
+               "--kv-budget, -r)";
+    for (const std::string& flag : decoding)
+      if (flag != "--kv-budget" && given(flag))
+        return flag + " does not act on --attention, which measures only attention (--contexts, --rows, --kv-budget, -r)";
+    return "";
+  }
+  for (const char* flag : {"--contexts", "--rows"})
+    if (given(flag)) return std::string(flag) + " acts only with --attention";
+  if (given("--profile-tokens") && !a.config.profile) return "--profile-tokens acts only with --profile";
+  if (!strategies) {
+    for (const char* flag : {"-n", "--n-prompts"})
+      if (given(flag))
+        return std::string(flag) + " acts only on the strategies side by side: give --strategies (e.g. ar,fafo; the "
+               "shipped MT-Bench prompts) or --prompts FILE; --tg N measures plain generation";
+    for (const std::string& flag : decoding)
+      if (given(flag))
+        return flag + " acts only on the strategies side by side: give --strategies (e.g. ar,fafo) or --prompts FILE";
+  }
+  if (given("--peak-gbps") && a.config.tg == 0) return "--peak-gbps rates tg's bandwidth: it needs --tg N above 0";
+  if (given("--no-warmup") && a.config.pp == 0 && a.config.tg == 0) return "--no-warmup acts on pp and tg, which are both 0";
+  if (a.config.pp == 0 && a.config.tg == 0 && a.config.curve.empty() && !a.config.profile && !strategies)
+    return "nothing to measure: --pp 0 --tg 0 with no curve leaves no test; ask for --pp N, --tg N, --curve 1,2,4,8, "
+           "--profile or --strategies ar,fafo";
+  return "";
 }
 
 }  // namespace
@@ -124,12 +169,20 @@ Command add_bench_command(CLI::App& app) {
          "Step sizes T for t(T), comma-separated (default 1,2,4,8,16,32,64,128,256); none, an empty value or "
          "--curve alone skips the curve")
       ->expected(0, 1);
-  cmd->add_option("--prompts", args->prompts_file, "JSONL prompts (MT-Bench question.jsonl, GSM8K test.jsonl, or {\"prompt\": ...})");
+  cmd->add_option("--prompts", args->prompts_file,
+                  "JSONL prompts for the strategies side by side (MT-Bench question.jsonl, GSM8K test.jsonl, or "
+                  "{\"prompt\": ...}); default with --strategies: the shipped assets/prompts/mt_bench_20.jsonl");
   cmd->add_option("--n-prompts", args->n_prompts, "Prompts to use from the file")->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("-n,--n-predict", args->config.n_generate, "New tokens per prompt")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--strategies", args->config.strategies, "Strategies to compare (ar first: it is the reference)")
+  cmd->add_option("--strategies", args->config.strategies,
+                  "Strategies to compare side by side over the prompts (ar first: it is the reference); given alone, "
+                  "over the shipped MT-Bench prompts")
       ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"}));
+  const size_t before_decoding = cmd->get_options().size();
   app::add_decoding_flags(cmd, args->config.decoding, args->config.kv);
+  std::vector<std::string> decoding_flags;
+  for (size_t i = before_decoding; i < cmd->get_options().size(); ++i)
+    decoding_flags.push_back(cmd->get_options()[i]->get_name());
   cmd->add_flag("--attention", args->attention,
                 "Instead: attention cost of COMPRESSED rows vs context length, with and without the region, and swap cost");
   cmd->add_option("--contexts", args->attention_options.contexts, "--attention: context lengths")->delimiter(',')->capture_default_str();
@@ -153,7 +206,7 @@ Command add_bench_command(CLI::App& app) {
                   "(chart: t(T) per device, tokens/s per strategy or pp/tg per device)");
   cmd->add_flag("--json", args->json,
                 "Also print the results as JSON (with --devices: {model, devices: [...]}, else the one device's object)");
-  return [args] {
+  return [args, cmd, decoding_flags] {
     app::use_default_model_if_unset(args->open.path);
     args->config.decoding.validate();
     args->config.kv.validate();
@@ -170,9 +223,22 @@ Command add_bench_command(CLI::App& app) {
     }
     if (!args->devices.empty() && (args->open.backend.name != "auto" || !args->open.backend.device.empty()))
       throw std::runtime_error("--devices replaces --backend and --device: give one or the other");
-    if (const std::string problem = bench::strategies_problem(args->config.strategies, !args->prompts_file.empty());
-        !problem.empty())
+    if (!args->devices.empty()) args->targets = bench::resolve_bench_targets(args->devices, args->open.backend.threads);
+    auto given = [cmd](const std::string& name) { return cmd->count(name) > 0; };
+    const bool strategies = given("--strategies") || given("--prompts");
+    if (const std::string problem = bench_flags_problem(*args, given, decoding_flags, strategies); !problem.empty())
+      throw std::runtime_error(problem);
+    if (strategies && !args->attention) {
+      app::require_decoding_files(args->config.decoding);
+      if (args->prompts_file.empty()) {
+        args->prompts_file = app::default_prompts_path();
+        std::fprintf(stderr, "prompts: %s (the shipped MT-Bench questions; --prompts picks others)\n",
+                     args->prompts_file.c_str());
+      }
+    }
+    if (const std::string problem = bench::strategies_problem(args->config.strategies, strategies); !problem.empty())
       throw std::runtime_error("--strategies: " + problem);
+    app::require_readable_file(args->open.path);
     return run_bench(*args);
   };
 }
