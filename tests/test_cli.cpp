@@ -63,7 +63,7 @@ TEST(Cli, DraftModelStrategy) {
   EXPECT_HAS(none.err, "--strategy draft needs a draft model");
   const auto missing = run_fafo(run + " --strategy draft --draft-model /nonexistent.gguf");
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_HAS(missing.err, "/nonexistent.gguf: no such file");
+  EXPECT_HAS(missing.err, "cannot open /nonexistent.gguf: No such file or directory");
 }
 
 // auto is the default strategy; its step-cost curve is measured once and kept in the
@@ -130,7 +130,7 @@ TEST(Cli, InfoShowsArchitectureTokenizerAndTensors) {
 TEST(Cli, MissingModelFileIsAClearError) {
   const Outcome o = run_fafo("run -m /nonexistent/model.gguf -p hi");
   EXPECT_NE(o.exit_code, 0);
-  EXPECT_HAS(o.err, "/nonexistent/model.gguf: no such file");
+  EXPECT_HAS(o.err, "cannot open /nonexistent/model.gguf: No such file or directory");
 }
 
 TEST(Cli, NotAGgufFileIsAClearError) {
@@ -187,7 +187,7 @@ TEST(Cli, ParseErrorsAreOneClearLine) {
   const Outcome p = run_fafo("run -m x.gguf --top-p 0");
   EXPECT_NE(p.exit_code, 0);
   EXPECT_HAS(p.err, "top-p");
-  EXPECT_EQ(p.err.find("no such file"), std::string::npos) << "options must be checked before the model is opened";
+  EXPECT_EQ(p.err.find("cannot open"), std::string::npos) << "options must be checked before the model is opened";
 }
 
 TEST(Cli, StrategiesGiveTheSameIdsAndATraceFile) {
@@ -329,7 +329,7 @@ TEST(Cli, RunWithoutAModelUsesTheShippedModel) {
   EXPECT_HAS(o.err, "assets/models/stories260K.gguf (the default; -m picks another)");
   const Outcome missing = fafo::test::run_command("FAFO_MODEL=/nonexistent/m.gguf " + fafo + " run -p hi -n 2");
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_HAS(missing.err, "$FAFO_MODEL is /nonexistent/m.gguf: no such file");
+  EXPECT_HAS(missing.err, "cannot open /nonexistent/m.gguf: No such file or directory ($FAFO_MODEL)");
   // -m still wins, and says nothing about a default.
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const Outcome given = run_fafo("run -m " + fafo::test::shell_quote(model) + " -p hi -n 2 --temp 0");
@@ -409,4 +409,83 @@ TEST(Cli, BenchFlagsThatCannotActAreErrors) {
   ASSERT_EQ(curve_only.exit_code, 0) << curve_only.err;
   EXPECT_HAS(curve_only.out, "step cost t(T)");
   EXPECT_EQ(curve_only.out.find("| test | t/s |"), std::string::npos) << curve_only.out;
+}
+
+// A file that cannot be opened reads the same whichever flag or command names it.
+TEST(Cli, MissingFilesAreOneWording) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string m = fafo::test::shell_quote(model);
+  const std::string gone = "/nonexistent/fafo-test-file";
+  const std::vector<std::string> commands = {
+      "run -m " + gone + " -p hi",
+      "run -m " + m + " -f " + gone,
+      "run -m " + m + " -p hi --strategy corpus --corpus " + gone,
+      "run -m " + m + " -p hi --strategy draft --draft-model " + gone,
+      "run -m " + m + " -p hi -n 1 --trace " + gone,
+      "chat -m " + m + " --chat-template " + gone,
+      "bench -m " + m + " --prompts " + gone,
+      "bench -m " + gone,
+      "serve -m " + gone,
+      "perplexity -m " + m + " -f " + gone,
+      "perplexity -m " + m + " -f " + m + " --kl-base " + gone,
+      "info -m " + gone,
+      "tokenize -m " + m + " -f " + gone,
+      "tokenize -m " + m + " --vectors " + gone,
+      "tokenize -m " + gone + " hi",
+      "quantize " + gone + " /nonexistent/out.gguf Q8_0",
+      "index build -m " + m + " --corpus " + gone + " -o /nonexistent/out.fidx",
+      "index info " + gone,
+  };
+  for (const std::string& c : commands) {
+    const Outcome o = run_fafo(c + " </dev/null");
+    EXPECT_EQ(o.exit_code, 1) << c;
+    EXPECT_EQ(o.err, "fafo: error: cannot open " + gone + ": No such file or directory\n") << c;
+  }
+  const Outcome folder = run_fafo("run -m " + m + " -f /tmp");
+  EXPECT_EQ(folder.err, "fafo: error: cannot open /tmp: Is a directory\n");
+}
+
+// -c past the context the model was trained on (stories260K: 2048) runs, with one warning.
+TEST(Cli, AContextPastTheTrainedOneWarnsOnce) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string run = "run -m " + fafo::test::shell_quote(model) + " --backend cpu -p 'Once upon a time' -n 4 --temp 0";
+  const Outcome past = run_fafo(run + " -c 4096");
+  ASSERT_EQ(past.exit_code, 0) << past.err;
+  const std::string warning = "fafo: warning: the context (-c 4096) is longer than the 2048 tokens this model was trained "
+                              "on (n_ctx_train); its output may degrade past that\n";
+  EXPECT_HAS(past.err, warning);
+  EXPECT_EQ(past.err.find(warning), past.err.rfind(warning)) << "once: " << past.err;
+  const Outcome within = run_fafo(run + " -c 2048");
+  ASSERT_EQ(within.exit_code, 0) << within.err;
+  EXPECT_EQ(within.err.find("n_ctx_train"), std::string::npos) << within.err;
+}
+
+// Counts read as words: one thread, one token, one step.
+TEST(Cli, CountsOfOneAreSingular) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome o = run_fafo("run -m " + fafo::test::shell_quote(model) + " --backend cpu -t 1 -n 1 --temp 0 --strategy ar");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_HAS(o.err, ", 1 thread)");
+  EXPECT_HAS(o.err, "prompt 1 token\n");
+  EXPECT_HAS(o.err, "fafo: 1 token in ");
+  EXPECT_HAS(o.err, ", 1 step (");
+  EXPECT_EQ(o.err.find("1 threads"), std::string::npos) << o.err;
+  const Outcome two = run_fafo("run -m " + fafo::test::shell_quote(model) + " --backend cpu -t 2 -n 2 --temp 0 --strategy ar");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_HAS(two.err, ", 2 threads)");
+  EXPECT_HAS(two.err, "fafo: 2 tokens in ");
+}
+
+// `fafo devices --help` lists no option it would refuse, and --backend cuda on a machine
+// without an NVIDIA GPU or driver says that, with the driver's own words after it.
+TEST(Cli, DevicesHelpAndCudaWithoutAGpuTellTheTruth) {
+  const Outcome help = run_fafo("devices --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.out.find("--backend NAME --device N"), std::string::npos) << help.out;
+  EXPECT_HAS(help.out, "it takes no options");
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const Outcome cuda = run_fafo("run -m " + fafo::test::shell_quote(model) + " --backend cuda -p hi -n 1");
+  if (cuda.exit_code == 0) GTEST_SKIP() << "this machine has a CUDA GPU";
+  if (cuda.exit_code == 2) GTEST_SKIP() << "this build has no CUDA backend: " << cuda.err;
+  EXPECT_HAS(cuda.err, "fafo: error: no CUDA GPU or driver was found (");
 }

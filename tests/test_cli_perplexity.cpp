@@ -49,7 +49,7 @@ TEST(CliPerplexity, PrintsRunningValuesAndTheFinalEstimate) {
   EXPECT_HAS(e.err, "less than one chunk");
   e = run_fafo("perplexity -m " + fafo::test::shell_quote(model) + " -f /nonexistent/text --backend cpu");
   EXPECT_NE(e.exit_code, 0);
-  EXPECT_HAS(e.err, "cannot read the text");
+  EXPECT_HAS(e.err, "cannot open /nonexistent/text: No such file or directory");
 }
 
 TEST(CliPerplexity, RunLabelsLossyModes) {

@@ -1,11 +1,19 @@
 // `fafo serve`'s server on loopback, called as clients call it (cpp-httplib's client):
 // every route, every error the issue names, streaming, cancellation when a client goes
 // away, parallel slots giving the greedy text of plain generation, and a bounded load.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -580,6 +588,111 @@ TEST(Server, BoundedLoadHasNoErrors) {
   auto pct = [&](double p) { return latencies[static_cast<size_t>(p * static_cast<double>(latencies.size() - 1))]; };
   std::printf("load: %d requests in %.2f s (%.1f requests/s); latency ms p50 %.1f p90 %.1f p99 %.1f max %.1f\n",
               kClients * kRequests, seconds, kClients * kRequests / seconds, pct(0.5), pct(0.9), pct(0.99), latencies.back());
+}
+
+// With ServerOptions::log, each request is one line once it is answered: method, path,
+// status, a generation's prompt and completion tokens (streamed or not), milliseconds.
+TEST(Server, EachRequestIsOneLogLine) {
+  REQUIRE_STORIES();
+  SlotPool pool(1, 4, [] { return open_model(stories_options()); });
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  ServerOptions o;
+  o.port = 0;
+  o.model_name = "stories";
+  o.defaults.sampling = SamplerOptions{0.0f, 40, 0.95f, 0.05f, 7};
+  o.defaults.decoding.strategy = Strategy::Ar;
+  o.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mutex);
+    lines.push_back(line);
+  };
+  Server server(o, pool);
+  const int port = server.bind();
+  std::thread t([&] { server.listen(); });
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  EXPECT_TRUE(c.Get("/health"));
+  post(c, "/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 5}, {"ignore_eos", true}}, 200);
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 3}, {"stream", true}};
+  const httplib::Result streamed = c.Post("/v1/chat/completions", chat.dump(), "application/json");
+  EXPECT_TRUE(streamed && streamed->status == 200);
+  EXPECT_TRUE(c.Get("/v1/nothing"));
+  post(c, "/v1/completions", {{"prompt", 7}}, 400);
+  const bool all = test::wait_for([&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    return lines.size() >= 5;
+  });
+  server.stop();
+  t.join();
+  ASSERT_TRUE(all) << lines.size() << " lines";
+  const std::vector<std::string> expected = {
+      R"(GET /health 200, [0-9]+\.[0-9] ms)",
+      R"(POST /v1/completions 200, 5 prompt \+ 5 completion tokens, [0-9]+\.[0-9] ms)",
+      R"(POST /v1/chat/completions 200, [0-9]+ prompt \+ [0-3] completion tokens, [0-9]+\.[0-9] ms)",
+      R"(GET /v1/nothing 404, [0-9]+\.[0-9] ms)",
+      R"(POST /v1/completions 400, [0-9]+\.[0-9] ms)",
+  };
+  ASSERT_EQ(lines.size(), expected.size());
+  for (const std::string& pattern : expected)
+    EXPECT_EQ(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) { return std::regex_match(l, std::regex(pattern)); }), 1)
+        << pattern << " in:\n" << ::testing::PrintToString(lines);
+}
+
+// A log line shows a client's bytes safely and says how a generation ended.
+TEST(Server, ALogLineIsSafeToPrint) {
+  RequestLogEntry e;
+  e.method = "GET";
+  e.path = "/v1/\x1b[31mred\n" + std::string(300, 'x');
+  e.status = 404;
+  e.ms = 1.5;
+  EXPECT_EQ(request_log_line(e), "GET /v1/?[31mred?" + std::string(187, 'x') + "... 404, 1.5 ms");
+  e.path = "/v1/completions";
+  e.method = "POST";
+  e.status = 200;
+  e.prompt_tokens = 12;
+  e.completion_tokens = 3;
+  e.outcome = "cancelled (the client went away)";
+  EXPECT_EQ(request_log_line(e), "POST /v1/completions 200, 12 prompt + 3 completion tokens, 1.5 ms, cancelled (the client went away)");
+}
+
+// `fafo serve` logs each request on stderr; --quiet logs none.
+TEST(Server, FafoServeLogsEachRequestUnlessQuiet) {
+  REQUIRE_STORIES();
+  for (const bool quiet : {false, true}) {
+    const auto dir = test::temp_dir(quiet ? "serve-quiet" : "serve-log");
+    const auto err = dir / "stderr.txt";
+    const std::string command = "exec " + test::shell_quote(test::binary_path("app/cli/fafo")) + " serve -m " +
+                                test::shell_quote(stories()) + " --backend cpu -t 1 -c 256 --port 0" +
+                                (quiet ? " --quiet" : "") + " 2>" + test::shell_quote(err);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    ASSERT_GT(pid, 0);
+    const std::string listening = "on http://127.0.0.1:";
+    int port = 0;
+    const bool up = test::wait_for([&] {
+      const std::string text = test::read_text(err);
+      const size_t at = text.find(listening);
+      if (at != std::string::npos) port = std::atoi(text.c_str() + at + listening.size());
+      return port > 0;
+    });
+    if (up) {
+      httplib::Client c("127.0.0.1", port);
+      c.set_read_timeout(60, 0);
+      const httplib::Result health = c.Get("/health");
+      EXPECT_TRUE(health && health->status == 200);
+    }
+    ::kill(pid, SIGTERM);  // the server answers SIGTERM by stopping, after its lines are written
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    const std::string text = test::read_text(err);
+    ASSERT_TRUE(up) << text;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+    EXPECT_EQ(text.find("fafo serve: GET /health 200, ") != std::string::npos, !quiet) << text;
+    EXPECT_EQ(text.find("one line per request follows (--quiet: none)") != std::string::npos, !quiet) << text;
+  }
 }
 
 }  // namespace

@@ -12,7 +12,9 @@
 namespace fafo::cli {
 
 Command add_devices_command(CLI::App& app) {
-  app.add_subcommand("devices", "List every backend's devices (--backend NAME --device N), their memory and features");
+  app.add_subcommand("devices",
+                    "List every backend of this build and its devices (the names and indexes the other commands' "
+                    "--backend and --device take), their memory and features; it takes no options");
   return [] {
     bool first = true;
     for (const BackendInfo& b : backend_registry()) {

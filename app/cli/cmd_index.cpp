@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "input_files.h"
+#include "plural.h"
 #include "fafo/corpus_index.h"
 #include "fafo/corpus_index_build.h"
 #include "fafo/gguf.h"
@@ -60,8 +62,8 @@ std::function<void(const IndexBuildProgress&)> progress_line() {
 
 void print_info(const CorpusIndex& ix) {
   std::printf("index:        %s\n", ix.path().c_str());
-  std::printf("tokens:       %llu in %llu documents\n", static_cast<unsigned long long>(ix.size()),
-              static_cast<unsigned long long>(ix.documents()));
+  std::printf("tokens:       %llu in %s\n", static_cast<unsigned long long>(ix.size()),
+              app::count_of(static_cast<int64_t>(ix.documents()), "document").c_str());
   std::printf("tokenizer:    %s (%d tokens, fingerprint %016llx)\n", ix.tokenizer().name.c_str(), ix.n_vocab(),
               static_cast<unsigned long long>(ix.tokenizer().fingerprint));
   std::printf("layout:       %d bytes per token, %d per suffix-array entry\n", ix.token_bytes(), ix.suffix_bytes());
@@ -71,6 +73,8 @@ void print_info(const CorpusIndex& ix) {
 }
 
 int run_build(const IndexArgs& a) {
+  app::require_readable_file(a.model);
+  for (const std::string& path : a.corpus) app::require_readable_file(path);
   const std::shared_ptr<const GgufFile> file = GgufFile::open(a.model);
   const Tokenizer tok(Vocab::from_gguf(*file));
   IndexBuildOptions o;
@@ -82,16 +86,18 @@ int run_build(const IndexArgs& a) {
   if (o.progress) std::fprintf(stderr, "\n");
   const double total = s.tokenize_seconds + s.sort_seconds + s.write_seconds;
   std::fprintf(stderr,
-               "fafo: %s: %llu tokens from %.1f MB in %llu files; tokenize %.2f s, sort %.2f s, write %.2f s "
+               "fafo: %s: %llu tokens from %.1f MB in %s; tokenize %.2f s, sort %.2f s, write %.2f s "
                "(%.2f M tokens per minute)\n",
                a.output.c_str(), static_cast<unsigned long long>(s.tokens), static_cast<double>(s.text_bytes) / 1e6,
-               static_cast<unsigned long long>(s.documents), s.tokenize_seconds, s.sort_seconds, s.write_seconds,
+               app::count_of(static_cast<int64_t>(s.documents), "file").c_str(), s.tokenize_seconds, s.sort_seconds, s.write_seconds,
                per_minute(s.tokens, total) / 1e6);
   print_info(*CorpusIndex::open(a.output));
   return 0;
 }
 
 int run_info(const IndexArgs& a) {
+  app::require_readable_file(a.index);
+  if (!a.model.empty()) app::require_readable_file(a.model);
   const auto ix = CorpusIndex::open(a.index);
   print_info(*ix);
   if (!a.model.empty()) {
@@ -170,6 +176,8 @@ int run_bench(const IndexArgs& a) {
     j["build"] = {{"tokens", s.tokens}, {"sort_s", s.sort_seconds}, {"write_s", s.write_seconds}, {"file_bytes", s.file_bytes}};
   } else if (a.index.empty()) {
     throw std::runtime_error("give an index file, or --synthetic N to bench one it writes");
+  } else {
+    app::require_readable_file(path);
   }
   const auto ix = CorpusIndex::open(path);
   print_info(*ix);

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "default_model.h"
+#include "input_files.h"
 #include "fafo/gguf.h"
 #include "fafo/model.h"
 #include "fafo/tokenizer.h"
@@ -149,6 +150,7 @@ Command add_info_command(CLI::App& app) {
   cmd->add_flag("--all-metadata", args->all_metadata, "Print long metadata arrays in full");
   return [args] {
     app::use_default_model_if_unset(args->model);
+    app::require_readable_file(args->model);
     return run_info(*args);
   };
 }

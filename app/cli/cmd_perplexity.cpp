@@ -15,7 +15,10 @@
 #include "fafo/read_file.h"
 #include "generation_flags.h"
 #include "default_model.h"
+#include "input_files.h"
 #include "model_flags.h"
+#include "plural.h"
+#include "training_context.h"
 
 namespace fafo::cli {
 
@@ -36,9 +39,14 @@ struct PerplexityArgs {
 int run_perplexity(PerplexityArgs& a) {
   if (a.kv_drop) a.kv.validate();
   a.prompt_compress.validate();
+  app::require_readable_file(a.open.path);
+  app::require_readable_file(a.text_path);
+  if (!a.kl_base.empty()) app::require_readable_file(a.kl_base);
+  app::require_decoding_files(a.draft);
   const std::string text = read_whole_file(a.text_path, "the text");
 
   OpenedModel m = open_model(a.open);
+  app::warn_if_past_training_context(*m.model);
   const Tokenizer& tok = *m.tokenizer;
   const bool uses_draft = a.prompt_compress.enabled() || (a.kv_drop && a.kv.name == "speckv");
   if (uses_draft && a.draft.draft_model_path.empty())
@@ -55,8 +63,9 @@ int run_perplexity(PerplexityArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const bool add_bos = tok.vocab().add_bos && tok.vocab().bos >= 0;
   const std::vector<int32_t> tokens = tok.encode(text, add_bos);
-  std::fprintf(stderr, "perplexity: tokenization took %.1f ms (%zu tokens)\n",
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), tokens.size());
+  std::fprintf(stderr, "perplexity: tokenization took %.1f ms (%s)\n",
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+               app::count_of(static_cast<int64_t>(tokens.size()), "token").c_str());
 
   PerplexityOptions o;
   o.max_chunks = a.max_chunks;
@@ -67,10 +76,10 @@ int run_perplexity(PerplexityArgs& a) {
   o.draft = a.draft.draft_model.get();
   o.base = base ? base->model.get() : nullptr;
   const int32_t n_ctx = m.model->n_ctx();
-  std::fprintf(stderr, "perplexity: calculating perplexity over %zu chunks, n_ctx=%d, backend %s (%s)\n",
-               a.max_chunks > 0 ? std::min<size_t>(static_cast<size_t>(a.max_chunks), tokens.size() / static_cast<size_t>(n_ctx))
-                                : tokens.size() / static_cast<size_t>(n_ctx),
-               n_ctx, m.model->backend().name().c_str(), m.model->backend().description().c_str());
+  const size_t n_chunks = a.max_chunks > 0 ? std::min<size_t>(static_cast<size_t>(a.max_chunks), tokens.size() / static_cast<size_t>(n_ctx))
+                                           : tokens.size() / static_cast<size_t>(n_ctx);
+  std::fprintf(stderr, "perplexity: calculating perplexity over %s, n_ctx=%d, backend %s (%s)\n",
+               app::count_of(static_cast<int64_t>(n_chunks), "chunk").c_str(), n_ctx, m.model->backend().name().c_str(), m.model->backend().description().c_str());
   auto on_chunk = [&](const PerplexityChunk& c) {
     if (a.json) return;
     if (c.index == 0)

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "plural.h"
+#include "input_files.h"
 #include "fafo/gguf.h"
 #include "fafo/model.h"
 #include "fafo/quant_mix.h"
@@ -61,7 +63,7 @@ int run_quantize(const QuantizeArgs& a) {
   // An unknown type is refused before anything is read.
   quant_type_for(a.type, "blk.0.attn_q.weight", 256, 1, false);
   quant_file_type(a.type);
-  if (!std::filesystem::exists(a.input)) throw std::runtime_error(a.input + ": no such file");
+  app::require_readable_file(a.input);
   std::error_code ec;
   if (std::filesystem::equivalent(a.input, a.output, ec))
     throw std::runtime_error("the output would overwrite the input (" + a.output + ")");
@@ -104,7 +106,8 @@ int run_quantize(const QuantizeArgs& a) {
     throw;
   }
   if (terminal) std::fprintf(stderr, "\n");
-  std::fprintf(stderr, "fafo: %s: %zu tensors, %.2f MB of weights -> %.2f MB (%s)\n", a.output.c_str(), tensors.size(),
+  std::fprintf(stderr, "fafo: %s: %s, %.2f MB of weights -> %.2f MB (%s)\n", a.output.c_str(),
+               app::count_of(static_cast<int64_t>(tensors.size()), "tensor").c_str(),
                static_cast<double>(in_bytes) / 1e6, static_cast<double>(out_bytes) / 1e6, a.type.c_str());
   return 0;
 }

@@ -1,5 +1,6 @@
 // `fafo run`: generate text from a prompt, streaming it as it is produced, or
 // print one JSON object at the end with --json.
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -17,7 +18,10 @@
 #include "fafo/read_file.h"
 #include "generation_flags.h"
 #include "default_model.h"
+#include "input_files.h"
 #include "model_flags.h"
+#include "plural.h"
+#include "training_context.h"
 
 namespace fafo::cli {
 
@@ -47,19 +51,24 @@ struct RunArgs {
 int run_generate(RunArgs& args) {
   if (!args.prompt.empty() && !args.prompt_file.empty())
     throw std::runtime_error("give the prompt with -p or -f, not both");
-  const std::string prompt = args.prompt_file.empty() ? args.prompt : read_whole_file(args.prompt_file, "the prompt file");
   if (!*args.seed_given) args.sampling.seed = std::random_device{}();
   Sampler check_options(args.sampling);  // reject bad options before loading anything
   args.decoding.validate();
   args.kv.validate();
   args.prompt_compress.validate();
+  // Then the files, in one wording whichever flag names them.
+  app::require_readable_file(args.open.path);
+  if (!args.prompt_file.empty()) app::require_readable_file(args.prompt_file);
+  app::require_decoding_files(args.decoding);
+  const std::string prompt = args.prompt_file.empty() ? args.prompt : read_whole_file(args.prompt_file, "the prompt file");
   std::ofstream trace_file;
   if (!args.trace_path.empty()) {
     trace_file.open(args.trace_path, std::ios::trunc);
-    if (!trace_file) throw std::runtime_error(args.trace_path + ": cannot open the trace file for writing");
+    if (!trace_file) throw std::runtime_error(app::cannot_open_message(args.trace_path, errno));
   }
 
   OpenedModel m = open_model(args.open);
+  app::warn_if_past_training_context(*m.model);
   const Tokenizer& tok = *m.tokenizer;
   attach_corpus(args.decoding, tok.vocab());
   GenerationOptions options;
@@ -77,10 +86,11 @@ int run_generate(RunArgs& args) {
   if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty and the model adds no BOS token; give a prompt");
 
   if (!args.json) {
-    std::fprintf(stderr, "fafo: %s%s, %s, backend %s (%s), context %d (%s%s KV cache), prompt %zu tokens\n",
+    std::fprintf(stderr, "fafo: %s%s, %s, backend %s (%s), context %d (%s%s KV cache), prompt %s\n",
                  m.model->config().arch.c_str(), m.model->config().mla() ? " MLA" : "", args.open.path.c_str(),
                  m.model->backend().name().c_str(), m.model->backend().description().c_str(), m.model->n_ctx(),
-                 m.model->config().mla() ? "latent " : "", kv_cache_type_name(args.open.kv_type), prompt_ids.size());
+                 m.model->config().mla() ? "latent " : "", kv_cache_type_name(args.open.kv_type),
+                 app::count_of(static_cast<int64_t>(prompt_ids.size()), "token").c_str());
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }
@@ -146,10 +156,11 @@ int run_generate(RunArgs& args) {
     std::fputs(stream.flush().c_str(), stdout);
     std::printf("\n");
     std::fprintf(stderr,
-                 "\nfafo: %zu tokens in %.3f s (%.1f tokens/s), prompt %zu tokens in %.3f s, %d steps (%.2f tokens/step, "
-                 "%s), stop: %s\n",
-                 r.ids.size(), r.decode_seconds, r.tokens_per_second(), r.prompt_ids.size(), r.prefill_seconds, r.n_steps,
-                 r.tokens_per_step(), strategy_name(ran), stop_reason_name(r.stop));
+                 "\nfafo: %s in %.3f s (%.1f tokens/s), prompt %s in %.3f s, %s (%.2f tokens/step, %s), stop: %s\n",
+                 app::count_of(static_cast<int64_t>(r.ids.size()), "token").c_str(), r.decode_seconds,
+                 r.tokens_per_second(), app::count_of(static_cast<int64_t>(r.prompt_ids.size()), "token").c_str(),
+                 r.prefill_seconds, app::count_of(r.n_steps, "step").c_str(), r.tokens_per_step(), strategy_name(ran),
+                 stop_reason_name(r.stop));
     if (ran == Strategy::Auto)
       std::fprintf(stderr, "fafo: auto: %s; step costs %s\n", r.auto_summary.c_str(), r.step_costs.describe().c_str());
   }

@@ -14,7 +14,9 @@
 #include "fafo/open_model.h"
 #include "generation_flags.h"
 #include "default_model.h"
+#include "input_files.h"
 #include "model_flags.h"
+#include "training_context.h"
 #include "server.h"
 
 namespace fafo::cli {
@@ -27,6 +29,7 @@ struct ServeArgs {
   int parallel = 1;
   int queue = 64;
   std::string system_unused;
+  bool quiet = false;  // --quiet: no line per request
   std::shared_ptr<bool> seed_given = std::make_shared<bool>(false);
 };
 
@@ -52,6 +55,9 @@ int run_serve(ServeArgs& args) {
       return d.draft_model;
     };
   server::SlotPool pool(args.parallel, args.queue, [&] { return open_model(args.open); }, open_draft);
+  app::warn_if_past_training_context(*pool.model()->model);
+  if (!args.quiet)
+    args.server.log = [](const std::string& line) { std::fprintf(stderr, "fafo serve: %s\n", line.c_str()); };
   // The corpus index (--corpus) is opened once; every request reads it.
   attach_corpus(args.server.defaults.decoding, pool.model()->tokenizer->vocab());
   server::Server http(args.server, pool);
@@ -71,10 +77,11 @@ int run_serve(ServeArgs& args) {
                                           : "";
     std::fprintf(stderr,
                  "fafo serve: %s as '%s' on http://%s:%d (backend %s, context %d, %d slot%s on one load of the weights%s, "
-                 "queue %d%s); Ctrl-C stops\n",
+                 "queue %d%s); Ctrl-C stops%s\n",
                  args.open.path.c_str(), args.server.model_name.c_str(), args.server.host.c_str(), port,
                  m.backend().name().c_str(), m.n_ctx(), args.parallel, args.parallel == 1 ? "" : "s", memory.c_str(),
-                 args.queue, args.server.api_key.empty() ? "" : ", API key required");
+                 args.queue, args.server.api_key.empty() ? "" : ", API key required",
+                 args.quiet ? "" : "; one line per request follows (--quiet: none)");
   }
   std::thread stopper([&] {
     int sig = 0;
@@ -114,6 +121,9 @@ Command add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   cmd->add_option("--alias", args->server.model_name, "The model's name in /v1/models and requests (default: the file's stem)");
+  cmd->add_flag("--quiet", args->quiet,
+                "Log no line per request (by default each answered request is one line on stderr: method, path, "
+                "status, prompt and completion tokens, milliseconds)");
   cmd->add_option("-n,--max-tokens", args->server.defaults.max_tokens,
                   "Reply length when a request gives no max_tokens (-1: until the end of generation or the context)")
       ->capture_default_str()
@@ -127,6 +137,9 @@ Command add_serve_command(CLI::App& app) {
     app::use_default_model_if_unset(args->open.path);
     args->server.defaults.decoding.validate();
     args->server.defaults.kv.validate();
+    app::require_readable_file(args->open.path);
+    app::require_decoding_files(args->server.defaults.decoding);
+    app::require_chat_template_file(args->open.chat_template);
     args->server.defaults.random_seed = !*args->seed_given;
     return run_serve(*args);
   };

@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "default_model.h"
+#include "input_files.h"
 #include "fafo/gguf.h"
 #include "fafo/read_file.h"
 #include "fafo/tokenizer.h"
@@ -61,6 +62,8 @@ std::string quoted(const std::string& piece) {
 
 int run_tokenize(const TokenizeArgs& args) {
   if (args.sources != 1) throw std::runtime_error("give exactly one of --text, -f/--file and --vectors");
+  for (const std::string& path : {args.model, args.file, args.vectors})
+    if (!path.empty()) app::require_readable_file(path);
   const std::unique_ptr<GgufFile> file = GgufFile::open(args.model);
   const Tokenizer tok(Vocab::from_gguf(*file));
 

@@ -46,6 +46,25 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
+// The request this thread is answering, for its log line: cpp-httplib answers a request
+// on one thread, from the pre-routing handler through the handler and a content
+// provider (a generation) to the logger, which runs once the answer is written.
+struct RequestInFlight {
+  std::chrono::steady_clock::time_point start{};
+  bool started = false;  // false: the request was refused before routing (its time is 0)
+  int64_t prompt_tokens = -1, completion_tokens = -1;
+  std::string outcome;  // RequestLogEntry::outcome
+};
+thread_local RequestInFlight t_request;
+
+// A client's bytes made safe for a terminal: printable ASCII, the rest '?', cut at `limit`.
+std::string printable(const std::string& s, size_t limit) {
+  std::string out;
+  for (char c : s.substr(0, limit)) out += c >= 0x20 && c < 0x7f ? c : '?';
+  if (s.size() > limit) out += "...";
+  return out;
+}
+
 // A request's prompt, ready to generate: the text's tokens and what ends its reply.
 struct Prepared {
   std::vector<int32_t> ids;
@@ -53,6 +72,18 @@ struct Prepared {
 };
 
 }  // namespace
+
+std::string request_log_line(const RequestLogEntry& e) {
+  std::string line = printable(e.method, 16) + " " + printable(e.path, 200) + " " + std::to_string(e.status);
+  if (e.prompt_tokens >= 0)
+    line += ", " + std::to_string(e.prompt_tokens) + " prompt + " + std::to_string(std::max<int64_t>(e.completion_tokens, 0)) +
+            " completion tokens";
+  char ms[32];
+  std::snprintf(ms, sizeof ms, ", %.1f ms", e.ms);
+  line += ms;
+  if (!e.outcome.empty()) line += ", " + e.outcome;
+  return line;
+}
 
 struct Server::Impl {
   ServerOptions options;
@@ -193,6 +224,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       return !gone && !stop.stopped();
     };
     GenerationResult result;
+    t_request.prompt_tokens = static_cast<int64_t>(ids.size());
     try {
       model.truncate(static_cast<int32_t>(keep));
       g.context_ids.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep));
@@ -204,6 +236,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
         model.truncate(0);
       } catch (...) {
       }
+      t_request.outcome = std::string("failed: ") + e.what();
       const DeviceError* de = dynamic_cast<const DeviceError*>(&e);
       const ApiError err(500, std::string("the generation failed: ") + e.what(), "", "server_error",
                          de ? (de->kind() == DeviceError::Kind::Lost ? "device_lost" : "out_of_memory") : "");
@@ -219,7 +252,9 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     slot.cached = ids;
     if (!result.ids.empty()) slot.cached.insert(slot.cached.end(), result.ids.begin(), result.ids.end() - 1);
     if (static_cast<int64_t>(slot.cached.size()) != model.n_past()) slot.cached.resize(std::min(slot.cached.size(), static_cast<size_t>(model.n_past())));
+    t_request.completion_tokens = static_cast<int64_t>(result.ids.size());
     if (gone) {
+      t_request.outcome = "cancelled (the client went away)";
       metrics.count_cancelled();
       return false;
     }
@@ -268,6 +303,9 @@ void Server::Impl::routes() {
   });
   http.set_keep_alive_timeout(2);  // an idle connection holds a thread no longer
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    t_request = RequestInFlight{};
+    t_request.start = std::chrono::steady_clock::now();
+    t_request.started = true;
     if (options.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     if (auth == "Bearer " + options.api_key) return httplib::Server::HandlerResponse::Unhandled;
@@ -299,6 +337,22 @@ void Server::Impl::routes() {
   // written, so a client's next request could read /metrics before the count).
   http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     metrics.count_request(route_label(req.path), res.status);
+  });
+  // One line per request, once its answer is written (a generation's too: its content
+  // provider has run by then, on this thread).
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    const RequestInFlight r = t_request;
+    t_request = RequestInFlight{};
+    if (!options.log) return;
+    RequestLogEntry e;
+    e.method = req.method;
+    e.path = req.path;
+    e.status = res.status;
+    e.prompt_tokens = r.prompt_tokens;
+    e.completion_tokens = r.completion_tokens;
+    e.outcome = r.outcome;
+    if (r.started) e.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.start).count();
+    options.log(request_log_line(e));
   });
   http.Post("/v1/chat/completions",
             [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });

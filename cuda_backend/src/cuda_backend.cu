@@ -64,7 +64,7 @@ std::string lower(std::string s) {
 int resolve_device(const std::string& device) {
   std::string why;
   const std::vector<GpuInfo> gpus = list_gpus(why);
-  if (gpus.empty()) throw std::runtime_error("the CUDA backend found no GPU: " + why);
+  if (gpus.empty()) throw std::runtime_error("no CUDA GPU or driver was found (" + why + ")");
   if (device.empty()) return gpus.front().index;
   if (std::all_of(device.begin(), device.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
     const int index = std::stoi(device);

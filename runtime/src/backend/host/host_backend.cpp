@@ -38,7 +38,7 @@ class HostBackend final : public Backend, public StepRows {
 
   std::string name() const override { return traits_.name; }
   std::string description() const override {
-    return traits_.description + ", " + std::to_string(pool_.size()) + " threads";
+    return traits_.description + ", " + std::to_string(pool_.size()) + (pool_.size() == 1 ? " thread" : " threads");
   }
   BackendNumerics numerics() const override { return traits_.numerics; }
 
