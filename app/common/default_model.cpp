@@ -72,7 +72,7 @@ void use_default_model_if_unset(std::string& path) {
 }
 
 std::vector<std::string> default_prompts_candidates(const std::string& exe_dir) {
-  return shipped_candidates(exe_dir, "prompts", kShippedPrompts, {});
+  return shipped_candidates(exe_dir, "prompts", kShippedPrompts, {std::filesystem::path("../data")});
 }
 
 std::string default_prompts_path() {

@@ -29,6 +29,7 @@ void use_default_model_if_unset(std::string& path);
 // Where the shipped prompts are looked for, in order, for an executable in `exe_dir`:
 //   exe_dir/../share/fafo/prompts   (after `cmake --install`)
 //   exe_dir/../../assets/prompts     (the build tree; CMake copies them there)
+//   exe_dir/../data                  (the GPU bundle, whose tools/gpu-bundle.sh writes the same 20 questions)
 //   FAFO_SOURCE_ASSETS_DIR/prompts   (the source tree the build came from)
 std::vector<std::string> default_prompts_candidates(const std::string& exe_dir);
 
