@@ -155,6 +155,11 @@ TEST(StepCosts, APointImplausibleAgainstItsNeighbourIsTimedAgain) {
   // It stops after a size no candidate can pay at.
   const StepCosts linear = time_step_costs({1, 2, 4, 8, 16}, [](int32_t T) { return 1e-3 * T; }, 3);
   EXPECT_EQ(linear.sizes, (std::vector<int32_t>{1, 2, 4}));
+  // ... judged on the bounded curve: a raw t(4) = 7 t(1) is held to 4 t(1), under 5, so
+  // the measurement goes on to 8 (bounded to 8 t(1), over 5).
+  const StepCosts superlinear = time_step_costs({1, 2, 4, 8, 16}, [](int32_t T) { return 1e-3 * (T < 4 ? T : 1.75 * T); }, 5);
+  EXPECT_EQ(superlinear.sizes, (std::vector<int32_t>{1, 2, 4, 8}));
+  EXPECT_DOUBLE_EQ(superlinear.relative(8), 8.0);
   EXPECT_THROW(time_step_costs({2, 4}, liar, 100), std::invalid_argument);
 }
 

@@ -145,7 +145,11 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
       time_rounds(T, rounds);
       for (size_t k = 0; k <= i; ++k) settle(k);
     }
-    if (costs.seconds[i] / costs.seconds[0] > max_emitted) break;
+    // On the curve as it will be kept (bounded), so that a point the bounds pull below
+    // the limit does not end the measurement.
+    StepCosts bounded = costs;
+    bounded.make_plausible();
+    if (bounded.relative(T) > max_emitted) break;
   }
   costs.make_plausible();
   return costs;
