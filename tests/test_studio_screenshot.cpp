@@ -3,23 +3,27 @@
 // and requires drawn content there (not just the window background), and checks
 // what each panel says it drew (rows, cells, tokens, messages). The checker is shown
 // to fail on a panel drawn empty (--debug-empty-panel). Without a display the app
-// fails with a clear message.
+// fails with a clear message. The pictures README.md and docs/studio.md show are
+// taken again with this build (tools/screenshots.sh) and compared with the committed ones.
 #include <gtest/gtest.h>
 
 #include <stb/stb_image.h>
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "fafo/generator.h"
 #include "fafo/step_trace_json.h"
 #include "model_fixtures.h"
+#include "png_text.h"
 #include "test_support.h"
 
 namespace {
@@ -194,6 +198,60 @@ TEST(StudioScreenshot, TheDebuggerShowsFumbleDecodingByDefault) {
   EXPECT_GT(items(s, "Candidate pool"), 0);
 }
 
+// What a new user meets first: no flags at all (the shipped model), the Debugger on a
+// fafo run of "Once upon a time" held after its first step, waiting for Step or Resume.
+TEST(StudioScreenshot, TheFirstStartIsTheDebuggerPausedAfterItsFirstStep) {
+  REQUIRE_STUDIO();
+  const Shot s = take("first-start", "--backend cpu --width 1280 --height 800");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.out << s.run.err;
+  EXPECT_HAS(s.run.err, "stories260K.gguf (the default; -m picks another)");
+  EXPECT_HAS(s.run.err, "debugger view, 1 steps");
+  ASSERT_TRUE(s.layout.is_object()) << "no layout JSON";
+  EXPECT_EQ(s.layout["view"], "debugger");
+  EXPECT_EQ(s.layout["steps"], 1);
+  EXPECT_TRUE(s.layout["model"].get<std::string>().ends_with("stories260K.gguf")) << s.layout["model"];
+  EXPECT_EQ(items(s, "Controls"), 1) << "one step known: the generator waits after it";
+  EXPECT_EQ(items(s, "Charts"), 1);
+  expect_panels_drawn(s, {"Controls", "Charts", "2D window", "Transcript"}, kMinInk);
+}
+
+// `--replay` without -m opens a model, so the steps show their text: the one the trace
+// names, else the default one (`fafo run --trace` names none), and says which and why.
+TEST(StudioScreenshot, ReplayWithoutAModelOpensTheDefaultOne) {
+  REQUIRE_STUDIO();
+  const std::filesystem::path shipped = fafo::test::source_path("assets/models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("studio-default-trace");
+  {
+    auto m = fafo::test::load_test_model(shipped.string());
+    fafo::GenerationOptions o;
+    o.n_predict = 40;
+    o.sampling.temperature = 0;
+    o.decoding.strategy = fafo::Strategy::Fafo;
+    std::ofstream plain(dir / "trace.jsonl"), named(dir / "named.jsonl");
+    bool first = true;
+    o.on_step = [&](const fafo::StepTrace& t) {
+      nlohmann::json j = fafo::step_trace_to_json(t);
+      plain << j.dump() << "\n";
+      if (first) j["model"] = "/nonexistent/other.gguf";
+      first = false;
+      named << j.dump() << "\n";
+    };
+    fafo::generate(*m.model, *m.tokenizer, m.tokenizer->encode("Once upon a time", true), o);
+  }
+  const Shot s = take("replay-default", "--replay " + fafo::test::shell_quote(dir / "trace.jsonl") + " --backend cpu --steps 10");
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.out << s.run.err;
+  EXPECT_HAS(s.run.err, "stories260K.gguf (the default: the trace names no model; -m picks another)");
+  ASSERT_TRUE(s.layout.is_object()) << "no layout JSON";
+  EXPECT_EQ(s.layout["steps"], 10);
+  EXPECT_TRUE(s.layout["model"].get<std::string>().ends_with("stories260K.gguf")) << "no model open: token ids only";
+  expect_panels_drawn(s, kDebuggerPanels, kMinInk);
+
+  const Shot gone = take("replay-gone", "--replay " + fafo::test::shell_quote(dir / "named.jsonl") + " --backend cpu --steps 5");
+  ASSERT_EQ(gone.run.exit_code, 0) << gone.run.out << gone.run.err;
+  EXPECT_HAS(gone.run.err, "stories260K.gguf (the default: the trace's model /nonexistent/other.gguf is not there; -m picks another)");
+  EXPECT_TRUE(gone.layout["model"].get<std::string>().ends_with("stories260K.gguf"));
+}
+
 // Replays a recorded FAFO trace (as `fafo run --trace` writes it) and shows step 30.
 TEST(StudioScreenshot, ReplayOfARecordedTrace) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
@@ -339,5 +397,84 @@ TEST(StudioScreenshot, HelpAndBadValuesExitLikeFafo) {
     EXPECT_EQ(r.err.rfind("fafo-studio: error: ", 0), 0u) << r.err;
     const std::string flag = std::string(bad).substr(0, std::string(bad).find(' '));
     EXPECT_NE(r.err.find(flag), std::string::npos) << bad << ": " << r.err;
+  }
+}
+
+namespace {
+
+// The share of 16x16 blocks whose mean grey level differs by more than 16 (of 255)
+// between two pictures of the same size: a coarse look that lets timings, numbers and
+// a plot's line move but not a panel that shows something else or nothing.
+double changed_blocks(const Image& a, const Image& b) {
+  constexpr int kBlock = 16;
+  size_t changed = 0, blocks = 0;
+  for (int by = 0; by + kBlock <= a.h; by += kBlock)
+    for (int bx = 0; bx + kBlock <= a.w; bx += kBlock) {
+      double sum_a = 0.0, sum_b = 0.0;
+      for (int y = by; y < by + kBlock; ++y)
+        for (int x = bx; x < bx + kBlock; ++x) {
+          const unsigned char *pa = a.at(x, y), *pb = b.at(x, y);
+          sum_a += pa[0] + pa[1] + pa[2];
+          sum_b += pb[0] + pb[1] + pb[2];
+        }
+      const double n = 3.0 * kBlock * kBlock;
+      changed += std::abs(sum_a / n - sum_b / n) > 16.0;
+      ++blocks;
+    }
+  return blocks ? static_cast<double>(changed) / static_cast<double>(blocks) : 1.0;
+}
+
+std::set<std::string> pngs_in(const std::filesystem::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".png") names.insert(e.path().filename().string());
+  return names;
+}
+
+// At most this share of a committed picture's blocks may differ from a fresh one's.
+// Two runs of tools/screenshots.sh differ in the charts' timings and the Bench view's
+// numbers and bars: 0-2% of the blocks on a busy machine (7% against a Bench view with a
+// third device); the debugger at its first step against step 60: 18%.
+constexpr double kMaxChangedBlocks = 0.12;
+
+}  // namespace
+
+// The pictures README.md and docs/studio.md show are what this build draws: they are
+// taken again (tools/screenshots.sh, into BUILD/screenshots) and each committed one must
+// carry the same description (view, size, menus, panels and their rectangles, the step
+// shown, model and command line: app/studio/png_text.h) and look about the same (the
+// share of changed 16x16 blocks). `cmake --build build --target screenshots` refreshes them.
+TEST(StudioScreenshot, TheCommittedScreenshotsAreThisBuilds) {
+  REQUIRE_STUDIO();
+  const std::filesystem::path out = fafo::test::binary_path("screenshots");
+  std::filesystem::remove_all(out);
+  const auto r = fafo::test::run_command("bash " + fafo::test::shell_quote(fafo::test::source_path("tools/screenshots.sh")) +
+                                         " --build " + fafo::test::shell_quote(fafo::test::binary_path("")) + " --out " +
+                                         fafo::test::shell_quote(out));
+  if (r.exit_code == 77) GTEST_SKIP() << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::filesystem::path committed = fafo::test::source_path("assets/screenshots");
+  const std::string refresh = "; `cmake --build build --target screenshots` takes them again";
+  const std::set<std::string> fresh_names = pngs_in(out), committed_names = pngs_in(committed);
+  EXPECT_EQ(committed_names, fresh_names) << "assets/screenshots/ holds other pictures than tools/screenshots.sh takes";
+  for (const std::string& name : fresh_names) {
+    SCOPED_TRACE(name);
+    if (!committed_names.count(name)) continue;
+    const auto fresh_text = fafo::studio::read_png_text((out / name).string(), fafo::studio::kScreenshotKeyword);
+    ASSERT_TRUE(fresh_text.has_value()) << "the studio wrote no description into " << (out / name);
+    const auto old_text = fafo::studio::read_png_text((committed / name).string(), fafo::studio::kScreenshotKeyword);
+    ASSERT_TRUE(old_text.has_value()) << "assets/screenshots/" << name << " was not taken by tools/screenshots.sh" << refresh;
+    const nlohmann::json fresh = nlohmann::json::parse(*fresh_text), old = nlohmann::json::parse(*old_text, nullptr, false);
+    for (const auto& [key, value] : fresh.items())
+      EXPECT_EQ(old.value(key, nlohmann::json()), value)
+          << "assets/screenshots/" << name << " shows another " << key << " than this build draws" << refresh;
+    Image a, b;
+    ASSERT_TRUE(a.load(out / name));
+    ASSERT_TRUE(b.load(committed / name));
+    ASSERT_EQ(b.w, a.w) << refresh;
+    ASSERT_EQ(b.h, a.h) << refresh;
+    const double changed = changed_blocks(a, b);
+    std::printf("%s: %.1f%% of the blocks changed\n", name.c_str(), 100.0 * changed);
+    EXPECT_LE(changed, kMaxChangedBlocks) << "assets/screenshots/" << name << " looks unlike what this build draws" << refresh;
   }
 }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -12,13 +13,17 @@
 #include <thread>
 #include <utility>
 
+#include <stb/stb_image.h>
+
 #include "fafo/generator.h"
 #include "fafo/step_trace_json.h"
 #include "model_fixtures.h"
 #include "test_support.h"
 #include "app_options.h"
 #include "file_browser.h"
+#include "bench_chart.h"
 #include "layout.h"
+#include "png_text.h"
 #include "recent_files.h"
 #include "settings.h"
 #include "step_gate.h"
@@ -191,7 +196,8 @@ TEST(StudioViews, TheDebuggerRunsFafoUntilAStrategyIsPicked) {
   EXPECT_EQ(debugger_generation(settings_from_options(parse_app_options({"-m", "m", "--strategy", "auto"})))
                 .decoding.strategy,
             Strategy::Auto);
-  // The shipped model opens when no -m is given, unless a trace is replayed.
+  // The shipped model opens when no -m is given; a replay's model is main's choice
+  // (replay_model: the trace's, else the default).
   EXPECT_EQ(parse_app_options({}, "shipped.gguf").open.path, "shipped.gguf");
   EXPECT_EQ(parse_app_options({"-m", "mine.gguf"}, "shipped.gguf").open.path, "mine.gguf");
   EXPECT_TRUE(parse_app_options({"--replay", "t.jsonl"}, "shipped.gguf").open.path.empty());
@@ -219,7 +225,8 @@ TEST(StudioViews, OptionsParseAndReject) {
   const auto steps = parse_app_options({"-m", "m", "--steps", "60"});  // the debugger on the default prompt
   EXPECT_EQ(steps.view, View::Debugger);
   EXPECT_EQ(steps.prompt, "Once upon a time");
-  EXPECT_TRUE(parse_app_options({"-m", "m"}).prompt.empty());
+  EXPECT_FALSE(steps.start_paused) << "--steps says how far to run";
+  EXPECT_EQ(parse_app_options({"-m", "m"}).prompt, "Once upon a time");  // the first start: below
   EXPECT_EQ(parse_app_options({"--replay", "t.jsonl", "--view", "chat"}).view, View::Chat);
   EXPECT_THROW(parse_app_options({"--model", "m", "--bogus"}), std::invalid_argument);
   EXPECT_THROW(parse_app_options({"--model", "m", "--steps", "x"}), std::invalid_argument);
@@ -477,6 +484,216 @@ TEST(StudioViews, PoolMarksTheTriedNgramsUnderTheKeysThatSuppliedThem) {
   EXPECT_EQ(v.rows[2].ngrams[0].tried_match, -1);
   t.pool_snapshot.clear();
   EXPECT_EQ(pool_view(t).tried_in_snapshot, 0);
+}
+
+// What a new user meets: `fafo-studio` with no flags opens the default model in the
+// Debugger on a fafo run of "Once upon a time", held after its first step for Step or
+// Resume. Only a view, prompt, trace, chat, bench or --browse of the user's own changes that.
+TEST(StudioViews, ABareStartIsTheDebuggerPausedOnAFafoRun) {
+  const auto bare = parse_app_options({}, "shipped.gguf");
+  EXPECT_EQ(bare.view, View::Debugger);
+  EXPECT_EQ(bare.open.path, "shipped.gguf");
+  EXPECT_EQ(bare.prompt, "Once upon a time");
+  EXPECT_TRUE(bare.start_paused);
+  EXPECT_EQ(debugger_generation(settings_from_options(bare)).decoding.strategy, Strategy::Fafo);
+  // -m alone, or --view debugger: the same start.
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"-m", "mine.gguf"},
+                                               std::vector<std::string>{"--view", "debugger"},
+                                               std::vector<std::string>{"--backend", "cpu", "--kv-policy", "quest"}}) {
+    const auto o = parse_app_options(args, "shipped.gguf");
+    EXPECT_EQ(o.view, View::Debugger) << args[0];
+    EXPECT_EQ(o.prompt, "Once upon a time") << args[0];
+    EXPECT_TRUE(o.start_paused) << args[0];
+  }
+  // A strategy picked is what the run uses.
+  EXPECT_EQ(debugger_generation(settings_from_options(parse_app_options({"--strategy", "ar"}, "shipped.gguf")))
+                .decoding.strategy,
+            Strategy::Ar);
+  // --steps K runs K steps without waiting; --prompt runs without waiting.
+  const auto steps = parse_app_options({"--steps", "60"}, "shipped.gguf");
+  EXPECT_EQ(steps.view, View::Debugger);
+  EXPECT_EQ(steps.prompt, "Once upon a time");
+  EXPECT_FALSE(steps.start_paused);
+  const auto prompt = parse_app_options({"--prompt", "A cat"}, "shipped.gguf");
+  EXPECT_EQ(prompt.prompt, "A cat");
+  EXPECT_FALSE(prompt.start_paused);
+  // The other views start without a run.
+  for (const char* view : {"chat", "bench"}) {
+    const auto o = parse_app_options({"--view", view}, "shipped.gguf");
+    EXPECT_EQ(view_name(o.view), std::string(view));
+    EXPECT_TRUE(o.prompt.empty()) << view;
+    EXPECT_FALSE(o.start_paused) << view;
+  }
+  const auto chat = parse_app_options({"--chat", "hi"}, "shipped.gguf");
+  EXPECT_EQ(chat.view, View::Chat);
+  EXPECT_TRUE(chat.prompt.empty());
+  const auto browse = parse_app_options({"--browse", "/models"}, "shipped.gguf");  // the Model panel's dialog
+  EXPECT_EQ(browse.view, View::Chat);
+  EXPECT_TRUE(browse.prompt.empty());
+  const auto bench = parse_app_options({"-m", "m", "--bench", "cpu"}, "shipped.gguf");
+  EXPECT_EQ(bench.view, View::Bench);
+  EXPECT_TRUE(bench.prompt.empty());
+  const auto replay = parse_app_options({"--replay", "t.jsonl"}, "shipped.gguf");
+  EXPECT_EQ(replay.view, View::Debugger);
+  EXPECT_TRUE(replay.prompt.empty());
+  EXPECT_FALSE(replay.start_paused);
+  // No model to open anywhere: the chat view, whose Model panel opens one.
+  const auto none = parse_app_options({});
+  EXPECT_EQ(none.view, View::Chat);
+  EXPECT_TRUE(none.prompt.empty());
+  // What a screenshot says it was taken with: the command line without its own outputs.
+  EXPECT_EQ(parse_app_options({"--steps", "3", "--screenshot", "x.png", "--layout-json", "x.json", "--width", "800"}).args,
+            (std::vector<std::string>{"--steps", "3", "--width", "800"}));
+}
+
+// `fafo-studio --replay TRACE` without -m opens the model the trace names (a "model"
+// field, as given or beside the trace), else the default one, and says which and why.
+TEST(StudioViews, ReplayOpensTheTracesModelElseTheDefault) {
+  const auto dir = test::temp_dir("studio-replay-model");
+  std::filesystem::create_directories(dir / "traces");
+  std::ofstream(dir / "traces" / "beside.gguf") << "x";
+  std::ofstream(dir / "mine.gguf") << "x";
+  const std::string step = step_trace_to_json(plain_step(0, 7, 5)).dump();
+  const auto write_trace = [&](const std::string& name, const std::string& model_field) {
+    nlohmann::json first = nlohmann::json::parse(step);
+    if (!model_field.empty()) first["model"] = model_field;
+    std::ofstream out(dir / "traces" / name);
+    out << first.dump() << "\n" << step << "\n";
+    return (dir / "traces" / name).string();
+  };
+
+  // `fafo run --trace` names no model: the default one.
+  const std::string plain = write_trace("plain.jsonl", "");
+  const TraceFile plain_file = load_trace_file(plain);
+  EXPECT_EQ(plain_file.steps.size(), 2u);
+  EXPECT_EQ(plain_file.model, "");
+  ReplayModel m = replay_model(plain, plain_file.model, "shipped.gguf");
+  EXPECT_EQ(m.path, "shipped.gguf");
+  EXPECT_EQ(m.why, "the default: the trace names no model; -m picks another");
+
+  // A model named by an absolute path, or by one relative to the trace's folder.
+  const std::string named = write_trace("named.jsonl", (dir / "mine.gguf").string());
+  EXPECT_EQ(load_trace_file(named).model, (dir / "mine.gguf").string());
+  m = replay_model(named, load_trace_file(named).model, "shipped.gguf");
+  EXPECT_EQ(m.path, (dir / "mine.gguf").string());
+  EXPECT_EQ(m.why, "named by the trace");
+  const std::string beside = write_trace("beside.jsonl", "beside.gguf");
+  m = replay_model(beside, load_trace_file(beside).model, "shipped.gguf");
+  EXPECT_EQ(std::filesystem::path(m.path), dir / "traces" / "beside.gguf");
+
+  // A model that is not there: the default one, saying so.
+  const std::string gone = write_trace("gone.jsonl", "/nonexistent/big.gguf");
+  m = replay_model(gone, load_trace_file(gone).model, "shipped.gguf");
+  EXPECT_EQ(m.path, "shipped.gguf");
+  EXPECT_EQ(m.why, "the default: the trace's model /nonexistent/big.gguf is not there; -m picks another");
+  // And no default either: no model, token ids only.
+  m = replay_model(gone, "/nonexistent/big.gguf", "");
+  EXPECT_EQ(m.path, "");
+  EXPECT_NE(m.why.find("token ids only"), std::string::npos) << m.why;
+}
+
+// A replayed trace checked against the open model: a token id past its vocabulary or
+// another layer count means the trace was recorded with another model.
+TEST(StudioViews, TraceFitTellsAnotherModelsTrace) {
+  std::vector<StepTrace> steps = {plain_step(0, 7, 0), hand_step()};
+  EXPECT_EQ(trace_fit_problem(steps, 512, 5), "");
+  EXPECT_EQ(trace_fit_problem(steps, 41, 5), "");  // the largest id is 40
+  EXPECT_EQ(trace_fit_problem(steps, 40, 5),
+            "the trace holds token id 40, outside the model's vocabulary of 40: it was recorded with another model "
+            "(-m picks it)");
+  steps[1].kv_layers = 22;
+  steps[1].kv_dense_layers = 2;
+  EXPECT_EQ(trace_fit_problem(steps, 512, 5),
+            "the trace's steps have 22 layers and the model 5: it was recorded with another model (-m picks it)");
+  EXPECT_EQ(trace_fit_problem(steps, 512, 22), "");
+}
+
+// Step while a live generation is held: the step asked for is shown when it comes, so
+// one press is one step (the first start's first step is shown so too).
+TEST(StudioViews, PlaybackShowsAStepAskedForWhenItComes) {
+  Playback p;
+  p.step_once(0);  // the first start: paused, its first step wanted
+  EXPECT_TRUE(p.paused());
+  EXPECT_TRUE(p.waiting_for_step());
+  p.update(0.1, 0);
+  EXPECT_EQ(p.shown(), 0u);
+  p.restart();  // the generation's first drain
+  p.update(0.1, 1);
+  EXPECT_EQ(p.shown(), 1u);
+  EXPECT_FALSE(p.waiting_for_step());
+  p.update(0.1, 2);  // paused: no more than asked for
+  EXPECT_EQ(p.shown(), 1u);
+  p.step_once(2);  // a step known: shown at once
+  EXPECT_EQ(p.shown(), 2u);
+  p.step_once(2);  // past the newest: shown when it comes
+  EXPECT_EQ(p.shown(), 2u);
+  p.update(0.1, 2);
+  EXPECT_EQ(p.shown(), 2u);
+  p.update(0.1, 4);
+  EXPECT_EQ(p.shown(), 3u);
+  p.step_once(4);
+  p.step_back();  // going back forgets a step asked for
+  EXPECT_FALSE(p.waiting_for_step());
+  p.step_once(4);
+  p.step_once(4);
+  p.resume();
+  EXPECT_FALSE(p.waiting_for_step());
+}
+
+// A screenshot's description rides in a tEXt chunk of its PNG, which stays a PNG that
+// decoders read; a damaged chunk reads as none.
+TEST(StudioViews, PngTextRoundTripsAndRejectsDamage) {
+  bench::Chart chart;
+  chart.width = 4;
+  chart.height = 3;
+  chart.rgb.assign(4 * 3 * 3, 200);
+  std::vector<uint8_t> png = bench::encode_png(chart);
+  EXPECT_FALSE(png_text(png, kScreenshotKeyword).has_value());
+  const std::string text = R"({"view":"debugger","menus":["File","Chat"]})";
+  ASSERT_TRUE(insert_png_text(png, kScreenshotKeyword, text));
+  EXPECT_EQ(png_text(png, kScreenshotKeyword), text);
+  EXPECT_FALSE(png_text(png, "other").has_value());
+  ASSERT_TRUE(insert_png_text(png, "other", "second"));
+  EXPECT_EQ(png_text(png, "other"), "second");
+  EXPECT_EQ(png_text(png, kScreenshotKeyword), text);
+  int w = 0, h = 0, channels = 0;
+  unsigned char* pixels = stbi_load_from_memory(png.data(), static_cast<int>(png.size()), &w, &h, &channels, 3);
+  ASSERT_NE(pixels, nullptr) << "the PNG no longer decodes";
+  EXPECT_EQ(w, 4);
+  EXPECT_EQ(h, 3);
+  EXPECT_EQ(pixels[0], 200);
+  stbi_image_free(pixels);
+  std::vector<uint8_t> damaged = png;
+  damaged[8 + 25 + 8 + 3] ^= 1;  // in the first chunk after IHDR ("other"): reading stops at a damaged chunk
+  EXPECT_FALSE(png_text(damaged, kScreenshotKeyword).has_value());
+  EXPECT_FALSE(png_text(std::vector<uint8_t>{1, 2, 3}, kScreenshotKeyword).has_value());
+  std::vector<uint8_t> not_png = {1, 2, 3};
+  EXPECT_FALSE(insert_png_text(not_png, kScreenshotKeyword, text));
+  EXPECT_FALSE(insert_png_text(png, "", text));
+  EXPECT_FALSE(insert_png_text(png, std::string(80, 'k'), text));
+}
+
+// What a screenshot says it shows: stable parts only (whole-pixel rectangles, no items).
+TEST(StudioViews, LayoutDescriptionKeepsWhatStaysTheSame) {
+  LayoutRecord r;
+  r.add_menu("File");
+  r.add_menu("Chat");
+  PanelRecord p;
+  p.name = "Controls";
+  p.x = 0.4f, p.y = 19.6f, p.w = 351.5f, p.h = 100.2f;
+  p.items = 42;
+  r.add(p);
+  const nlohmann::json d = r.description(View::Debugger, 1600, 1000, 60, "assets/models/stories260K.gguf", {"--steps", "60"});
+  EXPECT_EQ(d["view"], "debugger");
+  EXPECT_EQ(d["width"], 1600);
+  EXPECT_EQ(d["menus"], nlohmann::json({"File", "Chat"}));
+  EXPECT_EQ(d["panels"], nlohmann::json::parse(R"([{"name":"Controls","rect":[0,20,352,100]}])"));
+  EXPECT_EQ(d["steps"], 60);
+  EXPECT_EQ(d["model"], "assets/models/stories260K.gguf");
+  EXPECT_EQ(d["args"], nlohmann::json({"--steps", "60"}));
+  EXPECT_EQ(r.to_json(View::Debugger, 1600, 1000, 60)["panels"][0]["items"], 42);
+  r.clear();
+  EXPECT_TRUE(r.menus().empty());
 }
 
 TEST(StudioViews, PlaybackRestartsForANewGeneration) {

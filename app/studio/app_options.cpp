@@ -17,11 +17,16 @@ namespace {
 constexpr const char* kDescription =
     "fafo-studio: chat with a local model and watch multi-token decoding step by step\n"
     "\n"
-    "  fafo-studio [--model M]                          the chat view (default model: $FAFO_MODEL, else the shipped one)\n"
+    "  fafo-studio [--model M]                          the debugger, a fafo run of \"Once upon a time\" paused at its\n"
+    "                                                   first step: Step or Resume (default model: $FAFO_MODEL, else\n"
+    "                                                   the shipped one)\n"
+    "  fafo-studio [--model M] --view chat              the chat view\n"
     "  fafo-studio --model M --chat TEXT [--chat ...]   chat: send these messages in turn\n"
-    "  fafo-studio --model M --prompt P [--steps K]     the debugger on a raw prompt (default strategy: fafo; the chat's: auto;\n"
-    "                                                   with --steps and neither --prompt nor --chat: \"Once upon a time\")\n"
-    "  fafo-studio --replay TRACE.jsonl [--model M]     step through a recorded `fafo run --trace`\n"
+    "  fafo-studio --model M --prompt P [--steps K]     the debugger on a raw prompt, running (default strategy: fafo;\n"
+    "                                                   the chat's: auto; with --steps and neither --prompt nor --chat:\n"
+    "                                                   \"Once upon a time\")\n"
+    "  fafo-studio --replay TRACE.jsonl [--model M]     step through a recorded `fafo run --trace`, on the model the\n"
+    "                                                   trace names (a \"model\" field), else the default one\n"
     "  fafo-studio --model M --bench DEVICES            the Bench view: `fafo bench --devices` measured and plotted\n";
 
 constexpr const char* kFooter =
@@ -61,7 +66,8 @@ std::unique_ptr<CLI::App> make_parser(AppOptions& o, bool& view_given) {
            o.view = v == "chat" ? View::Chat : v == "bench" ? View::Bench : View::Debugger;
            view_given = true;
          },
-         "The view to show first (default: debugger with --replay or --prompt, bench with --bench, else chat)")
+         "The view to show first (default: bench with --bench, chat with --chat, --browse or without a model, else "
+         "debugger)")
       ->check(CLI::IsMember({"chat", "debugger", "bench"}));
   app->add_option("--steps", o.steps, "Steps to generate / show (0: all)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -89,9 +95,14 @@ void check_together(AppOptions& o, bool view_given) {
   if (bench && (!o.prompt.empty() || !o.chat.empty() || !o.replay.empty()))
     throw std::invalid_argument("--bench measures speed alone: it takes no --prompt, --chat or --replay");
   if (bench && o.open.path.empty()) throw std::invalid_argument("--bench needs --model M");
-  // --model M --steps K alone: the debugger on the default prompt (headless screenshots).
-  if (!bench && o.prompt.empty() && o.chat.empty() && o.replay.empty() && !o.open.path.empty() && o.steps > 0)
-    o.prompt = "Once upon a time";
+  // No prompt, trace, chat, bench or model to browse for, and a model to open: the
+  // debugger runs the default prompt, paused after its first step unless --steps says
+  // how far to run.
+  const bool debugger_start = view_given ? o.view == View::Debugger : o.browse.empty();
+  if (!bench && o.prompt.empty() && o.chat.empty() && o.replay.empty() && !o.open.path.empty() && debugger_start) {
+    o.prompt = kDefaultPrompt;
+    o.start_paused = o.steps == 0;
+  }
   if (!view_given)
     o.view = bench ? View::Bench : !o.replay.empty() || !o.prompt.empty() ? View::Debugger : View::Chat;
   if (!o.replay.empty() && (!o.prompt.empty() || !o.chat.empty()))
@@ -129,6 +140,11 @@ AppOptions parse_app_options(const std::vector<std::string>& args, const std::st
     throw std::invalid_argument(e.what());
   }
   o.strategy_given = app->get_option("--strategy")->count() > 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--screenshot" || a == "--layout-json") ++i;  // and its value
+    else if (a.rfind("--screenshot=", 0) != 0 && a.rfind("--layout-json=", 0) != 0) o.args.push_back(a);
+  }
   if (o.open.path.empty() && o.replay.empty()) o.open.path = default_model;
   check_together(o, view_given);
   return o;

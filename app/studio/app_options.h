@@ -22,8 +22,14 @@ struct AppOptions {
   OpenOptions open;         // -m,--model M (opened at start), --backend, --device, -t, -c, --cache-type, --chat-template
   std::string prompt;       // --prompt P: a raw prompt generated for the debugger
   std::vector<std::string> chat;  // --chat TEXT (repeatable): chat messages sent in turn
-  View view = View::Chat;   // --view; default: debugger with --replay or --prompt, bench with --bench, else chat
+  // --view; default: bench with --bench, chat with --chat, --browse or without a model to
+  // open, else the debugger (on a prompt of its own when neither --prompt nor --replay
+  // gives it steps)
+  View view = View::Chat;
   int32_t steps = 0;        // --steps K: steps to generate / show (0: all)
+  // The debugger's run waits after its first step for Step or Resume: a start that names
+  // no view, prompt, trace, chat, bench, --browse or --steps (the first start of a new user).
+  bool start_paused = false;
   int32_t n_predict = 256;  // -n
   SamplerOptions sampling{0.0f, 40, 0.95f, 0.05f, 0xFAF0};  // --temp (default 0: greedy) --top-k --top-p --min-p --seed
   std::string system;       // --system
@@ -44,12 +50,19 @@ struct AppOptions {
   std::string browse;       // --browse DIR: open the model file dialog in DIR at start
   int width = 1600, height = 1000;
   bool help = false;        // -h,--help: print app_usage() and exit
+  // The command line without --screenshot and --layout-json (and their values): what a
+  // screenshot says it was taken with.
+  std::vector<std::string> args;
 };
+
+// The raw prompt the debugger runs when no --prompt gives one.
+inline constexpr const char* kDefaultPrompt = "Once upon a time";
 
 // Throws std::invalid_argument with a message for unknown flags, bad values and
 // flags that do not go together.
 // `default_model`: the model opened when neither -m nor --replay is given (main passes
-// the shipped one, app/common/default_model.h; empty: none, the user picks one).
+// the shipped one, app/common/default_model.h; empty: none, the user picks one). With
+// --replay and no -m, open.path stays empty: main picks the model (replay_model, trace_io.h).
 AppOptions parse_app_options(const std::vector<std::string>& args, const std::string& default_model = "");
 // The --help text, generated from the same flag definitions the parser uses.
 std::string app_usage();

@@ -184,6 +184,7 @@ void Engine::load(const OpenOptions& options, const std::string& system) {
     v.backend = model_->model->backend().name();
     v.n_ctx = model_->model->n_ctx();
     v.n_layer = model_->model->config().n_layer;
+    v.n_vocab = model_->model->config().n_vocab;
     v.text = std::move(text);
   });
   begin_chat(model_->chat, system);

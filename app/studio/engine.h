@@ -55,7 +55,7 @@ struct EngineView {
   bool has_model = false;
   uint64_t model_serial = 0;      // changes whenever a model is opened
   std::string model_path, model_summary, template_name, turn_end, backend;
-  int32_t n_ctx = 0, n_past = 0, n_layer = 0;
+  int32_t n_ctx = 0, n_past = 0, n_layer = 0, n_vocab = 0;
   TokenText text;                 // the model's token pieces (empty without a model)
   // The conversation.
   std::vector<ChatMessage> conversation;  // finished messages (the system message first, when set)

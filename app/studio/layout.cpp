@@ -1,5 +1,6 @@
 #include "layout.h"
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -71,7 +72,7 @@ std::optional<PanelRect> panel_rect(View view, std::string_view panel) {
   return std::nullopt;
 }
 
-nlohmann::json LayoutRecord::to_json(View view, int width, int height, size_t steps_shown) const {
+nlohmann::json LayoutRecord::to_json(View view, int width, int height, size_t steps_shown, const std::string& model) const {
   nlohmann::json panels = nlohmann::json::array();
   for (const PanelRecord& p : panels_)
     panels.push_back({{"name", p.name},
@@ -79,7 +80,17 @@ nlohmann::json LayoutRecord::to_json(View view, int width, int height, size_t st
                       {"content", {p.content_x, p.content_y, p.content_w, p.content_h}},
                       {"items", p.items},
                       {"empty", p.empty}});
-  return {{"view", view_name(view)}, {"width", width}, {"height", height}, {"steps", steps_shown}, {"panels", panels}};
+  return {{"view", view_name(view)}, {"width", width},   {"height", height}, {"steps", steps_shown},
+          {"menus", menus_},           {"model", model},   {"panels", panels}};
+}
+
+nlohmann::json LayoutRecord::description(View view, int width, int height, size_t steps_shown, const std::string& model,
+                                         const std::vector<std::string>& args) const {
+  nlohmann::json panels = nlohmann::json::array();
+  const auto px = [](float v) { return static_cast<int>(std::lround(v)); };
+  for (const PanelRecord& p : panels_) panels.push_back({{"name", p.name}, {"rect", {px(p.x), px(p.y), px(p.w), px(p.h)}}});
+  return {{"view", view_name(view)}, {"width", width}, {"height", height}, {"menus", menus_}, {"panels", panels},
+          {"steps", steps_shown},    {"model", model}, {"args", args}};
 }
 
 bool write_json_file(const std::string& path, const nlohmann::json& j) {

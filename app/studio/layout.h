@@ -1,6 +1,7 @@
 // Where the panels of each view go, and a record of where they were drawn. Plain C++
 // (no ImGui): the app fills the record each frame; --layout-json writes it next to a
-// screenshot, so a test can look inside each panel's rectangle of the PNG.
+// screenshot, so a test can look inside each panel's rectangle of the PNG, and every
+// screenshot carries its description() (png_text.h).
 #pragma once
 
 #include <cstdint>
@@ -36,17 +37,32 @@ struct PanelRecord {
 
 class LayoutRecord {
  public:
-  void clear() { panels_.clear(); }
+  void clear() {
+    panels_.clear();
+    menus_.clear();
+  }
   void add(PanelRecord p) { panels_.push_back(std::move(p)); }
+  // A menu of the menu bar, left to right.
+  void add_menu(std::string name) { menus_.push_back(std::move(name)); }
   // Sets the item count of the panel added last.
   void set_items(int64_t n) {
     if (!panels_.empty()) panels_.back().items = n;
   }
   const std::vector<PanelRecord>& panels() const { return panels_; }
-  nlohmann::json to_json(View view, int width, int height, size_t steps_shown) const;
+  const std::vector<std::string>& menus() const { return menus_; }
+  // Everything recorded, with the view, the window's size, the step shown and the open
+  // model's path ("": none): what --layout-json writes.
+  nlohmann::json to_json(View view, int width, int height, size_t steps_shown, const std::string& model = "") const;
+  // What a screenshot shows, in the terms that stay the same from run to run of the same
+  // command: the view, the size, the menus, each panel's name and rectangle (whole
+  // pixels), the step shown, the model's path and the command line (`args`). Timings
+  // and what the panels drew are left out.
+  nlohmann::json description(View view, int width, int height, size_t steps_shown, const std::string& model,
+                             const std::vector<std::string>& args) const;
 
  private:
   std::vector<PanelRecord> panels_;
+  std::vector<std::string> menus_;
 };
 
 // Writes `j` to `path`; false when it cannot.

@@ -16,9 +16,22 @@
 
 namespace {
 
-int run(const fafo::studio::AppOptions& o) {
+int run(fafo::studio::AppOptions o, const std::string& default_model) {
   using namespace fafo::studio;
   StudioState state;
+  if (!o.replay.empty()) {
+    TraceFile trace = load_trace_file(o.replay);
+    state.traces = std::move(trace.steps);
+    state.source = "replay: " + o.replay + " (" + std::to_string(state.traces.size()) + " steps)";
+    state.playback.set_speed(4.0);
+    if (o.open.path.empty()) {  // no -m: the trace's model, else the default one
+      const ReplayModel m = replay_model(o.replay, trace.model, default_model);
+      o.open.path = m.path;
+      if (m.path.empty()) std::fprintf(stderr, "fafo-studio: no model to open (%s)\n", m.why.c_str());
+      else std::fprintf(stderr, "model: %s (%s)\n", m.path.c_str(), m.why.c_str());
+      state.model_note = m.path.empty() ? "no model open: " + m.why : "model: " + m.path + " (" + m.why + ")";
+    }
+  }
   state.view = o.view;
   state.settings = settings_from_options(o);
   state.empty_panel = o.empty_panel;
@@ -27,11 +40,6 @@ int run(const fafo::studio::AppOptions& o) {
   if (!o.browse.empty()) {
     state.browser.emplace(o.browse, std::vector<std::string>{".gguf"});
     state.browse = StudioState::Browse::Model;
-  }
-  if (!o.replay.empty()) {
-    state.traces = load_trace_jsonl(o.replay);
-    state.source = "replay: " + o.replay + " (" + std::to_string(state.traces.size()) + " steps)";
-    state.playback.set_speed(4.0);
   }
   if (!have_display()) {  // after checking the inputs, before starting the engine
     std::fputs(kNoDisplayMessage, stderr);
@@ -45,6 +53,13 @@ int run(const fafo::studio::AppOptions& o) {
   if (!o.open.path.empty()) engine.open_model(state.settings.open, state.settings.system);
   if (!o.prompt.empty()) {
     const fafo::GenerationOptions debug = debugger_generation(state.settings);
+    if (o.start_paused) {
+      // Held after its first step: the panels show it, Step runs one more, Resume plays
+      // the rest at the speed slider's 5 steps a second.
+      engine.gate().set_paused(true);
+      state.playback.step_once(0);
+      state.playback.set_speed(5.0);
+    }
     engine.run_prompt(o.prompt, debug, o.steps);
     state.source = std::string("live: ") + o.open.path + " (" + fafo::strategy_name(debug.decoding.strategy) + ")";
   }
@@ -68,7 +83,7 @@ int main(int argc, char** argv) {
       std::fputs(fafo::studio::app_usage().c_str(), stdout);
       return 0;
     }
-    return run(options);
+    return run(options, default_model);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "fafo-studio: error: %s\nRun 'fafo-studio --help' for the options.\n", e.what());
     return 2;

@@ -10,10 +10,7 @@ float g_top = 0.0f;  // the menu bar's height this frame
 
 }  // namespace
 
-void begin_panels(StudioState& s, float top) {
-  g_top = top;
-  s.layout.clear();
-}
+void begin_panels(StudioState&, float top) { g_top = top; }
 
 bool begin_panel(StudioState& s, const char* title) {
   if (const auto rect = panel_rect(s.view, title); rect && (s.relayout || s.fixed_layout)) {

@@ -3,11 +3,20 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include <string>
+
 #include "panels.h"
 
 namespace fafo::studio {
 
 namespace {
+
+// A line in `colour`, wrapped at the panel's edge.
+void wrapped(const ImVec4& colour, const std::string& text) {
+  ImGui::PushStyleColor(ImGuiCol_Text, colour);
+  ImGui::TextWrapped("%s", text.c_str());
+  ImGui::PopStyleColor();
+}
 
 void run_prompt_controls(StudioState& s) {
   const EngineView& ev = s.ev;
@@ -30,6 +39,8 @@ void run_prompt_controls(StudioState& s) {
 void draw_controls_panel(StudioState& s) {
   if (begin_panel(s, "Controls")) {
     ImGui::TextUnformatted(s.source.empty() ? "no steps yet: chat, run a prompt, or open a trace" : s.source.c_str());
+    if (!s.model_note.empty()) wrapped(kNoteText, s.model_note);
+    if (!s.trace_problem.empty()) wrapped(kErrorText, s.trace_problem);
     run_prompt_controls(s);
     const size_t available = s.traces.size();
     Playback& p = s.playback;
@@ -65,7 +76,8 @@ void draw_controls_panel(StudioState& s) {
       p.seek(static_cast<size_t>(index), available);
     ImGui::Text("showing %zu of %zu steps", p.shown(), available);
     if (!s.ev.error.empty()) ImGui::TextColored(ImVec4(1, 0.3f, 0.3f, 1), "error: %s", s.ev.error.c_str());
-    else if (live) ImGui::Text("generator: %s", gate.paused() ? "paused" : "running");
+    else if (live && gate.paused()) ImGui::TextColored(kNoteText, "generator: paused: Step or Resume");
+    else if (live) ImGui::Text("generator: running");
     else ImGui::Text("generator: %s", s.ev.has_model ? "idle" : "no model open");
     report_items(s, static_cast<int64_t>(available));
   }

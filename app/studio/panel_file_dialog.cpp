@@ -15,13 +15,18 @@ void choose(StudioState& s, const std::filesystem::path& file) {
     s.settings.open.path = file.string();
     if (!s.ev.busy) s.engine->open_model(s.settings.open, s.settings.system);
   } else {
+    TraceFile trace;
     try {
-      s.traces = load_trace_jsonl(file.string());
+      trace = load_trace_file(file.string());
     } catch (const std::exception& e) {
       s.browse_error = e.what();
       return;
     }
+    s.traces = std::move(trace.steps);
     s.source = "replay: " + file.string() + " (" + std::to_string(s.traces.size()) + " steps)";
+    // The open model stays open: the trace's own (when it names one) is opened from the File menu.
+    s.model_note = trace.model.empty() ? "" : "the trace names the model " + trace.model;
+    s.trace_problem = s.ev.has_model ? trace_fit_problem(s.traces, s.ev.n_vocab, s.ev.n_layer) : "";
     s.playback.restart();
     s.playback.pause();
     s.playback.seek(0, s.traces.size());

@@ -30,7 +30,16 @@ void set_view(StudioState& s, View v) {
 float draw_menu_bar(StudioState& s) {
   float height = 0.0f;
   if (ImGui::BeginMainMenuBar()) {
-    if (ImGui::BeginMenu("File")) {
+    // The bar's own entries, each recorded as it is drawn (a screenshot's description lists them).
+    const auto bar_menu = [&s](const char* name) {
+      s.layout.add_menu(name);
+      return ImGui::BeginMenu(name);
+    };
+    const auto bar_item = [&s](const char* name, bool selected) {
+      s.layout.add_menu(name);
+      return ImGui::MenuItem(name, nullptr, selected);
+    };
+    if (bar_menu("File")) {
       if (ImGui::MenuItem("Open model...")) open_browser(s, StudioState::Browse::Model);
       if (ImGui::BeginMenu("Recent models", s.recent && !s.recent->paths().empty())) {
         for (const std::string& p : s.recent->paths())
@@ -45,10 +54,10 @@ float draw_menu_bar(StudioState& s) {
       if (ImGui::MenuItem("Quit")) s.quit = true;
       ImGui::EndMenu();
     }
-    if (ImGui::MenuItem("Chat", nullptr, s.view == View::Chat)) set_view(s, View::Chat);
-    if (ImGui::MenuItem("Debugger", nullptr, s.view == View::Debugger)) set_view(s, View::Debugger);
-    if (ImGui::MenuItem("Bench", nullptr, s.view == View::Bench)) set_view(s, View::Bench);
-    if (ImGui::BeginMenu("Server")) {
+    if (bar_item("Chat", s.view == View::Chat)) set_view(s, View::Chat);
+    if (bar_item("Debugger", s.view == View::Debugger)) set_view(s, View::Debugger);
+    if (bar_item("Bench", s.view == View::Bench)) set_view(s, View::Bench);
+    if (bar_menu("Server")) {
       const ServerSession::Status st = s.server.status();
       if (st.state == ServerSession::Status::State::Stopped) {
         ImGui::SetNextItemWidth(120.0f);
@@ -68,7 +77,7 @@ float draw_menu_bar(StudioState& s) {
       }
       ImGui::EndMenu();
     }
-    if (ImGui::BeginMenu("Layout")) {
+    if (bar_menu("Layout")) {
       if (ImGui::MenuItem("Reset panel positions")) s.relayout = true;
       ImGui::EndMenu();
     }

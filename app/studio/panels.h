@@ -9,7 +9,8 @@
 
 namespace fafo::studio {
 
-// Starts a frame's panels: they go under a menu bar of `top` pixels.
+// Starts a frame's panels: they go under a menu bar of `top` pixels (the frame cleared
+// s.layout before drawing the menu bar).
 void begin_panels(StudioState& s, float top);
 // Opens panel `title` where the view's layout puts it (on a view change, or always in
 // screenshot mode) and records where it was drawn. Returns whether to draw its contents.
@@ -33,7 +34,7 @@ unsigned int series_colour(size_t i);
 // Display text of a token piece (newlines and tabs escaped).
 std::string display_piece(const std::string& piece);
 
-// The menu bar (view switch, File menu); returns its height.
+// The menu bar (File, the views, Server, Layout), each menu recorded in s.layout; returns its height.
 float draw_menu_bar(StudioState& s);
 // The in-app file dialog (a modal), when one is open.
 void draw_file_dialog(StudioState& s);

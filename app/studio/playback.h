@@ -1,5 +1,7 @@
 // Which step of a growing trace sequence the panels show: follows new steps at a
-// given speed unless paused; single steps while paused.
+// given speed unless paused; single steps while paused. A single step asked for past
+// the newest step known is shown as soon as that step comes (a live generation that
+// the debugger lets run one step).
 #pragma once
 
 #include <cstddef>
@@ -12,18 +14,24 @@ class Playback {
   // (speed <= 0: jump to the newest step). `available` is the number of steps known.
   void update(double seconds, size_t available);
   void pause() { paused_ = true; }
-  void resume() { paused_ = false; }
-  // One step forward (pauses playback).
+  void resume() {
+    paused_ = false;
+    wanted_ = false;
+  }
+  // One step forward (pauses playback); at the newest step, the next one to come.
   void step_once(size_t available);
   void step_back();
   void seek(size_t index, size_t available);
-  // A new sequence of steps begins: show from its start again (pause state kept).
+  // A new sequence of steps begins: show from its start again (pause state and a step
+  // asked for kept: paused, the new sequence's first step is shown when it comes).
   void restart() {
     shown_ = 0;
     credit_ = 0.0;
   }
 
   bool paused() const { return paused_; }
+  // Whether a step asked for by step_once() has not come yet.
+  bool waiting_for_step() const { return wanted_; }
   double speed() const { return speed_; }
   void set_speed(double steps_per_second) { speed_ = steps_per_second; }
   // Steps shown so far: the panels show step `shown() - 1` (none when 0).
@@ -31,6 +39,7 @@ class Playback {
 
  private:
   bool paused_ = false;
+  bool wanted_ = false;
   double speed_ = 0.0;
   double credit_ = 0.0;
   size_t shown_ = 0;

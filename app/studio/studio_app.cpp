@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "panels.h"
+#include "png_text.h"
 #include "screenshot.h"
+#include "trace_io.h"
 
 namespace fafo::studio {
 
@@ -32,6 +34,8 @@ ScreenshotTarget screenshot_target(const StudioState& s, const AppOptions& o) {
     return {0, !s.ev.busy && s.bench_now.status != BenchStatus::Running && listed};
   }
   const size_t have = s.traces.size();
+  // A start paused after its first step: that step, once the generator waits after it.
+  if (o.start_paused) return {have, have > 0 && s.engine->gate().waiting()};
   const size_t want = o.steps > 0 ? static_cast<size_t>(o.steps) : have;
   // A generation stopped at --steps may still be finishing its last step: do not wait for it.
   const bool enough = o.steps > 0 && have >= want && (s.ev.has_model || o.open.path.empty());
@@ -46,19 +50,24 @@ void sync(StudioState& s) {
   if (s.engine->gate().drain(s.traces)) {
     s.playback.restart();
     s.selected_token = -1;
-    if (s.source.empty() || s.source.rfind("replay: ", 0) == 0)
+    if (s.source.empty() || s.source.rfind("replay: ", 0) == 0) {
       s.source = "live: " + s.ev.model_path;
+      s.model_note.clear();
+      s.trace_problem.clear();
+    }
   }
   if (s.ev.model_serial != s.seen_model_serial) {
     s.seen_model_serial = s.ev.model_serial;
     if (s.ev.has_model) {
       s.text = s.ev.text;
       if (s.recent) s.recent->add(s.ev.model_path);
+      if (s.source.rfind("replay: ", 0) == 0) s.trace_problem = trace_fit_problem(s.traces, s.ev.n_vocab, s.ev.n_layer);
     }
   }
 }
 
 void draw_frame(StudioState& s) {
+  s.layout.clear();
   const float top = draw_menu_bar(s);
   begin_panels(s, top);
   if (s.view == View::Chat) {
@@ -124,8 +133,7 @@ int run_studio(StudioState& s, const AppOptions& o) {
   if (screenshot) s.playback.set_speed(0.0);  // show every step as soon as it is known
   int exit_code = 0;
   int settle_frames = 0;  // frames rendered after the target was reached (ImGui lays out over two)
-  const auto start = std::chrono::steady_clock::now();
-  auto last = start;
+  auto last = std::chrono::steady_clock::now();
   while (!glfwWindowShouldClose(window) && !s.quit) {
     if (screenshot) {
       glfwPollEvents();
@@ -137,14 +145,10 @@ int run_studio(StudioState& s, const AppOptions& o) {
     const double dt = std::chrono::duration<double>(now - last).count();
     last = now;
     bool capture = false;
-    if (screenshot) {
+    if (screenshot) {  // no time limit: it waits for what the picture should show
       const ScreenshotTarget target = screenshot_target(s, o);
       if (target.ready && target.steps > 0) s.playback.seek(target.steps - 1, s.traces.size());
-      const double waited = std::chrono::duration<double>(now - start).count();
-      if (target.ready || waited > 50.0) {
-        if (!target.ready) std::fputs("fafo-studio: warning: still busy after 50 s; writing what is there\n", stderr);
-        capture = ++settle_frames >= 3;
-      }
+      if (target.ready) capture = ++settle_frames >= 3;
     } else {
       s.playback.update(dt, s.traces.size());
     }
@@ -161,7 +165,9 @@ int run_studio(StudioState& s, const AppOptions& o) {
     glClear(GL_COLOR_BUFFER_BIT);
     ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
     if (capture) {
-      if (write_framebuffer_png(o.screenshot, fb_w, fb_h)) {
+      const std::string model = s.ev.has_model ? s.ev.model_path : "";
+      const nlohmann::json description = s.layout.description(s.view, fb_w, fb_h, s.playback.shown(), model, o.args);
+      if (write_framebuffer_png(o.screenshot, fb_w, fb_h, kScreenshotKeyword, description.dump())) {
         std::fprintf(stderr, "fafo-studio: wrote %s (%dx%d, %s view, %zu steps)\n", o.screenshot.c_str(), fb_w, fb_h,
                      view_name(s.view), s.playback.shown());
       } else {
@@ -169,7 +175,7 @@ int run_studio(StudioState& s, const AppOptions& o) {
         exit_code = 1;
       }
       if (!o.layout_json.empty() &&
-          !write_json_file(o.layout_json, s.layout.to_json(s.view, fb_w, fb_h, s.playback.shown()))) {
+          !write_json_file(o.layout_json, s.layout.to_json(s.view, fb_w, fb_h, s.playback.shown(), model))) {
         std::fprintf(stderr, "fafo-studio: cannot write %s\n", o.layout_json.c_str());
         exit_code = 1;
       }

@@ -58,12 +58,14 @@ struct StudioState {
 
   // The debugger.
   std::string source;                 // "replay: FILE", "live: ..."
+  std::string model_note;             // which model the start opened and why (a replay without -m)
+  std::string trace_problem;          // why the replayed trace does not fit the open model ("": it fits)
   std::vector<StepTrace> traces;      // every step known so far (one generation)
   Playback playback;
   TokenText text;                     // empty without a model
   int selected_token = -1;            // transcript index clicked last
   int selected_layer = 0;             // KV map
-  std::string debug_prompt = "Once upon a time";
+  std::string debug_prompt = kDefaultPrompt;
   int32_t debug_max_steps = 0;
 
   // The chat.
