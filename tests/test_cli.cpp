@@ -211,6 +211,13 @@ TEST(Cli, StrategiesGiveTheSameIdsAndATraceFile) {
     for (std::string line; std::getline(in, line); ++lines) {
       const auto step = nlohmann::json::parse(line);
       for (int t : step["accepted"]) joined.push_back(t);
+      // The first line names the model, absolute, for `fafo-studio --replay`; the others do not.
+      if (lines == 0) {
+        ASSERT_TRUE(step.contains("model")) << line;
+        EXPECT_EQ(std::filesystem::path(step["model"].get<std::string>()), std::filesystem::absolute(model).lexically_normal());
+      } else {
+        EXPECT_FALSE(step.contains("model"));
+      }
     }
     EXPECT_EQ(lines, j["n_steps"].get<int>()) << s;
     EXPECT_EQ(nlohmann::json(joined), j["ids"]) << s;

@@ -266,6 +266,10 @@ TEST(CliChat, PipedInputRunsEveryTurn) {
   EXPECT_EQ(s[1].reused, s[0].prompt + s[0].generated - 1);
   EXPECT_NE(err.find("chat template chatml"), std::string::npos) << err;
   EXPECT_NE(out.find("> "), std::string::npos);
+  // What auto chose, once: the second reply chose the same on the same costs.
+  size_t auto_lines = 0;
+  for (size_t at = err.find("fafo: auto: "); at != std::string::npos; at = err.find("fafo: auto: ", at + 1)) ++auto_lines;
+  EXPECT_EQ(auto_lines, 1u) << err;
 }
 
 // Twenty turns on the shipped model (no -m) in a small context: every turn is answered,

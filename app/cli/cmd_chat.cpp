@@ -53,6 +53,23 @@ struct ChatArgs {
 
 std::atomic<bool> g_interrupted{false};
 
+// What auto chose, and its step costs, on stderr: after the first reply, then only when
+// a reply's choice (its first words: "ar", "fafo W8 N5 G8") or its costs' source (a
+// curve measured again) changed, not after every reply.
+void print_auto_line(const GenerationResult& g) {
+  static std::string last_choice, last_source;
+  if (g.auto_summary.empty()) return;
+  const std::string choice = g.auto_summary.substr(0, g.auto_summary.find_first_of(":("));
+  const bool costs_changed = g.step_costs.source != last_source;
+  if (choice == last_choice && !costs_changed) return;
+  if (costs_changed)
+    std::fprintf(stderr, "fafo: auto: %s; step costs %s\n", g.auto_summary.c_str(), g.step_costs.describe().c_str());
+  else
+    std::fprintf(stderr, "fafo: auto: %s\n", g.auto_summary.c_str());
+  last_choice = choice;
+  last_source = g.step_costs.source;
+}
+
 void on_interrupt(int) { g_interrupted.store(true); }
 
 // Routes SIGINT to g_interrupted while a chat runs. Without SA_RESTART a blocking
@@ -193,8 +210,7 @@ TurnOutcome run_turn(ChatSession& session, AutoState* auto_state, const ChatArgs
                app::count_of(static_cast<int64_t>(g.ids.size()), "token").c_str(), g.decode_seconds,
                g.tokens_per_second(), app::count_of(static_cast<int64_t>(r.prompt_tokens), "token").c_str(),
                g.prefill_seconds, r.new_tokens, r.reused, model.n_past(), model.n_ctx(), stop);
-  if (!g.auto_summary.empty())
-    std::fprintf(stderr, "fafo: auto: %s; step costs %s\n", g.auto_summary.c_str(), g.step_costs.describe().c_str());
+  print_auto_line(g);
   if (g.stop == StopReason::ContextFull)
     std::fprintf(stderr, "fafo: the context is full; %s\n",
                  session.context_shift() ? "the next message lets the oldest turns leave, /reset starts a new conversation"

@@ -2,6 +2,7 @@
 // print one JSON object at the end with --json.
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -95,8 +96,16 @@ int run_generate(RunArgs& args) {
     std::fflush(stdout);
   }
 
+  // The first line also names the model (absolute), so that `fafo-studio --replay` opens it.
+  const std::string trace_model = std::filesystem::absolute(args.open.path).lexically_normal().string();
+  bool trace_named_model = false;
   if (trace_file.is_open())
-    options.on_step = [&](const StepTrace& t) { trace_file << step_trace_to_json(t).dump() << '\n'; };
+    options.on_step = [&](const StepTrace& t) {
+      nlohmann::json j = step_trace_to_json(t);
+      if (!trace_named_model) j["model"] = trace_model;
+      trace_named_model = true;
+      trace_file << j.dump() << '\n';
+    };
   Utf8Stream stream;
   bool first = true;
   auto on_token = [&](int32_t id) {
