@@ -381,7 +381,7 @@ TEST(AutoStrategy, AKeptCurveThatIsImplausibleOrStaleIsMeasuredAgain) {
   const std::vector<int32_t> prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and", true);
   const auto dir = test::temp_dir("auto-implausible-cache");
   const StepCostCache cache(dir, "stories260K | cpu | f32");
-  std::ofstream(cache.file(), std::ios::trunc) << "fafo step costs 2\nkey " << cache.key() << "\n1 0.0001 0\n2 0.005609 0\n";
+  std::ofstream(cache.file(), std::ios::trunc) << "fafo step costs 2\nkey " << cache.key() << "\nbounded 0\n1 0.0001 0\n2 0.005609 0\n";
   AutoState state;
   state.set_step_cost_cache(cache);
   EXPECT_TRUE(state.step_costs().empty());

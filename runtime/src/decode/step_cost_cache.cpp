@@ -58,8 +58,15 @@ std::optional<StepCosts> StepCostCache::load(std::string* why) const {
   if (!std::getline(in, magic) || magic != kMagic) return std::nullopt;
   if (!std::getline(in, key_line) || key_line != "key " + key_) return std::nullopt;
   StepCosts costs;
-  // One point per line: exactly a size, a time and a spread (a partial or malformed line:
-  // no curve).
+  // How many points make_plausible moved, then one point per line: exactly a size, a
+  // time and a spread (a partial or malformed line: no curve).
+  std::string bounded_line;
+  if (!std::getline(in, bounded_line) || bounded_line.rfind("bounded ", 0) != 0) return std::nullopt;
+  {
+    std::istringstream fields(bounded_line.substr(8));
+    std::string rest;
+    if (!(fields >> costs.bounded) || (fields >> rest) || costs.bounded < 0) return std::nullopt;
+  }
   for (std::string line; std::getline(in, line);) {
     std::istringstream fields(line);
     int32_t T = 0;
@@ -90,7 +97,7 @@ std::string StepCostCache::store(const StepCosts& costs) const {
   {
     std::ofstream out(temporary, std::ios::trunc);
     if (!out) return "cannot write " + temporary.string();
-    out << kMagic << "\nkey " << key_ << "\n";
+    out << kMagic << "\nkey " << key_ << "\nbounded " << costs.bounded << "\n";
     char line[96];
     for (size_t i = 0; i < costs.sizes.size(); ++i) {
       std::snprintf(line, sizeof line, "%d %.9g %.4g\n", costs.sizes[i], costs.seconds[i], costs.spread.empty() ? 0.0 : costs.spread[i]);
