@@ -1,9 +1,11 @@
 // Corpus indexes (fafo/corpus_index.h): the suffix array is sorted; counts, longest
 // suffixes and continuations equal a brute-force scan of the tokens; files built from
-// text hold the tokenizer's tokens; every damaged or foreign file is a clear error.
+// text hold the tokenizer's tokens; every damaged or foreign file is a clear error; a
+// build reports its stages' progress.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include "fafo/corpus_index_build.h"
 #include "fafo/gguf.h"
 #include "fafo/tokenizer.h"
+#include "progress_recorder.h"
 #include "test_support.h"
 
 namespace {
@@ -275,6 +278,52 @@ TEST(CorpusIndex, BuiltFromTextWithAModelsTokenizer) {
   EXPECT_NE(error_of([&] { build_corpus_index(tok, o); }).find("no tokens"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir / "none.fidx"));
   for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos);
+}
+
+TEST(CorpusIndex, ABuildReportsTheProgressOfEachStage) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const Tokenizer tok(Vocab::from_gguf(*GgufFile::open(model_path.string())));
+  const fs::path dir = test::temp_dir("corpus-progress");
+  std::string text;  // three 1 MB chunks
+  for (int i = 0; text.size() < (3u << 20); ++i) text += "Tom saw " + std::to_string(i % 89) + " fish in the pond.\n";
+  std::ofstream(dir / "a.txt") << text;
+  std::ofstream(dir / "b.txt") << "A short one.\n";
+  IndexBuildOptions o;
+  o.corpus_files = {(dir / "a.txt").string(), (dir / "b.txt").string()};
+  o.output = (dir / "p.fidx").string();
+  o.threads = 2;
+  test::ProgressRecorder rec;
+  const IndexBuildStats s = build_corpus_index(tok, o);
+  EXPECT_EQ(rec.labels(), (std::vector<std::string>{"reading the corpus", "tokenizing", "sorting suffixes", "writing the index"}));
+  // Each stage ends once, its count at its total.
+  auto last = [&](const std::string& label) {
+    const auto r = rec.of(label);
+    EXPECT_FALSE(r.empty()) << label;
+    if (r.empty()) return test::ProgressRecorder::Report{};
+    for (size_t i = 0; i + 1 < r.size(); ++i) EXPECT_FALSE(r[i].finished) << label;
+    EXPECT_TRUE(r.back().finished) << label;
+    return r.back();
+  };
+  const auto reading = last("reading the corpus"), tokenizing = last("tokenizing"), sorting = last("sorting suffixes"),
+             writing = last("writing the index");
+  EXPECT_EQ(reading.unit, ProgressUnit::Bytes);
+  EXPECT_EQ(reading.done, s.text_bytes);
+  EXPECT_EQ(reading.total, s.text_bytes);
+  EXPECT_EQ(tokenizing.unit, ProgressUnit::Bytes);
+  EXPECT_EQ(tokenizing.done, s.text_bytes);
+  EXPECT_EQ(tokenizing.total, s.text_bytes);
+  char tokens[32];  // without the end-of-text tokens, which are added after tokenizing
+  std::snprintf(tokens, sizeof tokens, "%.2f M tokens", static_cast<double>(s.tokens - s.documents) / 1e6);
+  EXPECT_EQ(tokenizing.detail, tokens);
+  EXPECT_EQ(sorting.unit, ProgressUnit::Tokens);
+  EXPECT_EQ(sorting.done, s.tokens);
+  EXPECT_EQ(writing.unit, ProgressUnit::Bytes);
+  EXPECT_EQ(writing.done, s.file_bytes);
+  EXPECT_EQ(writing.total, s.file_bytes);
+  EXPECT_EQ(fs::file_size(o.output), s.file_bytes);
+  // The tokenizing count only grows.
+  const auto steps = rec.of("tokenizing");
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_GE(steps[i].done, steps[i - 1].done);
 }
 
 TEST(CorpusIndex, ChunksOfALongFileTokenizeAsTheWholeFile) {

@@ -29,6 +29,7 @@
 #include "fafo/tensor_type.h"
 #include "fafo/vulkan_devices.h"
 #include "model_fixtures.h"
+#include "progress_recorder.h"
 #include "random_weights.h"
 #include "test_support.h"
 
@@ -450,6 +451,55 @@ TEST_F(VulkanBackend, GreedyIdsEqualCpuOnStoriesGoldenPrompts) {
     ++cases;
   }
   EXPECT_GE(cases, 3);
+}
+
+// Making the backend and loading a model report their waits (fafo/progress.h): the
+// kernels' pipelines, then the pipelines of every weight format of the file in one batch
+// before any weight loads, then the bytes of every weight tensor; each count reaches its
+// total. (The driver's own pipeline cache changes how long they take, not the counts.)
+TEST_F(VulkanBackend, PipelinesAndWeightLoadingReportProgress) {
+  synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
+  c.weight_type = "Q4_K_M";
+  const std::string path = (test::temp_dir("vk-progress") / "m.gguf").string();
+  synth::write_synthetic_model(c, path);
+  test::ProgressRecorder rec;
+  Loaded gpu = load(path, make_vulkan(), 128);
+  const std::vector<std::string> labels = rec.labels();
+  ASSERT_EQ(labels.size(), 3u) << join(labels);
+  EXPECT_EQ(labels[0], "creating Vulkan pipelines");
+  EXPECT_TRUE(labels[1] == "creating Vulkan pipelines for Q4_K, Q6_K weights" ||
+              labels[1] == "creating Vulkan pipelines for Q6_K, Q4_K weights")
+      << labels[1];
+  EXPECT_EQ(labels[2], "loading weights (vulkan)");
+  uint64_t weight_bytes = 0;
+  for (const GgufTensor& t : gpu.file->tensors()) weight_bytes += t.n_bytes;
+  for (const std::string& label : labels) {
+    const auto reports = rec.of(label);
+    ASSERT_FALSE(reports.empty());
+    const auto& end = reports.back();
+    EXPECT_TRUE(end.finished) << label;
+    EXPECT_GT(end.total, 0u) << label;
+    EXPECT_EQ(end.done, end.total) << label;
+    EXPECT_EQ(std::count_if(reports.begin(), reports.end(), [](const auto& r) { return r.finished; }), 1) << label;
+    if (label == labels[2]) {
+      EXPECT_EQ(end.unit, ProgressUnit::Bytes);
+      EXPECT_EQ(end.total, weight_bytes);
+    }
+  }
+  // A step creates no pipeline: nothing more is reported.
+  const size_t before = rec.reports().size();
+  greedy(*gpu.model, {1, 2, 3}, 2);
+  EXPECT_EQ(rec.reports().size(), before);
+  // Without 16-bit storage there is no half-storage probe or variant: fewer pipelines,
+  // still counted to their total.
+  test::ProgressRecorder portable;
+  auto be = make_vulkan_with("-storage16");
+  const auto reports = portable.of("creating Vulkan pipelines");
+  ASSERT_FALSE(reports.empty());
+  EXPECT_TRUE(reports.back().finished);
+  EXPECT_EQ(reports.back().done, reports.back().total);
+  EXPECT_LT(reports.back().total, rec.of("creating Vulkan pipelines").back().total);
 }
 
 TEST_F(VulkanBackend, GreedyIdsEqualCpuOnRandomModelsInSeveralFormats) {

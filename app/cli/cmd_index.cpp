@@ -47,19 +47,6 @@ struct IndexArgs {
 
 double per_minute(uint64_t tokens, double seconds) { return seconds > 0 ? static_cast<double>(tokens) / seconds * 60.0 : 0.0; }
 
-// A progress line on a terminal (stderr), nothing otherwise.
-std::function<void(const IndexBuildProgress&)> progress_line() {
-  if (!isatty(STDERR_FILENO)) return {};
-  return [](const IndexBuildProgress& p) {
-    if (p.total > 0)
-      std::fprintf(stderr, "\r%s: %5.1f%% (%.1f of %.1f MB, %.2f M tokens)   ", p.stage, 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total),
-                   static_cast<double>(p.done) / 1e6, static_cast<double>(p.total) / 1e6, static_cast<double>(p.tokens) / 1e6);
-    else
-      std::fprintf(stderr, "\r%s %.2f M tokens...                            ", p.stage, static_cast<double>(p.tokens) / 1e6);
-    std::fflush(stderr);
-  };
-}
-
 void print_info(const CorpusIndex& ix) {
   std::printf("index:        %s\n", ix.path().c_str());
   std::printf("tokens:       %llu in %s\n", static_cast<unsigned long long>(ix.size()),
@@ -81,9 +68,7 @@ int run_build(const IndexArgs& a) {
   o.corpus_files = a.corpus;
   o.output = a.output;
   o.threads = a.threads;
-  o.progress = progress_line();
-  const IndexBuildStats s = build_corpus_index(tok, o);
-  if (o.progress) std::fprintf(stderr, "\n");
+  const IndexBuildStats s = build_corpus_index(tok, o);  // its stages' progress: main's terminal sink
   const double total = s.tokenize_seconds + s.sort_seconds + s.write_seconds;
   std::fprintf(stderr,
                "fafo: %s: %llu tokens from %.1f MB in %s; tokenize %.2f s, sort %.2f s, write %.2f s "
@@ -168,8 +153,7 @@ int run_bench(const IndexArgs& a) {
     std::fprintf(stderr, "fafo: writing %llu synthetic tokens (vocabulary %d)...\n", static_cast<unsigned long long>(a.synthetic), a.vocab);
     const std::vector<int32_t> tokens = synthetic_tokens(a.synthetic, a.vocab);
     IndexBuildStats s;
-    write_corpus_index(path, tokens, a.vocab, {0x5e7, "synthetic"}, 1, IndexWriteOptions{0, progress_line()}, &s);
-    if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\n");
+    write_corpus_index(path, tokens, a.vocab, {0x5e7, "synthetic"}, 1, IndexWriteOptions{}, &s);
     std::printf("build: %llu tokens: sort %.2f s, write %.2f s: %.2f M tokens per minute (tokenizing not included)\n",
                 static_cast<unsigned long long>(s.tokens), s.sort_seconds, s.write_seconds,
                 per_minute(s.tokens, s.sort_seconds + s.write_seconds) / 1e6);

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "commands.h"
+#include "fafo/progress.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"fafo: a portable runtime for Llama-family models (GGUF), with lossless multi-token decoding"};
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fafo: error: %s\nRun 'fafo --help' or 'fafo SUBCOMMAND --help' for the options.\n", e.what());
     return 2;
   }
+  fafo::install_terminal_progress();  // long waits get a line where stderr is a terminal (fafo/progress.h)
   try {
     if (app.got_subcommand("info")) return info();
     if (app.got_subcommand("run")) return run();

@@ -145,6 +145,11 @@ class Backend {
   // Makes a weight resident. `data` stays valid for the backend's lifetime (it may
   // point into a memory-mapped file, which the CPU backend uses in place).
   virtual Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) = 0;
+  // The types of the matrices (weights of more than one row) a model is about to upload,
+  // named before its first upload_weight so that the backend can prepare for them all at
+  // once: the Vulkan backend creates their pipelines there, as one wait with its
+  // progress (fafo/progress.h). upload_weight works without it; by default it does nothing.
+  virtual void prepare_weights(std::span<const TensorType> types) { (void)types; }
   // Allocates a zeroed activation buffer with room for `max_rows` rows.
   virtual Activation alloc_activation(int64_t max_rows, int64_t cols) = 0;
   // The most rows of `cols` floats one activation may hold (a device's buffer range:

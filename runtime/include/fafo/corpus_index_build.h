@@ -1,9 +1,12 @@
 // Building a corpus index (fafo/corpus_index.h): tokenizing text files with a model's
-// tokenizer, sorting the suffixes (libdivsufsort), writing the file.
+// tokenizer, sorting the suffixes (libdivsufsort), writing the file. Each stage is a wait
+// reported to the process's progress sink (fafo/progress.h): "reading the corpus" and
+// "tokenizing" (bytes of text; the tokens so far as the detail), "sorting suffixes" (the
+// token count; ticked every 0.1 s as the sort runs on a thread of its own), "writing the
+// index" (bytes of the file).
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,12 +17,6 @@ namespace fafo {
 
 class Tokenizer;
 
-struct IndexBuildProgress {
-  const char* stage = "";         // "tokenizing", "sorting", "writing"
-  uint64_t done = 0, total = 0;   // bytes of text while tokenizing; else 0 / 0
-  uint64_t tokens = 0;            // tokens so far
-};
-
 struct IndexBuildOptions {
   std::vector<std::string> corpus_files;  // each one document, followed by the end-of-text token (if any)
   std::string output;
@@ -27,7 +24,6 @@ struct IndexBuildOptions {
   // Memory the build may use; 0: what the machine has available now (MemAvailable).
   // A corpus that needs more is refused before sorting, with the sizes.
   uint64_t memory_limit = 0;
-  std::function<void(const IndexBuildProgress&)> progress;  // called now and then from the calling thread
 };
 
 struct IndexBuildStats {
@@ -44,7 +40,6 @@ IndexBuildStats build_corpus_index(const Tokenizer& tokenizer, const IndexBuildO
 
 struct IndexWriteOptions {
   uint64_t memory_limit = 0;  // as IndexBuildOptions::memory_limit
-  std::function<void(const IndexBuildProgress&)> progress;
   // The 64-bit sort and 8-byte suffix entries are used past 2^31 bytes of tokens and 2^32
   // tokens; these force them on small corpora (tests).
   bool wide_sort = false;

@@ -11,11 +11,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <system_error>
 #include <thread>
 
 #include "corpus/index_format.h"
 #include "fafo/corpus_index_build.h"
+#include "fafo/progress.h"
 #include "fafo/tokenizer.h"
 
 namespace fafo {
@@ -68,7 +71,39 @@ void cut(size_t file, const std::string& text, size_t target, std::vector<Chunk>
   }
 }
 
-void write_bytes(std::ofstream& out, const void* data, size_t n) { out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n)); }
+// Writes n bytes, 64 MiB at a time, each counted in `progress`.
+void write_bytes(std::ofstream& out, const void* data, size_t n, ProgressTask& progress) {
+  constexpr size_t kPiece = size_t{64} << 20;
+  const char* bytes = static_cast<const char*>(data);
+  for (size_t at = 0; at < n && out; at += kPiece) {
+    const size_t piece = std::min(kPiece, n - at);
+    out.write(bytes + at, static_cast<std::streamsize>(piece));
+    progress.advance(piece);
+  }
+}
+
+// Runs `work`; where `task` is reported, on another thread while this one ticks the task
+// every 0.1 s, so that a terminal shows the time passing in a step that reports nothing
+// (libdivsufsort's sort).
+void run_ticking(ProgressTask& task, const std::function<void()>& work) {
+  std::future<void> running;
+  if (task.reported()) {
+    try {
+      running = std::async(std::launch::async, work);
+    } catch (const std::system_error&) {
+      // No thread to spare: the work runs here, without ticks.
+    }
+  }
+  if (!running.valid()) return work();
+  while (running.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) task.tick();
+  running.get();
+}
+
+std::string millions(uint64_t tokens) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f M tokens", static_cast<double>(tokens) / 1e6);
+  return buf;
+}
 
 template <typename T>
 void put(uint8_t* header, uint64_t at, T v) {
@@ -89,7 +124,6 @@ uint64_t available_memory() {
 
 void write_corpus_index(const std::string& output, std::span<const int32_t> tokens, int32_t n_vocab, const TokenizerId& id,
                         uint64_t documents, const IndexWriteOptions& options, IndexBuildStats* stats) {
-  const auto& progress = options.progress;
   namespace f = index_format;
   const uint64_t n = tokens.size();
   if (n == 0) throw IndexError(output, "the corpus has no tokens");
@@ -110,7 +144,8 @@ void write_corpus_index(const std::string& output, std::span<const int32_t> toke
 
   // The tokens as big-endian bytes: byte order is then token order.
   const Clock::time_point t0 = Clock::now();
-  if (progress) progress({"sorting", 0, 0, n});
+  ProgressTask sorting("sorting suffixes", 0, ProgressUnit::Tokens);
+  sorting.set_done(n);
   std::vector<uint8_t> text(text_bytes);
   for (uint64_t i = 0; i < n; ++i) {
     const uint32_t t = static_cast<uint32_t>(tokens[i]);
@@ -136,23 +171,25 @@ void write_corpus_index(const std::string& output, std::span<const int32_t> toke
     }
     ++kept;
   };
-  if (!wide) {
-    std::vector<saidx_t> sa(text_bytes);
-    if (divsufsort(text.data(), sa.data(), static_cast<saidx_t>(text_bytes)) != 0)
-      throw IndexError(output, "suffix sorting failed (libdivsufsort)");
-    for (saidx_t s : sa) keep(static_cast<uint64_t>(s));
-  } else {
-    std::vector<saidx64_t> sa(text_bytes);
-    if (divsufsort64(text.data(), sa.data(), static_cast<saidx64_t>(text_bytes)) != 0)
-      throw IndexError(output, "suffix sorting failed (libdivsufsort64)");
-    for (saidx64_t s : sa) keep(static_cast<uint64_t>(s));
-  }
+  run_ticking(sorting, [&] {
+    if (!wide) {
+      std::vector<saidx_t> sa(text_bytes);
+      if (divsufsort(text.data(), sa.data(), static_cast<saidx_t>(text_bytes)) != 0)
+        throw IndexError(output, "suffix sorting failed (libdivsufsort)");
+      for (saidx_t s : sa) keep(static_cast<uint64_t>(s));
+    } else {
+      std::vector<saidx64_t> sa(text_bytes);
+      if (divsufsort64(text.data(), sa.data(), static_cast<saidx64_t>(text_bytes)) != 0)
+        throw IndexError(output, "suffix sorting failed (libdivsufsort64)");
+      for (saidx64_t s : sa) keep(static_cast<uint64_t>(s));
+    }
+  });
   if (kept != n) throw IndexError(output, "suffix sorting lost entries");
+  sorting.finish();
   if (stats) stats->sort_seconds = seconds_since(t0);
 
   // The file, through a temporary renamed into place.
   const Clock::time_point t1 = Clock::now();
-  if (progress) progress({"writing", 0, 0, n});
   const uint64_t tokens_at = f::align_up(f::kHeaderBytes);
   const uint64_t suffixes_at = f::align_up(tokens_at + text_bytes);
   const uint64_t file_bytes = suffixes_at + n * sb;
@@ -170,15 +207,16 @@ void write_corpus_index(const std::string& output, std::span<const int32_t> toke
   put<uint64_t>(header, f::kFileBytesAt, file_bytes);
   std::memcpy(header + f::kNameAt, id.name.data(), std::min<size_t>(id.name.size(), f::kNameBytes - 1));
   const std::string temporary = output + ".tmp" + std::to_string(::getpid());
+  ProgressTask writing("writing the index", file_bytes, ProgressUnit::Bytes);
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) throw IndexError(output, "cannot be written (" + temporary + ": " + std::strerror(errno) + ")");
     const std::vector<uint8_t> zeros(f::kAlign, 0);
-    write_bytes(out, header, sizeof header);
-    write_bytes(out, zeros.data(), tokens_at - f::kHeaderBytes);
-    write_bytes(out, text.data(), text.size());
-    write_bytes(out, zeros.data(), suffixes_at - tokens_at - text_bytes);
-    write_bytes(out, suffixes.data(), suffixes.size());
+    write_bytes(out, header, sizeof header, writing);
+    write_bytes(out, zeros.data(), tokens_at - f::kHeaderBytes, writing);
+    write_bytes(out, text.data(), text.size(), writing);
+    write_bytes(out, zeros.data(), suffixes_at - tokens_at - text_bytes, writing);
+    write_bytes(out, suffixes.data(), suffixes.size(), writing);
     out.flush();
     if (!out) {
       std::error_code ec;
@@ -192,6 +230,7 @@ void write_corpus_index(const std::string& output, std::span<const int32_t> toke
     std::filesystem::remove(temporary, ec);
     throw IndexError(output, "cannot be written: " + ec.message());
   }
+  writing.finish();
   if (stats) {
     stats->write_seconds = seconds_since(t1);
     stats->file_bytes = file_bytes;
@@ -207,11 +246,22 @@ IndexBuildStats build_corpus_index(const Tokenizer& tokenizer, const IndexBuildO
   const Clock::time_point t0 = Clock::now();
   std::vector<std::string> texts;
   std::vector<Chunk> chunks;
-  for (size_t f = 0; f < options.corpus_files.size(); ++f) {
-    texts.push_back(read_file(options.corpus_files[f]));
-    stats.text_bytes += texts.back().size();
-    cut(f, texts.back(), 1 << 20, chunks);
+  {
+    uint64_t expected = 0;  // the files' sizes now (one that cannot be examined counts 0: read_file says why)
+    for (const std::string& path : options.corpus_files) {
+      std::error_code ec;
+      const uintmax_t size = std::filesystem::file_size(path, ec);
+      if (!ec) expected += size;
+    }
+    ProgressTask reading("reading the corpus", expected, ProgressUnit::Bytes);
+    for (size_t f = 0; f < options.corpus_files.size(); ++f) {
+      texts.push_back(read_file(options.corpus_files[f]));
+      stats.text_bytes += texts.back().size();
+      reading.advance(texts.back().size());
+      cut(f, texts.back(), 1 << 20, chunks);
+    }
   }
+  ProgressTask tokenizing("tokenizing", stats.text_bytes, ProgressUnit::Bytes);
   // Chunks after a file's first continue its text: no space prefix.
   Vocab rest_vocab = tokenizer.vocab();
   rest_vocab.add_space_prefix = false;
@@ -241,13 +291,16 @@ IndexBuildStats build_corpus_index(const Tokenizer& tokenizer, const IndexBuildO
   } catch (const std::system_error&) {
     if (pool.empty()) throw;  // not even one thread: nothing runs the work
   }
-  while (options.progress && next.load() < chunks.size() && !failed) {
-    options.progress({"tokenizing", bytes_done.load(), stats.text_bytes, tokens_done.load()});
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  while (tokenizing.reported() && next.load() < chunks.size() && !failed) {
+    tokenizing.set_detail(millions(tokens_done.load()));
+    tokenizing.set_done(bytes_done.load());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   for (std::jthread& t : pool) t.join();
   if (failure) std::rethrow_exception(failure);
-  if (options.progress) options.progress({"tokenizing", stats.text_bytes, stats.text_bytes, tokens_done.load()});
+  tokenizing.set_detail(millions(tokens_done.load()));
+  tokenizing.set_done(stats.text_bytes);
+  tokenizing.finish();
   // One document per file, each followed by the end-of-text token when the vocabulary
   // has one (an empty file has no chunk, so nothing at all).
   const int32_t eos = tokenizer.vocab().eos;
@@ -261,7 +314,7 @@ IndexBuildStats build_corpus_index(const Tokenizer& tokenizer, const IndexBuildO
   std::vector<std::string>().swap(texts);
   stats.tokenize_seconds = seconds_since(t0);
   write_corpus_index(options.output, tokens, tokenizer.vocab().size(), tokenizer_id(tokenizer.vocab()),
-                     options.corpus_files.size(), IndexWriteOptions{options.memory_limit, options.progress}, &stats);
+                     options.corpus_files.size(), IndexWriteOptions{options.memory_limit}, &stats);
   return stats;
 }
 

@@ -13,6 +13,7 @@
 
 #include "backend/host/scalar_kernels.h"
 #include "fafo/model_weights.h"
+#include "fafo/progress.h"
 
 namespace fafo {
 
@@ -46,10 +47,11 @@ struct ModelWeights::Buffers {
 
 namespace {
 
-// Uploads a named tensor after checking its type and shape ([cols] or [cols, rows] in ggml order).
+// Uploads a named tensor after checking its type and shape ([cols] or [cols, rows] in ggml
+// order), counting the bytes uploaded in `progress`.
 class WeightLoader {
  public:
-  WeightLoader(const GgufFile& f, Backend& b) : f_(f), b_(b) {}
+  WeightLoader(const GgufFile& f, Backend& b, ProgressTask& progress) : f_(f), b_(b), progress_(progress) {}
 
   Weight matrix(const std::string& name, int64_t cols, int64_t rows) { return load(f_.require_tensor(name), cols, rows); }
   Weight matrix(const GgufTensor& t, int64_t cols, int64_t rows) { return load(t, cols, rows); }
@@ -66,7 +68,7 @@ class WeightLoader {
       check(*p.tensor, cols, p.rows);
       rows += p.rows;
     }
-    return b_.upload_weight(parts.front().tensor->type, rows, cols, concatenated(parts).data());
+    return upload(parts.front().tensor->type, rows, cols, concatenated(parts).data());
   }
   Weight vectors_joined(const std::vector<Part>& parts) {
     int64_t cols = 0;
@@ -74,13 +76,13 @@ class WeightLoader {
       check(*p.tensor, p.rows, 1);
       cols += p.rows;
     }
-    return b_.upload_weight(parts.front().tensor->type, 1, cols, concatenated(parts).data());
+    return upload(parts.front().tensor->type, 1, cols, concatenated(parts).data());
   }
   // Rows [first, first + n) of a matrix of `rows` rows (a part of a fused tensor).
   Weight matrix_rows(const GgufTensor& t, int64_t cols, int64_t rows, int64_t first, int64_t n) {
     check(t, cols, rows);
     const auto* bytes = static_cast<const uint8_t*>(t.data) + static_cast<size_t>(first) * tensor_row_bytes(t.type, cols);
-    return b_.upload_weight(t.type, n, cols, bytes);
+    return upload(t.type, n, cols, bytes);
   }
   // An F32 matrix (an MLA up-projection, which attention reads as floats).
   Weight f32_matrix(const std::string& name, int64_t cols, int64_t rows) {
@@ -108,7 +110,13 @@ class WeightLoader {
 
   Weight load(const GgufTensor& t, int64_t cols, int64_t rows) {
     check(t, cols, rows);
-    return b_.upload_weight(t.type, rows, cols, t.data);
+    return upload(t.type, rows, cols, t.data);
+  }
+
+  Weight upload(TensorType type, int64_t rows, int64_t cols, const void* data) {
+    const Weight w = b_.upload_weight(type, rows, cols, data);
+    progress_.advance(static_cast<uint64_t>(rows) * tensor_row_bytes(type, cols));
+    return w;
   }
 
   // Throws unless t has that shape and a type fafo computes with.
@@ -128,7 +136,15 @@ class WeightLoader {
 
   const GgufFile& f_;
   Backend& b_;
+  ProgressTask& progress_;
 };
+
+// Whether a tensor is one of the weights the loader uploads (output.weight unless the
+// embeddings are tied; the file's other tensors, rope_freqs.weight and LongRoPE's
+// factors, are read into the configuration).
+bool uploaded_tensor(const std::string& name) {
+  return name.starts_with("token_embd.") || name.starts_with("output") || name.starts_with("blk.");
+}
 
 }  // namespace
 
@@ -158,7 +174,19 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
       if (!std::isfinite(v) || v <= 0.0f) throw GgufError(file_->path(), "rope_freqs.weight holds a value that is not a positive number");
   }
 
-  WeightLoader load(*file_, *backend_);
+  // The backend prepares for the matrices' types at once (Vulkan: their pipelines), then
+  // the weights load, reported by bytes.
+  std::vector<TensorType> matrix_types;
+  uint64_t weight_bytes = 0;
+  for (const GgufTensor& t : file_->tensors()) {
+    if (!uploaded_tensor(t.name) || (t.name == "output.weight" && c.tied_embeddings)) continue;
+    weight_bytes += t.n_bytes;
+    if (t.n_rows() > 1 && std::find(matrix_types.begin(), matrix_types.end(), t.type) == matrix_types.end())
+      matrix_types.push_back(t.type);
+  }
+  backend_->prepare_weights(matrix_types);
+  ProgressTask progress("loading weights (" + backend_->name() + ")", weight_bytes, ProgressUnit::Bytes);
+  WeightLoader load(*file_, *backend_, progress);
   weights_ = std::make_unique<Weights>();
   Weights& w = *weights_;
   w.token_embd = load.matrix("token_embd.weight", c.n_embd, c.n_vocab);
@@ -258,6 +286,8 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     L.w_down = load.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
     w.layers.push_back(L);
   }
+  progress.set_total(progress.done());  // what loaded, should a tensor counted above not be one the model uses
+  progress.finish();
 
   buffers_ = std::make_unique<Buffers>();
   Buffers& b = *buffers_;

@@ -12,6 +12,7 @@
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/embedded_shaders.h"
 #include "backend/vulkan/pipeline.h"
+#include "fafo/progress.h"
 #include "fafo/tensor_type.h"
 
 namespace fafo::vulkan {
@@ -86,13 +87,14 @@ namespace {
 // Widens every half bit pattern through 16-bit storage on the device and compares with
 // the exact conversion: the same bits for every pattern a cache can hold (a device that
 // flushes fp16 subnormals or changes quiet NaN payloads fails).
-bool probe_half_storage(const Context& context) {
+bool probe_half_storage(const Context& context, ProgressTask& progress) {
   constexpr uint32_t n = 65536;
   std::vector<uint16_t> halves(n);
   for (uint32_t i = 0; i < n; ++i) halves[i] = static_cast<uint16_t>(i);
   Buffer src(context, n * sizeof(uint16_t)), dst(context, n * sizeof(float));
   src.upload(halves.data(), n * sizeof(uint16_t));
   const ComputePipeline probe(context, shaders::probe_half_storage, 2, sizeof(uint32_t));
+  progress.advance();
   CommandSequence seq(context);
   seq.dispatch(probe, {&src, &dst}, n, groups_for(n, 64, context));
   seq.submit_and_wait();
@@ -111,38 +113,43 @@ bool probe_half_storage(const Context& context) {
 }  // namespace
 
 Kernels::Kernels(const Context& context)
-    : context_(context),
-      rms_norm_(std::make_unique<ComputePipeline>(context, shaders::rms_norm, 3, sizeof(RmsNormPush))),
-      matmul_f32_t1_(std::make_unique<ComputePipeline>(context, shaders::matmul_f32_t1, 3, sizeof(MatmulPush))),
-      matmul_f32_t4_(std::make_unique<ComputePipeline>(context, shaders::matmul_f32_t4, 3, sizeof(MatmulPush))),
-      rope_(std::make_unique<ComputePipeline>(context, shaders::rope, 2, sizeof(RopePush))),
-      elementwise_(std::make_unique<ComputePipeline>(context, shaders::elementwise, 3, sizeof(ElementwisePush))),
-      kv_store_(std::make_unique<ComputePipeline>(context, shaders::kv_store, 5, sizeof(KvStorePush))),
-      kv_store_f16_(std::make_unique<ComputePipeline>(context, shaders::kv_store_f16, 5, sizeof(KvStorePush))),
-      latent_keys_{std::make_unique<ComputePipeline>(context, shaders::latent_expand_keys, 6, sizeof(LatentExpandPush)),
-                   std::make_unique<ComputePipeline>(context, shaders::latent_expand_keys_kv_f16, 6,
-                                                     sizeof(LatentExpandPush))},
-      latent_values_{
-          std::make_unique<ComputePipeline>(context, shaders::latent_expand_values, 4, sizeof(LatentExpandPush)),
-          std::make_unique<ComputePipeline>(context, shaders::latent_expand_values_kv_f16, 4, sizeof(LatentExpandPush))},
-      rope_store_(std::make_unique<ComputePipeline>(context, shaders::rope_store, 5, sizeof(RopeStorePush))),
-      rope_store_f16_(std::make_unique<ComputePipeline>(context, shaders::rope_store_kv_f16, 5, sizeof(RopeStorePush))),
-      attention_combine_(std::make_unique<ComputePipeline>(context, shaders::attention_combine, 3, sizeof(CombinePush))),
-      kv_permute_(std::make_unique<ComputePipeline>(context, shaders::kv_permute, 2, sizeof(KvPermutePush))),
-      argmax_(std::make_unique<ComputePipeline>(context, shaders::argmax, 2, sizeof(ArgmaxPush))),
-      top_k_(std::make_unique<ComputePipeline>(context, shaders::top_k, 2, sizeof(TopKPush))),
-      cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
-  half_storage_exact_ = context.features().storage_16bit && probe_half_storage(context);
-  auto make = [&](const EmbeddedShader& shader) {
-    return std::make_unique<ComputePipeline>(context, shader, 5, sizeof(AttentionPush));
+    : context_(context), cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+  // 17 kernels and 4 attention variants; with 16-bit storage also the probe's and, where
+  // it passes, 2 more attention variants (a test checks that the count reaches the total).
+  const bool storage16 = context.features().storage_16bit;
+  ProgressTask progress("creating Vulkan pipelines", 21 + (storage16 ? 3 : 0));
+  auto make = [&](const EmbeddedShader& shader, uint32_t n_buffers, uint32_t push_constant_bytes) {
+    auto pipeline = std::make_unique<ComputePipeline>(context, shader, n_buffers, push_constant_bytes);
+    progress.advance();
+    return pipeline;
   };
-  attention_[0].f32 = make(shaders::attention);
-  attention_[0].f16_words = make(shaders::attention_kv_f16);
-  attention_[1].f32 = make(shaders::attention_serial);
-  attention_[1].f16_words = make(shaders::attention_serial_kv_f16);
+  rms_norm_ = make(shaders::rms_norm, 3, sizeof(RmsNormPush));
+  matmul_f32_t1_ = make(shaders::matmul_f32_t1, 3, sizeof(MatmulPush));
+  matmul_f32_t4_ = make(shaders::matmul_f32_t4, 3, sizeof(MatmulPush));
+  rope_ = make(shaders::rope, 2, sizeof(RopePush));
+  elementwise_ = make(shaders::elementwise, 3, sizeof(ElementwisePush));
+  kv_store_ = make(shaders::kv_store, 5, sizeof(KvStorePush));
+  kv_store_f16_ = make(shaders::kv_store_f16, 5, sizeof(KvStorePush));
+  latent_keys_[0] = make(shaders::latent_expand_keys, 6, sizeof(LatentExpandPush));
+  latent_keys_[1] = make(shaders::latent_expand_keys_kv_f16, 6, sizeof(LatentExpandPush));
+  latent_values_[0] = make(shaders::latent_expand_values, 4, sizeof(LatentExpandPush));
+  latent_values_[1] = make(shaders::latent_expand_values_kv_f16, 4, sizeof(LatentExpandPush));
+  rope_store_ = make(shaders::rope_store, 5, sizeof(RopeStorePush));
+  rope_store_f16_ = make(shaders::rope_store_kv_f16, 5, sizeof(RopeStorePush));
+  attention_combine_ = make(shaders::attention_combine, 3, sizeof(CombinePush));
+  kv_permute_ = make(shaders::kv_permute, 2, sizeof(KvPermutePush));
+  argmax_ = make(shaders::argmax, 2, sizeof(ArgmaxPush));
+  top_k_ = make(shaders::top_k, 2, sizeof(TopKPush));
+  half_storage_exact_ = storage16 && probe_half_storage(context, progress);
+  if (storage16 && !half_storage_exact_) progress.set_total(21 + 1);
+  auto attention = [&](const EmbeddedShader& shader) { return make(shader, 5, sizeof(AttentionPush)); };
+  attention_[0].f32 = attention(shaders::attention);
+  attention_[0].f16_words = attention(shaders::attention_kv_f16);
+  attention_[1].f32 = attention(shaders::attention_serial);
+  attention_[1].f16_words = attention(shaders::attention_serial_kv_f16);
   if (half_storage_exact_) {
-    attention_[0].f16_storage16 = make(shaders::attention_kv_f16_storage16);
-    attention_[1].f16_storage16 = make(shaders::attention_serial_kv_f16_storage16);
+    attention_[0].f16_storage16 = attention(shaders::attention_kv_f16_storage16);
+    attention_[1].f16_storage16 = attention(shaders::attention_serial_kv_f16_storage16);
   }
 }
 

@@ -1,6 +1,6 @@
 // The compute kernels on activations and the KV cache (weight-format kernels are in
 // weight_kernels.h), each recorded into a CommandSequence. The pipelines are created
-// once, with the Kernels object.
+// once, with the Kernels object (one ProgressTask, "creating Vulkan pipelines").
 #pragma once
 
 #include <cstdint>

@@ -114,6 +114,16 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
 
   // --- memory -----------------------------------------------------------------------
+  // All the formats' pipelines in one batch, before the first weight arrives (formats the
+  // kernels do not read are left to upload_weight, which refuses them by name).
+  void prepare_weights(std::span<const TensorType> types) override {
+    check_usable();
+    std::vector<TensorType> supported;
+    for (TensorType type : types)
+      if (WeightKernels::supports(type)) supported.push_back(type);
+    weight_kernels_.prepare(supported, fuse_norm_);
+  }
+
   Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
     check_usable();
     DeviceWeight w;
@@ -132,7 +142,7 @@ class VulkanBackend final : public Backend, public StepTarget {
         throw std::runtime_error("the Vulkan backend has no kernel for weights of type " +
                                  std::string(tensor_type_name(type)));
       w.type = type;
-      weight_kernels_.prepare(type, fuse_norm_);  // this format's pipelines, at load time rather than in a step
+      weight_kernels_.prepare(type, fuse_norm_);  // made by prepare_weights, else now rather than in a step
       const size_t row_bytes = tensor_row_bytes(type, cols);
       weight_bytes_ += static_cast<double>(row_bytes) * static_cast<double>(rows);
       // Split by rows so that no buffer exceeds maxStorageBufferRange.

@@ -16,7 +16,8 @@
 // A step (backend/vulkan/step_encoder.h): begin_step() writes the step's tokens, masks
 // and KV view into small host-visible buffers; every kernel call records into one
 // command buffer; finish_step() submits it once and waits. Pipelines are created when
-// the backend is (the weight kernels' for each format as its weights are uploaded);
+// the backend is, and the weight kernels' for a model's formats before its weights are
+// uploaded (Backend::prepare_weights), each a wait reported to fafo/progress.h;
 // descriptor sets are created the first time a (pipeline, buffers) combination is
 // used and reused by every later step.
 #pragma once

@@ -12,6 +12,7 @@
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/pipeline.h"
+#include "fafo/progress.h"
 
 namespace fafo::vulkan {
 
@@ -116,29 +117,44 @@ bool WeightKernels::subgroup_fits(const WeightShader& shader) const {
   return subgroup_size_ != 0 && (32 * shader.rows_per_group) % subgroup_size_ == 0;
 }
 
-void WeightKernels::prepare(TensorType type, bool norm) const {
+void WeightKernels::prepare(std::span<const TensorType> types, bool norm) const {
   constexpr const char* kernel = "WeightKernels::prepare";
-  FormatPipelines& f = pipelines(type, kernel);
-  std::vector<size_t> wanted;
-  for (size_t i = 0; i < f.variants.size(); ++i) {
-    const WeightShader& v = f.variants[i];
-    const WeightShaderKey& k = v.key;
-    if (f.made[i] || (k.norm && !norm)) continue;
-    const bool automatic = k.kind == WeightShaderKey::Kind::Embed ||
-                           (cpu_device_ ? k.kind == WeightShaderKey::Kind::WholeRows
-                                        : k.kind == WeightShaderKey::Kind::SplitRows && k.subgroup == subgroup_fits(v));
-    if (automatic) wanted.push_back(i);
+  struct Wanted {
+    FormatPipelines* format;
+    size_t variant;
+  };
+  std::vector<Wanted> wanted;
+  std::string names;  // the formats that have pipelines to create
+  for (size_t t = 0; t < types.size(); ++t) {
+    const std::span<const TensorType> earlier = types.first(t);
+    if (std::ranges::find(earlier, types[t]) != earlier.end()) continue;  // named twice
+    FormatPipelines& f = pipelines(types[t], kernel);
+    const size_t before = wanted.size();
+    for (size_t i = 0; i < f.variants.size(); ++i) {
+      const WeightShader& v = f.variants[i];
+      const WeightShaderKey& k = v.key;
+      if (f.made[i] || (k.norm && !norm)) continue;
+      const bool automatic = k.kind == WeightShaderKey::Kind::Embed ||
+                             (cpu_device_ ? k.kind == WeightShaderKey::Kind::WholeRows
+                                          : k.kind == WeightShaderKey::Kind::SplitRows && k.subgroup == subgroup_fits(v));
+      if (automatic) wanted.push_back({&f, i});
+    }
+    if (wanted.size() > before) names += (names.empty() ? "" : ", ") + type_name(f.type);
   }
+  if (wanted.empty()) return;
+  ProgressTask progress("creating Vulkan pipelines for " + names + " weights", wanted.size());
   // A driver compiles a pipeline on the thread that creates it, and NVIDIA's take about
   // 0.3 s each at first (94.7 s for the 13 formats' pipelines, one after another, on an
-  // H100, 2026-11-27): a format's pipelines are created on several threads at once.
+  // H100, 2026-11-27): the pipelines are created on several threads at once.
   const size_t n_threads = std::min<size_t>({wanted.size(), std::max(1u, std::thread::hardware_concurrency()), 16});
   std::atomic<size_t> next{0};
   std::vector<std::exception_ptr> errors(wanted.size());
   auto work = [&] {
     for (size_t j = next++; j < wanted.size(); j = next++) {
       try {
-        f.made[wanted[j]] = make_pipeline(f.variants[wanted[j]]);
+        FormatPipelines& f = *wanted[j].format;
+        f.made[wanted[j].variant] = make_pipeline(f.variants[wanted[j].variant]);
+        progress.advance();
       } catch (...) {
         errors[j] = std::current_exception();
       }

@@ -3,10 +3,10 @@
 // (its header explains the design), shaders/embed.comp and shaders/dequant.glsl (the
 // decoders, bit-exact with fafo::dequantize_row); the compiled variants are listed in
 // backend/vulkan/weight_shader_table.h. A format's pipelines are created by prepare()
-// (the backend calls it while uploading the model's weights: the variants the automatic
-// choice uses on this device: split rows on a GPU, whole rows on a CPU device, each
-// plain, gated and with a fused RMSNorm; several at once, on up to 16 threads); variants
-// asked for explicitly (tests) are created on first use.
+// (the backend calls it before uploading a model's weights, for all of their formats:
+// the variants the automatic choice uses on this device: split rows on a GPU, whole rows
+// on a CPU device, each plain, gated and with a fused RMSNorm; several at once, on up to
+// 16 threads); variants asked for explicitly (tests) are created on first use.
 //
 // A weight buffer holds `rows` packed rows of tensor_row_bytes(type, cols) bytes each,
 // back to back from offset 0, in a buffer of at least weight_bytes(type, rows, cols)
@@ -130,10 +130,15 @@ class WeightKernels {
   std::string describe() const;
 
   // Creates the pipelines that matmul, matmul_gated and embed pick by default on this
-  // device for `type`, with their fused-RMSNorm variants when `norm` (the backend calls
-  // it as it uploads each weight, so no step creates one). Other variants, asked for
-  // explicitly, are created on first use. Throws like matmul for an unsupported type.
-  void prepare(TensorType type, bool norm) const;
+  // device for each of `types`, with their fused-RMSNorm variants when `norm`, several at
+  // once (on up to 16 threads), as one ProgressTask ("creating Vulkan pipelines for
+  // Q4_K, Q6_K weights") where any is missing. The backend calls it with all of a
+  // model's types before uploading its weights (Backend::prepare_weights), and with each
+  // weight's type as it uploads it (nothing left to create there after the first), so no
+  // step creates one. Other variants, asked for explicitly, are created on first use.
+  // Throws like matmul for an unsupported type.
+  void prepare(std::span<const TensorType> types, bool norm) const;
+  void prepare(TensorType type, bool norm) const { prepare(std::span<const TensorType>(&type, 1), norm); }
 
   // Whether matmul and embed read `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
   // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
