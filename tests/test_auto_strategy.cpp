@@ -141,7 +141,7 @@ TEST(StepCosts, APointImplausibleAgainstItsNeighbourIsTimedAgain) {
   const StepCosts c = time_step_costs({1, 2, 4}, timer, 100);
   EXPECT_NEAR(c.relative(2), 1.1, 1e-9);
   EXPECT_EQ(c.bounded, 0);
-  // Every step that always lies: timed again (remeasures x rounds more), then bounded.
+  // Every step that always lies: timed again (once), then bounded.
   calls = 0;
   auto liar = [&](int32_t T) {
     ++calls;
@@ -150,8 +150,10 @@ TEST(StepCosts, APointImplausibleAgainstItsNeighbourIsTimedAgain) {
   const StepCosts bounded = time_step_costs({1, 2}, liar, 100);
   EXPECT_DOUBLE_EQ(bounded.relative(2), 2.0);
   EXPECT_EQ(bounded.bounded, 1);
-  const StepTimingOptions o;
-  EXPECT_EQ(calls, 2 + o.rounds + 2 * o.rounds * (1 + o.remeasures));
+  // t(1): one untimed step, then 5 (a millisecond fits 100 times in the 0.1 s a size
+  // gets); t(2): one untimed (56 ms: 3 rounds fit, the least), 3 rounds with a step of 1
+  // each, then once again.
+  EXPECT_EQ(calls, 1 + 5 + 1 + 3 * 2 + 3 * 2);
   // It stops after a size no candidate can pay at.
   const StepCosts linear = time_step_costs({1, 2, 4, 8, 16}, [](int32_t T) { return 1e-3 * T; }, 3);
   EXPECT_EQ(linear.sizes, (std::vector<int32_t>{1, 2, 4}));

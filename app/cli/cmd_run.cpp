@@ -92,8 +92,12 @@ int run_generate(RunArgs& args) {
                  m.model->backend().name().c_str(), m.model->backend().description().c_str(), m.model->n_ctx(),
                  m.model->config().mla() ? "latent " : "", kv_cache_type_name(args.open.kv_type),
                  app::count_of(static_cast<int64_t>(prompt_ids.size()), "token").c_str());
-    std::fputs(prompt.c_str(), stdout);
-    std::fflush(stdout);
+    // The prompt is echoed once what comes before its prefill is done: auto's step-cost
+    // measurement may draw a progress line on the terminal, which would overwrite it.
+    options.on_prefill = [&prompt] {
+      std::fputs(prompt.c_str(), stdout);
+      std::fflush(stdout);
+    };
   }
 
   // The first line also names the model (absolute), so that `fafo-studio --replay` opens it.

@@ -60,8 +60,12 @@ struct StepCosts {
 
 // How measure_step_costs times a curve.
 struct StepTimingOptions {
-  int32_t rounds = 5;      // timed steps per size, medians taken (3 when a step takes over 50 ms)
-  int32_t remeasures = 2;  // extra rounds for a point implausible against its neighbour
+  // Timed steps per size, medians taken: as many as fit in seconds_per_size by the
+  // size's untimed first step, between min_rounds and rounds.
+  int32_t rounds = 5;
+  int32_t min_rounds = 3;
+  double seconds_per_size = 0.1;
+  int32_t remeasures = 1;  // extra rounds for a point implausible against its neighbour
   double tolerance = 0.1;  // see StepCosts::implausible_reason
 };
 
@@ -189,8 +193,8 @@ class Model;
 
 // Times a curve over `sizes` (ascending, 1 first) with `time_step(T)`, the seconds of
 // one step of T tokens: one untimed step of each size first (pipelines, caches), then
-// options.rounds steps per size alternating with steps of one token (so that a load
-// that comes and goes weighs on both), medians and spreads; a point implausible against
+// 3 to 5 steps per size (see StepTimingOptions) alternating with steps of one token (so
+// that a load that comes and goes weighs on both), medians and spreads; a point implausible against
 // its neighbour (StepCosts::implausible_reason) is timed again, both of them, up to
 // options.remeasures times, and what is still out of bounds is moved into them
 // (StepCosts::make_plausible). Stops after a size whose step costs more than
@@ -200,9 +204,9 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
                           int32_t max_emitted, const StepTimingOptions& options = {});
 
 // time_step_costs on `model`, after what it holds, without committing anything, over
-// T = 1, 2, 4 ... 64 and `extra_sizes` (the candidates' step sizes, so that their costs
-// are measured, not interpolated), as far as the context and the device's logit rows
-// allow. Under a second on a CPU for small models.
+// T = 1 and `extra_sizes` (the candidates' step sizes, so that their costs are measured,
+// not interpolated; without them T = 1, 2, 4 ... 64), as far as the context and the
+// device's logit rows allow. Under a second on a CPU for small models.
 StepCosts measure_step_costs(Model& model, int32_t max_emitted, const std::vector<int32_t>& extra_sizes = {});
 
 // The default grid auto chooses from: plain decoding, Lookahead and FAFO at a few

@@ -48,6 +48,10 @@ struct GenerationOptions {
   // the generation there (StopReason::Cancelled). Stopped during the prefill, it returns
   // no tokens and the model holds the context plus the prompt chunks fed so far.
   std::function<bool()> should_stop;
+  // Called once before the prompt's prefill, after what comes before it (auto measuring
+  // its step costs, which reports progress: fafo/progress.h), so that an application
+  // echoing the prompt does so after any progress line (may be empty).
+  std::function<void()> on_prefill;
   // Sampling with top-k (1..kMaxTopK) reads back only each row's k best logits, computed
   // by the backend; false reads whole rows. Both draw the same tokens.
   bool read_top_k_only = true;

@@ -9,7 +9,9 @@
 // second gets one line there, redrawn in place as it moves on and left as a summary
 // when it ends ("fafo: sorting suffixes: 7.77 M tokens, 1.4 s"); shorter waits and a
 // stderr that is not a terminal (a log, a pipe, a test) get nothing. No task reports
-// while text is being generated: its line would land inside the streamed text.
+// while text is being generated: its line would land inside the streamed text (auto's
+// step-cost measurement reports before the prompt's prefill, and `fafo run` echoes
+// the prompt only then: GenerationOptions::on_prefill).
 #pragma once
 
 #include <cstddef>

@@ -355,6 +355,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
       fafo_may_run |= controller->candidates()[c].options.strategy == Strategy::Fafo &&
                       (controller->viable(static_cast<int32_t>(c)) || options.auto_options.rotate);
   const std::vector<int32_t>& text = result.prompt_ids;
+  if (options.on_prefill) options.on_prefill();
   const Clock::time_point t0 = Clock::now();
   const std::vector<float> logits =
       prefill_prompt(model, text, fafo_may_run || options.kv_drop ? &options.kv : nullptr, options.kv_drop,

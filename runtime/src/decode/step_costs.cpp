@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
 #include "fafo/auto_strategy.h"
 #include "fafo/model.h"
+#include "fafo/progress.h"
 
 namespace fafo {
 
@@ -121,15 +123,19 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
       samples[T].push_back(time_step(T));
     }
   };
-  time_step(1);  // untimed: pipelines, caches
-  int32_t rounds = options.rounds;
+  // Each size: one untimed step (pipelines, caches), whose time sets how many timed
+  // rounds fit in options.seconds_per_size, between min_rounds and rounds.
+  std::map<int32_t, int32_t> rounds_of;
+  auto warm_up = [&](int32_t T) {
+    const double t = time_step(T);
+    const double fit = t > 0 && std::isfinite(t) ? std::floor(options.seconds_per_size / t) : options.rounds;
+    rounds_of[T] = static_cast<int32_t>(std::clamp(fit, static_cast<double>(options.min_rounds), static_cast<double>(options.rounds)));
+  };
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int32_t T = sizes[i];
     if (i > 0 && T <= sizes[i - 1]) throw std::invalid_argument("time_step_costs: the sizes must increase");
-    if (i > 0) time_step(T);  // untimed, as for T = 1
-    time_rounds(T, rounds);
-    // Slow steps (large models on a CPU): fewer rounds from here on.
-    if (i == 0 && samples[1].front() > 0.05) rounds = std::min(rounds, 3);
+    warm_up(T);
+    time_rounds(T, rounds_of[T]);
     costs.sizes.push_back(T);
     costs.seconds.push_back(0);
     costs.spread.push_back(0);
@@ -141,8 +147,8 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
       pair.sizes = {costs.sizes[i - 1], T};
       pair.seconds = {costs.seconds[i - 1], costs.seconds[i]};
       if (pair.implausible_reason(options.tolerance).empty()) break;
-      if (i - 1 > 0) time_rounds(costs.sizes[i - 1], rounds);
-      time_rounds(T, rounds);
+      if (i - 1 > 0) time_rounds(costs.sizes[i - 1], rounds_of[costs.sizes[i - 1]]);
+      time_rounds(T, rounds_of[T]);
       for (size_t k = 0; k <= i; ++k) settle(k);
     }
     // On the curve as it will be kept (bounded), so that a point the bounds pull below
@@ -156,12 +162,27 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
 }
 
 StepCosts measure_step_costs(Model& model, int32_t max_emitted, const std::vector<int32_t>& extra_sizes) {
+  // The candidates' sizes (each step costs time: on lavapipe a 24-token step takes a
+  // tenth of a second), else powers of two.
+  std::vector<int32_t> sizes = extra_sizes;
+  sizes.push_back(1);
+  if (extra_sizes.empty())
+    for (int32_t T = 2; T <= 64; T *= 2) sizes.push_back(T);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  std::erase_if(sizes, [&](int32_t T) { return T < 1 || model.n_past() + T > model.n_ctx() || T > model.max_logit_rows(); });
+  if (sizes.empty() || sizes[0] != 1) return {};  // a full context: no step fits
   // Steps of T tokens after what the model holds, never committed (the slots they write
   // are past the context and rewritten by the next real step). Every row wants logits,
   // as in a multi-token step; like greedy decoding, only each row's argmax is read back.
   std::mt19937 rng(7);
   const int32_t vocab = model.config().n_vocab;
+  // Reported as the sizes reached (slow devices take seconds; it runs before any text).
+  ProgressTask progress("measuring step costs for --strategy auto", sizes.size());
+  std::set<int32_t> reached;
   auto run = [&](int32_t T) {
+    if (reached.insert(T).second) progress.set_done(reached.size() - 1);
+    progress.tick();
     std::vector<int32_t> tokens(static_cast<size_t>(T));
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
     StepBatch b = StepBatch::causal(tokens, model.n_past(), /*logits_for_all=*/true);
@@ -169,13 +190,10 @@ StepCosts measure_step_costs(Model& model, int32_t max_emitted, const std::vecto
     model.forward_argmax(b);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  std::vector<int32_t> sizes = extra_sizes;
-  for (int32_t T = 1; T <= 64; T *= 2) sizes.push_back(T);
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  std::erase_if(sizes, [&](int32_t T) { return T < 1 || model.n_past() + T > model.n_ctx() || T > model.max_logit_rows(); });
-  if (sizes.empty()) return {};  // a full context: no step fits
-  return time_step_costs(sizes, run, max_emitted);
+  StepCosts costs = time_step_costs(sizes, run, max_emitted);
+  progress.set_done(sizes.size());
+  progress.finish();
+  return costs;
 }
 
 }  // namespace fafo
