@@ -71,7 +71,7 @@ TEST(StepCostCache, DamagedFilesAreIgnored) {
   write(cache.file(), "fafo step costs 1\nkey k\n1 0.5\n");
   EXPECT_FALSE(cache.load()) << "another format version";
   for (const std::string& bounded : {std::string("1 0.5 0\n"), std::string("bounded\n1 0.5 0\n"), std::string("bounded -1\n1 0.5 0\n"),
-                                     std::string("bounded 1 2\n1 0.5 0\n")}) {
+                                     std::string("bounded 1 2\n1 0.5 0\n"), std::string("bounded 2\n1 0.5 0\n")}) {
     write(cache.file(), "fafo step costs 2\nkey k\n" + bounded);
     EXPECT_FALSE(cache.load()) << bounded;
   }

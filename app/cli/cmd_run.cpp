@@ -161,7 +161,8 @@ int run_generate(RunArgs& args) {
       nlohmann::json changes = nlohmann::json::array();
       for (const auto& [step, c] : r.auto_choices) changes.push_back({{"step", step}, {"candidate", r.auto_labels[static_cast<size_t>(c)]}});
       j["auto"] = {{"choices", changes}, {"summary", r.auto_summary},
-                   {"step_costs", {{"T", r.step_costs.sizes}, {"seconds", r.step_costs.seconds}, {"source", r.step_costs.source}}}};
+                   {"step_costs", {{"T", r.step_costs.sizes}, {"seconds", r.step_costs.seconds}, {"spread", r.step_costs.spread},
+                                   {"bounded", r.step_costs.bounded}, {"source", r.step_costs.source}}}};
     }
     j["lossy"] = r.lossy;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

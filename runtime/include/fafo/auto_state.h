@@ -4,7 +4,7 @@
 // that neither is measured again for every prompt. The curve is measured again when
 // the machine no longer matches it: a kept file that is implausible
 // (StepCosts::implausible_reason), or one-token steps that took, over a generation,
-// more than 1.5x or less than 1/1.5 of its t(1) (follow_plain_steps). One per decoding run beside its
+// more than 2x or less than 1/2 of its t(1) (follow_plain_steps). One per decoding run beside its
 // sequence (open_model makes one for each OpenedModel); a generation reads and updates
 // the one GenerationOptions::auto_state names. Not shared between threads.
 #pragma once
@@ -30,11 +30,15 @@ class AutoState {
   // step_costs().
   void set_step_cost_cache(std::optional<StepCostCache> cache);
   const std::optional<StepCostCache>& step_cost_cache() const { return step_cost_cache_; }
-  // After a generation that timed `steps` one-token steps at `seconds` each (a running
-  // estimate): when at least 32 were timed and they differ from the curve's t(1) by more
-  // than 1.5x either way, the curve is dropped, and the next generation measures it
-  // again (and says why in its source).
-  void follow_plain_steps(double seconds, int64_t steps);
+  // After a generation that timed `steps` one-token steps, `median` seconds the median
+  // of the last of them: when at least 32 were timed and the median differs from the
+  // curve's t(1) by more than 2x either way, the curve is dropped (and its cache file
+  // removed), and the next generation, or run, measures it again (and says why in its
+  // source). (2x: t(1) also grows with the context the steps attend to.)
+  void follow_plain_steps(double median, int64_t steps);
+  // Drops the curve (and its cache file) so that the next generation measures it again,
+  // saying `why`.
+  void forget_step_costs(const std::string& why);
   // Why the next measurement is made ("" when nothing was kept, or it is the first).
   const std::string& remeasure_reason() const { return remeasure_reason_; }
   // What the controller learned in earlier generations (steps and yields).

@@ -33,8 +33,8 @@ struct StepCosts {
   // Per point, how far the timed steps scattered: half their interquartile range over
   // the median (0.05: +-5 %); empty when unknown (a curve given by hand).
   std::vector<double> spread;
-  // Points moved into the bounds of plausible() after re-measuring did not bring them
-  // there (timing noise no median removed).
+  // Points make_plausible moved by more than its tolerance (timing noise no median and
+  // no re-measuring removed, or kernels whose cost per token grows with T).
   int32_t bounded = 0;
   std::string source;  // where it came from, for messages: "measured", or the cache file it was read from
   bool empty() const { return sizes.empty(); }
@@ -50,9 +50,10 @@ struct StepCosts {
   // so between neighbours t(a) <= t(b) <= (b / a) t(a) (a < b), within `tolerance`
   // (0.1: 10 %) for timing noise.
   std::string implausible_reason(double tolerance = 0.1) const;
-  // Moves every point into those bounds (tolerance 0), from the first point on;
-  // counts the points moved in `bounded`.
-  void make_plausible();
+  // Moves every point into those bounds exactly: a point above a later one comes down to
+  // it (noise only slows steps), then a point above (b/a) t(a) comes down to that;
+  // counts in `bounded` the points moved by more than `tolerance`.
+  void make_plausible(double tolerance = 0.1);
   // One line for messages: "t(T)/t(1): 2 1.02 +-3%, 4 1.10 +-1% (SOURCE)", only the
   // measured points (and, when make_plausible moved some, how many).
   std::string describe() const;
@@ -92,8 +93,8 @@ struct AutoOptions {
   double viable_fraction = 0.5;
   bool rotate = false;           // tests: every candidate in turn, one step each
   // Probes of candidates the costs rule out (see AutoController::time_step): probe_steps
-  // steps each, at most probe_overhead of the time per candidate (0.02: 2 %), and never
-  // more often than every probe_every steps.
+  // steps of the one nearest to paying, at most probe_overhead of the time in all (0.02:
+  // 2 %), and never more often than every probe_every steps.
   int32_t probe_steps = 4;
   double probe_overhead = 0.02;
   int32_t probe_every = 256;
@@ -114,6 +115,13 @@ struct AutoMemory {
   std::vector<std::string> labels;
   std::vector<int64_t> steps;
   std::vector<double> yields;
+  // Per label, its running cost per step and how many of its steps were timed
+  // (AutoController::time_step), and plain decoding's: a later generation starts from
+  // what the machine did lately, not from the curve.
+  std::vector<double> costs;
+  std::vector<int64_t> timed;
+  double plain_cost = 0;
+  int64_t plain_timed = 0;
 };
 
 // The decision of one step, for logs, --json and StepTrace.
@@ -149,6 +157,13 @@ class AutoController {
   // of the time) so that its cost is known again if the machine changed, and plain
   // decoding is among the revisits while another candidate is best.
   void time_step(int32_t c, int32_t tokens, double seconds);
+  // Never runs candidate c (> 0) from now on: the decoding loop excludes FAFO's shapes
+  // when it did not give the KV cache a compressed region for their fumble rows.
+  void exclude(int32_t c);
+  // The median of the last 64 one-token steps of plain decoding this controller timed (0
+  // before any), and how many that is.
+  double plain_step_median() const;
+  int64_t plain_steps_timed() const { return static_cast<int64_t>(plain_times_.size()); }  // at most 64
 
   const std::vector<AutoCandidate>& candidates() const { return candidates_; }
   const StepCosts& costs() const { return costs_; }
@@ -178,7 +193,11 @@ class AutoController {
   std::vector<double> yield_;     // running tokens per step
   std::vector<double> cost_;      // per candidate: seconds per step (see time_step)
   std::vector<int64_t> timed_;    // per candidate: steps timed
-  std::vector<int64_t> probed_at_;  // per candidate: the step of its last probe
+  std::vector<bool> excluded_;     // per candidate: never runs (exclude)
+  int64_t last_probe_ = 0;        // the step the last probe started
+  static constexpr size_t kPlainTimes = 64;
+  std::vector<double> plain_times_;  // the last kPlainTimes plain steps' times, a ring
+  size_t plain_next_ = 0;
   int32_t revisits_ = 0;
   bool any_timed_ = false;        // time_step was called
   int32_t probing_ = -1;          // the candidate being probed, and until which step

@@ -90,7 +90,7 @@ AutoController::AutoController(StepCosts costs, std::vector<AutoCandidate> candi
   started_.assign(n, false);
   cost_.assign(n, 0.0);
   timed_.assign(n, 0);
-  probed_at_.assign(n, 0);
+  excluded_.assign(n, false);
   for (size_t c = 1; c < n; ++c) warm_up_[c] = window_warm_up(candidates_[c].options);
   for (size_t c = 0; c < n; ++c) cost_[c] = costs_.at(c == 0 ? 1 : candidates_[c].step_tokens);
   yield_[0] = 1.0;
@@ -102,7 +102,13 @@ void AutoController::update_viability() {
   // tried only if it would pay at a fraction of that.
   viable_[0] = true;
   for (size_t c = 1; c < candidates_.size(); ++c)
-    viable_[c] = options_.viable_fraction * candidates_[c].max_emitted() * cost_[0] > cost_[c];
+    viable_[c] = !excluded_[c] && options_.viable_fraction * candidates_[c].max_emitted() * cost_[0] > cost_[c];
+}
+
+void AutoController::exclude(int32_t c) {
+  if (c <= 0 || static_cast<size_t>(c) >= candidates_.size()) throw std::out_of_range("auto: no such candidate to exclude");
+  excluded_[static_cast<size_t>(c)] = true;
+  update_viability();
 }
 
 void AutoController::recall(const AutoMemory& memory) {
@@ -111,7 +117,17 @@ void AutoController::recall(const AutoMemory& memory) {
       if (candidates_[c].label() == memory.labels[m]) {
         steps_[c] = memory.steps[m];
         yield_[c] = memory.yields[m];
+        if (m < memory.timed.size() && m < memory.costs.size() && memory.timed[m] > 0 && memory.costs[m] > 0) {
+          timed_[c] = memory.timed[m];
+          cost_[c] = memory.costs[m];
+        }
       }
+  if (memory.plain_timed > 0 && memory.plain_cost > 0) {
+    timed_[0] = memory.plain_timed;
+    cost_[0] = memory.plain_cost;
+    any_timed_ = true;
+  }
+  update_viability();
 }
 
 AutoMemory AutoController::memory() const {
@@ -120,8 +136,19 @@ AutoMemory AutoController::memory() const {
     m.labels.push_back(candidates_[c].label());
     m.steps.push_back(steps_[c]);
     m.yields.push_back(yield_[c]);
+    m.costs.push_back(cost_[c]);
+    m.timed.push_back(timed_[c]);
   }
+  m.plain_cost = cost_[0];
+  m.plain_timed = timed_[0];
   return m;
+}
+
+double AutoController::plain_step_median() const {
+  if (plain_times_.empty()) return 0;
+  std::vector<double> v = plain_times_;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
 }
 
 double AutoController::relative_speed(int32_t c) const {
@@ -165,7 +192,7 @@ AutoDecision AutoController::choose() {
   } else if (probe >= 0) {
     probing_ = probe;
     probe_until_ = step_ + options_.probe_steps - 1;
-    probed_at_[static_cast<size_t>(probe)] = step_;
+    last_probe_ = step_;
     d = {probe, "probe"};
   } else {
     revisiting_ = -1;
@@ -232,27 +259,42 @@ void AutoController::time_step(int32_t c, int32_t tokens, double seconds) {
   cost_[i] *= std::exp(x > 0 ? options_.cost_rate * std::min(x, options_.cost_clip) : options_.cost_fall * x);
   ++timed_[i];
   any_timed_ = true;
+  if (i == 0) {
+    if (plain_times_.size() < kPlainTimes) {
+      plain_times_.push_back(seconds);
+    } else {
+      plain_times_[plain_next_] = seconds;
+      plain_next_ = (plain_next_ + 1) % kPlainTimes;
+    }
+  }
   update_viability();
 }
 
 int32_t AutoController::probe_candidate() const {
   if (!any_timed_) return -1;  // steps are not timed: a probe would learn nothing
+  // The ruled-out candidate nearest to paying (its cost over the most it may cost), one
+  // at a time, so that all probes together stay under the overhead.
   int32_t pick = -1;
+  double nearest = 0;
   for (size_t c = 1; c < candidates_.size(); ++c) {
-    if (viable_[c]) continue;
-    // Its probe's extra time over plain steps, spread over the interval, stays under the overhead.
-    const double extra = options_.probe_steps * std::max(0.0, cost_[c] / cost_[0] - 1);
-    const double interval = std::max(static_cast<double>(options_.probe_every), std::ceil(extra / options_.probe_overhead));
-    if (static_cast<double>(step_ - probed_at_[c]) < interval) continue;
-    if (pick < 0 || cost_[c] < cost_[static_cast<size_t>(pick)]) pick = static_cast<int32_t>(c);
+    if (viable_[c] || excluded_[c]) continue;
+    const double over = cost_[c] / (options_.viable_fraction * candidates_[c].max_emitted() * cost_[0]);
+    if (pick < 0 || over < nearest) {
+      pick = static_cast<int32_t>(c);
+      nearest = over;
+    }
   }
-  return pick;
+  if (pick < 0) return -1;
+  // Its probe's extra time over plain steps, spread over the interval since the last probe.
+  const double extra = options_.probe_steps * std::max(0.0, cost_[static_cast<size_t>(pick)] / cost_[0] - 1);
+  const double interval = std::max(static_cast<double>(options_.probe_every), std::ceil(extra / options_.probe_overhead));
+  return static_cast<double>(step_ - last_probe_) < interval ? -1 : pick;
 }
 
 std::string AutoController::cost_words(size_t c) const {
   const int32_t T = candidates_[c].step_tokens;
   char buf[160];
-  if (timed_[c] > 0 && timed_[0] > 0) {
+  if (timed_[c] > 0) {
     std::snprintf(buf, sizeof buf, "%.2f one-token steps (%lld of its steps timed)", cost_[c] / cost_[0],
                   static_cast<long long>(timed_[c]));
   } else if (costs_.measured(T)) {

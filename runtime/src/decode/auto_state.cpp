@@ -2,6 +2,8 @@
 #include "fafo/auto_state.h"
 
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 #include <string>
 #include <utility>
 
@@ -32,14 +34,22 @@ void AutoState::set_step_cost_cache(std::optional<StepCostCache> cache) {
   }
 }
 
-void AutoState::follow_plain_steps(double seconds, int64_t steps) {
-  if (step_costs_.empty() || steps < 32 || !(seconds > 0)) return;
-  const double ratio = seconds / step_costs_.at(1);
-  if (ratio <= 1.5 && ratio >= 1 / 1.5) return;
+void AutoState::follow_plain_steps(double median, int64_t steps) {
+  if (step_costs_.empty() || steps < 32 || !(median > 0)) return;
+  const double ratio = median / step_costs_.at(1);
+  if (ratio <= 2 && ratio >= 0.5) return;
   char buf[160];
   std::snprintf(buf, sizeof buf, "one-token steps took %.2fx the kept t(1) over %lld steps", ratio, static_cast<long long>(steps));
-  remeasure_reason_ = buf;
+  forget_step_costs(buf);
+}
+
+void AutoState::forget_step_costs(const std::string& why) {
+  remeasure_reason_ = why;
   step_costs_ = StepCosts{};
+  if (step_cost_cache_) {
+    std::error_code ec;
+    std::filesystem::remove(step_cost_cache_->file(), ec);  // gone or not: measured again either way
+  }
 }
 
 }  // namespace fafo

@@ -332,6 +332,14 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     int32_t max_emitted = 1;
     for (const AutoCandidate& c : candidates) max_emitted = std::max(max_emitted, c.max_emitted());
     AutoState* kept = options.auto_state;
+    // A kept curve measured for other candidates (another --corpus) lacks some of these
+    // candidates' sizes: measured again, so that no candidate's cost is interpolated.
+    if (kept && options.step_costs.empty() && !kept->step_costs().empty())
+      for (const AutoCandidate& c : candidates)
+        if (c.step_tokens <= kept->step_costs().sizes.back() && !kept->step_costs().measured(c.step_tokens)) {
+          kept->forget_step_costs("the kept curve has no point at T = " + std::to_string(c.step_tokens) + ", a candidate's step");
+          break;
+        }
     StepCosts costs = !options.step_costs.empty() ? options.step_costs : kept ? kept->step_costs() : StepCosts{};
     if (costs.empty()) {
       std::vector<int32_t> candidate_sizes;
@@ -354,6 +362,11 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     for (size_t c = 1; c < controller->candidates().size(); ++c)
       fafo_may_run |= controller->candidates()[c].options.strategy == Strategy::Fafo &&
                       (controller->viable(static_cast<int32_t>(c)) || options.auto_options.rotate);
+  // Without the region, FAFO's shapes never run in this generation (its fumble rows would
+  // read nothing), even if their costs come down as steps are timed.
+  if (controller && !fafo_may_run)
+    for (size_t c = 1; c < controller->candidates().size(); ++c)
+      if (controller->candidates()[c].options.strategy == Strategy::Fafo) controller->exclude(static_cast<int32_t>(c));
   const std::vector<int32_t>& text = result.prompt_ids;
   if (options.on_prefill) options.on_prefill();
   const Clock::time_point t0 = Clock::now();
@@ -406,7 +419,10 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     StrategyState* run = &state;
     int32_t chosen = 0;
     std::string choice;
-    if (controller && shares_steps(model)) {
+    // A step shared with other sequences (a server's slots) is neither chosen nor timed
+    // for this sequence's candidates: alone before the step and after it, or not at all.
+    const bool alone = !shares_steps(model);
+    if (controller && !alone) {
       // Other sequences share the step (a server's slots): plain decoding (see shares_steps).
       choice = "ar (the step is shared with other sequences)";
       ++shared_steps;
@@ -438,7 +454,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
 
     const Clock::time_point step_start = Clock::now();
     forward_step(model, layout, sampler, top_k);
-    if (controller && !shares_steps(model))
+    if (controller && alone && !shares_steps(model))
       controller->time_step(full_step ? chosen : 0, layout.size(), std::chrono::duration<double>(Clock::now() - step_start).count());
     trace.forward_done();
 
@@ -463,7 +479,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
       // A kept curve whose one-token steps no longer take what it says is measured again
       // by the next generation.
       if (options.step_costs.empty())
-        options.auto_state->follow_plain_steps(controller->step_seconds(0), controller->timed_steps(0));
+        options.auto_state->follow_plain_steps(controller->plain_step_median(), controller->plain_steps_timed());
     }
     result.auto_summary = controller->explain();
     if (shared_steps > 0)

@@ -77,7 +77,7 @@ std::optional<StepCosts> StepCostCache::load(std::string* why) const {
     costs.seconds.push_back(seconds);
     costs.spread.push_back(spread);
   }
-  if (!costs.invalid_reason().empty()) return std::nullopt;
+  if (!costs.invalid_reason().empty() || static_cast<size_t>(costs.bounded) > costs.sizes.size()) return std::nullopt;
   // A curve no device could have (say, one timed while the machine was busy by an older
   // version) is not trusted either.
   if (const std::string implausible = costs.implausible_reason(); !implausible.empty()) {

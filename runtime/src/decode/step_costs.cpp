@@ -60,15 +60,16 @@ std::string StepCosts::implausible_reason(double tolerance) const {
   return "";
 }
 
-void StepCosts::make_plausible() {
-  for (size_t i = 1; i < sizes.size(); ++i) {
-    const double lo = seconds[i - 1], hi = seconds[i - 1] * sizes[i] / sizes[i - 1];
-    const double t = std::clamp(seconds[i], lo, hi);
-    if (t != seconds[i]) {
-      seconds[i] = t;
-      ++bounded;
-    }
-  }
+void StepCosts::make_plausible(double tolerance) {
+  const std::vector<double> measured = seconds;
+  // A larger step measured cheaper than a smaller one: the smaller one's time comes down
+  // (timing noise only ever slows a step), from the end backwards...
+  for (size_t i = sizes.size() - 1; i-- > 0;) seconds[i] = std::min(seconds[i], seconds[i + 1]);
+  // ...then no step above what it would cost as smaller steps, from the start.
+  for (size_t i = 1; i < sizes.size(); ++i)
+    seconds[i] = std::min(seconds[i], seconds[i - 1] * sizes[i] / sizes[i - 1]);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (std::abs(seconds[i] - measured[i]) > tolerance * measured[i]) ++bounded;
 }
 
 std::string StepCosts::describe() const {
@@ -86,7 +87,7 @@ std::string StepCosts::describe() const {
   }
   if (sizes.size() == 1) s += " one point";
   if (bounded > 0) {
-    std::snprintf(buf, sizeof buf, "; %d point%s held to at most (b/a) t(a)", bounded, bounded == 1 ? "" : "s");
+    std::snprintf(buf, sizeof buf, "; %d point%s moved into t(a) <= t(b) <= (b/a) t(a)", bounded, bounded == 1 ? "" : "s");
     s += buf;
   }
   return s + (source.empty() ? "" : " (" + source + ")");
@@ -117,10 +118,15 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
     costs.spread[i] = spread;
   };
   // `rounds` steps of T, each after one of 1 token (whose timings join t(1)'s).
+  // A timer's zero or garbage is a nanosecond: the curve stays a curve.
+  auto timed = [&](int32_t T) {
+    const double t = time_step(T);
+    return t > 1e-9 && std::isfinite(t) ? t : 1e-9;
+  };
   auto time_rounds = [&](int32_t T, int32_t rounds) {
     for (int32_t r = 0; r < rounds; ++r) {
-      if (T != 1) samples[1].push_back(time_step(1));
-      samples[T].push_back(time_step(T));
+      if (T != 1) samples[1].push_back(timed(1));
+      samples[T].push_back(timed(T));
     }
   };
   // Each size: one untimed step (pipelines, caches), whose time sets how many timed
@@ -154,10 +160,10 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
     // On the curve as it will be kept (bounded), so that a point the bounds pull below
     // the limit does not end the measurement.
     StepCosts bounded = costs;
-    bounded.make_plausible();
+    bounded.make_plausible(options.tolerance);
     if (bounded.relative(T) > max_emitted) break;
   }
-  costs.make_plausible();
+  costs.make_plausible(options.tolerance);
   return costs;
 }
 
