@@ -394,6 +394,22 @@ TEST(AutoController, OneSlowStepMovesACostByAFewPerCent) {
   EXPECT_EQ(scaled.timed_steps(1), 1);
 }
 
+// A one-token step after a long context costs more on any machine: only plain steps near
+// the context the curve was timed after count toward the median that judges it stale.
+TEST(AutoController, OnlyPlainStepsNearTheCurvesContextJudgeIt) {
+  StepCosts c = curve({{1, 1e-3}, {8, 2e-3}});
+  c.context = 100;
+  AutoController auto_(c, grid());
+  auto_.time_step(0, 1, 5e-3, 400);  // 300 tokens later: not counted
+  EXPECT_EQ(auto_.plain_steps_timed(), 0);
+  EXPECT_EQ(auto_.plain_step_median(), 0.0);
+  auto_.time_step(0, 1, 1e-3, 150);
+  auto_.time_step(0, 1, 3e-3, 164);
+  auto_.time_step(0, 1, 2e-3, -1);  // unknown: counted
+  EXPECT_EQ(auto_.plain_steps_timed(), 3);
+  EXPECT_DOUBLE_EQ(auto_.plain_step_median(), 2e-3);
+}
+
 TEST(AutoController, RejectsACandidateListWithoutPlainDecodingFirst) {
   EXPECT_THROW(AutoController(curve({{1, 1.0}}), {candidate(Strategy::Fafo, 5, 65)}), std::invalid_argument);
   EXPECT_THROW(AutoController(StepCosts{}, grid()), std::invalid_argument);
@@ -463,7 +479,7 @@ TEST(AutoStrategy, AKeptCurveThatIsImplausibleOrStaleIsMeasuredAgain) {
   const std::vector<int32_t> prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and", true);
   const auto dir = test::temp_dir("auto-implausible-cache");
   const StepCostCache cache(dir, "stories260K | cpu | f32");
-  std::ofstream(cache.file(), std::ios::trunc) << "fafo step costs 2\nkey " << cache.key() << "\nbounded 0\n1 0.0001 0\n2 0.005609 0\n";
+  std::ofstream(cache.file(), std::ios::trunc) << "fafo step costs 2\nkey " << cache.key() << "\nbounded 0\ncontext 0\n1 0.0001 0\n2 0.005609 0\n";
   AutoState state;
   state.set_step_cost_cache(cache);
   EXPECT_TRUE(state.step_costs().empty());

@@ -39,8 +39,10 @@ TEST(StepCostCache, ACurveComesBackAsWrittenForItsKeyOnly) {
   EXPECT_EQ(back->bounded, 0);
   StepCosts held = three_points();
   held.bounded = 2;  // the count of points make_plausible moved comes back too, for describe()
+  held.context = 37;  // and the context they were timed after
   ASSERT_EQ(cache.store(held), "");
   EXPECT_EQ(cache.load()->bounded, 2);
+  EXPECT_EQ(cache.load()->context, 37);
   ASSERT_EQ(cache.store(three_points()), "");
   EXPECT_EQ(back->source, cache.file().string());
   EXPECT_EQ(cache.file().parent_path(), dir / "sub");
@@ -58,7 +60,7 @@ TEST(StepCostCache, ACurveComesBackAsWrittenForItsKeyOnly) {
 TEST(StepCostCache, DamagedFilesAreIgnored) {
   const auto dir = test::temp_dir("step-cost-cache-damaged");
   const StepCostCache cache(dir, "k");
-  const std::string head = "fafo step costs 2\nkey k\nbounded 0\n";
+  const std::string head = "fafo step costs 2\nkey k\nbounded 0\ncontext 0\n";
   for (const std::string& body : {std::string("1 0.5 0\n2 abc 0\n"), std::string("2 0.5 0\n4 0.6 0\n"), std::string("1 0.5 0\n2 -1 0\n"),
                                   std::string("1 0.5 0\n1 0.6 0\n"), std::string("1 nan 0\n"), std::string(""), std::string("1\n"),
                                   std::string("1 0.5 0\n2"), std::string("1 0.5 0 7\n"), std::string("1 0.5 -1\n"),
@@ -71,7 +73,8 @@ TEST(StepCostCache, DamagedFilesAreIgnored) {
   write(cache.file(), "fafo step costs 1\nkey k\n1 0.5\n");
   EXPECT_FALSE(cache.load()) << "another format version";
   for (const std::string& bounded : {std::string("1 0.5 0\n"), std::string("bounded\n1 0.5 0\n"), std::string("bounded -1\n1 0.5 0\n"),
-                                     std::string("bounded 1 2\n1 0.5 0\n"), std::string("bounded 2\n1 0.5 0\n")}) {
+                                     std::string("bounded 1 2\n1 0.5 0\n"), std::string("bounded 2\ncontext 0\n1 0.5 0\n"), std::string("bounded 0\n1 0.5 0\n"),
+                                     std::string("bounded 0\ncontext -1\n1 0.5 0\n")}) {
     write(cache.file(), "fafo step costs 2\nkey k\n" + bounded);
     EXPECT_FALSE(cache.load()) << bounded;
   }
@@ -89,11 +92,11 @@ TEST(StepCostCache, DamagedFilesAreIgnored) {
 TEST(StepCostCache, AnImplausibleCurveIsNotTrusted) {
   const auto dir = test::temp_dir("step-cost-cache-implausible");
   const StepCostCache cache(dir, "k");
-  write(cache.file(), "fafo step costs 2\nkey k\nbounded 0\n1 0.0001 0\n2 0.005609 0\n");
+  write(cache.file(), "fafo step costs 2\nkey k\nbounded 0\ncontext 0\n1 0.0001 0\n2 0.005609 0\n");
   std::string why;
   EXPECT_FALSE(cache.load(&why));
   EXPECT_NE(why.find("the kept curve was implausible (t(2) is 56.09 t(1)"), std::string::npos) << why;
-  write(cache.file(), "fafo step costs 2\nkey k\nbounded 0\n1 0.0001 0\n4 0.0002 0\n8 0.00015 0\n");
+  write(cache.file(), "fafo step costs 2\nkey k\nbounded 0\ncontext 0\n1 0.0001 0\n4 0.0002 0\n8 0.00015 0\n");
   EXPECT_FALSE(cache.load(&why));
   EXPECT_NE(why.find("a larger step cannot cost less"), std::string::npos) << why;
 }

@@ -36,6 +36,10 @@ struct StepCosts {
   // Points make_plausible moved by more than its tolerance (timing noise no median and
   // no re-measuring removed, or kernels whose cost per token grows with T).
   int32_t bounded = 0;
+  // The context the steps were timed after (the model's n_past then): a one-token step
+  // costs more after a longer context, which follow_plain_steps must not take for a
+  // changed machine.
+  int32_t context = 0;
   std::string source;  // where it came from, for messages: "measured", or the cache file it was read from
   bool empty() const { return sizes.empty(); }
   // Throws std::logic_error when empty.
@@ -156,12 +160,14 @@ class AutoController {
   // rule out runs a few steps now and then (a "probe", at most AutoOptions::probe_overhead
   // of the time) so that its cost is known again if the machine changed, and plain
   // decoding is among the revisits while another candidate is best.
-  void time_step(int32_t c, int32_t tokens, double seconds);
+  // `context`: the model's n_past before the step (-1: unknown); plain_step_median()
+  // counts only plain steps within 64 tokens of the curve's own context (or unknown).
+  void time_step(int32_t c, int32_t tokens, double seconds, int32_t context = -1);
   // Never runs candidate c (> 0) from now on: the decoding loop excludes FAFO's shapes
   // when it did not give the KV cache a compressed region for their fumble rows.
   void exclude(int32_t c);
-  // The median of the last 64 one-token steps of plain decoding this controller timed (0
-  // before any), and how many that is.
+  // The median of the last 64 one-token steps of plain decoding this controller timed
+  // near the curve's context (see time_step; 0 before any), and how many that is.
   double plain_step_median() const;
   int64_t plain_steps_timed() const { return static_cast<int64_t>(plain_times_.size()); }  // at most 64
 

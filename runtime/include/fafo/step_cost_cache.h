@@ -4,7 +4,8 @@
 // One small text file per curve, named by a hash of its key: the model file (canonical
 // path, size, modification time), the backend and its device description (which names
 // the device and the threads), the KV cache type and fafo's version; how many points
-// were bounded (StepCosts::bounded); one line per point: its size, median time and spread. The folder is
+// were bounded (StepCosts::bounded), the context they were timed after; one line per
+// point: its size, median time and spread. The folder is
 // $FAFO_CACHE_DIR, else $XDG_CACHE_HOME/fafo, else ~/.cache/fafo. A file that cannot be
 // read, was written for another key or holds a malformed or implausible curve is ignored (the curve is
 // measured again and the file rewritten); one that cannot be written is reported, never

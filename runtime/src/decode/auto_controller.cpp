@@ -243,7 +243,7 @@ void AutoController::observe(int32_t c, int32_t emitted) {
   yield_[i] += w * (static_cast<double>(emitted) - yield_[i]);
 }
 
-void AutoController::time_step(int32_t c, int32_t tokens, double seconds) {
+void AutoController::time_step(int32_t c, int32_t tokens, double seconds, int32_t context) {
   if (c < 0 || static_cast<size_t>(c) >= candidates_.size()) throw std::out_of_range("auto: no such candidate");
   if (!(seconds > 0) || !std::isfinite(seconds) || tokens < 1) return;
   const size_t i = static_cast<size_t>(c);
@@ -259,7 +259,7 @@ void AutoController::time_step(int32_t c, int32_t tokens, double seconds) {
   cost_[i] *= std::exp(x > 0 ? options_.cost_rate * std::min(x, options_.cost_clip) : options_.cost_fall * x);
   ++timed_[i];
   any_timed_ = true;
-  if (i == 0) {
+  if (i == 0 && (context < 0 || context <= costs_.context + 64)) {
     if (plain_times_.size() < kPlainTimes) {
       plain_times_.push_back(seconds);
     } else {

@@ -452,10 +452,12 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
     if (!full_step) layout = StepLayout(model.n_past(), input);  // a plain step
     trace.step_built(layout, full_step);
 
+    const int32_t step_context = model.n_past();
     const Clock::time_point step_start = Clock::now();
     forward_step(model, layout, sampler, top_k);
     if (controller && alone && !shares_steps(model))
-      controller->time_step(full_step ? chosen : 0, layout.size(), std::chrono::duration<double>(Clock::now() - step_start).count());
+      controller->time_step(full_step ? chosen : 0, layout.size(), std::chrono::duration<double>(Clock::now() - step_start).count(),
+                            step_context);
     trace.forward_done();
 
     const Verdict verdict = sampler.greedy() ? verify_greedy(layout) : verify_sampling(layout, sampler, seed, static_cast<int64_t>(result.ids.size()));

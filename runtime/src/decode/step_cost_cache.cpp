@@ -67,6 +67,13 @@ std::optional<StepCosts> StepCostCache::load(std::string* why) const {
     std::string rest;
     if (!(fields >> costs.bounded) || (fields >> rest) || costs.bounded < 0) return std::nullopt;
   }
+  std::string context_line;
+  if (!std::getline(in, context_line) || context_line.rfind("context ", 0) != 0) return std::nullopt;
+  {
+    std::istringstream fields(context_line.substr(8));
+    std::string rest;
+    if (!(fields >> costs.context) || (fields >> rest) || costs.context < 0) return std::nullopt;
+  }
   for (std::string line; std::getline(in, line);) {
     std::istringstream fields(line);
     int32_t T = 0;
@@ -97,7 +104,7 @@ std::string StepCostCache::store(const StepCosts& costs) const {
   {
     std::ofstream out(temporary, std::ios::trunc);
     if (!out) return "cannot write " + temporary.string();
-    out << kMagic << "\nkey " << key_ << "\nbounded " << costs.bounded << "\n";
+    out << kMagic << "\nkey " << key_ << "\nbounded " << costs.bounded << "\ncontext " << costs.context << "\n";
     char line[96];
     for (size_t i = 0; i < costs.sizes.size(); ++i) {
       std::snprintf(line, sizeof line, "%d %.9g %.4g\n", costs.sizes[i], costs.seconds[i], costs.spread.empty() ? 0.0 : costs.spread[i]);

@@ -197,6 +197,7 @@ StepCosts measure_step_costs(Model& model, int32_t max_emitted, const std::vecto
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   StepCosts costs = time_step_costs(sizes, run, max_emitted);
+  costs.context = model.n_past();
   progress.set_done(sizes.size());
   progress.finish();
   return costs;
