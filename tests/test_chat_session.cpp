@@ -168,7 +168,8 @@ TEST_F(ChatSessionOnStories, FullContextAndRefusedTemplatesAreErrors) {
 }
 
 // A conversation longer than the context keeps going: the oldest turns after the system
-// message leave, down to about half the context, and the reply after a shift is exactly
+// message leave until the conversation takes at most half of what the reply's room (100
+// tokens) leaves of the 512, and the reply after a shift is exactly
 // what a new session on the shortened conversation gives. A turn that cannot fit even
 // alone is refused and the conversation kept; with the shift off, a full context refuses.
 TEST_F(ChatSessionOnStories, AFullContextShiftsOutTheOldestTurnsExactly) {
@@ -190,7 +191,7 @@ TEST_F(ChatSessionOnStories, AFullContextShiftsOutTheOldestTurnsExactly) {
     EXPECT_EQ(chat.history()[0].role, "system");
     EXPECT_EQ(chat.history()[1].role, "user");
     EXPECT_GT(r.shift_tokens_before, r.shift_tokens_after);
-    EXPECT_LE(r.shift_tokens_after + 100, 256u) << "about half the context is left after a shift";
+    EXPECT_LE(r.shift_tokens_after, (512u - 100) / 2) << "half of what the reply leaves is free after a shift";
     EXPECT_EQ(r.reused, 0) << "prefilled again from an empty cache";
     const std::vector<ChatMessage> base(chat.history().begin(), chat.history().end() - 2);
     ChatSession fresh(*other.model, *other.tokenizer, ChatTemplate::builtin("chatml"), chat_template_context(*other.tokenizer));
@@ -224,6 +225,40 @@ TEST_F(ChatSessionOnStories, AFullContextShiftsOutTheOldestTurnsExactly) {
   EXPECT_TRUE(refused);
 }
 
+// A shift keeps as much of the conversation as half the room the reply leaves holds:
+// (512 - 80) / 2 = 216 tokens with 80-token replies, the other half free for the turns
+// to come. It drops the fewest oldest turns that bring the rendering within that, so
+// with one turn fewer dropped the rendering would not have fit.
+TEST_F(ChatSessionOnStories, AShiftKeepsHalfOfTheRoomBesideTheReply) {
+  ChatSession chat = session();
+  GenerationOptions o = greedy(80);
+  o.stop_at_end_of_generation = false;
+  const Tokenizer& tok = *m_->tokenizer;
+  const ChatTemplate chatml = ChatTemplate::builtin("chatml");
+  const ChatTemplateContext ctx = chat_template_context(tok);
+  auto tokens = [&](const std::vector<ChatMessage>& messages) {
+    const std::string text = chatml.render(messages, true, ctx);
+    return tok.encode(text, false, true).size() + (chat_needs_bos(tok, ctx, text) ? 1 : 0);
+  };
+  const size_t keep = (512 - 80) / 2;
+  int shifts = 0;
+  for (int i = 0; i < 12; ++i) {
+    const std::vector<ChatMessage> before = chat.history();
+    const std::string user = "Tell me story number " + std::to_string(i);
+    const ChatTurnResult r = chat.turn(user, o);
+    ASSERT_TRUE(r.in_history);
+    EXPECT_EQ(r.generation.ids.size(), 80u);
+    if (r.shifted_turns == 0) continue;
+    ++shifts;
+    EXPECT_LE(r.shift_tokens_after, keep) << "turn " << i;
+    // No system message: every two messages are a turn. The last turn that left, back.
+    std::vector<ChatMessage> one_more(before.begin() + 2 * (r.shifted_turns - 1), before.end());
+    one_more.push_back({"user", user});
+    EXPECT_GT(tokens(one_more), keep) << "turn " << i << ": a shift drops no more turns than it must";
+  }
+  EXPECT_GE(shifts, 2);
+}
+
 // A reply never reserves more than half the context, whatever n_predict asks: in a
 // context of 512 tokens, n_predict 1000 answers (at most 256 tokens) instead of refusing
 // every turn. A turn refused for a full context carries its numbers.
@@ -234,12 +269,20 @@ TEST_F(ChatSessionOnStories, AReplyReservesAtMostHalfTheContext) {
   EXPECT_EQ(chat.reply_limit(-1), -1);
   GenerationOptions o = greedy(1000);
   o.stop_at_end_of_generation = false;
+  // A reply's room of half the context: a shift keeps a quarter of it for the
+  // conversation, which a 256-token reply outgrows, so every turn after the first shifts.
+  int shifts = 0;
   for (int i = 0; i < 3; ++i) {
     const ChatTurnResult r = chat.turn("Tell me a story", o);
     ASSERT_TRUE(r.in_history);
     EXPECT_LE(r.generation.ids.size(), 256u);
     EXPECT_LE(m_->model->n_past(), 512);
+    if (r.shifted_turns > 0) {
+      ++shifts;
+      EXPECT_LE(r.shift_tokens_after, 128u) << "turn " << i;
+    }
   }
+  EXPECT_EQ(shifts, 2);
   try {
     chat.turn(std::string(3000, 'a'), greedy(10));
     FAIL() << "a turn longer than the context ran";
@@ -248,6 +291,24 @@ TEST_F(ChatSessionOnStories, AReplyReservesAtMostHalfTheContext) {
     EXPECT_GT(e.need().turn_tokens, 512);
     EXPECT_EQ(e.need().reply_tokens, 10);
     EXPECT_EQ(e.need().n_ctx, 512);
+  }
+}
+
+// n_predict 0 is unlimited, as n_predict <= 0 is: the generator, which would make no
+// token for 0, is asked for -1, so the turn is answered and joins the conversation.
+TEST_F(ChatSessionOnStories, NPredictZeroIsUnlimitedNotNoReply) {
+  ChatSession chat = session();
+  EXPECT_EQ(chat.reply_limit(0), -1);
+  EXPECT_EQ(chat.reply_limit(-5), -1);
+  for (const char* text : {"Once upon a time", "And then?"}) {
+    const ChatTurnResult r = chat.turn(text, greedy(0));
+    ASSERT_TRUE(r.in_history) << text;
+    EXPECT_FALSE(r.generation.ids.empty()) << text;
+    EXPECT_NE(r.stop, ChatStop::Length) << text << ": no length limit";
+    // (The first reply may fill the context: the second turn then shifts it out.)
+    ASSERT_GE(chat.history().size(), 2u);
+    EXPECT_EQ(chat.history().end()[-2].content, text);
+    EXPECT_EQ(chat.history().back().content, r.reply);
   }
 }
 

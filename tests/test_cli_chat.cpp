@@ -332,6 +332,87 @@ TEST(CliChat, ASmallContextAnswersAndARefusalNamesTheFlags) {
   EXPECT_EQ(refused.rfind("/reset"), refused.find("/reset starts over")) << "only the banner names /reset: " << refused;
 }
 
+// -n 0 would end every reply before its first token (the generator makes none for 0):
+// it is refused with a usage error before the model opens, and --help says what -n takes.
+TEST(CliChat, NZeroIsRefusedNotEveryMessageDropped) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("chat-n0");
+  const std::string err_path = (dir / "stderr.txt").string();
+  const std::string fafo = fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string());
+  const auto [code, out] = shell("printf 'Hello\\n' | " + fafo + " chat " + model_args(model, "-c 256 -n 0") + " 2>" +
+                                 fafo::test::shell_quote(err_path));
+  const std::string err = fafo::test::read_text(err_path);
+  EXPECT_EQ(code, 2) << err;
+  EXPECT_NE(err.find("fafo: error: --n-predict: 0 would end every reply before its first token: give 1 or more, or -1 "
+                     "for no limit\n"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("before the reply began"), std::string::npos) << err;
+  const auto [help_code, help] = shell(fafo + " chat --help 2>&1");
+  EXPECT_EQ(help_code, 0) << help;
+  EXPECT_NE(help.find("Tokens per reply at most (1 or more; a chat reply also stops at half the context); -1 = until"),
+            std::string::npos)
+      << help;
+}
+
+// A copy of `model` whose llama.context_length is `context_length`, or without the key
+// when it is 0.
+std::filesystem::path with_context_length(const std::filesystem::path& model, uint32_t context_length,
+                                          const std::string& name) {
+  const auto in = fafo::GgufFile::open(model.string());
+  fafo::GgufWriter w(in->alignment());
+  for (const auto& [key, value] : in->metadata())
+    if (key != "llama.context_length") w.set(key, value);
+  if (context_length > 0) w.set_u32("llama.context_length", context_length);
+  for (const fafo::GgufTensor& t : in->tensors())
+    w.add_tensor(t.name, t.type, t.shape, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+  const auto out = fafo::test::temp_dir("chat-ctx-" + name) / "model.gguf";
+  w.write(out.string());
+  return out;
+}
+
+// What chat says of the context the model was trained on comes from the file: without a
+// context_length key it names no training length (and gives no warning past one), and
+// it advises a larger -c only while the context is shorter than the training one.
+TEST(CliChat, TheTrainingContextIsNamedOnlyWhenTheFileGivesIt) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string fafo = fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo").string());
+  const auto dir = fafo::test::temp_dir("chat-trained");
+  const std::string err_path = (dir / "stderr.txt").string();
+  auto chat = [&](const std::filesystem::path& file, const std::string& more) {
+    const auto [code, out] = shell("printf 'Hello\\n' | " + fafo + " chat " + model_args(file, more) + " 2>" +
+                                   fafo::test::shell_quote(err_path));
+    const std::string err = fafo::test::read_text(err_path);
+    EXPECT_EQ(code, 0) << err;
+    return err;
+  };
+
+  // No context_length: the refusal ("Hello" in chatml is 44 tokens, a reply gets 32 of
+  // the 64) and the first line advise a larger -c without a number; no warning at 4096.
+  const auto unknown = with_context_length(model, 0, "none");
+  std::string err = chat(unknown, "-c 64");
+  EXPECT_NE(err.find("fafo chat: a reply stops at 32 tokens, half of the 64-token context, not at -n 512; a larger -c "
+                     "gives replies more room\n"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("the context holds 64; restart with -n 20 (a shorter reply) or a larger -c\n"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("trained"), std::string::npos) << err;
+  err = chat(unknown, "-c 4096 -n 4");
+  EXPECT_EQ(parse_stats(err).size(), 1u) << err;
+  EXPECT_EQ(err.find("n_ctx_train"), std::string::npos) << err;
+  EXPECT_EQ(err.find("trained"), std::string::npos) << err;
+
+  // Trained on 64 tokens, run at 64: no larger -c is advised, at the start or in the refusal.
+  err = chat(with_context_length(model, 64, "64"), "-c 64");
+  EXPECT_NE(err.find("fafo chat: a reply stops at 32 tokens, half of the 64-token context, not at -n 512\n"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("the context holds 64; restart with -n 20 (a shorter reply)\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("larger -c"), std::string::npos) << err;
+  EXPECT_EQ(err.find("n_ctx_train"), std::string::npos) << err;
+}
+
 TEST(CliChat, WithoutATemplateItWarnsAndUsesChatml) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("chat-default");

@@ -122,17 +122,21 @@ std::string trim(const std::string& s) {
 // ---- one turn ----------------------------------------------------------------------------
 
 // What would let a turn refused for a full context run, after its numbers: the flags to
-// restart with (-n for a shorter reply when the turn alone fits, -c for a longer
-// context) and, without the context shift, /reset.
+// restart with (-n for a shorter reply when the turn alone fits; a larger -c unless the
+// context is already as long as the one the model was trained on, that length named
+// when the file gives it), else a shorter message, and, without the context shift, /reset.
 std::string context_full_advice(ChatSession& session, const ChatTurnError::Need& need) {
+  const Model& model = session.model();
+  std::vector<std::string> flags;
+  if (need.turn_tokens < need.n_ctx) flags.push_back("-n " + std::to_string(need.n_ctx - need.turn_tokens) + " (a shorter reply)");
+  if (app::larger_context_may_help(model))
+    flags.push_back(model.config().n_ctx_train_in_file
+                        ? "a larger -c (this model was trained on " + std::to_string(model.config().n_ctx_train) + " tokens)"
+                        : "a larger -c");
   std::string advice = "; ";
   if (!session.context_shift()) advice += "/reset starts a new conversation, or ";
-  advice += "restart with ";
-  if (need.turn_tokens < need.n_ctx)
-    advice += "-n " + std::to_string(need.n_ctx - need.turn_tokens) + " (a shorter reply) or ";
-  advice += "a larger -c (this model was trained on " + std::to_string(session.model().config().n_ctx_train) +
-            " tokens)";
-  if (need.turn_tokens >= need.n_ctx) advice += ", or send a shorter message";
+  for (size_t i = 0; i < flags.size(); ++i) advice += (i == 0 ? "restart with " : " or ") + flags[i];
+  if (need.turn_tokens >= need.n_ctx) advice += flags.empty() ? "send a shorter message" : ", or send a shorter message";
   return advice;
 }
 
@@ -289,10 +293,9 @@ int run_chat(ChatArgs& args) {
                template_name == "gguf" ? "from the model (tokenizer.chat_template)" : template_name.c_str(),
                chat.session->turn_end().empty() ? "" : (", turn end " + chat.session->turn_end()).c_str());
   if (const int32_t limit = chat.session->reply_limit(args.n_predict); limit < args.n_predict)
-    std::fprintf(stderr,
-                 "fafo chat: a reply stops at %d tokens, half of the %d-token context, not at -n %d; a larger -c gives "
-                 "replies more room\n",
-                 limit, m.model->n_ctx(), args.n_predict);
+    std::fprintf(stderr, "fafo chat: a reply stops at %d tokens, half of the %d-token context, not at -n %d%s\n", limit,
+                 m.model->n_ctx(), args.n_predict,
+                 app::larger_context_may_help(*m.model) ? "; a larger -c gives replies more room" : "");
   std::fprintf(stderr, "Type a message and press Enter. /reset starts over, /exit or Ctrl-D quits, Ctrl-C stops a reply.\n");
 
   InterruptHandler interrupts;
@@ -337,8 +340,8 @@ Command add_chat_command(CLI::App& app) {
   app::add_chat_flags(cmd, args->system, args->open.chat_template);
   app::add_reply_length_flag(cmd, args->n_predict);
   cmd->add_flag("!--no-context-shift", args->context_shift,
-                "When a turn and its reply would not fit, refuse it instead of letting the oldest turns (after the "
-                "system message, about half the context) leave the conversation");
+                "When a turn and its reply would not fit, refuse it instead of letting the oldest turns after the "
+                "system message leave the conversation");
   app::add_sampling_flags(cmd, args->sampling, args->seed_given);
   app::add_strategy_flag(cmd, args->decoding.strategy);
   app::add_decoding_flags(cmd, args->decoding, args->kv);

@@ -90,8 +90,20 @@ void add_lossy_flags(CLI::App* cmd, KvPolicyOptions& kv, bool& kv_drop, PromptCo
 }
 
 void add_reply_length_flag(CLI::App* cmd, int32_t& n_predict) {
-  cmd->add_option("-n,--n-predict", n_predict, "Tokens per reply at most; -1 = until the reply ends or the context is full")
-      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+  // 0 is refused: the generator makes no token for it, so every reply would end before
+  // it began.
+  const CLI::Validator not_zero(
+      [](std::string& text) -> std::string {
+        int64_t value = 1;
+        if (CLI::detail::lexical_cast(text, value) && value == 0)
+          return "0 would end every reply before its first token: give 1 or more, or -1 for no limit";
+        return "";
+      },
+      "", "not 0");
+  cmd->add_option("-n,--n-predict", n_predict,
+                  "Tokens per reply at most (1 or more; a chat reply also stops at half the context); -1 = until the "
+                  "reply ends or the context is full")
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 30))->check(not_zero);
 }
 
 }  // namespace fafo::app

@@ -30,7 +30,8 @@ void add_decoding_flags(CLI::App* cmd, DecodingOptions& decoding, KvPolicyOption
 // policy NAME chooses, --kv-budget entries; sets kv.name, so not with --kv-policy) and
 // --prompt-compress speckv --prompt-budget B (SpecPC).
 void add_lossy_flags(CLI::App* cmd, KvPolicyOptions& kv, bool& kv_drop, PromptCompressOptions& prompt_compress);
-// -n,--n-predict as the most tokens of one chat reply (-1: no limit).
+// -n,--n-predict as the most tokens of one chat reply (-1: no limit; 0, which would end
+// every reply before its first token, is refused).
 void add_reply_length_flag(CLI::App* cmd, int32_t& n_predict);
 
 }  // namespace fafo::app

@@ -7,12 +7,17 @@ namespace fafo::app {
 
 void warn_if_past_training_context(const Model& model) {
   static std::atomic<bool> warned{false};
-  const int32_t trained = model.config().n_ctx_train;
-  if (model.n_ctx() <= trained || warned.exchange(true)) return;
+  const ModelConfig& config = model.config();
+  if (!config.n_ctx_train_in_file || model.n_ctx() <= config.n_ctx_train || warned.exchange(true)) return;
   std::fprintf(stderr,
                "fafo: warning: the context (-c %d) is longer than the %d tokens this model was trained on (n_ctx_train); "
                "its output may degrade past that\n",
-               model.n_ctx(), trained);
+               model.n_ctx(), config.n_ctx_train);
+}
+
+bool larger_context_may_help(const Model& model) {
+  const ModelConfig& config = model.config();
+  return !config.n_ctx_train_in_file || model.n_ctx() < config.n_ctx_train;
 }
 
 }  // namespace fafo::app

@@ -15,12 +15,14 @@
 //
 // Context shift: when a new turn and the reply's room would not fit in the context,
 // the oldest turns after the system message leave the conversation, whole
-// user-assistant pairs, until the rendering and the reply's room take about half of
-// the context at most (the rendering keeps up to a quarter of it when the reply's room
-// is larger than a quarter), and the rest is prefilled again from an empty cache —
-// exactly as a new session on the shortened conversation would (restore()). A turn
-// that cannot fit even alone is refused (ChatTurnError::Kind::ContextFull, with the
-// numbers) and the conversation is kept. set_context_shift(false) refuses instead.
+// user-assistant pairs, the fewest that bring the rendering within half of what the
+// reply's room leaves of the context ((n_ctx - room) / 2; the other half is free for
+// the turns to come: with a reply's room of half the context, only a quarter, which a
+// long reply fills, so the next turn shifts again), and the rest is prefilled again
+// from an empty cache, exactly as a new session on the shortened conversation would
+// (restore()). A turn that cannot fit even alone is refused
+// (ChatTurnError::Kind::ContextFull, with the numbers) and the conversation is kept.
+// set_context_shift(false) refuses instead.
 //
 // Who uses it: `fafo chat` (app/cli/cmd_chat.cpp) and fafo-studio's chat view, which
 // runs turns on a worker thread. Not thread-safe: one thread at a time.
@@ -108,7 +110,8 @@ class ChatSession {
   void set_context_shift(bool on) { context_shift_ = on; }
   bool context_shift() const { return context_shift_; }
   // The most tokens a reply asked for with `n_predict` gets: n_predict, but at most half
-  // the context (at least 1); n_predict <= 0 (unlimited) is returned as it is.
+  // the context (at least 1); n_predict <= 0 (unlimited, 0 included) gives -1, which the
+  // generator reads as unlimited (its n_predict 0 would make no token).
   int32_t reply_limit(int32_t n_predict) const;
 
   using TextCallback = std::function<void(const std::string& text)>;

@@ -34,6 +34,9 @@ struct ModelConfig {
   int32_t n_ff = 0;
   int32_t n_vocab = 0;
   int32_t n_ctx_train = 0;
+  // Whether the file gives n_ctx_train (ARCH.context_length); without it n_ctx_train is
+  // 2048, a default, and nothing should be said about the context the model was trained on.
+  bool n_ctx_train_in_file = false;
   float rms_eps = 1e-5f;
   RopeParams rope;
   std::string rope_scaling;  // "none" or "linear" (rope.freq_scale); per-pair factors come from rope_freqs.weight

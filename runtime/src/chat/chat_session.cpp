@@ -112,7 +112,7 @@ std::string ChatSession::render_turn(const std::vector<ChatMessage>& messages) c
 }
 
 int32_t ChatSession::reply_limit(int32_t n_predict) const {
-  if (n_predict <= 0) return n_predict;
+  if (n_predict <= 0) return -1;  // the generator's "unlimited": its 0 makes no token at all
   return std::min(n_predict, std::max(1, model_.n_ctx() / 2));
 }
 
@@ -139,9 +139,9 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
     const size_t before = tokens;
     int32_t dropped = 0;
     // Whole turns from the oldest: a user message and the replies after it, until the
-    // rendering and the reply take half the context (the rendering keeps a quarter of
-    // it when the reply's room is larger than a quarter).
-    const int64_t keep = std::max(n_ctx / 2 - room, n_ctx / 4);
+    // rendering takes at most half of what the reply's room leaves of the context; the
+    // other half is free for the turns to come.
+    const int64_t keep = (n_ctx - room) / 2;
     while (context_shift_ && base.size() > first && static_cast<int64_t>(tokens) > keep) {
       size_t end = first + 1;
       while (end < base.size() && base[end].role != "user") ++end;

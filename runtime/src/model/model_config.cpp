@@ -141,7 +141,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.head_dim = f.find(a + "attention.key_length") ? positive_int(f, a + "attention.key_length", 4096) : c.n_embd / c.n_head;
   if (!f.find(a + "attention.key_length") && c.n_embd % c.n_head != 0)
     throw GgufError(f.path(), "embedding_length is not a multiple of head_count");
-  c.n_ctx_train = f.find(a + "context_length") ? positive_int(f, a + "context_length", 1 << 24) : 2048;
+  c.n_ctx_train_in_file = f.find(a + "context_length") != nullptr;
+  c.n_ctx_train = c.n_ctx_train_in_file ? positive_int(f, a + "context_length", 1 << 24) : 2048;
   c.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   if (!(c.rms_eps > 0.0f && c.rms_eps < 1.0f)) throw GgufError(f.path(), "layer_norm_rms_epsilon out of range");
 
