@@ -79,6 +79,8 @@ TEST(Cli, AutoIsTheDefaultAndKeepsItsStepCosts) {
   EXPECT_EQ(j["strategy"], "auto");
   EXPECT_EQ(j["ids"], (std::vector<int>{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338}));
   const std::string source = j["auto"]["step_costs"]["source"];
+  EXPECT_EQ(j["auto"]["step_costs"]["spread"].size(), j["auto"]["step_costs"]["T"].size());
+  EXPECT_TRUE(j["auto"]["step_costs"]["bounded"].is_number_integer());
   EXPECT_HAS(source, "measured, kept in " + dir.string());
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <random>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,12 +55,25 @@ struct ChatArgs {
 std::atomic<bool> g_interrupted{false};
 
 // What auto chose, and its step costs, on stderr: after the first reply, then only when
-// a reply's choice (its first words: "ar", "fafo W8 N5 G8") or its costs' source (a
+// a reply's choice (the candidate that ran most of its steps) or its costs' source (a
 // curve measured again) changed, not after every reply.
 void print_auto_line(const GenerationResult& g) {
   static std::string last_choice, last_source;
   if (g.auto_summary.empty()) return;
-  const std::string choice = g.auto_summary.substr(0, g.auto_summary.find_first_of(":("));
+  // auto_choices: the steps at which the choice changed, and to what.
+  std::map<int32_t, int64_t> steps_of;
+  for (size_t i = 0; i < g.auto_choices.size(); ++i) {
+    const int64_t until = i + 1 < g.auto_choices.size() ? g.auto_choices[i + 1].first : g.n_steps;
+    steps_of[g.auto_choices[i].second] += until - g.auto_choices[i].first;
+  }
+  int32_t most = 0;
+  int64_t most_steps = -1;
+  for (const auto& [c, n] : steps_of)
+    if (n > most_steps) {
+      most = c;
+      most_steps = n;
+    }
+  const std::string choice = most >= 0 && static_cast<size_t>(most) < g.auto_labels.size() ? g.auto_labels[static_cast<size_t>(most)] : "";
   const bool costs_changed = g.step_costs.source != last_source;
   if (choice == last_choice && !costs_changed) return;
   if (costs_changed)
