@@ -402,6 +402,10 @@ TEST(CliChat, TheTrainingContextIsNamedOnlyWhenTheFileGivesIt) {
   EXPECT_EQ(parse_stats(err).size(), 1u) << err;
   EXPECT_EQ(err.find("n_ctx_train"), std::string::npos) << err;
   EXPECT_EQ(err.find("trained"), std::string::npos) << err;
+  // fafo info says the file has none, and what is assumed.
+  const auto [info_code, info] = shell(fafo + " info -m " + fafo::test::shell_quote(unknown.string()));
+  EXPECT_EQ(info_code, 0);
+  EXPECT_NE(info.find("context:       not in the file (context_length); 2048 assumed"), std::string::npos) << info;
 
   // Trained on 64 tokens, run at 64: no larger -c is advised, at the start or in the refusal.
   err = chat(with_context_length(model, 64, "64"), "-c 64");

@@ -56,7 +56,10 @@ int run_info(const InfoArgs& args) {
                 c.n_head_kv != c.n_head ? ", GQA" : "");
     std::printf("feed-forward:  %d\n", c.n_ff);
     std::printf("vocabulary:    %d\n", c.n_vocab);
-    std::printf("context:       %d (trained)\n", c.n_ctx_train);
+    if (c.n_ctx_train_in_file)
+      std::printf("context:       %d (trained)\n", c.n_ctx_train);
+    else
+      std::printf("context:       not in the file (context_length); %d assumed\n", c.n_ctx_train);
     std::printf("RMSNorm eps:   %g\n", static_cast<double>(c.rms_eps));
     std::printf("RoPE:          %s, %d dims, base %g, scaling %s%s\n", c.rope.neox ? "neox" : "normal", c.rope.n_dims,
                 static_cast<double>(c.rope.freq_base), c.rope_scaling.c_str(),
