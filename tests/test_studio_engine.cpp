@@ -11,9 +11,13 @@
 #include <iterator>
 #include <thread>
 
+#include "actions.h"
+#include "app_options.h"
 #include "chat_template_copy.h"
 #include "engine.h"
 #include "server_session.h"
+#include "settings.h"
+#include "studio_state.h"
 #include "test_support.h"
 
 using namespace fafo;
@@ -38,6 +42,16 @@ OpenOptions engine_on_cpu(const std::string& path) {
   o.backend.threads = 2;
   o.n_ctx = 512;
   return o;
+}
+
+// Waits, without a time limit, until the engine has nothing left to do or its generator
+// waits in the gate for the debugger; returns whether it waits (a generation held paused).
+bool held_or_idle(Engine& engine) {
+  for (;;) {
+    if (engine.gate().waiting()) return true;
+    if (!engine.busy()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 }  // namespace
@@ -99,8 +113,7 @@ TEST(StudioEngine, ChatsStreamsAndFeedsTheDebugger) {
   ASSERT_EQ(v.conversation.size(), 1u);  // the system message
 
   // A turn, watched while it runs: the reply streams into the view.
-  engine.gate().set_paused(true);  // the debugger holds the generator after its first step
-  engine.send("Once upon a time", engine_greedy(40));
+  engine.send("Once upon a time", engine_greedy(40), true);  // held after its first step
   ASSERT_TRUE(wait_for([&] { return engine.gate().waiting(); }));
   v = engine.view();
   EXPECT_EQ(v.activity, EngineView::Activity::Generating);
@@ -196,8 +209,7 @@ TEST(StudioEngine, PromptRunsStopAtMaxStepsAndOnStop) {
   EXPECT_EQ(v.last->stop, "cancelled");
 
   // Stopped while paused: must not hang.
-  engine.gate().set_paused(true);
-  engine.run_prompt("Once upon a time", engine_greedy(200));
+  engine.run_prompt("Once upon a time", engine_greedy(200), 0, true);
   ASSERT_TRUE(wait_for([&] { return engine.gate().waiting(); }));
   engine.gate().allow_one_step();
   ASSERT_TRUE(wait_for([&] {
@@ -213,6 +225,121 @@ TEST(StudioEngine, PromptRunsStopAtMaxStepsAndOnStop) {
 
   // Destroying the engine while it generates stops the generation.
   engine.run_prompt("Once upon a time", engine_greedy(-1));
+}
+
+// The first start leaves a Debugger run held paused after its first step, and the engine
+// busy with it until Step, Resume or Stop. Every control that queues a job stays usable
+// (actions.h): it ends the held run first, so its job runs instead of waiting behind a
+// run nobody resumes: File > Open model, Recent models and the Model panel's Open; New
+// chat (Chat, Decoding); Send; the Debugger's Run, which starts paused while the
+// playback is.
+TEST(StudioEngine, EveryControlThatQueuesAJobEndsAHeldDebuggerRun) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  Engine engine;
+  StudioState s;
+  s.engine = &engine;
+  s.settings = settings_from_options(
+      parse_app_options({"-m", model_path.string(), "--backend", "cpu", "-t", "2", "-c", "512", "-n", "40"}));
+  // As `fafo-studio` starts (main.cpp): the model, then the default prompt held after its first step.
+  engine.open_model(s.settings.open, s.settings.system);
+  s.playback.step_once(0);
+  engine.run_prompt(kDefaultPrompt, debugger_generation(s.settings), 0, true);
+  const auto held = [&] {
+    const bool waits = held_or_idle(engine);
+    s.ev = engine.view();
+    return waits;
+  };
+  ASSERT_TRUE(held());
+  EXPECT_TRUE(s.ev.busy);
+  EXPECT_TRUE(debugger_run_held(s));
+  EXPECT_TRUE(engine_free(s)) << "the controls that queue a job are disabled while the first run waits";
+
+  queue_open_model(s);  // File > Open model, Recent models, the Model panel's Open
+  EXPECT_FALSE(held()) << "the model is not opened: its job waits behind the held run";
+  EXPECT_TRUE(s.ev.error.empty()) << s.ev.error;
+  EXPECT_EQ(s.ev.model_serial, 2u);
+  EXPECT_TRUE(s.ev.has_model);
+  EXPECT_FALSE(engine.gate().paused());
+
+  ASSERT_TRUE(s.playback.paused());
+  queue_debugger_run(s);  // Run while the playback is paused: held after its first step
+  ASSERT_TRUE(held());
+  EXPECT_TRUE(debugger_run_held(s));
+  std::vector<StepTrace> traces;
+  EXPECT_TRUE(engine.gate().drain(traces));
+  EXPECT_EQ(traces.size(), 1u);
+  queue_new_chat(s);  // Chat's New chat, Decoding's New chat with these
+  EXPECT_FALSE(held()) << "the new chat waits behind the held run";
+  EXPECT_TRUE(s.ev.error.empty()) << s.ev.error;
+  EXPECT_EQ(s.ev.n_past, 0) << "the new conversation starts with an empty cache";
+
+  queue_debugger_run(s);
+  ASSERT_TRUE(held());
+  s.input = "Tell me a story.";
+  queue_message(s);  // Send: the reply runs to its end, the Debugger's playback follows it
+  EXPECT_FALSE(held()) << "the message waits behind the held run, or its reply waits for a Resume";
+  EXPECT_TRUE(s.ev.error.empty()) << s.ev.error;
+  EXPECT_TRUE(s.input.empty());
+  ASSERT_EQ(s.ev.conversation.size(), 2u);
+  EXPECT_EQ(s.ev.conversation[0].content, "Tell me a story.");
+  EXPECT_FALSE(s.ev.conversation[1].content.empty());
+  EXPECT_FALSE(s.playback.paused());
+
+  s.playback.pause();
+  queue_debugger_run(s);
+  ASSERT_TRUE(held());
+  engine.gate().drain(traces);
+  queue_debugger_run(s);  // Run again while the last run waits: that run ends, this one waits
+  ASSERT_TRUE(held());
+  EXPECT_TRUE(engine.gate().drain(traces)) << "a new run";
+  EXPECT_EQ(traces.size(), 1u);
+  engine.gate().set_paused(false);  // Resume
+  EXPECT_FALSE(held());
+  ASSERT_TRUE(s.ev.last.has_value());
+  EXPECT_EQ(s.ev.last->stop, "length");
+  engine.gate().drain(traces);
+  int64_t tokens = 0;
+  for (const StepTrace& t : traces) tokens += static_cast<int64_t>(t.accepted.size());
+  EXPECT_EQ(tokens, 40);
+  EXPECT_TRUE(engine_free(s));
+}
+
+// A pause belongs to its run. After a Debugger run held paused is stopped, or stepped
+// to its end, a chat reply runs to its end: it does not wait after its first step for a
+// Resume the Chat view does not have.
+TEST(StudioEngine, APauseEndsWithItsRun) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  Engine engine;
+  engine.open_model(engine_on_cpu(model_path.string()), "");
+  engine.run_prompt("Once upon a time", engine_greedy(200), 0, true);
+  ASSERT_TRUE(held_or_idle(engine));
+  EXPECT_TRUE(engine.gate().paused());
+  engine.stop();  // the Debugger's Stop
+  EXPECT_FALSE(held_or_idle(engine));
+  EXPECT_FALSE(engine.gate().paused());
+  engine.send("Hello", engine_greedy(8));
+  EXPECT_FALSE(held_or_idle(engine)) << "the reply waits after its first step";
+  EngineView v = engine.view();
+  EXPECT_TRUE(v.error.empty()) << v.error;
+  ASSERT_EQ(v.conversation.size(), 2u);
+
+  engine.run_prompt("Once upon a time", engine_greedy(6, Strategy::Ar), 0, true);
+  int steps = 0;
+  while (held_or_idle(engine)) {  // Step until the run ends
+    engine.gate().allow_one_step();
+    ++steps;
+  }
+  EXPECT_EQ(steps, 6) << "one press per step: ar's 6 steps, the prefill's included, each wait";
+  EXPECT_FALSE(engine.gate().paused());
+  engine.send("Hello again", engine_greedy(8));
+  EXPECT_FALSE(held_or_idle(engine)) << "the reply waits after its first step";
+  v = engine.view();
+  EXPECT_TRUE(v.error.empty()) << v.error;
+  ASSERT_EQ(v.conversation.size(), 2u);  // the prompt run ended the conversation before
+
+  // Destroyed while a run waits paused: the destructor stops it.
+  engine.run_prompt("Once upon a time", engine_greedy(200), 0, true);
+  ASSERT_TRUE(held_or_idle(engine));
 }
 
 // A studio pointed at hostile model files: each is an error in the view, never a crash,

@@ -134,6 +134,14 @@ TEST(StudioViews, KvMapShowsTheRegionAndWhatEntered) {
   EXPECT_EQ(v.entered, (std::vector<int32_t>{5, 11}));
   EXPECT_EQ(v.swaps, 1);
   EXPECT_EQ(kv_map_view(hand_step(), nullptr).entered.size(), 4u);
+  // The prefill step: the prompt is in the cache (BOS and "Once upon a time"), its
+  // first token not yet (the next step's input).
+  StepTrace prefill = plain_step(0, 9, 0);
+  prefill.batch_size = 5;
+  EXPECT_EQ(kv_map_view(prefill, nullptr).context, 5);
+  EXPECT_EQ(kv_layers_view(prefill, nullptr).context, 5);
+  prefill.batch_size = 0;  // a trace that does not say: as a decoding step
+  EXPECT_EQ(kv_map_view(prefill, nullptr).context, 1);
 }
 
 TEST(StudioViews, ChartSeriesPerStep) {
@@ -390,6 +398,13 @@ TEST(StudioViews, RealFafoTrace) {
     const ChartSeries c = chart_series(*seq);
     ASSERT_EQ(c.tau.size(), seq->size());
     EXPECT_NEAR(c.tau.back(), r.tokens_per_step(), 1e-4);
+
+    // The KV map's context after each step is what the next step starts from; after the
+    // prefill step, the prompt.
+    EXPECT_EQ(kv_map_view(seq->front(), nullptr).context, static_cast<int32_t>(prompt.size()));
+    for (size_t i = 1; i < seq->size(); ++i)
+      EXPECT_EQ(kv_map_view((*seq)[i - 1], i > 1 ? &(*seq)[i - 2] : nullptr).context, (*seq)[i].n_past)
+          << "after step " << i - 1;
 
     for (size_t i = 1; i < seq->size(); ++i) {
       const StepTrace& t = (*seq)[i];
@@ -696,6 +711,34 @@ TEST(StudioViews, LayoutDescriptionKeepsWhatStaysTheSame) {
   EXPECT_TRUE(r.menus().empty());
 }
 
+// The Debugger's Run while its playback is paused: the new run starts paused, and its
+// first step is shown when it comes, not a last step of the run it ended.
+TEST(StudioViews, PlaybackWaitsForTheFirstStepOfTheNextRun) {
+  Playback p;
+  p.update(0.1, 7);
+  EXPECT_EQ(p.shown(), 7u);
+  p.pause_for_next_sequence();
+  EXPECT_TRUE(p.paused());
+  p.update(0.1, 8);  // a step of the run it ended
+  EXPECT_EQ(p.shown(), 7u);
+  p.restart();  // the new run's first drain
+  p.update(0.1, 0);
+  EXPECT_EQ(p.shown(), 0u);
+  p.update(0.1, 1);
+  EXPECT_EQ(p.shown(), 1u);
+  p.update(0.1, 3);
+  EXPECT_EQ(p.shown(), 1u) << "paused after the first step";
+  p.restart();  // asked for once
+  p.update(0.1, 2);
+  EXPECT_EQ(p.shown(), 0u);
+  p.pause_for_next_sequence();
+  p.resume();  // Resume forgets it
+  p.restart();
+  p.set_speed(0.0);
+  p.update(0.1, 4);
+  EXPECT_EQ(p.shown(), 4u);
+}
+
 TEST(StudioViews, PlaybackRestartsForANewGeneration) {
   Playback p;
   p.update(0.1, 7);
@@ -841,6 +884,88 @@ TEST(StudioViews, StepGateQueuesPausesAndStops) {
   EXPECT_EQ(done.load(), 2);
   EXPECT_TRUE(gate.drain(out));
   EXPECT_EQ(out.size(), 2u);
+}
+
+namespace {
+
+// Runs gate.on_step(t) on a thread of its own and returns whether it waits there for the
+// debugger (then gives it its step) or returns. No time limit: one of the two happens.
+bool on_step_waits(StepGate& gate, const StepTrace& t) {
+  std::atomic<bool> returned{false};
+  std::thread generator([&] {
+    gate.on_step(t);
+    returned = true;
+  });
+  bool waited = false;
+  while (!returned && !waited) {
+    waited = gate.waiting();
+    if (!waited) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (waited) gate.allow_one_step();
+  generator.join();
+  return waited;
+}
+
+}  // namespace
+
+// A pause belongs to one generation: begin() says whether it starts paused (a pause
+// asked for before it does not reach it), the Debugger's Pause holds it while it runs,
+// and its end ends the pause, so a chat reply after a Debugger run that was held never
+// waits for a Resume the Chat view does not have. A released generator no longer counts
+// as waiting, before it has left.
+TEST(StudioViews, StepGatePausesOneGenerationAtATime) {
+  StepGate gate;
+  gate.begin(0, true);  // the first start's run
+  EXPECT_TRUE(gate.paused());
+  EXPECT_TRUE(on_step_waits(gate, plain_step(0, 1, 0))) << "begun paused: waits after its first step";
+  gate.end();  // stopped in the Debugger, or stepped to its end
+  EXPECT_FALSE(gate.paused()) << "the pause ended with its generation";
+  gate.begin();  // a chat reply
+  EXPECT_FALSE(on_step_waits(gate, plain_step(0, 1, 0)));
+  gate.set_paused(true);  // the Debugger's Pause while it runs
+  EXPECT_TRUE(on_step_waits(gate, plain_step(1, 2, 5)));
+  gate.end();
+  gate.set_paused(true);  // a pause asked for between generations
+  gate.begin();
+  EXPECT_FALSE(gate.paused());
+  EXPECT_FALSE(on_step_waits(gate, plain_step(0, 1, 0))) << "a pause does not reach the next generation";
+  gate.end();
+
+  gate.begin(0, true);
+  std::thread generator([&] { gate.on_step(plain_step(0, 1, 0)); });
+  while (!gate.waiting()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  gate.stop();
+  EXPECT_FALSE(gate.waiting()) << "released by the stop request";
+  generator.join();
+  gate.end();
+}
+
+// Destroying the engine closes its gate: the running generation stops, and so does one
+// the worker begins after that (it had taken its job just before), even begun paused:
+// begin() clears a stop request, not the close, and a closed gate never waits.
+TEST(StudioViews, AClosedStepGateNeverWaits) {
+  StepGate gate;
+  gate.begin(0, true);
+  gate.stop();
+  gate.close();
+  gate.begin(0, true);  // the paused run the worker took as the engine closed
+  EXPECT_TRUE(gate.should_stop());
+  EXPECT_FALSE(on_step_waits(gate, plain_step(0, 1, 0))) << "a closed gate held the generator";
+  gate.set_paused(true);
+  EXPECT_FALSE(on_step_waits(gate, plain_step(1, 2, 5)));
+  EXPECT_TRUE(gate.should_stop());
+
+  // A generator waiting when the gate closes goes on at once.
+  StepGate held;
+  held.begin(0, true);
+  std::thread generator([&] { held.on_step(plain_step(0, 1, 0)); });
+  while (!held.waiting()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  held.close();
+  const bool still_waits = held.waiting();
+  EXPECT_FALSE(still_waits) << "close() did not release the generator";
+  if (still_waits) held.allow_one_step();
+  generator.join();
+  EXPECT_TRUE(held.should_stop());
 }
 
 // A studio pointed at a hostile trace: every line of a real recording, with its numbers

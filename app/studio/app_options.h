@@ -27,8 +27,10 @@ struct AppOptions {
   // gives it steps)
   View view = View::Chat;
   int32_t steps = 0;        // --steps K: steps to generate / show (0: all)
-  // The debugger's run waits after its first step for Step or Resume: a start that names
-  // no view, prompt, trace, chat, bench, --browse or --steps (the first start of a new user).
+  // The debugger's run of the default prompt waits after its first step for Step or
+  // Resume: a start with a model to open that names no prompt, trace, chat, bench or
+  // --steps, and either --view debugger or no view and no --browse (`fafo-studio`, the
+  // first start of a new user; `fafo-studio --view debugger`).
   bool start_paused = false;
   int32_t n_predict = 256;  // -n
   SamplerOptions sampling{0.0f, 40, 0.95f, 0.05f, 0xFAF0};  // --temp (default 0: greedy) --top-k --top-p --min-p --seed

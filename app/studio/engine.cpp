@@ -34,6 +34,15 @@ std::string model_summary(const OpenedModel& m) {
          m.model->backend().description();
 }
 
+// Ends the gate's generation when the job's generation ends, however it ends.
+struct GateScope {
+  StepGate& gate;
+  explicit GateScope(StepGate& g) : gate(g) {}
+  ~GateScope() { gate.end(); }
+  GateScope(const GateScope&) = delete;
+  GateScope& operator=(const GateScope&) = delete;
+};
+
 }  // namespace
 
 Engine::Engine() : thread_([this] { loop(); }) {
@@ -47,7 +56,9 @@ Engine::~Engine() {
     jobs_.clear();
   }
   quitting_.store(true);
-  gate_.stop();
+  // Closed, not only stopped: a job the worker took just before quit_ was set begins a
+  // generation after this, and begin() clears a stop request but not this.
+  gate_.close();
   changed_.notify_all();
   thread_.join();
 }
@@ -105,12 +116,12 @@ void Engine::new_chat(const ChatSetup& setup) {
   submit([this, setup] { start_chat(setup); });
 }
 
-void Engine::send(const std::string& text, const GenerationOptions& options) {
-  submit([this, text, options] { chat_turn(text, options); });
+void Engine::send(const std::string& text, const GenerationOptions& options, bool paused) {
+  submit([this, text, options, paused] { chat_turn(text, options, paused); });
 }
 
-void Engine::run_prompt(const std::string& prompt, const GenerationOptions& options, int32_t max_steps) {
-  submit([this, prompt, options, max_steps] { prompt_run(prompt, options, max_steps); });
+void Engine::run_prompt(const std::string& prompt, const GenerationOptions& options, int32_t max_steps, bool paused) {
+  submit([this, prompt, options, max_steps, paused] { prompt_run(prompt, options, max_steps, paused); });
 }
 
 void Engine::stop() { gate_.stop(); }
@@ -243,14 +254,15 @@ void Engine::attach_sources(GenerationOptions& options) {
   decoding.draft_model = draft_;
 }
 
-void Engine::chat_turn(const std::string& text, GenerationOptions options) {
+void Engine::chat_turn(const std::string& text, GenerationOptions options, bool paused) {
   if (!chat_) throw std::runtime_error("open a model first");
   update([&](EngineView& v) {
     v.activity = EngineView::Activity::Generating;
     v.pending_user = text;
     v.streaming.clear();
   });
-  gate_.begin(0);
+  gate_.begin(0, paused);
+  const GateScope scope(gate_);
   options.on_step = [this](const StepTrace& t) { gate_.on_step(t); };
   attach_sources(options);
   ChatTurnResult r;
@@ -304,11 +316,12 @@ void Engine::reopen_keeping_conversation(const std::string& what) {
   throw std::runtime_error(what + "; the model was opened again and the conversation is kept: send the message again");
 }
 
-void Engine::prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps) {
+void Engine::prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps, bool paused) {
   if (!model_) throw std::runtime_error("open a model first");
   update([&](EngineView& v) { v.activity = EngineView::Activity::Generating; });
   if (chat_) chat_->reset();  // the prompt replaces what the KV cache holds
-  gate_.begin(max_steps);
+  gate_.begin(max_steps, paused);
+  const GateScope scope(gate_);
   options.on_step = [this](const StepTrace& t) { gate_.on_step(t); };
   options.keep_context = false;
   attach_sources(options);

@@ -84,10 +84,14 @@ class Engine {
   // A new conversation (empty KV cache), with a possibly different template / system text.
   void new_chat(const ChatSetup& setup);
   // One chat turn: `text` as the user's message, the reply generated with `options`.
-  void send(const std::string& text, const GenerationOptions& options);
+  // With `paused` the reply waits after its first step for the debugger (tests; the
+  // studio's replies start running, and the Debugger's Pause holds one that runs).
+  void send(const std::string& text, const GenerationOptions& options, bool paused = false);
   // A generation from raw `prompt` text (BOS first) for the debugger, stopping after
-  // max_steps steps (0: at n_predict). It uses the KV cache, so it ends the conversation.
-  void run_prompt(const std::string& prompt, const GenerationOptions& options, int32_t max_steps = 0);
+  // max_steps steps (0: at n_predict); with `paused` it waits after its first step for
+  // Step or Resume (StepGate). It uses the KV cache, so it ends the conversation.
+  void run_prompt(const std::string& prompt, const GenerationOptions& options, int32_t max_steps = 0,
+                  bool paused = false);
   // Stops the generation in progress (its reply keeps what it has). Returns at once.
   void stop();
 
@@ -112,12 +116,12 @@ class Engine {
   // Opens decoding.corpus_path and, for strategy draft or SpecKV/SpecPC, the draft model
   // (each kept from an earlier run while it is the same).
   void attach_sources(GenerationOptions& options);
-  void chat_turn(const std::string& text, GenerationOptions options);
+  void chat_turn(const std::string& text, GenerationOptions options, bool paused);
   // After a lost device or a changed model file: opens the model again with the same
   // options and continues the conversation on it, then throws `what` with what happened
   // (when the model cannot be opened, the conversation waits for the next model opened).
   [[noreturn]] void reopen_keeping_conversation(const std::string& what);
-  void prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps);
+  void prompt_run(const std::string& prompt, GenerationOptions options, int32_t max_steps, bool paused);
   // Replaces model_ (and open_options_) where loaded_model() reads them.
   void set_model(std::shared_ptr<OpenedModel> m, const OpenOptions* options = nullptr);
   bool should_stop() const { return quitting_.load() || gate_.should_stop(); }

@@ -55,12 +55,12 @@ int run(fafo::studio::AppOptions o, const std::string& default_model) {
     const fafo::GenerationOptions debug = debugger_generation(state.settings);
     if (o.start_paused) {
       // Held after its first step: the panels show it, Step runs one more, Resume plays
-      // the rest at the speed slider's 5 steps a second.
-      engine.gate().set_paused(true);
+      // the rest at the speed slider's 5 steps a second; the controls that queue a job
+      // end it first (actions.h).
       state.playback.step_once(0);
       state.playback.set_speed(5.0);
     }
-    engine.run_prompt(o.prompt, debug, o.steps);
+    engine.run_prompt(o.prompt, debug, o.steps, o.start_paused);
     state.source = std::string("live: ") + o.open.path + " (" + fafo::strategy_name(debug.decoding.strategy) + ")";
   }
   for (const std::string& message : o.chat) engine.send(message, g);

@@ -3,6 +3,7 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include "actions.h"
 #include "panels.h"
 
 namespace fafo::studio {
@@ -26,15 +27,10 @@ void message(const char* who, const ImVec4& colour, const std::string& text) {
   ImGui::Spacing();
 }
 
-// A Debugger run (not a reply) held paused by the debugger, as the first start leaves it.
-bool debugger_run_paused(StudioState& s) {
-  return s.ev.activity == EngineView::Activity::Generating && s.ev.pending_user.empty() && s.engine->gate().paused();
-}
-
 void stats_line(StudioState& s) {
   const EngineView& ev = s.ev;
-  if (debugger_run_paused(s)) {
-    ImGui::TextColored(kNoteText, "the Debugger's run is paused; sending a message ends it");
+  if (debugger_run_held(s)) {
+    ImGui::TextColored(kNoteText, "the Debugger's run is paused; sending a message, New chat or opening a model ends it");
   } else if (ev.activity == EngineView::Activity::Generating) {
     const LiveStats live = s.engine->gate().stats();
     ImGui::Text("generating: %lld tokens, %.1f tokens/s, tau %.2f (%s)%s", static_cast<long long>(live.tokens),
@@ -81,29 +77,20 @@ void draw_chat_panel(StudioState& s) {
     ImGui::EndChild();
 
     const bool generating = ev.activity == EngineView::Activity::Generating;
-    const bool debugger_waits = debugger_run_paused(s);
-    const bool can_send = ev.has_model && (!ev.busy || debugger_waits) && settings_problem(s.settings).empty();
+    const bool can_send = ev.has_model && engine_free(s) && settings_problem(s.settings).empty();
     const ImGuiInputTextFlags flags = ImGuiInputTextFlags_EnterReturnsTrue | ImGuiInputTextFlags_CtrlEnterForNewLine;
     const bool entered = ImGui::InputTextMultiline("##message", &s.input,
                                                    ImVec2(-1.0f, ImGui::GetTextLineHeight() * 4.0f), flags);
     ImGui::BeginDisabled(!can_send || s.input.empty());
-    if ((ImGui::Button("Send (Enter)") || entered) && can_send && !s.input.empty()) {
-      if (debugger_waits) {  // end the paused run; the reply streams (pause it in the Debugger to step it)
-        s.engine->stop();
-        s.engine->gate().set_paused(false);
-        s.playback.resume();
-      }
-      s.engine->send(s.input, s.settings.generation);
-      s.input.clear();
-    }
+    if ((ImGui::Button("Send (Enter)") || entered) && can_send && !s.input.empty()) queue_message(s);
     ImGui::EndDisabled();
     ImGui::SameLine();
     ImGui::BeginDisabled(!generating);
     if (ImGui::Button("Stop")) s.engine->stop();
     ImGui::EndDisabled();
     ImGui::SameLine();
-    ImGui::BeginDisabled(ev.busy || !ev.has_model);
-    if (ImGui::Button("New chat")) s.engine->new_chat(chat_setup(s.settings));
+    ImGui::BeginDisabled(!engine_free(s) || !ev.has_model);
+    if (ImGui::Button("New chat")) queue_new_chat(s);
     ImGui::EndDisabled();
     ImGui::SameLine();
     ImGui::TextDisabled("Ctrl+Enter: new line");

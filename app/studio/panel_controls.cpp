@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "actions.h"
 #include "panels.h"
 
 namespace fafo::studio {
@@ -23,15 +24,12 @@ void run_prompt_controls(StudioState& s) {
   ImGui::SetNextItemWidth(-60.0f);
   ImGui::InputText("##prompt", &s.debug_prompt);
   ImGui::SameLine();
-  ImGui::BeginDisabled(ev.busy || !ev.has_model || s.debug_prompt.empty() || !settings_problem(s.settings).empty());
-  if (ImGui::Button("Run")) {
-    const GenerationOptions g = debugger_generation(s.settings);
-    s.engine->run_prompt(s.debug_prompt, g, s.debug_max_steps);
-    s.source = "live: " + ev.model_path + " (" + strategy_name(g.decoding.strategy) + ")";
-  }
+  ImGui::BeginDisabled(!engine_free(s) || !ev.has_model || s.debug_prompt.empty() || !settings_problem(s.settings).empty());
+  if (ImGui::Button("Run")) queue_debugger_run(s);
   ImGui::EndDisabled();
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
-    ImGui::SetTooltip("generate from this text with the Decoding settings (ends the chat's conversation)");
+    ImGui::SetTooltip("generate from this text with the Decoding settings (ends the chat's conversation and a run "
+                      "held paused; paused here, the run waits after its first step)");
 }
 
 }  // namespace
@@ -53,7 +51,7 @@ void draw_controls_panel(StudioState& s) {
       }
     } else if (ImGui::Button("Pause")) {
       p.pause();
-      gate.set_paused(true);
+      if (live) gate.set_paused(true);  // between runs, only the playback: Run starts its run paused then
     }
     ImGui::SameLine();
     if (ImGui::Button("Step")) {
@@ -75,7 +73,7 @@ void draw_controls_panel(StudioState& s) {
     if (available > 0 && ImGui::SliderInt("step", &index, 0, static_cast<int>(available) - 1))
       p.seek(static_cast<size_t>(index), available);
     ImGui::Text("showing %zu of %zu steps", p.shown(), available);
-    if (!s.ev.error.empty()) ImGui::TextColored(ImVec4(1, 0.3f, 0.3f, 1), "error: %s", s.ev.error.c_str());
+    if (!s.ev.error.empty()) wrapped(kErrorText, "error: " + s.ev.error);
     else if (live && gate.paused()) ImGui::TextColored(kNoteText, "generator: paused: Step or Resume");
     else if (live) ImGui::Text("generator: running");
     else ImGui::Text("generator: %s", s.ev.has_model ? "idle" : "no model open");

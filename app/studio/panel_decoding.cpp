@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "fafo/chat_template.h"
+#include "actions.h"
 #include "panels.h"
 
 namespace fafo::studio {
@@ -69,8 +70,8 @@ void conversation_settings(StudioState& s) {
   }
   ImGui::TextUnformatted("system message");
   ImGui::InputTextMultiline("##system", &st.system, ImVec2(-1.0f, ImGui::GetTextLineHeight() * 3.5f));
-  ImGui::BeginDisabled(s.ev.busy || !s.ev.has_model);
-  if (ImGui::Button("New chat with these")) s.engine->new_chat(chat_setup(st));
+  ImGui::BeginDisabled(!engine_free(s) || !s.ev.has_model);
+  if (ImGui::Button("New chat with these")) queue_new_chat(s);
   ImGui::EndDisabled();
 }
 

@@ -2,6 +2,7 @@
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
+#include "actions.h"
 #include "panels.h"
 #include "trace_io.h"
 
@@ -13,7 +14,7 @@ namespace {
 void choose(StudioState& s, const std::filesystem::path& file) {
   if (s.browse == StudioState::Browse::Model) {
     s.settings.open.path = file.string();
-    if (!s.ev.busy) s.engine->open_model(s.settings.open, s.settings.system);
+    if (engine_free(s)) queue_open_model(s);  // else the Model panel's Open opens it once the engine is free
   } else {
     TraceFile trace;
     try {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "actions.h"
 #include "panels.h"
 
 namespace fafo::studio {
@@ -43,9 +44,9 @@ float draw_menu_bar(StudioState& s) {
       if (ImGui::MenuItem("Open model...")) open_browser(s, StudioState::Browse::Model);
       if (ImGui::BeginMenu("Recent models", s.recent && !s.recent->paths().empty())) {
         for (const std::string& p : s.recent->paths())
-          if (ImGui::MenuItem(p.c_str(), nullptr, false, !s.ev.busy)) {
+          if (ImGui::MenuItem(p.c_str(), nullptr, false, engine_free(s))) {
             s.settings.open.path = p;
-            s.engine->open_model(s.settings.open, s.settings.system);
+            queue_open_model(s);
           }
         ImGui::EndMenu();
       }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "actions.h"
 #include "panels.h"
 
 namespace fafo::studio {
@@ -80,8 +81,8 @@ void draw_model_panel(StudioState& s) {
     if (ImGui::Combo("KV cache", &cache, "f32\0f16 (half the memory)\0"))
       st.open.kv_type = cache == 1 ? KvCacheType::F16 : KvCacheType::F32;
 
-    ImGui::BeginDisabled(ev.busy || st.open.path.empty());
-    if (ImGui::Button(ev.has_model ? "Open (replaces the model)" : "Open")) s.engine->open_model(st.open, st.system);
+    ImGui::BeginDisabled(!engine_free(s) || st.open.path.empty());
+    if (ImGui::Button(ev.has_model ? "Open (replaces the model)" : "Open")) queue_open_model(s);
     ImGui::EndDisabled();
     ImGui::Separator();
     if (ev.activity == EngineView::Activity::Loading) {

@@ -17,6 +17,7 @@ class Playback {
   void resume() {
     paused_ = false;
     wanted_ = false;
+    first_of_next_ = false;
   }
   // One step forward (pauses playback); at the newest step, the next one to come.
   void step_once(size_t available);
@@ -27,6 +28,15 @@ class Playback {
   void restart() {
     shown_ = 0;
     credit_ = 0.0;
+    if (first_of_next_) wanted_ = true;
+    first_of_next_ = false;
+  }
+  // Pauses, and asks for the first step of the next sequence (the next restart()): a
+  // run started paused shows its first step when it comes, whatever steps of the last
+  // sequence come before it. resume() forgets it.
+  void pause_for_next_sequence() {
+    paused_ = true;
+    first_of_next_ = true;
   }
 
   bool paused() const { return paused_; }
@@ -40,6 +50,7 @@ class Playback {
  private:
   bool paused_ = false;
   bool wanted_ = false;
+  bool first_of_next_ = false;
   double speed_ = 0.0;
   double credit_ = 0.0;
   size_t shown_ = 0;

@@ -4,13 +4,21 @@
 
 namespace fafo::studio {
 
-void StepGate::begin(int32_t max_steps) {
+void StepGate::begin(int32_t max_steps, bool paused) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++epoch_;
   queue_.clear();
   max_steps_ = max_steps;
   stop_ = false;
+  paused_ = paused;
+  permits_ = 0;
   stats_ = {};
+}
+
+void StepGate::end() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  paused_ = false;
+  permits_ = 0;
 }
 
 void StepGate::on_step(const StepTrace& t) {
@@ -23,20 +31,28 @@ void StepGate::on_step(const StepTrace& t) {
   stats_.decode_seconds = std::chrono::duration<double>(now - first_token_).count();
   if (max_steps_ > 0 && stats_.steps >= max_steps_) stop_ = true;
   waiting_ = true;
-  wake_.wait(lock, [this] { return !paused_ || permits_ > 0 || stop_; });
+  wake_.wait(lock, [this] { return released(); });
   waiting_ = false;
   if (permits_ > 0) --permits_;
 }
 
 bool StepGate::should_stop() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stop_;
+  return stop_ || closed_;
 }
 
 void StepGate::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);  // no lost wake-up between the waiter's check and its wait
     stop_ = true;
+  }
+  wake_.notify_all();
+}
+
+void StepGate::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
   }
   wake_.notify_all();
 }
@@ -75,7 +91,7 @@ void StepGate::allow_one_step() {
 
 bool StepGate::waiting() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return waiting_;
+  return waiting_ && !released();
 }
 
 LiveStats StepGate::stats() const {

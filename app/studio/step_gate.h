@@ -27,30 +27,43 @@ struct LiveStats {
 class StepGate {
  public:
   // A new generation starts: its traces replace the previous one's (see drain), the
-  // stop request is cleared and it stops by itself after max_steps steps (0: never).
-  void begin(int32_t max_steps = 0);
+  // stop request is cleared, it stops by itself after max_steps steps (0: never), and
+  // with `paused` it waits after its first step (set_paused(true)); else it runs until
+  // the debugger pauses it. A pause set before begin() does not reach this generation.
+  void begin(int32_t max_steps = 0, bool paused = false);
+  // The generation ended: its pause ends with it (paused() is false until the next
+  // generation begins paused or the debugger pauses it).
+  void end();
   // The generator's StepCallback: queues the trace, then waits while paused (until
-  // resumed, given one step, or stopped).
+  // resumed, given one step, stopped or closed).
   void on_step(const StepTrace& t);
-  // Whether the generation should stop (stop() was called or max_steps were reached):
-  // the generator's token callback returns !should_stop().
+  // Whether the generation should stop (stop() or close() was called, or max_steps were
+  // reached): the generator's token callback returns !should_stop().
   bool should_stop() const;
-  // Asks the running generation to stop; releases a paused one. Returns at once.
+  // Asks the running generation to stop; releases a paused one. Returns at once. The
+  // next begin() clears it.
   void stop();
+  // For good (the engine is being destroyed): stops the running generation and every one
+  // that begins after, none of which waits in on_step(). begin() does not clear it.
+  void close();
 
   // Moves the traces produced since the last call into `out`. When a new generation
   // has begun since then, `out` is cleared first (the views show one generation).
   // Returns true when it was cleared.
   bool drain(std::vector<StepTrace>& out);
+  // Pauses the running generation after its current step, or lets it run on.
   void set_paused(bool paused);
   bool paused() const;
   void allow_one_step();  // while paused: lets the generator run exactly one more step
-  // Whether the generator is waiting in on_step() now.
+  // Whether the generator waits in on_step() now: false from the moment resume, a step,
+  // stop() or close() releases it, before it has left.
   bool waiting() const;
   LiveStats stats() const;
 
  private:
   using Clock = std::chrono::steady_clock;
+  // Whether a generator waiting in on_step() may go on (mutex_ held).
+  bool released() const { return !paused_ || permits_ > 0 || stop_ || closed_; }
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<StepTrace> queue_;
@@ -59,6 +72,7 @@ class StepGate {
   bool paused_ = false;
   bool waiting_ = false;
   bool stop_ = false;
+  bool closed_ = false;
   int permits_ = 0;
   LiveStats stats_;
   Clock::time_point first_token_{};

@@ -34,8 +34,10 @@ ScreenshotTarget screenshot_target(const StudioState& s, const AppOptions& o) {
     return {0, !s.ev.busy && s.bench_now.status != BenchStatus::Running && listed};
   }
   const size_t have = s.traces.size();
-  // A start paused after its first step: that step, once the generator waits after it.
-  if (o.start_paused) return {have, have > 0 && s.engine->gate().waiting()};
+  // A start paused after its first step: that step, once the generator waits after it;
+  // or whatever there is once the engine has nothing left to do (the model could not be
+  // opened, the run failed or ended before a step): the picture then shows the error.
+  if (o.start_paused) return {have, (have > 0 && s.engine->gate().waiting()) || !s.ev.busy};
   const size_t want = o.steps > 0 ? static_cast<size_t>(o.steps) : have;
   // A generation stopped at --steps may still be finishing its last step: do not wait for it.
   const bool enough = o.steps > 0 && have >= want && (s.ev.has_model || o.open.path.empty());
@@ -168,8 +170,8 @@ int run_studio(StudioState& s, const AppOptions& o) {
       const std::string model = s.ev.has_model ? s.ev.model_path : "";
       const nlohmann::json description = s.layout.description(s.view, fb_w, fb_h, s.playback.shown(), model, o.args);
       if (write_framebuffer_png(o.screenshot, fb_w, fb_h, kScreenshotKeyword, description.dump())) {
-        std::fprintf(stderr, "fafo-studio: wrote %s (%dx%d, %s view, %zu steps)\n", o.screenshot.c_str(), fb_w, fb_h,
-                     view_name(s.view), s.playback.shown());
+        std::fprintf(stderr, "fafo-studio: wrote %s (%dx%d, %s view, %zu step%s)\n", o.screenshot.c_str(), fb_w, fb_h,
+                     view_name(s.view), s.playback.shown(), s.playback.shown() == 1 ? "" : "s");
       } else {
         std::fprintf(stderr, "fafo-studio: cannot write %s\n", o.screenshot.c_str());
         exit_code = 1;

@@ -80,7 +80,8 @@ TranscriptView transcript_view(std::span<const StepTrace> traces, const TokenTex
 KvMapView kv_map_view(const StepTrace& t, const StepTrace* previous) {
   KvMapView v;
   v.step = t.step;
-  v.context = t.n_past + static_cast<int32_t>(t.accepted.size());
+  const bool prefill = t.step == 0 && t.batch_size > 0;  // a trace without a batch size: as a decoding step
+  v.context = t.n_past + (prefill ? t.batch_size : static_cast<int32_t>(t.accepted.size()));
   v.region = t.kv_region;
   v.swaps = t.kv_swaps;
   int32_t extent = v.context;

@@ -104,7 +104,11 @@ TranscriptView transcript_view(std::span<const StepTrace> traces, const TokenTex
 // (d) FAFO's compressed KV region after a step over the whole context.
 struct KvMapView {
   int32_t step = 0;
-  int32_t context = 0;               // committed entries after the step (n_past + accepted)
+  // Entries in the KV cache after the step: n_past + accepted for a decoding step (its
+  // input token, the last one emitted before it, and the accepted tokens but the last,
+  // which is the next step's input); the prompt after the prefill step (step 0: n_past +
+  // batch_size, its first token not in the cache yet). The next step's n_past.
+  int32_t context = 0;
   std::vector<int32_t> region;       // logical entries in physical order
   std::vector<uint8_t> in_region;    // [position] for 0..context-1 (positions past it included when listed)
   std::vector<int32_t> entered;      // entries in the region now but not after the previous step
