@@ -440,7 +440,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
         }
         run = s.get();
       }
-      choice = controller->explain();
+      if (options.on_step) choice = controller->explain();  // for the step's trace only
       if (result.auto_choices.empty() || result.auto_choices.back().second != chosen)
         result.auto_choices.emplace_back(step, chosen);
     }
