@@ -245,7 +245,11 @@ TEST(Decoding, TracesDescribeEveryStep) {
   for (const StepTrace& t : traces) {
     joined.insert(joined.end(), t.accepted.begin(), t.accepted.end());
     EXPECT_EQ(t.accepted.size(), t.accepted_sources.size());
-    if (t.step == 0) continue;
+    if (t.step == 0) {
+      EXPECT_EQ(t.n_past, 0);  // what the cache held before the prompt
+      EXPECT_EQ(t.batch_size, static_cast<int32_t>(prompt.size()));
+      continue;
+    }
     ASSERT_EQ(t.window_before.size(), 3u);      // N-1 rows
     ASSERT_EQ(t.window_before[0].size(), 5u);   // W columns
     EXPECT_EQ(t.new_guesses.size(), 5u);
@@ -267,6 +271,40 @@ TEST(Decoding, TracesDescribeEveryStep) {
   }
   EXPECT_EQ(joined, r.ids);
   EXPECT_GT(traces.back().pool_ngrams, 0);
+}
+
+// The prefill's trace (step 0) says what the cache held before it (a chat's earlier
+// turns), and a prompt longer than a decoding step's batch still makes a trace that
+// reads back (fafo-studio --replay).
+TEST(Decoding, ThePrefillTraceSaysWhatTheCacheHeldAndALongPromptReadsBack) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  auto m = test::load_test_model(model_path.string());
+  const auto first = m.tokenizer->encode("The little dog", true);
+  GenerationOptions o;
+  o.n_predict = 4;
+  o.sampling.temperature = 0;
+  const GenerationResult a = generate(*m.model, *m.tokenizer, first, o);
+  const int32_t held = m.model->n_past();
+  std::vector<int32_t> context = first;
+  context.insert(context.end(), a.ids.begin(), a.ids.end());
+  ASSERT_GE(static_cast<int32_t>(context.size()), held);
+  context.resize(static_cast<size_t>(held));
+  o.keep_context = true;
+  o.context_ids = context;
+  std::vector<StepTrace> traces;
+  o.on_step = [&](const StepTrace& t) { traces.push_back(t); };
+  const auto second = m.tokenizer->encode(" ran to the park", false);
+  generate(*m.model, *m.tokenizer, second, o);
+  ASSERT_FALSE(traces.empty());
+  EXPECT_EQ(traces[0].step, 0);
+  EXPECT_EQ(traces[0].n_past, held);
+  EXPECT_EQ(traces[0].batch_size, static_cast<int32_t>(second.size()));
+  StepTrace prefill;
+  prefill.batch_size = 3000;
+  EXPECT_EQ(step_trace_from_json(step_trace_to_json(prefill)).batch_size, 3000);
+  StepTrace step = prefill;
+  step.step = 1;
+  EXPECT_THROW(step_trace_from_json(step_trace_to_json(step)), std::invalid_argument);
 }
 
 // With sampling, every strategy must emit plain sampling's text for the same seed (each

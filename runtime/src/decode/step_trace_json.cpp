@@ -140,8 +140,10 @@ void check_length(size_t n, const char* what) {
 void check_step_trace(const StepTrace& t) {
   if (t.step < 0) throw std::invalid_argument("step is negative");
   if (t.n_past < 0 || t.n_past > kMaxContext) throw std::invalid_argument("n_past is outside [0, 2^24]");
-  if (t.batch_size < 0 || t.batch_size > StepBatch::kMaxTokens)
-    throw std::invalid_argument("batch_size is outside [0, " + std::to_string(StepBatch::kMaxTokens) + "]");
+  // The prefill (step 0) holds the whole prompt, fed in chunks; a decoding step, one batch.
+  const int32_t most = t.step == 0 ? kMaxContext : StepBatch::kMaxTokens;
+  if (t.batch_size < 0 || t.batch_size > most)
+    throw std::invalid_argument("batch_size is outside [0, " + std::to_string(most) + "]" + (t.step == 0 ? " (the prompt)" : ""));
   if (t.kv_layers < 0 || t.kv_layers > kMaxLayers) throw std::invalid_argument("kv.layers is outside [0, 4096]");
   if (t.kv_dense_layers < 0 || t.kv_dense_layers > t.kv_layers)
     throw std::invalid_argument("kv.dense_layers is outside [0, kv.layers]");

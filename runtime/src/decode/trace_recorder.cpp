@@ -13,7 +13,7 @@ void TraceRecorder::prefill_done(int32_t prompt_size, int32_t first, double ms) 
   StepTrace t;
   t.step = 0;
   t.strategy = decoding_.strategy;
-  t.n_past = 0;
+  t.n_past = model_.n_past() - prompt_size;  // what the cache held before: a chat's earlier turns
   t.batch_size = prompt_size;
   t.accepted = {first};
   t.accepted_sources = {TokenSource{}};
