@@ -266,6 +266,26 @@ TEST(AutoController, ACandidateComingBackRestartsAndWarmsUpAgain) {
   EXPECT_GT(restarts, 2);  // the revisits and the returns to the best after them
 }
 
+// A controller driven by a simulated machine: each step runs the chosen candidate, takes
+// the machine's time for its step size and emits the candidate's tokens.
+struct Simulated {
+  AutoController controller;
+  std::function<double(int32_t)> machine;
+  std::map<int32_t, int32_t> emits = {{0, 1}, {1, 2}, {2, 3}, {3, 4}};
+  // Runs `steps` steps; returns how many of the last `tail` ran each candidate.
+  std::map<int32_t, int> run(int steps, int tail) {
+    std::map<int32_t, int> last;
+    for (int step = 0; step < steps; ++step) {
+      const AutoDecision d = controller.choose();
+      const int32_t T = controller.candidates()[static_cast<size_t>(d.candidate)].step_tokens;
+      controller.time_step(d.candidate, T, machine(T));
+      controller.observe(d.candidate, emits.at(d.candidate));
+      if (step >= steps - tail) ++last[d.candidate];
+    }
+    return last;
+  }
+};
+
 // The machine changes under a generation: a GPU-like device (a step of up to 128
 // tokens costs one), then a CPU-like one (a step costs its tokens), then the GPU again.
 // The controller, told each step's time, follows: the large FAFO step, then plain
@@ -273,33 +293,19 @@ TEST(AutoController, ACandidateComingBackRestartsAndWarmsUpAgain) {
 TEST(AutoController, TheChoiceConvergesOnAMachineWhoseCostsChangeMidway) {
   auto gpu = [](int32_t) { return 1e-3; };
   auto cpu = [](int32_t T) { return 1e-3 * T; };
-  const StepCosts prior = curve({{1, 1e-3}, {128, 1e-3}});
-  AutoController auto_(prior, grid());
-  const std::map<int32_t, int32_t> emits = {{0, 1}, {1, 2}, {2, 3}, {3, 4}};
-  std::function<double(int32_t)> machine = gpu;
-  // Runs `steps` steps; returns how many of the last `tail` ran each candidate.
-  auto run = [&](int steps, int tail) {
-    std::map<int32_t, int> last;
-    for (int step = 0; step < steps; ++step) {
-      const AutoDecision d = auto_.choose();
-      const int32_t T = auto_.candidates()[static_cast<size_t>(d.candidate)].step_tokens;
-      auto_.time_step(d.candidate, T, machine(T));
-      auto_.observe(d.candidate, emits.at(d.candidate));
-      if (step >= steps - tail) ++last[d.candidate];
-    }
-    return last;
-  };
-  std::map<int32_t, int> last = run(600, 300);
+  Simulated sim{AutoController(curve({{1, 1e-3}, {128, 1e-3}}), grid()), gpu};
+  const AutoController& auto_ = sim.controller;
+  std::map<int32_t, int> last = sim.run(600, 300);
   EXPECT_GE(last[3], 270) << "the GPU: the large FAFO step";
-  machine = cpu;
-  last = run(1500, 500);
+  sim.machine = cpu;
+  last = sim.run(1500, 500);
   EXPECT_GE(last[0], 480) << "the CPU: plain decoding, but for probes";
   EXPECT_FALSE(auto_.viable(3));
   EXPECT_NEAR(auto_.step_seconds(0), 1e-3, 1e-9);
   EXPECT_NE(auto_.explain().find("no strategy can pay here"), std::string::npos) << auto_.explain();
   EXPECT_NE(auto_.explain().find("of its steps timed"), std::string::npos) << auto_.explain();
-  machine = gpu;
-  last = run(3000, 500);
+  sim.machine = gpu;
+  last = sim.run(3000, 500);
   EXPECT_GE(last[3], 450) << "the GPU again, found by a probe";
   EXPECT_TRUE(auto_.viable(1) && auto_.viable(2) && auto_.viable(3));
 }
@@ -309,20 +315,10 @@ TEST(AutoController, TheChoiceConvergesOnAMachineWhoseCostsChangeMidway) {
 // (every other one while another candidate is best) notice.
 TEST(AutoController, AUniformSlowdownKeepsTheChoiceAndAFasterPlainStepIsNoticed) {
   double scale = 1, plain = 1e-3;
-  auto machine = [&](int32_t T) { return scale * (T == 1 ? plain : 1e-3); };
-  AutoController auto_(curve({{1, 1e-3}, {128, 1e-3}}), grid());
-  const std::map<int32_t, int32_t> emits = {{0, 1}, {1, 2}, {2, 3}, {3, 4}};
-  auto run = [&](int steps, int tail) {
-    std::map<int32_t, int> last;
-    for (int step = 0; step < steps; ++step) {
-      const AutoDecision d = auto_.choose();
-      const int32_t T = auto_.candidates()[static_cast<size_t>(d.candidate)].step_tokens;
-      auto_.time_step(d.candidate, T, machine(T));
-      auto_.observe(d.candidate, emits.at(d.candidate));
-      if (step >= steps - tail) ++last[d.candidate];
-    }
-    return last;
-  };
+  Simulated sim{AutoController(curve({{1, 1e-3}, {128, 1e-3}}), grid()),
+                [&](int32_t T) { return scale * (T == 1 ? plain : 1e-3); }};
+  const AutoController& auto_ = sim.controller;
+  auto run = [&](int steps, int tail) { return sim.run(steps, tail); };
   EXPECT_GE(run(600, 300)[3], 270);
   scale = 3;
   EXPECT_GE(run(1500, 500)[3], 450) << "3x slower everywhere: the same choice";

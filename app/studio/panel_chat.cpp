@@ -5,6 +5,7 @@
 
 #include "actions.h"
 #include "panels.h"
+#include "plural.h"
 
 namespace fafo::studio {
 
@@ -33,12 +34,13 @@ void stats_line(StudioState& s) {
     ImGui::TextColored(kNoteText, "the Debugger's run is paused; sending a message, New chat or opening a model ends it");
   } else if (ev.activity == EngineView::Activity::Generating) {
     const LiveStats live = s.engine->gate().stats();
-    ImGui::Text("generating: %lld tokens, %.1f tokens/s, tau %.2f (%s)%s", static_cast<long long>(live.tokens),
+    ImGui::Text("generating: %s, %.1f tokens/s, tau %.2f (%s)%s", app::count_of(live.tokens, "token").c_str(),
                 live.tokens_per_second(), live.tau(), strategy_name(s.settings.generation.decoding.strategy),
                 s.engine->gate().paused() ? "; paused in the debugger" : "");
   } else if (ev.last) {
     const TurnSummary& t = *ev.last;
-    ImGui::Text("last reply: %zu tokens, %.1f tokens/s, tau %.2f; prompt %zu new + %d cached; stop: %s", t.tokens,
+    ImGui::Text("last reply: %s, %.1f tokens/s, tau %.2f; prompt %zu new + %d cached; stop: %s",
+                app::count_of(static_cast<int64_t>(t.tokens), "token").c_str(),
                 t.tokens_per_second, t.tau, t.new_tokens, t.reused, t.stop.c_str());
   } else {
     ImGui::TextDisabled(ev.has_model ? "type a message below" : "open a model (left) to chat");

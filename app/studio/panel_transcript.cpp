@@ -4,6 +4,7 @@
 #include <imgui.h>
 
 #include "panels.h"
+#include "plural.h"
 
 namespace fafo::studio {
 
@@ -20,7 +21,8 @@ void draw_transcript_panel(StudioState& s) {
   if (begin_panel(s, "Transcript")) {
     const TranscriptView v = transcript_view(s.shown(), s.text);
     report_items(s, static_cast<int64_t>(v.tokens.size()));
-    ImGui::Text("%zu tokens, %lld from accepted candidates", v.tokens.size(), static_cast<long long>(v.from_candidates));
+    ImGui::Text("%s, %lld from accepted candidates", app::count_of(static_cast<int64_t>(v.tokens.size()), "token").c_str(),
+                static_cast<long long>(v.from_candidates));
     ImGui::TextColored(kPlain, "plain");
     ImGui::SameLine();
     ImGui::TextColored(kCandidate, "accepted candidate");
