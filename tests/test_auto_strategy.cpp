@@ -375,6 +375,23 @@ TEST(AutoController, ExcludedCandidatesNeverRunAndTimedCostsAreRecalled) {
   EXPECT_NEAR(second.step_seconds(2), 2e-3, 0.2e-3) << "timed at 2 ms, not the curve's 1 ms";
 }
 
+// A candidate none of whose steps were timed keeps the curve's ratio to plain
+// decoding's timed cost: one-token steps after a longer context (slower on any machine)
+// do not make it look cheap, and no trial runs for that.
+TEST(AutoController, AnUntimedCandidateKeepsTheCurvesRatioToPlainDecoding) {
+  // The lookahead step (5 tokens, N = 3) costs 2 one-token steps: over the 1.5 it may.
+  AutoController auto_(curve({{1, 1e-3}, {5, 2e-3}, {17, 6.8e-3}, {65, 25e-3}}), grid());
+  for (int step = 0; step < 200; ++step) {
+    const AutoDecision d = auto_.choose();
+    ASSERT_EQ(d.candidate, 0) << "step " << step << ": " << d.reason;
+    auto_.time_step(0, 1, 3e-3, 500);  // 3x the curve's t(1), far past its context
+    auto_.observe(0, 1);
+  }
+  EXPECT_NEAR(auto_.step_seconds(0), 3e-3, 1e-4);
+  EXPECT_NEAR(auto_.step_seconds(1) / auto_.step_seconds(0), 2.0, 1e-9);
+  EXPECT_FALSE(auto_.viable(1));
+}
+
 TEST(AutoController, OneSlowStepMovesACostByAFewPerCent) {
   AutoController auto_(curve({{1, 1e-3}, {128, 1e-3}}), grid());
   auto_.time_step(0, 1, 50e-3);  // 50x: another program took the core for a moment
@@ -397,10 +414,11 @@ TEST(AutoController, OnlyPlainStepsNearTheCurvesContextJudgeIt) {
   c.context = 100;
   AutoController auto_(c, grid());
   auto_.time_step(0, 1, 5e-3, 400);  // 300 tokens later: not counted
+  auto_.time_step(0, 1, 5e-3, 117);  // 17: not counted either
   EXPECT_EQ(auto_.plain_steps_timed(), 0);
   EXPECT_EQ(auto_.plain_step_median(), 0.0);
-  auto_.time_step(0, 1, 1e-3, 150);
-  auto_.time_step(0, 1, 3e-3, 164);
+  auto_.time_step(0, 1, 1e-3, 100);
+  auto_.time_step(0, 1, 3e-3, 116);
   auto_.time_step(0, 1, 2e-3, -1);  // unknown: counted
   EXPECT_EQ(auto_.plain_steps_timed(), 3);
   EXPECT_DOUBLE_EQ(auto_.plain_step_median(), 2e-3);

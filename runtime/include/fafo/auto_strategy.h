@@ -161,7 +161,7 @@ class AutoController {
   // of the time) so that its cost is known again if the machine changed, and plain
   // decoding is among the revisits while another candidate is best.
   // `context`: the model's n_past before the step (-1: unknown); plain_step_median()
-  // counts only plain steps within 64 tokens of the curve's own context (or unknown).
+  // counts only plain steps within 16 tokens past the curve's own context (or unknown).
   void time_step(int32_t c, int32_t tokens, double seconds, int32_t context = -1);
   // Never runs candidate c (> 0) from now on: the decoding loop excludes FAFO's shapes
   // when it did not give the KV cache a compressed region for their fumble rows.
@@ -202,6 +202,10 @@ class AutoController {
   std::vector<bool> excluded_;     // per candidate: never runs (exclude)
   int64_t last_probe_ = 0;        // the step the last probe started
   static constexpr size_t kPlainTimes = 64;
+  // How far past the curve's context a plain step still counts for plain_step_median: a
+  // one-token step's attention grows with the context (stories260K's t(1) doubles
+  // within ~50 tokens).
+  static constexpr int32_t kNearContext = 16;
   std::vector<double> plain_times_;  // the last kPlainTimes plain steps' times, a ring
   size_t plain_next_ = 0;
   int32_t revisits_ = 0;

@@ -101,8 +101,13 @@ void AutoController::update_viability() {
   // A candidate can pay only if its best step (N tokens) beats N plain steps' cost; it is
   // tried only if it would pay at a fraction of that.
   viable_[0] = true;
-  for (size_t c = 1; c < candidates_.size(); ++c)
+  for (size_t c = 1; c < candidates_.size(); ++c) {
+    // A candidate none of whose steps were timed costs what the curve says relative to
+    // plain decoding's timed cost: the curve gives the ratio, the timings the scale (a
+    // one-token step after a longer context than the curve's costs more, and so would it).
+    if (timed_[c] == 0) cost_[c] = cost_[0] * costs_.at(candidates_[c].step_tokens) / costs_.at(1);
     viable_[c] = !excluded_[c] && options_.viable_fraction * candidates_[c].max_emitted() * cost_[0] > cost_[c];
+  }
 }
 
 void AutoController::exclude(int32_t c) {
@@ -259,7 +264,7 @@ void AutoController::time_step(int32_t c, int32_t tokens, double seconds, int32_
   cost_[i] *= std::exp(x > 0 ? options_.cost_rate * std::min(x, options_.cost_clip) : options_.cost_fall * x);
   ++timed_[i];
   any_timed_ = true;
-  if (i == 0 && (context < 0 || context <= costs_.context + 64)) {
+  if (i == 0 && (context < 0 || context <= costs_.context + kNearContext)) {
     if (plain_times_.size() < kPlainTimes) {
       plain_times_.push_back(seconds);
     } else {
