@@ -27,6 +27,7 @@
 #include "../cuda_backend/src/dot_order.h"
 #include "../cuda_backend/src/host_device.h"
 #include "../cuda_backend/src/half_mma_ops.h"
+#include "../cuda_backend/src/int_mma_block_op.h"
 #include "../cuda_backend/src/int_ops.h"
 #include "../cuda_backend/src/ops_backend.h"
 #include "../cuda_backend/src/step_graphs.h"
@@ -306,18 +307,25 @@ TEST(CudaIntOps, RoundingGivesEachBlockOfThirtyTwoItsScaleQuantsAndSum) {
 // floats, and random bytes): each unit's value (IntUnit: its integer sums, then its
 // scales) is the exact dot product of the decoded weights with the rounded activations
 // (q * d) within a few roundings; IntMatmulWarpOp's warps give int_row_dot's bits for
-// every token whatever the step size (1, 3, 8, 9, 17: T-invariant), accumulate onto
-// the output, and the gated form gives silu(gate) * up of the two rows' products; the
-// tensor-core kernel (IntMmaWarpOp, mma_s8 emulated) gives the same bits.
+// every token whatever the step size (T-invariant), accumulate onto the output, and the
+// gated form gives silu(gate) * up of the two rows' products; the tensor-core kernel of
+// wide steps (IntMmaBlockOp, mma_s8 emulated) gives the same bits: rows in two blocks,
+// one partial; steps of 9 to 130 tokens (partial warps, several token blocks); rows of
+// fewer than 32 units (empty lane sums) and of more than 8 units a lane sum (stages).
 TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
   fafo::cuda::HostDevice device;
   std::mt19937 rng(19);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
-    SCOPED_TRACE(name_of(type));
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+    for (const bool long_rows : {false, true}) {
+    SCOPED_TRACE(std::string(name_of(type)) + (long_rows ? ", long rows" : ""));
     ASSERT_TRUE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(type)));
-    // 20 rows: the tensor-core tiles of 16 rows, one of them partial.
-    const uint32_t cols = type == TensorType::Q8_0 ? 24 * 32 : 3 * 256, rows = 20, T_max = 17;
+    // 40 rows: the tensor-core kernel's blocks of 32 rows (gated: 16), one partial. Long
+    // rows: 264 or 266 units, over 8 a lane sum.
+    const uint32_t unit_values = type == TensorType::Q4_K || type == TensorType::Q5_K ? 64 : 32;
+    const uint32_t cols = long_rows ? (type == TensorType::Q8_0 ? 266 * 32 : 264 * unit_values)
+                                    : (type == TensorType::Q8_0 ? 24 * 32 : 3 * 256);
+    const uint32_t rows = 40, T_max = long_rows ? 70 : 130;
     const std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 23);
     const uint64_t row_bytes = fafo::tensor_row_bytes(type, cols);
     std::vector<float> x(size_t{T_max} * cols);
@@ -333,10 +341,10 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
         using Unit = fafo::cuda::IntUnit<F>;
         std::vector<float> w(cols);
         double worst = 0;
-        for (uint32_t r = 0; r < rows; ++r) {
+        for (uint32_t r = 0; r < rows; r += long_rows ? 13 : 1) {
           const uint8_t* row = bytes.data() + r * row_bytes;
           fafo::dequantize_row(type, row, w.data(), cols);
-          for (uint32_t t = 0; t < T_max; t += 4)
+          for (uint32_t t = 0; t < T_max; t += 11)
             for (uint32_t u = 0; u < cols / Unit::kValues; ++u) {
               double exact = 0, scale = 0;
               for (uint32_t k = 0; k < Unit::kValues; ++k) {
@@ -353,7 +361,8 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
         }
         EXPECT_LT(worst, 1e-5);  // a few float roundings of the scales; a wrong bit of a quant is far more
 
-        for (const uint32_t T : {1u, 3u, 8u, 9u, 17u}) {
+        const std::vector<uint32_t> steps = long_rows ? std::vector<uint32_t>{8, 9, 70} : std::vector<uint32_t>{1, 3, 8, 9, 17, 64, 65, 130};
+        for (const uint32_t T : steps) {
           SCOPED_TRACE("T = " + std::to_string(T));
           const uint32_t out_stride = rows + 3;
           std::vector<float> out(size_t{T} * out_stride, 0.5f), gated(size_t{T} * out_stride, 0.5f);
@@ -365,15 +374,15 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
                               Gated::warps(rows / 2, T), "matmul_swiglu");
           // The tensor-core kernel: the same bits.
           std::vector<float> mma(out.size(), 0.5f), mma_gated(out.size(), 0.5f);
-          using Mma = fafo::cuda::IntMmaWarpOp<F>;
-          device.launch_warp_fn(Mma{bytes.data(), x8, mma.data(), rows, T, out_stride, row_bytes, true}, Mma::warps(rows, T),
-                                "matmul");
-          using MmaGated = fafo::cuda::IntMmaWarpOp<F, true>;
-          device.launch_warp_fn(MmaGated{bytes.data(), x8, mma_gated.data(), rows / 2, T, out_stride, row_bytes, false},
-                                MmaGated::warps(rows / 2, T), "matmul_swiglu");
+          using Mma = fafo::cuda::IntMmaBlockOp<F>;
+          device.launch_block_fn(Mma{bytes.data(), x8, mma.data(), rows, T, out_stride, row_bytes, true}, Mma::blocks(rows, T),
+                                 Mma::warps(T), Mma::kSharedBytes, "matmul");
+          using MmaGated = fafo::cuda::IntMmaBlockOp<F, true>;
+          device.launch_block_fn(MmaGated{bytes.data(), x8, mma_gated.data(), rows / 2, T, out_stride, row_bytes, false},
+                                 MmaGated::blocks(rows / 2, T), MmaGated::warps(T), MmaGated::kSharedBytes, "matmul_swiglu");
           EXPECT_EQ(std::memcmp(mma.data(), out.data(), out.size() * sizeof(float)), 0);
           EXPECT_EQ(std::memcmp(mma_gated.data(), gated.data(), out.size() * sizeof(float)), 0);
-          for (uint32_t t = 0; t < T; ++t)
+          for (uint32_t t = 0; t < T; t += long_rows ? 7 : 1)
             for (uint32_t r = 0; r < rows; ++r) {
               const float want = fafo::cuda::int_row_dot<F>(bytes.data() + r * row_bytes, x8, t);
               ASSERT_EQ(std::bit_cast<uint32_t>(out[t * out_stride + r]), std::bit_cast<uint32_t>(0.5f + want))
@@ -384,7 +393,8 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
                           std::bit_cast<uint32_t>(fafo::cuda::swiglu_value(want, up)));
               }
             }
-          EXPECT_EQ(out[out_stride - 1], 0.5f);  // past the rows: untouched
+          for (uint32_t t = 0; t < T; ++t)
+            for (uint32_t r = rows; r < out_stride; ++r) ASSERT_EQ(out[t * out_stride + r], 0.5f);  // past the rows: untouched
         }
       }
     });

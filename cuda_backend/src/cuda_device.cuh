@@ -19,6 +19,7 @@
 
 #include "launch_times.h"
 #include "step_graphs.h"
+#include "block.h"
 #include "warp.h"
 
 namespace fafo::cuda {
@@ -70,6 +71,13 @@ __global__ void run_warp_fn(Op op, uint32_t n_warps) {
   if (warp >= n_warps) return;  // the whole warp: blocks are whole warps
   DeviceWarp w{threadIdx.x % 32};
   op.run(w, static_cast<uint32_t>(warp));
+}
+
+template <class Op>
+__global__ void run_block_fn(Op op, uint32_t n_blocks) {
+  extern __shared__ __align__(16) uint8_t block_shared[];
+  DeviceBlock block{threadIdx.x, block_shared};
+  if (blockIdx.x < n_blocks) op.run(block, blockIdx.x);
 }
 
 // An executable CUDA graph, destroyed with its owner.
@@ -263,6 +271,20 @@ class CudaDevice {
   template <class Op>
   void launch_warp_fn(const Op& op, uint64_t n_warps, const char* name) {
     start(run_warp_fn<Op>, op, n_warps, 4, name, 32);
+  }
+  // A block function over n_blocks blocks of `warps` warps with `shared_bytes` of
+  // dynamic shared memory each (block.h).
+  template <class Op>
+  void launch_block_fn(const Op& op, uint64_t n_blocks, uint32_t warps, size_t shared_bytes, const char* name) {
+    select();
+    if (shared_bytes > 48 * 1024)
+      check(cudaFuncSetAttribute(run_block_fn<Op>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)),
+            name);
+    const size_t timer = start_timer();
+    run_block_fn<Op><<<static_cast<uint32_t>(n_blocks), warps * 32, shared_bytes, stream_>>>(op, static_cast<uint32_t>(n_blocks));
+    check(cudaGetLastError(), name);
+    node(name);
+    stop_timer(timer, name);
   }
   void sync() {
     not_capturing("a wait for the device");

@@ -200,12 +200,27 @@ FAFO_HD Q8Run q8_run(const Q8Rows& x, uint32_t t, uint32_t first) {
   return Q8Run{x.q + static_cast<uint64_t>(t) * x.cols + first, x.d + t * n_blocks + first / kQ8Block,
                x.s + t * n_blocks + first / kQ8Block};
 }
+// The scales and sums of a run's first N blocks, loaded.
+template <uint32_t N>
+struct Q8Scales {
+  float d[N];
+  int32_t s[N];
+  FAFO_HD void load(const Q8Run& run) {
+    FAFO_UNROLL
+    for (uint32_t b = 0; b < N; ++b) {
+      d[b] = run.d[b];
+      s[b] = run.s[b];
+    }
+  }
+};
 
 // A unit of a weight row, for every kernel that multiplies it: its kValues weights as
 // kValues / 4 words of four signed bytes (`word(row, u, k)`: values 4k..4k + 3 of unit u,
 // which meet the activation bytes 4k..4k + 3 of the unit's run), its kSums integer sums
 // (sum i over words i * kWordsPerSum, ...), its scales (`scales`), and its value from
-// its sums (`value`): the one float expression every kernel applies.
+// its sums (`value`): the one float expression every kernel applies. `value` reads the
+// activation blocks' scales and sums as x.d[b] and x.s[b] (b < kValues / 32): a Q8Run's
+// pointers, or the values loaded once (Q8Scales).
 template <Format F>
 struct IntUnit;
 
@@ -218,7 +233,8 @@ struct IntUnit<Format::Q8_0> {
   };
   static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) { return load_word2(row + 34ull * u + 2 + 4 * k); }
   static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) { return Scales{half_bits_to_float(read_u16(row + 34ull * u))}; }
-  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const Q8Run& x) {
+  template <class X>
+  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const X& x) {
     return mul_rn(mul_rn(w.d, x.d[0]), int_to_float(sums[0]));
   }
 };
@@ -245,7 +261,8 @@ struct IntUnit<Format::Q6_K> {
     return Scales{half_bits_to_float(read_u16(b + 208)), static_cast<int8_t>(b[192 + 8 * h + 2 * k4]),
                   static_cast<int8_t>(b[192 + 8 * h + 2 * k4 + 1])};
   }
-  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const Q8Run& x) {
+  template <class X>
+  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const X& x) {
     return mul_rn(mul_rn(w.d, x.d[0]), int_to_float(w.sc_a * sums[0] + w.sc_b * sums[1]));
   }
 };
@@ -278,7 +295,8 @@ struct IntUnitQ45 {
     k_scale_min(b + 4, 2 * i + 1, w.sc[1], w.mn[1]);
     return w;
   }
-  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const Q8Run& x) {
+  template <class X>
+  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const X& x) {
     const float va = mul_rn(x.d[0], sub_rn(mul_rn(w.d, int_to_float(w.sc[0] * sums[0])), mul_rn(w.dmin, int_to_float(w.mn[0] * x.s[0]))));
     const float vb = mul_rn(x.d[1], sub_rn(mul_rn(w.d, int_to_float(w.sc[1] * sums[1])), mul_rn(w.dmin, int_to_float(w.mn[1] * x.s[1]))));
     return add_rn(va, vb);
@@ -385,137 +403,6 @@ struct IntMatmulWarpOp {
       }
     if constexpr (Gated) *o = swiglu_value(gate, up);
     else *o = accumulate ? add_rn(*o, gate) : gate;
-  }
-};
-
-// The 5-bit reversal of n: the order in which IntMmaWarpOp takes the 32 lane sums, so
-// that a stack adds them by tree32's tree (lane l + 16 first, then + 8, ...).
-FAFO_HD uint32_t reverse5(uint32_t n) {
-  return ((n & 1u) << 4) | ((n & 2u) << 2) | (n & 4u) | ((n & 8u) >> 2) | ((n & 16u) >> 4);
-}
-
-// IntMatmulWarpOp's products on the tensor cores (wide steps): warp w computes a tile of
-// 16 rows (from 16 * (w % row_tiles)) by 8 tokens (from 8 * (w / row_tiles)). The
-// integer sums of a unit for the tile's 128 (row, token) pairs come from mma_s8 over
-// its 16-value slices (exact, so the same sums as dot4's); each lane then takes the
-// values of its four pairs (rows g and g + 8, tokens 2i and 2i + 1) with
-// IntUnit::value, adds them per "lane" of IntMatmulWarpOp (units l, l + 32, ... in
-// order) and adds the 32 lane sums by tree32's tree, taking the lanes in reverse5
-// order and keeping a stack of partial sums: the same float operations in the same
-// order as IntMatmulWarpOp, so the same bits for every row and token whatever T.
-// Rows past `rows` and tokens past T repeat the last one and are not written.
-template <Format F, bool Gated = false>
-struct IntMmaWarpOp {
-  static constexpr uint32_t kRows = 16, kTokens = 8;
-  using Unit = IntUnit<F>;
-  const uint8_t* w;
-  Q8Rows x;
-  float* out;
-  uint32_t rows, T, out_stride;
-  uint64_t row_bytes;
-  bool accumulate;
-
-  static FAFO_HD uint32_t row_tiles(uint32_t rows) { return (rows + kRows - 1) / kRows; }
-  static uint64_t warps(uint32_t rows, uint32_t T) { return uint64_t{row_tiles(rows)} * ((T + kTokens - 1) / kTokens); }
-
-  template <class W>
-  FAFO_HD void run(W& warp, uint32_t index) const {
-    constexpr uint32_t kMatrices = Gated ? 2 : 1, kSlices = Unit::kValues / 16;
-    const uint32_t tiles = row_tiles(rows);
-    const uint32_t r0 = (index % tiles) * kRows, t0 = (index / tiles) * kTokens;
-    const uint32_t units = x.cols / Unit::kValues;
-    const auto row_of = [&](uint32_t m, uint32_t r) {  // row r of the tile (clamped) in matrix m (0: gate, 1: up)
-      const uint32_t rr = r0 + r < rows ? r0 + r : rows - 1;
-      return w + static_cast<uint64_t>(rr + m * rows) * row_bytes;
-    };
-    const auto token_of = [&](uint32_t t) { return t0 + t < T ? t0 + t : T - 1; };
-    // pending[m][p][k]: pair p's partial sum of level k of the tree, waiting for its sibling.
-    typename W::template Vec<float> pending[kMatrices][4][6];
-    for (uint32_t n = 0; n < kLanes; ++n) {
-      const uint32_t lane_sum = reverse5(n);
-      typename W::template Vec<float> acc[kMatrices][4];
-      warp.each([&](uint32_t lane) {
-        FAFO_UNROLL
-        for (uint32_t m = 0; m < kMatrices; ++m)
-          FAFO_UNROLL
-          for (uint32_t p = 0; p < 4; ++p) acc[m][p][lane] = 0.0f;
-      });
-      for (uint32_t u = lane_sum; u < units; u += kLanes) {
-        typename W::template Vec<int32_t> sums[kMatrices][Unit::kSums][4];
-        warp.each([&](uint32_t lane) {
-          FAFO_UNROLL
-          for (uint32_t m = 0; m < kMatrices; ++m)
-            FAFO_UNROLL
-            for (uint32_t i = 0; i < Unit::kSums; ++i)
-              FAFO_UNROLL
-              for (uint32_t e = 0; e < 4; ++e) sums[m][i][e][lane] = 0;
-        });
-        FAFO_UNROLL
-        for (uint32_t slice = 0; slice < kSlices; ++slice) {
-          typename W::template Vec<uint32_t> a0[kMatrices], a1[kMatrices], b;
-          warp.each([&](uint32_t lane) {
-            const uint32_t g = lane / 4, i = lane % 4, k = 4 * slice + i;
-            FAFO_UNROLL
-            for (uint32_t m = 0; m < kMatrices; ++m) {
-              a0[m][lane] = Unit::word(row_of(m, g), u, k);
-              a1[m][lane] = Unit::word(row_of(m, g + 8), u, k);
-            }
-            b[lane] = load_word4(q8_run(x, token_of(g), Unit::kValues * u).q + 4 * k);
-          });
-          FAFO_UNROLL
-          for (uint32_t m = 0; m < kMatrices; ++m) warp.mma_s8(a0[m], a1[m], b, sums[m][4 * slice / Unit::kWordsPerSum]);
-        }
-        warp.each([&](uint32_t lane) {
-          const uint32_t g = lane / 4, i = lane % 4;
-          FAFO_UNROLL
-          for (uint32_t m = 0; m < kMatrices; ++m)
-            FAFO_UNROLL
-            for (uint32_t half = 0; half < 2; ++half) {
-              const typename Unit::Scales sc = Unit::scales(row_of(m, g + 8 * half), u);
-              FAFO_UNROLL
-              for (uint32_t j = 0; j < 2; ++j) {
-                const uint32_t e = 2 * half + j;
-                int32_t s[Unit::kSums];
-                FAFO_UNROLL
-                for (uint32_t k = 0; k < Unit::kSums; ++k) s[k] = sums[m][k][e][lane];
-                const float v = Unit::value(sc, s, q8_run(x, token_of(2 * i + j), Unit::kValues * u));
-                acc[m][e][lane] = add_rn(acc[m][e][lane], v);
-              }
-            }
-        });
-      }
-      warp.each([&](uint32_t lane) {  // lane sum `lane_sum` into the tree: carry while n's low bits are 1
-        FAFO_UNROLL
-        for (uint32_t m = 0; m < kMatrices; ++m)
-          FAFO_UNROLL
-          for (uint32_t e = 0; e < 4; ++e) {
-            float v = acc[m][e][lane];
-            bool carrying = true;
-            FAFO_UNROLL
-            for (uint32_t level = 0; level < 6; ++level) {
-              if (!carrying) continue;
-              if ((n >> level) & 1u) {
-                v = add_rn(pending[m][e][level][lane], v);
-              } else {
-                pending[m][e][level][lane] = v;
-                carrying = false;
-              }
-            }
-          }
-      });
-    }
-    warp.each([&](uint32_t lane) {
-      const uint32_t g = lane / 4, i = lane % 4;
-      FAFO_UNROLL
-      for (uint32_t e = 0; e < 4; ++e) {
-        const uint32_t r = r0 + g + 8 * (e / 2), t = t0 + 2 * i + e % 2;
-        if (r >= rows || t >= T) continue;
-        float* o = out + static_cast<uint64_t>(t) * out_stride + r;
-        const float sum = pending[0][e][5][lane];
-        if constexpr (Gated) *o = swiglu_value(sum, pending[kMatrices - 1][e][5][lane]);
-        else *o = accumulate ? add_rn(*o, sum) : sum;
-      }
-    });
   }
 };
 

@@ -29,6 +29,7 @@
 #include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
 #include "half_mma_ops.h"
+#include "int_mma_block_op.h"
 #include "int_ops.h"
 #include "launch_times.h"
 #include "ops.h"
@@ -768,6 +769,12 @@ class OpsBackend final : public Backend, public StepAccess {
     if (warps_to_launch(n_warps, name)) device_->launch_warp_fn(op, n_warps, name);
   }
   template <class Op>
+  void launch_block_fn(const Op& op, uint64_t n_blocks, uint32_t warps, size_t shared_bytes, const char* name) {
+    if (n_blocks > INT32_MAX)
+      throw std::length_error(std::string(name) + ": " + std::to_string(n_blocks) + " blocks are too many for one launch");
+    if (warps_to_launch(n_blocks * warps, name)) device_->launch_block_fn(op, n_blocks, warps, shared_bytes, name);
+  }
+  template <class Op>
   void launch_warps(const Op& op, uint64_t n_warps, const char* name) {
     if (warps_to_launch(n_warps, name)) device_->launch_warps(op, n_warps, name);
   }
@@ -900,15 +907,16 @@ class OpsBackend final : public Backend, public StepAccess {
   }
   // The integer product of `w` with the rounded rows `q`: steps of up to 8 tokens a warp
   // per row and dot4 (IntMatmulWarpOp), wider ones on the tensor cores where the device
-  // has them (IntMmaWarpOp: tiles of 16 rows by 8 tokens); the same bits either way.
+  // has them (IntMmaBlockOp: blocks of 32 rows by 64 tokens); the same bits either way.
   template <Format F, bool Gated>
   void int_product(const StoredWeight& w, const Q8Rows& q, const Activation& out, uint32_t rows, uint32_t T,
                    bool accumulate, const char* name) {
     const uint8_t* bytes = w.memory.template as<uint8_t>();
     const uint32_t out_stride = static_cast<uint32_t>(out.cols);
     if (T > IntMatmulWarpOp<F, Gated>::kTile && device_->has_mma()) {
-      using Op = IntMmaWarpOp<F, Gated>;
-      launch_warp_fn(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::warps(rows, T), name);
+      using Op = IntMmaBlockOp<F, Gated>;
+      launch_block_fn(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::blocks(rows, T),
+                      Op::warps(T), Op::kSharedBytes, name);
     } else {
       using Op = IntMatmulWarpOp<F, Gated>;
       launch_warps(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::warps(rows, T), name);

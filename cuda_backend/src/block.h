@@ -1,0 +1,91 @@
+// A block of up to kMaxBlockWarps warps sharing memory, as block kernels see it, in two
+// implementations with the same arithmetic, so that one kernel source (a
+// `template <class B> run(B& block, index)` function) runs on a GPU and, thread by
+// thread, on the host (as warp.h does for one warp):
+//   - DeviceBlock (GPU): each thread is one of the block's threads; Vec<T> is the
+//     thread's own value; each(f) calls f(thread); sync() is __syncthreads();
+//   - HostBlock (host device, CI): Vec<T> holds every thread's value; each(f) calls f
+//     for thread 0, 1, ... in turn; sync() does nothing, as each phase has already run
+//     for every thread before the next begins.
+// Thread t is lane t % 32 of warp t / 32. shared() is the block's dynamic shared memory.
+// mma_s8(a0, a1, b, c) is warp.h's 16 x 8 x 16 integer product for every warp of the
+// block, each warp over its own lanes' fragments (mma.sync: every thread of the block
+// must reach it). Code between these calls runs per thread and must only touch its own
+// thread's values (vec[thread] inside each()) and shared memory that no other thread
+// writes before the next sync().
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "warp.h"
+
+namespace fafo::cuda {
+
+constexpr uint32_t kMaxBlockWarps = 8;
+
+struct HostBlock {
+  uint32_t warps = 1;
+  uint8_t* memory = nullptr;
+
+  template <class T>
+  struct Vec {
+    T v[kMaxBlockWarps * kLanes];
+    T& operator[](uint32_t thread) { return v[thread]; }
+    const T& operator[](uint32_t thread) const { return v[thread]; }
+  };
+  uint32_t threads() const { return warps * kLanes; }
+  template <class F>
+  void each(F&& f) {
+    for (uint32_t t = 0; t < threads(); ++t) f(t);
+  }
+  void sync() const {}
+  uint8_t* shared() const { return memory; }
+  void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b, Vec<int32_t> c[4]) const {
+    HostWarp warp;
+    for (uint32_t w = 0; w < warps; ++w) {
+      HostWarp::Vec<uint32_t> wa0, wa1, wb;
+      HostWarp::Vec<int32_t> wc[4];
+      for (uint32_t lane = 0; lane < kLanes; ++lane) {
+        const uint32_t t = w * kLanes + lane;
+        wa0[lane] = a0[t];
+        wa1[lane] = a1[t];
+        wb[lane] = b[t];
+        for (uint32_t e = 0; e < 4; ++e) wc[e][lane] = c[e][t];
+      }
+      warp.mma_s8(wa0, wa1, wb, wc);
+      for (uint32_t lane = 0; lane < kLanes; ++lane)
+        for (uint32_t e = 0; e < 4; ++e) c[e][w * kLanes + lane] = wc[e][lane];
+    }
+  }
+};
+
+#if defined(__CUDACC__)
+struct DeviceBlock {
+  uint32_t thread_ = 0;
+  uint8_t* memory_ = nullptr;
+
+  template <class T>
+  struct Vec {
+    T v;
+    __device__ __forceinline__ T& operator[](uint32_t) { return v; }
+    __device__ __forceinline__ const T& operator[](uint32_t) const { return v; }
+  };
+  template <class F>
+  __device__ __forceinline__ void each(F&& f) {
+    f(thread_);
+  }
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+  __device__ __forceinline__ uint8_t* shared() const { return memory_; }
+  __device__ __forceinline__ void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b,
+                                         Vec<int32_t> c[4]) const {
+    DeviceWarp warp{thread_ % kLanes};
+    DeviceWarp::Vec<int32_t> wc[4] = {{c[0].v}, {c[1].v}, {c[2].v}, {c[3].v}};
+    warp.mma_s8(DeviceWarp::Vec<uint32_t>{a0.v}, DeviceWarp::Vec<uint32_t>{a1.v}, DeviceWarp::Vec<uint32_t>{b.v}, wc);
+    FAFO_UNROLL
+    for (uint32_t e = 0; e < 4; ++e) c[e].v = wc[e].v;
+  }
+};
+#endif
+
+}  // namespace fafo::cuda

@@ -1,0 +1,200 @@
+// The integer products of wide steps (more than 8 tokens: FAFO, Lookahead, prefill
+// chunks) on the tensor cores, a block of warps per tile of weight rows reading each
+// weight once per 64 tokens (IntMatmulWarpOp, int_ops.h, reads it once per 8):
+//
+//   - a block owns kRows output rows (32; gated: 16, whose gate and up rows make the 32
+//     rows it stages) and up to 64 tokens; its warps are a grid of kRowWarps (2) by up
+//     to 4 token warps, each warp computing 16 tokens by 16 staged rows;
+//   - the block walks the row's units in the warp-per-row kernel's lane order: the 32
+//     lane sums in reverse5 order (so a stack of partial sums adds them by tree32's
+//     tree), each lane sum's units l, l + 32, ... in order, kStageUnits units at a time;
+//   - each stage copies the units' words (four signed bytes) and scales of the block's
+//     rows into shared memory once, decoded (IntUnit::word, IntUnit::scales), then every
+//     warp multiplies them with its tokens' rounded activations by mma_s8 (A: 16 tokens by
+//     16 values of the activations, B: 16 values by 8 weight rows): each unit's integer
+//     sums for the warp's 256 (token, row) pairs, exact;
+//   - each thread then applies IntUnit::value to its 8 pairs (tokens g and g + 8, rows
+//     2i and 2i + 1 of two 8-row tiles) and adds the values per lane sum in unit order.
+// Those are the float operations of IntMatmulWarpOp in the same order, so the result has
+// its bits for every row and token whatever T (T-invariant across the threshold).
+// Rows past `rows` and tokens past T repeat the last one and are not written.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "block.h"
+#include "int_ops.h"
+
+namespace fafo::cuda {
+
+// The 5-bit reversal of n: the order in which the tensor-core kernel takes the 32 lane
+// sums, so that a stack adds them by tree32's tree (lane l + 16 first, then + 8, ...).
+FAFO_HD uint32_t reverse5(uint32_t n) {
+  return ((n & 1u) << 4) | ((n & 2u) << 2) | (n & 4u) | ((n & 8u) >> 2) | ((n & 16u) >> 4);
+}
+
+template <Format F, bool Gated = false>
+struct IntMmaBlockOp {
+  using Unit = IntUnit<F>;
+  using Scales = typename Unit::Scales;
+  static constexpr uint32_t kRowWarps = 2, kMaxTokenWarps = 4, kWarpTokens = 16;
+  static constexpr uint32_t kBlockTokens = kMaxTokenWarps * kWarpTokens;
+  static constexpr uint32_t kStagedRows = 32;
+  static constexpr uint32_t kRows = Gated ? 16 : 32;
+  static constexpr uint32_t kStageUnits = 8;
+  static constexpr uint32_t kWords = Unit::kValues / 4;
+  static constexpr uint32_t kRowWords = kWords + 4;  // a staged row's stride: the B reads hit 32 banks
+  static constexpr uint32_t kSlices = Unit::kValues / 16;
+  static constexpr uint32_t kXBlocks = Unit::kValues / kQ8Block;
+  static constexpr uint32_t kOutputs = 8;  // a thread's (token, row) pairs: 2 tiles of 8 rows x 4
+  static constexpr size_t kWordBytes = size_t{kStageUnits} * kStagedRows * kRowWords * 4;
+  static constexpr size_t kSharedBytes = kWordBytes + size_t{kStageUnits} * kStagedRows * sizeof(Scales);
+  static_assert(kRowWarps * kMaxTokenWarps <= kMaxBlockWarps);
+
+  const uint8_t* w;
+  Q8Rows x;
+  float* out;
+  uint32_t rows, T, out_stride;
+  uint64_t row_bytes;
+  bool accumulate;
+
+  static uint32_t row_tiles(uint32_t rows) { return (rows + kRows - 1) / kRows; }
+  // How many times the kernel reads each weight for a step of T tokens.
+  static FAFO_HD uint32_t token_blocks(uint32_t T) { return (T + kBlockTokens - 1) / kBlockTokens; }
+  static FAFO_HD uint32_t warps(uint32_t T) {
+    const uint32_t token_warps = (T + kWarpTokens - 1) / kWarpTokens;
+    return kRowWarps * (token_warps < kMaxTokenWarps ? token_warps : kMaxTokenWarps);
+  }
+  static uint64_t blocks(uint32_t rows, uint32_t T) { return uint64_t{row_tiles(rows)} * token_blocks(T); }
+
+  // The staged row of row c of a warp's tile `tile` (0, 1) for row warp rw.
+  static FAFO_HD uint32_t staged_row(uint32_t rw, uint32_t tile, uint32_t c) {
+    return Gated ? 16 * tile + 8 * rw + c : 16 * rw + 8 * tile + c;
+  }
+
+  template <class B>
+  FAFO_HD void run(B& block, uint32_t index) const {
+    const uint32_t n_token_blocks = token_blocks(T);
+    const uint32_t r0 = (index / n_token_blocks) * kRows, tb0 = (index % n_token_blocks) * kBlockTokens;
+    const uint32_t threads = kLanes * warps(T);
+    const uint32_t units = x.cols / Unit::kValues;
+    uint32_t* staged_words = reinterpret_cast<uint32_t*>(block.shared());
+    Scales* staged_scales = reinterpret_cast<Scales*>(block.shared() + kWordBytes);
+    const auto row_of = [&](uint32_t sr) {  // staged row sr's weights (clamped to the last row)
+      const uint32_t m = Gated ? sr / 16 : 0, local = Gated ? sr % 16 : sr;
+      const uint32_t r = r0 + local < rows ? r0 + local : rows - 1;
+      return w + static_cast<uint64_t>(r + m * rows) * row_bytes;
+    };
+    const auto token_of = [&](uint32_t thread, uint32_t h) {  // token g + 8h of the thread's warp (clamped)
+      const uint32_t t = tb0 + kWarpTokens * (thread / kLanes / kRowWarps) + (thread % kLanes) / 4 + 8 * h;
+      return t < T ? t : T - 1;
+    };
+    // pending[o][k]: output o's partial sum of level k of the tree, waiting for its sibling.
+    typename B::template Vec<float> acc[kOutputs], pending[kOutputs][6];
+    for (uint32_t n = 0; n < kLanes; ++n) {
+      const uint32_t lane_sum = reverse5(n);
+      block.each([&](uint32_t t) {
+        FAFO_UNROLL
+        for (uint32_t o = 0; o < kOutputs; ++o) acc[o][t] = 0.0f;
+      });
+      for (uint32_t j0 = 0; lane_sum + kLanes * j0 < units; j0 += kStageUnits) {
+        block.each([&](uint32_t t) {  // stage: the words and scales of units lane_sum + 32 (j0 + s)
+          for (uint32_t i = t; i < kStageUnits * kStagedRows * kWords; i += threads) {
+            const uint32_t k = i % kWords, sr = (i / kWords) % kStagedRows, s = i / (kWords * kStagedRows);
+            const uint32_t u = lane_sum + kLanes * (j0 + s);
+            if (u < units) staged_words[(s * kStagedRows + sr) * kRowWords + k] = Unit::word(row_of(sr), u, k);
+          }
+          for (uint32_t i = t; i < kStageUnits * kStagedRows; i += threads) {
+            const uint32_t u = lane_sum + kLanes * (j0 + i / kStagedRows);
+            if (u < units) staged_scales[i] = Unit::scales(row_of(i % kStagedRows), u);
+          }
+        });
+        block.sync();
+        for (uint32_t s = 0; s < kStageUnits; ++s) {
+          const uint32_t u = lane_sum + kLanes * (j0 + s);
+          if (u >= units) break;
+          typename B::template Vec<int32_t> sums[2][Unit::kSums][4];
+          block.each([&](uint32_t t) {
+            FAFO_UNROLL
+            for (uint32_t tile = 0; tile < 2; ++tile)
+              FAFO_UNROLL
+              for (uint32_t k = 0; k < Unit::kSums; ++k)
+                FAFO_UNROLL
+                for (uint32_t e = 0; e < 4; ++e) sums[tile][k][e][t] = 0;
+          });
+          FAFO_UNROLL
+          for (uint32_t slice = 0; slice < kSlices; ++slice) {
+            typename B::template Vec<uint32_t> a0, a1, b[2];
+            block.each([&](uint32_t t) {
+              const uint32_t lane = t % kLanes, g = lane / 4, k = 4 * slice + lane % 4, rw = (t / kLanes) % kRowWarps;
+              a0[t] = load_word4(q8_run(x, token_of(t, 0), Unit::kValues * u).q + 4 * k);
+              a1[t] = load_word4(q8_run(x, token_of(t, 1), Unit::kValues * u).q + 4 * k);
+              FAFO_UNROLL
+              for (uint32_t tile = 0; tile < 2; ++tile)
+                b[tile][t] = staged_words[(s * kStagedRows + staged_row(rw, tile, g)) * kRowWords + k];
+            });
+            FAFO_UNROLL
+            for (uint32_t tile = 0; tile < 2; ++tile) block.mma_s8(a0, a1, b[tile], sums[tile][4 * slice / Unit::kWordsPerSum]);
+          }
+          block.each([&](uint32_t t) {  // the values of the thread's pairs: tokens g + 8h, rows 2i + j of each tile
+            const uint32_t lane = t % kLanes, i = lane % 4, rw = (t / kLanes) % kRowWarps;
+            Q8Scales<kXBlocks> xs[2];
+            FAFO_UNROLL
+            for (uint32_t h = 0; h < 2; ++h) xs[h].load(q8_run(x, token_of(t, h), Unit::kValues * u));
+            FAFO_UNROLL
+            for (uint32_t tile = 0; tile < 2; ++tile)
+              FAFO_UNROLL
+              for (uint32_t j = 0; j < 2; ++j) {
+                const Scales sc = staged_scales[s * kStagedRows + staged_row(rw, tile, 2 * i + j)];
+                FAFO_UNROLL
+                for (uint32_t h = 0; h < 2; ++h) {
+                  const uint32_t e = 2 * h + j;
+                  int32_t unit_sums[Unit::kSums];
+                  FAFO_UNROLL
+                  for (uint32_t k = 0; k < Unit::kSums; ++k) unit_sums[k] = sums[tile][k][e][t];
+                  acc[4 * tile + e][t] = add_rn(acc[4 * tile + e][t], Unit::value(sc, unit_sums, xs[h]));
+                }
+              }
+          });
+        }
+        block.sync();  // every warp is done with the stage before the next one overwrites it
+      }
+      block.each([&](uint32_t t) {  // lane sum `lane_sum` into the tree: carry while n's low bits are 1
+        FAFO_UNROLL
+        for (uint32_t o = 0; o < kOutputs; ++o) {
+          float v = acc[o][t];
+          bool carrying = true;
+          FAFO_UNROLL
+          for (uint32_t level = 0; level < 6; ++level) {
+            if (!carrying) continue;
+            if ((n >> level) & 1u) {
+              v = add_rn(pending[o][level][t], v);
+            } else {
+              pending[o][level][t] = v;
+              carrying = false;
+            }
+          }
+        }
+      });
+    }
+    block.each([&](uint32_t t) {
+      const uint32_t lane = t % kLanes, i = lane % 4, rw = (t / kLanes) % kRowWarps;
+      const uint32_t first_token = tb0 + kWarpTokens * (t / kLanes / kRowWarps) + lane / 4;
+      FAFO_UNROLL
+      for (uint32_t tile = 0; tile < (Gated ? 1u : 2u); ++tile)
+        FAFO_UNROLL
+        for (uint32_t e = 0; e < 4; ++e) {
+          const uint32_t token = first_token + 8 * (e / 2), c = 2 * i + e % 2;
+          const uint32_t r = r0 + (Gated ? 8 * rw + c : staged_row(rw, tile, c));
+          if (r >= rows || token >= T) continue;
+          float* o = out + static_cast<uint64_t>(token) * out_stride + r;
+          const float sum = pending[4 * tile + e][5][t];
+          if constexpr (Gated) *o = swiglu_value(sum, pending[4 + e][5][t]);
+          else *o = accumulate ? add_rn(*o, sum) : sum;
+        }
+    });
+  }
+};
+
+}  // namespace fafo::cuda
