@@ -373,15 +373,22 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
           device.launch_warps(Gated{bytes.data(), x8, gated.data(), rows / 2, T, out_stride, row_bytes, false},
                               Gated::warps(rows / 2, T), "matmul_swiglu");
           // The tensor-core kernel: the same bits.
-          std::vector<float> mma(out.size(), 0.5f), mma_gated(out.size(), 0.5f);
-          using Mma = fafo::cuda::IntMmaBlockOp<F>;
-          device.launch_block_fn(Mma{bytes.data(), x8, mma.data(), rows, T, out_stride, row_bytes, true}, Mma::blocks(rows, T),
-                                 Mma::warps(T), Mma::kSharedBytes, "matmul");
-          using MmaGated = fafo::cuda::IntMmaBlockOp<F, true>;
-          device.launch_block_fn(MmaGated{bytes.data(), x8, mma_gated.data(), rows / 2, T, out_stride, row_bytes, false},
-                                 MmaGated::blocks(rows / 2, T), MmaGated::warps(T), MmaGated::kSharedBytes, "matmul_swiglu");
-          EXPECT_EQ(std::memcmp(mma.data(), out.data(), out.size() * sizeof(float)), 0);
-          EXPECT_EQ(std::memcmp(mma_gated.data(), gated.data(), out.size() * sizeof(float)), 0);
+          // Blocks of 16, 32 and 64 tokens.
+          for (const uint32_t token_warps : {1u, 2u, 4u}) {
+            SCOPED_TRACE("token warps " + std::to_string(token_warps));
+            std::vector<float> mma(out.size(), 0.5f), mma_gated(out.size(), 0.5f);
+            using Mma = fafo::cuda::IntMmaBlockOp<F>;
+            const Mma op{bytes.data(), x8, mma.data(), rows, T, out_stride, row_bytes, true, token_warps};
+            device.launch_block_fn(op, op.blocks(), op.warps(), Mma::kSharedBytes, "matmul");
+            using MmaGated = fafo::cuda::IntMmaBlockOp<F, true>;
+            const MmaGated gated_op{bytes.data(), x8, mma_gated.data(), rows / 2, T, out_stride, row_bytes, false, token_warps};
+            device.launch_block_fn(gated_op, gated_op.blocks(), gated_op.warps(), MmaGated::kSharedBytes, "matmul_swiglu");
+            EXPECT_EQ(std::memcmp(mma.data(), out.data(), out.size() * sizeof(float)), 0);
+            EXPECT_EQ(std::memcmp(mma_gated.data(), gated.data(), out.size() * sizeof(float)), 0);
+            if (token_warps == 4 && T > 8) {
+              EXPECT_EQ(op.token_blocks(), (T + 63) / 64);  // each weight read once per 64 tokens
+            }
+          }
           for (uint32_t t = 0; t < T; t += long_rows ? 7 : 1)
             for (uint32_t r = 0; r < rows; ++r) {
               const float want = fafo::cuda::int_row_dot<F>(bytes.data() + r * row_bytes, x8, t);

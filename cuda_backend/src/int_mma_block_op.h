@@ -1,13 +1,15 @@
 // The integer products of wide steps (more than 8 tokens: FAFO, Lookahead, prefill
 // chunks) on the tensor cores, a block of warps per tile of weight rows reading each
-// weight once per 64 tokens (IntMatmulWarpOp, int_ops.h, reads it once per 8):
+// weight once per 64 tokens (IntMatmulWarpOp, int_ops.h, reads it once per 8 tokens):
 //
 //   - a block owns kRows output rows (32; gated: 16, whose gate and up rows make the 32
-//     rows it stages) and up to 64 tokens; its warps are a grid of kRowWarps (2) by up
-//     to 4 token warps, each warp computing 16 tokens by 16 staged rows;
+//     rows it stages) and up to 16 * token_warps tokens (64 by default); its warps are a
+//     grid of kRowWarps (2) by up to token_warps token warps, each warp computing 16
+//     tokens by 16 staged rows;
 //   - the block walks the row's units in the warp-per-row kernel's lane order: the 32
 //     lane sums in reverse5 order (so a stack of partial sums adds them by tree32's
-//     tree), each lane sum's units l, l + 32, ... in order, kStageUnits units at a time;
+//     tree), each lane sum's units l, l + 32, ... in order, and stages them kStageUnits
+//     (8) at a time along that walk, so a stage spans lane sums where they are short;
 //   - each stage copies the units' words (four signed bytes) and scales of the block's
 //     rows into shared memory once, decoded (IntUnit::word, IntUnit::scales), then every
 //     warp multiplies them with its tokens' rounded activations by mma_s8 (A: 16 tokens by
@@ -39,7 +41,6 @@ struct IntMmaBlockOp {
   using Unit = IntUnit<F>;
   using Scales = typename Unit::Scales;
   static constexpr uint32_t kRowWarps = 2, kMaxTokenWarps = 4, kWarpTokens = 16;
-  static constexpr uint32_t kBlockTokens = kMaxTokenWarps * kWarpTokens;
   static constexpr uint32_t kStagedRows = 32;
   static constexpr uint32_t kRows = Gated ? 16 : 32;
   static constexpr uint32_t kStageUnits = 8;
@@ -48,8 +49,11 @@ struct IntMmaBlockOp {
   static constexpr uint32_t kSlices = Unit::kValues / 16;
   static constexpr uint32_t kXBlocks = Unit::kValues / kQ8Block;
   static constexpr uint32_t kOutputs = 8;  // a thread's (token, row) pairs: 2 tiles of 8 rows x 4
+  static constexpr uint32_t kNoUnit = 0xffffffffu;
   static constexpr size_t kWordBytes = size_t{kStageUnits} * kStagedRows * kRowWords * 4;
-  static constexpr size_t kSharedBytes = kWordBytes + size_t{kStageUnits} * kStagedRows * sizeof(Scales);
+  static constexpr size_t kScaleBytes = size_t{kStageUnits} * kStagedRows * sizeof(Scales);
+  // The staged words, their scales, and two tables of the units a stage holds.
+  static constexpr size_t kSharedBytes = kWordBytes + kScaleBytes + 2 * kStageUnits * sizeof(uint32_t);
   static_assert(kRowWarps * kMaxTokenWarps <= kMaxBlockWarps);
 
   const uint8_t* w;
@@ -58,29 +62,45 @@ struct IntMmaBlockOp {
   uint32_t rows, T, out_stride;
   uint64_t row_bytes;
   bool accumulate;
+  uint32_t token_warps = kMaxTokenWarps;  // a block's token warps at most (1 to 4): 16 tokens each
 
   static uint32_t row_tiles(uint32_t rows) { return (rows + kRows - 1) / kRows; }
-  // How many times the kernel reads each weight for a step of T tokens.
-  static FAFO_HD uint32_t token_blocks(uint32_t T) { return (T + kBlockTokens - 1) / kBlockTokens; }
-  static FAFO_HD uint32_t warps(uint32_t T) {
-    const uint32_t token_warps = (T + kWarpTokens - 1) / kWarpTokens;
-    return kRowWarps * (token_warps < kMaxTokenWarps ? token_warps : kMaxTokenWarps);
+  // The tokens a block takes, and how many times the kernel reads each weight for T.
+  FAFO_HD uint32_t block_tokens() const { return kWarpTokens * token_warps; }
+  FAFO_HD uint32_t token_blocks() const { return (T + block_tokens() - 1) / block_tokens(); }
+  FAFO_HD uint32_t warps() const {
+    const uint32_t needed = (T + kWarpTokens - 1) / kWarpTokens;
+    return kRowWarps * (needed < token_warps ? needed : token_warps);
   }
-  static uint64_t blocks(uint32_t rows, uint32_t T) { return uint64_t{row_tiles(rows)} * token_blocks(T); }
+  uint64_t blocks() const { return uint64_t{row_tiles(rows)} * token_blocks(); }
 
   // The staged row of row c of a warp's tile `tile` (0, 1) for row warp rw.
   static FAFO_HD uint32_t staged_row(uint32_t rw, uint32_t tile, uint32_t c) {
     return Gated ? 16 * tile + 8 * rw + c : 16 * rw + 8 * tile + c;
   }
+  // Lane sum reverse5(n)'s number of units.
+  static FAFO_HD uint32_t lane_units(uint32_t n, uint32_t units) {
+    const uint32_t l = reverse5(n);
+    return l < units ? (units - 1 - l) / kLanes + 1 : 0;
+  }
+  // The unit after unit j of lane sum reverse5(n) in the walk (n = 32 past the last).
+  static FAFO_HD void advance(uint32_t& n, uint32_t& j, uint32_t units) {
+    ++j;
+    while (n < kLanes && j >= lane_units(n, units)) {
+      ++n;
+      j = 0;
+    }
+  }
 
   template <class B>
   FAFO_HD void run(B& block, uint32_t index) const {
-    const uint32_t n_token_blocks = token_blocks(T);
-    const uint32_t r0 = (index / n_token_blocks) * kRows, tb0 = (index % n_token_blocks) * kBlockTokens;
-    const uint32_t threads = kLanes * warps(T);
+    const uint32_t n_token_blocks = token_blocks();
+    const uint32_t r0 = (index / n_token_blocks) * kRows, tb0 = (index % n_token_blocks) * block_tokens();
+    const uint32_t threads = kLanes * warps();
     const uint32_t units = x.cols / Unit::kValues;
     uint32_t* staged_words = reinterpret_cast<uint32_t*>(block.shared());
     Scales* staged_scales = reinterpret_cast<Scales*>(block.shared() + kWordBytes);
+    uint32_t* tables = reinterpret_cast<uint32_t*>(block.shared() + kWordBytes + kScaleBytes);
     const auto row_of = [&](uint32_t sr) {  // staged row sr's weights (clamped to the last row)
       const uint32_t m = Gated ? sr / 16 : 0, local = Gated ? sr % 16 : sr;
       const uint32_t r = r0 + local < rows ? r0 + local : rows - 1;
@@ -92,78 +112,12 @@ struct IntMmaBlockOp {
     };
     // pending[o][k]: output o's partial sum of level k of the tree, waiting for its sibling.
     typename B::template Vec<float> acc[kOutputs], pending[kOutputs][6];
-    for (uint32_t n = 0; n < kLanes; ++n) {
-      const uint32_t lane_sum = reverse5(n);
+    // Lane sum reverse5(n)'s sum (`zero`: 0) into the tree: carry while n's low bits are 1.
+    const auto push = [&](uint32_t n, bool zero) {
       block.each([&](uint32_t t) {
         FAFO_UNROLL
-        for (uint32_t o = 0; o < kOutputs; ++o) acc[o][t] = 0.0f;
-      });
-      for (uint32_t j0 = 0; lane_sum + kLanes * j0 < units; j0 += kStageUnits) {
-        block.each([&](uint32_t t) {  // stage: the words and scales of units lane_sum + 32 (j0 + s)
-          for (uint32_t i = t; i < kStageUnits * kStagedRows * kWords; i += threads) {
-            const uint32_t k = i % kWords, sr = (i / kWords) % kStagedRows, s = i / (kWords * kStagedRows);
-            const uint32_t u = lane_sum + kLanes * (j0 + s);
-            if (u < units) staged_words[(s * kStagedRows + sr) * kRowWords + k] = Unit::word(row_of(sr), u, k);
-          }
-          for (uint32_t i = t; i < kStageUnits * kStagedRows; i += threads) {
-            const uint32_t u = lane_sum + kLanes * (j0 + i / kStagedRows);
-            if (u < units) staged_scales[i] = Unit::scales(row_of(i % kStagedRows), u);
-          }
-        });
-        block.sync();
-        for (uint32_t s = 0; s < kStageUnits; ++s) {
-          const uint32_t u = lane_sum + kLanes * (j0 + s);
-          if (u >= units) break;
-          typename B::template Vec<int32_t> sums[2][Unit::kSums][4];
-          block.each([&](uint32_t t) {
-            FAFO_UNROLL
-            for (uint32_t tile = 0; tile < 2; ++tile)
-              FAFO_UNROLL
-              for (uint32_t k = 0; k < Unit::kSums; ++k)
-                FAFO_UNROLL
-                for (uint32_t e = 0; e < 4; ++e) sums[tile][k][e][t] = 0;
-          });
-          FAFO_UNROLL
-          for (uint32_t slice = 0; slice < kSlices; ++slice) {
-            typename B::template Vec<uint32_t> a0, a1, b[2];
-            block.each([&](uint32_t t) {
-              const uint32_t lane = t % kLanes, g = lane / 4, k = 4 * slice + lane % 4, rw = (t / kLanes) % kRowWarps;
-              a0[t] = load_word4(q8_run(x, token_of(t, 0), Unit::kValues * u).q + 4 * k);
-              a1[t] = load_word4(q8_run(x, token_of(t, 1), Unit::kValues * u).q + 4 * k);
-              FAFO_UNROLL
-              for (uint32_t tile = 0; tile < 2; ++tile)
-                b[tile][t] = staged_words[(s * kStagedRows + staged_row(rw, tile, g)) * kRowWords + k];
-            });
-            FAFO_UNROLL
-            for (uint32_t tile = 0; tile < 2; ++tile) block.mma_s8(a0, a1, b[tile], sums[tile][4 * slice / Unit::kWordsPerSum]);
-          }
-          block.each([&](uint32_t t) {  // the values of the thread's pairs: tokens g + 8h, rows 2i + j of each tile
-            const uint32_t lane = t % kLanes, i = lane % 4, rw = (t / kLanes) % kRowWarps;
-            Q8Scales<kXBlocks> xs[2];
-            FAFO_UNROLL
-            for (uint32_t h = 0; h < 2; ++h) xs[h].load(q8_run(x, token_of(t, h), Unit::kValues * u));
-            FAFO_UNROLL
-            for (uint32_t tile = 0; tile < 2; ++tile)
-              FAFO_UNROLL
-              for (uint32_t j = 0; j < 2; ++j) {
-                const Scales sc = staged_scales[s * kStagedRows + staged_row(rw, tile, 2 * i + j)];
-                FAFO_UNROLL
-                for (uint32_t h = 0; h < 2; ++h) {
-                  const uint32_t e = 2 * h + j;
-                  int32_t unit_sums[Unit::kSums];
-                  FAFO_UNROLL
-                  for (uint32_t k = 0; k < Unit::kSums; ++k) unit_sums[k] = sums[tile][k][e][t];
-                  acc[4 * tile + e][t] = add_rn(acc[4 * tile + e][t], Unit::value(sc, unit_sums, xs[h]));
-                }
-              }
-          });
-        }
-        block.sync();  // every warp is done with the stage before the next one overwrites it
-      }
-      block.each([&](uint32_t t) {  // lane sum `lane_sum` into the tree: carry while n's low bits are 1
-        FAFO_UNROLL
         for (uint32_t o = 0; o < kOutputs; ++o) {
-          float v = acc[o][t];
+          float v = zero ? 0.0f : acc[o][t];
           bool carrying = true;
           FAFO_UNROLL
           for (uint32_t level = 0; level < 6; ++level) {
@@ -175,9 +129,100 @@ struct IntMmaBlockOp {
               carrying = false;
             }
           }
+          acc[o][t] = 0.0f;
         }
       });
+    };
+    // Stages take the walk's units kStageUnits at a time: stage k's units are in table k % 2,
+    // each written by thread s < kStageUnits, which keeps the walk's position of its slot.
+    typename B::template Vec<uint32_t> slot_n, slot_j;
+    block.each([&](uint32_t t) {
+      FAFO_UNROLL
+      for (uint32_t o = 0; o < kOutputs; ++o) acc[o][t] = 0.0f;
+      if (t >= kStageUnits) return;
+      uint32_t n = 0, j = 0;
+      for (uint32_t s = 0; s < t; ++s) advance(n, j, units);
+      slot_n[t] = n;
+      slot_j[t] = j;
+      tables[t] = n < kLanes ? reverse5(n) + kLanes * j : kNoUnit;
+    });
+    block.sync();
+    uint32_t n = 0, j = 0, summing = 0;  // the walk's next unit to multiply; the lane sum acc holds
+    for (uint32_t q0 = 0, stage = 0; q0 < units; q0 += kStageUnits, ++stage) {
+      const uint32_t* table = tables + (stage % 2) * kStageUnits;
+      block.each([&](uint32_t t) {  // the words and scales of the stage's units
+        for (uint32_t i = t; i < kStageUnits * kStagedRows * kWords; i += threads) {
+          const uint32_t k = i % kWords, sr = (i / kWords) % kStagedRows, u = table[i / (kWords * kStagedRows)];
+          if (u != kNoUnit) staged_words[(i / kWords) * kRowWords + k] = Unit::word(row_of(sr), u, k);
+        }
+        for (uint32_t i = t; i < kStageUnits * kStagedRows; i += threads) {
+          const uint32_t u = table[i / kStagedRows];
+          if (u != kNoUnit) staged_scales[i] = Unit::scales(row_of(i % kStagedRows), u);
+        }
+      });
+      block.sync();
+      block.each([&](uint32_t t) {  // the next stage's table
+        if (t >= kStageUnits) return;
+        uint32_t sn = slot_n[t], sj = slot_j[t];
+        for (uint32_t s = 0; s < kStageUnits; ++s) advance(sn, sj, units);
+        slot_n[t] = sn;
+        slot_j[t] = sj;
+        tables[((stage + 1) % 2) * kStageUnits + t] = sn < kLanes ? reverse5(sn) + kLanes * sj : kNoUnit;
+      });
+      for (uint32_t s = 0; s < kStageUnits && n < kLanes; ++s, advance(n, j, units)) {
+        if (n != summing) {  // a lane sum is complete (and any without units after it)
+          push(summing, false);
+          while (++summing < n) push(summing, true);
+        }
+        const uint32_t u = reverse5(n) + kLanes * j;
+        typename B::template Vec<int32_t> sums[2][Unit::kSums][4];
+        block.each([&](uint32_t t) {
+          FAFO_UNROLL
+          for (uint32_t tile = 0; tile < 2; ++tile)
+            FAFO_UNROLL
+            for (uint32_t k = 0; k < Unit::kSums; ++k)
+              FAFO_UNROLL
+              for (uint32_t e = 0; e < 4; ++e) sums[tile][k][e][t] = 0;
+        });
+        FAFO_UNROLL
+        for (uint32_t slice = 0; slice < kSlices; ++slice) {
+          typename B::template Vec<uint32_t> a0, a1, b[2];
+          block.each([&](uint32_t t) {
+            const uint32_t lane = t % kLanes, g = lane / 4, k = 4 * slice + lane % 4, rw = (t / kLanes) % kRowWarps;
+            a0[t] = load_word4(q8_run(x, token_of(t, 0), Unit::kValues * u).q + 4 * k);
+            a1[t] = load_word4(q8_run(x, token_of(t, 1), Unit::kValues * u).q + 4 * k);
+            FAFO_UNROLL
+            for (uint32_t tile = 0; tile < 2; ++tile)
+              b[tile][t] = staged_words[(s * kStagedRows + staged_row(rw, tile, g)) * kRowWords + k];
+          });
+          FAFO_UNROLL
+          for (uint32_t tile = 0; tile < 2; ++tile) block.mma_s8(a0, a1, b[tile], sums[tile][4 * slice / Unit::kWordsPerSum]);
+        }
+        block.each([&](uint32_t t) {  // the values of the thread's pairs: tokens g + 8h, rows 2i + j of each tile
+          const uint32_t lane = t % kLanes, i = lane % 4, rw = (t / kLanes) % kRowWarps;
+          Q8Scales<kXBlocks> xs[2];
+          FAFO_UNROLL
+          for (uint32_t h = 0; h < 2; ++h) xs[h].load(q8_run(x, token_of(t, h), Unit::kValues * u));
+          FAFO_UNROLL
+          for (uint32_t tile = 0; tile < 2; ++tile)
+            FAFO_UNROLL
+            for (uint32_t c = 0; c < 2; ++c) {
+              const Scales sc = staged_scales[s * kStagedRows + staged_row(rw, tile, 2 * i + c)];
+              FAFO_UNROLL
+              for (uint32_t h = 0; h < 2; ++h) {
+                const uint32_t e = 2 * h + c;
+                int32_t unit_sums[Unit::kSums];
+                FAFO_UNROLL
+                for (uint32_t k = 0; k < Unit::kSums; ++k) unit_sums[k] = sums[tile][k][e][t];
+                acc[4 * tile + e][t] = add_rn(acc[4 * tile + e][t], Unit::value(sc, unit_sums, xs[h]));
+              }
+            }
+        });
+      }
+      block.sync();  // every warp is done with the stage before the next one overwrites it
     }
+    push(summing, false);
+    while (++summing < kLanes) push(summing, true);
     block.each([&](uint32_t t) {
       const uint32_t lane = t % kLanes, i = lane % 4, rw = (t / kLanes) % kRowWarps;
       const uint32_t first_token = tb0 + kWarpTokens * (t / kLanes / kRowWarps) + lane / 4;

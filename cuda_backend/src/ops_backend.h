@@ -268,7 +268,8 @@ class OpsBackend final : public Backend, public StepAccess {
         describe_(std::move(describe) + "; " + kernels_description(kernels, fuse) + (graphs ? ", CUDA graphs" : "")),
         kernels_(kernels),
         fuse_(kernels != CudaKernels::Plain && fuse),
-        graphs_(graphs) {}
+        graphs_(graphs),
+        wide_token_warps_(cuda_wide_tokens_from_env() / IntMmaBlockOp<Format::Q8_0>::kWarpTokens) {}
   ~OpsBackend() override {
     if (device_->capturing()) device_->abort_capture();
     weights_.clear();
@@ -915,8 +916,8 @@ class OpsBackend final : public Backend, public StepAccess {
     const uint32_t out_stride = static_cast<uint32_t>(out.cols);
     if (T > IntMatmulWarpOp<F, Gated>::kTile && device_->has_mma()) {
       using Op = IntMmaBlockOp<F, Gated>;
-      launch_block_fn(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::blocks(rows, T),
-                      Op::warps(T), Op::kSharedBytes, name);
+      const Op op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate, wide_token_warps_};
+      launch_block_fn(op, op.blocks(), op.warps(), Op::kSharedBytes, name);
     } else {
       using Op = IntMatmulWarpOp<F, Gated>;
       launch_warps(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::warps(rows, T), name);
@@ -993,6 +994,7 @@ class OpsBackend final : public Backend, public StepAccess {
   KernelProfile profile_;
   bool fuse_ = true;  // fused products (warp kernels)
   bool graphs_ = false;
+  uint32_t wide_token_warps_ = 4;  // IntMmaBlockOp's token warps a block (FAFO_CUDA_WIDE_TOKENS / 16)
   StepGraphs<typename Device::Graph> step_graphs_;
   std::vector<StoredWeight> weights_;
   std::vector<StoredActivation> activations_;

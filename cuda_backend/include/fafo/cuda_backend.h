@@ -3,6 +3,7 @@
 // `fafo devices` with each GPU's compute capability, memory and memory bandwidth.
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -47,6 +48,19 @@ inline bool cuda_graphs_from_env() {
   if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
   if (std::string(v) == "1") return true;
   throw std::invalid_argument("FAFO_CUDA_GRAPHS is '" + std::string(v) + "': it must be 0 or 1");
+}
+
+// FAFO_CUDA_WIDE_TOKENS=16, 32 or 64: the tokens a block of the tensor-core integer
+// products of wide steps takes (cuda_backend/src/int_mma_block_op.h: each weight is read
+// once per that many tokens; fewer tokens, smaller blocks, more of them per SM); unset:
+// 64. The same bits whichever; the GPU run measures each. Another value is an
+// std::invalid_argument.
+inline uint32_t cuda_wide_tokens_from_env() {
+  const char* v = std::getenv("FAFO_CUDA_WIDE_TOKENS");
+  if (v == nullptr || *v == '\0') return 64;
+  const std::string s(v);
+  if (s == "16" || s == "32" || s == "64") return static_cast<uint32_t>(std::stoul(s));
+  throw std::invalid_argument("FAFO_CUDA_WIDE_TOKENS is '" + s + "': it must be 16, 32 or 64");
 }
 
 // The CUDA backend's code with its kernels run on the host (HostDevice: one index after
