@@ -721,9 +721,10 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
         small, large = Ts[:len(Ts) // 2 + 1], Ts[len(Ts) // 2 + 1:]
         parts = ["t(T) small", "tg", "t(T) large", "pp"]
         if backend == "cuda":
-            # Side by side: the warp kernels with float products (FAFO_CUDA_KERNELS=warp), the plain kernels.
-            # And the fast kernels with each step a CUDA graph (FAFO_CUDA_GRAPHS=1).
-            parts[1:1] = ["warp t(T)", "plain t(T)", "graphs t(T)"]
+            # Side by side: the warp kernels with float products (FAFO_CUDA_KERNELS=warp), the fast
+            # kernels with each step a CUDA graph (FAFO_CUDA_GRAPHS=1), and the wide steps' integer
+            # products with blocks of 16 and 32 tokens (FAFO_CUDA_WIDE_TOKENS; 64 by default).
+            parts[1:1] = ["warp t(T)", "graphs t(T)", "wide16 t(T)", "wide32 t(T)"]
         if profile:
             parts = ["profile"]
         costs: dict[int, float] = {}  # T -> seconds per step, from the small curve
@@ -733,14 +734,17 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 lines.append(f"- {label} {name}: skipped (budget)")
                 status = "timed out"
                 continue
-            share = r.left() * {"t(T) small": 0.4, "warp t(T)": 0.2, "plain t(T)": 0.2, "graphs t(T)": 0.2, "tg": 0.45, "t(T) large": 0.6}.get(name, 1.0)
+            share = r.left() * {"t(T) small": 0.4, "warp t(T)": 0.2, "graphs t(T)": 0.2, "wide16 t(T)": 0.2, "wide32 t(T)": 0.2, "tg": 0.45,
+                             "t(T) large": 0.6}.get(name, 1.0)
             if name == "profile":
                 extra = ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
                          "--profile-tokens", "8" if r.quick else "64"]
             elif name == "t(T) small":
                 extra = ["--pp", "0", "--tg", "0", "--curve", ",".join(map(str, small)), "-r", "1"]
-            elif name in ("plain t(T)", "warp t(T)", "graphs t(T)"):
+            elif name in ("warp t(T)", "graphs t(T)"):
                 extra = ["--pp", "0", "--tg", "0", "--curve", "1,8", "-r", "1"]
+            elif name in ("wide16 t(T)", "wide32 t(T)"):
+                extra = ["--pp", "0", "--tg", "0", "--curve", "16,64" if kind == "Q4_K_M" else "16", "-r", "1"]
             elif name == "tg":
                 n, k = tg, int(reps)
                 t1 = costs.get(1, 0.0)
@@ -781,10 +785,13 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                                  f"{share:.0f} s were left)")
                 extra = ["--pp", str(n), "--tg", "0", "--curve", "", "-r", str(k)]
             t0 = time.monotonic()
-            kernel_set = {"plain t(T)": "plain", "warp t(T)": "warp", "graphs t(T)": "graphs"}.get(name)
+            kernel_set = {"warp t(T)": "warp", "graphs t(T)": "graphs", "wide16 t(T)": "wide16",
+                          "wide32 t(T)": "wide32"}.get(name)
             env = None
             if kernel_set == "graphs":
                 env = dict(r.env, FAFO_CUDA_GRAPHS="1")
+            elif kernel_set in ("wide16", "wide32"):
+                env = dict(r.env, FAFO_CUDA_WIDE_TOKENS=kernel_set[4:])
             elif kernel_set:
                 env = dict(r.env, FAFO_CUDA_KERNELS=kernel_set)
             code, text = r.run(base + extra, max(10.0, share), f"bench {kind} {label} {name}", env=env)
