@@ -410,6 +410,53 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
   EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::F16)));
 }
 
+// Q4_K and Q5_K units take d * (sc * sum) as (d * sc) * sum and dmin * (m * s_x) as
+// (dmin * m) * s_x, the scales' products formed once a unit: the same bits as the
+// expression written out, over random blocks (infinite and NaN scales among them) and
+// integer sums up to their largest magnitudes.
+TEST(CudaIntOps, ScaleProductsGiveTheBitsOfTheUnitsExpression) {
+  std::mt19937 rng(41);
+  std::uniform_int_distribution<int32_t> sum(-32 * 31 * 127, 32 * 31 * 127), block_sum(-32 * 127, 32 * 127);
+  std::uniform_real_distribution<float> scale(0.0f, 0.05f);
+  const auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q5_K}) {
+    SCOPED_TRACE(name_of(type));
+    const uint32_t rows = 64, cols = 4 * 256;
+    const std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 43);
+    const uint64_t row_bytes = fafo::tensor_row_bytes(type, cols), block_bytes = type == TensorType::Q4_K ? 144 : 176;
+    fafo::cuda::with_format(static_cast<uint32_t>(type), [&]<Format F>() {
+      if constexpr (F == Format::Q4_K || F == Format::Q5_K) {
+        using Unit = fafo::cuda::IntUnit<F>;
+        uint32_t checked = 0;
+        for (uint32_t r = 0; r < rows; ++r)
+          for (uint32_t u = 0; u < cols / 64; ++u) {
+            const uint8_t* row = bytes.data() + r * row_bytes;
+            const uint8_t* b = row + block_bytes * (u / 4);
+            const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b));
+            const float dmin = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b + 2));
+            const typename Unit::Scales scales = Unit::scales(row, u);
+            for (int rep = 0; rep < 8; ++rep) {
+              int32_t sums[2] = {rep == 0 ? 32 * 31 * 127 : sum(rng), rep == 1 ? -32 * 31 * 127 : sum(rng)};
+              fafo::cuda::Q8Scales<2> x;
+              float want = 0;
+              for (uint32_t j = 0; j < 2; ++j) {
+                x.d[j] = scale(rng);
+                x.s[j] = rep == 2 ? 32 * 127 : block_sum(rng);
+                int32_t sc, mn;
+                fafo::cuda::k_scale_min(b + 4, 2 * (u % 4) + j, sc, mn);
+                const float v = x.d[j] * (d * static_cast<float>(sc * sums[j]) - dmin * static_cast<float>(mn * x.s[j]));
+                want = j == 0 ? v : want + v;
+              }
+              ASSERT_TRUE(same(Unit::value(scales, sums, x), want)) << "row " << r << " unit " << u;
+              ++checked;
+            }
+          }
+        EXPECT_EQ(checked, rows * (cols / 64) * 8);
+      }
+    });
+  }
+}
+
 // The split attention's warps that take several query heads sharing a KV head (each key
 // and value read once for the group) give each head the bits of warps that take one:
 // GQA 8/2 and 12/3 (groups of 4 and 3), head sizes 64 and 100 (a partial last 32), f32

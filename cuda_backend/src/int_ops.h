@@ -269,14 +269,18 @@ struct IntUnit<Format::Q6_K> {
 
 // Q4_K and Q5_K: sub-blocks j = 2i and 2i + 1 of a block (64 values: the low then the
 // high nibbles of 32 bytes; Q5_K's fifth bit from qh bit j); sub-block j's value is
-// d_x,j * ((d * (sc_j * sum_j)) - (dmin * (m_j * s_x,j))), the unit's their sum.
+// d_x,j * ((d * (sc_j * sum_j)) - (dmin * (m_j * s_x,j))), the unit's their sum. The
+// products d * sc_j and dmin * m_j are exact in a float (11 significant bits of a half
+// by 6 of the scale), and so are the integers sc_j * sum_j (|.| < 2^23) and m_j * s_x,j,
+// so the kernels take d * (sc_j * sum_j) as (d * sc_j) * sum_j, one rounding either way,
+// with the scales' products formed once a unit instead of once a token
+// (CudaIntOps.ScaleProductsGiveTheBitsOfTheUnitsExpression).
 template <bool FifthBit>
 struct IntUnitQ45 {
   static constexpr uint32_t kValues = 64, kSums = 2, kWordsPerSum = 8;
   static constexpr uint64_t kBlockBytes = FifthBit ? 176 : 144;
   struct Scales {
-    float d, dmin;
-    int32_t sc[2], mn[2];
+    float dsc[2], dm[2];  // d * sc_j, dmin * m_j
   };
   static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) {
     const uint8_t* b = row + kBlockBytes * (u / 4);
@@ -288,17 +292,21 @@ struct IntUnitQ45 {
   static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) {
     const uint8_t* b = row + kBlockBytes * (u / 4);
     const uint32_t i = u % 4;
+    const float d = half_bits_to_float(read_u16(b)), dmin = half_bits_to_float(read_u16(b + 2));
     Scales w;
-    w.d = half_bits_to_float(read_u16(b));
-    w.dmin = half_bits_to_float(read_u16(b + 2));
-    k_scale_min(b + 4, 2 * i, w.sc[0], w.mn[0]);
-    k_scale_min(b + 4, 2 * i + 1, w.sc[1], w.mn[1]);
+    FAFO_UNROLL
+    for (uint32_t j = 0; j < 2; ++j) {
+      int32_t sc, mn;
+      k_scale_min(b + 4, 2 * i + j, sc, mn);
+      w.dsc[j] = mul_rn(d, int_to_float(sc));
+      w.dm[j] = mul_rn(dmin, int_to_float(mn));
+    }
     return w;
   }
   template <class X>
   static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const X& x) {
-    const float va = mul_rn(x.d[0], sub_rn(mul_rn(w.d, int_to_float(w.sc[0] * sums[0])), mul_rn(w.dmin, int_to_float(w.mn[0] * x.s[0]))));
-    const float vb = mul_rn(x.d[1], sub_rn(mul_rn(w.d, int_to_float(w.sc[1] * sums[1])), mul_rn(w.dmin, int_to_float(w.mn[1] * x.s[1]))));
+    const float va = mul_rn(x.d[0], sub_rn(mul_rn(w.dsc[0], int_to_float(sums[0])), mul_rn(w.dm[0], int_to_float(x.s[0]))));
+    const float vb = mul_rn(x.d[1], sub_rn(mul_rn(w.dsc[1], int_to_float(sums[1])), mul_rn(w.dm[1], int_to_float(x.s[1]))));
     return add_rn(va, vb);
   }
 };
