@@ -711,7 +711,8 @@ TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithTheFastProducts) {
 // F16 and BF16 products on the tensor cores (HalfMmaWarpOp's parts of 256 columns, then
 // HalfCombineOp; mma_half emulated): each output is the dot product of the weights with
 // the activations rounded to the weights' format within float roundings, the same bits
-// for every step size (1, 3, 8, 9, 17), rows in a partial tile, row lengths that end
+// for every step size (1 to 130) and from the wide steps' kernel (HalfMmaBlockOp: 9 to
+// 130 tokens, partial warps and blocks), rows in a partial tile, row lengths that end
 // inside a 16-column step and inside a part (45, 300, 600), accumulation and the gated
 // form.
 template <fafo::cuda::Format F>
@@ -730,18 +731,24 @@ void check_half_mma_products() {
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   for (const uint32_t cols : {45u, 300u, 600u}) {
     SCOPED_TRACE("cols = " + std::to_string(cols));
-    const uint32_t rows = 20, T_max = 17;
+    const uint32_t rows = 20, T_max = 130;
     std::vector<uint16_t> w(size_t{2 * rows} * cols);  // the gated form's 2 x rows
     for (uint16_t& h : w) h = to_bits(value(rng));
     std::vector<float> x(size_t{T_max} * cols);
     for (float& v : x) v = value(rng);
     const uint64_t row_bytes = 2ull * cols;
     const auto* bytes = reinterpret_cast<const uint8_t*>(w.data());
-    auto product = [&](uint32_t T, bool gated, bool accumulate, std::vector<float>& out) {
+    // wide: HalfMmaBlockOp, the weights staged once per block of 64 tokens.
+    auto product = [&](uint32_t T, bool gated, bool accumulate, std::vector<float>& out, bool wide = false) {
       const uint32_t parts = Op::parts(cols), matrices = gated ? 2 : 1;
       std::vector<float> partials(size_t{matrices} * parts * T * rows);
-      device.launch_warp_fn(Op{bytes, x.data(), partials.data(), rows, cols, T, cols, matrices, row_bytes},
-                            Op::warps(rows, cols, T), "matmul");
+      const Op op{bytes, x.data(), partials.data(), rows, cols, T, cols, matrices, row_bytes};
+      if (wide) {
+        const fafo::cuda::HalfMmaBlockOp<F> block{op};
+        device.launch_block_fn(block, block.blocks(), block.warps(), block.kSharedBytes, "matmul");
+      } else {
+        device.launch_warp_fn(op, Op::warps(rows, cols, T), "matmul");
+      }
       device.launch(fafo::cuda::HalfCombineOp{partials.data(), out.data(), rows, T, parts, rows + 1, gated, accumulate},
                     uint64_t{T} * rows, "matmul_combine");
     };
@@ -763,13 +770,16 @@ void check_half_mma_products() {
       }
     EXPECT_GT(largest_rounding, F == fafo::cuda::Format::F16 ? 1e-4 : 1e-3);
     EXPECT_EQ(want[rows], 0.25f);  // past the rows: untouched
-    for (const uint32_t T : {1u, 3u, 8u, 9u}) {
-      std::vector<float> got(size_t{T} * (rows + 1), 0.25f), got_gated(got.size(), 0.25f);
-      product(T, false, true, got);
-      product(T, true, false, got_gated);
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "T = " << T;
-      EXPECT_EQ(std::memcmp(got_gated.data(), want_gated.data(), got.size() * sizeof(float)), 0) << "T = " << T;
-    }
+    for (const uint32_t T : {1u, 3u, 8u, 9u, 17u, 64u, 65u, 130u})
+      for (const bool wide : {false, true}) {
+        if (wide && T <= 8) continue;
+        std::vector<float> got(size_t{T} * (rows + 1), 0.25f), got_gated(got.size(), 0.25f);
+        product(T, false, true, got, wide);
+        product(T, true, false, got_gated, wide);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << "T = " << T << " wide " << wide;
+        EXPECT_EQ(std::memcmp(got_gated.data(), want_gated.data(), got.size() * sizeof(float)), 0)
+            << "T = " << T << " wide " << wide;
+      }
   }
 }
 

@@ -8,9 +8,9 @@
 //     for thread 0, 1, ... in turn; sync() does nothing, as each phase has already run
 //     for every thread before the next begins.
 // Thread t is lane t % 32 of warp t / 32. shared() is the block's dynamic shared memory.
-// mma_s8(a0, a1, b, c) is warp.h's 16 x 8 x 16 integer product for every warp of the
-// block, each warp over its own lanes' fragments (mma.sync: every thread of the block
-// must reach it). Code between these calls runs per thread and must only touch its own
+// mma_s8(a0, a1, b, c) and mma_half<F>(a, b, c) are warp.h's products for every warp
+// of the block, each warp over its own lanes' fragments (mma.sync: every thread of the
+// block must reach them). Code between these calls runs per thread and must only touch its own
 // thread's values (vec[thread] inside each()) and shared memory that no other thread
 // writes before the next sync().
 #pragma once
@@ -58,6 +58,26 @@ struct HostBlock {
         for (uint32_t e = 0; e < 4; ++e) c[e][w * kLanes + lane] = wc[e][lane];
     }
   }
+  template <Format F>
+  void mma_half(const Vec<uint32_t> a[4], const Vec<uint32_t> b[2], Vec<float> c[4]) const {
+    HostWarp warp;
+    for (uint32_t w = 0; w < warps; ++w) {
+      HostWarp::Vec<uint32_t> wa[4], wb[2];
+      HostWarp::Vec<float> wc[4];
+      for (uint32_t lane = 0; lane < kLanes; ++lane) {
+        const uint32_t t = w * kLanes + lane;
+        for (uint32_t e = 0; e < 4; ++e) {
+          wa[e][lane] = a[e][t];
+          wc[e][lane] = c[e][t];
+        }
+        wb[0][lane] = b[0][t];
+        wb[1][lane] = b[1][t];
+      }
+      warp.template mma_half<F>(wa, wb, wc);
+      for (uint32_t lane = 0; lane < kLanes; ++lane)
+        for (uint32_t e = 0; e < 4; ++e) c[e][w * kLanes + lane] = wc[e][lane];
+    }
+  }
 };
 
 #if defined(__CUDACC__)
@@ -82,6 +102,15 @@ struct DeviceBlock {
     DeviceWarp warp{thread_ % kLanes};
     DeviceWarp::Vec<int32_t> wc[4] = {{c[0].v}, {c[1].v}, {c[2].v}, {c[3].v}};
     warp.mma_s8(DeviceWarp::Vec<uint32_t>{a0.v}, DeviceWarp::Vec<uint32_t>{a1.v}, DeviceWarp::Vec<uint32_t>{b.v}, wc);
+    FAFO_UNROLL
+    for (uint32_t e = 0; e < 4; ++e) c[e].v = wc[e].v;
+  }
+  template <Format F>
+  __device__ __forceinline__ void mma_half(const Vec<uint32_t> a[4], const Vec<uint32_t> b[2], Vec<float> c[4]) const {
+    DeviceWarp warp{thread_ % kLanes};
+    const DeviceWarp::Vec<uint32_t> wa[4] = {{a[0].v}, {a[1].v}, {a[2].v}, {a[3].v}}, wb[2] = {{b[0].v}, {b[1].v}};
+    DeviceWarp::Vec<float> wc[4] = {{c[0].v}, {c[1].v}, {c[2].v}, {c[3].v}};
+    warp.template mma_half<F>(wa, wb, wc);
     FAFO_UNROLL
     for (uint32_t e = 0; e < 4; ++e) c[e].v = wc[e].v;
   }

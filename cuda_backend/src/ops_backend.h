@@ -892,9 +892,14 @@ class OpsBackend final : public Backend, public StepAccess {
       const uint32_t n = std::min(chunk, T - t0);
       device_->note_bytes(static_cast<double>(w.row_bytes) * static_cast<double>(w.rows));
       const auto run = [&]<Format F>() {
-        launch_warp_fn(HalfMmaWarpOp<F>{w.memory.template as<uint8_t>(), x + uint64_t{t0} * x_stride, partials, rows, cols,
-                                        n, x_stride, matrices, w.row_bytes},
-                       HalfMmaWarpOp<F>::warps(rows, cols, n), name);
+        const HalfMmaWarpOp<F> op{w.memory.template as<uint8_t>(), x + uint64_t{t0} * x_stride, partials, rows, cols,
+                                  n, x_stride, matrices, w.row_bytes};
+        if (n > HalfMmaWarpOp<F>::kTokens) {  // the weights staged once per 64 tokens; the same bits
+          const HalfMmaBlockOp<F> wide{op};
+          launch_block_fn(wide, wide.blocks(), wide.warps(), HalfMmaBlockOp<F>::kSharedBytes, name);
+        } else {
+          launch_warp_fn(op, HalfMmaWarpOp<F>::warps(rows, cols, n), name);
+        }
       };
       if (w.type == TensorType::BF16) run.template operator()<Format::BF16>();
       else run.template operator()<Format::F16>();
