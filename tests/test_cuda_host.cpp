@@ -355,6 +355,7 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
               }
               fafo::cuda::LoadedUnit<F> unit;
               unit.load(row, u);
+              for (uint32_t k = 0; k < Unit::kValues / 4; ++k) ASSERT_EQ(unit.w[k], Unit::word(row, u, k));  // words(): word() each
               const double got = unit.value(fafo::cuda::q8_run(x8, t, Unit::kValues * u));
               worst = std::max(worst, std::fabs(got - exact) / std::max(scale, 1e-30));
             }

@@ -151,13 +151,14 @@ struct IntMmaBlockOp {
     for (uint32_t q0 = 0, stage = 0; q0 < units; q0 += kStageUnits, ++stage) {
       const uint32_t* table = tables + (stage % 2) * kStageUnits;
       block.each([&](uint32_t t) {  // the words and scales of the stage's units
-        for (uint32_t i = t; i < kStageUnits * kStagedRows * kWords; i += threads) {
-          const uint32_t k = i % kWords, sr = (i / kWords) % kStagedRows, u = table[i / (kWords * kStagedRows)];
-          if (u != kNoUnit) staged_words[(i / kWords) * kRowWords + k] = Unit::word(row_of(sr), u, k);
-        }
-        for (uint32_t i = t; i < kStageUnits * kStagedRows; i += threads) {
+        for (uint32_t i = t; i < kStageUnits * kStagedRows; i += threads) {  // a (unit, row) a thread
           const uint32_t u = table[i / kStagedRows];
-          if (u != kNoUnit) staged_scales[i] = Unit::scales(row_of(i % kStagedRows), u);
+          if (u == kNoUnit) continue;
+          uint32_t words[kWords];
+          Unit::words(row_of(i % kStagedRows), u, words);
+          FAFO_UNROLL
+          for (uint32_t k = 0; k < kWords; ++k) staged_words[i * kRowWords + k] = words[k];
+          staged_scales[i] = Unit::scales(row_of(i % kStagedRows), u);
         }
       });
       block.sync();

@@ -85,6 +85,23 @@ FAFO_HD uint32_t load_word2(const void* p) {
 #endif
 }
 
+// Sixteen bytes from p as four words: one 16-byte load on the GPU where p is aligned to
+// 16 (a Q4_K/Q5_K block's quants in a row of whole blocks; cudaMalloc's memory is), four
+// 4-byte loads otherwise.
+FAFO_HD void load_words16(const void* p, uint32_t out[4]) {
+#if defined(__CUDA_ARCH__)
+  if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0) {
+    const uint4 v = *static_cast<const uint4*>(p);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+    return;
+  }
+  FAFO_UNROLL
+  for (uint32_t k = 0; k < 4; ++k) out[k] = static_cast<const uint32_t*>(p)[k];
+#else
+  std::memcpy(out, p, 16);
+#endif
+}
+
 // Each byte b (0..63) of w as the signed byte b - 32 (no borrow crosses bytes).
 FAFO_HD uint32_t bytes_minus_32(uint32_t w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
 
@@ -216,7 +233,8 @@ struct Q8Scales {
 
 // A unit of a weight row, for every kernel that multiplies it: its kValues weights as
 // kValues / 4 words of four signed bytes (`word(row, u, k)`: values 4k..4k + 3 of unit u,
-// which meet the activation bytes 4k..4k + 3 of the unit's run), its kSums integer sums
+// which meet the activation bytes 4k..4k + 3 of the unit's run; `words`: all of them, by
+// 16-byte loads where the format allows), its kSums integer sums
 // (sum i over words i * kWordsPerSum, ...), its scales (`scales`), and its value from
 // its sums (`value`): the one float expression every kernel applies. `value` reads the
 // activation blocks' scales and sums as x.d[b] and x.s[b] (b < kValues / 32): a Q8Run's
@@ -232,6 +250,10 @@ struct IntUnit<Format::Q8_0> {
     float d;
   };
   static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) { return load_word2(row + 34ull * u + 2 + 4 * k); }
+  static FAFO_HD void words(const uint8_t* row, uint32_t u, uint32_t out[kValues / 4]) {
+    FAFO_UNROLL
+    for (uint32_t k = 0; k < kValues / 4; ++k) out[k] = word(row, u, k);
+  }
   static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) { return Scales{half_bits_to_float(read_u16(row + 34ull * u))}; }
   template <class X>
   static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const X& x) {
@@ -254,6 +276,10 @@ struct IntUnit<Format::Q6_K> {
     const uint32_t low = (load_word2(b + 64 * h + 32 * (k4 & 1u) + 4 * k) >> (4 * (k4 >> 1))) & 0x0f0f0f0fu;
     const uint32_t high = ((load_word2(b + 128 + 32 * h + 4 * k) >> (2 * k4)) & 0x03030303u) << 4;
     return bytes_minus_32(low | high);
+  }
+  static FAFO_HD void words(const uint8_t* row, uint32_t u, uint32_t out[kValues / 4]) {
+    FAFO_UNROLL
+    for (uint32_t k = 0; k < kValues / 4; ++k) out[k] = word(row, u, k);
   }
   static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) {
     const uint8_t* b = row + 210ull * (u / 8);
@@ -288,6 +314,26 @@ struct IntUnitQ45 {
     uint32_t v = (load_word4(b + (FifthBit ? 48 : 16) + 32 * i + 4 * w) >> (4 * high)) & 0x0f0f0f0fu;
     if constexpr (FifthBit) v |= ((load_word4(b + 16 + 4 * w) >> (2 * i + high)) & 0x01010101u) << 4;
     return v;
+  }
+  // All kValues / 4 words of unit u (word(row, u, k) for every k) from 16-byte loads.
+  static FAFO_HD void words(const uint8_t* row, uint32_t u, uint32_t out[kValues / 4]) {
+    const uint8_t* b = row + kBlockBytes * (u / 4);
+    const uint32_t i = u % 4;
+    uint32_t q[8], h[8];
+    load_words16(b + (FifthBit ? 48 : 16) + 32 * i, q);
+    load_words16(b + (FifthBit ? 48 : 16) + 32 * i + 16, q + 4);
+    if constexpr (FifthBit) {
+      load_words16(b + 16, h);
+      load_words16(b + 32, h + 4);
+    }
+    FAFO_UNROLL
+    for (uint32_t w = 0; w < 8; ++w)
+      FAFO_UNROLL
+      for (uint32_t high = 0; high < 2; ++high) {
+        uint32_t v = (q[w] >> (4 * high)) & 0x0f0f0f0fu;
+        if constexpr (FifthBit) v |= ((h[w] >> (2 * i + high)) & 0x01010101u) << 4;
+        out[8 * high + w] = v;
+      }
   }
   static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) {
     const uint8_t* b = row + kBlockBytes * (u / 4);
@@ -324,7 +370,7 @@ struct LoadedUnit {
   uint32_t w[Unit::kValues / 4];
   FAFO_HD void load(const uint8_t* row, uint32_t u) {
     scales = Unit::scales(row, u);
-    for (uint32_t k = 0; k < Unit::kValues / 4; ++k) w[k] = Unit::word(row, u, k);
+    Unit::words(row, u, w);
   }
   FAFO_HD float value(const Q8Run& x) const {
     int32_t sums[Unit::kSums];
