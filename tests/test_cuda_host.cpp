@@ -665,11 +665,12 @@ TEST(CudaEmulated, ModelFamiliesGiveTheCpuBackendsLogitsAndEveryStrategyPlainDec
 }
 
 // The same with the integer and tensor-core products (a Q4_K_M model: Q4_K and Q6_K
-// weights; an F16 and a BF16 model): every strategy's greedy ids equal plain decoding's
-// on the CUDA backend, and the products are the fast ones (the profile names the
-// rounding launches, or the tensor-core products' combine).
+// weights; a Q8_0, an F16 and a BF16 model): every strategy's greedy ids equal plain
+// decoding's on the CUDA backend, and the products are the fast ones (the profile names
+// the rounding launches, or the tensor-core products' combine). The 14-token prefill and
+// the strategies' wider steps take the wide steps' block kernels.
 TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithTheFastProducts) {
-  for (const std::string type : {"Q4_K_M", "F16", "BF16"}) {
+  for (const std::string type : {"Q4_K_M", "Q8_0", "F16", "BF16"}) {
     SCOPED_TRACE(type);
     const std::shared_ptr<const fafo::GgufFile> file = small_test_model("cuda-fast-" + type, type);
     const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
@@ -694,7 +695,7 @@ TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithTheFastProducts) {
     ASSERT_EQ(ar.size(), 32u);
     std::map<std::string, uint64_t> calls;
     for (const auto& k : profile.kernels) calls[k.name] = k.calls;
-    if (type == "Q4_K_M") {
+    if (type == "Q4_K_M" || type == "Q8_0") {
       EXPECT_GT(calls["quantize_norm"], 0u);  // the norm before qkv and gate-up, fused into the rounding
       EXPECT_GT(calls["quantize"], 0u);       // before the attention output and down projections
     } else {
