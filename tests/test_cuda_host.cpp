@@ -238,8 +238,8 @@ TEST(CudaWarpOps, ProductsAndNormsGiveThePlainKernelsBits) {
 
 // The integer products' rounding of the activations (QuantizeRowsOp, 4 blocks a warp:
 // 10 blocks a row here, so a row has three warps, the last one partial):
-// each block of 32 is d = max |x| / 127 and q = round(x / d) (ties to even), with the
-// block's sum of q; a zero block is all 0 with d = 0, a block with a NaN or an infinity
+// each block of 32 is d = max |x| / 127 and q = round(x / d) (ties to even), with d
+// times the block's sum of q; a zero block is all 0 with d = 0, a block with a NaN or an infinity
 // gets an infinite d and q = 0; the rounding of a normalized row (gain given) is the
 // rounding of RmsNormWarpOp's values, bit for bit; each row alone.
 TEST(CudaIntOps, RoundingGivesEachBlockOfThirtyTwoItsScaleQuantsAndSum) {
@@ -256,11 +256,11 @@ TEST(CudaIntOps, RoundingGivesEachBlockOfThirtyTwoItsScaleQuantsAndSum) {
   struct Rounded {
     std::vector<int8_t> q;
     std::vector<float> d;
-    std::vector<int32_t> s;
+    std::vector<float> s;
   };
   auto round_rows = [&](const float* rows, uint32_t row_stride, const float* g) {
     Rounded r{std::vector<int8_t>(size_t{T} * cols, 99), std::vector<float>(T * blocks, -1.0f),
-              std::vector<int32_t>(T * blocks, -1)};
+              std::vector<float>(T * blocks, -1.0f)};
     device.launch_warp_fn(fafo::cuda::QuantizeRowsOp{rows, row_stride, g, 1e-5f, {r.q.data(), r.d.data(), r.s.data(), cols}},
                           fafo::cuda::QuantizeRowsOp::warps(T, cols), "quantize");
     return r;
@@ -285,7 +285,9 @@ TEST(CudaIntOps, RoundingGivesEachBlockOfThirtyTwoItsScaleQuantsAndSum) {
         EXPECT_LE(std::abs(q), 127);
         sum += q;
       }
-      EXPECT_EQ(got.s[t * blocks + b], sum);
+      const float ds = d * static_cast<float>(sum);
+      if (std::isnan(ds)) EXPECT_TRUE(std::isnan(got.s[t * blocks + b]));  // an infinite d times 0
+      else EXPECT_EQ(got.s[t * blocks + b], ds);
     }
   EXPECT_EQ(got.q[2 * cols + 6], -127);
   EXPECT_EQ(got.q[2 * cols + 5], 45);
@@ -332,7 +334,7 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
     for (float& v : x) v = value(rng);
     std::vector<int8_t> q(x.size());
     std::vector<float> d(x.size() / 32);
-    std::vector<int32_t> s(x.size() / 32);
+    std::vector<float> s(x.size() / 32);
     const fafo::cuda::Q8Rows x8{q.data(), d.data(), s.data(), cols};
     device.launch_warp_fn(fafo::cuda::QuantizeRowsOp{x.data(), cols, nullptr, 0.0f, x8},
                           fafo::cuda::QuantizeRowsOp::warps(T_max, cols), "quantize");
@@ -356,7 +358,7 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
               fafo::cuda::LoadedUnit<F> unit;
               unit.load(row, u);
               for (uint32_t k = 0; k < Unit::kValues / 4; ++k) ASSERT_EQ(unit.w[k], Unit::word(row, u, k));  // words(): word() each
-              const double got = unit.value(fafo::cuda::q8_run(x8, t, Unit::kValues * u));
+              const double got = unit.add_to(0.0f, fafo::cuda::q8_run(x8, t, Unit::kValues * u));
               worst = std::max(worst, std::fabs(got - exact) / std::max(scale, 1e-30));
             }
         }
@@ -411,48 +413,66 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
   EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::F16)));
 }
 
-// Q4_K and Q5_K units take d * (sc * sum) as (d * sc) * sum and dmin * (m * s_x) as
-// (dmin * m) * s_x, the scales' products formed once a unit: the same bits as the
-// expression written out, over random blocks (infinite and NaN scales among them) and
-// integer sums up to their largest magnitudes.
-TEST(CudaIntOps, ScaleProductsGiveTheBitsOfTheUnitsExpression) {
+// A unit's value joins a lane's sum by IntUnit::add_to's fused multiply-adds, written
+// out here from the block's bytes: Q8_0 fma(d * d_x, sum, acc); Q6_K fma(d * d_x,
+// sc_a * sum_a + sc_b * sum_b, acc); Q4_K/Q5_K per sub-block fma(d_x, (d * sc) * sum,
+// acc) then fma(-(dmin * m), d_x * s_x, acc), where d * sc and dmin * m are exact; over
+// random blocks (infinite and NaN scales among them) and sums up to their largest
+// magnitudes, the same bits.
+TEST(CudaIntOps, UnitsJoinALaneSumByTheirFusedExpression) {
   std::mt19937 rng(41);
-  std::uniform_int_distribution<int32_t> sum(-32 * 31 * 127, 32 * 31 * 127), block_sum(-32 * 127, 32 * 127);
-  std::uniform_real_distribution<float> scale(0.0f, 0.05f);
+  std::uniform_real_distribution<float> scale(0.0f, 0.05f), partial(-3.0f, 3.0f);
   const auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
-  for (const TensorType type : {TensorType::Q4_K, TensorType::Q5_K}) {
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q6_K, TensorType::Q4_K, TensorType::Q5_K}) {
     SCOPED_TRACE(name_of(type));
     const uint32_t rows = 64, cols = 4 * 256;
     const std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 43);
-    const uint64_t row_bytes = fafo::tensor_row_bytes(type, cols), block_bytes = type == TensorType::Q4_K ? 144 : 176;
+    const uint64_t row_bytes = fafo::tensor_row_bytes(type, cols);
     fafo::cuda::with_format(static_cast<uint32_t>(type), [&]<Format F>() {
-      if constexpr (F == Format::Q4_K || F == Format::Q5_K) {
+      if constexpr (fafo::cuda::has_int_product<F>) {
         using Unit = fafo::cuda::IntUnit<F>;
+        const int32_t largest = 32 * (F == Format::Q4_K ? 15 : 31) * 127;  // of a sum over 32 (Q6_K, Q8_0: 16 or 32) values
+        std::uniform_int_distribution<int32_t> sum(-largest, largest);
         uint32_t checked = 0;
         for (uint32_t r = 0; r < rows; ++r)
-          for (uint32_t u = 0; u < cols / 64; ++u) {
+          for (uint32_t u = 0; u < cols / Unit::kValues; ++u) {
             const uint8_t* row = bytes.data() + r * row_bytes;
-            const uint8_t* b = row + block_bytes * (u / 4);
-            const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b));
-            const float dmin = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b + 2));
             const typename Unit::Scales scales = Unit::scales(row, u);
-            for (int rep = 0; rep < 8; ++rep) {
-              int32_t sums[2] = {rep == 0 ? 32 * 31 * 127 : sum(rng), rep == 1 ? -32 * 31 * 127 : sum(rng)};
-              fafo::cuda::Q8Scales<2> x;
-              float want = 0;
-              for (uint32_t j = 0; j < 2; ++j) {
-                x.d[j] = scale(rng);
-                x.s[j] = rep == 2 ? 32 * 127 : block_sum(rng);
-                int32_t sc, mn;
-                fafo::cuda::k_scale_min(b + 4, 2 * (u % 4) + j, sc, mn);
-                const float v = x.d[j] * (d * static_cast<float>(sc * sums[j]) - dmin * static_cast<float>(mn * x.s[j]));
-                want = j == 0 ? v : want + v;
+            for (int rep = 0; rep < 4; ++rep) {
+              int32_t sums[Unit::kSums];
+              for (uint32_t k = 0; k < Unit::kSums; ++k) sums[k] = rep == 0 ? largest : rep == 1 ? -largest : sum(rng);
+              fafo::cuda::Q8Scales<Unit::kValues / 32> x;
+              for (uint32_t b = 0; b < Unit::kValues / 32; ++b) {
+                x.d[b] = scale(rng);
+                x.s[b] = x.d[b] * static_cast<float>(sum(rng) / 31);
               }
-              ASSERT_TRUE(same(Unit::value(scales, sums, x), want)) << "row " << r << " unit " << u;
+              const float acc = partial(rng);
+              float want = acc;
+              if constexpr (F == Format::Q8_0) {
+                const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(row + 34 * u));
+                want = std::fma(d * x.d[0], static_cast<float>(sums[0]), acc);
+              } else if constexpr (F == Format::Q6_K) {
+                const uint8_t* b = row + 210 * (u / 8);
+                const uint32_t h = (u % 8) / 4, k4 = u % 4;
+                const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b + 208));
+                const int32_t sc_a = static_cast<int8_t>(b[192 + 8 * h + 2 * k4]), sc_b = static_cast<int8_t>(b[192 + 8 * h + 2 * k4 + 1]);
+                want = std::fma(d * x.d[0], static_cast<float>(sc_a * sums[0] + sc_b * sums[1]), acc);
+              } else {
+                const uint8_t* b = row + (F == Format::Q4_K ? 144 : 176) * (u / 4);
+                const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b));
+                const float dmin = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b + 2));
+                for (uint32_t j = 0; j < 2; ++j) {
+                  int32_t sc, mn;
+                  fafo::cuda::k_scale_min(b + 4, 2 * (u % 4) + j, sc, mn);
+                  want = std::fma(x.d[j], (d * static_cast<float>(sc)) * static_cast<float>(sums[j]), want);
+                  want = std::fma(-(dmin * static_cast<float>(mn)), x.s[j], want);
+                }
+              }
+              ASSERT_TRUE(same(Unit::add_to(acc, scales, sums, x), want)) << "row " << r << " unit " << u;
               ++checked;
             }
           }
-        EXPECT_EQ(checked, rows * (cols / 64) * 8);
+        EXPECT_EQ(checked, rows * (cols / Unit::kValues) * 4);
       }
     });
   }

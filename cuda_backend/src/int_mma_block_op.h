@@ -15,8 +15,8 @@
 //     warp multiplies them with its tokens' rounded activations by mma_s8 (A: 16 tokens by
 //     16 values of the activations, B: 16 values by 8 weight rows): each unit's integer
 //     sums for the warp's 256 (token, row) pairs, exact;
-//   - each thread then applies IntUnit::value to its 8 pairs (tokens g and g + 8, rows
-//     2i and 2i + 1 of two 8-row tiles) and adds the values per lane sum in unit order.
+//   - each thread then adds each of its 8 pairs' values (tokens g and g + 8, rows 2i and
+//     2i + 1 of two 8-row tiles) to the pair's lane sum by IntUnit::add_to, in unit order.
 // Those are the float operations of IntMatmulWarpOp in the same order, so the result has
 // its bits for every row and token whatever T (T-invariant across the threshold).
 // Rows past `rows` and tokens past T repeat the last one and are not written.
@@ -215,7 +215,7 @@ struct IntMmaBlockOp {
                 int32_t unit_sums[Unit::kSums];
                 FAFO_UNROLL
                 for (uint32_t k = 0; k < Unit::kSums; ++k) unit_sums[k] = sums[tile][k][e][t];
-                acc[4 * tile + e][t] = add_rn(acc[4 * tile + e][t], Unit::value(sc, unit_sums, xs[h]));
+                acc[4 * tile + e][t] = Unit::add_to(acc[4 * tile + e][t], sc, unit_sums, xs[h]);
               }
             }
         });

@@ -2,15 +2,16 @@
 // Q5_K, Q6_K and Q8_0 (has_int_product), for every step size, as llama.cpp's CUDA
 // backend multiplies them:
 //   1. QuantizeRowsOp rounds each activation row to 8 bits per block of 32 values
-//      (d = max |x| / 127, q = round(x / d), and the block's sum of q), after the
+//      (d = max |x| / 127, q = round(x / d), and d times the block's sum of q), after the
 //      RMSNorm when one is fused (the bits of RmsNormWarpOp's values);
 //   2. IntMatmulWarpOp: a warp per weight row and tile of up to 8 tokens; the row is cut
 //      into units (IntUnit: a Q8_0 block, a Q6_K run of 32 values, a pair of Q4_K/Q5_K
 //      sub-blocks of 32), lane l takes units l, l + 32, ...; a unit's dot products with
 //      the rounded activations are integer sums (dot4: four byte products at a time,
-//      __dp4a on the GPU), exact in any order; the unit's value is then one fixed float
-//      expression of those sums and the scales (IntUnit::value), lane l adds its units'
-//      values in unit order, and the warp adds the 32 lane sums by dot_order.h's tree.
+//      __dp4a on the GPU), exact in any order; lane l adds each unit's value to its sum
+//      in unit order by one fixed float expression of those sums and the scales
+//      (IntUnit::add_to: fused multiply-adds), and the warp adds the 32 lane sums by
+//      dot_order.h's tree.
 // Every float step is fixed by the row, the unit and the token alone: the result does
 // not depend on T, the tile or the other rows (T-invariant), and a kernel that gets the
 // same integer sums another way (tensor cores) gives the same bits by applying the same
@@ -43,11 +44,12 @@ inline bool has_int_product_for(uint32_t type) {
 }
 
 // A step's activations rounded to 8 bits: row t's values at q + t * cols, its blocks'
-// scales at d + t * (cols / 32) and their sums of q at s + t * (cols / 32).
+// scales at d + t * (cols / 32) and each block's d times its sum of q at
+// s + t * (cols / 32) (one rounding: what the Q4_K/Q5_K minimums multiply).
 struct Q8Rows {
   int8_t* q;
   float* d;
-  int32_t* s;
+  float* s;
   uint32_t cols;
 };
 
@@ -135,7 +137,7 @@ FAFO_HD float int_to_float(int32_t v) {
 // lane sums and tree, so the same bits, and no step waits on a per-row pass): block b's
 // 32 values one per lane; the block's largest magnitude (NaN counted as infinite) by the
 // warp's max; d = max / 127 (IEEE division); q = round(x / d) (ties to even), 0 where d
-// is 0 or not finite; the block's sum of q. Every block on its own: a value's bits
+// is 0 or not finite; d times the block's sum of q. Every block on its own: a value's bits
 // depend on its row and block alone, whatever the number of warps.
 struct QuantizeRowsOp {
   static constexpr uint32_t kBlocksPerWarp = 4;
@@ -187,7 +189,7 @@ struct QuantizeRowsOp {
       warp.each([&](uint32_t lane) {
         if (lane != 0) return;
         out.d[static_cast<uint64_t>(t) * n_blocks + b] = d;
-        out.s[static_cast<uint64_t>(t) * n_blocks + b] = sum;
+        out.s[static_cast<uint64_t>(t) * n_blocks + b] = mul_rn(d, int_to_float(sum));
       });
     }
   }
@@ -210,7 +212,7 @@ FAFO_HD void k_scale_min(const uint8_t* scales, uint32_t j, int32_t& sc, int32_t
 struct Q8Run {
   const int8_t* q;  // the run's first value
   const float* d;   // its first block's scale
-  const int32_t* s;
+  const float* s;   // its first block's d * sum of q
 };
 FAFO_HD Q8Run q8_run(const Q8Rows& x, uint32_t t, uint32_t first) {
   const uint64_t n_blocks = x.cols / kQ8Block;
@@ -220,8 +222,7 @@ FAFO_HD Q8Run q8_run(const Q8Rows& x, uint32_t t, uint32_t first) {
 // The scales and sums of a run's first N blocks, loaded.
 template <uint32_t N>
 struct Q8Scales {
-  float d[N];
-  int32_t s[N];
+  float d[N], s[N];
   FAFO_HD void load(const Q8Run& run) {
     FAFO_UNROLL
     for (uint32_t b = 0; b < N; ++b) {
@@ -235,14 +236,15 @@ struct Q8Scales {
 // kValues / 4 words of four signed bytes (`word(row, u, k)`: values 4k..4k + 3 of unit u,
 // which meet the activation bytes 4k..4k + 3 of the unit's run; `words`: all of them, by
 // 16-byte loads where the format allows), its kSums integer sums
-// (sum i over words i * kWordsPerSum, ...), its scales (`scales`), and its value from
-// its sums (`value`): the one float expression every kernel applies. `value` reads the
-// activation blocks' scales and sums as x.d[b] and x.s[b] (b < kValues / 32): a Q8Run's
-// pointers, or the values loaded once (Q8Scales).
+// (sum i over words i * kWordsPerSum, ...), its scales (`scales`), and how its value
+// joins a lane's running sum (`add_to(acc, ...)`: fused multiply-adds in a fixed order),
+// the one float expression every kernel applies. `add_to` reads the activation blocks'
+// d and d * sum as x.d[b] and x.s[b] (b < kValues / 32): a Q8Run's pointers, or the
+// values loaded once (Q8Scales).
 template <Format F>
 struct IntUnit;
 
-// Q8_0: a block of 32; value = (d_w * d_x) * sum.
+// Q8_0: a block of 32; acc = fma(d_w * d_x, sum, acc).
 template <>
 struct IntUnit<Format::Q8_0> {
   static constexpr uint32_t kValues = 32, kSums = 1, kWordsPerSum = 8;
@@ -256,13 +258,14 @@ struct IntUnit<Format::Q8_0> {
   }
   static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) { return Scales{half_bits_to_float(read_u16(row + 34ull * u))}; }
   template <class X>
-  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const X& x) {
-    return mul_rn(mul_rn(w.d, x.d[0]), int_to_float(sums[0]));
+  static FAFO_HD float add_to(float acc, const Scales& w, const int32_t sums[kSums], const X& x) {
+    return fma_rn(mul_rn(w.d, x.d[0]), int_to_float(sums[0]), acc);
   }
 };
 
 // Q6_K: 32 values (half h, plane k4 of a block), sub-blocks a and b of 16 with signed
-// scales, weights q6 - 32; value = (d * d_x) * (sc_a * sum_a + sc_b * sum_b).
+// scales, weights q6 - 32; acc = fma(d * d_x, sc_a * sum_a + sc_b * sum_b, acc) (the
+// integer combination exact).
 template <>
 struct IntUnit<Format::Q6_K> {
   static constexpr uint32_t kValues = 32, kSums = 2, kWordsPerSum = 4;
@@ -288,19 +291,18 @@ struct IntUnit<Format::Q6_K> {
                   static_cast<int8_t>(b[192 + 8 * h + 2 * k4 + 1])};
   }
   template <class X>
-  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const X& x) {
-    return mul_rn(mul_rn(w.d, x.d[0]), int_to_float(w.sc_a * sums[0] + w.sc_b * sums[1]));
+  static FAFO_HD float add_to(float acc, const Scales& w, const int32_t sums[kSums], const X& x) {
+    return fma_rn(mul_rn(w.d, x.d[0]), int_to_float(w.sc_a * sums[0] + w.sc_b * sums[1]), acc);
   }
 };
 
 // Q4_K and Q5_K: sub-blocks j = 2i and 2i + 1 of a block (64 values: the low then the
-// high nibbles of 32 bytes; Q5_K's fifth bit from qh bit j); sub-block j's value is
-// d_x,j * ((d * (sc_j * sum_j)) - (dmin * (m_j * s_x,j))), the unit's their sum. The
-// products d * sc_j and dmin * m_j are exact in a float (11 significant bits of a half
-// by 6 of the scale), and so are the integers sc_j * sum_j (|.| < 2^23) and m_j * s_x,j,
-// so the kernels take d * (sc_j * sum_j) as (d * sc_j) * sum_j, one rounding either way,
-// with the scales' products formed once a unit instead of once a token
-// (CudaIntOps.ScaleProductsGiveTheBitsOfTheUnitsExpression).
+// high nibbles of 32 bytes; Q5_K's fifth bit from qh bit j). Sub-block j's value is
+// d_x,j * (d * sc_j * sum_j - dmin * m_j * s_x,j); with the products d * sc_j and
+// dmin * m_j of the scales (exact in a float: 11 significant bits of a half by 6 of the
+// scale) formed once a unit and d_x,j * s_x,j once a block of activations (Q8Rows::s),
+// a token adds it as acc = fma(d_x,j, (d * sc_j) * sum_j, acc), then
+// acc = fma(-(dmin * m_j), d_x,j * s_x,j, acc): four instructions a sub-block.
 template <bool FifthBit>
 struct IntUnitQ45 {
   static constexpr uint32_t kValues = 64, kSums = 2, kWordsPerSum = 8;
@@ -350,10 +352,13 @@ struct IntUnitQ45 {
     return w;
   }
   template <class X>
-  static FAFO_HD float value(const Scales& w, const int32_t sums[kSums], const X& x) {
-    const float va = mul_rn(x.d[0], sub_rn(mul_rn(w.dsc[0], int_to_float(sums[0])), mul_rn(w.dm[0], int_to_float(x.s[0]))));
-    const float vb = mul_rn(x.d[1], sub_rn(mul_rn(w.dsc[1], int_to_float(sums[1])), mul_rn(w.dm[1], int_to_float(x.s[1]))));
-    return add_rn(va, vb);
+  static FAFO_HD float add_to(float acc, const Scales& w, const int32_t sums[kSums], const X& x) {
+    FAFO_UNROLL
+    for (uint32_t j = 0; j < 2; ++j) {
+      acc = fma_rn(x.d[j], mul_rn(w.dsc[j], int_to_float(sums[j])), acc);
+      acc = fma_rn(-w.dm[j], x.s[j], acc);
+    }
+    return acc;
   }
 };
 template <>
@@ -362,7 +367,7 @@ template <>
 struct IntUnit<Format::Q5_K> : IntUnitQ45<true> {};
 
 // A unit decoded once (its words and scales) for the dot4 kernel, which then takes its
-// value against several tokens: the sums by dot4 over the words, then IntUnit::value.
+// value against several tokens: the sums by dot4 over the words, then IntUnit::add_to.
 template <Format F>
 struct LoadedUnit {
   using Unit = IntUnit<F>;
@@ -372,14 +377,15 @@ struct LoadedUnit {
     scales = Unit::scales(row, u);
     Unit::words(row, u, w);
   }
-  FAFO_HD float value(const Q8Run& x) const {
+  // acc with this unit's value for the token of run x added (IntUnit::add_to).
+  FAFO_HD float add_to(float acc, const Q8Run& x) const {
     int32_t sums[Unit::kSums];
     for (uint32_t i = 0; i < Unit::kSums; ++i) {
       int32_t s = 0;
       for (uint32_t k = i * Unit::kWordsPerSum; k < (i + 1) * Unit::kWordsPerSum; ++k) s = dot4(w[k], load_word4(x.q + 4 * k), s);
       sums[i] = s;
     }
-    return Unit::value(scales, sums, x);
+    return Unit::add_to(acc, scales, sums, x);
   }
 };
 
@@ -394,7 +400,7 @@ FAFO_HD float int_row_dot(const uint8_t* row, const Q8Rows& x, uint32_t t) {
     for (uint32_t u = lane; u < units; u += kLanes) {
       LoadedUnit<F> unit;
       unit.load(row, u);
-      s[lane] = add_rn(s[lane], unit.value(q8_run(x, t, IntUnit<F>::kValues * u)));
+      s[lane] = unit.add_to(s[lane], q8_run(x, t, IntUnit<F>::kValues * u));
     }
   }
   return tree32(s);
@@ -435,8 +441,8 @@ struct IntMatmulWarpOp {
       for (uint32_t t = 0; t < kTile; ++t) {
         if (t >= n) continue;
         const Q8Run xr = q8_run(x, t0 + t, IntUnit<F>::kValues * u);
-        v[t] = add_rn(v[t], gate.value(xr));
-        if constexpr (Gated) v[kTile + t] = add_rn(v[kTile + t], up.value(xr));
+        v[t] = gate.add_to(v[t], xr);
+        if constexpr (Gated) v[kTile + t] = up.add_to(v[kTile + t], xr);
       }
     }
   }

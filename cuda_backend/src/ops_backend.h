@@ -935,7 +935,7 @@ class OpsBackend final : public Backend, public StepAccess {
     const uint64_t values = uint64_t{T} * cols, blocks = values / kQ8Block;
     uint8_t* base = q8_staging_.template reserve<uint8_t>(*device_, static_cast<size_t>(values + 8 * blocks));
     const Q8Rows q{reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + values),
-                   reinterpret_cast<int32_t*>(base + values + 4 * blocks), cols};
+                   reinterpret_cast<float*>(base + values + 4 * blocks), cols};
     launch_warp_fn(QuantizeRowsOp{x, x_stride, gain, eps, q}, QuantizeRowsOp::warps(T, cols), gain ? "quantize_norm" : "quantize");
     return q;
   }
