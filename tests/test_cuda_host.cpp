@@ -375,6 +375,16 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
           using Gated = fafo::cuda::IntMatmulWarpOp<F, true>;
           device.launch_warps(Gated{bytes.data(), x8, gated.data(), rows / 2, T, out_stride, row_bytes, false},
                               Gated::warps(rows / 2, T), "matmul_swiglu");
+          // One-token tiles (the kernel of one-token steps): the same bits.
+          std::vector<float> one(out.size(), 0.5f), one_gated(out.size(), 0.5f);
+          using One = fafo::cuda::IntMatmulWarpOp<F, false, 1>;
+          device.launch_warps(One{bytes.data(), x8, one.data(), rows, T, out_stride, row_bytes, true}, One::warps(rows, T),
+                              "matmul");
+          using OneGated = fafo::cuda::IntMatmulWarpOp<F, true, 1>;
+          device.launch_warps(OneGated{bytes.data(), x8, one_gated.data(), rows / 2, T, out_stride, row_bytes, false},
+                              OneGated::warps(rows / 2, T), "matmul_swiglu");
+          EXPECT_EQ(std::memcmp(one.data(), out.data(), out.size() * sizeof(float)), 0);
+          EXPECT_EQ(std::memcmp(one_gated.data(), gated.data(), out.size() * sizeof(float)), 0);
           // The tensor-core kernel: the same bits.
           // Blocks of 16, 32 and 64 tokens.
           for (const uint32_t token_warps : {1u, 2u, 4u}) {

@@ -409,10 +409,12 @@ FAFO_HD float int_row_dot(const uint8_t* row, const Q8Rows& x, uint32_t t) {
 // out[t * out_stride + r] (+)= W[r] . x[t] (Gated: silu(W[r] . x[t]) * (W[r + rows] . x[t]),
 // the gate's rows then the up projection's in one weight) for a tile of up to kTile
 // tokens: warp w computes row w % rows for tokens [kTile * (w / rows), + kTile); each
-// unit's weights are decoded once for the tile.
-template <Format F, bool Gated = false>
+// unit's weights are decoded once for the tile. Tile 1 (one-token steps) keeps one sum
+// a lane instead of 8 (16 gated): fewer registers, more warps streaming weights; a
+// token's operations are the same either way.
+template <Format F, bool Gated = false, uint32_t Tile = 8>
 struct IntMatmulWarpOp {
-  static constexpr uint32_t kTile = 8;
+  static constexpr uint32_t kTile = Tile;
   static constexpr uint32_t kValues = Gated ? 2 * kTile : kTile;
   const uint8_t* w;
   Q8Rows x;

@@ -912,7 +912,7 @@ class OpsBackend final : public Backend, public StepAccess {
     return kernels_ == CudaKernels::Fast && has_int_product_for(static_cast<uint32_t>(w.type)) && w.cols % kQ8Block == 0;
   }
   // The integer product of `w` with the rounded rows `q`: steps of up to 8 tokens a warp
-  // per row and dot4 (IntMatmulWarpOp), wider ones on the tensor cores where the device
+  // per row and dot4 (IntMatmulWarpOp; one-token steps its one-token tile), wider ones on the tensor cores where the device
   // has them (IntMmaBlockOp: blocks of 32 rows by 64 tokens); the same bits either way.
   template <Format F, bool Gated>
   void int_product(const StoredWeight& w, const Q8Rows& q, const Activation& out, uint32_t rows, uint32_t T,
@@ -923,6 +923,9 @@ class OpsBackend final : public Backend, public StepAccess {
       using Op = IntMmaBlockOp<F, Gated>;
       const Op op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate, wide_token_warps_};
       launch_block_fn(op, op.blocks(), op.warps(), Op::kSharedBytes, name);
+    } else if (T == 1) {
+      using Op = IntMatmulWarpOp<F, Gated, 1>;
+      launch_warps(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::warps(rows, T), name);
     } else {
       using Op = IntMatmulWarpOp<F, Gated>;
       launch_warps(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::warps(rows, T), name);
