@@ -534,13 +534,13 @@ TEST(CudaWarpOps, GroupedAttentionHeadsGetTheBitsOfOneHeadPerWarp) {
       EXPECT_EQ(group, sh.n_head / sh.n_head_kv);
       const size_t floats = size_t{T} * sh.n_head * n_parts * (sh.head_dim + 2);
       std::vector<float> one(floats, 7.0f), grouped(floats, 7.0f);
-      device.launch_warp_fn(fafo::cuda::AttentionSplitOp<1>{op, one.data(), part_keys, n_parts},
+      device.launch_warp_fn(fafo::cuda::AttentionSplitOp<1>{op, one.data(), part_keys, n_parts, 0, T},
                             uint64_t{T} * sh.n_head * n_parts, "attention");
       if (group == 4)
-        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<4>{op, grouped.data(), part_keys, n_parts},
+        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<4>{op, grouped.data(), part_keys, n_parts, 0, T},
                               uint64_t{T} * (sh.n_head / 4) * n_parts, "attention");
       else
-        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<3>{op, grouped.data(), part_keys, n_parts},
+        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<3>{op, grouped.data(), part_keys, n_parts, 0, T},
                               uint64_t{T} * (sh.n_head / 3) * n_parts, "attention");
       EXPECT_EQ(std::memcmp(one.data(), grouped.data(), floats * sizeof(float)), 0);
       EXPECT_NE(one[2], 7.0f);  // written
@@ -550,7 +550,7 @@ TEST(CudaWarpOps, GroupedAttentionHeadsGetTheBitsOfOneHeadPerWarp) {
       for (uint32_t t0 = 0; t0 < T; t0 += 4) {
         const uint32_t rows = std::min(4u, T - t0);
         std::vector<float> run(rows * per_row, 7.0f);
-        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<1>{op, run.data(), part_keys, n_parts, t0},
+        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<1>{op, run.data(), part_keys, n_parts, t0, rows},
                               uint64_t{rows} * sh.n_head * n_parts, "attention");
         EXPECT_EQ(std::memcmp(run.data(), one.data() + t0 * per_row, run.size() * sizeof(float)), 0) << "t0 " << t0;
       }

@@ -738,7 +738,7 @@ class OpsBackend final : public Backend, public StepAccess {
     for (uint32_t t0 = 0; t0 < op.T; t0 += run_rows) {
       const uint32_t rows = std::min(run_rows, op.T - t0);
       const auto run = [&]<uint32_t Group>() {
-        launch_warp_fn(AttentionSplitOp<Group>{op, partials, part_keys, static_cast<uint32_t>(n_parts), t0},
+        launch_warp_fn(AttentionSplitOp<Group>{op, partials, part_keys, static_cast<uint32_t>(n_parts), t0, rows},
                        uint64_t{rows} * (op.n_head / Group) * n_parts, "attention");
       };
       switch (group) {

@@ -253,13 +253,15 @@ struct AttentionSplitOp {
   AttentionOp a;  // the part's rows, cache, masks and shape, as the plain kernel takes them
   float* partials;  // [rows from t0][n_head][n_parts][head_dim + 2]
   uint32_t part_keys, n_parts;
-  uint32_t t0 = 0;  // the first row of this launch: warp index i takes row t0 + i / (n_parts * n_groups)
+  uint32_t t0 = 0;    // the first row of this launch
+  uint32_t rows = 1;  // its rows: warp i takes row t0 + i % rows, part (i / rows) % n_parts
+                      // and head group i / (rows * n_parts), so the warps of a block (rows
+                      // of one part and group) read the same keys and values together
 
   template <class W>
   FAFO_HD void run(W& warp, uint32_t index) const {
-    const uint32_t n_groups = a.n_head / Group;
-    const uint32_t part = index % n_parts, h0 = ((index / n_parts) % n_groups) * Group;
-    const uint32_t t = t0 + index / (n_parts * n_groups);
+    const uint32_t t = t0 + index % rows, rest = index / rows;
+    const uint32_t part = rest % n_parts, h0 = (rest / n_parts) * Group;
     const uint32_t dims = (a.head_dim + kLanes - 1) / kLanes;  // accumulators per head and lane
     const uint32_t kv_off = (h0 / (a.n_head / a.n_head_kv)) * a.head_dim;
     const float* q0 = a.q + static_cast<uint64_t>(t) * a.q_stride + static_cast<uint64_t>(h0) * a.head_dim;
