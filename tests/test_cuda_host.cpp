@@ -612,6 +612,13 @@ TEST(CudaEmulated, BothKernelSetsGiveTheSameLogits) {
   ::setenv("FAFO_CUDA_KERNELS", "fast", 1);
   EXPECT_NE(fafo::cuda::make_emulated_backend()->description().find("integer products"), std::string::npos);
   ::unsetenv("FAFO_CUDA_KERNELS");
+  // The wide steps' blocks: 16, 32 or 64 tokens (the default, not named).
+  EXPECT_EQ(fafo::cuda::make_emulated_backend()->description().find("FAFO_CUDA_WIDE_TOKENS"), std::string::npos);
+  ::setenv("FAFO_CUDA_WIDE_TOKENS", "32", 1);
+  EXPECT_NE(fafo::cuda::make_emulated_backend()->description().find("blocks of 32 tokens"), std::string::npos);
+  ::setenv("FAFO_CUDA_WIDE_TOKENS", "48", 1);
+  EXPECT_THROW(fafo::cuda::make_emulated_backend(), std::invalid_argument);
+  ::unsetenv("FAFO_CUDA_WIDE_TOKENS");
 }
 
 TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {

@@ -265,7 +265,11 @@ class OpsBackend final : public Backend, public StepAccess {
              bool fuse = true, bool graphs = false)
       : device_(std::move(device)),
         name_(std::move(name)),
-        describe_(std::move(describe) + "; " + kernels_description(kernels, fuse) + (graphs ? ", CUDA graphs" : "")),
+        describe_(std::move(describe) + "; " + kernels_description(kernels, fuse) + (graphs ? ", CUDA graphs" : "") +
+                  (kernels == CudaKernels::Fast && cuda_wide_tokens_from_env() != 64
+                       ? ", wide steps' integer products in blocks of " + std::to_string(cuda_wide_tokens_from_env()) +
+                             " tokens (FAFO_CUDA_WIDE_TOKENS)"
+                       : "")),
         kernels_(kernels),
         fuse_(kernels != CudaKernels::Plain && fuse),
         graphs_(graphs),
