@@ -86,11 +86,7 @@ struct DeviceBlock {
   uint8_t* memory_ = nullptr;
 
   template <class T>
-  struct Vec {
-    T v;
-    __device__ __forceinline__ T& operator[](uint32_t) { return v; }
-    __device__ __forceinline__ const T& operator[](uint32_t) const { return v; }
-  };
+  using Vec = DeviceWarp::Vec<T>;  // the thread's own value
   template <class F>
   __device__ __forceinline__ void each(F&& f) {
     f(thread_);

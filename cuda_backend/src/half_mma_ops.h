@@ -32,6 +32,13 @@
 
 namespace fafo::cuda {
 
+// v rounded to F (F16: an IEEE half; BF16: a bfloat16), as bits.
+template <Format F>
+FAFO_HD uint32_t half_bits_of(float v) {
+  if constexpr (F == Format::F16) return float_to_half_bits(v);
+  else return float_to_bf16_bits(v);
+}
+
 template <Format F>
 struct HalfMmaWarpOp {
   static_assert(F == Format::F16 || F == Format::BF16);
@@ -62,10 +69,7 @@ struct HalfMmaWarpOp {
       return lo | (hi << 16);
     };
     // Token t of the tile's activations at columns c, c + 1, rounded to the weights' format.
-    const auto round = [](float v) -> uint32_t {
-      if constexpr (F == Format::F16) return float_to_half_bits(v);
-      else return float_to_bf16_bits(v);
-    };
+    const auto round = [](float v) { return half_bits_of<F>(v); };
     const auto inputs = [&](uint32_t t, uint32_t c) {
       const float* xt = x + static_cast<uint64_t>(t0 + t < T ? t0 + t : T - 1) * x_stride;
       const uint32_t lo = c < c_end ? round(xt[c]) : 0u, hi = c + 1 < c_end ? round(xt[c + 1]) : 0u;
@@ -151,10 +155,7 @@ struct HalfMmaBlockOp {
       }
     });
     block.sync();
-    const auto round = [](float v) -> uint32_t {
-      if constexpr (F == Format::F16) return float_to_half_bits(v);
-      else return float_to_bf16_bits(v);
-    };
+    const auto round = [](float v) { return half_bits_of<F>(v); };
     const auto token_first = [&](uint32_t t) { return tb * kBlockTokens + kTokens * (t / kLanes); };
     typename B::template Vec<float> acc[2][4];
     block.each([&](uint32_t t) {
