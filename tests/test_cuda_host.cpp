@@ -386,16 +386,27 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
           EXPECT_EQ(std::memcmp(one.data(), out.data(), out.size() * sizeof(float)), 0);
           EXPECT_EQ(std::memcmp(one_gated.data(), gated.data(), out.size() * sizeof(float)), 0);
           // The tensor-core kernel: the same bits.
-          // Blocks of 16, 32 and 64 tokens.
-          for (const uint32_t token_warps : {1u, 2u, 4u}) {
-            SCOPED_TRACE("token warps " + std::to_string(token_warps));
+          // Blocks of 16, 32 and 64 tokens; the lane sums' tree in 1 to 32 parts.
+          for (const uint32_t token_warps : {1u, 2u, 4u})
+            for (const uint32_t parts : {1u, 2u, 8u, 32u}) {
+            if (parts > 1 && token_warps != (parts == 8 ? 4u : 2u)) continue;
+            SCOPED_TRACE("token warps " + std::to_string(token_warps) + ", parts " + std::to_string(parts));
             std::vector<float> mma(out.size(), 0.5f), mma_gated(out.size(), 0.5f);
+            std::vector<float> partials(size_t{parts} * 2 * T * rows, 7.0f);
             using Mma = fafo::cuda::IntMmaBlockOp<F>;
-            const Mma op{bytes.data(), x8, mma.data(), rows, T, out_stride, row_bytes, true, token_warps};
+            const Mma op{bytes.data(), x8, mma.data(), rows, T, out_stride, row_bytes, true, token_warps, parts, partials.data()};
             device.launch_block_fn(op, op.blocks(), op.warps(), Mma::kSharedBytes, "matmul");
+            if (parts > 1)
+              device.launch(fafo::cuda::IntPartsCombineOp{partials.data(), mma.data(), rows, T, parts, out_stride, false, true},
+                            uint64_t{T} * rows, "matmul_combine");
             using MmaGated = fafo::cuda::IntMmaBlockOp<F, true>;
-            const MmaGated gated_op{bytes.data(), x8, mma_gated.data(), rows / 2, T, out_stride, row_bytes, false, token_warps};
+            const MmaGated gated_op{bytes.data(), x8, mma_gated.data(), rows / 2, T, out_stride, row_bytes, false, token_warps,
+                                    parts, partials.data()};
             device.launch_block_fn(gated_op, gated_op.blocks(), gated_op.warps(), MmaGated::kSharedBytes, "matmul_swiglu");
+            if (parts > 1)
+              device.launch(fafo::cuda::IntPartsCombineOp{partials.data(), mma_gated.data(), rows / 2, T, parts, out_stride, true,
+                                                          false},
+                            uint64_t{T} * (rows / 2), "matmul_combine");
             EXPECT_EQ(std::memcmp(mma.data(), out.data(), out.size() * sizeof(float)), 0);
             EXPECT_EQ(std::memcmp(mma_gated.data(), gated.data(), out.size() * sizeof(float)), 0);
             if (token_warps == 4 && T > 8) {

@@ -63,6 +63,11 @@ struct IntMmaBlockOp {
   uint64_t row_bytes;
   bool accumulate;
   uint32_t token_warps = kMaxTokenWarps;  // a block's token warps at most (1 to 4): 16 tokens each
+  // The lane sums' tree split over `parts` blocks (1, 2, 4, 8, 16 or 32): part p sums the
+  // subtree of lane sums n = p * 32 / parts ... and writes it to partials
+  // [part][matrix][token][row]; IntPartsCombineOp adds the parts by the tree's top levels.
+  uint32_t parts = 1;
+  float* partials = nullptr;
 
   static uint32_t row_tiles(uint32_t rows) { return (rows + kRows - 1) / kRows; }
   // The tokens a block takes, and how many times the kernel reads each weight for T.
@@ -72,7 +77,7 @@ struct IntMmaBlockOp {
     const uint32_t needed = (T + kWarpTokens - 1) / kWarpTokens;
     return kRowWarps * (needed < token_warps ? needed : token_warps);
   }
-  uint64_t blocks() const { return uint64_t{row_tiles(rows)} * token_blocks(); }
+  uint64_t blocks() const { return uint64_t{row_tiles(rows)} * token_blocks() * parts; }
 
   // The staged row of row c of a warp's tile `tile` (0, 1) for row warp rw.
   static FAFO_HD uint32_t staged_row(uint32_t rw, uint32_t tile, uint32_t c) {
@@ -83,21 +88,29 @@ struct IntMmaBlockOp {
     const uint32_t l = reverse5(n);
     return l < units ? (units - 1 - l) / kLanes + 1 : 0;
   }
-  // The unit after unit j of lane sum reverse5(n) in the walk (n = 32 past the last).
-  static FAFO_HD void advance(uint32_t& n, uint32_t& j, uint32_t units) {
-    ++j;
-    while (n < kLanes && j >= lane_units(n, units)) {
+  // The walk's unit at or after unit j of lane sum reverse5(n) (n = end past the last),
+  // and the one after it.
+  static FAFO_HD void settle(uint32_t& n, uint32_t& j, uint32_t units, uint32_t end) {
+    while (n < end && j >= lane_units(n, units)) {
       ++n;
       j = 0;
     }
+  }
+  static FAFO_HD void advance(uint32_t& n, uint32_t& j, uint32_t units, uint32_t end) {
+    ++j;
+    settle(n, j, units, end);
   }
 
   template <class B>
   FAFO_HD void run(B& block, uint32_t index) const {
     const uint32_t n_token_blocks = token_blocks();
-    const uint32_t r0 = (index / n_token_blocks) * kRows, tb0 = (index % n_token_blocks) * block_tokens();
+    const uint32_t part = index % parts, block_tile = index / parts;
+    const uint32_t r0 = (block_tile / n_token_blocks) * kRows, tb0 = (block_tile % n_token_blocks) * block_tokens();
     const uint32_t threads = kLanes * warps();
     const uint32_t units = x.cols / Unit::kValues;
+    const uint32_t width = kLanes / parts, n0 = part * width, n1 = n0 + width;  // this block's lane sums
+    uint32_t walk_units = 0;  // the units of its walk
+    for (uint32_t n = n0; n < n1; ++n) walk_units += lane_units(n, units);
     uint32_t* staged_words = reinterpret_cast<uint32_t*>(block.shared());
     Scales* staged_scales = reinterpret_cast<Scales*>(block.shared() + kWordBytes);
     uint32_t* tables = reinterpret_cast<uint32_t*>(block.shared() + kWordBytes + kScaleBytes);
@@ -112,7 +125,8 @@ struct IntMmaBlockOp {
     };
     // pending[o][k]: output o's partial sum of level k of the tree, waiting for its sibling.
     typename B::template Vec<float> acc[kOutputs], pending[kOutputs][6];
-    // Lane sum reverse5(n)'s sum (`zero`: 0) into the tree: carry while n's low bits are 1.
+    // Lane sum reverse5(n0 + n)'s sum (`zero`: 0) into this part's subtree: carry while
+    // n's low bits are 1.
     const auto push = [&](uint32_t n, bool zero) {
       block.each([&](uint32_t t) {
         FAFO_UNROLL
@@ -140,15 +154,17 @@ struct IntMmaBlockOp {
       FAFO_UNROLL
       for (uint32_t o = 0; o < kOutputs; ++o) acc[o][t] = 0.0f;
       if (t >= kStageUnits) return;
-      uint32_t n = 0, j = 0;
-      for (uint32_t s = 0; s < t; ++s) advance(n, j, units);
+      uint32_t n = n0, j = 0;
+      settle(n, j, units, n1);
+      for (uint32_t s = 0; s < t; ++s) advance(n, j, units, n1);
       slot_n[t] = n;
       slot_j[t] = j;
-      tables[t] = n < kLanes ? reverse5(n) + kLanes * j : kNoUnit;
+      tables[t] = n < n1 ? reverse5(n) + kLanes * j : kNoUnit;
     });
     block.sync();
-    uint32_t n = 0, j = 0, summing = 0;  // the walk's next unit to multiply; the lane sum acc holds
-    for (uint32_t q0 = 0, stage = 0; q0 < units; q0 += kStageUnits, ++stage) {
+    uint32_t n = n0, j = 0, summing = n0;  // the walk's next unit to multiply; the lane sum acc holds
+    settle(n, j, units, n1);
+    for (uint32_t q0 = 0, stage = 0; q0 < walk_units; q0 += kStageUnits, ++stage) {
       const uint32_t* table = tables + (stage % 2) * kStageUnits;
       block.each([&](uint32_t t) {  // the words and scales of the stage's units
         for (uint32_t i = t; i < kStageUnits * kStagedRows; i += threads) {  // a (unit, row) a thread
@@ -165,15 +181,15 @@ struct IntMmaBlockOp {
       block.each([&](uint32_t t) {  // the next stage's table
         if (t >= kStageUnits) return;
         uint32_t sn = slot_n[t], sj = slot_j[t];
-        for (uint32_t s = 0; s < kStageUnits; ++s) advance(sn, sj, units);
+        for (uint32_t s = 0; s < kStageUnits; ++s) advance(sn, sj, units, n1);
         slot_n[t] = sn;
         slot_j[t] = sj;
-        tables[((stage + 1) % 2) * kStageUnits + t] = sn < kLanes ? reverse5(sn) + kLanes * sj : kNoUnit;
+        tables[((stage + 1) % 2) * kStageUnits + t] = sn < n1 ? reverse5(sn) + kLanes * sj : kNoUnit;
       });
-      for (uint32_t s = 0; s < kStageUnits && n < kLanes; ++s, advance(n, j, units)) {
+      for (uint32_t s = 0; s < kStageUnits && n < n1; ++s, advance(n, j, units, n1)) {
         if (n != summing) {  // a lane sum is complete (and any without units after it)
-          push(summing, false);
-          while (++summing < n) push(summing, true);
+          push(summing - n0, false);
+          while (++summing < n) push(summing - n0, true);
         }
         const uint32_t u = reverse5(n) + kLanes * j;
         typename B::template Vec<int32_t> sums[2][Unit::kSums][4];
@@ -222,8 +238,10 @@ struct IntMmaBlockOp {
       }
       block.sync();  // every warp is done with the stage before the next one overwrites it
     }
-    push(summing, false);
-    while (++summing < kLanes) push(summing, true);
+    push(summing - n0, false);
+    while (++summing < n1) push(summing - n0, true);
+    uint32_t top = 0;  // the subtree's level: log2(width)
+    while ((2u << top) <= width) ++top;
     block.each([&](uint32_t t) {
       const uint32_t lane = t % kLanes, i = lane % 4, rw = (t / kLanes) % kRowWarps;
       const uint32_t first_token = tb0 + kWarpTokens * (t / kLanes / kRowWarps) + lane / 4;
@@ -234,12 +252,47 @@ struct IntMmaBlockOp {
           const uint32_t token = first_token + 8 * (e / 2), c = 2 * i + e % 2;
           const uint32_t r = r0 + (Gated ? 8 * rw + c : staged_row(rw, tile, c));
           if (r >= rows || token >= T) continue;
+          float sum = 0.0f, up = 0.0f;  // by selects: a level indexed at run time would live in memory
+          FAFO_UNROLL
+          for (uint32_t level = 0; level < 6; ++level)
+            if (level == top) {
+              sum = pending[4 * tile + e][level][t];
+              if constexpr (Gated) up = pending[4 + e][level][t];
+            }
+          if (parts > 1) {
+            const uint64_t matrices = Gated ? 2 : 1, at = (uint64_t{part} * matrices * T + token) * rows + r;
+            partials[at] = sum;
+            if constexpr (Gated) partials[at + uint64_t{T} * rows] = up;
+            continue;
+          }
           float* o = out + static_cast<uint64_t>(token) * out_stride + r;
-          const float sum = pending[4 * tile + e][5][t];
-          if constexpr (Gated) *o = swiglu_value(sum, pending[4 + e][5][t]);
+          if constexpr (Gated) *o = swiglu_value(sum, up);
           else *o = accumulate ? add_rn(*o, sum) : sum;
         }
     });
+  }
+};
+
+// out[t * out_stride + r] (+)= IntMmaBlockOp's parts of (t, r) added by the lane sums'
+// tree (parts 2: p0 + p1; 4: (p0 + p1) + (p2 + p3); ...; gated: silu(the gate's sum)
+// times the up projection's), one thread per output: the bits of one block's sum.
+struct IntPartsCombineOp {
+  const float* partials;  // [part][matrix][token][row]
+  float* out;
+  uint32_t rows, T, parts, out_stride;
+  bool gated, accumulate;
+  FAFO_HD void operator()(uint32_t i) const {
+    const uint32_t t = i / rows, r = i % rows, matrices = gated ? 2 : 1;
+    const auto sum = [&](uint32_t m) {
+      float s[kLanes] = {};
+      for (uint32_t p = 0; p < parts; ++p) s[p] = partials[((uint64_t{p} * matrices + m) * T + t) * rows + r];
+      for (uint32_t width = parts; width > 1; width /= 2)
+        for (uint32_t k = 0; k < width / 2; ++k) s[k] = add_rn(s[2 * k], s[2 * k + 1]);
+      return s[0];
+    };
+    float* o = out + static_cast<uint64_t>(t) * out_stride + r;
+    if (gated) *o = swiglu_value(sum(0), sum(1));
+    else *o = accumulate ? add_rn(*o, sum(0)) : sum(0);
   }
 };
 

@@ -917,7 +917,8 @@ class OpsBackend final : public Backend, public StepAccess {
   }
   // The integer product of `w` with the rounded rows `q`: steps of up to 8 tokens a warp
   // per row and dot4 (IntMatmulWarpOp; one-token steps its one-token tile), wider ones on the tensor cores where the device
-  // has them (IntMmaBlockOp: blocks of 32 rows by 64 tokens); the same bits either way.
+  // has them (IntMmaBlockOp: blocks of 32 rows by 64 tokens, or parts of their lane
+  // sums); the same bits either way.
   template <Format F, bool Gated>
   void int_product(const StoredWeight& w, const Q8Rows& q, const Activation& out, uint32_t rows, uint32_t T,
                    bool accumulate, const char* name) {
@@ -925,8 +926,17 @@ class OpsBackend final : public Backend, public StepAccess {
     const uint32_t out_stride = static_cast<uint32_t>(out.cols);
     if (T > IntMatmulWarpOp<F, Gated>::kTile && device_->has_mma()) {
       using Op = IntMmaBlockOp<F, Gated>;
-      const Op op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate, wide_token_warps_};
+      Op op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate, wide_token_warps_};
+      // Few blocks (short steps, few rows): the lane sums' tree split over up to 8 blocks a
+      // tile, its parts added by IntPartsCombineOp: the same bits, more blocks in flight.
+      constexpr uint64_t kEnoughBlocks = 512;
+      while (op.blocks() < kEnoughBlocks && op.parts < 8) op.parts *= 2;
+      if (op.parts > 1)
+        op.partials = int_partials_.template reserve<float>(*device_, size_t{op.parts} * (Gated ? 2 : 1) * T * rows);
       launch_block_fn(op, op.blocks(), op.warps(), Op::kSharedBytes, name);
+      if (op.parts > 1)
+        launch(IntPartsCombineOp{op.partials, data_of(out), rows, T, op.parts, out_stride, Gated, accumulate},
+               uint64_t{T} * rows, "matmul_combine");
     } else if (T == 1) {
       using Op = IntMatmulWarpOp<F, Gated, 1>;
       launch_warps(Op{bytes, q, data_of(out), rows, T, out_stride, w.row_bytes, accumulate}, Op::warps(rows, T), name);
@@ -1018,7 +1028,7 @@ class OpsBackend final : public Backend, public StepAccess {
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, position_staging_, region_staging_,
       gather_staging_, argmax_staging_, argmax_parts_staging_,
-      attention_scratch_, split_partials_, q8_staging_, top_k_staging_, half_partials_, normed_staging_;
+      attention_scratch_, split_partials_, q8_staging_, top_k_staging_, half_partials_, int_partials_, normed_staging_;
   const int32_t* tokens_ = nullptr;
   const uint64_t* mask_ = nullptr;
   const uint8_t* compressed_ = nullptr;
