@@ -7,7 +7,8 @@
 //   - HostBlock (host device, CI): Vec<T> holds every thread's value; each(f) calls f
 //     for thread 0, 1, ... in turn; sync() does nothing, as each phase has already run
 //     for every thread before the next begins.
-// Thread t is lane t % 32 of warp t / 32. shared() is the block's dynamic shared memory.
+// Thread t is lane t % 32 of warp t / 32; threads() is the block's count. shared() is
+// the block's dynamic shared memory.
 // mma_s8(a0, a1, b, c) and mma_half<F>(a, b, c) are warp.h's products for every warp
 // of the block, each warp over its own lanes' fragments (mma.sync: every thread of the
 // block must reach them). Code between these calls runs per thread and must only touch its own
@@ -23,6 +24,20 @@
 namespace fafo::cuda {
 
 constexpr uint32_t kMaxBlockWarps = 8;
+
+// Stores N words (N a multiple of 4) at dst, aligned to 16 in shared memory: 16-byte
+// stores on the GPU (a staged row's words in one transaction each four), one by one on
+// the host.
+template <uint32_t N>
+FAFO_HD void store_words(uint32_t* dst, const uint32_t* src) {
+  static_assert(N % 4 == 0);
+#if defined(__CUDA_ARCH__)
+  FAFO_UNROLL
+  for (uint32_t k = 0; k < N; k += 4) *reinterpret_cast<uint4*>(dst + k) = make_uint4(src[k], src[k + 1], src[k + 2], src[k + 3]);
+#else
+  for (uint32_t k = 0; k < N; ++k) dst[k] = src[k];
+#endif
+}
 
 struct HostBlock {
   uint32_t warps = 1;
@@ -87,6 +102,7 @@ struct DeviceBlock {
 
   template <class T>
   using Vec = DeviceWarp::Vec<T>;  // the thread's own value
+  __device__ __forceinline__ uint32_t threads() const { return blockDim.x; }
   template <class F>
   __device__ __forceinline__ void each(F&& f) {
     f(thread_);
@@ -95,6 +111,7 @@ struct DeviceBlock {
   __device__ __forceinline__ uint8_t* shared() const { return memory_; }
   __device__ __forceinline__ void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b,
                                          Vec<int32_t> c[4]) const {
+    __syncwarp();  // the warp's lanes together again after a phase's branches
     DeviceWarp warp{thread_ % kLanes};
     DeviceWarp::Vec<int32_t> wc[4] = {{c[0].v}, {c[1].v}, {c[2].v}, {c[3].v}};
     warp.mma_s8(DeviceWarp::Vec<uint32_t>{a0.v}, DeviceWarp::Vec<uint32_t>{a1.v}, DeviceWarp::Vec<uint32_t>{b.v}, wc);
@@ -103,6 +120,7 @@ struct DeviceBlock {
   }
   template <Format F>
   __device__ __forceinline__ void mma_half(const Vec<uint32_t> a[4], const Vec<uint32_t> b[2], Vec<float> c[4]) const {
+    __syncwarp();
     DeviceWarp warp{thread_ % kLanes};
     const DeviceWarp::Vec<uint32_t> wa[4] = {{a[0].v}, {a[1].v}, {a[2].v}, {a[3].v}}, wb[2] = {{b[0].v}, {b[1].v}};
     DeviceWarp::Vec<float> wc[4] = {{c[0].v}, {c[1].v}, {c[2].v}, {c[3].v}};

@@ -74,7 +74,7 @@ __global__ void run_warp_fn(Op op, uint32_t n_warps) {
 }
 
 template <class Op>
-__global__ void run_block_fn(Op op, uint32_t n_blocks) {
+__global__ void __launch_bounds__(kMaxBlockWarps * 32) run_block_fn(Op op, uint32_t n_blocks) {
   extern __shared__ __align__(16) uint8_t block_shared[];
   DeviceBlock block{threadIdx.x, block_shared};
   if (blockIdx.x < n_blocks) op.run(block, blockIdx.x);

@@ -143,7 +143,7 @@ struct HalfMmaBlockOp {
     const uint32_t n_parts = Warp::parts(op.cols), tb = index % token_blocks(), tile_part = index / token_blocks();
     const uint32_t part = tile_part % n_parts, r0 = (tile_part / n_parts) * kRows;
     const uint32_t c_begin = part * kPartCols, c_end = c_begin + kPartCols < op.cols ? c_begin + kPartCols : op.cols;
-    const uint32_t threads = kLanes * warps();
+    const uint32_t threads = block.threads();
     uint32_t* staged = reinterpret_cast<uint32_t*>(block.shared());
     block.each([&](uint32_t t) {
       for (uint32_t i = t; i < op.matrices * kRows * (kPartCols / 2); i += threads) {

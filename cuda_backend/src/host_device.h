@@ -103,14 +103,19 @@ class HostDevice {
     else timed(name, run);
   }
   // A block function over n_blocks blocks of `warps` warps (block.h: op.run(block,
-  // index)), one after another, each with `shared_bytes` of zeroed shared memory.
+  // index)), one after another, each with `shared_bytes` of shared memory filled with
+  // 0xff bytes first (NaN floats, all-ones words), as a GPU's holds whatever was there:
+  // a kernel that reads what it did not write shows it.
   template <class Op>
   void launch_block_fn(const Op& op, uint64_t n_blocks, uint32_t warps, size_t shared_bytes, const char* name) {
     if (warps == 0 || warps > kMaxBlockWarps) throw std::logic_error(std::string(name) + ": a block of " + std::to_string(warps) + " warps");
     const auto run = [op, n_blocks, warps, shared_bytes] {
       std::vector<uint8_t> shared(shared_bytes);
       HostBlock block{warps, shared.data()};
-      for (uint64_t b = 0; b < n_blocks; ++b) op.run(block, static_cast<uint32_t>(b));
+      for (uint64_t b = 0; b < n_blocks; ++b) {
+        std::memset(shared.data(), 0xff, shared.size());
+        op.run(block, static_cast<uint32_t>(b));
+      }
     };
     if (capturing_) record(name, run);
     else timed(name, run);

@@ -11,7 +11,7 @@
 //     tree), each lane sum's units l, l + 32, ... in order, and stages them kStageUnits
 //     (8) at a time along that walk, so a stage spans lane sums where they are short;
 //   - each stage copies the units' words (four signed bytes) and scales of the block's
-//     rows into shared memory once, decoded (IntUnit::word, IntUnit::scales), then every
+//     rows into shared memory once, decoded (IntUnit::words, IntUnit::scales), then every
 //     warp multiplies them with its tokens' rounded activations by mma_s8 (A: 16 tokens by
 //     16 values of the activations, B: 16 values by 8 weight rows): each unit's integer
 //     sums for the warp's 256 (token, row) pairs, exact;
@@ -106,7 +106,7 @@ struct IntMmaBlockOp {
     const uint32_t n_token_blocks = token_blocks();
     const uint32_t part = index % parts, block_tile = index / parts;
     const uint32_t r0 = (block_tile / n_token_blocks) * kRows, tb0 = (block_tile % n_token_blocks) * block_tokens();
-    const uint32_t threads = kLanes * warps();
+    const uint32_t threads = block.threads();
     const uint32_t units = x.cols / Unit::kValues;
     const uint32_t width = kLanes / parts, n0 = part * width, n1 = n0 + width;  // this block's lane sums
     uint32_t walk_units = 0;  // the units of its walk
@@ -172,8 +172,7 @@ struct IntMmaBlockOp {
           if (u == kNoUnit) continue;
           uint32_t words[kWords];
           Unit::words(row_of(i % kStagedRows), u, words);
-          FAFO_UNROLL
-          for (uint32_t k = 0; k < kWords; ++k) staged_words[i * kRowWords + k] = words[k];
+          store_words<kWords>(staged_words + i * kRowWords, words);
           staged_scales[i] = Unit::scales(row_of(i % kStagedRows), u);
         }
       });

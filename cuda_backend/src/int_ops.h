@@ -114,13 +114,15 @@ FAFO_HD uint32_t funnel_right(uint32_t lo, uint32_t hi, uint32_t shift) {
 }
 
 // The eight words of 32 bytes from p, aligned to 2 (a run of a Q6_K or Q8_0 block), by
-// eight 4-byte loads from the aligned word at or below p and a 2-byte load of the run's
-// last two bytes, put together by funnel shifts of 0 or 16 bits (nothing outside the
-// block is read), instead of sixteen 2-byte loads; the same on the host.
+// eight 4-byte loads from the aligned word at or below p and the run's last two bytes,
+// put together by funnel shifts of 0 or 16 bits, instead of sixteen 2-byte loads; the
+// same on the host. Nothing past the run is read; where p is not aligned to 4 the two
+// bytes before it are (inside the block, or the previous block's: a weight's memory
+// starts aligned to 4, so never before it).
 FAFO_HD void load_words32_a2(const uint8_t* p, uint32_t out[8]) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  const uint8_t* a = reinterpret_cast<const uint8_t*>(at & ~uintptr_t{3});
-  const uint32_t shift = static_cast<uint32_t>(at & 3u) * 8u;
+  const uint32_t misaligned = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 3u);
+  const uint8_t* a = p - misaligned;
+  const uint32_t shift = misaligned * 8u;
   uint32_t w[9];
   FAFO_UNROLL
   for (uint32_t k = 0; k < 8; ++k) w[k] = load_word4(a + 4 * k);

@@ -253,8 +253,8 @@ struct AttentionSplitOp {
   AttentionOp a;  // the part's rows, cache, masks and shape, as the plain kernel takes them
   float* partials;  // [rows from t0][n_head][n_parts][head_dim + 2]
   uint32_t part_keys, n_parts;
-  uint32_t t0 = 0;    // the first row of this launch
-  uint32_t rows = 1;  // its rows: warp i takes row t0 + i % rows, part (i / rows) % n_parts
+  uint32_t t0;    // the first row of this launch
+  uint32_t rows;  // its rows: warp i takes row t0 + i % rows, part (i / rows) % n_parts
                       // and head group i / (rows * n_parts), so the warps of a block (rows
                       // of one part and group) read the same keys and values together
 
