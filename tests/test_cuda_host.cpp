@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../cuda_backend/src/argmax_op.h"
+#include "../cuda_backend/src/attention_ops.h"
 #include "../cuda_backend/src/block_decode.h"
 #include "../cuda_backend/src/dot_order.h"
 #include "../cuda_backend/src/host_device.h"
@@ -499,74 +500,101 @@ TEST(CudaIntOps, UnitsJoinALaneSumByTheirFusedExpression) {
   }
 }
 
-// The split attention's warps that take several query heads sharing a KV head (each key
-// and value read once for the group) give each head the bits of warps that take one:
-// GQA 8/2 and 12/3 (groups of 4 and 3), head sizes 64 and 100 (a partial last 32), f32
-// and f16 caches, FULL and COMPRESSED rows over a permuted order, random masks, parts
-// of 96 keys over a 300-entry prefix.
-TEST(CudaWarpOps, GroupedAttentionHeadsGetTheBitsOfOneHeadPerWarp) {
+// The attention blocks (attention_ops.h) give each (row, head) the same partials
+// whatever the block's rows (1, 3 or 8 warps sharing the keys and values a block
+// stages, or rows of another kind or window reading theirs from memory), the query
+// heads a warp takes (groups of 4, 3, 2 against 1) and the launch's run of rows; merged,
+// they are the plain kernel's attention within 1e-5. GQA 8/2 x 64, 12/3 x 100 and 6/3 x
+// 33 (16-, 4- and 2-byte staging reads), f32 and f16 caches, FULL and COMPRESSED rows
+// over a permuted order, random masks, with and without a 150-entry window (each FULL
+// row's keys start elsewhere), parts of 96 and 32 keys over a 300-entry prefix.
+TEST(CudaAttention, BlocksGiveEachRowAndHeadTheSameBitsWhateverTheirRowsAndGroup) {
   fafo::cuda::HostDevice device;
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   struct Shape {
     uint32_t n_head, n_head_kv, head_dim;
   };
-  for (const Shape sh : {Shape{8, 2, 64}, Shape{12, 3, 100}}) {
-    for (const bool f16 : {false, true}) {
-      SCOPED_TRACE(std::to_string(sh.n_head) + "/" + std::to_string(sh.n_head_kv) + " x " + std::to_string(sh.head_dim) +
-                   (f16 ? " f16" : " f32"));
-      const uint32_t T = 11, n_past = 300, kv_dim = sh.n_head_kv * sh.head_dim, q_stride = sh.n_head * sh.head_dim;
-      const uint32_t part_keys = 96, n_parts = (n_past + T + part_keys - 1) / part_keys;
-      std::vector<float> q(size_t{T} * q_stride);
-      for (float& v : q) v = value(rng);
-      const size_t entries = size_t{n_past + T} * kv_dim;
-      std::vector<float> kf(entries), vf(entries);
-      std::vector<uint16_t> kh(entries), vh(entries);
-      for (size_t i = 0; i < entries; ++i) {
-        kf[i] = value(rng), vf[i] = value(rng);
-        kh[i] = fafo::cuda::float_to_half_bits(kf[i]), vh[i] = fafo::cuda::float_to_half_bits(vf[i]);
-      }
-      std::vector<uint64_t> mask(T, 0);
-      std::vector<uint8_t> compressed(T, 0);
-      for (uint32_t t = 0; t < T; ++t) {
-        compressed[t] = t % 3 == 1;
-        for (uint32_t j = 0; j <= t; ++j)
-          if (j == t || rng() % 2) mask[t] |= uint64_t{1} << j;
-      }
-      std::vector<int32_t> order(n_past);
-      std::iota(order.begin(), order.end(), 0);
-      std::shuffle(order.begin(), order.end(), rng);
-      fafo::cuda::AttentionOp op{q.data(), nullptr, nullptr,
-                                 f16 ? static_cast<const void*>(kh.data()) : kf.data(),
-                                 f16 ? static_cast<const void*>(vh.data()) : vf.data(),
-                                 mask.data(), compressed.data(), order.data(), T, n_past, sh.n_head, sh.n_head_kv,
-                                 sh.head_dim, kv_dim, q_stride, q_stride, 1, 70, 0.125f, false, f16};
-      const uint32_t group = fafo::cuda::attention_group_for(sh.n_head, sh.n_head_kv);
-      EXPECT_EQ(group, sh.n_head / sh.n_head_kv);
-      const size_t floats = size_t{T} * sh.n_head * n_parts * (sh.head_dim + 2);
-      std::vector<float> one(floats, 7.0f), grouped(floats, 7.0f);
-      device.launch_warp_fn(fafo::cuda::AttentionSplitOp<1>{op, one.data(), part_keys, n_parts, 0, T},
-                            uint64_t{T} * sh.n_head * n_parts, "attention");
-      if (group == 4)
-        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<4>{op, grouped.data(), part_keys, n_parts, 0, T},
-                              uint64_t{T} * (sh.n_head / 4) * n_parts, "attention");
-      else
-        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<3>{op, grouped.data(), part_keys, n_parts, 0, T},
-                              uint64_t{T} * (sh.n_head / 3) * n_parts, "attention");
-      EXPECT_EQ(std::memcmp(one.data(), grouped.data(), floats * sizeof(float)), 0);
-      EXPECT_NE(one[2], 7.0f);  // written
-      // The rows in runs of 4 (t0 = 0, 4, 8; the backend's runs when partials would
-      // outgrow their budget): each run's partials are the same rows' of one launch.
-      const size_t per_row = size_t{sh.n_head} * n_parts * (sh.head_dim + 2);
-      for (uint32_t t0 = 0; t0 < T; t0 += 4) {
-        const uint32_t rows = std::min(4u, T - t0);
-        std::vector<float> run(rows * per_row, 7.0f);
-        device.launch_warp_fn(fafo::cuda::AttentionSplitOp<1>{op, run.data(), part_keys, n_parts, t0, rows},
-                              uint64_t{rows} * sh.n_head * n_parts, "attention");
-        EXPECT_EQ(std::memcmp(run.data(), one.data() + t0 * per_row, run.size() * sizeof(float)), 0) << "t0 " << t0;
-      }
-    }
-  }
+  for (const Shape sh : {Shape{8, 2, 64}, Shape{12, 3, 100}, Shape{6, 3, 33}})
+    for (const bool f16 : {false, true})
+      for (const int32_t window : {0, 150})
+        for (const uint32_t part_keys : {96u, 32u}) {
+          SCOPED_TRACE(std::to_string(sh.n_head) + "/" + std::to_string(sh.n_head_kv) + " x " + std::to_string(sh.head_dim) +
+                       (f16 ? " f16" : " f32") + " window " + std::to_string(window) + " part " + std::to_string(part_keys));
+          const uint32_t T = 11, n_past = 300, region = 70, kv_dim = sh.n_head_kv * sh.head_dim, q_stride = sh.n_head * sh.head_dim;
+          const uint32_t n_parts = (n_past + T + part_keys - 1) / part_keys;
+          std::vector<float> q(size_t{T} * q_stride);
+          for (float& v : q) v = value(rng);
+          const size_t entries = size_t{n_past + T} * kv_dim;
+          std::vector<float> kf(entries), vf(entries);
+          std::vector<uint16_t> kh(entries), vh(entries);
+          for (size_t i = 0; i < entries; ++i) {
+            kf[i] = value(rng), vf[i] = value(rng);
+            kh[i] = fafo::cuda::float_to_half_bits(kf[i]), vh[i] = fafo::cuda::float_to_half_bits(vf[i]);
+            if (f16) kf[i] = fafo::cuda::half_bits_to_float(kh[i]), vf[i] = fafo::cuda::half_bits_to_float(vh[i]);
+          }
+          std::vector<uint64_t> mask(T, 0);
+          std::vector<uint8_t> compressed(T, 0);
+          std::vector<int32_t> positions(T), region_positions(region);
+          for (uint32_t t = 0; t < T; ++t) {
+            compressed[t] = t % 3 == 1;
+            positions[t] = static_cast<int32_t>(n_past + t);
+            for (uint32_t j = 0; j <= t; ++j)
+              if (j == t || rng() % 2) mask[t] |= uint64_t{1} << j;
+          }
+          for (uint32_t k = 0; k < region; ++k) region_positions[k] = static_cast<int32_t>(k * 4);
+          std::vector<int32_t> order(n_past);
+          std::iota(order.begin(), order.end(), 0);
+          std::shuffle(order.begin(), order.end(), rng);
+          std::vector<float> out(size_t{T} * q_stride, 7.0f), scratch(size_t{T} * q_stride);
+          const fafo::cuda::AttentionOp op{q.data(), out.data(), scratch.data(),
+                                           f16 ? static_cast<const void*>(kh.data()) : kf.data(),
+                                           f16 ? static_cast<const void*>(vh.data()) : vf.data(),
+                                           mask.data(), compressed.data(), order.data(), T, n_past, sh.n_head, sh.n_head_kv,
+                                           sh.head_dim, kv_dim, q_stride, q_stride, 1, region, 0.125f, false, f16, 0.0f,
+                                           window > 0 ? positions.data() : nullptr,
+                                           window > 0 ? region_positions.data() : nullptr, window};
+          const uint32_t group = fafo::cuda::attention_group_for(sh.n_head, sh.n_head_kv);
+          EXPECT_EQ(group, sh.n_head / sh.n_head_kv);
+          const size_t per_row = size_t{sh.n_head} * n_parts * (sh.head_dim + 2);
+          const auto partials = [&](uint32_t g, uint32_t tile_rows, uint32_t t0, uint32_t rows) {
+            std::vector<float> p(rows * per_row, 7.0f);
+            const auto run = [&]<uint32_t Group>() {
+              const fafo::cuda::AttentionBlockOp<Group> block{op, p.data(), part_keys, n_parts, t0, rows, tile_rows};
+              device.launch_block_fn(block, block.blocks(), tile_rows,
+                                     fafo::cuda::AttentionBlockOp<Group>::shared_bytes(sh.head_dim, f16), "attention");
+            };
+            switch (g) {
+              case 4: run.template operator()<4>(); break;
+              case 3: run.template operator()<3>(); break;
+              case 2: run.template operator()<2>(); break;
+              default: run.template operator()<1>(); break;
+            }
+            return p;
+          };
+          const std::vector<float> one = partials(1, 1, 0, T);
+          EXPECT_NE(one[2], 7.0f);  // written
+          for (const uint32_t tile_rows : {1u, 3u, 8u})
+            for (const uint32_t g : {1u, group}) {
+              const std::vector<float> p = partials(g, tile_rows, 0, T);
+              EXPECT_EQ(std::memcmp(p.data(), one.data(), p.size() * sizeof(float)), 0) << tile_rows << " rows, group " << g;
+            }
+          // The rows in runs of 4 (t0 = 0, 4, 8; the backend's runs when partials would
+          // outgrow their budget): each run's partials are the same rows' of one launch.
+          for (uint32_t t0 = 0; t0 < T; t0 += 4) {
+            const uint32_t rows = std::min(4u, T - t0);
+            const std::vector<float> p = partials(group, rows, t0, rows);
+            EXPECT_EQ(std::memcmp(p.data(), one.data() + t0 * per_row, p.size() * sizeof(float)), 0) << "t0 " << t0;
+          }
+          std::vector<float> merged(out.size(), 7.0f);
+          device.launch(fafo::cuda::AttentionCombineOp{one.data(), merged.data(), sh.n_head, sh.head_dim, n_parts, q_stride, 0},
+                        uint64_t{T} * q_stride, "attention_combine");
+          device.launch(op, uint64_t{T} * sh.n_head, "attention");
+          float worst = 0.0f;
+          for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(merged[i] - out[i]));
+          EXPECT_LE(worst, 1e-5f);
+          EXPECT_NE(out[0], 7.0f);
+        }
 }
 
 // The backend with any kernel set (FAFO_CUDA_KERNELS) gives the same logits for a

@@ -56,6 +56,17 @@ struct HostBlock {
   }
   void sync() const {}
   uint8_t* shared() const { return memory; }
+  template <class F>
+  void each_warp(F&& f) const {
+    for (uint32_t w = 0; w < warps; ++w) {
+      HostWarp warp;
+      f(warp, w);
+    }
+  }
+  template <class F>
+  void collective(F&& f) const {
+    for (uint32_t t = 0; t < threads(); ++t) f(t);
+  }
   void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b, Vec<int32_t> c[4]) const {
     HostWarp warp;
     for (uint32_t w = 0; w < warps; ++w) {
@@ -109,6 +120,17 @@ struct DeviceBlock {
   }
   __device__ __forceinline__ void sync() const { __syncthreads(); }
   __device__ __forceinline__ uint8_t* shared() const { return memory_; }
+  template <class F>
+  __device__ __forceinline__ void each_warp(F&& f) const {
+    DeviceWarp warp{thread_ % kLanes};
+    f(warp, thread_ / kLanes);
+  }
+  template <class F>
+  __device__ __forceinline__ void collective(F&& f) const {
+    __syncthreads();
+    f(thread_);
+    __syncthreads();
+  }
   __device__ __forceinline__ void mma_s8(const Vec<uint32_t>& a0, const Vec<uint32_t>& a1, const Vec<uint32_t>& b,
                                          Vec<int32_t> c[4]) const {
     __syncwarp();  // the warp's lanes together again after a phase's branches

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "argmax_op.h"
+#include "attention_ops.h"
 #include "block_decode.h"
 #include "fafo/backend.h"
 #include "fafo/cuda_backend.h"
@@ -548,7 +549,7 @@ class OpsBackend final : public Backend, public StepAccess {
                      static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
                      static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16(),
                      s.softcap, positions_ + first, region_positions_ + region_at_[static_cast<size_t>(part)], s.window};
-      if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionSplitOp<1>::kDimsPerLane * kLanes))
+      if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionBlockOp<1>::kDimsPerLane * kLanes))
         split_attention(op);
       else
         launch(op, uint64_t{static_cast<uint32_t>(seg.size)} * static_cast<uint32_t>(s.n_head), "attention");
@@ -725,10 +726,12 @@ class OpsBackend final : public Backend, public StepAccess {
     device_->launch(op, n, name);
   }
   // The warp kernels' attention of one part (`op`: the plain kernel's arguments for its
-  // rows): the keys split into parts of part_keys = attention_part_keys(n_past), which
-  // depends on the part's n_past alone (not on T or the other rows: T-invariant), so a
-  // one-token step's keys go to up to kAttentionParts warps per head group whatever the
-  // largest step. The rows are taken in runs whose partials fit kPartialsBudget.
+  // rows; attention_ops.h): the keys split into parts of part_keys =
+  // attention_part_keys(n_past), which depends on the part's n_past alone (not on T or
+  // the other rows: T-invariant), so a one-token step's keys go to up to kAttentionParts
+  // blocks per head group whatever the largest step; a block's warps take up to
+  // kMaxBlockWarps rows, which share the keys and values it stages. The rows are taken in
+  // runs whose partials fit kPartialsBudget.
   void split_attention(const AttentionOp& op) {
     if (op.T == 0) return;
     const uint64_t per_part = uint64_t{op.head_dim} + 2;
@@ -740,10 +743,11 @@ class OpsBackend final : public Backend, public StepAccess {
     float* partials = split_partials_.template reserve<float>(*device_, static_cast<size_t>(run_rows * per_row));
     const uint32_t group = attention_group_for(op.n_head, op.n_head_kv);
     for (uint32_t t0 = 0; t0 < op.T; t0 += run_rows) {
-      const uint32_t rows = std::min(run_rows, op.T - t0);
+      const uint32_t rows = std::min(run_rows, op.T - t0), tile_rows = std::min(rows, kMaxBlockWarps);
       const auto run = [&]<uint32_t Group>() {
-        launch_warp_fn(AttentionSplitOp<Group>{op, partials, part_keys, static_cast<uint32_t>(n_parts), t0, rows},
-                       uint64_t{rows} * (op.n_head / Group) * n_parts, "attention");
+        const AttentionBlockOp<Group> block{op, partials, part_keys, static_cast<uint32_t>(n_parts), t0, rows, tile_rows};
+        launch_block_fn(block, block.blocks(), tile_rows, AttentionBlockOp<Group>::shared_bytes(op.head_dim, op.f16),
+                        "attention");
       };
       switch (group) {
         case 4: run.template operator()<4>(); break;
