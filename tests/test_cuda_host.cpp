@@ -239,7 +239,8 @@ TEST(CudaWarpOps, ProductsAndNormsGiveThePlainKernelsBits) {
 
 // The integer products' rounding of the activations (QuantizeRowsOp, 4 blocks a warp:
 // 10 blocks a row here, so a row has three warps, the last one partial):
-// each block of 32 is d = max |x| / 127 and q = round(x / d) (ties to even), with d
+// each block of 32 is d = max |x| RN(1 / 127) and q = the integer nearest to x / d
+// (ties to even; decided exactly in double here), with d
 // times the block's sum of q; a zero block is all 0 with d = 0, a block with a NaN or an infinity
 // gets an infinite d and q = 0; the rounding of a normalized row (gain given) is the
 // rounding of RmsNormWarpOp's values, bit for bit; each row alone.
@@ -277,11 +278,11 @@ TEST(CudaIntOps, RoundingGivesEachBlockOfThirtyTwoItsScaleQuantsAndSum) {
         finite = finite && std::isfinite(v[k]);
         amax = std::max(amax, std::fabs(v[k]));
       }
-      const float d = finite ? amax / 127.0f : std::numeric_limits<float>::infinity();
+      const float d = finite ? amax * (1.0f / 127.0f) : std::numeric_limits<float>::infinity();
       EXPECT_EQ(got.d[t * blocks + b], d);
       int32_t sum = 0;
       for (uint32_t k = 0; k < 32; ++k) {
-        const int32_t q = d > 0 && std::isfinite(d) ? static_cast<int32_t>(std::nearbyint(v[k] / d)) : 0;
+        const int32_t q = d > 0 && std::isfinite(d) ? static_cast<int32_t>(std::nearbyint(double{v[k]} / d)) : 0;
         EXPECT_EQ(got.q[t * cols + 32 * b + k], q) << k;
         EXPECT_LE(std::abs(q), 127);
         sum += q;
@@ -304,6 +305,36 @@ TEST(CudaIntOps, RoundingGivesEachBlockOfThirtyTwoItsScaleQuantsAndSum) {
   EXPECT_EQ(fused.q, apart.q);
   EXPECT_EQ(std::memcmp(fused.d.data(), apart.d.data(), fused.d.size() * sizeof(float)), 0);
   EXPECT_EQ(fused.s, apart.s);
+}
+
+// nearest_quotient (the rounding of the activations without a division) is the integer
+// nearest to x / d, ties to even, decided exactly (double holds x / d to well within the
+// distance of any float quotient from a half): exact halves (x = (n + 1/2) d, d with
+// few significant bits), the floats on either side of them, and random quotients, over
+// scales from 2^-100 to 2^100.
+TEST(CudaIntOps, NearestQuotientIsTheNearestIntegerTiesToEven) {
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int32_t> n_of(-127, 126), exponent(-100, 100), small(1, 255);
+  std::uniform_real_distribution<double> frac(-127.4, 127.4);
+  uint32_t ties = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const bool tie = i % 2 == 0;
+    const float d = tie ? std::ldexp(static_cast<float>(small(rng)), exponent(rng))
+                        : std::ldexp(1.0f + static_cast<float>(rng() % 8388608) / 8388608.0f, exponent(rng));
+    float x = tie ? static_cast<float>((n_of(rng) + 0.5) * d) : static_cast<float>(frac(rng) * d);
+    if (tie) {
+      const int side = static_cast<int>(rng() % 3);  // the half itself, or a float beside it
+      if (side == 1) x = std::nextafter(x, 0.0f);
+      if (side == 2) x = std::nextafter(x, x < 0 ? -INFINITY : INFINITY);
+      ties += side == 0;
+    }
+    const double q = std::nearbyint(static_cast<double>(x) / static_cast<double>(d));
+    ASSERT_EQ(fafo::cuda::nearest_quotient(x, d), static_cast<int32_t>(q)) << x << " / " << d;
+  }
+  EXPECT_GT(ties, 30000u);
+  EXPECT_EQ(fafo::cuda::nearest_quotient(2.5f, 1.0f), 2);
+  EXPECT_EQ(fafo::cuda::nearest_quotient(-3.5f, 1.0f), -4);
+  EXPECT_EQ(fafo::cuda::nearest_quotient(127.0f, 1.0f), 127);
 }
 
 // The integer products of Q4_K, Q5_K, Q6_K and Q8_0 rows (fafo's quantizers on random

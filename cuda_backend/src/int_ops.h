@@ -2,7 +2,8 @@
 // Q5_K, Q6_K and Q8_0 (has_int_product), for every step size, as llama.cpp's CUDA
 // backend multiplies them:
 //   1. QuantizeRowsOp rounds each activation row to 8 bits per block of 32 values
-//      (d = max |x| / 127, q = round(x / d), and d times the block's sum of q), after the
+//      (d = max |x| RN(1 / 127), q = the integer nearest to x / d, and d times the
+//      block's sum of q: no division, so every device rounds alike), after the
 //      RMSNorm when one is fused (the bits of RmsNormWarpOp's values);
 //   2. IntMatmulWarpOp: a warp per weight row and tile of up to 8 tokens; the row is cut
 //      into units (IntUnit: a Q8_0 block, a Q6_K run of 32 values, a pair of Q4_K/Q5_K
@@ -134,19 +135,27 @@ FAFO_HD void load_words32_a2(const uint8_t* p, uint32_t out[8]) {
 // Each byte b (0..63) of w as the signed byte b - 32 (no borrow crosses bytes).
 FAFO_HD uint32_t bytes_minus_32(uint32_t w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
 
-FAFO_HD float div_rn(float a, float b) {
+// RN(1 / 127): a block's scale is its largest magnitude times this (one rounding,
+// the same on every device: Vulkan's division is not correctly rounded, its product is).
+constexpr float kInv127 = 1.0f / 127.0f;
+
+// The integer nearest to x / d (ties to even) for d > 0 finite and |x / d| < 2^22,
+// without a division: an estimate within one of it (x times an approximate reciprocal,
+// rounded), then the sign of x - (e +- 1/2) d, each exact in one fused multiply-add
+// (rounding keeps a sign and gives 0 only for 0 where d >= 2^-125, the difference then
+// being a multiple of the smallest subnormal), moves it to the nearest integer; at an exact half, to the even one. Every
+// device with a fused multiply-add gets these bits (shaders/quantize.comp is its twin).
+FAFO_HD int32_t nearest_quotient(float x, float d) {
 #if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
+  const float e = rintf(x * __frcp_rn(d));
 #else
-  return a / b;
+  const float e = std::nearbyint(x * (1.0f / d));
 #endif
-}
-FAFO_HD int32_t round_to_int(float v) {
-#if defined(__CUDA_ARCH__)
-  return __float2int_rn(v);
-#else
-  return static_cast<int32_t>(std::nearbyint(v));  // ties to even, as __float2int_rn
-#endif
+  const int32_t n = static_cast<int32_t>(e);
+  const float above = fma_rn(-(e + 0.5f), d, x), below = fma_rn(-(e - 0.5f), d, x);
+  if (above > 0.0f || (above == 0.0f && (n & 1) != 0)) return n + 1;
+  if (below < 0.0f || (below == 0.0f && (n & 1) != 0)) return n - 1;
+  return n;
 }
 FAFO_HD float int_to_float(int32_t v) {
 #if defined(__CUDA_ARCH__)
@@ -163,8 +172,8 @@ FAFO_HD float int_to_float(int32_t v) {
 // RmsNormWarpOp, when given (each warp computes its row's norm scale itself: the same
 // lane sums and tree, so the same bits, and no step waits on a per-row pass): block b's
 // 32 values one per lane; the block's largest magnitude (NaN counted as infinite) by the
-// warp's max; d = max / 127 (IEEE division); q = round(x / d) (ties to even), 0 where d
-// is 0 or not finite; d times the block's sum of q. Every block on its own: a value's bits
+// warp's max; d = max RN(1 / 127) (kInv127); q = the integer nearest to x / d (ties to
+// even; nearest_quotient), 0 where d is 0 or not finite; d times the block's sum of q. Every block on its own: a value's bits
 // depend on its row and block alone, whatever the number of warps.
 struct QuantizeRowsOp {
   static constexpr uint32_t kBlocksPerWarp = 4;
@@ -203,11 +212,11 @@ struct QuantizeRowsOp {
         v[lane] = value;
         magnitude[lane] = m == m ? m : bits_to_float(0x7f800000u);
       });
-      const float d = div_rn(warp.max(magnitude), 127.0f);
+      const float d = mul_rn(warp.max(magnitude), kInv127);
       const bool usable = d > 0.0f && d < bits_to_float(0x7f800000u);
       typename W::template Vec<int32_t> qv;
       warp.each([&](uint32_t lane) {
-        int32_t r = usable ? round_to_int(div_rn(v[lane], d)) : 0;
+        int32_t r = usable ? nearest_quotient(v[lane], d) : 0;
         r = r > 127 ? 127 : (r < -127 ? -127 : r);
         qv[lane] = r;
         q[kQ8Block * b + lane] = static_cast<int8_t>(r);
