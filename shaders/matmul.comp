@@ -67,6 +67,15 @@
 // over the workgroup's invocations, meeting in shared memory; whole rows (no barriers on
 // CPU devices) compute them all in every invocation.
 //
+// Integer products (-DINT8=1, Q8_0, Q6_K, Q4_K and Q5_K; both mappings, every tile,
+// gated; no NORM): x (binding 0) holds the activations rounded to 8 bits
+// (shaders/quantize.comp; x_stride in words), a lane takes the row's integer units
+// (shaders/int_units.glsl) u = lane, lane + 32, ... instead of 16-value chunks, adds
+// each unit's value by int_units.glsl's expression, and the 32 lane sums meet by the
+// same tree: the CUDA backend's IntMatmulWarpOp in the same order, so the same bits.
+// Whole rows take tiles of 1 and 8 tokens here (runtime/CMakeLists.txt: the 32-token
+// integer variant computed zeros on lavapipe from 15 tokens on).
+//
 // Rows past `rows` in the last workgroup are computed from a clamped row and never
 // written; workgroups stride over row blocks (x) and token tiles (y), so any size fits
 // the device's workgroup-count limit.
@@ -95,6 +104,12 @@
 #ifndef NORM
 #define NORM 0
 #endif
+#ifndef INT8
+#define INT8 0
+#endif
+#if INT8 && NORM
+#error "integer products take rounded activations: the norm goes before the rounding"
+#endif
 // Output rows per invocation (whole rows): a gated invocation sums OUT_ROWS gate rows
 // and the OUT_ROWS matching up rows.
 #if GATED
@@ -112,7 +127,11 @@
 
 layout(local_size_x = WG_SIZE) in;
 
+#if INT8
+layout(std430, binding = 0) readonly buffer InX { uint xq[]; };
+#else
 layout(std430, binding = 0) readonly buffer InX { float x[]; };
+#endif
 layout(std430, binding = 1) readonly buffer InW { uint w_words[]; };
 layout(std430, binding = 2) buffer Out { float y[]; };
 #if NORM
@@ -143,7 +162,20 @@ void store_out(uint i, float sum) {
 }
 
 #include "dequant.glsl"
+#if INT8
+#include "int_units.glsl"
+
+// Token row xrow's rounded activations for unit u: the blocks' scales and d sums.
+void iu_x_scales(uint xrow, uint u, out float xd[IU_BLOCKS], out float xs[IU_BLOCKS]) {
+  const uint blocks = p.cols / 32u;
+  [[unroll]] for (uint b = 0u; b < IU_BLOCKS; ++b) {
+    xd[b] = uintBitsToFloat(xq[xrow + p.cols / 4u + u * IU_BLOCKS + b]);
+    xs[b] = uintBitsToFloat(xq[xrow + p.cols / 4u + blocks + u * IU_BLOCKS + b]);
+  }
+}
+#else
 #include "rms_tree.glsl"
+#endif
 
 #if NORM && WHOLE_ROWS
 // The RMSNorm scales of the tile's tokens (rms_tree.glsl), each invocation computing all
@@ -221,6 +253,23 @@ void main() {
         [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
           [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) acc[r][t] = 0.0;
         }
+#if INT8
+        for (uint u = lane; u < p.cols / IU_VALUES; u += LANES) {
+          uint wd[WHOLE_ROWS][IU_WORDS];
+          IuScales sc[WHOLE_ROWS];
+          [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) iu_load(row_off[r], u, wd[r], sc[r]);
+          [[unroll]] for (uint t = 0u; t < TILE_T; ++t) if (t < n_active) {
+            const uint xrow = (t0 + t) * p.x_stride;
+            float xd[IU_BLOCKS], xs[IU_BLOCKS];
+            iu_x_scales(xrow, u, xd, xs);
+            [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) {
+              int sums[IU_SUMS];
+              iu_sums(wd[r], xrow + u * IU_WORDS, sums);
+              acc[r][t] = iu_add_to(acc[r][t], sc[r], sums, xd, xs);
+            }
+          }
+        }
+#else
         for (uint chunk = lane; chunk < full_chunks; chunk += LANES) {
           float w[WHOLE_ROWS][16];
           [[unroll]] for (uint r = 0u; r < WHOLE_ROWS; ++r) dq_row_chunk(row_off[r], chunk, w[r]);
@@ -232,6 +281,7 @@ void main() {
             }
           }
         }
+#endif
 #if DQ_PLAIN_FLOAT
         if (tail != 0u && lane == full_chunks % LANES) {
           const uint c0 = full_chunks * 16u;
@@ -383,6 +433,32 @@ void main() {
         [[unroll]] for (uint t = 0u; t < TILE_T; ++t) acc[h][t] = 0.0;
       }
 
+#if INT8
+      for (uint u = lane; u < p.cols / IU_VALUES; u += LANES) {
+        uint wd[IU_WORDS];
+        IuScales sc;
+        iu_load(row_off, u, wd, sc);
+#if GATED
+        uint wdu[IU_WORDS];
+        IuScales scu;
+        iu_load(up_off, u, wdu, scu);
+#endif
+        [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
+          if (t < n_active) {
+            const uint xrow = (t0 + t) * p.x_stride;
+            float xd[IU_BLOCKS], xs[IU_BLOCKS];
+            iu_x_scales(xrow, u, xd, xs);
+            int sums[IU_SUMS];
+            iu_sums(wd, xrow + u * IU_WORDS, sums);
+            acc[0][t] = iu_add_to(acc[0][t], sc, sums, xd, xs);
+#if GATED
+            iu_sums(wdu, xrow + u * IU_WORDS, sums);
+            acc[1][t] = iu_add_to(acc[1][t], scu, sums, xd, xs);
+#endif
+          }
+        }
+      }
+#else
       for (uint chunk = lane; chunk < full_chunks; chunk += LANES) {
         float w[16];
         dq_row_chunk(row_off, chunk, w);
@@ -403,6 +479,7 @@ void main() {
           }
         }
       }
+#endif
 #if DQ_PLAIN_FLOAT
       // The last, partial chunk: the last chunk of its lane too, so the order holds.
       if (tail != 0u && lane == full_chunks % LANES) {

@@ -38,6 +38,9 @@
 #include "fafo/backend_registry.h"
 #include "fafo/cuda_backend.h"
 #include "fafo/top_k.h"
+#if FAFO_HAVE_VULKAN
+#include "backend/vulkan/vulkan_backend.h"
+#endif
 
 using namespace fafo;
 using namespace fafo::test;
@@ -824,18 +827,31 @@ struct Target {
   std::string label() const { return backend + "_" + std::to_string(device); }
 };
 
-// Every backend and device of the registry, and the CUDA backend's code with its kernels
-// run on the host ("cuda_emulated": the CUDA backend's step logic, where no GPU exists).
+// Every backend and device of the registry, each Vulkan device also with its integer
+// products on ("vulkan_int8": the default on GPUs, off on CPU devices such as lavapipe),
+// and the CUDA backend's code with its kernels run on the host ("cuda_emulated": the
+// CUDA backend's step logic, where no GPU exists).
 std::vector<Target> all_targets() {
   std::vector<Target> out;
   for (const BackendInfo& b : backend_registry())
-    for (const BackendDevice& d : b.devices()) out.push_back({b.name, d.index, d.name});
+    for (const BackendDevice& d : b.devices()) {
+      out.push_back({b.name, d.index, d.name});
+      if (b.name == "vulkan") out.push_back({"vulkan_int8", d.index, d.name});
+    }
   out.push_back({"cuda_emulated", 0, "host"});
   return out;
 }
 
 std::unique_ptr<Backend> make_target(const Target& t) {
   if (t.backend == "cuda_emulated") return cuda::make_emulated_backend();
+#if FAFO_HAVE_VULKAN
+  if (t.backend == "vulkan_int8") {
+    vulkan::VulkanBackendOptions options;
+    options.device = std::to_string(t.device);
+    options.int8_products = true;
+    return vulkan::make_backend(options);
+  }
+#endif
   return make_backend(BackendSpec{t.backend, std::to_string(t.device), 2});
 }
 
@@ -1049,10 +1065,11 @@ INSTANTIATE_TEST_SUITE_P(EveryBackendAndDevice, BackendOps, ::testing::ValuesIn(
 // sums. Ops that call exp, sin/cos, sqrt or a division may differ in the last bits (the
 // drivers' versions of those are not CUDA's): the pair check reports their largest
 // difference and does not fail on them. Nor does it on products with block-quantized
-// weights where a backend rounds their activations to 8 bits, or with F16 weights where
-// one rounds them to halves (the CUDA backend's integer and tensor-core products: the
-// GPU run compares the pair with FAFO_CUDA_KERNELS=warp too, where CUDA multiplies in
-// floats like Vulkan).
+// weights where one backend rounds their activations to 8 bits and the other does not
+// (where both do, the CUDA backend's and Vulkan's integer products, they share their
+// arithmetic and must match), or with F16 weights where one rounds them to halves (the
+// CUDA backend's tensor-core products: the GPU run compares the pair with
+// FAFO_CUDA_KERNELS=warp too, where CUDA multiplies in floats).
 
 // The ops whose results must be bit-identical across the pair ("gather" is not: its case
 // normalizes the gathered rows, and the backends' RMSNorms sum the squares in different
@@ -1074,7 +1091,7 @@ struct PairReport {
 PairReport compare_pair(OpEnv& a, OpEnv& b, const std::string& label) {
   PairReport report;
   const bool mla = a.be().runs_latent_attention() && b.be().runs_latent_attention();
-  const bool rounds = a.be().numerics().rounded_matmul_tolerance > 0 || b.be().numerics().rounded_matmul_tolerance > 0;
+  const bool rounds = (a.be().numerics().rounded_matmul_tolerance > 0) != (b.be().numerics().rounded_matmul_tolerance > 0);
   const bool halves = a.be().numerics().half_matmul_tolerance > 0 || b.be().numerics().half_matmul_tolerance > 0;
   const bool bf16s = a.be().numerics().bf16_matmul_tolerance > 0 || b.be().numerics().bf16_matmul_tolerance > 0;
   for (const OpCase& c : op_table()) {

@@ -1314,6 +1314,135 @@ TEST_F(VulkanOrder, RowDotGivesTheVulkanMatmulBitsForEveryFormat) {
   }
 }
 
+// The Vulkan integer products (Kernels::quantize_rows, WeightKernels::matmul with
+// MatmulVariant::int8) are the CUDA backend's: the rounded activations bit for bit
+// (exact halves x = (n + 1/2) d and their neighbours included: d = 1 for a block whose
+// largest magnitude is 127; a zero block), and each product int_row_dot's order, with
+// the device's multiply-add fused or rounded (the same one throughout), for every
+// mapping (split rows portable and with subgroups where the device has them, whole
+// rows) and step sizes across tiles (1, 3, 9, 33); the gated form is the plain
+// products' SwiGLU (Kernels::swiglu) and an accumulating one adds the product. Rows of
+// 80 units (Q8_0, Q6_K) or 40 (Q4_K, Q5_K): lanes of one and of two units.
+TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
+  using fafo::vulkan::MatmulMapping;
+  using fafo::vulkan::MatmulReduction;
+  fafo::vulkan::Kernels kernels(*context_);
+  fafo::cuda::HostDevice device;
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  const uint32_t cols = 2560, rows = 6, words = fafo::vulkan::Kernels::q8_row_words(cols), blocks = cols / 32;
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    SCOPED_TRACE(name_of(type));
+    ASSERT_TRUE(fafo::vulkan::WeightKernels::has_int8(type));
+    std::vector<uint8_t> bytes = test_rows(type, rows, cols, 21);  // 2 x rows: gate, then up
+    const size_t row_bytes = fafo::tensor_row_bytes(type, cols);
+    bytes.resize(fafo::vulkan::WeightKernels::weight_bytes(type, 2 * rows, cols), 0);  // gated: 2 x rows
+    const Buffer bw = upload(*context_, bytes.data(), bytes.size());
+    for (const uint32_t T : {1u, 3u, 8u, 9u, 15u, 33u}) {
+      SCOPED_TRACE("T " + std::to_string(T));
+      std::vector<float> x(size_t{T} * cols);
+      for (float& v : x) v = value(rng);
+      const float halves[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 126.5f, 1.5f, -2.5f};
+      for (uint32_t k = 0; k < 8; ++k) {
+        x[k] = halves[k];
+        x[8 + k] = k == 0 ? -127.0f : std::nextafter(halves[k], 0.0f);
+        x[16 + k] = std::nextafter(halves[k], halves[k] < 0 ? -200.0f : 200.0f);
+      }
+      if (T > 1)
+        for (uint32_t k = 0; k < 32; ++k) x[cols + 64 + k] = 0.0f;  // row 1, block 2
+      // The rounding: the Vulkan kernel's words against QuantizeRowsOp's q, d and d sum.
+      const Buffer bx = upload(*context_, x.data(), x.size() * sizeof(float));
+      const Buffer bq(*context_, size_t{T} * words * 4);
+      {
+        CommandSequence seq(*context_);
+        kernels.quantize_rows(seq, bx, bq, T, cols, cols);
+        seq.submit_and_wait();
+      }
+      std::vector<uint32_t> q8(size_t{T} * words);
+      bq.download(q8.data(), q8.size() * 4);
+      std::vector<int8_t> cq(size_t{T} * cols);
+      std::vector<float> cd(size_t{T} * blocks), cs(size_t{T} * blocks);
+      const fafo::cuda::Q8Rows rounded{cq.data(), cd.data(), cs.data(), cols};
+      device.launch_warp_fn(fafo::cuda::QuantizeRowsOp{x.data(), cols, nullptr, 0.0f, rounded},
+                            fafo::cuda::QuantizeRowsOp::warps(T, cols), "quantize");
+      for (uint32_t t = 0; t < T; ++t) {
+        const uint32_t* row = q8.data() + size_t{t} * words;
+        ASSERT_EQ(std::memcmp(row, cq.data() + size_t{t} * cols, cols), 0) << "q of row " << t;
+        ASSERT_EQ(std::memcmp(row + cols / 4, cd.data() + size_t{t} * blocks, blocks * 4), 0) << "d of row " << t;
+        ASSERT_EQ(std::memcmp(row + cols / 4 + blocks, cs.data() + size_t{t} * blocks, blocks * 4), 0) << "sums of row " << t;
+      }
+      EXPECT_EQ(cd[0], 1.0f);
+      EXPECT_EQ(cq[1], 2);  // 2.5: to even
+      EXPECT_EQ(cq[2], -4);
+      EXPECT_EQ(cq[9], 2);  // just below 2.5
+      EXPECT_EQ(cq[17], 3);  // just above
+      EXPECT_EQ(cq[10], -3);
+      EXPECT_EQ(cq[18], -4);
+      // The products, each mapping.
+      std::vector<std::pair<MatmulMapping, MatmulReduction>> mappings = {{MatmulMapping::WholeRows, MatmulReduction::Auto},
+                                                                        {MatmulMapping::SplitRows, MatmulReduction::Portable}};
+      if (kernels_->has_subgroup_variant(1)) mappings.push_back({MatmulMapping::SplitRows, MatmulReduction::Subgroup});
+      for (const auto& [mapping, reduction] : mappings) {
+        SCOPED_TRACE(mapping == MatmulMapping::WholeRows ? "whole rows" : reduction == MatmulReduction::Subgroup ? "subgroups" : "split rows");
+        fafo::vulkan::MatmulVariant variant;
+        variant.mapping = mapping;
+        variant.reduction = reduction;
+        variant.int8 = true;
+        const fafo::vulkan::MatmulShape shape{T, rows, cols, words, rows, 0};
+        const Buffer out(*context_, size_t{T} * rows * 4), up(*context_, size_t{T} * rows * 4),
+            gated(*context_, size_t{T} * rows * 4), silu(*context_, size_t{T} * rows * 4);
+        std::vector<float> base(size_t{T} * rows);
+        for (float& v : base) v = value(rng);
+        const Buffer sum = upload(*context_, base.data(), base.size() * 4);
+        {
+          CommandSequence seq(*context_);
+          kernels_->matmul(seq, type, bw, bq, out, shape, variant);
+          fafo::vulkan::MatmulShape add = shape;
+          add.accumulate = true;
+          kernels_->matmul(seq, type, bw, bq, sum, add, variant);
+          seq.submit_and_wait();
+        }
+        {
+          // The up projection's rows (rows .. 2 rows - 1 of the weight) alone, then the gated product.
+          const Buffer bu = upload(*context_, bytes.data() + rows * row_bytes, bytes.size() - rows * row_bytes);
+          CommandSequence seq(*context_);
+          kernels_->matmul(seq, type, bu, bq, up, shape, variant);
+          kernels_->matmul_gated(seq, type, bw, bq, gated, shape, variant);
+          kernels.swiglu(seq, out, up, silu, T * rows);
+          seq.submit_and_wait();
+        }
+        std::vector<float> got(size_t{T} * rows), with_sum(got.size()), got_gated(got.size()), want_gated(got.size());
+        out.download(got.data(), got.size() * 4);
+        sum.download(with_sum.data(), with_sum.size() * 4);
+        gated.download(got_gated.data(), got_gated.size() * 4);
+        silu.download(want_gated.data(), want_gated.size() * 4);
+        int fused = 0, twice = 0;
+        for (uint32_t t = 0; t < T; ++t)
+          for (uint32_t r = 0; r < rows; ++r) {
+            float with_fma = 0, without = 0;
+            fafo::cuda::with_format(static_cast<uint32_t>(type), [&]<Format F>() {
+              if constexpr (fafo::cuda::has_int_product<F>) {
+                using fafo::cuda::MulAdd;
+                with_fma = fafo::cuda::int_row_dot<F, MulAdd::Fused>(bytes.data() + r * row_bytes, rounded, t);
+                without = fafo::cuda::int_row_dot<F, MulAdd::Rounded>(bytes.data() + r * row_bytes, rounded, t);
+              }
+            });
+            const size_t i = size_t{t} * rows + r;
+            const uint32_t g = std::bit_cast<uint32_t>(got[i]);
+            fused += g == std::bit_cast<uint32_t>(with_fma);
+            twice += g == std::bit_cast<uint32_t>(without);
+            ASSERT_TRUE(g == std::bit_cast<uint32_t>(with_fma) || g == std::bit_cast<uint32_t>(without))
+                << "token " << t << " row " << r << ": " << got[i] << " vs " << with_fma << " (fused) or " << without;
+            ASSERT_EQ(std::bit_cast<uint32_t>(with_sum[i]), std::bit_cast<uint32_t>(base[i] + got[i])) << i;
+            ASSERT_EQ(std::bit_cast<uint32_t>(got_gated[i]), std::bit_cast<uint32_t>(want_gated[i])) << i;
+          }
+        EXPECT_TRUE(fused == static_cast<int>(T * rows) || twice == static_cast<int>(T * rows))
+            << fused << " outputs match the fused order, " << twice << " the rounded one";
+      }
+    }
+  }
+}
+
 TEST_F(VulkanOrder, RmsNormGivesTheVulkanKernelsBits) {
   fafo::vulkan::Kernels kernels(*context_);
   std::mt19937 rng(6);

@@ -573,6 +573,44 @@ TEST_F(VulkanBackend, EveryStrategyEqualsArOnVulkan) {
   for (const std::string policy : {"stream", "quest", "snapkv", "chunks"}) EXPECT_EQ(run(Strategy::Fafo, policy), ar) << policy;
 }
 
+// With integer products (on by default on GPUs; forced here on lavapipe) every strategy
+// still gives plain decoding's ids, on a Q4_K_M model (Q4_K and Q6_K weights, fused and
+// separate projections, the gate with the up projection) and a Q8_0 one, whose products
+// are then those of rounded activations (the description says so).
+TEST_F(VulkanBackend, IntegerProductsKeepEveryStrategyEqualToAr) {
+  for (const std::string type : {"Q4_K_M", "Q8_0"}) {
+    SCOPED_TRACE(type);
+    synth::SyntheticConfig c;
+    c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
+    c.weight_type = type;
+    c.seed = 5;
+    const std::string path = (test::temp_dir("vk-int8-" + type) / "m.gguf").string();
+    synth::write_synthetic_model(c, path);
+    vulkan::VulkanBackendOptions options;
+    options.validation = true;
+    options.validation_log = log_;
+    options.int8_products = true;
+    Loaded m = load(path, vulkan::make_backend(options), 256);
+    EXPECT_NE(m.model->backend().description().find("integer products"), std::string::npos);
+    EXPECT_GT(m.model->backend().numerics().rounded_matmul_tolerance, 0.0);
+    const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 45, 99, 7};
+    auto run = [&](Strategy s, const std::string& policy) {
+      GenerationOptions o;
+      o.n_predict = 40;
+      o.sampling.temperature = 0;
+      o.decoding.strategy = s;
+      o.kv.name = policy;
+      o.kv.budget = 12;
+      return generate(*m.model, *m.tokenizer, prompt, o).ids;
+    };
+    const auto ar = run(Strategy::Ar, "stream");
+    ASSERT_EQ(ar.size(), 40u);
+    EXPECT_EQ(run(Strategy::Jacobi, "stream"), ar);
+    EXPECT_EQ(run(Strategy::Lookahead, "stream"), ar);
+    for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(run(Strategy::Fafo, policy), ar) << policy;
+  }
+}
+
 // The kernels of the steps profiled from now until the next call, by name.
 std::map<std::string, uint64_t> calls_per_kernel(Backend& be) {
   std::map<std::string, uint64_t> calls;

@@ -525,7 +525,7 @@ def step_conformance(r: Run) -> tuple[str, str]:
         groups.append(("cuda, graphs", "EveryBackendAndDevice/*/cuda_?"))  # FAFO_CUDA_GRAPHS=1
     if r.devices("vulkan") and r.devices("cuda"):
         groups.append(("cuda against vulkan", "BackendPairs.CudaAndVulkan*"))
-        groups.append(("cuda against vulkan, warp kernels", "BackendPairs.CudaAndVulkan*"))  # float products too
+        groups.append(("cuda against vulkan, warp kernels", "BackendPairs.CudaAndVulkan*"))  # float products on both
     groups.append(("cpu and reference", "EveryBackendAndDevice/*/cpu_*:EveryBackendAndDevice/*/reference_*"))
     texts, failed, summary, cut = [], [], [], False
     table: dict[tuple[str, str], dict] = {}
@@ -536,6 +536,8 @@ def step_conformance(r: Run) -> tuple[str, str]:
             continue
         kernels = "plain" if "plain kernels" in name else "warp" if "warp kernels" in name else None
         env = dict(r.env, FAFO_CUDA_KERNELS=kernels) if kernels else None
+        if name == "cuda against vulkan, warp kernels":
+            env = dict(r.env, FAFO_CUDA_KERNELS="warp", FAFO_VULKAN_INT8="0")  # float products on both
         if name == "cuda, graphs":
             env, kernels = dict(r.env, FAFO_CUDA_GRAPHS="1"), "graphs, fast"
         code, text = r.run([str(r.bin / "test_backend_ops"), "--gtest_color=no", f"--gtest_filter={pattern}"], r.left(),
@@ -725,6 +727,10 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
             # kernels with each step a CUDA graph (FAFO_CUDA_GRAPHS=1), and the wide steps' integer
             # products with blocks of 16 and 32 tokens (FAFO_CUDA_WIDE_TOKENS; 64 by default).
             parts[1:1] = ["warp t(T)", "graphs t(T)", "wide16 t(T)", "wide32 t(T)"]
+        elif backend == "vulkan":
+            # Side by side: float products for every format (FAFO_VULKAN_INT8=0; the default on
+            # GPUs is integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights).
+            parts[1:1] = ["float t(T)"]
         if profile:
             parts = ["profile"]
         costs: dict[int, float] = {}  # T -> seconds per step, from the small curve
@@ -734,14 +740,15 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 lines.append(f"- {label} {name}: skipped (budget)")
                 status = "timed out"
                 continue
-            share = r.left() * {"t(T) small": 0.4, "warp t(T)": 0.2, "graphs t(T)": 0.2, "wide16 t(T)": 0.2, "wide32 t(T)": 0.2, "tg": 0.45,
+            share = r.left() * {"t(T) small": 0.4, "warp t(T)": 0.2, "graphs t(T)": 0.2, "wide16 t(T)": 0.2, "wide32 t(T)": 0.2,
+                             "float t(T)": 0.2, "tg": 0.45,
                              "t(T) large": 0.6}.get(name, 1.0)
             if name == "profile":
                 extra = ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
                          "--profile-tokens", "8" if r.quick else "64"]
             elif name == "t(T) small":
                 extra = ["--pp", "0", "--tg", "0", "--curve", ",".join(map(str, small)), "-r", "1"]
-            elif name in ("warp t(T)", "graphs t(T)"):
+            elif name in ("warp t(T)", "graphs t(T)", "float t(T)"):
                 extra = ["--pp", "0", "--tg", "0", "--curve", "1,8", "-r", "1"]
             elif name in ("wide16 t(T)", "wide32 t(T)"):
                 extra = ["--pp", "0", "--tg", "0", "--curve", "16,64" if kind == "Q4_K_M" else "16", "-r", "1"]
@@ -786,9 +793,11 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 extra = ["--pp", str(n), "--tg", "0", "--curve", "", "-r", str(k)]
             t0 = time.monotonic()
             kernel_set = {"warp t(T)": "warp", "graphs t(T)": "graphs", "wide16 t(T)": "wide16",
-                          "wide32 t(T)": "wide32"}.get(name)
+                          "wide32 t(T)": "wide32", "float t(T)": "float"}.get(name)
             env = None
-            if kernel_set == "graphs":
+            if kernel_set == "float":
+                env = dict(r.env, FAFO_VULKAN_INT8="0")
+            elif kernel_set == "graphs":
                 env = dict(r.env, FAFO_CUDA_GRAPHS="1")
             elif kernel_set in ("wide16", "wide32"):
                 env = dict(r.env, FAFO_CUDA_WIDE_TOKENS=kernel_set[4:])

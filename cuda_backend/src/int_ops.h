@@ -290,9 +290,9 @@ struct IntUnit<Format::Q8_0> {
   static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) { return load_word2(row + 34ull * u + 2 + 4 * k); }
   static FAFO_HD void words(const uint8_t* row, uint32_t u, uint32_t out[kValues / 4]) { load_words32_a2(row + 34ull * u + 2, out); }
   static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) { return Scales{half_bits_to_float(read_u16(row + 34ull * u))}; }
-  template <class X>
+  template <MulAdd M = MulAdd::Fused, class X>
   static FAFO_HD float add_to(float acc, const Scales& w, const int32_t sums[kSums], const X& x) {
-    return fma_rn(mul_rn(w.d, x.d[0]), int_to_float(sums[0]), acc);
+    return mul_add<M>(mul_rn(w.d, x.d[0]), int_to_float(sums[0]), acc);
   }
 };
 
@@ -329,9 +329,9 @@ struct IntUnit<Format::Q6_K> {
     return Scales{half_bits_to_float(read_u16(b + 208)), static_cast<int8_t>(b[192 + 8 * h + 2 * k4]),
                   static_cast<int8_t>(b[192 + 8 * h + 2 * k4 + 1])};
   }
-  template <class X>
+  template <MulAdd M = MulAdd::Fused, class X>
   static FAFO_HD float add_to(float acc, const Scales& w, const int32_t sums[kSums], const X& x) {
-    return fma_rn(mul_rn(w.d, x.d[0]), int_to_float(w.sc_a * sums[0] + w.sc_b * sums[1]), acc);
+    return mul_add<M>(mul_rn(w.d, x.d[0]), int_to_float(w.sc_a * sums[0] + w.sc_b * sums[1]), acc);
   }
 };
 
@@ -390,12 +390,12 @@ struct IntUnitQ45 {
     }
     return w;
   }
-  template <class X>
+  template <MulAdd M = MulAdd::Fused, class X>
   static FAFO_HD float add_to(float acc, const Scales& w, const int32_t sums[kSums], const X& x) {
     FAFO_UNROLL
     for (uint32_t j = 0; j < 2; ++j) {
-      acc = fma_rn(x.d[j], mul_rn(w.dsc[j], int_to_float(sums[j])), acc);
-      acc = fma_rn(-w.dm[j], x.s[j], acc);
+      acc = mul_add<M>(x.d[j], mul_rn(w.dsc[j], int_to_float(sums[j])), acc);
+      acc = mul_add<M>(-w.dm[j], x.s[j], acc);
     }
     return acc;
   }
@@ -417,6 +417,7 @@ struct LoadedUnit {
     Unit::words(row, u, w);
   }
   // acc with this unit's value for the token of run x added (IntUnit::add_to).
+  template <MulAdd M = MulAdd::Fused>
   FAFO_HD float add_to(float acc, const Q8Run& x) const {
     int32_t sums[Unit::kSums];
     for (uint32_t i = 0; i < Unit::kSums; ++i) {
@@ -424,13 +425,15 @@ struct LoadedUnit {
       for (uint32_t k = i * Unit::kWordsPerSum; k < (i + 1) * Unit::kWordsPerSum; ++k) s = dot4(w[k], load_word4(x.q + 4 * k), s);
       sums[i] = s;
     }
-    return Unit::add_to(acc, scales, sums, x);
+    return Unit::template add_to<M>(acc, scales, sums, x);
   }
 };
 
 // W[r] . x[t] from rounded activations, in the order of the file comment: lane l's units
 // l, l + 32, ... in order, then the tree (what IntMatmulWarpOp computes; tests compare).
-template <Format F>
+// MulAdd::Rounded: each multiply-add rounded twice, as a Vulkan device without fused
+// ones (lavapipe) computes shaders/int_units.glsl's expression.
+template <Format F, MulAdd M = MulAdd::Fused>
 FAFO_HD float int_row_dot(const uint8_t* row, const Q8Rows& x, uint32_t t) {
   float s[kLanes];
   const uint32_t units = x.cols / IntUnit<F>::kValues;
@@ -439,7 +442,7 @@ FAFO_HD float int_row_dot(const uint8_t* row, const Q8Rows& x, uint32_t t) {
     for (uint32_t u = lane; u < units; u += kLanes) {
       LoadedUnit<F> unit;
       unit.load(row, u);
-      s[lane] = unit.add_to(s[lane], q8_run(x, t, IntUnit<F>::kValues * u));
+      s[lane] = unit.template add_to<M>(s[lane], q8_run(x, t, IntUnit<F>::kValues * u));
     }
   }
   return tree32(s);

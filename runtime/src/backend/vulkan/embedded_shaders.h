@@ -41,6 +41,7 @@ extern const EmbeddedShader attention_combine;  // shaders/attention_combine.com
 extern const EmbeddedShader kv_permute;         // shaders/kv_permute.comp
 extern const EmbeddedShader argmax;             // shaders/argmax.comp
 extern const EmbeddedShader top_k;              // shaders/top_k.comp
+extern const EmbeddedShader quantize;           // shaders/quantize.comp
 }  // namespace shaders
 
 // The weight kernels' variants (weight_kernels.h) are declared by the table generated

@@ -65,6 +65,9 @@ struct TopKPush {
 struct ArgmaxPush {
   uint32_t rows, n;
 };
+struct QuantizePush {
+  uint32_t T, cols, x_stride, out_stride;
+};
 enum ElementwiseOp : uint32_t { kAdd = 0, kBias = 1, kSwiglu = 2, kGeglu = 3, kScale = 4, kSoftcap = 5 };
 
 // Workgroups for a grid-stride loop over n items, wg_size per workgroup.
@@ -114,10 +117,10 @@ bool probe_half_storage(const Context& context, ProgressTask& progress) {
 
 Kernels::Kernels(const Context& context)
     : context_(context), cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
-  // 17 kernels and 4 attention variants; with 16-bit storage also the probe's and, where
+  // 18 kernels and 4 attention variants; with 16-bit storage also the probe's and, where
   // it passes, 2 more attention variants (a test checks that the count reaches the total).
   const bool storage16 = context.features().storage_16bit;
-  ProgressTask progress("creating Vulkan pipelines", 21 + (storage16 ? 3 : 0));
+  ProgressTask progress("creating Vulkan pipelines", 22 + (storage16 ? 3 : 0));
   auto make = [&](const EmbeddedShader& shader, uint32_t n_buffers, uint32_t push_constant_bytes) {
     auto pipeline = std::make_unique<ComputePipeline>(context, shader, n_buffers, push_constant_bytes);
     progress.advance();
@@ -128,6 +131,7 @@ Kernels::Kernels(const Context& context)
   matmul_f32_t4_ = make(shaders::matmul_f32_t4, 3, sizeof(MatmulPush));
   rope_ = make(shaders::rope, 2, sizeof(RopePush));
   elementwise_ = make(shaders::elementwise, 3, sizeof(ElementwisePush));
+  quantize_ = make(shaders::quantize, 2, sizeof(QuantizePush));
   kv_store_ = make(shaders::kv_store, 5, sizeof(KvStorePush));
   kv_store_f16_ = make(shaders::kv_store_f16, 5, sizeof(KvStorePush));
   latent_keys_[0] = make(shaders::latent_expand_keys, 6, sizeof(LatentExpandPush));
@@ -276,6 +280,22 @@ void Kernels::swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up,
   require_size(up, n, "up", "swiglu");
   require_size(out, n, "out", "swiglu");
   seq.dispatch(*elementwise_, {&gate, &up, &out}, ElementwisePush{n, n, kSwiglu, 0.0f}, groups_for(n, 256, context_));
+}
+
+void Kernels::quantize_rows(CommandSequence& seq, const Buffer& x, const Buffer& out, uint32_t T, uint32_t cols,
+                            uint32_t x_stride) const {
+  constexpr const char* kernel = "quantize_rows";
+  if (cols == 0 || cols % 32 != 0)
+    throw std::invalid_argument(std::string(kernel) + ": cols = " + std::to_string(cols) + " is not a positive multiple of 32");
+  if (T > 1 && x_stride < cols)
+    throw std::invalid_argument(std::string(kernel) + ": x_stride " + std::to_string(x_stride) + " < cols " +
+                                std::to_string(cols));
+  if (T == 0) return;
+  const uint32_t words = q8_row_words(cols);
+  require_size(x, uint64_t{T - 1} * x_stride + cols, "x", kernel);
+  require_size(out, uint64_t{T} * words, "out", kernel);  // words and floats are both 4 bytes
+  const uint64_t blocks = uint64_t{T} * (cols / 32);
+  seq.dispatch(*quantize_, {&x, &out}, QuantizePush{T, cols, x_stride, words}, groups_for(blocks, 64, context_));
 }
 
 void Kernels::geglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const {

@@ -66,6 +66,16 @@ class Kernels {
   void add_bias(CommandSequence& seq, const Buffer& a, const Buffer& bias, const Buffer& out, uint32_t n,
                 uint32_t cols) const;
   void swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
+
+  // The activations' rounding for the integer products (shaders/quantize.comp, the CUDA
+  // backend's QuantizeRowsOp bit for bit): row t of x (T rows of cols floats, x_stride
+  // apart; cols a multiple of 32) becomes row t of out, q8_row_words(cols) words apart:
+  // cols / 4 words of q (four signed bytes), the cols / 32 blocks' scales d, then each
+  // block's d times its sum of q. Throws std::invalid_argument for a bad shape or a
+  // buffer too small.
+  void quantize_rows(CommandSequence& seq, const Buffer& x, const Buffer& out, uint32_t T, uint32_t cols,
+                     uint32_t x_stride) const;
+  static uint32_t q8_row_words(uint32_t cols) { return cols / 4 + cols / 16; }
   // out = gelu_tanh(gate) * up; x *= factor; x = cap * tanh(x / cap) (Backend::geglu,
   // scale, softcap); n floats.
   void geglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
@@ -161,6 +171,7 @@ class Kernels {
   std::unique_ptr<ComputePipeline> matmul_f32_t4_;
   std::unique_ptr<ComputePipeline> rope_;
   std::unique_ptr<ComputePipeline> elementwise_;
+  std::unique_ptr<ComputePipeline> quantize_;
   // Attention's variants by cache reading, [0] workgroup-wide, [1] serial.
   struct AttentionPipelines {
     std::unique_ptr<ComputePipeline> f32, f16_words;

@@ -51,6 +51,12 @@ bool fuse_norm_on(const VulkanBackendOptions& options, bool cpu_device) {
   return env_is("FAFO_VULKAN_FUSE_NORM", "1") || !cpu_device;
 }
 
+bool int8_on(const VulkanBackendOptions& options, bool cpu_device) {
+  if (options.int8_products) return *options.int8_products;
+  if (env_off("FAFO_VULKAN_INT8")) return false;
+  return env_is("FAFO_VULKAN_INT8", "1") || !cpu_device;
+}
+
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -88,6 +94,7 @@ class VulkanBackend final : public Backend, public StepTarget {
         fuse_qkv_(options.fuse_qkv && !env_off("FAFO_VULKAN_FUSE")),
         fuse_norm_(fuse_norm_on(options, context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)),
         cpu_device_(context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU),
+        int8_(int8_on(options, cpu_device_)),
         encoder_(context_, descriptors_) {
     encoder_.set_replay(options.replay && !env_off("FAFO_VULKAN_REPLAY"));
   }
@@ -101,7 +108,10 @@ class VulkanBackend final : public Backend, public StepTarget {
   // not the CPU reference's operation order, so results differ in the last bits
   // (tests/test_backend_ops.cpp prints the largest difference per case); every kernel
   // is T-invariant.
-  BackendNumerics numerics() const override { return BackendNumerics{false, 1e-4}; }
+  // With integer products (int8_), those of Q8_0, Q4_K, Q5_K and Q6_K weights round the
+  // activations to 8 bits: the CUDA backend's tolerance for them.
+  BackendNumerics numerics() const override { return BackendNumerics{false, 1e-4, int8_ ? kInt8Tolerance : 0.0}; }
+  static constexpr double kInt8Tolerance = 0.25;
   std::string description() const override {
     const char* types[] = {"other", "integrated GPU", "discrete GPU", "virtual GPU", "CPU"};
     const int t = static_cast<int>(context_.properties().deviceType);
@@ -109,6 +119,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     // turned off by FAFO_VULKAN_FEATURES (backend/vulkan/devices.h).
     return "Vulkan device " + std::to_string(context_.device_index()) + ": " + context_.device_name() + " (" +
            (t >= 0 && t <= 4 ? types[t] : "other") + ", " + gib(allocator_.heap_bytes()) + "); " + weight_kernels_.describe() +
+           (int8_ ? ", integer products for Q8_0, Q4_K, Q5_K, Q6_K weights" : "") +
            "; f16 KV cache reads: " + (kernels_.half_storage_exact() ? "16-bit storage" : "32-bit words") + "; " +
            describe_features(context_.features(), context_.detected_features());
   }
@@ -121,7 +132,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     std::vector<TensorType> supported;
     for (TensorType type : types)
       if (WeightKernels::supports(type)) supported.push_back(type);
-    weight_kernels_.prepare(supported, fuse_norm_);
+    weight_kernels_.prepare(supported, fuse_norm_, int8_);
   }
 
   Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
@@ -142,7 +153,8 @@ class VulkanBackend final : public Backend, public StepTarget {
         throw std::runtime_error("the Vulkan backend has no kernel for weights of type " +
                                  std::string(tensor_type_name(type)));
       w.type = type;
-      weight_kernels_.prepare(type, fuse_norm_);  // made by prepare_weights, else now rather than in a step
+      weight_kernels_.prepare(type, fuse_norm_, int8_);  // made by prepare_weights, else now rather than in a step
+      if (uses_int8(type)) max_int8_cols_ = std::max(max_int8_cols_, cols);
       const size_t row_bytes = tensor_row_bytes(type, cols);
       weight_bytes_ += static_cast<double>(row_bytes) * static_cast<double>(rows);
       // Split by rows so that no buffer exceeds maxStorageBufferRange.
@@ -266,7 +278,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   // steps run the two kernels, which give the same bits.
   void matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
                    Activation& out) override {
-    if (!fuses_norm(x, gain)) {
+    if (!fuses_norm(x, gain, w)) {
       Backend::matmul_norm(w, x, gain, eps, normed, out);
       return;
     }
@@ -276,7 +288,7 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   void matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain, float eps,
                           Activation& normed, Activation& out, Activation& scratch) override {
-    if (up || !fuses_norm(x, gain)) {
+    if (up || !fuses_norm(x, gain, gate)) {
       Backend::matmul_swiglu_norm(gate, up, x, gain, eps, normed, out, scratch);
       return;
     }
@@ -600,12 +612,15 @@ class VulkanBackend final : public Backend, public StepTarget {
                const InputNorm& norm = {}) {
     const DeviceWeight& w = weight(weight_id);
     const uint32_t T = rows_of(x);
+    MatmulVariant variant;
+    variant.int8 = uses_int8(w.type) && norm.gain == nullptr;
+    const Buffer& input = variant.int8 ? rounded(x) : act(x);
+    const uint32_t x_stride = variant.int8 ? Kernels::q8_row_words(static_cast<uint32_t>(x.cols)) : static_cast<uint32_t>(x.cols);
     for (const WeightPart& part : w.parts) {
-      weight_kernels_.matmul(step(), w.type, part.buffer, act(x), act(out),
-                             WeightKernels::MatmulShape{T, part.n_rows, static_cast<uint32_t>(w.cols),
-                                                        static_cast<uint32_t>(x.cols), static_cast<uint32_t>(out.cols),
-                                                        part.first_row, accumulate},
-                             MatmulVariant{}, norm);
+      weight_kernels_.matmul(step(), w.type, part.buffer, input, act(out),
+                             WeightKernels::MatmulShape{T, part.n_rows, static_cast<uint32_t>(w.cols), x_stride,
+                                                        static_cast<uint32_t>(out.cols), part.first_row, accumulate},
+                             variant, norm);
       step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(part.n_rows));
     }
   }
@@ -616,18 +631,39 @@ class VulkanBackend final : public Backend, public StepTarget {
       throw std::invalid_argument("matmul_swiglu: the gate and up weight is not one buffer of 2 x rows rows");
     const uint32_t T = rows_of(x);
     const uint32_t rows = static_cast<uint32_t>(w.rows / 2);
-    weight_kernels_.matmul_gated(step(), w.type, w.parts.front().buffer, act(x), act(out),
-                                 WeightKernels::MatmulShape{T, rows, static_cast<uint32_t>(w.cols),
-                                                            static_cast<uint32_t>(x.cols),
+    MatmulVariant variant;
+    variant.int8 = uses_int8(w.type) && norm.gain == nullptr;
+    const Buffer& input = variant.int8 ? rounded(x) : act(x);
+    const uint32_t x_stride = variant.int8 ? Kernels::q8_row_words(static_cast<uint32_t>(x.cols)) : static_cast<uint32_t>(x.cols);
+    weight_kernels_.matmul_gated(step(), w.type, w.parts.front().buffer, input, act(out),
+                                 WeightKernels::MatmulShape{T, rows, static_cast<uint32_t>(w.cols), x_stride,
                                                             static_cast<uint32_t>(out.cols), 0},
-                                 MatmulVariant{}, norm);
+                                 variant, norm);
     step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(w.rows));
     set_rows(out, T);
   }
   // Whether a product of x's rows normalized with `gain` runs as one dispatch.
-  bool fuses_norm(const Activation& x, const Weight& gain) const {
+  // Not for integer products, whose activations are normalized before they are rounded.
+  bool fuses_norm(const Activation& x, const Weight& gain, const Weight& w) const {
     return fuse_norm_ && rows_of(x) <= WeightKernels::kMaxNormTokens && weight(gain).cols == x.cols &&
-           weight(gain).parts.size() == 1;
+           weight(gain).parts.size() == 1 && !uses_int8(weight(w).type);
+  }
+  bool uses_int8(TensorType type) const { return int8_ && WeightKernels::has_int8(type); }
+  // x's rows rounded to 8 bits (Kernels::quantize_rows) in q8_, for an integer product:
+  // the buffer sized once for the largest step and the widest such weight, so that no
+  // step frees one that an earlier command of it reads.
+  const Buffer& rounded(const Activation& x) {
+    const uint32_t T = rows_of(x), cols = static_cast<uint32_t>(x.cols);
+    const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>({max_step_rows_, x.rows, 1}));
+    const uint64_t words = rows * Kernels::q8_row_words(static_cast<uint32_t>(std::max<int64_t>(max_int8_cols_, x.cols)));
+    if (q8_words_ < words) {
+      allocator_.release(q8_, descriptors_);
+      q8_words_ = 0;  // until the larger one exists (its allocation may fail)
+      q8_ = allocator_.device(words * 4, "rounded activations");
+      q8_words_ = words;
+    }
+    kernels_.quantize_rows(step(), act(x), q8_, T, cols, cols);
+    return q8_;
   }
   // StepTarget: what the KV cache records into.
   CommandSequence& recording() override { return step(); }
@@ -699,7 +735,11 @@ class VulkanBackend final : public Backend, public StepTarget {
   bool fuse_qkv_ = true;
   bool fuse_norm_ = true;
   bool cpu_device_ = false;
+  bool int8_ = false;  // integer products for the formats that have them (uses_int8)
   double weight_bytes_ = 0;  // of the matrices uploaded
+  int64_t max_int8_cols_ = 0;  // the widest weight with integer products
+  Buffer q8_;  // rounded activations (rounded())
+  uint64_t q8_words_ = 0;
 
   std::vector<DeviceWeight> weights_;
   std::vector<DeviceActivation> activations_;

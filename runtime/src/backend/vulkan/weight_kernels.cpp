@@ -72,8 +72,8 @@ uint32_t ceil_div(uint64_t a, uint64_t b) {
 
 // The strides of a product's shape, and its buffers against it (`w_rows` rows in w).
 void check_product(TensorType type, const Buffer& w, uint64_t w_rows, const Buffer& x, const Buffer& out,
-                   const MatmulShape& s, const char* kernel) {
-  if (s.T > 1 && s.x_stride < s.cols)
+                   const MatmulShape& s, bool int8, const char* kernel) {
+  if (!int8 && s.T > 1 && s.x_stride < s.cols)
     throw std::invalid_argument(std::string(kernel) + ": x_stride " + std::to_string(s.x_stride) + " < cols " +
                                 std::to_string(s.cols));
   if (s.T > 1 && s.out_stride < uint64_t{s.out_offset} + s.rows)
@@ -83,7 +83,11 @@ void check_product(TensorType type, const Buffer& w, uint64_t w_rows, const Buff
   if (w_rows > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": too many weight rows");
   require_bytes(w, WeightKernels::weight_bytes(type, static_cast<uint32_t>(w_rows), s.cols),
                 "w (rows rounded up to 4 bytes)", kernel);
-  require_bytes(x, (uint64_t{s.T - 1} * s.x_stride + s.cols) * sizeof(float), "x", kernel);
+  const uint64_t x_row = int8 ? uint64_t{s.cols} / 4 + s.cols / 16 : s.cols;  // words or floats
+  if (int8 && s.T > 1 && s.x_stride < x_row)
+    throw std::invalid_argument(std::string(kernel) + ": x_stride " + std::to_string(s.x_stride) + " < " +
+                                std::to_string(x_row) + " words of a rounded row");
+  require_bytes(x, (uint64_t{s.T - 1} * s.x_stride + x_row) * 4, int8 ? "x (rounded rows)" : "x", kernel);
   require_bytes(out, (uint64_t{s.T - 1} * s.out_stride + s.out_offset + s.rows) * sizeof(float), "out", kernel);
 }
 
@@ -117,7 +121,7 @@ bool WeightKernels::subgroup_fits(const WeightShader& shader) const {
   return subgroup_size_ != 0 && (32 * shader.rows_per_group) % subgroup_size_ == 0;
 }
 
-void WeightKernels::prepare(std::span<const TensorType> types, bool norm) const {
+void WeightKernels::prepare(std::span<const TensorType> types, bool norm, bool int8) const {
   constexpr const char* kernel = "WeightKernels::prepare";
   struct Wanted {
     FormatPipelines* format;
@@ -133,7 +137,7 @@ void WeightKernels::prepare(std::span<const TensorType> types, bool norm) const 
     for (size_t i = 0; i < f.variants.size(); ++i) {
       const WeightShader& v = f.variants[i];
       const WeightShaderKey& k = v.key;
-      if (f.made[i] || (k.norm && !norm)) continue;
+      if (f.made[i] || (k.norm && !norm) || (k.int8 && !int8)) continue;
       const bool automatic = k.kind == WeightShaderKey::Kind::Embed ||
                              (cpu_device_ ? k.kind == WeightShaderKey::Kind::WholeRows
                                           : k.kind == WeightShaderKey::Kind::SplitRows && k.subgroup == subgroup_fits(v));
@@ -191,6 +195,10 @@ bool WeightKernels::supports(TensorType type) {
   return std::ranges::any_of(weight_shaders(), [&](const WeightShader& v) { return v.type == type; });
 }
 
+bool WeightKernels::has_int8(TensorType type) {
+  return std::ranges::any_of(weight_shaders(), [&](const WeightShader& v) { return v.type == type && v.key.int8; });
+}
+
 bool WeightKernels::has_subgroup_variant(uint32_t tile) const {
   if (subgroup_size_ == 0 || formats_.empty()) return false;
   const WeightShaderKey key{WeightShaderKey::Kind::SplitRows, tile, true, false, false};
@@ -222,6 +230,9 @@ WeightShaderKey WeightKernels::choose(const MatmulShape& s, const MatmulVariant&
   WeightShaderKey key;
   key.gated = gated;
   key.norm = norm;
+  key.int8 = v.int8;
+  if (v.int8 && norm)
+    throw std::invalid_argument(std::string(kernel) + ": integer products take rounded activations, no fused RMSNorm");
   MatmulMapping mapping = v.mapping;
   if (mapping == MatmulMapping::Auto) mapping = cpu_device_ ? MatmulMapping::WholeRows : MatmulMapping::SplitRows;
   if (norm && s.T > kMaxNormTokens)
@@ -238,7 +249,7 @@ WeightShaderKey WeightKernels::choose(const MatmulShape& s, const MatmulVariant&
     if (v.reduction == MatmulReduction::Subgroup)
       throw std::invalid_argument(std::string(kernel) + ": the WholeRows mapping has no subgroup variant");
     key.kind = WeightShaderKey::Kind::WholeRows;
-    key.tile = smallest_holding(kWholeRowsTiles);
+    key.tile = smallest_holding(v.int8 ? std::span<const uint32_t>(kWholeRowsTiles).first(2) : kWholeRowsTiles);
     return key;
   }
   key.kind = WeightShaderKey::Kind::SplitRows;
@@ -261,6 +272,9 @@ void WeightKernels::product(CommandSequence& seq, TensorType type, const Buffer&
                             bool gated, const char* kernel) const {
   FormatPipelines& f = pipelines(type, kernel);
   require_cols(type, s.cols, kernel);
+  if (v.int8 && !has_int8(type))
+    throw std::invalid_argument(std::string(kernel) + ": no integer products for " + type_name(type) +
+                                " weights (Q8_0, Q4_K, Q5_K and Q6_K have them)");
   if (gated && s.accumulate) throw std::invalid_argument(std::string(kernel) + ": the gated product does not accumulate");
   WeightShaderKey key = choose(s, v, gated, norm.gain != nullptr, kernel);
   if (key.kind == WeightShaderKey::Kind::SplitRows) {
@@ -279,7 +293,7 @@ void WeightKernels::product(CommandSequence& seq, TensorType type, const Buffer&
   }
   if (s.T == 0 || s.rows == 0) return;
   const uint32_t row_bytes = row_bytes_u32(type, s.cols, kernel);
-  check_product(type, w, w_rows, x, out, s, kernel);
+  check_product(type, w, w_rows, x, out, s, v.int8, kernel);
   if (norm.gain) require_bytes(*norm.gain, uint64_t{s.cols} * sizeof(float), "gain", kernel);
   const Chosen chosen = variant(f, key, kernel);
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;

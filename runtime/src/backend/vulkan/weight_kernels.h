@@ -79,6 +79,11 @@ struct MatmulVariant {
   uint32_t max_groups_y = 0;
   // SplitRows only (WholeRows needs no optional feature and takes only Auto or Portable).
   MatmulReduction reduction = MatmulReduction::Auto;
+  // Integer products (Q8_0, Q4_K, Q5_K, Q6_K: has_int8): x holds the activations rounded
+  // to 8 bits by Kernels::quantize_rows, x_stride in words (Kernels::q8_row_words); the
+  // CUDA backend's integer products in the same order, so the same bits (shaders/
+  // matmul.comp). No InputNorm (the norm goes before the rounding).
+  bool int8 = false;
 };
 
 class WeightKernels {
@@ -130,19 +135,24 @@ class WeightKernels {
   std::string describe() const;
 
   // Creates the pipelines that matmul, matmul_gated and embed pick by default on this
-  // device for each of `types`, with their fused-RMSNorm variants when `norm`, several at
+  // device for each of `types`, with their fused-RMSNorm variants when `norm` and their
+  // integer products (for the formats that have them) when `int8`, several at
   // once (on up to 16 threads), as one ProgressTask ("creating Vulkan pipelines for
   // Q4_K, Q6_K weights") where any is missing. The backend calls it with all of a
   // model's types before uploading its weights (Backend::prepare_weights), and with each
   // weight's type as it uploads it (nothing left to create there after the first), so no
   // step creates one. Other variants, asked for explicitly, are created on first use.
   // Throws like matmul for an unsupported type.
-  void prepare(std::span<const TensorType> types, bool norm) const;
-  void prepare(TensorType type, bool norm) const { prepare(std::span<const TensorType>(&type, 1), norm); }
+  void prepare(std::span<const TensorType> types, bool norm, bool int8 = false) const;
+  void prepare(TensorType type, bool norm, bool int8 = false) const {
+    prepare(std::span<const TensorType>(&type, 1), norm, int8);
+  }
 
   // Whether matmul and embed read `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
   // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
   static bool supports(TensorType type);
+  // Whether matmul has integer products (MatmulVariant::int8) for `type`.
+  static bool has_int8(TensorType type);
   // Bytes a buffer of `rows` rows of `cols` values in `type` must have: the packed rows,
   // rounded up to a multiple of 4. Throws std::invalid_argument like tensor_row_bytes.
   static uint64_t weight_bytes(TensorType type, uint32_t rows, uint32_t cols);

@@ -22,6 +22,7 @@ struct WeightShaderKey {
   bool subgroup = false;  // SUBGROUP=1: the lane sums added with subgroup shuffles
   bool gated = false;     // GATED=1: gate, up and SwiGLU in one
   bool norm = false;      // NORM=1: an RMSNorm of the input fused in
+  bool int8 = false;      // INT8=1: integer products of activations rounded to 8 bits
   friend bool operator==(const WeightShaderKey&, const WeightShaderKey&) = default;
 };
 

@@ -1,0 +1,147 @@
+// Integer products on Vulkan: the units of a weight row and how each joins a lane's sum,
+// the arithmetic of the CUDA backend's integer products (cuda_backend/src/int_ops.h:
+// IntUnit) in GLSL, so both give the same bits on a device with fused multiply-adds.
+//
+// A row is cut into units (Q8_0: a block of 32; Q6_K: a run of 32 values, its two
+// signed sub-block scales; Q4_K/Q5_K: a pair of sub-blocks of 32, 64 values). A unit's
+// weights are IU_WORDS words of four signed bytes (word k: values 4k..4k + 3); its
+// IU_SUMS integer sums are the dot products of words [i IU_WORDS_PER_SUM, +
+// IU_WORDS_PER_SUM) with the rounded activations' bytes at the same values (exact: four
+// byte products at a time, iu_dot4); iu_add_to adds its value to a lane's running sum
+// by the one float expression of int_ops.h, fused multiply-adds in a fixed order.
+//
+// The rounded activations (shaders/quantize.comp) are a buffer of words, row t at word
+// t * x_stride: cols / 4 words of q (four signed bytes, the first lowest), then the
+// cols / 32 blocks' scales d, then each block's d times its sum of q (floats as bits).
+//
+// The including shader declares the weights as `w_words[]` (dequant.glsl's readers)
+// and the rounded activations as `xq[]`, and #defines one of FORMAT_Q8_0, FORMAT_Q6_K,
+// FORMAT_Q4_K, FORMAT_Q5_K, then includes dequant.glsl and this file.
+#ifndef FAFO_INT_UNITS_GLSL
+#define FAFO_INT_UNITS_GLSL
+
+#if defined(FORMAT_Q8_0)
+#define IU_VALUES 32u
+#define IU_SUMS 1u
+#define IU_WORDS_PER_SUM 8u
+#elif defined(FORMAT_Q6_K)
+#define IU_VALUES 32u
+#define IU_SUMS 2u
+#define IU_WORDS_PER_SUM 4u
+#elif defined(FORMAT_Q4_K) || defined(FORMAT_Q5_K)
+#define IU_VALUES 64u
+#define IU_SUMS 2u
+#define IU_WORDS_PER_SUM 8u
+#else
+#error "integer products: Q8_0, Q6_K, Q4_K or Q5_K"
+#endif
+#define IU_WORDS (IU_VALUES / 4u)
+#define IU_BLOCKS (IU_VALUES / 32u)  // activation blocks a unit spans
+
+// A unit's scales: Q8_0 f.x = d; Q6_K f.x = d, i = (sc_a, sc_b); Q4_K/Q5_K f = (d sc_0,
+// d sc_1, dmin m_0, dmin m_1), each product formed once (exact in a float).
+struct IuScales {
+  vec4 f;
+  ivec2 i;
+};
+
+// c + the sum of the four products of the signed bytes of a and b (exact).
+int iu_dot4(uint a, uint b, int c) {
+  int s = c;
+  [[unroll]] for (int k = 0; k < 4; ++k) s += bitfieldExtract(int(a), 8 * k, 8) * bitfieldExtract(int(b), 8 * k, 8);
+  return s;
+}
+
+// Each byte b (0..63) of w as the signed byte b - 32 (no borrow crosses bytes).
+uint iu_minus_32(uint w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
+
+// Unit u of the row at byte row_off: its words and scales.
+void iu_load(uint row_off, uint u, out uint wd[IU_WORDS], out IuScales sc) {
+  sc.f = vec4(0.0);
+  sc.i = ivec2(0);
+#if defined(FORMAT_Q8_0)
+  const uint b = row_off + 34u * u;
+  [[unroll]] for (uint k = 0u; k < 8u; ++k) wd[k] = dq_u32(b + 2u + 4u * k);
+  sc.f.x = dq_half(dq_u16(b));
+#elif defined(FORMAT_Q6_K)
+  const uint b = row_off + 210u * (u / 8u);
+  const uint h = (u % 8u) / 4u, k4 = u % 4u;
+  [[unroll]] for (uint k = 0u; k < 8u; ++k) {
+    const uint low = (dq_u32(b + 64u * h + 32u * (k4 & 1u) + 4u * k) >> (4u * (k4 >> 1))) & 0x0f0f0f0fu;
+    const uint high = ((dq_u32(b + 128u + 32u * h + 4u * k) >> (2u * k4)) & 0x03030303u) << 4;
+    wd[k] = iu_minus_32(low | high);
+  }
+  sc.f.x = dq_half(dq_u16(b + 208u));
+  sc.i = ivec2(dq_i8(b + 192u + 8u * h + 2u * k4), dq_i8(b + 192u + 8u * h + 2u * k4 + 1u));
+#else
+#if defined(FORMAT_Q5_K)
+  const uint b = row_off + 176u * (u / 4u);
+  const uint qs = b + 48u;
+#else
+  const uint b = row_off + 144u * (u / 4u);
+  const uint qs = b + 16u;
+#endif
+  const uint i = u % 4u;
+  [[unroll]] for (uint w = 0u; w < 8u; ++w) {
+    const uint q = dq_u32(qs + 32u * i + 4u * w);
+#if defined(FORMAT_Q5_K)
+    const uint hb = dq_u32(b + 16u + 4u * w);
+    wd[w] = (q & 0x0f0f0f0fu) | (((hb >> (2u * i)) & 0x01010101u) << 4);
+    wd[8u + w] = ((q >> 4) & 0x0f0f0f0fu) | (((hb >> (2u * i + 1u)) & 0x01010101u) << 4);
+#else
+    wd[w] = q & 0x0f0f0f0fu;
+    wd[8u + w] = (q >> 4) & 0x0f0f0f0fu;
+#endif
+  }
+  const float d = dq_half(dq_u16(b)), dmin = dq_half(dq_u16(b + 2u));
+  [[unroll]] for (uint j = 0u; j < 2u; ++j) {
+    // The 6-bit scale and min of sub-block 2i + j (dequant.glsl's Q4_K layout).
+    const uint s = 2u * i + j;
+    uint scale, mn;
+    if (s < 4u) {
+      scale = dq_u8(b + 4u + s) & 63u;
+      mn = dq_u8(b + 8u + s) & 63u;
+    } else {
+      scale = (dq_u8(b + 8u + s) & 0xfu) | ((dq_u8(b + s) >> 6) << 4);
+      mn = (dq_u8(b + 8u + s) >> 4) | ((dq_u8(b + 4u + s) >> 6) << 4);
+    }
+    precise float dsc = d * float(scale);
+    precise float dm = dmin * float(mn);
+    sc.f[j] = dsc;
+    sc.f[2u + j] = dm;
+  }
+#endif
+}
+
+// The unit's integer sums with the rounded activations whose first q word is xq[q0].
+void iu_sums(uint wd[IU_WORDS], uint q0, out int sums[IU_SUMS]) {
+  [[unroll]] for (uint i = 0u; i < IU_SUMS; ++i) {
+    int s = 0;
+    [[unroll]] for (uint k = i * IU_WORDS_PER_SUM; k < (i + 1u) * IU_WORDS_PER_SUM; ++k) s = iu_dot4(wd[k], xq[q0 + k], s);
+    sums[i] = s;
+  }
+}
+
+// acc plus the unit's value (int_ops.h's IntUnit::add_to), with the activation blocks'
+// scales xd[b] and d sum xs[b] for b < IU_BLOCKS.
+float iu_add_to(float acc, IuScales sc, int sums[IU_SUMS], float xd[IU_BLOCKS], float xs[IU_BLOCKS]) {
+#if defined(FORMAT_Q8_0)
+  precise float dd = sc.f.x * xd[0];
+  precise float r = fma(dd, float(sums[0]), acc);
+  return r;
+#elif defined(FORMAT_Q6_K)
+  precise float dd = sc.f.x * xd[0];
+  precise float r = fma(dd, float(sc.i.x * sums[0] + sc.i.y * sums[1]), acc);
+  return r;
+#else
+  precise float r = acc;
+  [[unroll]] for (uint j = 0u; j < 2u; ++j) {
+    precise float scaled = sc.f[j] * float(sums[j]);
+    r = fma(xd[j], scaled, r);
+    r = fma(-sc.f[2u + j], xs[j], r);
+  }
+  return r;
+#endif
+}
+
+#endif
