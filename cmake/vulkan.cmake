@@ -28,14 +28,33 @@ if(NOT FAFO_VULKAN STREQUAL "OFF")
   endif()
 endif()
 
+# The integer dot product variants (fafo_add_shader DOT4) need SPIRV-Tools and Python:
+# tools/spirv_dot4.py writes the instruction into glslang's SPIR-V. Without them those
+# variants are not built and the integer products add bytes with integer arithmetic.
+set(FAFO_SPIRV_DOT4 OFF)
+if(FAFO_HAVE_VULKAN)
+  find_program(FAFO_SPIRV_AS spirv-as)
+  find_program(FAFO_SPIRV_DIS spirv-dis)
+  find_program(FAFO_SPIRV_VAL spirv-val)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(FAFO_SPIRV_AS AND FAFO_SPIRV_DIS AND FAFO_SPIRV_VAL AND Python3_Interpreter_FOUND)
+    set(FAFO_SPIRV_DOT4 ON)
+  else()
+    message(STATUS "fafo: spirv-as, spirv-dis, spirv-val (spirv-tools) or python3 not found; "
+                   "building the Vulkan integer products without the dot product instruction")
+  endif()
+endif()
+
 # fafo_add_shader(<target> NAME <symbol> SOURCE <file.comp> [DEFINES A=1 B ...])
 # Compiles one GLSL compute shader (one variant: the DEFINES become -D flags) into
 # SPIR-V at build time, written by glslang as a C array (shaders/<symbol>.spv.h), and
 # lists it for fafo_embed_shaders(<target>), which defines it in <target> as
 # fafo::vulkan::shaders::<symbol> (declared in runtime/src/backend/vulkan/embedded_shaders.h).
 # One process per variant: the shader compiler's.
+# With DOT4, the shader is compiled with -DDOT4=1 and tools/spirv_dot4.py then gives it
+# the integer dot product instruction (needs FAFO_SPIRV_DOT4).
 function(fafo_add_shader target)
-  cmake_parse_arguments(arg "" "NAME;SOURCE" "DEFINES" ${ARGN})
+  cmake_parse_arguments(arg "DOT4" "NAME;SOURCE" "DEFINES" ${ARGN})
   if(NOT arg_NAME OR NOT arg_SOURCE)
     message(FATAL_ERROR "fafo_add_shader: NAME and SOURCE are required")
   endif()
@@ -49,14 +68,34 @@ function(fafo_add_shader target)
   get_filename_component(source_abs ${arg_SOURCE} ABSOLUTE)
   get_filename_component(source_dir ${source_abs} DIRECTORY)
   file(MAKE_DIRECTORY ${out_dir})
-  add_custom_command(
-    OUTPUT ${header}
-    COMMAND ${FAFO_GLSLANG} --quiet --target-env vulkan1.2 -V ${define_flags} -I${source_dir}
-            --vn fafo_spirv_${arg_NAME} --depfile ${dep} -o ${header} ${source_abs}
-    MAIN_DEPENDENCY ${source_abs}
-    DEPFILE ${dep}
-    COMMENT "glslang: ${arg_NAME} (${arg_SOURCE} ${define_flags})"
-    VERBATIM)
+  if(arg_DOT4)
+    set(spv ${out_dir}/${arg_NAME}.spv)
+    set(script ${PROJECT_SOURCE_DIR}/tools/spirv_dot4.py)
+    add_custom_command(
+      OUTPUT ${spv}
+      COMMAND ${FAFO_GLSLANG} --quiet --target-env vulkan1.2 -V ${define_flags} -DDOT4=1 -I${source_dir}
+              --depfile ${dep} -o ${spv} ${source_abs}
+      MAIN_DEPENDENCY ${source_abs}
+      DEPFILE ${dep}
+      COMMENT "glslang: ${arg_NAME} (${arg_SOURCE} ${define_flags} DOT4=1)"
+      VERBATIM)
+    add_custom_command(
+      OUTPUT ${header}
+      COMMAND ${Python3_EXECUTABLE} ${script} ${spv} ${header} fafo_spirv_${arg_NAME}
+              --spirv-dis ${FAFO_SPIRV_DIS} --spirv-as ${FAFO_SPIRV_AS} --spirv-val ${FAFO_SPIRV_VAL}
+      DEPENDS ${spv} ${script}
+      COMMENT "spirv_dot4: ${arg_NAME}"
+      VERBATIM)
+  else()
+    add_custom_command(
+      OUTPUT ${header}
+      COMMAND ${FAFO_GLSLANG} --quiet --target-env vulkan1.2 -V ${define_flags} -I${source_dir}
+              --vn fafo_spirv_${arg_NAME} --depfile ${dep} -o ${header} ${source_abs}
+      MAIN_DEPENDENCY ${source_abs}
+      DEPFILE ${dep}
+      COMMENT "glslang: ${arg_NAME} (${arg_SOURCE} ${define_flags})"
+      VERBATIM)
+  endif()
   set_property(GLOBAL APPEND PROPERTY FAFO_SHADERS_${target} ${arg_NAME})
 endfunction()
 

@@ -45,11 +45,26 @@ struct IuScales {
   ivec2 i;
 };
 
-// c + the sum of the four products of the signed bytes of a and b (exact).
+#ifndef DOT4
+#define DOT4 0
+#endif
+#if DOT4
+// The sum of the four products of the signed bytes of a and b: a placeholder whose body
+// tools/spirv_dot4.py replaces by the integer dot product instruction (OpSDot,
+// PackedVectorFormat4x8Bit) in the compiled SPIR-V, which this glslang cannot write.
+int iu_sdot4(uint a, uint b) { return int(a ^ b) - 0x7d07d07d; }
+#endif
+
+// c + the sum of the four products of the signed bytes of a and b (exact): the device's
+// dot product instruction (DOT4=1), or integer arithmetic.
 int iu_dot4(uint a, uint b, int c) {
+#if DOT4
+  return c + iu_sdot4(a, b);
+#else
   int s = c;
   [[unroll]] for (int k = 0; k < 4; ++k) s += bitfieldExtract(int(a), 8 * k, 8) * bitfieldExtract(int(b), 8 * k, 8);
   return s;
+#endif
 }
 
 // Each byte b (0..63) of w as the signed byte b - 32 (no borrow crosses bytes).

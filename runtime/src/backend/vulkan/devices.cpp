@@ -310,6 +310,8 @@ std::string describe_features(const DeviceFeatures& enabled, const DeviceFeature
   if (enabled.storage_16bit)
     used.emplace_back("16-bit storage (attention reads an f16 KV cache as halves, where a probe finds them widened "
                       "exactly)");
+  if (enabled.integer_dot_product)
+    used.emplace_back("integer dot product (the split-rows integer products' byte sums, where built with it)");
   const std::string uses = used.empty() ? "none (portable path)" : join(used);
   std::vector<std::string> idle;    // enabled for future kernels
   std::vector<std::string> unused;  // detected, not enabled
@@ -325,13 +327,12 @@ std::string describe_features(const DeviceFeatures& enabled, const DeviceFeature
   if (!enabled.storage_16bit && detected.storage_16bit) unused.emplace_back("16-bit storage");
   sort(enabled.storage_8bit, detected.storage_8bit, "8-bit storage");
   sort(enabled.shader_int8, detected.shader_int8, "int8");
+  if (detected.integer_dot_product && !enabled.integer_dot_product) unused.emplace_back("integer dot product");
   std::string out = "optional features: " + uses;
   if (!idle.empty()) out += "; enabled, no kernel uses them yet: " + join(idle);
   if (!unused.empty()) out += "; turned off: " + join(unused);
   if (detected.subgroup_shuffle && !detected.subgroup_matmul())
     out += "; subgroup shuffle present, not used (full subgroups cannot be required)";
-  if (detected.integer_dot_product)
-    out += "; integer dot product detected, not used (needs 8-bit activations: results would differ from the CPU)";
   if (detected.cooperative_matrix) out += "; cooperative matrix detected, not used (untested: lavapipe has none)";
   return out;
 }

@@ -18,9 +18,9 @@
 //                 (shaders/attention.comp STORAGE16=1), else it unpacks 32-bit words
 //     storage8    storageBuffer8BitAccess  (enabled; no kernel uses it yet)
 //     int8        shaderInt8               (enabled; no kernel uses it yet)
-//     dot         shaderIntegerDotProduct  (enabled; no kernel uses it: it pays off
-//                 only on 8-bit quantized activations, whose results differ from the
-//                 CPU reference every kernel is tested against)
+//     dot         shaderIntegerDotProduct: the split-rows integer products sum their
+//                 bytes with OpSDot (shaders/int_units.glsl DOT4, tools/spirv_dot4.py),
+//                 the same integers as the plain arithmetic otherwise
 // e.g. `portable`, `-subgroup`, `portable,subgroup`. Anything else is an error naming
 // the accepted words. Cooperative matrix is only detected: no kernel uses it, and
 // lavapipe, where the tests run, does not have it, so a kernel could not be tested.

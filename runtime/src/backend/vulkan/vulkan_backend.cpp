@@ -119,7 +119,9 @@ class VulkanBackend final : public Backend, public StepTarget {
     // turned off by FAFO_VULKAN_FEATURES (backend/vulkan/devices.h).
     return "Vulkan device " + std::to_string(context_.device_index()) + ": " + context_.device_name() + " (" +
            (t >= 0 && t <= 4 ? types[t] : "other") + ", " + gib(allocator_.heap_bytes()) + "); " + weight_kernels_.describe() +
-           (int8_ ? ", integer products for Q8_0, Q4_K, Q5_K, Q6_K weights" : "") +
+           (int8_ ? std::string(", integer products for Q8_0, Q4_K, Q5_K, Q6_K weights") +
+                        (weight_kernels_.uses_dot() && !cpu_device_ ? " (dot product instruction)" : "")
+                  : std::string()) +
            "; f16 KV cache reads: " + (kernels_.half_storage_exact() ? "16-bit storage" : "32-bit words") + "; " +
            describe_features(context_.features(), context_.detected_features());
   }

@@ -104,6 +104,7 @@ WeightKernels::WeightKernels(const Context& context)
     subgroup_options_.require_full_subgroups = true;
   }
   const std::span<const WeightShader> all = weight_shaders();
+  dot_ = features.integer_dot_product && std::ranges::any_of(all, [](const WeightShader& v) { return v.key.dot; });
   for (size_t first = 0; first < all.size();) {
     size_t end = first;
     while (end < all.size() && all[end].type == all[first].type) ++end;
@@ -138,6 +139,7 @@ void WeightKernels::prepare(std::span<const TensorType> types, bool norm, bool i
       const WeightShader& v = f.variants[i];
       const WeightShaderKey& k = v.key;
       if (f.made[i] || (k.norm && !norm) || (k.int8 && !int8)) continue;
+      if (k.int8 && k.kind == WeightShaderKey::Kind::SplitRows && k.dot != dot_) continue;
       const bool automatic = k.kind == WeightShaderKey::Kind::Embed ||
                              (cpu_device_ ? k.kind == WeightShaderKey::Kind::WholeRows
                                           : k.kind == WeightShaderKey::Kind::SplitRows && k.subgroup == subgroup_fits(v));
@@ -277,6 +279,17 @@ void WeightKernels::product(CommandSequence& seq, TensorType type, const Buffer&
                                 " weights (Q8_0, Q4_K, Q5_K and Q6_K have them)");
   if (gated && s.accumulate) throw std::invalid_argument(std::string(kernel) + ": the gated product does not accumulate");
   WeightShaderKey key = choose(s, v, gated, norm.gain != nullptr, kernel);
+  if (v.dot.value_or(false) && !v.int8) throw std::invalid_argument(std::string(kernel) + ": the dot product instruction is for int8 products");
+  if (key.int8 && key.kind == WeightShaderKey::Kind::SplitRows) {
+    if (v.dot.value_or(dot_) && !dot_)
+      throw std::invalid_argument(std::string(kernel) + ": no integer dot product instruction here (" +
+                                  (context_.features().integer_dot_product ? "this build has no variants with it"
+                                                                           : "the device's feature is absent or turned off") +
+                                  ")");
+    key.dot = v.dot.value_or(dot_);
+  } else if (v.dot.value_or(false)) {
+    throw std::invalid_argument(std::string(kernel) + ": the dot product instruction is for the SplitRows mapping");
+  }
   if (key.kind == WeightShaderKey::Kind::SplitRows) {
     WeightShaderKey sg = key;
     sg.subgroup = true;

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -84,6 +85,11 @@ struct MatmulVariant {
   // CUDA backend's integer products in the same order, so the same bits (shaders/
   // matmul.comp). No InputNorm (the norm goes before the rounding).
   bool int8 = false;
+  // With int8 and SplitRows: the byte sums by the integer dot product instruction
+  // (variants built with it, on a device with shaderIntegerDotProduct enabled) or by
+  // integer arithmetic; the same integers either way. nullopt: the instruction where
+  // available. true where unavailable: std::invalid_argument.
+  std::optional<bool> dot = std::nullopt;
 };
 
 class WeightKernels {
@@ -153,6 +159,9 @@ class WeightKernels {
   static bool supports(TensorType type);
   // Whether matmul has integer products (MatmulVariant::int8) for `type`.
   static bool has_int8(TensorType type);
+  // Whether the split-rows integer products use the integer dot product instruction by
+  // default here (built with it, and the device's feature enabled).
+  bool uses_dot() const { return dot_; }
   // Bytes a buffer of `rows` rows of `cols` values in `type` must have: the packed rows,
   // rounded up to a multiple of 4. Throws std::invalid_argument like tensor_row_bytes.
   static uint64_t weight_bytes(TensorType type, uint32_t rows, uint32_t cols);
@@ -183,6 +192,7 @@ class WeightKernels {
 
   const Context& context_;
   bool cpu_device_ = false;  // Auto picks WholeRows
+  bool dot_ = false;         // uses_dot()
   uint32_t subgroup_size_ = 0;  // where subgroup matmuls are enabled, else 0
   PipelineOptions subgroup_options_;
   mutable std::vector<FormatPipelines> formats_;  // pipelines made on first use (not thread-safe)

@@ -23,6 +23,7 @@ struct WeightShaderKey {
   bool gated = false;     // GATED=1: gate, up and SwiGLU in one
   bool norm = false;      // NORM=1: an RMSNorm of the input fused in
   bool int8 = false;      // INT8=1: integer products of activations rounded to 8 bits
+  bool dot = false;       // DOT4: int8 with the integer dot product instruction (OpSDot)
   friend bool operator==(const WeightShaderKey&, const WeightShaderKey&) = default;
 };
 
