@@ -1316,6 +1316,7 @@ TEST_F(VulkanOrder, RowDotGivesTheVulkanMatmulBitsForEveryFormat) {
 
 // The Vulkan integer products (Kernels::quantize_rows, WeightKernels::matmul with
 // MatmulVariant::int8) are the CUDA backend's: the rounded activations bit for bit
+// (normalized first, those of rms_norm's rows: 2,560 columns, three workgroups a row)
 // (exact halves x = (n + 1/2) d and their neighbours included: d = 1 for a block whose
 // largest magnitude is 127; a zero block), and each product int_row_dot's order, with
 // the device's multiply-add fused or rounded (the same one throughout), for every
@@ -1374,6 +1375,27 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
         ASSERT_EQ(std::memcmp(row, cq.data() + size_t{t} * cols, cols), 0) << "q of row " << t;
         ASSERT_EQ(std::memcmp(row + cols / 4, cd.data() + size_t{t} * blocks, blocks * 4), 0) << "d of row " << t;
         ASSERT_EQ(std::memcmp(row + cols / 4 + blocks, cs.data() + size_t{t} * blocks, blocks * 4), 0) << "sums of row " << t;
+      }
+      // Normalized first (a gain): the bits of rms_norm's rows rounded (Vulkan's division
+      // and square root may differ from CUDA's in the last bit, so the scale is compared
+      // with Vulkan's own rms_norm: on lavapipe one row of the 46 here differs from the
+      // host's by an ulp of its scale).
+      {
+        std::vector<float> gain(cols);
+        for (float& g : gain) g = value(rng);
+        const Buffer bg = upload(*context_, gain.data(), gain.size() * sizeof(float));
+        const Buffer fused(*context_, size_t{T} * words * 4), apart(*context_, size_t{T} * words * 4),
+            normed(*context_, x.size() * sizeof(float));
+        CommandSequence seq(*context_);
+        kernels.quantize_rows(seq, bx, fused, T, cols, cols, &bg, 1e-5f);
+        kernels.rms_norm(seq, bx, bg, normed, T, cols, 1e-5f);
+        kernels.quantize_rows(seq, normed, apart, T, cols, cols);
+        seq.submit_and_wait();
+        std::vector<uint32_t> f8(size_t{T} * words), a8(f8.size());
+        fused.download(f8.data(), f8.size() * 4);
+        apart.download(a8.data(), a8.size() * 4);
+        ASSERT_EQ(f8, a8);
+        EXPECT_NE(f8, q8);  // the norm did something
       }
       EXPECT_EQ(cd[0], 1.0f);
       EXPECT_EQ(cq[1], 2);  // 2.5: to even

@@ -208,7 +208,7 @@ struct QuantizeRowsOp {
       warp.each([&](uint32_t lane) {
         const uint32_t c = kQ8Block * b + lane;
         const float value = gain != nullptr ? rms_apply(xt[c], scale, gain[c]) : xt[c];
-        const float m = value < 0.0f ? -value : value;
+        const float m = bits_to_float(float_bits(value) & 0x7fffffffu);  // -0.0 counts as +0.0
         v[lane] = value;
         magnitude[lane] = m == m ? m : bits_to_float(0x7f800000u);
       });

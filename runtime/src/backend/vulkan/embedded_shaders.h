@@ -42,6 +42,7 @@ extern const EmbeddedShader kv_permute;         // shaders/kv_permute.comp
 extern const EmbeddedShader argmax;             // shaders/argmax.comp
 extern const EmbeddedShader top_k;              // shaders/top_k.comp
 extern const EmbeddedShader quantize;           // shaders/quantize.comp
+extern const EmbeddedShader quantize_norm;      // shaders/quantize.comp, NORM=1
 }  // namespace shaders
 
 // The weight kernels' variants (weight_kernels.h) are declared by the table generated

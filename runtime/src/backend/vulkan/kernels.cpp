@@ -67,6 +67,7 @@ struct ArgmaxPush {
 };
 struct QuantizePush {
   uint32_t T, cols, x_stride, out_stride;
+  float eps;
 };
 enum ElementwiseOp : uint32_t { kAdd = 0, kBias = 1, kSwiglu = 2, kGeglu = 3, kScale = 4, kSoftcap = 5 };
 
@@ -117,10 +118,10 @@ bool probe_half_storage(const Context& context, ProgressTask& progress) {
 
 Kernels::Kernels(const Context& context)
     : context_(context), cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
-  // 18 kernels and 4 attention variants; with 16-bit storage also the probe's and, where
+  // 19 kernels and 4 attention variants; with 16-bit storage also the probe's and, where
   // it passes, 2 more attention variants (a test checks that the count reaches the total).
   const bool storage16 = context.features().storage_16bit;
-  ProgressTask progress("creating Vulkan pipelines", 22 + (storage16 ? 3 : 0));
+  ProgressTask progress("creating Vulkan pipelines", 23 + (storage16 ? 3 : 0));
   auto make = [&](const EmbeddedShader& shader, uint32_t n_buffers, uint32_t push_constant_bytes) {
     auto pipeline = std::make_unique<ComputePipeline>(context, shader, n_buffers, push_constant_bytes);
     progress.advance();
@@ -132,6 +133,7 @@ Kernels::Kernels(const Context& context)
   rope_ = make(shaders::rope, 2, sizeof(RopePush));
   elementwise_ = make(shaders::elementwise, 3, sizeof(ElementwisePush));
   quantize_ = make(shaders::quantize, 2, sizeof(QuantizePush));
+  quantize_norm_ = make(shaders::quantize_norm, 3, sizeof(QuantizePush));
   kv_store_ = make(shaders::kv_store, 5, sizeof(KvStorePush));
   kv_store_f16_ = make(shaders::kv_store_f16, 5, sizeof(KvStorePush));
   latent_keys_[0] = make(shaders::latent_expand_keys, 6, sizeof(LatentExpandPush));
@@ -283,7 +285,7 @@ void Kernels::swiglu(CommandSequence& seq, const Buffer& gate, const Buffer& up,
 }
 
 void Kernels::quantize_rows(CommandSequence& seq, const Buffer& x, const Buffer& out, uint32_t T, uint32_t cols,
-                            uint32_t x_stride) const {
+                            uint32_t x_stride, const Buffer* gain, float eps) const {
   constexpr const char* kernel = "quantize_rows";
   if (cols == 0 || cols % 32 != 0)
     throw std::invalid_argument(std::string(kernel) + ": cols = " + std::to_string(cols) + " is not a positive multiple of 32");
@@ -294,8 +296,15 @@ void Kernels::quantize_rows(CommandSequence& seq, const Buffer& x, const Buffer&
   const uint32_t words = q8_row_words(cols);
   require_size(x, uint64_t{T - 1} * x_stride + cols, "x", kernel);
   require_size(out, uint64_t{T} * words, "out", kernel);  // words and floats are both 4 bytes
+  const QuantizePush push{T, cols, x_stride, words, eps};
+  if (gain) {
+    require_size(*gain, cols, "gain", kernel);
+    const uint64_t groups = uint64_t{T} * ((cols / 32 + 31) / 32);  // a workgroup per 32 blocks of a row
+    seq.dispatch(*quantize_norm_, {&x, &out, gain}, push, groups_for(groups, 1, context_));
+    return;
+  }
   const uint64_t blocks = uint64_t{T} * (cols / 32);
-  seq.dispatch(*quantize_, {&x, &out}, QuantizePush{T, cols, x_stride, words}, groups_for(blocks, 64, context_));
+  seq.dispatch(*quantize_, {&x, &out}, push, groups_for(blocks, 32, context_));
 }
 
 void Kernels::geglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const {

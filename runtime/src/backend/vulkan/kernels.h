@@ -71,10 +71,11 @@ class Kernels {
   // backend's QuantizeRowsOp bit for bit): row t of x (T rows of cols floats, x_stride
   // apart; cols a multiple of 32) becomes row t of out, q8_row_words(cols) words apart:
   // cols / 4 words of q (four signed bytes), the cols / 32 blocks' scales d, then each
-  // block's d times its sum of q. Throws std::invalid_argument for a bad shape or a
-  // buffer too small.
+  // block's d times its sum of q. With a gain (cols floats), the rows are normalized
+  // first, the bits rms_norm would write. Throws std::invalid_argument for a bad shape or
+  // a buffer too small.
   void quantize_rows(CommandSequence& seq, const Buffer& x, const Buffer& out, uint32_t T, uint32_t cols,
-                     uint32_t x_stride) const;
+                     uint32_t x_stride, const Buffer* gain = nullptr, float eps = 0.0f) const;
   static uint32_t q8_row_words(uint32_t cols) { return cols / 4 + cols / 16; }
   // out = gelu_tanh(gate) * up; x *= factor; x = cap * tanh(x / cap) (Backend::geglu,
   // scale, softcap); n floats.
@@ -171,7 +172,7 @@ class Kernels {
   std::unique_ptr<ComputePipeline> matmul_f32_t4_;
   std::unique_ptr<ComputePipeline> rope_;
   std::unique_ptr<ComputePipeline> elementwise_;
-  std::unique_ptr<ComputePipeline> quantize_;
+  std::unique_ptr<ComputePipeline> quantize_, quantize_norm_;
   // Attention's variants by cache reading, [0] workgroup-wide, [1] serial.
   struct AttentionPipelines {
     std::unique_ptr<ComputePipeline> f32, f16_words;

@@ -277,7 +277,8 @@ class VulkanBackend final : public Backend, public StepTarget {
 
   // An RMSNorm and the product that reads it are one dispatch (the NORM variants of
   // shaders/matmul.comp) in steps of up to WeightKernels::kMaxNormTokens rows; larger
-  // steps run the two kernels, which give the same bits.
+  // steps run the two kernels, which give the same bits. Integer products normalize in
+  // the rounding of their input instead (quantize_norm, any step size).
   void matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
                    Activation& out) override {
     if (!fuses_norm(x, gain, w)) {
@@ -615,14 +616,14 @@ class VulkanBackend final : public Backend, public StepTarget {
     const DeviceWeight& w = weight(weight_id);
     const uint32_t T = rows_of(x);
     MatmulVariant variant;
-    variant.int8 = uses_int8(w.type) && norm.gain == nullptr;
-    const Buffer& input = variant.int8 ? rounded(x) : act(x);
+    variant.int8 = uses_int8(w.type);
+    const Buffer& input = variant.int8 ? rounded(x, norm) : act(x);  // the norm in the rounding
     const uint32_t x_stride = variant.int8 ? Kernels::q8_row_words(static_cast<uint32_t>(x.cols)) : static_cast<uint32_t>(x.cols);
     for (const WeightPart& part : w.parts) {
       weight_kernels_.matmul(step(), w.type, part.buffer, input, act(out),
                              WeightKernels::MatmulShape{T, part.n_rows, static_cast<uint32_t>(w.cols), x_stride,
                                                         static_cast<uint32_t>(out.cols), part.first_row, accumulate},
-                             variant, norm);
+                             variant, variant.int8 ? InputNorm{} : norm);
       step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(part.n_rows));
     }
   }
@@ -634,27 +635,29 @@ class VulkanBackend final : public Backend, public StepTarget {
     const uint32_t T = rows_of(x);
     const uint32_t rows = static_cast<uint32_t>(w.rows / 2);
     MatmulVariant variant;
-    variant.int8 = uses_int8(w.type) && norm.gain == nullptr;
-    const Buffer& input = variant.int8 ? rounded(x) : act(x);
+    variant.int8 = uses_int8(w.type);
+    const Buffer& input = variant.int8 ? rounded(x, norm) : act(x);  // the norm in the rounding
     const uint32_t x_stride = variant.int8 ? Kernels::q8_row_words(static_cast<uint32_t>(x.cols)) : static_cast<uint32_t>(x.cols);
     weight_kernels_.matmul_gated(step(), w.type, w.parts.front().buffer, input, act(out),
                                  WeightKernels::MatmulShape{T, rows, static_cast<uint32_t>(w.cols), x_stride,
                                                             static_cast<uint32_t>(out.cols), 0},
-                                 variant, norm);
+                                 variant, variant.int8 ? InputNorm{} : norm);
     step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(w.rows));
     set_rows(out, T);
   }
   // Whether a product of x's rows normalized with `gain` runs as one dispatch.
-  // Not for integer products, whose activations are normalized before they are rounded.
+  // Integer products normalize in the rounding of their input (quantize_norm), for any
+  // step size and on every device.
   bool fuses_norm(const Activation& x, const Weight& gain, const Weight& w) const {
-    return fuse_norm_ && rows_of(x) <= WeightKernels::kMaxNormTokens && weight(gain).cols == x.cols &&
-           weight(gain).parts.size() == 1 && !uses_int8(weight(w).type);
+    if (weight(gain).cols != x.cols || weight(gain).parts.size() != 1) return false;
+    return uses_int8(weight(w).type) || (fuse_norm_ && rows_of(x) <= WeightKernels::kMaxNormTokens);
   }
   bool uses_int8(TensorType type) const { return int8_ && WeightKernels::has_int8(type); }
-  // x's rows rounded to 8 bits (Kernels::quantize_rows) in q8_, for an integer product:
-  // the buffer sized once for the largest step and the widest such weight, so that no
-  // step frees one that an earlier command of it reads.
-  const Buffer& rounded(const Activation& x) {
+  // x's rows (normalized first with `norm` when it has a gain) rounded to 8 bits
+  // (Kernels::quantize_rows) in q8_, for an integer product: the buffer sized once for the
+  // largest step and the widest such weight, so that no step frees one that an earlier
+  // command of it reads.
+  const Buffer& rounded(const Activation& x, const InputNorm& norm) {
     const uint32_t T = rows_of(x), cols = static_cast<uint32_t>(x.cols);
     const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>({max_step_rows_, x.rows, 1}));
     const uint64_t words = rows * Kernels::q8_row_words(static_cast<uint32_t>(std::max<int64_t>(max_int8_cols_, x.cols)));
@@ -664,7 +667,7 @@ class VulkanBackend final : public Backend, public StepTarget {
       q8_ = allocator_.device(words * 4, "rounded activations");
       q8_words_ = words;
     }
-    kernels_.quantize_rows(step(), act(x), q8_, T, cols, cols);
+    kernels_.quantize_rows(step(), act(x), q8_, T, cols, cols, norm.gain, norm.eps);
     return q8_;
   }
   // StepTarget: what the KV cache records into.
