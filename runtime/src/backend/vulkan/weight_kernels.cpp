@@ -139,6 +139,7 @@ void WeightKernels::prepare(std::span<const TensorType> types, bool norm, bool i
       const WeightShader& v = f.variants[i];
       const WeightShaderKey& k = v.key;
       if (f.made[i] || (k.norm && !norm) || (k.int8 && !int8)) continue;
+      if (int8 && !k.int8 && k.kind != WeightShaderKey::Kind::Embed && has_int8(f.type)) continue;  // not used then
       if (k.int8 && k.kind == WeightShaderKey::Kind::SplitRows && k.dot != dot_) continue;
       const bool automatic = k.kind == WeightShaderKey::Kind::Embed ||
                              (cpu_device_ ? k.kind == WeightShaderKey::Kind::WholeRows

@@ -141,8 +141,8 @@ class WeightKernels {
   std::string describe() const;
 
   // Creates the pipelines that matmul, matmul_gated and embed pick by default on this
-  // device for each of `types`, with their fused-RMSNorm variants when `norm` and their
-  // integer products (for the formats that have them) when `int8`, several at
+  // device for each of `types`, with their fused-RMSNorm variants when `norm`, and for
+  // the formats with integer products only those when `int8`, several at
   // once (on up to 16 threads), as one ProgressTask ("creating Vulkan pipelines for
   // Q4_K, Q6_K weights") where any is missing. The backend calls it with all of a
   // model's types before uploading its weights (Backend::prepare_weights), and with each
