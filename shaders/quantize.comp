@@ -1,8 +1,9 @@
 #version 450
 // Rounds activation rows to 8 bits per block of 32 values for the integer products
 // (shaders/int_units.glsl), as the CUDA backend's QuantizeRowsOp does
-// (cuda_backend/src/int_ops.h), bit for bit on every device (no division, no fused
-// multiply-add: only correctly rounded products and differences):
+// (cuda_backend/src/int_ops.h), bit for bit on every device for scales of at least
+// 2^-100 (no division but for an estimate, no fused multiply-add: only correctly rounded
+// products and differences):
 // block b of row t: d = max |x| * RN(1/127) (a NaN counted as infinite); q = the integer
 // nearest to x / d (ties to even), found without a division (an estimate moved by the
 // exact signs of x - (q +- 1/2) d), 0 where d is 0 or not
@@ -59,7 +60,8 @@ int sign_of_difference(float v, float a, float d) {
   return r > 0.0 ? 1 : (r < 0.0 ? -1 : 0);
 }
 
-// The integer nearest to v / d (ties to even) for d > 0 finite and |v / d| < 129: an
+// The integer nearest to v / d (ties to even) for d >= 2^-100 finite and |v / d| < 129
+// (below, a partial product may be subnormal, which a device may flush to zero): an
 // estimate within one of it, moved by the exact signs of v - (e +- 1/2) d (cuda_backend's
 // nearest_quotient, which takes them from fused multiply-adds: the same integers).
 int nearest_quotient(float v, float d) {

@@ -135,7 +135,7 @@ TEST(VulkanContextFeatures, AllUsesWhatTheDeviceHasAndPortableUsesNothing) {
     EXPECT_FALSE(e.cooperative_matrix) << "detected only, never enabled";
     const std::string text = fafo::vulkan::describe_features(e, d);
     if (d.integer_dot_product) {
-      EXPECT_HAS(text, "integer dot product (the split-rows integer products' byte sums");
+      EXPECT_HAS(text, "integer dot product (enabled for the split-rows integer products' byte sums");
     }
     if (is_lavapipe(*all)) {
       // lavapipe: 8-lane subgroups with shuffles, full subgroups (Vulkan 1.3), every

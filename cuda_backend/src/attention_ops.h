@@ -122,7 +122,11 @@ struct AttentionBlockOp {
         staged_slot[thread] = slot;
       });
       block.collective([&](uint32_t thread) {
-        const uint32_t unit = key_bytes % 16 == 0 ? 16 : key_bytes % 4 == 0 ? 4 : 2;
+        // 16-byte loads where every key row starts 16-byte aligned (each layer's cache is
+        // its own allocation), else 4- or 2-byte ones.
+        const uint32_t row_bytes_all = a.kv_dim * es;
+        const uint32_t unit = key_bytes % 16 == 0 && row_bytes_all % 16 == 0 ? 16
+                              : key_bytes % 4 == 0 && row_bytes_all % 4 == 0 ? 4 : 2;
         const uint32_t per_key = key_bytes / unit, n = 2 * kLanes * per_key;
         for (uint32_t i = thread; i < n; i += block.threads()) {
           const uint32_t which = i / (kLanes * per_key), j = (i / per_key) % kLanes, u = i % per_key;

@@ -311,7 +311,8 @@ std::string describe_features(const DeviceFeatures& enabled, const DeviceFeature
     used.emplace_back("16-bit storage (attention reads an f16 KV cache as halves, where a probe finds them widened "
                       "exactly)");
   if (enabled.integer_dot_product)
-    used.emplace_back("integer dot product (the split-rows integer products' byte sums, where built with it)");
+    used.emplace_back("integer dot product (enabled for the split-rows integer products' byte sums: the backend "
+                      "description says where they use it)");
   const std::string uses = used.empty() ? "none (portable path)" : join(used);
   std::vector<std::string> idle;    // enabled for future kernels
   std::vector<std::string> unused;  // detected, not enabled

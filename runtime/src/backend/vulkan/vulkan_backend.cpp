@@ -51,6 +51,12 @@ bool fuse_norm_on(const VulkanBackendOptions& options, bool cpu_device) {
   return env_is("FAFO_VULKAN_FUSE_NORM", "1") || !cpu_device;
 }
 
+// Whether fusing RMSNorms was turned off (as opposed to left off by default).
+bool fuse_norm_off(const VulkanBackendOptions& options) {
+  if (options.fuse_norm) return !*options.fuse_norm;
+  return env_off("FAFO_VULKAN_FUSE") || env_off("FAFO_VULKAN_FUSE_NORM");
+}
+
 bool int8_on(const VulkanBackendOptions& options, bool cpu_device) {
   if (options.int8_products) return *options.int8_products;
   if (env_off("FAFO_VULKAN_INT8")) return false;
@@ -93,6 +99,7 @@ class VulkanBackend final : public Backend, public StepTarget {
         max_range_(allocator_.max_range()),
         fuse_qkv_(options.fuse_qkv && !env_off("FAFO_VULKAN_FUSE")),
         fuse_norm_(fuse_norm_on(options, context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)),
+        fuse_norm_off_(fuse_norm_off(options)),
         cpu_device_(context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU),
         int8_(int8_on(options, cpu_device_)),
         encoder_(context_, descriptors_) {
@@ -647,10 +654,11 @@ class VulkanBackend final : public Backend, public StepTarget {
   }
   // Whether a product of x's rows normalized with `gain` runs as one dispatch.
   // Integer products normalize in the rounding of their input (quantize_norm), for any
-  // step size and on every device.
+  // step size and on every device, unless fusing norms was turned off.
   bool fuses_norm(const Activation& x, const Weight& gain, const Weight& w) const {
     if (weight(gain).cols != x.cols || weight(gain).parts.size() != 1) return false;
-    return uses_int8(weight(w).type) || (fuse_norm_ && rows_of(x) <= WeightKernels::kMaxNormTokens);
+    if (uses_int8(weight(w).type)) return !fuse_norm_off_;
+    return fuse_norm_ && rows_of(x) <= WeightKernels::kMaxNormTokens;
   }
   bool uses_int8(TensorType type) const { return int8_ && WeightKernels::has_int8(type); }
   // x's rows (normalized first with `norm` when it has a gain) rounded to 8 bits
@@ -739,6 +747,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   uint64_t max_range_ = 0;
   bool fuse_qkv_ = true;
   bool fuse_norm_ = true;
+  bool fuse_norm_off_ = false;  // turned off (FAFO_VULKAN_FUSE_NORM=0): not for integer products either
   bool cpu_device_ = false;
   bool int8_ = false;  // integer products for the formats that have them (uses_int8)
   double weight_bytes_ = 0;  // of the matrices uploaded
