@@ -7,7 +7,8 @@
 // Compiled per format (-DFORMAT_*) and per variant: -DTILE_T (tokens per tile),
 // -DROW_GROUPS (rows, or with WHOLE_ROWS invocations, per workgroup), -DWHOLE_ROWS=<rows
 // per invocation> for the CPU-device mapping below, -DSUBGROUP=1 for the split-rows
-// variant with subgroup shuffles (specialization constant 0: lanes). WeightKernels
+// variant with subgroup shuffles (specialization constant 0: lanes), -DINT8=1 for the
+// integer products below (and -DDOT4=1 with them: int_units.glsl). WeightKernels
 // (runtime/src/backend/vulkan/weight_kernels.cpp) picks the variant.
 //
 // Numerics, the same for every variant, mapping and T: a row is cut into 16-value

@@ -5,8 +5,11 @@
 // backend/vulkan/weight_shader_table.h. A format's pipelines are created by prepare()
 // (the backend calls it before uploading a model's weights, for all of their formats:
 // the variants the automatic choice uses on this device: split rows on a GPU, whole rows
-// on a CPU device, each plain, gated and with a fused RMSNorm; several at once, on up to
-// 16 threads); variants asked for explicitly (tests) are created on first use.
+// on a CPU device, each plain, gated and with a fused RMSNorm, or for Q8_0, Q4_K, Q5_K and
+// Q6_K with integer products where the backend uses them (MatmulVariant::int8: with the
+// dot product instruction on split rows where the device and the build have it); several
+// at once, on up to 16 threads); variants asked for explicitly (tests) are created on
+// first use.
 //
 // A weight buffer holds `rows` packed rows of tensor_row_bytes(type, cols) bytes each,
 // back to back from offset 0, in a buffer of at least weight_bytes(type, rows, cols)
