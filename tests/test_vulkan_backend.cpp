@@ -553,24 +553,33 @@ TEST_F(VulkanBackend, AnF16CacheGivesCpuIdsAndHalvesTheCache) {
   EXPECT_NO_THROW(be16->create_kv_cache(KvCacheShape{1, 8192, 64, KvCacheType::F16}));                  // 1 MiB
 }
 
+// Greedy ids of `prompt` with strategy s and KV policy `policy` (budget `budget`).
+std::vector<int32_t> greedy_with(Loaded& m, const std::vector<int32_t>& prompt, int32_t n, Strategy s,
+                                 const std::string& policy, int32_t budget) {
+  GenerationOptions o;
+  o.n_predict = n;
+  o.sampling.temperature = 0;
+  o.decoding.strategy = s;
+  o.kv.name = policy;
+  o.kv.budget = budget;
+  return generate(*m.model, *m.tokenizer, prompt, o).ids;
+}
+
+// Jacobi, Lookahead and FAFO with each of `policies` give AR's n greedy ids.
+void expect_every_strategy_equals_ar(Loaded& m, const std::vector<int32_t>& prompt, int32_t n, int32_t budget,
+                                     const std::vector<std::string>& policies) {
+  const auto ar = greedy_with(m, prompt, n, Strategy::Ar, "stream", budget);
+  ASSERT_EQ(ar.size(), static_cast<size_t>(n));
+  EXPECT_EQ(greedy_with(m, prompt, n, Strategy::Jacobi, "stream", budget), ar);
+  EXPECT_EQ(greedy_with(m, prompt, n, Strategy::Lookahead, "stream", budget), ar);
+  for (const std::string& policy : policies) EXPECT_EQ(greedy_with(m, prompt, n, Strategy::Fafo, policy, budget), ar) << policy;
+}
+
 TEST_F(VulkanBackend, EveryStrategyEqualsArOnVulkan) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   Loaded m = load(model_path.string(), make_vulkan(), 512);
   const std::vector<int32_t> prompt = m.tokenizer->encode("Once upon a time, there was a little girl named Lily.", true);
-  auto run = [&](Strategy s, const std::string& policy) {
-    GenerationOptions o;
-    o.n_predict = 80;
-    o.sampling.temperature = 0;
-    o.decoding.strategy = s;
-    o.kv.name = policy;
-    o.kv.budget = 24;
-    return generate(*m.model, *m.tokenizer, prompt, o).ids;
-  };
-  const auto ar = run(Strategy::Ar, "stream");
-  ASSERT_EQ(ar.size(), 80u);
-  EXPECT_EQ(run(Strategy::Jacobi, "stream"), ar);
-  EXPECT_EQ(run(Strategy::Lookahead, "stream"), ar);
-  for (const std::string policy : {"stream", "quest", "snapkv", "chunks"}) EXPECT_EQ(run(Strategy::Fafo, policy), ar) << policy;
+  expect_every_strategy_equals_ar(m, prompt, 80, 24, {"stream", "quest", "snapkv", "chunks"});
 }
 
 // With integer products (on by default on GPUs; forced here on lavapipe) every strategy
@@ -593,21 +602,7 @@ TEST_F(VulkanBackend, IntegerProductsKeepEveryStrategyEqualToAr) {
     Loaded m = load(path, vulkan::make_backend(options), 256);
     EXPECT_NE(m.model->backend().description().find("integer products"), std::string::npos);
     EXPECT_GT(m.model->backend().numerics().rounded_matmul_tolerance, 0.0);
-    const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 45, 99, 7};
-    auto run = [&](Strategy s, const std::string& policy) {
-      GenerationOptions o;
-      o.n_predict = 40;
-      o.sampling.temperature = 0;
-      o.decoding.strategy = s;
-      o.kv.name = policy;
-      o.kv.budget = 12;
-      return generate(*m.model, *m.tokenizer, prompt, o).ids;
-    };
-    const auto ar = run(Strategy::Ar, "stream");
-    ASSERT_EQ(ar.size(), 40u);
-    EXPECT_EQ(run(Strategy::Jacobi, "stream"), ar);
-    EXPECT_EQ(run(Strategy::Lookahead, "stream"), ar);
-    for (const std::string policy : {"stream", "snapkv"}) EXPECT_EQ(run(Strategy::Fafo, policy), ar) << policy;
+    expect_every_strategy_equals_ar(m, {1, 45, 99, 7, 250, 31, 45, 99, 7}, 40, 12, {"stream", "snapkv"});
   }
 }
 

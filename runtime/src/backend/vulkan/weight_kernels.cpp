@@ -199,7 +199,14 @@ bool WeightKernels::supports(TensorType type) {
 }
 
 bool WeightKernels::has_int8(TensorType type) {
-  return std::ranges::any_of(weight_shaders(), [&](const WeightShader& v) { return v.type == type && v.key.int8; });
+  // Asked for every product of a step: the table's formats read once.
+  static const std::vector<TensorType> types = [] {
+    std::vector<TensorType> out;
+    for (const WeightShader& v : weight_shaders())
+      if (v.key.int8 && std::ranges::find(out, v.type) == out.end()) out.push_back(v.type);
+    return out;
+  }();
+  return std::ranges::find(types, type) != types.end();
 }
 
 bool WeightKernels::has_subgroup_variant(uint32_t tile) const {
