@@ -13,11 +13,16 @@
 #ifndef SERIAL
 #define SERIAL 0
 #endif
+// GROUPED=1: the variant for steps of several rows on GPUs, below.
+#ifndef GROUPED
+#define GROUPED 0
+#endif
 #if STORAGE16
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #endif
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "half.glsl"
 // Attention over a StepBatch, split into parts (flash-decoding): workgroup
 // (part, head, row) computes, for one query head of one batch row, the softmax
@@ -50,10 +55,24 @@
 // `precise` in both, so no compiler fuses them differently. A CPU device runs a
 // workgroup's invocations as vector lanes and a barrier as a switch between them: the
 // workgroup-wide variant spent most of a long step there.
+//
+// GROUPED=1, for steps of several rows: a workgroup computes (part, KV head, tile of
+// `tile_rows` rows) for every query head of the KV head's group, so up to MAX_PAIRS
+// (row, head) pairs (tile_rows x the group's heads), and reads each chunk's keys and
+// values from memory once for all of them: it stages them in shared memory, 32 keys
+// at a time (head_dim <= STAGE_DIM), at the slots the tile's first row sees, and a
+// pair whose row sees another slot for a key (a window, the region, a COMPRESSED row
+// beside FULL ones) reads that key from memory. Each pair runs the workgroup variant's
+// arithmetic in its order (one key per invocation, the same trees, the same sums over
+// the chunk's keys in order), one pair after another, so the bits are the same.
 #define WG_SIZE 64
 #define DIMS_PER_THREAD 4
 #define MAX_HEAD_DIM (WG_SIZE * DIMS_PER_THREAD)
 #define SERIAL_LANES 8
+
+#define MAX_PAIRS 8u
+#define STAGE_KEYS 32u
+#define STAGE_DIM 128u
 
 #if SERIAL
 layout(local_size_x = SERIAL_LANES) in;
@@ -109,6 +128,7 @@ layout(push_constant) uniform Params {
   uint window;        // > 0: keys outside the row's sliding window are masked out
   uint positions_offset;  // the rows' positions in step_info
   uint region_offset;     // the logical index of each region slot in step_info
+  uint tile_rows;         // GROUPED: rows per workgroup (tile_rows x heads per KV head <= MAX_PAIRS)
 } p;
 
 // A key's score from its dot product with the query.
@@ -144,7 +164,189 @@ bool key_slot(uint row, uint row_pos, uint key, uint n_past, uint skip, uint pre
   return visible && (p.window == 0 || int(row_pos) - int(key_pos) < int(p.window));
 }
 
-#if !SERIAL
+// The slot of key `key` of a row (as key_slot, without its visibility).
+uint slot_of(uint key, uint n_past, uint skip, uint prefix_keys, bool compressed) {
+  if (key < prefix_keys) {
+    const uint l = skip + key;
+    return (!compressed && p.use_order != 0) ? step_info[p.order_offset + l] : l;
+  }
+  return n_past + key - prefix_keys;
+}
+
+#if GROUPED
+shared float q_sh[MAX_PAIRS * STAGE_DIM];
+shared float stage_sh[STAGE_KEYS * STAGE_DIM];  // 32 keys' (then values') head dims
+shared uint staged_slot[WG_SIZE];                // the slot of each key of the chunk staged
+shared float weight_sh[MAX_PAIRS * WG_SIZE];     // a pair's scores, then its weights
+shared uint slot_sh[MAX_PAIRS * WG_SIZE];        // the slot a pair reads for each key
+shared float red[WG_SIZE];
+#define NO_SLOT 0xffffffffu  // a key the first row has no slot for (past the step's entries)
+
+// Stages keys (or values) [chunk + base, + STAGE_KEYS) of the staged slots into stage_sh.
+void stage(uint chunk, uint base, uint end, uint kv_offset, bool values) {
+  for (uint i = gl_LocalInvocationID.x; i < STAGE_KEYS * p.head_dim; i += WG_SIZE) {
+    const uint k = base + i / p.head_dim, d = i % p.head_dim;
+    if (chunk + k < end && staged_slot[k] != NO_SLOT) {
+      const uint at = staged_slot[k] * p.kv_dim + kv_offset + d;
+      stage_sh[(k - base) * p.head_dim + d] = values ? value_at(at) : key_at(at);
+    }
+  }
+}
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x;
+  const uint part = gl_WorkGroupID.x;
+  const uint kv_head = gl_WorkGroupID.y;
+  const uint first_row = gl_WorkGroupID.z * p.tile_rows;
+  if (part >= step_info[2]) return;  // uniform over the workgroup: before any barrier
+  const uint group = p.n_head / p.n_head_kv;
+  const uint kv_offset = kv_head * p.head_dim;
+  const uint n_past = step_info[0], part_keys = step_info[1];  // the step's header
+  const uint first = part * part_keys;
+
+  // The pairs: pair i is row first_row + i / group, head kv_head * group + i % group.
+  const uint n_pairs = min(p.tile_rows, p.T - first_row) * group;
+  bool compressed[MAX_PAIRS];
+  uint row_pos[MAX_PAIRS], skip[MAX_PAIRS], prefix[MAX_PAIRS], last[MAX_PAIRS];
+  uint end = first;  // the largest last
+  [[unroll]] for (uint i = 0u; i < MAX_PAIRS; ++i) {
+    const uint row = min(first_row + i / group, p.T - 1u);
+    compressed[i] = step_info[p.flags_offset + row] != 0 && p.dense == 0;
+    row_pos[i] = step_info[p.positions_offset + row];
+    const uint visited = compressed[i] ? min(p.region, n_past) : n_past;
+    skip[i] = skipped_keys(row_pos[i], visited, compressed[i]);
+    prefix[i] = visited - skip[i];
+    last[i] = min(first + part_keys, prefix[i] + row + 1u);
+    if (i < n_pairs) end = max(end, last[i]);
+  }
+  for (uint i = 0u; i < n_pairs; ++i) {
+    const uint row = first_row + i / group, head = kv_head * group + i % group;
+    for (uint d = lid; d < p.head_dim; d += WG_SIZE)
+      q_sh[i * STAGE_DIM + d] = q[(step_info[3] + row) * p.q_stride + head * p.head_dim + d];
+  }
+
+  float m[MAX_PAIRS], correction[MAX_PAIRS];
+  float l[MAX_PAIRS];
+  float acc[MAX_PAIRS][DIMS_PER_THREAD];
+  bool live[MAX_PAIRS];  // the pair takes this chunk (its keys reach it, something visible)
+  [[unroll]] for (uint i = 0u; i < MAX_PAIRS; ++i) {
+    m[i] = -1.0 / 0.0;
+    l[i] = 0.0;
+    correction[i] = 0.0;
+    [[unroll]] for (uint k = 0u; k < DIMS_PER_THREAD; ++k) acc[i][k] = 0.0;
+  }
+
+  // The loop bounds and every branch around a barrier are uniform over the workgroup.
+  for (uint chunk = first; chunk < end; chunk += WG_SIZE) {
+    barrier();  // the last chunk's shared values are read
+    if (chunk + lid < end) {
+      const uint s = slot_of(chunk + lid, n_past, skip[0], prefix[0], compressed[0]);
+      staged_slot[lid] = s < n_past + p.T ? s : NO_SLOT;
+    }
+    // Scores: the keys staged 32 at a time, each pair's scores of them.
+    for (uint base = 0u; base < WG_SIZE; base += STAGE_KEYS) {
+      barrier();
+      stage(chunk, base, end, kv_offset, false);
+      barrier();
+      if (lid >= base && lid < base + STAGE_KEYS) {
+        const uint key = chunk + lid;
+        [[unroll]] for (uint i = 0u; i < MAX_PAIRS; ++i) {
+          if (i >= n_pairs) break;
+          const uint row = first_row + i / group;
+          precise float score = -1.0 / 0.0;
+          uint slot = 0;
+          if (key < last[i]) {
+            const bool visible = key_slot(row, row_pos[i], key, n_past, skip[i], prefix[i], compressed[i], slot);
+            if (visible) {
+              precise float dot_qk = 0.0;
+              if (slot == staged_slot[lid]) {
+                for (uint d = 0; d < p.head_dim; ++d) dot_qk += q_sh[i * STAGE_DIM + d] * stage_sh[(lid - base) * p.head_dim + d];
+              } else {
+                const uint kb = slot * p.kv_dim + kv_offset;
+                for (uint d = 0; d < p.head_dim; ++d) dot_qk += q_sh[i * STAGE_DIM + d] * key_at(kb + d);
+              }
+              score = key_score(dot_qk);
+            }
+          }
+          weight_sh[i * WG_SIZE + lid] = score;
+          slot_sh[i * WG_SIZE + lid] = slot;
+        }
+      }
+    }
+    // Each pair's softmax statistics, by the workgroup variant's trees.
+    for (uint i = 0u; i < n_pairs; ++i) {
+      live[i] = chunk < last[i];
+      if (!live[i]) continue;  // uniform
+      barrier();
+      const float score = weight_sh[i * WG_SIZE + lid];
+      red[lid] = score;
+      barrier();
+      for (uint stride = WG_SIZE / 2; stride > 0; stride >>= 1) {
+        if (lid < stride) red[lid] = max(red[lid], red[lid + stride]);
+        barrier();
+      }
+      const float chunk_max = red[0];
+      barrier();
+      const float m_new = max(m[i], chunk_max);
+      if (m_new == -1.0 / 0.0) {  // nothing visible yet (uniform)
+        live[i] = false;
+        continue;
+      }
+      const float w = score == -1.0 / 0.0 ? 0.0 : exp(score - m_new);
+      weight_sh[i * WG_SIZE + lid] = w;
+      red[lid] = w;
+      barrier();
+      for (uint stride = WG_SIZE / 2; stride > 0; stride >>= 1) {
+        if (lid < stride) red[lid] += red[lid + stride];
+        barrier();
+      }
+      correction[i] = m[i] == -1.0 / 0.0 ? 0.0 : exp(m[i] - m_new);
+      precise float l_new = l[i] * correction[i] + red[0];
+      l[i] = l_new;
+      m[i] = m_new;
+    }
+    // Values: staged 32 at a time; each pair's sums over the chunk's keys in order.
+    for (uint base = 0u; base < WG_SIZE; base += STAGE_KEYS) {
+      barrier();
+      stage(chunk, base, end, kv_offset, true);
+      barrier();
+      [[unroll]] for (uint i = 0u; i < MAX_PAIRS; ++i) {
+        if (i >= n_pairs) break;
+        if (!live[i]) continue;
+        const uint count = min(WG_SIZE, last[i] - chunk);
+        [[unroll]] for (uint k = 0u; k < DIMS_PER_THREAD; ++k) {
+          const uint d = lid + k * WG_SIZE;
+          if (d >= p.head_dim) break;
+          precise float sum = base == 0u ? acc[i][k] * correction[i] : acc[i][k];
+          for (uint j = base; j < min(count, base + STAGE_KEYS); ++j) {
+            const float wj = weight_sh[i * WG_SIZE + j];
+            if (wj != 0.0) {
+              const uint sj = slot_sh[i * WG_SIZE + j];
+              sum += wj * (sj == staged_slot[j] ? stage_sh[(j - base) * p.head_dim + d]
+                                                : value_at(sj * p.kv_dim + kv_offset + d));
+            }
+          }
+          acc[i][k] = sum;
+        }
+      }
+    }
+  }
+
+  for (uint i = 0u; i < n_pairs; ++i) {
+    const uint row = first_row + i / group, head = kv_head * group + i % group;
+    const uint at = (((step_info[3] + row) * p.n_head + head) * p.n_parts + part) * (p.head_dim + 2);
+    if (lid == 0) {
+      partials[at] = m[i];
+      partials[at + 1] = l[i];
+    }
+    [[unroll]] for (uint k = 0u; k < DIMS_PER_THREAD; ++k) {
+      const uint d = lid + k * WG_SIZE;
+      if (d < p.head_dim) partials[at + 2 + d] = acc[i][k];
+    }
+  }
+}
+
+#elif !SERIAL
 shared float q_sh[MAX_HEAD_DIM];
 shared float red[WG_SIZE];
 shared float weight_sh[WG_SIZE];

@@ -5,7 +5,8 @@
 // with the push constant `accumulate`, out[...] += the sum instead (a residual add fused
 // into the product: the same bits as the product followed by elementwise.comp's ADD).
 // Compiled per format (-DFORMAT_*) and per variant: -DTILE_T (tokens per tile),
-// -DROW_GROUPS (rows, or with WHOLE_ROWS invocations, per workgroup), -DWHOLE_ROWS=<rows
+// -DROW_GROUPS (the default rows, or with WHOLE_ROWS invocations, per workgroup; a tuned
+// value replaces it through specialization constant 1), -DWHOLE_ROWS=<rows
 // per invocation> for the CPU-device mapping below, -DSUBGROUP=1 for the split-rows
 // variant with subgroup shuffles (specialization constant 0: lanes), -DINT8=1 for the
 // integer products below (and -DDOT4=1 with them: int_units.glsl). WeightKernels
@@ -121,12 +122,23 @@
 // The summation tree is written for 32 lanes.
 #define LANES 32u
 #if WHOLE_ROWS
-#define WG_SIZE ROW_GROUPS
+#define WG_DEFAULT ROW_GROUPS
 #else
-#define WG_SIZE (LANES * ROW_GROUPS)
+#define WG_DEFAULT (LANES * ROW_GROUPS)
 #endif
 
-layout(local_size_x = WG_SIZE) in;
+// The workgroup's invocations: specialization constant 1 where the host sets it (a
+// tuned number of rows per workgroup: WeightKernels, backend/vulkan/matmul_tuning.h),
+// else the variant's ROW_GROUPS. RG is the rows (split rows) or invocations (whole
+// rows) per workgroup that follow from it; no result depends on it.
+layout(local_size_x_id = 1) in;
+layout(local_size_x = WG_DEFAULT) in;
+#define WG_SIZE gl_WorkGroupSize.x
+#if WHOLE_ROWS
+#define RG WG_SIZE
+#else
+#define RG (WG_SIZE / LANES)
+#endif
 
 #if INT8
 layout(std430, binding = 0) readonly buffer InX { uint xq[]; };
@@ -335,7 +347,7 @@ void main() {
 
 // One shared slot of 32 lane sums per (row, token, sum) of the workgroup; padded by one
 // float so that reading a slot's lanes does not hit a single memory bank.
-#define SLOTS (ROW_GROUPS * TILE_T)
+#define SLOTS (RG * TILE_T)
 #define SLOT_STRIDE (LANES + 1u)
 
 #if SUBGROUP
@@ -414,7 +426,7 @@ void main() {
   const uint full_chunks = p.cols / 16u;
   const uint tail = p.cols % 16u;  // only plain float formats have one
   const uint n_tiles = (p.T + TILE_T - 1u) / TILE_T;
-  const uint n_row_blocks = (p.rows + ROW_GROUPS - 1u) / ROW_GROUPS;
+  const uint n_row_blocks = (p.rows + RG - 1u) / RG;
 
   // Both loop bounds are uniform over the workgroup, so every barrier is reached by all.
   for (uint tile = gl_WorkGroupID.y; tile < n_tiles; tile += gl_NumWorkGroups.y) {
@@ -425,7 +437,7 @@ void main() {
     norm_scales(t0, n_active, lid, norm_scale);
 #endif
     for (uint block = gl_WorkGroupID.x; block < n_row_blocks; block += gl_NumWorkGroups.x) {
-      const uint row_off = min(block * ROW_GROUPS + group, p.rows - 1u) * p.row_bytes;
+      const uint row_off = min(block * RG + group, p.rows - 1u) * p.row_bytes;
 #if GATED
       const uint up_off = row_off + p.rows * p.row_bytes;  // the matching up projection row
 #endif
@@ -507,7 +519,7 @@ void main() {
       if (SG_LANES >= LANES) {
         // A row's 32 lanes are in one subgroup: the whole tree in registers. The branches
         // are uniform over the workgroup, as the shuffles need.
-        const uint row = block * ROW_GROUPS + group;
+        const uint row = block * RG + group;
         [[unroll]] for (uint t = 0u; t < TILE_T; ++t) {
           if (t < n_active) {
             const float g = subgroup_tree(acc[0][t]);
@@ -525,7 +537,7 @@ void main() {
         barrier();
         for (uint slot = gl_SubgroupID; slot < SLOTS; slot += gl_NumSubgroups) {
           const uint t = slot % TILE_T;
-          const uint row = block * ROW_GROUPS + slot / TILE_T;
+          const uint row = block * RG + slot / TILE_T;
           if (t < n_active) {
             const uint base = slot * NSUM * SLOT_STRIDE;
             const float g = subgroup_tree(shared_tree(base, gl_SubgroupInvocationID));
@@ -544,7 +556,7 @@ void main() {
       barrier();
       for (uint slot = lid; slot < SLOTS; slot += WG_SIZE) {
         const uint t = slot % TILE_T;
-        const uint row = block * ROW_GROUPS + slot / TILE_T;
+        const uint row = block * RG + slot / TILE_T;
         if (t < n_active && row < p.rows) {
           const uint base = slot * NSUM * SLOT_STRIDE;
           finish((t0 + t) * p.out_stride + p.out_offset + row, sum_lanes(base),

@@ -828,15 +828,20 @@ struct Target {
 };
 
 // Every backend and device of the registry, each Vulkan device also with its integer
-// products on ("vulkan_int8": the default on GPUs, off on CPU devices such as lavapipe),
-// and the CUDA backend's code with its kernels run on the host ("cuda_emulated": the
-// CUDA backend's step logic, where no GPU exists).
+// products on ("vulkan_int8": the default on GPUs, off on CPU devices such as lavapipe)
+// and with them in the matrix tiles' plain-loop form for steps over 8 tokens
+// ("vulkan_tiles": GPUs with cooperative matrices run the instructions in vulkan_int8;
+// only the products' ops), and the CUDA backend's code with its kernels run on the host
+// ("cuda_emulated": the CUDA backend's step logic, where no GPU exists).
 std::vector<Target> all_targets() {
   std::vector<Target> out;
   for (const BackendInfo& b : backend_registry())
     for (const BackendDevice& d : b.devices()) {
       out.push_back({b.name, d.index, d.name});
-      if (b.name == "vulkan") out.push_back({"vulkan_int8", d.index, d.name});
+      if (b.name == "vulkan") {
+        out.push_back({"vulkan_int8", d.index, d.name});
+        out.push_back({"vulkan_tiles", d.index, d.name});
+      }
     }
   out.push_back({"cuda_emulated", 0, "host"});
   return out;
@@ -845,10 +850,11 @@ std::vector<Target> all_targets() {
 std::unique_ptr<Backend> make_target(const Target& t) {
   if (t.backend == "cuda_emulated") return cuda::make_emulated_backend();
 #if FAFO_HAVE_VULKAN
-  if (t.backend == "vulkan_int8") {
+  if (t.backend == "vulkan_int8" || t.backend == "vulkan_tiles") {
     vulkan::VulkanBackendOptions options;
     options.device = std::to_string(t.device);
     options.int8_products = true;
+    if (t.backend == "vulkan_tiles") options.matrix_tiles = vulkan::MatrixTilesUse::Loops;
     return vulkan::make_backend(options);
   }
 #endif
@@ -869,6 +875,8 @@ class BackendOps : public ::testing::TestWithParam<Target> {
   }
   // Runs every case of `op` and fails with the first mismatch of each case.
   void run_op(const std::string& op) {
+    if (GetParam().backend == "vulkan_tiles" && op.rfind("matmul", 0) != 0)
+      GTEST_SKIP() << "vulkan_tiles differs from vulkan_int8 only in its products";
     OpEnv& env = target();
     const BackendNumerics numerics = env.be().numerics();
     int n_cases = 0;

@@ -116,6 +116,38 @@ TEST(Cli, PromptFromFile) {
   EXPECT_EQ(nlohmann::json::parse(o.out)["ids"], (std::vector<int>{432, 383, 286}));
 }
 
+// `fafo tune` measures the Vulkan products of a model's steps (here one-token steps),
+// keeps the choices in the cache folder, and `fafo devices` shows them; --keep measures
+// nothing kept already; another backend has nothing to tune.
+TEST(Cli, TuneKeepsTheVulkanChoicesAndDevicesShowsThem) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("cli-tune-cache");
+  const std::string fafo = "FAFO_CACHE_DIR=" + fafo::test::shell_quote(dir) + " " +
+                           fafo::test::shell_quote(fafo::test::binary_path("app/cli/fafo"));
+  const std::string tune = fafo + " tune -m " + fafo::test::shell_quote(model) + " --sizes 1";
+  const auto first = fafo::test::run_command(tune);
+  if (first.exit_code != 0 && first.err.find("Vulkan") != std::string::npos &&
+      first.err.find("device") != std::string::npos)
+    GTEST_SKIP() << "no Vulkan device: " << first.err;
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_HAS(first.out, "rows per workgroup (default");
+  EXPECT_HAS(first.out, "kept in " + dir.string());
+  const auto devices = fafo::test::run_command(fafo + " devices");
+  EXPECT_HAS(devices.out, "tuned products:");
+  EXPECT_HAS(devices.out, "product shape");
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  const auto written = std::filesystem::last_write_time(files[0]);
+  const auto again = fafo::test::run_command(tune + " --keep");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_HAS(again.out, "rows per workgroup (default");
+  EXPECT_EQ(std::filesystem::last_write_time(files[0]), written);  // nothing left to measure, nothing rewritten
+  const auto cpu = fafo::test::run_command(tune + " --backend cpu");
+  EXPECT_EQ(cpu.exit_code, 2);
+  EXPECT_HAS(cpu.err, "it tunes the Vulkan backend");
+}
+
 TEST(Cli, InfoShowsArchitectureTokenizerAndTensors) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const Outcome o = run_fafo("info -m " + fafo::test::shell_quote(model));

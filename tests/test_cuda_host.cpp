@@ -1410,6 +1410,7 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
       std::vector<std::pair<MatmulMapping, MatmulReduction>> mappings = {{MatmulMapping::WholeRows, MatmulReduction::Auto},
                                                                         {MatmulMapping::SplitRows, MatmulReduction::Portable}};
       if (kernels_->has_subgroup_variant(1)) mappings.push_back({MatmulMapping::SplitRows, MatmulReduction::Subgroup});
+      mappings.push_back({MatmulMapping::MatrixTiles, MatmulReduction::Auto});  // plain loops here
       std::vector<std::pair<MatmulMapping, MatmulReduction>> with_dot;  // split rows: also by the dot instruction
       if (kernels_->uses_dot())
         for (const auto& m : mappings)
@@ -1420,14 +1421,17 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
         const auto [mapping, reduction] = mappings[k];
         const bool dot = k >= plain;
         if (dot && T > 16) continue;  // lavapipe takes ~40 s to compile the 32-token tile's (the GPU run has it)
-        SCOPED_TRACE(std::string(mapping == MatmulMapping::WholeRows ? "whole rows"
-                                 : reduction == MatmulReduction::Subgroup ? "subgroups" : "split rows") +
+        SCOPED_TRACE(std::string(mapping == MatmulMapping::WholeRows     ? "whole rows"
+                                 : mapping == MatmulMapping::MatrixTiles ? "matrix tiles, plain loops"
+                                 : reduction == MatmulReduction::Subgroup ? "subgroups"
+                                                                          : "split rows") +
                      (dot ? ", dot instruction" : ""));
         fafo::vulkan::MatmulVariant variant;
         variant.mapping = mapping;
         variant.reduction = reduction;
         variant.int8 = true;
         if (mapping == MatmulMapping::SplitRows) variant.dot = dot;
+        if (mapping == MatmulMapping::MatrixTiles) variant.matrix = false;
         const fafo::vulkan::MatmulShape shape{T, rows, cols, words, rows, 0};
         const Buffer out(*context_, size_t{T} * rows * 4), up(*context_, size_t{T} * rows * 4),
             gated(*context_, size_t{T} * rows * 4), silu(*context_, size_t{T} * rows * 4);
@@ -1478,6 +1482,116 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
           }
         EXPECT_TRUE(fused == static_cast<int>(T * rows) || twice == static_cast<int>(T * rows))
             << fused << " outputs match the fused order, " << twice << " the rounded one";
+      }
+    }
+  }
+}
+
+// The matrix tiles (shaders/matmul_tiles.comp; here their plain-loop form, on a GPU with
+// cooperative matrices also the instructions) give the whole-rows integer products' bits
+// (IntegerProductsGiveTheCudaBits ties those to CUDA's) for every shape a tile meets:
+// several row blocks and a last partial one, token tiles of 32 with a partial last one,
+// a grid of one workgroup looping over all (max_groups_x/y = 1), rows with fewer units
+// than lanes (Q4_K: 12 units) and with more (Q8_0, Q6_K: 40), gated products whose rows
+// cross a block, and a product added to what out holds.
+TEST_F(VulkanOrder, MatrixTilesGiveTheOtherMappingsBitsForEveryShape) {
+  using fafo::vulkan::MatmulMapping;
+  fafo::vulkan::Kernels kernels(*context_);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  std::vector<bool> forms = {false};  // plain loops
+  if (context_->features().int8_matrix) forms.push_back(true);
+  {
+    // Misuse: a clear error naming what is missing.
+    const Buffer b(*context_, 1 << 16);
+    const fafo::vulkan::MatmulShape shape{9, 4, 256, fafo::vulkan::Kernels::q8_row_words(256), 4, 0};
+    auto message = [&](fafo::vulkan::MatmulVariant v, TensorType type) {
+      CommandSequence seq(*context_);
+      try {
+        kernels_->matmul(seq, type, b, b, b, shape, v);
+      } catch (const std::invalid_argument& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    fafo::vulkan::MatmulVariant v;
+    v.mapping = MatmulMapping::MatrixTiles;
+    EXPECT_NE(message(v, TensorType::Q4_K).find("is for integer products"), std::string::npos);
+    v.int8 = true;
+    EXPECT_NE(message(v, TensorType::Q4_0).find("no integer products for Q4_0"), std::string::npos);
+    v.tile = 16;
+    EXPECT_NE(message(v, TensorType::Q4_K).find("tiles of 32 tokens, not 16"), std::string::npos);
+    v.tile = 0;
+    v.matrix = true;
+    if (!context_->features().int8_matrix) {
+      EXPECT_NE(message(v, TensorType::Q4_K).find("no 8-bit cooperative-matrix instructions"), std::string::npos);
+    }
+    v.mapping = MatmulMapping::SplitRows;
+    EXPECT_NE(message(v, TensorType::Q4_K).find("MatmulVariant::matrix is for the MatrixTiles mapping"),
+              std::string::npos);
+  }
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    SCOPED_TRACE(name_of(type));
+    const uint32_t cols = type == TensorType::Q8_0 || type == TensorType::Q6_K ? 1280 : 768;
+    const uint32_t words = fafo::vulkan::Kernels::q8_row_words(cols), max_rows = 130, max_T = 70;
+    std::vector<uint8_t> bytes = test_rows(type, max_rows / 2, cols, 31);
+    bytes.resize(fafo::vulkan::WeightKernels::weight_bytes(type, max_rows, cols), 0);
+    const Buffer bw = upload(*context_, bytes.data(), bytes.size());
+    std::vector<float> x(size_t{max_T} * cols);
+    for (float& v : x) v = value(rng);
+    const Buffer bx = upload(*context_, x.data(), x.size() * sizeof(float));
+    const Buffer bq(*context_, size_t{max_T} * words * 4);
+    {
+      CommandSequence seq(*context_);
+      kernels.quantize_rows(seq, bx, bq, max_T, cols, cols);
+      seq.submit_and_wait();
+    }
+    struct Case {
+      uint32_t rows, T;
+      bool gated, accumulate, one_group;
+    };
+    const Case cases[] = {{1, 9, false, false, false},   {65, 32, false, false, false}, {130, 70, false, false, false},
+                          {130, 33, false, true, false}, {65, 70, false, false, true},  {33, 40, true, false, false},
+                          {33, 70, true, false, true}};
+    for (const Case& c : cases) {
+      for (const bool matrix : forms) {
+        SCOPED_TRACE("rows " + std::to_string(c.rows) + " T " + std::to_string(c.T) + (c.gated ? " gated" : "") +
+                     (c.accumulate ? " accumulate" : "") + (c.one_group ? " one workgroup" : "") +
+                     (matrix ? ", cooperative matrix" : ", plain loops"));
+        const fafo::vulkan::MatmulShape shape{c.T, c.rows, cols, words, c.rows + 3, 1, c.accumulate};
+        const size_t n = size_t{c.T} * (c.rows + 3) + 1;
+        std::vector<float> base(n);
+        for (float& v : base) v = value(rng);
+        const Buffer want = upload(*context_, base.data(), n * 4), got = upload(*context_, base.data(), n * 4);
+        fafo::vulkan::MatmulVariant whole;
+        whole.mapping = MatmulMapping::WholeRows;
+        whole.int8 = true;
+        fafo::vulkan::MatmulVariant tiles;
+        tiles.mapping = MatmulMapping::MatrixTiles;
+        tiles.int8 = true;
+        tiles.matrix = matrix;
+        if (c.one_group) tiles.max_groups_x = tiles.max_groups_y = 1;
+        CommandSequence seq(*context_);
+        if (c.gated) {
+          kernels_->matmul_gated(seq, type, bw, bq, want, shape, whole);
+          kernels_->matmul_gated(seq, type, bw, bq, got, shape, tiles);
+        } else {
+          kernels_->matmul(seq, type, bw, bq, want, shape, whole);
+          kernels_->matmul(seq, type, bw, bq, got, shape, tiles);
+        }
+        seq.submit_and_wait();
+        std::vector<uint32_t> w(n), g(n);
+        want.download(w.data(), n * 4);
+        got.download(g.data(), n * 4);
+        size_t written = 0;
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(g[i], w[i]) << "word " << i << ": " << std::bit_cast<float>(g[i]) << " vs "
+                                << std::bit_cast<float>(w[i]);
+          written += w[i] != std::bit_cast<uint32_t>(base[i]);
+        }
+        // Every output written (a product of a zero row may leave an accumulated one as it
+        // was), and, above, nothing else.
+        EXPECT_GE(written, size_t{c.T} * c.rows * 99 / 100);
       }
     }
   }

@@ -613,6 +613,69 @@ std::map<std::string, uint64_t> calls_per_kernel(Backend& be) {
   return calls;
 }
 
+// Integer products of steps over 8 tokens in matrix tiles (their plain-loop form here;
+// GPUs with cooperative matrices run the instructions): the logits of a 40-token prefill
+// (two token tiles), a single token and a 12-token tree step are those of the backend
+// without tiles bit for bit, the tiles ran only in the wide steps, and every strategy
+// still gives plain decoding's ids.
+TEST_F(VulkanBackend, MatrixTilesGiveTheLogitsOfTheOtherKernels) {
+  synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
+  c.weight_type = "Q4_K_M";
+  c.seed = 9;
+  const std::string path = (test::temp_dir("vk-tiles") / "m.gguf").string();
+  synth::write_synthetic_model(c, path);
+  auto make = [&](vulkan::MatrixTilesUse tiles) {
+    vulkan::VulkanBackendOptions options;
+    options.validation = true;
+    options.validation_log = log_;
+    options.int8_products = true;
+    options.matrix_tiles = tiles;
+    return load(path, vulkan::make_backend(options), 256);
+  };
+  Loaded tiled = make(vulkan::MatrixTilesUse::Loops);
+  Loaded plain = make(vulkan::MatrixTilesUse::Off);
+  EXPECT_NE(tiled.model->backend().description().find("in matrix tiles (plain loops)"), std::string::npos)
+      << tiled.model->backend().description();
+  EXPECT_EQ(plain.model->backend().description().find("matrix tiles"), std::string::npos);
+  auto steps = [&](Loaded& m) {
+    Model& model = *m.model;
+    std::vector<std::vector<float>> logits;
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 40; ++i) prompt.push_back((i * 37 + 5) % 300);
+    EXPECT_EQ(model.backend().start_profile(), "");
+    StepBatch prefill = StepBatch::causal(prompt, 0);
+    logits.push_back(model.forward(prefill));
+    model.commit(prefill.size());
+    const auto wide = calls_per_kernel(model.backend());
+    EXPECT_EQ(model.backend().start_profile(), "");
+    StepBatch one = StepBatch::causal({12}, model.n_past());
+    logits.push_back(model.forward(one));
+    model.commit(1);
+    const auto narrow = calls_per_kernel(model.backend());
+    StepBatch tree = batch_of(12, model.n_past(), 4, true);
+    logits.push_back(model.forward(tree));
+    return std::make_tuple(logits, wide, narrow);
+  };
+  const auto [want, plain_wide, plain_narrow] = steps(plain);
+  const auto [got, tiled_wide, tiled_narrow] = steps(tiled);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "step " << i;
+  }
+  auto tile_calls = [](const std::map<std::string, uint64_t>& calls) {
+    uint64_t n = 0;
+    for (const auto& [name, count] : calls)
+      if (name.find("_tiles") != std::string::npos) n += count;
+    return n;
+  };
+  EXPECT_GT(tile_calls(tiled_wide), 0u);
+  EXPECT_EQ(tile_calls(tiled_narrow), 0u);
+  EXPECT_EQ(tile_calls(plain_wide), 0u);
+  expect_every_strategy_equals_ar(tiled, {1, 45, 99, 7, 250, 31, 45, 99, 7, 250, 31, 8}, 40, 12, {"stream", "snapkv"});
+}
+
 TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
   // One product for q, k and v and one rope_store dispatch instead of three products,
   // two rotations and two stores, and each RMSNorm inside the product after it: the
@@ -710,6 +773,91 @@ TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
   const auto calls = calls_per_kernel(mix.model->backend());
   EXPECT_EQ(calls.count("rope_store") ? calls.at("rope_store") : 0u, 1u);  // layer 0
   EXPECT_EQ(calls.count("rope") ? calls.at("rope") : 0u, 2u);              // layer 1: queries and keys
+}
+
+// Integer products round their input once however many products read it one after
+// another: a layer whose q, k and v projections run apart (a Q4_K_M mix: attn_v in Q6_K
+// in layer 1 of 2; or fusing turned off) rounds its normalized rows once for the three,
+// so every layer rounds 4 inputs (attention, its output, feed-forward, its hidden
+// rows) and the output head one, in steps of one token and of twelve (matrix tiles).
+TEST_F(VulkanBackend, IntegerProductsRoundEachInputOnce) {
+  synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300;
+  c.weight_type = "Q4_K_M";
+  const std::string path = (test::temp_dir("vk-int8-once") / "m.gguf").string();
+  synth::write_synthetic_model(c, path);
+  std::vector<std::vector<float>> logits;
+  for (const bool fuse_qkv : {true, false}) {
+    SCOPED_TRACE(fuse_qkv ? "layer 0 fused" : "fusing off");
+    vulkan::VulkanBackendOptions options;
+    options.int8_products = true;
+    options.fuse_qkv = fuse_qkv;
+    options.matrix_tiles = vulkan::MatrixTilesUse::Loops;
+    Loaded m = load(path, vulkan::make_backend(options), 64);
+    for (const int32_t T : {1, 12}) {
+      m.model->truncate(0);
+      ASSERT_EQ(m.model->backend().start_profile(), "");
+      StepBatch b = batch_of(T, 0);
+      logits.push_back(m.model->forward(b));
+      uint64_t roundings = 0;
+      for (const auto& [name, count] : calls_per_kernel(m.model->backend()))
+        if (name.rfind("quantize", 0) == 0) roundings += count;
+      EXPECT_EQ(roundings, 4u * 2u + 1u) << "T " << T;
+    }
+  }
+  EXPECT_EQ(logits[0], logits[2]);  // T = 1, fused or not
+  EXPECT_EQ(logits[1], logits[3]);
+}
+
+// Attention by KV-head groups and tiles of rows (GPUs' default for steps of several
+// rows; forced here on lavapipe): the logits of a 40-token prefill, a single token and a
+// 12-token tree step equal the default mapping's bit for bit, with fp32 and fp16 caches,
+// and every strategy (FAFO with a policy's COMPRESSED rows among FULL ones) still gives
+// plain decoding's ids.
+TEST_F(VulkanBackend, GroupedAttentionGivesTheLogitsOfTheOtherMappings) {
+  synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
+  c.weight_type = "Q8_0";
+  c.seed = 13;
+  const std::string path = (test::temp_dir("vk-grouped") / "m.gguf").string();
+  synth::write_synthetic_model(c, path);
+  for (const KvCacheType kv : {KvCacheType::F32, KvCacheType::F16}) {
+    SCOPED_TRACE(kv == KvCacheType::F16 ? "f16 cache" : "f32 cache");
+    auto make = [&](std::optional<vulkan::Kernels::AttentionArgs::Mapping> mapping) {
+      vulkan::VulkanBackendOptions options;
+      options.validation = true;
+      options.validation_log = log_;
+      options.attention = mapping;
+      return load(path, vulkan::make_backend(options), 256, kv);
+    };
+    Loaded grouped = make(vulkan::Kernels::AttentionArgs::Mapping::Grouped);
+    Loaded plain = make(std::nullopt);
+    auto steps = [&](Loaded& m) {
+      Model& model = *m.model;
+      std::vector<std::vector<float>> logits;
+      std::vector<int32_t> prompt;
+      for (int32_t i = 0; i < 40; ++i) prompt.push_back((i * 53 + 11) % 300);
+      StepBatch prefill = StepBatch::causal(prompt, 0);
+      logits.push_back(model.forward(prefill));
+      model.commit(prefill.size());
+      StepBatch one = StepBatch::causal({21}, model.n_past());
+      logits.push_back(model.forward(one));
+      model.commit(1);
+      StepBatch tree = batch_of(12, model.n_past(), 6, true);
+      logits.push_back(model.forward(tree));
+      return logits;
+    };
+    const auto want = steps(plain);
+    const auto got = steps(grouped);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].size(), want[i].size());
+      EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "step " << i;
+    }
+    if (kv == KvCacheType::F32)
+      expect_every_strategy_equals_ar(grouped, {1, 45, 99, 7, 250, 31, 45, 99, 7, 250, 31, 8}, 40, 12,
+                                      {"stream", "snapkv"});
+  }
 }
 
 TEST_F(VulkanBackend, RecordedStepsReplayWithTheBitsOfNewRecordings) {

@@ -53,9 +53,11 @@ constexpr auto& kFeatureFormats = fafo::test::kAllWeightFormats;
 using fafo::test::join_lines;
 constexpr uint32_t kFeatureSentinel = 0xffc0dead;
 
-bool all_on(const FeatureSelection& s) { return s.subgroup && s.fp16 && s.storage16 && s.storage8 && s.int8 && s.dot; }
+bool all_on(const FeatureSelection& s) {
+  return s.subgroup && s.fp16 && s.storage16 && s.storage8 && s.int8 && s.dot && s.matrix;
+}
 bool all_off(const FeatureSelection& s) {
-  return !s.subgroup && !s.fp16 && !s.storage16 && !s.storage8 && !s.int8 && !s.dot;
+  return !s.subgroup && !s.fp16 && !s.storage16 && !s.storage8 && !s.int8 && !s.dot && !s.matrix;
 }
 
 // ---- FAFO_VULKAN_FEATURES ----
@@ -80,7 +82,10 @@ TEST(VulkanFeatureSelection, AllPortableAndSingleFeatures) {
   const FeatureSelection some = parse_feature_selection("none,+fp16,+dot,-fp16");
   EXPECT_TRUE(some.dot);
   EXPECT_FALSE(some.fp16 || some.subgroup);
-  EXPECT_TRUE(all_off(parse_feature_selection("-subgroup,-fp16,-storage16,-storage8,-int8,-dot")));
+  EXPECT_TRUE(all_off(parse_feature_selection("-subgroup,-fp16,-storage16,-storage8,-int8,-dot,-matrix")));
+  const FeatureSelection no_matrix = parse_feature_selection("-matrix");
+  EXPECT_FALSE(no_matrix.matrix);
+  EXPECT_TRUE(no_matrix.int8 && no_matrix.dot);
   EXPECT_TRUE(all_on(parse_feature_selection("portable,all")));
 }
 
@@ -92,10 +97,32 @@ TEST(VulkanFeatureSelection, UnknownWordsAreAnErrorNamingTheAcceptedOnes) {
       ADD_FAILURE() << "no exception";
     } catch (const std::runtime_error& e) {
       EXPECT_HAS(e.what(), "FAFO_VULKAN_FEATURES");
-      for (const char* word : {"portable", "subgroup", "fp16", "storage16", "storage8", "int8", "dot"})
+      for (const char* word : {"portable", "subgroup", "fp16", "storage16", "storage8", "int8", "dot", "matrix"})
         EXPECT_HAS(e.what(), word);
     }
   }
+}
+
+// The 8-bit cooperative matrix (a GPU's; lavapipe has none): enabled where detected and
+// selected (and only with int8, which its shader needs), and the description says what
+// uses it, that it was turned off, or why a device's cooperative matrix goes unused.
+TEST(VulkanFeatureSelection, TheMatrixTilesTakeTheCooperativeMatrixWhereSelected) {
+  DeviceFeatures gpu;
+  gpu.shader_int8 = true;
+  gpu.cooperative_matrix = true;
+  gpu.int8_matrix = true;
+  const DeviceFeatures on = fafo::vulkan::select_features(gpu, FeatureSelection{});
+  EXPECT_TRUE(on.int8_matrix && on.cooperative_matrix);
+  EXPECT_HAS(fafo::vulkan::describe_features(on, gpu), "cooperative matrix (NV, 16x8x32 8-bit");
+  const DeviceFeatures off = fafo::vulkan::select_features(gpu, fafo::vulkan::parse_feature_selection("-matrix"));
+  EXPECT_FALSE(off.int8_matrix || off.cooperative_matrix);
+  EXPECT_HAS(fafo::vulkan::describe_features(off, gpu), "turned off: cooperative matrix");
+  EXPECT_FALSE(fafo::vulkan::select_features(gpu, fafo::vulkan::parse_feature_selection("-int8")).int8_matrix);
+  DeviceFeatures other = gpu;  // a KHR-only device, or an NV one without the 8-bit shape
+  other.int8_matrix = false;
+  EXPECT_FALSE(fafo::vulkan::select_features(other, FeatureSelection{}).cooperative_matrix);
+  EXPECT_HAS(fafo::vulkan::describe_features(fafo::vulkan::select_features(other, FeatureSelection{}), other),
+             "cooperative matrix present, not used (the matrix tiles need VK_NV_cooperative_matrix");
 }
 
 TEST(VulkanFeatureSelection, ABadValueFailsTheContextBeforeAnyVulkanCall) {
@@ -132,7 +159,8 @@ TEST(VulkanContextFeatures, AllUsesWhatTheDeviceHasAndPortableUsesNothing) {
     EXPECT_EQ(e.shader_float16, d.shader_float16);
     EXPECT_EQ(e.shader_int8, d.shader_int8);
     EXPECT_EQ(e.integer_dot_product, d.integer_dot_product);
-    EXPECT_FALSE(e.cooperative_matrix) << "detected only, never enabled";
+    EXPECT_EQ(e.int8_matrix, d.int8_matrix);
+    EXPECT_EQ(e.cooperative_matrix, d.int8_matrix) << "enabled only for the 8-bit matrix tiles";
     const std::string text = fafo::vulkan::describe_features(e, d);
     if (d.integer_dot_product) {
       EXPECT_HAS(text, "integer dot product (enabled for the split-rows integer products' byte sums");
@@ -144,7 +172,7 @@ TEST(VulkanContextFeatures, AllUsesWhatTheDeviceHasAndPortableUsesNothing) {
       EXPECT_TRUE(e.subgroup_matmul());
       EXPECT_TRUE(e.subgroup_arithmetic);
       EXPECT_TRUE(e.storage_16bit && e.storage_8bit && e.shader_float16 && e.shader_int8 && e.integer_dot_product);
-      EXPECT_FALSE(d.cooperative_matrix);
+      EXPECT_FALSE(d.cooperative_matrix || d.int8_matrix);
       EXPECT_HAS(text, "optional features: subgroup shuffle (8 lanes");
       const WeightKernels kernels(*all);
       for (const uint32_t tile : WeightKernels::kTokenTiles) EXPECT_TRUE(kernels.has_subgroup_variant(tile)) << tile;

@@ -243,18 +243,25 @@ TEST_F(VulkanKernels, RopeStoreGivesTheBitsOfRopeAndAStore) {
       std::invalid_argument);
 }
 
-TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEitherMapping) {
-  // One invocation per (part, head, row) (CPU devices) or a workgroup per (part, head,
-  // row): the same sums in the same order, so the same bits; over FULL rows in a
-  // permuted logical order, COMPRESSED rows reading the region, in-step masks, several
-  // parts, and an fp32 and an fp16 cache.
-  const uint32_t T = 37, n_past = 300, n_head = 4, n_head_kv = 2, head_dim = 24, kv_dim = n_head_kv * head_dim;
+TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEveryMapping) {
+  // One invocation per (part, head, row) (CPU devices), a workgroup per (part, head,
+  // row), or a workgroup per (part, KV head, tile of rows) reading each key and value
+  // once for the tile's rows and heads (steps of several rows on GPUs): the same sums in
+  // the same order, so the same bits; over FULL rows in a permuted logical order,
+  // COMPRESSED rows reading the region (every third row, so a grouped tile mixes them
+  // and reads the keys its first row does not see from memory), in-step masks, several
+  // parts, a sliding window, groups of 1, 2 and 4 heads per KV head (tiles of 8, 4 and 2
+  // rows; 37 rows end in a partial tile), and an fp32 and an fp16 cache.
+  using Mapping = Kernels::AttentionArgs::Mapping;
+  const uint32_t T = 37, n_past = 300, n_head = 4, head_dim = 24;
   const uint32_t region = 70, part_keys = 128, n_parts = (n_past + T + part_keys - 1) / part_keys;
   const uint32_t mask_words = (T + 31) / 32, q_stride = n_head * head_dim;
   std::mt19937 rng(77);
-  // [header: n_past, part_keys, 2 unused][prefix flags][masks][order]
-  const uint32_t H = 4;
-  std::vector<uint32_t> info(H + T + size_t{T} * mask_words + n_past, 0);
+  // [header: n_past, part_keys, parts in use, first row][prefix flags][masks][order]
+  // [positions][region entries]
+  const uint32_t H = 4, order_at = H + T + T * mask_words, positions_at = order_at + n_past,
+                 region_at = positions_at + T;
+  std::vector<uint32_t> info(region_at + region, 0);
   info[0] = n_past;
   info[1] = part_keys;
   info[2] = n_parts;
@@ -262,52 +269,73 @@ TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEitherMapping) {
     info[H + r] = r % 3 == 1;  // every third row COMPRESSED
     for (uint32_t j = 0; j <= r; ++j)
       if (j == r || rng() % 2) info[H + T + r * mask_words + j / 32] |= 1u << (j % 32);
+    info[positions_at + r] = n_past + r;
   }
   std::vector<uint32_t> order(n_past);
   std::iota(order.begin(), order.end(), 0u);
   std::shuffle(order.begin(), order.end(), rng);
-  std::copy(order.begin(), order.end(), info.begin() + H + T + size_t{T} * mask_words);
+  std::copy(order.begin(), order.end(), info.begin() + order_at);
+  for (uint32_t l = 0; l < region; ++l) info[region_at + l] = l * 4;  // the region's logical indices
   Buffer step_info(*context_, info.size() * sizeof(uint32_t));
   step_info.upload(info.data(), info.size() * sizeof(uint32_t));
   Buffer q = make_buffer(*context_, random_values(size_t{T} * q_stride, 81, -1.5f, 1.5f));
-  for (const bool f16 : {false, true}) {
-    const size_t words = size_t{n_past + T} * kv_dim / (f16 ? 2 : 1);
-    // Random words: as fp16 pairs they include subnormals, infinities and NaNs only
-    // where the exponent bits say so; keep them finite by clearing the top exponent bit.
-    std::vector<float> kf = random_values(words, 82, -1.5f, 1.5f), vf = random_values(words, 83);
-    if (f16)
-      for (float* p : {kf.data(), vf.data()})
-        for (size_t i = 0; i < words; ++i) {
-          uint32_t w;
-          std::memcpy(&w, &p[i], 4);
-          w &= ~0x40004000u;
-          std::memcpy(&p[i], &w, 4);
-        }
-    Buffer keys = make_buffer(*context_, kf), values = make_buffer(*context_, vf);
-    std::vector<float> got[2];
-    for (int serial = 0; serial < 2; ++serial) {
-      // The grid and layout have n_parts + 2 parts, the header says n_parts are in use.
-      Buffer partials(*context_, size_t{T} * n_head * (n_parts + 2) * (head_dim + 2) * sizeof(float));
-      Buffer out(*context_, size_t{T} * q_stride * sizeof(float));
-      Kernels::AttentionArgs a{T,      n_past, n_head,    n_head_kv, head_dim,   kv_dim, q_stride,
-                               q_stride, region, 0,       1,         part_keys,  n_parts + 2, mask_words,
-                               H,      H + T,  H + T + T * mask_words, 0.2f};
-      a.kv_f16 = f16;
-      a.mapping = serial ? Kernels::AttentionArgs::Mapping::Serial : Kernels::AttentionArgs::Mapping::Workgroup;
-      CommandSequence seq(*context_);
-      kernels_->attention(seq, q, keys, values, step_info, partials, out, a);
-      seq.submit_and_wait();
-      got[serial] = read(out, size_t{T} * q_stride);
+  struct Case {
+    uint32_t n_head_kv, window;
+  };
+  for (const Case c : {Case{2, 0}, Case{1, 0}, Case{4, 0}, Case{2, 60}}) {
+    const uint32_t kv_dim = c.n_head_kv * head_dim;
+    for (const bool f16 : {false, true}) {
+      SCOPED_TRACE(std::to_string(n_head / c.n_head_kv) + " heads per KV head, window " + std::to_string(c.window) +
+                   (f16 ? ", f16" : ", f32"));
+      const size_t words = size_t{n_past + T} * kv_dim / (f16 ? 2 : 1);
+      // Random words: as fp16 pairs they include subnormals, infinities and NaNs only
+      // where the exponent bits say so; keep them finite by clearing the top exponent bit.
+      std::vector<float> kf = random_values(words, 82, -1.5f, 1.5f), vf = random_values(words, 83);
+      if (f16)
+        for (float* p : {kf.data(), vf.data()})
+          for (size_t i = 0; i < words; ++i) {
+            uint32_t w;
+            std::memcpy(&w, &p[i], 4);
+            w &= ~0x40004000u;
+            std::memcpy(&p[i], &w, 4);
+          }
+      Buffer keys = make_buffer(*context_, kf), values = make_buffer(*context_, vf);
+      std::vector<std::vector<float>> got;
+      for (const Mapping mapping : {Mapping::Workgroup, Mapping::Serial, Mapping::Grouped}) {
+        // The grid and layout have n_parts + 2 parts, the header says n_parts are in use.
+        Buffer partials(*context_, size_t{T} * n_head * (n_parts + 2) * (head_dim + 2) * sizeof(float));
+        Buffer out(*context_, size_t{T} * q_stride * sizeof(float));
+        Kernels::AttentionArgs a{T,        n_past, n_head, c.n_head_kv, head_dim,  kv_dim,      q_stride,
+                                 q_stride, region, 0,      1,           part_keys, n_parts + 2, mask_words,
+                                 H,        H + T,  order_at, 0.2f};
+        a.kv_f16 = f16;
+        a.window = c.window;
+        a.positions_offset = positions_at;
+        a.region_offset = region_at;
+        a.mapping = mapping;
+        EXPECT_EQ(kernels_->attention_mapping(a), mapping);
+        CommandSequence seq(*context_);
+        kernels_->attention(seq, q, keys, values, step_info, partials, out, a);
+        seq.submit_and_wait();
+        got.push_back(read(out, size_t{T} * q_stride));
+      }
+      size_t finite = 0;
+      for (size_t i = 0; i < got[0].size(); ++i) {
+        finite += std::isfinite(got[0][i]);
+        for (size_t m = 1; m < got.size(); ++m)
+          ASSERT_EQ(std::memcmp(&got[0][i], &got[m][i], 4), 0)
+              << (m == 1 ? "serial" : "grouped") << ": row " << i / q_stride << " dim " << i % q_stride << ": "
+              << got[0][i] << " vs " << got[m][i];
+      }
+      EXPECT_EQ(finite, got[0].size());
     }
-    size_t finite = 0;
-    for (size_t i = 0; i < got[0].size(); ++i) {
-      finite += std::isfinite(got[0][i]);
-      ASSERT_EQ(std::memcmp(&got[0][i], &got[1][i], 4), 0)
-          << (f16 ? "f16" : "f32") << " row " << i / q_stride << " dim " << i % q_stride << ": " << got[0][i]
-          << " vs " << got[1][i];
-    }
-    EXPECT_EQ(finite, got[0].size());
   }
+  // Grouped where it cannot run (more heads per KV head than a workgroup takes, or a
+  // head over 128 dimensions): another mapping, the same bits.
+  Kernels::AttentionArgs wide{T, n_past, 16, 1, 160, 160, 16 * 160, 16 * 160, region, 0, 1, part_keys, n_parts,
+                              mask_words, H, H + T, order_at, 0.2f};
+  wide.mapping = Mapping::Grouped;
+  EXPECT_NE(kernels_->attention_mapping(wide), Mapping::Grouped);
 }
 
 TEST_F(VulkanKernels, OnlyDependentCommandsAreSeparatedByABarrier) {

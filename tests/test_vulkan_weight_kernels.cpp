@@ -316,6 +316,8 @@ std::string mapping_name(MatmulMapping mapping) {
       return "SplitRows";
     case MatmulMapping::WholeRows:
       return "WholeRows";
+    case MatmulMapping::MatrixTiles:
+      return "MatrixTiles";
   }
   return "?";
 }

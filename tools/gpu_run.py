@@ -540,6 +540,9 @@ def step_conformance(r: Run) -> tuple[str, str]:
             env = dict(r.env, FAFO_CUDA_KERNELS="warp", FAFO_VULKAN_INT8="0")  # float products on both
         if name == "cuda, graphs":
             env, kernels = dict(r.env, FAFO_CUDA_GRAPHS="1"), "graphs, fast"
+        # The table's many small shapes are not worth tuning (VulkanBackendOptions::tune: on by
+        # default on GPUs); the bench tunes the model's.
+        env = dict(env or r.env, FAFO_VULKAN_TUNE="0")
         code, text = r.run([str(r.bin / "test_backend_ops"), "--gtest_color=no", f"--gtest_filter={pattern}"], r.left(),
                            f"op-conformance table: {name}", env=env)
         texts.append(f"==== {name}: {pattern}\n{text}")
@@ -729,8 +732,10 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
             parts[1:1] = ["warp t(T)", "graphs t(T)", "wide16 t(T)", "wide32 t(T)"]
         elif backend == "vulkan":
             # Side by side: float products for every format (FAFO_VULKAN_INT8=0; the default on
-            # GPUs is integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights).
-            parts[1:1] = ["float t(T)"]
+            # GPUs is integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights), and the wide
+            # steps' integer products without matrix tiles (FAFO_VULKAN_TILES=0; the default
+            # takes them where the device has 8-bit cooperative matrices).
+            parts[1:1] = ["float t(T)", "split t(T)"]
         if profile:
             parts = ["profile"]
         costs: dict[int, float] = {}  # T -> seconds per step, from the small curve
@@ -741,7 +746,7 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 status = "timed out"
                 continue
             share = r.left() * {"t(T) small": 0.4, "warp t(T)": 0.2, "graphs t(T)": 0.2, "wide16 t(T)": 0.2, "wide32 t(T)": 0.2,
-                             "float t(T)": 0.2, "tg": 0.45,
+                             "float t(T)": 0.2, "split t(T)": 0.2, "tg": 0.45,
                              "t(T) large": 0.6}.get(name, 1.0)
             if name == "profile":
                 extra = ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
@@ -750,7 +755,7 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 extra = ["--pp", "0", "--tg", "0", "--curve", ",".join(map(str, small)), "-r", "1"]
             elif name in ("warp t(T)", "graphs t(T)", "float t(T)"):
                 extra = ["--pp", "0", "--tg", "0", "--curve", "1,8", "-r", "1"]
-            elif name in ("wide16 t(T)", "wide32 t(T)"):
+            elif name in ("wide16 t(T)", "wide32 t(T)", "split t(T)"):
                 extra = ["--pp", "0", "--tg", "0", "--curve", "16,64" if kind == "Q4_K_M" else "16", "-r", "1"]
             elif name == "tg":
                 n, k = tg, int(reps)
@@ -793,10 +798,12 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 extra = ["--pp", str(n), "--tg", "0", "--curve", "", "-r", str(k)]
             t0 = time.monotonic()
             kernel_set = {"warp t(T)": "warp", "graphs t(T)": "graphs", "wide16 t(T)": "wide16",
-                          "wide32 t(T)": "wide32", "float t(T)": "float"}.get(name)
+                          "wide32 t(T)": "wide32", "float t(T)": "float", "split t(T)": "split"}.get(name)
             env = None
             if kernel_set == "float":
                 env = dict(r.env, FAFO_VULKAN_INT8="0")
+            elif kernel_set == "split":
+                env = dict(r.env, FAFO_VULKAN_TILES="0")
             elif kernel_set == "graphs":
                 env = dict(r.env, FAFO_CUDA_GRAPHS="1")
             elif kernel_set in ("wide16", "wide32"):

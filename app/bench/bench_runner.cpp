@@ -125,6 +125,17 @@ std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer
       app::count_of(config.n_generate, "new token").c_str());
   out("| strategy | W | N | G | k | tokens | steps | tau | tokens/s | speedup vs ar | ids equal ar |\n");
   out("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  // Untimed steps of every size a strategy may take (every row wanting logits), so that
+  // what a first step of a size sets up (a Vulkan device's tuning of new product shapes)
+  // is not in any strategy's time.
+  for (int32_t T = 1; T <= 64 && T < model.n_ctx() && T <= model.max_logit_rows(); T *= 2) {
+    out.check_cancel();
+    model.truncate(0);
+    std::vector<int32_t> tokens(static_cast<size_t>(T), tokenizer.vocab().add_bos ? 1 : 0);
+    StepBatch b = StepBatch::causal(tokens, 0, /*logits_for_all=*/true);
+    model.forward_argmax(b);
+  }
+  model.truncate(0);
   std::vector<std::vector<int32_t>> reference;
   double ar_tps = 0;
   std::vector<StrategyRow> rows;
@@ -310,6 +321,12 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
       if (T > model.max_logit_rows()) {
         out("(T > %d: the device cannot hold logits for more rows of this vocabulary)\n", model.max_logit_rows());
         break;
+      }
+      {
+        // Untimed, as the first step of a size sets up what later ones reuse (pipelines,
+        // descriptor sets, a Vulkan device's tuning of the new product shapes).
+        StepBatch warm = StepBatch::causal(random_tokens(T), model.n_past(), /*logits_for_all=*/true);
+        model.forward_argmax(warm);
       }
       std::vector<double> ms;
       for (int r = 0; r < std::max(3, config.repetitions); ++r) {

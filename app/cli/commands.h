@@ -20,5 +20,6 @@ Command add_index_command(CLI::App& app);
 Command add_quantize_command(CLI::App& app);
 Command add_perplexity_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
+Command add_tune_command(CLI::App& app);
 
 }  // namespace fafo::cli

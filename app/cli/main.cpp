@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   const fafo::cli::Command quantize = fafo::cli::add_quantize_command(app);
   const fafo::cli::Command perplexity = fafo::cli::add_perplexity_command(app);
   const fafo::cli::Command serve = fafo::cli::add_serve_command(app);
+  const fafo::cli::Command tune = fafo::cli::add_tune_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("quantize")) return quantize();
     if (app.got_subcommand("perplexity")) return perplexity();
     if (app.got_subcommand("serve")) return serve();
+    if (app.got_subcommand("tune")) return tune();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "fafo: error: %s\n", e.what());

@@ -37,6 +37,10 @@ struct VulkanDeviceInfo {
   std::vector<std::string> subgroup_ops;  // "basic", "vote", "arithmetic", "ballot", "shuffle", ...
   bool integer_dot_product = false;    // VK_KHR_shader_integer_dot_product (or Vulkan 1.3 feature)
   bool cooperative_matrix = false;     // VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix present
+  bool int8_matrix = false;            // the 8-bit shape fafo's matrix tiles use (VK_NV_cooperative_matrix)
+  // The products' rows per workgroup kept for this device, driver and build (`fafo tune`):
+  // "12 product shapes (FILE)", "none kept yet", or why the kept file is not used.
+  std::string tuning;
   // Which of them fafo's kernels use on this device and why the others are not
   // (FAFO_VULKAN_FEATURES applied), as the backend description says it.
   std::string features_in_use;

@@ -192,7 +192,7 @@ Context::Context(ContextOptions options) : log_(options.validation_log) {
     // extensions that carry the 1.3 ones.
     const uint32_t api_version = std::min(properties_.apiVersion, kApiVersion);
     const bool v13 = VK_API_VERSION_MINOR(api_version) >= 3 || VK_API_VERSION_MAJOR(api_version) > 1;
-    detected_features_ = detect_device_features(physical_device_, api_version);
+    detected_features_ = detect_device_features(instance_, physical_device_, api_version);
     features_ = select_features(detected_features_, selection);
     VkPhysicalDeviceVulkan11Features f11{};
     f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
@@ -202,6 +202,7 @@ Context::Context(ContextOptions options) : log_(options.validation_log) {
     f12.storageBuffer8BitAccess = features_.storage_8bit;
     f12.shaderFloat16 = features_.shader_float16;
     f12.shaderInt8 = features_.shader_int8;
+    f12.vulkanMemoryModel = features_.int8_matrix;  // the matrix tiles' shader declares it
     VkPhysicalDeviceVulkan13Features f13{};
     f13.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES;
     f13.computeFullSubgroups = features_.full_subgroups;
@@ -212,9 +213,17 @@ Context::Context(ContextOptions options) : log_(options.validation_log) {
     VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{};
     dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR;
     dot.shaderIntegerDotProduct = features_.integer_dot_product;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV matrix{};
+    matrix.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+    matrix.cooperativeMatrix = VK_TRUE;
     std::vector<const char*> device_extensions;
     f11.pNext = &f12;
     void** tail = &f12.pNext;
+    if (features_.int8_matrix) {
+      device_extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+      *tail = &matrix;
+      tail = &matrix.pNext;
+    }
     if (v13) {
       *tail = &f13;
     } else {

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -14,6 +15,8 @@
 #include <vulkan/vulkan.h>
 
 #include "backend/vulkan/driver_files.h"
+#include "backend/vulkan/matmul_tuning.h"
+#include "fafo/cache_dir.h"
 #include "fafo/vulkan_devices.h"
 
 namespace fafo {
@@ -57,7 +60,7 @@ std::vector<std::string> subgroup_op_names(VkSubgroupFeatureFlags flags) {
   return out;
 }
 
-VulkanDeviceInfo describe(VkPhysicalDevice device, uint32_t index) {
+VulkanDeviceInfo describe(VkInstance instance, VkPhysicalDevice device, uint32_t index) {
   VulkanDeviceInfo info;
   info.index = index;
 
@@ -100,7 +103,7 @@ VulkanDeviceInfo describe(VkPhysicalDevice device, uint32_t index) {
   for (uint32_t h = 0; h < mem.memoryHeapCount; ++h)
     info.heaps.push_back({mem.memoryHeaps[h].size, (mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
 
-  const vulkan::DeviceFeatures features = vulkan::detect_device_features(device, p.apiVersion);
+  const vulkan::DeviceFeatures features = vulkan::detect_device_features(instance, device, p.apiVersion);
   info.storage_16bit = features.storage_16bit;
   info.storage_8bit = features.storage_8bit;
   info.shader_float16 = features.shader_float16;
@@ -108,6 +111,16 @@ VulkanDeviceInfo describe(VkPhysicalDevice device, uint32_t index) {
   // The extension alone counts here (fafo devices lists what a device offers).
   info.integer_dot_product = features.integer_dot_product || vulkan::has_device_extension(device, "VK_KHR_shader_integer_dot_product");
   info.cooperative_matrix = features.cooperative_matrix;
+  info.int8_matrix = features.int8_matrix;
+  if (const std::filesystem::path dir = default_cache_dir(); !dir.empty()) {
+    vulkan::MatmulTuning kept(dir, vulkan::tuning_device_key(p.deviceName, p.vendorID, p.deviceID, p.driverVersion));
+    const std::string why = kept.load();
+    const size_t n = kept.choices().size();
+    info.tuning = !why.empty() ? why
+                  : n == 0     ? "none kept yet (fafo tune, or a GPU's first run of each shape)"
+                               : std::to_string(n) + " product shape" + (n == 1 ? "" : "s") + " (" +
+                                     kept.file().string() + ")";
+  }
   // What a backend on this device would use, under FAFO_VULKAN_FEATURES when it is set.
   vulkan::FeatureSelection selection;
   if (const char* env = std::getenv("FAFO_VULKAN_FEATURES")) {
@@ -142,7 +155,7 @@ std::vector<VulkanDeviceInfo> list_vulkan_devices() {
     std::vector<VkPhysicalDevice> devices(count);
     if (vkEnumeratePhysicalDevices(instance, &count, devices.data()) >= 0) {
       devices.resize(count);
-      for (uint32_t i = 0; i < count; ++i) out.push_back(describe(devices[i], i));
+      for (uint32_t i = 0; i < count; ++i) out.push_back(describe(instance, devices[i], i));
     }
   }
   vkDestroyInstance(instance, nullptr);
@@ -179,7 +192,33 @@ constexpr FeatureWord kFeatureWords[] = {
     {"subgroup", &FeatureSelection::subgroup}, {"fp16", &FeatureSelection::fp16},
     {"storage16", &FeatureSelection::storage16}, {"storage8", &FeatureSelection::storage8},
     {"int8", &FeatureSelection::int8},         {"dot", &FeatureSelection::dot},
+    {"matrix", &FeatureSelection::matrix},
 };
+
+// Whether the device's VK_NV_cooperative_matrix reports the tiles' 8-bit shape, and a
+// 32-bit float matrix of the same rows and columns, in compute shaders.
+bool has_int8_matrix_shape(VkInstance instance, VkPhysicalDevice device) {
+  const auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+      vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+  if (!get) return false;
+  uint32_t count = 0;
+  if (get(device, &count, nullptr) != VK_SUCCESS || count == 0) return false;
+  std::vector<VkCooperativeMatrixPropertiesNV> shapes(count);
+  for (VkCooperativeMatrixPropertiesNV& s : shapes) s.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+  if (get(device, &count, shapes.data()) < 0) return false;
+  shapes.resize(count);
+  // The shader's integer product, and its float fragments of the same M x N (its
+  // accumulators and scales: a type the device must list too).
+  bool int8 = false, float32 = false;
+  for (const VkCooperativeMatrixPropertiesNV& s : shapes) {
+    if (s.scope != VK_SCOPE_SUBGROUP_NV || s.MSize != kInt8MatrixShape.m || s.NSize != kInt8MatrixShape.n) continue;
+    if (s.KSize == kInt8MatrixShape.k && s.AType == VK_COMPONENT_TYPE_SINT8_NV && s.BType == VK_COMPONENT_TYPE_SINT8_NV &&
+        s.CType == VK_COMPONENT_TYPE_SINT32_NV && s.DType == VK_COMPONENT_TYPE_SINT32_NV)
+      int8 = true;
+    if (s.CType == VK_COMPONENT_TYPE_FLOAT32_NV || s.DType == VK_COMPONENT_TYPE_FLOAT32_NV) float32 = true;
+  }
+  return int8 && float32;
+}
 
 void set_all(FeatureSelection& s, bool on) {
   for (const FeatureWord& w : kFeatureWords) s.*w.flag = on;
@@ -229,7 +268,7 @@ FeatureSelection parse_feature_selection(std::string_view spec) {
   return selection;
 }
 
-DeviceFeatures detect_device_features(VkPhysicalDevice device, uint32_t api_version) {
+DeviceFeatures detect_device_features(VkInstance instance, VkPhysicalDevice device, uint32_t api_version) {
   DeviceFeatures f;
   const bool v13 = at_least(api_version, 3);
 
@@ -258,11 +297,18 @@ DeviceFeatures detect_device_features(VkPhysicalDevice device, uint32_t api_vers
   size_control.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES_EXT;
   VkPhysicalDeviceShaderIntegerDotProductFeaturesKHR dot{};
   dot.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES_KHR;
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV matrix{};
+  matrix.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
+  const bool nv_matrix = has_device_extension(device, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   VkPhysicalDeviceFeatures2 features{};
   features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
   features.pNext = &f11;
   f11.pNext = &f12;
   void** tail = &f12.pNext;
+  if (nv_matrix) {
+    *tail = &matrix;
+    tail = &matrix.pNext;
+  }
   if (v13) {
     *tail = &f13;
     tail = &f13.pNext;
@@ -283,8 +329,18 @@ DeviceFeatures detect_device_features(VkPhysicalDevice device, uint32_t api_vers
   f.storage_8bit = f12.storageBuffer8BitAccess;
   f.shader_float16 = f12.shaderFloat16;
   f.shader_int8 = f12.shaderInt8;
-  f.cooperative_matrix = has_device_extension(device, "VK_KHR_cooperative_matrix") ||
-                         has_device_extension(device, "VK_NV_cooperative_matrix");
+  f.cooperative_matrix = has_device_extension(device, "VK_KHR_cooperative_matrix") || nv_matrix;
+  VkPhysicalDeviceCooperativeMatrixPropertiesNV matrix_props{};
+  matrix_props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+  if (nv_matrix) {
+    VkPhysicalDeviceProperties2 p2{};
+    p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+    p2.pNext = &matrix_props;
+    vkGetPhysicalDeviceProperties2(device, &p2);
+  }
+  f.int8_matrix = nv_matrix && matrix.cooperativeMatrix && f.shader_int8 && f12.vulkanMemoryModel &&
+                  f.subgroup_size == 32 && (matrix_props.cooperativeMatrixSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                  has_int8_matrix_shape(instance, device);
   return f;
 }
 
@@ -299,7 +355,8 @@ DeviceFeatures select_features(const DeviceFeatures& detected, const FeatureSele
   e.shader_float16 = selection.fp16 && detected.shader_float16;
   e.shader_int8 = selection.int8 && detected.shader_int8;
   e.integer_dot_product = selection.dot && detected.integer_dot_product;
-  e.cooperative_matrix = false;
+  e.int8_matrix = selection.matrix && e.shader_int8 && detected.int8_matrix;
+  e.cooperative_matrix = e.int8_matrix;  // the extension is enabled for it
   return e;
 }
 
@@ -313,6 +370,9 @@ std::string describe_features(const DeviceFeatures& enabled, const DeviceFeature
   if (enabled.integer_dot_product)
     used.emplace_back("integer dot product (enabled for the split-rows integer products' byte sums: the backend "
                       "description says where they use it)");
+  if (enabled.int8_matrix)
+    used.emplace_back("cooperative matrix (NV, 16x8x32 8-bit: the integer products of steps over 8 tokens in "
+                      "matrix tiles)");
   const std::string uses = used.empty() ? "none (portable path)" : join(used);
   std::vector<std::string> idle;    // enabled for future kernels
   std::vector<std::string> unused;  // detected, not enabled
@@ -329,12 +389,15 @@ std::string describe_features(const DeviceFeatures& enabled, const DeviceFeature
   sort(enabled.storage_8bit, detected.storage_8bit, "8-bit storage");
   sort(enabled.shader_int8, detected.shader_int8, "int8");
   if (detected.integer_dot_product && !enabled.integer_dot_product) unused.emplace_back("integer dot product");
+  if (detected.int8_matrix && !enabled.int8_matrix) unused.emplace_back("cooperative matrix");
   std::string out = "optional features: " + uses;
   if (!idle.empty()) out += "; enabled, no kernel uses them yet: " + join(idle);
   if (!unused.empty()) out += "; turned off: " + join(unused);
   if (detected.subgroup_shuffle && !detected.subgroup_matmul())
     out += "; subgroup shuffle present, not used (full subgroups cannot be required)";
-  if (detected.cooperative_matrix) out += "; cooperative matrix detected, not used (untested: lavapipe has none)";
+  if (detected.cooperative_matrix && !detected.int8_matrix)
+    out += "; cooperative matrix present, not used (the matrix tiles need VK_NV_cooperative_matrix with a 16x8x32 "
+           "signed 8-bit shape, shaderInt8, vulkanMemoryModel and 32-lane subgroups)";
   return out;
 }
 

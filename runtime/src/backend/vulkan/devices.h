@@ -21,9 +21,12 @@
 //     dot         shaderIntegerDotProduct: the split-rows integer products sum their
 //                 bytes with OpSDot (shaders/int_units.glsl DOT4, tools/spirv_dot4.py),
 //                 the same integers as the plain arithmetic otherwise
+//     matrix      VK_NV_cooperative_matrix with 8-bit integer matrices (needs int8 too):
+//                 the integer products of steps over 8 tokens in matrix tiles
+//                 (shaders/matmul_tiles.comp), the same bits as without
 // e.g. `portable`, `-subgroup`, `portable,subgroup`. Anything else is an error naming
-// the accepted words. Cooperative matrix is only detected: no kernel uses it, and
-// lavapipe, where the tests run, does not have it, so a kernel could not be tested.
+// the accepted words. VK_KHR_cooperative_matrix is only detected: this build's glslang
+// cannot compile its shaders.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +49,12 @@ struct DeviceFeatures {
   bool shader_float16 = false;       // shaderFloat16 (fp16 arithmetic)
   bool shader_int8 = false;          // shaderInt8
   bool integer_dot_product = false;  // shaderIntegerDotProduct (Vulkan 1.3, or VK_KHR_shader_integer_dot_product)
-  bool cooperative_matrix = false;   // VK_KHR/NV_cooperative_matrix present (never enabled)
+  bool cooperative_matrix = false;   // VK_KHR/NV_cooperative_matrix present (enabled: int8_matrix)
+  // VK_NV_cooperative_matrix's cooperativeMatrix with the 8-bit shape of the matrix tiles
+  // (signed 8-bit A and B, 32-bit C and result, kInt8MatrixShape, subgroup scope) and a
+  // float32 matrix of its M x N, in compute shaders, with shaderInt8, vulkanMemoryModel
+  // and 32-lane subgroups, which the tiles' shader needs.
+  bool int8_matrix = false;
 
   // Whether the subgroup split-rows matmul can run: shuffles, and full subgroups
   // required at pipeline creation, which makes the shader's lane numbering dense (it
@@ -64,7 +72,14 @@ struct FeatureSelection {
   bool storage8 = true;
   bool int8 = true;
   bool dot = true;
+  bool matrix = true;
 };
+
+// The cooperative-matrix shape (M x N x K) of shaders/matmul_tiles.comp's fragments.
+struct MatrixShape {
+  uint32_t m, n, k;
+};
+inline constexpr MatrixShape kInt8MatrixShape{16, 8, 32};
 
 // Parses a FAFO_VULKAN_FEATURES value (grammar above). Throws std::runtime_error naming
 // the accepted words for anything else.
@@ -75,10 +90,10 @@ bool has_device_extension(VkPhysicalDevice device, const char* name);
 
 // What the device supports. `api_version` is the version the device is used at (the
 // lower of the instance's and the device's): 1.3 features are read only from 1.3 on.
-DeviceFeatures detect_device_features(VkPhysicalDevice device, uint32_t api_version);
+// `instance` is the device's (for the cooperative-matrix shapes' query).
+DeviceFeatures detect_device_features(VkInstance instance, VkPhysicalDevice device, uint32_t api_version);
 
-// The detected features restricted to the selection: what a Context enables. The
-// cooperative matrix is never enabled.
+// The detected features restricted to the selection: what a Context enables.
 DeviceFeatures select_features(const DeviceFeatures& detected, const FeatureSelection& selection);
 
 // Part of the backend description: the optional features enabled and those detected

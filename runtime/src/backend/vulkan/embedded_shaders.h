@@ -29,6 +29,10 @@ extern const EmbeddedShader attention_kv_f16_storage16;  // KV_F16=1 STORAGE16=1
 extern const EmbeddedShader attention_serial;
 extern const EmbeddedShader attention_serial_kv_f16;
 extern const EmbeddedShader attention_serial_kv_f16_storage16;
+// The same three with GROUPED=1 (a workgroup per part, KV head and tile of rows: GPUs).
+extern const EmbeddedShader attention_grouped;
+extern const EmbeddedShader attention_grouped_kv_f16;
+extern const EmbeddedShader attention_grouped_kv_f16_storage16;
 extern const EmbeddedShader probe_half_storage;  // shaders/probe_half_storage.comp
 extern const EmbeddedShader kv_store;           // shaders/kv_store.comp (fp32 cache)
 extern const EmbeddedShader kv_store_f16;       // shaders/kv_store.comp (fp16 cache)

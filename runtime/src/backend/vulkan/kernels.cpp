@@ -49,6 +49,7 @@ struct AttentionPush {
       flags_offset, mask_offset, order_offset;
   float scale, softcap;
   uint32_t window, positions_offset, region_offset;
+  uint32_t tile_rows;  // the grouped variant's rows per workgroup
 };
 struct KvPermutePush {
   uint32_t n_pairs, words, mode;
@@ -118,10 +119,13 @@ bool probe_half_storage(const Context& context, ProgressTask& progress) {
 
 Kernels::Kernels(const Context& context)
     : context_(context), cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
-  // 19 kernels and 4 attention variants; with 16-bit storage also the probe's and, where
-  // it passes, 2 more attention variants (a test checks that the count reaches the total).
+  // 19 kernels and 4 attention variants (6 on GPUs: the grouped ones too); with 16-bit
+  // storage also the probe's and, where it passes, 2 more attention variants (3 on GPUs;
+  // a test checks that the count reaches the total).
   const bool storage16 = context.features().storage_16bit;
-  ProgressTask progress("creating Vulkan pipelines", 23 + (storage16 ? 3 : 0));
+  const uint32_t attention_variants = cpu_device_ ? 2 : 3;
+  ProgressTask progress("creating Vulkan pipelines",
+                        19 + 2 * attention_variants + (storage16 ? 1 + attention_variants : 0));
   auto make = [&](const EmbeddedShader& shader, uint32_t n_buffers, uint32_t push_constant_bytes) {
     auto pipeline = std::make_unique<ComputePipeline>(context, shader, n_buffers, push_constant_bytes);
     progress.advance();
@@ -147,7 +151,7 @@ Kernels::Kernels(const Context& context)
   argmax_ = make(shaders::argmax, 2, sizeof(ArgmaxPush));
   top_k_ = make(shaders::top_k, 2, sizeof(TopKPush));
   half_storage_exact_ = storage16 && probe_half_storage(context, progress);
-  if (storage16 && !half_storage_exact_) progress.set_total(21 + 1);
+  if (storage16 && !half_storage_exact_) progress.set_total(19 + 2 * attention_variants + 1);
   auto attention = [&](const EmbeddedShader& shader) { return make(shader, 5, sizeof(AttentionPush)); };
   attention_[0].f32 = attention(shaders::attention);
   attention_[0].f16_words = attention(shaders::attention_kv_f16);
@@ -157,13 +161,32 @@ Kernels::Kernels(const Context& context)
     attention_[0].f16_storage16 = attention(shaders::attention_kv_f16_storage16);
     attention_[1].f16_storage16 = attention(shaders::attention_serial_kv_f16_storage16);
   }
+  if (!cpu_device_) {
+    attention_[2].f32 = attention(shaders::attention_grouped);
+    attention_[2].f16_words = attention(shaders::attention_grouped_kv_f16);
+    if (half_storage_exact_) attention_[2].f16_storage16 = attention(shaders::attention_grouped_kv_f16_storage16);
+  }
+}
+
+void Kernels::make_grouped_attention() const {
+  if (attention_[2].f32) return;
+  auto attention = [&](const EmbeddedShader& shader) {
+    return std::make_unique<ComputePipeline>(context_, shader, 5, sizeof(AttentionPush));
+  };
+  attention_[2].f32 = attention(shaders::attention_grouped);
+  attention_[2].f16_words = attention(shaders::attention_grouped_kv_f16);
+  if (half_storage_exact_) attention_[2].f16_storage16 = attention(shaders::attention_grouped_kv_f16_storage16);
 }
 
 Kernels::~Kernels() = default;
 
 
 const ComputePipeline& Kernels::attention_pipeline(const AttentionArgs& a) const {
-  const AttentionPipelines& v = attention_[serial_attention(a) ? 1 : 0];
+  const AttentionArgs::Mapping mapping = attention_mapping(a);
+  if (mapping == AttentionArgs::Mapping::Grouped) make_grouped_attention();
+  const AttentionPipelines& v = attention_[mapping == AttentionArgs::Mapping::Serial    ? 1
+                                           : mapping == AttentionArgs::Mapping::Grouped ? 2
+                                                                                        : 0];
   if (!a.kv_f16) return *v.f32;
   switch (a.half_read) {
     case AttentionArgs::HalfRead::Words: return *v.f16_words;
@@ -177,14 +200,21 @@ const ComputePipeline& Kernels::attention_pipeline(const AttentionArgs& a) const
   return v.f16_storage16 ? *v.f16_storage16 : *v.f16_words;
 }
 
-bool Kernels::serial_attention(const AttentionArgs& a) const {
-  switch (a.mapping) {
-    case AttentionArgs::Mapping::Workgroup: return false;
-    case AttentionArgs::Mapping::Serial: return true;
-    case AttentionArgs::Mapping::Auto: break;
-  }
-  // A step too large for one row of serial workgroups takes the other variant (same bits).
-  return cpu_device_ && serial_groups(a) <= context_.properties().limits.maxComputeWorkGroupCount[0];
+bool Kernels::grouped_fits(const AttentionArgs& a) {
+  return a.head_dim <= kMaxGroupedHeadDim && a.n_head / a.n_head_kv <= kMaxGroupedPairs;
+}
+
+uint32_t Kernels::grouped_tile_rows(const AttentionArgs& a) { return kMaxGroupedPairs / (a.n_head / a.n_head_kv); }
+
+Kernels::AttentionArgs::Mapping Kernels::attention_mapping(const AttentionArgs& a) const {
+  using Mapping = AttentionArgs::Mapping;
+  const uint32_t max_x = context_.properties().limits.maxComputeWorkGroupCount[0];
+  Mapping m = a.mapping != Mapping::Auto ? a.mapping : attention_mapping_;
+  if (m == Mapping::Auto) m = cpu_device_ ? Mapping::Serial : a.T > 1 ? Mapping::Grouped : Mapping::Workgroup;
+  if (m == Mapping::Grouped && !grouped_fits(a)) m = cpu_device_ ? Mapping::Serial : Mapping::Workgroup;
+  // A step too large for one row of serial workgroups takes another variant (same bits).
+  if (m == Mapping::Serial && a.mapping != Mapping::Serial && serial_groups(a) > max_x) m = Mapping::Workgroup;
+  return m;
 }
 
 uint64_t Kernels::serial_groups(const AttentionArgs& a) {
@@ -348,18 +378,26 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
                "attention");
   require_size(out, (uint64_t{a.first_row} + a.T) * a.out_stride, "out", "attention");
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
-  if (serial_attention(a) ? serial_groups(a) > max_groups[0]
-                          : a.n_parts > max_groups[0] || a.n_head > max_groups[1] || a.T > max_groups[2])
+  const AttentionArgs::Mapping mapping = attention_mapping(a);
+  const bool grouped = mapping == AttentionArgs::Mapping::Grouped;
+  const uint32_t tile_rows = grouped ? grouped_tile_rows(a) : 1;
+  if (mapping == AttentionArgs::Mapping::Serial
+          ? serial_groups(a) > max_groups[0]
+          : a.n_parts > max_groups[0] || (grouped ? a.n_head_kv : a.n_head) > max_groups[1] ||
+                (a.T + tile_rows - 1) / tile_rows > max_groups[2])
     throw std::invalid_argument("attention: grid over the device limit");
   if (a.flags_offset < 4) throw std::invalid_argument("attention: step_info's header takes 4 words before the flags");
   require_size(step_info, uint64_t{a.flags_offset} + a.T, "step_info", "attention");
   const AttentionPush push{a.T,         a.n_head,       a.n_head_kv,   a.head_dim,     a.kv_dim,
                            a.q_stride,  a.region,       a.dense,       a.use_order,    a.n_parts,
                            a.mask_words, a.flags_offset, a.mask_offset, a.order_offset, a.scale,
-                           a.softcap,   a.window,       a.positions_offset, a.region_offset};
-  if (serial_attention(a))
+                           a.softcap,   a.window,       a.positions_offset, a.region_offset, tile_rows};
+  if (mapping == AttentionArgs::Mapping::Serial)
     seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push,
                  static_cast<uint32_t>(serial_groups(a)));
+  else if (grouped)
+    seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head_kv,
+                 (a.T + tile_rows - 1) / tile_rows);
   else
     seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head, a.T);
   seq.dispatch(*attention_combine_, {&partials, &out, &step_info}, CombinePush{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride},

@@ -101,16 +101,27 @@ class Kernels {
     // halves exactly (half_storage_exact()), else by unpacking 32-bit words; Words and
     // Storage16 force one (Storage16 throws where it is not exact). Same bits either way.
     enum class HalfRead { Auto, Words, Storage16 } half_read = HalfRead::Auto;
-    // How invocations share the work (shaders/attention.comp): Auto = Serial on CPU
-    // devices, else Workgroup (a workgroup per (part, head, row)); Serial = one
-    // invocation per (part, head, row). Same bits either way.
-    enum class Mapping { Auto, Workgroup, Serial } mapping = Mapping::Auto;
+    // How invocations share the work (shaders/attention.comp): Auto = set_attention_mapping's
+    // choice, by default Serial on CPU devices, else Grouped for steps of several rows
+    // and Workgroup for one; Workgroup = a workgroup per (part, head, row); Serial = one
+    // invocation per (part, head, row); Grouped = a workgroup per (part, KV head, tile of
+    // rows), reading each key and value once for the tile's rows and the group's heads
+    // (head_dim <= kMaxGroupedHeadDim and at most kMaxGroupedPairs heads per KV head;
+    // elsewhere Workgroup). Same bits whichever runs.
+    enum class Mapping { Auto, Workgroup, Serial, Grouped } mapping = Mapping::Auto;
     uint32_t first_row = 0;
   };
   // Whether 16-bit storage is enabled and a probe at construction found that the device
   // widens all 65536 half bit patterns exactly (subnormals kept, NaN payloads kept).
   bool half_storage_exact() const { return half_storage_exact_; }
   static constexpr uint32_t kMaxHeadDim = 256;
+  static constexpr uint32_t kMaxGroupedHeadDim = 128;  // shaders/attention.comp's STAGE_DIM
+  static constexpr uint32_t kMaxGroupedPairs = 8;      // its MAX_PAIRS
+  // What Mapping::Auto runs: Auto (the device's default, above), or one mapping for
+  // every step (Grouped where it cannot run: Workgroup).
+  void set_attention_mapping(AttentionArgs::Mapping mapping) { attention_mapping_ = mapping; }
+  // The mapping `a` runs with (Auto resolved).
+  AttentionArgs::Mapping attention_mapping(const AttentionArgs& a) const;
   void attention(CommandSequence& seq, const Buffer& q, const Buffer& keys, const Buffer& values,
                  const Buffer& step_info, const Buffer& partials, const Buffer& out, const AttentionArgs& a) const;
 
@@ -162,7 +173,9 @@ class Kernels {
 
  private:
   const ComputePipeline& attention_pipeline(const AttentionArgs& a) const;
-  bool serial_attention(const AttentionArgs& a) const;
+  bool serial_attention(const AttentionArgs& a) const { return attention_mapping(a) == AttentionArgs::Mapping::Serial; }
+  static bool grouped_fits(const AttentionArgs& a);
+  static uint32_t grouped_tile_rows(const AttentionArgs& a);
   static uint64_t serial_groups(const AttentionArgs& a);
   static constexpr uint32_t kSerialLanes = 8;  // shaders/attention.comp's SERIAL_LANES
 
@@ -173,12 +186,15 @@ class Kernels {
   std::unique_ptr<ComputePipeline> rope_;
   std::unique_ptr<ComputePipeline> elementwise_;
   std::unique_ptr<ComputePipeline> quantize_, quantize_norm_;
-  // Attention's variants by cache reading, [0] workgroup-wide, [1] serial.
+  // Attention's variants by cache reading, [0] workgroup-wide, [1] serial, [2] grouped
+  // (created at first use on CPU devices, where Auto never takes it).
   struct AttentionPipelines {
     std::unique_ptr<ComputePipeline> f32, f16_words;
     std::unique_ptr<ComputePipeline> f16_storage16;  // null unless half_storage_exact_
   };
-  AttentionPipelines attention_[2];
+  mutable AttentionPipelines attention_[3];
+  AttentionArgs::Mapping attention_mapping_ = AttentionArgs::Mapping::Auto;
+  void make_grouped_attention() const;
   bool half_storage_exact_ = false;
   std::unique_ptr<ComputePipeline> kv_store_, kv_store_f16_;
   // latent_expand's variants, [0] fp32 latent cache, [1] fp16.

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <map>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -15,6 +18,8 @@
 #include "backend/vulkan/driver_files.h"
 #include "backend/vulkan/kernel_profiler.h"
 #include "backend/vulkan/kernels.h"
+#include "backend/vulkan/matmul_tuner.h"
+#include "backend/vulkan/matmul_tuning.h"
 #include "backend/vulkan/rope_tables.h"
 #include "backend/vulkan/step_encoder.h"
 #include "backend/vulkan/transfer.h"
@@ -22,7 +27,10 @@
 #include "backend/vulkan/vulkan_error.h"
 #include "backend/vulkan/weight_kernels.h"
 #include "fafo/backend_registry.h"
+#include "fafo/cache_dir.h"
+#include "fafo/progress.h"
 #include "fafo/vulkan_devices.h"
+#include "fafo/vulkan_tuning.h"
 #include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
 
@@ -61,6 +69,38 @@ bool int8_on(const VulkanBackendOptions& options, bool cpu_device) {
   if (options.int8_products) return *options.int8_products;
   if (env_off("FAFO_VULKAN_INT8")) return false;
   return env_is("FAFO_VULKAN_INT8", "1") || !cpu_device;
+}
+
+// Whether to tune (and whether again): the option, else FAFO_VULKAN_TUNE, else on GPUs.
+std::pair<bool, bool> tune_on(const VulkanBackendOptions& options, bool cpu_device) {
+  if (options.tune) return {*options.tune, *options.tune && options.tune_again};
+  const char* v = std::getenv("FAFO_VULKAN_TUNE");
+  if (v == nullptr || *v == '\0') return {!cpu_device, false};
+  if (std::string(v) == "0") return {false, false};
+  if (std::string(v) == "1") return {true, false};
+  if (std::string(v) == "again") return {true, true};
+  throw std::runtime_error("FAFO_VULKAN_TUNE=" + std::string(v) + ": expected 0, 1 or again");
+}
+
+Kernels::AttentionArgs::Mapping attention_mapping_of(const VulkanBackendOptions& options) {
+  using Mapping = Kernels::AttentionArgs::Mapping;
+  if (options.attention) return *options.attention;
+  const char* v = std::getenv("FAFO_VULKAN_ATTENTION");
+  if (v == nullptr || *v == '\0') return Mapping::Auto;
+  const std::string s(v);
+  if (s == "workgroup") return Mapping::Workgroup;
+  if (s == "serial") return Mapping::Serial;
+  if (s == "grouped") return Mapping::Grouped;
+  throw std::runtime_error("FAFO_VULKAN_ATTENTION=" + s + ": expected workgroup, serial or grouped");
+}
+
+MatrixTilesUse matrix_tiles_use(const VulkanBackendOptions& options) {
+  if (options.matrix_tiles) return *options.matrix_tiles;
+  const char* v = std::getenv("FAFO_VULKAN_TILES");
+  if (v == nullptr || *v == '\0' || std::string(v) == "1") return MatrixTilesUse::Auto;
+  if (std::string(v) == "0") return MatrixTilesUse::Off;
+  if (std::string(v) == "loops") return MatrixTilesUse::Loops;
+  throw std::runtime_error("FAFO_VULKAN_TILES=" + std::string(v) + ": expected 0, 1 or loops");
 }
 
 std::string lower(std::string s) {
@@ -104,6 +144,87 @@ class VulkanBackend final : public Backend, public StepTarget {
         int8_(int8_on(options, cpu_device_)),
         encoder_(context_, descriptors_) {
     encoder_.set_replay(options.replay && !env_off("FAFO_VULKAN_REPLAY"));
+    kernels_.set_attention_mapping(attention_mapping_of(options));
+    const MatrixTilesUse tiles = matrix_tiles_use(options);  // checked even where unused
+    weight_kernels_.set_matrix_tiles(int8_ ? tiles : MatrixTilesUse::Off);
+    const auto [tune, again] = tune_on(options, cpu_device_);
+    if (tune) {
+      const VkPhysicalDeviceProperties& p = context_.properties();
+      const std::string key = tuning_device_key(context_.device_name(), p.vendorID, p.deviceID, p.driverVersion);
+      const std::filesystem::path dir =
+          options.tuning_dir.empty() ? default_cache_dir() : std::filesystem::path(options.tuning_dir);
+      keep_tuning_ = options.tuning_dir != "off" && !dir.empty();
+      tuning_dir_ = keep_tuning_ ? dir : std::filesystem::path(".");
+      tuning_ = MatmulTuning(tuning_dir_, key);
+      if (keep_tuning_ && !again) {
+        if (const std::string why = tuning_.load(); !why.empty())
+          std::fprintf(stderr, "fafo: Vulkan tuning: %s; measuring again\n", why.c_str());
+      }
+      tuner_ = std::make_unique<MatmulTuner>(context_, weight_kernels_);
+      weight_kernels_.set_tuning(&tuning_);
+      weight_kernels_.collect_untuned(true);
+    }
+  }
+
+  // Measures the shapes the steps ran that have no choice yet (VulkanBackendOptions::tune).
+  std::vector<std::string> tune_now() {
+    if (!tuner_) return {};
+    const std::vector<WeightKernels::Untuned> todo = weight_kernels_.take_untuned();
+    if (!todo.empty()) {
+      std::vector<TunedShape> shapes;
+      for (const WeightKernels::Untuned& u : todo) shapes.push_back(u.shape);
+      std::map<TunedShape, RowChoice> measured;
+      try {
+        weight_kernels_.prepare_candidates(shapes);  // their pipelines, on several threads
+        ProgressTask progress("tuning Vulkan products for " + context_.device_name() + " (" +
+                                  std::to_string(todo.size()) + " new shape" + (todo.size() == 1 ? "" : "s") + ")",
+                              todo.size());
+        for (const WeightKernels::Untuned& u : todo) {
+          measured[u.shape] = tuner_->tune(u.shape, u.weights);
+          tuning_.set(u.shape, measured[u.shape]);
+          progress.advance();
+        }
+      } catch (const DeviceError& e) {
+        if (e.kind() == DeviceError::Kind::Lost) {
+          lost_ = true;
+          throw;
+        }
+        stop_tuning(e.what());
+      } catch (const std::exception& e) {
+        stop_tuning(e.what());
+      }
+      if (keep_tuning_ && !measured.empty()) {
+        // Into what the file holds now (other models' shapes, another process's), so
+        // that nothing kept is lost.
+        MatmulTuning kept(tuning_dir_, tuning_.device_key());
+        (void)kept.load();  // an unreadable file is replaced
+        for (const auto& [shape, c] : measured) kept.set(shape, c);
+        if (const std::string why = kept.store(); !why.empty())
+          std::fprintf(stderr, "fafo: Vulkan tuning not kept: %s\n", why.c_str());
+      }
+    }
+    std::vector<std::string> lines;
+    for (const auto& [shape, c] : tuning_.choices()) {
+      char head[160];
+      std::snprintf(head, sizeof head, ": %u rows per workgroup (default %u), %.2fx;", c.rows, c.default_rows, c.gain());
+      std::string line = shape.text() + head;
+      for (const CandidateTiming& t : c.candidates) {
+        char one[64];
+        std::snprintf(one, sizeof one, " %u: %.3f ms (spread %.2f)", t.rows, t.median() * 1e3, t.spread());
+        line += one;
+      }
+      lines.push_back(line);
+    }
+    return lines;
+  }
+  std::string tuning_file() const { return tuner_ && keep_tuning_ ? tuning_.file().string() : std::string(); }
+  // A failure of the tuner that leaves the device usable: said once, and no more tuning
+  // in this backend (the steps run with the choices made so far).
+  void stop_tuning(const std::string& why) {
+    std::fprintf(stderr, "fafo: Vulkan tuning stopped: %s\n", why.c_str());
+    tuner_.reset();
+    weight_kernels_.collect_untuned(false);
+    (void)weight_kernels_.take_untuned();
   }
 
   ReplayCounts replay_counts() const { return ReplayCounts{encoder_.steps(), encoder_.replayed()}; }
@@ -129,6 +250,7 @@ class VulkanBackend final : public Backend, public StepTarget {
            (int8_ ? std::string(", integer products for Q8_0, Q4_K, Q5_K, Q6_K weights") +
                         (weight_kernels_.uses_dot() && !cpu_device_ ? " (dot product instruction)" : "")
                   : std::string()) +
+           (tuner_ ? "; rows per workgroup tuned per product shape for this device" : "") +
            "; f16 KV cache reads: " + (kernels_.half_storage_exact() ? "16-bit storage" : "32-bit words") + "; " +
            describe_features(context_.features(), context_.detected_features());
   }
@@ -237,6 +359,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     }
     check_step_fits(batch, caches, max_step_rows_);
     encoder_.begin(batch, layouts);
+    last_rounding_.reset();  // a new step's commands
     for (size_t s = 0; s < kvs.size(); ++s) kvs[s]->set_step_part(static_cast<int32_t>(s));
     kvs_ = std::move(kvs);
   }
@@ -590,6 +713,9 @@ class VulkanBackend final : public Backend, public StepTarget {
       if (e.kind() == DeviceError::Kind::Lost) lost_ = true;
       throw;
     }
+    // The shapes this step ran for the first time, measured now: the step that first
+    // uses a shape takes the time (a warm-up, for any caller that times steps).
+    if (tuner_) (void)tune_now();
   }
 
   void set_memory_limit(uint64_t bytes) override {
@@ -633,6 +759,7 @@ class VulkanBackend final : public Backend, public StepTarget {
                              variant, variant.int8 ? InputNorm{} : norm);
       step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(part.n_rows));
     }
+    if (variant.int8) last_rounding_->after = step().command_count();
   }
   // out = silu(gate) * up from one weight of the gate's rows, then the up projection's.
   void gated_product(const Weight& gate_up, const Activation& x, Activation& out, const InputNorm& norm) {
@@ -650,6 +777,7 @@ class VulkanBackend final : public Backend, public StepTarget {
                                                             static_cast<uint32_t>(out.cols), 0},
                                  variant, variant.int8 ? InputNorm{} : norm);
     step().note_weight_bytes(static_cast<double>(tensor_row_bytes(w.type, w.cols)) * static_cast<double>(w.rows));
+    if (variant.int8) last_rounding_->after = step().command_count();
     set_rows(out, T);
   }
   // Whether a product of x's rows normalized with `gain` runs as one dispatch.
@@ -664,9 +792,15 @@ class VulkanBackend final : public Backend, public StepTarget {
   // x's rows (normalized first with `norm` when it has a gain) rounded to 8 bits
   // (Kernels::quantize_rows) in q8_, for an integer product: the buffer sized once for the
   // largest step and the widest such weight, so that no step frees one that an earlier
-  // command of it reads.
+  // command of it reads. Products of one input one after another (a layer's q, k and v
+  // projections where their formats differ, a GELU block's gate and up) round it once:
+  // when the last command of the step is an integer product of the same rows, normalized
+  // the same way, q8_ holds them already.
   const Buffer& rounded(const Activation& x, const InputNorm& norm) {
     const uint32_t T = rows_of(x), cols = static_cast<uint32_t>(x.cols);
+    const Rounding now{&act(x), norm.gain, norm.eps, T, cols, 0};
+    if (last_rounding_ && last_rounding_->after == step().command_count() && last_rounding_->same_input(now))
+      return q8_;
     const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>({max_step_rows_, x.rows, 1}));
     const uint64_t words = rows * Kernels::q8_row_words(static_cast<uint32_t>(std::max<int64_t>(max_int8_cols_, x.cols)));
     if (q8_words_ < words) {
@@ -676,6 +810,7 @@ class VulkanBackend final : public Backend, public StepTarget {
       q8_words_ = words;
     }
     kernels_.quantize_rows(step(), act(x), q8_, T, cols, cols, norm.gain, norm.eps);
+    last_rounding_ = now;  // `after` set by the product
     return q8_;
   }
   // StepTarget: what the KV cache records into.
@@ -752,8 +887,25 @@ class VulkanBackend final : public Backend, public StepTarget {
   bool int8_ = false;  // integer products for the formats that have them (uses_int8)
   double weight_bytes_ = 0;  // of the matrices uploaded
   int64_t max_int8_cols_ = 0;  // the widest weight with integer products
+  MatmulTuning tuning_;  // the rows per workgroup chosen for this device (with tune)
+  std::unique_ptr<MatmulTuner> tuner_;  // null: no tuning
+  bool keep_tuning_ = false;  // tuning_ is kept in the cache folder
+  std::filesystem::path tuning_dir_;
   Buffer q8_;  // rounded activations (rounded())
   uint64_t q8_words_ = 0;
+  // What q8_ holds: the rows of x (with the norm) rounded in this step, and the step's
+  // command count after the products that read them.
+  struct Rounding {
+    const Buffer* x;
+    const Buffer* gain;
+    float eps;
+    uint32_t T, cols;
+    uint32_t after;
+    bool same_input(const Rounding& o) const {
+      return x == o.x && gain == o.gain && (gain == nullptr || eps == o.eps) && T == o.T && cols == o.cols;
+    }
+  };
+  std::optional<Rounding> last_rounding_;
 
   std::vector<DeviceWeight> weights_;
   std::vector<DeviceActivation> activations_;
@@ -831,8 +983,10 @@ std::vector<std::pair<std::string, std::string>> vulkan_details(const VulkanDevi
   out.emplace_back("subgroup size", std::to_string(d.subgroup_size) + " (compute: " + yes_no(d.subgroup_in_compute) +
                                         "; ops: " + (ops.empty() ? "none" : ops) + ")");
   out.emplace_back("integer dot product", yes_no(d.integer_dot_product));
-  out.emplace_back("cooperative matrix", yes_no(d.cooperative_matrix));
+  out.emplace_back("cooperative matrix",
+                   yes_no(d.cooperative_matrix) + (d.int8_matrix ? " (8-bit 16x8x32: fafo's matrix tiles)" : ""));
   out.emplace_back("fafo uses", d.features_in_use);
+  if (!d.tuning.empty()) out.emplace_back("tuned products", d.tuning);
   return out;
 }
 
@@ -867,6 +1021,20 @@ BackendInfo vulkan_backend_info() {
     return vulkan::make_backend(options);
   };
   return info;
+}
+
+}  // namespace fafo
+
+namespace fafo {
+
+std::vector<std::string> vulkan_tune_now(Backend& backend) {
+  auto* vk = dynamic_cast<vulkan::VulkanBackend*>(&backend);
+  return vk ? vk->tune_now() : std::vector<std::string>{};
+}
+
+std::string vulkan_tuning_file(const Backend& backend) {
+  const auto* vk = dynamic_cast<const vulkan::VulkanBackend*>(&backend);
+  return vk ? vk->tuning_file() : std::string();
 }
 
 }  // namespace fafo

@@ -27,6 +27,8 @@
 #include <string>
 
 #include "backend/vulkan/context.h"
+#include "backend/vulkan/kernels.h"
+#include "backend/vulkan/weight_kernels.h"
 #include "fafo/backend.h"
 
 namespace fafo::vulkan {
@@ -61,6 +63,26 @@ struct VulkanBackendOptions {
   // of the reference). nullopt: FAFO_VULKAN_INT8 (0 or 1) where set, else on GPUs and off
   // on CPU devices.
   std::optional<bool> int8_products;
+  // Integer products of steps over 8 tokens in matrix tiles (shaders/matmul_tiles.comp:
+  // the same bits): Auto with the cooperative-matrix instructions where the device has
+  // them, Off, or Loops (their plain-loop form on any device: tests). nullopt:
+  // FAFO_VULKAN_TILES (0 = Off, 1 = Auto, loops = Loops) where set, else Auto.
+  std::optional<MatrixTilesUse> matrix_tiles;
+  // How attention spreads over invocations (Kernels::AttentionArgs::Mapping; every one
+  // gives the same bits). nullopt: FAFO_VULKAN_ATTENTION (workgroup, serial or grouped)
+  // where set, else the device's default (serial on CPU devices; on GPUs grouped for steps
+  // of several rows, workgroup for one).
+  std::optional<Kernels::AttentionArgs::Mapping> attention;
+  // Tune the products' rows per workgroup for this device (backend/vulkan/
+  // matmul_tuning.h): each product shape the kept choices lack is measured at the end of
+  // the step that first ran it (with a progress line), and the choice kept in the cache
+  // folder. nullopt: FAFO_VULKAN_TUNE (0 = off, 1 = on, again = measure every shape again)
+  // where set, else on GPUs and off on CPU devices.
+  std::optional<bool> tune;
+  bool tune_again = false;  // with tune: as FAFO_VULKAN_TUNE=again
+  // Where the choices are kept: "" = default_cache_dir(), "off" = not kept (measured
+  // again in every process).
+  std::string tuning_dir;
 };
 
 std::unique_ptr<Backend> make_backend(const VulkanBackendOptions& options);
@@ -71,6 +93,8 @@ struct ReplayCounts {
   uint64_t steps = 0, replayed = 0;
 };
 ReplayCounts replay_counts(const Backend& backend);
+
+// Its tuning: fafo/vulkan_tuning.h (vulkan_tune_now, vulkan_tuning_file).
 
 // Resolves a --device string to an index in enumeration order; throws
 // std::runtime_error listing the devices when nothing matches.

@@ -114,12 +114,32 @@ WeightKernels::WeightKernels(const Context& context)
     f.made.resize(f.variants.size());
     first = end;
   }
+  tiles_ = find_matrix_tiles();
 }
 
 WeightKernels::~WeightKernels() = default;
 
 bool WeightKernels::subgroup_fits(const WeightShader& shader) const {
   return subgroup_size_ != 0 && (32 * shader.rows_per_group) % subgroup_size_ == 0;
+}
+
+bool WeightKernels::shared_fits(const WeightShader& shader) const {
+  return shader.shared_bytes <= context_.properties().limits.maxComputeSharedMemorySize;
+}
+
+std::optional<bool> WeightKernels::find_matrix_tiles() const {
+  // Every format's tiles must fit the device's shared memory (Q4_K's are the largest).
+  for (const WeightShader& v : weight_shaders())
+    if (v.key.kind == WeightShaderKey::Kind::MatrixTiles && !shared_fits(v)) return std::nullopt;
+  switch (tiles_use_) {
+    case MatrixTilesUse::Off:
+      return std::nullopt;
+    case MatrixTilesUse::Loops:
+      return false;
+    case MatrixTilesUse::Auto:
+      break;
+  }
+  return context_.features().int8_matrix ? std::optional<bool>(true) : std::nullopt;
 }
 
 void WeightKernels::prepare(std::span<const TensorType> types, bool norm, bool int8) const {
@@ -130,6 +150,7 @@ void WeightKernels::prepare(std::span<const TensorType> types, bool norm, bool i
   };
   std::vector<Wanted> wanted;
   std::string names;  // the formats that have pipelines to create
+  const std::optional<bool> tiles = matrix_tiles();
   for (size_t t = 0; t < types.size(); ++t) {
     const std::span<const TensorType> earlier = types.first(t);
     if (std::ranges::find(earlier, types[t]) != earlier.end()) continue;  // named twice
@@ -142,25 +163,37 @@ void WeightKernels::prepare(std::span<const TensorType> types, bool norm, bool i
       if (int8 && !k.int8 && k.kind != WeightShaderKey::Kind::Embed && has_int8(f.type)) continue;  // not used then
       if (k.int8 && k.kind == WeightShaderKey::Kind::SplitRows && k.dot != dot_) continue;
       const bool automatic = k.kind == WeightShaderKey::Kind::Embed ||
-                             (cpu_device_ ? k.kind == WeightShaderKey::Kind::WholeRows
-                                          : k.kind == WeightShaderKey::Kind::SplitRows && k.subgroup == subgroup_fits(v));
+                             (k.kind == WeightShaderKey::Kind::MatrixTiles ? tiles && *tiles == k.matrix
+                              : cpu_device_ ? k.kind == WeightShaderKey::Kind::WholeRows
+                                            : k.kind == WeightShaderKey::Kind::SplitRows && k.subgroup == subgroup_fits(v));
       if (automatic) wanted.push_back({&f, i});
     }
     if (wanted.size() > before) names += (names.empty() ? "" : ", ") + type_name(f.type);
   }
   if (wanted.empty()) return;
   ProgressTask progress("creating Vulkan pipelines for " + names + " weights", wanted.size());
+  std::vector<std::unique_ptr<ComputePipeline>*> slots;
+  std::vector<std::pair<const WeightShader*, uint32_t>> made_from;
+  for (const Wanted& w : wanted) {
+    slots.push_back(&w.format->made[w.variant]);
+    made_from.push_back({&w.format->variants[w.variant], 0});
+  }
+  create_pipelines(slots, made_from, progress);
+}
+
+void WeightKernels::create_pipelines(const std::vector<std::unique_ptr<ComputePipeline>*>& slots,
+                                     const std::vector<std::pair<const WeightShader*, uint32_t>>& made_from,
+                                     ProgressTask& progress) const {
   // A driver compiles a pipeline on the thread that creates it, and NVIDIA's take about
   // 0.3 s each at first (94.7 s for the 13 formats' pipelines, one after another, on an
   // H100, 2026-11-27): the pipelines are created on several threads at once.
-  const size_t n_threads = std::min<size_t>({wanted.size(), std::max(1u, std::thread::hardware_concurrency()), 16});
+  const size_t n_threads = std::min<size_t>({slots.size(), std::max(1u, std::thread::hardware_concurrency()), 16});
   std::atomic<size_t> next{0};
-  std::vector<std::exception_ptr> errors(wanted.size());
+  std::vector<std::exception_ptr> errors(slots.size());
   auto work = [&] {
-    for (size_t j = next++; j < wanted.size(); j = next++) {
+    for (size_t j = next++; j < slots.size(); j = next++) {
       try {
-        FormatPipelines& f = *wanted[j].format;
-        f.made[wanted[j].variant] = make_pipeline(f.variants[wanted[j].variant]);
+        *slots[j] = make_pipeline(*made_from[j].first, made_from[j].second);
         progress.advance();
       } catch (...) {
         errors[j] = std::current_exception();
@@ -172,15 +205,43 @@ void WeightKernels::prepare(std::span<const TensorType> types, bool norm, bool i
   work();
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);  // the first in the table's order, whichever thread met it
+    if (e) std::rethrow_exception(e);  // the first in the list's order, whichever thread met it
 }
 
-std::unique_ptr<ComputePipeline> WeightKernels::make_pipeline(const WeightShader& v) const {
+void WeightKernels::prepare_candidates(const std::vector<TunedShape>& shapes) const {
+  std::vector<std::unique_ptr<ComputePipeline>*> slots;
+  std::vector<std::pair<const WeightShader*, uint32_t>> made_from;
+  for (const TunedShape& shape : shapes) {
+    FormatPipelines& f = pipelines(shape.type, "WeightKernels::prepare_candidates");
+    for (size_t i = 0; i < f.variants.size(); ++i) {
+      if (!(f.variants[i].key == shape.key)) continue;
+      for (const uint32_t rows : row_candidates(shape)) {
+        std::unique_ptr<ComputePipeline>* slot =
+            rows == f.variants[i].rows_per_group ? &f.made[i] : &f.resized[{i, rows}];
+        if (*slot || std::ranges::find(slots, slot) != slots.end()) continue;
+        slots.push_back(slot);
+        made_from.push_back({&f.variants[i], rows});
+      }
+    }
+  }
+  if (slots.empty()) return;
+  ProgressTask progress("creating Vulkan pipelines to tune", slots.size());
+  create_pipelines(slots, made_from, progress);
+}
+
+std::unique_ptr<ComputePipeline> WeightKernels::make_pipeline(const WeightShader& v, uint32_t rows) const {
   const bool embed = v.key.kind == WeightShaderKey::Kind::Embed;
   const uint32_t bindings = v.key.norm ? 4 : 3;
   const uint32_t push = embed ? sizeof(EmbedPush) : sizeof(WeightMatmulPush);
-  return v.key.subgroup ? std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push, subgroup_options_)
-                        : std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push);
+  PipelineOptions options = v.key.subgroup ? subgroup_options_ : PipelineOptions{};
+  if (rows != 0 && rows != v.rows_per_group) {
+    // matmul.comp: constant 0 is SG_LANES (subgroup variants; others have no constant 0),
+    // constant 1 the workgroup size.
+    if (options.spec_constants.empty()) options.spec_constants.push_back(0);
+    options.spec_constants.resize(1);
+    options.spec_constants.push_back(workgroup_size(v, rows));
+  }
+  return std::make_unique<ComputePipeline>(context_, *v.shader, bindings, push, options);
 }
 
 WeightKernels::Chosen WeightKernels::variant(FormatPipelines& f, const WeightShaderKey& key, const char* kernel) const {
@@ -189,7 +250,7 @@ WeightKernels::Chosen WeightKernels::variant(FormatPipelines& f, const WeightSha
     if (!(v.key == key)) continue;
     std::unique_ptr<ComputePipeline>& slot = f.made[i];
     if (!slot) slot = make_pipeline(v);
-    return Chosen{&v, slot.get()};
+    return Chosen{&v, slot.get(), i};
   }
   throw std::invalid_argument(std::string(kernel) + ": no such variant of the " + type_name(f.type) + " kernels");
 }
@@ -217,10 +278,15 @@ bool WeightKernels::has_subgroup_variant(uint32_t tile) const {
 }
 
 std::string WeightKernels::describe() const {
-  if (cpu_device_) return "matmul: whole rows (CPU device)";
-  if (subgroup_size_ == 0) return "matmul: split rows, portable";
+  const std::optional<bool> tiles = matrix_tiles();
+  const std::string wide =
+      !tiles ? ""
+             : std::string("; integer products of steps over 8 tokens in matrix tiles (") +
+                   (*tiles ? "cooperative matrix" : "plain loops") + ")";
+  if (cpu_device_) return "matmul: whole rows (CPU device)" + wide;
+  if (subgroup_size_ == 0) return "matmul: split rows, portable" + wide;
   return "matmul: split rows, subgroup shuffles (" + std::to_string(std::min<uint32_t>(subgroup_size_, 32)) +
-         " lanes)";
+         " lanes)" + wide;
 }
 
 uint64_t WeightKernels::weight_bytes(TensorType type, uint32_t rows, uint32_t cols) {
@@ -244,13 +310,39 @@ WeightShaderKey WeightKernels::choose(const MatmulShape& s, const MatmulVariant&
   if (v.int8 && norm)
     throw std::invalid_argument(std::string(kernel) + ": integer products take rounded activations, no fused RMSNorm");
   MatmulMapping mapping = v.mapping;
+  const std::optional<bool> tiles = matrix_tiles();
+  const bool auto_tiles = mapping == MatmulMapping::Auto && v.int8 && s.T > kMaxSplitTokens && v.tile == 0 && tiles;
+  if (auto_tiles) mapping = MatmulMapping::MatrixTiles;
   if (mapping == MatmulMapping::Auto) mapping = cpu_device_ ? MatmulMapping::WholeRows : MatmulMapping::SplitRows;
+  if (mapping == MatmulMapping::MatrixTiles) {
+    if (!v.int8)
+      throw std::invalid_argument(std::string(kernel) + ": the MatrixTiles mapping is for integer products (int8)");
+    if (v.tile != 0 && v.tile != kMatrixTileTokens)
+      throw std::invalid_argument(std::string(kernel) + ": the MatrixTiles mapping has tiles of " +
+                                  std::to_string(kMatrixTileTokens) + " tokens, not " + std::to_string(v.tile));
+    if (v.reduction == MatmulReduction::Subgroup)
+      throw std::invalid_argument(std::string(kernel) + ": the MatrixTiles mapping has no subgroup variant");
+    const bool instructions = v.matrix.value_or(auto_tiles ? *tiles : context_.features().int8_matrix);
+    if (instructions && !context_.features().int8_matrix)
+      throw std::invalid_argument(std::string(kernel) + ": no 8-bit cooperative-matrix instructions on " +
+                                  context_.device_name() +
+                                  (context_.detected_features().int8_matrix
+                                       ? " (turned off by FAFO_VULKAN_FEATURES)"
+                                       : " (DeviceFeatures::int8_matrix: VK_NV_cooperative_matrix with a 16x8x32 "
+                                         "signed 8-bit shape)"));
+    key.kind = WeightShaderKey::Kind::MatrixTiles;
+    key.tile = kMatrixTileTokens;
+    key.matrix = instructions;
+    return key;
+  }
+  if (v.matrix)
+    throw std::invalid_argument(std::string(kernel) + ": MatmulVariant::matrix is for the MatrixTiles mapping");
   if (norm && s.T > kMaxNormTokens)
     throw std::invalid_argument(std::string(kernel) + ": a fused RMSNorm takes at most " +
                                 std::to_string(kMaxNormTokens) + " tokens, not " + std::to_string(s.T));
-  auto smallest_holding = [&](std::span<const uint32_t> tiles) {
-    const auto holds = std::ranges::find_if(tiles, [&](uint32_t t) { return t >= s.T; });
-    return holds != tiles.end() ? *holds : tiles.back();
+  auto smallest_holding = [&](std::span<const uint32_t> sizes) {
+    const auto holds = std::ranges::find_if(sizes, [&](uint32_t t) { return t >= s.T; });
+    return holds != sizes.end() ? *holds : sizes.back();
   };
   if (mapping == MatmulMapping::WholeRows) {
     if (v.tile != 0)
@@ -286,7 +378,63 @@ void WeightKernels::product(CommandSequence& seq, TensorType type, const Buffer&
     throw std::invalid_argument(std::string(kernel) + ": no integer products for " + type_name(type) +
                                 " weights (Q8_0, Q4_K, Q5_K and Q6_K have them)");
   if (gated && s.accumulate) throw std::invalid_argument(std::string(kernel) + ": the gated product does not accumulate");
-  WeightShaderKey key = choose(s, v, gated, norm.gain != nullptr, kernel);
+  const WeightShaderKey key = final_key(f, s, v, gated, norm.gain != nullptr, kernel);
+  if (s.T == 0 || s.rows == 0) return;
+  const uint32_t row_bytes = row_bytes_u32(type, s.cols, kernel);
+  check_product(type, w, w_rows, x, out, s, v.int8, kernel);
+  if (norm.gain) require_bytes(*norm.gain, uint64_t{s.cols} * sizeof(float), "gain", kernel);
+  Chosen chosen = variant(f, key, kernel);
+  if (!shared_fits(*chosen.shader))
+    throw std::invalid_argument(std::string(kernel) + ": the " + type_name(type) + " matrix tiles need " +
+                                std::to_string(chosen.shader->shared_bytes) + " bytes of shared memory; " +
+                                context_.device_name() + " has " +
+                                std::to_string(context_.properties().limits.maxComputeSharedMemorySize));
+  // Rows per workgroup: the one asked for, else the tuned one, else the variant's.
+  uint32_t rows = v.rows_per_group;
+  if (rows == 0 && (tuning_ || collect_)) {
+    const TunedShape shape{type, s.rows, s.cols, key};
+    const std::optional<uint32_t> tuned = tuning_ ? tuning_->rows_for(shape) : std::nullopt;
+    if (tuned) {
+      // A kept choice that is not a candidate here (a damaged file) is ignored.
+      rows = *tuned;
+      if (rows != chosen.shader->rows_per_group) {
+        const std::vector<uint32_t> candidates = row_candidates(shape);
+        if (std::ranges::find(candidates, rows) == candidates.end()) rows = 0;
+      }
+    } else if (collect_ && key.kind != WeightShaderKey::Kind::MatrixTiles) {
+      auto u = std::ranges::find_if(untuned_, [&](const Untuned& n) { return n.shape == shape; });
+      if (u == untuned_.end()) u = untuned_.insert(untuned_.end(), Untuned{shape, {}});
+      if (u->weights.size() < kMaxTuningWeights && std::ranges::find(u->weights, &w) == u->weights.end())
+        u->weights.push_back(&w);
+    }
+  }
+  if (rows != 0 && rows != chosen.shader->rows_per_group) {
+    const TunedShape shape{type, s.rows, s.cols, key};
+    const std::vector<uint32_t> candidates = row_candidates(shape);
+    if (std::ranges::find(candidates, rows) == candidates.end())
+      throw std::invalid_argument(std::string(kernel) + ": " + std::to_string(rows) +
+                                  " rows per workgroup is not a candidate of " + shape.text() + " here");
+    std::unique_ptr<ComputePipeline>& slot = f.resized[{chosen.index, rows}];
+    if (!slot) slot = make_pipeline(*chosen.shader, rows);
+    chosen.pipeline = slot.get();
+  } else {
+    rows = chosen.shader->rows_per_group;
+  }
+  const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
+  auto cap = [](uint32_t limit, uint32_t asked) { return asked == 0 ? limit : std::min(limit, asked); };
+  const uint32_t groups_x = std::min(ceil_div(s.rows, rows), cap(max_groups[0], v.max_groups_x));
+  const uint32_t groups_y = std::min(ceil_div(s.T, key.tile), cap(max_groups[1], v.max_groups_y));
+  const WeightMatmulPush push{s.T,          s.rows,    s.cols, s.x_stride, s.out_stride, s.out_offset,
+                        row_bytes,    s.accumulate ? 1u : 0u, norm.eps};
+  if (norm.gain)
+    seq.dispatch(*chosen.pipeline, {&x, &w, &out, norm.gain}, push, groups_x, groups_y);
+  else
+    seq.dispatch(*chosen.pipeline, {&x, &w, &out}, push, groups_x, groups_y);
+}
+
+WeightShaderKey WeightKernels::final_key(FormatPipelines& f, const MatmulShape& s, const MatmulVariant& v, bool gated,
+                                         bool norm, const char* kernel) const {
+  WeightShaderKey key = choose(s, v, gated, norm, kernel);
   if (v.dot.value_or(false) && !v.int8) throw std::invalid_argument(std::string(kernel) + ": the dot product instruction is for int8 products");
   if (key.int8 && key.kind == WeightShaderKey::Kind::SplitRows) {
     if (v.dot.value_or(dot_) && !dot_)
@@ -312,21 +460,70 @@ void WeightKernels::product(CommandSequence& seq, TensorType type, const Buffer&
                                        : " (subgroup shuffle with full subgroups not enabled; see FAFO_VULKAN_FEATURES)"));
     if (with_subgroup.shader && v.reduction != MatmulReduction::Portable) key = sg;
   }
-  if (s.T == 0 || s.rows == 0) return;
-  const uint32_t row_bytes = row_bytes_u32(type, s.cols, kernel);
-  check_product(type, w, w_rows, x, out, s, v.int8, kernel);
-  if (norm.gain) require_bytes(*norm.gain, uint64_t{s.cols} * sizeof(float), "gain", kernel);
-  const Chosen chosen = variant(f, key, kernel);
-  const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
-  auto cap = [](uint32_t limit, uint32_t asked) { return asked == 0 ? limit : std::min(limit, asked); };
-  const uint32_t groups_x = std::min(ceil_div(s.rows, chosen.shader->rows_per_group), cap(max_groups[0], v.max_groups_x));
-  const uint32_t groups_y = std::min(ceil_div(s.T, key.tile), cap(max_groups[1], v.max_groups_y));
-  const WeightMatmulPush push{s.T,          s.rows,    s.cols, s.x_stride, s.out_stride, s.out_offset,
-                        row_bytes,    s.accumulate ? 1u : 0u, norm.eps};
-  if (norm.gain)
-    seq.dispatch(*chosen.pipeline, {&x, &w, &out, norm.gain}, push, groups_x, groups_y);
-  else
-    seq.dispatch(*chosen.pipeline, {&x, &w, &out}, push, groups_x, groups_y);
+  return key;
+}
+
+TunedShape WeightKernels::shape_of(TensorType type, const MatmulShape& s, const MatmulVariant& v, bool gated,
+                                   bool norm) const {
+  constexpr const char* kernel = "WeightKernels::shape_of";
+  FormatPipelines& f = pipelines(type, kernel);
+  return TunedShape{type, s.rows, s.cols, final_key(f, s, v, gated, norm, kernel)};
+}
+
+const WeightShader* WeightKernels::shader_of(const TunedShape& shape) const {
+  for (const FormatPipelines& f : formats_)
+    if (f.type == shape.type)
+      for (const WeightShader& v : f.variants)
+        if (v.key == shape.key) return &v;
+  return nullptr;
+}
+
+uint32_t WeightKernels::default_rows(const TunedShape& shape) const {
+  const WeightShader* v = shader_of(shape);
+  if (!v) throw std::invalid_argument("WeightKernels::default_rows: no variant for " + shape.text());
+  return v->rows_per_group;
+}
+
+uint32_t WeightKernels::workgroup_size(const WeightShader& v, uint32_t rows) {
+  if (v.key.kind == WeightShaderKey::Kind::WholeRows) return rows / (v.key.gated ? kWholeRowsOut / 2 : kWholeRowsOut);
+  return 32 * rows;
+}
+
+std::vector<uint32_t> WeightKernels::row_candidates(const TunedShape& shape) const {
+  const WeightShader* v = shader_of(shape);
+  if (!v) throw std::invalid_argument("WeightKernels::row_candidates: no variant for " + shape.text());
+  const VkPhysicalDeviceLimits& limits = context_.properties().limits;
+  std::vector<uint32_t> out;
+  if (shape.key.kind == WeightShaderKey::Kind::SplitRows) {
+    const uint32_t sums = shape.key.gated ? 2 : 1;
+    const uint32_t lanes = shape.key.subgroup ? std::min<uint32_t>(subgroup_size_, 32) : 0;
+    for (uint32_t rows = 1; rows <= 16; rows *= 2) {
+      const uint32_t wg = workgroup_size(*v, rows);
+      if (wg > limits.maxComputeWorkGroupInvocations || wg > limits.maxComputeWorkGroupSize[0]) continue;
+      if (shape.key.subgroup && (subgroup_size_ == 0 || wg % subgroup_size_ != 0)) continue;
+      // matmul.comp's shared floats: the lane sums (none with 32-lane subgroups), the norm's.
+      const uint64_t floats = (shape.key.subgroup && lanes >= 32 ? 1 : uint64_t{rows} * shape.key.tile * sums * 33) +
+                              (shape.key.norm ? uint64_t{shape.key.tile} * 32 : 0);
+      if (floats * 4 > limits.maxComputeSharedMemorySize) continue;
+      out.push_back(rows);
+    }
+  } else if (shape.key.kind == WeightShaderKey::Kind::WholeRows) {
+    const uint32_t per_invocation = shape.key.gated ? kWholeRowsOut / 2 : kWholeRowsOut;
+    for (uint32_t invocations = 2; invocations <= 32; invocations *= 2)
+      if (invocations <= limits.maxComputeWorkGroupInvocations && invocations <= limits.maxComputeWorkGroupSize[0])
+        out.push_back(invocations * per_invocation);
+  }
+  if (std::ranges::find(out, v->rows_per_group) == out.end()) {
+    out.push_back(v->rows_per_group);
+    std::ranges::sort(out);
+  }
+  return out;
+}
+
+std::vector<WeightKernels::Untuned> WeightKernels::take_untuned() const {
+  std::vector<Untuned> out;
+  out.swap(untuned_);
+  return out;
 }
 
 void WeightKernels::matmul(CommandSequence& seq, TensorType type, const Buffer& w, const Buffer& x, const Buffer& out,

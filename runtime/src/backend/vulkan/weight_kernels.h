@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -24,9 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/vulkan/matmul_tuning.h"
 #include "backend/vulkan/pipeline.h"
 #include "backend/vulkan/weight_shader_table.h"
 #include "fafo/tensor_type.h"
+
+namespace fafo {
+class ProgressTask;
+}
 
 namespace fafo::vulkan {
 
@@ -58,9 +64,22 @@ struct InputNorm {
 // How matmul spreads a weight matrix over invocations (shaders/matmul.comp). Both give
 // the same bits; only the speed differs.
 enum class MatmulMapping {
-  Auto,       // WholeRows on CPU devices (lavapipe), SplitRows on GPUs
+  Auto,       // MatrixTiles where set_matrix_tiles allows it, else WholeRows on CPU
+              // devices (lavapipe), SplitRows on GPUs
   SplitRows,  // each row split over 32 invocations; token tiles of 1..32 (GPUs)
   WholeRows,  // one invocation per row, any token count per pass (CPU implementations)
+  MatrixTiles,  // integer products only: tiles of 64 rows x 32 tokens, each unit's sums
+                // matrix products (shaders/matmul_tiles.comp)
+};
+
+// Where Auto runs integer products in matrix tiles: steps of more than
+// WeightKernels::kMaxSplitTokens tokens (the tiles give the same bits as the other
+// mappings, so a step's size never changes a result).
+enum class MatrixTilesUse {
+  Auto,   // with the cooperative-matrix instructions where the device has them
+          // (DeviceFeatures::int8_matrix), else never
+  Off,    // never
+  Loops,  // the tiles' plain-loop form on any device (tests; slower than the others)
 };
 
 // How SplitRows adds up a row's 32 lane sums: both by the same tree, so both give the
@@ -93,6 +112,14 @@ struct MatmulVariant {
   // integer arithmetic; the same integers either way. nullopt: the instruction where
   // available. true where unavailable: std::invalid_argument.
   std::optional<bool> dot = std::nullopt;
+  // With MatrixTiles: the cooperative-matrix instructions (true; std::invalid_argument
+  // where the device has none) or the plain-loop form (false); nullopt: the instructions
+  // where available.
+  std::optional<bool> matrix = std::nullopt;
+  // Output rows per workgroup (SplitRows, WholeRows: one of row_candidates()); 0 = the
+  // tuned choice for the product's shape where set_tuning has one, else the variant's
+  // default. Every value gives the same bits.
+  uint32_t rows_per_group = 0;
 };
 
 class WeightKernels {
@@ -107,6 +134,10 @@ class WeightKernels {
   static constexpr std::array<uint32_t, 3> kWholeRowsTiles = {1, 8, 32};
   // The most tokens a product with an InputNorm takes (its variants' largest tile).
   static constexpr uint32_t kMaxNormTokens = 8;
+  // The most tokens an integer product takes before Auto moves it to matrix tiles.
+  static constexpr uint32_t kMaxSplitTokens = 8;
+  // Tokens per MatrixTiles tile.
+  static constexpr uint32_t kMatrixTileTokens = 32;
 
   explicit WeightKernels(const Context& context);
   ~WeightKernels();
@@ -165,6 +196,40 @@ class WeightKernels {
   // Whether the split-rows integer products use the integer dot product instruction by
   // default here (built with it, and the device's feature enabled).
   bool uses_dot() const { return dot_; }
+  // The shape a product of `type` with `s` and `variant` runs as (its variant's key), for
+  // tuning; throws like matmul.
+  TunedShape shape_of(TensorType type, const MatmulShape& s, const MatmulVariant& variant, bool gated,
+                      bool norm) const;
+  // The rows per workgroup `shape` may run with (MatmulVariant::rows_per_group): powers of
+  // two within the device's workgroup and shared-memory limits, the default among them
+  // (MatrixTiles: only the default).
+  std::vector<uint32_t> row_candidates(const TunedShape& shape) const;
+  uint32_t default_rows(const TunedShape& shape) const;
+  // Creates the pipelines of every candidate of `shapes`, several at once (as prepare),
+  // as one ProgressTask where any is missing.
+  void prepare_candidates(const std::vector<TunedShape>& shapes) const;
+  // Tuned choices (matmul_tuning.h) that products with rows_per_group = 0 follow; null:
+  // the defaults. The table must outlive its use here.
+  void set_tuning(const MatmulTuning* tuning) { tuning_ = tuning; }
+  // With `collect`, every product's shape that the tuning has no choice for is noted,
+  // with the weight buffers of up to kMaxTuningWeights of its products (the tuner
+  // cycles through them, so that its timings read memory as a step does, not a cache
+  // holding one matrix), for take_untuned().
+  static constexpr size_t kMaxTuningWeights = 16;
+  struct Untuned {
+    TunedShape shape;
+    std::vector<const Buffer*> weights;
+  };
+  void collect_untuned(bool collect) { collect_ = collect; }
+  std::vector<Untuned> take_untuned() const;
+  // Where Auto takes matrix tiles (default MatrixTilesUse::Auto). Call before prepare.
+  void set_matrix_tiles(MatrixTilesUse use) {
+    tiles_use_ = use;
+    tiles_ = find_matrix_tiles();
+  }
+  // The form Auto's matrix tiles take here: true = the cooperative-matrix instructions,
+  // false = plain loops; nullopt: Auto takes no tiles.
+  std::optional<bool> matrix_tiles() const { return tiles_; }
   // Bytes a buffer of `rows` rows of `cols` values in `type` must have: the packed rows,
   // rounded up to a multiple of 4. Throws std::invalid_argument like tensor_row_bytes.
   static uint64_t weight_bytes(TensorType type, uint32_t rows, uint32_t cols);
@@ -176,19 +241,38 @@ class WeightKernels {
     TensorType type;
     std::span<const WeightShader> variants;
     std::vector<std::unique_ptr<ComputePipeline>> made;  // parallel to variants
+    // Variants with other rows per workgroup than their default: (variant, rows).
+    std::map<std::pair<size_t, uint32_t>, std::unique_ptr<ComputePipeline>> resized;
   };
   struct Chosen {
     const WeightShader* shader;
     const ComputePipeline* pipeline;
+    size_t index = 0;  // in the format's variants
   };
   FormatPipelines& pipelines(TensorType type, const char* kernel) const;
   // The variant of `key`, its pipeline created if needed; throws std::invalid_argument
   // naming `kernel` where this build or device has none.
   Chosen variant(FormatPipelines& f, const WeightShaderKey& key, const char* kernel) const;
-  std::unique_ptr<ComputePipeline> make_pipeline(const WeightShader& v) const;
+  std::unique_ptr<ComputePipeline> make_pipeline(const WeightShader& v, uint32_t rows = 0) const;
+  // Fills each slot with the pipeline of its variant and rows (0: the default), several
+  // at once, advancing `progress` for each.
+  void create_pipelines(const std::vector<std::unique_ptr<ComputePipeline>*>& slots,
+                        const std::vector<std::pair<const WeightShader*, uint32_t>>& made_from,
+                        ProgressTask& progress) const;
+  // The workgroup size (specialization constant 1 of matmul.comp) for `rows` output rows
+  // per workgroup of variant v.
+  static uint32_t workgroup_size(const WeightShader& v, uint32_t rows);
   bool subgroup_fits(const WeightShader& shader) const;
+  // Whether the device has the shared memory the variant declares.
+  bool shared_fits(const WeightShader& shader) const;
   // The key matmul / matmul_gated run for a shape and variant; throws like matmul.
   WeightShaderKey choose(const MatmulShape& s, const MatmulVariant& v, bool gated, bool norm, const char* kernel) const;
+  // choose() with the dot product and subgroup forms settled: the variant that runs.
+  WeightShaderKey final_key(FormatPipelines& f, const MatmulShape& s, const MatmulVariant& v, bool gated, bool norm,
+                            const char* kernel) const;
+  const WeightShader* shader_of(const TunedShape& shape) const;
+  // Output rows per invocation of the WholeRows variants (WHOLE_ROWS; gated: half each).
+  static constexpr uint32_t kWholeRowsOut = 4;
   void product(CommandSequence& seq, TensorType type, const Buffer& w, uint64_t w_rows, const Buffer& x,
                const Buffer& out, const MatmulShape& s, const MatmulVariant& variant, const InputNorm& norm,
                bool gated, const char* kernel) const;
@@ -196,6 +280,12 @@ class WeightKernels {
   const Context& context_;
   bool cpu_device_ = false;  // Auto picks WholeRows
   bool dot_ = false;         // uses_dot()
+  MatrixTilesUse tiles_use_ = MatrixTilesUse::Auto;
+  std::optional<bool> tiles_;  // matrix_tiles(), settled by the constructor and set_matrix_tiles
+  std::optional<bool> find_matrix_tiles() const;
+  const MatmulTuning* tuning_ = nullptr;
+  bool collect_ = false;
+  mutable std::vector<Untuned> untuned_;  // noted by products while collect_ (not thread-safe)
   uint32_t subgroup_size_ = 0;  // where subgroup matmuls are enabled, else 0
   PipelineOptions subgroup_options_;
   mutable std::vector<FormatPipelines> formats_;  // pipelines made on first use (not thread-safe)
