@@ -272,14 +272,22 @@ TEST(VulkanTuningBackend, ABackendTunesWhatItRunsAndKeepsIt) {
   EXPECT_EQ(steps(*again), want);
   EXPECT_EQ(fafo::vulkan_tune_now(again->backend()), lines);
   EXPECT_EQ(std::filesystem::last_write_time(file), written);  // nothing measured
-  ::setenv("FAFO_VULKAN_TUNE", "sometimes", 1);
-  try {
-    fafo::vulkan::make_backend(fafo::vulkan::VulkanBackendOptions{});
-    ADD_FAILURE() << "no error";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("FAFO_VULKAN_TUNE=sometimes: expected 0, 1 or again"), std::string::npos);
+  // The settings' variables take only their values.
+  const struct {
+    const char *name, *value, *message;
+  } bad[] = {{"FAFO_VULKAN_TUNE", "sometimes", "FAFO_VULKAN_TUNE=sometimes: expected 0, 1 or again"},
+             {"FAFO_VULKAN_TILES", "2", "FAFO_VULKAN_TILES=2: expected 0, 1 or loops"},
+             {"FAFO_VULKAN_ATTENTION", "fast", "FAFO_VULKAN_ATTENTION=fast: expected workgroup, serial or grouped"}};
+  for (const auto& b : bad) {
+    ::setenv(b.name, b.value, 1);
+    try {
+      fafo::vulkan::make_backend(fafo::vulkan::VulkanBackendOptions{});
+      ADD_FAILURE() << b.name << ": no error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(b.message), std::string::npos) << e.what();
+    }
+    ::unsetenv(b.name);
   }
-  ::unsetenv("FAFO_VULKAN_TUNE");
 }
 
 }  // namespace

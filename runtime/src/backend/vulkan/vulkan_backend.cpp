@@ -18,8 +18,8 @@
 #include "backend/vulkan/driver_files.h"
 #include "backend/vulkan/kernel_profiler.h"
 #include "backend/vulkan/kernels.h"
-#include "backend/vulkan/matmul_tuner.h"
-#include "backend/vulkan/matmul_tuning.h"
+#include "backend/vulkan/backend_settings.h"
+#include "backend/vulkan/product_tuning.h"
 #include "backend/vulkan/rope_tables.h"
 #include "backend/vulkan/step_encoder.h"
 #include "backend/vulkan/transfer.h"
@@ -40,68 +40,6 @@ namespace vulkan {
 static_assert(Kernels::kMaxTopK == static_cast<uint32_t>(kMaxTopK), "shaders/top_k.comp's MAX_K follows fafo::kMaxTopK");
 
 namespace {
-
-// FAFO_VULKAN_FUSE=0 and FAFO_VULKAN_REPLAY=0 turn the fused attention projections and
-// RMSNorms, and step replay, off; FAFO_VULKAN_FUSE_NORM=0 or 1 the fused RMSNorms alone,
-// on any device (to measure what each brings; the results are the same bits).
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::string(v) == value;
-}
-bool env_off(const char* name) { return env_is(name, "0"); }
-
-// Whether products fuse the RMSNorm before them: the option, else FAFO_VULKAN_FUSE_NORM,
-// else on GPUs only (on a CPU device such as lavapipe the fused product costs more than
-// the dispatch it saves: stories260K's one-token step 5.5 ms fused, 3.4 ms apart).
-bool fuse_norm_on(const VulkanBackendOptions& options, bool cpu_device) {
-  if (options.fuse_norm) return *options.fuse_norm;
-  if (env_off("FAFO_VULKAN_FUSE") || env_off("FAFO_VULKAN_FUSE_NORM")) return false;
-  return env_is("FAFO_VULKAN_FUSE_NORM", "1") || !cpu_device;
-}
-
-// Whether fusing RMSNorms was turned off (as opposed to left off by default).
-bool fuse_norm_off(const VulkanBackendOptions& options) {
-  if (options.fuse_norm) return !*options.fuse_norm;
-  return env_off("FAFO_VULKAN_FUSE") || env_off("FAFO_VULKAN_FUSE_NORM");
-}
-
-bool int8_on(const VulkanBackendOptions& options, bool cpu_device) {
-  if (options.int8_products) return *options.int8_products;
-  if (env_off("FAFO_VULKAN_INT8")) return false;
-  return env_is("FAFO_VULKAN_INT8", "1") || !cpu_device;
-}
-
-// Whether to tune (and whether again): the option, else FAFO_VULKAN_TUNE, else on GPUs.
-std::pair<bool, bool> tune_on(const VulkanBackendOptions& options, bool cpu_device) {
-  if (options.tune) return {*options.tune, *options.tune && options.tune_again};
-  const char* v = std::getenv("FAFO_VULKAN_TUNE");
-  if (v == nullptr || *v == '\0') return {!cpu_device, false};
-  if (std::string(v) == "0") return {false, false};
-  if (std::string(v) == "1") return {true, false};
-  if (std::string(v) == "again") return {true, true};
-  throw std::runtime_error("FAFO_VULKAN_TUNE=" + std::string(v) + ": expected 0, 1 or again");
-}
-
-Kernels::AttentionArgs::Mapping attention_mapping_of(const VulkanBackendOptions& options) {
-  using Mapping = Kernels::AttentionArgs::Mapping;
-  if (options.attention) return *options.attention;
-  const char* v = std::getenv("FAFO_VULKAN_ATTENTION");
-  if (v == nullptr || *v == '\0') return Mapping::Auto;
-  const std::string s(v);
-  if (s == "workgroup") return Mapping::Workgroup;
-  if (s == "serial") return Mapping::Serial;
-  if (s == "grouped") return Mapping::Grouped;
-  throw std::runtime_error("FAFO_VULKAN_ATTENTION=" + s + ": expected workgroup, serial or grouped");
-}
-
-MatrixTilesUse matrix_tiles_use(const VulkanBackendOptions& options) {
-  if (options.matrix_tiles) return *options.matrix_tiles;
-  const char* v = std::getenv("FAFO_VULKAN_TILES");
-  if (v == nullptr || *v == '\0' || std::string(v) == "1") return MatrixTilesUse::Auto;
-  if (std::string(v) == "0") return MatrixTilesUse::Off;
-  if (std::string(v) == "loops") return MatrixTilesUse::Loops;
-  throw std::runtime_error("FAFO_VULKAN_TILES=" + std::string(v) + ": expected 0, 1 or loops");
-}
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -137,95 +75,27 @@ class VulkanBackend final : public Backend, public StepTarget {
         allocator_(context_, options.max_buffer_bytes),
         rope_positions_(allocator_, descriptors_, transfer_),
         max_range_(allocator_.max_range()),
-        fuse_qkv_(options.fuse_qkv && !env_off("FAFO_VULKAN_FUSE")),
-        fuse_norm_(fuse_norm_on(options, context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)),
-        fuse_norm_off_(fuse_norm_off(options)),
         cpu_device_(context_.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU),
-        int8_(int8_on(options, cpu_device_)),
+        settings_(resolve_settings(options, cpu_device_)),
+        fuse_qkv_(settings_.fuse_qkv),
+        fuse_norm_(settings_.fuse_norm),
+        fuse_norm_off_(settings_.fuse_norm_off),
+        int8_(settings_.int8),
         encoder_(context_, descriptors_) {
-    encoder_.set_replay(options.replay && !env_off("FAFO_VULKAN_REPLAY"));
-    kernels_.set_attention_mapping(attention_mapping_of(options));
-    const MatrixTilesUse tiles = matrix_tiles_use(options);  // checked even where unused
-    weight_kernels_.set_matrix_tiles(int8_ ? tiles : MatrixTilesUse::Off);
-    const auto [tune, again] = tune_on(options, cpu_device_);
-    if (tune) {
-      const VkPhysicalDeviceProperties& p = context_.properties();
-      const std::string key = tuning_device_key(context_.device_name(), p.vendorID, p.deviceID, p.driverVersion);
-      const std::filesystem::path dir =
-          options.tuning_dir.empty() ? default_cache_dir() : std::filesystem::path(options.tuning_dir);
-      keep_tuning_ = options.tuning_dir != "off" && !dir.empty();
-      tuning_dir_ = keep_tuning_ ? dir : std::filesystem::path(".");
-      tuning_ = MatmulTuning(tuning_dir_, key);
-      if (keep_tuning_ && !again) {
-        if (const std::string why = tuning_.load(); !why.empty())
-          std::fprintf(stderr, "fafo: Vulkan tuning: %s; measuring again\n", why.c_str());
-      }
-      tuner_ = std::make_unique<MatmulTuner>(context_, weight_kernels_);
-      weight_kernels_.set_tuning(&tuning_);
-      weight_kernels_.collect_untuned(true);
-    }
+    encoder_.set_replay(settings_.replay);
+    kernels_.set_attention_mapping(settings_.attention);
+    weight_kernels_.set_matrix_tiles(settings_.tiles);
+    if (settings_.tune) tuning_ = std::make_unique<ProductTuning>(context_, weight_kernels_, settings_);
   }
 
-  // Measures the shapes the steps ran that have no choice yet (VulkanBackendOptions::tune).
+  // The tuning (VulkanBackendOptions::tune): fafo/vulkan_tuning.h.
   std::vector<std::string> tune_now() {
-    if (!tuner_) return {};
-    const std::vector<WeightKernels::Untuned> todo = weight_kernels_.take_untuned();
-    if (!todo.empty()) {
-      std::vector<TunedShape> shapes;
-      for (const WeightKernels::Untuned& u : todo) shapes.push_back(u.shape);
-      std::map<TunedShape, RowChoice> measured;
-      try {
-        weight_kernels_.prepare_candidates(shapes);  // their pipelines, on several threads
-        ProgressTask progress("tuning Vulkan products for " + context_.device_name() + " (" +
-                                  std::to_string(todo.size()) + " new shape" + (todo.size() == 1 ? "" : "s") + ")",
-                              todo.size());
-        for (const WeightKernels::Untuned& u : todo) {
-          measured[u.shape] = tuner_->tune(u.shape, u.weights);
-          tuning_.set(u.shape, measured[u.shape]);
-          progress.advance();
-        }
-      } catch (const DeviceError& e) {
-        if (e.kind() == DeviceError::Kind::Lost) {
-          lost_ = true;
-          throw;
-        }
-        stop_tuning(e.what());
-      } catch (const std::exception& e) {
-        stop_tuning(e.what());
-      }
-      if (keep_tuning_ && !measured.empty()) {
-        // Into what the file holds now (other models' shapes, another process's), so
-        // that nothing kept is lost.
-        MatmulTuning kept(tuning_dir_, tuning_.device_key());
-        (void)kept.load();  // an unreadable file is replaced
-        for (const auto& [shape, c] : measured) kept.set(shape, c);
-        if (const std::string why = kept.store(); !why.empty())
-          std::fprintf(stderr, "fafo: Vulkan tuning not kept: %s\n", why.c_str());
-      }
-    }
-    std::vector<std::string> lines;
-    for (const auto& [shape, c] : tuning_.choices()) {
-      char head[160];
-      std::snprintf(head, sizeof head, ": %u rows per workgroup (default %u), %.2fx;", c.rows, c.default_rows, c.gain());
-      std::string line = shape.text() + head;
-      for (const CandidateTiming& t : c.candidates) {
-        char one[64];
-        std::snprintf(one, sizeof one, " %u: %.3f ms (spread %.2f)", t.rows, t.median() * 1e3, t.spread());
-        line += one;
-      }
-      lines.push_back(line);
-    }
-    return lines;
+    if (!tuning_) return {};
+    after_step_tuning();
+    return tuning_->lines();
   }
-  std::string tuning_file() const { return tuner_ && keep_tuning_ ? tuning_.file().string() : std::string(); }
-  // A failure of the tuner that leaves the device usable: said once, and no more tuning
-  // in this backend (the steps run with the choices made so far).
-  void stop_tuning(const std::string& why) {
-    std::fprintf(stderr, "fafo: Vulkan tuning stopped: %s\n", why.c_str());
-    tuner_.reset();
-    weight_kernels_.collect_untuned(false);
-    (void)weight_kernels_.take_untuned();
-  }
+  std::string tuning_file() const { return tuning_ ? tuning_->file() : std::string(); }
+
 
   ReplayCounts replay_counts() const { return ReplayCounts{encoder_.steps(), encoder_.replayed()}; }
 
@@ -250,7 +120,7 @@ class VulkanBackend final : public Backend, public StepTarget {
            (int8_ ? std::string(", integer products for Q8_0, Q4_K, Q5_K, Q6_K weights") +
                         (weight_kernels_.uses_dot() && !cpu_device_ ? " (dot product instruction)" : "")
                   : std::string()) +
-           (tuner_ ? "; rows per workgroup tuned per product shape for this device" : "") +
+           (tuning_ ? "; rows per workgroup tuned per product shape for this device" : "") +
            "; f16 KV cache reads: " + (kernels_.half_storage_exact() ? "16-bit storage" : "32-bit words") + "; " +
            describe_features(context_.features(), context_.detected_features());
   }
@@ -715,7 +585,7 @@ class VulkanBackend final : public Backend, public StepTarget {
     }
     // The shapes this step ran for the first time, measured now: the step that first
     // uses a shape takes the time (a warm-up, for any caller that times steps).
-    if (tuner_) (void)tune_now();
+    if (tuning_) after_step_tuning();
   }
 
   void set_memory_limit(uint64_t bytes) override {
@@ -880,17 +750,23 @@ class VulkanBackend final : public Backend, public StepTarget {
   Allocator allocator_;
   PositionRopeTable rope_positions_;  // latent_attention's cos/sin of every position of the longest cache
   uint64_t max_range_ = 0;
+  bool cpu_device_ = false;
+  BackendSettings settings_;  // the options and FAFO_VULKAN_* settled
   bool fuse_qkv_ = true;
   bool fuse_norm_ = true;
   bool fuse_norm_off_ = false;  // turned off (FAFO_VULKAN_FUSE_NORM=0): not for integer products either
-  bool cpu_device_ = false;
   bool int8_ = false;  // integer products for the formats that have them (uses_int8)
   double weight_bytes_ = 0;  // of the matrices uploaded
   int64_t max_int8_cols_ = 0;  // the widest weight with integer products
-  MatmulTuning tuning_;  // the rows per workgroup chosen for this device (with tune)
-  std::unique_ptr<MatmulTuner> tuner_;  // null: no tuning
-  bool keep_tuning_ = false;  // tuning_ is kept in the cache folder
-  std::filesystem::path tuning_dir_;
+  std::unique_ptr<ProductTuning> tuning_;  // null: no tuning
+  void after_step_tuning() {
+    try {
+      tuning_->measure_new_shapes();
+    } catch (const DeviceError& e) {
+      if (e.kind() == DeviceError::Kind::Lost) lost_ = true;
+      throw;
+    }
+  }
   Buffer q8_;  // rounded activations (rounded())
   uint64_t q8_words_ = 0;
   // What q8_ holds: the rows of x (with the norm) rounded in this step, and the step's
