@@ -5,11 +5,28 @@
 // (head, row); invocations own head dimensions. The parts in use are step_info[2] (the
 // step's header) of the n_parts the partials are laid out for; row r of the dispatch is
 // row step_info[3] + r of the partials and of y (a joined step's part).
+//
+// QUANT=1: each head's values (head_dim a multiple of 32) are also rounded to 8 bits
+// per block of 32, as shaders/quantize.comp rounds a row (shaders/quantize.glsl), into
+// binding 3 in its layout (row t at word t * q8_stride; the blocks of head h are blocks
+// h * head_dim / 32 ... of the row): the integer product after attention reads them,
+// with no rounding dispatch of its own.
+#ifndef QUANT
+#define QUANT 0
+#endif
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer Partials { float partials[]; };
 layout(std430, binding = 1) writeonly buffer Out { float y[]; };  // [T x out_stride]
 layout(std430, binding = 2) readonly buffer Step { uint step_info[]; };
+#if QUANT
+layout(std430, binding = 3) writeonly buffer OutQ { uint xq[]; };
+#define MAX_HEAD_DIM 256u
+shared float head_values[MAX_HEAD_DIM];
+#include "quantize.glsl"
+#endif
 
 layout(push_constant) uniform Params {
   uint T;
@@ -17,6 +34,7 @@ layout(push_constant) uniform Params {
   uint head_dim;
   uint n_parts;
   uint out_stride;
+  uint q8_stride;  // QUANT: words per row of the rounded rows
 } p;
 
 void main() {
@@ -41,6 +59,26 @@ void main() {
       const float l = partials[at + 1];
       if (l > 0.0) sum += partials[at + 2 + d] * exp(partials[at] - m);
     }
-    y[row * p.out_stride + head * p.head_dim + d] = sum * inv;
+    const float value = sum * inv;
+    y[row * p.out_stride + head * p.head_dim + d] = value;
+#if QUANT
+    head_values[d] = value;
+#endif
   }
+#if QUANT
+  barrier();
+  const uint b = gl_LocalInvocationID.x;
+  if (b < p.head_dim / 32u) {
+    float v[32];
+    [[unroll]] for (uint k = 0u; k < 32u; ++k) v[k] = head_values[32u * b + k];
+    uint words[8];
+    float d, s;
+    q8_block(v, words, d, s);
+    const uint cols = p.n_head * p.head_dim, blocks = cols / 32u;
+    const uint block = head * p.head_dim / 32u + b, at = row * p.q8_stride;
+    [[unroll]] for (uint w = 0u; w < 8u; ++w) xq[at + 8u * block + w] = words[w];
+    xq[at + cols / 4u + block] = floatBitsToUint(d);
+    xq[at + cols / 4u + blocks + block] = floatBitsToUint(s);
+  }
+#endif
 }

@@ -338,6 +338,53 @@ TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEveryMapping) {
   EXPECT_NE(kernels_->attention_mapping(wide), Mapping::Grouped);
 }
 
+// Attention's output rounded where it is written (AttentionArgs::rounded, for the integer
+// product after it): the words Kernels::quantize_rows gives for the same output, bit for
+// bit, for every head and row (heads of 64 values: two blocks each), and the output itself
+// unchanged; a head that is not whole blocks of 32 is refused.
+TEST_F(VulkanKernels, AttentionRoundsItsOutputAsQuantizeRowsDoes) {
+  const uint32_t T = 5, n_past = 40, n_head = 4, n_head_kv = 2, head_dim = 64, kv_dim = n_head_kv * head_dim;
+  const uint32_t cols = n_head * head_dim, mask_words = 1, H = 4, part_keys = 128, n_parts = 1;
+  std::vector<uint32_t> info(H + T + T * mask_words + T, 0);
+  info[0] = n_past;
+  info[1] = part_keys;
+  info[2] = n_parts;
+  for (uint32_t r = 0; r < T; ++r) info[H + T + r] = (2u << r) - 1;  // causal
+  Buffer step_info(*context_, info.size() * sizeof(uint32_t));
+  step_info.upload(info.data(), info.size() * sizeof(uint32_t));
+  Buffer q = make_buffer(*context_, random_values(size_t{T} * cols, 91, -1.5f, 1.5f));
+  Buffer keys = make_buffer(*context_, random_values(size_t{n_past + T} * kv_dim, 92, -1.5f, 1.5f));
+  Buffer values = make_buffer(*context_, random_values(size_t{n_past + T} * kv_dim, 93, -3.0f, 3.0f));
+  const uint32_t words = Kernels::q8_row_words(cols);
+  Buffer partials(*context_, size_t{T} * n_head * n_parts * (head_dim + 2) * sizeof(float));
+  Buffer out(*context_, size_t{T} * cols * sizeof(float)), plain_out(*context_, size_t{T} * cols * sizeof(float));
+  Buffer rounded(*context_, size_t{T} * words * 4), want(*context_, size_t{T} * words * 4);
+  Kernels::AttentionArgs a{T, n_past, n_head, n_head_kv, head_dim, kv_dim, cols, cols, 0, 0, 0, part_keys, n_parts,
+                           mask_words, H, H + T, H + T + T * mask_words, 0.125f};
+  {
+    CommandSequence seq(*context_);
+    kernels_->attention(seq, q, keys, values, step_info, partials, plain_out, a);
+    Kernels::AttentionArgs with = a;
+    with.rounded = &rounded;
+    with.rounded_stride = words;
+    kernels_->attention(seq, q, keys, values, step_info, partials, out, with);
+    kernels_->quantize_rows(seq, out, want, T, cols, cols);
+    seq.submit_and_wait();
+  }
+  std::vector<uint32_t> got(size_t{T} * words), expected(got.size());
+  rounded.download(got.data(), got.size() * 4);
+  want.download(expected.data(), expected.size() * 4);
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(read(out, size_t{T} * cols), read(plain_out, size_t{T} * cols));
+  Kernels::AttentionArgs odd = a;
+  odd.head_dim = 48;
+  odd.q_stride = odd.out_stride = n_head * 48;
+  odd.rounded = &rounded;
+  odd.rounded_stride = Kernels::q8_row_words(n_head * 48);
+  CommandSequence seq(*context_);
+  EXPECT_THROW(kernels_->attention(seq, q, keys, values, step_info, partials, out, odd), std::invalid_argument);
+}
+
 TEST_F(VulkanKernels, OnlyDependentCommandsAreSeparatedByABarrier) {
   // Two RMSNorms of the same input into different outputs are independent; a product
   // reading one of them depends on it (read after write); an RMSNorm writing the

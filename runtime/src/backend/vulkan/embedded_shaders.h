@@ -42,6 +42,7 @@ extern const EmbeddedShader latent_expand_keys_kv_f16;
 extern const EmbeddedShader latent_expand_values;
 extern const EmbeddedShader latent_expand_values_kv_f16;
 extern const EmbeddedShader attention_combine;  // shaders/attention_combine.comp
+extern const EmbeddedShader attention_combine_q8;  // QUANT=1: the output rounded for an integer product too
 extern const EmbeddedShader kv_permute;         // shaders/kv_permute.comp
 extern const EmbeddedShader argmax;             // shaders/argmax.comp
 extern const EmbeddedShader top_k;              // shaders/top_k.comp

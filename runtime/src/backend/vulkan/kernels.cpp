@@ -42,7 +42,7 @@ struct ElementwisePush {
   float value;  // SCALE's factor, SOFTCAP's cap
 };
 struct CombinePush {
-  uint32_t T, n_head, head_dim, n_parts, out_stride;
+  uint32_t T, n_head, head_dim, n_parts, out_stride, q8_stride;
 };
 struct AttentionPush {
   uint32_t T, n_head, n_head_kv, head_dim, kv_dim, q_stride, region, dense, use_order, n_parts, mask_words,
@@ -119,13 +119,13 @@ bool probe_half_storage(const Context& context, ProgressTask& progress) {
 
 Kernels::Kernels(const Context& context)
     : context_(context), cpu_device_(context.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
-  // 19 kernels and 4 attention variants (6 on GPUs: the grouped ones too); with 16-bit
+  // 20 kernels and 4 attention variants (6 on GPUs: the grouped ones too); with 16-bit
   // storage also the probe's and, where it passes, 2 more attention variants (3 on GPUs;
   // a test checks that the count reaches the total).
   const bool storage16 = context.features().storage_16bit;
   const uint32_t attention_variants = cpu_device_ ? 2 : 3;
   ProgressTask progress("creating Vulkan pipelines",
-                        19 + 2 * attention_variants + (storage16 ? 1 + attention_variants : 0));
+                        20 + 2 * attention_variants + (storage16 ? 1 + attention_variants : 0));
   auto make = [&](const EmbeddedShader& shader, uint32_t n_buffers, uint32_t push_constant_bytes) {
     auto pipeline = std::make_unique<ComputePipeline>(context, shader, n_buffers, push_constant_bytes);
     progress.advance();
@@ -147,11 +147,12 @@ Kernels::Kernels(const Context& context)
   rope_store_ = make(shaders::rope_store, 5, sizeof(RopeStorePush));
   rope_store_f16_ = make(shaders::rope_store_kv_f16, 5, sizeof(RopeStorePush));
   attention_combine_ = make(shaders::attention_combine, 3, sizeof(CombinePush));
+  attention_combine_q8_ = make(shaders::attention_combine_q8, 4, sizeof(CombinePush));
   kv_permute_ = make(shaders::kv_permute, 2, sizeof(KvPermutePush));
   argmax_ = make(shaders::argmax, 2, sizeof(ArgmaxPush));
   top_k_ = make(shaders::top_k, 2, sizeof(TopKPush));
   half_storage_exact_ = storage16 && probe_half_storage(context, progress);
-  if (storage16 && !half_storage_exact_) progress.set_total(19 + 2 * attention_variants + 1);
+  if (storage16 && !half_storage_exact_) progress.set_total(20 + 2 * attention_variants + 1);
   auto attention = [&](const EmbeddedShader& shader) { return make(shader, 5, sizeof(AttentionPush)); };
   attention_[0].f32 = attention(shaders::attention);
   attention_[0].f16_words = attention(shaders::attention_kv_f16);
@@ -377,6 +378,14 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   require_size(partials, (uint64_t{a.first_row} + a.T) * a.n_head * a.n_parts * (a.head_dim + 2), "partials",
                "attention");
   require_size(out, (uint64_t{a.first_row} + a.T) * a.out_stride, "out", "attention");
+  if (a.rounded) {
+    if (a.head_dim % 32 != 0 || a.out_stride != a.n_head * a.head_dim)
+      throw std::invalid_argument("attention: a rounded output needs head_dim a multiple of 32 and out_stride = "
+                                  "n_head * head_dim");
+    if (a.rounded_stride < q8_row_words(a.n_head * a.head_dim))
+      throw std::invalid_argument("attention: rounded_stride is less than a rounded row's words");
+    require_size(*a.rounded, (uint64_t{a.first_row} + a.T) * a.rounded_stride, "rounded", "attention");
+  }
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
   const AttentionArgs::Mapping mapping = attention_mapping(a);
   const bool grouped = mapping == AttentionArgs::Mapping::Grouped;
@@ -400,8 +409,11 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
                  (a.T + tile_rows - 1) / tile_rows);
   else
     seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head, a.T);
-  seq.dispatch(*attention_combine_, {&partials, &out, &step_info}, CombinePush{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride},
-               a.n_head, a.T);
+  const CombinePush combine{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride, a.rounded_stride};
+  if (a.rounded)
+    seq.dispatch(*attention_combine_q8_, {&partials, &out, &step_info, a.rounded}, combine, a.n_head, a.T);
+  else
+    seq.dispatch(*attention_combine_, {&partials, &out, &step_info}, combine, a.n_head, a.T);
 }
 
 void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs,

@@ -110,6 +110,12 @@ class Kernels {
     // elsewhere Workgroup). Same bits whichever runs.
     enum class Mapping { Auto, Workgroup, Serial, Grouped } mapping = Mapping::Auto;
     uint32_t first_row = 0;
+    // Also writes the output rounded to 8 bits for an integer product (shaders/
+    // attention_combine.comp QUANT=1: Kernels::quantize_rows's words, row t at word
+    // (first_row + t) * rounded_stride); needs head_dim a multiple of 32 and out_stride
+    // = n_head * head_dim.
+    const Buffer* rounded = nullptr;
+    uint32_t rounded_stride = 0;
   };
   // Whether 16-bit storage is enabled and a probe at construction found that the device
   // widens all 65536 half bit patterns exactly (subnormals kept, NaN payloads kept).
@@ -200,7 +206,7 @@ class Kernels {
   // latent_expand's variants, [0] fp32 latent cache, [1] fp16.
   std::unique_ptr<ComputePipeline> latent_keys_[2], latent_values_[2];
   std::unique_ptr<ComputePipeline> rope_store_, rope_store_f16_;
-  std::unique_ptr<ComputePipeline> attention_combine_;
+  std::unique_ptr<ComputePipeline> attention_combine_, attention_combine_q8_;
   std::unique_ptr<ComputePipeline> kv_permute_;
   std::unique_ptr<ComputePipeline> argmax_;
   std::unique_ptr<ComputePipeline> top_k_;

@@ -359,12 +359,22 @@ class VulkanBackend final : public Backend, public StepTarget {
     }
   }
 
+  // With integer products the output is also rounded for the projection after it, in
+  // the dispatch that writes it (Kernels::AttentionArgs::rounded), where the heads are
+  // whole blocks of 32: that product then finds its input rounded (rounded()).
   void attention(int32_t layer, const Activation& q, const AttentionShape& s, Activation& out) override {
+    const uint32_t cols = static_cast<uint32_t>(out.cols);
+    // (Only where some weight with integer products is as wide: q8_ then never grows within a step.)
+    const bool round = int8_ && s.head_dim % 32 == 0 && int64_t{s.n_head} * s.head_dim == out.cols &&
+                       out.cols <= max_int8_cols_;
+    const Buffer* q8 = round ? &q8_for(static_cast<uint64_t>(std::max<int64_t>({max_step_rows_, out.rows, 1})), cols)
+                             : nullptr;
     for (int32_t part = 0, n = step_parts("attention"); part < n; ++part) {
       VulkanKvCache& kv = kv_of(part, "attention");
       if (kv.shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
-      attend(part, layer, q, s, kv.keys(layer), kv.values(layer), kv.f16(), out);
+      attend(part, layer, q, s, kv.keys(layer), kv.values(layer), kv.f16(), out, q8);
     }
+    if (q8) last_rounding_ = Rounding{&act(out), nullptr, 0.0f, rows_of(out), cols, step().command_count()};
   }
 
   // Multi-head latent attention: shaders/latent_expand.comp recovers the keys (rotated
@@ -435,7 +445,7 @@ class VulkanBackend final : public Backend, public StepTarget {
   // entry; fp16 words with kv_f16), with the layout, region and dense layers of the
   // part's cache, into the same rows of out.
   void attend(int32_t part, int32_t layer, const Activation& q, const AttentionShape& s, const Buffer& keys,
-              const Buffer& values, bool kv_f16, Activation& out) {
+              const Buffer& values, bool kv_f16, Activation& out, const Buffer* rounded = nullptr) {
     const VulkanKvCache& kv = kv_of(part, "attention");
     const StepSegment seg = batch().segment(part);
     const uint32_t T = static_cast<uint32_t>(seg.size);
@@ -485,6 +495,8 @@ class VulkanBackend final : public Backend, public StepTarget {
     a.region_offset = encoder_.region_offset(part);
     a.kv_f16 = kv_f16;
     a.first_row = static_cast<uint32_t>(seg.first);
+    a.rounded = rounded;
+    a.rounded_stride = Kernels::q8_row_words(static_cast<uint32_t>(out.cols));
     kernels_.attention(step(), act(q), keys, values, encoder_.step_info(part), partials_, act(out), a);
     set_rows(out, static_cast<uint32_t>(batch().size()));
   }
@@ -671,16 +683,21 @@ class VulkanBackend final : public Backend, public StepTarget {
     const Rounding now{&act(x), norm.gain, norm.eps, T, cols, 0};
     if (last_rounding_ && last_rounding_->after == step().command_count() && last_rounding_->same_input(now))
       return q8_;
-    const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>({max_step_rows_, x.rows, 1}));
-    const uint64_t words = rows * Kernels::q8_row_words(static_cast<uint32_t>(std::max<int64_t>(max_int8_cols_, x.cols)));
+    q8_for(static_cast<uint64_t>(std::max<int64_t>({max_step_rows_, x.rows, 1})), cols);
+    kernels_.quantize_rows(step(), act(x), q8_, T, cols, cols, norm.gain, norm.eps);
+    last_rounding_ = now;  // `after` set by the product
+    return q8_;
+  }
+  // q8_, holding at least `rows` rounded rows of `cols` values (and of the widest weight
+  // with integer products).
+  const Buffer& q8_for(uint64_t rows, uint32_t cols) {
+    const uint64_t words = rows * Kernels::q8_row_words(static_cast<uint32_t>(std::max<int64_t>(max_int8_cols_, cols)));
     if (q8_words_ < words) {
       allocator_.release(q8_, descriptors_);
       q8_words_ = 0;  // until the larger one exists (its allocation may fail)
       q8_ = allocator_.device(words * 4, "rounded activations");
       q8_words_ = words;
     }
-    kernels_.quantize_rows(step(), act(x), q8_, T, cols, cols, norm.gain, norm.eps);
-    last_rounding_ = now;  // `after` set by the product
     return q8_;
   }
   // StepTarget: what the KV cache records into.
