@@ -734,8 +734,10 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
             # Side by side: float products for every format (FAFO_VULKAN_INT8=0; the default on
             # GPUs is integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights), and the wide
             # steps' integer products without matrix tiles (FAFO_VULKAN_TILES=0; the default
-            # takes them where the device has 8-bit cooperative matrices).
-            parts[1:1] = ["float t(T)", "split t(T)"]
+            # takes them where the device has 8-bit cooperative matrices), and attention by one
+            # head per workgroup (FAFO_VULKAN_ATTENTION=workgroup; the default groups a KV head's
+            # heads and a tile of rows for steps of several rows).
+            parts[1:1] = ["float t(T)", "split t(T)", "heads t(T)"]
         if profile:
             parts = ["profile"]
         costs: dict[int, float] = {}  # T -> seconds per step, from the small curve
@@ -746,7 +748,7 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 status = "timed out"
                 continue
             share = r.left() * {"t(T) small": 0.4, "warp t(T)": 0.2, "graphs t(T)": 0.2, "wide16 t(T)": 0.2, "wide32 t(T)": 0.2,
-                             "float t(T)": 0.2, "split t(T)": 0.2, "tg": 0.45,
+                             "float t(T)": 0.2, "split t(T)": 0.2, "heads t(T)": 0.2, "tg": 0.45,
                              "t(T) large": 0.6}.get(name, 1.0)
             if name == "profile":
                 extra = ["--pp", "0", "--tg", "0", "--curve", "", "-r", "1", "--profile",
@@ -755,7 +757,7 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 extra = ["--pp", "0", "--tg", "0", "--curve", ",".join(map(str, small)), "-r", "1"]
             elif name in ("warp t(T)", "graphs t(T)", "float t(T)"):
                 extra = ["--pp", "0", "--tg", "0", "--curve", "1,8", "-r", "1"]
-            elif name in ("wide16 t(T)", "wide32 t(T)", "split t(T)"):
+            elif name in ("wide16 t(T)", "wide32 t(T)", "split t(T)", "heads t(T)"):
                 extra = ["--pp", "0", "--tg", "0", "--curve", "16,64" if kind == "Q4_K_M" else "16", "-r", "1"]
             elif name == "tg":
                 n, k = tg, int(reps)
@@ -798,12 +800,14 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
                 extra = ["--pp", str(n), "--tg", "0", "--curve", "", "-r", str(k)]
             t0 = time.monotonic()
             kernel_set = {"warp t(T)": "warp", "graphs t(T)": "graphs", "wide16 t(T)": "wide16",
-                          "wide32 t(T)": "wide32", "float t(T)": "float", "split t(T)": "split"}.get(name)
+                          "wide32 t(T)": "wide32", "float t(T)": "float", "split t(T)": "split", "heads t(T)": "heads"}.get(name)
             env = None
             if kernel_set == "float":
                 env = dict(r.env, FAFO_VULKAN_INT8="0")
             elif kernel_set == "split":
                 env = dict(r.env, FAFO_VULKAN_TILES="0")
+            elif kernel_set == "heads":
+                env = dict(r.env, FAFO_VULKAN_ATTENTION="workgroup")
             elif kernel_set == "graphs":
                 env = dict(r.env, FAFO_CUDA_GRAPHS="1")
             elif kernel_set in ("wide16", "wide32"):
