@@ -7,10 +7,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
+#include <stdexcept>
 #include <random>
 #include <utility>
 
 #include "fafo/generator.h"
+#include "fafo/kv_policy.h"
 #include "fafo/step_trace_json.h"
 #include "model_fixtures.h"
 #include "test_support.h"
@@ -54,6 +57,40 @@ std::string odd_model(const std::string& type, uint64_t seed) {
 }
 
 }  // namespace
+
+// The one list of strategy names: Strategy(i) is named i-th, every name parses back to
+// its strategy, and an unknown one is an error naming them all; the KV policies' list is
+// what a policy's options accept, speckv (which needs a draft model) only with drafts.
+TEST(Decoding, StrategyAndPolicyNamesAreOneListEach) {
+  const std::span<const char* const> names = fafo::strategy_names();
+  ASSERT_EQ(names.size(), 7u);
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_STREQ(fafo::strategy_name(static_cast<fafo::Strategy>(i)), names[i]);
+    EXPECT_EQ(fafo::parse_strategy(names[i]), static_cast<fafo::Strategy>(i));
+  }
+  try {
+    fafo::parse_strategy("greedy");
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    for (const char* n : names) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << n;
+  }
+  const std::vector<std::string> policies = fafo::kv_policy_names();
+  EXPECT_EQ(policies.back(), "speckv");
+  EXPECT_EQ(fafo::kv_policy_names(false).size(), policies.size() - 1);
+  for (const std::string& p : policies) {
+    fafo::KvPolicyOptions o;
+    o.name = p;
+    EXPECT_NO_THROW(o.validate()) << p;
+  }
+  fafo::KvPolicyOptions bad;
+  bad.name = "h2o";
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  fafo::DecodingOptions d;
+  d.draft_kv_policy = "speckv";  // needs a draft model's predictions: not a draft's own cache
+  EXPECT_THROW(d.validate(), std::invalid_argument);
+  d.draft_kv_policy = "snapkv";
+  EXPECT_NO_THROW(d.validate());
+}
 
 TEST(Decoding, EveryStrategyEqualsArOnGoldenPrompts) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");

@@ -177,7 +177,7 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--strategies", args->config.strategies,
                   "Strategies to compare side by side over the prompts (ar first: it is the reference); given alone, "
                   "over the shipped MT-Bench prompts")
-      ->delimiter(',')->capture_default_str()->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"}));
+      ->delimiter(',')->capture_default_str()->check(CLI::IsMember(app::strategy_choices()));
   const size_t before_decoding = cmd->get_options().size();
   app::add_decoding_flags(cmd, args->config.decoding, args->config.kv);
   std::vector<std::string> decoding_flags;

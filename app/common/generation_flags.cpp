@@ -19,6 +19,11 @@ void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr
   }
 }
 
+std::vector<std::string> strategy_choices() {
+  const std::span<const char* const> names = strategy_names();
+  return {names.begin(), names.end()};
+}
+
 void add_strategy_flag(CLI::App* cmd, Strategy& strategy) {
   cmd->add_option_function<std::string>(
          "--strategy", [&strategy](const std::string& name) { strategy = parse_strategy(name); },
@@ -27,7 +32,7 @@ void add_strategy_flag(CLI::App* cmd, Strategy& strategy) {
          "G, chosen step by step from this device's measured step costs and what each yields); all emit the same "
          "tokens as ar")
       ->default_str(strategy_name(strategy))
-      ->check(CLI::IsMember({"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"}));
+      ->check(CLI::IsMember(strategy_choices()));
 }
 
 void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) {
@@ -55,13 +60,17 @@ void add_decoding_flags(CLI::App* cmd, DecodingOptions& d, KvPolicyOptions& kv) 
   cmd->add_option("--draft-kv-policy", d.draft_kv_policy,
                   "--strategy draft: a sparse draft KV cache: after the prompt the drafter attends only what this policy "
                   "keeps (full, stream, quest, snapkv, chunks: BudgetDraft's)")
-      ->check(CLI::IsMember({"full", "stream", "quest", "snapkv", "chunks"}));
+      ->check(CLI::IsMember([] {
+        std::vector<std::string> names = {"full"};
+        for (const std::string& p : kv_policy_names(/*with_draft=*/false)) names.push_back(p);
+        return names;
+      }()));
   cmd->add_option("--draft-kv-budget", d.draft_kv_budget, "--strategy draft: entries the sparse draft cache keeps")
       ->capture_default_str()->check(CLI::Range(1, 1 << 22));
   cmd->add_option("--kv-policy", kv.name,
                   "FAFO: what the fumble rows' region keeps: stream, quest, snapkv, chunks, speckv (SnapKV scored with "
                   "the target's queries of --kv-lookahead tokens a --draft-model predicts)")
-      ->capture_default_str()->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks", "speckv"}));
+      ->capture_default_str()->check(CLI::IsMember(kv_policy_names()));
   cmd->add_option("--kv-budget", kv.budget, "FAFO: region size in KV entries")->capture_default_str();
   cmd->add_option("--sinks", kv.sinks, "stream: first entries always in the region")->capture_default_str();
   cmd->add_option("--recent", kv.recent, "quest/snapkv/chunks: most recent entries always in the region")->capture_default_str();
@@ -79,7 +88,7 @@ void add_lossy_flags(CLI::App* cmd, KvPolicyOptions& kv, bool& kv_drop, PromptCo
          },
          "LOSSY: after the prompt the model reads only the --kv-budget entries this policy keeps (speckv: SpecKV, "
          "with --draft-model; snapkv, chunks, stream, quest), as if the rest were evicted; plain decoding only")
-      ->check(CLI::IsMember({"stream", "quest", "snapkv", "chunks", "speckv"}));
+      ->check(CLI::IsMember(kv_policy_names()));
   if (CLI::Option* policy = cmd->get_option_no_throw("--kv-policy")) drop->excludes(policy);
   cmd->add_option("--prompt-compress", pc.method,
                   "LOSSY: SpecPC: the --draft-model's attention picks the --prompt-budget prompt tokens the model reads "

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +16,9 @@
 #include "fafo/sampler.h"
 
 namespace fafo::app {
+
+// The strategy names (fafo::strategy_names) as a list CLI11's IsMember takes.
+std::vector<std::string> strategy_choices();
 
 // --temp --top-k --top-p --min-p --seed. With `seed_given`, the seed is random unless
 // --seed is used (it then becomes true); without it, the seed in `sampling` is the default.

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "fafo/decoding.h"
 #include "bench_report.h"
 #include "panels.h"
 
@@ -192,7 +193,7 @@ void strategies_section(BenchSetup& b) {
   ImGui::InputInt("new tokens per prompt", &c.n_generate, 16, 128);
   c.n_generate = std::clamp(c.n_generate, 1, 1 << 20);
   std::vector<std::string> chosen;
-  for (const char* name : kStrategyNames) {
+  for (const char* name : strategy_names()) {
     const bool ar = std::string(name) == "ar";  // the reference the others are compared with: always run
     bool on = ar || std::find(c.strategies.begin(), c.strategies.end(), name) != c.strategies.end();
     ImGui::BeginDisabled(ar);

@@ -6,8 +6,13 @@
 
 #include <algorithm>
 #include <iterator>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "fafo/chat_template.h"
+#include "fafo/decoding.h"
+#include "fafo/kv_policy.h"
 #include "actions.h"
 #include "panels.h"
 
@@ -15,12 +20,12 @@ namespace fafo::studio {
 
 namespace {
 
-const char* const kPolicies[] = {"stream", "quest", "snapkv", "chunks"};
-
-// Returns whether the user picked a strategy in the combo.
+// Returns whether the user picked a strategy in the combo (fafo::strategy_names: the
+// enum's order, so an index is a Strategy).
 bool strategy_settings(DecodingOptions& d, KvPolicyOptions& kv) {
   int strategy = static_cast<int>(d.strategy);
-  const bool picked = ImGui::Combo("strategy", &strategy, kStrategyNames, static_cast<int>(std::size(kStrategyNames)));
+  const std::span<const char* const> strategies = strategy_names();
+  const bool picked = ImGui::Combo("strategy", &strategy, strategies.data(), static_cast<int>(strategies.size()));
   if (picked) d.strategy = static_cast<Strategy>(strategy);
   ImGui::InputText("corpus index (.fidx)", &d.corpus_path);
   if (d.strategy == Strategy::Corpus && d.corpus_path.empty()) ImGui::TextDisabled("corpus needs an index: fafo index build");
@@ -36,10 +41,17 @@ bool strategy_settings(DecodingOptions& d, KvPolicyOptions& kv) {
   }
   if (d.strategy == Strategy::Fafo) {
     ImGui::SliderInt("k: lookback", &d.lookback, 1, 16);
+    // The policies that need no draft model (fafo::kv_policy_names).
+    static const std::vector<std::string> names = kv_policy_names(/*with_draft=*/false);
+    static const std::vector<const char*> items = [] {
+      std::vector<const char*> out;
+      for (const std::string& n : names) out.push_back(n.c_str());
+      return out;
+    }();
     int policy = 0;
-    for (int i = 0; i < 4; ++i)
-      if (kv.name == kPolicies[i]) policy = i;
-    if (ImGui::Combo("KV policy", &policy, kPolicies, 4)) kv.name = kPolicies[policy];
+    for (size_t i = 0; i < names.size(); ++i)
+      if (kv.name == names[i]) policy = static_cast<int>(i);
+    if (ImGui::Combo("KV policy", &policy, items.data(), static_cast<int>(items.size()))) kv.name = names[policy];
     ImGui::InputInt("KV budget", &kv.budget, 4, 64);
     kv.budget = std::max(kv.budget, 1);
   }

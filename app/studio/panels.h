@@ -23,9 +23,6 @@ void end_panel();
 inline const ImVec4 kErrorText(1.0f, 0.4f, 0.4f, 1.0f);
 inline const ImVec4 kNoteText(1.0f, 0.85f, 0.4f, 1.0f);
 
-// The decoding strategies' names, in the order of Strategy (fafo/decoding.h): pickers
-// cast an index in this list to a Strategy.
-inline const char* const kStrategyNames[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"};
 
 // The i-th colour of the palette series are drawn with (colour-blind safe, then grey
 // and violet; repeats after 8).

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,10 @@ namespace fafo {
 // next draft_n tokens predicted by a draft model of the same vocabulary.
 enum class Strategy { Ar, Jacobi, Lookahead, Fafo, Auto, Corpus, Draft };
 const char* strategy_name(Strategy s);
-// Parses "ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"; throws std::invalid_argument otherwise.
+// Every strategy's name, in the enum's order (element i names Strategy(i)): the one
+// list the CLI's checks, the studio's combo and the bench take.
+std::span<const char* const> strategy_names();
+// Parses a name of strategy_names(); throws std::invalid_argument naming them otherwise.
 Strategy parse_strategy(const std::string& name);
 
 // Where a candidate came from: the pool's n-grams of the 2D window or of the prompt

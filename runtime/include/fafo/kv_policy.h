@@ -86,6 +86,11 @@ class KvPolicy {
 
 std::unique_ptr<KvPolicy> make_kv_policy(const KvPolicyOptions& options);
 
+// Every KV policy's name (what make_kv_policy and the CLI take), those that need a draft
+// model's predictions (speckv) with `with_draft` only: the one list the CLI's checks,
+// the studio's combo and the draft's sparse cache take.
+std::vector<std::string> kv_policy_names(bool with_draft = true);
+
 // How attention_scores() weighs the captured queries.
 struct AttentionScoreOptions {
   int32_t rows = 16;         // the last `rows` captured rows score (fewer if fewer were captured)

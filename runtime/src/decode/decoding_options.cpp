@@ -1,32 +1,34 @@
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
 #include "fafo/decoding.h"
+#include "fafo/kv_policy.h"
 
 namespace fafo {
 
+namespace {
+
+// Strategy(i)'s name at i.
+constexpr const char* kStrategyNames[] = {"ar", "jacobi", "lookahead", "fafo", "auto", "corpus", "draft"};
+static_assert(std::size(kStrategyNames) == static_cast<size_t>(Strategy::Draft) + 1, "a name per strategy, in order");
+
+}  // namespace
+
 const char* strategy_name(Strategy s) {
-  switch (s) {
-    case Strategy::Ar: return "ar";
-    case Strategy::Jacobi: return "jacobi";
-    case Strategy::Lookahead: return "lookahead";
-    case Strategy::Fafo: return "fafo";
-    case Strategy::Auto: return "auto";
-    case Strategy::Corpus: return "corpus";
-    case Strategy::Draft: return "draft";
-  }
-  return "unknown";
+  const auto i = static_cast<size_t>(s);
+  return i < std::size(kStrategyNames) ? kStrategyNames[i] : "unknown";
 }
 
+std::span<const char* const> strategy_names() { return kStrategyNames; }
+
 Strategy parse_strategy(const std::string& name) {
-  if (name == "ar") return Strategy::Ar;
-  if (name == "jacobi") return Strategy::Jacobi;
-  if (name == "lookahead") return Strategy::Lookahead;
-  if (name == "fafo") return Strategy::Fafo;
-  if (name == "auto") return Strategy::Auto;
-  if (name == "corpus") return Strategy::Corpus;
-  if (name == "draft") return Strategy::Draft;
-  throw std::invalid_argument("unknown strategy '" + name + "' (choose auto, ar, jacobi, lookahead, fafo, corpus or draft)");
+  for (size_t i = 0; i < std::size(kStrategyNames); ++i)
+    if (name == kStrategyNames[i]) return static_cast<Strategy>(i);
+  std::string names;
+  for (size_t i = 0; i < std::size(kStrategyNames); ++i)
+    names += std::string(i == 0 ? "" : i + 1 == std::size(kStrategyNames) ? " or " : ", ") + kStrategyNames[i];
+  throw std::invalid_argument("unknown strategy '" + name + "' (choose " + names + ")");
 }
 
 const char* candidate_source_name(CandidateSource s) {
@@ -62,9 +64,15 @@ void DecodingOptions::validate() const {
   check(draft_n >= 1 && draft_n <= 64, "--draft-n must be in 1..64");
   check(draft_kv_budget >= 1, "--draft-kv-budget must be at least 1");
   check(draft_alternatives >= 0 && draft_alternatives <= 15, "--draft-alternatives must be in 0..15");
-  check(draft_kv_policy.empty() || draft_kv_policy == "full" || draft_kv_policy == "stream" || draft_kv_policy == "quest" ||
-            draft_kv_policy == "snapkv" || draft_kv_policy == "chunks",
-        "--draft-kv-policy must be full, stream, quest, snapkv or chunks");
+  {
+    bool known = draft_kv_policy.empty() || draft_kv_policy == "full";
+    std::string names = "full";
+    for (const std::string& p : kv_policy_names(/*with_draft=*/false)) {
+      known = known || draft_kv_policy == p;
+      names += ", " + p;
+    }
+    check(known, "--draft-kv-policy must be one of " + names);
+  }
   check(strategy != Strategy::Draft || draft_model || !draft_model_path.empty(),
         "--strategy draft needs a draft model (--draft-model FILE.gguf, or self)");
 }

@@ -10,12 +10,22 @@
 
 namespace fafo {
 
+std::vector<std::string> kv_policy_names(bool with_draft) {
+  std::vector<std::string> names = {"stream", "quest", "snapkv", "chunks"};
+  if (with_draft) names.push_back("speckv");  // SnapKV scored with a draft model's predicted queries
+  return names;
+}
+
 void KvPolicyOptions::validate() const {
   auto check = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
   };
-  check(name == "stream" || name == "quest" || name == "snapkv" || name == "chunks" || name == "speckv",
-        "unknown KV policy '" + name + "' (choose stream, quest, snapkv, chunks or speckv)");
+  const std::vector<std::string> names = kv_policy_names();
+  std::string choices;
+  for (size_t i = 0; i < names.size(); ++i)
+    choices += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  check(std::find(names.begin(), names.end(), name) != names.end(),
+        "unknown KV policy '" + name + "' (choose " + choices + ")");
   check(budget >= 1 && budget <= (1 << 22), "--kv-budget must be in 1..4194304");
   check(sinks >= 0, "--sinks must be >= 0");
   check(recent >= 1, "--recent must be >= 1");
