@@ -613,18 +613,43 @@ std::map<std::string, uint64_t> calls_per_kernel(Backend& be) {
   return calls;
 }
 
+// A 2-layer synthetic model with grouped-query attention (4 heads, 2 KV heads of 64) in
+// `type`, written once under `name`.
+std::string small_gqa_model(const std::string& name, const std::string& type, uint32_t seed) {
+  synth::SyntheticConfig c;
+  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
+  c.weight_type = type;
+  c.seed = seed;
+  const std::string path = (test::temp_dir(name) / "m.gguf").string();
+  synth::write_synthetic_model(c, path);
+  return path;
+}
+
+// The logits of a 40-token prefill (two 32-token tiles), one token after it and a
+// 12-token tree step with random masks: steps of every kind a decoding runs.
+std::vector<std::vector<float>> prefill_one_and_tree(Model& model, int32_t prompt_seed) {
+  std::vector<std::vector<float>> logits;
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 40; ++i) prompt.push_back((i * 37 + prompt_seed) % 300);
+  model.truncate(0);
+  StepBatch prefill = StepBatch::causal(prompt, 0);
+  logits.push_back(model.forward(prefill));
+  model.commit(prefill.size());
+  StepBatch one = StepBatch::causal({21}, model.n_past());
+  logits.push_back(model.forward(one));
+  model.commit(1);
+  StepBatch tree = batch_of(12, model.n_past(), 6, true);
+  logits.push_back(model.forward(tree));
+  return logits;
+}
+
 // Integer products of steps over 8 tokens in matrix tiles (their plain-loop form here;
 // GPUs with cooperative matrices run the instructions): the logits of a 40-token prefill
 // (two token tiles), a single token and a 12-token tree step are those of the backend
 // without tiles bit for bit, the tiles ran only in the wide steps, and every strategy
 // still gives plain decoding's ids.
 TEST_F(VulkanBackend, MatrixTilesGiveTheLogitsOfTheOtherKernels) {
-  synth::SyntheticConfig c;
-  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
-  c.weight_type = "Q4_K_M";
-  c.seed = 9;
-  const std::string path = (test::temp_dir("vk-tiles") / "m.gguf").string();
-  synth::write_synthetic_model(c, path);
+  const std::string path = small_gqa_model("vk-tiles", "Q4_K_M", 9);
   auto make = [&](vulkan::MatrixTilesUse tiles) {
     vulkan::VulkanBackendOptions options;
     options.validation = true;
@@ -640,22 +665,17 @@ TEST_F(VulkanBackend, MatrixTilesGiveTheLogitsOfTheOtherKernels) {
   EXPECT_EQ(plain.model->backend().description().find("matrix tiles"), std::string::npos);
   auto steps = [&](Loaded& m) {
     Model& model = *m.model;
-    std::vector<std::vector<float>> logits;
-    std::vector<int32_t> prompt;
-    for (int32_t i = 0; i < 40; ++i) prompt.push_back((i * 37 + 5) % 300);
+    // The tile kernels' calls: in a 40-token prefill, then in one-token steps.
     EXPECT_EQ(model.backend().start_profile(), "");
-    StepBatch prefill = StepBatch::causal(prompt, 0);
-    logits.push_back(model.forward(prefill));
-    model.commit(prefill.size());
+    model.truncate(0);
+    StepBatch prefill = StepBatch::causal(std::vector<int32_t>(40, 5), 0);
+    model.forward(prefill);
     const auto wide = calls_per_kernel(model.backend());
     EXPECT_EQ(model.backend().start_profile(), "");
-    StepBatch one = StepBatch::causal({12}, model.n_past());
-    logits.push_back(model.forward(one));
-    model.commit(1);
+    StepBatch one = StepBatch::causal({12}, 0);
+    model.forward(one);
     const auto narrow = calls_per_kernel(model.backend());
-    StepBatch tree = batch_of(12, model.n_past(), 4, true);
-    logits.push_back(model.forward(tree));
-    return std::make_tuple(logits, wide, narrow);
+    return std::make_tuple(prefill_one_and_tree(model, 5), wide, narrow);
   };
   const auto [want, plain_wide, plain_narrow] = steps(plain);
   const auto [got, tiled_wide, tiled_narrow] = steps(tiled);
@@ -819,12 +839,7 @@ TEST_F(VulkanBackend, IntegerProductsRoundEachInputOnce) {
 // and every strategy (FAFO with a policy's COMPRESSED rows among FULL ones) still gives
 // plain decoding's ids.
 TEST_F(VulkanBackend, GroupedAttentionGivesTheLogitsOfTheOtherMappings) {
-  synth::SyntheticConfig c;
-  c.n_layer = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 512, c.n_vocab = 300, c.n_ctx = 256;
-  c.weight_type = "Q8_0";
-  c.seed = 13;
-  const std::string path = (test::temp_dir("vk-grouped") / "m.gguf").string();
-  synth::write_synthetic_model(c, path);
+  const std::string path = small_gqa_model("vk-grouped", "Q8_0", 13);
   for (const KvCacheType kv : {KvCacheType::F32, KvCacheType::F16}) {
     SCOPED_TRACE(kv == KvCacheType::F16 ? "f16 cache" : "f32 cache");
     auto make = [&](std::optional<vulkan::Kernels::AttentionArgs::Mapping> mapping) {
@@ -836,23 +851,8 @@ TEST_F(VulkanBackend, GroupedAttentionGivesTheLogitsOfTheOtherMappings) {
     };
     Loaded grouped = make(vulkan::Kernels::AttentionArgs::Mapping::Grouped);
     Loaded plain = make(std::nullopt);
-    auto steps = [&](Loaded& m) {
-      Model& model = *m.model;
-      std::vector<std::vector<float>> logits;
-      std::vector<int32_t> prompt;
-      for (int32_t i = 0; i < 40; ++i) prompt.push_back((i * 53 + 11) % 300);
-      StepBatch prefill = StepBatch::causal(prompt, 0);
-      logits.push_back(model.forward(prefill));
-      model.commit(prefill.size());
-      StepBatch one = StepBatch::causal({21}, model.n_past());
-      logits.push_back(model.forward(one));
-      model.commit(1);
-      StepBatch tree = batch_of(12, model.n_past(), 6, true);
-      logits.push_back(model.forward(tree));
-      return logits;
-    };
-    const auto want = steps(plain);
-    const auto got = steps(grouped);
+    const auto want = prefill_one_and_tree(*plain.model, 11);
+    const auto got = prefill_one_and_tree(*grouped.model, 11);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_EQ(got[i].size(), want[i].size());

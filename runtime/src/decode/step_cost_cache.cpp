@@ -1,8 +1,6 @@
 // The on-disk cache of step-cost curves (fafo/step_cost_cache.h).
 #include "fafo/step_cost_cache.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -97,31 +95,14 @@ std::optional<StepCosts> StepCostCache::load(std::string* why) const {
 
 std::string StepCostCache::store(const StepCosts& costs) const {
   if (const std::string why = costs.invalid_reason(); !why.empty()) return "not a curve: " + why;
-  std::error_code ec;
-  std::filesystem::create_directories(file_.parent_path(), ec);
-  if (ec) return "cannot create " + file_.parent_path().string() + ": " + ec.message();
-  const std::filesystem::path temporary = file_.string() + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    if (!out) return "cannot write " + temporary.string();
-    out << kMagic << "\nkey " << key_ << "\nbounded " << costs.bounded << "\ncontext " << costs.context << "\n";
-    char line[96];
-    for (size_t i = 0; i < costs.sizes.size(); ++i) {
-      std::snprintf(line, sizeof line, "%d %.9g %.4g\n", costs.sizes[i], costs.seconds[i], costs.spread.empty() ? 0.0 : costs.spread[i]);
-      out << line;
-    }
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(temporary, ec);
-      return "cannot write " + temporary.string();
-    }
+  std::ostringstream out;
+  out << kMagic << "\nkey " << key_ << "\nbounded " << costs.bounded << "\ncontext " << costs.context << "\n";
+  char line[96];
+  for (size_t i = 0; i < costs.sizes.size(); ++i) {
+    std::snprintf(line, sizeof line, "%d %.9g %.4g\n", costs.sizes[i], costs.seconds[i], costs.spread.empty() ? 0.0 : costs.spread[i]);
+    out << line;
   }
-  std::filesystem::rename(temporary, file_, ec);
-  if (ec) {
-    std::filesystem::remove(temporary, ec);
-    return "cannot rename into " + file_.string() + ": " + ec.message();
-  }
-  return "";
+  return write_cache_file(file_, out.str());
 }
 
 }  // namespace fafo

@@ -1,7 +1,5 @@
 #include "backend/vulkan/matmul_tuning.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -9,6 +7,8 @@
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "fafo/cache_dir.h"
 
 namespace fafo::vulkan {
 
@@ -189,26 +189,7 @@ std::string MatmulTuning::store() const {
     shapes[shape.text()] = {{"rows", c.rows}, {"default_rows", c.default_rows}, {"candidates", candidates}};
   }
   j["shapes"] = shapes;
-  std::error_code ec;
-  std::filesystem::create_directories(file_.parent_path(), ec);
-  if (ec) return "cannot create " + file_.parent_path().string() + ": " + ec.message();
-  const std::filesystem::path temporary = file_.string() + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    if (!out) return "cannot write " + temporary.string();
-    out << j.dump(1) << "\n";
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(temporary, ec);
-      return "cannot write " + temporary.string();
-    }
-  }
-  std::filesystem::rename(temporary, file_, ec);
-  if (ec) {
-    std::filesystem::remove(temporary, ec);
-    return "cannot rename into " + file_.string() + ": " + ec.message();
-  }
-  return "";
+  return write_cache_file(file_, j.dump(1) + "\n");
 }
 
 std::optional<uint32_t> MatmulTuning::rows_for(const TunedShape& shape) const {
