@@ -23,7 +23,7 @@ layout(std430, binding = 1) writeonly buffer Out { float y[]; };  // [T x out_st
 layout(std430, binding = 2) readonly buffer Step { uint step_info[]; };
 #if QUANT
 layout(std430, binding = 3) writeonly buffer OutQ { uint xq[]; };
-#define MAX_HEAD_DIM 256u
+#define MAX_HEAD_DIM 256u  // Kernels::kMaxHeadDim (the host refuses larger heads)
 shared float head_values[MAX_HEAD_DIM];
 #include "quantize.glsl"
 #endif

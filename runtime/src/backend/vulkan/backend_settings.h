@@ -1,5 +1,6 @@
 // What a Vulkan backend does, settled once from its options (VulkanBackendOptions) and
-// the environment (FAFO_VULKAN_*), so the backend reads flags, never variables. Every
+// the environment (FAFO_VULKAN_*; FAFO_VULKAN_VALIDATION and FAFO_VULKAN_FEATURES are the
+// context's, read where it is made), so the backend's steps read flags. Every
 // setting gives the same results as its alternatives except where its comment in
 // vulkan_backend.h says otherwise (integer products round the activations); they exist
 // to measure what each brings and to test one path on a device that defaults to another.

@@ -22,6 +22,8 @@ class ProductTuning {
   // Reads the kept choices (unless settings.tune_again) and makes `kernels` follow them
   // and note the shapes without one. `kernels` must outlive this.
   ProductTuning(const Context& context, WeightKernels& kernels, const BackendSettings& settings);
+  ProductTuning(const ProductTuning&) = delete;  // `kernels` holds a pointer to tuning_
+  ProductTuning& operator=(const ProductTuning&) = delete;
 
   // Measures the shapes noted since the last call and keeps their choices (merged into
   // what the file holds now: other models' shapes stay). A failure that leaves the
