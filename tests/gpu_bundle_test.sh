@@ -30,7 +30,7 @@ size=$(stat -c %s "$archive")
 [ "$size" -le $((40 * 1024 * 1024)) ] || fail "the bundle is $size bytes, over 40 MiB"
 tar -xJf "$archive" -C "$work" || { echo "FAIL: the bundle does not unpack"; exit 1; }
 bundle=$work/fafo-gpu
-for f in gpu-run.sh gpu_run.py MANIFEST bin/fafo bin/fafo-synth bin/test_backend_ops lib/libvulkan.so.1 \
+for f in gpu-run.sh gpu_run.py peer/torch_steps.py MANIFEST bin/fafo bin/fafo-synth bin/test_backend_ops lib/libvulkan.so.1 \
          data/stories260K.gguf data/stories260K.greedy_256steps.golden.txt data/mt_bench_20.jsonl; do
   [ -e "$bundle/$f" ] || fail "the bundle has no $f"
 done
@@ -53,7 +53,7 @@ done
 # from the budget. The budget itself is checked by the 25-second run below.
 export FAFO_GPU_WORK=$work/run-work
 start=$(date +%s)
-"$bundle/gpu-run.sh" --tiny --budget 1800 "$work/out" > "$work/quick.log" 2>&1
+"$bundle/gpu-run.sh" --tiny --budget 1800 --peers '' "$work/out" > "$work/quick.log" 2>&1
 code=$?
 cat "$work/quick.log"
 echo "--tiny run: exit $code in $(($(date +%s) - start)) s"
@@ -62,7 +62,8 @@ report=$work/out/report.md
 [ -f "$report" ] || { echo "FAIL: no report"; exit 1; }
 for section in "1. Environment" "2. The 8B Q4_K_M file" "3. Devices" "4. Op conformance" "5. Greedy text" \
                "6. stories260K" "7a. 8B Q4_K_M bench: cuda" "7b. 8B Q4_K_M bench: vulkan" "8. 8B F16 bench" \
-               "8b. Kernel profile" "9. Roofline"; do
+               "7c. PyTorch on the same GPU" "7d. llama.cpp on the same GPU" "8b. Kernel profile" "9. Roofline" \
+               "10. Side by side"; do
   grep -q "^## $section" "$report" || fail "the report has no section '$section'"
 done
 # Every strategy gives the golden text on cpu and on the Vulkan device.
@@ -75,6 +76,11 @@ grep -qE '^\| conformance \| ok \|' "$report" || fail "conformance did not pass"
 grep -qE 'tests passed, 0 failed' "$report" || fail "the conformance section has no pass count"
 grep -qE '^\| bench-cuda \| skipped: no cuda device' "$report" || fail "bench-cuda does not say that no cuda device was found"
 grep -qE '^- tg16: [0-9.]+' "$report" || fail "no tg figure for vulkan"
+# The peers: PyTorch needs an NVIDIA GPU; no llama.cpp build is given here (--peers '').
+grep -qE '^\| peer-torch \| skipped: no NVIDIA GPU' "$report" || fail "peer-torch does not say that there is no NVIDIA GPU"
+grep -qE '^\| peer-llama \| skipped: no llama-bench' "$report" || fail "peer-llama does not say that no llama-bench was found"
+grep -qE '^\| fafo \| vulkan:0 \| Q4_K_M \| [0-9.]+ \|' "$report" || fail "the side-by-side table has no fafo vulkan row"
+grep -qE '^\| vulkan:0 \| fafo \| [0-9]+ \|' "$report" || fail "no projection row for fafo on vulkan"
 grep -qE "^\\| tiny-Q4_K_M.gguf \\| vulkan:0 \\| [0-9.]+ \\|" "$report" || fail "no roofline row for vulkan"
 files=$(find "$work/out" -type f | wc -l)
 [ "$files" -le 8 ] || fail "OUT_DIR holds $files files (at most 8)"

@@ -36,6 +36,7 @@ DeviceResult report_device(const std::string& label, double scale) {
   ar.tokens = 78;
   ar.steps = 78;
   ar.tau = 1;
+  ar.step_tokens = 1;
   ar.tokens_per_s = 20 * scale;
   ar.speedup = 1;
   ar.ids_equal_ar = ar.prompts = 2;
@@ -47,6 +48,7 @@ DeviceResult report_device(const std::string& label, double scale) {
   fafo.lookback = 4;
   fafo.steps = 39;
   fafo.tau = 2;
+  fafo.step_tokens = 65;
   fafo.tokens_per_s = 30 * scale;
   fafo.speedup = 1.5;
   d.strategies = {ar, fafo};
@@ -117,6 +119,7 @@ TEST(BenchReport, JsonRoundTrips) {
   EXPECT_EQ(j["devices"].size(), 3u);
   EXPECT_EQ(j["devices"][1]["step_cost"][1]["ms"], 15.0);
   EXPECT_FALSE(j["devices"][2].contains("pp"));
+  EXPECT_EQ(j["devices"][1]["strategies"][1]["step_tokens"], 65);
   const BenchReport back = report_from_json(nlohmann::json::parse(j.dump()));
   EXPECT_EQ(report_json(back), j);
   EXPECT_EQ(report_markdown(back), report_markdown(r));

@@ -321,6 +321,10 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   EXPECT_DOUBLE_EQ(j["strategies"][0]["tau"].get<double>(), 1.0);
   EXPECT_EQ(j["strategies"][1]["strategy"], "auto");
   EXPECT_GT(j["strategies"][3]["tau"].get<double>(), 1.0);  // lookahead accepted guesses
+  // The most tokens a step holds (what the GPU run's projections take t(T) at): auto's vary.
+  EXPECT_EQ(j["strategies"][0]["step_tokens"], 1);
+  EXPECT_EQ(j["strategies"][1]["step_tokens"], 0);
+  for (size_t i = 2; i < 5; ++i) EXPECT_GT(j["strategies"][i]["step_tokens"].get<int>(), 8) << j["strategies"][i]["strategy"];
   // A draft column opens the draft model.
   const Outcome d = run_fafo("bench -m " + fafo::test::shell_quote(model) + " --pp 0 --tg 0 --curve '' --prompts " + fafo::test::shell_quote(dir / "p.jsonl") +
                              " -n 40 --strategies ar,draft --draft-model self --json");
@@ -329,6 +333,7 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   ASSERT_EQ(dj["strategies"].size(), 2u);
   EXPECT_EQ(dj["strategies"][1]["ids_equal_ar"], 2);
   EXPECT_GT(dj["strategies"][1]["tau"].get<double>(), 4.0);
+  EXPECT_EQ(dj["strategies"][1]["step_tokens"], dj["strategies"][1]["ngram"]);  // the input and the drafted tokens
   EXPECT_EQ(dj["warmup"], false);  // nothing to warm up for: no pp or tg
   const Outcome cold = run_fafo("bench -m " + fafo::test::shell_quote(model) + " -r 1 --pp 8 --tg 4 --curve '' --no-warmup --json");
   ASSERT_EQ(cold.exit_code, 0) << cold.err;

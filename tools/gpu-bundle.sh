@@ -38,6 +38,8 @@ for p in "${programs[@]}"; do
 done
 cp "$here/tools/gpu-run.sh" "$here/tools/gpu_run.py" "$root/"
 chmod +x "$root/gpu-run.sh" "$root/gpu_run.py"
+mkdir -p "$root/peer"
+cp "$here/tools/peer/torch_steps.py" "$root/peer/"  # the PyTorch peer (step peer-torch)
 
 # Shared libraries: everything ldd resolves except glibc's own (the machine always has
 # those); libstdc++ and libgcc_s go to lib/fallback, used only when the machine's are older.

@@ -3,7 +3,7 @@
 
 Runs from an unpacked bundle (tools/gpu-bundle.sh); tools/gpu-run.sh starts it:
 
-    gpu-run.sh [--budget SECONDS] [--quick] [--steps LIST] OUT_DIR
+    gpu-run.sh [--budget SECONDS] [--quick] [--tiny] [--peers DIR] [--steps LIST] OUT_DIR
 
 Every step is its own process with a timeout cut to what is left of the budget; a step
 that no longer fits is reported as skipped; OUT_DIR/report.md is rewritten after every
@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-STEPS = ["env", "synth", "devices", "conformance", "greedy", "strategies", "bench-cuda", "bench-vulkan", "f16",
-         "profile", "roofline"]
+STEPS = ["env", "synth", "devices", "conformance", "greedy", "strategies", "bench-cuda", "bench-vulkan", "peer-torch",
+         "peer-llama", "f16", "profile", "roofline", "side-by-side"]
 TITLES = {
     "env": "1. Environment",
     "synth": "2. The 8B Q4_K_M file",
@@ -41,14 +41,17 @@ TITLES = {
     "strategies": "6. stories260K: strategies side by side",
     "bench-cuda": "7a. 8B Q4_K_M bench: cuda",
     "bench-vulkan": "7b. 8B Q4_K_M bench: vulkan",
+    "peer-torch": "7c. PyTorch on the same GPU: the 8B products through cuBLAS",
+    "peer-llama": "7d. llama.cpp on the same GPU: llama-bench on the same 8B Q4_K_M file",
     "f16": "8. 8B F16 bench",
     "profile": "8b. Kernel profile (8B Q4_K_M): cuda, then Vulkan",
     "roofline": "9. Roofline",
+    "side-by-side": "10. Side by side: fafo, llama.cpp and PyTorch; strategies projected at 8B",
 }
 # The order the steps run in: the 8B file is written in the background from the first
 # second, and the run waits for it only where the benches need it.
-RUN_ORDER = ["env", "devices", "conformance", "greedy", "strategies", "synth", "bench-cuda", "bench-vulkan", "f16",
-             "profile", "roofline"]
+RUN_ORDER = ["env", "devices", "conformance", "greedy", "strategies", "peer-torch", "synth", "bench-cuda", "bench-vulkan",
+             "peer-llama", "f16", "profile", "roofline", "side-by-side"]
 STRATEGIES = ["ar", "jacobi", "lookahead", "fafo", "auto"]
 LOG_LIMIT = 16 * 1024 * 1024
 NVIDIA_ICD = "/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json"
@@ -70,6 +73,7 @@ class Run:
         self.work = Path(os.environ.get("FAFO_GPU_WORK", "/tmp/fafo-gpu-work"))
         self.work.mkdir(parents=True, exist_ok=True)
         self.selected = args.steps
+        self.peers = Path(args.peers) if args.peers else None
         self.results: dict = {}
         previous = self.out / "results.json"
         if args.steps_given and previous.exists():  # --steps: keep what the earlier run measured
@@ -131,30 +135,36 @@ class Run:
         self.fallback_reason = r.stderr.strip() if r.returncode != 0 else ""
         return r.returncode != 0 and any(v in r.stderr for v in ("GLIBCXX_", "CXXABI_", "GCC_"))
 
-    def run(self, argv: list[str], limit: float, label: str, env: dict | None = None) -> tuple[int | None, str]:
+    def run(self, argv: list[str], limit: float, label: str, env: dict | None = None,
+            stdout: Path | None = None) -> tuple[int | None, str]:
         """Runs one program in its own process group; returns (exit status or None when it
         ran out of time, stdout + stderr). Everything goes to steps.log too. `env`: the
-        machine's own programs (PyTorch) get os.environ, untouched by the bundle's libraries."""
+        machine's own programs (PyTorch) get os.environ, untouched by the bundle's libraries.
+        `stdout`: a file for the program's stdout alone (a peer's JSON), the text then
+        being its stderr."""
         self.log.write(f"\n== {label}: {' '.join(argv)}  (limit {limit:.0f} s)\n")
         self.log.flush()
         t0 = time.monotonic()
         try:
-            p = subprocess.Popen(argv, env=self.env if env is None else env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 start_new_session=True, cwd=self.work)
+            with open(stdout, "wb") if stdout else open(os.devnull, "wb") as sink:
+                p = subprocess.Popen(argv, env=self.env if env is None else env,
+                                     stdout=sink if stdout else subprocess.PIPE,
+                                     stderr=subprocess.PIPE if stdout else subprocess.STDOUT,
+                                     start_new_session=True, cwd=self.work)
         except OSError as e:
             self.log.write(f"could not start: {e}\n")
             return 127, f"could not start {argv[0]}: {e}"
         try:
-            out, _ = p.communicate(timeout=max(1.0, limit))
+            out, err = p.communicate(timeout=max(1.0, limit))
             code: int | None = p.returncode
         except subprocess.TimeoutExpired:
             kill_group(p)
             try:
-                out, _ = p.communicate(timeout=5)
+                out, err = p.communicate(timeout=5)
             except subprocess.TimeoutExpired:  # a child that ignores SIGKILL (stuck in the driver): give up on it
-                out = b"(the process did not end after SIGKILL)"
+                out = err = b"(the process did not end after SIGKILL)"
             code = None
-        text = out.decode("utf-8", errors="replace")
+        text = ((err or b"") if stdout else (out or b"")).decode("utf-8", errors="replace")
         self.log.write(text)
         self.log.write(f"-- {label}: {'timed out' if code is None else f'exit {code}'} after {time.monotonic() - t0:.1f} s\n")
         self.log.flush()
@@ -890,39 +900,335 @@ def step_f16(r: Run) -> tuple[str, str]:
     return status, "\n\n".join(bodies)
 
 
+# ---- the peers: PyTorch (cuBLAS) and llama.cpp (llama-bench) on the same GPU -------------------
+
+# The FAFO paper's tau (tokens per step) for Llama-3-8B-Instruct on MT-Bench, greedy, batch 1
+# (seeds/000): FAFO-Stream 2.12 and Lookahead 2.01, measured there at 1.58x and 1.49x of plain
+# decoding on an A100.
+PAPER_TAU = {"fafo": 2.12, "lookahead": 2.01}
+LLAMA_BUILDS = ("cuda", "vulkan", "cpu")  # PEERS/llama-<name>/llama-bench
+
+
+def curve_at(points: list[dict], T: int) -> float | None:
+    """t(T) in ms from a step-cost curve ([{"T", "ms"}]), linear between measured sizes;
+    None outside them (never extrapolated)."""
+    pts = sorted((int(p["T"]), float(p["ms"])) for p in points)
+    for (a, ta), (b, tb) in zip(pts, pts[1:] + [(None, None)]):
+        if a == T:
+            return ta
+        if b is not None and a < T < b:
+            return ta + (tb - ta) * (T - a) / (b - a)
+    return None
+
+
+def curve_ratio(points: list[dict], T: int) -> float | None:
+    """t(T)/t(1), or None where either is not measured."""
+    t1, tT = curve_at(points, 1), curve_at(points, T)
+    return tT / t1 if t1 and tT is not None else None
+
+
+def fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def step_peer_torch(r: Run) -> tuple[str, str]:
+    """PyTorch's products of the 8B shapes in bf16 through cuBLAS, a CUDA graph a step."""
+    script = r.root / "peer" / "torch_steps.py"
+    if not shutil.which("nvidia-smi"):
+        return "skipped: no NVIDIA GPU", "PyTorch's peer runs through CUDA; this machine has no nvidia-smi."
+    argv = [shutil.which("python3") or "python3", str(script), "--device", "cuda"]
+    if r.quick:
+        argv += ["--layers", "2", "--steps", "1,8", "--tg", "16", "--rounds", "3"]
+    code, text = r.run(argv, r.left(), "PyTorch peer", env=dict(os.environ))
+    try:
+        j = bench_json(text)
+    except ValueError:
+        if code == 3:  # no PyTorch, or it sees no CUDA device
+            return f"skipped: {text.strip().splitlines()[-1] if text.strip() else 'no PyTorch'}", tail(text)
+        return ("timed out" if code is None else f"FAILED: exit {code}"), tail(text)
+    r.results["peer_torch"] = j
+    copy = r.results.get("copy_gbps")
+    lines = [f"PyTorch {j['torch']} (CUDA {j.get('cuda')}) on {j['device']}: the {j['shape']} products "
+             f"({j['layers']} layers: QKV, O, gate+up, down; the output head), {j['dtype']} weights, "
+             f"{j['weight_bytes_per_token'] / 1e9:.3f} GB a token, "
+             f"{'a CUDA graph a step' if j.get('graphs') else 'kernels launched one by one'}; "
+             "attention is left out (`peer/torch_steps.py`).", ""]
+    if j.get("tg"):
+        tg = j["tg"]
+        share = f", {100 * tg['effective_gb_per_s'] / copy:.0f}% of the copy bandwidth" if copy else ""
+        lines.append(f"- tg{tg['tokens']}: {tg['tokens_per_s']:.2f} ± {tg['sd']:.2f} tokens/s, "
+                     f"{tg['effective_gb_per_s']:.1f} GB/s of weights{share}")
+    if j.get("step_cost"):
+        lines += ["", "| T | ms per step | ms per token | vs T=1 |", "|---:|---:|---:|---:|"]
+        for p in j["step_cost"]:
+            lines.append(f"| {p['T']} | {p['ms']:.3f} ± {p['sd']:.3f} | {p['ms'] / p['T']:.4f} | "
+                         f"{fmt(curve_ratio(j['step_cost'], p['T']), '.2f', '×')} |")
+    status = "ok" if code == 0 else "timed out" if code is None else f"FAILED: exit {code}"
+    return status, "\n".join(lines)
+
+
+def parse_llama_bench(text: str) -> list[dict]:
+    """The records of `llama-bench -o json` (one JSON array on its stdout)."""
+    at = text.find("[")
+    if at < 0:
+        raise ValueError("no JSON array in llama-bench's output")
+    records = json.loads(text[at:])
+    if not isinstance(records, list) or not all(isinstance(x, dict) for x in records):
+        raise ValueError("llama-bench's JSON is not a list of records")
+    return records
+
+
+def llama_summary(records: list[dict]) -> dict:
+    """pp (the largest prompt), tg and the step-cost curve (a prompt of T tokens in one batch:
+    t(T) = its time) from llama-bench's records."""
+    out: dict = {"step_cost": []}
+    for rec in records:
+        for key in ("build_commit", "build_number", "backends", "gpu_info", "cpu_info", "model_type", "n_gpu_layers",
+                    "flash_attn", "n_ubatch"):
+            if key in rec:
+                out.setdefault(key, rec[key])
+        n_prompt, n_gen = int(rec.get("n_prompt", 0)), int(rec.get("n_gen", 0))
+        if n_prompt > 0 and n_gen == 0:
+            out["step_cost"].append({"T": n_prompt, "ms": rec["avg_ns"] / 1e6, "sd": rec.get("stddev_ns", 0) / 1e6})
+            if n_prompt >= out.get("pp", {}).get("tokens", 0):
+                out["pp"] = {"tokens": n_prompt, "tokens_per_s": rec["avg_ts"], "sd": rec.get("stddev_ts", 0.0)}
+        elif n_gen > 0 and n_prompt == 0:
+            out["tg"] = {"tokens": n_gen, "tokens_per_s": rec["avg_ts"], "sd": rec.get("stddev_ts", 0.0)}
+    out["step_cost"].sort(key=lambda p: p["T"])
+    return out
+
+
+def llama_builds(r: Run) -> list[tuple[str, Path]]:
+    if not r.peers:
+        return []
+    return [(name, r.peers / f"llama-{name}" / "llama-bench") for name in LLAMA_BUILDS
+            if os.access(r.peers / f"llama-{name}" / "llama-bench", os.X_OK)]
+
+
+def llama_env(r: Run, name: str, folder: Path) -> dict:
+    """The build's own libraries first; for Vulkan, the driver files fafo used (its EGL ICD
+    file where NVIDIA's GLX one gives no instance: docs/gpu-run.md)."""
+    env = dict(r.env)
+    env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(folder), str(folder / "lib"), env.get("LD_LIBRARY_PATH", "")) if p)
+    if name == "vulkan" and not env.get("VK_DRIVER_FILES"):
+        written = sorted(str(p) for p in (r.work / "cache" / "vulkan").glob("*.json"))
+        if written:
+            env["VK_DRIVER_FILES"] = env["VK_ICD_FILENAMES"] = ":".join(written)
+    return env
+
+
+def step_peer_llama(r: Run) -> tuple[str, str]:
+    """llama.cpp's llama-bench on the same 8B Q4_K_M file, each build found in --peers."""
+    builds = llama_builds(r)
+    if not builds:
+        where = f"{r.peers}/llama-{{{','.join(LLAMA_BUILDS)}}}/llama-bench" if r.peers else "no --peers folder given"
+        return "skipped: no llama-bench", f"No llama.cpp build found ({where}); docs/gpu-run.md says what to carry."
+    path, why = r.wait_model("Q4_K_M", r.left() - 10)
+    if path is None:
+        return ("timed out" if "still writing" in why else f"FAILED: {why}"), f"No Q4_K_M file: {why}"
+    prompts, gen, reps = ("64,1,8", "16", "1") if r.quick else ("512,1,2,4,8,16,32,64,128,256", "128", "2")
+    lines, status = [], "ok"
+    store = r.results.setdefault("peer_llama", {})
+    for i, (name, exe) in enumerate(builds):
+        share = r.left() / (len(builds) - i)
+        if share < 10:
+            lines.append(f"- llama.cpp {name}: skipped ({r.left():.0f} s left)")
+            status = "timed out"
+            continue
+        argv = [str(exe), "-m", str(path), "-ngl", "99", "-p", prompts, "-n", gen, "-r", reps, "-o", "json"]
+        out_file = r.work / f"llama-bench-{name}.json"
+        out_file.unlink(missing_ok=True)
+        code, text = r.run(argv, share, f"llama-bench {name}", env=llama_env(r, name, exe.parent), stdout=out_file)
+        stdout = out_file.read_text(errors="replace") if out_file.exists() else ""
+        r.log.write(stdout)
+        try:
+            summary = llama_summary(parse_llama_bench(stdout))
+        except ValueError as e:
+            lines.append(f"- llama.cpp {name}: **{'timed out' if code is None else f'failed (exit {code})'}**: {e}\n\n{tail(text)}")
+            status = "timed out" if code is None and status == "ok" else f"FAILED: llama.cpp {name}"
+            continue
+        store[name] = summary
+        lines.append(f"\n**llama.cpp {name}**: build {summary.get('build_commit', '?')} "
+                     f"(#{summary.get('build_number', '?')}), backends {summary.get('backends', '?')}, "
+                     f"{summary.get('gpu_info') or summary.get('cpu_info', '')}, -ngl {summary.get('n_gpu_layers', '?')}, "
+                     f"flash attention {summary.get('flash_attn', '?')}\n")
+        if summary.get("pp"):
+            lines.append(f"- pp{summary['pp']['tokens']}: {summary['pp']['tokens_per_s']:.1f} ± {summary['pp']['sd']:.1f} tokens/s")
+        if summary.get("tg"):
+            lines.append(f"- tg{summary['tg']['tokens']}: {summary['tg']['tokens_per_s']:.2f} ± {summary['tg']['sd']:.2f} tokens/s")
+        if summary["step_cost"]:
+            lines += ["", "t(T): a prompt of T tokens in one batch (from an empty cache)", "",
+                      "| T | ms per step | ms per token | vs T=1 |", "|---:|---:|---:|---:|"]
+            for p in summary["step_cost"]:
+                lines.append(f"| {p['T']} | {p['ms']:.2f} ± {p['sd']:.2f} | {p['ms'] / p['T']:.3f} | "
+                             f"{fmt(curve_ratio(summary['step_cost'], p['T']), '.2f', '×')} |")
+        if code is None:
+            status = "timed out" if status == "ok" else status
+            lines.append(f"- llama.cpp {name}: **timed out** (the rows above finished)")
+        elif code != 0:
+            status = f"FAILED: llama.cpp {name} exit {code}"
+            lines.append(f"- llama.cpp {name}: **exit {code}**\n\n{tail(text)}")
+    return status, "\n".join(lines)
+
+
+# fafo's backends and the llama.cpp build that uses the same API
+PEER_OF = {"cuda": "cuda", "vulkan": "vulkan"}
+
+
+def engine_rows(results: dict) -> list[dict]:
+    """Every engine measured on the 8B Q4_K_M file (and PyTorch's bf16 products): label,
+    tg, pp, curve, weight bytes a token."""
+    rows = []
+    q4 = results.get("bench_q4", {})
+    fafo_bytes = next((e["tg"].get("weight_bytes_per_token") for e in q4.values() if e.get("tg")), None)
+    for label, e in sorted(q4.items()):
+        if " " in label:  # the side-by-side kernel sets ("cuda:0 warp")
+            continue
+        rows.append({"engine": "fafo", "label": label, "backend": label.split(":")[0], "file": "Q4_K_M",
+                     "tg": e.get("tg", {}).get("tokens_per_s"), "pp": e.get("pp", {}).get("tokens_per_s"),
+                     "curve": e.get("step_cost", []), "bytes": fafo_bytes})
+    for name, e in sorted(results.get("peer_llama", {}).items()):
+        rows.append({"engine": "llama.cpp", "label": f"llama.cpp {name}", "backend": name, "file": "Q4_K_M",
+                     "tg": e.get("tg", {}).get("tokens_per_s"), "pp": e.get("pp", {}).get("tokens_per_s"),
+                     "curve": e.get("step_cost", []), "bytes": fafo_bytes})
+    t = results.get("peer_torch")
+    if t:
+        rows.append({"engine": "PyTorch", "label": "PyTorch cuBLAS", "backend": "cuda", "file": f"{t['dtype']} products",
+                     "tg": t.get("tg", {}).get("tokens_per_s"), "pp": None, "curve": t.get("step_cost", []),
+                     "bytes": t.get("weight_bytes_per_token")})
+    return rows
+
+
+def side_by_side(results: dict) -> str:
+    """The summary a note copies: every engine's figures, fafo over each peer, and each
+    strategy's speedup at 8B projected from the curves (tau x t(1) / t(T))."""
+    copy = results.get("copy_gbps")
+    rows = engine_rows(results)
+    lines = ["Every engine on this GPU, 8B shapes (fafo and llama.cpp: the same Q4_K_M file; PyTorch: the "
+             "same products with 16-bit weights):", "",
+             "| engine | device | weights | tg tokens/s | pp tokens/s | t(8)/t(1) | t(64)/t(1) | weight GB/s in tg | % of copy |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for e in rows:
+        gbps = e["tg"] * e["bytes"] / 1e9 if e["tg"] and e["bytes"] else None
+        lines.append(f"| {e['engine']} | {e['label']} | {e['file']} | {fmt(e['tg'])} | {fmt(e['pp'], '.1f')} | "
+                     f"{fmt(curve_ratio(e['curve'], 8), '.2f', '×')} | {fmt(curve_ratio(e['curve'], 64), '.2f', '×')} | "
+                     f"{fmt(gbps, '.1f')} | {fmt(ratio(gbps, copy) and 100 * ratio(gbps, copy), '.0f', '%')} |")
+    if not rows:
+        lines.append("| (nothing measured) | | | | | | | | |")
+    lines += ["", "fafo over each peer (tg and pp: above 1 is fafo faster; t(T)/t(1): above 1 is fafo's curve steeper; "
+              "against PyTorch, tg compares weight GB/s, since its weights are 16-bit):", "",
+              "| fafo | peer | tg | pp | t(8)/t(1) | t(64)/t(1) |", "|---|---|---:|---:|---:|---:|"]
+    compared = False
+    for f in (e for e in rows if e["engine"] == "fafo"):
+        for p in rows:
+            if p["engine"] == "llama.cpp" and p["backend"] == PEER_OF.get(f["backend"]):
+                tg = ratio(f["tg"], p["tg"])
+            elif p["engine"] == "PyTorch":
+                tg = ratio(f["tg"] and f["bytes"] and f["tg"] * f["bytes"], p["tg"] and p["bytes"] and p["tg"] * p["bytes"])
+            else:
+                continue
+            compared = True
+            lines.append(f"| {f['label']} | {p['label']} | {fmt(tg, '.2f', '×')} | {fmt(ratio(f['pp'], p['pp']), '.2f', '×')} | "
+                         f"{fmt(ratio(curve_ratio(f['curve'], 8), curve_ratio(p['curve'], 8)), '.2f', '×')} | "
+                         f"{fmt(ratio(curve_ratio(f['curve'], 64), curve_ratio(p['curve'], 64)), '.2f', '×')} |")
+    if not compared:
+        lines.append("| (no peer measured) | | | | | |")
+    lines += ["", projections(results, rows)]
+    return "\n".join(lines)
+
+
+def projections(results: dict, rows: list[dict]) -> str:
+    """Each strategy's speedup over plain decoding at 8B, projected: tau x t(1) / t(T) at the
+    strategy's step size T, with tau measured on stories260K in this run and with the FAFO
+    paper's tau for Llama-3-8B on MT-Bench."""
+    taus: dict[str, dict] = {}  # strategy -> its row (tau, step_tokens) from the first device that ran it
+    for device in results.get("strategies", []):
+        for row in device.get("strategies", []):
+            taus.setdefault(row["strategy"], row)
+    lines = ["**Projections, not measurements**: the 8B file's weights are random, so its own tau means nothing. "
+             "Speedup over plain decoding = tau × t(1) / t(T), T the most tokens a step of the strategy holds, "
+             "t from each engine's 8B curve above (linear between measured sizes); tau from stories260K in this run "
+             "(step 6) and from the FAFO paper (Llama-3-8B-Instruct, MT-Bench: FAFO-Stream 2.12, Lookahead 2.01; "
+             "1.58× and 1.49× measured there on an A100).", "",
+             "| curve | strategy | T | t(T)/t(1) | tau here | projected | tau paper | projected |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    any_row = False
+    for e in rows:
+        for name, row in taus.items():
+            T = row.get("step_tokens") or 0
+            if name == "ar" or T < 2:
+                continue
+            rel = curve_ratio(e["curve"], T)
+            paper = PAPER_TAU.get(name)
+            any_row = True
+            lines.append(f"| {e['label']} | {name} | {T} | {fmt(rel, '.2f', '×')} | {row['tau']:.2f} | "
+                         f"{fmt(rel and row['tau'] / rel, '.2f', '×')} | {fmt(paper)} | "
+                         f"{fmt(rel and paper and paper / rel, '.2f', '×')} |")
+    if not any_row:
+        lines.append("| (no strategy tau or no 8B curve measured) | | | | | | | |")
+    return "\n".join(lines)
+
+
+def step_side_by_side(r: Run) -> tuple[str, str]:
+    return "ok", side_by_side(r.results)
+
+
 def step_roofline(r: Run) -> tuple[str, str]:
     copy = r.results.get("copy_gbps")
-    lines = ["| model | device | tg tokens/s | weight GB/s | % of copy bandwidth | tg roof (tokens/s) |",
-             "|---|---|---:|---:|---:|---:|"]
+    torch_peer = r.results.get("peer_torch", {})
+    torch_gbps = torch_peer.get("tg", {}).get("effective_gb_per_s")
+    lines = ["| model | device | tg tokens/s | weight GB/s | % of copy bandwidth | tg roof (tokens/s) | ÷ PyTorch's GB/s |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     any_row = False
-    for key, kind in (("bench_q4", "Q4_K_M"), ("bench_f16", "F16")):
+    for key, kind in (("bench_q4", "Q4_K_M"), ("bench_f16", "F16"), ("peer_llama", "Q4_K_M")):
         model = r.model_path(kind).name
+        bytes_q4 = next((e["tg"].get("weight_bytes_per_token", 0) for e in r.results.get("bench_q4", {}).values()
+                         if e.get("tg")), 0)
         for label, e in r.results.get(key, {}).items():
             if not e.get("tg"):
                 continue
             any_row = True
             tg = e["tg"]["tokens_per_s"]
-            bytes_per_token = e["tg"].get("weight_bytes_per_token", 0)
+            # llama.cpp reads the bytes fafo reads from the same file
+            bytes_per_token = bytes_q4 if key == "peer_llama" else e["tg"].get("weight_bytes_per_token", 0)
             gbps = tg * bytes_per_token / 1e9
             share = f"{100 * gbps / copy:.0f}%" if copy else "n/a"
             roof = f"{copy * 1e9 / bytes_per_token:.0f}" if copy and bytes_per_token else "n/a"
-            lines.append(f"| {model} | {label} | {tg:.2f} | {gbps:.1f} | {share} | {roof} |")
+            device = f"llama.cpp {label}" if key == "peer_llama" else label
+            lines.append(f"| {model} | {device} | {tg:.2f} | {gbps:.1f} | {share} | {roof} | "
+                         f"{fmt(ratio(gbps, torch_gbps), '.2f', '×')} |")
+    if torch_gbps:
+        any_row = True
+        tg = torch_peer["tg"]["tokens_per_s"]
+        b = torch_peer["weight_bytes_per_token"]
+        lines.append(f"| PyTorch {torch_peer['dtype']} products | {torch_peer['device']} | {tg:.2f} | {torch_gbps:.1f} | "
+                     f"{f'{100 * torch_gbps / copy:.0f}%' if copy else 'n/a'} | "
+                     f"{f'{copy * 1e9 / b:.0f}' if copy else 'n/a'} | 1.00× |")
     if not any_row:
-        lines.append("| (no tg measured) | | | | | |")
+        lines.append("| (no tg measured) | | | | | | |")
     lines.append("")
     lines.append(f"Copy bandwidth: {f'{copy:.0f} GB/s' if copy else 'not measured (step 1)'}; the roof is that "
-                 "bandwidth over the weight bytes one token reads.")
+                 "bandwidth over the weight bytes one token reads. The last column: weight GB/s in tg over "
+                 "PyTorch's (cuBLAS, 16-bit weights of the same shapes, step 7c)"
+                 f"{'' if torch_gbps else ': not measured'}.")
     return "ok", "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="gpu-run.sh", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole run (default 300)")
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds for the whole run (default 420)")
     parser.add_argument("--quick", action="store_true", help="small sizes: a 2-layer 8B-shaped file, pp64, tg16, curve 1,8")
     parser.add_argument("--tiny", action="store_true",
                         help="--quick with a toy model (dim 256) for the benches: the rehearsal on a machine without a GPU, "
                              "whose CPU Vulkan driver (lavapipe) reads an 8B-shaped layer at ~0.2 GB/s")
     parser.add_argument("--steps", help=f"only these steps, comma-separated: {','.join(STEPS)}")
+    parser.add_argument("--peers", default=os.environ.get("FAFO_PEERS") or ("gpu-check/peers" if os.path.isdir("gpu-check/peers") else None),
+                        help="a folder of peer builds: llama-cuda/llama-bench, llama-vulkan/llama-bench (each with its "
+                             "libraries beside it); default $FAFO_PEERS, else ./gpu-check/peers where it exists")
     parser.add_argument("out_dir", metavar="OUT_DIR")
     args = parser.parse_args()
     args.steps_given = args.steps is not None
@@ -955,19 +1261,24 @@ def main() -> int:
         "greedy": step_greedy, "strategies": step_strategies,
         "bench-cuda": lambda run: bench_model(run, "cuda", "Q4_K_M", "bench_q4"),
         "bench-vulkan": lambda run: bench_model(run, "vulkan", "Q4_K_M", "bench_q4"),
+        "peer-torch": step_peer_torch,
+        "peer-llama": step_peer_llama,
         "f16": step_f16,
         "profile": step_profile,
         "roofline": step_roofline,
+        "side-by-side": step_side_by_side,
     }
     minimum = {"env": 5, "synth": 5, "devices": 5, "conformance": 30, "greedy": 10, "strategies": 15,
-               "bench-cuda": 30, "bench-vulkan": 30, "f16": 60, "profile": 20, "roofline": 0}
-    # The most a step may take of a 300 s budget (scaled with larger budgets), so that
+               "bench-cuda": 30, "bench-vulkan": 30, "peer-torch": 20, "peer-llama": 20, "f16": 60, "profile": 20,
+               "roofline": 0, "side-by-side": 0}
+    # The most a step may take of a 420 s budget (scaled with larger budgets), so that
     # one slow step leaves time for the 8B benches after it.
     cap = {"env": 60, "synth": 300, "devices": 30, "conformance": 120, "greedy": 60, "strategies": 45,
-           "bench-cuda": 100, "bench-vulkan": 100, "f16": 300, "profile": 40, "roofline": 10}
+           "bench-cuda": 100, "bench-vulkan": 100, "peer-torch": 60, "peer-llama": 90, "f16": 300, "profile": 40,
+           "roofline": 10, "side-by-side": 10}
     # A rehearsal (--quick, --tiny) runs on slow devices (lavapipe), often beside other
     # work: its caps are twice as long; the budget still bounds the whole run.
-    scale = max(1.0, args.budget / 300.0) * (2.0 if r.quick else 1.0)
+    scale = max(1.0, args.budget / 420.0) * (2.0 if r.quick else 1.0)
     f16_runs = args.budget >= 450 or args.steps_given
 
     def reserve_after(i: int) -> float:
@@ -980,7 +1291,13 @@ def main() -> int:
                 later -= {"bench-vulkan", "profile"}
         if not f16_runs:
             later.discard("f16")
-        return float(sum(minimum[s] for s in later))
+        return float(sum(needs(s) for s in later))
+
+    def needs(step: str) -> float:
+        """A step's minimum, 0 for a peer step that has nothing to run here."""
+        if step == "peer-torch" and not shutil.which("nvidia-smi") or step == "peer-llama" and not llama_builds(r):
+            return 0.0
+        return float(minimum[step])
 
     worst = 0
     r.write_report()
@@ -991,15 +1308,15 @@ def main() -> int:
                     r.section(step, "skipped: only with --budget 450 or more, or --steps f16", "", 0)
                     continue
                 r.start_synth("F16")
-            if r.left() < minimum[step]:
-                r.section(step, f"skipped: {r.left():.0f} s left of the budget, the step needs {minimum[step]} s or more", "", 0)
+            if r.left() < needs(step):
+                r.section(step, f"skipped: {r.left():.0f} s left of the budget, the step needs {needs(step):.0f} s or more", "", 0)
                 worst = max(worst, 2)
                 continue
             print(f"gpu-run: {step} ({r.elapsed():.0f} s of {r.budget:.0f})", flush=True)
             t0 = time.monotonic()
             # Its cap, and the time the steps after it need, but never less than its own minimum.
             end_of_budget = r.started + r.budget - 3.0
-            r.step_deadline = max(t0 + minimum[step], min(t0 + cap[step] * scale, end_of_budget - reserve_after(i)))
+            r.step_deadline = max(t0 + needs(step), min(t0 + cap[step] * scale, end_of_budget - reserve_after(i)))
             try:
                 status, body = functions[step](r)
             except Exception as e:  # a bug of the runner's: reported, the run goes on

@@ -228,9 +228,9 @@ nlohmann::json report_json(const BenchReport& r) {
     nlohmann::json rows = nlohmann::json::array();
     for (const StrategyRow& s : d.strategies)
       rows.push_back({{"strategy", s.strategy}, {"window", s.window}, {"ngram", s.ngram}, {"guesses", s.guesses},
-                      {"lookback", s.lookback}, {"tokens", s.tokens}, {"steps", s.steps}, {"tau", s.tau},
-                      {"tokens_per_s", s.tokens_per_s}, {"speedup", s.speedup}, {"ids_equal_ar", s.ids_equal_ar},
-                      {"prompts", s.prompts}});
+                      {"lookback", s.lookback}, {"tokens", s.tokens}, {"steps", s.steps},
+                      {"step_tokens", s.step_tokens}, {"tau", s.tau}, {"tokens_per_s", s.tokens_per_s},
+                      {"speedup", s.speedup}, {"ids_equal_ar", s.ids_equal_ar}, {"prompts", s.prompts}});
     j["strategies"] = rows;
     if (!d.profile.is_null()) j["profile"] = d.profile;
     devices.push_back(std::move(j));
@@ -278,6 +278,7 @@ BenchReport report_from_json(const nlohmann::json& j) {
       row.lookback = field<int32_t>(s, "lookback", w);
       row.tokens = field<int64_t>(s, "tokens", w);
       row.steps = field<int64_t>(s, "steps", w);
+      row.step_tokens = s.value("step_tokens", 0);  // (not in files of earlier versions)
       row.tau = field<double>(s, "tau", w);
       row.tokens_per_s = field<double>(s, "tokens_per_s", w);
       row.speedup = field<double>(s, "speedup", w);

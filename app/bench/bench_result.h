@@ -27,6 +27,7 @@ struct StrategyRow {
   std::string strategy;  // "ar", "jacobi", "lookahead", "fafo"
   int32_t window = 0, ngram = 0, guesses = 0, lookback = 0;
   int64_t tokens = 0, steps = 0;
+  int32_t step_tokens = 0;  // the most tokens one of its steps holds (max_step_tokens); 0: auto's vary
   double tau = 0;           // tokens per step
   double tokens_per_s = 0;
   double speedup = 0;       // tokens_per_s over ar's in the same run (0: no ar row)

@@ -12,6 +12,7 @@
 #include <random>
 #include <set>
 
+#include "fafo/auto_strategy.h"
 #include "fafo/backend_registry.h"
 #include "fafo/corpus_index.h"
 #include "fafo/generator.h"
@@ -148,6 +149,7 @@ std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer
     row.ngram = d.strategy == Strategy::Draft ? d.draft_n + 1 : d.ngram;
     row.guesses = d.guesses;
     row.lookback = d.lookback;
+    row.step_tokens = d.strategy == Strategy::Auto ? 0 : max_step_tokens(d);
     double seconds = 0;
     for (size_t p = 0; p < config.prompts.size(); ++p) {
       out.check_cancel();
