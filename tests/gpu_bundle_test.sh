@@ -30,7 +30,7 @@ size=$(stat -c %s "$archive")
 [ "$size" -le $((40 * 1024 * 1024)) ] || fail "the bundle is $size bytes, over 40 MiB"
 tar -xJf "$archive" -C "$work" || { echo "FAIL: the bundle does not unpack"; exit 1; }
 bundle=$work/fafo-gpu
-for f in gpu-run.sh gpu_run.py peer/torch_steps.py MANIFEST bin/fafo bin/fafo-synth bin/test_backend_ops lib/libvulkan.so.1 \
+for f in gpu-run.sh gpu_run/__main__.py gpu_run/peers.py peer/torch_steps.py MANIFEST bin/fafo bin/fafo-synth bin/test_backend_ops lib/libvulkan.so.1 \
          data/stories260K.gguf data/stories260K.greedy_256steps.golden.txt data/mt_bench_20.jsonl; do
   [ -e "$bundle/$f" ] || fail "the bundle has no $f"
 done

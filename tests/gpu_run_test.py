@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """ctest GpuRun.PeersAndProjections: the GPU runner's peer figures and its side-by-side
-tables, from results as the steps store them (tools/gpu_run.py). The steps themselves
+tables, from results as the steps store them (tools/gpu_run/peers.py). The steps themselves
 run in GpuBundle.QuickRehearsal; the peers need a GPU (PyTorch) or a llama.cpp build
 (never part of the repository), so their parsing and arithmetic are checked here.
 
     python3 tests/gpu_run_test.py SOURCE_DIR
 """
+import json
+import subprocess
 import sys
+import tempfile
+import types
 import unittest
 from pathlib import Path
 
-sys.path.insert(0, str(Path(sys.argv.pop(1) if len(sys.argv) > 1 else ".").resolve() / "tools"))
-import gpu_run  # noqa: E402
+sys.path.insert(0, str(Path(sys.argv.pop(1) if len(sys.argv) > 1 else ".").resolve() / "tools" / "gpu_run"))
+import peers as gpu_run  # noqa: E402
 
 
 def record(n_prompt: int, n_gen: int, avg_ns: float, stddev_ns: float = 0.0) -> dict:
@@ -43,7 +47,7 @@ class LlamaBench(unittest.TestCase):
     def test_json_gives_pp_tg_and_a_curve(self):
         records = [record(512, 0, 40e6), record(1, 0, 2.0e6), record(8, 0, 2.4e6, 0.1e6), record(64, 0, 5.0e6),
                    record(0, 128, 128 * 2.5e6)]
-        text = gpu_run.json.dumps(records, indent=2)
+        text = json.dumps(records, indent=2)
         s = gpu_run.llama_summary(gpu_run.parse_llama_bench(text))
         self.assertEqual(s["pp"]["tokens"], 512)
         self.assertAlmostEqual(s["pp"]["tokens_per_s"], 512 / 0.040)
@@ -60,6 +64,32 @@ class LlamaBench(unittest.TestCase):
             gpu_run.parse_llama_bench("error: failed to load model\n")
         with self.assertRaises(ValueError):
             gpu_run.parse_llama_bench("[1, 2]")
+
+
+class PeersArchive(unittest.TestCase):
+    def test_builds_are_found_in_a_folder_or_an_archive_of_one(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            exe = tmp / "peers" / "llama-cuda" / "llama-bench"
+            exe.parent.mkdir(parents=True)
+            exe.write_text("#!/bin/sh\n")
+            exe.chmod(0o755)
+            (tmp / "peers" / "llama-vulkan").mkdir()  # no llama-bench in it: not a build
+            run = lambda peers: types.SimpleNamespace(peers=peers, work=tmp / "work", results={})  # noqa: E731
+            r = run(tmp / "peers")
+            self.assertEqual(gpu_run.llama_builds(r), [("cuda", exe)])
+            for archive, what in ((tmp / "folder.tar.xz", ["-C", str(tmp), "peers"]),
+                                  (tmp / "contents.tar.xz", ["-C", str(tmp / "peers"), "."])):
+                subprocess.run(["tar", "-cJf", str(archive), *what], check=True)
+                r = run(archive)
+                builds = gpu_run.llama_builds(r)
+                self.assertEqual([name for name, _ in builds], ["cuda"], archive.name)
+                self.assertTrue(builds[0][1].is_relative_to(tmp / "work" / "peers"), builds[0][1])
+                self.assertIn("unpacked into", r.results["peers_unpacked"])
+            (tmp / "broken.tar.xz").write_text("not an archive")
+            r = run(tmp / "broken.tar.xz")
+            self.assertEqual(gpu_run.llama_builds(r), [])
+            self.assertIn("could not be unpacked", r.results["peers_unpacked"])
 
 
 def results() -> dict:

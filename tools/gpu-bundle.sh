@@ -36,8 +36,10 @@ mkdir -p "$root/bin" "$root/lib/fallback" "$root/data"
 for p in "${programs[@]}"; do
   strip -o "$root/bin/$(basename "$p")" "$build/$p"
 done
-cp "$here/tools/gpu-run.sh" "$here/tools/gpu_run.py" "$root/"
-chmod +x "$root/gpu-run.sh" "$root/gpu_run.py"
+cp "$here/tools/gpu-run.sh" "$root/"
+chmod +x "$root/gpu-run.sh"
+mkdir -p "$root/gpu_run"
+cp "$here"/tools/gpu_run/*.py "$root/gpu_run/"  # the runner (python3 gpu_run: its __main__.py)
 mkdir -p "$root/peer"
 cp "$here/tools/peer/torch_steps.py" "$root/peer/"  # the PyTorch peer (step peer-torch)
 
