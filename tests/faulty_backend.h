@@ -37,7 +37,11 @@ class FaultyBackend final : public Backend {
   }
   Activation alloc_activation(int64_t max_rows, int64_t cols) override { return inner_->alloc_activation(max_rows, cols); }
   std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override { return inner_->create_kv_cache(shape); }
-  int32_t max_step_sequences() const override { return inner_->max_step_sequences(); }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c = inner_->capabilities();
+    c.latent_attention = false;  // no latent_attention here
+    return c;
+  }
   void embed(const Weight& table, Activation& out) override { inner_->embed(table, out); }
   void rms_norm(const Activation& x, const Weight& gain, float eps, Activation& out) override {
     inner_->rms_norm(x, gain, fault_ == Fault::RmsNormDependsOnT && step_size_ > 8 ? eps * 4.0f + 1e-3f : eps, out);

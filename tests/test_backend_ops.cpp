@@ -174,7 +174,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                        Activation x = input(env, "x", shapes[0].cols, 1, T, salt);
                        Activation acc = input(env, "acc", 67, 2, T, salt);
                        Activation scratch = env.activation("out", 67);
-                       be.matmul_add(w, x, acc, scratch);
+                       run_matmul_add(be, w, x, acc, scratch);
                        be.finish_step();
                        return OpOutputs{rows_of(be, "matmul_add", acc, T)};
                      },
@@ -186,7 +186,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                          env.ensure_cache(T + 1);
                          Backend& be = env.be();
                          const int64_t rows = 19, cols = shapes[0].cols;
-                         const auto [gate, up] = gate_and_up(env, type, rows, cols, be.fuses_gate_up(type, rows, cols));
+                         const auto [gate, up] = gate_and_up(env, type, rows, cols, fuses_gate_up(be, type, rows, cols));
                          StepBatch b = causal_batch(T, 0);
                          be.begin_step(b, env.kv());
                          // Small inputs: the error of the product of two products (each with
@@ -195,7 +195,7 @@ void add_embed_and_matmul(std::vector<OpCase>& cases) {
                          Activation x = input(env, "x", cols, 1, T, salt, -0.25f, 0.25f);
                          Activation out = env.activation("out", rows);
                          Activation scratch = env.activation("scratch", rows);
-                         be.matmul_swiglu(gate, up, x, out, scratch);
+                         run_matmul_swiglu(be, gate, up, x, out, scratch);
                          be.finish_step();
                          return OpOutputs{rows_of(be, "matmul_swiglu", out, T)};
                        },
@@ -914,7 +914,7 @@ TEST_P(BackendOps, Attention) { run_op("attention"); }
 // On the backends that run MLA models; the reference, cpu and vulkan backends must.
 TEST_P(BackendOps, LatentAttention) {
   const std::string& backend = GetParam().backend;
-  if (!target().be().runs_latent_attention()) {
+  if (!target().be().capabilities().latent_attention) {
     ASSERT_TRUE(backend != "reference" && backend != "cpu" && backend != "vulkan") << backend << " must run MLA models";
     GTEST_SKIP() << "the " << backend << " backend does not run multi-head latent attention (MLA) models";
   }
@@ -947,7 +947,7 @@ TEST_P(BackendOps, FusedGateIsTheTwoProductsThenTheSwiglu) {
   const int64_t cols = 256, rows = 37;
   int checked = 0;
   for (const TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_K}) {
-    if (!be.fuses_gate_up(type, rows, cols)) continue;
+    if (!fuses_gate_up(be, type, rows, cols)) continue;
     // Plain variables: clang 14 cannot capture structured bindings in the lambda below.
     const auto fused_pair = gate_and_up(env, type, rows, cols, true);
     const auto plain_pair = gate_and_up(env, type, rows, cols, false);
@@ -964,7 +964,7 @@ TEST_P(BackendOps, FusedGateIsTheTwoProductsThenTheSwiglu) {
         Activation out = env.activation("out", rows);
         Activation scratch = env.activation("scratch", rows);
         if (fused) {
-          be.matmul_swiglu(both, none, x, out, scratch);
+          run_matmul_swiglu(be, both, none, x, out, scratch);
         } else {
           be.matmul(gate, x, out);
           be.matmul(up, x, scratch);
@@ -994,7 +994,7 @@ TEST_P(BackendOps, NormedProductsAreTheNormThenTheProduct) {
     const int64_t cols = type == TensorType::F16 ? 200 : 256, rows = 37;
     const Weight w = quantized_weight(env, type, rows, cols, 41);
     const Weight gain = vector_weight(env, cols, 42, 0.5f, 1.5f);
-    const auto fused_pair = gate_and_up(env, type, rows, cols, be.fuses_gate_up(type, rows, cols));
+    const auto fused_pair = gate_and_up(env, type, rows, cols, fuses_gate_up(be, type, rows, cols));
     const auto plain_pair = gate_and_up(env, type, rows, cols, false);
     for (const int32_t T : {1, 5, 12}) {
       env.ensure_cache(T + 1);
@@ -1007,9 +1007,9 @@ TEST_P(BackendOps, NormedProductsAreTheNormThenTheProduct) {
           Activation out = env.activation("out", rows);
           Activation scratch = env.activation("scratch", rows);
           if (fused && gated) {
-            be.matmul_swiglu_norm(fused_pair.first, fused_pair.second, x, gain, 1e-5f, normed, out, scratch);
+            run_matmul_swiglu_norm(be, fused_pair.first, fused_pair.second, x, gain, 1e-5f, normed, out, scratch);
           } else if (fused) {
-            be.matmul_norm(w, x, gain, 1e-5f, normed, out);
+            run_matmul_norm(be, w, x, gain, 1e-5f, normed, out);
           } else {
             be.rms_norm(x, gain, 1e-5f, normed);
             if (gated) {
@@ -1047,7 +1047,7 @@ TEST_P(BackendOps, MatmulAddIsTheProductThenTheAdd) {
         Activation acc = input(env, "acc", rows, 2, T, 0);
         Activation scratch = env.activation("out", rows);
         if (fused) {
-          be.matmul_add(w, x, acc, scratch);
+          run_matmul_add(be, w, x, acc, scratch);
         } else {
           be.matmul(w, x, scratch);
           be.add(acc, scratch);
@@ -1098,7 +1098,7 @@ struct PairReport {
 // Every case both backends run (MLA only where both run it), compared bit for bit at each step size.
 PairReport compare_pair(OpEnv& a, OpEnv& b, const std::string& label) {
   PairReport report;
-  const bool mla = a.be().runs_latent_attention() && b.be().runs_latent_attention();
+  const bool mla = a.be().capabilities().latent_attention && b.be().capabilities().latent_attention;
   const bool rounds = (a.be().numerics().rounded_matmul_tolerance > 0) != (b.be().numerics().rounded_matmul_tolerance > 0);
   const bool halves = a.be().numerics().half_matmul_tolerance > 0 || b.be().numerics().half_matmul_tolerance > 0;
   const bool bf16s = a.be().numerics().bf16_matmul_tolerance > 0 || b.be().numerics().bf16_matmul_tolerance > 0;

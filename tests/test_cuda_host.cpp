@@ -786,7 +786,7 @@ TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithTheFastProducts) {
       fafo::ModelOptions mo;
       mo.n_ctx = 128;
       fafo::Model model(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast), mo);
-      if (profile) model.backend().start_profile();
+      if (profile) model.backend().profiler()->start_profile();
       fafo::GenerationOptions o;
       o.n_predict = 32;
       o.sampling.temperature = 0;
@@ -794,7 +794,7 @@ TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithTheFastProducts) {
       o.kv.name = policy;
       o.kv.budget = 12;
       std::vector<int32_t> ids = fafo::generate(model, tokenizer, prompt, o).ids;
-      if (profile) *profile = model.backend().take_profile();
+      if (profile) *profile = model.backend().profiler()->take_profile();
       return ids;
     };
     fafo::KernelProfile profile;
@@ -1150,7 +1150,7 @@ TEST(CudaEmulated, FusedProductsGiveTheBitsOfTheOpsApart) {
         return std::make_unique<fafo::Model>(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast, fuse), o);
       };
       auto steps = [&](fafo::Model& model) {
-        EXPECT_EQ(model.backend().fuses_qkv(fafo::TensorType::Q8_0, 128, 64, 128),
+        EXPECT_EQ(fafo::fuses_qkv(model.backend(), fafo::TensorType::Q8_0, 128, 64, 128),
                   model.backend().description().find("fused") != std::string::npos);
         std::vector<std::vector<float>> logits;
         fafo::StepBatch prefill = fafo::StepBatch::causal({1, 45, 99, 7, 250, 31, 8}, 0);
@@ -1200,7 +1200,7 @@ TEST(CudaEmulated, FusedProductsGiveTheBitsOfTheOpsApart) {
   }
 }
 
-// Backend::start_profile on the CUDA backend (here its host device, timing its loops; a
+// BackendProfiler::start_profile on the CUDA backend (here its host device, timing its loops; a
 // GPU brackets each launch with events): per kernel the calls, seconds and the weight
 // bytes of the products, over the steps run until take_profile.
 TEST(CudaEmulated, AProfileCountsEachKernelsCallsTimeAndWeightBytes) {
@@ -1212,13 +1212,13 @@ TEST(CudaEmulated, AProfileCountsEachKernelsCallsTimeAndWeightBytes) {
   fafo::StepBatch prefill = fafo::StepBatch::causal({1, 403, 261, 379}, 0);
   model.forward(prefill);  // not profiled
   model.commit(prefill.size());
-  ASSERT_EQ(model.backend().start_profile(), "");
+  ASSERT_EQ(model.backend().profiler()->start_profile(), "");
   for (int32_t t : {285, 271}) {
     fafo::StepBatch one = fafo::StepBatch::causal({t}, model.n_past());
     model.forward(one);
     model.commit(1);
   }
-  const fafo::KernelProfile p = model.backend().take_profile();
+  const fafo::KernelProfile p = model.backend().profiler()->take_profile();
   EXPECT_EQ(p.steps, 2u);
   uint64_t calls = 0;
   double bytes = 0;
@@ -1247,7 +1247,7 @@ TEST(CudaEmulated, AProfileCountsEachKernelsCallsTimeAndWeightBytes) {
   if (tied) matrices += table;
   EXPECT_DOUBLE_EQ(bytes, 2 * matrices);
   EXPECT_GT(p.step_seconds, 0.0);
-  EXPECT_TRUE(model.backend().take_profile().kernels.empty());  // stopped
+  EXPECT_TRUE(model.backend().profiler()->take_profile().kernels.empty());  // stopped
 }
 
 TEST(CudaEmulated, JoinedStepsGiveEachPartTheBitsOfItsStepAlone) {

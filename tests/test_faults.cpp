@@ -89,7 +89,7 @@ TEST(Faults, AMemoryLimitStopsALoadThatDoesNotFitWithTheSizes) {
   REQUIRE_STORIES();
   for (const char* backend : {"cpu", "reference"}) {
     SCOPED_TRACE(backend);
-    const uint64_t used = open_on(backend, stories()).model->backend().memory_in_use();
+    const uint64_t used = memory_in_use(open_on(backend, stories()).model->backend());
     EXPECT_GT(used, std::filesystem::file_size(stories()) / 2);  // the weights are counted
     try {
       open_on(backend, stories(), 256 * 1024);
@@ -102,7 +102,7 @@ TEST(Faults, AMemoryLimitStopsALoadThatDoesNotFitWithTheSizes) {
     }
     EXPECT_THROW(open_on(backend, stories(), used - 1), DeviceError);
     OpenedModel fits = open_on(backend, stories(), used);  // exactly enough
-    EXPECT_EQ(fits.model->backend().memory_in_use(), used);
+    EXPECT_EQ(memory_in_use(fits.model->backend()), used);
     EXPECT_FALSE(generate(*fits.model, *fits.tokenizer, fits.tokenizer->encode("Once", true), greedy(4)).ids.empty());
   }
 }
@@ -205,9 +205,9 @@ TEST(Faults, VulkanMemoryLimitStopsTheLoadOrTheFirstStepThatDoesNotFitWithTheSiz
   uint64_t loaded = 0, stepped = 0;  // device memory after the load, and after a reply
   {
     OpenedModel m = open_on("vulkan", stories());
-    loaded = m.model->backend().memory_in_use();
+    loaded = memory_in_use(m.model->backend());
     generate(*m.model, *m.tokenizer, m.tokenizer->encode("Once upon a time", true), greedy(8));
-    stepped = m.model->backend().memory_in_use();
+    stepped = memory_in_use(m.model->backend());
   }
   try {
     open_on("vulkan", stories(), loaded / 2);

@@ -64,7 +64,7 @@ TEST(JoinedSteps, EachPartGetsTheBitsOfItsStepAlone) {
     const auto base = test::load_on(model_path.string(), unfused ? "vulkan" : backend);
     if (unfused) ::unsetenv("FAFO_VULKAN_FUSE");
     if (!base) continue;  // no Vulkan device
-    EXPECT_GT(base->model->backend().max_step_sequences(), 3);
+    EXPECT_GT(base->model->backend().capabilities().max_step_sequences, 3);
     test::check_joined_steps(base->model->weights(), *base->tokenizer);
   }
 }

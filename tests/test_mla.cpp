@@ -229,7 +229,7 @@ TEST(Mla, LatentCacheHoldsOnlyTheRanks) {
   EXPECT_LT(want, c.kv_floats_per_token());
   // The cache's memory: latents plus one layer's recovered keys and values per entry.
   auto twice = open_mla_on(mla, "reference", 512);
-  EXPECT_EQ(twice->backend().memory_in_use() - m->backend().memory_in_use(),
+  EXPECT_EQ(memory_in_use(twice->backend()) - memory_in_use(m->backend()),
             uint64_t{256} * sizeof(float) * static_cast<uint64_t>(want + 2 * c.kv_dim()));
 }
 
@@ -479,7 +479,7 @@ TEST(Mla, BackendsWithoutLatentAttentionRefuseBeforeLoading) {
   const std::string mla = (dir / "mla.gguf").string();
   write_mla_copy(stories_path(), mla, ranks(c, 8), ranks(c, 8));
   auto backend = std::make_unique<test::FaultyBackend>(test::Fault::MatmulRowOffByOne);
-  ASSERT_FALSE(backend->runs_latent_attention());
+  ASSERT_FALSE(backend->capabilities().latent_attention);
   try {
     Model m(GgufFile::open(mla), std::move(backend), ModelOptions{64});
     ADD_FAILURE() << "an MLA model loaded on a backend without latent attention";
@@ -507,7 +507,7 @@ TEST(Mla, AutoPicksABackendThatRunsLatentAttention) {
   options.n_ctx = 64;
   options.cache_dir = "off";
   const OpenedModel m = fafo::open_model(options);
-  EXPECT_TRUE(m.model->backend().runs_latent_attention()) << m.model->backend().name();
+  EXPECT_TRUE(m.model->backend().capabilities().latent_attention) << m.model->backend().name();
 }
 
 TEST(Mla, BadMlaFilesAreClearErrors) {

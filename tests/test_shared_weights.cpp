@@ -73,15 +73,15 @@ TEST(SharedWeights, ASequenceCostsItsKvCacheAndNoWeights) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const auto base = test::load_on(model_path.string(), "cpu");
   Backend& be = base->model->backend();
-  const uint64_t loaded = be.memory_in_use();
+  const uint64_t loaded = memory_in_use(be);
   const uint64_t kv_bytes = static_cast<uint64_t>(base->model->n_ctx()) *
                             static_cast<uint64_t>(base->model->kv_cache().shape().floats_per_entry()) * sizeof(float);
   {
     const OpenedModel s1 = open_sequence(*base);
     const OpenedModel s2 = open_sequence(*base);
-    EXPECT_EQ(be.memory_in_use(), loaded + 2 * kv_bytes);
+    EXPECT_EQ(memory_in_use(be), loaded + 2 * kv_bytes);
   }
-  EXPECT_EQ(be.memory_in_use(), loaded);  // a destroyed sequence gives its cache back
+  EXPECT_EQ(memory_in_use(be), loaded);  // a destroyed sequence gives its cache back
   // The weights outlive the first sequence while another runs on them.
   OpenedModel last = open_sequence(*base);
   std::shared_ptr<ModelWeights> weights = base->model->weights();

@@ -264,10 +264,10 @@ TEST_F(VulkanBackend, ALatentCacheOfOddWidthsHoldsTheReferenceValues) {
     auto [v_c, v_g] = p.activation(T, 3);
     auto [q_c, q_g] = p.activation(T, 16);
     auto [o_c, o_g] = p.activation(T, 16);
-    const uint64_t before = p.gpu->memory_in_use();
+    const uint64_t before = memory_in_use(*p.gpu);
     p.make_kv(shape);
     const uint64_t words = type == KvCacheType::F16 ? 3 + 4 + 2 + 4 : 5 + 8 + 3 + 7;
-    EXPECT_EQ(p.gpu->memory_in_use() - before, uint64_t{n_ctx} * (words + 2 * kv_dim) * sizeof(float));
+    EXPECT_EQ(memory_in_use(*p.gpu) - before, uint64_t{n_ctx} * (words + 2 * kv_dim) * sizeof(float));
     for (int32_t layer = 0; layer < 2; ++layer) {
       const size_t rk = static_cast<size_t>(shape.key_dim(layer)), rv = static_cast<size_t>(shape.value_dim(layer));
       const auto k = random_values(n_past * rk, 50 + static_cast<uint32_t>(layer), -3.0f, 3.0f);
@@ -609,7 +609,7 @@ TEST_F(VulkanBackend, IntegerProductsKeepEveryStrategyEqualToAr) {
 // The kernels of the steps profiled from now until the next call, by name.
 std::map<std::string, uint64_t> calls_per_kernel(Backend& be) {
   std::map<std::string, uint64_t> calls;
-  for (const KernelProfile::Kernel& k : be.take_profile().kernels) calls[k.name] += k.calls;
+  for (const KernelProfile::Kernel& k : be.profiler()->take_profile().kernels) calls[k.name] += k.calls;
   return calls;
 }
 
@@ -666,12 +666,12 @@ TEST_F(VulkanBackend, MatrixTilesGiveTheLogitsOfTheOtherKernels) {
   auto steps = [&](Loaded& m) {
     Model& model = *m.model;
     // The tile kernels' calls: in a 40-token prefill, then in one-token steps.
-    EXPECT_EQ(model.backend().start_profile(), "");
+    EXPECT_EQ(model.backend().profiler()->start_profile(), "");
     model.truncate(0);
     StepBatch prefill = StepBatch::causal(std::vector<int32_t>(40, 5), 0);
     model.forward(prefill);
     const auto wide = calls_per_kernel(model.backend());
-    EXPECT_EQ(model.backend().start_profile(), "");
+    EXPECT_EQ(model.backend().profiler()->start_profile(), "");
     StepBatch one = StepBatch::causal({12}, 0);
     model.forward(one);
     const auto narrow = calls_per_kernel(model.backend());
@@ -722,7 +722,7 @@ TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
         Model& model = *m.model;
         model.truncate(0);
         std::vector<std::vector<float>> logits;
-        EXPECT_EQ(model.backend().start_profile(), "");
+        EXPECT_EQ(model.backend().profiler()->start_profile(), "");
         StepBatch prefill = StepBatch::causal({1, 45, 99, 7, 250, 31, 8}, 0);
         logits.push_back(model.forward(prefill));
         model.commit(prefill.size());
@@ -785,7 +785,7 @@ TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
   apart_options.fuse_qkv = false;
   Loaded mix = load(path, make_vulkan(), 64);
   Loaded apart = load(path, vulkan::make_backend(apart_options), 64);
-  ASSERT_EQ(mix.model->backend().start_profile(), "");
+  ASSERT_EQ(mix.model->backend().profiler()->start_profile(), "");
   StepBatch b = StepBatch::causal({1, 2, 3, 4}, 0);
   const std::vector<float> got = mix.model->forward(b), want = apart.model->forward(b);
   ASSERT_EQ(got.size(), want.size());
@@ -817,7 +817,7 @@ TEST_F(VulkanBackend, IntegerProductsRoundEachInputOnce) {
     Loaded m = load(path, vulkan::make_backend(options), 64);
     for (const int32_t T : {1, 12}) {
       m.model->truncate(0);
-      ASSERT_EQ(m.model->backend().start_profile(), "");
+      ASSERT_EQ(m.model->backend().profiler()->start_profile(), "");
       StepBatch b = batch_of(T, 0);
       logits.push_back(m.model->forward(b));
       uint64_t roundings = 0;
@@ -958,12 +958,12 @@ TEST_F(VulkanBackend, ProfileTimesEveryKernelOfTheStepsProfiled) {
   m.forward_argmax(first);
   KernelProfile once, twice;
   for (int steps : {1, 2}) {
-    ASSERT_EQ(m.backend().start_profile(), "");
+    ASSERT_EQ(m.backend().profiler()->start_profile(), "");
     for (int s = 0; s < steps; ++s) {
       StepBatch b = StepBatch::causal({static_cast<int32_t>(10 + s)}, m.n_past(), true);
       m.forward_argmax(b);
     }
-    (steps == 1 ? once : twice) = m.backend().take_profile();
+    (steps == 1 ? once : twice) = m.backend().profiler()->take_profile();
   }
   ASSERT_EQ(once.steps, 1u);
   ASSERT_EQ(twice.steps, 2u);
@@ -984,8 +984,8 @@ TEST_F(VulkanBackend, ProfileTimesEveryKernelOfTheStepsProfiled) {
   }
   // stories260K: per layer the products qkv (one weight), o, down and the gate with up
   // (one fused dispatch on a CPU device such as lavapipe, two elsewhere), and the output.
-  ASSERT_TRUE(m.backend().fuses_qkv(TensorType::F32, 64, 64, 64));
-  const bool fused_gate = m.backend().fuses_gate_up(TensorType::F32, 1, 64);
+  ASSERT_TRUE(fuses_qkv(m.backend(), TensorType::F32, 64, 64, 64));
+  const bool fused_gate = fuses_gate_up(m.backend(), TensorType::F32, 1, 64);
   EXPECT_EQ(matmul_calls, (fused_gate ? 4u : 5u) * 5u + 1u);
   EXPECT_GE(calls, once.dispatches);  // dispatches and transfers
   EXPECT_GT(seconds, 0.0);
@@ -993,7 +993,7 @@ TEST_F(VulkanBackend, ProfileTimesEveryKernelOfTheStepsProfiled) {
   // Not collecting any more: a later step adds nothing.
   StepBatch b = StepBatch::causal({20}, m.n_past(), true);
   m.forward_argmax(b);
-  EXPECT_EQ(m.backend().take_profile().steps, 0u);
+  EXPECT_EQ(m.backend().profiler()->take_profile().steps, 0u);
 }
 
 TEST_F(VulkanBackend, TopKSamplingOnTheDeviceEqualsWholeRows) {

@@ -74,7 +74,9 @@ class Printer {
 nlohmann::json profile_steps(Model& model, int32_t T, int repetitions,
                              const std::function<std::vector<int32_t>(int32_t)>& tokens, const Printer& out) {
   Backend& backend = model.backend();
-  const std::string why = backend.start_profile();
+  BackendProfiler* profiler = backend.profiler();
+  const std::string why =
+      profiler != nullptr ? profiler->start_profile() : "backend " + backend.name() + " has no per-kernel device timer";
   if (!why.empty()) {
     out("\nprofile: not available (%s)\n", why.c_str());
     return {{"T", T}, {"unavailable", why}};
@@ -87,7 +89,7 @@ nlohmann::json profile_steps(Model& model, int32_t T, int repetitions,
     model.forward_argmax(b);
     host_seconds += seconds_since(t0);
   }
-  const KernelProfile p = backend.take_profile();
+  const KernelProfile p = profiler->take_profile();
   const double steps = static_cast<double>(std::max<uint64_t>(1, p.steps));
   out("\nprofile of a %d-token step (%s backend, %llu steps, device time per step):\n", T, backend.name().c_str(),
       static_cast<unsigned long long>(p.steps));

@@ -26,7 +26,7 @@ nlohmann::json run_attention_bench(const std::string& model_path, const BackendS
   // up-projections of the file's shapes (the cost does not depend on their values).
   KvCacheShape cache_shape{1, max_ctx + o.rows, c.kv_dim(), KvCacheType::F32};
   if (c.mla()) {
-    if (!be->runs_latent_attention())
+    if (!be->capabilities().latent_attention)
       throw std::runtime_error("the " + be->name() + " backend does not run multi-head latent attention (MLA) models");
     cache_shape.key_dims = {c.mla_rank_k[0]};
     cache_shape.value_dims = {c.mla_rank_v[0]};

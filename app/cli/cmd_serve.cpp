@@ -71,7 +71,7 @@ int run_serve(ServeArgs& args) {
     const KvCacheShape& kv = m.kv_cache().shape();
     const uint64_t kv_bytes = static_cast<uint64_t>(kv.capacity) * static_cast<uint64_t>(kv.floats_per_entry()) *
                               (kv.type == KvCacheType::F16 ? 2u : 4u);
-    const uint64_t in_use = m.backend().memory_in_use();
+    const uint64_t in_use = memory_in_use(m.backend());
     const std::string memory = in_use > 0 ? ", memory " + format_bytes(in_use) + " with " + std::to_string(args.parallel) +
                                                 " KV cache" + (args.parallel == 1 ? "" : "s") + " of " + format_bytes(kv_bytes)
                                           : "";

@@ -24,14 +24,14 @@ SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& ope
   for (int i = 0; i < n; ++i) {
     auto s = std::make_unique<Slot>();
     s->index = i;
-    const uint64_t before = base_->model->backend().memory_in_use();
+    const uint64_t before = memory_in_use(base_->model->backend());
     try {
       s->model = i == 0 ? base_ : std::make_shared<OpenedModel>(open_sequence(*base_));
       s->draft = i == 0 ? base_draft_ : draft_sequence();
     } catch (const std::exception& e) {
       // Name what fits: the weights and i slots.
       Model& m = *base_->model;
-      const uint64_t in_use = m.backend().memory_in_use();
+      const uint64_t in_use = memory_in_use(m.backend());
       throw std::runtime_error("--parallel " + std::to_string(n) + " does not fit: the weights and " + std::to_string(i) +
                                " slot" + (i == 1 ? "" : "s") + " (a KV cache of " + std::to_string(m.n_ctx()) +
                                " tokens each) use " + format_bytes(std::max(in_use, before)) + ", and slot " +

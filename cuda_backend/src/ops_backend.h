@@ -253,7 +253,7 @@ class OpsKvCache final : public KvCache {
 };
 
 template <class Device>
-class OpsBackend final : public Backend, public StepAccess {
+class OpsBackend final : public Backend, public BackendFusions, public BackendProfiler, public StepAccess {
  public:
   // `name`: as registered; `describe`: the device, for description(), to which the
   // kernel set is added.
@@ -348,7 +348,13 @@ class OpsBackend final : public Backend, public StepAccess {
 
   // --- a step ---
   // Any number of sequences per step: attention runs once per part, over its cache.
-  int32_t max_step_sequences() const override { return StepBatch::kMaxTokens; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.max_step_sequences = StepBatch::kMaxTokens;
+    return c;
+  }
+  BackendFusions* fusions() override { return this; }
+  BackendProfiler* profiler() override { return this; }
 
   void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
     run_open_capture();  // of a step that threw before finish_step: what it issued runs, as without graphs
@@ -482,29 +488,22 @@ class OpsBackend final : public Backend, public StepAccess {
       if (!kv->captured_rows().empty()) kv->capture_columns(layer, rows, q_cols, stride);
     }
   }
-  void matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
-                     Activation& scratch) override {
-    if (up || !fuse_) {
-      Backend::matmul_swiglu(gate, up, x, out, scratch);
-      return;
-    }
+  bool matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out, Activation&) override {
+    if (up || !fuse_) return false;
     fused_product(gate, x, nullptr, 0.0f, true, out);
+    return true;
   }
-  void matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
+  bool matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation&,
                    Activation& out) override {
-    if (!fuse_ || weight(w).cols != x.cols) {
-      Backend::matmul_norm(w, x, gain, eps, normed, out);
-      return;
-    }
+    if (!fuse_ || weight(w).cols != x.cols) return false;
     fused_product(w, x, &gain, eps, false, out);
+    return true;
   }
-  void matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain, float eps,
-                          Activation& normed, Activation& out, Activation& scratch) override {
-    if (up || !fuse_ || weight(gate).cols != x.cols) {
-      Backend::matmul_swiglu_norm(gate, up, x, gain, eps, normed, out, scratch);
-      return;
-    }
+  bool matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain, float eps,
+                          Activation&, Activation& out, Activation&) override {
+    if (up || !fuse_ || weight(gate).cols != x.cols) return false;
     fused_product(gate, x, &gain, eps, true, out);
+    return true;
   }
 
   void matmul(const Weight& weight_id, const Activation& x, Activation& out) override {
@@ -512,9 +511,10 @@ class OpsBackend final : public Backend, public StepAccess {
     set_rows(out, rows_of(x));
   }
 
-  void matmul_add(const Weight& weight_id, const Activation& x, Activation& acc, Activation&) override {
+  bool matmul_add(const Weight& weight_id, const Activation& x, Activation& acc, Activation&) override {
     if (x.id == acc.id) throw std::invalid_argument("matmul_add: acc must not be the product's input");
     product(weight_id, x, acc, true);
+    return true;
   }
 
   void add_bias(const Weight& bias, Activation& x) override {

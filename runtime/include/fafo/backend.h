@@ -5,6 +5,19 @@
 // provides (fafo/kv_cache.h); part 3 is the registry that names and creates backends
 // (fafo/backend_registry.h).
 //
+// What a new backend implements: the pure virtual methods of class Backend below, 25 of
+// them (memory: upload_weight, alloc_activation, create_kv_cache; a step: start_step,
+// finish_step; the ops: embed, rms_norm, head_norm, matmul, add_bias, rope, attention,
+// swiglu, geglu, scale, softcap, add, gather_rows, argmax_rows, top_k_rows; reading
+// back: read_rows, read_argmax, read_top_k; name, description), with the conformance
+// table (tests/test_backend_ops.cpp) as the judge; tests/faulty_backend.h is a whole
+// backend of just these. The rest is optional, each with a default: numerics() (exact),
+// capabilities() (one sequence a step, no MLA...), prepare_weights, latent_attention
+// (MLA models), and three optional parts a backend returns where it has them:
+// fusions() (ops fused into one kernel, which the model asks for once and replaces by
+// the plain ops where it gets none: run_matmul_norm and its siblings below), profiler()
+// (per-kernel device time) and memory() (a memory limit and what is in use).
+//
 // A step is bracketed by begin_step()/finish_step(): between them the model issues
 // kernel calls that a backend may execute at once (CPU) or record into one command
 // buffer submitted in finish_step() (GPU backends). Results are read back only by
@@ -116,7 +129,22 @@ struct BackendNumerics {
   }
 };
 
-// What the device spent on each kernel over the steps profiled (Backend::start_profile),
+// What a backend can do beyond the core ops, asked by the model and the tools.
+struct BackendCapabilities {
+  // How many sequences one step may compute for (1: no joined steps; Backend::begin_step).
+  int32_t max_step_sequences = 1;
+  // Whether the backend runs MLA models (a latent KV cache and latent_attention); the
+  // model refuses an MLA file before loading anything where it does not.
+  bool latent_attention = false;
+  // Whether each op has run when its call returns (host backends), so activations may
+  // be read with read_rows inside a step (Model::set_attention_input_tap).
+  bool executes_immediately = false;
+  // The most bytes one activation may hold (a device's buffer range: Vulkan's
+  // maxStorageBufferRange); Backend::max_activation_rows divides it by a row's.
+  uint64_t max_activation_bytes = std::numeric_limits<uint64_t>::max();
+};
+
+// What the device spent on each kernel over the steps profiled (BackendProfiler),
 // timed by the device's own clock.
 struct KernelProfile {
   struct Kernel {
@@ -132,6 +160,79 @@ struct KernelProfile {
   double step_seconds = 0;      // device time from each step's first command to its last, summed
 };
 
+// --- the optional parts ------------------------------------------------------------------
+
+// Ops fused into one kernel where a backend has such kernels (Backend::fusions()). The
+// model asks once per step (through the run_* functions after class Backend) and runs
+// the plain ops where a backend has none or a method returns false; every fused op
+// gives the values of its plain ops, as the conformance table checks.
+class BackendFusions {
+ public:
+  virtual ~BackendFusions() = default;
+  // Whether the model may give the attention block's three projections of `type` as one
+  // weight (the query projection's q_rows rows, then the key and the value
+  // projection's kv_rows rows each, `cols` wide) and use one activation qkv
+  // [T x (q_rows + 2 kv_rows)] for their product, their biases (one vector, stacked
+  // alike), rope_store and attention.
+  virtual bool fuses_qkv(TensorType type, int64_t q_rows, int64_t kv_rows, int64_t cols) const = 0;
+  // With fuses_qkv: the values of rope(queries), rope(keys), the step's cache's store(layer,
+  // keys, values) and, when the cache asks for rows (KvCache::captured_rows),
+  // capture_queries(layer, queries), where queries, keys and values are qkv's
+  // n_head * head_dim, kv_dim and kv_dim columns in that order. The keys in qkv may be
+  // left unrotated.
+  virtual void rope_store(int32_t layer, Activation& qkv, const AttentionShape& shape, const RopeParams& p) = 0;
+  // Whether matmul_swiglu takes a gate and an up projection of `type` ([rows x cols]
+  // each) as one weight: the up projection's rows after the gate's, uploaded together.
+  virtual bool fuses_gate_up(TensorType type, int64_t rows, int64_t cols) const = 0;
+  // Each of the following computes its plain ops' values in fewer kernels and returns
+  // true, or returns false having done nothing (arguments it does not fuse).
+  // The feed-forward gate, out = silu(W_gate x) * (W_up x): matmul(gate, x, out),
+  // matmul(up, x, scratch), swiglu(out, scratch, out). With fuses_gate_up, `gate` may be
+  // the two projections as one weight (2 x rows rows) and `up` empty (then it must not
+  // return false). `scratch` ([T x rows], not x or out) may be written.
+  virtual bool matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
+                             Activation& scratch) = 0;
+  // acc[i] += W x[i] (a residual add after a product): matmul(w, x, scratch) then
+  // add(acc, scratch). acc must not be x (std::invalid_argument). `scratch` ([T x
+  // w.rows], neither acc nor x) may be written or left alone.
+  virtual bool matmul_add(const Weight& w, const Activation& x, Activation& acc, Activation& scratch) = 0;
+  // A product of normalized rows, out = W rms_norm(x): rms_norm(x, gain, eps, normed)
+  // then matmul(w, normed, out). `normed` ([T x x.cols], neither x nor out) may be
+  // written or left alone.
+  virtual bool matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
+                           Activation& out) = 0;
+  // The feed-forward gate of normalized rows: rms_norm(x, gain, eps, normed) then
+  // matmul_swiglu(gate, up, normed, out, scratch); `normed` as in matmul_norm.
+  virtual bool matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain,
+                                  float eps, Activation& normed, Activation& out, Activation& scratch) = 0;
+};
+
+// Per-kernel device time (Backend::profiler(); fafo bench --profile).
+class BackendProfiler {
+ public:
+  virtual ~BackendProfiler() = default;
+  // Starts collecting a KernelProfile over the steps that follow (and clears the last
+  // one); returns an empty string, or why this device cannot time its kernels (then
+  // nothing is collected).
+  virtual std::string start_profile() = 0;
+  // What was collected; stops collecting.
+  virtual KernelProfile take_profile() = 0;
+};
+
+// A backend that counts what it allocates (Backend::memory(); --memory-limit).
+class BackendMemory {
+ public:
+  virtual ~BackendMemory() = default;
+  // Limits what the backend allocates (weights, activations, the KV cache, device
+  // scratch) to `bytes`, before anything is loaded (std::logic_error after): an
+  // allocation past it throws DeviceError(OutOfMemory) naming the sizes.
+  virtual void set_memory_limit(uint64_t bytes) = 0;
+  // Bytes allocated so far, as set_memory_limit counts them.
+  virtual uint64_t memory_in_use() const = 0;
+};
+
+// --- the core ------------------------------------------------------------------------------
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -140,6 +241,13 @@ class Backend {
   virtual std::string description() const = 0;
   // Exact (the default) or a stated tolerance; see BackendNumerics.
   virtual BackendNumerics numerics() const { return {}; }
+  // What it can do beyond the core ops; see BackendCapabilities.
+  virtual BackendCapabilities capabilities() const { return {}; }
+
+  // --- optional parts: each null where the backend has none --------------------------
+  virtual BackendFusions* fusions() { return nullptr; }
+  virtual BackendProfiler* profiler() { return nullptr; }
+  virtual BackendMemory* memory() { return nullptr; }
 
   // --- memory ---------------------------------------------------------------------
   // Makes a weight resident. `data` stays valid for the backend's lifetime (it may
@@ -152,11 +260,11 @@ class Backend {
   virtual void prepare_weights(std::span<const TensorType> types) { (void)types; }
   // Allocates a zeroed activation buffer with room for `max_rows` rows.
   virtual Activation alloc_activation(int64_t max_rows, int64_t cols) = 0;
-  // The most rows of `cols` floats one activation may hold (a device's buffer range:
-  // Vulkan's maxStorageBufferRange); unlimited by default.
-  virtual int64_t max_activation_rows(int64_t cols) const {
-    (void)cols;
-    return std::numeric_limits<int64_t>::max();
+  // The most rows of `cols` floats one activation may hold (capabilities().max_activation_bytes).
+  int64_t max_activation_rows(int64_t cols) const {
+    const uint64_t bytes = capabilities().max_activation_bytes;
+    if (bytes == std::numeric_limits<uint64_t>::max()) return std::numeric_limits<int64_t>::max();
+    return cols > 0 ? static_cast<int64_t>(bytes / (static_cast<uint64_t>(cols) * sizeof(float))) : 0;
   }
   // Creates a KV cache: for each of shape.n_layer layers, shape.capacity entries of
   // shape.kv_dim keys and values stored as shape.type (a latent cache's per-layer
@@ -180,13 +288,11 @@ class Backend {
   // values go to slots segment(s).n_past onward of caches[s], and its rows attend
   // caches[s] and the part's own rows. Every kernel computes each row as in a step of
   // that part alone. Throws std::invalid_argument unless there is one distinct cache per
-  // part and at most max_step_sequences() parts.
+  // part and at most capabilities().max_step_sequences parts.
   void begin_step(const StepBatch& batch, std::span<KvCache* const> caches) {
     check_step_caches(batch, caches);
     start_step(batch, caches);
   }
-  // How many sequences one step may compute for (1: no joined steps).
-  virtual int32_t max_step_sequences() const { return 1; }
   // out[i] = table row batch.tokens()[i], dequantized.
   virtual void embed(const Weight& table, Activation& out) = 0;
   // out = x / rms(x) * gain, per row.
@@ -205,7 +311,7 @@ class Backend {
   // committed entries (FULL rows: every entry, in the cache's logical order;
   // COMPRESSED rows: the cache's region, or everything in its dense layers) and then
   // the batch tokens its mask row lets it see (including itself). The queries are q's
-  // first n_head * head_dim columns (with fuses_qkv, q may be the wider fused qkv).
+  // first n_head * head_dim columns (with fused_qkv, q may be the wider fused qkv).
   virtual void attention(int32_t layer, const Activation& q, const AttentionShape& shape, Activation& out) = 0;
   // Multi-head latent attention (MLA models, made by fafo-care) over layer `layer` of a
   // latent KV cache (KvCacheShape::latent): the values of attention() where the entry
@@ -214,18 +320,12 @@ class Backend {
   // key_dim(layer) / value_dim(layer) columns. position(s) is the logical index of the
   // committed entry there (KvLayout::logical_of) for s < n_past, and the batch position
   // of token s - n_past for the step's own slots. Backends without MLA throw
-  // std::invalid_argument (the default).
+  // std::invalid_argument (the default); capabilities().latent_attention says which.
   virtual void latent_attention(int32_t layer, const Activation& q, const AttentionShape& shape, const Weight& k_up,
                                 const Weight& v_up, const RopeParams& rope, Activation& out) {
     (void)layer, (void)q, (void)shape, (void)k_up, (void)v_up, (void)rope, (void)out;
     throw std::invalid_argument("the " + name() + " backend cannot run multi-head latent attention (MLA) models");
   }
-  // Whether the backend runs MLA models (a latent KV cache and latent_attention); the
-  // model refuses an MLA file before loading anything where it does not.
-  virtual bool runs_latent_attention() const { return false; }
-  // Whether each op has run when its call returns (host backends), so activations may
-  // be read with read_rows inside a step (Model::set_attention_input_tap).
-  virtual bool executes_immediately() const { return false; }
   // out = silu(gate) * up.
   virtual void swiglu(const Activation& gate, const Activation& up, Activation& out) = 0;
   // out = gelu(gate) * up, GELU by its tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi)
@@ -239,62 +339,6 @@ class Backend {
   virtual void softcap(Activation& x, float cap) = 0;
   // x += y.
   virtual void add(Activation& x, const Activation& y) = 0;
-  // Whether the model may give the attention block's three projections of `type` as one
-  // weight (the query projection's q_rows rows, then the key and the value
-  // projection's kv_rows rows each, `cols` wide) and use one activation qkv
-  // [T x (q_rows + 2 kv_rows)] for their product, their biases (one vector, stacked
-  // alike), rope_store and attention.
-  virtual bool fuses_qkv(TensorType /*type*/, int64_t /*q_rows*/, int64_t /*kv_rows*/, int64_t /*cols*/) const {
-    return false;
-  }
-  // With fuses_qkv: the values of rope(queries), rope(keys), the step's cache's store(layer,
-  // keys, values) and, when the cache asks for rows (KvCache::captured_rows),
-  // capture_queries(layer, queries), where queries, keys and values are qkv's
-  // n_head * head_dim, kv_dim and kv_dim columns in that order. The keys in qkv may be
-  // left unrotated.
-  virtual void rope_store(int32_t /*layer*/, Activation& /*qkv*/, const AttentionShape& /*shape*/,
-                          const RopeParams& /*p*/) {
-    throw std::logic_error("rope_store: backend " + name() + " does not fuse the attention projections");
-  }
-  // Whether matmul_swiglu takes a gate and an up projection of `type` ([rows x cols]
-  // each) as one weight: the up projection's rows after the gate's, uploaded together.
-  virtual bool fuses_gate_up(TensorType /*type*/, int64_t /*rows*/, int64_t /*cols*/) const { return false; }
-  // The feed-forward gate, out = silu(W_gate x) * (W_up x): the values of
-  // matmul(gate, x, out), matmul(up, x, scratch), swiglu(out, scratch, out). With
-  // fuses_gate_up, `gate` may instead be the two projections as one weight (2 x rows
-  // rows) and `up` empty. `scratch` ([T x rows], not x or out) may be written.
-  virtual void matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
-                             Activation& scratch) {
-    if (!up) throw std::invalid_argument("matmul_swiglu: backend " + name() + " takes the gate and up weights apart");
-    matmul(gate, x, out);
-    matmul(up, x, scratch);
-    swiglu(out, scratch, out);
-  }
-  // acc[i] += W x[i] (a residual add after a product): the same values as
-  // matmul(w, x, scratch) then add(acc, scratch). acc must not be x (a backend may throw
-  // std::invalid_argument). `scratch` ([T x w.rows], neither acc nor x) may be written
-  // or left alone; a backend may fuse the add into the product (one kernel, not two).
-  virtual void matmul_add(const Weight& w, const Activation& x, Activation& acc, Activation& scratch) {
-    matmul(w, x, scratch);
-    add(acc, scratch);
-  }
-  // A product of normalized rows, out = W rms_norm(x): the values of rms_norm(x, gain,
-  // eps, normed) then matmul(w, normed, out). `normed` ([T x x.cols], neither x nor out)
-  // may be written or left alone; a backend may fuse the norm into the product (one
-  // kernel, not two).
-  virtual void matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
-                           Activation& out) {
-    rms_norm(x, gain, eps, normed);
-    matmul(w, normed, out);
-  }
-  // The feed-forward gate of normalized rows: the values of rms_norm(x, gain, eps,
-  // normed) then matmul_swiglu(gate, up, normed, out, scratch); `normed` as in
-  // matmul_norm.
-  virtual void matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain,
-                                  float eps, Activation& normed, Activation& out, Activation& scratch) {
-    rms_norm(x, gain, eps, normed);
-    matmul_swiglu(gate, up, normed, out, scratch);
-  }
   // Copies the selected rows of src (indices into the batch) to the first rows of dst;
   // for the rest of the step, kernels that read dst process rows.size() rows instead
   // of the batch size.
@@ -315,24 +359,7 @@ class Backend {
   // Reads the first n_rows rows of x back to the host (after finish_step).
   virtual std::vector<float> read_rows(const Activation& x, int64_t n_rows) = 0;
 
-  // Per-kernel device time: start_profile() starts collecting a KernelProfile over the
-  // steps that follow (and clears the last one); it returns an empty string, or why this
-  // backend or device cannot time its kernels (then nothing is collected).
-  // take_profile() returns what was collected and stops collecting.
-  virtual std::string start_profile() { return "backend " + name() + " has no per-kernel device timer"; }
-  virtual KernelProfile take_profile() { return {}; }
-
   // --- faults (fafo/device_error.h) -------------------------------------------------
-  // Limits what the backend allocates (weights, activations, the KV cache, device
-  // scratch) to `bytes`, before anything is loaded: an allocation past it throws
-  // DeviceError(OutOfMemory) naming the sizes (--memory-limit). Backends that cannot
-  // count their memory throw std::invalid_argument.
-  virtual void set_memory_limit(uint64_t bytes) {
-    (void)bytes;
-    throw std::invalid_argument("the " + name() + " backend cannot limit its memory (--memory-limit)");
-  }
-  // Bytes allocated so far, as set_memory_limit counts them.
-  virtual uint64_t memory_in_use() const { return 0; }
   // The plan.at_step-th finish_step from now fails as plan.kind, once (FAFO_INJECT_FAULT).
   void inject_fault(const FaultPlan& plan) {
     fault_ = plan;
@@ -357,9 +384,9 @@ class Backend {
     if (static_cast<int64_t>(caches.size()) != batch.n_segments())
       throw std::invalid_argument("begin_step: " + std::to_string(caches.size()) + " KV caches for a step of " +
                                   std::to_string(batch.n_segments()) + " sequences");
-    if (batch.n_segments() > max_step_sequences())
+    if (batch.n_segments() > capabilities().max_step_sequences)
       throw std::invalid_argument("begin_step: the " + name() + " backend computes at most " +
-                                  std::to_string(max_step_sequences()) + " sequences in one step, not " +
+                                  std::to_string(capabilities().max_step_sequences) + " sequences in one step, not " +
                                   std::to_string(batch.n_segments()));
     for (size_t a = 0; a < caches.size(); ++a) {
       if (caches[a] == nullptr) throw std::invalid_argument("begin_step: no KV cache for part " + std::to_string(a));
@@ -371,6 +398,51 @@ class Backend {
   std::optional<FaultPlan> fault_;
   int64_t steps_since_fault_plan_ = 0;
 };
+
+// --- fused ops, or their plain ops (BackendFusions) -----------------------------------------
+// What the model calls: the backend's fused kernel where it has one, else the plain ops.
+
+inline bool fuses_qkv(Backend& b, TensorType type, int64_t q_rows, int64_t kv_rows, int64_t cols) {
+  const BackendFusions* f = b.fusions();
+  return f != nullptr && f->fuses_qkv(type, q_rows, kv_rows, cols);
+}
+inline bool fuses_gate_up(Backend& b, TensorType type, int64_t rows, int64_t cols) {
+  const BackendFusions* f = b.fusions();
+  return f != nullptr && f->fuses_gate_up(type, rows, cols);
+}
+inline void run_matmul_swiglu(Backend& b, const Weight& gate, const Weight& up, const Activation& x, Activation& out,
+                              Activation& scratch) {
+  if (BackendFusions* f = b.fusions(); f != nullptr && f->matmul_swiglu(gate, up, x, out, scratch)) return;
+  if (!up) throw std::invalid_argument("matmul_swiglu: backend " + b.name() + " takes the gate and up weights apart");
+  b.matmul(gate, x, out);
+  b.matmul(up, x, scratch);
+  b.swiglu(out, scratch, out);
+}
+inline void run_matmul_add(Backend& b, const Weight& w, const Activation& x, Activation& acc, Activation& scratch) {
+  if (BackendFusions* f = b.fusions(); f != nullptr && f->matmul_add(w, x, acc, scratch)) return;
+  b.matmul(w, x, scratch);
+  b.add(acc, scratch);
+}
+inline void run_matmul_norm(Backend& b, const Weight& w, const Activation& x, const Weight& gain, float eps,
+                            Activation& normed, Activation& out) {
+  if (BackendFusions* f = b.fusions(); f != nullptr && f->matmul_norm(w, x, gain, eps, normed, out)) return;
+  b.rms_norm(x, gain, eps, normed);
+  b.matmul(w, normed, out);
+}
+inline void run_matmul_swiglu_norm(Backend& b, const Weight& gate, const Weight& up, const Activation& x,
+                                   const Weight& gain, float eps, Activation& normed, Activation& out,
+                                   Activation& scratch) {
+  if (BackendFusions* f = b.fusions(); f != nullptr && f->matmul_swiglu_norm(gate, up, x, gain, eps, normed, out, scratch))
+    return;
+  b.rms_norm(x, gain, eps, normed);
+  run_matmul_swiglu(b, gate, up, normed, out, scratch);
+}
+
+// Bytes the backend has allocated (BackendMemory::memory_in_use); 0 where it does not count.
+inline uint64_t memory_in_use(Backend& b) {
+  const BackendMemory* m = b.memory();
+  return m != nullptr ? m->memory_in_use() : 0;
+}
 
 // What a backend's begin_step computes with: `kv` as the backend's own cache type.
 // Throws std::invalid_argument when another backend made it.

@@ -31,7 +31,7 @@ struct BackendInfo {
   // `auto` picks the registered backend of highest auto_rank that finds a GPU device,
   // else the backend of rank 0 (the fast CPU backend); a negative rank is never picked.
   int auto_rank = 0;
-  // Whether it runs MLA models (Backend::runs_latent_attention); `auto` skips it for one when not.
+  // Whether it runs MLA models (BackendCapabilities::latent_attention); `auto` skips it for one when not.
   bool runs_latent_attention = true;
   std::function<std::vector<BackendDevice>()> devices;  // never throws; empty when unavailable
   // What the backend did to find its devices that a user should know (Vulkan: a driver

@@ -87,7 +87,7 @@ class Model {
   // when a row holds a NaN, as the sampler does.
   TopK forward_top_k(StepBatch& batch, int32_t k);
   // The steps of several sequences on the same weights as one step (StepBatch::join;
-  // at most backend().max_step_sequences() of them, distinct): each request gets what
+  // at most backend().capabilities().max_step_sequences of them, distinct): each request gets what
   // the matching forward* call would return for its model, bit for bit, or in `error`
   // the exception it would throw (a part that fails its own checks does not stop the
   // others; a failing step fails every part). The sequences' logit rows together must
@@ -133,7 +133,7 @@ class Model {
 
   // Calls `tap(layer, rows, n_rows, n_embd)` with each layer's attention input (the rows
   // after the attention RMSNorm, row-major) during every step: fafo-care's calibration.
-  // Only on backends that execute each op at once (Backend::executes_immediately) and
+  // Only on backends that execute each op at once (BackendCapabilities::executes_immediately) and
   // without fused attention projections; throws std::invalid_argument otherwise. An
   // empty function turns it off.
   using AttentionInputTap = ModelWeights::AttentionInputTap;

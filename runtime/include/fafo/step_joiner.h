@@ -10,7 +10,7 @@
 // waiting steps that fit one step and runs them; the rest wait for the next one. The
 // oldest waiting step always goes first, then the smallest (a decode row before a
 // prefill chunk), within the row budget (ModelWeights::kMaxStepTokens tokens and
-// max_logit_rows() logit rows) and the backend's max_step_sequences(). Every sequence
+// max_logit_rows() logit rows) and the backend's capabilities().max_step_sequences. Every sequence
 // gets its rows' bits as if it had stepped alone (backends are T-invariant across the
 // parts of a step), so joining never changes a token.
 #pragma once

@@ -52,7 +52,12 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
       spec.name == "auto" || spec.name.empty() ? default_backend_name(spec.latent_attention) : spec.name;
   if (const BackendInfo* b = find_backend(name)) {
     std::unique_ptr<Backend> backend = b->create(spec);
-    if (spec.memory_limit > 0) backend->set_memory_limit(spec.memory_limit);
+    if (spec.memory_limit > 0) {
+      BackendMemory* memory = backend->memory();
+      if (memory == nullptr)
+        throw std::invalid_argument("the " + backend->name() + " backend cannot limit its memory (--memory-limit)");
+      memory->set_memory_limit(spec.memory_limit);
+    }
     if (const std::optional<FaultPlan> fault = take_injected_fault()) backend->inject_fault(*fault);
     return backend;
   }

@@ -124,9 +124,9 @@ void Model::forward_joined(const std::vector<std::pair<Model*, StepRequest*>>& p
   }
   if (ready.empty()) return;
   try {
-    if (ready.size() > static_cast<size_t>(backend.max_step_sequences()))
+    if (ready.size() > static_cast<size_t>(backend.capabilities().max_step_sequences))
       throw std::invalid_argument("forward_joined: the " + backend.name() + " backend computes at most " +
-                                  std::to_string(backend.max_step_sequences()) + " sequences in one step");
+                                  std::to_string(backend.capabilities().max_step_sequences) + " sequences in one step");
     if (tokens > kMaxStepTokens || logit_rows > weights.max_logit_rows())
       throw std::invalid_argument("forward_joined: " + std::to_string(tokens) + " tokens and " + std::to_string(logit_rows) +
                                   " logit rows in one step (at most " + std::to_string(kMaxStepTokens) + " and " +

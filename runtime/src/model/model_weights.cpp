@@ -159,7 +159,7 @@ int64_t ModelWeights::loads_alive() { return g_loads_alive.load(); }
 ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend)
     : file_(std::move(file)), backend_(std::move(backend)), config_(ModelConfig::from_gguf(*file_)) {
   const ModelConfig& c = config_;
-  if (c.mla() && !backend_->runs_latent_attention())
+  if (c.mla() && !backend_->capabilities().latent_attention)
     throw std::runtime_error("the " + backend_->name() + " backend cannot run multi-head latent attention (MLA) models " +
                              "such as " + file_->path() + " (made by fafo-care); use the cpu, reference or vulkan backend");
   if (c.mla() && c.fused_tensors()) throw GgufError(file_->path(), "MLA files of a " + c.arch + " model are not supported");
@@ -211,7 +211,7 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
       // fuses them, else three.
       const int64_t all = q_dim + 2 * c.kv_dim();
       if (c.qkv_bias) throw GgufError(file_->path(), "attention biases with a fused attn_qkv.weight are not supported");
-      L.fused_qkv = backend_->fuses_qkv(qkv->type, q_dim, c.kv_dim(), c.n_embd);
+      L.fused_qkv = fuses_qkv(*backend_, qkv->type, q_dim, c.kv_dim(), c.n_embd);
       if (L.fused_qkv) {
         L.wq = load.matrix(*qkv, c.n_embd, all);
       } else {
@@ -235,7 +235,7 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     // layers, fuses the others.
     // (Not where the queries and keys are normalized between the product and RoPE.)
     L.fused_qkv = !c.qk_norm && wq.type == wk.type && wk.type == wv.type &&
-                  backend_->fuses_qkv(wq.type, q_dim, c.kv_dim(), c.n_embd) &&
+                  fuses_qkv(*backend_, wq.type, q_dim, c.kv_dim(), c.n_embd) &&
                   (!c.qkv_bias || (bias[0]->type == bias[1]->type && bias[1]->type == bias[2]->type));
     if (L.fused_qkv) {
       L.wq = load.stacked({{&wq, q_dim}, {&wk, c.kv_dim()}, {&wv, c.kv_dim()}}, c.n_embd);
@@ -264,7 +264,7 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     if (c.fused_tensors() && !file_->find_tensor(p + "ffn_gate.weight")) {
       // Phi-3: ffn_up holds the gate's n_ff rows, then the up projection's.
       const GgufTensor& gate_up = file_->require_tensor(p + "ffn_up.weight");
-      if (backend_->fuses_gate_up(gate_up.type, c.n_ff, c.n_embd)) {
+      if (fuses_gate_up(*backend_, gate_up.type, c.n_ff, c.n_embd)) {
         L.w_gate = load.matrix(gate_up, c.n_embd, 2 * int64_t{c.n_ff});
       } else {
         L.w_gate = load.matrix_rows(gate_up, c.n_embd, 2 * int64_t{c.n_ff}, 0, c.n_ff);
@@ -277,7 +277,7 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     const GgufTensor& gate = file_->require_tensor(p + "ffn_gate.weight");
     const GgufTensor& up = file_->require_tensor(p + "ffn_up.weight");
     // (The fused gate-and-up kernels apply SwiGLU: a GeGLU model keeps them apart.)
-    if (!c.gelu_ffn && gate.type == up.type && backend_->fuses_gate_up(gate.type, c.n_ff, c.n_embd)) {
+    if (!c.gelu_ffn && gate.type == up.type && fuses_gate_up(*backend_, gate.type, c.n_ff, c.n_embd)) {
       L.w_gate = load.stacked({{&gate, c.n_ff}, {&up, c.n_ff}}, c.n_embd);  // one weight; L.w_up stays empty
     } else {
       L.w_gate = load.matrix(gate, c.n_embd, c.n_ff);
@@ -368,7 +368,7 @@ KvCacheShape ModelWeights::kv_cache_shape(int32_t n_ctx, KvCacheType type) const
 const Activation& ModelWeights::logits() const { return buffers_->logits; }
 
 std::string ModelWeights::why_no_attention_input_tap() const {
-  if (!backend_->executes_immediately())
+  if (!backend_->capabilities().executes_immediately)
     return "the " + backend_->name() + " backend cannot show a step's attention inputs (use reference or cpu)";
   for (const Weights::Layer& L : weights_->layers)
     if (L.fused_qkv) return "the " + backend_->name() + " backend fuses the attention projections (use the reference backend)";
@@ -429,9 +429,9 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
       store(l, kl, vl, b.q);
       be.latent_attention(l, b.q, shape, L.k_up, L.v_up, rope, b.attn);
     } else if (L.fused_qkv) {
-      be.matmul_norm(L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
+      run_matmul_norm(be, L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
       if (c.qkv_bias) be.add_bias(L.bq, b.qkv);
-      be.rope_store(l, b.qkv, shape, rope);
+      be.fusions()->rope_store(l, b.qkv, shape, rope);
     } else {
       be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
       if (tap) tap_attention_input(l);
@@ -462,7 +462,7 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
       be.rms_norm(b.proj, L.attn_post_norm, c.rms_eps, b.xn);
       be.add(b.x, b.xn);
     } else {
-      be.matmul_add(L.wo, b.attn, b.x, b.proj);
+      run_matmul_add(be, L.wo, b.attn, b.x, b.proj);
     }
     // Feed-forward block.
     if (c.gelu_ffn) {
@@ -471,19 +471,19 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
       be.matmul(L.w_up, b.xn, b.up);
       be.geglu(b.gate, b.up, b.gate);
     } else {
-      be.matmul_swiglu_norm(L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);
+      run_matmul_swiglu_norm(be, L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);
     }
     if (c.post_norms) {
       be.matmul(L.w_down, b.gate, b.ffn);
       be.rms_norm(b.ffn, L.ffn_post_norm, c.rms_eps, b.xn);
       be.add(b.x, b.xn);
     } else {
-      be.matmul_add(L.w_down, b.gate, b.x, b.ffn);
+      run_matmul_add(be, L.w_down, b.gate, b.x, b.ffn);
     }
   }
   const auto& rows = batch.logit_rows();
   be.gather_rows(b.x, rows, b.last);
-  be.matmul_norm(w.output, b.last, w.output_norm, c.rms_eps, b.last_norm, b.logits);
+  run_matmul_norm(be, w.output, b.last, w.output_norm, c.rms_eps, b.last_norm, b.logits);
   if (c.final_softcap > 0.0f) be.softcap(b.logits, c.final_softcap);
 }
 

@@ -31,7 +31,7 @@ struct StoredWeight {
   std::vector<float> dense;  // dequantized copy for small vectors (norm gains, biases)
 };
 
-class HostBackend final : public Backend, public StepRows {
+class HostBackend final : public Backend, public BackendMemory, public StepRows {
  public:
   HostBackend(int n_threads, HostBackendTraits traits, std::unique_ptr<HostKernels> kernels)
       : pool_(n_threads), traits_(std::move(traits)), kernels_(std::move(kernels)) {}
@@ -95,7 +95,14 @@ class HostBackend final : public Backend, public StepRows {
   }
 
   // Any number of sequences per step: attention visits each row's own cache.
-  int32_t max_step_sequences() const override { return StepBatch::kMaxTokens; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.max_step_sequences = StepBatch::kMaxTokens;
+    c.latent_attention = true;
+    c.executes_immediately = true;
+    return c;
+  }
+  BackendMemory* memory() override { return this; }
 
   void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
     check_usable();
@@ -175,8 +182,6 @@ class HostBackend final : public Backend, public StepRows {
     attend(layer, segs, q, s, out);
   }
 
-  bool executes_immediately() const override { return true; }
-  bool runs_latent_attention() const override { return true; }
 
   // The keys of the slots a step reads, [0, n_past + T), recovered from the latents
   // (up-projection, then RoPE at the entry's position, in plain fp32 loops, each slot's

@@ -22,7 +22,7 @@ namespace fafo::reference {
 
 namespace {
 
-class OracleBackend final : public Backend {
+class OracleBackend final : public Backend, public BackendMemory {
  public:
   std::string name() const override { return "reference"; }
   std::string description() const override { return "reference backend (fp32, single-threaded: the oracle)"; }
@@ -91,7 +91,14 @@ class OracleBackend final : public Backend {
 
   // --- a step ---
 
-  int32_t max_step_sequences() const override { return StepBatch::kMaxTokens; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.max_step_sequences = StepBatch::kMaxTokens;
+    c.latent_attention = true;
+    c.executes_immediately = true;
+    return c;
+  }
+  BackendMemory* memory() override { return this; }
 
   void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
     check_usable();
@@ -215,8 +222,6 @@ class OracleBackend final : public Backend {
       }
     }
   }
-  bool runs_latent_attention() const override { return true; }
-  bool executes_immediately() const override { return true; }
 
   void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
     for (int64_t i = 0; i < rows_of(gate); ++i)

@@ -47,7 +47,7 @@ class StepEncoder {
   StepEncoder(const StepEncoder&) = delete;
   StepEncoder& operator=(const StepEncoder&) = delete;
 
-  // The most sequences one step joins (VulkanBackend::max_step_sequences).
+  // The most sequences one step joins (BackendCapabilities::max_step_sequences).
   static constexpr int32_t kMaxParts = 16;
   // Sizes the step inputs for steps of up to StepBatch::kMaxTokens tokens over KV
   // caches of up to `capacity` entries (when a cache is created).

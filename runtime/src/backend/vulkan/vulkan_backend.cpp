@@ -64,7 +64,11 @@ struct DeviceActivation {
   int64_t max_rows = 0, cols = 0;
 };
 
-class VulkanBackend final : public Backend, public StepTarget {
+class VulkanBackend final : public Backend,
+                            public BackendFusions,
+                            public BackendProfiler,
+                            public BackendMemory,
+                            public StepTarget {
  public:
   explicit VulkanBackend(const VulkanBackendOptions& options)
       : context_(make_context_options(options)),
@@ -102,6 +106,16 @@ class VulkanBackend final : public Backend, public StepTarget {
   ~VulkanBackend() override { encoder_.abandon(); }
 
   std::string name() const override { return "vulkan"; }
+  BackendCapabilities capabilities() const override {
+    BackendCapabilities c;
+    c.max_step_sequences = StepEncoder::kMaxParts;
+    c.latent_attention = true;
+    c.max_activation_bytes = max_range_;
+    return c;
+  }
+  BackendFusions* fusions() override { return this; }
+  BackendProfiler* profiler() override { return this; }
+  BackendMemory* memory() override { return this; }
   // The weight kernels' summation trees, rms_norm, silu and the attention softmax are
   // not the CPU reference's operation order, so results differ in the last bits
   // (tests/test_backend_ops.cpp prints the largest difference per case); every kernel
@@ -178,9 +192,6 @@ class VulkanBackend final : public Backend, public StepTarget {
     return Weight{static_cast<int32_t>(weights_.size() - 1), type, rows, cols};
   }
 
-  int64_t max_activation_rows(int64_t cols) const override {
-    return cols > 0 ? static_cast<int64_t>(max_range_ / (static_cast<uint64_t>(cols) * sizeof(float))) : 0;
-  }
 
   Activation alloc_activation(int64_t max_rows, int64_t cols) override {
     const uint64_t bytes = static_cast<uint64_t>(max_rows) * static_cast<uint64_t>(cols) * sizeof(float);
@@ -216,7 +227,6 @@ class VulkanBackend final : public Backend, public StepTarget {
   // replays an earlier one with the same parts (caches, sizes, views) in the same
   // order, such as every step where the same slots each decode one token; the cache
   // keeps the 8 most recently used, so mixed batches never grow it.
-  int32_t max_step_sequences() const override { return StepEncoder::kMaxParts; }
 
   void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
     check_usable();
@@ -266,43 +276,38 @@ class VulkanBackend final : public Backend, public StepTarget {
            static_cast<uint64_t>(2 * rows) * tensor_row_bytes(type, cols) <= max_range_ - 4;
   }
 
-  void matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
-                     Activation& scratch) override {
-    if (up) {
-      Backend::matmul_swiglu(gate, up, x, out, scratch);
-      return;
-    }
+  bool matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
+                     Activation&) override {
+    if (up) return false;
     gated_product(gate, x, out, InputNorm{});
+    return true;
   }
 
   // An RMSNorm and the product that reads it are one dispatch (the NORM variants of
   // shaders/matmul.comp) in steps of up to WeightKernels::kMaxNormTokens rows; larger
   // steps run the two kernels, which give the same bits. Integer products normalize in
   // the rounding of their input instead (quantize_norm, any step size).
-  void matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation& normed,
+  bool matmul_norm(const Weight& w, const Activation& x, const Weight& gain, float eps, Activation&,
                    Activation& out) override {
-    if (!fuses_norm(x, gain, w)) {
-      Backend::matmul_norm(w, x, gain, eps, normed, out);
-      return;
-    }
+    if (!fuses_norm(x, gain, w)) return false;
     product(w, x, out, false, InputNorm{&vector(gain), eps});
     set_rows(out, rows_of(x));
+    return true;
   }
 
-  void matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain, float eps,
-                          Activation& normed, Activation& out, Activation& scratch) override {
-    if (up || !fuses_norm(x, gain, gate)) {
-      Backend::matmul_swiglu_norm(gate, up, x, gain, eps, normed, out, scratch);
-      return;
-    }
+  bool matmul_swiglu_norm(const Weight& gate, const Weight& up, const Activation& x, const Weight& gain, float eps,
+                          Activation&, Activation& out, Activation&) override {
+    if (up || !fuses_norm(x, gain, gate)) return false;
     gated_product(gate, x, out, InputNorm{&vector(gain), eps});
+    return true;
   }
 
   // The residual add runs in the product's epilogue: one dispatch instead of two.
-  void matmul_add(const Weight& weight_id, const Activation& x, Activation& acc, Activation&) override {
+  bool matmul_add(const Weight& weight_id, const Activation& x, Activation& acc, Activation&) override {
     if (x.id == acc.id) throw std::invalid_argument("matmul_add: acc must not be the product's input");
     if (rows_of(x) != rows_of(acc)) throw std::invalid_argument("matmul_add: x and acc hold different row counts");
     product(weight_id, x, acc, true);
+    return true;
   }
 
   void add_bias(const Weight& bias, Activation& x) override {
@@ -385,7 +390,6 @@ class VulkanBackend final : public Backend, public StepTarget {
   // logical order in the step's header; a step token's is its batch position, in the
   // step's RoPE table. Both tables and n_past are read from buffers the host writes,
   // so a replayed step uses the current ones.
-  bool runs_latent_attention() const override { return true; }
 
   void latent_attention(int32_t layer, const Activation& q, const AttentionShape& s, const Weight& k_up,
                         const Weight& v_up, const RopeParams& rope, Activation& out) override {

@@ -47,10 +47,10 @@ struct VulkanBackendOptions {
   uint64_t max_buffer_bytes = 0;
   // Optional features to use, as FAFO_VULKAN_FEATURES words; nullopt = that variable, or all.
   std::optional<std::string> features;
-  // Fuse the attention projections, RoPE and the KV store (Backend::fuses_qkv); off:
+  // Fuse the attention projections, RoPE and the KV store (BackendFusions::fuses_qkv); off:
   // the separate kernels, which give the same bits (tests compare the two).
   bool fuse_qkv = true;
-  // Fuse each RMSNorm into the product that reads it (Backend::matmul_norm and
+  // Fuse each RMSNorm into the product that reads it (BackendFusions::matmul_norm and
   // matmul_swiglu_norm) in steps of up to 8 tokens; off: the two kernels, the same bits.
   // nullopt: FAFO_VULKAN_FUSE_NORM (0 or 1) where set, else on GPUs and off on CPU devices.
   std::optional<bool> fuse_norm;
