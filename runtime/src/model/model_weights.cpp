@@ -11,9 +11,9 @@
 #include <map>
 #include <stdexcept>
 
-#include "backend/host/scalar_kernels.h"
 #include "fafo/model_weights.h"
 #include "fafo/progress.h"
+#include "util/fp32_loops.h"
 
 namespace fafo {
 

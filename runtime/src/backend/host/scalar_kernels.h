@@ -8,13 +8,11 @@
 #include <cstdint>
 
 #include "fafo/backend.h"
+#include "util/fp32_loops.h"  // dot, rope_head, up_project, recover_key
 
 namespace fafo::scalar {
 
-float dot(const float* a, const float* b, int64_t n);
 void rms_norm_row(const float* x, const float* gain, float eps, float* out, int64_t n);
-// Rotates one head in place at position `pos`.
-void rope_head(float* head, int32_t pos, const RopeParams& p);
 float silu(float x);
 // GELU by its tanh approximation (tanh's argument clamped to [-10, 10]).
 float gelu_tanh(float x);
@@ -22,13 +20,6 @@ float gelu_tanh(float x);
 enum class GatedActivation : uint8_t { Silu, GeluTanh };
 // cap * tanh(x / cap), tanh's argument clamped to [-10, 10].
 float soft_cap(float x, float cap);
-// out[r] = dot(W row r, latent) for the `rows` rows of W (row-major, `cols` wide): an MLA
-// up-projection of one latent key or value.
-void up_project(const float* w, const float* latent, int64_t rows, int64_t cols, float* out);
-// An MLA key recovered from its latent: up_project by k_up (n_head_kv * head_dim rows,
-// `rank` columns), then each head rotated at `position`.
-void recover_key(const float* k_up, const float* latent, int64_t rank, int32_t n_head_kv, int32_t head_dim,
-                 int32_t position, const RopeParams& rope, float* out);
 // Index of the largest of n values, ties to the first; -1 when one is NaN, -2 when all are -inf.
 int32_t argmax_row(const float* x, int64_t n);
 
