@@ -94,10 +94,13 @@ struct ReplayCounts {
 };
 ReplayCounts replay_counts(const Backend& backend);
 
-// Its tuning: fafo/vulkan_tuning.h (vulkan_tune_now, vulkan_tuning_file).
+// Its tuning (fafo/vulkan_tuning.h's vulkan_tune_now and vulkan_tuning_file): the
+// products tuned now, and the tuning file; nothing and "" for another backend.
+std::vector<std::string> tune_now(Backend& backend);
+std::string tuning_file(const Backend& backend);
 
 // Resolves a --device string to an index in enumeration order; throws
-// std::runtime_error listing the devices when nothing matches.
+// std::runtime_error listing the devices when nothing matches (vulkan_registration.cpp).
 int resolve_device(const std::string& device);
 
 }  // namespace fafo::vulkan
