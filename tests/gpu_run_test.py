@@ -59,6 +59,14 @@ class LlamaBench(unittest.TestCase):
         self.assertEqual(s["build_commit"], "d32676d77")
         self.assertEqual(s["backends"], "CUDA")
 
+    def test_a_run_cut_short_keeps_the_records_it_finished(self):
+        # llama-bench prints each record when its test ends, the closing bracket at exit
+        text = json.dumps([record(512, 0, 40e6), record(1, 0, 2.0e6)], indent=2)
+        cut = text[:text.rindex("]")].rstrip() + ',\n  {\n    "build_commit": "d32676d77",\n    "n_pr'
+        records = gpu_run.parse_llama_bench(cut)
+        self.assertEqual([r["n_prompt"] for r in records], [512, 1])
+        self.assertEqual(len(gpu_run.parse_llama_bench(text[:text.rindex("]")])), 2)  # no closing bracket
+
     def test_output_without_json_is_an_error(self):
         with self.assertRaises(ValueError):
             gpu_run.parse_llama_bench("error: failed to load model\n")
@@ -82,12 +90,14 @@ class PeersArchive(unittest.TestCase):
                                   (tmp / "contents.tar.xz", ["-C", str(tmp / "peers"), "."])):
                 subprocess.run(["tar", "-cJf", str(archive), *what], check=True)
                 r = run(archive)
+                gpu_run.unpack_peers(r, 60)
                 builds = gpu_run.llama_builds(r)
                 self.assertEqual([name for name, _ in builds], ["cuda"], archive.name)
                 self.assertTrue(builds[0][1].is_relative_to(tmp / "work" / "peers"), builds[0][1])
                 self.assertIn("unpacked into", r.results["peers_unpacked"])
             (tmp / "broken.tar.xz").write_text("not an archive")
             r = run(tmp / "broken.tar.xz")
+            gpu_run.unpack_peers(r, 60)
             self.assertEqual(gpu_run.llama_builds(r), [])
             self.assertIn("could not be unpacked", r.results["peers_unpacked"])
 

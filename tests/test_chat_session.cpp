@@ -104,7 +104,7 @@ TEST_F(ChatSessionOnStories, ADrafterReadsTheWholeConversation) {
   ChatSession plain = session("You tell stories.");
   ChatSession drafted = session("You tell stories.");
   GenerationOptions draft = greedy(40, Strategy::Draft);
-  draft.decoding.draft_model = self;
+  draft.resources.draft_model = self;
   draft.decoding.draft_n = 4;
   for (const char* text : {"Once upon a time", "Tell me about the dog", "And then?"}) {
     const ChatTurnResult want = plain.turn(text, greedy(40));

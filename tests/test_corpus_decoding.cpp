@@ -49,7 +49,7 @@ GenerationResult run(test::TestModel& m, const char* prompt, Strategy s, const s
   o.stop_at_end_of_generation = false;
   o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, seed};
   o.decoding.strategy = s;
-  o.decoding.corpus = corpus;
+  o.resources.corpus = corpus;
   o.decoding.corpus_path = corpus ? corpus->path() : "";
   o.decoding.guesses = 4;
   if (s == Strategy::Auto) {
@@ -144,17 +144,15 @@ TEST(CorpusDecoding, StrategyCorpusNeedsAnIndexOfTheSameVocabulary) {
   EXPECT_THROW(generate(*m.model, *m.tokenizer, prompt, o), std::invalid_argument);
   const auto path = test::temp_dir("corpus-vocab") / "v.fidx";
   write_corpus_index(path.string(), std::vector<int32_t>{1, 2, 3}, 1000, {1, "other"}, 1);
-  o.decoding.corpus = CorpusIndex::open(path.string());
+  o.resources.corpus = CorpusIndex::open(path.string());
   try {
     generate(*m.model, *m.tokenizer, prompt, o);
     ADD_FAILURE() << "an index of another vocabulary size was used";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("1000"), std::string::npos) << e.what();
   }
-  // attach_corpus checks the tokenizer itself.
-  DecodingOptions d;
-  d.corpus_path = path.string();
-  EXPECT_THROW(attach_corpus(d, m.tokenizer->vocab()), IndexError);
+  // Opening it checks the tokenizer itself.
+  EXPECT_THROW(open_corpus(path.string(), m.tokenizer->vocab()), IndexError);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ GenerationResult run(OpenedModel& m, Strategy s, const std::shared_ptr<Model>& d
   o.stop_at_end_of_generation = false;
   o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, seed};
   o.decoding.strategy = s;
-  o.decoding.draft_model = draft;
+  o.resources.draft_model = draft;
   o.decoding.draft_n = draft_n;
   if (traces) o.on_step = [traces](const StepTrace& t) { traces->push_back(t); };
   return generate(*m.model, *m.tokenizer, m.tokenizer->encode("Lily and Tom went to the park. They", true), o);
@@ -50,24 +50,24 @@ TEST(DraftDecoding, OutputEqualsPlainDecodingWithEveryDrafter) {
   DecodingOptions self, other_backend;
   self.strategy = other_backend.strategy = Strategy::Draft;
   self.draft_model_path = "self";
-  open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Model> self_draft = open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   other_backend.draft_model_path = model_path.string();
   other_backend.draft_backend = "reference";
-  open_draft_model(other_backend, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
-  ASSERT_TRUE(self.draft_model && other_backend.draft_model);
-  EXPECT_EQ(other_backend.draft_model->backend().name(), "reference");
+  std::shared_ptr<Model> other_backend_draft = open_draft_model(other_backend, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  ASSERT_TRUE(self_draft && other_backend_draft);
+  EXPECT_EQ(other_backend_draft->backend().name(), "reference");
   for (float temperature : {0.0f, 0.8f}) {
     for (uint64_t seed : {1u, 2u, 3u}) {
       if (temperature == 0.0f && seed > 1) continue;
       const auto plain = run(m, Strategy::Ar, nullptr, temperature, seed);
       for (int32_t n : {1, 4, 7}) {
-        const auto a = run(m, Strategy::Draft, self.draft_model, temperature, seed, n);
+        const auto a = run(m, Strategy::Draft, self_draft, temperature, seed, n);
         EXPECT_EQ(a.ids, plain.ids) << "self, n " << n << ", temperature " << temperature << ", seed " << seed;
         // The target drafting for itself: every draft token is accepted, n + 1 tokens a step
         // after the prefill's one (the last step may be cut short).
         const int32_t steps = 1 + (static_cast<int32_t>(a.ids.size()) - 1 + n) / (n + 1);
         EXPECT_EQ(a.n_steps, steps) << "n " << n << ", temperature " << temperature;
-        const auto b = run(m, Strategy::Draft, other_backend.draft_model, temperature, seed, n);
+        const auto b = run(m, Strategy::Draft, other_backend_draft, temperature, seed, n);
         EXPECT_EQ(b.ids, plain.ids) << "reference drafter, n " << n << ", temperature " << temperature;
       }
     }
@@ -85,10 +85,10 @@ TEST(DraftDecoding, EqualsPlainDecodingOnTheReferenceBackend) {
   DecodingOptions self;
   self.strategy = Strategy::Draft;
   self.draft_model_path = "self";
-  open_draft_model(self, stories_options(model_path.string(), "reference"), *m.model, m.tokenizer->vocab());
-  ASSERT_TRUE(self.draft_model);
+  std::shared_ptr<Model> self_draft = open_draft_model(self, stories_options(model_path.string(), "reference"), *m.model, m.tokenizer->vocab());
+  ASSERT_TRUE(self_draft);
   const auto plain = run(m, Strategy::Ar, nullptr, 0.0f, 1);
-  const auto drafted = run(m, Strategy::Draft, self.draft_model, 0.0f, 1);
+  const auto drafted = run(m, Strategy::Draft, self_draft, 0.0f, 1);
   EXPECT_EQ(drafted.ids, plain.ids);
   EXPECT_LT(drafted.n_steps, plain.n_steps);  // the drafter is the target: its guesses are accepted
 }
@@ -99,14 +99,14 @@ TEST(DraftDecoding, ASparseDrafterKeepsTheOutputAndLosesAcceptanceWithTheBudget)
   DecodingOptions self;
   self.strategy = Strategy::Draft;
   self.draft_model_path = "self";
-  open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Model> self_draft = open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   auto sparse_run = [&](const std::string& policy, int32_t budget, float temperature, uint64_t seed) {
     GenerationOptions o;
     o.n_predict = 120;
     o.stop_at_end_of_generation = false;
     o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, seed};
     o.decoding.strategy = Strategy::Draft;
-    o.decoding.draft_model = self.draft_model;
+    o.resources.draft_model = self_draft;
     o.decoding.draft_kv_policy = policy;
     o.decoding.draft_kv_budget = budget;
     return generate(*m.model, *m.tokenizer, m.tokenizer->encode("Lily and Tom went to the park. They", true), o);
@@ -156,7 +156,7 @@ TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
   d.strategy = Strategy::Draft;
   d.draft_model_path = path;
   try {
-    open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+    std::shared_ptr<Model> d_draft = open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
     ADD_FAILURE() << "a draft model of another vocabulary was opened";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("the draft model's vocabulary differs from the target's: token "), std::string::npos)
@@ -173,7 +173,7 @@ TEST(DraftDecoding, AlternativeFirstTokensKeepTheOutputAndWinSomeSteps) {
   DecodingOptions d;
   d.strategy = Strategy::Draft;
   d.draft_model_path = "self";
-  open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Model> d_draft = open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   for (float temperature : {0.0f, 0.8f}) {
     GenerationOptions o;
     o.n_predict = 120;
@@ -182,6 +182,7 @@ TEST(DraftDecoding, AlternativeFirstTokensKeepTheOutputAndWinSomeSteps) {
     const auto prompt = m.tokenizer->encode("Lily and Tom went to the park. They", true);
     const auto plain = generate(*m.model, *m.tokenizer, prompt, o);
     o.decoding = d;
+    o.resources.draft_model = d_draft;
     o.decoding.draft_kv_policy = "stream";  // a drafter that misses now and then
     o.decoding.draft_kv_budget = 6;
     o.decoding.draft_alternatives = 3;
@@ -209,7 +210,7 @@ TEST(DraftDecoding, ALongPromptIsFedInPieces) {
   DecodingOptions d;
   d.strategy = Strategy::Draft;
   d.draft_model_path = "self";
-  open_draft_model(d, o, *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Model> d_draft = open_draft_model(d, o, *m.model, m.tokenizer->vocab());
   std::vector<int32_t> prompt(1100);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + (i * 7) % 290);
   GenerationOptions g;
@@ -218,6 +219,7 @@ TEST(DraftDecoding, ALongPromptIsFedInPieces) {
   g.sampling.temperature = 0;
   const auto plain = generate(*m.model, *m.tokenizer, prompt, g);
   g.decoding = d;
+  g.resources.draft_model = d_draft;
   const auto r = generate(*m.model, *m.tokenizer, prompt, g);
   EXPECT_EQ(r.ids, plain.ids);
   EXPECT_LT(r.n_steps, plain.n_steps);
@@ -229,8 +231,8 @@ TEST(DraftDecoding, YieldsAndErrors) {
   DecodingOptions self;
   self.strategy = Strategy::Draft;
   self.draft_model_path = "self";
-  open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
-  const auto r = run(m, Strategy::Draft, self.draft_model, 0.0f, 1);
+  std::shared_ptr<Model> self_draft = open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  const auto r = run(m, Strategy::Draft, self_draft, 0.0f, 1);
   ASSERT_EQ(r.source_yields.size(), 1u);
   EXPECT_EQ(r.source_yields[0].source, "draft");
   EXPECT_GE(r.source_yields[0].accepted, static_cast<int64_t>(r.ids.size()) - r.n_steps);
@@ -239,7 +241,7 @@ TEST(DraftDecoding, YieldsAndErrors) {
   o.decoding.strategy = Strategy::Draft;
   const auto prompt = m.tokenizer->encode("Once", true);
   EXPECT_THROW(generate(*m.model, *m.tokenizer, prompt, o), std::invalid_argument);
-  o.decoding.draft_model = std::shared_ptr<Model>(m.model.get(), [](Model*) {});
+  o.resources.draft_model = std::shared_ptr<Model>(m.model.get(), [](Model*) {});
   EXPECT_THROW(generate(*m.model, *m.tokenizer, prompt, o), std::invalid_argument);
   // Another vocabulary size.
   const std::string odd = random_model("draft-odd", 263, 256);
@@ -247,7 +249,7 @@ TEST(DraftDecoding, YieldsAndErrors) {
   d.strategy = Strategy::Draft;
   d.draft_model_path = odd;
   try {
-    open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+    std::shared_ptr<Model> d_draft = open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
     ADD_FAILURE() << "a draft model of another vocabulary size was opened";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("the target has 512 tokens, the draft model 263"), std::string::npos) << e.what();

@@ -34,14 +34,14 @@ struct Fixture {
   explicit Fixture(const std::string& path) : m(open_model(lossy_options(path))) {
     DecodingOptions d;
     d.draft_model_path = "self";
-    open_draft_model(d, lossy_options(path), *m.model, m.tokenizer->vocab(), true);
-    draft = d.draft_model;
+    std::shared_ptr<Model> d_draft = open_draft_model(d, lossy_options(path), *m.model, m.tokenizer->vocab());
+    draft = d_draft;
   }
   GenerationResult run(GenerationOptions o, float temperature = 0.0f, uint64_t seed = 1) {
     o.n_predict = 48;
     o.stop_at_end_of_generation = false;
     o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, seed};
-    if (!o.decoding.draft_model) o.decoding.draft_model = draft;
+    if (!o.resources.draft_model) o.resources.draft_model = draft;
     return generate(*m.model, *m.tokenizer, m.tokenizer->encode(kPrompt, true), o);
   }
 };
@@ -171,7 +171,7 @@ TEST(LossyModes, PromptCompressionKeepsTheBudgetInOrder) {
   ASSERT_EQ(r.lossy.size(), 1u);
   EXPECT_EQ(r.lossy[0], "prompt-compress speckv budget 20: 20 of " + std::to_string(prompt.size()) + " prompt tokens kept");
   // The speckv modes need a draft model.
-  o.decoding.draft_model = nullptr;
+  o.resources.draft_model = nullptr;
   GenerationOptions none = o;
   none.n_predict = 4;
   EXPECT_THROW(generate(*f.m.model, *f.m.tokenizer, prompt, none), std::invalid_argument);

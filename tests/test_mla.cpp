@@ -436,11 +436,12 @@ TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
   options.n_ctx = 512;
   test::TestModel m = open_model(options);
   const std::vector<int32_t> prompt(kMlaPrompt.begin(), kMlaPrompt.begin() + 6);
-  auto run = [&](DecodingOptions d, float temperature, KvPolicyOptions kv = {}) {
+  auto run = [&](DecodingOptions d, float temperature, KvPolicyOptions kv = {}, std::shared_ptr<Model> draft = nullptr) {
     GenerationOptions o;
     o.n_predict = 80;
     o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, 7};
     o.decoding = std::move(d);
+    o.resources.draft_model = std::move(draft);
     o.kv = kv;
     return generate(*m.model, *m.tokenizer, prompt, o);
   };
@@ -448,12 +449,12 @@ TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
     DecodingOptions d;
     d.strategy = Strategy::Draft;
     d.draft_model_path = drafter;
-    open_draft_model(d, options, *m.model, m.tokenizer->vocab());
-    ASSERT_TRUE(d.draft_model);
+    std::shared_ptr<Model> d_draft = open_draft_model(d, options, *m.model, m.tokenizer->vocab());
+    ASSERT_TRUE(d_draft);
     for (float temperature : {0.0f, 0.8f}) {
       DecodingOptions ar;
       const GenerationResult want = run(ar, temperature);
-      const GenerationResult got = run(d, temperature);
+      const GenerationResult got = run(d, temperature, {}, d_draft);
       EXPECT_EQ(got.ids, want.ids) << drafter << " at temperature " << temperature;
       if (temperature == 0.0f) {
         EXPECT_LT(got.n_steps, want.n_steps) << drafter;
@@ -466,7 +467,7 @@ TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
       speckv.name = "speckv";
       speckv.budget = 24;
       speckv.recent = 8;
-      EXPECT_EQ(run(fafo, 0.0f, speckv).ids, run(DecodingOptions{}, 0.0f).ids) << "fafo with a speckv region";
+      EXPECT_EQ(run(fafo, 0.0f, speckv, d_draft).ids, run(DecodingOptions{}, 0.0f).ids) << "fafo with a speckv region";
     }
   }
 }

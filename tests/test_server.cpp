@@ -475,8 +475,8 @@ TEST(Server, ADraftModelIsLoadedOnceAndEverySlotDraftsWithItsOwnSequence) {
     DecodingOptions d;
     d.strategy = Strategy::Draft;
     d.draft_model_path = "self";
-    open_draft_model(d, stories_options(), *target.model, target.tokenizer->vocab(), true);
-    return d.draft_model;
+    std::shared_ptr<Model> d_draft = open_draft_model(d, stories_options(), *target.model, target.tokenizer->vocab());
+    return d_draft;
   });
   EXPECT_EQ(draft_loads, 1);
   {

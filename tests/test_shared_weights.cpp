@@ -100,17 +100,17 @@ TEST(SharedWeights, AModelDraftingForItselfIsASecondSequence) {
   OpenedModel m = open_model(options);
   GenerationOptions o = greedy(Strategy::Draft, 40);
   o.decoding.draft_model_path = "self";
-  open_draft_model(o.decoding, options, *m.model, m.tokenizer->vocab());
-  ASSERT_TRUE(o.decoding.draft_model);
-  EXPECT_EQ(o.decoding.draft_model->weights(), m.model->weights());
-  EXPECT_NE(&o.decoding.draft_model->kv_cache(), &m.model->kv_cache());
+  o.resources.draft_model = open_draft_model(o.decoding, options, *m.model, m.tokenizer->vocab());
+  ASSERT_TRUE(o.resources.draft_model);
+  EXPECT_EQ(o.resources.draft_model->weights(), m.model->weights());
+  EXPECT_NE(&o.resources.draft_model->kv_cache(), &m.model->kv_cache());
   const std::vector<int32_t> prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and Tom", true);
   const auto drafted = generate(*m.model, *m.tokenizer, prompt, o).ids;
   EXPECT_EQ(drafted, generate(*m.model, *m.tokenizer, prompt, greedy(Strategy::Ar, 40)).ids);
   // Another backend for the draft loads the file again.
   o.decoding.draft_backend = "reference";
-  open_draft_model(o.decoding, options, *m.model, m.tokenizer->vocab());
-  EXPECT_NE(o.decoding.draft_model->weights(), m.model->weights());
+  o.resources.draft_model = open_draft_model(o.decoding, options, *m.model, m.tokenizer->vocab());
+  EXPECT_NE(o.resources.draft_model->weights(), m.model->weights());
 }
 
 TEST(SharedWeights, AStepRefusesACacheAnotherBackendMade) {

@@ -123,7 +123,8 @@ nlohmann::json profile_steps(Model& model, int32_t T, int repetitions,
 
 // Every strategy of config over the same prompts, greedy; rows in config's order.
 std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer, AutoState& auto_state,
-                                        const BenchConfig& config, const Printer& out) {
+                                        const BenchConfig& config, const DecodingResources& resources,
+                                        const Printer& out) {
   out("\n%s, %s each (greedy):\n", app::count_of(static_cast<int64_t>(config.prompts.size()), "prompt").c_str(),
       app::count_of(config.n_generate, "new token").c_str());
   out("| strategy | W | N | G | k | tokens | steps | tau | tokens/s | speedup vs ar | ids equal ar |\n");
@@ -160,6 +161,7 @@ std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer
       o.sampling.temperature = 0;
       o.stop_at_end_of_generation = false;
       o.decoding = d;
+      o.resources = resources;
       o.kv = config.kv;
       o.auto_state = &auto_state;
       const auto ids = tokenizer.encode(config.prompts[p], tokenizer.vocab().add_bos);
@@ -228,7 +230,6 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   app::warn_if_past_training_context(model);
   const ModelConfig& c = model.config();
   BenchConfig config = config_in;
-  attach_corpus(config.decoding, m.tokenizer->vocab());
   // A column of strategy draft, or speckv's lookahead in a fafo or auto column (each
   // column sets its own strategy), needs the draft model.
   bool needs_draft = false;
@@ -237,7 +238,8 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     column.strategy = parse_strategy(name);
     needs_draft |= column.strategy == Strategy::Draft || scoring_uses_draft_model(column, config.kv);
   }
-  open_draft_model(config.decoding, open, model, m.tokenizer->vocab(), needs_draft);
+  const DecodingResources resources =
+      open_decoding_resources(config.decoding, open, model, m.tokenizer->vocab(), needs_draft);
   DeviceResult result;
   result.backend = model.backend().name();
   result.description = model.backend().description();
@@ -358,7 +360,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     if (big > 1) result.profile.push_back(profile_steps(model, big, config.repetitions, random_tokens, out));
   }
   // Strategies side by side over the same prompts.
-  if (!config.prompts.empty()) result.strategies = run_strategies(model, *m.tokenizer, *m.auto_state, config, out);
+  if (!config.prompts.empty()) result.strategies = run_strategies(model, *m.tokenizer, *m.auto_state, config, resources, out);
   return result;
 }
 

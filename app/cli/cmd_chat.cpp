@@ -161,12 +161,14 @@ enum class TurnOutcome { Done, Reopen };
 // Sends `text` as the user's message, streams the reply to stdout and prints the turn's
 // statistics to stderr. A turn that cannot run or fails is reported and left out of the
 // conversation, which goes on as it was.
-TurnOutcome run_turn(ChatSession& session, AutoState* auto_state, const ChatArgs& args, const std::string& text) {
+TurnOutcome run_turn(ChatSession& session, AutoState* auto_state, const DecodingResources& resources,
+                     const ChatArgs& args, const std::string& text) {
   GenerationOptions options;
   options.auto_state = auto_state;
   options.n_predict = args.n_predict;
   options.sampling = args.sampling;
   options.decoding = args.decoding;
+  options.resources = resources;
   options.kv = args.kv;
   g_interrupted.store(false);
   ChatTurnResult r;
@@ -242,6 +244,7 @@ struct Chat {
   std::unique_ptr<OpenedModel> model;
   std::unique_ptr<ChatSession> session;
   std::vector<ChatMessage> kept;  // the conversation while no model is open
+  DecodingResources resources;    // the draft model and corpus index the options name
 };
 
 // Opens the model (and the draft model the options use) and starts a conversation on it.
@@ -249,8 +252,8 @@ Chat open_chat(ChatArgs& args) {
   Chat c;
   c.model = std::make_unique<OpenedModel>(open_model(args.open));
   OpenedModel& m = *c.model;
-  args.decoding.draft_model.reset();
-  open_draft_model(args.decoding, args.open, *m.model, m.tokenizer->vocab(), scoring_uses_draft_model(args.decoding, args.kv));
+  c.resources = open_decoding_resources(args.decoding, args.open, *m.model, m.tokenizer->vocab(),
+                                        scoring_uses_draft_model(args.decoding, args.kv));
   c.session = std::make_unique<ChatSession>(*m.model, *m.tokenizer, m.chat.chat_template, chat_template_context(*m.tokenizer),
                                             args.system);
   c.session->set_context_shift(args.context_shift);
@@ -262,7 +265,7 @@ Chat open_chat(ChatArgs& args) {
 bool reopen_chat(Chat& chat, ChatArgs& args) {
   const std::vector<ChatMessage> history = chat.session ? chat.session->history() : chat.kept;
   chat.session.reset();
-  args.decoding.draft_model.reset();
+  chat.resources = {};
   chat.model.reset();  // the device's memory first
   try {
     chat = open_chat(args);
@@ -289,7 +292,6 @@ int run_chat(ChatArgs& args) {
 
   Chat chat = open_chat(args);
   app::warn_if_past_training_context(*chat.model->model);
-  attach_corpus(args.decoding, chat.model->tokenizer->vocab());
   const OpenedModel& m = *chat.model;
   if (!m.chat.note.empty())
     std::fprintf(stderr, "fafo: warning: %s: %s. Choose the model's format with --chat-template NAME (%s)\n",
@@ -341,7 +343,7 @@ int run_chat(ChatArgs& args) {
       continue;
     }
     if (!chat.session && !reopen_chat(chat, args)) continue;
-    if (run_turn(*chat.session, chat.model->auto_state.get(), args, text) == TurnOutcome::Reopen) reopen_chat(chat, args);
+    if (run_turn(*chat.session, chat.model->auto_state.get(), chat.resources, args, text) == TurnOutcome::Reopen) reopen_chat(chat, args);
   }
 }
 

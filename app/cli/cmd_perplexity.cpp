@@ -51,7 +51,7 @@ int run_perplexity(PerplexityArgs& a) {
   const bool uses_draft = a.prompt_compress.enabled() || (a.kv_drop && a.kv.name == "speckv");
   if (uses_draft && a.draft.draft_model_path.empty())
     throw std::runtime_error("the speckv modes need a draft model: --draft-model FILE (or self)");
-  open_draft_model(a.draft, a.open, *m.model, tok.vocab(), uses_draft);
+  const std::shared_ptr<Model> draft = uses_draft ? open_draft_model(a.draft, a.open, *m.model, tok.vocab()) : nullptr;
   std::optional<OpenedModel> base;
   if (!a.kl_base.empty()) {
     OpenOptions base_open = a.open;
@@ -73,7 +73,7 @@ int run_perplexity(PerplexityArgs& a) {
   o.kv = a.kv;
   o.kv_drop = a.kv_drop;
   o.prompt_compress = a.prompt_compress;
-  o.draft = a.draft.draft_model.get();
+  o.draft = draft.get();
   o.base = base ? base->model.get() : nullptr;
   const int32_t n_ctx = m.model->n_ctx();
   const size_t n_chunks = a.max_chunks > 0 ? std::min<size_t>(static_cast<size_t>(a.max_chunks), tokens.size() / static_cast<size_t>(n_ctx))

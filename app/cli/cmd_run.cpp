@@ -71,7 +71,6 @@ int run_generate(RunArgs& args) {
   OpenedModel m = open_model(args.open);
   app::warn_if_past_training_context(*m.model);
   const Tokenizer& tok = *m.tokenizer;
-  attach_corpus(args.decoding, tok.vocab());
   GenerationOptions options;
   options.n_predict = args.n_predict;
   options.sampling = args.sampling;
@@ -81,7 +80,8 @@ int run_generate(RunArgs& args) {
   options.prompt_compress = args.prompt_compress;
   options.decoding = args.decoding;
   options.auto_state = m.auto_state.get();
-  open_draft_model(options.decoding, args.open, *m.model, tok.vocab(), scoring_uses_draft_model(options));
+  options.resources = open_decoding_resources(options.decoding, args.open, *m.model, tok.vocab(),
+                                              scoring_uses_draft_model(options));
   const bool add_bos = !args.no_bos && tok.vocab().add_bos;
   const std::vector<int32_t> prompt_ids = tok.encode(prompt, add_bos);
   if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty and the model adds no BOS token; give a prompt");

@@ -50,16 +50,14 @@ int run_serve(ServeArgs& args) {
   server::SlotPool::DraftOpener open_draft;
   if (!args.server.defaults.decoding.draft_model_path.empty())
     open_draft = [&](const OpenedModel& target) {
-      DecodingOptions d = args.server.defaults.decoding;
-      open_draft_model(d, args.open, *target.model, target.tokenizer->vocab(), true);
-      return d.draft_model;
+      return open_draft_model(args.server.defaults.decoding, args.open, *target.model, target.tokenizer->vocab());
     };
   server::SlotPool pool(args.parallel, args.queue, [&] { return open_model(args.open); }, open_draft);
   app::warn_if_past_training_context(*pool.model()->model);
   if (!args.quiet)
     args.server.log = [](const std::string& line) { std::fprintf(stderr, "fafo serve: %s\n", line.c_str()); };
   // The corpus index (--corpus) is opened once; every request reads it.
-  attach_corpus(args.server.defaults.decoding, pool.model()->tokenizer->vocab());
+  args.server.defaults.corpus = open_corpus(args.server.defaults.decoding.corpus_path, pool.model()->tokenizer->vocab());
   server::Server http(args.server, pool);
   const int port = http.bind();
   {

@@ -27,7 +27,7 @@ void add_sampling_flags(CLI::App* cmd, SamplerOptions& sampling, std::shared_ptr
 void add_strategy_flag(CLI::App* cmd, Strategy& strategy);
 // --window --ngram --guesses --lookback --pool-from-prompt --corpus --corpus-max-suffix
 // --draft-model --draft-n --draft-backend --draft-device (the caller opens the corpus
-// with attach_corpus and the draft model with open_draft_model once the model is open)
+// and the draft model with open_decoding_resources once the model is open)
 // and the KV policy's
 // --kv-policy --kv-budget --sinks --recent --update-interval --kv-lookahead.
 void add_decoding_flags(CLI::App* cmd, DecodingOptions& decoding, KvPolicyOptions& kv);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -37,7 +38,8 @@ class ApiError : public std::runtime_error {
 // The server's defaults for what a request does not say.
 struct RequestDefaults {
   SamplerOptions sampling;       // temperature, top_k, top_p, min_p, seed
-  DecodingOptions decoding;      // the strategy and its parameters (the corpus index shared by every request)
+  DecodingOptions decoding;      // the strategy and its parameters
+  std::shared_ptr<const CorpusIndex> corpus;  // decoding.corpus_path's index, opened once, read by every request
   KvPolicyOptions kv;            // the KV compression policy (--kv-policy)
   int32_t max_tokens = -1;       // -1: until the context is full
   bool random_seed = false;      // a request without a seed gets a random one (else sampling.seed)

@@ -202,7 +202,8 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     g.decoding = rq.decoding;
     g.kv = options.defaults.kv;
     g.auto_state = slot.model->auto_state.get();
-    if (rq.decoding.strategy == Strategy::Draft || scoring_uses_draft_model(g)) g.decoding.draft_model = slot.draft;
+    g.resources.corpus = options.defaults.corpus;
+    if (rq.decoding.strategy == Strategy::Draft || scoring_uses_draft_model(g)) g.resources.draft_model = slot.draft;
     g.should_stop = [&] { return gone || stopping.load(); };
     g.stop_at_end_of_generation = !rq.ignore_eos;
     StopText stop(job->prepared.stops);

@@ -183,7 +183,8 @@ void Engine::load(const OpenOptions& options, const std::string& system) {
   });
   chat_.reset();
   set_model(nullptr);  // free the old model before loading the next
-  draft_.reset();
+  resources_.draft_model.reset();  // (the corpus index is kept: it is checked against each model)
+  resources_.draft_key.clear();
   auto m = std::make_shared<OpenedModel>(fafo::open_model(options));
   TokenText text = make_token_text(*m->tokenizer);
   const std::string summary = model_summary(*m);
@@ -233,25 +234,11 @@ void Engine::begin_chat(const ResolvedChatTemplate& chat_template, const std::st
 
 void Engine::attach_sources(GenerationOptions& options) {
   options.auto_state = model_->auto_state.get();
-  DecodingOptions& decoding = options.decoding;
-  // The index opened for an earlier run is kept: opening checks every entry.
-  if (corpus_ && decoding.corpus_path == corpus_->path()) decoding.corpus = corpus_;
-  fafo::attach_corpus(decoding, model_->tokenizer->vocab());
-  corpus_ = decoding.corpus;
-  // The draft model too, while its file, backend and device stay the same.
-  const bool needed = scoring_uses_draft_model(options);
-  const std::string draft_key = decoding.strategy == Strategy::Draft || needed
-                                    ? decoding.draft_model_path + "|" + decoding.draft_backend + "|" + decoding.draft_device
-                                    : "";
-  if (draft_key.empty()) {
-    draft_.reset();
-  } else if (!draft_ || draft_key != draft_key_) {
-    draft_.reset();
-    fafo::open_draft_model(decoding, open_options_, *model_->model, model_->tokenizer->vocab(), needed);
-    draft_ = decoding.draft_model;
-    draft_key_ = draft_key;
-  }
-  decoding.draft_model = draft_;
+  // The index and the draft model opened for an earlier run are kept while the options
+  // name the same files (opening an index checks every entry; a draft model loads).
+  resources_ = fafo::open_decoding_resources(options.decoding, open_options_, *model_->model,
+                                             model_->tokenizer->vocab(), scoring_uses_draft_model(options), resources_);
+  options.resources = resources_;
 }
 
 void Engine::chat_turn(const std::string& text, GenerationOptions options, bool paused) {
@@ -289,7 +276,8 @@ void Engine::chat_turn(const std::string& text, GenerationOptions options, bool 
 void Engine::reopen_keeping_conversation(const std::string& what) {
   std::vector<ChatMessage> history = chat_->history();
   chat_.reset();
-  draft_.reset();
+  resources_.draft_model.reset();  // (the corpus index is kept: it is checked against each model)
+  resources_.draft_key.clear();
   set_model(nullptr);  // the device's memory first
   update([&](EngineView& v) {
     v.activity = EngineView::Activity::Loading;

@@ -141,10 +141,8 @@ class Engine {
   StepGate gate_;
   // Worker-thread state.
   std::shared_ptr<OpenedModel> model_;         // written by the worker under mutex_ (set_model)
-  std::shared_ptr<const CorpusIndex> corpus_;  // the --corpus index, once opened
   OpenOptions open_options_;                   // how model_ was opened
-  std::shared_ptr<Model> draft_;               // strategy draft's model, once opened...
-  std::string draft_key_;                      // ...from this file, backend and device
+  DecodingResources resources_;                // the --corpus index and draft model, once opened
   std::unique_ptr<ChatSession> chat_;
   std::optional<ResolvedChatTemplate> chat_template_;  // chat_'s template...
   std::string system_;                         // ...and system text

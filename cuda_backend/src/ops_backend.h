@@ -137,11 +137,7 @@ class OpsBackend final : public Backend, public BackendFusions, public BackendPr
 
   // --- a step ---
   // Any number of sequences per step: attention runs once per part, over its cache.
-  BackendCapabilities capabilities() const override {
-    BackendCapabilities c;
-    c.max_step_sequences = StepBatch::kMaxTokens;
-    return c;
-  }
+  BackendCapabilities capabilities() const override { return {.max_step_sequences = StepBatch::kMaxTokens}; }
   BackendFusions* fusions() override { return this; }
   BackendProfiler* profiler() override { return this; }
 

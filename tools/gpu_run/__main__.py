@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench import bench_model, step_f16, step_profile, step_roofline, step_strategies
 from checks import step_conformance, step_devices, step_env, step_greedy, step_synth
-from peers import llama_builds, step_peer_llama, step_peer_torch, step_side_by_side
+from peers import llama_builds, step_peer_llama, step_peer_torch, step_side_by_side, unpack_peers
 from common import LOG_LIMIT
 from run import STEPS, Run
 
@@ -73,6 +73,7 @@ def main() -> int:
         return 1
 
     r = Run(args)
+    unpack_peers(r, min(120.0, args.budget / 4))  # an archive of llama.cpp builds, before the clock of any step
     # A SIGTERM (the machine's own timeout) still writes the report and stops the children.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     needs_q4 = any(s in args.steps for s in ("synth", "bench-cuda", "bench-vulkan", "profile"))

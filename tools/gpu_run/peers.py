@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from common import bench_json, tail
+from common import NVIDIA_ICD, bench_json, tail
 from run import Run
 
 # ---- the peers: PyTorch (cuBLAS) and llama.cpp (llama-bench) on the same GPU -------------------
@@ -84,13 +84,27 @@ def step_peer_torch(r: Run) -> tuple[str, str]:
 
 
 def parse_llama_bench(text: str) -> list[dict]:
-    """The records of `llama-bench -o json` (one JSON array on its stdout)."""
+    """The records of `llama-bench -o json`: one JSON array on its stdout, each record
+    printed when its test ends and the closing bracket at exit, so a run stopped by its
+    time limit still gives the records it finished."""
     at = text.find("[")
     if at < 0:
         raise ValueError("no JSON array in llama-bench's output")
-    records = json.loads(text[at:])
-    if not isinstance(records, list) or not all(isinstance(x, dict) for x in records):
-        raise ValueError("llama-bench's JSON is not a list of records")
+    decoder, records, at = json.JSONDecoder(), [], at + 1
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        if at >= len(text) or text[at] == "]":
+            break
+        try:
+            record, at = decoder.raw_decode(text, at)
+        except ValueError:
+            break  # a record cut short
+        if not isinstance(record, dict):
+            raise ValueError("llama-bench's JSON is not a list of records")
+        records.append(record)
+    if not records:
+        raise ValueError("no complete record in llama-bench's output")
     return records
 
 
@@ -114,16 +128,18 @@ def llama_summary(records: list[dict]) -> dict:
     return out
 
 
-def unpack_peers(r: Run) -> None:
+def unpack_peers(r: Run, timeout: float) -> None:
     """--peers given as an archive (.tar.xz, .tar.gz, .tar: the carry to a GPU machine is
-    64 MiB, and llama.cpp's CUDA libraries are large): unpacked once into the work folder."""
+    64 MiB, and llama.cpp's CUDA libraries are large): unpacked into the work folder, once,
+    before the steps (__main__.py), within `timeout` seconds."""
     if not r.peers or not r.peers.is_file():
         return
     archive, folder = r.peers, r.work / "peers"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     try:
-        subprocess.run(["tar", "-xf", str(archive), "-C", str(folder)], check=True, capture_output=True, timeout=120)
+        subprocess.run(["tar", "-xf", str(archive), "-C", str(folder)], check=True, capture_output=True,
+                       timeout=max(1.0, timeout))
         # an archive of one folder named peers/ holds the builds one level down
         inner = folder / "peers"
         r.peers = inner if inner.is_dir() and not any((folder / f"llama-{b}").exists() for b in LLAMA_BUILDS) else folder
@@ -134,20 +150,23 @@ def unpack_peers(r: Run) -> None:
 
 
 def llama_builds(r: Run) -> list[tuple[str, Path]]:
-    unpack_peers(r)
-    if not r.peers:
+    """The llama-bench builds in the --peers folder (unpack_peers has unpacked an archive)."""
+    if not r.peers or not r.peers.is_dir():
         return []
     return [(name, r.peers / f"llama-{name}" / "llama-bench") for name in LLAMA_BUILDS
             if os.access(r.peers / f"llama-{name}" / "llama-bench", os.X_OK)]
 
 
 def llama_env(r: Run, name: str, folder: Path) -> dict:
-    """The build's own libraries first; for Vulkan, the driver files fafo used (its EGL ICD
-    file where NVIDIA's GLX one gives no instance: docs/gpu-run.md)."""
+    """The build's own libraries first; for Vulkan, the driver file fafo wrote (its EGL ICD
+    file, where NVIDIA's GLX one gives no instance: docs/gpu-run.md), else NVIDIA's ICD
+    file where the machine has one outside the loader's folders."""
     env = dict(r.env)
     env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(folder), str(folder / "lib"), env.get("LD_LIBRARY_PATH", "")) if p)
     if name == "vulkan" and not env.get("VK_DRIVER_FILES"):
         written = sorted(str(p) for p in (r.work / "cache" / "vulkan").glob("*.json"))
+        if not written and os.path.exists(NVIDIA_ICD):
+            written = [NVIDIA_ICD]
         if written:
             env["VK_DRIVER_FILES"] = env["VK_ICD_FILENAMES"] = ":".join(written)
     return env
@@ -171,7 +190,7 @@ def step_peer_llama(r: Run) -> tuple[str, str]:
         share = r.left() / (len(builds) - i)
         if share < 10:
             lines.append(f"- llama.cpp {name}: skipped ({r.left():.0f} s left)")
-            status = "timed out"
+            status = "timed out" if status == "ok" else status
             continue
         argv = [str(exe), "-m", str(path), "-ngl", "99", "-p", prompts, "-n", gen, "-r", reps, "-o", "json"]
         out_file = r.work / f"llama-bench-{name}.json"
@@ -183,7 +202,10 @@ def step_peer_llama(r: Run) -> tuple[str, str]:
             summary = llama_summary(parse_llama_bench(stdout))
         except ValueError as e:
             lines.append(f"- llama.cpp {name}: **{'timed out' if code is None else f'failed (exit {code})'}**: {e}\n\n{tail(text)}")
-            status = "timed out" if code is None and status == "ok" else f"FAILED: llama.cpp {name}"
+            if code is not None:
+                status = f"FAILED: llama.cpp {name}"
+            elif status == "ok":
+                status = "timed out"
             continue
         store[name] = summary
         lines.append(f"\n**llama.cpp {name}**: build {summary.get('build_commit', '?')} "

@@ -239,9 +239,10 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
 StepCosts measure_step_costs(Model& model, int32_t max_emitted, const std::vector<int32_t>& extra_sizes = {});
 
 // The default grid auto chooses from: plain decoding, Lookahead and FAFO at a few
-// (W, N, G) from small to large steps, and with a corpus index (base.corpus) corpus
-// drafting at a few (N, G). step_tokens comes from max_step_tokens.
-std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base);
+// (W, N, G) from small to large steps, and `with_corpus` (a corpus index is open:
+// DecodingResources::corpus) corpus drafting at a few (N, G). step_tokens comes from
+// max_step_tokens.
+std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base, bool with_corpus = false);
 // The most tokens a step of these options holds (the input, G chains of N - 1, the window).
 int32_t max_step_tokens(const DecodingOptions& o);
 

@@ -11,11 +11,11 @@
 // swiglu, geglu, scale, softcap, add, gather_rows, argmax_rows, top_k_rows; reading
 // back: read_rows, read_argmax, read_top_k; name, description), with the conformance
 // table (tests/test_backend_ops.cpp) as the judge; tests/faulty_backend.h is a whole
-// backend of just these. The rest is optional, each with a default: numerics() (exact),
+// backend of just these (and capabilities(), which it forwards). The rest is optional, each with a default: numerics() (exact),
 // capabilities() (one sequence a step, no MLA...), prepare_weights, latent_attention
 // (MLA models), and three optional parts a backend returns where it has them:
-// fusions() (ops fused into one kernel, which the model asks for once and replaces by
-// the plain ops where it gets none: run_matmul_norm and its siblings below), profiler()
+// fusions() (ops fused into one kernel, which the model takes where a backend has them
+// and replaces by the plain ops where not: run_matmul_norm and its siblings below), profiler()
 // (per-kernel device time) and memory() (a memory limit and what is in use).
 //
 // A step is bracketed by begin_step()/finish_step(): between them the model issues
@@ -163,8 +163,9 @@ struct KernelProfile {
 // --- the optional parts ------------------------------------------------------------------
 
 // Ops fused into one kernel where a backend has such kernels (Backend::fusions()). The
-// model asks once per step (through the run_* functions after class Backend) and runs
-// the plain ops where a backend has none or a method returns false; every fused op
+// model asks whether to fuse the projections when it loads (fuses_qkv, fuses_gate_up)
+// and calls the run_* functions after class Backend for each product, which run the
+// plain ops where a backend has no fusions or a method returns false; every fused op
 // gives the values of its plain ops, as the conformance table checks.
 class BackendFusions {
  public:
@@ -193,7 +194,7 @@ class BackendFusions {
   virtual bool matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
                              Activation& scratch) = 0;
   // acc[i] += W x[i] (a residual add after a product): matmul(w, x, scratch) then
-  // add(acc, scratch). acc must not be x (std::invalid_argument). `scratch` ([T x
+  // add(acc, scratch). acc must not be x (a backend may throw std::invalid_argument). `scratch` ([T x
   // w.rows], neither acc nor x) may be written or left alone.
   virtual bool matmul_add(const Weight& w, const Activation& x, Activation& acc, Activation& scratch) = 0;
   // A product of normalized rows, out = W rms_norm(x): rms_norm(x, gain, eps, normed)

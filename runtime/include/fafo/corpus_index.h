@@ -21,7 +21,6 @@
 namespace fafo {
 
 struct Vocab;
-struct DecodingOptions;
 
 class IndexError : public std::runtime_error {
  public:
@@ -112,9 +111,9 @@ class CorpusIndex {
   TokenizerId tokenizer_;
 };
 
-// Opens decoding.corpus_path into decoding.corpus (unless that file is attached
-// already; an empty path detaches) and checks it was built with `vocab`'s tokenizer.
-// Throws IndexError.
-void attach_corpus(DecodingOptions& decoding, const Vocab& vocab);
+// The index at `path` (`kept` itself when it is that file's; null for an empty path),
+// checked to have been built with `vocab`'s tokenizer. Throws IndexError.
+std::shared_ptr<const CorpusIndex> open_corpus(const std::string& path, const Vocab& vocab,
+                                               const std::shared_ptr<const CorpusIndex>& kept = nullptr);
 
 }  // namespace fafo

@@ -39,6 +39,8 @@ CandidateSource parse_candidate_source(const std::string& name);
 class CorpusIndex;
 class Model;
 
+struct DecodingResources;
+
 struct DecodingOptions {
   Strategy strategy = Strategy::Ar;
   // Defaults tuned on stories260K (CPU backend, MT-Bench/GSM8K prompts); see --help.
@@ -52,19 +54,18 @@ struct DecodingOptions {
   // fill the G candidates the pool leaves free with its continuations. The most frequent
   // continuations (N-1 tokens) of the longest suffix of the text (at most
   // corpus_max_suffix tokens) that occurs in the corpus are taken, pool duplicates skipped.
-  // corpus_path names the file (--corpus); attach_corpus() (fafo/corpus_index.h) opens it.
+  // corpus_path names the file (--corpus); open_decoding_resources (fafo/open_model.h)
+  // opens it into DecodingResources::corpus.
   std::string corpus_path;
-  std::shared_ptr<const CorpusIndex> corpus;
   int32_t corpus_max_suffix = 16;
   // Strategy draft: the draft model (its vocabulary equal to the target's token for
   // token), which predicts draft_n tokens a step with its own KV cache; the target
   // verifies them as one chain. draft_model_path ("self": the target's own file) and
-  // draft_backend / draft_device (empty: the target's) say what open_draft_model()
-  // (fafo/open_model.h) opens.
+  // draft_backend / draft_device (empty: the target's) say what open_decoding_resources
+  // (fafo/open_model.h) opens into DecodingResources::draft_model.
   std::string draft_model_path;
   std::string draft_backend;
   std::string draft_device;
-  std::shared_ptr<Model> draft_model;
   int32_t draft_n = 4;
   // The drafter's KV cache made sparse (BudgetDraft): after the prompt, its rows attend
   // only the region this policy keeps (stream, quest, snapkv, chunks; "" or "full": the
@@ -81,8 +82,17 @@ struct DecodingOptions {
   // when a step callback is set: a few hundred integers a step.
   int32_t trace_pool_keys = 16;
 
-  // Throws std::invalid_argument with a clear message for out-of-range values.
-  void validate() const;
+  // Throws std::invalid_argument with a clear message for out-of-range values, and for
+  // strategy corpus or draft without a file named (or, given `resources`, opened).
+  void validate(const DecodingResources* resources = nullptr) const;
+};
+
+// What a decoding's options name and someone opened (open_decoding_resources,
+// fafo/open_model.h; GenerationOptions::resources): DecodingOptions holds values only.
+struct DecodingResources {
+  std::shared_ptr<const CorpusIndex> corpus;  // corpus_path's index; null: none
+  std::shared_ptr<Model> draft_model;         // draft_model_path's model; null: none
+  std::string draft_key;                      // the file, backend and device it was opened from
 };
 
 // Where an accepted token came from.

@@ -33,6 +33,7 @@ struct GenerationOptions {
   // whole conversation, not only the new prompt.
   std::vector<int32_t> context_ids;
   DecodingOptions decoding;      // strategy (ar, jacobi, lookahead, fafo) and its parameters
+  DecodingResources resources;   // the corpus index and draft model they name, opened (fafo/open_model.h)
   KvPolicyOptions kv;            // fafo: the compression policy of the fumble rows' region
   // Lossy modes, off by default; each is named in GenerationResult::lossy when on, and
   // neither runs with keep_context.
@@ -40,7 +41,7 @@ struct GenerationOptions {
   // every row reads only those (plain decoding only: ar, or auto, which then runs ar).
   // prompt_compress (--prompt-compress speckv): SpecPC drops prompt tokens before the
   // prefill. Both speckv modes (and --kv-policy speckv, which is lossless) need
-  // decoding.draft_model.
+  // resources.draft_model.
   bool kv_drop = false;
   PromptCompressOptions prompt_compress;
   StepCallback on_step;          // receives a StepTrace after every step (may be empty)
@@ -145,7 +146,7 @@ std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prom
 // "kv-drop NAME budget B": how --kv-drop is labelled (GenerationResult::lossy).
 std::string kv_drop_label(const KvPolicyOptions& kv);
 
-// Whether these options need decoding.draft_model besides strategy draft: SpecKV's
+// Whether these options need a draft model (resources.draft_model) besides strategy draft: SpecKV's
 // lookahead (kv policy speckv, for FAFO's region or kv_drop) or SpecPC.
 bool scoring_uses_draft_model(const DecodingOptions& decoding, const KvPolicyOptions& kv, bool kv_drop = false,
                               bool prompt_compress = false);

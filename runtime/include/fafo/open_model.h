@@ -58,16 +58,24 @@ OpenedModel open_model(const OpenOptions& options);
 // again. Throws std::runtime_error when the cache does not fit.
 OpenedModel open_sequence(const OpenedModel& opened);
 
-// For strategy draft, or when `also_needed` (SpecKV's lookahead or SpecPC use it:
-// scoring_uses_draft_model, fafo/generator.h), else it closes any: opens
-// decoding.draft_model_path ("self": a second sequence on the target's weights, with
-// its own KV cache, unless another backend or device is asked for) as the draft model, on decoding.draft_backend /
-// draft_device (empty: the target's), with the target's context length and cache type,
-// into decoding.draft_model. An empty path closes it. Throws std::runtime_error when its
-// vocabulary differs from `target_vocab` (naming the first difference), and what
-// open_model throws.
-void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, const Model& target_model,
-                      const Vocab& target_vocab, bool also_needed = false);
+// What a decoding's options name, opened in one call: its corpus index (corpus_path,
+// checked against target_vocab's tokenizer; open_corpus in fafo/corpus_index.h) and,
+// for strategy draft or when `draft_also_needed` (SpecKV's lookahead or SpecPC use it:
+// scoring_uses_draft_model, fafo/generator.h), its draft model (open_draft_model). What
+// `kept` holds is reused where the options name the same: the index of the same file,
+// the draft model of the same file, backend and device (kept.draft_key). Throws what
+// those two throw.
+DecodingResources open_decoding_resources(const DecodingOptions& decoding, const OpenOptions& target,
+                                          const Model& target_model, const Vocab& target_vocab,
+                                          bool draft_also_needed = false, const DecodingResources& kept = {});
+// The draft model decoding.draft_model_path names ("self": a second sequence on the
+// target's weights, with its own KV cache, unless another backend or device is asked
+// for), on decoding.draft_backend / draft_device (empty: the target's), with the
+// target's context length and cache type; null for an empty path. Throws
+// std::runtime_error when its vocabulary differs from `target_vocab` (naming the first
+// difference), and what open_model throws.
+std::shared_ptr<Model> open_draft_model(const DecodingOptions& decoding, const OpenOptions& target,
+                                        const Model& target_model, const Vocab& target_vocab);
 
 // "" when the vocabularies are equal token for token (texts and kinds), else
 // the first difference, in words.

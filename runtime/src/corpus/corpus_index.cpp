@@ -14,7 +14,6 @@
 #include <map>
 
 #include "corpus/index_format.h"
-#include "fafo/decoding.h"
 #include "fafo/tokenizer.h"
 
 namespace fafo {
@@ -158,13 +157,12 @@ void CorpusIndex::check_tokenizer(const Vocab& vocab) const {
   }
 }
 
-void attach_corpus(DecodingOptions& decoding, const Vocab& vocab) {
-  if (decoding.corpus_path.empty()) {
-    decoding.corpus.reset();
-    return;
-  }
-  if (!decoding.corpus || decoding.corpus->path() != decoding.corpus_path) decoding.corpus = CorpusIndex::open(decoding.corpus_path);
-  decoding.corpus->check_tokenizer(vocab);
+std::shared_ptr<const CorpusIndex> open_corpus(const std::string& path, const Vocab& vocab,
+                                               const std::shared_ptr<const CorpusIndex>& kept) {
+  if (path.empty()) return nullptr;
+  std::shared_ptr<const CorpusIndex> index = kept && kept->path() == path ? kept : CorpusIndex::open(path);
+  index->check_tokenizer(vocab);
+  return index;
 }
 
 int32_t CorpusIndex::token(uint64_t position) const {

@@ -35,7 +35,7 @@ int32_t max_step_tokens(const DecodingOptions& o) {
   if (o.strategy == Strategy::Corpus) return 1 + o.guesses * (o.ngram - 1);  // G chains of N - 1 at most
   if (o.strategy == Strategy::Draft) return 1 + o.draft_n;
   const std::vector<int32_t> prompt(static_cast<size_t>(std::max(8, o.ngram + o.lookback)), 1);
-  StrategyState state(o, prompt);
+  StrategyState state(o, DecodingResources{}, prompt);
   StepLayout layout(static_cast<int32_t>(prompt.size()), 1);
   state.build(layout, prompt);
   // Lookahead verifies as many chains as the pool holds, up to G.
@@ -44,7 +44,7 @@ int32_t max_step_tokens(const DecodingOptions& o) {
   return layout.size() + std::max(0, missing) * chain_tokens;
 }
 
-std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base) {
+std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base, bool with_corpus) {
   std::vector<AutoCandidate> out;
   DecodingOptions plain = base;
   plain.strategy = Strategy::Ar;
@@ -64,7 +64,7 @@ std::vector<AutoCandidate> default_auto_candidates(const DecodingOptions& base) 
     }
   // With a corpus index (which lookahead and fafo above also draw from): its
   // continuations alone, in steps from a few tokens.
-  if (base.corpus)
+  if (with_corpus)
     for (const Shape shape : {Shape{1, 4, 1}, Shape{1, 5, 2}, Shape{1, 6, 4}}) {
       DecodingOptions o = base;
       o.strategy = Strategy::Corpus;

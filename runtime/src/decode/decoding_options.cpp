@@ -49,7 +49,7 @@ CandidateSource parse_candidate_source(const std::string& name) {
   throw std::invalid_argument("unknown candidate source '" + name + "' (window, prompt, corpus, jacobi or draft)");
 }
 
-void DecodingOptions::validate() const {
+void DecodingOptions::validate(const DecodingResources* resources) const {
   auto check = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument(what);
   };
@@ -58,7 +58,7 @@ void DecodingOptions::validate() const {
   check(guesses >= 0 && guesses <= 64, "--guesses must be in 0..64");
   check(lookback >= 1 && lookback <= 16, "--lookback must be in 1..16");
   check(corpus_max_suffix >= 1 && corpus_max_suffix <= 1024, "--corpus-max-suffix must be in 1..1024");
-  check(strategy != Strategy::Corpus || corpus || !corpus_path.empty(),
+  check(strategy != Strategy::Corpus || (resources && resources->corpus) || !corpus_path.empty(),
         "--strategy corpus needs a corpus index (--corpus NAME.fidx)");
   check(strategy != Strategy::Corpus || guesses >= 1, "--strategy corpus needs --guesses of at least 1");
   check(draft_n >= 1 && draft_n <= 64, "--draft-n must be in 1..64");
@@ -73,7 +73,7 @@ void DecodingOptions::validate() const {
     }
     check(known, "--draft-kv-policy must be one of " + names);
   }
-  check(strategy != Strategy::Draft || draft_model || !draft_model_path.empty(),
+  check(strategy != Strategy::Draft || (resources && resources->draft_model) || !draft_model_path.empty(),
         "--strategy draft needs a draft model (--draft-model FILE.gguf, or self)");
 }
 

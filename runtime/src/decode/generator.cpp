@@ -268,26 +268,28 @@ std::string auto_memory_context(const GenerationOptions& o) {
 GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                           const GenerationOptions& options, const TokenCallback& on_token) {
   if (prompt.empty()) throw std::invalid_argument("the prompt is empty (no tokens)");
-  options.decoding.validate();
-  if (options.decoding.corpus_path.size() && !options.decoding.corpus)
-    throw std::invalid_argument("the corpus index " + options.decoding.corpus_path + " is not opened (attach_corpus)");
-  if (options.decoding.strategy == Strategy::Draft && !options.decoding.draft_model)
-    throw std::invalid_argument("the draft model " + options.decoding.draft_model_path + " is not open (open_draft_model)");
-  if (options.decoding.draft_model && options.decoding.draft_model.get() == &model)
+  options.decoding.validate(&options.resources);
+  if (options.decoding.corpus_path.size() && !options.resources.corpus)
+    throw std::invalid_argument("the corpus index " + options.decoding.corpus_path +
+                                " is not opened (open_decoding_resources)");
+  if (options.decoding.strategy == Strategy::Draft && !options.resources.draft_model)
+    throw std::invalid_argument("the draft model " + options.decoding.draft_model_path +
+                                " is not open (open_decoding_resources)");
+  if (options.resources.draft_model && options.resources.draft_model.get() == &model)
     throw std::invalid_argument("the draft model must be a model of its own (draft 'self' opens the file again)");
-  if (options.decoding.draft_model && options.decoding.draft_model->config().n_vocab != model.config().n_vocab)
-    throw std::invalid_argument("the draft model has " + std::to_string(options.decoding.draft_model->config().n_vocab) +
+  if (options.resources.draft_model && options.resources.draft_model->config().n_vocab != model.config().n_vocab)
+    throw std::invalid_argument("the draft model has " + std::to_string(options.resources.draft_model->config().n_vocab) +
                                 " tokens in its vocabulary but the target has " + std::to_string(model.config().n_vocab));
-  if (options.decoding.corpus && options.decoding.corpus->n_vocab() != model.config().n_vocab)
-    throw std::invalid_argument("the corpus index " + options.decoding.corpus->path() + " has a vocabulary of " +
-                                std::to_string(options.decoding.corpus->n_vocab()) + " tokens but the model has " +
+  if (options.resources.corpus && options.resources.corpus->n_vocab() != model.config().n_vocab)
+    throw std::invalid_argument("the corpus index " + options.resources.corpus->path() + " has a vocabulary of " +
+                                std::to_string(options.resources.corpus->n_vocab()) + " tokens but the model has " +
                                 std::to_string(model.config().n_vocab) + "; build the index with this model's tokenizer");
   const DecodingOptions& dec = options.decoding;
   if (options.kv_drop && dec.strategy != Strategy::Ar && dec.strategy != Strategy::Auto)
     throw std::invalid_argument(std::string("--kv-drop runs with plain decoding only (ar, or auto, which then runs ar), not ") +
                                 strategy_name(dec.strategy) +
                                 ": a multi-token step's rows would read entries plain decoding has already dropped");
-  if (scoring_uses_draft_model(options) && !dec.draft_model)
+  if (scoring_uses_draft_model(options) && !options.resources.draft_model)
     throw std::invalid_argument(options.prompt_compress.enabled()
                                     ? "--prompt-compress speckv needs a draft model (--draft-model FILE, or self)"
                                     : "the speckv KV policy needs a draft model for its lookahead tokens (--draft-model FILE, or self)");
@@ -304,7 +306,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   GenerationResult result;
   result.prompt_tokens_given = static_cast<int32_t>(prompt.size());
   result.prompt_ids = options.prompt_compress.enabled()
-                          ? compress_prompt(*dec.draft_model, prompt, options.prompt_compress, options.prefill_chunk)
+                          ? compress_prompt(*options.resources.draft_model, prompt, options.prompt_compress, options.prefill_chunk)
                           : prompt;
   check_prompt_fits(model, result.prompt_ids.size());
   if (options.prompt_compress.enabled())
@@ -323,7 +325,8 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   const std::string auto_context = auto_memory_context(options);
   std::optional<AutoController> controller;
   if (auto_mode) {
-    std::vector<AutoCandidate> candidates = options.auto_candidates.empty() ? default_auto_candidates(dec) : options.auto_candidates;
+    std::vector<AutoCandidate> candidates = options.auto_candidates.empty() ? default_auto_candidates(dec, options.resources.corpus != nullptr)
+                                                                             : options.auto_candidates;
     // A candidate whose step the device or the context cannot hold would never run.
     std::erase_if(candidates, [&](const AutoCandidate& c) {
       return c.options.strategy != Strategy::Ar &&
@@ -372,7 +375,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   const Clock::time_point t0 = Clock::now();
   const std::vector<float> logits =
       prefill_prompt(model, text, fafo_may_run || options.kv_drop ? &options.kv : nullptr, options.kv_drop,
-                     dec.draft_model.get(), options.prefill_chunk, options.keep_context ? options.context_ids : std::vector<int32_t>{},
+                     options.resources.draft_model.get(), options.prefill_chunk, options.keep_context ? options.context_ids : std::vector<int32_t>{},
                      options.should_stop);
   const Clock::time_point t1 = Clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -390,7 +393,7 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
   // (window, pool), made when first chosen.
   DecodingOptions plain = dec;
   if (dec.strategy == Strategy::Auto) plain.strategy = Strategy::Ar;
-  StrategyState state(plain, history);
+  StrategyState state(plain, options.resources, history);
   state.set_sampling(sampler, options.sampling.seed);
   std::vector<std::unique_ptr<StrategyState>> candidate_states(controller ? controller->candidates().size() : 0);
   TraceRecorder trace(options.on_step, plain, model, state);
@@ -433,7 +436,8 @@ GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::v
       if (chosen > 0) {
         std::unique_ptr<StrategyState>& s = candidate_states[static_cast<size_t>(chosen)];
         if (!s) {
-          s = std::make_unique<StrategyState>(controller->candidates()[static_cast<size_t>(chosen)].options, history);
+          s = std::make_unique<StrategyState>(controller->candidates()[static_cast<size_t>(chosen)].options,
+                                              options.resources, history);
           s->set_sampling(sampler, options.sampling.seed);
         } else if (d.restart) {
           s->restart(history);

@@ -8,11 +8,11 @@
 
 namespace fafo {
 
-StrategyState::StrategyState(const DecodingOptions& o, const std::vector<int32_t>& prompt)
-    : o_(o), prompt_size_(prompt.size()), rng_(o.seed),
+StrategyState::StrategyState(const DecodingOptions& o, const DecodingResources& r, const std::vector<int32_t>& prompt)
+    : o_(o), corpus_(r.corpus), prompt_size_(prompt.size()), rng_(o.seed),
       pool_(std::max(1, o.guesses), o.strategy == Strategy::Fafo ? o.lookback : 1) {
   if (o.strategy == Strategy::Draft) {
-    if (!o.draft_model) throw std::invalid_argument("strategy draft: no draft model is open (open_draft_model)");
+    if (!r.draft_model) throw std::invalid_argument("strategy draft: no draft model is open (open_decoding_resources)");
     std::unique_ptr<KvPolicy> policy;
     if (!o.draft_kv_policy.empty() && o.draft_kv_policy != "full") {
       KvPolicyOptions kv;
@@ -22,7 +22,7 @@ StrategyState::StrategyState(const DecodingOptions& o, const std::vector<int32_t
       kv.sinks = std::min(kv.sinks, kv.budget);
       policy = make_kv_policy(kv);
     }
-    drafter_.emplace(*o.draft_model, std::move(policy));
+    drafter_.emplace(*r.draft_model, std::move(policy));
   }
   if (uses_window()) {
     window_.emplace(o.ngram - 1, o.window, o.strategy == Strategy::Fafo ? o.lookback - 1 : 0);
@@ -71,11 +71,11 @@ void StrategyState::build(StepLayout& layout, const std::vector<int32_t>& histor
 
 void StrategyState::add_corpus_candidates(const std::vector<int32_t>& history) {
   const size_t wanted = static_cast<size_t>(std::max(o_.guesses, 0));
-  if (!o_.corpus || retrieved_.size() >= wanted) return;
-  const CorpusMatch match = o_.corpus->longest_suffix(history, o_.corpus_max_suffix);
+  if (!corpus_ || retrieved_.size() >= wanted) return;
+  const CorpusMatch match = corpus_->longest_suffix(history, o_.corpus_max_suffix);
   if (match.length == 0) return;
   const size_t chain_length = static_cast<size_t>(o_.ngram - 1);
-  for (CorpusContinuation& c : o_.corpus->continuations(match, o_.ngram - 1, static_cast<int32_t>(wanted))) {
+  for (CorpusContinuation& c : corpus_->continuations(match, o_.ngram - 1, static_cast<int32_t>(wanted))) {
     if (retrieved_.size() >= wanted) break;
     if (c.tokens.size() != chain_length) continue;  // the corpus ends first: every chain has N - 1 tokens
     const bool duplicate = std::any_of(retrieved_.begin(), retrieved_.end(),

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <vector>
@@ -20,8 +21,9 @@ namespace fafo {
 
 class StrategyState {
  public:
-  // Strategy draft: throws std::invalid_argument when o.draft_model is not set.
-  StrategyState(const DecodingOptions& o, const std::vector<int32_t>& prompt);
+  // Strategy draft: throws std::invalid_argument when r.draft_model is not set. The
+  // corpus index (r.corpus) fills what the pool leaves of the G candidates.
+  StrategyState(const DecodingOptions& o, const DecodingResources& r, const std::vector<int32_t>& prompt);
   StrategyState(const StrategyState&) = delete;  // sampler_ may point at greedy_
   StrategyState& operator=(const StrategyState&) = delete;
   // How generation samples (greedy when never set): a drafter drafts the way the target
@@ -66,6 +68,7 @@ class StrategyState {
   void seed_pool(const std::vector<int32_t>& prompt);
 
   DecodingOptions o_;
+  std::shared_ptr<const CorpusIndex> corpus_;  // null: none
   size_t prompt_size_ = 0;
   Sampler greedy_{SamplerOptions{}};
   const Sampler* sampler_ = &greedy_;

@@ -431,7 +431,7 @@ void ModelWeights::record_step(const StepBatch& batch, std::span<KvCache* const>
     } else if (L.fused_qkv) {
       run_matmul_norm(be, L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
       if (c.qkv_bias) be.add_bias(L.bq, b.qkv);
-      be.fusions()->rope_store(l, b.qkv, shape, rope);
+      be.fusions()->rope_store(l, b.qkv, shape, rope);  // (fused_qkv: the backend said it fuses, at load)
     } else {
       be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
       if (tap) tap_attention_input(l);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "fafo/corpus_index.h"
 #include "fafo/read_file.h"
 
 namespace fafo {
@@ -97,12 +98,9 @@ std::string vocabulary_difference(const Vocab& target, const Vocab& draft) {
   return "";  // special ids may differ (a base model drafting for its instruct tune): drafts are only token ids
 }
 
-void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, const Model& target_model,
-                      const Vocab& target_vocab, bool also_needed) {
-  if (decoding.draft_model_path.empty() || (decoding.strategy != Strategy::Draft && !also_needed)) {
-    decoding.draft_model.reset();  // nothing uses one
-    return;
-  }
+std::shared_ptr<Model> open_draft_model(const DecodingOptions& decoding, const OpenOptions& target,
+                                        const Model& target_model, const Vocab& target_vocab) {
+  if (decoding.draft_model_path.empty()) return nullptr;
   OpenOptions o;
   o.path = decoding.draft_model_path == "self" ? target.path : decoding.draft_model_path;
   o.backend = target.backend;
@@ -119,14 +117,37 @@ void open_draft_model(DecodingOptions& decoding, const OpenOptions& target, cons
     ModelOptions options;
     options.n_ctx = target_model.n_ctx();
     options.kv_type = target.kv_type;
-    decoding.draft_model = std::make_shared<Model>(target_model.weights(), options);
-    return;
+    return std::make_shared<Model>(target_model.weights(), options);
   }
   OpenedModel draft = open_model(o);
   if (const std::string why = vocabulary_difference(target_vocab, draft.tokenizer->vocab()); !why.empty())
     throw std::runtime_error(o.path + ": the draft model's vocabulary differs from the target's: " + why +
                              "; a draft model needs the target's vocabulary, token for token");
-  decoding.draft_model = std::shared_ptr<Model>(std::move(draft.model));
+  return std::shared_ptr<Model>(std::move(draft.model));
+}
+
+namespace {
+
+// What names a draft model: its file, backend and device.
+std::string draft_key(const DecodingOptions& d) {
+  return d.draft_model_path + "|" + d.draft_backend + "|" + d.draft_device;
+}
+
+}  // namespace
+
+DecodingResources open_decoding_resources(const DecodingOptions& decoding, const OpenOptions& target,
+                                          const Model& target_model, const Vocab& target_vocab, bool draft_also_needed,
+                                          const DecodingResources& kept) {
+  DecodingResources r;
+  r.corpus = open_corpus(decoding.corpus_path, target_vocab, kept.corpus);
+  if (decoding.strategy == Strategy::Draft || draft_also_needed) {
+    r.draft_key = draft_key(decoding);
+    r.draft_model = kept.draft_model && kept.draft_key == r.draft_key
+                        ? kept.draft_model
+                        : open_draft_model(decoding, target, target_model, target_vocab);
+    if (!r.draft_model) r.draft_key.clear();
+  }
+  return r;
 }
 
 }  // namespace fafo

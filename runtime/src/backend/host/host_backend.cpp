@@ -96,11 +96,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
 
   // Any number of sequences per step: attention visits each row's own cache.
   BackendCapabilities capabilities() const override {
-    BackendCapabilities c;
-    c.max_step_sequences = StepBatch::kMaxTokens;
-    c.latent_attention = true;
-    c.executes_immediately = true;
-    return c;
+    return {.max_step_sequences = StepBatch::kMaxTokens, .latent_attention = true, .executes_immediately = true};
   }
   BackendMemory* memory() override { return this; }
 

@@ -92,11 +92,7 @@ class OracleBackend final : public Backend, public BackendMemory {
   // --- a step ---
 
   BackendCapabilities capabilities() const override {
-    BackendCapabilities c;
-    c.max_step_sequences = StepBatch::kMaxTokens;
-    c.latent_attention = true;
-    c.executes_immediately = true;
-    return c;
+    return {.max_step_sequences = StepBatch::kMaxTokens, .latent_attention = true, .executes_immediately = true};
   }
   BackendMemory* memory() override { return this; }
 

@@ -102,11 +102,7 @@ class VulkanBackend final : public Backend,
 
   std::string name() const override { return "vulkan"; }
   BackendCapabilities capabilities() const override {
-    BackendCapabilities c;
-    c.max_step_sequences = StepEncoder::kMaxParts;
-    c.latent_attention = true;
-    c.max_activation_bytes = max_range_;
-    return c;
+    return {.max_step_sequences = StepEncoder::kMaxParts, .latent_attention = true, .max_activation_bytes = max_range_};
   }
   BackendFusions* fusions() override { return this; }
   BackendProfiler* profiler() override { return this; }
