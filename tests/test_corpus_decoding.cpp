@@ -135,6 +135,21 @@ TEST(CorpusDecoding, TracesAndYieldsSayTheCorpusSuppliedTheTokens) {
   EXPECT_TRUE(from_corpus);
 }
 
+// open_corpus keeps the index it is given when it is the file asked for (opening checks
+// every entry), opens the file otherwise, and gives none for no file.
+TEST(CorpusDecoding, OpeningKeepsTheIndexOfTheSameFile) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  auto m = test::load_test_model(model_path.string(), 256);
+  const std::shared_ptr<const CorpusIndex> built = own_text_index(m);
+  const std::shared_ptr<const CorpusIndex> kept = open_corpus(built->path(), m.tokenizer->vocab(), built);
+  EXPECT_EQ(kept, built);
+  const std::shared_ptr<const CorpusIndex> fresh = open_corpus(built->path(), m.tokenizer->vocab());
+  ASSERT_TRUE(fresh);
+  EXPECT_NE(fresh, built);
+  EXPECT_EQ(fresh->path(), built->path());
+  EXPECT_FALSE(open_corpus("", m.tokenizer->vocab(), built));
+}
+
 TEST(CorpusDecoding, StrategyCorpusNeedsAnIndexOfTheSameVocabulary) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   auto m = test::load_test_model(model_path.string(), 256);

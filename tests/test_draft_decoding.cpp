@@ -156,7 +156,7 @@ TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
   d.strategy = Strategy::Draft;
   d.draft_model_path = path;
   try {
-    std::shared_ptr<Model> d_draft = open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+    open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
     ADD_FAILURE() << "a draft model of another vocabulary was opened";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("the draft model's vocabulary differs from the target's: token "), std::string::npos)
@@ -225,6 +225,41 @@ TEST(DraftDecoding, ALongPromptIsFedInPieces) {
   EXPECT_LT(r.n_steps, plain.n_steps);
 }
 
+// One call opens what the options name (open_decoding_resources) and keeps what an
+// earlier call opened for the same file, backend and device; "self" names the target it
+// drafts for; a draft model nothing uses is not opened.
+TEST(DraftDecoding, OpeningTheResourcesKeepsTheDraftModelOfTheSameOptions) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const OpenOptions target = stories_options(model_path.string());
+  OpenedModel m = open_model(target);
+  const Vocab& vocab = m.tokenizer->vocab();
+  DecodingOptions d;
+  d.strategy = Strategy::Draft;
+  d.draft_model_path = "self";
+  const DecodingResources first = open_decoding_resources(d, target, *m.model, vocab);
+  ASSERT_TRUE(first.draft_model);
+  EXPECT_EQ(first.draft_model->weights(), m.model->weights());  // a second sequence on the target's weights
+  EXPECT_FALSE(first.corpus);
+  EXPECT_EQ(open_decoding_resources(d, target, *m.model, vocab, false, first).draft_model, first.draft_model);
+  DecodingOptions other = d;
+  other.draft_backend = "reference";
+  const DecodingResources second = open_decoding_resources(other, target, *m.model, vocab, false, first);
+  ASSERT_TRUE(second.draft_model);
+  EXPECT_NE(second.draft_model, first.draft_model);
+  EXPECT_EQ(second.draft_model->backend().name(), "reference");
+  // "self" for another target is that target's own drafter, not the kept one.
+  const OpenOptions small = stories_options(random_model("draft-keep", m.model->config().n_vocab, 256));
+  OpenedModel s = open_model(small);
+  const DecodingResources theirs = open_decoding_resources(d, small, *s.model, s.tokenizer->vocab(), false, first);
+  ASSERT_TRUE(theirs.draft_model);
+  EXPECT_EQ(theirs.draft_model->weights(), s.model->weights());
+  // Plain decoding uses none, unless its scoring needs one (SpecKV, SpecPC).
+  DecodingOptions ar = d;
+  ar.strategy = Strategy::Ar;
+  EXPECT_FALSE(open_decoding_resources(ar, target, *m.model, vocab, false, first).draft_model);
+  EXPECT_EQ(open_decoding_resources(ar, target, *m.model, vocab, true, first).draft_model, first.draft_model);
+}
+
 TEST(DraftDecoding, YieldsAndErrors) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   OpenedModel m = open_model(stories_options(model_path.string()));
@@ -249,7 +284,7 @@ TEST(DraftDecoding, YieldsAndErrors) {
   d.strategy = Strategy::Draft;
   d.draft_model_path = odd;
   try {
-    std::shared_ptr<Model> d_draft = open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+    open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
     ADD_FAILURE() << "a draft model of another vocabulary size was opened";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("the target has 512 tokens, the draft model 263"), std::string::npos) << e.what();

@@ -247,13 +247,16 @@ struct Chat {
   DecodingResources resources;    // the draft model and corpus index the options name
 };
 
-// Opens the model (and the draft model the options use) and starts a conversation on it.
-Chat open_chat(ChatArgs& args) {
+// Opens the model (and the draft model and corpus index the options use; `corpus`: the
+// index opened before, kept) and starts a conversation on it.
+Chat open_chat(ChatArgs& args, const std::shared_ptr<const CorpusIndex>& corpus = nullptr) {
   Chat c;
   c.model = std::make_unique<OpenedModel>(open_model(args.open));
   OpenedModel& m = *c.model;
+  DecodingResources kept;
+  kept.corpus = corpus;
   c.resources = open_decoding_resources(args.decoding, args.open, *m.model, m.tokenizer->vocab(),
-                                        scoring_uses_draft_model(args.decoding, args.kv));
+                                        scoring_uses_draft_model(args.decoding, args.kv), kept);
   c.session = std::make_unique<ChatSession>(*m.model, *m.tokenizer, m.chat.chat_template, chat_template_context(*m.tokenizer),
                                             args.system);
   c.session->set_context_shift(args.context_shift);
@@ -265,10 +268,11 @@ Chat open_chat(ChatArgs& args) {
 bool reopen_chat(Chat& chat, ChatArgs& args) {
   const std::vector<ChatMessage> history = chat.session ? chat.session->history() : chat.kept;
   chat.session.reset();
+  const std::shared_ptr<const CorpusIndex> corpus = chat.resources.corpus;  // no device memory: kept
   chat.resources = {};
   chat.model.reset();  // the device's memory first
   try {
-    chat = open_chat(args);
+    chat = open_chat(args, corpus);
   } catch (const std::exception& e) {
     chat = Chat{};
     chat.kept = history;

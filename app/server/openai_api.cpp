@@ -177,7 +177,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
     }
     if (r.decoding.strategy == Strategy::Draft && r.decoding.draft_model_path.empty())
       throw bad("strategy", "'strategy' \"draft\" needs a draft model, which this server was not started with (--draft-model)");
-    if (r.decoding.strategy == Strategy::Corpus && r.decoding.corpus_path.empty())
+    if (r.decoding.strategy == Strategy::Corpus && !defaults.corpus)
       throw bad("strategy", "'strategy' \"corpus\" needs a corpus index, which this server was not started with (--corpus)");
   }
   for (auto [name, field] : {std::pair{"window", &r.decoding.window}, std::pair{"ngram", &r.decoding.ngram},

@@ -235,7 +235,12 @@ void Engine::begin_chat(const ResolvedChatTemplate& chat_template, const std::st
 void Engine::attach_sources(GenerationOptions& options) {
   options.auto_state = model_->auto_state.get();
   // The index and the draft model opened for an earlier run are kept while the options
-  // name the same files (opening an index checks every entry; a draft model loads).
+  // name the same files (opening an index checks every entry; a draft model loads). A
+  // draft model that another replaces goes first: two may not fit on the device.
+  if (resources_.draft_key != fafo::draft_model_key(options.decoding, open_options_)) {
+    resources_.draft_model.reset();
+    resources_.draft_key.clear();
+  }
   resources_ = fafo::open_decoding_resources(options.decoding, open_options_, *model_->model,
                                              model_->tokenizer->vocab(), scoring_uses_draft_model(options), resources_);
   options.resources = resources_;

@@ -92,7 +92,7 @@ struct DecodingOptions {
 struct DecodingResources {
   std::shared_ptr<const CorpusIndex> corpus;  // corpus_path's index; null: none
   std::shared_ptr<Model> draft_model;         // draft_model_path's model; null: none
-  std::string draft_key;                      // the file, backend and device it was opened from
+  std::string draft_key;                      // what it was opened from (draft_model_key, fafo/open_model.h)
 };
 
 // Where an accepted token came from.

@@ -68,6 +68,9 @@ OpenedModel open_sequence(const OpenedModel& opened);
 DecodingResources open_decoding_resources(const DecodingOptions& decoding, const OpenOptions& target,
                                           const Model& target_model, const Vocab& target_vocab,
                                           bool draft_also_needed = false, const DecodingResources& kept = {});
+// What names the draft model `decoding` opens for `target` (DecodingResources::draft_key):
+// its file (for "self", the target's file, backend and device), backend and device.
+std::string draft_model_key(const DecodingOptions& decoding, const OpenOptions& target);
 // The draft model decoding.draft_model_path names ("self": a second sequence on the
 // target's weights, with its own KV cache, unless another backend or device is asked
 // for), on decoding.draft_backend / draft_device (empty: the target's), with the

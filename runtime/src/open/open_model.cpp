@@ -126,14 +126,12 @@ std::shared_ptr<Model> open_draft_model(const DecodingOptions& decoding, const O
   return std::shared_ptr<Model>(std::move(draft.model));
 }
 
-namespace {
-
-// What names a draft model: its file, backend and device.
-std::string draft_key(const DecodingOptions& d) {
-  return d.draft_model_path + "|" + d.draft_backend + "|" + d.draft_device;
+std::string draft_model_key(const DecodingOptions& d, const OpenOptions& target) {
+  const std::string file = d.draft_model_path == "self" ? "self:" + target.path + "|" + target.backend.name + "|" +
+                                                              target.backend.device
+                                                        : d.draft_model_path;
+  return file + "|" + d.draft_backend + "|" + d.draft_device;
 }
-
-}  // namespace
 
 DecodingResources open_decoding_resources(const DecodingOptions& decoding, const OpenOptions& target,
                                           const Model& target_model, const Vocab& target_vocab, bool draft_also_needed,
@@ -141,7 +139,7 @@ DecodingResources open_decoding_resources(const DecodingOptions& decoding, const
   DecodingResources r;
   r.corpus = open_corpus(decoding.corpus_path, target_vocab, kept.corpus);
   if (decoding.strategy == Strategy::Draft || draft_also_needed) {
-    r.draft_key = draft_key(decoding);
+    r.draft_key = draft_model_key(decoding, target);
     r.draft_model = kept.draft_model && kept.draft_key == r.draft_key
                         ? kept.draft_model
                         : open_draft_model(decoding, target, target_model, target_vocab);
