@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "fafo/gguf.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/tokenizer.h"
 #include "fafo/backend_registry.h"
 #include "fuzz_support.h"
@@ -20,9 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const std::runtime_error&) {
     } catch (const std::invalid_argument&) {
     }
-    fafo::ModelOptions options;
+    fafo::SequenceOptions options;
     options.n_ctx = 8;
-    fafo::Model model(file, fafo::make_backend(fafo::BackendSpec{"cpu", "", 1}), options);
+    fafo::Sequence model(file, fafo::make_backend(fafo::BackendSpec{"cpu", "", 1}), options);
     fafo::StepBatch step = fafo::StepBatch::causal({0, 1}, 0);
     if (model.config().n_vocab > 1) model.forward_argmax(step);
   } catch (const std::runtime_error&) {

@@ -60,10 +60,10 @@ class FaultyBackend final : public Backend {
   void attention(int32_t layer, const Activation& q, const AttentionShape& shape, Activation& out) override {
     inner_->attention(layer, q, shape, out);
   }
-  void swiglu(const Activation& gate, const Activation& up, Activation& out) override { inner_->swiglu(gate, up, out); }
-  void geglu(const Activation& gate, const Activation& up, Activation& out) override { inner_->geglu(gate, up, out); }
-  void scale(Activation& x, float factor) override { inner_->scale(x, factor); }
-  void softcap(Activation& x, float cap) override { inner_->softcap(x, cap); }
+  void gated(GatedActivation act, const Activation& gate, const Activation& up, Activation& out) override {
+    inner_->gated(act, gate, up, out);
+  }
+  void map(ElementMap op, Activation& x, float value) override { inner_->map(op, x, value); }
   void add(Activation& x, const Activation& y) override { inner_->add(x, y); }
   void gather_rows(const Activation& src, const std::vector<int32_t>& rows, Activation& dst) override {
     inner_->gather_rows(src, rows, dst);

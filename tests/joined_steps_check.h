@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "fafo/kv_policy.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/tokenizer.h"
 
 namespace fafo::test {
@@ -56,20 +56,20 @@ inline KvPolicyOptions snapkv() {
   return kv;
 }
 
-// Four sequences on `weights` at different contexts (one with a KV policy whose region
+// Four sequences on `runner` at different contexts (one with a KV policy whose region
 // its guesses read, one empty), each step kind once: joined, each part's logits,
 // argmax, top-k, captured queries and the keys and values it stores equal the
 // sequence's step alone, bit for bit.
-inline void check_joined_steps(const std::shared_ptr<ModelWeights>& weights, const Tokenizer& tokenizer) {
-  std::vector<std::unique_ptr<Model>> seqs;
-  ModelOptions options;
+inline void check_joined_steps(const std::shared_ptr<StepRunner>& runner, const Tokenizer& tokenizer) {
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  SequenceOptions options;
   options.n_ctx = 256;
-  for (int i = 0; i < 4; ++i) seqs.push_back(std::make_unique<Model>(weights, options));
+  for (int i = 0; i < 4; ++i) seqs.push_back(std::make_unique<Sequence>(runner, options));
   const std::vector<std::string> prompts = {"Once upon a time there was a little dog",
                                             "Lily and Tom went to the park. Lily and Tom went to the park and they played",
                                             "The sun", ""};
   for (size_t i = 0; i < seqs.size(); ++i) {
-    Model& m = *seqs[i];
+    Sequence& m = *seqs[i];
     if (i == 1) m.set_kv_policy(make_kv_policy(snapkv()));
     if (prompts[i].empty()) continue;
     StepBatch prefill = StepBatch::causal(tokenizer.encode(prompts[i], true), 0);
@@ -88,12 +88,12 @@ inline void check_joined_steps(const std::shared_ptr<ModelWeights>& weights, con
     batches.push_back(step_of_kind(kinds[i], seqs[i]->n_past(), static_cast<int32_t>(i)));
   alone_batches = batches;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    Model& m = *seqs[i];
+    Sequence& m = *seqs[i];
     const int32_t n = m.n_past();
     StepBatch b = batches[i];
     alone_logits[i] = m.forward(b);
     alone[i] = StepRequest{&alone_batches[i], wants[i], 5};
-    Model::forward_joined({{&m, &alone[i]}});
+    Sequence::forward_joined({{&m, &alone[i]}});
     ASSERT_FALSE(alone[i].error);
     if (i == 1) alone_queries[i] = m.inspector()->captured_queries(0);
     m.commit(1);
@@ -105,12 +105,12 @@ inline void check_joined_steps(const std::shared_ptr<ModelWeights>& weights, con
   // Joined: the same steps as one step, twice: logits, then mixed results.
   std::vector<StepBatch> joined_batches = batches;
   std::vector<StepRequest> logits(seqs.size()), mixed(seqs.size());
-  std::vector<std::pair<Model*, StepRequest*>> parts;
+  std::vector<std::pair<Sequence*, StepRequest*>> parts;
   for (size_t i = 0; i < seqs.size(); ++i) {
     logits[i] = StepRequest{&joined_batches[i], StepWant::Logits};
     parts.emplace_back(seqs[i].get(), &logits[i]);
   }
-  Model::forward_joined(parts);
+  Sequence::forward_joined(parts);
   for (size_t i = 0; i < seqs.size(); ++i) {
     ASSERT_FALSE(logits[i].error) << i;
     EXPECT_TRUE(same_bits(logits[i].logits, alone_logits[i])) << "sequence " << i;
@@ -121,7 +121,7 @@ inline void check_joined_steps(const std::shared_ptr<ModelWeights>& weights, con
     mixed[i] = StepRequest{&joined_batches[i], wants[i], 5};
     parts.emplace_back(seqs[i].get(), &mixed[i]);
   }
-  Model::forward_joined(parts);
+  Sequence::forward_joined(parts);
   for (size_t i = 0; i < seqs.size(); ++i) {
     SCOPED_TRACE("sequence " + std::to_string(i));
     ASSERT_FALSE(mixed[i].error);
@@ -136,7 +136,7 @@ inline void check_joined_steps(const std::shared_ptr<ModelWeights>& weights, con
   EXPECT_TRUE(same_bits(seqs[1]->inspector()->captured_queries(0), alone_queries[1]));
   // What the joined step stored: the next token's logits after committing its first row.
   for (size_t i = 0; i < seqs.size(); ++i) {
-    Model& m = *seqs[i];
+    Sequence& m = *seqs[i];
     m.commit(1);
     StepBatch next = StepBatch::causal({42}, m.n_past());
     EXPECT_TRUE(same_bits(m.forward(next), alone_next[i])) << "sequence " << i;

@@ -22,7 +22,7 @@
 #include "covariance.h"
 #include "factorize.h"
 #include "fafo/gguf.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/tensor_type.h"
 #include "rank_allocation.h"
 #include "synthetic_model.h"
@@ -498,11 +498,11 @@ TEST(CareConvert, FullRankMlaModelGivesTheOriginalLogits) {
   o.calibration.max_chunks = 3;
   o.threads = 2;
   auto open = [](const std::string& path) {
-    return std::make_unique<Model>(std::shared_ptr<const GgufFile>(GgufFile::open(path)), make_reference_backend(2),
-                                   ModelOptions{256});
+    return std::make_unique<Sequence>(std::shared_ptr<const GgufFile>(GgufFile::open(path)), make_reference_backend(2),
+                                   SequenceOptions{256});
   };
   const std::vector<int32_t> tokens = {1, 403, 261, 379, 285, 271, 266, 297, 263, 295, 260, 302, 414, 317, 270, 260};
-  auto logits = [&](Model& m) {
+  auto logits = [&](Sequence& m) {
     StepBatch b = StepBatch::causal(tokens, 0, true);
     return m.forward(b);
   };

@@ -100,7 +100,7 @@ TEST_F(ChatSessionOnStories, TurnsReuseTheCacheAndStream) {
 // for itself has every draft accepted in the second turn too.
 TEST_F(ChatSessionOnStories, ADrafterReadsTheWholeConversation) {
   const auto path = test::shared_path("models/stories260K.gguf");
-  std::shared_ptr<Model> self(std::move(test::load_test_model(path.string(), 512).model));
+  std::shared_ptr<Sequence> self(std::move(test::load_test_model(path.string(), 512).model));
   ChatSession plain = session("You tell stories.");
   ChatSession drafted = session("You tell stories.");
   GenerationOptions draft = greedy(40, Strategy::Draft);

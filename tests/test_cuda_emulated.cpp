@@ -73,9 +73,9 @@ TEST(CudaEmulated, BothKernelSetsGiveTheSameLogits) {
   const std::vector<int32_t> prompt = tokenizer.encode(text, true);
   ASSERT_GT(prompt.size(), 200u);
   auto logits = [&](fafo::cuda::CudaKernels kernels) {
-    fafo::ModelOptions mo;
+    fafo::SequenceOptions mo;
     mo.n_ctx = 512;
-    fafo::Model model(file, fafo::cuda::make_emulated_backend(kernels), mo);
+    fafo::Sequence model(file, fafo::cuda::make_emulated_backend(kernels), mo);
     fafo::StepBatch prefill = fafo::StepBatch::causal(prompt, 0, true);
     std::vector<float> out = model.forward(prefill);
     model.commit(prefill.size());
@@ -132,10 +132,10 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
   const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
   const std::vector<int32_t> prompt = tokenizer.encode("Once upon a time, there was a little girl named Lily.", true);
   auto run = [&](std::unique_ptr<fafo::Backend> be, fafo::KvCacheType kv, fafo::Strategy s, const std::string& policy) {
-    fafo::ModelOptions mo;
+    fafo::SequenceOptions mo;
     mo.n_ctx = 256;
     mo.kv_type = kv;
-    fafo::Model model(file, std::move(be), mo);
+    fafo::Sequence model(file, std::move(be), mo);
     fafo::GenerationOptions o;
     o.n_predict = 40;
     o.sampling.temperature = 0;
@@ -174,10 +174,10 @@ TEST(CudaEmulated, ModelFamiliesGiveTheCpuBackendsLogitsAndEveryStrategyPlainDec
     const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(path);
     const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
     const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31, 8, 45, 300, 12};
-    fafo::ModelOptions mo;
+    fafo::SequenceOptions mo;
     mo.n_ctx = preset.rfind("phi", 0) == 0 ? 512 : 128;  // phi3, phi4-mini: LongRoPE's long factors
-    fafo::Model cpu(file, fafo::make_cpu_backend(2), mo);
-    fafo::Model cuda(file, fafo::cuda::make_emulated_backend(), mo);
+    fafo::Sequence cpu(file, fafo::make_cpu_backend(2), mo);
+    fafo::Sequence cuda(file, fafo::cuda::make_emulated_backend(), mo);
     fafo::StepBatch batch = fafo::StepBatch::causal(prompt, 0, true);
     const std::vector<float> want = cpu.forward(batch);
     const std::vector<float> got = cuda.forward(batch);
@@ -214,9 +214,9 @@ TEST(CudaEmulated, EveryStrategyGivesPlainDecodingsIdsWithTheFastProducts) {
     const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
     const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31, 8, 45};
     auto run = [&](fafo::Strategy s, const std::string& policy, fafo::KernelProfile* profile = nullptr) {
-      fafo::ModelOptions mo;
+      fafo::SequenceOptions mo;
       mo.n_ctx = 128;
-      fafo::Model model(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast), mo);
+      fafo::Sequence model(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast), mo);
       if (profile) model.backend().profiler()->start_profile();
       fafo::GenerationOptions o;
       o.n_predict = 32;
@@ -303,9 +303,9 @@ TEST(CudaEmulated, GraphsGiveTheBitsOfLaunchesOneByOne) {
                                              fafo::cuda::CudaKernels::Fast, true, graphs);
     const Backend* be = backend.get();
     EXPECT_EQ(be->description().find("CUDA graphs") != std::string::npos, graphs);
-    fafo::ModelOptions mo;
+    fafo::SequenceOptions mo;
     mo.n_ctx = 128;
-    fafo::Model model(file, std::move(backend), mo);
+    fafo::Sequence model(file, std::move(backend), mo);
     Run r;
     fafo::StepBatch prefill = fafo::StepBatch::causal({1, 45, 99, 7, 250, 31, 8}, 0);
     r.logits.push_back(model.forward(prefill));
@@ -383,12 +383,12 @@ TEST(CudaEmulated, FusedProductsGiveTheBitsOfTheOpsApart) {
       const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(path);
       const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
       auto open = [&](bool fuse) {
-        fafo::ModelOptions o;
+        fafo::SequenceOptions o;
         o.n_ctx = 128;
         o.kv_type = kv;
-        return std::make_unique<fafo::Model>(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast, fuse), o);
+        return std::make_unique<fafo::Sequence>(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast, fuse), o);
       };
-      auto steps = [&](fafo::Model& model) {
+      auto steps = [&](fafo::Sequence& model) {
         EXPECT_EQ(fafo::fuses_qkv(model.backend(), fafo::TensorType::Q8_0, 128, 64, 128),
                   model.backend().description().find("fused") != std::string::npos);
         std::vector<std::vector<float>> logits;
@@ -418,7 +418,7 @@ TEST(CudaEmulated, FusedProductsGiveTheBitsOfTheOpsApart) {
         EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "step " << i;
       }
       const std::vector<int32_t> prompt = {1, 45, 99, 7, 250, 31, 8, 45, 99, 7, 250, 31};
-      auto run = [&](fafo::Model& m) {
+      auto run = [&](fafo::Sequence& m) {
         m.truncate(0);
         fafo::GenerationOptions o;
         o.n_predict = 16;
@@ -445,9 +445,9 @@ TEST(CudaEmulated, FusedProductsGiveTheBitsOfTheOpsApart) {
 TEST(CudaEmulated, AProfileCountsEachKernelsCallsTimeAndWeightBytes) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
-  fafo::ModelOptions mo;
+  fafo::SequenceOptions mo;
   mo.n_ctx = 64;
-  fafo::Model model(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast), mo);
+  fafo::Sequence model(file, fafo::cuda::make_emulated_backend(fafo::cuda::CudaKernels::Fast), mo);
   fafo::StepBatch prefill = fafo::StepBatch::causal({1, 403, 261, 379}, 0);
   model.forward(prefill);  // not profiled
   model.commit(prefill.size());
@@ -495,8 +495,8 @@ TEST(CudaEmulated, JoinedStepsGiveEachPartTheBitsOfItsStepAlone) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
   const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
-  auto weights = std::make_shared<fafo::ModelWeights>(file, fafo::cuda::make_emulated_backend());
-  fafo::test::check_joined_steps(weights, tokenizer);
+  auto runner = std::make_shared<fafo::StepRunner>(file, fafo::cuda::make_emulated_backend());
+  fafo::test::check_joined_steps(runner, tokenizer);
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ std::string random_model(const std::string& name, int32_t n_vocab, int32_t n_ctx
   return path;
 }
 
-GenerationResult run(OpenedModel& m, Strategy s, const std::shared_ptr<Model>& draft, float temperature, uint64_t seed,
+GenerationResult run(OpenedModel& m, Strategy s, const std::shared_ptr<Sequence>& draft, float temperature, uint64_t seed,
                      int32_t draft_n = 4, std::vector<StepTrace>* traces = nullptr) {
   GenerationOptions o;
   o.n_predict = 60;
@@ -50,10 +50,10 @@ TEST(DraftDecoding, OutputEqualsPlainDecodingWithEveryDrafter) {
   DecodingOptions self, other_backend;
   self.strategy = other_backend.strategy = Strategy::Draft;
   self.draft_model_path = "self";
-  std::shared_ptr<Model> self_draft = open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Sequence> self_draft = open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   other_backend.draft_model_path = model_path.string();
   other_backend.draft_backend = "reference";
-  std::shared_ptr<Model> other_backend_draft = open_draft_model(other_backend, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Sequence> other_backend_draft = open_draft_model(other_backend, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   ASSERT_TRUE(self_draft && other_backend_draft);
   EXPECT_EQ(other_backend_draft->backend().name(), "reference");
   for (float temperature : {0.0f, 0.8f}) {
@@ -85,7 +85,7 @@ TEST(DraftDecoding, EqualsPlainDecodingOnTheReferenceBackend) {
   DecodingOptions self;
   self.strategy = Strategy::Draft;
   self.draft_model_path = "self";
-  std::shared_ptr<Model> self_draft = open_draft_model(self, stories_options(model_path.string(), "reference"), *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Sequence> self_draft = open_draft_model(self, stories_options(model_path.string(), "reference"), *m.model, m.tokenizer->vocab());
   ASSERT_TRUE(self_draft);
   const auto plain = run(m, Strategy::Ar, nullptr, 0.0f, 1);
   const auto drafted = run(m, Strategy::Draft, self_draft, 0.0f, 1);
@@ -99,7 +99,7 @@ TEST(DraftDecoding, ASparseDrafterKeepsTheOutputAndLosesAcceptanceWithTheBudget)
   DecodingOptions self;
   self.strategy = Strategy::Draft;
   self.draft_model_path = "self";
-  std::shared_ptr<Model> self_draft = open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Sequence> self_draft = open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   auto sparse_run = [&](const std::string& policy, int32_t budget, float temperature, uint64_t seed) {
     GenerationOptions o;
     o.n_predict = 120;
@@ -141,7 +141,7 @@ TEST(DraftDecoding, ABadDrafterCostsStepsNotTokens) {
   OpenedModel m = open_model(stories_options(model_path.string()));
   const std::string path = random_model("draft-random", m.model->config().n_vocab, 256, 9);
   OpenedModel r = open_model(stories_options(path));
-  const std::shared_ptr<Model> drafter(std::move(r.model));
+  const std::shared_ptr<Sequence> drafter(std::move(r.model));
   std::vector<StepTrace> traces;
   for (float temperature : {0.0f, 0.8f}) {
     const auto plain = run(m, Strategy::Ar, nullptr, temperature, 5);
@@ -173,7 +173,7 @@ TEST(DraftDecoding, AlternativeFirstTokensKeepTheOutputAndWinSomeSteps) {
   DecodingOptions d;
   d.strategy = Strategy::Draft;
   d.draft_model_path = "self";
-  std::shared_ptr<Model> d_draft = open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Sequence> d_draft = open_draft_model(d, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   for (float temperature : {0.0f, 0.8f}) {
     GenerationOptions o;
     o.n_predict = 120;
@@ -210,7 +210,7 @@ TEST(DraftDecoding, ALongPromptIsFedInPieces) {
   DecodingOptions d;
   d.strategy = Strategy::Draft;
   d.draft_model_path = "self";
-  std::shared_ptr<Model> d_draft = open_draft_model(d, o, *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Sequence> d_draft = open_draft_model(d, o, *m.model, m.tokenizer->vocab());
   std::vector<int32_t> prompt(1100);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + (i * 7) % 290);
   GenerationOptions g;
@@ -238,7 +238,7 @@ TEST(DraftDecoding, OpeningTheResourcesKeepsTheDraftModelOfTheSameOptions) {
   d.draft_model_path = "self";
   const DecodingResources first = open_decoding_resources(d, target, *m.model, vocab);
   ASSERT_TRUE(first.draft_model);
-  EXPECT_EQ(first.draft_model->weights(), m.model->weights());  // a second sequence on the target's weights
+  EXPECT_EQ(first.draft_model->runner(), m.model->runner());  // a second sequence on the target's weights
   EXPECT_FALSE(first.corpus);
   EXPECT_EQ(open_decoding_resources(d, target, *m.model, vocab, false, first).draft_model, first.draft_model);
   DecodingOptions other = d;
@@ -252,7 +252,7 @@ TEST(DraftDecoding, OpeningTheResourcesKeepsTheDraftModelOfTheSameOptions) {
   OpenedModel s = open_model(small);
   const DecodingResources theirs = open_decoding_resources(d, small, *s.model, s.tokenizer->vocab(), false, first);
   ASSERT_TRUE(theirs.draft_model);
-  EXPECT_EQ(theirs.draft_model->weights(), s.model->weights());
+  EXPECT_EQ(theirs.draft_model->runner(), s.model->runner());
   // Plain decoding uses none, unless its scoring needs one (SpecKV, SpecPC).
   DecodingOptions ar = d;
   ar.strategy = Strategy::Ar;
@@ -266,7 +266,7 @@ TEST(DraftDecoding, YieldsAndErrors) {
   DecodingOptions self;
   self.strategy = Strategy::Draft;
   self.draft_model_path = "self";
-  std::shared_ptr<Model> self_draft = open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
+  std::shared_ptr<Sequence> self_draft = open_draft_model(self, stories_options(model_path.string()), *m.model, m.tokenizer->vocab());
   const auto r = run(m, Strategy::Draft, self_draft, 0.0f, 1);
   ASSERT_EQ(r.source_yields.size(), 1u);
   EXPECT_EQ(r.source_yields[0].source, "draft");
@@ -276,7 +276,7 @@ TEST(DraftDecoding, YieldsAndErrors) {
   o.decoding.strategy = Strategy::Draft;
   const auto prompt = m.tokenizer->encode("Once", true);
   EXPECT_THROW(generate(*m.model, *m.tokenizer, prompt, o), std::invalid_argument);
-  o.resources.draft_model = std::shared_ptr<Model>(m.model.get(), [](Model*) {});
+  o.resources.draft_model = std::shared_ptr<Sequence>(m.model.get(), [](Sequence*) {});
   EXPECT_THROW(generate(*m.model, *m.tokenizer, prompt, o), std::invalid_argument);
   // Another vocabulary size.
   const std::string odd = random_model("draft-odd", 263, 256);

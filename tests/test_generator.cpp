@@ -48,7 +48,7 @@ TEST(Generator, PrefillChunkSizeDoesNotChangeTheOutput) {
 }
 
 TEST(Generator, TopKSamplingFromTheBackendsCandidatesEqualsWholeRows) {
-  // Sampling steps read back only each row's k best logits (Model::forward_top_k); the
+  // Sampling steps read back only each row's k best logits (Sequence::forward_top_k); the
   // tokens drawn must be those drawn from whole rows, for every strategy (lookahead's
   // and FAFO's verification draws from several rows per step).
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");

@@ -1,4 +1,4 @@
-// Joined steps (StepBatch::join, Model::forward_joined, StepJoiner): the steps of several
+// Joined steps (StepBatch::join, Sequence::forward_joined, StepJoiner): the steps of several
 // sequences on one load of the weights run as one step, and every row gets the bits it
 // gets when its sequence steps alone (T-invariance extended to sequences), on every
 // backend.
@@ -65,7 +65,7 @@ TEST(JoinedSteps, EachPartGetsTheBitsOfItsStepAlone) {
     if (unfused) ::unsetenv("FAFO_VULKAN_FUSE");
     if (!base) continue;  // no Vulkan device
     EXPECT_GT(base->model->backend().capabilities().max_step_sequences, 3);
-    test::check_joined_steps(base->model->weights(), *base->tokenizer);
+    test::check_joined_steps(base->model->runner(), *base->tokenizer);
   }
 }
 
@@ -76,16 +76,16 @@ TEST(JoinedSteps, APartThatFailsItsChecksDoesNotStopTheOthers) {
   StepBatch ok = StepBatch::causal({5, 6}, 0);
   StepBatch too_long = StepBatch::causal(std::vector<int32_t>(300, 7), 0);  // the context holds 256
   StepRequest a{&ok, StepWant::Argmax}, b{&too_long, StepWant::Argmax};
-  Model::forward_joined({{base->model.get(), &a}, {other.model.get(), &b}});
+  Sequence::forward_joined({{base->model.get(), &a}, {other.model.get(), &b}});
   EXPECT_FALSE(a.error);
   EXPECT_EQ(a.ids.size(), 1u);
   ASSERT_TRUE(b.error);
   EXPECT_THROW(std::rethrow_exception(b.error), std::length_error);
   // A sequence twice, or sequences on different weights, are refused.
   StepRequest c{&ok, StepWant::Argmax};
-  EXPECT_THROW(Model::forward_joined({{base->model.get(), &a}, {base->model.get(), &c}}), std::invalid_argument);
+  EXPECT_THROW(Sequence::forward_joined({{base->model.get(), &a}, {base->model.get(), &c}}), std::invalid_argument);
   const auto separate = test::load_on(model_path.string(), "cpu");
-  EXPECT_THROW(Model::forward_joined({{base->model.get(), &a}, {separate->model.get(), &c}}), std::invalid_argument);
+  EXPECT_THROW(Sequence::forward_joined({{base->model.get(), &a}, {separate->model.get(), &c}}), std::invalid_argument);
 }
 
 // Sequences generating on threads through one StepJoiner: their steps are joined (more

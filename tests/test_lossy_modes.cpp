@@ -30,11 +30,11 @@ const char* kPrompt =
 
 struct Fixture {
   OpenedModel m;
-  std::shared_ptr<Model> draft;
+  std::shared_ptr<Sequence> draft;
   explicit Fixture(const std::string& path) : m(open_model(lossy_options(path))) {
     DecodingOptions d;
     d.draft_model_path = "self";
-    std::shared_ptr<Model> d_draft = open_draft_model(d, lossy_options(path), *m.model, m.tokenizer->vocab());
+    std::shared_ptr<Sequence> d_draft = open_draft_model(d, lossy_options(path), *m.model, m.tokenizer->vocab());
     draft = d_draft;
   }
   GenerationResult run(GenerationOptions o, float temperature = 0.0f, uint64_t seed = 1) {

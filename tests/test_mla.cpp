@@ -15,7 +15,7 @@
 #include "fafo/backend_registry.h"
 #include "fafo/generator.h"
 #include "fafo/gguf.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/open_model.h"
 #include "faulty_backend.h"
 #include "joined_steps_check.h"
@@ -71,12 +71,12 @@ void write_mla_copy(const std::string& in, const std::string& out, const std::ve
   w.write(out);
 }
 
-std::unique_ptr<Model> open_mla_on(const std::string& path, const std::string& backend, int32_t n_ctx = 256,
+std::unique_ptr<Sequence> open_mla_on(const std::string& path, const std::string& backend, int32_t n_ctx = 256,
                                KvCacheType kv_type = KvCacheType::F32) {
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
-  ModelOptions options{n_ctx};
+  SequenceOptions options{n_ctx};
   options.kv_type = kv_type;
-  return std::make_unique<Model>(file, make_backend(BackendSpec{backend, "", 2}), options);
+  return std::make_unique<Sequence>(file, make_backend(BackendSpec{backend, "", 2}), options);
 }
 
 // Why the Vulkan tests cannot run here ("" when they can).
@@ -104,7 +104,7 @@ void expect_within_tolerance(double tol, const std::vector<float>& got, const st
     ASSERT_LE(std::fabs(got[i] - want[i]), tol * std::max(1.0, std::fabs(static_cast<double>(want[i])))) << what << " logit " << i;
 }
 
-std::vector<float> logits_of(Model& m, const std::vector<int32_t>& tokens) {
+std::vector<float> logits_of(Sequence& m, const std::vector<int32_t>& tokens) {
   m.truncate(0);
   StepBatch b = StepBatch::causal(tokens, 0, true);
   std::vector<float> out = m.forward(b);
@@ -128,7 +128,7 @@ std::string lossless_mla_copy(const std::filesystem::path& dir) {
 
 // The last token's logits of kMlaPrompt: computed in one step (`batched`), and alone after
 // a 15-token prefix, are the same bits (T-invariance).
-void expect_t_invariant(Model& m, const std::vector<float>& batched) {
+void expect_t_invariant(Sequence& m, const std::vector<float>& batched) {
   const int32_t n_vocab = m.config().n_vocab;
   m.truncate(0);
   StepBatch prefix = StepBatch::causal(std::vector<int32_t>(kMlaPrompt.begin(), kMlaPrompt.end() - 1), 0);
@@ -288,7 +288,7 @@ TEST(Mla, JoinedStepsGiveEachPartTheBitsOfItsStepAlone) {
     if (backend == "vulkan" && !no_vulkan_reason().empty()) continue;
     const test::TestModel base = test::load_test_model(mla, 256, 2, backend);
     ASSERT_TRUE(base.model->kv_cache().shape().latent());
-    test::check_joined_steps(base.model->weights(), *base.tokenizer);
+    test::check_joined_steps(base.model->runner(), *base.tokenizer);
   }
 }
 
@@ -359,12 +359,12 @@ TEST(Mla, VulkanReplayedStepsUseTheCurrentPositions) {
     auto open_vulkan = [&](bool replay) {
       vulkan::VulkanBackendOptions options;
       options.replay = replay;
-      ModelOptions model_options{256};
+      SequenceOptions model_options{256};
       model_options.kv_type = type;
-      return std::make_unique<Model>(GgufFile::open(mla), vulkan::make_backend(options), model_options);
+      return std::make_unique<Sequence>(GgufFile::open(mla), vulkan::make_backend(options), model_options);
     };
     auto replayed = open_vulkan(true), recorded = open_vulkan(false);
-    auto logits = [&](Model& m) {
+    auto logits = [&](Sequence& m) {
       m.truncate(0);
       std::vector<std::vector<float>> out;
       StepBatch prefill = StepBatch::causal({1, 45, 99, 7, 250, 31}, 0);
@@ -436,7 +436,7 @@ TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
   options.n_ctx = 512;
   test::TestModel m = open_model(options);
   const std::vector<int32_t> prompt(kMlaPrompt.begin(), kMlaPrompt.begin() + 6);
-  auto run = [&](DecodingOptions d, float temperature, KvPolicyOptions kv = {}, std::shared_ptr<Model> draft = nullptr) {
+  auto run = [&](DecodingOptions d, float temperature, KvPolicyOptions kv = {}, std::shared_ptr<Sequence> draft = nullptr) {
     GenerationOptions o;
     o.n_predict = 80;
     o.sampling = SamplerOptions{temperature, 0, 1.0f, 0.0f, 7};
@@ -449,7 +449,7 @@ TEST(Mla, DraftModelsAndSpeckvKeepAnMlaModelsOutput) {
     DecodingOptions d;
     d.strategy = Strategy::Draft;
     d.draft_model_path = drafter;
-    std::shared_ptr<Model> d_draft = open_draft_model(d, options, *m.model, m.tokenizer->vocab());
+    std::shared_ptr<Sequence> d_draft = open_draft_model(d, options, *m.model, m.tokenizer->vocab());
     ASSERT_TRUE(d_draft);
     for (float temperature : {0.0f, 0.8f}) {
       DecodingOptions ar;
@@ -482,7 +482,7 @@ TEST(Mla, BackendsWithoutLatentAttentionRefuseBeforeLoading) {
   auto backend = std::make_unique<test::FaultyBackend>(test::Fault::MatmulRowOffByOne);
   ASSERT_FALSE(backend->capabilities().latent_attention);
   try {
-    Model m(GgufFile::open(mla), std::move(backend), ModelOptions{64});
+    Sequence m(GgufFile::open(mla), std::move(backend), SequenceOptions{64});
     ADD_FAILURE() << "an MLA model loaded on a backend without latent attention";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("cannot run multi-head latent attention (MLA) models"), std::string::npos) << e.what();

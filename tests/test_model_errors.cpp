@@ -105,7 +105,7 @@ TEST(ModelErrors, VocabularyAndEmbeddingDisagree) {
   EXPECT_HAS(error, "the vocabulary has 300 tokens but token_embd.weight has 310 rows");
   // The model itself loads (310 rows) and never reads past its own table.
   const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
-  const Model model(file, make_cpu_backend(2));
+  const Sequence model(file, make_cpu_backend(2));
   EXPECT_EQ(model.config().n_vocab, 310);
   EXPECT_EQ(Vocab::from_gguf(*file).size(), 300);
 }

@@ -22,7 +22,7 @@
 
 #include "convert_tokenizer.h"
 #include "fafo/generator.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/step_batch.h"
 #include "model_fixtures.h"
 #include "synthetic_model.h"
@@ -104,7 +104,7 @@ struct Agreement {
 };
 
 // Teacher-forced: each reference sequence in one causal step, logits for every position.
-Agreement compare_with_llama_cpp(Model& model, const Reference& ref, size_t prompts) {
+Agreement compare_with_llama_cpp(Sequence& model, const Reference& ref, size_t prompts) {
   Agreement a;
   const int32_t n_vocab = model.config().n_vocab;
   for (size_t p = 0; p < prompts; ++p) {
@@ -158,7 +158,7 @@ void check_family(const std::string& name) {
       std::printf("  %s: no Vulkan device (%s), skipped\n", backend.c_str(), e.what());
       continue;
     }
-    Model& model = *m->model;
+    Sequence& model = *m->model;
     // The reference backend (plain loops) on the first sequence only: the whole set
     // costs it minutes at Qwen3's 151,669 logits per position.
     const size_t prompts = backend == "reference" ? 1 : ref.prompts.size();

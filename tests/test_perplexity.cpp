@@ -37,7 +37,7 @@ std::vector<int32_t> text_tokens(const Tokenizer& tok, size_t at_least) {
 }
 
 // The same measurement done by hand: each chunk in one causal step with every row's logits.
-double by_hand(Model& model, const std::vector<int32_t>& tokens, int32_t n, int32_t chunks, int32_t bos) {
+double by_hand(Sequence& model, const std::vector<int32_t>& tokens, int32_t n, int32_t chunks, int32_t bos) {
   double sum = 0;
   int64_t count = 0;
   const int32_t V = model.config().n_vocab;
@@ -118,7 +118,7 @@ TEST(Perplexity, KlDivergenceFromABaseModel) {
   for (int32_t c = 0; c < 2; ++c) {
     std::vector<int32_t> chunk(tokens.begin() + c * 128, tokens.begin() + (c + 1) * 128);
     chunk[0] = o.bos;
-    auto logits = [&](Model& model) {
+    auto logits = [&](Sequence& model) {
       model.truncate(0);
       StepBatch b = StepBatch::causal(chunk, 0, true);
       std::vector<float> out = model.forward(b);

@@ -430,28 +430,28 @@ TEST(Server, SlotsShareOneLoadOfTheWeights) {
   EXPECT_EQ(loads, 1);
   std::vector<SlotPool::Lease> leases;
   for (int i = 0; i < 3; ++i) leases.push_back(pool.acquire({}));
-  std::shared_ptr<ModelWeights> first = leases[0]->model->model->weights();
-  for (const auto& l : leases) EXPECT_EQ(l->model->model->weights(), first);
+  std::shared_ptr<StepRunner> first = leases[0]->model->model->runner();
+  for (const auto& l : leases) EXPECT_EQ(l->model->model->runner(), first);
   EXPECT_NE(&leases[0]->model->model->kv_cache(), &leases[1]->model->model->kv_cache());
   pool.reopen(*leases[1]);  // as after a lost device: loads again
   EXPECT_EQ(loads, 2);
-  std::shared_ptr<ModelWeights> second = leases[1]->model->model->weights();
+  std::shared_ptr<StepRunner> second = leases[1]->model->model->runner();
   EXPECT_NE(second, first);
-  EXPECT_EQ(leases[0]->model->model->weights(), first);  // leased: moves when given back
+  EXPECT_EQ(leases[0]->model->model->runner(), first);  // leased: moves when given back
   pool.reopen(*leases[0]);  // on the old weights: a sequence on the new ones, no load
   EXPECT_EQ(loads, 2);
-  EXPECT_EQ(leases[0]->model->model->weights(), second);
-  EXPECT_EQ(leases[2]->model->model->weights(), first);  // leased: moves when given back
-  std::weak_ptr<ModelWeights> old_first = first;
+  EXPECT_EQ(leases[0]->model->model->runner(), second);
+  EXPECT_EQ(leases[2]->model->model->runner(), first);  // leased: moves when given back
+  std::weak_ptr<StepRunner> old_first = first;
   first.reset();
   leases.clear();
   EXPECT_TRUE(old_first.expired());  // no slot is on the first load any more
   for (int i = 0; i < 3; ++i) leases.push_back(pool.acquire({}));
-  for (const auto& l : leases) EXPECT_EQ(l->model->model->weights(), second);
-  EXPECT_EQ(pool.model()->model->weights(), second);
+  for (const auto& l : leases) EXPECT_EQ(l->model->model->runner(), second);
+  EXPECT_EQ(pool.model()->model->runner(), second);
   leases.clear();
   // A reload with the other slots idle moves them at once: the old load is freed.
-  std::weak_ptr<ModelWeights> old = second;
+  std::weak_ptr<StepRunner> old = second;
   first.reset();
   second.reset();
   const int64_t alive = ModelWeights::loads_alive();
@@ -475,7 +475,7 @@ TEST(Server, ADraftModelIsLoadedOnceAndEverySlotDraftsWithItsOwnSequence) {
     DecodingOptions d;
     d.strategy = Strategy::Draft;
     d.draft_model_path = "self";
-    std::shared_ptr<Model> d_draft = open_draft_model(d, stories_options(), *target.model, target.tokenizer->vocab());
+    std::shared_ptr<Sequence> d_draft = open_draft_model(d, stories_options(), *target.model, target.tokenizer->vocab());
     return d_draft;
   });
   EXPECT_EQ(draft_loads, 1);
@@ -483,7 +483,7 @@ TEST(Server, ADraftModelIsLoadedOnceAndEverySlotDraftsWithItsOwnSequence) {
     SlotPool::Lease a = pool.acquire({}), b = pool.acquire({});
     ASSERT_TRUE(a->draft && b->draft);
     EXPECT_NE(a->draft.get(), b->draft.get());
-    EXPECT_EQ(a->draft->weights(), b->draft->weights());
+    EXPECT_EQ(a->draft->runner(), b->draft->runner());
   }
   ServerOptions o;
   o.port = 0;

@@ -1,5 +1,5 @@
 // Sequences on shared weights (fafo/model_weights.h): the weights are loaded once, each
-// sequence (Model) has its own KV cache and context, and sequences used from different
+// sequence (Sequence) has its own KV cache and context, and sequences used from different
 // threads give, token for token, what each gives alone.
 #include <gtest/gtest.h>
 
@@ -46,7 +46,7 @@ TEST(SharedWeights, SequencesOnOneLoadGiveTheIdsOfSeparateModelsFromAnyThread) {
     ASSERT_EQ(want1.size(), 32u);
 
     const OpenedModel seq = open_sequence(*base);
-    EXPECT_EQ(seq.model->weights(), base->model->weights());
+    EXPECT_EQ(seq.model->runner(), base->model->runner());
     EXPECT_EQ(&seq.model->backend(), &base->model->backend());
     EXPECT_NE(&seq.model->kv_cache(), &base->model->kv_cache());
     EXPECT_EQ(seq.model->n_ctx(), base->model->n_ctx());
@@ -84,7 +84,7 @@ TEST(SharedWeights, ASequenceCostsItsKvCacheAndNoWeights) {
   EXPECT_EQ(memory_in_use(be), loaded);  // a destroyed sequence gives its cache back
   // The weights outlive the first sequence while another runs on them.
   OpenedModel last = open_sequence(*base);
-  std::shared_ptr<ModelWeights> weights = base->model->weights();
+  std::shared_ptr<StepRunner> runner = base->model->runner();
   const std::vector<int32_t> prompt = base->tokenizer->encode("Once upon a time", true);
   const auto want = generate(*base->model, *base->tokenizer, prompt, greedy(Strategy::Ar, 16)).ids;
   base->model.reset();
@@ -102,7 +102,7 @@ TEST(SharedWeights, AModelDraftingForItselfIsASecondSequence) {
   o.decoding.draft_model_path = "self";
   o.resources.draft_model = open_draft_model(o.decoding, options, *m.model, m.tokenizer->vocab());
   ASSERT_TRUE(o.resources.draft_model);
-  EXPECT_EQ(o.resources.draft_model->weights(), m.model->weights());
+  EXPECT_EQ(o.resources.draft_model->runner(), m.model->runner());
   EXPECT_NE(&o.resources.draft_model->kv_cache(), &m.model->kv_cache());
   const std::vector<int32_t> prompt = m.tokenizer->encode("Lily and Tom went to the park. Lily and Tom", true);
   const auto drafted = generate(*m.model, *m.tokenizer, prompt, o).ids;
@@ -110,7 +110,7 @@ TEST(SharedWeights, AModelDraftingForItselfIsASecondSequence) {
   // Another backend for the draft loads the file again.
   o.decoding.draft_backend = "reference";
   o.resources.draft_model = open_draft_model(o.decoding, options, *m.model, m.tokenizer->vocab());
-  EXPECT_NE(o.resources.draft_model->weights(), m.model->weights());
+  EXPECT_NE(o.resources.draft_model->runner(), m.model->runner());
 }
 
 TEST(SharedWeights, AStepRefusesACacheAnotherBackendMade) {

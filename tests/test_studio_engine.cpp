@@ -469,12 +469,12 @@ TEST(StudioServer, SharesTheChatsWeightsWhenTheSettingsMatch) {
   OpenOptions other = options;
   other.n_ctx = options.n_ctx + 64;
   EXPECT_FALSE(engine.loaded_model(other));
-  const long before = loaded->model->weights().use_count();
+  const long before = loaded->model->runner().use_count();
   ServerSession server;
   server.start(options, "127.0.0.1", 0, loaded);
   ASSERT_TRUE(wait_for([&] { return server.status().state != ServerSession::Status::State::Starting; }, 60));
   ASSERT_EQ(server.status().state, ServerSession::Status::State::Running) << server.status().error;
-  EXPECT_EQ(loaded->model->weights().use_count(), before + 1);  // the slot's sequence
+  EXPECT_EQ(loaded->model->runner().use_count(), before + 1);  // the slot's sequence
   const fafo::test::CommandResult r = fafo::test::run_command(
       "curl -s -m 30 http://127.0.0.1:" + std::to_string(server.status().port) +
       "/v1/completions -d '{\"prompt\": \"Once\", \"max_tokens\": 3, \"temperature\": 0}'");

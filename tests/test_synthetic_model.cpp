@@ -37,7 +37,7 @@ std::string write_model(const synth::SyntheticConfig& c, const std::string& name
 }
 
 // Logits for every position of `tokens`, computed as one batch.
-std::vector<float> batch_logits(Model& m, const std::vector<int32_t>& tokens) {
+std::vector<float> batch_logits(Sequence& m, const std::vector<int32_t>& tokens) {
   m.truncate(0);
   StepBatch b = StepBatch::causal(tokens, 0, true);
   auto out = m.forward(b);
@@ -46,7 +46,7 @@ std::vector<float> batch_logits(Model& m, const std::vector<int32_t>& tokens) {
 }
 
 // The same, one token per step.
-std::vector<float> stepwise_logits(Model& m, const std::vector<int32_t>& tokens) {
+std::vector<float> stepwise_logits(Sequence& m, const std::vector<int32_t>& tokens) {
   m.truncate(0);
   std::vector<float> out;
   for (int32_t t : tokens) {
@@ -218,7 +218,8 @@ TEST(SyntheticModel, Phi3WithFusedTensorsAndLongRopeFactorsChosenByTheContext) {
   EXPECT_TRUE(config.rope.neox);
   EXPECT_EQ(config.rope_original_ctx, 256);
   EXPECT_NEAR(config.rope_attn_factor, std::sqrt(1.0 + std::log(4.0) / std::log(256.0)), 1e-6);
-  EXPECT_EQ(config.rope.freq_factors, config.rope_factors_short);  // a context of 256: the short factors
+  EXPECT_EQ(m.model->runner()->rope_of(0).freq_factors, config.rope_factors_short);  // a context of 256: the short factors
+  EXPECT_TRUE(config.rope.freq_factors.empty());  // the weights' own RoPE holds neither set
   EXPECT_NE(m.file->find_tensor("blk.0.attn_qkv.weight"), nullptr);
   EXPECT_EQ(m.file->find_tensor("blk.0.ffn_gate.weight"), nullptr);
   const auto a = batch_logits(*m.model, kTokens);
@@ -226,23 +227,23 @@ TEST(SyntheticModel, Phi3WithFusedTensorsAndLongRopeFactorsChosenByTheContext) {
   EXPECT_LT(max_abs_diff(a, b), 1e-4 * std::max(1.0, rms(a)));
   // A second sequence on the same weights with a context past 256 would need the long
   // factors while the first uses the short ones: a clear error, and the first goes on.
-  ModelOptions longer;
+  SequenceOptions longer;
   longer.n_ctx = 512;
-  EXPECT_THROW(Model(m.model->weights(), longer), std::invalid_argument);
+  EXPECT_THROW(Sequence(m.model->runner(), longer), std::invalid_argument);
   EXPECT_EQ(batch_logits(*m.model, kTokens), a);
   {
-    ModelOptions shorter;
+    SequenceOptions shorter;
     shorter.n_ctx = 200;  // short factors too (200 rounds up to 256)
-    Model second(m.model->weights(), shorter);
+    Sequence second(m.model->runner(), shorter);
     EXPECT_EQ(batch_logits(second, kTokens), a);
   }
   // Once no sequence uses the short factors, a long context may open on the same weights.
-  const std::shared_ptr<ModelWeights> weights = m.model->weights();
+  const std::shared_ptr<StepRunner> runner = m.model->runner();
   m.model.reset();
-  Model long_on_same(weights, longer);
-  EXPECT_EQ(long_on_same.config().rope.freq_factors, long_on_same.config().rope_factors_long);
+  Sequence long_on_same(runner, longer);
+  EXPECT_EQ(runner->rope_of(0).freq_factors, long_on_same.config().rope_factors_long);
   auto long_context = test::load_test_model(path, 512);
-  EXPECT_EQ(long_context.model->config().rope.freq_factors, long_context.model->config().rope_factors_long);
+  EXPECT_EQ(long_context.model->runner()->rope_of(0).freq_factors, long_context.model->config().rope_factors_long);
   EXPECT_GT(max_abs_diff(batch_logits(*long_context.model, kTokens), a), 1e-3);
 }
 

@@ -24,7 +24,7 @@
 #include "backend/vulkan/matmul_tuning.h"
 #include "backend/vulkan/vulkan_backend.h"
 #include "backend/vulkan/weight_kernels.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "synthetic_model.h"
 #include "fafo/vulkan_tuning.h"
 #include "random_weights.h"
@@ -36,6 +36,7 @@ namespace {
 using fafo::TensorType;
 using fafo::vulkan::Buffer;
 using fafo::vulkan::CandidateTiming;
+using fafo::vulkan::Kernels;
 using fafo::vulkan::CommandSequence;
 using fafo::vulkan::MatmulTuning;
 using fafo::vulkan::TunedShape;
@@ -238,15 +239,15 @@ TEST(VulkanTuningBackend, ABackendTunesWhatItRunsAndKeepsIt) {
     try {
       be = fafo::vulkan::make_backend(o);
     } catch (const std::exception& e) {
-      return std::unique_ptr<fafo::Model>();
+      return std::unique_ptr<fafo::Sequence>();
     }
-    fafo::ModelOptions mo;
+    fafo::SequenceOptions mo;
     mo.n_ctx = 64;
-    return std::make_unique<fafo::Model>(fafo::GgufFile::open(path), std::move(be), mo);
+    return std::make_unique<fafo::Sequence>(fafo::GgufFile::open(path), std::move(be), mo);
   };
-  std::unique_ptr<fafo::Model> plain = open(false);
+  std::unique_ptr<fafo::Sequence> plain = open(false);
   if (!plain) GTEST_SKIP() << "no Vulkan device";
-  auto steps = [](fafo::Model& m) {
+  auto steps = [](fafo::Sequence& m) {
     std::vector<std::vector<float>> out;
     for (const int32_t T : {1, 3, 1}) {
       m.truncate(0);
@@ -258,7 +259,7 @@ TEST(VulkanTuningBackend, ABackendTunesWhatItRunsAndKeepsIt) {
   const auto want = steps(*plain);
   EXPECT_EQ(fafo::vulkan_tune_now(plain->backend()), std::vector<std::string>{});
   EXPECT_EQ(fafo::vulkan_tuning_file(plain->backend()), "");
-  std::unique_ptr<fafo::Model> tuned = open(true);
+  std::unique_ptr<fafo::Sequence> tuned = open(true);
   EXPECT_NE(tuned->backend().description().find("rows per workgroup tuned"), std::string::npos);
   EXPECT_EQ(steps(*tuned), want);  // tuned at the end of the first two steps
   const std::vector<std::string> lines = fafo::vulkan_tune_now(tuned->backend());
@@ -268,7 +269,7 @@ TEST(VulkanTuningBackend, ABackendTunesWhatItRunsAndKeepsIt) {
   ASSERT_TRUE(std::filesystem::exists(file)) << file;
   EXPECT_EQ(file.parent_path(), dir);
   const auto written = std::filesystem::last_write_time(file);
-  std::unique_ptr<fafo::Model> again = open(true);
+  std::unique_ptr<fafo::Sequence> again = open(true);
   EXPECT_EQ(steps(*again), want);
   EXPECT_EQ(fafo::vulkan_tune_now(again->backend()), lines);
   EXPECT_EQ(std::filesystem::last_write_time(file), written);  // nothing measured

@@ -71,7 +71,7 @@ class Printer {
 
 // Per-kernel device time of steps of T tokens after the model's current context
 // (--profile): a table and its JSON.
-nlohmann::json profile_steps(Model& model, int32_t T, int repetitions,
+nlohmann::json profile_steps(Sequence& model, int32_t T, int repetitions,
                              const std::function<std::vector<int32_t>(int32_t)>& tokens, const Printer& out) {
   Backend& backend = model.backend();
   BackendProfiler* profiler = backend.profiler();
@@ -122,7 +122,7 @@ nlohmann::json profile_steps(Model& model, int32_t T, int repetitions,
 }
 
 // Every strategy of config over the same prompts, greedy; rows in config's order.
-std::vector<StrategyRow> run_strategies(Model& model, const Tokenizer& tokenizer, AutoState& auto_state,
+std::vector<StrategyRow> run_strategies(Sequence& model, const Tokenizer& tokenizer, AutoState& auto_state,
                                         const BenchConfig& config, const DecodingResources& resources,
                                         const Printer& out) {
   out("\n%s, %s each (greedy):\n", app::count_of(static_cast<int64_t>(config.prompts.size()), "prompt").c_str(),
@@ -226,7 +226,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   if (const std::string problem = strategies_problem(config_in.strategies, !config_in.prompts.empty()); !problem.empty())
     throw std::runtime_error(problem);
   OpenedModel m = open_model(open);
-  Model& model = *m.model;
+  Sequence& model = *m.model;
   app::warn_if_past_training_context(model);
   const ModelConfig& c = model.config();
   BenchConfig config = config_in;

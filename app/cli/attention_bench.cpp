@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 
 namespace fafo::cli {
 

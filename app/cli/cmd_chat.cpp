@@ -140,7 +140,7 @@ std::string trim(const std::string& s) {
 // context is already as long as the one the model was trained on, that length named
 // when the file gives it), else a shorter message, and, without the context shift, /reset.
 std::string context_full_advice(ChatSession& session, const ChatTurnError::Need& need) {
-  const Model& model = session.model();
+  const Sequence& model = session.model();
   std::vector<std::string> flags;
   if (need.turn_tokens < need.n_ctx) flags.push_back("-n " + std::to_string(need.n_ctx - need.turn_tokens) + " (a shorter reply)");
   if (app::larger_context_may_help(model))
@@ -215,7 +215,7 @@ TurnOutcome run_turn(ChatSession& session, AutoState* auto_state, const Decoding
     g_interrupted.store(false);
     return TurnOutcome::Done;
   }
-  const Model& model = session.model();
+  const Sequence& model = session.model();
   const GenerationResult& g = r.generation;
   if (r.shifted_turns > 0)
     std::fprintf(stderr,

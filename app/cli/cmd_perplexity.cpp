@@ -51,7 +51,7 @@ int run_perplexity(PerplexityArgs& a) {
   const bool uses_draft = a.prompt_compress.enabled() || (a.kv_drop && a.kv.name == "speckv");
   if (uses_draft && a.draft.draft_model_path.empty())
     throw std::runtime_error("the speckv modes need a draft model: --draft-model FILE (or self)");
-  const std::shared_ptr<Model> draft = uses_draft ? open_draft_model(a.draft, a.open, *m.model, tok.vocab()) : nullptr;
+  const std::shared_ptr<Sequence> draft = uses_draft ? open_draft_model(a.draft, a.open, *m.model, tok.vocab()) : nullptr;
   std::optional<OpenedModel> base;
   if (!a.kl_base.empty()) {
     OpenOptions base_open = a.open;

@@ -64,7 +64,7 @@ int run_serve(ServeArgs& args) {
     // The load the server starts on, held only for this message: after a lost device
     // the slots move to a new load, and the old one must go.
     const std::shared_ptr<const OpenedModel> served = pool.model();
-    Model& m = *served->model;
+    Sequence& m = *served->model;
     // The weights are loaded once; each slot adds its KV cache.
     const KvCacheShape& kv = m.kv_cache().shape();
     const uint64_t kv_bytes = static_cast<uint64_t>(kv.capacity) * static_cast<uint64_t>(kv.floats_per_entry()) *

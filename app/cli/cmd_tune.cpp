@@ -42,7 +42,7 @@ int run_tune(TuneArgs& a) {
   const int32_t largest = *std::max_element(a.sizes.begin(), a.sizes.end());
   if (a.open.n_ctx != 0 && a.open.n_ctx < largest) a.open.n_ctx = largest;  // 0: the model's
   OpenedModel m = open_model(a.open);
-  Model& model = *m.model;
+  Sequence& model = *m.model;
   std::printf("tuning %s on %s\n", a.open.path.c_str(), model.backend().description().c_str());
   std::fflush(stdout);
   // Every step size runs once, so that every product shape it uses is noted and measured

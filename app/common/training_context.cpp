@@ -5,7 +5,7 @@
 
 namespace fafo::app {
 
-void warn_if_past_training_context(const Model& model) {
+void warn_if_past_training_context(const Sequence& model) {
   static std::atomic<bool> warned{false};
   const ModelConfig& config = model.config();
   if (!config.n_ctx_train_in_file || model.n_ctx() <= config.n_ctx_train || warned.exchange(true)) return;
@@ -15,7 +15,7 @@ void warn_if_past_training_context(const Model& model) {
                model.n_ctx(), config.n_ctx_train);
 }
 
-bool larger_context_may_help(const Model& model) {
+bool larger_context_may_help(const Sequence& model) {
   const ModelConfig& config = model.config();
   return !config.n_ctx_train_in_file || model.n_ctx() < config.n_ctx_train;
 }

@@ -181,7 +181,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   auto generate_into = [this, job](httplib::DataSink& sink) {
     const CompletionRequest& rq = job->request;
     Slot& slot = *job->lease;
-    Model& model = *slot.model->model;
+    Sequence& model = *slot.model->model;
     const Tokenizer& tok = *slot.model->tokenizer;
     const std::vector<int32_t>& ids = job->prepared.ids;
     const std::string& name = options.model_name;

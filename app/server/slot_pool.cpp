@@ -30,7 +30,7 @@ SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& ope
       s->draft = i == 0 ? base_draft_ : draft_sequence();
     } catch (const std::exception& e) {
       // Name what fits: the weights and i slots.
-      Model& m = *base_->model;
+      Sequence& m = *base_->model;
       const uint64_t in_use = memory_in_use(m.backend());
       throw std::runtime_error("--parallel " + std::to_string(n) + " does not fit: the weights and " + std::to_string(i) +
                                " slot" + (i == 1 ? "" : "s") + " (a KV cache of " + std::to_string(m.n_ctx()) +
@@ -48,12 +48,12 @@ void SlotPool::join(Slot& slot) const {
   if (joiner_ && slot.model) slot.model->model->set_step_joiner(joiner_);
 }
 
-std::shared_ptr<Model> SlotPool::draft_sequence() const {
+std::shared_ptr<Sequence> SlotPool::draft_sequence() const {
   if (!base_draft_) return nullptr;
-  ModelOptions options;
+  SequenceOptions options;
   options.n_ctx = base_draft_->n_ctx();
   options.kv_type = base_draft_->kv_type();
-  return std::make_shared<Model>(base_draft_->weights(), options);
+  return std::make_shared<Sequence>(base_draft_->runner(), options);
 }
 
 std::shared_ptr<const OpenedModel> SlotPool::model() const {
@@ -103,7 +103,7 @@ SlotPool::Lease SlotPool::acquire(const std::vector<int32_t>& prompt) {
 
 void SlotPool::refresh(Slot& slot) {
   std::lock_guard<std::mutex> lock(base_mutex_);
-  if (slot.model->model->weights() == base_->model->weights()) return;
+  if (slot.model->model->runner() == base_->model->runner()) return;
   try {
     slot.model = std::make_shared<OpenedModel>(open_sequence(*base_));
     slot.draft = draft_sequence();
@@ -128,7 +128,7 @@ void SlotPool::reopen(Slot& slot) {
   slot.cached.clear();
   std::lock_guard<std::mutex> lock(base_mutex_);
   try {
-    if (slot.model->model->weights() == base_->model->weights()) {
+    if (slot.model->model->runner() == base_->model->runner()) {
       // The current weights failed: load them (and the draft model's) again. The slot
       // drops its models first, so that the old weights go once no other slot runs on them.
       slot.model.reset();
@@ -153,10 +153,10 @@ void SlotPool::move_idle_slots() {
   std::lock_guard<std::mutex> lock(mutex_);  // no slot is leased meanwhile
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& idle = *slots_[i];
-    if (in_use_[i] || idle.model->model->weights() == base_->model->weights()) continue;
+    if (in_use_[i] || idle.model->model->runner() == base_->model->runner()) continue;
     try {
       auto model = std::make_shared<OpenedModel>(open_sequence(*base_));
-      std::shared_ptr<Model> draft = draft_sequence();
+      std::shared_ptr<Sequence> draft = draft_sequence();
       idle.model = std::move(model);
       idle.draft = std::move(draft);
       idle.cached.clear();

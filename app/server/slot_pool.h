@@ -1,5 +1,5 @@
 // The server's slots: `--parallel N` sequences on one load of the model's weights
-// (ModelWeights), each with its own KV cache and the tokens it holds, so N requests
+// (one StepRunner), each with its own KV cache and the tokens it holds, so N requests
 // generate at once and a conversation that comes back finds its earlier turns still
 // cached. The slots' steps go through one StepJoiner (fafo/step_joiner.h): the steps
 // that leased slots ask for at the same time run as one step over the weights, where
@@ -23,7 +23,7 @@ namespace fafo::server {
 struct Slot {
   int index = 0;
   std::shared_ptr<OpenedModel> model;
-  std::shared_ptr<Model> draft;  // its draft model's sequence (--draft-model), or null
+  std::shared_ptr<Sequence> draft;  // its draft model's sequence (--draft-model), or null
   std::vector<int32_t> cached;  // the tokens the KV cache holds, in order
 };
 
@@ -31,7 +31,7 @@ class SlotPool {
  public:
   // Loads a draft model for a target (--draft-model); the pool makes every other slot's
   // draft a sequence on what it loaded.
-  using DraftOpener = std::function<std::shared_ptr<Model>(const OpenedModel& target)>;
+  using DraftOpener = std::function<std::shared_ptr<Sequence>(const OpenedModel& target)>;
   // Opens the model once (`open`), and the draft model once (`open_draft`, when given),
   // and makes n sequences on their weights; throws what `open` or `open_draft` or a KV
   // cache that does not fit throws.
@@ -85,7 +85,7 @@ class SlotPool {
   // so the old load goes as soon as the leased ones' requests end.
   void move_idle_slots();
   // A new sequence on the current draft weights (null without a draft model).
-  std::shared_ptr<Model> draft_sequence() const;
+  std::shared_ptr<Sequence> draft_sequence() const;
 
   // Sends the slot's steps through the joiner.
   void join(Slot& slot) const;
@@ -100,7 +100,7 @@ class SlotPool {
   mutable std::mutex mutex_;
   std::condition_variable freed_;
   std::shared_ptr<OpenedModel> base_;  // loaded the current weights (a slot's model, or one a slot had)
-  std::shared_ptr<Model> base_draft_;  // loaded the current draft weights (with base_)
+  std::shared_ptr<Sequence> base_draft_;  // loaded the current draft weights (with base_)
   mutable std::mutex base_mutex_;
 };
 

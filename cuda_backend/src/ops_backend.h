@@ -342,24 +342,21 @@ class OpsBackend final : public Backend, public BackendFusions, public BackendPr
     set_rows(out, T);
   }
 
-  void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
-    launch(SwigluOp{data_of(gate), data_of(up), data_of(out)}, uint64_t{rows_of(gate)} * static_cast<uint64_t>(gate.cols),
-           "swiglu");
+  void gated(GatedActivation act, const Activation& gate, const Activation& up, Activation& out) override {
+    const uint64_t n = uint64_t{rows_of(gate)} * static_cast<uint64_t>(gate.cols);
+    if (act == GatedActivation::Silu)
+      launch(SwigluOp{data_of(gate), data_of(up), data_of(out)}, n, "swiglu");
+    else
+      launch(GegluOp{data_of(gate), data_of(up), data_of(out)}, n, "geglu");
     set_rows(out, rows_of(gate));
   }
 
-  void geglu(const Activation& gate, const Activation& up, Activation& out) override {
-    launch(GegluOp{data_of(gate), data_of(up), data_of(out)}, uint64_t{rows_of(gate)} * static_cast<uint64_t>(gate.cols),
-           "geglu");
-    set_rows(out, rows_of(gate));
-  }
-
-  void scale(Activation& x, float factor) override {
-    launch(ScaleOp{data_of(x), factor}, uint64_t{rows_of(x)} * static_cast<uint64_t>(x.cols), "scale");
-  }
-
-  void softcap(Activation& x, float cap) override {
-    launch(SoftcapOp{data_of(x), cap}, uint64_t{rows_of(x)} * static_cast<uint64_t>(x.cols), "softcap");
+  void map(ElementMap op, Activation& x, float value) override {
+    const uint64_t n = uint64_t{rows_of(x)} * static_cast<uint64_t>(x.cols);
+    if (op == ElementMap::Scale)
+      launch(ScaleOp{data_of(x), value}, n, "scale");
+    else
+      launch(SoftcapOp{data_of(x), value}, n, "softcap");
   }
 
   void add(Activation& x, const Activation& y) override {

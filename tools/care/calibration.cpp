@@ -6,7 +6,7 @@
 
 #include "covariance.h"
 #include "fafo/backend.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/read_file.h"
 #include "fafo/step_batch.h"
 #include "fafo/tokenizer.h"
@@ -30,9 +30,9 @@ Calibration calibrate(const std::shared_ptr<const GgufFile>& file, const Calibra
                              " tokens, fewer than one chunk of " + std::to_string(per_chunk) +
                              " (give a longer text or a smaller --calib-len)");
 
-  ModelOptions model_options;
+  SequenceOptions model_options;
   model_options.n_ctx = o.chunk_len;
-  Model model(file, make_reference_backend(o.threads), model_options);
+  Sequence model(file, make_reference_backend(o.threads), model_options);
   const int32_t n_layer = model.config().n_layer, n_embd = model.config().n_embd;
   std::vector<CovarianceAccumulator> sums(static_cast<size_t>(n_layer), CovarianceAccumulator(n_embd));
   model.set_attention_input_tap([&](int32_t layer, const float* rows, int64_t n_rows, int64_t width) {
@@ -42,7 +42,7 @@ Calibration calibrate(const std::shared_ptr<const GgufFile>& file, const Calibra
   });
   // The model is left without the tap and with an empty context, whatever happens.
   struct Restore {
-    Model& m;
+    Sequence& m;
     ~Restore() {
       m.set_attention_input_tap({});
       m.truncate(0);
@@ -57,8 +57,8 @@ Calibration calibrate(const std::shared_ptr<const GgufFile>& file, const Calibra
     chunk.insert(chunk.end(), first, first + static_cast<std::ptrdiff_t>(per_chunk));
     model.truncate(0);
     // One causal step per chunk, or several committed ones when it is longer than a step.
-    for (size_t begin = 0; begin < chunk.size(); begin += Model::kMaxStepTokens) {
-      const size_t end = std::min(chunk.size(), begin + static_cast<size_t>(Model::kMaxStepTokens));
+    for (size_t begin = 0; begin < chunk.size(); begin += Sequence::kMaxStepTokens) {
+      const size_t end = std::min(chunk.size(), begin + static_cast<size_t>(Sequence::kMaxStepTokens));
       StepBatch step = StepBatch::causal(std::vector<int32_t>(chunk.begin() + static_cast<std::ptrdiff_t>(begin),
                                                               chunk.begin() + static_cast<std::ptrdiff_t>(end)),
                                          model.n_past());

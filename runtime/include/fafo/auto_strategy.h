@@ -218,7 +218,7 @@ class AutoController {
   AutoDecision last_;
 };
 
-class Model;
+class Sequence;
 
 // Times a curve over `sizes` (ascending, 1 first) with `time_step(T)`, the seconds of
 // one step of T tokens: one untimed step of each size first (pipelines, caches), then
@@ -236,7 +236,7 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
 // T = 1 and `extra_sizes` (the candidates' step sizes, so that their costs are measured,
 // not interpolated; without them T = 1, 2, 4 ... 64), as far as the context and the
 // device's logit rows allow. Under a second on a CPU for small models.
-StepCosts measure_step_costs(Model& model, int32_t max_emitted, const std::vector<int32_t>& extra_sizes = {});
+StepCosts measure_step_costs(Sequence& model, int32_t max_emitted, const std::vector<int32_t>& extra_sizes = {});
 
 // The default grid auto chooses from: plain decoding, Lookahead and FAFO at a few
 // (W, N, G) from small to large steps, and `with_corpus` (a corpus index is open:

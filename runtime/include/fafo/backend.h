@@ -1,14 +1,14 @@
 // The backend contract, part 1: compute. Memory for weights and activations, and the
 // kernels of a Llama-family forward pass. The forward pass is written once against it
-// (ModelWeights::record_step in runtime/src/model/model_weights.cpp); backends never know which
+// (StepRunner::record_step in runtime/src/model/step_runner.cpp); backends never know which
 // decoding strategy or KV compression policy runs. Part 2 is the KV cache each backend
 // provides (fafo/kv_cache.h); part 3 is the registry that names and creates backends
 // (fafo/backend_registry.h).
 //
-// What a new backend implements: the pure virtual methods of class Backend below, 25 of
+// What a new backend implements: the pure virtual methods of class Backend below, 23 of
 // them (memory: upload_weight, alloc_activation, create_kv_cache; a step: start_step,
 // finish_step; the ops: embed, rms_norm, head_norm, matmul, add_bias, rope, attention,
-// swiglu, geglu, scale, softcap, add, gather_rows, argmax_rows, top_k_rows; reading
+// gated (SwiGLU, GeGLU), map (scale, soft-cap), add, gather_rows, argmax_rows, top_k_rows; reading
 // back: read_rows, read_argmax, read_top_k; name, description), with the conformance
 // table (tests/test_backend_ops.cpp) as the judge; tests/faulty_backend.h is a whole
 // backend of just these (and capabilities(), which it forwards). The rest is optional, each with a default: numerics() (exact),
@@ -82,6 +82,11 @@ struct AttentionShape {
   bool in_window(int32_t row, int32_t key) const { return window <= 0 || row - key < window; }
 };
 
+// The gated feed-forward activations (Backend::gated): SwiGLU's SiLU, GeGLU's GELU.
+enum class GatedActivation : uint8_t { Silu, GeluTanh };
+// The element-wise maps with one parameter (Backend::map).
+enum class ElementMap : uint8_t { Scale, Softcap };
+
 // RoPE parameters. Positions come from the StepBatch.
 struct RopeParams {
   int32_t n_dims = 0;        // rotated dimensions per head (<= head_dim)
@@ -137,7 +142,7 @@ struct BackendCapabilities {
   // model refuses an MLA file before loading anything where it does not.
   bool latent_attention = false;
   // Whether each op has run when its call returns (host backends), so activations may
-  // be read with read_rows inside a step (Model::set_attention_input_tap).
+  // be read with read_rows inside a step (Sequence::set_attention_input_tap).
   bool executes_immediately = false;
   // The most bytes one activation may hold (a device's buffer range: Vulkan's
   // maxStorageBufferRange); Backend::max_activation_rows divides it by a row's.
@@ -327,17 +332,14 @@ class Backend {
     (void)layer, (void)q, (void)shape, (void)k_up, (void)v_up, (void)rope, (void)out;
     throw std::invalid_argument("the " + name() + " backend cannot run multi-head latent attention (MLA) models");
   }
-  // out = silu(gate) * up.
-  virtual void swiglu(const Activation& gate, const Activation& up, Activation& out) = 0;
-  // out = gelu(gate) * up, GELU by its tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi)
-  // (x + 0.044715 x^3))), the argument of tanh clamped to [-10, 10] (where tanh is +-1 in
-  // floats): Gemma's GeGLU feed-forward.
-  virtual void geglu(const Activation& gate, const Activation& up, Activation& out) = 0;
-  // x *= factor (Gemma's embedding scale).
-  virtual void scale(Activation& x, float factor) = 0;
-  // x = cap * tanh(x / cap), the argument of tanh clamped as geglu's (Gemma 2's logit
-  // soft-capping); cap > 0.
-  virtual void softcap(Activation& x, float cap) = 0;
+  // out = act(gate) * up, element by element: Silu, silu(gate) * up (SwiGLU); GeluTanh,
+  // GELU by its tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the
+  // argument of tanh clamped to [-10, 10] (where tanh is +-1 in floats): Gemma's GeGLU.
+  virtual void gated(GatedActivation act, const Activation& gate, const Activation& up, Activation& out) = 0;
+  // x = op(x, value), element by element: Scale, x * value (Gemma's embedding scale);
+  // Softcap, value * tanh(x / value), the argument of tanh clamped as GeluTanh's (Gemma
+  // 2's logit soft-capping; value > 0).
+  virtual void map(ElementMap op, Activation& x, float value) = 0;
   // x += y.
   virtual void add(Activation& x, const Activation& y) = 0;
   // Copies the selected rows of src (indices into the batch) to the first rows of dst;
@@ -417,7 +419,7 @@ inline void run_matmul_swiglu(Backend& b, const Weight& gate, const Weight& up, 
   if (!up) throw std::invalid_argument("matmul_swiglu: backend " + b.name() + " takes the gate and up weights apart");
   b.matmul(gate, x, out);
   b.matmul(up, x, scratch);
-  b.swiglu(out, scratch, out);
+  b.gated(GatedActivation::Silu, out, scratch, out);
 }
 inline void run_matmul_add(Backend& b, const Weight& w, const Activation& x, Activation& acc, Activation& scratch) {
   if (BackendFusions* f = b.fusions(); f != nullptr && f->matmul_add(w, x, acc, scratch)) return;

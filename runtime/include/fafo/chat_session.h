@@ -36,7 +36,7 @@
 
 #include "fafo/chat_template.h"
 #include "fafo/generator.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/tokenizer.h"
 #include "fafo/utf8_stream.h"
 
@@ -97,7 +97,7 @@ class ChatSession {
  public:
   // Borrows the model and tokenizer (they must outlive the session). `system` starts
   // every conversation when not empty. Starts a new conversation (empties the cache).
-  ChatSession(Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template, ChatTemplateContext context,
+  ChatSession(Sequence& model, const Tokenizer& tokenizer, ChatTemplate chat_template, ChatTemplateContext context,
               std::string system = "");
 
   // A new conversation: only the system message, an empty KV cache.
@@ -133,7 +133,7 @@ class ChatSession {
   void restore(std::vector<ChatMessage> history);
   const std::string& turn_end() const { return turn_end_; }
   const std::string& template_name() const { return template_.name(); }
-  Model& model() { return model_; }
+  Sequence& model() { return model_; }
 
  private:
   // Token ids the conversation has fed or produced, each group with the text it stands
@@ -158,7 +158,7 @@ class ChatSession {
   std::string render_turn(const std::vector<ChatMessage>& messages) const;
   void apply(const Prefill& p);
 
-  Model& model_;
+  Sequence& model_;
   const Tokenizer& tok_;
   ChatTemplate template_;
   ChatTemplateContext ctx_;

@@ -37,7 +37,7 @@ const char* candidate_source_name(CandidateSource s);
 CandidateSource parse_candidate_source(const std::string& name);
 
 class CorpusIndex;
-class Model;
+class Sequence;
 
 struct DecodingResources;
 
@@ -91,7 +91,7 @@ struct DecodingOptions {
 // fafo/open_model.h; GenerationOptions::resources): DecodingOptions holds values only.
 struct DecodingResources {
   std::shared_ptr<const CorpusIndex> corpus;  // corpus_path's index; null: none
-  std::shared_ptr<Model> draft_model;         // draft_model_path's model; null: none
+  std::shared_ptr<Sequence> draft_model;         // draft_model_path's model; null: none
   std::string draft_key;                      // what it was opened from (draft_model_key, fafo/open_model.h)
 };
 

@@ -1,4 +1,4 @@
-// Text generation on a Model: prompt prefill (in chunks), then decoding steps with
+// Text generation on a Sequence: prompt prefill (in chunks), then decoding steps with
 // the chosen strategy (plain autoregressive, Jacobi, Lookahead or FAFO; see
 // fafo/decoding.h). Tokens are reported through a callback as they are produced so
 // callers can stream them; every strategy emits the tokens plain decoding would.
@@ -13,7 +13,7 @@
 #include "fafo/auto_strategy.h"
 #include "fafo/decoding.h"
 #include "fafo/kv_policy.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/prompt_compression.h"
 #include "fafo/sampler.h"
 #include "fafo/tokenizer.h"
@@ -121,27 +121,27 @@ using TokenCallback = std::function<bool(int32_t token)>;
 // model's context holds the prompt and every generated token except the last one
 // (it was sampled but never fed back), so a caller continuing the conversation
 // must feed that token first. Throws std::length_error when the prompt does not fit.
-GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+GenerationResult generate(Sequence& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                           const GenerationOptions& options, const TokenCallback& on_token = {});
 
 // Feeds `tokens` to the model after its current context (chunked); returns the logits
 // after the last one, or nothing when `should_stop` (asked before each chunk) said stop.
-std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int32_t chunk,
+std::vector<float> prefill(Sequence& model, const std::vector<int32_t>& tokens, int32_t chunk,
                            const std::function<bool()>& should_stop = {});
 // The same, but the last step also runs `lookahead` after the tokens without keeping
 // their KV entries: SpecKV's scoring rows, whose queries the model's policy captures
 // with the prompt's last ones.
-std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_t>& tokens,
+std::vector<float> prefill_with_lookahead(Sequence& model, const std::vector<int32_t>& tokens,
                                           const std::vector<int32_t>& lookahead, int32_t chunk,
                                           const std::function<bool()>& should_stop = {});
 
 // Sets the model's KV policy (make_kv_policy(*kv), or none when kv is null; `drop`:
-// lossy dropping, Model::set_kv_policy), feeds `prompt` (for the speckv policy, after
+// lossy dropping, Sequence::set_kv_policy), feeds `prompt` (for the speckv policy, after
 // `draft` predicts up to kv->lookahead tokens after `context` + `prompt`, as many as the
 // context has room for: prefill_with_lookahead) and tells the policy the prompt is in.
 // Returns the logits after the prompt (nothing when `should_stop` said stop).
-std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
-                                  Model* draft, int32_t chunk, const std::vector<int32_t>& context = {},
+std::vector<float> prefill_prompt(Sequence& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
+                                  Sequence* draft, int32_t chunk, const std::vector<int32_t>& context = {},
                                   const std::function<bool()>& should_stop = {});
 // "kv-drop NAME budget B": how --kv-drop is labelled (GenerationResult::lossy).
 std::string kv_drop_label(const KvPolicyOptions& kv);

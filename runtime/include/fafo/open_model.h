@@ -11,7 +11,7 @@
 #include "fafo/backend.h"
 #include "fafo/chat_template.h"
 #include "fafo/gguf.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/tokenizer.h"
 
 namespace fafo {
@@ -35,7 +35,7 @@ struct ResolvedChatTemplate {
 
 struct OpenedModel {
   std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
+  std::unique_ptr<Sequence> model;
   std::unique_ptr<Tokenizer> tokenizer;
   ResolvedChatTemplate chat;  // options.chat_template resolved against this file
   // What --strategy auto keeps between this model's generations (its step-cost curve
@@ -51,7 +51,7 @@ struct OpenedModel {
 // ChatTemplateError for a chat template choice that cannot be used.
 OpenedModel open_model(const OpenOptions& options);
 
-// Another sequence on `opened`'s weights: a Model with its own KV cache (the same
+// Another sequence on `opened`'s weights: a Sequence with its own KV cache (the same
 // context length and cache type) and context, its own AutoState on the same step-cost
 // cache, beside the same file,
 // a tokenizer of the same vocabulary and the same chat template. Nothing is loaded
@@ -66,7 +66,7 @@ OpenedModel open_sequence(const OpenedModel& opened);
 // the draft model of the same file, backend and device (kept.draft_key). Throws what
 // those two throw.
 DecodingResources open_decoding_resources(const DecodingOptions& decoding, const OpenOptions& target,
-                                          const Model& target_model, const Vocab& target_vocab,
+                                          const Sequence& target_model, const Vocab& target_vocab,
                                           bool draft_also_needed = false, const DecodingResources& kept = {});
 // What names the draft model `decoding` opens for `target` (DecodingResources::draft_key):
 // its file (for "self", the target's file, backend and device), backend and device.
@@ -77,8 +77,8 @@ std::string draft_model_key(const DecodingOptions& decoding, const OpenOptions& 
 // target's context length and cache type; null for an empty path. Throws
 // std::runtime_error when its vocabulary differs from `target_vocab` (naming the first
 // difference), and what open_model throws.
-std::shared_ptr<Model> open_draft_model(const DecodingOptions& decoding, const OpenOptions& target,
-                                        const Model& target_model, const Vocab& target_vocab);
+std::shared_ptr<Sequence> open_draft_model(const DecodingOptions& decoding, const OpenOptions& target,
+                                        const Sequence& target_model, const Vocab& target_vocab);
 
 // "" when the vocabularies are equal token for token (texts and kinds), else
 // the first difference, in words.

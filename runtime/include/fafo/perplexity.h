@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "fafo/kv_policy.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/prompt_compression.h"
 
 namespace fafo {
@@ -36,8 +36,8 @@ struct PerplexityOptions {
   KvPolicyOptions kv;
   bool kv_drop = false;
   PromptCompressOptions prompt_compress;
-  Model* draft = nullptr;
-  Model* base = nullptr;  // the model the KL divergence is measured from (same vocabulary); nullptr: none
+  Sequence* draft = nullptr;
+  Sequence* base = nullptr;  // the model the KL divergence is measured from (same vocabulary); nullptr: none
 };
 
 struct PerplexityChunk {
@@ -63,7 +63,7 @@ struct PerplexityResult {
 
 // Throws std::invalid_argument for a text shorter than one chunk or bad options, and what
 // the model throws.
-PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, const PerplexityOptions& options,
+PerplexityResult perplexity(Sequence& model, const std::vector<int32_t>& tokens, const PerplexityOptions& options,
                             const std::function<void(const PerplexityChunk&)>& on_chunk = {});
 
 }  // namespace fafo

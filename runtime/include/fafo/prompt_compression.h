@@ -14,7 +14,7 @@
 
 namespace fafo {
 
-class Model;
+class Sequence;
 
 struct PromptCompressOptions {
   std::string method;        // "" (off) or "speckv" (--prompt-compress)
@@ -33,7 +33,7 @@ struct PromptCompressOptions {
 // budget; else SpecPC's choice. Uses `draft`'s KV cache (forgotten before and after;
 // its KV policy is removed). `chunk`: prompt tokens per draft prefill step. Throws
 // std::length_error when the draft model's context cannot hold the prompt and one token.
-std::vector<int32_t> compress_prompt(Model& draft, const std::vector<int32_t>& prompt, const PromptCompressOptions& options,
+std::vector<int32_t> compress_prompt(Sequence& draft, const std::vector<int32_t>& prompt, const PromptCompressOptions& options,
                                      int32_t chunk);
 
 }  // namespace fafo

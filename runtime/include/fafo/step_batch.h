@@ -10,7 +10,7 @@
 // sees every entry; FAFO's fumble rows use it), and sees the batch tokens j <= i whose
 // bit is set in its row of the in-step mask. Its key and value are written to KV slot
 // `n_past + i` for the duration of the step; committing the step makes some of them
-// part of the cache: Model::commit(n) the first n tokens, Model::commit_rows the listed
+// part of the cache: Sequence::commit(n) the first n tokens, Sequence::commit_rows the listed
 // rows (the input and a verified chain), moved into place after the prefix.
 //
 // A joined batch (StepBatch::join) is one step over several sequences on shared

@@ -1,15 +1,15 @@
 // StepJoiner: runs the steps that sequences on the same weights ask for at about the
-// same time as one step (Model::forward_joined), so that N sequences decoding together
+// same time as one step (Sequence::forward_joined), so that N sequences decoding together
 // read the weights once per token instead of N times: the server's slots.
 //
-// Each sequence's thread calls run() (Model::forward* does, once Model::set_step_joiner
+// Each sequence's thread calls run() (Sequence::forward* does, once Sequence::set_step_joiner
 // is set) and blocks. The first caller while no joined step runs leads: it waits until
 // every active sequence (enter() .. leave()) has a step waiting, or until about one
 // step's time has passed (a sequence busy with host work is not waited for long; no
 // wait at all where the backend computes one sequence per step), then takes the
 // waiting steps that fit one step and runs them; the rest wait for the next one. The
 // oldest waiting step always goes first, then the smallest (a decode row before a
-// prefill chunk), within the row budget (ModelWeights::kMaxStepTokens tokens and
+// prefill chunk), within the row budget (StepRunner::kMaxStepTokens tokens and
 // max_logit_rows() logit rows) and the backend's capabilities().max_step_sequences. Every sequence
 // gets its rows' bits as if it had stepped alone (backends are T-invariant across the
 // parts of a step), so joining never changes a token.
@@ -21,7 +21,7 @@
 #include <deque>
 #include <mutex>
 
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 
 namespace fafo {
 
@@ -42,7 +42,7 @@ class StepJoiner {
 
   // Runs `request` for `model`, joined with the steps other threads ask for meanwhile;
   // returns when it is done (request.error holds what failed).
-  void run(Model& model, StepRequest& request);
+  void run(Sequence& model, StepRequest& request);
 
   struct Stats {
     int64_t steps = 0;  // joined steps run
@@ -53,7 +53,7 @@ class StepJoiner {
 
  private:
   struct Waiting {
-    Model* model;
+    Sequence* model;
     StepRequest* request;
     std::chrono::steady_clock::time_point since;
     bool done = false;

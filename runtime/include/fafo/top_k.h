@@ -1,5 +1,5 @@
 // The k best logits of each row: what a sampling step reads back from the backend
-// instead of whole rows of n_vocab logits (Backend::top_k_rows, Model::forward_top_k).
+// instead of whole rows of n_vocab logits (Backend::top_k_rows, Sequence::forward_top_k).
 // Order: larger logit first; equal logits (-0.0 equals +0.0) by lower token id first,
 // the order Sampler sorts candidates in, so sampling from a row's top k draws exactly
 // what sampling from the whole row draws whenever top-k sampling keeps at most k.

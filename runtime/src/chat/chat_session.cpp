@@ -71,7 +71,7 @@ std::string ChatReplyText::display(std::string text) {
 
 // ---- the session ------------------------------------------------------------------------
 
-ChatSession::ChatSession(Model& model, const Tokenizer& tokenizer, ChatTemplate chat_template,
+ChatSession::ChatSession(Sequence& model, const Tokenizer& tokenizer, ChatTemplate chat_template,
                          ChatTemplateContext context, std::string system)
     : model_(model), tok_(tokenizer), template_(std::move(chat_template)), ctx_(std::move(context)),
       system_(std::move(system)), turn_end_(template_.assistant_turn_end(ctx_)) {

@@ -156,7 +156,7 @@ constexpr size_t kMaxRenderStringBytes = size_t{64} << 20;
 // The most work one rendering may do, in steps: a loop iteration, a string or list
 // element made (1 each), a macro call (kMacroCallWork: a scope and its arguments). What a rendering costs is what it makes and runs, not
 // only the memory it holds: with these two budgets the costliest template renders or
-// fails in tens of milliseconds (tests/test_chat_template.cpp, JinjaCost).
+// fails in tens of milliseconds (tests/test_jinja.cpp, JinjaCost).
 constexpr int64_t kMaxRenderWork = 250'000;
 // Fails as count_work would if `steps` more were counted, without counting them: for a
 // list about to be made.

@@ -6,7 +6,7 @@
 
 namespace fafo {
 
-Drafter::Drafter(Model& draft, std::unique_ptr<KvPolicy> policy) : model_(draft), sparse_(policy != nullptr) {
+Drafter::Drafter(Sequence& draft, std::unique_ptr<KvPolicy> policy) : model_(draft), sparse_(policy != nullptr) {
   model_.truncate(0);
   model_.set_kv_policy(std::move(policy));
 }

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "fafo/kv_policy.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/sampler.h"
 
 namespace fafo {
@@ -24,7 +24,7 @@ class Drafter {
   // Forgets what `draft` holds: its cache follows this generation's text from now on.
   // With `policy`, the draft model's rows attend, after the first text it is fed (the
   // prompt, attended in full), only the region the policy keeps (a sparse drafter).
-  explicit Drafter(Model& draft, std::unique_ptr<KvPolicy> policy = nullptr);
+  explicit Drafter(Sequence& draft, std::unique_ptr<KvPolicy> policy = nullptr);
 
   // The next n tokens after `text` (prompt and generated tokens so far); the first of
   // them has generation index `first_index`. Fewer when the draft model's context is
@@ -43,7 +43,7 @@ class Drafter {
   // region once the drafter is sparse and past the prompt.
   StepBatch batch(const std::vector<int32_t>& tokens) const;
 
-  Model& model_;
+  Sequence& model_;
   bool sparse_ = false;
   bool prefilled_ = false;       // the first text was fed (with a policy: the prompt's end told)
   std::vector<int32_t> cached_;  // the tokens the draft model's KV cache holds, in order

@@ -32,7 +32,7 @@ const char* stop_reason_name(StopReason r) {
   return "unknown";
 }
 
-std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int32_t chunk,
+std::vector<float> prefill(Sequence& model, const std::vector<int32_t>& tokens, int32_t chunk,
                            const std::function<bool()>& should_stop) {
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
   if (chunk <= 0) throw std::invalid_argument("prefill: chunk must be positive");
@@ -49,14 +49,14 @@ std::vector<float> prefill(Model& model, const std::vector<int32_t>& tokens, int
   return logits;
 }
 
-std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_t>& tokens,
+std::vector<float> prefill_with_lookahead(Sequence& model, const std::vector<int32_t>& tokens,
                                           const std::vector<int32_t>& lookahead, int32_t chunk,
                                           const std::function<bool()>& should_stop) {
   if (lookahead.empty()) return prefill(model, tokens, chunk, should_stop);
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
   // The last step holds plain prefill's last piece where the lookahead fits beside it.
   const size_t piece = static_cast<size_t>(std::max(chunk, 1));
-  const size_t room = static_cast<size_t>(std::max<int32_t>(1, Model::kMaxStepTokens - static_cast<int32_t>(lookahead.size())));
+  const size_t room = static_cast<size_t>(std::max<int32_t>(1, Sequence::kMaxStepTokens - static_cast<int32_t>(lookahead.size())));
   const size_t tail = std::min(tokens.size() - (tokens.size() - 1) / piece * piece, room);
   if (tail < tokens.size() &&
       prefill(model, std::vector<int32_t>(tokens.begin(), tokens.end() - static_cast<std::ptrdiff_t>(tail)), chunk,
@@ -79,8 +79,8 @@ std::vector<float> prefill_with_lookahead(Model& model, const std::vector<int32_
   return logits;
 }
 
-std::vector<float> prefill_prompt(Model& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
-                                  Model* draft, int32_t chunk, const std::vector<int32_t>& context,
+std::vector<float> prefill_prompt(Sequence& model, const std::vector<int32_t>& prompt, const KvPolicyOptions* kv, bool drop,
+                                  Sequence* draft, int32_t chunk, const std::vector<int32_t>& context,
                                   const std::function<bool()>& should_stop) {
   model.set_kv_policy(kv ? make_kv_policy(*kv) : nullptr, drop);
   std::vector<int32_t> lookahead;  // SpecKV: the draft model's greedy continuation of the text
@@ -114,7 +114,7 @@ using Clock = std::chrono::steady_clock;
 
 // Throws std::length_error when the prompt leaves no room, after what the model holds,
 // for at least one generated token.
-void check_prompt_fits(const Model& model, size_t prompt_size) {
+void check_prompt_fits(const Sequence& model, size_t prompt_size) {
   const int64_t room = model.n_ctx() - model.n_past();
   if (static_cast<int64_t>(prompt_size) >= room)
     throw std::length_error("the prompt has " + std::to_string(prompt_size) + " tokens but the context holds " +
@@ -129,12 +129,12 @@ void check_prompt_fits(const Model& model, size_t prompt_size) {
 // candidate's extra rows cost their full compute instead of riding on the memory-bound
 // weight read (on 2 cores the step of 4 decode rows is already compute-bound). Plain
 // decoding keeps each slot's row in every joined step; the output is the same either way.
-bool shares_steps(const Model& model) { return model.step_joiner() && model.step_joiner()->active() > 1; }
+bool shares_steps(const Sequence& model) { return model.step_joiner() && model.step_joiner()->active() > 1; }
 
 // Whether the step can run as laid out: the context has room for every row, and the
 // device can hold logits for every row that wants them (a huge vocabulary on a
 // small-buffer device holds few). A plain step (only the input token) always can.
-bool step_fits(const Model& model, const StepLayout& layout) {
+bool step_fits(const Sequence& model, const StepLayout& layout) {
   return layout.size() == 1 || (model.n_past() + layout.size() <= model.n_ctx() &&
                                 static_cast<int32_t>(layout.batch().logit_rows().size()) <= model.max_logit_rows());
 }
@@ -143,7 +143,7 @@ bool step_fits(const Model& model, const StepLayout& layout) {
 // only each row's argmax, and top-k sampling (top_k > 0) only each row's k best logits,
 // which the backend computes (on a GPU: a few bytes per row are read back instead of
 // n_vocab floats); other sampling reads whole rows.
-void forward_step(Model& model, StepLayout& layout, const Sampler& sampler, int32_t top_k) {
+void forward_step(Sequence& model, StepLayout& layout, const Sampler& sampler, int32_t top_k) {
   const int32_t n_vocab = model.config().n_vocab;
   if (sampler.greedy()) {
     layout.set_argmax(model.forward_argmax(layout.batch()));
@@ -265,7 +265,7 @@ std::string auto_memory_context(const GenerationOptions& o) {
 
 }  // namespace
 
-GenerationResult generate(Model& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+GenerationResult generate(Sequence& model, const Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
                           const GenerationOptions& options, const TokenCallback& on_token) {
   if (prompt.empty()) throw std::invalid_argument("the prompt is empty (no tokens)");
   options.decoding.validate(&options.resources);

@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "fafo/generator.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/sampler.h"
 
 namespace fafo {
@@ -14,8 +14,8 @@ void PromptCompressOptions::validate() const {
   if (!method.empty() && method != "speckv")
     throw std::invalid_argument("unknown --prompt-compress method '" + method + "' (choose speckv)");
   if (budget < 2) throw std::invalid_argument("--prompt-budget must be at least 2 (the first and the last token are kept)");
-  if (window < 1 || window >= Model::kMaxStepTokens)
-    throw std::invalid_argument("the SpecPC window must be in 1.." + std::to_string(Model::kMaxStepTokens - 1));
+  if (window < 1 || window >= Sequence::kMaxStepTokens)
+    throw std::invalid_argument("the SpecPC window must be in 1.." + std::to_string(Sequence::kMaxStepTokens - 1));
   if (skip_layers < 0 || pool_kernel < 1) throw std::invalid_argument("SpecPC: skipped layers >= 0 and pooling kernel >= 1");
 }
 
@@ -45,7 +45,7 @@ class CaptureLastRows final : public KvPolicy {
 // The draft's attention scores of prompt tokens [0, n): the prompt is fed, the token
 // the draft predicts after it is drawn greedily, and the last `w` prompt rows are run
 // again with it so one step holds every scoring row.
-std::vector<double> draft_scores(Model& draft, const std::vector<int32_t>& prompt, int32_t w,
+std::vector<double> draft_scores(Sequence& draft, const std::vector<int32_t>& prompt, int32_t w,
                                  const PromptCompressOptions& o, int32_t chunk) {
   const int32_t n = static_cast<int32_t>(prompt.size());
   const std::vector<float> logits = prefill(draft, prompt, chunk);
@@ -62,7 +62,7 @@ std::vector<double> draft_scores(Model& draft, const std::vector<int32_t>& promp
 
 }  // namespace
 
-std::vector<int32_t> compress_prompt(Model& draft, const std::vector<int32_t>& prompt, const PromptCompressOptions& o,
+std::vector<int32_t> compress_prompt(Sequence& draft, const std::vector<int32_t>& prompt, const PromptCompressOptions& o,
                                      int32_t chunk) {
   o.validate();
   const int32_t n = static_cast<int32_t>(prompt.size());

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "fafo/auto_strategy.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/progress.h"
 
 namespace fafo {
@@ -167,7 +167,7 @@ StepCosts time_step_costs(const std::vector<int32_t>& sizes, const std::function
   return costs;
 }
 
-StepCosts measure_step_costs(Model& model, int32_t max_emitted, const std::vector<int32_t>& extra_sizes) {
+StepCosts measure_step_costs(Sequence& model, int32_t max_emitted, const std::vector<int32_t>& extra_sizes) {
   // The candidates' sizes (each step costs time: on lavapipe a 24-token step takes a
   // tenth of a second), else powers of two.
   std::vector<int32_t> sizes = extra_sizes;

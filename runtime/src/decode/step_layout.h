@@ -42,9 +42,9 @@ class StepLayout {
   // Takes the forward pass's logits (one row per batch.logit_rows() entry).
   void set_logits(std::vector<float> logits, int32_t n_vocab);
   const float* logits(int32_t row) const;
-  // Greedy steps take only each logit row's argmax (Model::forward_argmax).
+  // Greedy steps take only each logit row's argmax (Sequence::forward_argmax).
   void set_argmax(std::vector<int32_t> ids);
-  // Sampling steps with top-k take only each row's best candidates (Model::forward_top_k).
+  // Sampling steps with top-k take only each row's best candidates (Sequence::forward_top_k).
   void set_top_k(TopK top, int32_t n_vocab);
   // The argmax of a row's logits: from set_argmax's ids or the best candidate, else
   // computed from the logits.

@@ -4,7 +4,7 @@
 
 namespace fafo {
 
-TraceRecorder::TraceRecorder(const StepCallback& on_step, const DecodingOptions& decoding, const Model& model,
+TraceRecorder::TraceRecorder(const StepCallback& on_step, const DecodingOptions& decoding, const Sequence& model,
                              const StrategyState& state)
     : on_step_(on_step), decoding_(decoding), model_(model), state_(&state) {}
 

@@ -15,14 +15,14 @@
 #include "decode/strategy_state.h"
 #include "decode/verifier.h"
 #include "fafo/decoding.h"
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 
 namespace fafo {
 
 class TraceRecorder {
  public:
   // Reports to `on_step` (empty: records nothing). The references must outlive the recorder.
-  TraceRecorder(const StepCallback& on_step, const DecodingOptions& decoding, const Model& model,
+  TraceRecorder(const StepCallback& on_step, const DecodingOptions& decoding, const Sequence& model,
                 const StrategyState& state);
 
   // Step 0: the prefill of `prompt_size` tokens, which took `ms`, produced `first`.
@@ -51,7 +51,7 @@ class TraceRecorder {
 
   const StepCallback& on_step_;
   const DecodingOptions& decoding_;
-  const Model& model_;
+  const Sequence& model_;
   const StrategyState* state_;
   StepTrace trace_;
   Clock::time_point mark_;

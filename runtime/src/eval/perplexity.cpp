@@ -43,7 +43,7 @@ Divergence divergence(const float* base, const float* row, int32_t n_vocab) {
 
 }  // namespace
 
-PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, const PerplexityOptions& o,
+PerplexityResult perplexity(Sequence& model, const std::vector<int32_t>& tokens, const PerplexityOptions& o,
                             const std::function<void(const PerplexityChunk&)>& on_chunk) {
   const int32_t n = o.n_ctx > 0 ? o.n_ctx : model.n_ctx();
   if (n < 4 || n % 2 != 0) throw std::invalid_argument("the perplexity chunk length must be even and at least 4, not " + std::to_string(n));
@@ -77,8 +77,8 @@ PerplexityResult perplexity(Model& model, const std::vector<int32_t>& tokens, co
   const int32_t piece = o.kv_drop ? 1 : std::min(model.max_logit_rows(), 512);
   // The model is left without a policy and with an empty context, whatever happens.
   struct Restore {
-    Model& m;
-    Model* base;
+    Sequence& m;
+    Sequence* base;
     ~Restore() {
       m.set_kv_policy(nullptr);
       m.truncate(0);

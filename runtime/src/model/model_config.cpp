@@ -2,7 +2,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "fafo/model.h"
+#include "fafo/model_config.h"
 
 namespace fafo {
 
@@ -157,14 +157,14 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma2" || c.arch == "gemma3";
   // As llama.cpp reads it: the type defaults to linear; the factor comes from
   // rope.scaling.factor, else the legacy rope.scale_linear; 0 means no scaling.
-  // Llama 3.1/3.2 files carry their scaling as a rope_freqs.weight tensor instead (see Model).
+  // Llama 3.1/3.2 files carry their scaling as a rope_freqs.weight tensor instead (below).
   c.rope_scaling = f.get_string(a + "rope.scaling.type", "linear");
   double factor = f.get_float(a + "rope.scaling.factor", 0.0);
   if (factor == 0.0) factor = f.get_float(a + "rope.scale_linear", 1.0);
   if (!std::isfinite(factor) || factor < 0.0) throw GgufError(f.path(), "rope.scaling.factor must be a finite number >= 0");
   if (factor == 0.0) factor = 1.0;
   // LongRoPE (Phi-3): per-pair factors in two tensors, chosen by the context size
-  // (ModelWeights::use_context), and an attention factor.
+  // (StepRunner::use_context), and an attention factor.
   const GgufTensor* short_factors = f.find_tensor("rope_factors_short.weight");
   const GgufTensor* long_factors = f.find_tensor("rope_factors_long.weight");
   if (short_factors || long_factors) {
@@ -182,6 +182,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.rope_original_ctx = f.find(a + "rope.scaling.original_context_length")
                               ? positive_int(f, a + "rope.scaling.original_context_length", 1 << 24)
                               : c.n_ctx_train;
+  }
+  if (const GgufTensor* rf = f.find_tensor("rope_freqs.weight")) {
+    if (!c.rope_factors_short.empty()) throw GgufError(f.path(), "rope_freqs.weight and LongRoPE factors in one file");
+    if (rf->type != TensorType::F32 || rf->n_elements() != c.rope.n_dims / 2)
+      throw GgufError(f.path(), "rope_freqs.weight must be F32 with rope.dimension_count/2 values");
+    c.rope.freq_factors.resize(static_cast<size_t>(c.rope.n_dims / 2));
+    std::memcpy(c.rope.freq_factors.data(), rf->data, rf->n_bytes);
+    for (float v : c.rope.freq_factors)
+      if (!std::isfinite(v) || v <= 0.0f) throw GgufError(f.path(), "rope_freqs.weight holds a value that is not a positive number");
   }
   c.rope_attn_factor = static_cast<float>(f.get_float(a + "rope.scaling.attn_factor", 1.0));
   if (!std::isfinite(c.rope_attn_factor) || c.rope_attn_factor <= 0.0f)

@@ -35,20 +35,20 @@ std::deque<StepJoiner::Waiting*> StepJoiner::take_batch() {
   Waiting* oldest = waiting_.front();
   std::deque<Waiting*> batch{oldest};
   waiting_.pop_front();
-  const Model& lead = *oldest->model;
+  const Sequence& lead = *oldest->model;
   if (!lead.joins_steps()) return batch;
   const auto rows = [](const Waiting* w) { return static_cast<int64_t>(w->request->batch->size()); };
   const auto logit_rows = [](const Waiting* w) { return static_cast<int64_t>(w->request->batch->logit_rows().size()); };
   int64_t tokens = rows(oldest), logits = logit_rows(oldest);
-  const int64_t max_parts = lead.weights()->backend().capabilities().max_step_sequences;
+  const int64_t max_parts = lead.runner()->backend().capabilities().max_step_sequences;
   // The smallest steps first: decode rows before multi-token steps and prefill chunks.
   std::vector<Waiting*> others(waiting_.begin(), waiting_.end());
   std::stable_sort(others.begin(), others.end(), [&](const Waiting* a, const Waiting* b) { return rows(a) < rows(b); });
   for (Waiting* w : others) {
     if (static_cast<int64_t>(batch.size()) >= max_parts) break;
-    if (w->model->weights() != lead.weights() || !w->model->joins_steps()) continue;
+    if (w->model->runner() != lead.runner() || !w->model->joins_steps()) continue;
     if (std::any_of(batch.begin(), batch.end(), [&](const Waiting* b) { return b->model == w->model; })) continue;
-    if (tokens + rows(w) > ModelWeights::kMaxStepTokens || logits + logit_rows(w) > lead.max_logit_rows()) continue;
+    if (tokens + rows(w) > StepRunner::kMaxStepTokens || logits + logit_rows(w) > lead.max_logit_rows()) continue;
     tokens += rows(w);
     logits += logit_rows(w);
     batch.push_back(w);
@@ -57,7 +57,7 @@ std::deque<StepJoiner::Waiting*> StepJoiner::take_batch() {
   return batch;
 }
 
-void StepJoiner::run(Model& model, StepRequest& request) {
+void StepJoiner::run(Sequence& model, StepRequest& request) {
   Waiting me{&model, &request, std::chrono::steady_clock::now()};
   std::unique_lock lock(mutex_);
   waiting_.push_back(&me);
@@ -73,7 +73,7 @@ void StepJoiner::run(Model& model, StepRequest& request) {
     const auto limit = std::clamp<std::chrono::steady_clock::duration>(mean_step_, min_wait_, max_wait_);
     const auto deadline = waiting_.front()->since + limit;
     // A backend that computes one sequence per step joins nothing: no wait.
-    const bool joins = waiting_.front()->model->weights()->backend().capabilities().max_step_sequences > 1;
+    const bool joins = waiting_.front()->model->runner()->backend().capabilities().max_step_sequences > 1;
     if (joins && static_cast<int64_t>(waiting_.size()) < active_ && std::chrono::steady_clock::now() < deadline) {
       changed_.wait_until(lock, deadline);
       continue;
@@ -81,11 +81,11 @@ void StepJoiner::run(Model& model, StepRequest& request) {
     std::deque<Waiting*> batch = take_batch();
     running_ = true;
     lock.unlock();
-    std::vector<std::pair<Model*, StepRequest*>> parts;
+    std::vector<std::pair<Sequence*, StepRequest*>> parts;
     for (Waiting* w : batch) parts.emplace_back(w->model, w->request);
     const auto started = std::chrono::steady_clock::now();
     try {
-      Model::forward_joined(parts);
+      Sequence::forward_joined(parts);
     } catch (...) {
       for (Waiting* w : batch) w->request->error = std::current_exception();
     }

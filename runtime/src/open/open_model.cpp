@@ -50,12 +50,12 @@ OpenedModel open_model(const OpenOptions& options) {
   if (!std::filesystem::is_regular_file(path)) throw std::runtime_error(path + ": not a file");
   std::shared_ptr<const GgufFile> file = GgufFile::open(path);
   ResolvedChatTemplate chat = resolve_chat_template(*file, options.chat_template);  // before the slow part
-  ModelOptions model_options;
+  SequenceOptions model_options;
   model_options.n_ctx = options.n_ctx;
   model_options.kv_type = options.kv_type;
   BackendSpec backend = options.backend;
   backend.latent_attention = file->find("fafo.mla.rank_k") != nullptr;  // auto: a backend that runs MLA
-  auto model = std::make_unique<Model>(file, make_backend(backend), model_options);
+  auto model = std::make_unique<Sequence>(file, make_backend(backend), model_options);
   auto auto_state = std::make_unique<AutoState>();
   const std::filesystem::path cache_dir = options.cache_dir.empty() ? default_cache_dir() : std::filesystem::path(options.cache_dir);
   if (options.cache_dir != "off" && !cache_dir.empty()) {
@@ -73,10 +73,10 @@ OpenedModel open_model(const OpenOptions& options) {
 }
 
 OpenedModel open_sequence(const OpenedModel& opened) {
-  ModelOptions options;
+  SequenceOptions options;
   options.n_ctx = opened.model->n_ctx();
   options.kv_type = opened.model->kv_type();
-  auto model = std::make_unique<Model>(opened.model->weights(), options);
+  auto model = std::make_unique<Sequence>(opened.model->runner(), options);
   auto auto_state = std::make_unique<AutoState>();
   if (opened.auto_state) auto_state->set_step_cost_cache(opened.auto_state->step_cost_cache());
   return {opened.file, std::move(model), std::make_unique<Tokenizer>(opened.tokenizer->vocab()), opened.chat,
@@ -98,8 +98,8 @@ std::string vocabulary_difference(const Vocab& target, const Vocab& draft) {
   return "";  // special ids may differ (a base model drafting for its instruct tune): drafts are only token ids
 }
 
-std::shared_ptr<Model> open_draft_model(const DecodingOptions& decoding, const OpenOptions& target,
-                                        const Model& target_model, const Vocab& target_vocab) {
+std::shared_ptr<Sequence> open_draft_model(const DecodingOptions& decoding, const OpenOptions& target,
+                                        const Sequence& target_model, const Vocab& target_vocab) {
   if (decoding.draft_model_path.empty()) return nullptr;
   OpenOptions o;
   o.path = decoding.draft_model_path == "self" ? target.path : decoding.draft_model_path;
@@ -114,16 +114,16 @@ std::shared_ptr<Model> open_draft_model(const DecodingOptions& decoding, const O
   o.cache_dir = "off";
   if (decoding.draft_model_path == "self" && decoding.draft_backend.empty() && decoding.draft_device.empty()) {
     // The target drafting for itself: a second sequence on the loaded weights.
-    ModelOptions options;
+    SequenceOptions options;
     options.n_ctx = target_model.n_ctx();
     options.kv_type = target.kv_type;
-    return std::make_shared<Model>(target_model.weights(), options);
+    return std::make_shared<Sequence>(target_model.runner(), options);
   }
   OpenedModel draft = open_model(o);
   if (const std::string why = vocabulary_difference(target_vocab, draft.tokenizer->vocab()); !why.empty())
     throw std::runtime_error(o.path + ": the draft model's vocabulary differs from the target's: " + why +
                              "; a draft model needs the target's vocabulary, token for token");
-  return std::shared_ptr<Model>(std::move(draft.model));
+  return std::shared_ptr<Sequence>(std::move(draft.model));
 }
 
 std::string draft_model_key(const DecodingOptions& d, const OpenOptions& target) {
@@ -134,7 +134,7 @@ std::string draft_model_key(const DecodingOptions& d, const OpenOptions& target)
 }
 
 DecodingResources open_decoding_resources(const DecodingOptions& decoding, const OpenOptions& target,
-                                          const Model& target_model, const Vocab& target_vocab, bool draft_also_needed,
+                                          const Sequence& target_model, const Vocab& target_vocab, bool draft_also_needed,
                                           const DecodingResources& kept) {
   DecodingResources r;
   r.corpus = open_corpus(decoding.corpus_path, target_vocab, kept.corpus);

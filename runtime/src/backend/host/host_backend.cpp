@@ -385,16 +385,8 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     });
   }
 
-  void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
-    gated(gate, up, out, GatedActivation::Silu);
-  }
-
-  void geglu(const Activation& gate, const Activation& up, Activation& out) override {
-    gated(gate, up, out, GatedActivation::GeluTanh);
-  }
-
-  // out = act(gate) * up, element by element (so split over the threads freely).
-  void gated(const Activation& gate, const Activation& up, Activation& out, GatedActivation act) {
+  // Element by element, so split over the threads freely.
+  void gated(GatedActivation act, const Activation& gate, const Activation& up, Activation& out) override {
     const int64_t cols = gate.cols;
     pool_.parallel_for(rows_of(gate) * cols, 2048, [&](int64_t b, int64_t e, int) {
       for (int64_t k = b; k < e;) {
@@ -409,17 +401,13 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     set_rows(out, rows_of(gate));
   }
 
-  void scale(Activation& x, float factor) override {
+  void map(ElementMap op, Activation& x, float value) override {
     for (int64_t i = 0; i < rows_of(x); ++i) {
       float* r = row(x, i);
-      for (int64_t c = 0; c < x.cols; ++c) r[c] *= factor;
-    }
-  }
-
-  void softcap(Activation& x, float cap) override {
-    for (int64_t i = 0; i < rows_of(x); ++i) {
-      float* r = row(x, i);
-      for (int64_t c = 0; c < x.cols; ++c) r[c] = scalar::soft_cap(r[c], cap);
+      if (op == ElementMap::Scale)
+        for (int64_t c = 0; c < x.cols; ++c) r[c] *= value;
+      else
+        for (int64_t c = 0; c < x.cols; ++c) r[c] = scalar::soft_cap(r[c], value);
     }
   }
 

@@ -16,8 +16,7 @@ void rms_norm_row(const float* x, const float* gain, float eps, float* out, int6
 float silu(float x);
 // GELU by its tanh approximation (tanh's argument clamped to [-10, 10]).
 float gelu_tanh(float x);
-// The gated feed-forward activations: SwiGLU's SiLU, GeGLU's GELU.
-enum class GatedActivation : uint8_t { Silu, GeluTanh };
+using fafo::GatedActivation;  // fafo/backend.h
 // cap * tanh(x / cap), tanh's argument clamped to [-10, 10].
 float soft_cap(float x, float cap);
 // Index of the largest of n values, ties to the first; -1 when one is NaN, -2 when all are -inf.

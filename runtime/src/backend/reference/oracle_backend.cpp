@@ -219,26 +219,21 @@ class OracleBackend final : public Backend, public BackendMemory {
     }
   }
 
-  void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
+  void gated(GatedActivation act, const Activation& gate, const Activation& up, Activation& out) override {
     for (int64_t i = 0; i < rows_of(gate); ++i)
-      for (int64_t c = 0; c < gate.cols; ++c) row(out, i)[c] = silu(row(gate, i)[c]) * row(up, i)[c];
+      for (int64_t c = 0; c < gate.cols; ++c) {
+        const float g = row(gate, i)[c];
+        row(out, i)[c] = (act == GatedActivation::Silu ? silu(g) : gelu_tanh(g)) * row(up, i)[c];
+      }
     set_rows(out, rows_of(gate));
   }
 
-  void geglu(const Activation& gate, const Activation& up, Activation& out) override {
-    for (int64_t i = 0; i < rows_of(gate); ++i)
-      for (int64_t c = 0; c < gate.cols; ++c) row(out, i)[c] = gelu_tanh(row(gate, i)[c]) * row(up, i)[c];
-    set_rows(out, rows_of(gate));
-  }
-
-  void scale(Activation& x, float factor) override {
+  void map(ElementMap op, Activation& x, float value) override {
     for (int64_t i = 0; i < rows_of(x); ++i)
-      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] *= factor;
-  }
-
-  void softcap(Activation& x, float cap) override {
-    for (int64_t i = 0; i < rows_of(x); ++i)
-      for (int64_t c = 0; c < x.cols; ++c) row(x, i)[c] = soft_cap(row(x, i)[c], cap);
+      for (int64_t c = 0; c < x.cols; ++c) {
+        float& v = row(x, i)[c];
+        v = op == ElementMap::Scale ? v * value : soft_cap(v, value);
+      }
   }
 
   void add(Activation& x, const Activation& y) override {

@@ -496,23 +496,21 @@ class VulkanBackend final : public Backend,
     set_rows(out, static_cast<uint32_t>(batch().size()));
   }
 
-  void swiglu(const Activation& gate, const Activation& up, Activation& out) override {
+  void gated(GatedActivation fn, const Activation& gate, const Activation& up, Activation& out) override {
     const uint32_t n = rows_of(gate) * static_cast<uint32_t>(gate.cols);
-    kernels_.swiglu(step(), act(gate), act(up), act(out), n);
+    if (fn == GatedActivation::Silu)
+      kernels_.swiglu(step(), act(gate), act(up), act(out), n);
+    else
+      kernels_.geglu(step(), act(gate), act(up), act(out), n);
     set_rows(out, rows_of(gate));
   }
 
-  void geglu(const Activation& gate, const Activation& up, Activation& out) override {
-    kernels_.geglu(step(), act(gate), act(up), act(out), rows_of(gate) * static_cast<uint32_t>(gate.cols));
-    set_rows(out, rows_of(gate));
-  }
-
-  void scale(Activation& x, float factor) override {
-    kernels_.scale(step(), act(x), rows_of(x) * static_cast<uint32_t>(x.cols), factor);
-  }
-
-  void softcap(Activation& x, float cap) override {
-    kernels_.softcap(step(), act(x), rows_of(x) * static_cast<uint32_t>(x.cols), cap);
+  void map(ElementMap op, Activation& x, float value) override {
+    const uint32_t n = rows_of(x) * static_cast<uint32_t>(x.cols);
+    if (op == ElementMap::Scale)
+      kernels_.scale(step(), act(x), n, value);
+    else
+      kernels_.softcap(step(), act(x), n, value);
   }
 
   void add(Activation& x, const Activation& y) override {

@@ -1,13 +1,13 @@
-// One sequence over shared ModelWeights: its KV cache, the committed context, the KV
+// One sequence over a shared StepRunner: its KV cache, the committed context, the KV
 // policy's region, and the steps run over them (the forward pass itself is
-// ModelWeights::record_step, in model_weights.cpp). Every use of the backend holds the
-// weights' step lock, so sequences sharing weights may run on different threads.
+// StepRunner::record_step, in step_runner.cpp). Every use of the backend holds the
+// runner's step lock, so sequences sharing weights may run on different threads.
 #include <algorithm>
 #include <cstddef>
 #include <mutex>
 #include <stdexcept>
 
-#include "fafo/model.h"
+#include "fafo/sequence.h"
 #include "fafo/step_joiner.h"
 
 namespace fafo {
@@ -17,49 +17,49 @@ namespace {
 using StepLock = std::lock_guard<std::recursive_mutex>;
 
 // -c, else the trained context up to 4096.
-int32_t context_length(const ModelConfig& c, const ModelOptions& options) {
+int32_t context_length(const ModelConfig& c, const SequenceOptions& options) {
   if (options.n_ctx > 0) return options.n_ctx;
   return std::min(c.n_ctx_train, 4096);
 }
 
 }  // namespace
 
-Model::Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend, const ModelOptions& options)
-    : Model(std::make_shared<ModelWeights>(std::move(file), std::move(backend)), options) {}
+Sequence::Sequence(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend, const SequenceOptions& options)
+    : Sequence(std::make_shared<StepRunner>(std::move(file), std::move(backend)), options) {}
 
-Model::Model(std::shared_ptr<ModelWeights> weights, const ModelOptions& options) : weights_(std::move(weights)) {
-  if (!weights_) throw std::invalid_argument("Model: no weights");
-  n_ctx_ = context_length(weights_->config(), options);
-  StepLock lock(weights_->step_mutex());
-  kv_ = weights_->backend().create_kv_cache(weights_->kv_cache_shape(n_ctx_, options.kv_type));
-  weights_->use_context(n_ctx_);  // last: a sequence that fails to open holds no RoPE factors
+Sequence::Sequence(std::shared_ptr<StepRunner> runner, const SequenceOptions& options) : runner_(std::move(runner)) {
+  if (!runner_) throw std::invalid_argument("Sequence: no step runner");
+  n_ctx_ = context_length(runner_->config(), options);
+  StepLock lock(runner_->step_mutex());
+  kv_ = runner_->backend().create_kv_cache(runner_->weights().kv_cache_shape(n_ctx_, options.kv_type));
+  runner_->use_context(n_ctx_);  // last: a sequence that fails to open holds no RoPE factors
 }
 
-Model::~Model() {
-  StepLock lock(weights_->step_mutex());
-  weights_->release_context(n_ctx_);
+Sequence::~Sequence() {
+  StepLock lock(runner_->step_mutex());
+  runner_->release_context(n_ctx_);
   kv_.reset();
 }
 
-std::vector<float> Model::forward(StepBatch& batch) {
+std::vector<float> Sequence::forward(StepBatch& batch) {
   StepRequest request{&batch, StepWant::Logits};
   run(request);
   return std::move(request.logits);
 }
 
-std::vector<int32_t> Model::forward_argmax(StepBatch& batch) {
+std::vector<int32_t> Sequence::forward_argmax(StepBatch& batch) {
   StepRequest request{&batch, StepWant::Argmax};
   run(request);
   return std::move(request.ids);
 }
 
-TopK Model::forward_top_k(StepBatch& batch, int32_t k) {
+TopK Sequence::forward_top_k(StepBatch& batch, int32_t k) {
   StepRequest request{&batch, StepWant::TopK, k};
   run(request);
   return std::move(request.top);
 }
 
-void Model::run(StepRequest& request) {
+void Sequence::run(StepRequest& request) {
   if (joiner_ && joins_steps())
     joiner_->run(*this, request);
   else
@@ -67,7 +67,7 @@ void Model::run(StepRequest& request) {
   if (request.error) std::rethrow_exception(request.error);
 }
 
-void Model::prepare_step(StepRequest& request) {
+void Sequence::prepare_step(StepRequest& request) {
   StepBatch& batch = *request.batch;
   if (request.want == StepWant::TopK) {
     if (request.k < 1 || request.k > kMaxTopK)
@@ -76,7 +76,7 @@ void Model::prepare_step(StepRequest& request) {
     request.k = std::min(request.k, config().n_vocab);
   }
   if (batch.size() == 0) throw std::invalid_argument("forward: empty batch");
-  if (batch.n_segments() != 1) throw std::invalid_argument("forward: a joined batch (use Model::forward_joined)");
+  if (batch.n_segments() != 1) throw std::invalid_argument("forward: a joined batch (use Sequence::forward_joined)");
   file().check_intact();  // a file that changed is never read again
   if (batch.size() > kMaxStepTokens)
     throw std::invalid_argument("forward: " + std::to_string(batch.size()) + " tokens in one step (at most " +
@@ -95,21 +95,21 @@ void Model::prepare_step(StepRequest& request) {
   kv_->set_captured_rows(policy_ ? policy_->wanted_query_rows(batch.size()) : std::vector<int32_t>{});
 }
 
-void Model::forward_joined(const std::vector<std::pair<Model*, StepRequest*>>& parts) {
+void Sequence::forward_joined(const std::vector<std::pair<Sequence*, StepRequest*>>& parts) {
   if (parts.empty()) return;
-  ModelWeights& weights = *parts[0].first->weights_;
+  StepRunner& runner = *parts[0].first->runner_;
   for (size_t a = 0; a < parts.size(); ++a) {
-    if (parts[a].first->weights_.get() != &weights)
+    if (parts[a].first->runner_.get() != &runner)
       throw std::invalid_argument("forward_joined: the sequences run on different weights");
     for (size_t b = 0; b < a; ++b)
       if (parts[a].first == parts[b].first) throw std::invalid_argument("forward_joined: a sequence twice in one step");
     if (parts.size() > 1 && parts[a].first->tap_)
       throw std::invalid_argument("forward_joined: a sequence with an attention input tap steps alone");
   }
-  Backend& backend = weights.backend();
-  StepLock lock(weights.step_mutex());
+  Backend& backend = runner.backend();
+  StepLock lock(runner.step_mutex());
   // Each sequence's own checks: a part that fails them gets its error, the rest run.
-  std::vector<std::pair<Model*, StepRequest*>> ready;
+  std::vector<std::pair<Sequence*, StepRequest*>> ready;
   int64_t logit_rows = 0, tokens = 0;
   for (const auto& [model, request] : parts) {
     request->error = nullptr;
@@ -127,10 +127,10 @@ void Model::forward_joined(const std::vector<std::pair<Model*, StepRequest*>>& p
     if (ready.size() > static_cast<size_t>(backend.capabilities().max_step_sequences))
       throw std::invalid_argument("forward_joined: the " + backend.name() + " backend computes at most " +
                                   std::to_string(backend.capabilities().max_step_sequences) + " sequences in one step");
-    if (tokens > kMaxStepTokens || logit_rows > weights.max_logit_rows())
+    if (tokens > kMaxStepTokens || logit_rows > runner.max_logit_rows())
       throw std::invalid_argument("forward_joined: " + std::to_string(tokens) + " tokens and " + std::to_string(logit_rows) +
                                   " logit rows in one step (at most " + std::to_string(kMaxStepTokens) + " and " +
-                                  std::to_string(weights.max_logit_rows()) + ")");
+                                  std::to_string(runner.max_logit_rows()) + ")");
     std::vector<KvCache*> caches;
     std::vector<const StepBatch*> batches;
     bool want_logits = false, want_ids = false;
@@ -145,17 +145,17 @@ void Model::forward_joined(const std::vector<std::pair<Model*, StepRequest*>>& p
     StepBatch joined;
     if (ready.size() > 1) joined = StepBatch::join(batches);
     const StepBatch& step = ready.size() > 1 ? joined : *batches[0];
-    weights.record_step(step, caches, ready.size() == 1 ? ready[0].first->tap_ : AttentionInputTap{});
-    if (want_ids) backend.argmax_rows(weights.logits());
-    if (top_k > 0) backend.top_k_rows(weights.logits(), top_k);
+    runner.record_step(step, caches, ready.size() == 1 ? ready[0].first->tap_ : AttentionInputTap{});
+    if (want_ids) backend.argmax_rows(runner.logits());
+    if (top_k > 0) backend.top_k_rows(runner.logits(), top_k);
     backend.finish_step();
-    weights.file().check_intact();  // a step that read a shrunk file's zeros is not used
+    runner.file().check_intact();  // a step that read a shrunk file's zeros is not used
     const int64_t n_rows = static_cast<int64_t>(step.logit_rows().size());
-    const std::vector<float> logits = want_logits ? backend.read_rows(weights.logits(), n_rows) : std::vector<float>{};
+    const std::vector<float> logits = want_logits ? backend.read_rows(runner.logits(), n_rows) : std::vector<float>{};
     const std::vector<int32_t> ids = want_ids ? backend.read_argmax(n_rows) : std::vector<int32_t>{};
     const TopK top = top_k > 0 ? backend.read_top_k(n_rows) : TopK{};
     // Each part's rows, in order.
-    const size_t n_vocab = static_cast<size_t>(weights.config().n_vocab);
+    const size_t n_vocab = static_cast<size_t>(runner.config().n_vocab);
     size_t row = 0;
     for (const auto& [model, request] : ready) {
       model->last_step_size_ = request->batch->size();
@@ -199,10 +199,10 @@ void Model::forward_joined(const std::vector<std::pair<Model*, StepRequest*>>& p
   }
 }
 
-void Model::commit(int32_t n) {
+void Sequence::commit(int32_t n) {
   if (n < 0 || n > last_step_size_) throw std::invalid_argument("commit: more tokens than the last step had");
   for (int32_t i = 0; i < n; ++i) check_committed_position(i, i);
-  StepLock lock(weights_->step_mutex());
+  StepLock lock(runner_->step_mutex());
   n_past_ += n;
   last_step_size_ = 0;
   kv_->append(n);
@@ -210,9 +210,9 @@ void Model::commit(int32_t n) {
 }
 
 // Lets a policy look at committed keys (by logical index) and the captured queries.
-class Model::Inspector final : public KvInspector {
+class Sequence::Inspector final : public KvInspector {
  public:
-  explicit Inspector(Model& m) : m_(m) {}
+  explicit Inspector(Sequence& m) : m_(m) {}
   int32_t n_layer() const override { return m_.config().n_layer; }
   int32_t n_head() const override { return m_.config().n_head; }
   int32_t n_head_kv() const override { return m_.config().n_head_kv; }
@@ -223,15 +223,15 @@ class Model::Inspector final : public KvInspector {
     return m_.committed_keys(layer, first, count);
   }
   std::vector<float> captured_queries(int32_t layer) const override {
-    StepLock lock(m_.weights_->step_mutex());
+    StepLock lock(m_.runner_->step_mutex());
     return m_.kv_->captured_queries(layer);
   }
 
  private:
-  Model& m_;
+  Sequence& m_;
 };
 
-void Model::after_commit() {
+void Sequence::after_commit() {
   ++steps_;
   if (!policy_) return;
   Inspector inspector(*this);
@@ -239,8 +239,8 @@ void Model::after_commit() {
   if (auto chosen = policy_->choose(event, inspector)) kv_->select(*chosen);
 }
 
-void Model::end_prefill() {
-  StepLock lock(weights_->step_mutex());
+void Sequence::end_prefill() {
+  StepLock lock(runner_->step_mutex());
   prompt_end_ = n_past_;
   if (!policy_) return;
   Inspector inspector(*this);
@@ -248,28 +248,28 @@ void Model::end_prefill() {
   if (auto chosen = policy_->choose(event, inspector)) kv_->select(*chosen);
 }
 
-std::unique_ptr<KvInspector> Model::inspector() { return std::make_unique<Inspector>(*this); }
+std::unique_ptr<KvInspector> Sequence::inspector() { return std::make_unique<Inspector>(*this); }
 
-void Model::set_kv_policy(std::unique_ptr<KvPolicy> policy, bool drop) {
-  StepLock lock(weights_->step_mutex());
+void Sequence::set_kv_policy(std::unique_ptr<KvPolicy> policy, bool drop) {
+  StepLock lock(runner_->step_mutex());
   policy_ = std::move(policy);
   drop_ = drop && policy_;
   kv_->reset_layout(policy_ ? policy_->budget() : 0, policy_ ? policy_->dense_layers() : 0, n_past_);
   if (policy_ && n_past_ > 0) end_prefill();
 }
 
-std::vector<float> Model::committed_keys(int32_t layer, int32_t first, int32_t count) {
+std::vector<float> Sequence::committed_keys(int32_t layer, int32_t first, int32_t count) {
   if (layer < 0 || layer >= config().n_layer || first < 0 || count < 0 || first + count > n_past_)
     throw std::out_of_range("committed_keys: outside the committed context");
   std::vector<int32_t> slots;
   for (int32_t l = first; l < first + count; ++l) slots.push_back(kv_->layout().physical_of(l));
-  StepLock lock(weights_->step_mutex());
+  StepLock lock(runner_->step_mutex());
   std::vector<float> stored = kv_->read_keys(layer, slots);
   if (!config().mla()) return stored;
-  return weights_->recover_keys(layer, stored, first, count);
+  return runner_->recover_keys(layer, stored, first, count);
 }
 
-void Model::check_committed_position(int32_t row, int32_t k) const {
+void Sequence::check_committed_position(int32_t row, int32_t k) const {
   // An MLA model's cache holds no positions: a committed entry's is its logical index.
   if (config().mla() && (row >= static_cast<int32_t>(last_positions_.size()) ||
                          last_positions_[static_cast<size_t>(row)] != n_past_ + k))
@@ -281,13 +281,13 @@ void Model::check_committed_position(int32_t row, int32_t k) const {
                            ", committed as entry " + std::to_string(n_past_ + k));
 }
 
-void Model::set_attention_input_tap(AttentionInputTap tap) {
+void Sequence::set_attention_input_tap(AttentionInputTap tap) {
   if (tap)
-    if (const std::string why = weights_->why_no_attention_input_tap(); !why.empty()) throw std::invalid_argument(why);
+    if (const std::string why = runner_->why_no_attention_input_tap(); !why.empty()) throw std::invalid_argument(why);
   tap_ = std::move(tap);
 }
 
-void Model::commit_rows(const std::vector<int32_t>& rows) {
+void Sequence::commit_rows(const std::vector<int32_t>& rows) {
   std::vector<std::pair<int32_t, int32_t>> moves;
   for (size_t k = 0; k < rows.size(); ++k) {
     const int32_t row = rows[k];
@@ -296,7 +296,7 @@ void Model::commit_rows(const std::vector<int32_t>& rows) {
     check_committed_position(row, static_cast<int32_t>(k));
     if (row != static_cast<int32_t>(k)) moves.emplace_back(n_past_ + row, n_past_ + static_cast<int32_t>(k));
   }
-  StepLock lock(weights_->step_mutex());
+  StepLock lock(runner_->step_mutex());
   if (!moves.empty()) kv_->move_slots(moves);
   n_past_ += static_cast<int32_t>(rows.size());
   last_step_size_ = 0;
@@ -304,9 +304,9 @@ void Model::commit_rows(const std::vector<int32_t>& rows) {
   after_commit();
 }
 
-void Model::truncate(int32_t n) {
+void Sequence::truncate(int32_t n) {
   if (n < 0 || n > n_past_) throw std::invalid_argument("truncate: beyond the committed context");
-  StepLock lock(weights_->step_mutex());
+  StepLock lock(runner_->step_mutex());
   kv_->truncate(n);
   n_past_ = n;
   if (prompt_end_ > n) prompt_end_ = n;

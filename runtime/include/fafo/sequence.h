@@ -1,8 +1,8 @@
-// A Llama-family model as decoding uses it: one sequence (its KV cache, the committed
-// context, the KV policy) over ModelWeights (fafo/model_weights.h: the file, the
-// backend-resident weights and the forward pass), which any number of Models may share.
-// Models on the same weights may be used from different threads: each step (and each
-// use of the cache) holds the weights' step lock.
+// A model as decoding uses it: one sequence (its KV cache, the committed context, the KV
+// policy) over a StepRunner (fafo/step_runner.h: the forward pass and one step's
+// activations over the loaded ModelWeights), which any number of sequences may share.
+// Sequences on the same runner may be used from different threads: each step (and each
+// use of the cache) holds the runner's step lock.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@
 #include "fafo/gguf.h"
 #include "fafo/kv_layout.h"
 #include "fafo/kv_policy.h"
-#include "fafo/model_weights.h"
+#include "fafo/step_runner.h"
 #include "fafo/step_batch.h"
 
 namespace fafo {
@@ -25,7 +25,7 @@ namespace fafo {
 class StepJoiner;
 
 // One step a sequence asks for and what it returns: the logit rows' logits, their argmax
-// or their k best (Model::forward, forward_argmax, forward_top_k), or the exception the
+// or their k best (Sequence::forward, forward_argmax, forward_top_k), or the exception the
 // step threw for this sequence.
 enum class StepWant : uint8_t { Logits, Argmax, TopK };
 struct StepRequest {
@@ -41,35 +41,35 @@ struct StepRequest {
   std::exception_ptr error;
 };
 
-struct ModelOptions {
+struct SequenceOptions {
   int32_t n_ctx = 0;  // KV cache length; 0 uses min(context length of the model, 4096)
   KvCacheType kv_type = KvCacheType::F32;  // F16 halves the cache (values rounded to fp16)
 };
 
-class Model {
+class Sequence {
  public:
-  // Loads the weights (ModelWeights) and makes this model the first sequence on them.
-  // Throws GgufError / std::runtime_error.
-  Model(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend, const ModelOptions& options = {});
+  // Loads the weights (ModelWeights), makes a StepRunner for them and this the first
+  // sequence on it. Throws GgufError / std::runtime_error.
+  Sequence(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend, const SequenceOptions& options = {});
   // Another sequence on loaded weights: its own KV cache (options.n_ctx entries of
   // options.kv_type) and context; nothing is loaded again. Throws std::runtime_error
   // when the cache does not fit.
-  explicit Model(std::shared_ptr<ModelWeights> weights, const ModelOptions& options = {});
-  ~Model();
+  explicit Sequence(std::shared_ptr<StepRunner> runner, const SequenceOptions& options = {});
+  ~Sequence();
 
   // Tokens one step may hold at most.
-  static constexpr int32_t kMaxStepTokens = ModelWeights::kMaxStepTokens;
+  static constexpr int32_t kMaxStepTokens = StepRunner::kMaxStepTokens;
 
-  const ModelConfig& config() const { return weights_->config(); }
-  Backend& backend() { return weights_->backend(); }
-  const GgufFile& file() const { return weights_->file(); }
-  // The weights this sequence runs on (shared with any other sequence on them).
-  const std::shared_ptr<ModelWeights>& weights() const { return weights_; }
+  const ModelConfig& config() const { return runner_->config(); }
+  Backend& backend() { return runner_->backend(); }
+  const GgufFile& file() const { return runner_->file(); }
+  // What runs this sequence's steps (shared with every other sequence on its weights).
+  const std::shared_ptr<StepRunner>& runner() const { return runner_; }
   int32_t n_ctx() const { return n_ctx_; }
   KvCacheType kv_type() const { return kv_->shape().type; }
   // The most rows one step may want logits for (the step itself may be longer): 512,
   // or fewer where a device buffer cannot hold 512 rows of n_vocab logits.
-  int32_t max_logit_rows() const { return weights_->max_logit_rows(); }
+  int32_t max_logit_rows() const { return runner_->max_logit_rows(); }
 
   // Committed KV entries (the length of the context the next step continues).
   int32_t n_past() const { return n_past_; }
@@ -94,7 +94,7 @@ class Model {
   // fit max_logit_rows() and their tokens kMaxStepTokens. Throws std::invalid_argument
   // for models on different weights, a model twice, or an attention input tap in a step
   // of several parts.
-  static void forward_joined(const std::vector<std::pair<Model*, StepRequest*>>& parts);
+  static void forward_joined(const std::vector<std::pair<Sequence*, StepRequest*>>& parts);
   // Sends this sequence's steps through `joiner`, which runs them joined with the
   // concurrent steps of other sequences on the same weights (the server's slots);
   // nullptr: each step alone (the default).
@@ -136,7 +136,7 @@ class Model {
   // Only on backends that execute each op at once (BackendCapabilities::executes_immediately) and
   // without fused attention projections; throws std::invalid_argument otherwise. An
   // empty function turns it off.
-  using AttentionInputTap = ModelWeights::AttentionInputTap;
+  using AttentionInputTap = StepRunner::AttentionInputTap;
   void set_attention_input_tap(AttentionInputTap tap);
   // Total KV entries exchanged between the region and the rest so far.
   int64_t kv_swaps() const { return kv_->exchanges(); }
@@ -152,9 +152,9 @@ class Model {
   void check_committed_position(int32_t row, int32_t k) const;
   class Inspector;
 
-  std::shared_ptr<ModelWeights> weights_;
+  std::shared_ptr<StepRunner> runner_;
   std::shared_ptr<StepJoiner> joiner_;
-  std::unique_ptr<KvCache> kv_;  // declared after weights_: destroyed before the backend
+  std::unique_ptr<KvCache> kv_;  // declared after runner_: destroyed before the backend
   int32_t n_ctx_ = 0;
   int32_t n_past_ = 0;
   int32_t last_step_size_ = 0;

@@ -1,0 +1,223 @@
+// The forward pass, written once against the Backend interface, and the step state it
+// needs (StepRunner, fafo/step_runner.h). It reads top to bottom like llama2.c: embed
+// (scaled: Gemma), then per layer RMSNorm -> QKV (-> per-head Q/K RMSNorm: Qwen3, Gemma 3)
+// -> RoPE -> attention -> output projection (-> RMSNorm: Gemma) -> residual -> RMSNorm ->
+// SwiGLU (GeGLU: Gemma) FFN (-> RMSNorm: Gemma) -> residual; final norm and logits
+// (soft-capped: Gemma 2).
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "fafo/step_runner.h"
+
+namespace fafo {
+
+struct StepRunner::Buffers {
+  // qkv holds the [queries | keys | values] of the layers whose projections are fused;
+  // q, k, v those of the others. Each set is allocated only where a layer uses it.
+  Activation x, xn, qkv, q, k, v, attn, proj, gate, up, ffn, last, last_norm, logits;
+  // The normalized queries and keys (ModelConfig::qk_norm).
+  Activation q_normed, k_normed;
+  // An MLA model's latent keys and values, one buffer per width its layers use.
+  std::map<int64_t, Activation> k_latent, v_latent;
+};
+
+StepRunner::StepRunner(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend)
+    : StepRunner(std::make_shared<ModelWeights>(std::move(file), std::move(backend))) {}
+
+StepRunner::StepRunner(std::shared_ptr<ModelWeights> weights) : weights_(std::move(weights)) {
+  if (!weights_) throw std::invalid_argument("StepRunner: no weights");
+  const ModelConfig& c = config();
+  const ModelWeights& w = *weights_;
+  Backend& be = backend();
+  rope_ = c.rope;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  buffers_ = std::make_unique<Buffers>();
+  Buffers& b = *buffers_;
+  const int64_t T = kMaxStepTokens;
+  b.x = be.alloc_activation(T, c.n_embd);
+  b.xn = be.alloc_activation(T, c.n_embd);
+  const bool any_fused = std::any_of(w.layers().begin(), w.layers().end(), [](const auto& L) { return L.fused_qkv; });
+  const bool any_apart = std::any_of(w.layers().begin(), w.layers().end(), [](const auto& L) { return !L.fused_qkv; });
+  if (any_fused) b.qkv = be.alloc_activation(T, q_dim + 2 * c.kv_dim());
+  if (any_apart) b.q = be.alloc_activation(T, q_dim);
+  if (any_apart && !c.mla()) {  // an MLA model's keys and values are latents (k_latent, v_latent)
+    b.k = be.alloc_activation(T, c.kv_dim());
+    b.v = be.alloc_activation(T, c.kv_dim());
+  }
+  if (c.mla()) {
+    for (int32_t r : c.mla_rank_k)
+      if (!b.k_latent.count(r)) b.k_latent[r] = be.alloc_activation(T, r);
+    for (int32_t r : c.mla_rank_v)
+      if (!b.v_latent.count(r)) b.v_latent[r] = be.alloc_activation(T, r);
+  }
+  if (c.qk_norm) {
+    b.q_normed = be.alloc_activation(T, q_dim);
+    b.k_normed = be.alloc_activation(T, c.kv_dim());
+  }
+  b.attn = be.alloc_activation(T, q_dim);
+  b.proj = be.alloc_activation(T, c.n_embd);
+  b.gate = be.alloc_activation(T, c.n_ff);
+  b.up = be.alloc_activation(T, c.n_ff);
+  b.ffn = be.alloc_activation(T, c.n_embd);
+  b.last = be.alloc_activation(T, c.n_embd);
+  b.last_norm = be.alloc_activation(T, c.n_embd);
+  // A step's logits are computed only for its logit rows; where a device buffer cannot
+  // hold 512 rows of a large vocabulary (lavapipe: 128 MiB, 261 rows of 128256 floats),
+  // steps are limited to the rows it can hold.
+  max_logit_rows_ = static_cast<int32_t>(std::min<int64_t>(T, be.max_activation_rows(c.n_vocab)));
+  if (max_logit_rows_ < 1)
+    throw std::runtime_error("one row of " + std::to_string(c.n_vocab) + " logits does not fit in a buffer of the " +
+                             be.name() + " backend");
+  b.logits = be.alloc_activation(max_logit_rows_, c.n_vocab);
+}
+
+StepRunner::~StepRunner() = default;
+
+namespace {
+// Whether a sequence of n_ctx entries takes LongRoPE's long factors: as llama.cpp picks
+// them, from the context rounded up to a multiple of 256 (llama_context pads it so).
+bool takes_long_factors(int32_t n_ctx, int32_t original_ctx) {
+  return (int64_t{n_ctx} + 255) / 256 * 256 > original_ctx;
+}
+}  // namespace
+
+void StepRunner::use_context(int32_t n_ctx) {
+  const ModelConfig& c = config();
+  if (c.rope_factors_short.empty()) return;
+  const bool long_context = takes_long_factors(n_ctx, c.rope_original_ctx);
+  if (rope_factor_users_[long_context ? 0 : 1] > 0)
+    throw std::invalid_argument("a context of " + std::to_string(n_ctx) + " needs the " +
+                                (long_context ? "long" : "short") + " RoPE factors of " + weights_->file().path() +
+                                ", but a sequence on these weights uses the other ones (contexts of up to " +
+                                std::to_string(c.rope_original_ctx) +
+                                ", rounded up to a multiple of 256, use the short factors)");
+  if (rope_factor_users_[long_context ? 1 : 0]++ == 0)
+    rope_.freq_factors = long_context ? c.rope_factors_long : c.rope_factors_short;
+}
+
+void StepRunner::release_context(int32_t n_ctx) {
+  const ModelConfig& c = config();
+  if (c.rope_factors_short.empty()) return;
+  --rope_factor_users_[takes_long_factors(n_ctx, c.rope_original_ctx) ? 1 : 0];
+}
+
+const RopeParams& StepRunner::rope_of(int32_t layer) const {
+  return config().window_layer(layer) ? config().rope_swa : rope_;
+}
+
+const Activation& StepRunner::logits() const { return buffers_->logits; }
+
+std::string StepRunner::why_no_attention_input_tap() const {
+  if (!backend().capabilities().executes_immediately)
+    return "the " + backend().name() + " backend cannot show a step's attention inputs (use reference or cpu)";
+  for (const LayerWeights& L : weights_->layers())
+    if (L.fused_qkv) return "the " + backend().name() + " backend fuses the attention projections (use the reference backend)";
+  return "";
+}
+
+std::vector<float> StepRunner::recover_keys(int32_t layer, const std::vector<float>& stored, int32_t first,
+                                            int32_t count) const {
+  return weights_->recover_keys(layer, stored, first, count, rope_of(layer));
+}
+
+void StepRunner::record_step(const StepBatch& batch, std::span<KvCache* const> caches, const AttentionInputTap& tap) {
+  const ModelConfig& c = config();
+  const ModelWeights& w = *weights_;
+  Buffers& b = *buffers_;
+  Backend& be = backend();
+  if (tap && caches.size() != 1) throw std::invalid_argument("record_step: an attention input tap in a joined step");
+  // Each sequence's cache keeps its part's keys and values (and the queries its policy asked for).
+  const auto store = [&](int32_t l, const Activation& k, const Activation& v, const Activation& q) {
+    for (KvCache* kv : caches) {
+      kv->store(l, k, v);
+      if (!kv->captured_rows().empty()) kv->capture_queries(l, q);
+    }
+  };
+  // Hands the step's attention inputs of layer l to tap.
+  const auto tap_attention_input = [&](int32_t l) {
+    const std::vector<float> xn = be.read_rows(b.xn, batch.size());
+    tap(l, xn.data(), batch.size(), c.n_embd);
+  };
+
+  be.begin_step(batch, caches);
+  be.embed(w.token_embd(), b.x);
+  if (c.embedding_scale > 0.0f) be.map(ElementMap::Scale, b.x, c.embedding_scale);
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& L = w.layer(l);
+    const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(), c.attn_softcap, c.window_of(l)};
+    const RopeParams& rope = rope_of(l);
+    // Attention block.
+    if (c.mla()) {
+      // Multi-head latent attention: the cache keeps the latents; attention recovers
+      // the keys (RoPE after the up-projection) and values.
+      Activation& kl = b.k_latent.at(c.mla_rank_k[static_cast<size_t>(l)]);
+      Activation& vl = b.v_latent.at(c.mla_rank_v[static_cast<size_t>(l)]);
+      be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
+      if (tap) tap_attention_input(l);
+      be.matmul(L.wq, b.xn, b.q);
+      be.matmul(L.wk, b.xn, kl);
+      be.matmul(L.wv, b.xn, vl);
+      be.rope(b.q, c.n_head, c.head_dim, rope);
+      store(l, kl, vl, b.q);
+      be.latent_attention(l, b.q, shape, L.k_up, L.v_up, rope, b.attn);
+    } else if (L.fused_qkv) {
+      run_matmul_norm(be, L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
+      if (c.qkv_bias) be.add_bias(L.bq, b.qkv);
+      be.fusions()->rope_store(l, b.qkv, shape, rope);  // (fused_qkv: the backend said it fuses, at load)
+    } else {
+      be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
+      if (tap) tap_attention_input(l);
+      be.matmul(L.wq, b.xn, b.q);
+      be.matmul(L.wk, b.xn, b.k);
+      be.matmul(L.wv, b.xn, b.v);
+      if (c.qkv_bias) {
+        be.add_bias(L.bq, b.q);
+        be.add_bias(L.bk, b.k);
+        be.add_bias(L.bv, b.v);
+      }
+      Activation& q = c.qk_norm ? b.q_normed : b.q;
+      Activation& k = c.qk_norm ? b.k_normed : b.k;
+      if (c.qk_norm) {
+        be.head_norm(b.q, c.n_head, L.q_norm, c.rms_eps, q);
+        be.head_norm(b.k, c.n_head_kv, L.k_norm, c.rms_eps, k);
+      }
+      be.rope(q, c.n_head, c.head_dim, rope);
+      be.rope(k, c.n_head_kv, c.head_dim, rope);
+      store(l, k, b.v, q);
+    }
+    if (!c.mla()) {
+      const Activation& q = L.fused_qkv ? b.qkv : (c.qk_norm ? b.q_normed : b.q);  // the queries lead qkv's rows
+      be.attention(l, q, shape, b.attn);
+    }
+    if (c.post_norms) {  // the block's output normalized before the residual
+      be.matmul(L.wo, b.attn, b.proj);
+      be.rms_norm(b.proj, L.attn_post_norm, c.rms_eps, b.xn);
+      be.add(b.x, b.xn);
+    } else {
+      run_matmul_add(be, L.wo, b.attn, b.x, b.proj);
+    }
+    // Feed-forward block.
+    if (c.gelu_ffn) {
+      be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
+      be.matmul(L.w_gate, b.xn, b.gate);
+      be.matmul(L.w_up, b.xn, b.up);
+      be.gated(GatedActivation::GeluTanh, b.gate, b.up, b.gate);
+    } else {
+      run_matmul_swiglu_norm(be, L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);
+    }
+    if (c.post_norms) {
+      be.matmul(L.w_down, b.gate, b.ffn);
+      be.rms_norm(b.ffn, L.ffn_post_norm, c.rms_eps, b.xn);
+      be.add(b.x, b.xn);
+    } else {
+      run_matmul_add(be, L.w_down, b.gate, b.x, b.ffn);
+    }
+  }
+  const auto& rows = batch.logit_rows();
+  be.gather_rows(b.x, rows, b.last);
+  run_matmul_norm(be, w.output(), b.last, w.output_norm(), c.rms_eps, b.last_norm, b.logits);
+  if (c.final_softcap > 0.0f) be.map(ElementMap::Softcap, b.logits, c.final_softcap);
+}
+
+}  // namespace fafo
