@@ -74,6 +74,7 @@ class FaultyBackend final : public Backend {
   TopK read_top_k(int64_t n_rows) override { return inner_->read_top_k(n_rows); }
   void finish_step() override { inner_->finish_step(); }
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override { return inner_->read_rows(x, n_rows); }
+  void write_rows(Activation& x, const std::vector<float>& rows) override { inner_->write_rows(x, rows); }
 
  protected:
   void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {

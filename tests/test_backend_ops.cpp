@@ -243,6 +243,37 @@ TEST_P(BackendOps, MatmulAddIsTheProductThenTheAdd) {
     }
   }
 }
+// write_rows, the residual stream arriving from the device before in a layer split: the
+// rows written before a step are what its ops read, bit for bit (x + y computed from
+// them), and a partial row or more rows than the activation holds are refused.
+TEST_P(BackendOps, WrittenRowsAreWhatTheNextStepReads) {
+  OpEnv& env = target();
+  Backend& be = env.be();
+  const int64_t cols = 96;
+  Activation x = env.activation("written_x", cols);
+  Activation y = env.activation("written_y", cols);
+  for (const int32_t T : {1, 7, 33}) {
+    env.ensure_cache(T + 1);
+    std::vector<float> a(static_cast<size_t>(T * cols)), b(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(T)) * 3.0f;
+      b[i] = std::cos(0.11f * static_cast<float>(i)) * 0.5f;
+    }
+    be.write_rows(x, a);
+    be.write_rows(y, b);
+    StepBatch batch = causal_batch(T, 0);
+    be.begin_step(batch, env.kv());
+    be.add(x, y);
+    be.finish_step();
+    const std::vector<float> sum = be.read_rows(x, T);
+    ASSERT_EQ(sum.size(), a.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(same_bits(sum[i], a[i] + b[i])) << "T=" << T << " value " << i;
+    EXPECT_EQ(be.read_rows(y, T), b) << "T=" << T;
+  }
+  EXPECT_THROW(be.write_rows(x, std::vector<float>(static_cast<size_t>(cols) + 1)), std::out_of_range);
+  EXPECT_THROW(be.write_rows(x, std::vector<float>(static_cast<size_t>((x.rows + 1) * cols))), std::out_of_range);
+}
+
 TEST_P(BackendOps, Argmax) { run_op("argmax"); }
 TEST_P(BackendOps, TopK) { run_op("top_k"); }
 

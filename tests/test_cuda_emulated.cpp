@@ -34,6 +34,7 @@
 #include "../cuda_backend/src/top_k_op.h"
 #include "../cuda_backend/src/ops.h"
 #include "../cuda_backend/src/warp_ops.h"
+#include "fafo/backend_registry.h"
 #include "fafo/cuda_backend.h"
 #include "fafo/generator.h"
 #include "fafo/tensor_type.h"
@@ -496,6 +497,36 @@ TEST(CudaEmulated, JoinedStepsGiveEachPartTheBitsOfItsStepAlone) {
   const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
   const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
   auto runner = std::make_shared<fafo::StepRunner>(file, fafo::cuda::make_emulated_backend());
+  fafo::test::check_joined_steps(runner, tokenizer);
+}
+
+TEST(CudaEmulated, ALayerSplitWithTheCpuKeepsEveryStrategyEqualToAr) {
+  // The first two layers on the cpu backend, the rest on the CUDA backend's kernels: the
+  // residual stream crosses with write_rows, and every strategy gives plain decoding's
+  // tokens on the split (tests/test_layer_split.cpp has the other backends').
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
+  const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
+  std::vector<fafo::DevicePart> devices;
+  devices.push_back(fafo::DevicePart{fafo::make_backend(fafo::BackendSpec{"cpu", "", 2}), 2});
+  devices.push_back(fafo::DevicePart{fafo::cuda::make_emulated_backend(), 0});
+  auto runner = std::make_shared<fafo::StepRunner>(std::make_unique<fafo::ModelWeights>(file, std::move(devices)));
+  fafo::SequenceOptions options;
+  options.n_ctx = 256;
+  fafo::Sequence seq(runner, options);
+  const std::vector<int32_t> prompt = tokenizer.encode("Once upon a time, there was a little dog", true);
+  auto run = [&](fafo::Strategy s) {
+    fafo::GenerationOptions o;
+    o.n_predict = 48;
+    o.sampling.temperature = 0;
+    o.decoding.strategy = s;
+    seq.truncate(0);
+    return fafo::generate(seq, tokenizer, prompt, o).ids;
+  };
+  const std::vector<int32_t> ar = run(fafo::Strategy::Ar);
+  EXPECT_EQ(ar.size(), 48u);
+  for (fafo::Strategy s : {fafo::Strategy::Jacobi, fafo::Strategy::Lookahead, fafo::Strategy::Fafo})
+    EXPECT_EQ(run(s), ar) << fafo::strategy_name(s);
   fafo::test::check_joined_steps(runner, tokenizer);
 }
 

@@ -1,5 +1,5 @@
-// Sequences on shared weights (fafo/model_weights.h): the weights are loaded once, each
-// sequence (Sequence) has its own KV cache and context, and sequences used from different
+// Sequences on shared weights (one StepRunner, fafo/step_runner.h): the weights are loaded
+// once, each sequence (fafo/sequence.h) has its own KV cache and context, and sequences used from different
 // threads give, token for token, what each gives alone.
 #include <gtest/gtest.h>
 

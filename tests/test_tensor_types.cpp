@@ -15,7 +15,7 @@ namespace {
 using fafo::TensorType;
 
 // ---------------------------------------------------------------------------------------------
-// 4. Type table and error paths.
+// Type table and error paths.
 
 TEST(TensorTypeTable, InfoNamesAndSizes) {
   struct Expected {

@@ -243,6 +243,8 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   DeviceResult result;
   result.backend = model.backend().name();
   result.description = model.backend().description();
+  if (const std::string placement = model.runner()->weights().placement(); !placement.empty())
+    result.description += " (" + placement + ")";
   result.label = result.backend;
   result.device = result.description;  // a --devices run names the device instead
   result.threads = open.backend.threads;

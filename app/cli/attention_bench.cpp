@@ -7,7 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "fafo/sequence.h"
+#include "fafo/backend_registry.h"
+#include "fafo/model_config.h"
 
 namespace fafo::cli {
 

@@ -308,8 +308,11 @@ int run_chat(ChatArgs& args) {
                              "; choose another format with --chat-template NAME (" + builtin_chat_template_list() + ")");
   }
   const std::string template_name = chat.session->template_name();
-  std::fprintf(stderr, "fafo chat: %s (%s), backend %s, context %d tokens, chat template %s%s\n", args.open.path.c_str(),
-               m.model->config().arch.c_str(), m.model->backend().name().c_str(), m.model->n_ctx(),
+  if (!m.placement_note.empty()) std::fprintf(stderr, "fafo chat: %s\n", m.placement_note.c_str());
+  const std::string placement = m.model->runner()->weights().placement();
+  std::fprintf(stderr, "fafo chat: %s (%s), backend %s%s, context %d tokens, chat template %s%s\n", args.open.path.c_str(),
+               m.model->config().arch.c_str(), m.model->backend().name().c_str(),
+               placement.empty() ? "" : (" (" + placement + ")").c_str(), m.model->n_ctx(),
                template_name == "gguf" ? "from the model (tokenizer.chat_template)" : template_name.c_str(),
                chat.session->turn_end().empty() ? "" : (", turn end " + chat.session->turn_end()).c_str());
   if (const int32_t limit = chat.session->reply_limit(args.n_predict); limit < args.n_predict)

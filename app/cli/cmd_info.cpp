@@ -8,7 +8,7 @@
 #include "default_model.h"
 #include "input_files.h"
 #include "fafo/gguf.h"
-#include "fafo/sequence.h"
+#include "fafo/model_config.h"
 #include "fafo/tokenizer.h"
 
 namespace fafo::cli {

@@ -18,7 +18,7 @@
 #include "plural.h"
 #include "input_files.h"
 #include "fafo/gguf.h"
-#include "fafo/sequence.h"
+#include "fafo/model_config.h"
 #include "fafo/quant_mix.h"
 #include "fafo/tensor_type.h"
 

@@ -87,9 +87,12 @@ int run_generate(RunArgs& args) {
   if (prompt_ids.empty()) throw std::runtime_error("the prompt is empty and the model adds no BOS token; give a prompt");
 
   if (!args.json) {
-    std::fprintf(stderr, "fafo: %s%s, %s, backend %s (%s), context %d (%s%s KV cache), prompt %s\n",
+    if (!m.placement_note.empty()) std::fprintf(stderr, "fafo: %s\n", m.placement_note.c_str());
+    const std::string placement = m.model->runner()->weights().placement();
+    std::fprintf(stderr, "fafo: %s%s, %s, backend %s (%s)%s, context %d (%s%s KV cache), prompt %s\n",
                  m.model->config().arch.c_str(), m.model->config().mla() ? " MLA" : "", args.open.path.c_str(),
-                 m.model->backend().name().c_str(), m.model->backend().description().c_str(), m.model->n_ctx(),
+                 m.model->backend().name().c_str(), m.model->backend().description().c_str(),
+                 placement.empty() ? "" : (", " + placement).c_str(), m.model->n_ctx(),
                  m.model->config().mla() ? "latent " : "", kv_cache_type_name(args.open.kv_type),
                  app::count_of(static_cast<int64_t>(prompt_ids.size()), "token").c_str());
     // The prompt is echoed once what comes before its prefill is done: auto's step-cost

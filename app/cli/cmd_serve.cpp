@@ -66,18 +66,26 @@ int run_serve(ServeArgs& args) {
     const std::shared_ptr<const OpenedModel> served = pool.model();
     Sequence& m = *served->model;
     // The weights are loaded once; each slot adds its KV cache.
-    const KvCacheShape& kv = m.kv_cache().shape();
-    const uint64_t kv_bytes = static_cast<uint64_t>(kv.capacity) * static_cast<uint64_t>(kv.floats_per_entry()) *
-                              (kv.type == KvCacheType::F16 ? 2u : 4u);
-    const uint64_t in_use = memory_in_use(m.backend());
+    // (On a layer split: every device's part of the cache, and of the memory in use.)
+    const ModelWeights& w = m.runner()->weights();
+    uint64_t kv_bytes = 0, in_use = 0;
+    for (int32_t d = 0; d < w.n_devices(); ++d) {
+      const KvCacheShape kv = w.kv_cache_shape(m.n_ctx(), m.kv_type(), d);
+      kv_bytes += static_cast<uint64_t>(kv.capacity) * static_cast<uint64_t>(kv.floats_per_entry()) *
+                  (kv.type == KvCacheType::F16 ? 2u : 4u);
+      in_use += memory_in_use(w.backend(d));
+    }
+    const std::string placement = w.placement();
+    if (!served->placement_note.empty()) std::fprintf(stderr, "fafo serve: %s\n", served->placement_note.c_str());
     const std::string memory = in_use > 0 ? ", memory " + format_bytes(in_use) + " with " + std::to_string(args.parallel) +
                                                 " KV cache" + (args.parallel == 1 ? "" : "s") + " of " + format_bytes(kv_bytes)
                                           : "";
     std::fprintf(stderr,
-                 "fafo serve: %s as '%s' on http://%s:%d (backend %s, context %d, %d slot%s on one load of the weights%s, "
+                 "fafo serve: %s as '%s' on http://%s:%d (backend %s%s, context %d, %d slot%s on one load of the weights%s, "
                  "queue %d%s); Ctrl-C stops%s\n",
                  args.open.path.c_str(), args.server.model_name.c_str(), args.server.host.c_str(), port,
-                 m.backend().name().c_str(), m.n_ctx(), args.parallel, args.parallel == 1 ? "" : "s", memory.c_str(),
+                 m.backend().name().c_str(), placement.empty() ? "" : (", " + placement).c_str(), m.n_ctx(), args.parallel,
+                 args.parallel == 1 ? "" : "s", memory.c_str(),
                  args.queue, args.server.api_key.empty() ? "" : ", API key required",
                  args.quiet ? "" : "; one line per request follows (--quiet: none)");
   }

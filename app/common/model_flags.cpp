@@ -1,5 +1,7 @@
 #include "model_flags.h"
 
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace fafo::app {
@@ -52,6 +54,26 @@ CLI::Option* add_open_flags(CLI::App* cmd, OpenOptions& open) {
   CLI::Option* model = add_model_flag(cmd, open.path);
   add_backend_flags(cmd, open.backend, open.kv_type);
   add_context_flag(cmd, open.n_ctx);
+  cmd->add_option_function<std::string>(
+         "--gpu-layers",
+         [&open](const std::string& text) {
+           if (text == "auto") {
+             open.gpu_layers = OpenOptions::kGpuLayersAuto;
+             return;
+           }
+           try {
+             size_t used = 0;
+             const int n = std::stoi(text, &used);
+             if (used != text.size() || n < -1) throw std::invalid_argument(text);
+             open.gpu_layers = n;
+           } catch (const std::exception&) {
+             throw CLI::ValidationError("--gpu-layers", "'" + text + "' is not a layer count (0 or more), -1 or auto");
+           }
+         },
+         "Layers on the --backend's device, the last ones; the rest run on the cpu backend, each layer's weights and "
+         "KV cache on its device: N, -1 (all) or auto (as many as its free memory holds after the output head, the "
+         "KV cache for -c and the step's buffers)")
+      ->default_str("-1");
   return model;
 }
 

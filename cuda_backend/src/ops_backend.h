@@ -35,6 +35,7 @@
 #include "launch_times.h"
 #include "ops_kv_cache.h"
 #include "ops.h"
+#include "rope_tables.h"
 #include "step_graphs.h"
 #include "top_k_op.h"
 #include "warp_ops.h"
@@ -480,6 +481,12 @@ class OpsBackend final : public Backend, public BackendFusions, public BackendPr
     return out;
   }
 
+  void write_rows(Activation& x, const std::vector<float>& rows) override {
+    run_open_capture();
+    check_rows_fit(x, rows.size());
+    if (!rows.empty()) device_->upload(data_of(x), rows.data(), rows.size() * sizeof(float));
+  }
+
   // StepAccess.
   const StepBatch& step_batch() const override { return batch(); }
   float* data_of(const Activation& a) const override {
@@ -752,34 +759,8 @@ class OpsBackend final : public Backend, public BackendFusions, public BackendPr
     return "plain kernels (FAFO_CUDA_KERNELS=plain)";
   }
 
-  // The step's (cos, sin) table for `p`: angles from RopeParams::angle, as the reference
-  // computes them; one per distinct parameter set in a step (q and k share it).
-  const float* rope_table(const RopeParams& p) {
-    for (RopeTable& r : rope_tables_)
-      if (r.n_dims == p.n_dims && r.freq_base == p.freq_base && r.freq_scale == p.freq_scale &&
-          r.freq_factors == p.freq_factors && r.attn_factor == p.attn_factor && r.step == steps_)
-        return r.data;
-    const uint32_t n_pairs = static_cast<uint32_t>(p.n_dims / 2);
-    std::vector<float> table(static_cast<size_t>(batch().size()) * n_pairs * 2);
-    for (int32_t t = 0; t < batch().size(); ++t)
-      for (uint32_t i = 0; i < n_pairs; ++i) {
-        const float theta = p.angle(batch().positions()[static_cast<size_t>(t)], static_cast<int32_t>(i));
-        table[(static_cast<size_t>(t) * n_pairs + i) * 2] = std::cos(theta) * p.attn_factor;
-        table[(static_cast<size_t>(t) * n_pairs + i) * 2 + 1] = std::sin(theta) * p.attn_factor;
-      }
-    RopeTable* slot = nullptr;
-    for (RopeTable& r : rope_tables_)
-      if (r.step != steps_) slot = &r;  // a table of an earlier step: its memory is free again
-    if (!slot) slot = &rope_tables_.emplace_back();
-    slot->n_dims = p.n_dims;
-    slot->freq_base = p.freq_base;
-    slot->freq_scale = p.freq_scale;
-    slot->freq_factors = p.freq_factors;
-    slot->attn_factor = p.attn_factor;
-    slot->step = steps_;
-    slot->data = slot->memory.put(*device_, table);
-    return slot->data;
-  }
+  // The step's (cos, sin) table for `p` (rope_tables.h).
+  const float* rope_table(const RopeParams& p) { return rope_tables_.get(*device_, p, batch(), steps_); }
 
   const StepBatch& batch() const {
     if (!batch_) throw std::logic_error("a kernel was issued outside begin_step/finish_step");
@@ -822,15 +803,7 @@ class OpsBackend final : public Backend, public BackendFusions, public BackendPr
   const int32_t* positions_ = nullptr;         // each row's position
   const int32_t* region_positions_ = nullptr;  // each part's region entries, one after another
   uint32_t mask_words_ = 0;
-  struct RopeTable {
-    int32_t n_dims = 0;
-    float freq_base = 0, freq_scale = 0, attn_factor = 1;
-    std::vector<float> freq_factors;
-    uint64_t step = 0;
-    Staging<Device> memory;
-    const float* data = nullptr;
-  };
-  std::vector<RopeTable> rope_tables_;
+  RopeTables<Device> rope_tables_;
   uint64_t steps_ = 0;
   int64_t argmax_n_ = 0;
   const uint32_t* top_k_out_ = nullptr;  // ids, values, NaN flags of the rows top_k_rows ranked

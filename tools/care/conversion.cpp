@@ -20,7 +20,7 @@
 
 #include "factorize.h"
 #include "fafo/gguf.h"
-#include "fafo/sequence.h"
+#include "fafo/model_config.h"
 #include "fafo/tensor_type.h"
 #include "rank_allocation.h"
 #include "util/thread_pool.h"

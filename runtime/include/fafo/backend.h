@@ -5,11 +5,11 @@
 // provides (fafo/kv_cache.h); part 3 is the registry that names and creates backends
 // (fafo/backend_registry.h).
 //
-// What a new backend implements: the pure virtual methods of class Backend below, 23 of
+// What a new backend implements: the pure virtual methods of class Backend below, 24 of
 // them (memory: upload_weight, alloc_activation, create_kv_cache; a step: start_step,
 // finish_step; the ops: embed, rms_norm, head_norm, matmul, add_bias, rope, attention,
 // gated (SwiGLU, GeGLU), map (scale, soft-cap), add, gather_rows, argmax_rows, top_k_rows; reading
-// back: read_rows, read_argmax, read_top_k; name, description), with the conformance
+// back: read_rows, read_argmax, read_top_k; writing: write_rows; name, description), with the conformance
 // table (tests/test_backend_ops.cpp) as the judge; tests/faulty_backend.h is a whole
 // backend of just these (and capabilities(), which it forwards). The rest is optional, each with a default: numerics() (exact),
 // capabilities() (one sequence a step, no MLA...), prepare_weights, latent_attention
@@ -66,6 +66,14 @@ struct Activation {
   int64_t rows = 0;
   int64_t cols = 0;
 };
+
+// Throws std::out_of_range unless `floats` is whole rows of x and at most x.rows of
+// them (Backend::write_rows's check).
+inline void check_rows_fit(const Activation& x, size_t floats) {
+  if (x.cols <= 0 || floats % static_cast<size_t>(x.cols) != 0 || floats / static_cast<size_t>(x.cols) > static_cast<size_t>(x.rows))
+    throw std::out_of_range("write_rows: " + std::to_string(floats) + " floats are not whole rows of " +
+                            std::to_string(x.cols) + " within the " + std::to_string(x.rows) + " rows of the activation");
+}
 
 // Shape of one layer's attention.
 struct AttentionShape {
@@ -193,7 +201,7 @@ class BackendFusions {
   // Each of the following computes its plain ops' values in fewer kernels and returns
   // true, or returns false having done nothing (arguments it does not fuse).
   // The feed-forward gate, out = silu(W_gate x) * (W_up x): matmul(gate, x, out),
-  // matmul(up, x, scratch), swiglu(out, scratch, out). With fuses_gate_up, `gate` may be
+  // matmul(up, x, scratch), gated(Silu, out, scratch, out). With fuses_gate_up, `gate` may be
   // the two projections as one weight (2 x rows rows) and `up` empty (then it must not
   // return false). `scratch` ([T x rows], not x or out) may be written.
   virtual bool matmul_swiglu(const Weight& gate, const Weight& up, const Activation& x, Activation& out,
@@ -235,6 +243,9 @@ class BackendMemory {
   virtual void set_memory_limit(uint64_t bytes) = 0;
   // Bytes allocated so far, as set_memory_limit counts them.
   virtual uint64_t memory_in_use() const = 0;
+  // Bytes the backend may still allocate: what is left of the limit (set_memory_limit,
+  // else the device's memory), or UINT64_MAX where nothing limits it.
+  virtual uint64_t memory_free() const = 0;
 };
 
 // --- the core ------------------------------------------------------------------------------
@@ -361,6 +372,11 @@ class Backend {
   virtual void finish_step() = 0;
   // Reads the first n_rows rows of x back to the host (after finish_step).
   virtual std::vector<float> read_rows(const Activation& x, int64_t n_rows) = 0;
+  // Outside a step (before begin_step): writes `rows` (whole rows of x.cols floats) into
+  // the first rows of x, which the next step's ops then read: the hidden state that the
+  // device before this one computed, where a model's layers are split over devices.
+  // Throws std::out_of_range for more rows than x holds or a partial row.
+  virtual void write_rows(Activation& x, const std::vector<float>& rows) = 0;
 
   // --- faults (fafo/device_error.h) -------------------------------------------------
   // The plan.at_step-th finish_step from now fails as plan.kind, once (FAFO_INJECT_FAULT).
@@ -445,6 +461,11 @@ inline void run_matmul_swiglu_norm(Backend& b, const Weight& gate, const Weight&
 inline uint64_t memory_in_use(Backend& b) {
   const BackendMemory* m = b.memory();
   return m != nullptr ? m->memory_in_use() : 0;
+}
+// BackendMemory::memory_free, or UINT64_MAX for a backend that does not count its memory.
+inline uint64_t memory_free(Backend& b) {
+  const BackendMemory* m = b.memory();
+  return m != nullptr ? m->memory_free() : std::numeric_limits<uint64_t>::max();
 }
 
 // What a backend's begin_step computes with: `kv` as the backend's own cache type.

@@ -1,16 +1,19 @@
 // A model's weights as loaded: the file, its hyperparameters (fafo/model_config.h) and
-// every tensor resident on one backend. Immutable once constructed: the forward pass
-// and the step's activations are the StepRunner's (fafo/step_runner.h), and a Sequence
+// every tensor resident on its backend, or on several (a layer split: consecutive
+// layers on each device, the embedding on the first, the output head on the last).
+// Nothing here changes once constructed (the backends they sit on compute, but only a
+// StepRunner runs them): the forward pass and the step's activations are the StepRunner's (fafo/step_runner.h), and a Sequence
 // (fafo/sequence.h) is one context over a StepRunner.
 //
 // Supported architectures: `llama` (Llama 2/3/3.1/3.2, Mistral, TinyLlama, SmolLM),
 // `qwen2` (QKV bias), `qwen3` (per-head Q/K norms), `phi3` (fused tensors, LongRoPE),
-// `gemma2` and `gemma3` (GeGLU, post-norms, soft-caps, sliding windows); any of the
-// dense ones with multi-head latent attention where fafo-care made the file.
+// `gemma2` and `gemma3` (GeGLU, post-norms, soft-caps, sliding windows); `llama` files
+// with multi-head latent attention that fafo-care made.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "fafo/backend.h"
@@ -35,12 +38,23 @@ struct LayerWeights {
   const float* k_up_host = nullptr;
 };
 
+// One device of a layer split: its backend and how many consecutive layers it holds
+// (0 on the last device: the layers the others leave).
+struct DevicePart {
+  std::unique_ptr<Backend> backend;
+  int32_t layers = 0;
+};
+
 class ModelWeights {
  public:
   // Validates the file (architecture, hyperparameters, every tensor's presence, type
   // and shape) and uploads the weights, reporting progress by bytes. Throws GgufError /
   // std::runtime_error.
   ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend);
+  // The layers split over `devices` in order (fafo/step_runner.h runs such a step device
+  // after device). Throws std::invalid_argument for a split that leaves a device no layer
+  // or places more or fewer layers than the model has.
+  ModelWeights(std::shared_ptr<const GgufFile> file, std::vector<DevicePart> devices);
   ~ModelWeights();
   ModelWeights(const ModelWeights&) = delete;
   ModelWeights& operator=(const ModelWeights&) = delete;
@@ -52,17 +66,29 @@ class ModelWeights {
   const ModelConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }
   const std::shared_ptr<const GgufFile>& shared_file() const { return file_; }
-  // The device the weights sit on (a StepRunner runs steps on it).
-  Backend& backend() const { return *backend_; }
+  // The backend of device `device` (0 ..< n_devices()), and the last device's, which
+  // holds the output head and computes the logits (the only one without a split).
+  Backend& backend(int32_t device) const { return *backends_.at(static_cast<size_t>(device)); }
+  Backend& backend() const { return *backends_.back(); }
+  int32_t n_devices() const { return static_cast<int32_t>(backends_.size()); }
+  // The layers of device `device`: [first_layer(device), first_layer(device) + layer_count(device)).
+  int32_t first_layer(int32_t device) const { return first_layer_.at(static_cast<size_t>(device)); }
+  int32_t layer_count(int32_t device) const { return first_layer(device + 1) - first_layer(device); }
+  int32_t device_of(int32_t layer) const;
+  // Where the layers are, for messages: "layers 0-2 on cpu, 3-4 on vulkan"; "" on one device.
+  std::string placement() const;
 
   const Weight& token_embd() const { return token_embd_; }
   const Weight& output_norm() const { return output_norm_; }
-  const Weight& output() const { return output_; }  // token_embd() where the embeddings are tied
+  // token_embd() where the embeddings are tied (on one device; a split uploads the table
+  // again to the last device).
+  const Weight& output() const { return output_; }
   const LayerWeights& layer(int32_t l) const { return layers_[static_cast<size_t>(l)]; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
 
-  // The KV cache shape of a sequence of `n_ctx` entries stored as `type`.
-  KvCacheShape kv_cache_shape(int32_t n_ctx, KvCacheType type) const;
+  // The KV cache shape of a sequence of `n_ctx` entries stored as `type`, for the layers
+  // of device `device` (layer i of that cache is the model's first_layer(device) + i).
+  KvCacheShape kv_cache_shape(int32_t n_ctx, KvCacheType type, int32_t device) const;
   // An MLA model's latent keys `stored` (count x rank of layer `layer`) as the keys of
   // logical entries first.. (count x kv_dim, rotated by `rope` at their positions).
   std::vector<float> recover_keys(int32_t layer, const std::vector<float>& stored, int32_t first, int32_t count,
@@ -78,7 +104,8 @@ class ModelWeights {
   };
   LoadCount counted_;
   std::shared_ptr<const GgufFile> file_;
-  std::unique_ptr<Backend> backend_;  // declared before the weights: outlives them
+  std::vector<std::unique_ptr<Backend>> backends_;  // hold the weights' memory (Weight is a handle)
+  std::vector<int32_t> first_layer_;  // per device, and n_layer after the last
   ModelConfig config_;
   Weight token_embd_, output_norm_, output_;
   std::vector<LayerWeights> layers_;

@@ -21,6 +21,14 @@ struct OpenOptions {
   BackendSpec backend;                     // which backend, device and threads
   int32_t n_ctx = 0;                       // 0: the model's context length, at most 4096
   KvCacheType kv_type = KvCacheType::F32;  // what the KV cache stores
+  // Layers on `backend`; the others (the first ones) run on the cpu backend, each layer's
+  // weights and KV cache on its device (fafo/model_weights.h, a layer split). -1: every
+  // layer on `backend`; at least the model's layer count: the same. kGpuLayersAuto: as
+  // many as the backend's free memory holds (BackendMemory::memory_free) after the
+  // output head, one sequence's KV cache for n_ctx and the step's buffers; all where
+  // the backend does not count its memory (cuda).
+  static constexpr int32_t kGpuLayersAuto = -2;
+  int32_t gpu_layers = -1;
   std::string chat_template;               // see resolve_chat_template(); "" = the model's own
   // --strategy auto's step-cost curve is kept in this folder between runs
   // (fafo/step_cost_cache.h); "" = default_cache_dir(), "off" = not kept.
@@ -41,15 +49,25 @@ struct OpenedModel {
   // What --strategy auto keeps between this model's generations (its step-cost curve
   // in options.cache_dir's cache); pass it as GenerationOptions::auto_state.
   std::unique_ptr<AutoState> auto_state;
+  // With OpenOptions::kGpuLayersAuto: what it measured and chose, for the user ("" when
+  // every layer went to the backend without a choice to make).
+  std::string placement_note;
 };
 
-// Opens options.path, creates the backend with make_backend(options.backend), builds
+// Opens options.path, creates the backend with make_backend(options.backend) (and the
+// cpu backend for the layers options.gpu_layers leaves it), builds
 // the model and the tokenizer and resolves the chat template. Throws
 // std::runtime_error "PATH: no such file" for a missing file, GgufError naming the
 // file for a bad one (including a vocabulary whose size differs from token_embd's
 // rows), make_backend's error naming the backend or device, std::invalid_argument or
 // ChatTemplateError for a chat template choice that cannot be used.
 OpenedModel open_model(const OpenOptions& options);
+
+// What the last `layers` layers of `file` take on a device, with the output head, one
+// sequence's KV cache of n_ctx entries (0: the context open_model chooses) and one
+// step's buffers, plus a margin (5% and 16 MiB) for what a backend adds: what
+// OpenOptions::kGpuLayersAuto fits into a backend's free memory. 0 for no layer.
+uint64_t device_bytes_for_layers(const GgufFile& file, int32_t layers, int32_t n_ctx, KvCacheType kv_type);
 
 // Another sequence on `opened`'s weights: a Sequence with its own KV cache (the same
 // context length and cache type) and context, its own AutoState on the same step-cost

@@ -66,7 +66,7 @@ class Sequence {
   // What runs this sequence's steps (shared with every other sequence on its weights).
   const std::shared_ptr<StepRunner>& runner() const { return runner_; }
   int32_t n_ctx() const { return n_ctx_; }
-  KvCacheType kv_type() const { return kv_->shape().type; }
+  KvCacheType kv_type() const { return kvs_.front()->shape().type; }
   // The most rows one step may want logits for (the step itself may be longer): 512,
   // or fewer where a device buffer cannot hold 512 rows of n_vocab logits.
   int32_t max_logit_rows() const { return runner_->max_logit_rows(); }
@@ -87,12 +87,12 @@ class Sequence {
   // when a row holds a NaN, as the sampler does.
   TopK forward_top_k(StepBatch& batch, int32_t k);
   // The steps of several sequences on the same weights as one step (StepBatch::join;
-  // at most backend().capabilities().max_step_sequences of them, distinct): each request gets what
+  // at most runner()->capabilities().max_step_sequences of them, distinct): each request gets what
   // the matching forward* call would return for its model, bit for bit, or in `error`
   // the exception it would throw (a part that fails its own checks does not stop the
   // others; a failing step fails every part). The sequences' logit rows together must
   // fit max_logit_rows() and their tokens kMaxStepTokens. Throws std::invalid_argument
-  // for models on different weights, a model twice, or an attention input tap in a step
+  // for sequences on different step runners (weights), a sequence twice, or an attention input tap in a step
   // of several parts.
   static void forward_joined(const std::vector<std::pair<Sequence*, StepRequest*>>& parts);
   // Sends this sequence's steps through `joiner`, which runs them joined with the
@@ -122,9 +122,10 @@ class Sequence {
   // The committed keys and the queries captured in the last step (the rows the policy
   // asked for), for scoring outside a policy (SpecPC).
   std::unique_ptr<KvInspector> inspector();
-  const KvLayout& kv_layout() const { return kv_->layout(); }
-  // This sequence's KV cache (its own; the backend computes with it in this model's steps).
-  KvCache& kv_cache() { return *kv_; }
+  const KvLayout& kv_layout() const { return kvs_.front()->layout(); }
+  // This sequence's KV cache (its own; the backend computes with it in this model's
+  // steps); on a layer split, the first device's part (the layout is the same in each).
+  KvCache& kv_cache() { return *kvs_.front(); }
   // Tells the policy that the prompt (the first n_past() entries) is complete.
   void end_prefill();
   // Keys of committed entries by logical index (count x kv_dim, after RoPE; an MLA
@@ -139,7 +140,7 @@ class Sequence {
   using AttentionInputTap = StepRunner::AttentionInputTap;
   void set_attention_input_tap(AttentionInputTap tap);
   // Total KV entries exchanged between the region and the rest so far.
-  int64_t kv_swaps() const { return kv_->exchanges(); }
+  int64_t kv_swaps() const { return kvs_.front()->exchanges(); }
 
  private:
   // Runs one request: through the joiner if one is set, else alone; rethrows its error.
@@ -148,13 +149,18 @@ class Sequence {
   // policy's captured rows, lossy dropping); the caller holds the step lock.
   void prepare_step(StepRequest& request);
   void after_commit();
+  // This sequence's cache on each device, and the one holding `layer` with its index there.
+  std::vector<KvCache*> device_caches() const;
+  std::pair<KvCache&, int32_t> cache_of(int32_t layer) const;
   // Throws unless the last step's row `row` sits at position n_past() + k (MLA models).
   void check_committed_position(int32_t row, int32_t k) const;
   class Inspector;
 
   std::shared_ptr<StepRunner> runner_;
   std::shared_ptr<StepJoiner> joiner_;
-  std::unique_ptr<KvCache> kv_;  // declared after runner_: destroyed before the backend
+  // The KV cache on each device of the runner (one without a split), the same layout in
+  // each; declared after runner_: destroyed before the backends.
+  std::vector<std::unique_ptr<KvCache>> kvs_;
   int32_t n_ctx_ = 0;
   int32_t n_past_ = 0;
   int32_t last_step_size_ = 0;

@@ -24,9 +24,10 @@ namespace fafo {
 
 class StepRunner {
  public:
-  // Allocates one step's activations for `weights`. Throws std::runtime_error where not
-  // even one row of logits fits in a buffer of the backend.
-  explicit StepRunner(std::shared_ptr<ModelWeights> weights);
+  // Allocates one step's activations for `weights`, which it owns (one runner per
+  // backend: it holds the step lock). Throws std::runtime_error where not even one row
+  // of logits fits in a buffer of the backend.
+  explicit StepRunner(std::unique_ptr<ModelWeights> weights);
   // Loads the weights (ModelWeights) first.
   StepRunner(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend);
   ~StepRunner();
@@ -39,7 +40,12 @@ class StepRunner {
   const ModelWeights& weights() const { return *weights_; }
   const ModelConfig& config() const { return weights_->config(); }
   const GgufFile& file() const { return weights_->file(); }
+  // The backend of the last device (the only one without a split): the output head's,
+  // which computes the logits and what is read back of them.
   Backend& backend() const { return weights_->backend(); }
+  // What every device of the split can do: the fewest sequences a step, latent
+  // attention and immediate execution only where all have them.
+  BackendCapabilities capabilities() const;
   // The most rows one step may want logits for (the step itself may be longer): 512,
   // or fewer where a device buffer cannot hold 512 rows of n_vocab logits.
   int32_t max_logit_rows() const { return max_logit_rows_; }
@@ -65,10 +71,13 @@ class StepRunner {
   // --- the forward pass (callers hold step_mutex()) ---------------------------------
   // Calls `tap(layer, rows, n_rows, n_embd)` with each layer's attention input.
   using AttentionInputTap = std::function<void(int32_t layer, const float* rows, int64_t n_rows, int64_t n_embd)>;
-  // Issues the whole forward pass of `batch` to the backend, part s over caches[s] (one
-  // cache for a batch that is not joined), up to (not including) finish_step; the
-  // logits of batch.logit_rows() land in logits(). `tap`: only for a step of one part.
-  void record_step(const StepBatch& batch, std::span<KvCache* const> caches, const AttentionInputTap& tap);
+  // Issues the whole forward pass of `batch`, part s over the KV caches parts[s] (its
+  // cache on each device, in device order; one part for a batch that is not joined), up
+  // to (not including) the last device's finish_step; the logits of batch.logit_rows()
+  // land in logits(). On a split, each device but the last runs its layers as a step of
+  // its own, and the residual stream's rows cross to the next (read_rows, write_rows).
+  // `tap`: only for a step of one part.
+  void record_step(const StepBatch& batch, std::span<const std::vector<KvCache*>> parts, const AttentionInputTap& tap);
   // The logits buffer of the last step (batch.logit_rows().size() rows of n_vocab).
   const Activation& logits() const;
   // Why the attention inputs cannot be shown on this backend ("" when they can).
@@ -79,8 +88,8 @@ class StepRunner {
 
  private:
   struct Buffers;
-  std::shared_ptr<ModelWeights> weights_;
-  std::unique_ptr<Buffers> buffers_;  // declared after weights_: freed before the backend
+  std::unique_ptr<ModelWeights> weights_;
+  std::vector<std::unique_ptr<Buffers>> buffers_;  // per device: handles of its activation memory
   int32_t max_logit_rows_ = 0;
   RopeParams rope_;  // ModelConfig::rope with the LongRoPE factors in use
   int32_t rope_factor_users_[2] = {0, 0};  // open sequences on the short, the long factors

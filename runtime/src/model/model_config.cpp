@@ -66,6 +66,7 @@ void read_sliding_window(const GgufFile& f, ModelConfig& c, int32_t default_wind
     c.swa_period = static_cast<int32_t>(v->as_int());
   }
   c.rope_swa = c.rope;
+  c.rope_swa.freq_factors.clear();  // rope_freqs.weight divides the global layers' frequencies only
   c.rope_swa.freq_base = positive_float(f, a + "rope.freq_base_swa", base_swa);
   c.rope_swa.freq_scale = scale_swa;
 }

@@ -125,16 +125,45 @@ ModelWeights::LoadCount::LoadCount() { ++g_loads_alive; }
 ModelWeights::LoadCount::~LoadCount() { --g_loads_alive; }
 int64_t ModelWeights::loads_alive() { return g_loads_alive.load(); }
 
+namespace {
+std::vector<DevicePart> one_device(std::unique_ptr<Backend> backend) {
+  std::vector<DevicePart> parts;
+  parts.push_back(DevicePart{std::move(backend), 0});
+  return parts;
+}
+}  // namespace
+
 ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend)
-    : file_(std::move(file)), backend_(std::move(backend)), config_(ModelConfig::from_gguf(*file_)) {
+    : ModelWeights(std::move(file), one_device(std::move(backend))) {}
+
+ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::vector<DevicePart> devices)
+    : file_(std::move(file)), config_(ModelConfig::from_gguf(*file_)) {
   const ModelConfig& c = config_;
-  if (c.mla() && !backend_->capabilities().latent_attention)
-    throw std::runtime_error("the " + backend_->name() + " backend cannot run multi-head latent attention (MLA) models " +
-                             "such as " + file_->path() + " (made by fafo-care); use the cpu, reference or vulkan backend");
+  if (devices.empty()) throw std::invalid_argument("ModelWeights: no device");
+  int32_t placed = 0;
+  for (size_t d = 0; d < devices.size(); ++d) {
+    DevicePart& part = devices[d];
+    if (!part.backend) throw std::invalid_argument("ModelWeights: device " + std::to_string(d) + " has no backend");
+    if (part.layers == 0 && d + 1 == devices.size()) part.layers = c.n_layer - placed;  // the rest
+    if (part.layers < 1 || placed + part.layers > c.n_layer)
+      throw std::invalid_argument("a split of " + std::to_string(c.n_layer) + " layers gives device " + std::to_string(d) +
+                                  " (" + part.backend->name() + ") " + std::to_string(part.layers) + " layers after " +
+                                  std::to_string(placed) + ": every device needs at least one, and no more than the model has");
+    first_layer_.push_back(placed);
+    placed += part.layers;
+    if (c.mla() && !part.backend->capabilities().latent_attention)
+      throw std::runtime_error("the " + part.backend->name() + " backend cannot run multi-head latent attention (MLA) models " +
+                               "such as " + file_->path() + " (made by fafo-care); use the cpu, reference or vulkan backend");
+  }
+  if (placed != c.n_layer)
+    throw std::invalid_argument("a split places " + std::to_string(placed) + " of the " + std::to_string(c.n_layer) +
+                                " layers of " + file_->path());
+  first_layer_.push_back(placed);
+  for (DevicePart& part : devices) backends_.push_back(std::move(part.backend));
   if (c.mla() && c.fused_tensors()) throw GgufError(file_->path(), "MLA files of a " + c.arch + " model are not supported");
 
-  // The backend prepares for the matrices' types at once (Vulkan: their pipelines), then
-  // the weights load, reported by bytes.
+  // Each backend prepares for the matrices' types at once (Vulkan: their pipelines),
+  // then the weights load, reported by bytes.
   std::vector<TensorType> matrix_types;
   uint64_t weight_bytes = 0;
   for (const GgufTensor& t : file_->tensors()) {
@@ -143,15 +172,26 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     if (t.n_rows() > 1 && std::find(matrix_types.begin(), matrix_types.end(), t.type) == matrix_types.end())
       matrix_types.push_back(t.type);
   }
-  backend_->prepare_weights(matrix_types);
-  ProgressTask progress("loading weights (" + backend_->name() + ")", weight_bytes, ProgressUnit::Bytes);
-  WeightLoader load(*file_, *backend_, progress);
-  token_embd_ = load.matrix("token_embd.weight", c.n_embd, c.n_vocab);
-  output_norm_ = load.vector("output_norm.weight", c.n_embd);
-  output_ = c.tied_embeddings ? token_embd_ : load.matrix("output.weight", c.n_embd, c.n_vocab);
+  std::string names;
+  for (const auto& be : backends_) {
+    be->prepare_weights(matrix_types);
+    names += (names.empty() ? "" : " + ") + be->name();
+  }
+  ProgressTask progress("loading weights (" + names + ")", weight_bytes, ProgressUnit::Bytes);
+  // The embedding on the first device (where a step begins), the output head on the last.
+  WeightLoader first(*file_, *backends_.front(), progress);
+  WeightLoader last(*file_, *backends_.back(), progress);
+  token_embd_ = first.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  output_norm_ = last.vector("output_norm.weight", c.n_embd);
+  if (!c.tied_embeddings)
+    output_ = last.matrix("output.weight", c.n_embd, c.n_vocab);
+  else
+    output_ = backends_.size() == 1 ? token_embd_ : last.matrix("token_embd.weight", c.n_embd, c.n_vocab);
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   for (int32_t l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
+    Backend& be = backend(device_of(l));
+    WeightLoader load(*file_, be, progress);
     LayerWeights L;
     L.attn_norm = load.vector(p + "attn_norm.weight", c.n_embd);
     if (c.mla()) {
@@ -168,7 +208,7 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
       // fuses them, else three.
       const int64_t all = q_dim + 2 * c.kv_dim();
       if (c.qkv_bias) throw GgufError(file_->path(), "attention biases with a fused attn_qkv.weight are not supported");
-      L.fused_qkv = fuses_qkv(*backend_, qkv->type, q_dim, c.kv_dim(), c.n_embd);
+      L.fused_qkv = fuses_qkv(be, qkv->type, q_dim, c.kv_dim(), c.n_embd);
       if (L.fused_qkv) {
         L.wq = load.matrix(*qkv, c.n_embd, all);
       } else {
@@ -192,7 +232,7 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     // layers, fuses the others.
     // (Not where the queries and keys are normalized between the product and RoPE.)
     L.fused_qkv = !c.qk_norm && wq.type == wk.type && wk.type == wv.type &&
-                  fuses_qkv(*backend_, wq.type, q_dim, c.kv_dim(), c.n_embd) &&
+                  fuses_qkv(be, wq.type, q_dim, c.kv_dim(), c.n_embd) &&
                   (!c.qkv_bias || (bias[0]->type == bias[1]->type && bias[1]->type == bias[2]->type));
     if (L.fused_qkv) {
       L.wq = load.stacked({{&wq, q_dim}, {&wk, c.kv_dim()}, {&wv, c.kv_dim()}}, c.n_embd);
@@ -221,7 +261,7 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     if (c.fused_tensors() && !file_->find_tensor(p + "ffn_gate.weight")) {
       // Phi-3: ffn_up holds the gate's n_ff rows, then the up projection's.
       const GgufTensor& gate_up = file_->require_tensor(p + "ffn_up.weight");
-      if (fuses_gate_up(*backend_, gate_up.type, c.n_ff, c.n_embd)) {
+      if (fuses_gate_up(be, gate_up.type, c.n_ff, c.n_embd)) {
         L.w_gate = load.matrix(gate_up, c.n_embd, 2 * int64_t{c.n_ff});
       } else {
         L.w_gate = load.matrix_rows(gate_up, c.n_embd, 2 * int64_t{c.n_ff}, 0, c.n_ff);
@@ -234,7 +274,7 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
     const GgufTensor& gate = file_->require_tensor(p + "ffn_gate.weight");
     const GgufTensor& up = file_->require_tensor(p + "ffn_up.weight");
     // (The fused gate-and-up kernels apply SwiGLU: a GeGLU model keeps them apart.)
-    if (!c.gelu_ffn && gate.type == up.type && fuses_gate_up(*backend_, gate.type, c.n_ff, c.n_embd)) {
+    if (!c.gelu_ffn && gate.type == up.type && fuses_gate_up(be, gate.type, c.n_ff, c.n_embd)) {
       L.w_gate = load.stacked({{&gate, c.n_ff}, {&up, c.n_ff}}, c.n_embd);  // one weight; L.w_up stays empty
     } else {
       L.w_gate = load.matrix(gate, c.n_embd, c.n_ff);
@@ -251,10 +291,32 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::unique_ptr
 
 ModelWeights::~ModelWeights() = default;
 
-KvCacheShape ModelWeights::kv_cache_shape(int32_t n_ctx, KvCacheType type) const {
-  KvCacheShape shape{config_.n_layer, n_ctx, config_.kv_dim(), type};
-  shape.key_dims = config_.mla_rank_k;
-  shape.value_dims = config_.mla_rank_v;
+std::string ModelWeights::placement() const {
+  if (n_devices() == 1) return "";
+  std::string text = "layers ";
+  for (int32_t d = 0; d < n_devices(); ++d) {
+    const int32_t first = first_layer(d), last = first + layer_count(d) - 1;
+    if (d > 0) text += ", ";
+    text += std::to_string(first);
+    if (last > first) text.append("-").append(std::to_string(last));
+    text.append(" on ").append(backend(d).name());
+  }
+  return text;
+}
+
+int32_t ModelWeights::device_of(int32_t layer) const {
+  for (int32_t d = 0; d + 1 < n_devices(); ++d)
+    if (layer < first_layer_[static_cast<size_t>(d) + 1]) return d;
+  return n_devices() - 1;
+}
+
+KvCacheShape ModelWeights::kv_cache_shape(int32_t n_ctx, KvCacheType type, int32_t device) const {
+  const int32_t first = first_layer(device), count = layer_count(device);
+  KvCacheShape shape{count, n_ctx, config_.kv_dim(), type};
+  if (config_.mla()) {
+    shape.key_dims.assign(config_.mla_rank_k.begin() + first, config_.mla_rank_k.begin() + first + count);
+    shape.value_dims.assign(config_.mla_rank_v.begin() + first, config_.mla_rank_v.begin() + first + count);
+  }
   return shape;
 }
 

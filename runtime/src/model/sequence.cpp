@@ -31,14 +31,16 @@ Sequence::Sequence(std::shared_ptr<StepRunner> runner, const SequenceOptions& op
   if (!runner_) throw std::invalid_argument("Sequence: no step runner");
   n_ctx_ = context_length(runner_->config(), options);
   StepLock lock(runner_->step_mutex());
-  kv_ = runner_->backend().create_kv_cache(runner_->weights().kv_cache_shape(n_ctx_, options.kv_type));
+  const ModelWeights& w = runner_->weights();
+  for (int32_t d = 0; d < w.n_devices(); ++d)  // each device holds its layers' part of the cache
+    kvs_.push_back(w.backend(d).create_kv_cache(w.kv_cache_shape(n_ctx_, options.kv_type, d)));
   runner_->use_context(n_ctx_);  // last: a sequence that fails to open holds no RoPE factors
 }
 
 Sequence::~Sequence() {
   StepLock lock(runner_->step_mutex());
   runner_->release_context(n_ctx_);
-  kv_.reset();
+  kvs_.clear();
 }
 
 std::vector<float> Sequence::forward(StepBatch& batch) {
@@ -92,7 +94,8 @@ void Sequence::prepare_step(StepRequest& request) {
   batch.set_n_past(n_past_);
   last_positions_ = batch.positions();
   if (drop_ && prompt_end_ > 0) batch.compress_all();
-  kv_->set_captured_rows(policy_ ? policy_->wanted_query_rows(batch.size()) : std::vector<int32_t>{});
+  const std::vector<int32_t> captured = policy_ ? policy_->wanted_query_rows(batch.size()) : std::vector<int32_t>{};
+  for (const auto& kv : kvs_) kv->set_captured_rows(captured);
 }
 
 void Sequence::forward_joined(const std::vector<std::pair<Sequence*, StepRequest*>>& parts) {
@@ -100,7 +103,7 @@ void Sequence::forward_joined(const std::vector<std::pair<Sequence*, StepRequest
   StepRunner& runner = *parts[0].first->runner_;
   for (size_t a = 0; a < parts.size(); ++a) {
     if (parts[a].first->runner_.get() != &runner)
-      throw std::invalid_argument("forward_joined: the sequences run on different weights");
+      throw std::invalid_argument("forward_joined: the sequences run on different step runners (weights)");
     for (size_t b = 0; b < a; ++b)
       if (parts[a].first == parts[b].first) throw std::invalid_argument("forward_joined: a sequence twice in one step");
     if (parts.size() > 1 && parts[a].first->tap_)
@@ -124,19 +127,20 @@ void Sequence::forward_joined(const std::vector<std::pair<Sequence*, StepRequest
   }
   if (ready.empty()) return;
   try {
-    if (ready.size() > static_cast<size_t>(backend.capabilities().max_step_sequences))
+    const int32_t max_sequences = runner.capabilities().max_step_sequences;
+    if (ready.size() > static_cast<size_t>(max_sequences))
       throw std::invalid_argument("forward_joined: the " + backend.name() + " backend computes at most " +
-                                  std::to_string(backend.capabilities().max_step_sequences) + " sequences in one step");
+                                  std::to_string(max_sequences) + " sequences in one step");
     if (tokens > kMaxStepTokens || logit_rows > runner.max_logit_rows())
       throw std::invalid_argument("forward_joined: " + std::to_string(tokens) + " tokens and " + std::to_string(logit_rows) +
                                   " logit rows in one step (at most " + std::to_string(kMaxStepTokens) + " and " +
                                   std::to_string(runner.max_logit_rows()) + ")");
-    std::vector<KvCache*> caches;
+    std::vector<std::vector<KvCache*>> caches;  // each part's cache on each device
     std::vector<const StepBatch*> batches;
     bool want_logits = false, want_ids = false;
     int32_t top_k = 0;
     for (const auto& [model, request] : ready) {
-      caches.push_back(model->kv_.get());
+      caches.push_back(model->device_caches());
       batches.push_back(request->batch);
       want_logits |= request->want == StepWant::Logits;
       want_ids |= request->want == StepWant::Argmax;
@@ -205,7 +209,7 @@ void Sequence::commit(int32_t n) {
   StepLock lock(runner_->step_mutex());
   n_past_ += n;
   last_step_size_ = 0;
-  kv_->append(n);
+  for (const auto& kv : kvs_) kv->append(n);
   after_commit();
 }
 
@@ -224,7 +228,8 @@ class Sequence::Inspector final : public KvInspector {
   }
   std::vector<float> captured_queries(int32_t layer) const override {
     StepLock lock(m_.runner_->step_mutex());
-    return m_.kv_->captured_queries(layer);
+    const auto [kv, local] = m_.cache_of(layer);
+    return kv.captured_queries(local);
   }
 
  private:
@@ -236,7 +241,8 @@ void Sequence::after_commit() {
   if (!policy_) return;
   Inspector inspector(*this);
   const KvPolicyEvent event{KvPolicyEvent::Committed, n_past_, prompt_end_, steps_};
-  if (auto chosen = policy_->choose(event, inspector)) kv_->select(*chosen);
+  if (auto chosen = policy_->choose(event, inspector))
+    for (const auto& kv : kvs_) kv->select(*chosen);
 }
 
 void Sequence::end_prefill() {
@@ -245,7 +251,8 @@ void Sequence::end_prefill() {
   if (!policy_) return;
   Inspector inspector(*this);
   const KvPolicyEvent event{KvPolicyEvent::Prefilled, n_past_, prompt_end_, steps_};
-  if (auto chosen = policy_->choose(event, inspector)) kv_->select(*chosen);
+  if (auto chosen = policy_->choose(event, inspector))
+    for (const auto& kv : kvs_) kv->select(*chosen);
 }
 
 std::unique_ptr<KvInspector> Sequence::inspector() { return std::make_unique<Inspector>(*this); }
@@ -254,7 +261,12 @@ void Sequence::set_kv_policy(std::unique_ptr<KvPolicy> policy, bool drop) {
   StepLock lock(runner_->step_mutex());
   policy_ = std::move(policy);
   drop_ = drop && policy_;
-  kv_->reset_layout(policy_ ? policy_->budget() : 0, policy_ ? policy_->dense_layers() : 0, n_past_);
+  // Dense layers count from the model's first: a later device's cache starts at its own.
+  const ModelWeights& w = runner_->weights();
+  for (int32_t d = 0; d < w.n_devices(); ++d) {
+    const int32_t dense = policy_ ? std::max(0, policy_->dense_layers() - w.first_layer(d)) : 0;
+    kvs_[static_cast<size_t>(d)]->reset_layout(policy_ ? policy_->budget() : 0, dense, n_past_);
+  }
   if (policy_ && n_past_ > 0) end_prefill();
 }
 
@@ -262,11 +274,24 @@ std::vector<float> Sequence::committed_keys(int32_t layer, int32_t first, int32_
   if (layer < 0 || layer >= config().n_layer || first < 0 || count < 0 || first + count > n_past_)
     throw std::out_of_range("committed_keys: outside the committed context");
   std::vector<int32_t> slots;
-  for (int32_t l = first; l < first + count; ++l) slots.push_back(kv_->layout().physical_of(l));
+  for (int32_t l = first; l < first + count; ++l) slots.push_back(kv_layout().physical_of(l));
   StepLock lock(runner_->step_mutex());
-  std::vector<float> stored = kv_->read_keys(layer, slots);
+  const auto [kv, local] = cache_of(layer);
+  std::vector<float> stored = kv.read_keys(local, slots);
   if (!config().mla()) return stored;
   return runner_->recover_keys(layer, stored, first, count);
+}
+
+std::vector<KvCache*> Sequence::device_caches() const {
+  std::vector<KvCache*> caches;
+  for (const auto& kv : kvs_) caches.push_back(kv.get());
+  return caches;
+}
+
+std::pair<KvCache&, int32_t> Sequence::cache_of(int32_t layer) const {
+  const ModelWeights& w = runner_->weights();
+  const int32_t d = w.device_of(layer);
+  return {*kvs_[static_cast<size_t>(d)], layer - w.first_layer(d)};
 }
 
 void Sequence::check_committed_position(int32_t row, int32_t k) const {
@@ -297,17 +322,18 @@ void Sequence::commit_rows(const std::vector<int32_t>& rows) {
     if (row != static_cast<int32_t>(k)) moves.emplace_back(n_past_ + row, n_past_ + static_cast<int32_t>(k));
   }
   StepLock lock(runner_->step_mutex());
-  if (!moves.empty()) kv_->move_slots(moves);
+  if (!moves.empty())
+    for (const auto& kv : kvs_) kv->move_slots(moves);
   n_past_ += static_cast<int32_t>(rows.size());
   last_step_size_ = 0;
-  kv_->append(static_cast<int32_t>(rows.size()));
+  for (const auto& kv : kvs_) kv->append(static_cast<int32_t>(rows.size()));
   after_commit();
 }
 
 void Sequence::truncate(int32_t n) {
   if (n < 0 || n > n_past_) throw std::invalid_argument("truncate: beyond the committed context");
   StepLock lock(runner_->step_mutex());
-  kv_->truncate(n);
+  for (const auto& kv : kvs_) kv->truncate(n);
   n_past_ = n;
   if (prompt_end_ > n) prompt_end_ = n;
   if (n == 0) steps_ = 0;

@@ -40,7 +40,7 @@ std::deque<StepJoiner::Waiting*> StepJoiner::take_batch() {
   const auto rows = [](const Waiting* w) { return static_cast<int64_t>(w->request->batch->size()); };
   const auto logit_rows = [](const Waiting* w) { return static_cast<int64_t>(w->request->batch->logit_rows().size()); };
   int64_t tokens = rows(oldest), logits = logit_rows(oldest);
-  const int64_t max_parts = lead.runner()->backend().capabilities().max_step_sequences;
+  const int64_t max_parts = lead.runner()->capabilities().max_step_sequences;
   // The smallest steps first: decode rows before multi-token steps and prefill chunks.
   std::vector<Waiting*> others(waiting_.begin(), waiting_.end());
   std::stable_sort(others.begin(), others.end(), [&](const Waiting* a, const Waiting* b) { return rows(a) < rows(b); });
@@ -73,7 +73,7 @@ void StepJoiner::run(Sequence& model, StepRequest& request) {
     const auto limit = std::clamp<std::chrono::steady_clock::duration>(mean_step_, min_wait_, max_wait_);
     const auto deadline = waiting_.front()->since + limit;
     // A backend that computes one sequence per step joins nothing: no wait.
-    const bool joins = waiting_.front()->model->runner()->backend().capabilities().max_step_sequences > 1;
+    const bool joins = waiting_.front()->model->runner()->capabilities().max_step_sequences > 1;
     if (joins && static_cast<int64_t>(waiting_.size()) < active_ && std::chrono::steady_clock::now() < deadline) {
       changed_.wait_until(lock, deadline);
       continue;

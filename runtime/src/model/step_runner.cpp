@@ -23,43 +23,49 @@ struct StepRunner::Buffers {
 };
 
 StepRunner::StepRunner(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend)
-    : StepRunner(std::make_shared<ModelWeights>(std::move(file), std::move(backend))) {}
+    : StepRunner(std::make_unique<ModelWeights>(std::move(file), std::move(backend))) {}
 
-StepRunner::StepRunner(std::shared_ptr<ModelWeights> weights) : weights_(std::move(weights)) {
+StepRunner::StepRunner(std::unique_ptr<ModelWeights> weights) : weights_(std::move(weights)) {
   if (!weights_) throw std::invalid_argument("StepRunner: no weights");
   const ModelConfig& c = config();
   const ModelWeights& w = *weights_;
-  Backend& be = backend();
   rope_ = c.rope;
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-  buffers_ = std::make_unique<Buffers>();
-  Buffers& b = *buffers_;
   const int64_t T = kMaxStepTokens;
-  b.x = be.alloc_activation(T, c.n_embd);
-  b.xn = be.alloc_activation(T, c.n_embd);
-  const bool any_fused = std::any_of(w.layers().begin(), w.layers().end(), [](const auto& L) { return L.fused_qkv; });
-  const bool any_apart = std::any_of(w.layers().begin(), w.layers().end(), [](const auto& L) { return !L.fused_qkv; });
-  if (any_fused) b.qkv = be.alloc_activation(T, q_dim + 2 * c.kv_dim());
-  if (any_apart) b.q = be.alloc_activation(T, q_dim);
-  if (any_apart && !c.mla()) {  // an MLA model's keys and values are latents (k_latent, v_latent)
-    b.k = be.alloc_activation(T, c.kv_dim());
-    b.v = be.alloc_activation(T, c.kv_dim());
+  // Each device holds the activations of its layers' kinds; the last one the logits.
+  for (int32_t d = 0; d < w.n_devices(); ++d) {
+    Backend& be = w.backend(d);
+    const auto first = w.layers().begin() + w.first_layer(d), end = first + w.layer_count(d);
+    Buffers& b = *buffers_.emplace_back(std::make_unique<Buffers>());
+    b.x = be.alloc_activation(T, c.n_embd);
+    b.xn = be.alloc_activation(T, c.n_embd);
+    const bool any_fused = std::any_of(first, end, [](const auto& L) { return L.fused_qkv; });
+    const bool any_apart = std::any_of(first, end, [](const auto& L) { return !L.fused_qkv; });
+    if (any_fused) b.qkv = be.alloc_activation(T, q_dim + 2 * c.kv_dim());
+    if (any_apart) b.q = be.alloc_activation(T, q_dim);
+    if (any_apart && !c.mla()) {  // an MLA model's keys and values are latents (k_latent, v_latent)
+      b.k = be.alloc_activation(T, c.kv_dim());
+      b.v = be.alloc_activation(T, c.kv_dim());
+    }
+    if (c.mla()) {
+      for (int32_t l = w.first_layer(d); l < w.first_layer(d) + w.layer_count(d); ++l) {
+        const int32_t rk = c.mla_rank_k[static_cast<size_t>(l)], rv = c.mla_rank_v[static_cast<size_t>(l)];
+        if (!b.k_latent.count(rk)) b.k_latent[rk] = be.alloc_activation(T, rk);
+        if (!b.v_latent.count(rv)) b.v_latent[rv] = be.alloc_activation(T, rv);
+      }
+    }
+    if (c.qk_norm) {
+      b.q_normed = be.alloc_activation(T, q_dim);
+      b.k_normed = be.alloc_activation(T, c.kv_dim());
+    }
+    b.attn = be.alloc_activation(T, q_dim);
+    b.proj = be.alloc_activation(T, c.n_embd);
+    b.gate = be.alloc_activation(T, c.n_ff);
+    b.up = be.alloc_activation(T, c.n_ff);
+    b.ffn = be.alloc_activation(T, c.n_embd);
   }
-  if (c.mla()) {
-    for (int32_t r : c.mla_rank_k)
-      if (!b.k_latent.count(r)) b.k_latent[r] = be.alloc_activation(T, r);
-    for (int32_t r : c.mla_rank_v)
-      if (!b.v_latent.count(r)) b.v_latent[r] = be.alloc_activation(T, r);
-  }
-  if (c.qk_norm) {
-    b.q_normed = be.alloc_activation(T, q_dim);
-    b.k_normed = be.alloc_activation(T, c.kv_dim());
-  }
-  b.attn = be.alloc_activation(T, q_dim);
-  b.proj = be.alloc_activation(T, c.n_embd);
-  b.gate = be.alloc_activation(T, c.n_ff);
-  b.up = be.alloc_activation(T, c.n_ff);
-  b.ffn = be.alloc_activation(T, c.n_embd);
+  Backend& be = w.backend();
+  Buffers& b = *buffers_.back();
   b.last = be.alloc_activation(T, c.n_embd);
   b.last_norm = be.alloc_activation(T, c.n_embd);
   // A step's logits are computed only for its logit rows; where a device buffer cannot
@@ -106,13 +112,27 @@ const RopeParams& StepRunner::rope_of(int32_t layer) const {
   return config().window_layer(layer) ? config().rope_swa : rope_;
 }
 
-const Activation& StepRunner::logits() const { return buffers_->logits; }
+const Activation& StepRunner::logits() const { return buffers_.back()->logits; }
+
+BackendCapabilities StepRunner::capabilities() const {
+  BackendCapabilities all = backend().capabilities();
+  for (int32_t d = 0; d + 1 < weights_->n_devices(); ++d) {
+    const BackendCapabilities c = weights_->backend(d).capabilities();
+    all.max_step_sequences = std::min(all.max_step_sequences, c.max_step_sequences);
+    all.latent_attention = all.latent_attention && c.latent_attention;
+    all.executes_immediately = all.executes_immediately && c.executes_immediately;
+  }
+  return all;
+}
 
 std::string StepRunner::why_no_attention_input_tap() const {
-  if (!backend().capabilities().executes_immediately)
-    return "the " + backend().name() + " backend cannot show a step's attention inputs (use reference or cpu)";
-  for (const LayerWeights& L : weights_->layers())
-    if (L.fused_qkv) return "the " + backend().name() + " backend fuses the attention projections (use the reference backend)";
+  for (int32_t d = 0; d < weights_->n_devices(); ++d)
+    if (!weights_->backend(d).capabilities().executes_immediately)
+      return "the " + weights_->backend(d).name() + " backend cannot show a step's attention inputs (use reference or cpu)";
+  for (int32_t l = 0; l < config().n_layer; ++l)
+    if (weights_->layer(l).fused_qkv)
+      return "the " + weights_->backend(weights_->device_of(l)).name() +
+             " backend fuses the attention projections (use the reference backend)";
   return "";
 }
 
@@ -121,103 +141,122 @@ std::vector<float> StepRunner::recover_keys(int32_t layer, const std::vector<flo
   return weights_->recover_keys(layer, stored, first, count, rope_of(layer));
 }
 
-void StepRunner::record_step(const StepBatch& batch, std::span<KvCache* const> caches, const AttentionInputTap& tap) {
+void StepRunner::record_step(const StepBatch& batch, std::span<const std::vector<KvCache*>> parts,
+                             const AttentionInputTap& tap) {
   const ModelConfig& c = config();
   const ModelWeights& w = *weights_;
-  Buffers& b = *buffers_;
-  Backend& be = backend();
-  if (tap && caches.size() != 1) throw std::invalid_argument("record_step: an attention input tap in a joined step");
-  // Each sequence's cache keeps its part's keys and values (and the queries its policy asked for).
-  const auto store = [&](int32_t l, const Activation& k, const Activation& v, const Activation& q) {
-    for (KvCache* kv : caches) {
-      kv->store(l, k, v);
-      if (!kv->captured_rows().empty()) kv->capture_queries(l, q);
-    }
-  };
-  // Hands the step's attention inputs of layer l to tap.
-  const auto tap_attention_input = [&](int32_t l) {
-    const std::vector<float> xn = be.read_rows(b.xn, batch.size());
-    tap(l, xn.data(), batch.size(), c.n_embd);
-  };
+  if (tap && parts.size() != 1) throw std::invalid_argument("record_step: an attention input tap in a joined step");
+  for (const std::vector<KvCache*>& p : parts)
+    if (p.size() != static_cast<size_t>(w.n_devices()))
+      throw std::invalid_argument("record_step: a sequence without a KV cache on every device of the split");
+  std::vector<KvCache*> caches(parts.size());
+  std::vector<float> hidden;  // the residual stream crossing to the next device
+  for (int32_t d = 0; d < w.n_devices(); ++d) {
+    Backend& be = w.backend(d);
+    Buffers& b = *buffers_[static_cast<size_t>(d)];
+    const int32_t first = w.first_layer(d);
+    for (size_t s = 0; s < parts.size(); ++s) caches[s] = parts[s][static_cast<size_t>(d)];
+    // Each sequence's cache keeps its part's keys and values (and the queries its policy
+    // asked for), in the device's cache at the layer's index there.
+    const auto store = [&](int32_t l, const Activation& k, const Activation& v, const Activation& q) {
+      for (KvCache* kv : caches) {
+        kv->store(l - first, k, v);
+        if (!kv->captured_rows().empty()) kv->capture_queries(l - first, q);
+      }
+    };
+    // Hands the step's attention inputs of layer l to tap.
+    const auto tap_attention_input = [&](int32_t l) {
+      const std::vector<float> xn = be.read_rows(b.xn, batch.size());
+      tap(l, xn.data(), batch.size(), c.n_embd);
+    };
 
-  be.begin_step(batch, caches);
-  be.embed(w.token_embd(), b.x);
-  if (c.embedding_scale > 0.0f) be.map(ElementMap::Scale, b.x, c.embedding_scale);
-  for (int32_t l = 0; l < c.n_layer; ++l) {
-    const LayerWeights& L = w.layer(l);
-    const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(), c.attn_softcap, c.window_of(l)};
-    const RopeParams& rope = rope_of(l);
-    // Attention block.
-    if (c.mla()) {
-      // Multi-head latent attention: the cache keeps the latents; attention recovers
-      // the keys (RoPE after the up-projection) and values.
-      Activation& kl = b.k_latent.at(c.mla_rank_k[static_cast<size_t>(l)]);
-      Activation& vl = b.v_latent.at(c.mla_rank_v[static_cast<size_t>(l)]);
-      be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
-      if (tap) tap_attention_input(l);
-      be.matmul(L.wq, b.xn, b.q);
-      be.matmul(L.wk, b.xn, kl);
-      be.matmul(L.wv, b.xn, vl);
-      be.rope(b.q, c.n_head, c.head_dim, rope);
-      store(l, kl, vl, b.q);
-      be.latent_attention(l, b.q, shape, L.k_up, L.v_up, rope, b.attn);
-    } else if (L.fused_qkv) {
-      run_matmul_norm(be, L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
-      if (c.qkv_bias) be.add_bias(L.bq, b.qkv);
-      be.fusions()->rope_store(l, b.qkv, shape, rope);  // (fused_qkv: the backend said it fuses, at load)
-    } else {
-      be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
-      if (tap) tap_attention_input(l);
-      be.matmul(L.wq, b.xn, b.q);
-      be.matmul(L.wk, b.xn, b.k);
-      be.matmul(L.wv, b.xn, b.v);
-      if (c.qkv_bias) {
-        be.add_bias(L.bq, b.q);
-        be.add_bias(L.bk, b.k);
-        be.add_bias(L.bv, b.v);
+    if (d > 0) be.write_rows(b.x, hidden);
+    be.begin_step(batch, caches);
+    if (d == 0) {
+      be.embed(w.token_embd(), b.x);
+      if (c.embedding_scale > 0.0f) be.map(ElementMap::Scale, b.x, c.embedding_scale);
+    }
+    for (int32_t l = first; l < first + w.layer_count(d); ++l) {
+      const LayerWeights& L = w.layer(l);
+      const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(), c.attn_softcap, c.window_of(l)};
+      const RopeParams& rope = rope_of(l);
+      // Attention block.
+      if (c.mla()) {
+        // Multi-head latent attention: the cache keeps the latents; attention recovers
+        // the keys (RoPE after the up-projection) and values.
+        Activation& kl = b.k_latent.at(c.mla_rank_k[static_cast<size_t>(l)]);
+        Activation& vl = b.v_latent.at(c.mla_rank_v[static_cast<size_t>(l)]);
+        be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
+        if (tap) tap_attention_input(l);
+        be.matmul(L.wq, b.xn, b.q);
+        be.matmul(L.wk, b.xn, kl);
+        be.matmul(L.wv, b.xn, vl);
+        be.rope(b.q, c.n_head, c.head_dim, rope);
+        store(l, kl, vl, b.q);
+        be.latent_attention(l - first, b.q, shape, L.k_up, L.v_up, rope, b.attn);
+      } else if (L.fused_qkv) {
+        run_matmul_norm(be, L.wq, b.x, L.attn_norm, c.rms_eps, b.xn, b.qkv);
+        if (c.qkv_bias) be.add_bias(L.bq, b.qkv);
+        be.fusions()->rope_store(l - first, b.qkv, shape, rope);  // (fused_qkv: the backend said it fuses, at load)
+      } else {
+        be.rms_norm(b.x, L.attn_norm, c.rms_eps, b.xn);
+        if (tap) tap_attention_input(l);
+        be.matmul(L.wq, b.xn, b.q);
+        be.matmul(L.wk, b.xn, b.k);
+        be.matmul(L.wv, b.xn, b.v);
+        if (c.qkv_bias) {
+          be.add_bias(L.bq, b.q);
+          be.add_bias(L.bk, b.k);
+          be.add_bias(L.bv, b.v);
+        }
+        Activation& q = c.qk_norm ? b.q_normed : b.q;
+        Activation& k = c.qk_norm ? b.k_normed : b.k;
+        if (c.qk_norm) {
+          be.head_norm(b.q, c.n_head, L.q_norm, c.rms_eps, q);
+          be.head_norm(b.k, c.n_head_kv, L.k_norm, c.rms_eps, k);
+        }
+        be.rope(q, c.n_head, c.head_dim, rope);
+        be.rope(k, c.n_head_kv, c.head_dim, rope);
+        store(l, k, b.v, q);
       }
-      Activation& q = c.qk_norm ? b.q_normed : b.q;
-      Activation& k = c.qk_norm ? b.k_normed : b.k;
-      if (c.qk_norm) {
-        be.head_norm(b.q, c.n_head, L.q_norm, c.rms_eps, q);
-        be.head_norm(b.k, c.n_head_kv, L.k_norm, c.rms_eps, k);
+      if (!c.mla()) {
+        const Activation& q = L.fused_qkv ? b.qkv : (c.qk_norm ? b.q_normed : b.q);  // the queries lead qkv's rows
+        be.attention(l - first, q, shape, b.attn);
       }
-      be.rope(q, c.n_head, c.head_dim, rope);
-      be.rope(k, c.n_head_kv, c.head_dim, rope);
-      store(l, k, b.v, q);
+      if (c.post_norms) {  // the block's output normalized before the residual
+        be.matmul(L.wo, b.attn, b.proj);
+        be.rms_norm(b.proj, L.attn_post_norm, c.rms_eps, b.xn);
+        be.add(b.x, b.xn);
+      } else {
+        run_matmul_add(be, L.wo, b.attn, b.x, b.proj);
+      }
+      // Feed-forward block.
+      if (c.gelu_ffn) {
+        be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
+        be.matmul(L.w_gate, b.xn, b.gate);
+        be.matmul(L.w_up, b.xn, b.up);
+        be.gated(GatedActivation::GeluTanh, b.gate, b.up, b.gate);
+      } else {
+        run_matmul_swiglu_norm(be, L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);
+      }
+      if (c.post_norms) {
+        be.matmul(L.w_down, b.gate, b.ffn);
+        be.rms_norm(b.ffn, L.ffn_post_norm, c.rms_eps, b.xn);
+        be.add(b.x, b.xn);
+      } else {
+        run_matmul_add(be, L.w_down, b.gate, b.x, b.ffn);
+      }
     }
-    if (!c.mla()) {
-      const Activation& q = L.fused_qkv ? b.qkv : (c.qk_norm ? b.q_normed : b.q);  // the queries lead qkv's rows
-      be.attention(l, q, shape, b.attn);
+    if (d + 1 < w.n_devices()) {  // the residual stream goes on to the next device
+      be.finish_step();
+      hidden = be.read_rows(b.x, batch.size());
+      continue;
     }
-    if (c.post_norms) {  // the block's output normalized before the residual
-      be.matmul(L.wo, b.attn, b.proj);
-      be.rms_norm(b.proj, L.attn_post_norm, c.rms_eps, b.xn);
-      be.add(b.x, b.xn);
-    } else {
-      run_matmul_add(be, L.wo, b.attn, b.x, b.proj);
-    }
-    // Feed-forward block.
-    if (c.gelu_ffn) {
-      be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
-      be.matmul(L.w_gate, b.xn, b.gate);
-      be.matmul(L.w_up, b.xn, b.up);
-      be.gated(GatedActivation::GeluTanh, b.gate, b.up, b.gate);
-    } else {
-      run_matmul_swiglu_norm(be, L.w_gate, L.w_up, b.x, L.ffn_norm, c.rms_eps, b.xn, b.gate, b.up);
-    }
-    if (c.post_norms) {
-      be.matmul(L.w_down, b.gate, b.ffn);
-      be.rms_norm(b.ffn, L.ffn_post_norm, c.rms_eps, b.xn);
-      be.add(b.x, b.xn);
-    } else {
-      run_matmul_add(be, L.w_down, b.gate, b.x, b.ffn);
-    }
+    const auto& rows = batch.logit_rows();
+    be.gather_rows(b.x, rows, b.last);
+    run_matmul_norm(be, w.output(), b.last, w.output_norm(), c.rms_eps, b.last_norm, b.logits);
+    if (c.final_softcap > 0.0f) be.map(ElementMap::Softcap, b.logits, c.final_softcap);
   }
-  const auto& rows = batch.logit_rows();
-  be.gather_rows(b.x, rows, b.last);
-  run_matmul_norm(be, w.output(), b.last, w.output_norm(), c.rms_eps, b.last_norm, b.logits);
-  if (c.final_softcap > 0.0f) be.map(ElementMap::Softcap, b.logits, c.final_softcap);
 }
 
 }  // namespace fafo

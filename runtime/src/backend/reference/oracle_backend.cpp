@@ -88,6 +88,9 @@ class OracleBackend final : public Backend, public BackendMemory {
     memory_limit_ = bytes;
   }
   uint64_t memory_in_use() const override { return memory_in_use_; }
+  uint64_t memory_free() const override {
+    return memory_limit_ == 0 ? std::numeric_limits<uint64_t>::max() : memory_limit_ - std::min(memory_limit_, memory_in_use_);
+  }
 
   // --- a step ---
 
@@ -293,6 +296,11 @@ class OracleBackend final : public Backend, public BackendMemory {
   std::vector<float> read_rows(const Activation& x, int64_t n_rows) override {
     const float* p = row(x, 0);
     return std::vector<float>(p, p + n_rows * x.cols);
+  }
+
+  void write_rows(Activation& x, const std::vector<float>& rows) override {
+    check_rows_fit(x, rows.size());
+    std::copy(rows.begin(), rows.end(), row(x, 0));
   }
 
  private:

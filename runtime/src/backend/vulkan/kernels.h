@@ -77,8 +77,8 @@ class Kernels {
   void quantize_rows(CommandSequence& seq, const Buffer& x, const Buffer& out, uint32_t T, uint32_t cols,
                      uint32_t x_stride, const Buffer* gain = nullptr, float eps = 0.0f) const;
   static uint32_t q8_row_words(uint32_t cols) { return cols / 4 + cols / 16; }
-  // out = gelu_tanh(gate) * up; x *= factor; x = cap * tanh(x / cap) (Backend::geglu,
-  // scale, softcap); n floats.
+  // out = gelu_tanh(gate) * up; x *= factor; x = cap * tanh(x / cap) (Backend::gated's
+  // GeluTanh, Backend::map's Scale and Softcap); n floats.
   void geglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
   void scale(CommandSequence& seq, const Buffer& x, uint32_t n, float factor) const;
   void softcap(CommandSequence& seq, const Buffer& x, uint32_t n, float cap) const;

@@ -598,6 +598,7 @@ class VulkanBackend final : public Backend,
     allocator_.set_limit(bytes);
   }
   uint64_t memory_in_use() const override { return allocator_.allocated(); }
+  uint64_t memory_free() const override { return allocator_.free_bytes(); }
 
   std::string start_profile() override {
     if (!profiler_) profiler_ = std::make_unique<KernelProfiler>(context_);
@@ -616,6 +617,12 @@ class VulkanBackend final : public Backend,
     std::vector<float> out(static_cast<size_t>(n_rows * x.cols));
     if (!out.empty()) transfer_.download(act(x), out.data(), out.size() * sizeof(float));
     return out;
+  }
+
+  void write_rows(Activation& x, const std::vector<float>& rows) override {
+    check_usable();
+    check_rows_fit(x, rows.size());
+    if (!rows.empty()) transfer_.upload(activations_.at(static_cast<size_t>(x.id)).buffer, rows.data(), rows.size() * sizeof(float));
   }
 
  private:
