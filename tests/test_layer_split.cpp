@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "fafo/open_model.h"
 #include "joined_steps_check.h"
 #include "model_fixtures.h"
+#include "synthetic_model.h"
 #include "test_support.h"
 
 namespace fafo {
@@ -40,12 +42,13 @@ const std::vector<int32_t> kSplitPrompt = {1, 403, 407, 261, 378, 429, 66, 275, 
 // The logits of a prefill of kSplitPrompt (every row), then of three steps of two tokens. With
 // `policy`, in its lossy mode: once the prompt is in, every row reads only the region
 // the policy picks (COMPRESSED rows; quest's dense layers read everything).
-std::vector<float> step_logits(const std::shared_ptr<StepRunner>& runner, const KvPolicyOptions* policy = nullptr) {
+std::vector<float> step_logits(const std::shared_ptr<StepRunner>& runner, const KvPolicyOptions* policy = nullptr,
+                               const std::vector<int32_t>& prompt = kSplitPrompt) {
   SequenceOptions options;
   options.n_ctx = 64;
   Sequence seq(runner, options);
   if (policy) seq.set_kv_policy(make_kv_policy(*policy), /*drop=*/true);
-  StepBatch prefill = StepBatch::causal(kSplitPrompt, 0, /*logits_for_all=*/true);
+  StepBatch prefill = StepBatch::causal(prompt, 0, /*logits_for_all=*/true);
   std::vector<float> all = seq.forward(prefill);
   seq.commit(prefill.size());
   seq.end_prefill();
@@ -161,6 +164,29 @@ TEST(LayerSplit, TheRegionIsTheSameOnEveryDevice) {
     for (int32_t k = 1; k < 5; ++k)
       EXPECT_EQ(step_logits(split_runner(file, "cpu", k, "cpu"), &policy), whole)
           << policy.name << ", boundary after layer " << k;
+  }
+}
+
+// The other families on two cpu devices, at every boundary: tied embeddings uploaded
+// again for the head (Qwen3, Gemma), per-head Q/K norms (Qwen3, Gemma 3), fused tensors
+// and LongRoPE (Phi-3), the embedding scale, soft-caps and sliding windows (Gemma 2, 3)
+// give one device's bits.
+TEST(LayerSplit, EveryFamilyOnTwoCpuDevicesGivesTheBitsOfOne) {
+  const auto dir = test::temp_dir("layer-split-families");
+  std::vector<int32_t> prompt;
+  for (int32_t i = 0; i < 24; ++i) prompt.push_back(3 + (i * 37) % 250);
+  for (const char* name : {"qwen3-tiny", "phi3-tiny", "gemma2-tiny", "gemma3-tiny"}) {
+    std::optional<synth::SyntheticConfig> c = synth::preset(name);
+    ASSERT_TRUE(c.has_value()) << name;
+    const std::string path = (dir / (std::string(name) + ".gguf")).string();
+    synth::write_synthetic_model(*c, path);
+    const std::shared_ptr<const GgufFile> file = GgufFile::open(path);
+    const int32_t n_layer = ModelConfig::from_gguf(*file).n_layer;
+    ASSERT_GE(n_layer, 2) << name;
+    const std::vector<float> whole = step_logits(one_device(file, "cpu"), nullptr, prompt);
+    for (int32_t k = 1; k < n_layer; ++k)
+      EXPECT_EQ(step_logits(split_runner(file, "cpu", k, "cpu"), nullptr, prompt), whole)
+          << name << ", boundary after layer " << k;
   }
 }
 
