@@ -36,6 +36,7 @@
 #include "../cuda_backend/src/warp_ops.h"
 #include "fafo/backend_registry.h"
 #include "fafo/cuda_backend.h"
+#include "fafo/device_error.h"
 #include "fafo/generator.h"
 #include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
@@ -528,6 +529,41 @@ TEST(CudaEmulated, ALayerSplitWithTheCpuKeepsEveryStrategyEqualToAr) {
   for (fafo::Strategy s : {fafo::Strategy::Jacobi, fafo::Strategy::Lookahead, fafo::Strategy::Fafo})
     EXPECT_EQ(run(s), ar) << fafo::strategy_name(s);
   fafo::test::check_joined_steps(runner, tokenizer);
+}
+
+TEST(CudaEmulated, CountsItsMemoryAgainstALimit) {
+  // The backend's BackendMemory: every allocation counted, the limit enforced with the
+  // sizes, what is freed given back; what auto's placement reads (memory_free).
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
+  uint64_t loaded = 0;
+  {
+    std::unique_ptr<fafo::Backend> b = fafo::cuda::make_emulated_backend();
+    ASSERT_NE(b->memory(), nullptr);
+    EXPECT_EQ(fafo::memory_free(*b), std::numeric_limits<uint64_t>::max());  // the host says nothing
+    fafo::ModelWeights w(file, std::move(b));
+    loaded = fafo::memory_in_use(w.backend());
+    EXPECT_GT(loaded, 0u);
+  }
+  std::unique_ptr<fafo::Backend> small = fafo::cuda::make_emulated_backend();
+  small->memory()->set_memory_limit(loaded / 2);
+  try {
+    fafo::ModelWeights w(file, std::move(small));
+    ADD_FAILURE() << "the weights loaded in half their memory";
+  } catch (const fafo::DeviceError& e) {
+    EXPECT_EQ(e.kind(), fafo::DeviceError::Kind::OutOfMemory);
+    EXPECT_NE(std::string(e.what()).find("--memory-limit"), std::string::npos) << e.what();
+  }
+  std::unique_ptr<fafo::Backend> roomy = fafo::cuda::make_emulated_backend();
+  roomy->memory()->set_memory_limit(loaded * 4);
+  fafo::Backend& kept = *roomy;
+  {
+    auto runner = std::make_shared<fafo::StepRunner>(std::make_unique<fafo::ModelWeights>(file, std::move(roomy)));
+    const uint64_t in_use = fafo::memory_in_use(kept);
+    EXPECT_GE(in_use, loaded);  // the weights and the step's activations
+    EXPECT_EQ(fafo::memory_free(kept), loaded * 4 - in_use);
+    EXPECT_THROW(kept.memory()->set_memory_limit(1), std::logic_error);
+  }
 }
 
 }  // namespace

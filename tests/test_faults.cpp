@@ -33,6 +33,7 @@ OpenedModel open_on(const std::string& backend, const std::filesystem::path& pat
   o.path = path.string();
   o.backend = BackendSpec{backend, "", 2, memory_limit};
   o.n_ctx = n_ctx;
+  o.gpu_layers = -1;  // every layer on the backend, or the load fails (auto would split)
   return open_model(o);
 }
 

@@ -347,7 +347,7 @@ TEST(LayerSplit, AutoFitsTheLayersToTheBackendsFreeMemory) {
   EXPECT_EQ(w.backend(1).name(), "reference");
   EXPECT_EQ(w.layer_count(1), 2);
   EXPECT_LE(memory_in_use(w.backend(1)), options.backend.memory_limit);
-  EXPECT_HAS(split.placement_note, "2 of its 5 layers fit");
+  EXPECT_HAS(split.placement_note, "its last 2 of 5 layers there");
   OpenOptions cpu_options = options;
   cpu_options.backend = BackendSpec{"cpu", "", 2};
   cpu_options.gpu_layers = -1;

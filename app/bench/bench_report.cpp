@@ -199,7 +199,11 @@ std::string report_csv(const BenchReport& r) {
       line("tg", d.tg_tokens, d.tg.mean, d.tg.sd, "tokens/s");
       line("tg_weights_read", d.tg_tokens, d.effective_gb_per_s, 0, "GB/s");
     }
-    for (const StepCost& s : d.step_cost) line("step_cost", s.T, s.ms.mean, s.ms.sd, "ms");
+    for (const StepCost& s : d.step_cost) {
+      line("step_cost", s.T, s.ms.mean, s.ms.sd, "ms");
+      for (size_t k = 0; k < s.device_ms.size() && k < d.split_devices.size(); ++k)
+        line("step_cost_on_" + d.split_devices[k], s.T, s.device_ms[k], 0, "ms");
+    }
     for (const StrategyRow& s : d.strategies) {
       line("strategy_" + s.strategy, 0, s.tokens_per_s, 0, "tokens/s");
       line("strategy_" + s.strategy + "_speedup", 0, s.speedup, 0, "x");
@@ -223,8 +227,13 @@ nlohmann::json report_json(const BenchReport& r) {
                  {"weight_bytes_per_token", d.weight_bytes_per_token},
                  {"effective_gb_per_s", d.effective_gb_per_s}};
     nlohmann::json curve = nlohmann::json::array();
-    for (const StepCost& s : d.step_cost) curve.push_back({{"T", s.T}, {"ms", s.ms.mean}, {"sd", s.ms.sd}});
+    for (const StepCost& s : d.step_cost) {
+      nlohmann::json point = {{"T", s.T}, {"ms", s.ms.mean}, {"sd", s.ms.sd}};
+      if (!s.device_ms.empty()) point["device_ms"] = s.device_ms;
+      curve.push_back(point);
+    }
     j["step_cost"] = curve;
+    if (!d.split_devices.empty()) j["split_devices"] = d.split_devices;
     nlohmann::json rows = nlohmann::json::array();
     for (const StrategyRow& s : d.strategies)
       rows.push_back({{"strategy", s.strategy}, {"window", s.window}, {"ngram", s.ngram}, {"guesses", s.guesses},
@@ -265,9 +274,13 @@ BenchReport report_from_json(const nlohmann::json& j) {
       d.weight_bytes_per_token = field<double>(t, "weight_bytes_per_token", where + " tg");
       d.effective_gb_per_s = field<double>(t, "effective_gb_per_s", where + " tg");
     }
-    for (const nlohmann::json& s : field<nlohmann::json>(dj, "step_cost", where))
+    for (const nlohmann::json& s : field<nlohmann::json>(dj, "step_cost", where)) {
       d.step_cost.push_back({field<int32_t>(s, "T", where + " step_cost"),
-                             {field<double>(s, "ms", where + " step_cost"), field<double>(s, "sd", where + " step_cost")}});
+                             {field<double>(s, "ms", where + " step_cost"), field<double>(s, "sd", where + " step_cost")},
+                             {}});
+      if (s.contains("device_ms")) d.step_cost.back().device_ms = field<std::vector<double>>(s, "device_ms", where + " step_cost");
+    }
+    if (dj.contains("split_devices")) d.split_devices = field<std::vector<std::string>>(dj, "split_devices", where);
     for (const nlohmann::json& s : field<nlohmann::json>(dj, "strategies", where)) {
       const std::string w = where + " strategies";
       StrategyRow row;

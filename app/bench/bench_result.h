@@ -20,6 +20,10 @@ struct Measure {
 struct StepCost {
   int32_t T = 0;
   Measure ms;  // milliseconds per step
+  // On a layer split: the mean milliseconds of each device's part of the step
+  // (DeviceResult::split_devices' order; the crossing of the rows to the next device in
+  // the sending device's part). Empty on one device.
+  std::vector<double> device_ms = {};
 };
 
 // One decoding strategy over the same prompts (greedy).
@@ -50,6 +54,7 @@ struct DeviceResult {
   double weight_bytes_per_token = 0;
   double effective_gb_per_s = 0;  // weight bytes read per second of generation
   std::vector<StepCost> step_cost;
+  std::vector<std::string> split_devices;  // a layer split's devices in layer order ("cpu", "vulkan"); empty: one
   std::vector<StrategyRow> strategies;
   nlohmann::json profile;   // --profile's per-kernel tables (null when not asked for)
   std::string error;        // not empty: this device could not be measured, and why

@@ -69,29 +69,11 @@ class Printer {
   const BenchObserver& o_;
 };
 
-// Per-kernel device time of steps of T tokens after the model's current context
-// (--profile): a table and its JSON.
-nlohmann::json profile_steps(Sequence& model, int32_t T, int repetitions,
-                             const std::function<std::vector<int32_t>(int32_t)>& tokens, const Printer& out) {
-  Backend& backend = model.backend();
-  BackendProfiler* profiler = backend.profiler();
-  const std::string why =
-      profiler != nullptr ? profiler->start_profile() : "backend " + backend.name() + " has no per-kernel device timer";
-  if (!why.empty()) {
-    out("\nprofile: not available (%s)\n", why.c_str());
-    return {{"T", T}, {"unavailable", why}};
-  }
-  double host_seconds = 0;
-  const int n = std::max(3, repetitions);
-  for (int r = 0; r < n; ++r) {
-    StepBatch b = StepBatch::causal(tokens(T), model.n_past(), /*logits_for_all=*/true);
-    const auto t0 = std::chrono::steady_clock::now();
-    model.forward_argmax(b);
-    host_seconds += seconds_since(t0);
-  }
-  const KernelProfile p = profiler->take_profile();
+// One device's --profile table of steps of T tokens: printed, and as JSON.
+nlohmann::json profile_table(const KernelProfile& p, int32_t T, const std::string& where, double host_seconds, int n,
+                             const Printer& out) {
   const double steps = static_cast<double>(std::max<uint64_t>(1, p.steps));
-  out("\nprofile of a %d-token step (%s backend, %llu steps, device time per step):\n", T, backend.name().c_str(),
+  out("\nprofile of a %d-token step (%s, %llu steps, device time per step):\n", T, where.c_str(),
       static_cast<unsigned long long>(p.steps));
   out("| kernel | calls / step | us / step | GB/s | share |\n|---|---:|---:|---:|---:|\n");
   std::vector<size_t> order(p.kernels.size());
@@ -119,6 +101,48 @@ nlohmann::json profile_steps(Sequence& model, int32_t T, int repetitions,
           {"barriers_per_step", static_cast<double>(p.barriers) / steps},
           {"device_us_per_step", device_us},
           {"host_us_per_step", host_us}};
+}
+
+// Per-kernel device time of steps of T tokens after the model's current context
+// (--profile): a table and its JSON per device (a layer split's each get a "device").
+std::vector<nlohmann::json> profile_steps(Sequence& model, int32_t T, int repetitions,
+                                          const std::function<std::vector<int32_t>(int32_t)>& tokens, const Printer& out) {
+  const ModelWeights& w = model.runner()->weights();
+  std::vector<BackendProfiler*> profilers(static_cast<size_t>(w.n_devices()), nullptr);
+  std::vector<nlohmann::json> results;
+  for (int32_t d = 0; d < w.n_devices(); ++d) {
+    Backend& backend = w.backend(d);
+    BackendProfiler* profiler = backend.profiler();
+    const std::string why =
+        profiler != nullptr ? profiler->start_profile() : "backend " + backend.name() + " has no per-kernel device timer";
+    if (why.empty()) {
+      profilers[static_cast<size_t>(d)] = profiler;
+      continue;
+    }
+    out("\nprofile%s: not available (%s)\n", w.n_devices() > 1 ? (" on " + w.device_label(d)).c_str() : "", why.c_str());
+    results.push_back({{"T", T}, {"unavailable", why}});
+    if (w.n_devices() > 1) results.back()["device"] = w.device_label(d);
+  }
+  if (std::all_of(profilers.begin(), profilers.end(), [](BackendProfiler* p) { return p == nullptr; })) return results;
+  double host_seconds = 0;
+  const int n = std::max(3, repetitions);
+  for (int r = 0; r < n; ++r) {
+    StepBatch b = StepBatch::causal(tokens(T), model.n_past(), /*logits_for_all=*/true);
+    const auto t0 = std::chrono::steady_clock::now();
+    model.forward_argmax(b);
+    host_seconds += seconds_since(t0);
+  }
+  for (int32_t d = 0; d < w.n_devices(); ++d) {
+    BackendProfiler* profiler = profilers[static_cast<size_t>(d)];
+    if (!profiler) continue;
+    const std::string where = w.n_devices() == 1 ? w.backend(d).name() + " backend"
+                                                 : w.device_label(d) + ", layers " + std::to_string(w.first_layer(d)) +
+                                                       "-" + std::to_string(w.first_layer(d) + w.layer_count(d) - 1) +
+                                                       " of the split";
+    results.push_back(profile_table(profiler->take_profile(), T, where, host_seconds, n, out));
+    if (w.n_devices() > 1) results.back()["device"] = w.device_label(d);
+  }
+  return results;
 }
 
 // Every strategy of config over the same prompts, greedy; rows in config's order.
@@ -317,8 +341,16 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     out("\n");
   }
   // t(T): cost of one step of T tokens after a 128-token context.
+  const ModelWeights& weights = model.runner()->weights();
+  for (int32_t d = 0; weights.n_devices() > 1 && d < weights.n_devices(); ++d)
+    result.split_devices.push_back(weights.device_label(d));
   if (!config.curve.empty()) {
-    out("\nstep cost t(T) after a 128-token context:\n| T | ms / step | ms / token | t(T) / t(1) |\n|---:|---:|---:|---:|\n");
+    std::string columns = "| T | ms / step | ms / token | t(T) / t(1) |", rule = "|---:|---:|---:|---:|";
+    for (const std::string& label : result.split_devices) {  // a split: each device's part of the step
+      columns += " ms on " + label + " |";
+      rule += "---:|";
+    }
+    out("\nstep cost t(T) after a 128-token context:\n%s\n%s\n", columns.c_str(), rule.c_str());
     const int32_t context = std::min(128, model.n_ctx() / 2);
     model.truncate(0);
     prefill(model, random_tokens(context), 512);
@@ -336,8 +368,9 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
         StepBatch warm = StepBatch::causal(random_tokens(T), model.n_past(), /*logits_for_all=*/true);
         model.forward_argmax(warm);
       }
-      std::vector<double> ms;
-      for (int r = 0; r < std::max(3, config.repetitions); ++r) {
+      std::vector<double> ms, device_ms(result.split_devices.size(), 0.0);
+      const int repetitions = std::max(3, config.repetitions);
+      for (int r = 0; r < repetitions; ++r) {
         out.check_cancel();
         // Every row wants logits, as in a lookahead/FAFO step; like greedy decoding, the
         // step reads back only each row's argmax.
@@ -345,11 +378,24 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
         const auto t0 = std::chrono::steady_clock::now();
         model.forward_argmax(b);
         ms.push_back(seconds_since(t0) * 1e3);
+        double before_last = 0;  // the last device's part: the step less the others'
+        const std::vector<double>& parts = model.runner()->split_seconds();
+        for (size_t d = 0; d < parts.size() && d + 1 < device_ms.size(); ++d) {
+          device_ms[d] += parts[d] * 1e3 / repetitions;
+          before_last += parts[d] * 1e3;
+        }
+        if (!device_ms.empty()) device_ms.back() += std::max(0.0, ms.back() - before_last) / repetitions;
       }
       const Measure s = measure(ms);
       if (T == config.curve.front()) t1 = s.mean;
-      out("| %d | %.3f ± %.3f | %.4f | %.2f |\n", T, s.mean, s.sd, s.mean / T, t1 > 0 ? s.mean / t1 : 0.0);
-      result.step_cost.push_back({T, s});
+      std::string parts;
+      for (double d : device_ms) {
+        char cell[32];
+        std::snprintf(cell, sizeof cell, " %.3f |", d);
+        parts += cell;
+      }
+      out("| %d | %.3f ± %.3f | %.4f | %.2f |%s\n", T, s.mean, s.sd, s.mean / T, t1 > 0 ? s.mean / t1 : 0.0, parts.c_str());
+      result.step_cost.push_back({T, s, device_ms});
     }
   }
   if (config.profile) {
@@ -358,8 +404,11 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     prefill(model, random_tokens(context), 512);
     const int32_t big = std::min({config.profile_tokens, model.max_logit_rows(), model.n_ctx() - context - 1, 512});
     result.profile = nlohmann::json::array();
-    result.profile.push_back(profile_steps(model, 1, config.repetitions, random_tokens, out));
-    if (big > 1) result.profile.push_back(profile_steps(model, big, config.repetitions, random_tokens, out));
+    std::vector<int32_t> sizes = {1};
+    if (big > 1) sizes.push_back(big);
+    for (const int32_t T : sizes)
+      for (nlohmann::json& table : profile_steps(model, T, config.repetitions, random_tokens, out))
+        result.profile.push_back(std::move(table));
   }
   // Strategies side by side over the same prompts.
   if (!config.prompts.empty()) result.strategies = run_strategies(model, *m.tokenizer, *m.auto_state, config, resources, out);

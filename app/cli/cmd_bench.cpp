@@ -223,6 +223,8 @@ Command add_bench_command(CLI::App& app) {
     }
     if (!args->devices.empty() && (args->open.backend.name != "auto" || !args->open.backend.device.empty()))
       throw std::runtime_error("--devices replaces --backend and --device: give one or the other");
+    if (!args->devices.empty() && !args->open.split.empty())
+      throw std::runtime_error("--devices measures each device alone, --split one model over several: give one or the other");
     if (!args->devices.empty()) args->targets = bench::resolve_bench_targets(args->devices, args->open.backend.threads);
     auto given = [cmd](const std::string& name) { return cmd->count(name) > 0; };
     const bool strategies = given("--strategies") || given("--prompts");

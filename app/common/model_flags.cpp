@@ -71,9 +71,24 @@ CLI::Option* add_open_flags(CLI::App* cmd, OpenOptions& open) {
            }
          },
          "Layers on the --backend's device, the last ones; the rest run on the cpu backend, each layer's weights and "
-         "KV cache on its device: N, -1 (all) or auto (as many as its free memory holds after the output head, the "
-         "KV cache for -c and the step's buffers)")
-      ->default_str("-1");
+         "KV cache on its device: N, -1 (all; a model that does not fit fails with the sizes) or auto (every layer "
+         "where the model fits, else as many as the device's free memory holds after the output head, the KV cache "
+         "for -c and the step's buffers, saying so on stderr)")
+      ->default_str("auto");
+  CLI::Option* split = cmd->add_option_function<std::string>(
+      "--split",
+      [&open](const std::string& text) {
+        try {
+          open.split = parse_split(text);
+        } catch (const std::invalid_argument& e) {
+          throw CLI::ValidationError("--split", e.what());
+        }
+      },
+      "The layers over two or more devices in order, instead of --backend and --gpu-layers: "
+      "BACKEND[:DEVICE][=LAYERS],... (cpu=8,vulkan:0=10,vulkan:1; one device without a count takes the rest); "
+      "-t applies to the cpu parts, --memory-limit to every other");
+  for (const char* other : {"--gpu-layers", "--backend", "--device"})
+    if (CLI::Option* o = cmd->get_option_no_throw(other)) split->excludes(o);
   return model;
 }
 

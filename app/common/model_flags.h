@@ -16,7 +16,7 @@ CLI::Option* add_model_flag(CLI::App* cmd, std::string& path);
 void add_backend_flags(CLI::App* cmd, BackendSpec& backend, KvCacheType& kv_type);
 // -c,--ctx-size.
 void add_context_flag(CLI::App* cmd, int32_t& n_ctx);
-// -m, the backend flags, -c and --gpu-layers: everything of OpenOptions but the chat template.
+// -m, the backend flags, -c, --gpu-layers and --split: everything of OpenOptions but the chat template.
 // Returns -m's option.
 CLI::Option* add_open_flags(CLI::App* cmd, OpenOptions& open);
 

@@ -15,6 +15,18 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return n;
 }
 
+namespace {
+
+// What the model's devices have allocated, all of a layer split's together.
+uint64_t memory_in_use_on_every_device(const Sequence& m) {
+  const ModelWeights& w = m.runner()->weights();
+  uint64_t bytes = 0;
+  for (int32_t d = 0; d < w.n_devices(); ++d) bytes += memory_in_use(w.backend(d));
+  return bytes;
+}
+
+}  // namespace
+
 SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& open, DraftOpener open_draft)
     : open_(open), open_draft_(std::move(open_draft)), max_queue_(max_queue) {
   if (n < 1) throw std::invalid_argument("--parallel must be at least 1");
@@ -24,14 +36,14 @@ SlotPool::SlotPool(int n, int max_queue, const std::function<OpenedModel()>& ope
   for (int i = 0; i < n; ++i) {
     auto s = std::make_unique<Slot>();
     s->index = i;
-    const uint64_t before = memory_in_use(base_->model->backend());
+    const uint64_t before = memory_in_use_on_every_device(*base_->model);
     try {
       s->model = i == 0 ? base_ : std::make_shared<OpenedModel>(open_sequence(*base_));
       s->draft = i == 0 ? base_draft_ : draft_sequence();
     } catch (const std::exception& e) {
       // Name what fits: the weights and i slots.
       Sequence& m = *base_->model;
-      const uint64_t in_use = memory_in_use(m.backend());
+      const uint64_t in_use = memory_in_use_on_every_device(m);
       throw std::runtime_error("--parallel " + std::to_string(n) + " does not fit: the weights and " + std::to_string(i) +
                                " slot" + (i == 1 ? "" : "s") + " (a KV cache of " + std::to_string(m.n_ctx()) +
                                " tokens each) use " + format_bytes(std::max(in_use, before)) + ", and slot " +

@@ -29,9 +29,11 @@ TurnSummary summarize(const GenerationResult& g, const std::string& stop) {
 std::string model_summary(const OpenedModel& m) {
   const ModelConfig& c = m.model->config();
   const std::string name = c.name.empty() ? std::filesystem::path(m.file->path()).stem().string() : c.name;
+  const std::string placement = m.model->runner()->weights().placement();
   return name + ": " + c.arch + ", " + std::to_string(c.n_layer) + " layers, dim " + std::to_string(c.n_embd) +
          ", vocab " + std::to_string(c.n_vocab) + ", context " + std::to_string(m.model->n_ctx()) + "; " +
-         m.model->backend().description();
+         m.model->backend().description() + (placement.empty() ? "" : "; " + placement) +
+         (m.placement_note.empty() ? "" : " (" + m.placement_note + ")");
 }
 
 // Ends the gate's generation when the job's generation ends, however it ends.
@@ -138,7 +140,8 @@ std::shared_ptr<const OpenedModel> Engine::loaded_model(const OpenOptions& o) co
   const bool same = model_ && o.path == mine.path && o.backend.name == mine.backend.name &&
                     o.backend.device == mine.backend.device && o.backend.threads == mine.backend.threads &&
                     o.backend.memory_limit == mine.backend.memory_limit && o.n_ctx == mine.n_ctx &&
-                    o.kv_type == mine.kv_type && o.chat_template == mine.chat_template;
+                    o.kv_type == mine.kv_type && o.chat_template == mine.chat_template &&
+                    o.gpu_layers == mine.gpu_layers && o.split == mine.split;
   return same ? model_ : nullptr;
 }
 

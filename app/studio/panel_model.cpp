@@ -75,6 +75,13 @@ void draw_model_panel(StudioState& s) {
     ImGui::EndDisabled();
     if (s.recent && !s.recent->problem().empty()) ImGui::TextColored(kNoteText, "%s", s.recent->problem().c_str());
     backend_picker(s);
+    bool fitted = st.open.gpu_layers == OpenOptions::kGpuLayersAuto;
+    if (ImGui::Checkbox("layers fitted to the device's free memory", &fitted))
+      st.open.gpu_layers = fitted ? OpenOptions::kGpuLayersAuto : -1;
+    if (!fitted) {  // --gpu-layers N: the last N on the device, the rest on the cpu backend
+      ImGui::InputInt("layers on the device (-1: all)", &st.open.gpu_layers, 1, 4);
+      st.open.gpu_layers = std::clamp(st.open.gpu_layers, -1, 1 << 16);
+    }
     ImGui::InputInt("context (0: model's)", &st.open.n_ctx, 256, 1024);
     st.open.n_ctx = std::clamp(st.open.n_ctx, 0, 1 << 20);
     int cache = st.open.kv_type == KvCacheType::F16 ? 1 : 0;

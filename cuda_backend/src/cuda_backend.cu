@@ -23,6 +23,7 @@ struct GpuInfo {
   cudaDeviceProp props{};
   double bandwidth_gbs = 0;  // peak memory bandwidth from the memory clock and bus width
   bool has_kernels = false;  // the build holds code this GPU runs (CMAKE_CUDA_ARCHITECTURES)
+  size_t free_bytes = 0;     // cudaMemGetInfo's free memory (0: not known)
 };
 
 // The GPUs the CUDA runtime finds, or the reason there are none.
@@ -49,6 +50,9 @@ std::vector<GpuInfo> list_gpus(std::string& why_none) {
     cudaFuncAttributes attributes{};
     g.has_kernels = cudaSetDevice(i) == cudaSuccess && cudaFuncGetAttributes(&attributes, probe_int8_mma) == cudaSuccess;
     cudaGetLastError();  // clear what a failed probe left
+    size_t total = 0;
+    if (cudaSetDevice(i) != cudaSuccess || cudaMemGetInfo(&g.free_bytes, &total) != cudaSuccess) g.free_bytes = 0;
+    cudaGetLastError();
     out.push_back(g);
   }
   if (restore) cudaSetDevice(current);
@@ -120,7 +124,8 @@ BackendInfo cuda_backend_info() {
       d.kind = "discrete GPU";
       d.gpu = g.has_kernels;  // what `auto` looks for: a GPU this build's kernels run on
       d.details = {{"compute capability", std::to_string(g.props.major) + "." + std::to_string(g.props.minor)},
-                   {"memory", std::to_string(g.props.totalGlobalMem >> 20) + " MiB"},
+                   {"memory", std::to_string(g.props.totalGlobalMem >> 20) + " MiB" +
+                                  (g.free_bytes > 0 ? ", " + std::to_string(g.free_bytes >> 20) + " MiB free" : "")},
                    {"memory bandwidth", std::to_string(static_cast<int>(g.bandwidth_gbs)) + " GB/s (peak)"},
                    {"multiprocessors", std::to_string(g.props.multiProcessorCount)}};
       if (!g.has_kernels)

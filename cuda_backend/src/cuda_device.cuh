@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "launch_times.h"
+#include "memory_budget.h"
 #include "step_graphs.h"
 #include "block.h"
 #include "warp.h"
@@ -130,6 +131,16 @@ class CudaDevice {
   // this GPU: compute capability 8.0 on, and the build's architectures (cmake/cuda.cmake)
   // include one of them.
   bool has_mma() const { return int8_mma_; }
+  // What is allocated, against --memory-limit, and what may still be: the rest of the
+  // limit, at most what cudaMemGetInfo says is free on the GPU.
+  MemoryBudget& budget() { return budget_; }
+  const MemoryBudget& budget() const { return budget_; }
+  uint64_t free_memory() const {
+    cudaSetDevice(index_);
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return budget_.available(0);
+    return budget_.available(free_bytes);
+  }
   ~CudaDevice() {
     for (auto& [start, stop] : events_) {
       cudaEventDestroy(start);
@@ -389,6 +400,7 @@ class CudaDevice {
     pinned_used_ = bytes;
     return chunk;
   }
+  MemoryBudget budget_{"cuda"};
   bool capturing_ = false;
   std::string topology_;
   std::vector<void*> freed_, pinned_;

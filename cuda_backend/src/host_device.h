@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,7 @@
 #include "block.h"
 #include "dot_order.h"
 #include "launch_times.h"
+#include "memory_budget.h"
 #include "step_graphs.h"
 #include "warp.h"
 
@@ -29,6 +31,10 @@ namespace fafo::cuda {
 class HostDevice {
  public:
   std::string description() const { return "CUDA kernels emulated on the host"; }
+  // What is allocated, against --memory-limit; the host says nothing of its free memory.
+  MemoryBudget& budget() { return budget_; }
+  const MemoryBudget& budget() const { return budget_; }
+  uint64_t free_memory() const { return budget_.available(std::numeric_limits<uint64_t>::max()); }
   void* alloc(size_t bytes) {
     void* p = std::calloc(bytes == 0 ? 1 : bytes, 1);
     if (!p) throw std::runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
@@ -197,6 +203,7 @@ class HostDevice {
   void not_capturing(const char* what) const {
     if (capturing_) throw std::logic_error(std::string(what) + " inside a captured step (its launches have not run)");
   }
+  MemoryBudget budget_{"cuda-emulated"};
   bool capturing_ = false;
   Graph recording_;
   std::string topology_;

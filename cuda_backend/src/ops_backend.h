@@ -43,7 +43,11 @@
 namespace fafo::cuda {
 
 template <class Device>
-class OpsBackend final : public Backend, public BackendFusions, public BackendProfiler, public StepAccess {
+class OpsBackend final : public Backend,
+                         public BackendFusions,
+                         public BackendProfiler,
+                         public BackendMemory,
+                         public StepAccess {
  public:
   // `name`: as registered; `describe`: the device, for description(), to which the
   // kernel set is added.
@@ -141,6 +145,12 @@ class OpsBackend final : public Backend, public BackendFusions, public BackendPr
   BackendCapabilities capabilities() const override { return {.max_step_sequences = StepBatch::kMaxTokens}; }
   BackendFusions* fusions() override { return this; }
   BackendProfiler* profiler() override { return this; }
+  BackendMemory* memory() override { return this; }
+
+  // BackendMemory: every DeviceMemory counted in the device's budget (memory_budget.h).
+  void set_memory_limit(uint64_t bytes) override { device_->budget().set_limit(bytes); }
+  uint64_t memory_in_use() const override { return device_->budget().in_use(); }
+  uint64_t memory_free() const override { return device_->free_memory(); }
 
   void start_step(const StepBatch& batch, std::span<KvCache* const> caches) override {
     run_open_capture();  // of a step that threw before finish_step: what it issued runs, as without graphs

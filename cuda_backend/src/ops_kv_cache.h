@@ -26,7 +26,16 @@ template <class Device>
 class DeviceMemory {
  public:
   DeviceMemory() = default;
-  DeviceMemory(Device& device, size_t bytes) : device_(&device), data_(device.alloc(bytes)), bytes_(bytes) {}
+  // Counted in the device's MemoryBudget (memory_budget.h) before it is allocated.
+  DeviceMemory(Device& device, size_t bytes) : device_(&device), bytes_(bytes) {
+    device.budget().take(bytes);
+    try {
+      data_ = device.alloc(bytes);
+    } catch (...) {
+      device.budget().give(bytes);
+      throw;
+    }
+  }
   DeviceMemory(DeviceMemory&& o) noexcept { *this = std::move(o); }
   DeviceMemory& operator=(DeviceMemory&& o) noexcept {
     std::swap(device_, o.device_);
@@ -35,7 +44,9 @@ class DeviceMemory {
     return *this;
   }
   ~DeviceMemory() {
-    if (data_) device_->release(data_);
+    if (!data_) return;
+    device_->release(data_);
+    device_->budget().give(bytes_);
   }
   void* get() const { return data_; }
   template <typename T>

@@ -77,6 +77,9 @@ class ModelWeights {
   int32_t device_of(int32_t layer) const;
   // Where the layers are, for messages: "layers 0-2 on cpu, 3-4 on vulkan"; "" on one device.
   std::string placement() const;
+  // Device `device` for messages: its backend's name, numbered where the split holds the
+  // backend more than once ("vulkan #2").
+  std::string device_label(int32_t device) const;
 
   const Weight& token_embd() const { return token_embd_; }
   const Weight& output_norm() const { return output_norm_; }

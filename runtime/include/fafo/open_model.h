@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fafo/auto_state.h"
 #include "fafo/backend.h"
@@ -16,6 +17,24 @@
 
 namespace fafo {
 
+// One device of OpenOptions::split: a backend and device (BackendSpec's name and
+// device; threads and the memory limit come from OpenOptions::backend) and how many
+// consecutive layers it holds.
+struct SplitPart {
+  std::string backend;  // a registry name ("cpu", "vulkan", "cuda", "reference")
+  std::string device;   // --device's forms; "" the backend's default
+  int32_t layers = -1;  // -1: the layers the others leave (one part at most)
+  bool operator==(const SplitPart&) const = default;
+};
+
+// `--split`'s text: comma-separated BACKEND[:DEVICE][=LAYERS] in layer order
+// ("cpu=8,vulkan:0=10,vulkan:1"). Throws std::invalid_argument naming what is wrong
+// (an empty part, a layer count that is not a number of at least 1, two parts without
+// a count). The backends are checked when the model is opened.
+std::vector<SplitPart> parse_split(const std::string& text);
+// The parts as --split writes them.
+std::string split_text(const std::vector<SplitPart>& split);
+
 struct OpenOptions {
   std::string path;                        // the GGUF file
   BackendSpec backend;                     // which backend, device and threads
@@ -23,12 +42,17 @@ struct OpenOptions {
   KvCacheType kv_type = KvCacheType::F32;  // what the KV cache stores
   // Layers on `backend`; the others (the first ones) run on the cpu backend, each layer's
   // weights and KV cache on its device (fafo/model_weights.h, a layer split). -1: every
-  // layer on `backend`; at least the model's layer count: the same. kGpuLayersAuto: as
-  // many as the backend's free memory holds (BackendMemory::memory_free) after the
-  // output head, one sequence's KV cache for n_ctx and the step's buffers; all where
-  // the backend does not count its memory (cuda).
+  // layer on `backend` (a model that does not fit fails with the sizes); at least the
+  // model's layer count: the same. kGpuLayersAuto (the default): every layer where the
+  // model fits, else as many as the backend's free memory holds
+  // (BackendMemory::memory_free, device_bytes_for_layers) and the rest on the cpu
+  // backend, with a placement_note saying so.
   static constexpr int32_t kGpuLayersAuto = -2;
-  int32_t gpu_layers = -1;
+  int32_t gpu_layers = kGpuLayersAuto;
+  // Not empty: the layers split over these devices in order, each with its count
+  // (`backend`'s name and device, and gpu_layers, are then not used; its threads are
+  // every host part's, its memory limit every part's but the cpu backend's).
+  std::vector<SplitPart> split;
   std::string chat_template;               // see resolve_chat_template(); "" = the model's own
   // --strategy auto's step-cost curve is kept in this folder between runs
   // (fafo/step_cost_cache.h); "" = default_cache_dir(), "off" = not kept.

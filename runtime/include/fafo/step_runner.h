@@ -80,6 +80,10 @@ class StepRunner {
   void record_step(const StepBatch& batch, std::span<const std::vector<KvCache*>> parts, const AttentionInputTap& tap);
   // The logits buffer of the last step (batch.logit_rows().size() rows of n_vocab).
   const Activation& logits() const;
+  // On a split: the seconds each device but the last took in the last step, from the
+  // rows written to it to its rows read back (the crossing included); the last device's
+  // share is the step's time less these. Empty on one device.
+  const std::vector<double>& split_seconds() const { return split_seconds_; }
   // Why the attention inputs cannot be shown on this backend ("" when they can).
   std::string why_no_attention_input_tap() const;
   // An MLA model's latent keys as the keys of logical entries (ModelWeights::recover_keys
@@ -94,6 +98,7 @@ class StepRunner {
   RopeParams rope_;  // ModelConfig::rope with the LongRoPE factors in use
   int32_t rope_factor_users_[2] = {0, 0};  // open sequences on the short, the long factors
   mutable std::recursive_mutex step_mutex_;
+  std::vector<double> split_seconds_;
 };
 
 }  // namespace fafo

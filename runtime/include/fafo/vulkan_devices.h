@@ -12,6 +12,8 @@ namespace fafo {
 struct VulkanMemoryHeap {
   uint64_t size = 0;          // bytes
   bool device_local = false;  // VK_MEMORY_HEAP_DEVICE_LOCAL_BIT
+  uint64_t free = 0;          // what the driver's budget leaves this process (VK_EXT_memory_budget)
+  bool free_known = false;    // whether the device offers that extension
 };
 
 struct VulkanDeviceInfo {

@@ -299,9 +299,20 @@ std::string ModelWeights::placement() const {
     if (d > 0) text += ", ";
     text += std::to_string(first);
     if (last > first) text.append("-").append(std::to_string(last));
-    text.append(" on ").append(backend(d).name());
+    text.append(" on ").append(device_label(d));
   }
   return text;
+}
+
+std::string ModelWeights::device_label(int32_t device) const {
+  const std::string name = backend(device).name();
+  int32_t same = 0, before = 0;
+  for (int32_t d = 0; d < n_devices(); ++d)
+    if (backend(d).name() == name) {
+      ++same;
+      if (d < device) ++before;
+    }
+  return same > 1 ? name + " #" + std::to_string(before + 1) : name;
 }
 
 int32_t ModelWeights::device_of(int32_t layer) const {

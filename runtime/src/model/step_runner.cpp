@@ -5,6 +5,7 @@
 // SwiGLU (GeGLU: Gemma) FFN (-> RMSNorm: Gemma) -> residual; final norm and logits
 // (soft-capped: Gemma 2).
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <stdexcept>
 
@@ -151,7 +152,9 @@ void StepRunner::record_step(const StepBatch& batch, std::span<const std::vector
       throw std::invalid_argument("record_step: a sequence without a KV cache on every device of the split");
   std::vector<KvCache*> caches(parts.size());
   std::vector<float> hidden;  // the residual stream crossing to the next device
+  split_seconds_.assign(static_cast<size_t>(w.n_devices() - 1), 0.0);
   for (int32_t d = 0; d < w.n_devices(); ++d) {
+    const auto device_start = std::chrono::steady_clock::now();
     Backend& be = w.backend(d);
     Buffers& b = *buffers_[static_cast<size_t>(d)];
     const int32_t first = w.first_layer(d);
@@ -250,6 +253,8 @@ void StepRunner::record_step(const StepBatch& batch, std::span<const std::vector
     if (d + 1 < w.n_devices()) {  // the residual stream goes on to the next device
       be.finish_step();
       hidden = be.read_rows(b.x, batch.size());
+      split_seconds_[static_cast<size_t>(d)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - device_start).count();
       continue;
     }
     const auto& rows = batch.logit_rows();

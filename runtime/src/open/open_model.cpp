@@ -46,42 +46,111 @@ ResolvedChatTemplate resolve_chat_template(const GgufFile& file, const std::stri
 
 namespace {
 
-// The bytes the last `n` layers of `file` take on a device: their weights as the file
-// stores them, one sequence's KV cache of n_ctx entries, plus (n > 0) the output head
+// What the last layers of `file` take on a device: their weights as the file stores
+// them, one sequence's KV cache of n_ctx entries, plus (any layer at all) the output head
 // and one step's buffers (512 rows of each activation, the logits), with 5% and 16 MiB
-// for what a backend adds (alignment, scratch).
-uint64_t bytes_on_device(const GgufFile& file, const ModelConfig& c, int32_t n_ctx, KvCacheType kv_type, int32_t n) {
-  if (n <= 0) return 0;
-  n = std::min(n, c.n_layer);
-  uint64_t bytes = 0;
-  const size_t entry = kv_type == KvCacheType::F16 ? 2 : 4;
-  for (int32_t l = c.n_layer - n; l < c.n_layer; ++l) {
-    const std::string prefix = "blk." + std::to_string(l) + ".";
-    for (const GgufTensor& t : file.tensors())
-      if (t.name.starts_with(prefix)) bytes += t.n_bytes;
-    const int64_t k = c.mla() ? c.mla_rank_k[static_cast<size_t>(l)] : c.kv_dim();
-    const int64_t v = c.mla() ? c.mla_rank_v[static_cast<size_t>(l)] : c.kv_dim();
-    bytes += static_cast<uint64_t>(n_ctx) * static_cast<uint64_t>(k + v) * entry;
+// for what a backend adds (alignment, scratch). Each tensor is looked at once.
+class DeviceBytes {
+ public:
+  DeviceBytes(const GgufFile& file, const ModelConfig& c, int32_t n_ctx, KvCacheType kv_type)
+      : layer_(static_cast<size_t>(c.n_layer), 0) {
+    const size_t entry = kv_type == KvCacheType::F16 ? 2 : 4;
+    for (const GgufTensor& t : file.tensors()) {
+      if (!t.name.starts_with("blk.")) continue;
+      const size_t dot = t.name.find('.', 4);
+      int32_t l = -1;
+      try {
+        l = std::stoi(t.name.substr(4, dot == std::string::npos ? std::string::npos : dot - 4));
+      } catch (const std::exception&) {
+        continue;
+      }
+      if (l >= 0 && l < c.n_layer) layer_[static_cast<size_t>(l)] += t.n_bytes;
+    }
+    for (int32_t l = 0; l < c.n_layer; ++l) {
+      const int64_t k = c.mla() ? c.mla_rank_k[static_cast<size_t>(l)] : c.kv_dim();
+      const int64_t v = c.mla() ? c.mla_rank_v[static_cast<size_t>(l)] : c.kv_dim();
+      layer_[static_cast<size_t>(l)] += static_cast<uint64_t>(n_ctx) * static_cast<uint64_t>(k + v) * entry;
+    }
+    const GgufTensor* head = file.find_tensor("output.weight");
+    const GgufTensor* embd = file.find_tensor("token_embd.weight");
+    if (!head) head = embd;
+    if (head) fixed_ += head->n_bytes;
+    if (embd && head != embd) embedding_ = embd->n_bytes;
+    if (const GgufTensor* norm = file.find_tensor("output_norm.weight")) fixed_ += norm->n_bytes;
+    const uint64_t q_dim = static_cast<uint64_t>(c.n_head) * static_cast<uint64_t>(c.head_dim);
+    const uint64_t widths = 6 * static_cast<uint64_t>(c.n_embd) + 4 * q_dim + 4 * static_cast<uint64_t>(c.kv_dim()) +
+                            2 * static_cast<uint64_t>(c.n_ff) + static_cast<uint64_t>(c.n_vocab);
+    fixed_ += 512 * widths * 4;
   }
-  const GgufTensor* head = file.find_tensor("output.weight");
-  const GgufTensor* embd = file.find_tensor("token_embd.weight");
-  if (!head) head = embd;
-  if (head) bytes += head->n_bytes;
-  if (n == c.n_layer && embd && head != embd) bytes += embd->n_bytes;  // every layer: the embedding there too
-  if (const GgufTensor* norm = file.find_tensor("output_norm.weight")) bytes += norm->n_bytes;
-  const uint64_t q_dim = static_cast<uint64_t>(c.n_head) * static_cast<uint64_t>(c.head_dim);
-  const uint64_t widths = 6 * static_cast<uint64_t>(c.n_embd) + 4 * q_dim + 4 * static_cast<uint64_t>(c.kv_dim()) +
-                          2 * static_cast<uint64_t>(c.n_ff) + static_cast<uint64_t>(c.n_vocab);
-  bytes += 512 * widths * 4;
-  return bytes + bytes / 20 + (uint64_t{16} << 20);
+  // The last `n` layers (every layer: the embedding there too); 0 for none.
+  uint64_t last(int32_t n) const {
+    const int32_t n_layer = static_cast<int32_t>(layer_.size());
+    if (n <= 0) return 0;
+    n = std::min(n, n_layer);
+    uint64_t bytes = fixed_ + (n == n_layer ? embedding_ : 0);
+    for (int32_t l = n_layer - n; l < n_layer; ++l) bytes += layer_[static_cast<size_t>(l)];
+    return bytes + bytes / 20 + (uint64_t{16} << 20);
+  }
+  // The most last layers that fit in `free` bytes (from the top, so the sum is kept).
+  int32_t most_that_fit(uint64_t free) const {
+    const int32_t n_layer = static_cast<int32_t>(layer_.size());
+    if (last(n_layer) <= free) return n_layer;
+    int32_t n = 0;
+    while (n + 1 < n_layer && last(n + 1) <= free) ++n;
+    return n;
+  }
+
+ private:
+  std::vector<uint64_t> layer_;  // weights and KV cache per layer
+  uint64_t fixed_ = 0;           // the output head and norm, a step's buffers
+  uint64_t embedding_ = 0;       // an untied embedding, on the device holding every layer
+};
+
+int32_t context_for(const OpenOptions& options, const ModelConfig& c) {
+  return options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
 }
 
-// The weights on `backend`, or split: the first layers on the cpu backend, the last
-// `gpu_layers` on `backend` (nothing to split where that backend is the cpu).
+std::string part_name(const SplitPart& p) {
+  std::string name = p.backend;
+  if (!p.device.empty()) name.append(":").append(p.device);
+  return name;
+}
+
+// options.split's devices with their layer counts.
+std::vector<DevicePart> split_devices(const OpenOptions& options, const ModelConfig& c, bool latent) {
+  const std::vector<SplitPart>& split = options.split;
+  int32_t given = 0;
+  const SplitPart* rest = nullptr;
+  for (const SplitPart& p : split) {
+    if (p.layers < 0) rest = &p;
+    else given += p.layers;
+  }
+  if (!rest && given != c.n_layer)
+    throw std::invalid_argument("--split " + split_text(split) + " places " + std::to_string(given) +
+                                " layers; the model has " + std::to_string(c.n_layer));
+  if (rest && given >= c.n_layer)
+    throw std::invalid_argument("--split " + split_text(split) + " leaves no layer of the model's " +
+                                std::to_string(c.n_layer) + " for " + part_name(*rest));
+  std::vector<DevicePart> devices;
+  for (const SplitPart& p : split) {
+    BackendSpec spec{p.backend, p.device, options.backend.threads};
+    spec.latent_attention = latent;
+    if (p.backend != "cpu") spec.memory_limit = options.backend.memory_limit;
+    devices.push_back(DevicePart{make_backend(spec), p.layers < 0 ? c.n_layer - given : p.layers});
+  }
+  return devices;
+}
+
+// The weights on `backend`, or split: options.split's devices; or the first layers on
+// the cpu backend, the last `gpu_layers` on `backend` (nothing to split where that
+// backend is the cpu).
 std::shared_ptr<StepRunner> step_runner(const std::shared_ptr<const GgufFile>& file, const BackendSpec& backend,
                                         const OpenOptions& options, std::string& note) {
   const ModelConfig c = ModelConfig::from_gguf(*file);
   const int32_t n_layer = c.n_layer;
+  if (!options.split.empty())
+    return std::make_shared<StepRunner>(
+        std::make_unique<ModelWeights>(file, split_devices(options, c, backend.latent_attention)));
   const std::string name = backend.name == "auto" ? default_backend_name(backend.latent_attention) : backend.name;
   int32_t gpu_layers = options.gpu_layers;
   if (gpu_layers < 0 && gpu_layers != OpenOptions::kGpuLayersAuto) gpu_layers = n_layer;
@@ -89,16 +158,17 @@ std::shared_ptr<StepRunner> step_runner(const std::shared_ptr<const GgufFile>& f
   std::unique_ptr<Backend> device =
       gpu_layers > 0 || gpu_layers == OpenOptions::kGpuLayersAuto ? make_backend(backend) : nullptr;
   if (gpu_layers == OpenOptions::kGpuLayersAuto) {
-    const int32_t n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
+    const int32_t n_ctx = context_for(options, c);
     const uint64_t free = memory_free(*device);
-    const uint64_t all = bytes_on_device(*file, c, n_ctx, options.kv_type, n_layer);
-    gpu_layers = n_layer;
-    while (gpu_layers > 0 && bytes_on_device(*file, c, n_ctx, options.kv_type, gpu_layers) > free) --gpu_layers;
+    const DeviceBytes bytes(*file, c, n_ctx, options.kv_type);
+    gpu_layers = bytes.most_that_fit(free);
     if (gpu_layers < n_layer)
-      note = "--gpu-layers auto: the model needs about " + format_bytes(all) + " on " + device->name() + " for a context of " +
-             std::to_string(n_ctx) + ", " + format_bytes(free) + " is free there: " +
+      note = "the model needs about " + format_bytes(bytes.last(n_layer)) + " on " + device->name() +
+             " for a context of " + std::to_string(n_ctx) + ", " + format_bytes(free) + " is free there: " +
              (gpu_layers == 0 ? "every layer on the cpu backend"
-                              : std::to_string(gpu_layers) + " of its " + std::to_string(n_layer) + " layers fit");
+                              : "its last " + std::to_string(gpu_layers) + " of " + std::to_string(n_layer) +
+                                    " layers there, the others on the cpu backend") +
+             " (--gpu-layers auto; -1 to ask for every layer there)";
     if (gpu_layers == 0) device.reset();
   }
   if (gpu_layers >= n_layer) return std::make_shared<StepRunner>(file, std::move(device));
@@ -115,7 +185,60 @@ std::shared_ptr<StepRunner> step_runner(const std::shared_ptr<const GgufFile>& f
 
 uint64_t device_bytes_for_layers(const GgufFile& file, int32_t layers, int32_t n_ctx, KvCacheType kv_type) {
   const ModelConfig c = ModelConfig::from_gguf(file);
-  return bytes_on_device(file, c, n_ctx > 0 ? n_ctx : std::min(c.n_ctx_train, 4096), kv_type, layers);
+  return DeviceBytes(file, c, n_ctx > 0 ? n_ctx : std::min(c.n_ctx_train, 4096), kv_type).last(layers);
+}
+
+std::vector<SplitPart> parse_split(const std::string& text) {
+  std::vector<SplitPart> parts;
+  size_t start = 0;
+  int32_t without_count = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) throw std::invalid_argument("'" + text + "' has an empty part (BACKEND[:DEVICE][=LAYERS],...)");
+    SplitPart p;
+    std::string where = item;
+    if (const size_t eq = item.find('='); eq != std::string::npos) {
+      where = item.substr(0, eq);
+      const std::string count = item.substr(eq + 1);
+      size_t used = 0;
+      int n = 0;
+      try {
+        n = std::stoi(count, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (count.empty() || used != count.size() || n < 1)
+        throw std::invalid_argument("'" + item + "': '" + count + "' is not a layer count (1 or more)");
+      p.layers = n;
+    } else {
+      ++without_count;
+    }
+    if (const size_t colon = where.find(':'); colon != std::string::npos) {
+      p.backend = where.substr(0, colon);
+      p.device = where.substr(colon + 1);
+      if (p.device.empty()) throw std::invalid_argument("'" + item + "' names no device after ':'");
+    } else {
+      p.backend = where;
+    }
+    if (p.backend.empty()) throw std::invalid_argument("'" + item + "' names no backend");
+    parts.push_back(p);
+  }
+  if (without_count > 1)
+    throw std::invalid_argument("'" + text + "': only one device may go without a layer count (it takes the rest)");
+  if (parts.size() < 2) throw std::invalid_argument("'" + text + "' names one device; a split needs two or more");
+  return parts;
+}
+
+std::string split_text(const std::vector<SplitPart>& split) {
+  std::string text;
+  for (const SplitPart& p : split) {
+    if (!text.empty()) text += ',';
+    text += part_name(p);
+    if (p.layers >= 0) text.append("=").append(std::to_string(p.layers));
+  }
+  return text;
 }
 
 OpenedModel open_model(const OpenOptions& options) {

@@ -7,6 +7,7 @@
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/descriptor_cache.h"
+#include "backend/vulkan/devices.h"
 #include "fafo/device_error.h"
 
 namespace fafo::vulkan {
@@ -20,11 +21,18 @@ std::string gib(uint64_t bytes) {
 Allocator::Allocator(const Context& context, uint64_t max_buffer_bytes) : context_(context) {
   const VkPhysicalDeviceMemoryProperties& mem = context_.memory_properties();
   for (uint32_t h = 0; h < mem.memoryHeapCount; ++h)
-    if (mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
-      heap_bytes_ = std::max<uint64_t>(heap_bytes_, mem.memoryHeaps[h].size);
+    if ((mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && mem.memoryHeaps[h].size > heap_bytes_) {
+      heap_bytes_ = mem.memoryHeaps[h].size;
+      heap_ = h;
+    }
   if (heap_bytes_ == 0 && mem.memoryHeapCount > 0) heap_bytes_ = mem.memoryHeaps[0].size;
   max_range_ = context_.properties().limits.maxStorageBufferRange;
   if (max_buffer_bytes > 0) max_range_ = std::min<uint64_t>(max_range_, max_buffer_bytes & ~uint64_t{3});
+}
+
+uint64_t Allocator::free_bytes_now() const {
+  const std::vector<uint64_t> budget = heap_budget_free(context_.physical_device());
+  return heap_ < budget.size() ? std::min(free_bytes(), budget[heap_]) : free_bytes();
 }
 
 void Allocator::set_limit(uint64_t bytes) {

@@ -29,6 +29,9 @@ class Allocator {
   void set_limit(uint64_t bytes);
   uint64_t allocated() const { return allocated_; }
   uint64_t free_bytes() const { return heap_bytes_ > allocated_ ? heap_bytes_ - allocated_ : 0; }
+  // free_bytes(), at most what the driver's budget leaves this process in the heap now
+  // (VK_EXT_memory_budget: other programs' use counted), where the device says.
+  uint64_t free_bytes_now() const;
   // The largest buffer the backend makes.
   uint64_t max_range() const { return max_range_; }
 
@@ -41,6 +44,7 @@ class Allocator {
  private:
   const Context& context_;
   uint64_t heap_bytes_ = 0;
+  uint32_t heap_ = 0;  // the heap counted against: the largest device-local one
   uint64_t allocated_ = 0;
   uint64_t max_range_ = 0;
   bool limited_ = false;  // heap_bytes_ is --memory-limit's

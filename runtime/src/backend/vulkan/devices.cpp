@@ -100,8 +100,10 @@ VulkanDeviceInfo describe(VkInstance instance, VkPhysicalDevice device, uint32_t
 
   VkPhysicalDeviceMemoryProperties mem;
   vkGetPhysicalDeviceMemoryProperties(device, &mem);
+  const std::vector<uint64_t> budget_free = vulkan::heap_budget_free(device);
   for (uint32_t h = 0; h < mem.memoryHeapCount; ++h)
-    info.heaps.push_back({mem.memoryHeaps[h].size, (mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+    info.heaps.push_back({mem.memoryHeaps[h].size, (mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0,
+                          h < budget_free.size() ? budget_free[h] : 0, h < budget_free.size()});
 
   const vulkan::DeviceFeatures features = vulkan::detect_device_features(instance, device, p.apiVersion);
   info.storage_16bit = features.storage_16bit;
@@ -175,6 +177,20 @@ bool has_device_extension(VkPhysicalDevice device, const char* name) {
   for (const VkExtensionProperties& e : exts)
     if (std::strcmp(e.extensionName, name) == 0) return true;
   return false;
+}
+
+std::vector<uint64_t> heap_budget_free(VkPhysicalDevice device) {
+  if (!has_device_extension(device, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME)) return {};
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget{};
+  budget.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT;
+  VkPhysicalDeviceMemoryProperties2 mem{};
+  mem.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2;
+  mem.pNext = &budget;
+  vkGetPhysicalDeviceMemoryProperties2(device, &mem);
+  std::vector<uint64_t> free(mem.memoryProperties.memoryHeapCount, 0);
+  for (uint32_t h = 0; h < mem.memoryProperties.memoryHeapCount; ++h)
+    free[h] = budget.heapBudget[h] > budget.heapUsage[h] ? budget.heapBudget[h] - budget.heapUsage[h] : 0;
+  return free;
 }
 
 namespace {

@@ -88,6 +88,11 @@ FeatureSelection parse_feature_selection(std::string_view spec);
 // Whether the device offers the extension `name`.
 bool has_device_extension(VkPhysicalDevice device, const char* name);
 
+// Per memory heap, the bytes this process may still allocate there by the driver's
+// budget (VK_EXT_memory_budget: heapBudget less heapUsage, what other programs use
+// counted); empty where the device does not offer the extension.
+std::vector<uint64_t> heap_budget_free(VkPhysicalDevice device);
+
 // What the device supports. `api_version` is the version the device is used at (the
 // lower of the instance's and the device's): 1.3 features are read only from 1.3 on.
 // `instance` is the device's (for the cooperative-matrix shapes' query).

@@ -598,7 +598,7 @@ class VulkanBackend final : public Backend,
     allocator_.set_limit(bytes);
   }
   uint64_t memory_in_use() const override { return allocator_.allocated(); }
-  uint64_t memory_free() const override { return allocator_.free_bytes(); }
+  uint64_t memory_free() const override { return allocator_.free_bytes_now(); }
 
   std::string start_profile() override {
     if (!profiler_) profiler_ = std::make_unique<KernelProfiler>(context_);

@@ -60,7 +60,8 @@ std::vector<std::pair<std::string, std::string>> vulkan_details(const VulkanDevi
   out.emplace_back("vendor / device id", ids);
   for (size_t h = 0; h < d.heaps.size(); ++h)
     out.emplace_back("memory heap " + std::to_string(h),
-                     format_bytes(d.heaps[h].size) + (d.heaps[h].device_local ? " (device local)" : ""));
+                     format_bytes(d.heaps[h].size) + (d.heaps[h].device_local ? " (device local)" : "") +
+                         (d.heaps[h].free_known ? ", " + format_bytes(d.heaps[h].free) + " free" : ""));
   out.emplace_back("maxStorageBufferRange", format_bytes(d.max_storage_buffer_range) + " (" +
                                                 std::to_string(d.max_storage_buffer_range) + " bytes)");
   out.emplace_back("max workgroup invocations", std::to_string(d.max_compute_workgroup_invocations));
