@@ -32,6 +32,7 @@ OpenedModel open_on(const std::string& backend, const std::filesystem::path& pat
   OpenOptions o;
   o.path = path.string();
   o.backend = BackendSpec{backend, "", 2, memory_limit};
+  if (backend.find(',') != std::string::npos) o.split = parse_split(backend);  // a layer split
   o.n_ctx = n_ctx;
   o.gpu_layers = -1;  // every layer on the backend, or the load fails (auto would split)
   return open_model(o);
@@ -110,7 +111,9 @@ TEST(Faults, AMemoryLimitStopsALoadThatDoesNotFitWithTheSizes) {
 
 // An allocation that fails in the middle of a reply (FAFO_INJECT_FAULT's hook: on
 // Vulkan, through the path of a real VK_ERROR_OUT_OF_DEVICE_MEMORY).
-void out_of_memory_in_a_step(const std::string& backend, const std::vector<Strategy>& strategies) {
+// On a layer split, the fault is on device `failing_device` (-1: the last).
+void out_of_memory_in_a_step(const std::string& backend, const std::vector<Strategy>& strategies,
+                             int32_t failing_device = -1) {
   for (Strategy strategy : strategies) {
     SCOPED_TRACE(strategy_name(strategy));
     const Baseline want = baseline(backend, strategy);
@@ -119,7 +122,9 @@ void out_of_memory_in_a_step(const std::string& backend, const std::vector<Strat
     EXPECT_EQ(chat.turn(kFirst, greedy(24, strategy)).generation.ids, want.first);
     const std::vector<ChatMessage> before = chat.history();
     const int32_t n_past = m.model->n_past();
-    m.model->backend().inject_fault(FaultPlan{DeviceError::Kind::OutOfMemory, 3});  // a step of the reply
+    const ModelWeights& w = m.model->runner()->weights();
+    w.backend(failing_device < 0 ? w.n_devices() - 1 : failing_device)
+        .inject_fault(FaultPlan{DeviceError::Kind::OutOfMemory, 3});  // a step of the reply
     std::string shown;
     try {
       chat.turn(kFailed, greedy(24, strategy), [&](const std::string& t) { shown += t; });
@@ -141,6 +146,14 @@ void out_of_memory_in_a_step(const std::string& backend, const std::vector<Strat
 TEST(Faults, OutOfMemoryInAStepKeepsTheConversationAndItGoesOn) {
   REQUIRE_STORIES();
   out_of_memory_in_a_step("cpu", {Strategy::Ar, Strategy::Fafo});
+}
+
+TEST(Faults, OutOfMemoryOnEitherDeviceOfASplitKeepsTheConversationAndItGoesOn) {
+  // The first device failing before the second has run its part of the step, and the
+  // second after the first has: neither cache keeps anything of the failed turn.
+  REQUIRE_STORIES();
+  out_of_memory_in_a_step("cpu=2,reference", {Strategy::Ar, Strategy::Fafo}, 0);
+  out_of_memory_in_a_step("cpu=2,reference", {Strategy::Fafo}, 1);
 }
 
 TEST(Faults, VulkanOutOfMemoryInAStepKeepsTheConversationAndItGoesOn) {

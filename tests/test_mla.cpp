@@ -150,6 +150,7 @@ std::vector<int32_t> expect_every_strategy_equals_ar(const std::string& path, co
   OpenOptions options;
   options.path = path;
   options.backend = BackendSpec{backend, "", 2};
+  if (backend.find(',') != std::string::npos) options.split = parse_split(backend);  // a layer split
   options.n_ctx = 512;
   test::TestModel m = open_model(options);
   const std::vector<int32_t> prompt(kMlaPrompt.begin(), kMlaPrompt.begin() + 6);
@@ -274,6 +275,31 @@ TEST(Mla, EveryStrategyEqualsArOnAnMlaModel) {
   const auto dir = test::temp_dir("mla-lossless");
   const std::string mla = lossless_mla_copy(dir);
   expect_every_strategy_equals_ar(mla, "cpu", /*every_policy=*/true);
+}
+
+// An MLA model's layers on two cpu devices (each device's latent cache, keys recovered
+// from its own layers' latents): one device's logits, bit for bit, at every boundary,
+// and every strategy and policy gives plain decoding's tokens on the split.
+TEST(Mla, ALayerSplitGivesOneDevicesBitsAndEveryStrategyAr) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  const auto dir = test::temp_dir("mla-split");
+  const std::string mla = lossless_mla_copy(dir);
+  OpenOptions options;
+  options.path = mla;
+  options.backend = BackendSpec{"cpu", "", 2};
+  options.n_ctx = 512;
+  test::TestModel whole = open_model(options);
+  const std::vector<float> want = logits_of(*whole.model, kMlaPrompt);
+  const int32_t n_layer = whole.model->config().n_layer;
+  for (int32_t k = 1; k < n_layer; ++k) {
+    options.split = {SplitPart{"cpu", "", k}, SplitPart{"cpu", "", -1}};
+    test::TestModel split = open_model(options);
+    ASSERT_EQ(split.model->runner()->weights().n_devices(), 2);
+    EXPECT_EQ(logits_of(*split.model, kMlaPrompt), want) << "boundary after layer " << k;
+  }
+  const std::vector<int32_t> split_ar = expect_every_strategy_equals_ar(mla, "cpu=2,cpu", /*every_policy=*/true);
+  options.split.clear();
+  EXPECT_EQ(split_ar, expect_every_strategy_equals_ar(mla, "cpu"));
 }
 
 // Joined steps on an MLA model (latent attention part by part: each part recovers its

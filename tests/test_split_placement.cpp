@@ -160,6 +160,36 @@ TEST(SplitPlacement, TheDefaultSplitsAModelThatDoesNotFitTheDevice) {
   }
 }
 
+// A server opening again keeps the first load's placement (same_placement), and auto
+// counts every slot's KV cache (OpenOptions::sequences).
+TEST(SplitPlacement, AReloadKeepsThePlacementAndAutoCountsEverySequence) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  OpenOptions options = stories_on("reference");
+  options.n_ctx = 512;
+  const auto file = GgufFile::open(options.path);
+  options.backend.memory_limit = device_bytes_for_layers(*file, 5, 512, KvCacheType::F32);
+  const OpenedModel one = open_model(options);
+  EXPECT_EQ(one.model->runner()->weights().n_devices(), 1);
+  EXPECT_EQ(same_placement(options, one).gpu_layers, -1);
+
+  options.sequences = 8;  // 8 KV caches of 512 entries do not fit beside every layer
+  const OpenedModel many = open_model(options);
+  const ModelWeights& w = many.model->runner()->weights();
+  ASSERT_EQ(w.n_devices(), 2);
+  const int32_t on_device = w.layer_count(1);
+  EXPECT_LT(on_device, 5);
+  const OpenOptions again = same_placement(options, many);
+  EXPECT_EQ(again.gpu_layers, on_device);
+  EXPECT_EQ(open_model(again).model->runner()->weights().placement(), w.placement());
+
+  options.backend.memory_limit = 1 << 20;  // not even the output head: every layer on the cpu
+  const OpenedModel none = open_model(options);
+  EXPECT_EQ(none.model->backend().name(), "cpu");
+  EXPECT_EQ(same_placement(options, none).gpu_layers, 0);
+  options.gpu_layers = 2;  // a count asked for stays
+  EXPECT_EQ(same_placement(options, none).gpu_layers, 2);
+}
+
 // `fafo run --split` says where the layers are; FAFO on it prints plain decoding's text;
 // a split that does not add up, or --split beside --gpu-layers, is a usage error.
 TEST(SplitPlacement, RunWithSplitSaysWhereTheLayersAre) {
@@ -202,9 +232,9 @@ TEST(SplitPlacement, BenchGivesEachDevicesShareOfTheStep) {
   for (const nlohmann::json& point : d.at("step_cost")) {
     const std::vector<double> parts = point.at("device_ms").get<std::vector<double>>();
     ASSERT_EQ(parts.size(), 2u);
-    EXPECT_GT(parts[0], 0.0);
+    EXPECT_GT(parts[0], 0.0);  // measured on the first device, not derived
+    EXPECT_LT(parts[0], point.at("ms").get<double>());
     EXPECT_GT(parts[1], 0.0);
-    EXPECT_LE(parts[0] + parts[1], point.at("ms").get<double>() * 1.0001);
   }
   std::filesystem::remove_all(dir);
 }

@@ -21,8 +21,8 @@ struct StepCost {
   int32_t T = 0;
   Measure ms;  // milliseconds per step
   // On a layer split: the mean milliseconds of each device's part of the step
-  // (DeviceResult::split_devices' order; the crossing of the rows to the next device in
-  // the sending device's part). Empty on one device.
+  // (DeviceResult::split_devices' order; a crossing's read-back in the sender's part, its
+  // write in the receiver's). Empty on one device.
   std::vector<double> device_ms = {};
 };
 

@@ -46,6 +46,7 @@ int run_perplexity(PerplexityArgs& a) {
   const std::string text = read_whole_file(a.text_path, "the text");
 
   OpenedModel m = open_model(a.open);
+  if (!m.placement_note.empty()) std::fprintf(stderr, "perplexity: %s\n", m.placement_note.c_str());
   app::warn_if_past_training_context(*m.model);
   const Tokenizer& tok = *m.tokenizer;
   const bool uses_draft = a.prompt_compress.enabled() || (a.kv_drop && a.kv.name == "speckv");
@@ -57,6 +58,7 @@ int run_perplexity(PerplexityArgs& a) {
     OpenOptions base_open = a.open;
     base_open.path = a.kl_base;
     base.emplace(open_model(base_open));
+    if (!base->placement_note.empty()) std::fprintf(stderr, "perplexity: --kl-base: %s\n", base->placement_note.c_str());
   }
 
   std::fprintf(stderr, "perplexity: tokenizing the input ..\n");

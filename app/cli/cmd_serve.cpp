@@ -52,7 +52,15 @@ int run_serve(ServeArgs& args) {
     open_draft = [&](const OpenedModel& target) {
       return open_draft_model(args.server.defaults.decoding, args.open, *target.model, target.tokenizer->vocab());
     };
-  server::SlotPool pool(args.parallel, args.queue, [&] { return open_model(args.open); }, open_draft);
+  // auto counts every slot's KV cache; a load after a lost device keeps the first one's
+  // placement (the old weights still hold their memory while it loads).
+  args.open.sequences = args.parallel;
+  const auto open = [&] {
+    OpenedModel opened = open_model(args.open);
+    args.open = same_placement(args.open, opened);
+    return opened;
+  };
+  server::SlotPool pool(args.parallel, args.queue, open, open_draft);
   app::warn_if_past_training_context(*pool.model()->model);
   if (!args.quiet)
     args.server.log = [](const std::string& line) { std::fprintf(stderr, "fafo serve: %s\n", line.c_str()); };

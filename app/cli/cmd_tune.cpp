@@ -30,6 +30,10 @@ struct TuneArgs {
 
 int run_tune(TuneArgs& a) {
 #if FAFO_HAVE_VULKAN
+  if (!a.open.split.empty()) {
+    std::fprintf(stderr, "fafo tune: it tunes one Vulkan device (--backend vulkan --device D); it takes no --split\n");
+    return 2;
+  }
   if (a.open.backend.name == "auto") a.open.backend.name = "vulkan";
   if (a.open.backend.name != "vulkan") {
     std::fprintf(stderr, "fafo tune: --backend %s has nothing to tune; it tunes the Vulkan backend (--backend vulkan)\n",
@@ -42,6 +46,7 @@ int run_tune(TuneArgs& a) {
   const int32_t largest = *std::max_element(a.sizes.begin(), a.sizes.end());
   if (a.open.n_ctx != 0 && a.open.n_ctx < largest) a.open.n_ctx = largest;  // 0: the model's
   OpenedModel m = open_model(a.open);
+  if (!m.placement_note.empty()) std::fprintf(stderr, "fafo tune: %s\n", m.placement_note.c_str());
   Sequence& model = *m.model;
   std::printf("tuning %s on %s\n", a.open.path.c_str(), model.backend().description().c_str());
   std::fflush(stdout);

@@ -37,7 +37,8 @@ void add_backend_flags(CLI::App* cmd, BackendSpec& backend, KvCacheType& kv_type
            }
          },
          "Most memory the backend may allocate for weights, activations and the KV cache: bytes, or with K, M, G "
-         "(512M, 1.5G); a model or context past it fails with the sizes (default: the device's memory)");
+         "(512M, 1.5G); --gpu-layers auto fits the layers under it, else a model or context past it fails with the "
+         "sizes (default: the device's memory)");
   cmd->add_option_function<std::string>(
          "--cache-type", [&kv_type](const std::string& name) { kv_type = parse_kv_cache_type(name); },
          "KV cache type: f32, or f16 (half the memory and attention reads; keys and values rounded to fp16)")

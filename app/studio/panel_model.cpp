@@ -49,6 +49,25 @@ void backend_picker(StudioState& s) {
   }
 }
 
+// Which backend and device, and how many layers go there; a --split from the command
+// line instead names its devices and layers.
+void device_controls(StudioState& s) {
+  OpenOptions& open = s.settings.open;
+  if (!open.split.empty()) {
+    ImGui::TextWrapped("devices: --split %s", split_text(open.split).c_str());
+    return;
+  }
+  backend_picker(s);
+  bool fitted = open.gpu_layers == OpenOptions::kGpuLayersAuto;
+  if (ImGui::Checkbox("layers fitted to the device's free memory", &fitted))
+    open.gpu_layers = fitted ? OpenOptions::kGpuLayersAuto : -1;
+  if (!fitted) {  // --gpu-layers N: the last N on the device, the rest on the cpu backend
+    ImGui::InputInt("layers on the device (-1: all)", &open.gpu_layers, 1, 4);
+    open.gpu_layers = std::clamp(open.gpu_layers, -1, 1 << 16);
+  }
+}
+
+
 }  // namespace
 
 void draw_model_panel(StudioState& s) {
@@ -74,14 +93,7 @@ void draw_model_panel(StudioState& s) {
     }
     ImGui::EndDisabled();
     if (s.recent && !s.recent->problem().empty()) ImGui::TextColored(kNoteText, "%s", s.recent->problem().c_str());
-    backend_picker(s);
-    bool fitted = st.open.gpu_layers == OpenOptions::kGpuLayersAuto;
-    if (ImGui::Checkbox("layers fitted to the device's free memory", &fitted))
-      st.open.gpu_layers = fitted ? OpenOptions::kGpuLayersAuto : -1;
-    if (!fitted) {  // --gpu-layers N: the last N on the device, the rest on the cpu backend
-      ImGui::InputInt("layers on the device (-1: all)", &st.open.gpu_layers, 1, 4);
-      st.open.gpu_layers = std::clamp(st.open.gpu_layers, -1, 1 << 16);
-    }
+    device_controls(s);
     ImGui::InputInt("context (0: model's)", &st.open.n_ctx, 256, 1024);
     st.open.n_ctx = std::clamp(st.open.n_ctx, 0, 1 << 20);
     int cache = st.open.kv_type == KvCacheType::F16 ? 1 : 0;

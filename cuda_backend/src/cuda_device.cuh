@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstring>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -138,7 +139,10 @@ class CudaDevice {
   uint64_t free_memory() const {
     cudaSetDevice(index_);
     size_t free_bytes = 0, total = 0;
-    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return budget_.available(0);
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {  // not known: the limit alone
+      (void)cudaGetLastError();
+      return budget_.available(std::numeric_limits<uint64_t>::max());
+    }
     return budget_.available(free_bytes);
   }
   ~CudaDevice() {
@@ -147,7 +151,7 @@ class CudaDevice {
       cudaEventDestroy(stop);
     }
     if (capturing_) abort_capture();
-    for (void* p : freed_) cudaFree(p);
+    for (const auto& [p, bytes] : freed_) cudaFree(p);
     if (stream_) cudaStreamDestroy(stream_);
     for (void* chunk : pinned_) cudaFreeHost(chunk);
   }
@@ -170,13 +174,16 @@ class CudaDevice {
     node("memset");
     return p;
   }
-  void release(void* p) noexcept {
+  // Frees `p` (alloc's `bytes`) and gives its bytes back to the budget: at once, or
+  // after the graph being captured has run (it may use the memory).
+  void release(void* p, size_t bytes) noexcept {
     if (capturing_) {
-      freed_.push_back(p);  // the graph being captured may use it
+      freed_.emplace_back(p, bytes);
       return;
     }
     cudaSetDevice(index_);
     cudaFree(p);
+    budget_.give(bytes);
   }
   // While capturing, the data is copied into pinned host memory that lives until the
   // step has run, and the copy to the device becomes a node of the graph.
@@ -225,7 +232,10 @@ class CudaDevice {
       ~FreeAfter() {
         if (d.freed_.empty()) return;
         cudaStreamSynchronize(d.stream_);
-        for (void* p : d.freed_) cudaFree(p);
+        for (const auto& [p, bytes] : d.freed_) {
+          cudaFree(p);
+          d.budget_.give(bytes);
+        }
         d.freed_.clear();
       }
     } free_after{*this};
@@ -267,7 +277,10 @@ class CudaDevice {
     cudaGraph_t graph = nullptr;
     if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
     (void)cudaGetLastError();
-    for (void* p : freed_) cudaFree(p);
+    for (const auto& [p, bytes] : freed_) {
+      cudaFree(p);
+      budget_.give(bytes);
+    }
     freed_.clear();
   }
   bool capturing() const { return capturing_; }
@@ -403,7 +416,8 @@ class CudaDevice {
   MemoryBudget budget_{"cuda"};
   bool capturing_ = false;
   std::string topology_;
-  std::vector<void*> freed_, pinned_;
+  std::vector<std::pair<void*, size_t>> freed_;  // freed while capturing, with their bytes
+  std::vector<void*> pinned_;
   std::vector<size_t> pinned_bytes_;
   size_t pinned_at_ = 0, pinned_used_ = 0;
   int index_ = 0;

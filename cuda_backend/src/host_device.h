@@ -17,6 +17,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "block.h"
@@ -44,9 +45,15 @@ class HostDevice {
     }
     return p;
   }
-  void release(void* p) noexcept {
-    if (capturing_) freed_.push_back(p);  // the recording may still use it
-    else std::free(p);
+  // Frees `p` (alloc's `bytes`) and gives its bytes back to the budget: at once, or
+  // after the recording has run (it may still use the memory).
+  void release(void* p, size_t bytes) noexcept {
+    if (capturing_) {
+      freed_.emplace_back(p, bytes);
+      return;
+    }
+    std::free(p);
+    budget_.give(bytes);
   }
   void upload(void* dst, const void* src, size_t bytes) {
     if (!capturing_) {
@@ -149,8 +156,7 @@ class HostDevice {
     else graph = &graphs.keep(topology_, std::move(recording_));
     recording_.clear();
     for (const auto& node : *graph) node();
-    for (void* p : freed_) std::free(p);
-    freed_.clear();
+    free_deferred();
   }
   // Nothing breaks a recording on the host.
   bool capture_broken() const { return false; }
@@ -158,8 +164,7 @@ class HostDevice {
   void abort_capture() {
     capturing_ = false;
     recording_.clear();
-    for (void* p : freed_) std::free(p);
-    freed_.clear();
+    free_deferred();
   }
   bool capturing() const { return capturing_; }
 
@@ -179,6 +184,13 @@ class HostDevice {
   }
 
  private:
+  void free_deferred() noexcept {
+    for (const auto& [p, bytes] : freed_) {
+      std::free(p);
+      budget_.give(bytes);
+    }
+    freed_.clear();
+  }
   template <class F>
   void timed(const char* name, F&& f) {
     if (!timing_) {
@@ -207,7 +219,7 @@ class HostDevice {
   bool capturing_ = false;
   Graph recording_;
   std::string topology_;
-  std::vector<void*> freed_;
+  std::vector<std::pair<void*, size_t>> freed_;  // freed while capturing, with their bytes
   bool timing_ = false;
   double bytes_ = 0;
   LaunchTimes times_;

@@ -44,9 +44,7 @@ class DeviceMemory {
     return *this;
   }
   ~DeviceMemory() {
-    if (!data_) return;
-    device_->release(data_);
-    device_->budget().give(bytes_);
+    if (data_) device_->release(data_, bytes_);  // gives the bytes back to the budget once freed
   }
   void* get() const { return data_; }
   template <typename T>

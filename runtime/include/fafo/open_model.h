@@ -53,6 +53,8 @@ struct OpenOptions {
   // (`backend`'s name and device, and gpu_layers, are then not used; its threads are
   // every host part's, its memory limit every part's but the cpu backend's).
   std::vector<SplitPart> split;
+  // Sequences whose KV caches kGpuLayersAuto counts on the device (a server's --parallel).
+  int32_t sequences = 1;
   std::string chat_template;               // see resolve_chat_template(); "" = the model's own
   // --strategy auto's step-cost curve is kept in this folder between runs
   // (fafo/step_cost_cache.h); "" = default_cache_dir(), "off" = not kept.
@@ -79,13 +81,18 @@ struct OpenedModel {
 };
 
 // Opens options.path, creates the backend with make_backend(options.backend) (and the
-// cpu backend for the layers options.gpu_layers leaves it), builds
+// cpu backend for the layers options.gpu_layers leaves it; or options.split's), builds
 // the model and the tokenizer and resolves the chat template. Throws
 // std::runtime_error "PATH: no such file" for a missing file, GgufError naming the
 // file for a bad one (including a vocabulary whose size differs from token_embd's
 // rows), make_backend's error naming the backend or device, std::invalid_argument or
 // ChatTemplateError for a chat template choice that cannot be used.
 OpenedModel open_model(const OpenOptions& options);
+
+// `options` with the placement `opened` got fixed: kGpuLayersAuto replaced by the layer
+// count it chose, so that opening again (a server after a lost device, while the old
+// load still holds its memory) places the layers as before. Anything else unchanged.
+OpenOptions same_placement(const OpenOptions& options, const OpenedModel& opened);
 
 // What the last `layers` layers of `file` take on a device, with the output head, one
 // sequence's KV cache of n_ctx entries (0: the context open_model chooses) and one

@@ -47,12 +47,12 @@ ResolvedChatTemplate resolve_chat_template(const GgufFile& file, const std::stri
 namespace {
 
 // What the last layers of `file` take on a device: their weights as the file stores
-// them, one sequence's KV cache of n_ctx entries, plus (any layer at all) the output head
+// them, `sequences` KV caches of n_ctx entries, plus (any layer at all) the output head
 // and one step's buffers (512 rows of each activation, the logits), with 5% and 16 MiB
 // for what a backend adds (alignment, scratch). Each tensor is looked at once.
 class DeviceBytes {
  public:
-  DeviceBytes(const GgufFile& file, const ModelConfig& c, int32_t n_ctx, KvCacheType kv_type)
+  DeviceBytes(const GgufFile& file, const ModelConfig& c, int32_t n_ctx, KvCacheType kv_type, int32_t sequences = 1)
       : layer_(static_cast<size_t>(c.n_layer), 0) {
     const size_t entry = kv_type == KvCacheType::F16 ? 2 : 4;
     for (const GgufTensor& t : file.tensors()) {
@@ -69,7 +69,8 @@ class DeviceBytes {
     for (int32_t l = 0; l < c.n_layer; ++l) {
       const int64_t k = c.mla() ? c.mla_rank_k[static_cast<size_t>(l)] : c.kv_dim();
       const int64_t v = c.mla() ? c.mla_rank_v[static_cast<size_t>(l)] : c.kv_dim();
-      layer_[static_cast<size_t>(l)] += static_cast<uint64_t>(n_ctx) * static_cast<uint64_t>(k + v) * entry;
+      layer_[static_cast<size_t>(l)] += static_cast<uint64_t>(std::max(1, sequences)) * static_cast<uint64_t>(n_ctx) *
+                                        static_cast<uint64_t>(k + v) * entry;
     }
     const GgufTensor* head = file.find_tensor("output.weight");
     const GgufTensor* embd = file.find_tensor("token_embd.weight");
@@ -119,7 +120,7 @@ std::string part_name(const SplitPart& p) {
 // options.split's devices with their layer counts.
 std::vector<DevicePart> split_devices(const OpenOptions& options, const ModelConfig& c, bool latent) {
   const std::vector<SplitPart>& split = options.split;
-  int32_t given = 0;
+  int64_t given = 0;  // (counts are at most INT_MAX each)
   const SplitPart* rest = nullptr;
   for (const SplitPart& p : split) {
     if (p.layers < 0) rest = &p;
@@ -136,7 +137,7 @@ std::vector<DevicePart> split_devices(const OpenOptions& options, const ModelCon
     BackendSpec spec{p.backend, p.device, options.backend.threads};
     spec.latent_attention = latent;
     if (p.backend != "cpu") spec.memory_limit = options.backend.memory_limit;
-    devices.push_back(DevicePart{make_backend(spec), p.layers < 0 ? c.n_layer - given : p.layers});
+    devices.push_back(DevicePart{make_backend(spec), p.layers < 0 ? c.n_layer - static_cast<int32_t>(given) : p.layers});
   }
   return devices;
 }
@@ -160,7 +161,7 @@ std::shared_ptr<StepRunner> step_runner(const std::shared_ptr<const GgufFile>& f
   if (gpu_layers == OpenOptions::kGpuLayersAuto) {
     const int32_t n_ctx = context_for(options, c);
     const uint64_t free = memory_free(*device);
-    const DeviceBytes bytes(*file, c, n_ctx, options.kv_type);
+    const DeviceBytes bytes(*file, c, n_ctx, options.kv_type, options.sequences);
     gpu_layers = bytes.most_that_fit(free);
     if (gpu_layers < n_layer)
       note = "the model needs about " + format_bytes(bytes.last(n_layer)) + " on " + device->name() +
@@ -186,6 +187,15 @@ std::shared_ptr<StepRunner> step_runner(const std::shared_ptr<const GgufFile>& f
 uint64_t device_bytes_for_layers(const GgufFile& file, int32_t layers, int32_t n_ctx, KvCacheType kv_type) {
   const ModelConfig c = ModelConfig::from_gguf(file);
   return DeviceBytes(file, c, n_ctx > 0 ? n_ctx : std::min(c.n_ctx_train, 4096), kv_type).last(layers);
+}
+
+OpenOptions same_placement(const OpenOptions& options, const OpenedModel& opened) {
+  OpenOptions same = options;
+  if (!options.split.empty() || options.gpu_layers != OpenOptions::kGpuLayersAuto) return same;
+  const ModelWeights& w = opened.model->runner()->weights();
+  if (w.n_devices() > 1) same.gpu_layers = w.layer_count(w.n_devices() - 1);
+  else same.gpu_layers = opened.placement_note.empty() ? -1 : 0;  // a note on one device: every layer left it
+  return same;
 }
 
 std::vector<SplitPart> parse_split(const std::string& text) {
