@@ -1,5 +1,6 @@
 // `fafo info -m FILE`: what a GGUF file holds: format, architecture and
 // hyperparameters, tokenizer summary, tensor table, parameter count and size.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -98,6 +99,19 @@ int run_info(const InfoArgs& args) {
                 human_bytes(2.0 * static_cast<double>(c.kv_floats_per_token())).c_str(),
                 c.mla() ? (", " + std::to_string(c.kv_floats_per_token() * 100 / plain_floats) + "% of the plain cache").c_str()
                         : "");
+    // What a context the size of --ctx-size's default (the trained one, at most 4096) holds.
+    const int32_t n_ctx = std::min(c.n_ctx_train > 0 ? c.n_ctx_train : 4096, 4096);
+    const double at_ctx = static_cast<double>(c.kv_floats_per_token()) * n_ctx;
+    std::printf("               %s in f32 (%s in f16) for a context of %d", human_bytes(4.0 * at_ctx).c_str(),
+                human_bytes(2.0 * at_ctx).c_str(), n_ctx);
+    if (c.sliding_window > 0 && c.sliding_window < n_ctx && !c.mla()) {
+      int32_t local = 0;
+      for (int32_t l = 0; l < c.n_layer; ++l) local += c.window_layer(l) ? 1 : 0;
+      std::printf("; %s of it (f32) on the %d sliding-window layer%s, whose rows read only the last %d",
+                  human_bytes(4.0 * 2.0 * c.kv_dim() * static_cast<double>(local) * n_ctx).c_str(), local,
+                  local == 1 ? "" : "s", c.sliding_window);
+    }
+    std::printf("\n");
   } catch (const std::exception& e) {
     std::printf("not loadable by fafo: %s\n", e.what());
   }

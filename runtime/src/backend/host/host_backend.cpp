@@ -75,8 +75,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     const uint64_t recovered = shape.latent() ? 2ull * sizeof(float) * static_cast<uint64_t>(shape.capacity) *
                                                     static_cast<uint64_t>(shape.kv_dim)
                                               : 0;
-    const uint64_t bytes =
-        sizeof(float) * static_cast<uint64_t>(shape.capacity) * static_cast<uint64_t>(shape.floats_per_entry()) + recovered;
+    const uint64_t bytes = HostKvCache::bytes_for(shape) + recovered;
     count_memory(bytes, "the KV cache");
     std::unique_ptr<HostKvCache> kv;
     try {
@@ -173,7 +172,8 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
       if (!kv) throw std::logic_error("attention: a KV cache of the step was destroyed");
       if (layer < 0 || layer >= kv->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
       if (kv->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
-      segs.push_back({kv, kv->keys(layer), AttendValues{kv->values(layer), kv->shape().kv_dim, s.head_dim, s.head_dim}});
+      const HostKvCache::Rows k = kv->keys(layer), v = kv->values(layer);
+      segs.push_back({kv, k.f32, AttendValues{v.f32, kv->shape().kv_dim, s.head_dim, s.head_dim, nullptr, v.f16}, k.f16});
     }
     attend(layer, segs, q, s, out);
   }
@@ -208,25 +208,27 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     const StepSegment seg = batch_->segment(seg_index);
     const int32_t n_past = seg.n_past;
     const int32_t n_slots = n_past + seg.size;
-    const float* lk = kv->keys(layer);
-    const float* lv = kv->values(layer);
+    const HostKvCache::Rows lk = kv->keys(layer), lv = kv->values(layer);
     const auto* Ku = reinterpret_cast<const float*>(ku.data);
     const auto* Vu = reinterpret_cast<const float*>(vu.data);
     const KvLayout& layout = kv->layout();
     const int64_t slot_cost = int64_t{kv_dim} * (rk + (absorb ? 0 : rv));
     pool_.parallel_for(n_slots, grain_for(slot_cost), [&](int64_t b, int64_t e, int) {
+      std::vector<float> key_latent, value_latent;  // an F16 cache's latents, widened
       for (int64_t slot = b; slot < e; ++slot) {
         // Entries the layout does not know yet (written with write()) are at their logical slots.
         const int32_t position = slot >= n_past ? batch_->positions()[static_cast<size_t>(seg.first + slot - n_past)]
                                  : slot < layout.size() ? layout.logical_of(static_cast<int32_t>(slot))
                                                         : static_cast<int32_t>(slot);
-        scalar::recover_key(Ku, lk + slot * rk, rk, s.n_head_kv, s.head_dim, position, rope, latent_keys_.data() + slot * kv_dim);
-        if (!absorb) scalar::up_project(Vu, lv + slot * rv, kv_dim, rv, latent_values_.data() + slot * kv_dim);
+        const float* key = widened(lk, slot * rk, rk, key_latent);
+        scalar::recover_key(Ku, key, rk, s.n_head_kv, s.head_dim, position, rope, latent_keys_.data() + slot * kv_dim);
+        if (!absorb)
+          scalar::up_project(Vu, widened(lv, slot * rv, rv, value_latent), kv_dim, rv, latent_values_.data() + slot * kv_dim);
       }
     });
     std::vector<SegmentKeys> segs(kvs_.size());  // the other parts' rows are left alone
     if (absorb)
-      segs[static_cast<size_t>(seg_index)] = {kv, latent_keys_.data(), AttendValues{lv, rv, 0, rv, Vu}};
+      segs[static_cast<size_t>(seg_index)] = {kv, latent_keys_.data(), AttendValues{lv.f32, rv, 0, rv, Vu, lv.f16}};
     else
       segs[static_cast<size_t>(seg_index)] = {kv, latent_keys_.data(), AttendValues{latent_values_.data(), kv_dim, s.head_dim, s.head_dim}};
     attend(layer, segs, q, s, out);
@@ -247,12 +249,23 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
   // floats from kv_head * head_step. With `up` set they are an MLA layer's latent values
   // (head_step 0: every head shares them), and each head's weighted sum is up-projected
   // by its KV head's head_dim rows of `up` (kv_dim rows of `width` floats).
+  // data16 instead of data: an F16 cache's values, widened as they are read.
   struct AttendValues {
     const float* data;
     int64_t stride, head_step;
     int32_t width;
     const float* up = nullptr;
+    const uint16_t* data16 = nullptr;
   };
+
+  // `n` values of `rows` from element `at`: the cache's own floats, or its fp16 words
+  // widened into `buffer` (exactly: every fp16 value is a float).
+  static const float* widened(const HostKvCache::Rows& rows, int64_t at, int32_t n, std::vector<float>& buffer) {
+    if (rows.f32) return rows.f32 + at;
+    buffer.resize(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) buffer[static_cast<size_t>(i)] = fp16_to_fp32(rows.f16[at + i]);
+    return buffer.data();
+  }
 
   // The keys and values one part of the step attends: K (capacity rows of kv_dim, by
   // physical slot) and V of its cache `kv`. A part without a cache is not computed.
@@ -260,6 +273,42 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     HostKvCache* kv = nullptr;
     const float* K = nullptr;
     AttendValues V{nullptr, 0, 0, 0};
+    const uint16_t* K16 = nullptr;  // instead of K: an F16 cache's keys
+  };
+
+  // One attention item's keys and values from an F16 cache: widened into floats, one
+  // row per key in the item's order (order: 0, 1, ...), so the kernels read floats.
+  struct HalfRows {
+    std::vector<float> keys, values;
+    std::vector<int32_t> order;
+    // Widens what k16 / v16 hold (null: that side stays on `keys` / `values` as given)
+    // of the `n` slots and points `keys` / `values` at the copies.
+    void widen(const uint16_t* k16, scalar::KvRows& k, const uint16_t* v16, scalar::KvRows& v, const int32_t* slots,
+               int32_t n) {
+      order.resize(static_cast<size_t>(n));
+      for (int32_t j = 0; j < n; ++j) order[static_cast<size_t>(j)] = j;
+      const auto gather = [&](const uint16_t* src, scalar::KvRows& rows, std::vector<float>& out) {
+        const size_t w = static_cast<size_t>(rows.width);
+        out.resize(static_cast<size_t>(n) * w);
+        for (int32_t j = 0; j < n; ++j) {
+          const uint16_t* from = src + static_cast<int64_t>(slots[j]) * rows.stride + rows.offset;
+          for (size_t i = 0; i < w; ++i) out[static_cast<size_t>(j) * w + i] = fp16_to_fp32(from[i]);
+        }
+        rows = scalar::KvRows{out.data(), rows.width, 0, rows.width};
+      };
+      if (k16) gather(k16, k, keys);
+      else gather_floats(k, slots, n, keys);
+      if (v16) gather(v16, v, values);
+      else gather_floats(v, slots, n, values);
+    }
+    // The same for a side held as floats (an MLA step's recovered keys beside F16 latent
+    // values), so that both sides read the item's order.
+    static void gather_floats(scalar::KvRows& rows, const int32_t* slots, int32_t n, std::vector<float>& out) {
+      const size_t w = static_cast<size_t>(rows.width);
+      out.resize(static_cast<size_t>(n) * w);
+      for (int32_t j = 0; j < n; ++j) std::copy_n(rows.row(slots[j]), w, out.data() + static_cast<size_t>(j) * w);
+      rows = scalar::KvRows{out.data(), rows.width, 0, rows.width};
+    }
   };
 
   // Attention of q's rows over their parts' keys and values (segs[s] for part s).
@@ -340,6 +389,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     const int64_t item_cost = static_cast<int64_t>(std::min(longest, kKeysPerPart)) * (s.head_dim + widest) * group;
     pool_.parallel_for(static_cast<int64_t>(items.size()), grain_for(item_cost), [&](int64_t b, int64_t e, int) {
       std::vector<float> scratch(static_cast<size_t>(kKeysPerPart) * static_cast<size_t>(group));
+      HalfRows half;  // an F16 cache's rows of the item, widened
       std::vector<scalar::AttentionPart> group_parts(static_cast<size_t>(group));
       std::vector<float> group_accs(static_cast<size_t>(group) * width);
       for (int64_t k = b; k < e; ++k) {
@@ -350,9 +400,14 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
         const AttendValues& V = sk.V;
         const int32_t kv_dim = sk.kv->shape().kv_dim;
         const int32_t h0 = it.kv_head * group;
-        const scalar::KvRows keys{K, kv_dim, static_cast<int64_t>(it.kv_head) * s.head_dim, s.head_dim};
-        const scalar::KvRows values{V.data, V.stride, it.kv_head * V.head_step, V.width};
-        kernels_->attend_group_part(row(q, it.row) + h0 * s.head_dim, group, keys, values, list.data() + it.first, it.count,
+        scalar::KvRows keys{K, kv_dim, static_cast<int64_t>(it.kv_head) * s.head_dim, s.head_dim};
+        scalar::KvRows values{V.data, V.stride, it.kv_head * V.head_step, V.width};
+        const int32_t* item_slots = list.data() + it.first;
+        if (sk.K16 || V.data16) {  // the same floats, gathered in the item's order
+          half.widen(sk.K16, keys, V.data16, values, item_slots, it.count);
+          item_slots = half.order.data();
+        }
+        kernels_->attend_group_part(row(q, it.row) + h0 * s.head_dim, group, keys, values, item_slots, it.count,
                                     scalar::ScoreMap{s.scale, s.softcap}, scratch.data(), group_parts.data(),
                                     group_accs.data());
         for (int32_t g = 0; g < group; ++g) {
