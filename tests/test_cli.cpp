@@ -207,7 +207,7 @@ TEST(Cli, CacheTypeF16RunsAndSaysSo) {
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_HAS(o.err, "(f16 KV cache)");
   EXPECT_HAS(o.out, "Once upon a time");
-  const Outcome bad = run_fafo("run -m " + fafo::test::shell_quote(model) + " --cache-type q8_0");
+  const Outcome bad = run_fafo("run -m " + fafo::test::shell_quote(model) + " --cache-type q5_1");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_HAS(bad.err, "--cache-type");
 }

@@ -1,8 +1,8 @@
 // The cpu backend's KV cache (runtime/src/backend/host/host_kv_cache.h): an F16 cache
-// holds fp16 words, half an F32 cache's memory, and computes with exactly the values it
-// rounded: attention (FULL rows over a permuted order, COMPRESSED rows over a region),
-// the keys a policy reads and the slots' exchanges and moves give an F32 cache's bits
-// when that cache holds the same fp16-rounded values.
+// holds fp16 words (half an F32 cache's memory), a Q8_0 / Q4_0 cache GGUF blocks, and each
+// computes with exactly the values it stored: attention (FULL rows over a permuted order,
+// COMPRESSED rows over a region), the keys a policy reads and the slots' exchanges and
+// moves give the bits of an F32 cache that holds those values.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,16 +40,31 @@ struct CacheRun {
   uint64_t cache_bytes = 0;
 };
 
+// `values` (rows of kKvDim) as a cache of `type` holds them: each row quantized to its
+// blocks and back (F32 and F16 inputs here are already what those caches hold).
+std::vector<float> as_stored(KvCacheType type, std::vector<float> values) {
+  if (!kv_cache_type_quantized(type)) return values;
+  const TensorType blocks = type == KvCacheType::Q8_0 ? TensorType::Q8_0 : TensorType::Q4_0;
+  std::vector<uint8_t> packed(tensor_row_bytes(blocks, kKvDim));
+  for (size_t r = 0; r < values.size() / kKvDim; ++r) {
+    quantize_row(blocks, values.data() + r * kKvDim, packed.data(), kKvDim);
+    dequantize_row(blocks, packed.data(), values.data() + r * kKvDim, kKvDim);
+  }
+  return values;
+}
+
 // kRows rows (every other one COMPRESSED) attending over kPast committed entries whose
 // layout holds a region of 40 chosen entries (FULL rows then visit a permuted order),
-// then the keys of a few slots after an exchange and a move.
-CacheRun attend(KvCacheType type) {
+// then the keys of a few slots after an exchange and a move. The cache is of `type`, its
+// keys and values `stored_as` would hold them.
+CacheRun attend(KvCacheType type, KvCacheType stored_as) {
   std::unique_ptr<Backend> be = make_backend(BackendSpec{"cpu", "", 2});
   const uint64_t before = memory_in_use(*be);
   std::unique_ptr<KvCache> kv = be->create_kv_cache(KvCacheShape{1, 512, kKvDim, type});
   CacheRun r;
   r.cache_bytes = memory_in_use(*be) - before;
-  const std::vector<float> k = half_values(1, int64_t{kPast} * kKvDim), v = half_values(2, int64_t{kPast} * kKvDim);
+  const std::vector<float> k = as_stored(stored_as, half_values(1, int64_t{kPast} * kKvDim)),
+                           v = as_stored(stored_as, half_values(2, int64_t{kPast} * kKvDim));
   kv->write(0, 0, kPast, k.data(), v.data());
   kv->reset_layout(40, 0, kPast);
   std::vector<int32_t> chosen(40);
@@ -66,8 +81,8 @@ CacheRun attend(KvCacheType type) {
   Activation q = be->alloc_activation(kRows, kHeads * kHeadDim), nk = be->alloc_activation(kRows, kKvDim),
              nv = be->alloc_activation(kRows, kKvDim), out = be->alloc_activation(kRows, kHeads * kHeadDim);
   be->write_rows(q, half_values(3, int64_t{kRows} * kHeads * kHeadDim));
-  be->write_rows(nk, half_values(4, int64_t{kRows} * kKvDim));
-  be->write_rows(nv, half_values(5, int64_t{kRows} * kKvDim));
+  be->write_rows(nk, as_stored(stored_as, half_values(4, int64_t{kRows} * kKvDim)));
+  be->write_rows(nv, as_stored(stored_as, half_values(5, int64_t{kRows} * kKvDim)));
   be->begin_step(b, *kv);
   kv->store(0, nk, nv);
   be->attention(0, q, AttentionShape{kHeads, kKvHeads, kHeadDim, 1.0f / std::sqrt(float{kHeadDim}), 0.0f, 0}, out);
@@ -81,7 +96,7 @@ CacheRun attend(KvCacheType type) {
 }
 
 TEST(HostKvCache, AnF16CacheHoldsHalvesAndGivesTheBitsOfTheValuesItRounded) {
-  const CacheRun f32 = attend(KvCacheType::F32), f16 = attend(KvCacheType::F16);
+  const CacheRun f32 = attend(KvCacheType::F32, KvCacheType::F16), f16 = attend(KvCacheType::F16, KvCacheType::F16);
   EXPECT_EQ(f16.cache_bytes * 2, f32.cache_bytes);
   EXPECT_EQ(f32.cache_bytes, uint64_t{512} * 2 * kKvDim * sizeof(float));
   ASSERT_EQ(f16.out.size(), f32.out.size());
@@ -89,6 +104,22 @@ TEST(HostKvCache, AnF16CacheHoldsHalvesAndGivesTheBitsOfTheValuesItRounded) {
   EXPECT_EQ(f16.keys, f32.keys);
   // Not all zero: the values were stored and read back.
   EXPECT_NE(f32.keys, std::vector<float>(f32.keys.size(), 0.0f));
+}
+
+// A block cache stores what it is given as its blocks, once: the F32 cache given the
+// blocks' values computes the same bits (the quantized cache's store of the step's rows
+// included), with 34 or 18 bytes for each 128 of f32's.
+TEST(HostKvCache, BlockCachesComputeWithTheirBlocksValues) {
+  const CacheRun q8 = attend(KvCacheType::Q8_0, KvCacheType::F32), f32_of_q8 = attend(KvCacheType::F32, KvCacheType::Q8_0);
+  const CacheRun q4 = attend(KvCacheType::Q4_0, KvCacheType::F32), f32_of_q4 = attend(KvCacheType::F32, KvCacheType::Q4_0);
+  EXPECT_EQ(q8.cache_bytes * 128, f32_of_q8.cache_bytes * 34);
+  EXPECT_EQ(q4.cache_bytes * 128, f32_of_q4.cache_bytes * 18);
+  ASSERT_EQ(q8.out.size(), f32_of_q8.out.size());
+  EXPECT_EQ(std::memcmp(q8.out.data(), f32_of_q8.out.data(), q8.out.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(q4.out.data(), f32_of_q4.out.data(), q4.out.size() * sizeof(float)), 0);
+  EXPECT_EQ(q8.keys, f32_of_q8.keys);
+  EXPECT_EQ(q4.keys, f32_of_q4.keys);
+  EXPECT_NE(q8.keys, q4.keys);  // the blocks differ: the comparison sees their values
 }
 
 }  // namespace

@@ -79,8 +79,7 @@ int run_serve(ServeArgs& args) {
     uint64_t kv_bytes = 0, in_use = 0;
     for (int32_t d = 0; d < w.n_devices(); ++d) {
       const KvCacheShape kv = w.kv_cache_shape(m.n_ctx(), m.kv_type(), d);
-      kv_bytes += static_cast<uint64_t>(kv.capacity) * static_cast<uint64_t>(kv.floats_per_entry()) *
-                  (kv.type == KvCacheType::F16 ? 2u : 4u);
+      kv_bytes += static_cast<uint64_t>(kv.capacity) * kv.bytes_per_entry();
       in_use += memory_in_use(w.backend(d));
     }
     const std::string placement = w.placement();

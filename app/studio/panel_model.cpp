@@ -96,9 +96,11 @@ void draw_model_panel(StudioState& s) {
     device_controls(s);
     ImGui::InputInt("context (0: model's)", &st.open.n_ctx, 256, 1024);
     st.open.n_ctx = std::clamp(st.open.n_ctx, 0, 1 << 20);
-    int cache = st.open.kv_type == KvCacheType::F16 ? 1 : 0;
-    if (ImGui::Combo("KV cache", &cache, "f32\0f16 (half the memory)\0"))
-      st.open.kv_type = cache == 1 ? KvCacheType::F16 : KvCacheType::F32;
+    constexpr KvCacheType kTypes[] = {KvCacheType::F32, KvCacheType::F16, KvCacheType::Q8_0, KvCacheType::Q4_0};
+    int cache = static_cast<int>(std::find(std::begin(kTypes), std::end(kTypes), st.open.kv_type) - std::begin(kTypes));
+    if (ImGui::Combo("KV cache", &cache,
+                     "f32\0f16 (half the memory)\0q8_0 (27%; cpu, reference)\0q4_0 (14%; cpu, reference)\0"))
+      st.open.kv_type = kTypes[std::clamp(cache, 0, 3)];
 
     ImGui::BeginDisabled(!engine_free(s) || st.open.path.empty());
     if (ImGui::Button(ev.has_model ? "Open (replaces the model)" : "Open")) queue_open_model(s);

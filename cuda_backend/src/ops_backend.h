@@ -131,6 +131,9 @@ class OpsBackend final : public Backend,
   std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override {
     if (shape.latent())
       throw std::invalid_argument("the " + name() + " backend cannot run multi-head latent attention (MLA) models yet");
+    if (kv_cache_type_quantized(shape.type))
+      throw std::invalid_argument("the " + name() + " backend has no " + kv_cache_type_name(shape.type) +
+                                  " KV cache yet: use --cache-type f32 or f16");
     auto kv = std::make_unique<OpsKvCache<Device>>(shape, *device_, *this);
     const KvCache* made = kv.get();
     kv->set_owner(this, [this, made] {

@@ -28,11 +28,22 @@ class Backend;
 
 // What the KV cache stores. F16 halves its memory and the bytes attention reads; every
 // backend rounds keys and values to fp16 (nearest even) as they are stored, so all
-// backends compute with the same cached values.
-enum class KvCacheType { F32, F16 };
+// backends compute with the same cached values. Q8_0 and Q4_0 store each entry's keys
+// and values as GGUF's Q8_0 / Q4_0 blocks of 32 values (an fp16 scale and 32 8-bit or
+// 4-bit integers: 34 or 18 bytes for 128 of f32), quantized as llama.cpp quantizes
+// those weight formats; attention computes with the blocks' exact dequantized values,
+// and exchanges and moves copy whole blocks, so nothing is quantized twice. They need
+// key and value widths of whole blocks, and are not offered for a latent (MLA) cache.
+// Backends with quantized caches: reference and cpu; Vulkan and CUDA refuse them when
+// the cache is made, naming the types they hold.
+enum class KvCacheType { F32, F16, Q8_0, Q4_0 };
 const char* kv_cache_type_name(KvCacheType t);
-// "f32" / "f16"; throws std::invalid_argument naming the accepted words.
+// "f32" / "f16" / "q8_0" / "q4_0"; throws std::invalid_argument naming the accepted words.
 KvCacheType parse_kv_cache_type(const std::string& name);
+bool kv_cache_type_quantized(KvCacheType t);
+// Bytes `width` values of an entry take in a cache of type `t` (whole blocks for the
+// quantized types).
+uint64_t kv_row_bytes(KvCacheType t, int32_t width);
 
 struct KvCacheShape {
   KvCacheShape() = default;
@@ -53,8 +64,11 @@ struct KvCacheShape {
   int32_t value_dim(int32_t layer) const { return latent() ? value_dims[static_cast<size_t>(layer)] : kv_dim; }
   // Floats one entry takes over all layers (keys and values).
   int64_t floats_per_entry() const;
+  // Bytes one entry takes over all layers as `type` stores it.
+  uint64_t bytes_per_entry() const;
   // Throws std::invalid_argument unless the per-layer widths are absent or one positive
-  // width per layer for both keys and values.
+  // width per layer for both keys and values, and, for a quantized type, the cache is
+  // not latent and kv_dim is a whole number of 32-value blocks.
   void validate() const;
 };
 

@@ -7,12 +7,39 @@
 
 namespace fafo {
 
-const char* kv_cache_type_name(KvCacheType t) { return t == KvCacheType::F16 ? "f16" : "f32"; }
+const char* kv_cache_type_name(KvCacheType t) {
+  switch (t) {
+    case KvCacheType::F16: return "f16";
+    case KvCacheType::Q8_0: return "q8_0";
+    case KvCacheType::Q4_0: return "q4_0";
+    case KvCacheType::F32: break;
+  }
+  return "f32";
+}
 
 KvCacheType parse_kv_cache_type(const std::string& name) {
-  if (name == "f32") return KvCacheType::F32;
-  if (name == "f16") return KvCacheType::F16;
-  throw std::invalid_argument("unknown KV cache type '" + name + "' (use f32 or f16)");
+  for (KvCacheType t : {KvCacheType::F32, KvCacheType::F16, KvCacheType::Q8_0, KvCacheType::Q4_0})
+    if (name == kv_cache_type_name(t)) return t;
+  throw std::invalid_argument("unknown KV cache type '" + name + "' (use f32, f16, q8_0 or q4_0)");
+}
+
+bool kv_cache_type_quantized(KvCacheType t) { return t == KvCacheType::Q8_0 || t == KvCacheType::Q4_0; }
+
+uint64_t kv_row_bytes(KvCacheType t, int32_t width) {
+  const uint64_t w = static_cast<uint64_t>(std::max(width, 0));
+  switch (t) {
+    case KvCacheType::F16: return 2 * w;
+    case KvCacheType::Q8_0: return (w + 31) / 32 * 34;
+    case KvCacheType::Q4_0: return (w + 31) / 32 * 18;
+    case KvCacheType::F32: break;
+  }
+  return 4 * w;
+}
+
+uint64_t KvCacheShape::bytes_per_entry() const {
+  uint64_t n = 0;
+  for (int32_t l = 0; l < n_layer; ++l) n += kv_row_bytes(type, key_dim(l)) + kv_row_bytes(type, value_dim(l));
+  return n;
 }
 
 int64_t KvCacheShape::floats_per_entry() const {
@@ -24,6 +51,15 @@ int64_t KvCacheShape::floats_per_entry() const {
 void KvCacheShape::validate() const {
   if (n_layer < 1 || capacity < 1 || kv_dim < 1)
     throw std::invalid_argument("a KV cache needs at least one layer, one entry and one value per entry");
+  if (kv_cache_type_quantized(type)) {
+    if (!key_dims.empty() || !value_dims.empty())
+      throw std::invalid_argument(std::string("a ") + kv_cache_type_name(type) +
+                                  " KV cache is not offered for a latent (MLA) cache: use --cache-type f32 or f16");
+    if (kv_dim % 32 != 0)
+      throw std::invalid_argument(std::string("a ") + kv_cache_type_name(type) + " KV cache stores blocks of 32 values, and " +
+                                  "this model's entries have " + std::to_string(kv_dim) +
+                                  " keys and values: use --cache-type f32 or f16");
+  }
   if (key_dims.empty() && value_dims.empty()) return;
   if (key_dims.size() != static_cast<size_t>(n_layer) || value_dims.size() != static_cast<size_t>(n_layer))
     throw std::invalid_argument("a latent KV cache needs one key width and one value width per layer");

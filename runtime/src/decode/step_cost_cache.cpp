@@ -45,7 +45,7 @@ StepCostCache StepCostCache::for_model(const std::filesystem::path& dir, const s
   const auto mtime = std::filesystem::last_write_time(path).time_since_epoch().count();
   std::ostringstream key;
   key << "fafo " << FAFO_VERSION << " | " << path.string() << " | " << size << " bytes | mtime " << mtime << " | "
-      << backend.name() << ": " << backend.description() << " | kv " << (kv_type == KvCacheType::F16 ? "f16" : "f32");
+      << backend.name() << ": " << backend.description() << " | kv " << kv_cache_type_name(kv_type);
   return StepCostCache(dir, key.str());
 }
 

@@ -54,7 +54,7 @@ class DeviceBytes {
  public:
   DeviceBytes(const GgufFile& file, const ModelConfig& c, int32_t n_ctx, KvCacheType kv_type, int32_t sequences = 1)
       : layer_(static_cast<size_t>(c.n_layer), 0) {
-    const size_t entry = kv_type == KvCacheType::F16 ? 2 : 4;
+
     for (const GgufTensor& t : file.tensors()) {
       if (!t.name.starts_with("blk.")) continue;
       const size_t dot = t.name.find('.', 4);
@@ -70,7 +70,8 @@ class DeviceBytes {
       const int64_t k = c.mla() ? c.mla_rank_k[static_cast<size_t>(l)] : c.kv_dim();
       const int64_t v = c.mla() ? c.mla_rank_v[static_cast<size_t>(l)] : c.kv_dim();
       layer_[static_cast<size_t>(l)] += static_cast<uint64_t>(std::max(1, sequences)) * static_cast<uint64_t>(n_ctx) *
-                                        static_cast<uint64_t>(k + v) * entry;
+                                        (kv_row_bytes(kv_type, static_cast<int32_t>(k)) +
+                                         kv_row_bytes(kv_type, static_cast<int32_t>(v)));
     }
     const GgufTensor* head = file.find_tensor("output.weight");
     const GgufTensor* embd = file.find_tensor("token_embd.weight");

@@ -173,7 +173,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
       if (layer < 0 || layer >= kv->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
       if (kv->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
       const HostKvCache::Rows k = kv->keys(layer), v = kv->values(layer);
-      segs.push_back({kv, k.f32, AttendValues{v.f32, kv->shape().kv_dim, s.head_dim, s.head_dim, nullptr, v.f16}, k.f16});
+      segs.push_back({kv, k.f32, AttendValues{v.f32, kv->shape().kv_dim, s.head_dim, s.head_dim, nullptr, v}, k});
     }
     attend(layer, segs, q, s, out);
   }
@@ -220,15 +220,16 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
         const int32_t position = slot >= n_past ? batch_->positions()[static_cast<size_t>(seg.first + slot - n_past)]
                                  : slot < layout.size() ? layout.logical_of(static_cast<int32_t>(slot))
                                                         : static_cast<int32_t>(slot);
-        const float* key = widened(lk, slot * rk, rk, key_latent);
+        const float* key = widened(lk, static_cast<int32_t>(slot), rk, key_latent);
         scalar::recover_key(Ku, key, rk, s.n_head_kv, s.head_dim, position, rope, latent_keys_.data() + slot * kv_dim);
         if (!absorb)
-          scalar::up_project(Vu, widened(lv, slot * rv, rv, value_latent), kv_dim, rv, latent_values_.data() + slot * kv_dim);
+          scalar::up_project(Vu, widened(lv, static_cast<int32_t>(slot), rv, value_latent), kv_dim, rv,
+                             latent_values_.data() + slot * kv_dim);
       }
     });
     std::vector<SegmentKeys> segs(kvs_.size());  // the other parts' rows are left alone
     if (absorb)
-      segs[static_cast<size_t>(seg_index)] = {kv, latent_keys_.data(), AttendValues{lv.f32, rv, 0, rv, Vu, lv.f16}};
+      segs[static_cast<size_t>(seg_index)] = {kv, latent_keys_.data(), AttendValues{lv.f32, rv, 0, rv, Vu, lv}};
     else
       segs[static_cast<size_t>(seg_index)] = {kv, latent_keys_.data(), AttendValues{latent_values_.data(), kv_dim, s.head_dim, s.head_dim}};
     attend(layer, segs, q, s, out);
@@ -249,21 +250,21 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
   // floats from kv_head * head_step. With `up` set they are an MLA layer's latent values
   // (head_step 0: every head shares them), and each head's weighted sum is up-projected
   // by its KV head's head_dim rows of `up` (kv_dim rows of `width` floats).
-  // data16 instead of data: an F16 cache's values, widened as they are read.
+  // With data null: a cache's packed values (fp16 words, blocks), widened as they are read.
   struct AttendValues {
     const float* data;
     int64_t stride, head_step;
     int32_t width;
     const float* up = nullptr;
-    const uint16_t* data16 = nullptr;
+    HostKvCache::Rows packed{};
   };
 
-  // `n` values of `rows` from element `at`: the cache's own floats, or its fp16 words
-  // widened into `buffer` (exactly: every fp16 value is a float).
-  static const float* widened(const HostKvCache::Rows& rows, int64_t at, int32_t n, std::vector<float>& buffer) {
-    if (rows.f32) return rows.f32 + at;
+  // The `n` values of slot `slot` of `rows`: the cache's own floats, or its packed ones
+  // widened into `buffer` (exactly: every fp16 value and every block's value is a float).
+  static const float* widened(const HostKvCache::Rows& rows, int32_t slot, int32_t n, std::vector<float>& buffer) {
+    if (rows.f32) return rows.f32 + static_cast<int64_t>(slot) * n;
     buffer.resize(static_cast<size_t>(n));
-    for (int32_t i = 0; i < n; ++i) buffer[static_cast<size_t>(i)] = fp16_to_fp32(rows.f16[at + i]);
+    rows.widen(slot, 0, n, buffer.data());
     return buffer.data();
   }
 
@@ -273,40 +274,34 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     HostKvCache* kv = nullptr;
     const float* K = nullptr;
     AttendValues V{nullptr, 0, 0, 0};
-    const uint16_t* K16 = nullptr;  // instead of K: an F16 cache's keys
+    HostKvCache::Rows K_packed{};  // with K null: the cache's packed keys
   };
 
-  // One attention item's keys and values from an F16 cache: widened into floats, one
-  // row per key in the item's order (order: 0, 1, ...), so the kernels read floats.
-  struct HalfRows {
+  // One attention item's keys and values from a cache that packs them (fp16 words,
+  // blocks): widened into floats, one row per key in the item's order (order: 0, 1, ...),
+  // so the kernels read floats.
+  struct PackedRows {
     std::vector<float> keys, values;
     std::vector<int32_t> order;
-    // Widens what k16 / v16 hold (null: that side stays on `keys` / `values` as given)
-    // of the `n` slots and points `keys` / `values` at the copies.
-    void widen(const uint16_t* k16, scalar::KvRows& k, const uint16_t* v16, scalar::KvRows& v, const int32_t* slots,
-               int32_t n) {
+    // Widens the `n` slots' part of each side into floats and points `k` / `v` at the
+    // copies: from `k_packed` / `v_packed` where those are set, else from the float rows
+    // k / v name (an MLA step's recovered keys beside packed latent values).
+    void widen(const HostKvCache::Rows& k_packed, scalar::KvRows& k, const HostKvCache::Rows& v_packed, scalar::KvRows& v,
+               const int32_t* slots, int32_t n) {
       order.resize(static_cast<size_t>(n));
       for (int32_t j = 0; j < n; ++j) order[static_cast<size_t>(j)] = j;
-      const auto gather = [&](const uint16_t* src, scalar::KvRows& rows, std::vector<float>& out) {
-        const size_t w = static_cast<size_t>(rows.width);
-        out.resize(static_cast<size_t>(n) * w);
-        for (int32_t j = 0; j < n; ++j) {
-          const uint16_t* from = src + static_cast<int64_t>(slots[j]) * rows.stride + rows.offset;
-          for (size_t i = 0; i < w; ++i) out[static_cast<size_t>(j) * w + i] = fp16_to_fp32(from[i]);
-        }
-        rows = scalar::KvRows{out.data(), rows.width, 0, rows.width};
-      };
-      if (k16) gather(k16, k, keys);
-      else gather_floats(k, slots, n, keys);
-      if (v16) gather(v16, v, values);
-      else gather_floats(v, slots, n, values);
+      gather(k_packed, k, slots, n, keys);
+      gather(v_packed, v, slots, n, values);
     }
-    // The same for a side held as floats (an MLA step's recovered keys beside F16 latent
-    // values), so that both sides read the item's order.
-    static void gather_floats(scalar::KvRows& rows, const int32_t* slots, int32_t n, std::vector<float>& out) {
+    static void gather(const HostKvCache::Rows& packed, scalar::KvRows& rows, const int32_t* slots, int32_t n,
+                       std::vector<float>& out) {
       const size_t w = static_cast<size_t>(rows.width);
       out.resize(static_cast<size_t>(n) * w);
-      for (int32_t j = 0; j < n; ++j) std::copy_n(rows.row(slots[j]), w, out.data() + static_cast<size_t>(j) * w);
+      for (int32_t j = 0; j < n; ++j) {
+        float* to = out.data() + static_cast<size_t>(j) * w;
+        if (packed.packed) packed.widen(slots[j], static_cast<int32_t>(rows.offset), rows.width, to);
+        else std::copy_n(rows.row(slots[j]), w, to);
+      }
       rows = scalar::KvRows{out.data(), rows.width, 0, rows.width};
     }
   };
@@ -389,7 +384,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     const int64_t item_cost = static_cast<int64_t>(std::min(longest, kKeysPerPart)) * (s.head_dim + widest) * group;
     pool_.parallel_for(static_cast<int64_t>(items.size()), grain_for(item_cost), [&](int64_t b, int64_t e, int) {
       std::vector<float> scratch(static_cast<size_t>(kKeysPerPart) * static_cast<size_t>(group));
-      HalfRows half;  // an F16 cache's rows of the item, widened
+      PackedRows packed;  // a packed cache's rows of the item, widened
       std::vector<scalar::AttentionPart> group_parts(static_cast<size_t>(group));
       std::vector<float> group_accs(static_cast<size_t>(group) * width);
       for (int64_t k = b; k < e; ++k) {
@@ -403,9 +398,9 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
         scalar::KvRows keys{K, kv_dim, static_cast<int64_t>(it.kv_head) * s.head_dim, s.head_dim};
         scalar::KvRows values{V.data, V.stride, it.kv_head * V.head_step, V.width};
         const int32_t* item_slots = list.data() + it.first;
-        if (sk.K16 || V.data16) {  // the same floats, gathered in the item's order
-          half.widen(sk.K16, keys, V.data16, values, item_slots, it.count);
-          item_slots = half.order.data();
+        if (sk.K_packed.packed || V.packed.packed) {  // the same floats, gathered in the item's order
+          packed.widen(sk.K_packed, keys, V.packed, values, item_slots, it.count);
+          item_slots = packed.order.data();
         }
         kernels_->attend_group_part(row(q, it.row) + h0 * s.head_dim, group, keys, values, item_slots, it.count,
                                     scalar::ScoreMap{s.scale, s.softcap}, scratch.data(), group_parts.data(),

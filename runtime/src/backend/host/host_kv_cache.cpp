@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <unistd.h>
 
@@ -12,8 +13,36 @@
 namespace fafo::host {
 
 uint64_t HostKvCache::bytes_for(const KvCacheShape& shape) {
-  const uint64_t element = shape.type == KvCacheType::F16 ? sizeof(uint16_t) : sizeof(float);
-  return element * static_cast<uint64_t>(shape.capacity) * static_cast<uint64_t>(shape.floats_per_entry());
+  return static_cast<uint64_t>(shape.capacity) * shape.bytes_per_entry();
+}
+
+namespace {
+
+TensorType block_type(KvCacheType t) { return t == KvCacheType::Q8_0 ? TensorType::Q8_0 : TensorType::Q4_0; }
+
+}  // namespace
+
+void HostKvCache::Rows::widen(int32_t slot, int32_t first, int32_t n, float* out) const {
+  if (f32) {
+    std::memcpy(out, f32 + static_cast<size_t>(slot) * (row_bytes / sizeof(float)) + first, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const uint8_t* row = packed + static_cast<size_t>(slot) * row_bytes;
+  if (type == KvCacheType::F16) {
+    const auto* h = reinterpret_cast<const uint16_t*>(row) + first;
+    for (int32_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
+    return;
+  }
+  // The blocks that hold [first, first + n), dequantized whole, then the part wanted.
+  const int32_t b0 = first / 32, b1 = (first + n + 31) / 32;
+  const size_t block_bytes = type == KvCacheType::Q8_0 ? 34 : 18;
+  float blocks[32 * 16];
+  for (int32_t b = b0; b < b1; b += 16) {
+    const int32_t count = std::min(16, b1 - b);
+    dequantize_row(block_type(type), row + static_cast<size_t>(b) * block_bytes, blocks, int64_t{count} * 32);
+    const int32_t lo = std::max(first, b * 32), hi = std::min(first + n, (b + count) * 32);
+    for (int32_t i = lo; i < hi; ++i) out[i - first] = blocks[i - b * 32];
+  }
 }
 
 HostKvCache::HostKvCache(const KvCacheShape& shape, const StepRows& step) : KvCache(shape), step_(step) {
@@ -24,14 +53,14 @@ HostKvCache::HostKvCache(const KvCacheShape& shape, const StepRows& step) : KvCa
     throw std::runtime_error("the KV cache for a context of " + std::to_string(shape.capacity) + " tokens needs " +
                              std::to_string(need / (1 << 30)) + " GiB, more than this machine's memory (" +
                              std::to_string(have / (1 << 30)) + " GiB); use a smaller --ctx-size");
+  const size_t capacity = static_cast<size_t>(shape.capacity);
   for (int32_t l = 0; l < shape.n_layer; ++l) {
-    const size_t k = static_cast<size_t>(shape.capacity) * key_floats(l), v = static_cast<size_t>(shape.capacity) * value_floats(l);
-    if (halves()) {
-      half_keys_.emplace_back(k, uint16_t{0});
-      half_values_.emplace_back(v, uint16_t{0});
+    if (packed()) {
+      packed_keys_.emplace_back(capacity * kv_row_bytes(shape.type, shape.key_dim(l)), uint8_t{0});
+      packed_values_.emplace_back(capacity * kv_row_bytes(shape.type, shape.value_dim(l)), uint8_t{0});
     } else {
-      keys_.emplace_back(k, 0.0f);
-      values_.emplace_back(v, 0.0f);
+      keys_.emplace_back(capacity * key_floats(l), 0.0f);
+      values_.emplace_back(capacity * value_floats(l), 0.0f);
     }
   }
 }
@@ -44,14 +73,23 @@ void HostKvCache::check_slot(int32_t slot, const char* what) const {
   if (slot < 0 || slot >= capacity()) throw std::out_of_range(std::string(what) + ": slot outside the cache");
 }
 
-void HostKvCache::store_values(bool keys, int32_t layer, size_t at, const float* src, size_t n) {
+void HostKvCache::store_rows(bool keys, int32_t layer, size_t slot, const float* src, size_t count) {
   const size_t l = static_cast<size_t>(layer);
-  if (!halves()) {
-    std::memcpy((keys ? keys_ : values_)[l].data() + at, src, n * sizeof(float));
+  const size_t width = keys ? key_floats(layer) : value_floats(layer);
+  if (!packed()) {
+    std::memcpy((keys ? keys_ : values_)[l].data() + slot * width, src, count * width * sizeof(float));
     return;
   }
-  uint16_t* dst = (keys ? half_keys_ : half_values_)[l].data() + at;
-  for (size_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+  const size_t row_bytes = kv_row_bytes(shape().type, static_cast<int32_t>(width));
+  uint8_t* dst = (keys ? packed_keys_ : packed_values_)[l].data() + slot * row_bytes;
+  for (size_t r = 0; r < count; ++r, dst += row_bytes, src += width) {
+    if (shape().type == KvCacheType::F16) {
+      auto* h = reinterpret_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < width; ++i) h[i] = fp32_to_fp16(src[i]);
+    } else {
+      quantize_row(block_type(shape().type), src, dst, static_cast<int64_t>(width));
+    }
+  }
 }
 
 void HostKvCache::store(int32_t layer, const Activation& k, const Activation& v) {
@@ -60,9 +98,8 @@ void HostKvCache::store(int32_t layer, const Activation& k, const Activation& v)
     throw std::invalid_argument("store: rows are not as wide as the cache's layer " + std::to_string(layer));
   const StepSegment seg = step_.step_batch().segment(segment_);
   const size_t rows = static_cast<size_t>(seg.size), at = static_cast<size_t>(seg.n_past), first = static_cast<size_t>(seg.first);
-  store_values(true, layer, at * key_floats(layer), step_.data_of(k) + first * key_floats(layer), rows * key_floats(layer));
-  store_values(false, layer, at * value_floats(layer), step_.data_of(v) + first * value_floats(layer),
-               rows * value_floats(layer));
+  store_rows(true, layer, at, step_.data_of(k) + first * key_floats(layer), rows);
+  store_rows(false, layer, at, step_.data_of(v) + first * value_floats(layer), rows);
 }
 
 void HostKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -82,8 +119,8 @@ void HostKvCache::write(int32_t layer, int32_t first, int32_t count, const float
   if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
     throw std::out_of_range("write_kv: outside the cache");
   const size_t n = static_cast<size_t>(count), at = static_cast<size_t>(first);
-  store_values(true, layer, at * key_floats(layer), k, n * key_floats(layer));
-  store_values(false, layer, at * value_floats(layer), v, n * value_floats(layer));
+  store_rows(true, layer, at, k, n);
+  store_rows(false, layer, at, v, n);
 }
 
 std::vector<float> HostKvCache::read_keys(int32_t layer, const std::vector<int32_t>& slots) {
@@ -93,10 +130,8 @@ std::vector<float> HostKvCache::read_keys(int32_t layer, const std::vector<int32
   const Rows rows = keys(layer);
   for (size_t k = 0; k < slots.size(); ++k) {
     check_slot(slots[k], "read_keys");
-    const size_t at = static_cast<size_t>(slots[k]) * n;
-    if (rows.f32) std::memcpy(&out[k * n], rows.f32 + at, n * sizeof(float));
-    else
-      for (size_t i = 0; i < n; ++i) out[k * n + i] = fp16_to_fp32(rows.f16[at + i]);
+    if (rows.f32) std::memcpy(&out[k * n], rows.f32 + static_cast<size_t>(slots[k]) * n, n * sizeof(float));
+    else rows.widen(slots[k], 0, static_cast<int32_t>(n), &out[k * n]);
   }
   return out;
 }
@@ -107,12 +142,13 @@ std::vector<float> HostKvCache::captured_queries(int32_t layer) {
 
 namespace {
 
-// Calls f(data, n) for every layer's keys and values (n: elements a slot holds there).
+// Calls f(data, n) for every layer's keys and values (n: the bytes a slot holds there).
 template <class T, class F>
 void each_store(std::vector<std::vector<T>>& keys, std::vector<std::vector<T>>& values, const KvCacheShape& shape, F f) {
+  const KvCacheType type = std::is_same_v<T, float> ? KvCacheType::F32 : shape.type;
   for (size_t l = 0; l < keys.size(); ++l) {
-    f(keys[l].data(), static_cast<size_t>(shape.key_dim(static_cast<int32_t>(l))));
-    f(values[l].data(), static_cast<size_t>(shape.value_dim(static_cast<int32_t>(l))));
+    f(reinterpret_cast<uint8_t*>(keys[l].data()), kv_row_bytes(type, shape.key_dim(static_cast<int32_t>(l))));
+    f(reinterpret_cast<uint8_t*>(values[l].data()), kv_row_bytes(type, shape.value_dim(static_cast<int32_t>(l))));
   }
 }
 
@@ -126,7 +162,7 @@ void HostKvCache::swap_slots(const SlotPairs& pairs) {
       std::swap_ranges(data + a * n, data + (a + 1) * n, data + b * n);
     };
     each_store(keys_, values_, shape(), swap);
-    each_store(half_keys_, half_values_, shape(), swap);
+    each_store(packed_keys_, packed_values_, shape(), swap);
   }
 }
 
@@ -135,10 +171,10 @@ void HostKvCache::move_slots(const SlotPairs& moves) {
     check_slot(src, "move_kv");
     check_slot(dst, "move_kv");
     const auto move = [s = static_cast<size_t>(src), d = static_cast<size_t>(dst)](auto* data, size_t n) {
-      std::memmove(data + d * n, data + s * n, n * sizeof(*data));
+      std::memmove(data + d * n, data + s * n, n);
     };
     each_store(keys_, values_, shape(), move);
-    each_store(half_keys_, half_values_, shape(), move);
+    each_store(packed_keys_, packed_values_, shape(), move);
   }
 }
 

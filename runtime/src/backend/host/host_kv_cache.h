@@ -1,8 +1,9 @@
 // The host backend's KV cache (the cpu backend's): per layer, capacity x kv_dim keys and
 // values in host memory (a latent cache: capacity x key_dim(layer) and capacity x
-// value_dim(layer)): fp32 floats, or for an F16 cache fp16 words (half the memory), each
-// value rounded to the nearest even fp16 as it is stored; readers widen them exactly, so
-// an F16 cache computes with the very values a device's fp16 cache holds.
+// value_dim(layer)): fp32 floats; for an F16 cache fp16 words (half the memory), each
+// value rounded to the nearest even fp16 as it is stored; for Q8_0 / Q4_0 each entry's
+// row as GGUF blocks (fafo/kv_cache.h). Readers widen or dequantize exactly, so a cache
+// computes with the very values a device's cache of the same type holds.
 #pragma once
 
 #include <cstdint>
@@ -37,27 +38,32 @@ class HostKvCache final : public KvCache {
   // The part of the step begun last this cache is for (StepBatch::segment).
   void set_step_segment(int32_t s) { segment_ = s; }
 
-  // A layer's keys or values by physical slot: fp32 (F32) or fp16 words (F16); the
-  // other pointer is null.
+  // A layer's keys or values by physical slot, `row_bytes` a slot: fp32 floats (F32:
+  // f32 set), or fp16 words or blocks of `type` (packed set).
   struct Rows {
     const float* f32 = nullptr;
-    const uint16_t* f16 = nullptr;
+    const uint8_t* packed = nullptr;
+    KvCacheType type = KvCacheType::F32;
+    size_t row_bytes = 0;
+    // Values [first, first + n) of slot `slot`'s row, as floats, into out.
+    void widen(int32_t slot, int32_t first, int32_t n, float* out) const;
   };
-  Rows keys(int32_t layer) const { return rows(keys_, half_keys_, layer); }
-  Rows values(int32_t layer) const { return rows(values_, half_values_, layer); }
+  Rows keys(int32_t layer) const { return rows(keys_, packed_keys_, layer, shape().key_dim(layer)); }
+  Rows values(int32_t layer) const { return rows(values_, packed_values_, layer, shape().value_dim(layer)); }
   // Bytes of host memory one cache of `shape` holds.
   static uint64_t bytes_for(const KvCacheShape& shape);
 
  private:
   void check_layer(int32_t layer, const char* what) const;
   void check_slot(int32_t slot, const char* what) const;
-  bool halves() const { return shape().type == KvCacheType::F16; }
-  // Copies n floats into the layer's keys or values at element `at`, as fp16 words in an
-  // F16 cache.
-  void store_values(bool keys, int32_t layer, size_t at, const float* src, size_t n);
-  static Rows rows(const std::vector<std::vector<float>>& f32, const std::vector<std::vector<uint16_t>>& f16, int32_t layer) {
+  bool packed() const { return shape().type != KvCacheType::F32; }
+  // Writes `count` entries (rows of the layer's key or value width) at slot `slot`.
+  void store_rows(bool keys, int32_t layer, size_t slot, const float* src, size_t count);
+  Rows rows(const std::vector<std::vector<float>>& f32, const std::vector<std::vector<uint8_t>>& bytes, int32_t layer,
+            int32_t width) const {
     const size_t l = static_cast<size_t>(layer);
-    return l < f32.size() ? Rows{f32[l].data(), nullptr} : Rows{nullptr, f16.at(l).data()};
+    if (l < f32.size()) return Rows{f32[l].data(), nullptr, KvCacheType::F32, kv_row_bytes(KvCacheType::F32, width)};
+    return Rows{nullptr, bytes.at(l).data(), shape().type, kv_row_bytes(shape().type, width)};
   }
 
   const StepRows& step_;
@@ -65,7 +71,7 @@ class HostKvCache final : public KvCache {
   size_t key_floats(int32_t layer) const { return static_cast<size_t>(shape().key_dim(layer)); }
   size_t value_floats(int32_t layer) const { return static_cast<size_t>(shape().value_dim(layer)); }
   std::vector<std::vector<float>> keys_, values_;               // F32: per layer
-  std::vector<std::vector<uint16_t>> half_keys_, half_values_;  // F16: per layer
+  std::vector<std::vector<uint8_t>> packed_keys_, packed_values_;  // the other types: per layer
   std::vector<std::vector<float>> captured_;
 };
 

@@ -28,7 +28,17 @@ void ReferenceKvCache::check_slot(int32_t slot, const char* what) const {
   if (slot < 0 || slot >= capacity()) throw std::out_of_range(std::string(what) + ": slot outside the cache");
 }
 
-void ReferenceKvCache::put(std::vector<float>& dst, size_t at, const float* src, size_t n) const {
+void ReferenceKvCache::put(std::vector<float>& dst, size_t at, const float* src, size_t n, size_t width) const {
+  if (kv_cache_type_quantized(shape().type)) {
+    // Each entry's row as its blocks, and back: the values a quantized cache computes with.
+    const TensorType blocks = shape().type == KvCacheType::Q8_0 ? TensorType::Q8_0 : TensorType::Q4_0;
+    std::vector<uint8_t> packed(tensor_row_bytes(blocks, static_cast<int64_t>(width)));
+    for (size_t r = 0; r < n / width; ++r) {
+      quantize_row(blocks, src + r * width, packed.data(), static_cast<int64_t>(width));
+      dequantize_row(blocks, packed.data(), dst.data() + at + r * width, static_cast<int64_t>(width));
+    }
+    return;
+  }
   for (size_t i = 0; i < n; ++i)
     dst[at + i] = shape().type == KvCacheType::F16 ? fp16_to_fp32(fp32_to_fp16(src[i])) : src[i];
 }
@@ -50,8 +60,8 @@ void ReferenceKvCache::store(int32_t layer, const Activation& k, const Activatio
   const StepSegment part = step_().segment(part_);
   const size_t first = static_cast<size_t>(part.n_past), rows = static_cast<size_t>(part.size);
   const size_t from = static_cast<size_t>(part.first);  // the part's first row
-  put(keys_[static_cast<size_t>(layer)], first * kd, rows_(k) + from * kd, rows * kd);
-  put(values_[static_cast<size_t>(layer)], first * vd, rows_(v) + from * vd, rows * vd);
+  put(keys_[static_cast<size_t>(layer)], first * kd, rows_(k) + from * kd, rows * kd, kd);
+  put(values_[static_cast<size_t>(layer)], first * vd, rows_(v) + from * vd, rows * vd, vd);
 }
 
 void ReferenceKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -69,8 +79,8 @@ void ReferenceKvCache::write(int32_t layer, int32_t first, int32_t count, const 
   if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
     throw std::out_of_range("write_kv: outside the cache");
   const size_t kd = static_cast<size_t>(shape().key_dim(layer)), vd = static_cast<size_t>(shape().value_dim(layer));
-  put(keys_[static_cast<size_t>(layer)], static_cast<size_t>(first) * kd, keys, static_cast<size_t>(count) * kd);
-  put(values_[static_cast<size_t>(layer)], static_cast<size_t>(first) * vd, values, static_cast<size_t>(count) * vd);
+  put(keys_[static_cast<size_t>(layer)], static_cast<size_t>(first) * kd, keys, static_cast<size_t>(count) * kd, kd);
+  put(values_[static_cast<size_t>(layer)], static_cast<size_t>(first) * vd, values, static_cast<size_t>(count) * vd, vd);
 }
 
 std::vector<float> ReferenceKvCache::read_keys(int32_t layer, const std::vector<int32_t>& slots) {

@@ -37,7 +37,10 @@ class ReferenceKvCache final : public KvCache {
 
  private:
   int32_t part_ = 0;
-  void put(std::vector<float>& dst, size_t at, const float* src, size_t n) const;
+  // Copies n floats (rows of `width`) to dst[at..] as the cache type keeps them: rounded
+  // to fp16, or each row quantized to its blocks and dequantized (the reference keeps
+  // floats: it is the oracle of the values, not of the memory).
+  void put(std::vector<float>& dst, size_t at, const float* src, size_t n, size_t width) const;
   void check_layer(int32_t layer, const char* what) const;
   void check_slot(int32_t slot, const char* what) const;
   // op(entry a, entry b, floats) on the keys and then the values of every layer.
