@@ -14,6 +14,16 @@ namespace fafo::test {
 
 using TestModel = OpenedModel;
 
+// What open_model throws for `options`, in words ("" when the model opens).
+inline std::string open_model_error(const OpenOptions& options) {
+  try {
+    open_model(options);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 inline TestModel load_test_model(const std::string& path, int32_t n_ctx = 0, int threads = 2,
                                  const std::string& backend = "cpu") {
   OpenOptions options;

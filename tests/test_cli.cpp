@@ -165,7 +165,7 @@ TEST(Cli, InfoShowsArchitectureTokenizerAndTensors) {
   EXPECT_HAS(o.out, "[64, 64]");
   EXPECT_HAS(o.out, "parameters:");
   // 5 layers x (32 keys + 32 values) x 4 bytes a token; 2048 of them at the trained context.
-  EXPECT_HAS(o.out, "KV cache:      1.25 KiB per token in f32 (640 B in f16)");
+  EXPECT_HAS(o.out, "KV cache:      1.25 KiB per token in f32 (640 B in f16, 340 B in q8_0, 180 B in q4_0)");
   EXPECT_HAS(o.out, "2.50 MiB in f32 (1.25 MiB in f16) for a context of 2048");
 }
 

@@ -10,8 +10,10 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <utility>
 #include <vector>
 
+#include "backend/host/host_kv_cache.h"
 #include "fafo/backend.h"
 #include "fafo/kv_cache.h"
 #include "fafo/step_batch.h"
@@ -120,6 +122,28 @@ TEST(HostKvCache, BlockCachesComputeWithTheirBlocksValues) {
   EXPECT_EQ(q8.keys, f32_of_q8.keys);
   EXPECT_EQ(q4.keys, f32_of_q4.keys);
   EXPECT_NE(q8.keys, q4.keys);  // the blocks differ: the comparison sees their values
+}
+
+// A slice of a block row (an attention item's head) widens to the values read_keys gives
+// for the whole row: slices inside a block (heads of 16), across blocks, and across the
+// 16-block chunks Rows::widen decodes at a time (576 values: 18 blocks).
+TEST(HostKvCache, ASliceOfABlockRowIsThatPartOfTheRow) {
+  constexpr int32_t kWide = 576;
+  std::unique_ptr<Backend> be = make_backend(BackendSpec{"cpu", "", 2});
+  for (KvCacheType type : {KvCacheType::Q8_0, KvCacheType::Q4_0, KvCacheType::F16}) {
+    std::unique_ptr<KvCache> kv = be->create_kv_cache(KvCacheShape{1, 8, kWide, type});
+    const std::vector<float> k = half_values(6, int64_t{3} * kWide), v = half_values(7, int64_t{3} * kWide);
+    kv->write(0, 2, 3, k.data(), v.data());
+    auto* host = dynamic_cast<host::HostKvCache*>(kv.get());
+    ASSERT_NE(host, nullptr);
+    const std::vector<float> rows = kv->read_keys(0, {2, 3, 4});
+    for (const auto& [first, n] : {std::pair{0, 16}, {16, 16}, {24, 16}, {500, 40}, {496, 80}, {0, kWide}}) {
+      std::vector<float> part(static_cast<size_t>(n));
+      host->keys(0).widen(3, first, n, part.data());
+      EXPECT_EQ(part, std::vector<float>(rows.begin() + kWide + first, rows.begin() + kWide + first + n))
+          << kv_cache_type_name(type) << " [" << first << ", " << first + n << ")";
+    }
+  }
 }
 
 }  // namespace

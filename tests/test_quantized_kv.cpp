@@ -13,6 +13,7 @@
 #include "fafo/backend_registry.h"
 #include "fafo/generator.h"
 #include "fafo/open_model.h"
+#include "model_fixtures.h"
 #include "test_support.h"
 
 namespace fafo {
@@ -81,15 +82,6 @@ TEST(QuantizedKv, TheCpuBackendStaysWithinTheReferencesTolerance) {
   }
 }
 
-std::string open_error(const OpenOptions& o) {
-  try {
-    open_model(o);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(QuantizedKv, WhatCannotHoldBlocksSaysSo) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   EXPECT_EQ(parse_kv_cache_type("q4_0"), KvCacheType::Q4_0);
@@ -111,7 +103,7 @@ TEST(QuantizedKv, WhatCannotHoldBlocksSaysSo) {
   for (const char* backend : {"vulkan", "cuda"}) {
     const BackendInfo* info = find_backend(backend);
     if (!info || info->devices().empty()) continue;
-    EXPECT_HAS(open_error(stories_with(backend, KvCacheType::Q8_0)), "no q8_0 KV cache yet");
+    EXPECT_HAS(test::open_model_error(stories_with(backend, KvCacheType::Q8_0)), "no q8_0 KV cache yet");
   }
   const test::CommandResult run = test::run_fafo("run -m " + test::shell_quote(model_path) +
                                                  " --backend cpu --cache-type q4_0 -p 'Once upon a time' -n 8 --temp 0");

@@ -17,6 +17,7 @@
 #include "fafo/device_error.h"
 #include "fafo/generator.h"
 #include "fafo/open_model.h"
+#include "model_fixtures.h"
 #include "test_support.h"
 
 namespace fafo {
@@ -108,26 +109,17 @@ TEST(SplitPlacement, ThreeDevicesGiveTheBitsOfOne) {
   for (Strategy s : {Strategy::Jacobi, Strategy::Lookahead, Strategy::Fafo}) EXPECT_EQ(run(s), ar) << strategy_name(s);
 }
 
-std::string open_error(const OpenOptions& options) {
-  try {
-    open_model(options);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(SplitPlacement, LayerCountsAreCheckedAgainstTheModel) {
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   OpenOptions options = stories_on("cpu");
   options.split = parse_split("cpu=2,reference=2");
-  EXPECT_HAS(open_error(options), "places 4 layers; the model has 5");
+  EXPECT_HAS(test::open_model_error(options), "places 4 layers; the model has 5");
   options.split = parse_split("cpu=5,reference");
-  EXPECT_HAS(open_error(options), "leaves no layer of the model's 5 for reference");
+  EXPECT_HAS(test::open_model_error(options), "leaves no layer of the model's 5 for reference");
   options.split = parse_split("cpu=2,reference=4");
-  EXPECT_HAS(open_error(options), "places 6 layers");
+  EXPECT_HAS(test::open_model_error(options), "places 6 layers");
   options.split = parse_split("cpu=2,nosuch");
-  EXPECT_HAS(open_error(options), "nosuch");
+  EXPECT_HAS(test::open_model_error(options), "nosuch");
 }
 
 // The default is auto: a model that fits goes whole to the device, one that does not is

@@ -94,9 +94,13 @@ int run_info(const InfoArgs& args) {
       for (size_t l = 0; l < c.mla_rank_k.size(); ++l) std::printf(" %d/%d", c.mla_rank_k[l], c.mla_rank_v[l]);
       std::printf("\n");
     }
-    std::printf("KV cache:      %s per token in f32 (%s in f16)%s\n",
-                human_bytes(4.0 * static_cast<double>(c.kv_floats_per_token())).c_str(),
-                human_bytes(2.0 * static_cast<double>(c.kv_floats_per_token())).c_str(),
+    // (q8_0 and q4_0: where an entry is whole 32-value blocks; not for latent caches.)
+    const bool blocks = !c.mla() && c.kv_dim() % 32 == 0;
+    const double floats = static_cast<double>(c.kv_floats_per_token());
+    const std::string block_sizes =
+        blocks ? ", " + human_bytes(floats * 34.0 / 32.0) + " in q8_0, " + human_bytes(floats * 18.0 / 32.0) + " in q4_0" : "";
+    std::printf("KV cache:      %s per token in f32 (%s in f16%s)%s\n", human_bytes(4.0 * floats).c_str(),
+                human_bytes(2.0 * floats).c_str(), block_sizes.c_str(),
                 c.mla() ? (", " + std::to_string(c.kv_floats_per_token() * 100 / plain_floats) + "% of the plain cache").c_str()
                         : "");
     // What a context the size of --ctx-size's default (the trained one, at most 4096) holds.

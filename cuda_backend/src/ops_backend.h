@@ -133,7 +133,7 @@ class OpsBackend final : public Backend,
       throw std::invalid_argument("the " + name() + " backend cannot run multi-head latent attention (MLA) models yet");
     if (kv_cache_type_quantized(shape.type))
       throw std::invalid_argument("the " + name() + " backend has no " + kv_cache_type_name(shape.type) +
-                                  " KV cache yet: use --cache-type f32 or f16");
+                                  " KV cache yet: use --cache-type f32 or f16, or --backend cpu");
     auto kv = std::make_unique<OpsKvCache<Device>>(shape, *device_, *this);
     const KvCache* made = kv.get();
     kv->set_owner(this, [this, made] {

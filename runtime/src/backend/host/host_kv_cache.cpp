@@ -29,8 +29,11 @@ void HostKvCache::Rows::widen(int32_t slot, int32_t first, int32_t n, float* out
   }
   const uint8_t* row = packed + static_cast<size_t>(slot) * row_bytes;
   if (type == KvCacheType::F16) {
-    const auto* h = reinterpret_cast<const uint16_t*>(row) + first;
-    for (int32_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
+    for (int32_t i = 0; i < n; ++i) {
+      uint16_t h = 0;
+      std::memcpy(&h, row + 2 * static_cast<size_t>(first + i), sizeof h);
+      out[i] = fp16_to_fp32(h);
+    }
     return;
   }
   // The blocks that hold [first, first + n), dequantized whole, then the part wanted.
@@ -84,8 +87,10 @@ void HostKvCache::store_rows(bool keys, int32_t layer, size_t slot, const float*
   uint8_t* dst = (keys ? packed_keys_ : packed_values_)[l].data() + slot * row_bytes;
   for (size_t r = 0; r < count; ++r, dst += row_bytes, src += width) {
     if (shape().type == KvCacheType::F16) {
-      auto* h = reinterpret_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < width; ++i) h[i] = fp32_to_fp16(src[i]);
+      for (size_t i = 0; i < width; ++i) {
+        const uint16_t h = fp32_to_fp16(src[i]);
+        std::memcpy(dst + 2 * i, &h, sizeof h);
+      }
     } else {
       quantize_row(block_type(shape().type), src, dst, static_cast<int64_t>(width));
     }

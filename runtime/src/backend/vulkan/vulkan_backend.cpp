@@ -198,7 +198,7 @@ class VulkanBackend final : public Backend,
   std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override {
     if (kv_cache_type_quantized(shape.type))
       throw std::invalid_argument(std::string("the vulkan backend has no ") + kv_cache_type_name(shape.type) +
-                                  " KV cache yet: use --cache-type f32 or f16");
+                                  " KV cache yet: use --cache-type f32 or f16, or --backend cpu");
     auto kv = std::make_unique<VulkanKvCache>(
         shape, KvCacheServices{context_, kernels_, transfer_, descriptors_, allocator_, *this});
     encoder_.reserve(shape.capacity);  // grows the step inputs for the longest cache's order
