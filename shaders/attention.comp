@@ -9,6 +9,15 @@
 #ifndef STORAGE16
 #define STORAGE16 0
 #endif
+// KV_Q8_0=1 / KV_Q4_0=1 read a cache of Q8_0 / Q4_0 blocks (shaders/kv_blocks.glsl):
+// each value decoded exactly as the host decodes it, so only the storage differs from
+// an fp32 cache holding the blocks' values.
+#ifndef KV_Q8_0
+#define KV_Q8_0 0
+#endif
+#ifndef KV_Q4_0
+#define KV_Q4_0 0
+#endif
 // SERIAL=1: the variant for CPU devices (lavapipe), below.
 #ifndef SERIAL
 #define SERIAL 0
@@ -24,6 +33,9 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "half.glsl"
+#if KV_Q8_0 || KV_Q4_0
+#include "kv_blocks.glsl"
+#endif
 // Attention over a StepBatch, split into parts (flash-decoding): workgroup
 // (part, head, row) computes, for one query head of one batch row, the softmax
 // statistics and the unnormalised weighted sum of values over one contiguous range of
@@ -93,6 +105,17 @@ layout(std430, binding = 1) readonly buffer K { uint kc[]; };
 layout(std430, binding = 2) readonly buffer V { uint vc[]; };
 float key_at(uint i) { return half_to_float((kc[i >> 1] >> ((i & 1u) << 4)) & 0xffffu); }
 float value_at(uint i) { return half_to_float((vc[i >> 1] >> ((i & 1u) << 4)) & 0xffffu); }
+#elif KV_Q8_0 || KV_Q4_0
+layout(std430, binding = 1) readonly buffer K { uint kc[]; };
+layout(std430, binding = 2) readonly buffer V { uint vc[]; };
+float key_at(uint i) {
+  const uint b = kv_block_byte(i), at = kv_code_byte(i);
+  return kv_decode(kc[b >> 2], b, kc[at >> 2], at, i);
+}
+float value_at(uint i) {
+  const uint b = kv_block_byte(i), at = kv_code_byte(i);
+  return kv_decode(vc[b >> 2], b, vc[at >> 2], at, i);
+}
 #else
 layout(std430, binding = 1) readonly buffer K { float kc[]; };          // [n_ctx x kv_dim]
 layout(std430, binding = 2) readonly buffer V { float vc[]; };          // [n_ctx x kv_dim]

@@ -6,14 +6,26 @@
 // and each invocation converts two adjacent values to half (round to nearest even,
 // shaders/half.glsl) and writes them as one word, low half first ((width + 1) / 2
 // words per entry; the high half of an odd width's last word is zero); otherwise each
-// invocation copies one value's bits (width words per entry). The caller keeps
+// invocation copies one value's bits (width words per entry); with KV_Q8_0 or KV_Q4_0
+// (shaders/kv_blocks.glsl; k_width = v_width, a multiple of 64) each invocation
+// quantizes two blocks of a row and writes their words. The caller keeps
 // n_past + rows within the cache (VulkanBackend::begin_step checks it).
 #extension GL_GOOGLE_include_directive : require
 #include "half.glsl"
+#ifndef KV_Q8_0
+#define KV_Q8_0 0
+#endif
+#ifndef KV_Q4_0
+#define KV_Q4_0 0
+#endif
+#if KV_Q8_0 || KV_Q4_0
+#define KV_BLOCKS 1
+#include "kv_blocks.glsl"
+#endif
 
 layout(local_size_x = 64) in;
 
-#ifdef KV_F16
+#if defined(KV_F16) || defined(KV_BLOCKS)
 layout(std430, binding = 0) readonly buffer SrcK { float src_k[]; };
 layout(std430, binding = 1) readonly buffer SrcV { float src_v[]; };
 #else  // moved as words: every bit pattern kept
@@ -42,7 +54,34 @@ uint pack_v(uint at, uint u) {
 }
 #endif
 
+#ifdef KV_BLOCKS
+// The words of blocks 2 pair and 2 pair + 1 of source row `row` (k_width values).
+void quantize_pair(bool keys, uint row, uint pair, out uint w[KV_PAIR_WORDS]) {
+  for (uint k = 0u; k < KV_PAIR_WORDS; ++k) w[k] = 0u;
+  for (uint half_ = 0u; half_ < 2u; ++half_) {
+    float x[32];
+    const uint at = row * p.k_width + 64u * pair + 32u * half_;
+    for (uint j = 0u; j < 32u; ++j) x[j] = keys ? src_k[at + j] : src_v[at + j];
+    kv_quantize_block(x, w, half_ * KV_BLOCK_BYTES);
+  }
+}
+#endif
+
 void main() {
+#ifdef KV_BLOCKS
+  const uint pairs = p.k_width / 64u;
+  const uint first_slot = step_info[0], first_src = step_info[3];
+  const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+  for (uint i = gl_GlobalInvocationID.x; i < p.rows * pairs; i += stride) {
+    const uint row = i / pairs, pair = i % pairs;
+    const uint out_at = ((first_slot + row) * pairs + pair) * KV_PAIR_WORDS;
+    uint w[KV_PAIR_WORDS];
+    quantize_pair(true, first_src + row, pair, w);
+    for (uint k = 0u; k < KV_PAIR_WORDS; ++k) cache_k[out_at + k] = w[k];
+    quantize_pair(false, first_src + row, pair, w);
+    for (uint k = 0u; k < KV_PAIR_WORDS; ++k) cache_v[out_at + k] = w[k];
+  }
+#else
 #ifdef KV_F16
   const uint k_units = (p.k_width + 1u) / 2u, v_units = (p.v_width + 1u) / 2u;
 #else
@@ -62,4 +101,5 @@ void main() {
     if (u < v_units) cache_v[(first + row) * v_units + u] = src_v[(first_row + row) * p.v_width + u];
 #endif
   }
+#endif
 }

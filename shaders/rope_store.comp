@@ -4,7 +4,8 @@
 // per head. The queries are rotated in place; the keys are rotated and written, with
 // the values, to slots n_past.. of the layer's cache (n_past: step_info[0], the step's
 // header, so a recorded step replays at any n_past) (fp32, or fp16 words with
-// KV_F16: two values per 32-bit word, low half first, rounded as shaders/half.glsl).
+// KV_F16: two values per 32-bit word, low half first, rounded as shaders/half.glsl;
+// KV_Q8_0 / KV_Q4_0: blocks, shaders/kv_blocks.glsl, quantized as kv_store.comp does).
 // The rotation is shaders/rope.comp's expression, and the rounding kv_store.comp's, so
 // the results are bit for bit those of rope + rope + store. The keys in qkv are left
 // unrotated (attention reads them from the cache).
@@ -14,15 +15,25 @@
 //
 // The items of the grid-stride loop: rows x n_head x n_pairs query pairs, then
 // rows x units key units, then rows x units value units, where a unit is one value
-// (fp32) or one word of two (fp16).
+// (fp32), one word of two (fp16) or a pair of blocks (64 values).
 #extension GL_GOOGLE_include_directive : require
 #include "half.glsl"
+#ifndef KV_Q8_0
+#define KV_Q8_0 0
+#endif
+#ifndef KV_Q4_0
+#define KV_Q4_0 0
+#endif
+#if KV_Q8_0 || KV_Q4_0
+#define KV_BLOCKS 1
+#include "kv_blocks.glsl"
+#endif
 
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) buffer Qkv { float x[]; };              // [rows x stride]
 layout(std430, binding = 1) readonly buffer Table { float cs[]; };  // [rows x n_pairs x 2]
-#ifdef KV_F16
+#if defined(KV_F16) || defined(KV_BLOCKS)
 layout(std430, binding = 2) writeonly buffer CacheK { uint cache_k[]; };
 layout(std430, binding = 3) writeonly buffer CacheV { uint cache_v[]; };
 #else
@@ -61,9 +72,25 @@ float rotated_key(uint row, uint e) {
   return second ? r1 : r0;
 }
 
+#ifdef KV_BLOCKS
+// The words of the pair of blocks `pair` of `row`'s keys (rotated) or values.
+void quantize_pair(bool keys, uint row, uint pair, out uint w[KV_PAIR_WORDS]) {
+  for (uint k = 0u; k < KV_PAIR_WORDS; ++k) w[k] = 0u;
+  for (uint half_ = 0u; half_ < 2u; ++half_) {
+    float v[32];
+    const uint e = 64u * pair + 32u * half_;
+    const uint at = (step_info[3] + row) * p.stride + p.v_offset + e;
+    for (uint j = 0u; j < 32u; ++j) v[j] = keys ? rotated_key(row, e + j) : x[at + j];
+    kv_quantize_block(v, w, half_ * KV_BLOCK_BYTES);
+  }
+}
+#endif
+
 void main() {
   const uint kv_dim = p.n_head_kv * p.head_dim;
-#ifdef KV_F16
+#ifdef KV_BLOCKS
+  const uint units = kv_dim / 64u;
+#elif defined(KV_F16)
   const uint units = kv_dim / 2u;
 #else
   const uint units = kv_dim;
@@ -94,7 +121,14 @@ void main() {
     const uint row = unit / units;
     const uint u = unit % units;
     const uint out_at = (step_info[0] + row) * units + u;
-#ifdef KV_F16
+#ifdef KV_BLOCKS
+    uint w[KV_PAIR_WORDS];
+    quantize_pair(keys, row, u, w);
+    for (uint k = 0u; k < KV_PAIR_WORDS; ++k) {
+      if (keys) cache_k[out_at * KV_PAIR_WORDS + k] = w[k];
+      else cache_v[out_at * KV_PAIR_WORDS + k] = w[k];
+    }
+#elif defined(KV_F16)
     if (keys) {
       cache_k[out_at] = float_to_half(rotated_key(row, 2u * u)) | (float_to_half(rotated_key(row, 2u * u + 1u)) << 16);
     } else {

@@ -4,7 +4,7 @@
 // rms_norm, add_bias, rope in every variant the models use, KV store / write / swap /
 // move / read keys / query capture, attention over StepBatches (in-step masks, FULL and
 // COMPRESSED prefixes, a permuted logical order, dense layers, contexts long enough to
-// be split into parts, f32 and f16 caches), multi-head latent attention over latent
+// be split into parts, f32, f16, q8_0 and q4_0 caches), multi-head latent attention over latent
 // caches (odd per-layer widths, keys rotated at each entry's position; on the backends
 // that run MLA models), swiglu, add, gather, argmax and top-k — over
 // odd shapes and step sizes T in {1, 2, 3, 8, 9, 31, 64, 257}. It runs on every backend
@@ -354,7 +354,7 @@ TEST(BackendPairs, CudaAndVulkanOnTheSameGpuGiveTheSameBits) {
     for (const Target& v : vulkan) {
       OpEnv a(make_target(c)), b(make_target(v));
       const PairReport r = compare_pair(a, b, c.label() + " (" + c.device_name + ") vs " + v.label() + " (" + v.device_name + ")");
-      EXPECT_GT(r.cases, 80);  // 91 on the H200 (no MLA on cuda), 101 where both run MLA
+      EXPECT_GT(r.cases, 80);  // 91 on the H200 (no MLA on cuda), 101 where both run MLA; 17 more with block caches
       for (const std::string& d : r.must_match_but_differ) ADD_FAILURE() << c.label() << " vs " << v.label() << ": " << d;
     }
 }
@@ -491,7 +491,10 @@ TEST(BackendOpsTable, AWrongRegionSlotInCpuAttentionFailsConformance) {
       "COMPRESSED rows, region 40 of 300, permuted, dense first layer, f16 cache",
       "soft-capped at 1, permuted, COMPRESSED rows, f16 cache",
       "sliding window of 64, permuted, COMPRESSED rows, dense first layer",
-      "sliding window of 64, permuted, COMPRESSED rows, dense first layer, f16 cache"};
+      "sliding window of 64, permuted, COMPRESSED rows, dense first layer, f16 cache",
+      "sliding window of 64, permuted, COMPRESSED rows, dense first layer, q4_0 cache",
+      "FAFO-like: COMPRESSED rows, region 68 of 300, q8_0 cache", "FAFO-like: COMPRESSED rows, region 68 of 300, q4_0 cache",
+      "permuted logical order, dense first layer, q8_0 cache", "permuted logical order, dense first layer, q4_0 cache"};
   std::set<std::string> caught;
   for (const OpCase& c : op_table()) {
     if (c.op != "attention" && c.op != "latent_attention") continue;

@@ -369,6 +369,15 @@ void add_attention(std::vector<OpCase>& cases) {
     v.type = KvCacheType::F16;
     variants.push_back(v);
   }
+  // The same with block caches, where the entries are whole pairs of blocks (kv_dim a
+  // multiple of 64): heads of 16 (a block spans heads), 64, 32, 256 and 128.
+  for (const KvCacheType type : {KvCacheType::Q8_0, KvCacheType::Q4_0})
+    for (size_t i : {0u, 3u, 4u, 5u, 6u}) {
+      AttentionVariant v = variants[i];
+      v.name += std::string(", ") + kv_cache_type_name(type) + " cache";
+      v.type = type;
+      variants.push_back(v);
+    }
   // Soft-capped scores (a cap of 0.5 or 1 bends most of these scores: |s| is up to ~1).
   AttentionVariant capped = variants[1];
   capped.name = "soft-capped at 0.5, prefill after 13, GQA 6/2 x 20";
@@ -393,6 +402,9 @@ void add_attention(std::vector<OpCase>& cases) {
   variants.push_back(windowed);
   windowed.name += ", f16 cache";
   windowed.type = KvCacheType::F16;
+  variants.push_back(windowed);
+  windowed.name = "sliding window of 64, permuted, COMPRESSED rows, dense first layer, q4_0 cache";
+  windowed.type = KvCacheType::Q4_0;
   variants.push_back(windowed);
   windowed = variants[6];
   windowed.name = "sliding window of 1000, long context split into parts, permuted";
@@ -509,12 +521,16 @@ void add_latent_attention(std::vector<OpCase>& cases) {
 }
 
 void add_kv_ops(std::vector<OpCase>& cases) {
-  for (const KvCacheType type : {KvCacheType::F32, KvCacheType::F16}) {
+  for (const KvCacheType type : {KvCacheType::F32, KvCacheType::F16, KvCacheType::Q8_0, KvCacheType::Q4_0}) {
     const std::string t = kv_cache_type_name(type);
-    // store: a step's rows land at slots n_past..; read back by read_keys.
-    cases.push_back({"kv_store", t + " kv_dim 12", kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
+    // Block caches hold whole pairs of blocks per entry (64 values).
+    const int32_t width = kv_cache_type_quantized(type) ? 64 : 12;
+    const std::string w = std::to_string(width);
+    // store: a step's rows land at slots n_past..; read back by read_keys (a block
+    // cache's values: the blocks quantized from them, the same on every backend).
+    cases.push_back({"kv_store", t + " kv_dim " + w, kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
                        Backend& be = env.be();
-                       const int32_t kv_dim = 12, n_past = 5;
+                       const int32_t kv_dim = width, n_past = 5;
                        KvCache& kv = env.make_cache(KvCacheShape{3, n_past + 260, kv_dim, type});
                        kv.reset_layout(0, 0, n_past);
                        StepBatch b = causal_batch(T, n_past);
@@ -529,9 +545,9 @@ void add_kv_ops(std::vector<OpCase>& cases) {
                        return OpOutputs{o};
                      }});
     // capture: the listed rows' queries (rows outside the step skipped).
-    cases.push_back({"capture_queries", t + " q 24", kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
+    cases.push_back({"capture_queries", t + " q 24, kv_dim " + w, kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
                        Backend& be = env.be();
-                       KvCache& kv = env.make_cache(KvCacheShape{2, 300, 12, type});
+                       KvCache& kv = env.make_cache(KvCacheShape{2, 300, width, type});
                        kv.reset_layout(0, 0, 0);
                        kv.set_captured_rows({0, 2, 5, 9, T - 1, 400});
                        StepBatch b = causal_batch(T, 0);
@@ -545,8 +561,8 @@ void add_kv_ops(std::vector<OpCase>& cases) {
                      }});
     // write, then swaps and moves that chain through shared slots (order matters),
     // region selection and truncation; every slot of every layer read back.
-    cases.push_back({"kv_swap_move", t + " 3 layers x 40 x 12", {1}, [=](OpEnv& env, int32_t, uint32_t) {
-                       const int32_t kv_dim = 12, n_ctx = 40;
+    cases.push_back({"kv_swap_move", t + " 3 layers x 40 x " + w, {1}, [=](OpEnv& env, int32_t, uint32_t) {
+                       const int32_t kv_dim = width, n_ctx = 40;
                        KvCache& kv = env.make_cache(KvCacheShape{3, n_ctx, kv_dim, type});
                        for (int32_t layer = 0; layer < 3; ++layer) {
                          std::vector<float> k(30u * kv_dim), v(k.size());

@@ -125,6 +125,34 @@ TEST(BenchReport, JsonRoundTrips) {
   EXPECT_EQ(report_markdown(back), report_markdown(r));
 }
 
+// A run at a depth with a block cache: the rows say the depth as llama-bench does
+// ("tg128 @ d4096"), a row gives each device's KV cache type and bytes per token, and
+// the JSON and CSV keep both.
+TEST(BenchReport, DepthAndKvCacheAreInEveryForm) {
+  BenchReport r = two_devices_and_a_failure();
+  for (DeviceResult& d : r.devices) {
+    if (!d.error.empty()) continue;
+    d.depth = 4096;
+    d.kv_type = "q8_0";
+    d.kv_bytes_per_token = 4352;
+  }
+  r.devices[1].kv_type = "f32", r.devices[1].kv_bytes_per_token = 16384;
+  const std::string md = report_markdown(r);
+  EXPECT_NE(md.find("| KV cache | bytes / token | q8_0, 4352 | f32, 16384 | - |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| tg128 @ d4096 | tokens/s | 20.00 ± 0.25 | 40.00 ± 0.25 | - |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| pp512 @ d4096 | tokens/s |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| tg128 |"), std::string::npos) << md;
+  const std::string csv = report_csv(r);
+  EXPECT_NE(csv.find("cpu,cpu,Device cpu,2,kv_cache_q8_0,0,4352,0,bytes/token\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("cpu,cpu,Device cpu,2,depth,4096,4096,0,tokens\n"), std::string::npos) << csv;
+  const nlohmann::json j = report_json(r);
+  EXPECT_EQ(j["devices"][0]["depth"], 4096);
+  EXPECT_EQ(j["devices"][1]["kv_cache"]["type"], "f32");
+  const BenchReport back = report_from_json(nlohmann::json::parse(j.dump()));
+  EXPECT_EQ(report_json(back), j);
+  EXPECT_EQ(report_markdown(back), md);
+}
+
 TEST(BenchReport, JsonWithMissingFieldsNamesThem) {
   nlohmann::json j = report_json(two_devices_and_a_failure());
   j["devices"][1]["tg"].erase("sd");

@@ -343,6 +343,29 @@ TEST(Cli, BenchComparesStrategiesSideBySide) {
   EXPECT_EQ(nlohmann::json::parse(cold.out.substr(cold.out.find("\n{") + 1))["warmup"], false);
 }
 
+// --depth measures pp and tg after that many tokens (llama-bench's -d), growing the
+// context to hold them; the report names the KV cache and its bytes per token; a depth
+// the context cannot hold is an error naming --ctx-size.
+TEST(Cli, BenchAtADepthAfterTheContextsTokens) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const std::string bench = "bench -m " + fafo::test::shell_quote(model) + " -r 1 --curve '' ";
+  const Outcome o = run_fafo(bench + "--pp 8 --tg 4 --depth 600 --cache-type q8_0 --json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_HAS(o.out, "| tg4 @ d600 |");
+  EXPECT_HAS(o.out, "KV cache: q8_0, 0.3 KiB per token");  // 5 layers x 2 x one 34-byte block
+  const nlohmann::json j = nlohmann::json::parse(o.out.substr(o.out.find("\n{") + 1));
+  EXPECT_EQ(j["depth"], 600);
+  EXPECT_EQ(j["kv_cache"]["type"], "q8_0");
+  EXPECT_EQ(j["kv_cache"]["bytes_per_token"], 5 * 2 * 34);
+  EXPECT_GT(j["tg"]["tokens_per_s"].get<double>(), 0.0);
+  const Outcome full = run_fafo(bench + "--pp 8 --tg 4 --depth 600 -c 512");
+  EXPECT_EQ(full.exit_code, 1);
+  EXPECT_HAS(full.err, "--depth 600 leaves no room in a context of 512 tokens: use a larger --ctx-size");
+  const Outcome idle = run_fafo("bench -m " + fafo::test::shell_quote(model) + " -r 1 --pp 0 --tg 0 --depth 8 --curve 1");
+  EXPECT_EQ(idle.exit_code, 1);
+  EXPECT_HAS(idle.err, "--depth acts on pp and tg, and both are 0");
+}
+
 TEST(Cli, BenchDevicesPutsBackendsSideBySideAndWritesTheReport) {
   FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
   const auto dir = fafo::test::temp_dir("cli-bench-devices");

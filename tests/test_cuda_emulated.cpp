@@ -45,6 +45,7 @@
 #include "random_weights.h"
 #include "model_fixtures.h"
 #include "joined_steps_check.h"
+#include "quantized_kv_check.h"
 #include "test_support.h"
 
 namespace {
@@ -130,7 +131,8 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
   // The CUDA backend's whole step logic (StepBatch masks, FULL and COMPRESSED rows, the
   // logical order, KV swaps and moves, gathered rows, argmax), its kernels run on the
   // host: the greedy ids of plain decoding equal the cpu backend's, and every strategy's
-  // equal plain decoding's, with fp32 and fp16 caches.
+  // equal plain decoding's, with fp32, fp16, q8_0 and q4_0 caches (heads of 8: a block
+  // spans heads, so the blocks are read by the plain attention kernel).
   FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
   const std::shared_ptr<const fafo::GgufFile> file = fafo::GgufFile::open(model_path.string());
   const fafo::Tokenizer tokenizer(fafo::Vocab::from_gguf(*file));
@@ -148,7 +150,8 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
     o.kv.budget = 24;
     return fafo::generate(model, tokenizer, prompt, o).ids;
   };
-  for (const fafo::KvCacheType kv : {fafo::KvCacheType::F32, fafo::KvCacheType::F16}) {
+  for (const fafo::KvCacheType kv :
+       {fafo::KvCacheType::F32, fafo::KvCacheType::F16, fafo::KvCacheType::Q8_0, fafo::KvCacheType::Q4_0}) {
     SCOPED_TRACE(fafo::kv_cache_type_name(kv));
     const auto ar = run(fafo::make_cpu_backend(2), kv, fafo::Strategy::Ar, "stream");
     ASSERT_EQ(ar.size(), 40u);
@@ -157,6 +160,13 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
     for (const std::string policy : {"stream", "snapkv"})
       EXPECT_EQ(run(fafo::cuda::make_emulated_backend(), kv, fafo::Strategy::Fafo, policy), ar) << policy;
   }
+}
+
+// Block caches on a model with heads of 64 (each head's entries whole blocks, staged by
+// the warp kernels' attention): within the tolerance of the reference's logits with the
+// same cache, and every strategy plain decoding's ids (tests/quantized_kv_check.h).
+TEST(CudaEmulated, BlockCachesGiveTheReferencesLogitsAndEveryStrategyPlainDecodingsIds) {
+  fafo::test::check_block_caches(fafo::test::wide_heads_model(), [] { return fafo::cuda::make_emulated_backend(); });
 }
 
 // The model families beyond llama (qwen3: per-head Q and K norms before NEOX RoPE,

@@ -23,6 +23,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../cuda_backend/src/argmax_op.h"
@@ -493,7 +494,8 @@ TEST(CudaIntOps, UnitsJoinALaneSumByTheirFusedExpression) {
 // stages, or rows of another kind or window reading theirs from memory), the query
 // heads a warp takes (groups of 4, 3, 2 against 1) and the launch's run of rows; merged,
 // they are the plain kernel's attention within 1e-5. GQA 8/2 x 64, 12/3 x 100 and 6/3 x
-// 33 (16-, 4- and 2-byte staging reads), f32 and f16 caches, FULL and COMPRESSED rows
+// 33 (16-, 4- and 2-byte staging reads), f32 and f16 caches (and q8_0 and q4_0 ones where
+// a head is whole blocks: 64, whose 68 and 36 bytes stage in 4-byte reads), FULL and COMPRESSED rows
 // over a permuted order, random masks, with and without a 150-entry window (each FULL
 // row's keys start elsewhere), parts of 96 and 32 keys over a 300-entry prefix.
 TEST(CudaAttention, BlocksGiveEachRowAndHeadTheSameBitsWhateverTheirRowsAndGroup) {
@@ -504,23 +506,35 @@ TEST(CudaAttention, BlocksGiveEachRowAndHeadTheSameBitsWhateverTheirRowsAndGroup
     uint32_t n_head, n_head_kv, head_dim;
   };
   for (const Shape sh : {Shape{8, 2, 64}, Shape{12, 3, 100}, Shape{6, 3, 33}})
-    for (const bool f16 : {false, true})
+    for (const fafo::cuda::KvFormat format :
+         {fafo::cuda::KvFormat::F32, fafo::cuda::KvFormat::F16, fafo::cuda::KvFormat::Q8_0, fafo::cuda::KvFormat::Q4_0})
       for (const int32_t window : {0, 150})
         for (const uint32_t part_keys : {96u, 32u}) {
+          if (fafo::cuda::kv_blocks(format) && sh.head_dim % 32 != 0) continue;
           SCOPED_TRACE(std::to_string(sh.n_head) + "/" + std::to_string(sh.n_head_kv) + " x " + std::to_string(sh.head_dim) +
-                       (f16 ? " f16" : " f32") + " window " + std::to_string(window) + " part " + std::to_string(part_keys));
+                       " format " + std::to_string(static_cast<int>(format)) + " window " + std::to_string(window) +
+                       " part " + std::to_string(part_keys));
           const uint32_t T = 11, n_past = 300, region = 70, kv_dim = sh.n_head_kv * sh.head_dim, q_stride = sh.n_head * sh.head_dim;
           const uint32_t n_parts = (n_past + T + part_keys - 1) / part_keys;
           std::vector<float> q(size_t{T} * q_stride);
           for (float& v : q) v = value(rng);
           const size_t entries = size_t{n_past + T} * kv_dim;
+          // The cache in its format (blocks quantized as the backend's store does).
           std::vector<float> kf(entries), vf(entries);
-          std::vector<uint16_t> kh(entries), vh(entries);
-          for (size_t i = 0; i < entries; ++i) {
-            kf[i] = value(rng), vf[i] = value(rng);
-            kh[i] = fafo::cuda::float_to_half_bits(kf[i]), vh[i] = fafo::cuda::float_to_half_bits(vf[i]);
-            if (f16) kf[i] = fafo::cuda::half_bits_to_float(kh[i]), vf[i] = fafo::cuda::half_bits_to_float(vh[i]);
-          }
+          for (size_t i = 0; i < entries; ++i) kf[i] = value(rng), vf[i] = value(rng);
+          std::vector<uint8_t> kc(fafo::cuda::kv_bytes(format, entries)), vc(kc.size());
+          for (size_t i = 0; i < entries; ++i)
+            if (format == fafo::cuda::KvFormat::F32) {
+              std::memcpy(&kc[4 * i], &kf[i], 4), std::memcpy(&vc[4 * i], &vf[i], 4);
+            } else if (format == fafo::cuda::KvFormat::F16) {
+              const uint16_t k = fafo::cuda::float_to_half_bits(kf[i]), v = fafo::cuda::float_to_half_bits(vf[i]);
+              std::memcpy(&kc[2 * i], &k, 2), std::memcpy(&vc[2 * i], &v, 2);
+            }
+          if (fafo::cuda::kv_blocks(format))
+            for (size_t b = 0; b < entries / 32; ++b) {
+              fafo::cuda::quantize_kv_block(&kf[32 * b], &kc[b * fafo::cuda::kv_block_bytes(format)], format);
+              fafo::cuda::quantize_kv_block(&vf[32 * b], &vc[b * fafo::cuda::kv_block_bytes(format)], format);
+            }
           std::vector<uint64_t> mask(T, 0);
           std::vector<uint8_t> compressed(T, 0);
           std::vector<int32_t> positions(T), region_positions(region);
@@ -536,10 +550,9 @@ TEST(CudaAttention, BlocksGiveEachRowAndHeadTheSameBitsWhateverTheirRowsAndGroup
           std::shuffle(order.begin(), order.end(), rng);
           std::vector<float> out(size_t{T} * q_stride, 7.0f), scratch(size_t{T} * q_stride);
           const fafo::cuda::AttentionOp op{q.data(), out.data(), scratch.data(),
-                                           f16 ? static_cast<const void*>(kh.data()) : kf.data(),
-                                           f16 ? static_cast<const void*>(vh.data()) : vf.data(),
+                                           kc.data(), vc.data(),
                                            mask.data(), compressed.data(), order.data(), T, n_past, sh.n_head, sh.n_head_kv,
-                                           sh.head_dim, kv_dim, q_stride, q_stride, 1, region, 0.125f, false, f16, 0.0f,
+                                           sh.head_dim, kv_dim, q_stride, q_stride, 1, region, 0.125f, false, format, 0.0f,
                                            window > 0 ? positions.data() : nullptr,
                                            window > 0 ? region_positions.data() : nullptr, window};
           const uint32_t group = fafo::cuda::attention_group_for(sh.n_head, sh.n_head_kv);
@@ -550,7 +563,7 @@ TEST(CudaAttention, BlocksGiveEachRowAndHeadTheSameBitsWhateverTheirRowsAndGroup
             const auto run = [&]<uint32_t Group>() {
               const fafo::cuda::AttentionBlockOp<Group> block{op, p.data(), part_keys, n_parts, t0, rows, tile_rows};
               device.launch_block_fn(block, block.blocks(), tile_rows,
-                                     fafo::cuda::AttentionBlockOp<Group>::shared_bytes(sh.head_dim, f16), "attention");
+                                     fafo::cuda::AttentionBlockOp<Group>::shared_bytes(sh.head_dim, format), "attention");
             };
             switch (g) {
               case 4: run.template operator()<4>(); break;
@@ -583,6 +596,53 @@ TEST(CudaAttention, BlocksGiveEachRowAndHeadTheSameBitsWhateverTheirRowsAndGroup
           EXPECT_LE(worst, 1e-5f);
           EXPECT_NE(out[0], 7.0f);
         }
+}
+
+// The KV cache's block formats (kv_blocks.h): the device's quantizer writes the bytes of
+// fafo::quantize_row for Q8_0 and Q4_0, on random blocks of every magnitude and on
+// blocks of zeros, ties, subnormals, infinities and NaNs; kv_value reads back
+// dequantize_row's values.
+TEST(CudaKvBlocks, TheDevicesBlocksAreTheHostQuantizersBytes) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<std::vector<float>> blocks;
+  for (int i = 0; i < 400; ++i) {
+    std::vector<float> b(32);
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 60) - 40);
+    for (float& v : b) v = unit(rng) * scale;
+    blocks.push_back(b);
+  }
+  blocks.push_back(std::vector<float>(32, 0.0f));
+  // Codes on halves, rounded away from zero: a largest value of -8 (Q4_0's d = 1) or 127
+  // (Q8_0's d = 1) makes x * inv = x.
+  for (const float largest : {-8.0f, 127.0f}) {
+    std::vector<float> ties(32);
+    for (int j = 0; j < 32; ++j) ties[j] = static_cast<float>(j % 13 - 6) + 0.5f;
+    ties[0] = largest;
+    blocks.push_back(ties);
+  }
+  std::vector<float> special(32, 1.5f);
+  special[3] = std::numeric_limits<float>::infinity(), special[7] = std::nanf(""), special[9] = -2.0f;
+  blocks.push_back(special);
+  std::vector<float> tiny(32);
+  for (int j = 0; j < 32; ++j) tiny[j] = std::ldexp(static_cast<float>(j - 16), -140);
+  blocks.push_back(tiny);
+  for (const auto& [format, type] : {std::pair{fafo::cuda::KvFormat::Q8_0, TensorType::Q8_0},
+                                     std::pair{fafo::cuda::KvFormat::Q4_0, TensorType::Q4_0}}) {
+    const uint32_t bytes = fafo::cuda::kv_block_bytes(format);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      std::vector<uint8_t> got(bytes), want(bytes);
+      fafo::cuda::quantize_kv_block(blocks[i].data(), got.data(), format);
+      fafo::quantize_row(type, blocks[i].data(), want.data(), 32);
+      ASSERT_EQ(got, want) << fafo::tensor_type_name(type) << " block " << i;
+      std::vector<float> values(32);
+      fafo::dequantize_row(type, want.data(), values.data(), 32);
+      for (uint32_t j = 0; j < 32; ++j) {
+        const float v = fafo::cuda::kv_value(got.data(), j, format);
+        ASSERT_EQ(std::memcmp(&v, &values[j], sizeof v), 0) << fafo::tensor_type_name(type) << " block " << i << " value " << j;
+      }
+    }
+  }
 }
 
 // F16 and BF16 products on the tensor cores (HalfMmaWarpOp's parts of 256 columns, then

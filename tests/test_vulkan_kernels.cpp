@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/host/scalar_kernels.h"
@@ -24,6 +25,7 @@
 #include "backend/vulkan/kernels.h"
 #include "backend/vulkan/spirv_bindings.h"
 #include "backend/vulkan/vulkan_error.h"
+#include "fafo/tensor_type.h"
 #include "fafo/top_k.h"
 #include "random_weights.h"
 #include "vulkan_test_support.h"
@@ -336,6 +338,127 @@ TEST_F(VulkanKernels, AttentionGivesTheSameBitsWithEveryMapping) {
                               mask_words, H, H + T, order_at, 0.2f};
   wide.mapping = Mapping::Grouped;
   EXPECT_NE(kernels_->attention_mapping(wide), Mapping::Grouped);
+}
+
+// Attention over a block cache (Q8_0, Q4_0: shaders/kv_blocks.glsl) gives the bits of
+// attention over an fp32 cache holding the blocks' values, with every mapping (GQA 4/2 x
+// 64, FULL and COMPRESSED rows over a permuted order, random masks, parts of 128 keys);
+// a width that is not whole pairs of blocks is refused.
+TEST_F(VulkanKernels, AttentionOverBlocksGivesTheBitsOfTheirValuesWithEveryMapping) {
+  using Mapping = Kernels::AttentionArgs::Mapping;
+  const uint32_t T = 9, n_past = 200, n_head = 4, n_head_kv = 2, head_dim = 64, kv_dim = n_head_kv * head_dim;
+  const uint32_t region = 50, part_keys = 128, n_parts = (n_past + T + part_keys - 1) / part_keys;
+  const uint32_t q_stride = n_head * head_dim, H = 4, order_at = H + T + T, positions_at = order_at + n_past;
+  std::mt19937 rng(78);
+  std::vector<uint32_t> info(positions_at + T, 0);
+  info[0] = n_past, info[1] = part_keys, info[2] = n_parts;
+  for (uint32_t r = 0; r < T; ++r) {
+    info[H + r] = r % 3 == 1;
+    for (uint32_t j = 0; j <= r; ++j)
+      if (j == r || rng() % 2) info[H + T + r] |= 1u << j;
+    info[positions_at + r] = n_past + r;
+  }
+  std::vector<uint32_t> order(n_past);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::copy(order.begin(), order.end(), info.begin() + order_at);
+  Buffer step_info(*context_, info.size() * sizeof(uint32_t));
+  step_info.upload(info.data(), info.size() * sizeof(uint32_t));
+  Buffer q = make_buffer(*context_, random_values(size_t{T} * q_stride, 84, -1.5f, 1.5f));
+  const size_t n = size_t{n_past + T} * kv_dim;
+  for (const auto& [blocks, type] : {std::pair{Kernels::KvBlocks::Q8_0, fafo::TensorType::Q8_0},
+                                     std::pair{Kernels::KvBlocks::Q4_0, fafo::TensorType::Q4_0}}) {
+    SCOPED_TRACE(std::string(fafo::tensor_type_name(type)));
+    // The blocks of random values, and the values they hold.
+    std::vector<Buffer> block_buffers, value_buffers;
+    for (const uint32_t seed : {85u, 86u}) {
+      const std::vector<float> x = random_values(n, seed, -2.0f, 2.0f);
+      std::vector<uint32_t> words(Kernels::block_words(blocks, n), 0);
+      fafo::quantize_row(type, x.data(), words.data(), static_cast<int64_t>(n));
+      std::vector<float> held(n);
+      fafo::dequantize_row(type, words.data(), held.data(), static_cast<int64_t>(n));
+      block_buffers.emplace_back(*context_, words.size() * sizeof(uint32_t));
+      block_buffers.back().upload(words.data(), words.size() * sizeof(uint32_t));
+      value_buffers.push_back(make_buffer(*context_, held));
+    }
+    for (const Mapping mapping : {Mapping::Workgroup, Mapping::Serial, Mapping::Grouped}) {
+      SCOPED_TRACE(static_cast<int>(mapping));
+      std::vector<std::vector<float>> got;
+      for (const bool in_blocks : {false, true}) {
+        Buffer partials(*context_, size_t{T} * n_head * n_parts * (head_dim + 2) * sizeof(float));
+        Buffer out(*context_, size_t{T} * q_stride * sizeof(float));
+        Kernels::AttentionArgs a{T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, q_stride, region, 0, 1,
+                                 part_keys, n_parts, 1, H, H + T, order_at, 0.125f};
+        a.kv_blocks = in_blocks ? blocks : Kernels::KvBlocks::None;
+        a.mapping = mapping;
+        const std::vector<Buffer>& kv = in_blocks ? block_buffers : value_buffers;
+        CommandSequence seq(*context_);
+        kernels_->attention(seq, q, kv[0], kv[1], step_info, partials, out, a);
+        seq.submit_and_wait();
+        got.push_back(read(out, size_t{T} * q_stride));
+      }
+      ASSERT_EQ(got[0].size(), got[1].size());
+      EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0);
+      EXPECT_TRUE(std::all_of(got[1].begin(), got[1].end(), [](float v) { return std::isfinite(v); }));
+    }
+    Kernels::AttentionArgs narrow{T, n_past, 4, 4, 24, 96, 96, 96, 0, 0, 0, part_keys, n_parts, 1, H, H + T, 0, 0.2f};
+    narrow.kv_blocks = blocks;
+    CommandSequence seq(*context_);
+    Buffer partials(*context_, size_t{T} * 4 * n_parts * 26 * sizeof(float)), out(*context_, size_t{T} * 96 * sizeof(float));
+    EXPECT_THROW(kernels_->attention(seq, q, block_buffers[0], block_buffers[1], step_info, partials, out, narrow),
+                 std::invalid_argument);
+  }
+}
+
+// kv_store into a block cache writes the bytes fafo::quantize_row writes (shaders/
+// kv_blocks.glsl: the scale's quotient and reciprocal by integer long division), for
+// rows of every magnitude: scales that are fp16 subnormals, scales near fp16's largest,
+// blocks of zeros, codes on halves (rounded away from zero), a step's rows at slots after
+// the first.
+TEST_F(VulkanKernels, KvStoreWritesTheHostQuantizersBlocks) {
+  const uint32_t width = 128, rows = 40, first_slot = 3;
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> x(size_t{rows} * width);
+  for (uint32_t b = 0; b < rows * width / 32; ++b) {
+    float* block = &x[size_t{b} * 32];
+    const float scale = std::ldexp(1.0f, static_cast<int>(b % 48) - 32);  // d from fp16 subnormal to 2^15
+    for (int j = 0; j < 32; ++j) block[j] = unit(rng) * scale;
+    if (b % 17 == 5) std::fill(block, block + 32, 0.0f);
+    if (b % 17 == 9)
+      for (int j = 0; j < 32; ++j) block[j] = j == 0 ? (b % 2 ? -8.0f : 127.0f) : static_cast<float>(j % 13 - 6) + 0.5f;
+    if (b % 17 == 13) block[b % 32] = 60000.0f * (b % 2 ? 1.0f : -1.0f);
+  }
+  const Buffer src = make_buffer(*context_, x);
+  std::vector<uint32_t> info = {first_slot, 0, 0, 0};
+  Buffer step_info(*context_, info.size() * sizeof(uint32_t));
+  step_info.upload(info.data(), info.size() * sizeof(uint32_t));
+  for (const auto& [blocks, type] : {std::pair{Kernels::KvBlocks::Q8_0, fafo::TensorType::Q8_0},
+                                     std::pair{Kernels::KvBlocks::Q4_0, fafo::TensorType::Q4_0}}) {
+    SCOPED_TRACE(std::string(fafo::tensor_type_name(type)));
+    const uint64_t entry = Kernels::block_words(blocks, width), words = (first_slot + rows) * entry;
+    Buffer cache_k(*context_, words * sizeof(uint32_t)), cache_v(*context_, words * sizeof(uint32_t));
+    CommandSequence seq(*context_);
+    kernels_->kv_store(seq, src, src, cache_k, cache_v, step_info, rows, width, width, first_slot, false, 0, blocks);
+    seq.submit_and_wait();
+    std::vector<uint32_t> got(words), got_v(words), want(size_t{rows} * entry);
+    cache_k.download(got.data(), words * sizeof(uint32_t));
+    cache_v.download(got_v.data(), words * sizeof(uint32_t));
+    fafo::quantize_row(type, x.data(), want.data(), static_cast<int64_t>(x.size()));
+    const uint32_t block_bytes = type == fafo::TensorType::Q8_0 ? 34 : 18;
+    for (uint32_t b = 0; b < rows * width / 32; ++b) {
+      const uint8_t* w = reinterpret_cast<const uint8_t*>(want.data()) + size_t{b} * block_bytes;
+      const uint8_t* g = reinterpret_cast<const uint8_t*>(got.data() + first_slot * entry) + size_t{b} * block_bytes;
+      ASSERT_EQ(std::memcmp(g, w, block_bytes), 0) << "block " << b;
+    }
+    EXPECT_EQ(std::vector<uint32_t>(got.begin() + first_slot * entry, got.end()),
+              std::vector<uint32_t>(got_v.begin() + first_slot * entry, got_v.end()));
+  }
+  // A width that is not whole pairs of blocks is refused.
+  Buffer small(*context_, 4096);
+  CommandSequence seq(*context_);
+  EXPECT_THROW(kernels_->kv_store(seq, src, src, small, small, step_info, 1, 96, 96, 0, false, 0, Kernels::KvBlocks::Q8_0),
+               std::invalid_argument);
 }
 
 // Attention's output rounded where it is written (AttentionArgs::rounded, for the integer

@@ -365,10 +365,12 @@ TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
   // two rotations and two stores, and each RMSNorm inside the product after it: the
   // logits of every step (a prefill, single tokens, a multi-token step with a tree mask,
   // and a step too large for a fused norm) are equal bit for bit, with fp32 and fp16
-  // caches, GQA, and Qwen2's biases and NEOX rotation; a policy's captured queries too.
+  // caches (and on llama q8_0 and q4_0 ones: blocks quantized in the rope_store dispatch),
+  // GQA, and Qwen2's biases and NEOX rotation; a policy's captured queries too.
   for (const std::string arch : {"llama", "qwen2"}) {
-    for (KvCacheType kv : {KvCacheType::F32, KvCacheType::F16}) {
-      SCOPED_TRACE(arch + (kv == KvCacheType::F16 ? " f16 cache" : " f32 cache"));
+    for (KvCacheType kv : {KvCacheType::F32, KvCacheType::F16, KvCacheType::Q8_0, KvCacheType::Q4_0}) {
+      if (arch == "qwen2" && kv_cache_type_quantized(kv)) continue;
+      SCOPED_TRACE(arch + " " + kv_cache_type_name(kv) + " cache");
       synth::SyntheticConfig c;
       c.arch = arch;
       c.n_layer = 2, c.n_embd = 128, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 256, c.n_vocab = 300, c.n_ctx = 256;
@@ -409,7 +411,7 @@ TEST_F(VulkanBackend, FusedProjectionsGiveTheBitsOfSeparateKernels) {
         ASSERT_EQ(got[i].size(), want[i].size());
         EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "step " << i;
       }
-      const std::string rope_store = kv == KvCacheType::F16 ? "rope_store_kv_f16" : "rope_store";
+      const std::string rope_store = kv == KvCacheType::F32 ? "rope_store" : std::string("rope_store_kv_") + kv_cache_type_name(kv);
       EXPECT_EQ(fused_calls.count("rope"), 0u);
       EXPECT_EQ(fused_calls.count(rope_store) ? fused_calls.at(rope_store) : 0u, 2u * 4u);  // 2 layers, 4 steps
       EXPECT_EQ(apart_calls.count(rope_store), 0u);

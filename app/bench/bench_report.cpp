@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -74,24 +75,29 @@ std::vector<Row> comparison_rows(const BenchReport& r) {
     }
     if (any) rows.push_back(std::move(out));
   };
-  std::map<int32_t, bool> pps, tgs;
+  row("KV cache", "bytes / token", [&](const DeviceResult& d) {
+    return d.kv_type.empty() ? std::string() : d.kv_type + ", " + format("%.0f", d.kv_bytes_per_token);
+  });
+  // pp and tg rows by length and depth ("tg128 @ d4096": after 4096 tokens, as llama-bench names it).
+  std::map<std::pair<int32_t, int32_t>, bool> pps, tgs;
   for (const DeviceResult& d : r.devices) {
-    if (d.pp_tokens > 0) pps[d.pp_tokens] = true;
-    if (d.tg_tokens > 0) tgs[d.tg_tokens] = true;
+    if (d.pp_tokens > 0) pps[{d.pp_tokens, d.depth}] = true;
+    if (d.tg_tokens > 0) tgs[{d.tg_tokens, d.depth}] = true;
   }
+  const auto at = [](int32_t depth) { return depth > 0 ? " @ d" + std::to_string(depth) : std::string(); };
   for (const auto& pp : pps) {
-    const int32_t n = pp.first;  // a plain variable: clang 14 cannot capture a structured binding
-    row("pp" + std::to_string(n), "tokens/s", [&](const DeviceResult& d) {
-      return d.pp_tokens == n ? format("%.2f ± %.2f", d.pp.mean, d.pp.sd) : std::string();
+    const int32_t n = pp.first.first, depth = pp.first.second;  // plain variables: clang 14 cannot capture a structured binding
+    row("pp" + std::to_string(n) + at(depth), "tokens/s", [&](const DeviceResult& d) {
+      return d.pp_tokens == n && d.depth == depth ? format("%.2f ± %.2f", d.pp.mean, d.pp.sd) : std::string();
     });
   }
   for (const auto& tg : tgs) {
-    const int32_t n = tg.first;
-    row("tg" + std::to_string(n), "tokens/s", [&](const DeviceResult& d) {
-      return d.tg_tokens == n ? format("%.2f ± %.2f", d.tg.mean, d.tg.sd) : std::string();
+    const int32_t n = tg.first.first, depth = tg.first.second;
+    row("tg" + std::to_string(n) + at(depth), "tokens/s", [&](const DeviceResult& d) {
+      return d.tg_tokens == n && d.depth == depth ? format("%.2f ± %.2f", d.tg.mean, d.tg.sd) : std::string();
     });
-    row("tg" + std::to_string(n) + " weights read", "GB/s", [&](const DeviceResult& d) {
-      return d.tg_tokens == n ? format("%.1f", d.effective_gb_per_s) : std::string();
+    row("tg" + std::to_string(n) + at(depth) + " weights read", "GB/s", [&](const DeviceResult& d) {
+      return d.tg_tokens == n && d.depth == depth ? format("%.1f", d.effective_gb_per_s) : std::string();
     });
   }
   const std::vector<int32_t> ts = step_sizes(r);
@@ -194,6 +200,8 @@ std::string report_csv(const BenchReport& r) {
       csv += head + csv_field(test) + "," + std::to_string(T) + "," + format("%.6g", value) + "," + format("%.6g", sd) + "," +
              csv_field(unit) + "\n";
     };
+    if (!d.kv_type.empty()) line("kv_cache_" + d.kv_type, 0, d.kv_bytes_per_token, 0, "bytes/token");
+    if (d.depth > 0) line("depth", d.depth, d.depth, 0, "tokens");
     if (d.pp_tokens > 0) line("pp", d.pp_tokens, d.pp.mean, d.pp.sd, "tokens/s");
     if (d.tg_tokens > 0) {
       line("tg", d.tg_tokens, d.tg.mean, d.tg.sd, "tokens/s");
@@ -218,7 +226,8 @@ nlohmann::json report_json(const BenchReport& r) {
   for (const DeviceResult& d : r.devices) {
     nlohmann::json j = {{"label", d.label},   {"backend", d.backend}, {"device", d.device},
                         {"description", d.description}, {"threads", d.threads}, {"error", d.error},
-                        {"warmup", d.warmup}};
+                        {"warmup", d.warmup}, {"depth", d.depth}};
+    if (!d.kv_type.empty()) j["kv_cache"] = {{"type", d.kv_type}, {"bytes_per_token", d.kv_bytes_per_token}};
     if (d.pp_tokens > 0) j["pp"] = {{"tokens", d.pp_tokens}, {"tokens_per_s", d.pp.mean}, {"sd", d.pp.sd}};
     if (d.tg_tokens > 0)
       j["tg"] = {{"tokens", d.tg_tokens},
@@ -263,6 +272,11 @@ BenchReport report_from_json(const nlohmann::json& j) {
     d.threads = field<int32_t>(dj, "threads", where);
     d.error = field<std::string>(dj, "error", where);
     d.warmup = dj.contains("warmup") && dj["warmup"].is_boolean() && dj["warmup"].get<bool>();  // absent before it was recorded
+    if (dj.contains("depth")) d.depth = field<int32_t>(dj, "depth", where);  // (not in files of earlier versions)
+    if (dj.contains("kv_cache")) {
+      d.kv_type = field<std::string>(dj["kv_cache"], "type", where + " kv_cache");
+      d.kv_bytes_per_token = field<double>(dj["kv_cache"], "bytes_per_token", where + " kv_cache");
+    }
     if (dj.contains("pp")) {
       d.pp_tokens = field<int32_t>(dj["pp"], "tokens", where + " pp");
       d.pp = {field<double>(dj["pp"], "tokens_per_s", where + " pp"), field<double>(dj["pp"], "sd", where + " pp")};

@@ -283,8 +283,28 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     return t;
   };
 
-  const int32_t pp = std::min(config.pp, model.n_ctx() - 1);
-  const int32_t tg = std::min(config.tg, model.n_ctx() - 2);
+  result.kv_type = kv_cache_type_name(model.kv_type());
+  result.kv_bytes_per_token = static_cast<double>(model.kv_cache().shape().bytes_per_entry());
+  out("KV cache: %s, %.1f KiB per token\n", result.kv_type.c_str(), result.kv_bytes_per_token / 1024.0);
+  const int32_t depth = config.depth;
+  if ((config.pp > 0 || config.tg > 0) && depth + 2 > model.n_ctx())
+    throw std::runtime_error("--depth " + std::to_string(depth) + " leaves no room in a context of " +
+                             std::to_string(model.n_ctx()) + " tokens: use a larger --ctx-size");
+  const int32_t pp = std::min(config.pp, model.n_ctx() - depth - 1);
+  const int32_t tg = std::min(config.tg, model.n_ctx() - depth - 2);
+  const std::string at_depth = depth > 0 ? " @ d" + std::to_string(depth) : "";
+  // The context pp and tg start from: depth random tokens, prefilled once (unmeasured).
+  bool depth_filled = false;
+  const auto fill_context = [&] {
+    if (depth == 0) return model.truncate(0);
+    if (!depth_filled) {
+      model.truncate(0);
+      prefill(model, random_tokens(depth), 512);
+      depth_filled = true;
+    }
+    model.truncate(depth);
+  };
+  result.depth = depth;
   if (pp > 0 || tg > 0) out("\n| test | t/s | \n|---|---:|\n");
   if (config.warmup && (pp > 0 || tg > 0)) {  // unmeasured: a prompt step of pp tokens (1 when none) and one more
     out.check_cancel();
@@ -302,7 +322,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     std::vector<double> tps;
     for (int r = 0; r < config.repetitions; ++r) {
       out.check_cancel();
-      model.truncate(0);
+      fill_context();
       const auto tokens = random_tokens(pp);
       const auto t0 = std::chrono::steady_clock::now();
       prefill(model, tokens, 512);
@@ -310,7 +330,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     }
     result.pp_tokens = pp;
     result.pp = measure(tps);
-    out("| pp%d | %.2f ± %.2f |\n", pp, result.pp.mean, result.pp.sd);
+    out("| pp%d%s | %.2f ± %.2f |\n", pp, at_depth.c_str(), result.pp.mean, result.pp.sd);
   }
   // tg: plain generation, one token per step.
   if (tg > 0) {
@@ -321,13 +341,15 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
       o.n_predict = tg + 1;  // the first token comes from the prefill step
       o.sampling.temperature = 0;
       o.stop_at_end_of_generation = false;
+      o.keep_context = depth > 0;  // after the depth's tokens
+      fill_context();
       const auto res = generate(model, *m.tokenizer, {any_token(rng)}, o, out.until_cancelled());
       out.check_cancel();
       tps.push_back(res.tokens_per_second());
     }
     result.tg_tokens = tg;
     result.tg = measure(tps);
-    out("| tg%d | %.2f ± %.2f |\n", tg, result.tg.mean, result.tg.sd);
+    out("| tg%d%s | %.2f ± %.2f |\n", tg, at_depth.c_str(), result.tg.mean, result.tg.sd);
     // Memory-bandwidth efficiency: every weight matrix is read once per generated
     // token (the embedding table only for its one row, unless the output shares it).
     double bytes = 0;

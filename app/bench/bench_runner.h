@@ -25,6 +25,9 @@ struct BenchConfig {
   bool warmup = true;
   int32_t pp = 512;  // prompt-processing test length (0 = skip)
   int32_t tg = 128;  // generation test length (0 = skip)
+  // Tokens already in the KV cache when pp and tg are measured (llama-bench's -d): pp
+  // and tg at a long context. Filled once, unmeasured, before them.
+  int32_t depth = 0;
   std::vector<int32_t> curve = {1, 2, 4, 8, 16, 32, 64, 128, 256};  // step sizes of t(T) (empty = skip)
   std::vector<std::string> prompts;  // strategies side by side over these (empty = skip)
   int32_t n_generate = 256;          // new tokens per prompt

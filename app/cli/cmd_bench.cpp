@@ -12,6 +12,7 @@
 // A flag that cannot act on what runs (-n without strategies, --rows without
 // --attention, ...) is an error, and so is a run that would measure nothing.
 // The measurements live in app/bench (shared with fafo-studio's Bench view).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -107,7 +108,7 @@ int run_bench(BenchArgs& args) {
 std::string bench_flags_problem(const BenchArgs& a, const std::function<bool(const std::string&)>& given,
                                 const std::vector<std::string>& decoding, bool strategies) {
   if (a.attention) {
-    for (const char* flag : {"--pp", "--tg", "--curve", "--no-warmup", "--prompts", "--n-prompts", "-n", "--strategies",
+    for (const char* flag : {"--pp", "--tg", "--depth", "--curve", "--no-warmup", "--prompts", "--n-prompts", "-n", "--strategies",
                              "--profile", "--profile-tokens", "--peak-gbps"})
       if (given(flag))
         return std::string(flag) + " does not act on --attention, which measures only attention (--contexts, --rows, "
@@ -120,6 +121,7 @@ std::string bench_flags_problem(const BenchArgs& a, const std::function<bool(con
   for (const char* flag : {"--contexts", "--rows"})
     if (given(flag)) return std::string(flag) + " acts only with --attention";
   if (given("--profile-tokens") && !a.config.profile) return "--profile-tokens acts only with --profile";
+  if (given("--depth") && a.config.pp == 0 && a.config.tg == 0) return "--depth acts on pp and tg, and both are 0";
   if (!strategies) {
     for (const char* flag : {"-n", "--n-prompts"})
       if (given(flag))
@@ -146,6 +148,11 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("-r,--repetitions", args->config.repetitions, "Repetitions per measurement")->capture_default_str()->check(CLI::Range(1, 1000));
   cmd->add_option("--pp", args->config.pp, "Prompt-processing test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--tg", args->config.tg, "Generation test length (0 = skip)")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-d,--depth", args->config.depth,
+                  "Tokens already in the KV cache when pp and tg are measured (llama-bench's -d: tg at a long "
+                  "context); without --ctx-size the context grows to hold them")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 22));
   cmd->add_flag_function(
       "--no-warmup", [args](std::int64_t) { args->config.warmup = false; },
       "Measure pp and tg without first running one unmeasured prompt step and token (which reads the weights in)");
@@ -208,6 +215,9 @@ Command add_bench_command(CLI::App& app) {
                 "Also print the results as JSON (with --devices: {model, devices: [...]}, else the one device's object)");
   return [args, cmd, decoding_flags] {
     app::use_default_model_if_unset(args->open.path);
+    // --depth: a context that holds the depth and the longer of pp and tg.
+    if (args->config.depth > 0 && args->open.n_ctx == 0)
+      args->open.n_ctx = std::max(args->config.depth + std::max(args->config.pp, args->config.tg + 2), 512);
     args->config.decoding.validate();
     args->config.kv.validate();
     args->attention_options.budget = args->config.kv.budget;

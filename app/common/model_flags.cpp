@@ -42,7 +42,7 @@ void add_backend_flags(CLI::App* cmd, BackendSpec& backend, KvCacheType& kv_type
   cmd->add_option_function<std::string>(
          "--cache-type", [&kv_type](const std::string& name) { kv_type = parse_kv_cache_type(name); },
          "KV cache type: f32; f16 (half the memory and attention reads; keys and values rounded to fp16); q8_0 or "
-         "q4_0 (GGUF's 32-value blocks: 27% or 14% of f32's memory; cpu and reference backends)")
+         "q4_0 (GGUF's 32-value blocks: 27% or 14% of f32's memory; not MLA models; Vulkan: KV width a multiple of 64)")
       ->default_str(kv_cache_type_name(kv_type))
       ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0"}));
 }

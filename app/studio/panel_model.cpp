@@ -99,7 +99,7 @@ void draw_model_panel(StudioState& s) {
     constexpr KvCacheType kTypes[] = {KvCacheType::F32, KvCacheType::F16, KvCacheType::Q8_0, KvCacheType::Q4_0};
     int cache = static_cast<int>(std::find(std::begin(kTypes), std::end(kTypes), st.open.kv_type) - std::begin(kTypes));
     if (ImGui::Combo("KV cache", &cache,
-                     "f32\0f16 (half the memory)\0q8_0 (27%; cpu, reference)\0q4_0 (14%; cpu, reference)\0"))
+                     "f32\0f16 (half the memory)\0q8_0 (27% of f32)\0q4_0 (14% of f32)\0"))
       st.open.kv_type = kTypes[std::clamp(cache, 0, 3)];
 
     ImGui::BeginDisabled(!engine_free(s) || st.open.path.empty());

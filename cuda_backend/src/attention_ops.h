@@ -77,14 +77,18 @@ struct AttentionBlockOp {
 
   FAFO_HD uint32_t tiles() const { return (rows + tile_rows - 1) / tile_rows; }
   uint64_t blocks() const { return uint64_t{tiles()} * n_parts * (a.n_head / Group); }
-  // A staged key's (or value's) bytes: its row in the cache's format, padded to an odd
-  // number of words (the lanes' reads of one dimension of 32 keys hit 32 banks).
-  static FAFO_HD uint32_t row_bytes(uint32_t head_dim, bool f16) {
-    const uint32_t words = (head_dim * (f16 ? 2u : 4u) + 3) / 4;
+  // A staged key's (or value's) bytes: its head's part of the entry in the cache's format
+  // (kv_blocks.h; whole blocks, as head_dim is a multiple of 32 with the block formats),
+  // padded to an odd number of words (the lanes' reads of one dimension of 32 keys hit
+  // 32 banks).
+  static FAFO_HD uint32_t row_bytes(uint32_t head_dim, KvFormat format) {
+    const uint32_t words = static_cast<uint32_t>((kv_bytes(format, head_dim) + 3) / 4);
     return (words | 1u) * 4;
   }
   // The staged slots (32 words), then 32 keys, then 32 values.
-  static size_t shared_bytes(uint32_t head_dim, bool f16) { return kLanes * 4 + size_t{2} * kLanes * row_bytes(head_dim, f16); }
+  static size_t shared_bytes(uint32_t head_dim, KvFormat format) {
+    return kLanes * 4 + size_t{2} * kLanes * row_bytes(head_dim, format);
+  }
 
   template <class B>
   FAFO_HD void run(B& block, uint32_t index) const {
@@ -101,8 +105,8 @@ struct AttentionBlockOp {
       block_last = last > block_last ? last : block_last;
     }
     const uint32_t ref = r_end - 1, ref_prefix = a.prefix_count(ref);  // the staged row
-    const uint32_t es = a.f16 ? 2 : 4, stride = row_bytes(a.head_dim, a.f16);
-    const uint32_t key_bytes = a.head_dim * es;
+    const uint32_t stride = row_bytes(a.head_dim, a.format);
+    const uint32_t key_bytes = static_cast<uint32_t>(kv_bytes(a.format, a.head_dim));
     const uint32_t kv_off = (h0 / (a.n_head / a.n_head_kv)) * a.head_dim;
     uint32_t* staged_slot = reinterpret_cast<uint32_t*>(block.shared());
     uint8_t* staged_keys = block.shared() + kLanes * 4;
@@ -124,7 +128,7 @@ struct AttentionBlockOp {
       block.collective([&](uint32_t thread) {
         // 16-byte loads where every key row starts 16-byte aligned (each layer's cache is
         // its own allocation), else 4- or 2-byte ones.
-        const uint32_t row_bytes_all = a.kv_dim * es;
+        const uint32_t row_bytes_all = static_cast<uint32_t>(kv_bytes(a.format, a.kv_dim));
         const uint32_t unit = key_bytes % 16 == 0 && row_bytes_all % 16 == 0 ? 16
                               : key_bytes % 4 == 0 && row_bytes_all % 4 == 0 ? 4 : 2;
         const uint32_t per_key = key_bytes / unit, n = 2 * kLanes * per_key;
@@ -133,7 +137,7 @@ struct AttentionBlockOp {
           const uint32_t slot = staged_slot[j];
           if (slot == kNoSlot) continue;
           const uint8_t* src = static_cast<const uint8_t*>(which == 0 ? a.keys : a.values) +
-                               (static_cast<uint64_t>(slot) * a.kv_dim + kv_off) * es + u * unit;
+                               kv_bytes(a.format, static_cast<uint64_t>(slot) * a.kv_dim + kv_off) + u * unit;
           uint8_t* dst = (which == 0 ? staged_keys : staged_values) + j * stride + u * unit;
 #if defined(__CUDA_ARCH__)
           if (unit == 16) {
@@ -152,8 +156,7 @@ struct AttentionBlockOp {
       });
     };
     const auto staged = [&](const uint8_t* base, uint32_t j, uint32_t d) {
-      const uint8_t* p = base + j * stride;
-      return a.f16 ? half_bits_to_float(reinterpret_cast<const uint16_t*>(p)[d]) : reinterpret_cast<const float*>(p)[d];
+      return kv_value(base + j * stride, d, a.format);
     };
 
     block.each_warp([&](auto& warp, uint32_t w) {

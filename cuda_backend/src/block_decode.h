@@ -123,6 +123,31 @@ FAFO_HD float half_bits_to_float(uint32_t h) {
   return bits_to_float(sign | (e << 23) | ((mantissa & 0x3ffu) << 13));
 }
 
+// float -> IEEE half bits, rounded to nearest even (fafo::fp32_to_fp16's result):
+// overflow to infinity, subnormals, NaN kept a NaN.
+FAFO_HD uint16_t float_to_half_bits(float f) {
+  const uint32_t u = float_bits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to infinity (or is one)
+  if (abs < 0x38800000u) {
+    // A half subnormal (or zero): the value in units of 2^-24, rounded to nearest even.
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
+    const uint32_t exponent = abs >> 23;
+    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126u - exponent;  // 14..24
+    uint32_t h = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
+    if (rest > halfway || (rest == halfway && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+  }
+  uint32_t h = ((abs - 0x38000000u) >> 13);  // rebias the exponent, keep 10 mantissa bits
+  const uint32_t rest = abs & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
 FAFO_HD float bf16_bits_to_float(uint32_t h) { return bits_to_float(h << 16); }
 
 // ---- plain float rows ----

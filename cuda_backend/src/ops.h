@@ -15,6 +15,7 @@
 
 #include "block_decode.h"
 #include "dot_order.h"
+#include "kv_blocks.h"
 
 namespace fafo::cuda {
 
@@ -24,31 +25,6 @@ FAFO_HD float exp_f(float x) {
 #else
   return std::exp(x);
 #endif
-}
-
-// float -> IEEE half bits, rounded to nearest even (fafo::fp32_to_fp16's result):
-// overflow to infinity, subnormals, NaN kept a NaN.
-FAFO_HD uint16_t float_to_half_bits(float f) {
-  const uint32_t u = float_bits(f);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to infinity (or is one)
-  if (abs < 0x38800000u) {
-    // A half subnormal (or zero): the value in units of 2^-24, rounded to nearest even.
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
-    const uint32_t exponent = abs >> 23;
-    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - exponent;  // 14..24
-    uint32_t h = mantissa >> shift;
-    const uint32_t rest = mantissa & ((1u << shift) - 1u), halfway = 1u << (shift - 1u);
-    if (rest > halfway || (rest == halfway && (h & 1u))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = ((abs - 0x38000000u) >> 13);  // rebias the exponent, keep 10 mantissa bits
-  const uint32_t rest = abs & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-  return static_cast<uint16_t>(sign | h);
 }
 
 // float -> bfloat16 bits, rounded to nearest even (fafo::fp32_to_bf16's result):
@@ -233,24 +209,37 @@ struct ArgmaxOp {
 
 // ---- the KV cache ----
 
-// Stores rows of kv_dim values at slots first_slot.. (fp32, or fp16 bits); i over
-// T x kv_dim.
+// Stores rows of kv_dim values at slots first_slot.. in the cache's format
+// (kv_blocks.h); i over T x kv_dim for fp32 and fp16, T x kv_dim / 32 blocks for the
+// block formats (each quantized from its 32 values by one thread).
 struct KvStoreOp {
   const float* src;
   void* dst;
   uint32_t kv_dim, src_stride, src_offset, first_slot;
-  bool f16;
+  KvFormat format;
+  // The op's index space for `rows` rows.
+  uint64_t size(uint32_t rows) const { return uint64_t{rows} * (kv_blocks(format) ? kv_dim / 32 : kv_dim); }
   FAFO_HD void operator()(uint32_t i) const {
+    if (kv_blocks(format)) {
+      const uint32_t per_row = kv_dim / 32, t = i / per_row, b = i % per_row;
+      const float* x = src + static_cast<uint64_t>(t) * src_stride + src_offset + 32 * b;
+      float v[32];
+      for (uint32_t j = 0; j < 32; ++j) v[j] = x[j];
+      const uint64_t block = static_cast<uint64_t>(first_slot + t) * per_row + b;
+      quantize_kv_block(v, static_cast<uint8_t*>(dst) + block * kv_block_bytes(format), format);
+      return;
+    }
     const uint32_t t = i / kv_dim, c = i % kv_dim;
     const float v = src[static_cast<uint64_t>(t) * src_stride + src_offset + c];
     const uint64_t at = static_cast<uint64_t>(first_slot + t) * kv_dim + c;
-    if (f16) static_cast<uint16_t*>(dst)[at] = float_to_half_bits(v);
+    if (format == KvFormat::F16) static_cast<uint16_t*>(dst)[at] = float_to_half_bits(v);
     else static_cast<float*>(dst)[at] = v;
   }
 };
 
-// Exchanges (swap) or copies (move: first -> second) entries, pair after pair in order;
-// i over kv_dim (columns are independent, so each runs every pair in order).
+// Exchanges (swap) or copies (move: first -> second) entries of kv_dim Elements each
+// (the entry's 16- or 32-bit units, whatever the cache's format), pair after pair in
+// order; i over those units (columns are independent, so each runs every pair in order).
 template <typename Element>
 struct SlotOp {
   Element* base;
@@ -289,7 +278,8 @@ struct AttentionOp {
   const int32_t* order;       // [n_past] physical slots in logical order, or null (identity)
   uint32_t T, n_past, n_head, n_head_kv, head_dim, kv_dim, q_stride, out_stride, mask_words, region;
   float scale;
-  bool dense, f16;
+  bool dense;
+  KvFormat format;  // the cache's (kv_blocks.h)
   float softcap = 0.0f;  // > 0: scores soft-capped (AttentionShape::softcap)
   // A sliding-window layer (AttentionShape::window > 0): the rows' positions ([T]) and
   // each region slot's entry (its logical index, [region]); null without a window.
@@ -303,13 +293,9 @@ struct AttentionOp {
     return softcap > 0.0f ? soft_cap(s, softcap) : s;
   }
 
-  FAFO_HD float key(uint32_t slot, uint32_t d) const {
-    const uint64_t at = static_cast<uint64_t>(slot) * kv_dim + d;
-    return f16 ? half_bits_to_float(static_cast<const uint16_t*>(keys)[at]) : static_cast<const float*>(keys)[at];
-  }
+  FAFO_HD float key(uint32_t slot, uint32_t d) const { return kv_value(keys, static_cast<uint64_t>(slot) * kv_dim + d, format); }
   FAFO_HD float value(uint32_t slot, uint32_t d) const {
-    const uint64_t at = static_cast<uint64_t>(slot) * kv_dim + d;
-    return f16 ? half_bits_to_float(static_cast<const uint16_t*>(values)[at]) : static_cast<const float*>(values)[at];
+    return kv_value(values, static_cast<uint64_t>(slot) * kv_dim + d, format);
   }
   // Committed entries row t skips: in a sliding-window layer, a FULL row's entries
   // before its window (logical indices below its position - window + 1).

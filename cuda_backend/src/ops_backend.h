@@ -131,9 +131,6 @@ class OpsBackend final : public Backend,
   std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override {
     if (shape.latent())
       throw std::invalid_argument("the " + name() + " backend cannot run multi-head latent attention (MLA) models yet");
-    if (kv_cache_type_quantized(shape.type))
-      throw std::invalid_argument("the " + name() + " backend has no " + kv_cache_type_name(shape.type) +
-                                  " KV cache yet: use --cache-type f32 or f16, or --backend cpu");
     auto kv = std::make_unique<OpsKvCache<Device>>(shape, *device_, *this);
     const KvCache* made = kv.get();
     kv->set_owner(this, [this, made] {
@@ -346,9 +343,11 @@ class OpsBackend final : public Backend,
                      static_cast<uint32_t>(seg.n_past), static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.n_head_kv),
                      static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv->shape().kv_dim),
                      static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
-                     static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->f16(),
+                     static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->format(),
                      s.softcap, positions_ + first, region_positions_ + region_at_[static_cast<size_t>(part)], s.window};
-      if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionBlockOp<1>::kDimsPerLane * kLanes))
+      // The warp kernels stage a head's part of each entry: whole blocks in a block format.
+      if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionBlockOp<1>::kDimsPerLane * kLanes) &&
+          (!kv_blocks(kv->format()) || s.head_dim % 32 == 0))
         split_attention(op);
       else
         launch(op, uint64_t{static_cast<uint32_t>(seg.size)} * static_cast<uint32_t>(s.n_head), "attention");
@@ -548,7 +547,7 @@ class OpsBackend final : public Backend,
       const uint32_t rows = std::min(run_rows, op.T - t0), tile_rows = std::min(rows, kMaxBlockWarps);
       const auto run = [&]<uint32_t Group>() {
         const AttentionBlockOp<Group> block{op, partials, part_keys, static_cast<uint32_t>(n_parts), t0, rows, tile_rows};
-        launch_block_fn(block, block.blocks(), tile_rows, AttentionBlockOp<Group>::shared_bytes(op.head_dim, op.f16),
+        launch_block_fn(block, block.blocks(), tile_rows, AttentionBlockOp<Group>::shared_bytes(op.head_dim, op.format),
                         "attention");
       };
       switch (group) {

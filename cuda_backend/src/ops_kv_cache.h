@@ -1,8 +1,9 @@
 // The CUDA backend's KV cache, written once over a Device as its backend is
-// (ops_backend.h): per layer, keys and values of every slot in device memory (fp32, or
-// fp16 words for KvCacheType::F16), stored from a step's activations by the backend's
-// kernels, swapped and moved slot by slot, and the queries of the rows a KV policy asks
-// for; with the device memory and host staging both use.
+// (ops_backend.h): per layer, keys and values of every slot in device memory in the
+// cache's KvCacheType (kv_blocks.h: fp32, fp16 words, or Q8_0 / Q4_0 blocks), stored
+// from a step's activations by the backend's kernels (a block format quantized there),
+// swapped and moved slot by slot as bytes (nothing re-quantized), and the queries of
+// the rows a KV policy asks for; with the device memory and host staging both use.
 #pragma once
 
 #include <algorithm>
@@ -94,10 +95,11 @@ template <class Device>
 class OpsKvCache final : public KvCache {
  public:
   OpsKvCache(const KvCacheShape& shape, Device& device, StepAccess& step)
-      : KvCache(shape), device_(device), step_(step), f16_(shape.type == KvCacheType::F16) {
+      : KvCache(shape), device_(device), step_(step), format_(format_of(shape.type)) {
     if (shape.n_layer < 1 || shape.capacity < 1 || shape.kv_dim < 1)
       throw std::invalid_argument("a KV cache needs at least one layer, one entry and one value per entry");
-    const size_t bytes = static_cast<size_t>(shape.capacity) * static_cast<size_t>(shape.kv_dim) * element_bytes();
+    shape.validate();  // a block format's entries are whole blocks
+    const size_t bytes = static_cast<size_t>(shape.capacity) * entry_bytes();
     for (int32_t l = 0; l < shape.n_layer; ++l) {
       keys_.emplace_back(device, bytes);
       values_.emplace_back(device, bytes);
@@ -118,11 +120,12 @@ class OpsKvCache final : public KvCache {
                   uint32_t v_offset) {
     const StepSegment part = step_.step_batch().segment(part_);
     const uint32_t kv_dim = static_cast<uint32_t>(shape().kv_dim);
-    const uint64_t n = static_cast<uint64_t>(part.size) * kv_dim;
-    const uint32_t first = static_cast<uint32_t>(part.n_past);
+    const uint32_t first = static_cast<uint32_t>(part.n_past), rows = static_cast<uint32_t>(part.size);
     const uint64_t row = static_cast<uint64_t>(part.first);  // the part's rows start here
-    device_.launch(KvStoreOp{k + row * k_stride, keys(layer), kv_dim, k_stride, k_offset, first, f16_}, n, "kv_store");
-    device_.launch(KvStoreOp{v + row * v_stride, values(layer), kv_dim, v_stride, v_offset, first, f16_}, n, "kv_store");
+    const KvStoreOp store_k{k + row * k_stride, keys(layer), kv_dim, k_stride, k_offset, first, format_};
+    const KvStoreOp store_v{v + row * v_stride, values(layer), kv_dim, v_stride, v_offset, first, format_};
+    device_.launch(store_k, store_k.size(rows), "kv_store");
+    device_.launch(store_v, store_v.size(rows), "kv_store");
   }
 
   void capture_queries(int32_t layer, const Activation& q) override {
@@ -150,7 +153,7 @@ class OpsKvCache final : public KvCache {
     if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
       throw std::out_of_range("write_kv: outside the cache");
     const size_t n = static_cast<size_t>(count) * static_cast<size_t>(shape().kv_dim);
-    const size_t at = static_cast<size_t>(first) * static_cast<size_t>(shape().kv_dim) * element_bytes();
+    const size_t at = static_cast<size_t>(first) * entry_bytes();
     upload_values(static_cast<uint8_t*>(keys(layer)) + at, k, n);
     upload_values(static_cast<uint8_t*>(values(layer)) + at, v, n);
   }
@@ -160,15 +163,15 @@ class OpsKvCache final : public KvCache {
     check_layer(layer, "read_keys");
     const size_t kv_dim = static_cast<size_t>(shape().kv_dim);
     std::vector<float> out(slots.size() * kv_dim);
-    std::vector<uint16_t> halves(kv_dim);
+    std::vector<uint8_t> entry(entry_bytes());
     for (size_t s = 0; s < slots.size(); ++s) {
       if (slots[s] < 0 || slots[s] >= capacity()) throw std::out_of_range("read_keys: slot outside the cache");
-      const uint8_t* src = static_cast<const uint8_t*>(keys(layer)) + static_cast<size_t>(slots[s]) * kv_dim * element_bytes();
-      if (!f16_) {
+      const uint8_t* src = static_cast<const uint8_t*>(keys(layer)) + static_cast<size_t>(slots[s]) * entry_bytes();
+      if (format_ == KvFormat::F32) {
         device_.download(&out[s * kv_dim], src, kv_dim * sizeof(float));
       } else {
-        device_.download(halves.data(), src, kv_dim * sizeof(uint16_t));
-        for (size_t c = 0; c < kv_dim; ++c) out[s * kv_dim + c] = half_bits_to_float(halves[c]);
+        device_.download(entry.data(), src, entry.size());
+        for (size_t c = 0; c < kv_dim; ++c) out[s * kv_dim + c] = kv_value(entry.data(), c, format_);
       }
     }
     return out;
@@ -194,7 +197,7 @@ class OpsKvCache final : public KvCache {
 
   void* keys(int32_t layer) const { return keys_[static_cast<size_t>(layer)].get(); }
   void* values(int32_t layer) const { return values_[static_cast<size_t>(layer)].get(); }
-  bool f16() const { return f16_; }
+  KvFormat format() const { return format_; }
 
  private:
   struct Captured {
@@ -202,18 +205,35 @@ class OpsKvCache final : public KvCache {
     Staging<Device> index;
     uint32_t rows = 0, cols = 0;
   };
-  size_t element_bytes() const { return f16_ ? sizeof(uint16_t) : sizeof(float); }
+  static KvFormat format_of(KvCacheType t) {
+    switch (t) {
+      case KvCacheType::F16: return KvFormat::F16;
+      case KvCacheType::Q8_0: return KvFormat::Q8_0;
+      case KvCacheType::Q4_0: return KvFormat::Q4_0;
+      default: return KvFormat::F32;
+    }
+  }
+  // The bytes of one slot's keys (or values).
+  size_t entry_bytes() const { return static_cast<size_t>(kv_bytes(format_, static_cast<uint64_t>(shape().kv_dim))); }
   void check_layer(int32_t layer, const char* what) const {
     if (layer < 0 || layer >= shape().n_layer) throw std::out_of_range(std::string(what) + ": layer outside the KV cache");
   }
+  // n values (whole entries), in the cache's format: quantized here as the device would.
   void upload_values(void* dst, const float* src, size_t n) {
-    if (!f16_) {
+    if (format_ == KvFormat::F32) {
       device_.upload(dst, src, n * sizeof(float));
       return;
     }
-    std::vector<uint16_t> halves(n);
-    for (size_t i = 0; i < n; ++i) halves[i] = float_to_half_bits(src[i]);
-    device_.upload(dst, halves.data(), n * sizeof(uint16_t));
+    std::vector<uint8_t> bytes(kv_bytes(format_, n));
+    if (format_ == KvFormat::F16) {
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = float_to_half_bits(src[i]);
+        std::memcpy(&bytes[2 * i], &h, sizeof h);
+      }
+    } else {
+      for (size_t b = 0; b < n / 32; ++b) quantize_kv_block(src + 32 * b, &bytes[b * kv_block_bytes(format_)], format_);
+    }
+    device_.upload(dst, bytes.data(), bytes.size());
   }
   void slots(const SlotPairs& pairs, bool swap, const char* what) {
     if (pairs.empty()) return;
@@ -224,18 +244,22 @@ class OpsKvCache final : public KvCache {
       flat.push_back(b);
     }
     const int32_t* p = pair_staging_.put(device_, flat);
-    const uint32_t kv_dim = static_cast<uint32_t>(shape().kv_dim), n = static_cast<uint32_t>(pairs.size());
+    // An entry is whole 4-byte words in fp32, whole 2-byte ones otherwise (a block is 34 or 18 bytes).
+    const uint32_t n = static_cast<uint32_t>(pairs.size());
+    const uint32_t words = static_cast<uint32_t>(entry_bytes() / 4), halves = static_cast<uint32_t>(entry_bytes() / 2);
     for (int32_t l = 0; l < shape().n_layer; ++l)
       for (void* base : {keys(l), values(l)}) {
-        if (f16_) device_.launch(SlotOp<uint16_t>{static_cast<uint16_t*>(base), p, n, kv_dim, swap}, kv_dim, what);
-        else device_.launch(SlotOp<uint32_t>{static_cast<uint32_t*>(base), p, n, kv_dim, swap}, kv_dim, what);
+        if (format_ == KvFormat::F32)
+          device_.launch(SlotOp<uint32_t>{static_cast<uint32_t*>(base), p, n, words, swap}, words, what);
+        else
+          device_.launch(SlotOp<uint16_t>{static_cast<uint16_t*>(base), p, n, halves, swap}, halves, what);
       }
     device_.sync();  // outside a step: done before the call returns
   }
 
   Device& device_;
   StepAccess& step_;
-  bool f16_;
+  KvFormat format_;
   int32_t part_ = 0;
   std::vector<DeviceMemory<Device>> keys_, values_;
   std::vector<Captured> captured_;

@@ -36,15 +36,27 @@ void HostKvCache::Rows::widen(int32_t slot, int32_t first, int32_t n, float* out
     }
     return;
   }
-  // The blocks that hold [first, first + n), dequantized whole, then the part wanted.
-  const int32_t b0 = first / 32, b1 = (first + n + 31) / 32;
-  const size_t block_bytes = type == KvCacheType::Q8_0 ? 34 : 18;
-  float blocks[32 * 16];
-  for (int32_t b = b0; b < b1; b += 16) {
-    const int32_t count = std::min(16, b1 - b);
-    dequantize_row(block_type(type), row + static_cast<size_t>(b) * block_bytes, blocks, int64_t{count} * 32);
-    const int32_t lo = std::max(first, b * 32), hi = std::min(first + n, (b + count) * 32);
-    for (int32_t i = lo; i < hi; ++i) out[i - first] = blocks[i - b * 32];
+  // The blocks that hold [first, first + n), decoded here (attention reads every key's
+  // blocks, so no per-call dispatch): q * d (Q8_0) and (q - 8) * d (Q4_0), as
+  // fafo::dequantize_row computes them (each product is exact, so the floats are its).
+  const bool q8 = type == KvCacheType::Q8_0;
+  const size_t block_bytes = q8 ? 34 : 18;
+  for (int32_t b = first / 32, end = first + n; b * 32 < end; ++b) {
+    const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
+    uint16_t h = 0;
+    std::memcpy(&h, block, sizeof h);
+    const float d = fp16_to_fp32(h);
+    float values[32];
+    if (q8) {
+      for (int j = 0; j < 32; ++j) values[j] = static_cast<float>(static_cast<int8_t>(block[2 + j])) * d;
+    } else {
+      for (int j = 0; j < 16; ++j) {
+        values[j] = static_cast<float>((block[2 + j] & 0x0f) - 8) * d;
+        values[j + 16] = static_cast<float>((block[2 + j] >> 4) - 8) * d;
+      }
+    }
+    const int32_t lo = std::max(first, b * 32), hi = std::min(end, b * 32 + 32);
+    std::memcpy(out + (lo - first), values + (lo - b * 32), static_cast<size_t>(hi - lo) * sizeof(float));
   }
 }
 

@@ -36,6 +36,17 @@ extern const EmbeddedShader attention_grouped_kv_f16_storage16;
 extern const EmbeddedShader probe_half_storage;  // shaders/probe_half_storage.comp
 extern const EmbeddedShader kv_store;           // shaders/kv_store.comp (fp32 cache)
 extern const EmbeddedShader kv_store_f16;       // shaders/kv_store.comp (fp16 cache)
+// The block caches (KV_Q8_0=1, KV_Q4_0=1; shaders/kv_blocks.glsl): store, rope_store, attention.
+extern const EmbeddedShader kv_store_q8_0;
+extern const EmbeddedShader kv_store_q4_0;
+extern const EmbeddedShader rope_store_kv_q8_0;
+extern const EmbeddedShader rope_store_kv_q4_0;
+extern const EmbeddedShader attention_kv_q8_0;
+extern const EmbeddedShader attention_kv_q4_0;
+extern const EmbeddedShader attention_serial_kv_q8_0;
+extern const EmbeddedShader attention_serial_kv_q4_0;
+extern const EmbeddedShader attention_grouped_kv_q8_0;
+extern const EmbeddedShader attention_grouped_kv_q4_0;
 // shaders/latent_expand.comp: keys (ROPE=1) and values from an fp32 or fp16 (KV_F16=1) latent cache.
 extern const EmbeddedShader latent_expand_keys;
 extern const EmbeddedShader latent_expand_keys_kv_f16;

@@ -181,13 +181,33 @@ void Kernels::make_grouped_attention() const {
 
 Kernels::~Kernels() = default;
 
+const ComputePipeline& Kernels::block_kernel(KvBlocks blocks, int kind) const {
+  if (blocks == KvBlocks::None) throw std::logic_error("block_kernel: not a block format");
+  const bool q8 = blocks == KvBlocks::Q8_0;
+  std::unique_ptr<ComputePipeline>& slot = block_kernels_[q8 ? 0 : 1][kind];
+  if (slot) return *slot;
+  const EmbeddedShader* shader = nullptr;
+  uint32_t buffers = 5, push = sizeof(AttentionPush);
+  switch (kind) {
+    case kBlockStore: shader = q8 ? &shaders::kv_store_q8_0 : &shaders::kv_store_q4_0, push = sizeof(KvStorePush); break;
+    case kBlockRopeStore:
+      shader = q8 ? &shaders::rope_store_kv_q8_0 : &shaders::rope_store_kv_q4_0, push = sizeof(RopeStorePush);
+      break;
+    case kBlockAttention: shader = q8 ? &shaders::attention_kv_q8_0 : &shaders::attention_kv_q4_0; break;
+    case kBlockAttention + 1: shader = q8 ? &shaders::attention_serial_kv_q8_0 : &shaders::attention_serial_kv_q4_0; break;
+    default: shader = q8 ? &shaders::attention_grouped_kv_q8_0 : &shaders::attention_grouped_kv_q4_0; break;
+  }
+  slot = std::make_unique<ComputePipeline>(context_, *shader, buffers, push);
+  return *slot;
+}
+
 
 const ComputePipeline& Kernels::attention_pipeline(const AttentionArgs& a) const {
   const AttentionArgs::Mapping mapping = attention_mapping(a);
+  const int index = mapping == AttentionArgs::Mapping::Serial ? 1 : mapping == AttentionArgs::Mapping::Grouped ? 2 : 0;
+  if (a.kv_blocks != KvBlocks::None) return block_kernel(a.kv_blocks, kBlockAttention + index);
   if (mapping == AttentionArgs::Mapping::Grouped) make_grouped_attention();
-  const AttentionPipelines& v = attention_[mapping == AttentionArgs::Mapping::Serial    ? 1
-                                           : mapping == AttentionArgs::Mapping::Grouped ? 2
-                                                                                        : 0];
+  const AttentionPipelines& v = attention_[index];
   if (!a.kv_f16) return *v.f32;
   switch (a.half_read) {
     case AttentionArgs::HalfRead::Words: return *v.f16_words;
@@ -274,19 +294,25 @@ void Kernels::rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& 
                                 std::to_string(a.k_offset) + " and values from " + std::to_string(a.v_offset) +
                                 " overlap or do not fit rows of " + std::to_string(a.stride));
   if (a.kv_f16 && kv_dim % 2 != 0) throw std::invalid_argument(std::string(kernel) + ": an fp16 cache needs an even kv_dim");
+  const bool blocks = a.kv_blocks != KvBlocks::None;
+  if (blocks && kv_dim % 64 != 0)
+    throw std::invalid_argument(std::string(kernel) + ": a block cache needs kv_dim a multiple of 64");
   require_size(qkv, (uint64_t{a.first_row} + a.rows) * a.stride, "qkv", kernel);
   require_size(table, (uint64_t{a.first_row} + a.rows) * a.n_pairs * 2, "table", kernel);
-  const uint64_t cache_words = (uint64_t{a.first_slot} + a.rows) * (a.kv_f16 ? kv_dim / 2 : kv_dim);
+  const uint64_t entry_words = blocks ? block_words(a.kv_blocks, kv_dim) : a.kv_f16 ? kv_dim / 2 : kv_dim;
+  const uint64_t cache_words = (uint64_t{a.first_slot} + a.rows) * entry_words;
   require_size(cache_k, cache_words, "cache_k", kernel);
   require_size(cache_v, cache_words, "cache_v", kernel);
-  const uint64_t units = a.kv_f16 ? kv_dim / 2 : kv_dim;
+  const uint64_t units = blocks ? kv_dim / 64 : a.kv_f16 ? kv_dim / 2 : kv_dim;
   const uint64_t items = uint64_t{a.rows} * (uint64_t{a.n_head} * a.n_pairs + 2 * units);
   if (items > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": too many rows for one dispatch");
   require_size(step_info, 4, "step_info", kernel);
   const RopeStorePush push{a.rows, a.n_head,   a.n_head_kv, a.head_dim,       a.n_pairs,
                            a.stride, a.k_offset, a.v_offset, a.neox ? 1u : 0u};
-  seq.dispatch(a.kv_f16 ? *rope_store_f16_ : *rope_store_, {&qkv, &table, &cache_k, &cache_v, &step_info}, push,
-               groups_for(items, 64, context_));
+  const ComputePipeline& pipeline = blocks       ? block_kernel(a.kv_blocks, kBlockRopeStore)
+                                    : a.kv_f16 ? *rope_store_f16_
+                                               : *rope_store_;
+  seq.dispatch(pipeline, {&qkv, &table, &cache_k, &cache_v, &step_info}, push, groups_for(items, 64, context_));
 }
 
 void Kernels::add(CommandSequence& seq, const Buffer& a, const Buffer& b, const Buffer& out, uint32_t n) const {
@@ -372,7 +398,12 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
     throw std::invalid_argument("attention: the parts do not cover the keys");
   require_size(q, (uint64_t{a.first_row} + a.T) * a.q_stride, "q", "attention");
   if (a.kv_f16 && a.kv_dim % 2 != 0) throw std::invalid_argument("attention: an fp16 cache needs an even kv_dim");
-  const uint64_t cache_words = a.kv_f16 ? uint64_t{a.n_past + a.T} * a.kv_dim / 2 : uint64_t{a.n_past + a.T} * a.kv_dim;
+  if (a.kv_blocks != KvBlocks::None && a.kv_dim % 64 != 0)
+    throw std::invalid_argument("attention: a block cache needs kv_dim a multiple of 64");
+  const uint64_t entries = uint64_t{a.n_past} + a.T;
+  const uint64_t cache_words = a.kv_blocks != KvBlocks::None ? entries * block_words(a.kv_blocks, a.kv_dim)
+                               : a.kv_f16                    ? entries * a.kv_dim / 2
+                                                             : entries * a.kv_dim;
   require_size(keys, cache_words, "keys", "attention");
   require_size(values, cache_words, "values", "attention");
   require_size(partials, (uint64_t{a.first_row} + a.T) * a.n_head * a.n_parts * (a.head_dim + 2), "partials",
@@ -426,18 +457,24 @@ void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer
 
 void Kernels::kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k,
                        const Buffer& cache_v, const Buffer& step_info, uint32_t rows, uint32_t k_width,
-                       uint32_t v_width, uint32_t first_slot, bool f16, uint32_t first_row) const {
+                       uint32_t v_width, uint32_t first_slot, bool f16, uint32_t first_row, KvBlocks blocks) const {
   if (rows == 0) return;
   if (k_width == 0 || v_width == 0) throw std::invalid_argument("kv_store: the widths must be positive");
-  const uint64_t k_units = f16 ? (uint64_t{k_width} + 1) / 2 : k_width;
-  const uint64_t v_units = f16 ? (uint64_t{v_width} + 1) / 2 : v_width;
+  const bool in_blocks = blocks != KvBlocks::None;
+  if (in_blocks && (k_width != v_width || k_width % 64 != 0))
+    throw std::invalid_argument("kv_store: a block cache needs equal widths, a multiple of 64");
+  const uint64_t k_words = in_blocks ? block_words(blocks, k_width) : f16 ? (uint64_t{k_width} + 1) / 2 : k_width;
+  const uint64_t v_words = in_blocks ? block_words(blocks, v_width) : f16 ? (uint64_t{v_width} + 1) / 2 : v_width;
   require_size(k, (uint64_t{first_row} + rows) * k_width, "k", "kv_store");
   require_size(v, (uint64_t{first_row} + rows) * v_width, "v", "kv_store");
-  require_size(cache_k, (uint64_t{first_slot} + rows) * k_units, "cache_k", "kv_store");
-  require_size(cache_v, (uint64_t{first_slot} + rows) * v_units, "cache_v", "kv_store");
+  require_size(cache_k, (uint64_t{first_slot} + rows) * k_words, "cache_k", "kv_store");
+  require_size(cache_v, (uint64_t{first_slot} + rows) * v_words, "cache_v", "kv_store");
   require_size(step_info, 4, "step_info", "kv_store");
-  seq.dispatch(f16 ? *kv_store_f16_ : *kv_store_, {&k, &v, &cache_k, &cache_v, &step_info},
-               KvStorePush{rows, k_width, v_width}, groups_for(uint64_t{rows} * std::max(k_units, v_units), 64, context_));
+  // One invocation per value, word, or pair of blocks.
+  const uint64_t items = in_blocks ? uint64_t{rows} * (k_width / 64) : uint64_t{rows} * std::max(k_words, v_words);
+  const ComputePipeline& pipeline = in_blocks ? block_kernel(blocks, kBlockStore) : f16 ? *kv_store_f16_ : *kv_store_;
+  seq.dispatch(pipeline, {&k, &v, &cache_k, &cache_v, &step_info}, KvStorePush{rows, k_width, v_width},
+               groups_for(items, 64, context_));
 }
 
 void Kernels::latent_expand(CommandSequence& seq, const Buffer& latent, const Buffer& up, const Buffer& step_info,

@@ -17,6 +17,11 @@ class Kernels {
  public:
   explicit Kernels(const Context& context);
   ~Kernels();
+  // The block formats of a KV cache (--cache-type q8_0 / q4_0; shaders/kv_blocks.glsl),
+  // for the kernels that store and read it. Their pipelines are created at first use.
+  enum class KvBlocks : uint32_t { None, Q8_0, Q4_0 };
+  // 32-bit words of an entry of `width` values (a multiple of 64) in a block format.
+  static uint64_t block_words(KvBlocks b, uint64_t width) { return width / 64 * (b == KvBlocks::Q8_0 ? 17 : 9); }
   Kernels(const Kernels&) = delete;
   Kernels& operator=(const Kernels&) = delete;
 
@@ -49,12 +54,13 @@ class Kernels {
   // of qkv (row stride `stride` floats) holds n_head query heads at column 0, n_head_kv
   // key heads at k_offset and as many value heads at v_offset, head_dim each. Rotates
   // the queries in place and writes the rotated keys and the values to slots
-  // first_slot.. of cache_k and cache_v (fp32, or fp16 with kv_f16): the bits of
-  // rope(queries), rope(keys) and kv_store.
+  // first_slot.. of cache_k and cache_v (fp32, fp16 with kv_f16, or kv_blocks' blocks):
+  // the bits of rope(queries), rope(keys) and kv_store.
   struct RopeStoreArgs {
     uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, first_slot;
     bool neox = false;
     bool kv_f16 = false;
+    KvBlocks kv_blocks = KvBlocks::None;
     uint32_t first_row = 0;
   };
   void rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& table, const Buffer& cache_k,
@@ -97,6 +103,7 @@ class Kernels {
     uint32_t window = 0;   // > 0: a sliding-window layer (AttentionShape::window)
     uint32_t positions_offset = 0, region_offset = 0;  // the rows' positions, the region's entries in step_info
     bool kv_f16 = false;  // keys and values are an fp16 cache (kv_store); else fp32
+    KvBlocks kv_blocks = KvBlocks::None;  // or a cache of these blocks (kv_dim a multiple of 64)
     // How an fp16 cache is read: Auto = through 16-bit storage where the device widens
     // halves exactly (half_storage_exact()), else by unpacking 32-bit words; Words and
     // Storage16 force one (Storage16 throws where it is not exact). Same bits either way.
@@ -151,10 +158,11 @@ class Kernels {
   // Stores `rows` rows of K (fp32, k_width wide) and V (v_width wide) into slots
   // first_slot.. of the caches: as they are, or (f16) rounded to fp16 to nearest even as
   // fafo::fp32_to_fp16, (width + 1) / 2 words per entry (an odd width's last high half
-  // zero).
+  // zero), or (blocks) quantized as fafo::quantize_row, block_words(width) words per
+  // entry (equal widths, a multiple of 64).
   void kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k, const Buffer& cache_v,
                 const Buffer& step_info, uint32_t rows, uint32_t k_width, uint32_t v_width, uint32_t first_slot,
-                bool f16, uint32_t first_row = 0) const;
+                bool f16, uint32_t first_row = 0, KvBlocks blocks = KvBlocks::None) const;
 
   // Multi-head latent attention's recovery (shaders/latent_expand.comp): writes the keys
   // (with `positions` and `rows`, the RoPE tables: rotated) or values (tables null,
@@ -199,6 +207,10 @@ class Kernels {
     std::unique_ptr<ComputePipeline> f16_storage16;  // null unless half_storage_exact_
   };
   mutable AttentionPipelines attention_[3];
+  // The block caches' kernels by format (Q8_0, Q4_0) and kind (BlockKernel), created at first use.
+  enum BlockKernel { kBlockStore, kBlockRopeStore, kBlockAttention };  // then + 0 workgroup, 1 serial, 2 grouped
+  mutable std::unique_ptr<ComputePipeline> block_kernels_[2][5];
+  const ComputePipeline& block_kernel(KvBlocks blocks, int kind) const;
   AttentionArgs::Mapping attention_mapping_ = AttentionArgs::Mapping::Auto;
   void make_grouped_attention() const;
   bool half_storage_exact_ = false;

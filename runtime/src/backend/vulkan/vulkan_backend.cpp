@@ -196,9 +196,6 @@ class VulkanBackend final : public Backend,
   }
 
   std::unique_ptr<KvCache> create_kv_cache(const KvCacheShape& shape) override {
-    if (kv_cache_type_quantized(shape.type))
-      throw std::invalid_argument(std::string("the vulkan backend has no ") + kv_cache_type_name(shape.type) +
-                                  " KV cache yet: use --cache-type f32 or f16, or --backend cpu");
     auto kv = std::make_unique<VulkanKvCache>(
         shape, KvCacheServices{context_, kernels_, transfer_, descriptors_, allocator_, *this});
     encoder_.reserve(shape.capacity);  // grows the step inputs for the longest cache's order
@@ -352,6 +349,7 @@ class VulkanBackend final : public Backend,
       a.first_row = static_cast<uint32_t>(seg.first);
       a.neox = p.neox;
       a.kv_f16 = kv.f16();
+      a.kv_blocks = kv.blocks();
       kernels_.rope_store(step(), act(qkv), table, kv.keys(layer), kv.values(layer), encoder_.step_info(part), a);
       if (!kv.captured_rows().empty())
         kv.capture_queries(layer, act(qkv), static_cast<uint32_t>(q_cols), static_cast<uint32_t>(qkv.cols));
@@ -371,7 +369,7 @@ class VulkanBackend final : public Backend,
     for (int32_t part = 0, n = step_parts("attention"); part < n; ++part) {
       VulkanKvCache& kv = kv_of(part, "attention");
       if (kv.shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
-      attend(part, layer, q, s, kv.keys(layer), kv.values(layer), kv.f16(), out, q8);
+      attend(part, layer, q, s, kv.keys(layer), kv.values(layer), kv.f16(), kv.blocks(), out, q8);
     }
     if (q8) last_rounding_ = Rounding{&act(out), nullptr, 0.0f, rows_of(out), cols, step().command_count()};
   }
@@ -436,14 +434,15 @@ class VulkanBackend final : public Backend,
     a.n_pairs = 0;
     kernels_.latent_expand(step(), kv.values(layer), vu.parts.front().buffer, encoder_.step_info(part), nullptr, nullptr,
                            kv.recovered_values(), a);
-    attend(part, layer, q, s, kv.recovered_keys(), kv.recovered_values(), false, out);
+    attend(part, layer, q, s, kv.recovered_keys(), kv.recovered_values(), false, Kernels::KvBlocks::None, out);
   }
 
   // Attention of part `part`'s rows of q over `keys` and `values` (by slot, kv_dim per
-  // entry; fp16 words with kv_f16), with the layout, region and dense layers of the
-  // part's cache, into the same rows of out.
+  // entry; fp16 words with kv_f16, blocks in a block format), with the layout, region and
+  // dense layers of the part's cache, into the same rows of out.
   void attend(int32_t part, int32_t layer, const Activation& q, const AttentionShape& s, const Buffer& keys,
-              const Buffer& values, bool kv_f16, Activation& out, const Buffer* rounded = nullptr) {
+              const Buffer& values, bool kv_f16, Kernels::KvBlocks blocks, Activation& out,
+              const Buffer* rounded = nullptr) {
     const VulkanKvCache& kv = kv_of(part, "attention");
     const StepSegment seg = batch().segment(part);
     const uint32_t T = static_cast<uint32_t>(seg.size);
@@ -492,6 +491,7 @@ class VulkanBackend final : public Backend,
     a.positions_offset = encoder_.positions_offset(part);
     a.region_offset = encoder_.region_offset(part);
     a.kv_f16 = kv_f16;
+    a.kv_blocks = blocks;
     a.first_row = static_cast<uint32_t>(seg.first);
     a.rounded = rounded;
     a.rounded_stride = Kernels::q8_row_words(static_cast<uint32_t>(out.cols));

@@ -19,6 +19,17 @@ VulkanKvCache::VulkanKvCache(const KvCacheShape& shape, const KvCacheServices& s
   // Attention reads a plain fp16 cache as kv_dim halves per entry, with no padding.
   if (f16() && !shape.latent() && shape.kv_dim % 2 != 0)
     throw std::invalid_argument("an f16 KV cache needs an even KV width; this model's is " + std::to_string(shape.kv_dim));
+  // A block cache's entries are whole pairs of blocks, so each store writes whole words.
+  if (blocks() != Kernels::KvBlocks::None && shape.kv_dim % 64 != 0)
+    throw std::invalid_argument(std::string("the vulkan backend's ") + kv_cache_type_name(shape.type) +
+                                " KV cache needs a KV width that is a multiple of 64; this model's is " +
+                                std::to_string(shape.kv_dim) + ": use --cache-type f32 or f16, or --backend cpu");
+  // Attention indexes a layer's values with 32-bit integers (a block cache's 4 GiB buffer
+  // could hold more).
+  if (blocks() != Kernels::KvBlocks::None && uint64_t{static_cast<uint32_t>(shape.capacity)} * static_cast<uint32_t>(shape.kv_dim) >= (uint64_t{1} << 32))
+    throw std::invalid_argument("the vulkan backend's " + std::string(kv_cache_type_name(shape.type)) + " KV cache holds at most " +
+                                std::to_string((uint64_t{1} << 32) / static_cast<uint64_t>(shape.kv_dim) - 1) +
+                                " tokens of this model; use a smaller --ctx-size");
   const uint64_t capacity = static_cast<uint64_t>(shape.capacity);
   const uint64_t recovered = shape.latent() ? capacity * static_cast<uint64_t>(shape.kv_dim) * sizeof(float) : 0;
   uint64_t largest = recovered, total = 2 * recovered;
@@ -90,7 +101,7 @@ void VulkanKvCache::store(int32_t layer, const Activation& k, const Activation& 
   s_.kernels.kv_store(s_.step.recording(), s_.step.buffer_of(k), s_.step.buffer_of(v), keys_[l], values_[l],
                       s_.step.step_info(part_), static_cast<uint32_t>(seg.size), static_cast<uint32_t>(k_width),
                       static_cast<uint32_t>(v_width), static_cast<uint32_t>(seg.n_past), f16(),
-                      static_cast<uint32_t>(seg.first));
+                      static_cast<uint32_t>(seg.first), blocks());
 }
 
 void VulkanKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -139,6 +150,16 @@ std::vector<uint32_t> packed_halves(const float* src, int32_t count, int32_t wid
   return out;
 }
 
+// `count` entries of `width` values as a block cache holds them: each entry's blocks
+// (fafo::quantize_row), one after another, in `words` words.
+std::vector<uint32_t> packed_blocks(KvCacheType type, const float* src, int32_t count, int32_t width, uint32_t words) {
+  std::vector<uint32_t> out(static_cast<size_t>(count) * words, 0);
+  const TensorType blocks = type == KvCacheType::Q8_0 ? TensorType::Q8_0 : TensorType::Q4_0;
+  for (size_t e = 0; e < static_cast<size_t>(count); ++e)
+    quantize_row(blocks, src + e * static_cast<size_t>(width), reinterpret_cast<uint8_t*>(out.data() + e * words), width);
+  return out;
+}
+
 }  // namespace
 
 void VulkanKvCache::write(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) {
@@ -147,13 +168,17 @@ void VulkanKvCache::write(int32_t layer, int32_t first, int32_t count, const flo
   if (count == 0) return;
   const size_t l = static_cast<size_t>(layer), n = static_cast<size_t>(count), at = static_cast<size_t>(first);
   const size_t k_words = key_words(layer), v_words = value_words(layer);
-  if (!f16()) {  // an entry is its floats
+  if (!f16() && blocks() == Kernels::KvBlocks::None) {  // an entry is its floats
     s_.transfer.upload(keys_[l], k, n * k_words * sizeof(float), at * k_words * sizeof(float));
     s_.transfer.upload(values_[l], v, n * v_words * sizeof(float), at * v_words * sizeof(float));
     return;
   }
-  const std::vector<uint32_t> keys = packed_halves(k, count, shape().key_dim(layer), key_words(layer));
-  const std::vector<uint32_t> values = packed_halves(v, count, shape().value_dim(layer), value_words(layer));
+  const bool in_blocks = blocks() != Kernels::KvBlocks::None;
+  const std::vector<uint32_t> keys = in_blocks ? packed_blocks(shape().type, k, count, shape().key_dim(layer), key_words(layer))
+                                               : packed_halves(k, count, shape().key_dim(layer), key_words(layer));
+  const std::vector<uint32_t> values = in_blocks
+                                           ? packed_blocks(shape().type, v, count, shape().value_dim(layer), value_words(layer))
+                                           : packed_halves(v, count, shape().value_dim(layer), value_words(layer));
   s_.transfer.upload(keys_[l], keys.data(), keys.size() * sizeof(uint32_t), at * k_words * sizeof(uint32_t));
   s_.transfer.upload(values_[l], values.data(), values.size() * sizeof(uint32_t), at * v_words * sizeof(uint32_t));
 }
@@ -169,12 +194,19 @@ std::vector<float> VulkanKvCache::read_keys(int32_t layer, const std::vector<int
   }
   std::vector<float> out(slots.size() * width);
   if (regions.empty()) return out;
-  if (!f16()) {
+  if (!f16() && blocks() == Kernels::KvBlocks::None) {
     s_.transfer.download_regions(keys_[static_cast<size_t>(layer)], regions, out.data());
     return out;
   }
   std::vector<uint32_t> entries(slots.size() * words);
   s_.transfer.download_regions(keys_[static_cast<size_t>(layer)], regions, entries.data());
+  if (blocks() != Kernels::KvBlocks::None) {
+    const TensorType type = blocks() == Kernels::KvBlocks::Q8_0 ? TensorType::Q8_0 : TensorType::Q4_0;
+    for (size_t e = 0; e < slots.size(); ++e)
+      dequantize_row(type, reinterpret_cast<const uint8_t*>(entries.data() + e * words), &out[e * width],
+                     static_cast<int64_t>(width));
+    return out;
+  }
   for (size_t e = 0; e < slots.size(); ++e)
     for (size_t i = 0; i < width; ++i)
       out[e * width + i] = fp16_to_fp32(static_cast<uint16_t>(entries[e * words + i / 2] >> ((i % 2) * 16)));

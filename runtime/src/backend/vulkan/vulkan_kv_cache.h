@@ -1,5 +1,6 @@
 // The Vulkan backend's KV cache: one K and one V buffer per layer in device memory
-// (f32, or f16 packed two per 32-bit word), stored into by a step's kv_store (or the
+// (f32, f16 packed two per 32-bit word, or GGUF's Q8_0 / Q4_0 blocks one after another:
+// shaders/kv_blocks.glsl, kv_dim a multiple of 64 so an entry is whole words), stored into by a step's kv_store (or the
 // backend's rope_store) dispatches, exchanged and moved by the kv_permute kernel in a submission of its own,
 // read back through staging. Captured queries are copied in the step into one
 // host-visible buffer per layer.
@@ -15,6 +16,7 @@
 
 #include "backend/vulkan/allocator.h"
 #include "backend/vulkan/buffer.h"
+#include "backend/vulkan/kernels.h"
 #include "fafo/backend.h"
 #include "fafo/kv_cache.h"
 
@@ -23,7 +25,6 @@ namespace fafo::vulkan {
 class CommandSequence;
 class Context;
 class DescriptorCache;
-class Kernels;
 class Transfer;
 
 // What the cache needs from its backend while a step is recorded.
@@ -71,6 +72,11 @@ class VulkanKvCache final : public KvCache {
   const Buffer& keys(int32_t layer) const;
   const Buffer& values(int32_t layer) const;
   bool f16() const { return shape().type == KvCacheType::F16; }
+  Kernels::KvBlocks blocks() const {
+    return shape().type == KvCacheType::Q8_0   ? Kernels::KvBlocks::Q8_0
+           : shape().type == KvCacheType::Q4_0 ? Kernels::KvBlocks::Q4_0
+                                               : Kernels::KvBlocks::None;
+  }
   // 32-bit words per entry of a layer's keys and values.
   uint32_t key_words(int32_t layer) const { return words_for(shape().key_dim(layer)); }
   uint32_t value_words(int32_t layer) const { return words_for(shape().value_dim(layer)); }
@@ -83,7 +89,10 @@ class VulkanKvCache final : public KvCache {
     Buffer buffer;
     uint32_t rows = 0, cols = 0;
   };
-  uint32_t words_for(int32_t width) const { return static_cast<uint32_t>(f16() ? (width + 1) / 2 : width); }
+  uint32_t words_for(int32_t width) const {
+    if (blocks() != Kernels::KvBlocks::None) return static_cast<uint32_t>(Kernels::block_words(blocks(), static_cast<uint64_t>(width)));
+    return static_cast<uint32_t>(f16() ? (width + 1) / 2 : width);
+  }
   void check_layer(int32_t layer, const char* what) const;
   void permute(const SlotPairs& pairs, bool swap, const char* what);
 
