@@ -146,5 +146,29 @@ TEST(HostKvCache, ASliceOfABlockRowIsThatPartOfTheRow) {
   }
 }
 
+// The F16 rows widen every one of the 65536 half bit patterns (zeros, subnormals,
+// normals, infinities, NaNs) to fp16_to_fp32's float.
+TEST(HostKvCache, AnF16RowWidensEveryHalfAsTheRuntimeDoes) {
+  std::unique_ptr<Backend> be = make_backend(BackendSpec{"cpu", "", 2});
+  std::unique_ptr<KvCache> kv = be->create_kv_cache(KvCacheShape{1, 64, 1024, KvCacheType::F16});
+  std::vector<float> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = fp16_to_fp32(static_cast<uint16_t>(h));
+  kv->write(0, 0, 64, all.data(), all.data());
+  auto* host = dynamic_cast<host::HostKvCache*>(kv.get());
+  ASSERT_NE(host, nullptr);
+  std::vector<float> row(1024);
+  for (int32_t slot = 0; slot < 64; ++slot) {
+    host->values(0).widen(slot, 0, 1024, row.data());
+    for (uint32_t i = 0; i < 1024; ++i) {
+      const uint32_t h = static_cast<uint32_t>(slot) * 1024 + i;
+      if (std::isnan(all[h])) {
+        EXPECT_TRUE(std::isnan(row[i])) << std::hex << h;
+      } else {
+        EXPECT_EQ(std::memcmp(&row[i], &all[h], sizeof(float)), 0) << std::hex << h << ": " << row[i] << " vs " << all[h];
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fafo

@@ -93,6 +93,9 @@ TEST(StudioPoolTrace, JsonRoundTripCarriesTheSnapshotAndLayers) {
   t.kv_region = {0, 1, 7};
   t.kv_layers = 5;
   t.kv_dense_layers = 2;
+  t.kv_type = "q4_0";
+  t.kv_bytes_per_token = 1800;
+  t.kv_windows = {512, 0, 512, 0, 0};
   PoolKeySnapshot k;
   k.key = {3, 4};
   k.hits = 6;
@@ -115,14 +118,23 @@ TEST(StudioPoolTrace, JsonRoundTripCarriesTheSnapshotAndLayers) {
   EXPECT_EQ(b.ngrams[1].age, 9);
   EXPECT_EQ(back.kv_layers, 5);
   EXPECT_EQ(back.kv_dense_layers, 2);
+  EXPECT_EQ(back.kv_type, "q4_0");
+  EXPECT_EQ(back.kv_bytes_per_token, 1800);
+  EXPECT_EQ(back.kv_windows, (std::vector<int32_t>{512, 0, 512, 0, 0}));
+  nlohmann::json negative = step_trace_to_json(t);
+  negative["kv"]["windows"][1] = -1;
+  EXPECT_THROW(step_trace_from_json(negative), std::invalid_argument);
   // A trace written before these fields existed still loads.
   nlohmann::json old = step_trace_to_json(t);
   old["pool"].erase("snapshot");
   old["kv"].erase("layers");
   old["kv"].erase("dense_layers");
+  for (const char* field : {"type", "bytes_per_token", "windows"}) old["kv"].erase(field);
   const StepTrace o = step_trace_from_json(old);
   EXPECT_TRUE(o.pool_snapshot.empty());
   EXPECT_EQ(o.kv_layers, 0);
+  EXPECT_TRUE(o.kv_type.empty());
+  EXPECT_TRUE(o.kv_windows.empty());
 }
 
 // Real FAFO runs: every step after the first carries a bounded snapshot whose
@@ -153,6 +165,9 @@ TEST(StudioPoolTrace, GeneratorFillsTheSnapshotAndLayers) {
     const StepTrace& t = traces[i];
     EXPECT_EQ(t.kv_layers, 5);
     EXPECT_EQ(t.kv_dense_layers, 2);  // quest keeps its first 2 layers dense
+    EXPECT_EQ(t.kv_type, "f32");
+    EXPECT_EQ(t.kv_bytes_per_token, 5 * 2 * 32 * 4);  // 5 layers' keys and values, 32 floats each
+    EXPECT_TRUE(t.kv_windows.empty());                 // no sliding window
     ASSERT_LE(t.pool_snapshot.size(), 12u);
     if (t.pool_keys >= 12) {
       EXPECT_EQ(t.pool_snapshot.size(), 12u);

@@ -238,6 +238,22 @@ TEST(StudioViews, KvLayersShowTheSharedRegionAndTheDenseLayers) {
   // A block of plain rest entries.
   t.kv_region = {0, 1, 2, 3};
   EXPECT_EQ(kv_layers_view(t, &prev, 3).rows[3].cells[2], KvCell::Rest);
+  // Window layers (a window of 5 on layers 1 and 3): the blocks wholly before the last
+  // position's window (entries 0-3 of the 12; block 1 is 4-7, partly inside) read by no
+  // row; the cache's type and size carried through.
+  t.kv_windows = {0, 5, 0, 5};
+  t.kv_type = "q8_0";
+  t.kv_bytes_per_token = 4352;
+  const KvLayersView w = kv_layers_view(t, &prev, 3);
+  EXPECT_EQ(w.kv_type, "q8_0");
+  EXPECT_EQ(w.bytes_per_token, 4352);
+  EXPECT_EQ(w.rows[1].window, 5);
+  EXPECT_EQ(w.rows[2].window, 0);
+  EXPECT_EQ(w.rows[1].cells, (std::vector<KvCell>{KvCell::OutsideWindow, KvCell::Dense, KvCell::Dense}));
+  EXPECT_EQ(w.rows[3].cells[0], KvCell::OutsideWindow);
+  EXPECT_EQ(w.rows[3].cells[1], KvCell::Rest);
+  EXPECT_EQ(w.rows[2].cells, kv_layers_view(t, &prev, 3).rows[2].cells);
+  t.kv_windows.clear();
   // An older trace without layer counts: one row for all; no region: everything read.
   StepTrace old = hand_step();
   ASSERT_EQ(kv_layers_view(old, nullptr).rows.size(), 1u);

@@ -284,7 +284,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   };
 
   result.kv_type = kv_cache_type_name(model.kv_type());
-  result.kv_bytes_per_token = static_cast<double>(model.kv_cache().shape().bytes_per_entry());
+  result.kv_bytes_per_token = static_cast<double>(model.kv_bytes_per_token());
   out("KV cache: %s, %.1f KiB per token\n", result.kv_type.c_str(), result.kv_bytes_per_token / 1024.0);
   const int32_t depth = config.depth;
   if ((config.pp > 0 || config.tg > 0) && depth + 2 > model.n_ctx())

@@ -2,7 +2,8 @@
 // (blocks of entries): what FAFO's fumble rows read there, which is the region in
 // every layer except the first dense ones, where they read everything. Below, the
 // region of the selected layer slot by slot (physical order), the slots that received
-// a new entry this step highlighted. Verification rows always read every entry.
+// a new entry this step highlighted. Verification rows always read every entry but
+// those before a sliding-window layer's window. Above, the cache's type and size.
 #include <imgui.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@ ImU32 cell_colour(KvCell c) {
     case KvCell::Entered: return IM_COL32(255, 180, 50, 255);
     case KvCell::Region: return IM_COL32(80, 150, 255, 255);
     case KvCell::Dense: return IM_COL32(70, 200, 190, 255);
+    case KvCell::OutsideWindow: return IM_COL32(45, 45, 45, 255);
     case KvCell::Rest: break;
   }
   return IM_COL32(95, 95, 95, 255);
@@ -31,12 +33,14 @@ void legend() {
   ImGui::TextColored(ImVec4(0.27f, 0.78f, 0.75f, 1.0f), "read by a dense layer");
   ImGui::SameLine();
   ImGui::TextColored(ImVec4(0.5f, 0.5f, 0.5f, 1.0f), "rest (not read by fumble rows)");
+  ImGui::SameLine();
+  ImGui::TextColored(ImVec4(0.3f, 0.3f, 0.3f, 1.0f), "before a window layer's window");
 }
 
 // One row of blocks per layer; clicking a row selects the layer.
 void layer_rows(StudioState& s, const KvLayersView& v) {
   ImDrawList* draw = ImGui::GetWindowDrawList();
-  const float label_w = 70.0f, gap = 1.0f;
+  const float label_w = 110.0f, gap = 1.0f;
   const float avail = ImGui::GetContentRegionAvail().x - label_w;
   const int n = static_cast<int>(v.blocks.size());
   const float cell = std::clamp(n ? avail / static_cast<float>(n) - gap : 8.0f, 2.0f, 10.0f);
@@ -48,6 +52,10 @@ void layer_rows(StudioState& s, const KvLayersView& v) {
       label = "L";
       label += std::to_string(row.layer);
       if (row.dense) label += " dense";
+      if (row.window > 0) {
+        label += " w";
+        label += std::to_string(row.window);
+      }
     }
     const ImVec2 origin = ImGui::GetCursorScreenPos();
     ImGui::PushID(row.layer);
@@ -105,6 +113,10 @@ void draw_kv_panel(StudioState& s) {
       } else {
         ImGui::Text("step %d: context %d; no compressed region: every row reads every entry", v.step, v.context);
       }
+      if (!v.kv_type.empty())
+        ImGui::TextDisabled("KV cache: %s, %.1f KiB per token (%.1f MiB for this context)", v.kv_type.c_str(),
+                            static_cast<double>(v.bytes_per_token) / 1024.0,
+                            static_cast<double>(v.bytes_per_token) * v.context / (1024.0 * 1024.0));
       legend();
       if (v.block > 1) ImGui::TextDisabled("each block is %d entries (coloured by its most notable entry)", v.block);
       const float rows_height = static_cast<float>(v.rows.size()) * 12.0f + 8.0f;

@@ -13,6 +13,8 @@ KvLayersView kv_layers_view(const StepTrace& t, const StepTrace* previous, int32
   v.context = map.context;
   v.layers = t.kv_layers;
   v.dense_layers = std::clamp(t.kv_dense_layers, 0, std::max(t.kv_layers, 0));
+  v.kv_type = t.kv_type;
+  v.bytes_per_token = t.kv_bytes_per_token;
   v.has_region = !t.kv_region.empty();
   v.swaps = t.kv_swaps;
 
@@ -48,6 +50,11 @@ KvLayersView kv_layers_view(const StepTrace& t, const StepTrace* previous, int32
     row.cells = shared;
     if (row.dense)
       for (KvCell& c : row.cells) c = KvCell::Dense;
+    // A window layer: the blocks wholly before the window of the step's last position.
+    row.window = v.layers > 0 && static_cast<size_t>(l) < t.kv_windows.size() ? t.kv_windows[static_cast<size_t>(l)] : 0;
+    if (row.window > 0)
+      for (size_t b = 0; b < v.blocks.size(); ++b)
+        if (v.blocks[b].first + v.blocks[b].count <= v.context - row.window) row.cells[b] = KvCell::OutsideWindow;
     v.rows.push_back(std::move(row));
   }
 

@@ -119,12 +119,14 @@ KvMapView kv_map_view(const StepTrace& t, const StepTrace* previous);
 
 // (d2) The KV cache per layer. The region's selection (and its swaps) is the same in
 // every layer; in the first `dense_layers` layers the fumble rows nevertheless read
-// every entry. Entries are grouped into at most `max_blocks` blocks of `block` entries.
+// every entry; in a sliding-window layer no row reads the entries before its window.
+// Entries are grouped into at most `max_blocks` blocks of `block` entries.
 enum class KvCell : uint8_t {
   Rest,     // not read by the fumble rows (verification rows read it)
   Region,   // in the compressed region: read by the fumble rows
   Entered,  // swapped into the region this step
   Dense,    // a dense layer: the fumble rows read it although it is not in the region
+  OutsideWindow,  // a sliding-window layer: before the window of the step's last row, read by no row
 };
 struct KvBlock {
   int32_t first = 0, count = 0;       // logical entries [first, first + count)
@@ -133,6 +135,7 @@ struct KvBlock {
 struct KvLayerRow {
   int32_t layer = 0;
   bool dense = false;
+  int32_t window = 0;                 // a sliding-window layer's window (0: global)
   std::vector<KvCell> cells;          // per block: Entered > Region > Rest (Dense in dense layers)
 };
 struct KvLayersView {
@@ -140,6 +143,8 @@ struct KvLayersView {
   int32_t context = 0;
   int32_t layers = 0;                 // 0 when the trace does not say (older traces): one row for all
   int32_t dense_layers = 0;
+  std::string kv_type;                // the cache's type ("q8_0"; "" in an older trace)
+  int64_t bytes_per_token = 0;        // every layer's keys and values for one token
   int32_t block = 1;                  // entries per block
   bool has_region = false;            // false: the fumble rows (if any) read everything
   std::vector<KvBlock> blocks;

@@ -161,6 +161,12 @@ struct StepTrace {
   // are the same in every layer (0 / 0 when unknown, e.g. an older trace).
   int32_t kv_layers = 0;
   int32_t kv_dense_layers = 0;
+  // The KV cache's type ("f32", "q8_0"; "" in an older trace) and the bytes a token
+  // takes in it (every layer's keys and values), and each layer's sliding window (0: a
+  // global layer; empty when the model has none).
+  std::string kv_type;
+  int64_t kv_bytes_per_token = 0;
+  std::vector<int32_t> kv_windows;
   double build_ms = 0.0;
   double forward_ms = 0.0;
   double verify_ms = 0.0;

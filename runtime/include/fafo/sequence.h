@@ -67,6 +67,13 @@ class Sequence {
   const std::shared_ptr<StepRunner>& runner() const { return runner_; }
   int32_t n_ctx() const { return n_ctx_; }
   KvCacheType kv_type() const { return kvs_.front()->shape().type; }
+  // Bytes one token takes in this sequence's KV cache: every layer's keys and values, on
+  // every device of a layer split.
+  uint64_t kv_bytes_per_token() const {
+    uint64_t bytes = 0;
+    for (const auto& kv : kvs_) bytes += kv->shape().bytes_per_entry();
+    return bytes;
+  }
   // The most rows one step may want logits for (the step itself may be longer): 512,
   // or fewer where a device buffer cannot hold 512 rows of n_vocab logits.
   int32_t max_logit_rows() const { return runner_->max_logit_rows(); }

@@ -107,6 +107,11 @@ json step_trace_to_json(const StepTrace& t) {
     kv["layers"] = t.kv_layers;
     kv["dense_layers"] = t.kv_dense_layers;
   }
+  if (!t.kv_type.empty()) {
+    kv["type"] = t.kv_type;
+    kv["bytes_per_token"] = t.kv_bytes_per_token;
+  }
+  if (!t.kv_windows.empty()) kv["windows"] = t.kv_windows;
   return {{"step", t.step},
           {"strategy", strategy_name(t.strategy)},
           {"auto_choice", t.auto_choice},
@@ -148,6 +153,10 @@ void check_step_trace(const StepTrace& t) {
   if (t.kv_dense_layers < 0 || t.kv_dense_layers > t.kv_layers)
     throw std::invalid_argument("kv.dense_layers is outside [0, kv.layers]");
   if (t.kv_swaps < 0) throw std::invalid_argument("kv.swaps is negative");
+  if (t.kv_bytes_per_token < 0) throw std::invalid_argument("kv.bytes_per_token is negative");
+  if (t.kv_windows.size() > static_cast<size_t>(kMaxLayers)) throw std::invalid_argument("kv.windows has more than 4096 layers");
+  for (int32_t w : t.kv_windows)
+    if (w < 0) throw std::invalid_argument("kv.windows holds a negative window");
   check_length(t.kv_region.size(), "kv.region");
   const int64_t context_after = static_cast<int64_t>(t.n_past) + t.batch_size + 1;
   for (int32_t e : t.kv_region)
@@ -203,6 +212,12 @@ StepTrace step_trace_from_json(const json& j) {
     t.kv_swaps = integer<int64_t>(j.at("kv").at("swaps"));
     t.kv_layers = integer_or(j.at("kv"), "layers", 0);
     t.kv_dense_layers = integer_or(j.at("kv"), "dense_layers", 0);
+    const json& kv = j.at("kv");  // (type, bytes_per_token and windows: not in traces of earlier versions)
+    if (kv.contains("type")) {
+      t.kv_type = kv.at("type").get<std::string>();
+      t.kv_bytes_per_token = integer<int64_t>(kv.at("bytes_per_token"));
+    }
+    if (kv.contains("windows")) t.kv_windows = ints(kv.at("windows"));
   }
   const json& pool = j.at("pool");
   t.pool_keys = integer<int64_t>(pool.at("keys"));

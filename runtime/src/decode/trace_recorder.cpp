@@ -118,6 +118,12 @@ void TraceRecorder::add_state_after() {
   if (state_->uses_window()) trace_.pool_snapshot = pool.snapshot(decoding_.trace_pool_keys);
   trace_.kv_layers = model_.config().n_layer;
   trace_.kv_dense_layers = policy ? policy->dense_layers() : 0;
+  trace_.kv_type = kv_cache_type_name(model_.kv_type());
+  trace_.kv_bytes_per_token = static_cast<int64_t>(model_.kv_bytes_per_token());
+  const ModelConfig& c = model_.config();
+  trace_.kv_windows.clear();
+  if (c.sliding_window > 0)
+    for (int32_t l = 0; l < c.n_layer; ++l) trace_.kv_windows.push_back(c.window_layer(l) ? c.sliding_window : 0);
 }
 
 }  // namespace fafo
