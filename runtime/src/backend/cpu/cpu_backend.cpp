@@ -14,6 +14,7 @@
 #include "backend/cpu/q8_matmul.h"
 #include "backend/cpu/simd_activations.h"
 #include "backend/cpu/simd_attention.h"
+#include "backend/cpu/simd_kv_rows.h"
 #include "backend/cpu/simd_matmul.h"
 #include "backend/host/host_backend.h"
 #include "fafo/backend_registry.h"
@@ -45,6 +46,11 @@ class CpuKernels final : public host::HostKernels {
                          const int32_t* slots, int32_t n_keys, scalar::ScoreMap score, float* scratch, scalar::AttentionPart* parts,
                          float* accs) const override {
     cpu::attend_group_part_simd(q, n_heads, keys, values, slots, n_keys, score, scratch, parts, accs);
+  }
+
+  void widen_rows(const host::HostKvCache::Rows& rows, const int32_t* slots, int32_t count, int32_t first, int32_t n,
+                  float* out) const override {
+    cpu::widen_kv_rows_simd(rows, slots, count, first, n, out);
   }
 
   void matmul(const host::HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,

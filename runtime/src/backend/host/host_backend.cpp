@@ -286,21 +286,21 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     // Widens the `n` slots' part of each side into floats and points `k` / `v` at the
     // copies: from `k_packed` / `v_packed` where those are set, else from the float rows
     // k / v name (an MLA step's recovered keys beside packed latent values).
-    void widen(const HostKvCache::Rows& k_packed, scalar::KvRows& k, const HostKvCache::Rows& v_packed, scalar::KvRows& v,
-               const int32_t* slots, int32_t n) {
+    void widen(const HostKernels& kernels, const HostKvCache::Rows& k_packed, scalar::KvRows& k,
+               const HostKvCache::Rows& v_packed, scalar::KvRows& v, const int32_t* slots, int32_t n) {
       order.resize(static_cast<size_t>(n));
       for (int32_t j = 0; j < n; ++j) order[static_cast<size_t>(j)] = j;
-      gather(k_packed, k, slots, n, keys);
-      gather(v_packed, v, slots, n, values);
+      gather(kernels, k_packed, k, slots, n, keys);
+      gather(kernels, v_packed, v, slots, n, values);
     }
-    static void gather(const HostKvCache::Rows& packed, scalar::KvRows& rows, const int32_t* slots, int32_t n,
-                       std::vector<float>& out) {
+    static void gather(const HostKernels& kernels, const HostKvCache::Rows& packed, scalar::KvRows& rows,
+                       const int32_t* slots, int32_t n, std::vector<float>& out) {
       const size_t w = static_cast<size_t>(rows.width);
       out.resize(static_cast<size_t>(n) * w);
-      for (int32_t j = 0; j < n; ++j) {
-        float* to = out.data() + static_cast<size_t>(j) * w;
-        if (packed.packed) packed.widen(slots[j], static_cast<int32_t>(rows.offset), rows.width, to);
-        else std::copy_n(rows.row(slots[j]), w, to);
+      if (packed.packed) {
+        kernels.widen_rows(packed, slots, n, static_cast<int32_t>(rows.offset), rows.width, out.data());
+      } else {
+        for (int32_t j = 0; j < n; ++j) std::copy_n(rows.row(slots[j]), w, out.data() + static_cast<size_t>(j) * w);
       }
       rows = scalar::KvRows{out.data(), rows.width, 0, rows.width};
     }
@@ -399,7 +399,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
         scalar::KvRows values{V.data, V.stride, it.kv_head * V.head_step, V.width};
         const int32_t* item_slots = list.data() + it.first;
         if (sk.K_packed.packed || V.packed.packed) {  // the same floats, gathered in the item's order
-          packed.widen(sk.K_packed, keys, V.packed, values, item_slots, it.count);
+          packed.widen(*kernels_, sk.K_packed, keys, V.packed, values, item_slots, it.count);
           item_slots = packed.order.data();
         }
         kernels_->attend_group_part(row(q, it.row) + h0 * s.head_dim, group, keys, values, item_slots, it.count,

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/host/host_kv_cache.h"
 #include "backend/host/scalar_kernels.h"
 #include "fafo/backend.h"
 #include "fafo/tensor_type.h"
@@ -53,6 +54,13 @@ class HostKernels {
     for (int32_t h = 0; h < n_heads; ++h)
       parts[h] = scalar::attend_head_part(q + static_cast<int64_t>(h) * keys.width, keys, values, slots, n_keys, score, scratch,
                                        accs + static_cast<int64_t>(h) * values.width);
+  }
+  // Values [first, first + n) of `count` slots' rows of a packed cache (fp16 words,
+  // blocks), n floats apart in out: HostKvCache::Rows::widen's floats. Called from
+  // several threads at once.
+  virtual void widen_rows(const HostKvCache::Rows& rows, const int32_t* slots, int32_t count, int32_t first, int32_t n,
+                          float* out) const {
+    for (int32_t j = 0; j < count; ++j) rows.widen(slots[j], first, n, out + static_cast<int64_t>(j) * n);
   }
 };
 
