@@ -62,7 +62,8 @@ report=$work/out/report.md
 [ -f "$report" ] || { echo "FAIL: no report"; exit 1; }
 for section in "1. Environment" "2. The 8B Q4_K_M file" "3. Devices" "4. Op conformance" "5. Greedy text" \
                "6. stories260K" "7a. 8B Q4_K_M bench: cuda" "7b. 8B Q4_K_M bench: vulkan" "8. 8B F16 bench" \
-               "7c. PyTorch on the same GPU" "7d. llama.cpp on the same GPU" "8b. Kernel profile" "8c. 8B Q4_K_M split with the CPU" "9. Roofline" \
+               "7c. PyTorch on the same GPU" "7d. llama.cpp on the same GPU" "8b. Kernel profile" "8c. 8B Q4_K_M split with the CPU" \
+               "8d. 8B Q4_K_M at a long context by KV cache type" "9. Roofline" \
                "10. Side by side"; do
   grep -q "^## $section" "$report" || fail "the report has no section '$section'"
 done
@@ -82,6 +83,10 @@ grep -qE '^\| peer-llama \| skipped: no llama-bench' "$report" || fail "peer-lla
 grep -qE '^\| fafo \| vulkan:0 \| Q4_K_M \| [0-9.]+ \|' "$report" || fail "the side-by-side table has no fafo vulkan row"
 # The split: one of the tiny file's two layers on the Vulkan device, each device's part of t(1).
 grep -qE '^\| fafo \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| n/a \| [0-9.]+ / [0-9.]+ \|' "$report" || fail "no split row for fafo"
+# The KV cache types at a depth of 64 on the Vulkan device: each type's bytes per token and tg.
+for kv in f16 q8_0 q4_0; do
+  grep -qE "^\| fafo \| $kv \| [0-9.]+ \| [0-9.]+ \|" "$report" || fail "no kv row for fafo $kv"
+done
 grep -qE '^\| vulkan:0 \| fafo \| [0-9]+ \|' "$report" || fail "no projection row for fafo on vulkan"
 grep -qE "^\\| tiny-Q4_K_M.gguf \\| vulkan:0 \\| [0-9.]+ \\|" "$report" || fail "no roofline row for vulkan"
 files=$(find "$work/out" -type f | wc -l)

@@ -31,10 +31,11 @@ from checks import step_conformance, step_devices, step_env, step_greedy, step_s
 from peers import llama_builds, step_peer_llama, step_peer_torch, step_side_by_side, unpack_peers
 from common import LOG_LIMIT
 from run import STEPS, Run
+from kv import step_kv
 from split import step_split
 
 RUN_ORDER = ["env", "devices", "conformance", "greedy", "strategies", "peer-torch", "synth", "bench-cuda", "bench-vulkan",
-             "peer-llama", "f16", "profile", "split", "roofline", "side-by-side"]
+             "peer-llama", "f16", "profile", "split", "kv", "roofline", "side-by-side"]
 
 
 def default_peers() -> str | None:
@@ -77,7 +78,7 @@ def main() -> int:
     unpack_peers(r, min(120.0, args.budget / 4))  # an archive of llama.cpp builds, before the clock of any step
     # A SIGTERM (the machine's own timeout) still writes the report and stops the children.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    needs_q4 = any(s in args.steps for s in ("synth", "bench-cuda", "bench-vulkan", "profile", "split"))
+    needs_q4 = any(s in args.steps for s in ("synth", "bench-cuda", "bench-vulkan", "profile", "split", "kv"))
     if needs_q4:
         r.start_synth("Q4_K_M")  # from the first second; the steps before the benches run beside it
     if "devices" not in args.steps and "devices" not in r.results:
@@ -93,17 +94,18 @@ def main() -> int:
         "f16": step_f16,
         "profile": step_profile,
         "split": step_split,
+        "kv": step_kv,
         "roofline": step_roofline,
         "side-by-side": step_side_by_side,
     }
     minimum = {"env": 5, "synth": 5, "devices": 5, "conformance": 30, "greedy": 10, "strategies": 15,
                "bench-cuda": 30, "bench-vulkan": 30, "peer-torch": 20, "peer-llama": 20, "f16": 60, "profile": 20,
-               "split": 20, "roofline": 0, "side-by-side": 0}
+               "split": 20, "kv": 20, "roofline": 0, "side-by-side": 0}
     # The most a step may take of a 420 s budget (scaled with larger budgets), so that
     # one slow step leaves time for the 8B benches after it.
     cap = {"env": 60, "synth": 300, "devices": 30, "conformance": 120, "greedy": 60, "strategies": 45,
            "bench-cuda": 100, "bench-vulkan": 100, "peer-torch": 60, "peer-llama": 90, "f16": 300, "profile": 40,
-           "split": 60, "roofline": 10, "side-by-side": 10}
+           "split": 60, "kv": 60, "roofline": 10, "side-by-side": 10}
     # A rehearsal (--quick, --tiny) runs on slow devices (lavapipe), often beside other
     # work: its caps are twice as long; the budget still bounds the whole run.
     scale = max(1.0, args.budget / 420.0) * (2.0 if r.quick else 1.0)

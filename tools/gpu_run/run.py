@@ -15,7 +15,7 @@ from pathlib import Path
 from common import kill_group
 
 STEPS = ["env", "synth", "devices", "conformance", "greedy", "strategies", "bench-cuda", "bench-vulkan", "peer-torch",
-         "peer-llama", "f16", "profile", "split", "roofline", "side-by-side"]
+         "peer-llama", "f16", "profile", "split", "kv", "roofline", "side-by-side"]
 TITLES = {
     "env": "1. Environment",
     "synth": "2. The 8B Q4_K_M file",
@@ -30,6 +30,7 @@ TITLES = {
     "f16": "8. 8B F16 bench",
     "profile": "8b. Kernel profile (8B Q4_K_M): cuda, then Vulkan",
     "split": "8c. 8B Q4_K_M split with the CPU: --gpu-layers beside llama.cpp's -ngl",
+    "kv": "8d. 8B Q4_K_M at a long context by KV cache type: --depth beside llama.cpp's -d",
     "roofline": "9. Roofline",
     "side-by-side": "10. Side by side: fafo, llama.cpp and PyTorch; strategies projected at 8B",
 }
