@@ -213,6 +213,18 @@ class Run:
     def gpu_devices(self) -> list[dict]:
         return [d for d in self.results.get("devices", []) if d["backend"] in ("cuda", "vulkan")]
 
+    def first_gpu_and_q4(self) -> tuple[dict | None, Path | None, tuple[str, str]]:
+        """The first GPU device (cuda where found) and the finished Q4_K_M file, or a step's
+        (status, body) saying why not (no GPU device, no file in time)."""
+        gpus = self.gpu_devices()
+        if not gpus:
+            return None, None, ("skipped: no GPU device", "No cuda or vulkan device found.")
+        d = next((g for g in gpus if g["backend"] == "cuda"), gpus[0])
+        path, why = self.wait_model("Q4_K_M", self.left() - 10)
+        if path is None:
+            return d, None, (("timed out" if "still writing" in why else f"FAILED: {why}"), f"No Q4_K_M file: {why}")
+        return d, path, ("", "")
+
     # ---- the report ------------------------------------------------------------------
     def section(self, step: str, status: str, body: str, seconds: float) -> None:
         self.results["steps"][step] = {"status": status, "seconds": round(seconds, 1), "body": body}

@@ -16,14 +16,10 @@ def split_counts(r: Run) -> list[int]:
 
 
 def step_split(r: Run) -> tuple[str, str]:
-    gpus = r.gpu_devices()
-    if not gpus:
-        return "skipped: no GPU device", "No cuda or vulkan device found."
-    d = next((g for g in gpus if g["backend"] == "cuda"), gpus[0])
+    d, path, why_not = r.first_gpu_and_q4()
+    if d is None or path is None:
+        return why_not
     label = f"{d['backend']}:{d['index']}"
-    path, why = r.wait_model("Q4_K_M", r.left() - 10)
-    if path is None:
-        return ("timed out" if "still writing" in why else f"FAILED: {why}"), f"No Q4_K_M file: {why}"
     pp, tg, curve = ("16", "4", "1,8") if r.quick else ("128", "32", "1,8,64")
     counts = split_counts(r)
     llama = dict(llama_builds(r)).get(d["backend"])  # the peer build of the same API
