@@ -10,10 +10,12 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/cpu/simd_kv_rows.h"
+#include "backend/cpu/simd_matmul.h"
 #include "backend/host/host_kv_cache.h"
 #include "fafo/backend.h"
 #include "fafo/kv_cache.h"
@@ -147,6 +149,33 @@ TEST(HostKvCache, ASliceOfABlockRowIsThatPartOfTheRow) {
   }
 }
 
+void expect_vector_widening_gives_the_rows_floats() {
+  std::unique_ptr<Backend> be = make_backend(BackendSpec{"cpu", "", 2});
+  constexpr int32_t kWide = 1024;
+  std::vector<float> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = fp16_to_fp32(static_cast<uint16_t>(h));
+  for (KvCacheType type : {KvCacheType::F16, KvCacheType::Q8_0, KvCacheType::Q4_0}) {
+    std::unique_ptr<KvCache> kv = be->create_kv_cache(KvCacheShape{1, 64, kWide, type});
+    std::vector<float> values = all;
+    if (type != KvCacheType::F16)  // finite values of every magnitude for the blocks
+      for (size_t i = 0; i < values.size(); ++i) values[i] = half_value(9, static_cast<int64_t>(i)) * std::ldexp(1.0f, static_cast<int>(i / 32 % 40) - 20);
+    kv->write(0, 0, 64, values.data(), values.data());
+    auto* host = dynamic_cast<host::HostKvCache*>(kv.get());
+    ASSERT_NE(host, nullptr);
+    const std::vector<int32_t> slots = {5, 0, 63, 17, 17, 40};
+    for (const auto& [first, n] : {std::pair{0, kWide}, {64, 64}, {960, 64}, {16, 24}, {3, 200}}) {
+      std::vector<float> got(slots.size() * static_cast<size_t>(n)), want(got.size());
+      cpu::widen_kv_rows_simd(host->keys(0), slots.data(), static_cast<int32_t>(slots.size()), first, n, got.data());
+      for (size_t j = 0; j < slots.size(); ++j) host->keys(0).widen(slots[j], first, n, want.data() + j * static_cast<size_t>(n));
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+            << kv_cache_type_name(type) << " [" << first << ", " << first + n << ") value " << i << ": " << got[i] << " vs " << want[i];
+      }
+    }
+  }
+}
+
 // The F16 rows widen every one of the 65536 half bit patterns (zeros, subnormals,
 // normals, infinities, NaNs) to fp16_to_fp32's float.
 TEST(HostKvCache, AnF16RowWidensEveryHalfAsTheRuntimeDoes) {
@@ -172,33 +201,17 @@ TEST(HostKvCache, AnF16RowWidensEveryHalfAsTheRuntimeDoes) {
 }
 
 // The cpu backend's vector widening (backend/cpu/simd_kv_rows.h) gives Rows::widen's
-// bits: every half pattern, and Q8_0 / Q4_0 rows as whole blocks (a head of 64 at 64)
-// and as slices inside and across blocks, for slots in any order.
+// bits on every instruction set of the build: every half pattern (infinities and NaNs
+// too, which an emulated half conversion gets wrong), and Q8_0 / Q4_0 rows as whole
+// blocks (a head of 64 at 64) and as slices inside and across blocks, for slots in any
+// order.
 TEST(HostKvCache, VectorWideningGivesTheRowsFloats) {
-  std::unique_ptr<Backend> be = make_backend(BackendSpec{"cpu", "", 2});
-  constexpr int32_t kWide = 1024;
-  std::vector<float> all(65536);
-  for (uint32_t h = 0; h < 65536; ++h) all[h] = fp16_to_fp32(static_cast<uint16_t>(h));
-  for (KvCacheType type : {KvCacheType::F16, KvCacheType::Q8_0, KvCacheType::Q4_0}) {
-    std::unique_ptr<KvCache> kv = be->create_kv_cache(KvCacheShape{1, 64, kWide, type});
-    std::vector<float> values = all;
-    if (type != KvCacheType::F16)  // finite values of every magnitude for the blocks
-      for (size_t i = 0; i < values.size(); ++i) values[i] = half_value(9, static_cast<int64_t>(i)) * std::ldexp(1.0f, static_cast<int>(i / 32 % 40) - 20);
-    kv->write(0, 0, 64, values.data(), values.data());
-    auto* host = dynamic_cast<host::HostKvCache*>(kv.get());
-    ASSERT_NE(host, nullptr);
-    const std::vector<int32_t> slots = {5, 0, 63, 17, 17, 40};
-    for (const auto& [first, n] : {std::pair{0, kWide}, {64, 64}, {960, 64}, {16, 24}, {3, 200}}) {
-      std::vector<float> got(slots.size() * static_cast<size_t>(n)), want(got.size());
-      cpu::widen_kv_rows_simd(host->keys(0), slots.data(), static_cast<int32_t>(slots.size()), first, n, got.data());
-      for (size_t j = 0; j < slots.size(); ++j) host->keys(0).widen(slots[j], first, n, want.data() + j * static_cast<size_t>(n));
-      for (size_t i = 0; i < got.size(); ++i) {
-        if (std::isnan(got[i]) && std::isnan(want[i])) continue;
-        ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
-            << kv_cache_type_name(type) << " [" << first << ", " << first + n << ") value " << i << ": " << got[i] << " vs " << want[i];
-      }
-    }
+  for (const std::string& target : cpu::simd_targets()) {
+    SCOPED_TRACE(target);
+    cpu::use_simd_target(target);
+    expect_vector_widening_gives_the_rows_floats();
   }
+  cpu::use_simd_target("");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #define HWY_TARGET_INCLUDE "backend/cpu/simd_kv_rows.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "backend/cpu/half-inl.h"
+#include "fafo/tensor_type.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace fafo::cpu {
@@ -17,16 +17,31 @@ namespace HWY_NAMESPACE {
 
 namespace hn = hwy::HWY_NAMESPACE;
 
-// n fp16 values from src into out.
+// n fp16 values from src into out, as fp16_to_fp32 converts them on every target (a
+// target's own half conversion may be emulated without infinities and NaNs): the half's
+// exponent and mantissa placed in a float's and scaled by 2^112 (exact for normals,
+// subnormals and zeros: a power of two), the top exponent for infinities and NaNs, the sign.
 void WidenHalves(const uint8_t* src, int32_t n, float* out) {
   const hn::CappedTag<float, 16> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<uint16_t, decltype(df)> dh;
   const int32_t N = static_cast<int32_t>(hn::Lanes(df));
+  const auto mask = hn::Set(du, 0x7fffu), top = hn::Set(du, 0x7c00u), inf = hn::Set(du, 0x7f800000u);
+  const auto sign = hn::Set(du, 0x8000u);
+  const auto scale = hn::Set(df, 0x1p112f);
   int32_t i = 0;
-  for (; i + N <= n; i += N)
-    hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(src + 2 * static_cast<size_t>(i)))), df,
-               out + i);
-  for (; i < n; ++i) out[i] = LoadHalf(src + 2 * static_cast<size_t>(i));
+  for (; i + N <= n; i += N) {
+    const auto h = hn::PromoteTo(du, hn::LoadU(dh, reinterpret_cast<const uint16_t*>(src + 2 * static_cast<size_t>(i))));
+    const auto em = hn::ShiftLeft<13>(hn::And(h, mask));
+    const auto scaled = hn::BitCast(du, hn::Mul(hn::BitCast(df, em), scale));
+    const auto bits = hn::IfThenElse(hn::Eq(hn::And(h, top), top), hn::Or(em, inf), scaled);
+    hn::StoreU(hn::BitCast(df, hn::Or(bits, hn::ShiftLeft<16>(hn::And(h, sign)))), df, out + i);
+  }
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * static_cast<size_t>(i), sizeof h);
+    out[i] = fp16_to_fp32(h);
+  }
 }
 
 // The 32 values of one Q8_0 (q * d) or Q4_0 ((q - 8) * d) block into out.
@@ -37,7 +52,9 @@ void WidenBlock(const uint8_t* block, float* out) {
   const hn::Rebind<int8_t, decltype(df)> d8;
   const hn::Rebind<uint8_t, decltype(df)> du8;
   const int32_t N = static_cast<int32_t>(hn::Lanes(df));
-  const auto d = hn::Set(df, LoadHalf(block));
+  uint16_t h;
+  std::memcpy(&h, block, sizeof h);
+  const auto d = hn::Set(df, fp16_to_fp32(h));  // (any scale, an infinite one too, exactly)
   const uint8_t* qs = block + 2;
   if constexpr (kQ8) {
     for (int32_t j = 0; j < 32; j += N)
