@@ -54,6 +54,9 @@
 // for COMPRESSED ones) and a batch token's its row position; a FULL row starts its
 // committed keys at its window's first (skipped_keys), so the parts before it are not
 // computed.
+// In a ring layer (ring > 0: KvCacheShape::ring, a window layer keeping its last
+// entries) the key of cache index i (a committed entry's logical index, batch token j's
+// n_past + j) is at slot i mod ring: the same keys in the same order as a whole cache.
 // Keys are processed WG_SIZE at a time with an online softmax: each invocation
 // scores one key, the workgroup reduces max and sum in shared memory, and each
 // invocation accumulates its own head dimensions (head_dim <= 4 * WG_SIZE).
@@ -152,7 +155,16 @@ layout(push_constant) uniform Params {
   uint positions_offset;  // the rows' positions in step_info
   uint region_offset;     // the logical index of each region slot in step_info
   uint tile_rows;         // GROUPED: rows per workgroup (tile_rows x heads per KV head <= MAX_PAIRS)
+  uint ring;              // > 0: a ring layer's slots (cache index mod ring)
 } p;
+
+// The slot of committed entry `l` (a FULL row's logical index, or a COMPRESSED row's
+// region slot) and of batch token j.
+uint committed_slot(uint l, bool compressed) {
+  if (p.ring > 0u) return (compressed ? step_info[p.region_offset + l] : l) % p.ring;
+  return (!compressed && p.use_order != 0) ? step_info[p.order_offset + l] : l;
+}
+uint batch_slot(uint n_past, uint j) { return p.ring > 0u ? (n_past + j) % p.ring : n_past + j; }
 
 // A key's score from its dot product with the query.
 float key_score(float dot_qk) {
@@ -176,24 +188,22 @@ bool key_slot(uint row, uint row_pos, uint key, uint n_past, uint skip, uint pre
   uint key_pos = 0;
   if (key < prefix_keys) {
     const uint l = skip + key;
-    slot = (!compressed && p.use_order != 0) ? step_info[p.order_offset + l] : l;
+    slot = committed_slot(l, compressed);
     if (p.window != 0) key_pos = compressed ? step_info[p.region_offset + l] : l;
   } else {
     const uint j = key - prefix_keys;
-    slot = n_past + j;
+    slot = batch_slot(n_past, j);
     visible = ((step_info[p.mask_offset + row * p.mask_words + j / 32] >> (j % 32)) & 1u) != 0;
     if (p.window != 0) key_pos = step_info[p.positions_offset + j];
   }
   return visible && (p.window == 0 || int(row_pos) - int(key_pos) < int(p.window));
 }
 
-// The slot of key `key` of a row (as key_slot, without its visibility).
+// The slot of key `key` of a row (as key_slot, without its visibility), or
+// 0xffffffff past the step's batch tokens.
 uint slot_of(uint key, uint n_past, uint skip, uint prefix_keys, bool compressed) {
-  if (key < prefix_keys) {
-    const uint l = skip + key;
-    return (!compressed && p.use_order != 0) ? step_info[p.order_offset + l] : l;
-  }
-  return n_past + key - prefix_keys;
+  if (key < prefix_keys) return committed_slot(skip + key, compressed);
+  return key - prefix_keys < p.T ? batch_slot(n_past, key - prefix_keys) : 0xffffffffu;
 }
 
 #if GROUPED
@@ -264,7 +274,7 @@ void main() {
     barrier();  // the last chunk's shared values are read
     if (chunk + lid < end) {
       const uint s = slot_of(chunk + lid, n_past, skip[0], prefix[0], compressed[0]);
-      staged_slot[lid] = s < n_past + p.T ? s : NO_SLOT;
+      staged_slot[lid] = s;  // NO_SLOT past the step's entries
     }
     // Scores: the keys staged 32 at a time, each pair's scores of them.
     for (uint base = 0u; base < WG_SIZE; base += STAGE_KEYS) {

@@ -9,7 +9,9 @@
 // invocation copies one value's bits (width words per entry); with KV_Q8_0 or KV_Q4_0
 // (shaders/kv_blocks.glsl; k_width = v_width, a multiple of 64) each invocation
 // quantizes two blocks of a row and writes their words. The caller keeps
-// n_past + rows within the cache (VulkanBackend::begin_step checks it).
+// n_past + rows within the cache (VulkanBackend::begin_step checks it). With ring > 0
+// (a ring layer, KvCacheShape::ring: a window layer's last entries) row r goes to slot
+// (n_past + r) mod ring.
 #extension GL_GOOGLE_include_directive : require
 #include "half.glsl"
 #ifndef KV_Q8_0
@@ -40,7 +42,10 @@ layout(push_constant) uniform Params {
   uint rows;
   uint k_width;  // floats per key row
   uint v_width;  // floats per value row
+  uint ring;     // > 0: the slots of a ring layer
 } p;
+
+uint slot_of(uint index) { return p.ring > 0u ? index % p.ring : index; }
 
 #ifdef KV_F16
 // Word `u` of an entry: values 2u and 2u + 1 of the row starting at `at` (`width` wide).
@@ -74,7 +79,7 @@ void main() {
   const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
   for (uint i = gl_GlobalInvocationID.x; i < p.rows * pairs; i += stride) {
     const uint row = i / pairs, pair = i % pairs;
-    const uint out_at = ((first_slot + row) * pairs + pair) * KV_PAIR_WORDS;
+    const uint out_at = (slot_of(first_slot + row) * pairs + pair) * KV_PAIR_WORDS;
     uint w[KV_PAIR_WORDS];
     quantize_pair(true, first_src + row, pair, w);
     for (uint k = 0u; k < KV_PAIR_WORDS; ++k) cache_k[out_at + k] = w[k];
@@ -94,11 +99,11 @@ void main() {
   for (uint i = gl_GlobalInvocationID.x; i < n; i += step) {
     const uint row = i / units, u = i % units;
 #ifdef KV_F16
-    if (u < k_units) cache_k[(first + row) * k_units + u] = pack_k((first_row + row) * p.k_width, u);
-    if (u < v_units) cache_v[(first + row) * v_units + u] = pack_v((first_row + row) * p.v_width, u);
+    if (u < k_units) cache_k[slot_of(first + row) * k_units + u] = pack_k((first_row + row) * p.k_width, u);
+    if (u < v_units) cache_v[slot_of(first + row) * v_units + u] = pack_v((first_row + row) * p.v_width, u);
 #else
-    if (u < k_units) cache_k[(first + row) * k_units + u] = src_k[(first_row + row) * p.k_width + u];
-    if (u < v_units) cache_v[(first + row) * v_units + u] = src_v[(first_row + row) * p.v_width + u];
+    if (u < k_units) cache_k[slot_of(first + row) * k_units + u] = src_k[(first_row + row) * p.k_width + u];
+    if (u < v_units) cache_v[slot_of(first + row) * v_units + u] = src_v[(first_row + row) * p.v_width + u];
 #endif
   }
 #endif

@@ -52,6 +52,7 @@ layout(push_constant) uniform Params {
   uint k_offset; // the first key column
   uint v_offset; // the first value column
   uint neox;
+  uint ring;     // > 0: a ring layer (KvCacheShape::ring): row r's entry at slot (n_past + r) mod ring
 } p;
 
 // Key e (0 <= e < kv_dim) of `row`, rotated.
@@ -120,7 +121,8 @@ void main() {
     const uint unit = id - q_items - (keys ? 0u : kv_items);
     const uint row = unit / units;
     const uint u = unit % units;
-    const uint out_at = (step_info[0] + row) * units + u;
+    const uint slot = p.ring > 0u ? (step_info[0] + row) % p.ring : step_info[0] + row;
+    const uint out_at = slot * units + u;
 #ifdef KV_BLOCKS
     uint w[KV_PAIR_WORDS];
     quantize_pair(keys, row, u, w);

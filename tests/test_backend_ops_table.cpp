@@ -296,12 +296,20 @@ struct AttentionVariant {
   std::vector<int32_t> steps;
   float softcap = 0.0f;  // AttentionShape::softcap (Gemma 2's soft-capped scores)
   int32_t window = 0;    // AttentionShape::window (sliding-window layers)
+  // > 0: layer 0's cache is a ring for steps of this many tokens (KvCacheShape::ring; a
+  // window of `window`), layer 1's the whole context with the same window.
+  int32_t ring_step = 0;
 };
 
 OpOutputs run_attention(OpEnv& env, const AttentionVariant& v, int32_t T, uint32_t salt) {
   Backend& be = env.be();
   const int32_t kv_dim = v.n_head_kv * v.head_dim, q_dim = v.n_head * v.head_dim;
-  KvCache& kv = env.make_cache(KvCacheShape{2, v.n_past + 260, kv_dim, v.type});
+  KvCacheShape cache_shape{2, v.n_past + 260, kv_dim, v.type};
+  if (v.ring_step > 0) {
+    cache_shape.windows = {v.window, 0};
+    cache_shape.ring_step = v.ring_step;
+  }
+  KvCache& kv = env.make_cache(cache_shape);
   for (int32_t layer = 0; layer < 2 && v.n_past > 0; ++layer) {
     std::vector<float> k(static_cast<size_t>(v.n_past) * kv_dim), val(k.size());
     for (int32_t j = 0; j < v.n_past; ++j)
@@ -410,6 +418,15 @@ void add_attention(std::vector<OpCase>& cases) {
   windowed.name = "sliding window of 1000, long context split into parts, permuted";
   windowed.window = 1000;
   variants.push_back(windowed);
+  // The windowed ones with layer 0 a ring (window + the longest step - 1 entries): the
+  // same keys at their ring slots.
+  for (size_t i = 0, n = variants.size(); i < n; ++i) {
+    if (variants[i].window == 0) continue;
+    AttentionVariant v = variants[i];
+    v.name += ", layer 0 a ring";
+    v.ring_step = *std::max_element(v.steps.begin(), v.steps.end());
+    variants.push_back(v);
+  }
   for (const AttentionVariant& v : variants)
     cases.push_back({"attention", v.name, v.steps, [v](OpEnv& env, int32_t T, uint32_t salt) { return run_attention(env, v, T, salt); }});
 }
@@ -528,10 +545,15 @@ void add_kv_ops(std::vector<OpCase>& cases) {
     const std::string w = std::to_string(width);
     // store: a step's rows land at slots n_past..; read back by read_keys (a block
     // cache's values: the blocks quantized from them, the same on every backend).
-    cases.push_back({"kv_store", t + " kv_dim " + w, kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
+    // With `ring`, layer 2 is a ring of 264 (KvCacheShape::ring: a window of 8, steps of
+    // 257), which the rows from n_past = 200 wrap around from T = 65 on.
+    for (const bool ring : {false, true})
+    cases.push_back({"kv_store", t + " kv_dim " + w + (ring ? ", a ring" : ""), kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
                        Backend& be = env.be();
-                       const int32_t kv_dim = width, n_past = 5;
-                       KvCache& kv = env.make_cache(KvCacheShape{3, n_past + 260, kv_dim, type});
+                       const int32_t kv_dim = width, n_past = ring ? 200 : 5;
+                       KvCacheShape shape{3, n_past + 260, kv_dim, type};
+                       if (ring) shape.windows = {0, 0, 8}, shape.ring_step = 257;
+                       KvCache& kv = env.make_cache(shape);
                        kv.reset_layout(0, 0, n_past);
                        StepBatch b = causal_batch(T, n_past);
                        be.begin_step(b, env.kv());
@@ -561,9 +583,14 @@ void add_kv_ops(std::vector<OpCase>& cases) {
                      }});
     // write, then swaps and moves that chain through shared slots (order matters),
     // region selection and truncation; every slot of every layer read back.
-    cases.push_back({"kv_swap_move", t + " 3 layers x 40 x " + w, {1}, [=](OpEnv& env, int32_t, uint32_t) {
+    // With `ring`, layer 1 is a ring of 12 (a window of 4, steps of 9): the swaps leave it
+    // alone, the moves go from ring slot to ring slot, a read finds index i at i mod 12.
+    for (const bool ring : {false, true})
+    cases.push_back({"kv_swap_move", t + " 3 layers x 40 x " + w + (ring ? ", layer 1 a ring" : ""), {1}, [=](OpEnv& env, int32_t, uint32_t) {
                        const int32_t kv_dim = width, n_ctx = 40;
-                       KvCache& kv = env.make_cache(KvCacheShape{3, n_ctx, kv_dim, type});
+                       KvCacheShape shape{3, n_ctx, kv_dim, type};
+                       if (ring) shape.windows = {0, 4, 0}, shape.ring_step = 9;
+                       KvCache& kv = env.make_cache(shape);
                        for (int32_t layer = 0; layer < 3; ++layer) {
                          std::vector<float> k(30u * kv_dim), v(k.size());
                          for (size_t i = 0; i < k.size(); ++i) {

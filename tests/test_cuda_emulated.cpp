@@ -47,6 +47,7 @@
 #include "joined_steps_check.h"
 #include "quantized_kv_check.h"
 #include "test_support.h"
+#include "window_rings_check.h"
 
 namespace {
 
@@ -167,6 +168,20 @@ TEST(CudaEmulated, EveryStrategyAndCacheGivesTheCpuBackendsGreedyIds) {
 // same cache, and every strategy plain decoding's ids (tests/quantized_kv_check.h).
 TEST(CudaEmulated, BlockCachesGiveTheReferencesLogitsAndEveryStrategyPlainDecodingsIds) {
   fafo::test::check_block_caches(fafo::test::wide_heads_model(), [] { return fafo::cuda::make_emulated_backend(); });
+}
+
+// Window-sized caches on sliding-window layers (KvCacheShape::ring): with either kernel
+// set, every step's rows get the whole-context cache's bits (prompt and one-token steps,
+// f32 and q8_0, a rewind within a step; COMPRESSED rows and --kv-drop over a policy's
+// region; rows moved into place), and every strategy gives plain decoding's ids.
+TEST(CudaEmulated, WindowRingsGiveTheWholeContextCachesBits) {
+  for (fafo::cuda::CudaKernels kernels : {fafo::cuda::CudaKernels::Plain, fafo::cuda::CudaKernels::Fast}) {
+    const std::string name = kernels == fafo::cuda::CudaKernels::Plain ? "cuda-emulated plain" : "cuda-emulated fast";
+    const fafo::test::BackendMaker make = [kernels] { return fafo::cuda::make_emulated_backend(kernels); };
+    fafo::test::check_ring_steps(make, name, {fafo::KvCacheType::F32, fafo::KvCacheType::Q8_0});
+    fafo::test::check_ring_region(make, name);
+  }
+  fafo::test::check_ring_strategies([] { return fafo::cuda::make_emulated_backend(); }, "cuda-emulated");
 }
 
 // The model families beyond llama (qwen3: per-head Q and K norms before NEOX RoPE,

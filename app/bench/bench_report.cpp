@@ -76,7 +76,9 @@ std::vector<Row> comparison_rows(const BenchReport& r) {
     if (any) rows.push_back(std::move(out));
   };
   row("KV cache", "bytes / token", [&](const DeviceResult& d) {
-    return d.kv_type.empty() ? std::string() : d.kv_type + ", " + format("%.0f", d.kv_bytes_per_token);
+    if (d.kv_type.empty()) return std::string();
+    return d.kv_type + ", " + format("%.0f", d.kv_bytes_per_token) +
+           (d.kv_ring_bytes > 0 ? format(" + window rings %.1f MiB", d.kv_ring_bytes / (1 << 20)) : std::string());
   });
   // pp and tg rows by length and depth ("tg128 @ d4096": after 4096 tokens, as llama-bench names it).
   std::map<std::pair<int32_t, int32_t>, bool> pps, tgs;
@@ -201,6 +203,7 @@ std::string report_csv(const BenchReport& r) {
              csv_field(unit) + "\n";
     };
     if (!d.kv_type.empty()) line("kv_cache_" + d.kv_type, 0, d.kv_bytes_per_token, 0, "bytes/token");
+    if (d.kv_ring_bytes > 0) line("kv_window_rings", 0, d.kv_ring_bytes, 0, "bytes");
     if (d.depth > 0) line("depth", d.depth, d.depth, 0, "tokens");
     if (d.pp_tokens > 0) line("pp", d.pp_tokens, d.pp.mean, d.pp.sd, "tokens/s");
     if (d.tg_tokens > 0) {
@@ -227,7 +230,8 @@ nlohmann::json report_json(const BenchReport& r) {
     nlohmann::json j = {{"label", d.label},   {"backend", d.backend}, {"device", d.device},
                         {"description", d.description}, {"threads", d.threads}, {"error", d.error},
                         {"warmup", d.warmup}, {"depth", d.depth}};
-    if (!d.kv_type.empty()) j["kv_cache"] = {{"type", d.kv_type}, {"bytes_per_token", d.kv_bytes_per_token}};
+    if (!d.kv_type.empty())
+      j["kv_cache"] = {{"type", d.kv_type}, {"bytes_per_token", d.kv_bytes_per_token}, {"window_ring_bytes", d.kv_ring_bytes}};
     if (d.pp_tokens > 0) j["pp"] = {{"tokens", d.pp_tokens}, {"tokens_per_s", d.pp.mean}, {"sd", d.pp.sd}};
     if (d.tg_tokens > 0)
       j["tg"] = {{"tokens", d.tg_tokens},
@@ -276,6 +280,8 @@ BenchReport report_from_json(const nlohmann::json& j) {
     if (dj.contains("kv_cache")) {
       d.kv_type = field<std::string>(dj["kv_cache"], "type", where + " kv_cache");
       d.kv_bytes_per_token = field<double>(dj["kv_cache"], "bytes_per_token", where + " kv_cache");
+      if (dj["kv_cache"].contains("window_ring_bytes"))  // (not in files of earlier versions)
+        d.kv_ring_bytes = field<double>(dj["kv_cache"], "window_ring_bytes", where + " kv_cache");
     }
     if (dj.contains("pp")) {
       d.pp_tokens = field<int32_t>(dj["pp"], "tokens", where + " pp");

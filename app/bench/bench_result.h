@@ -48,7 +48,8 @@ struct DeviceResult {
   int32_t threads = 0;      // CPU threads (host backends)
   bool warmup = false;      // an unmeasured prompt step and token ran before pp and tg
   std::string kv_type;             // the KV cache's type ("f32", "q8_0")
-  double kv_bytes_per_token = 0;   // its bytes for one token, every layer's keys and values
+  double kv_bytes_per_token = 0;   // its bytes for one token, every layer's keys and values but the rings'
+  double kv_ring_bytes = 0;        // the sliding-window layers' rings, whatever the context (0: none)
   int32_t depth = 0;               // tokens in the cache before pp and tg (BenchConfig::depth)
   int32_t pp_tokens = 0;    // 0: prompt processing not measured
   Measure pp;               // tokens/s

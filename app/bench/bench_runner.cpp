@@ -285,7 +285,12 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
 
   result.kv_type = kv_cache_type_name(model.kv_type());
   result.kv_bytes_per_token = static_cast<double>(model.kv_bytes_per_token());
-  out("KV cache: %s, %.1f KiB per token\n", result.kv_type.c_str(), result.kv_bytes_per_token / 1024.0);
+  result.kv_ring_bytes = static_cast<double>(model.kv_ring_bytes());
+  out("KV cache: %s, %.1f KiB per token%s\n", result.kv_type.c_str(), result.kv_bytes_per_token / 1024.0,
+      result.kv_ring_bytes > 0 ? (", and " + std::to_string(static_cast<int64_t>(result.kv_ring_bytes / 1024)) +
+                                  " KiB for the sliding-window layers' rings")
+                                     .c_str()
+                               : "");
   const int32_t depth = config.depth;
   if ((config.pp > 0 || config.tg > 0) && depth + 2 > model.n_ctx())
     throw std::runtime_error("--depth " + std::to_string(depth) + " leaves no room in a context of " +
@@ -297,7 +302,8 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
   bool depth_filled = false;
   const auto fill_context = [&] {
     if (depth == 0) return model.truncate(0);
-    if (!depth_filled) {
+    // (Again where a prompt step past the depth turned the window layers' rings over.)
+    if (!depth_filled || model.reusable(depth) < depth) {
       model.truncate(0);
       prefill(model, random_tokens(depth), 512);
       depth_filled = true;

@@ -10,6 +10,7 @@
 #include "input_files.h"
 #include "fafo/gguf.h"
 #include "fafo/model_config.h"
+#include "fafo/step_runner.h"
 #include "fafo/tokenizer.h"
 
 namespace fafo::cli {
@@ -114,6 +115,16 @@ int run_info(const InfoArgs& args) {
       std::printf("; %s of it (f32) on the %d sliding-window layer%s, whose rows read only the last %d",
                   human_bytes(4.0 * 2.0 * c.kv_dim() * static_cast<double>(local) * n_ctx).c_str(), local,
                   local == 1 ? "" : "s", c.sliding_window);
+      // The rings (KvCacheShape::ring): window + a step's tokens per window layer.
+      const int32_t ring = c.sliding_window + StepRunner::kMaxStepTokens - 1;
+      if (ring < n_ctx) {
+        const double ring_floats = 2.0 * c.kv_dim() * static_cast<double>(local) * ring;
+        const double global_floats = 2.0 * c.kv_dim() * static_cast<double>(c.n_layer - local) * n_ctx;
+        std::printf("\n               with the window layers as rings of %d entries (the default; not "
+                    "--swa-full): %s in f32 (%s in f16)",
+                    ring, human_bytes(4.0 * (ring_floats + global_floats)).c_str(),
+                    human_bytes(2.0 * (ring_floats + global_floats)).c_str());
+      }
     }
     std::printf("\n");
   } catch (const std::exception& e) {

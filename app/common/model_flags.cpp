@@ -56,6 +56,9 @@ CLI::Option* add_open_flags(CLI::App* cmd, OpenOptions& open) {
   CLI::Option* model = add_model_flag(cmd, open.path);
   add_backend_flags(cmd, open.backend, open.kv_type);
   add_context_flag(cmd, open.n_ctx);
+  cmd->add_flag("--swa-full", open.swa_full,
+                "Sliding-window layers (Gemma 2 and 3) hold the whole context, as the other layers do; by default "
+                "each holds a ring of its window + 511 entries (the same tokens, in less memory)");
   cmd->add_option_function<std::string>(
          "--gpu-layers",
          [&open](const std::string& text) {

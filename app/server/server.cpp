@@ -195,6 +195,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     // What the slot's cache shares with this prompt stays; at least one token is fed.
     size_t keep = std::min(common_prefix(slot.cached, ids), static_cast<size_t>(model.n_past()));
     if (keep >= ids.size()) keep = ids.size() - 1;
+    keep = static_cast<size_t>(model.reusable(static_cast<int32_t>(keep)));  // 0 where the window rings moved on
     GenerationOptions g;
     g.keep_context = true;
     g.n_predict = rq.max_tokens;

@@ -3,7 +3,9 @@
 // every layer except the first dense ones, where they read everything. Below, the
 // region of the selected layer slot by slot (physical order), the slots that received
 // a new entry this step highlighted. Verification rows always read every entry but
-// those before a sliding-window layer's window. Above, the cache's type and size.
+// those before a sliding-window layer's window. Above, the cache's type and size; a
+// window layer's label gives its window ("w16") and, where its cache is a ring of the
+// last entries only, the ring's size ("r527").
 #include <imgui.h>
 
 #include <algorithm>
@@ -34,7 +36,7 @@ void legend() {
   ImGui::SameLine();
   ImGui::TextColored(ImVec4(0.5f, 0.5f, 0.5f, 1.0f), "rest (not read by fumble rows)");
   ImGui::SameLine();
-  ImGui::TextColored(ImVec4(0.3f, 0.3f, 0.3f, 1.0f), "before a window layer's window");
+  ImGui::TextColored(ImVec4(0.3f, 0.3f, 0.3f, 1.0f), "before a window layer's window (not kept where it is a ring)");
 }
 
 // One row of blocks per layer; clicking a row selects the layer.
@@ -55,6 +57,10 @@ void layer_rows(StudioState& s, const KvLayersView& v) {
       if (row.window > 0) {
         label += " w";
         label += std::to_string(row.window);
+      }
+      if (row.ring > 0) {  // the entries the ring keeps
+        label += " r";
+        label += std::to_string(row.ring);
       }
     }
     const ImVec2 origin = ImGui::GetCursorScreenPos();

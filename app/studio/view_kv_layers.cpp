@@ -52,6 +52,7 @@ KvLayersView kv_layers_view(const StepTrace& t, const StepTrace* previous, int32
       for (KvCell& c : row.cells) c = KvCell::Dense;
     // A window layer: the blocks wholly before the window of the step's last position.
     row.window = v.layers > 0 && static_cast<size_t>(l) < t.kv_windows.size() ? t.kv_windows[static_cast<size_t>(l)] : 0;
+    row.ring = v.layers > 0 && static_cast<size_t>(l) < t.kv_rings.size() ? t.kv_rings[static_cast<size_t>(l)] : 0;
     if (row.window > 0)
       for (size_t b = 0; b < v.blocks.size(); ++b)
         if (v.blocks[b].first + v.blocks[b].count <= v.context - row.window) row.cells[b] = KvCell::OutsideWindow;

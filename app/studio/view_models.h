@@ -136,6 +136,7 @@ struct KvLayerRow {
   int32_t layer = 0;
   bool dense = false;
   int32_t window = 0;                 // a sliding-window layer's window (0: global)
+  int32_t ring = 0;                   // the entries its cache keeps as a ring (0: the whole context)
   std::vector<KvCell> cells;          // per block: Entered > Region > Rest (Dense in dense layers)
 };
 struct KvLayersView {

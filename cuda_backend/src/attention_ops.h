@@ -121,7 +121,7 @@ struct AttentionBlockOp {
         uint32_t slot = kNoSlot;
         if (key < block_last) {
           if (key < ref_prefix) slot = a.prefix_slot(ref, key);
-          else if (key - ref_prefix < a.T) slot = a.n_past + (key - ref_prefix);
+          else if (key - ref_prefix < a.T) slot = a.batch_slot(key - ref_prefix);
         }
         staged_slot[thread] = slot;
       });
@@ -186,7 +186,7 @@ struct AttentionBlockOp {
             if (key < prefix) {
               at = a.prefix_slot(t, key);
             } else {
-              at = a.n_past + (key - prefix);
+              at = a.batch_slot(key - prefix);
               visible = a.sees(t, key - prefix);
             }
             visible = visible && a.in_window(t, key, prefix);

@@ -217,6 +217,8 @@ struct KvStoreOp {
   void* dst;
   uint32_t kv_dim, src_stride, src_offset, first_slot;
   KvFormat format;
+  uint32_t ring = 0;  // > 0: a ring layer's entries (KvCacheShape::ring): row t goes to slot (first_slot + t) mod ring
+  FAFO_HD uint64_t slot(uint32_t t) const { return ring > 0 ? (first_slot + t) % ring : first_slot + t; }
   // The op's index space for `rows` rows.
   uint64_t size(uint32_t rows) const { return uint64_t{rows} * (kv_blocks(format) ? kv_dim / 32 : kv_dim); }
   FAFO_HD void operator()(uint32_t i) const {
@@ -225,13 +227,13 @@ struct KvStoreOp {
       const float* x = src + static_cast<uint64_t>(t) * src_stride + src_offset + 32 * b;
       float v[32];
       for (uint32_t j = 0; j < 32; ++j) v[j] = x[j];
-      const uint64_t block = static_cast<uint64_t>(first_slot + t) * per_row + b;
+      const uint64_t block = slot(t) * per_row + b;
       quantize_kv_block(v, static_cast<uint8_t*>(dst) + block * kv_block_bytes(format), format);
       return;
     }
     const uint32_t t = i / kv_dim, c = i % kv_dim;
     const float v = src[static_cast<uint64_t>(t) * src_stride + src_offset + c];
-    const uint64_t at = static_cast<uint64_t>(first_slot + t) * kv_dim + c;
+    const uint64_t at = slot(t) * kv_dim + c;
     if (format == KvFormat::F16) static_cast<uint16_t*>(dst)[at] = float_to_half_bits(v);
     else static_cast<float*>(dst)[at] = v;
   }
@@ -246,10 +248,14 @@ struct SlotOp {
   const int32_t* pairs;  // [n][2]
   uint32_t n, kv_dim;
   bool swap;
+  uint32_t ring = 0;  // > 0: a ring layer, the pairs' cache indices at their slots mod ring (moves only)
+  FAFO_HD uint64_t slot(int32_t index) const {
+    return ring > 0 ? static_cast<uint32_t>(index) % ring : static_cast<uint64_t>(index);
+  }
   FAFO_HD void operator()(uint32_t i) const {
     for (uint32_t k = 0; k < n; ++k) {
-      Element* a = base + static_cast<uint64_t>(pairs[2 * k]) * kv_dim + i;
-      Element* b = base + static_cast<uint64_t>(pairs[2 * k + 1]) * kv_dim + i;
+      Element* a = base + slot(pairs[2 * k]) * kv_dim + i;
+      Element* b = base + slot(pairs[2 * k + 1]) * kv_dim + i;
       if (swap) {
         const Element t = *a;
         *a = *b;
@@ -286,6 +292,9 @@ struct AttentionOp {
   const int32_t* positions = nullptr;
   const int32_t* region_positions = nullptr;
   int32_t window = 0;
+  // > 0: a ring layer (KvCacheShape::ring, a window layer's): the entry of cache index i
+  // (a committed entry's logical index, batch token j's n_past + j) at slot i mod ring.
+  uint32_t ring = 0;
 
   // A key's score from its dot product with the query.
   FAFO_HD float score_of(float dot) const {
@@ -310,10 +319,13 @@ struct AttentionOp {
     return n_past - prefix_skip(t);
   }
   FAFO_HD uint32_t prefix_slot(uint32_t t, uint32_t k) const {
-    if (compressed[t] && !dense) return k;
+    if (compressed[t] && !dense) return ring > 0 ? static_cast<uint32_t>(region_positions[k]) % ring : k;
     k += prefix_skip(t);
+    if (ring > 0) return k % ring;
     return order ? static_cast<uint32_t>(order[k]) : k;
   }
+  // The slot of batch token j.
+  FAFO_HD uint32_t batch_slot(uint32_t j) const { return ring > 0 ? (n_past + j) % ring : n_past + j; }
   FAFO_HD bool sees(uint32_t t, uint32_t j) const { return (mask[static_cast<uint64_t>(t) * mask_words + j / 64] >> (j % 64)) & 1u; }
   // Whether row t's key `key` (counted over its keys: the `prefix` committed ones first,
   // from prefix_skip(t) on, then batch token key - prefix) is inside its sliding window
@@ -347,7 +359,7 @@ struct AttentionOp {
     }
     for (uint32_t j = 0; j <= t; ++j)
       if (sees(t, j) && in_window(t, n_prefix + j, n_prefix)) {
-        const float s = score(qh, n_past + j, kv_off);
+        const float s = score(qh, batch_slot(j), kv_off);
         m = s > m ? s : m;
       }
     for (uint32_t d = 0; d < head_dim; ++d) a[d] = 0.0f;
@@ -360,7 +372,7 @@ struct AttentionOp {
     for (uint32_t k = 0; k < n_prefix; ++k)
       if (in_window(t, k, n_prefix)) add_key(prefix_slot(t, k));
     for (uint32_t j = 0; j <= t; ++j)
-      if (sees(t, j) && in_window(t, n_prefix + j, n_prefix)) add_key(n_past + j);
+      if (sees(t, j) && in_window(t, n_prefix + j, n_prefix)) add_key(batch_slot(j));
     float* o = out + static_cast<uint64_t>(t) * out_stride + static_cast<uint64_t>(h) * head_dim;
     for (uint32_t d = 0; d < head_dim; ++d) {
 #if defined(__CUDA_ARCH__)

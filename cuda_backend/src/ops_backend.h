@@ -142,7 +142,9 @@ class OpsBackend final : public Backend,
 
   // --- a step ---
   // Any number of sequences per step: attention runs once per part, over its cache.
-  BackendCapabilities capabilities() const override { return {.max_step_sequences = StepBatch::kMaxTokens}; }
+  BackendCapabilities capabilities() const override {
+    return {.max_step_sequences = StepBatch::kMaxTokens, .window_rings = true};
+  }
   BackendFusions* fusions() override { return this; }
   BackendProfiler* profiler() override { return this; }
   BackendMemory* memory() override { return this; }
@@ -344,7 +346,8 @@ class OpsBackend final : public Backend,
                      static_cast<uint32_t>(s.head_dim), static_cast<uint32_t>(kv->shape().kv_dim),
                      static_cast<uint32_t>(q.cols), static_cast<uint32_t>(out.cols), mask_words_,
                      static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->format(),
-                     s.softcap, positions_ + first, region_positions_ + region_at_[static_cast<size_t>(part)], s.window};
+                     s.softcap, positions_ + first, region_positions_ + region_at_[static_cast<size_t>(part)], s.window,
+                     static_cast<uint32_t>(kv->shape().ring(layer))};
       // The warp kernels stage a head's part of each entry: whole blocks in a block format.
       if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionBlockOp<1>::kDimsPerLane * kLanes) &&
           (!kv_blocks(kv->format()) || s.head_dim % 32 == 0))

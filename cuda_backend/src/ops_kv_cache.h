@@ -99,8 +99,8 @@ class OpsKvCache final : public KvCache {
     if (shape.n_layer < 1 || shape.capacity < 1 || shape.kv_dim < 1)
       throw std::invalid_argument("a KV cache needs at least one layer, one entry and one value per entry");
     shape.validate();  // a block format's entries are whole blocks
-    const size_t bytes = static_cast<size_t>(shape.capacity) * entry_bytes();
-    for (int32_t l = 0; l < shape.n_layer; ++l) {
+    for (int32_t l = 0; l < shape.n_layer; ++l) {  // a ring layer: its ring's entries
+      const size_t bytes = static_cast<size_t>(shape.entries(l)) * entry_bytes();
       keys_.emplace_back(device, bytes);
       values_.emplace_back(device, bytes);
     }
@@ -122,8 +122,9 @@ class OpsKvCache final : public KvCache {
     const uint32_t kv_dim = static_cast<uint32_t>(shape().kv_dim);
     const uint32_t first = static_cast<uint32_t>(part.n_past), rows = static_cast<uint32_t>(part.size);
     const uint64_t row = static_cast<uint64_t>(part.first);  // the part's rows start here
-    const KvStoreOp store_k{k + row * k_stride, keys(layer), kv_dim, k_stride, k_offset, first, format_};
-    const KvStoreOp store_v{v + row * v_stride, values(layer), kv_dim, v_stride, v_offset, first, format_};
+    const uint32_t ring = static_cast<uint32_t>(shape().ring(layer));
+    const KvStoreOp store_k{k + row * k_stride, keys(layer), kv_dim, k_stride, k_offset, first, format_, ring};
+    const KvStoreOp store_v{v + row * v_stride, values(layer), kv_dim, v_stride, v_offset, first, format_, ring};
     device_.launch(store_k, store_k.size(rows), "kv_store");
     device_.launch(store_v, store_v.size(rows), "kv_store");
   }
@@ -152,10 +153,20 @@ class OpsKvCache final : public KvCache {
   void write(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) override {
     if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
       throw std::out_of_range("write_kv: outside the cache");
-    const size_t n = static_cast<size_t>(count) * static_cast<size_t>(shape().kv_dim);
-    const size_t at = static_cast<size_t>(first) * entry_bytes();
-    upload_values(static_cast<uint8_t*>(keys(layer)) + at, k, n);
-    upload_values(static_cast<uint8_t*>(values(layer)) + at, v, n);
+    const size_t kv_dim = static_cast<size_t>(shape().kv_dim);
+    if (shape().ring(layer) > 0) {  // entry by entry, each at its ring slot
+      for (int32_t i = 0; i < count; ++i) {
+        const size_t at = static_cast<size_t>(shape().ring_slot(layer, first + i)) * entry_bytes();
+        upload_values(static_cast<uint8_t*>(keys(layer)) + at, k + static_cast<size_t>(i) * kv_dim, kv_dim);
+        upload_values(static_cast<uint8_t*>(values(layer)) + at, v + static_cast<size_t>(i) * kv_dim, kv_dim);
+      }
+    } else {
+      const size_t n = static_cast<size_t>(count) * kv_dim;
+      const size_t at = static_cast<size_t>(first) * entry_bytes();
+      upload_values(static_cast<uint8_t*>(keys(layer)) + at, k, n);
+      upload_values(static_cast<uint8_t*>(values(layer)) + at, v, n);
+    }
+    note_written(first + count);
   }
 
   std::vector<float> read_keys(int32_t layer, const std::vector<int32_t>& slots) override {
@@ -166,7 +177,8 @@ class OpsKvCache final : public KvCache {
     std::vector<uint8_t> entry(entry_bytes());
     for (size_t s = 0; s < slots.size(); ++s) {
       if (slots[s] < 0 || slots[s] >= capacity()) throw std::out_of_range("read_keys: slot outside the cache");
-      const uint8_t* src = static_cast<const uint8_t*>(keys(layer)) + static_cast<size_t>(slots[s]) * entry_bytes();
+      const uint8_t* src =
+          static_cast<const uint8_t*>(keys(layer)) + static_cast<size_t>(shape().ring_slot(layer, slots[s])) * entry_bytes();
       if (format_ == KvFormat::F32) {
         device_.download(&out[s * kv_dim], src, kv_dim * sizeof(float));
       } else {
@@ -247,13 +259,18 @@ class OpsKvCache final : public KvCache {
     // An entry is whole 4-byte words in fp32, whole 2-byte ones otherwise (a block is 34 or 18 bytes).
     const uint32_t n = static_cast<uint32_t>(pairs.size());
     const uint32_t words = static_cast<uint32_t>(entry_bytes() / 4), halves = static_cast<uint32_t>(entry_bytes() / 2);
-    for (int32_t l = 0; l < shape().n_layer; ++l)
+    for (int32_t l = 0; l < shape().n_layer; ++l) {
+      // A ring holds its entries by cache index: the region's exchanges leave it alone, a
+      // move goes from ring slot to ring slot.
+      const uint32_t ring = static_cast<uint32_t>(shape().ring(l));
+      if (ring > 0 && swap) continue;
       for (void* base : {keys(l), values(l)}) {
         if (format_ == KvFormat::F32)
-          device_.launch(SlotOp<uint32_t>{static_cast<uint32_t*>(base), p, n, words, swap}, words, what);
+          device_.launch(SlotOp<uint32_t>{static_cast<uint32_t*>(base), p, n, words, swap, ring}, words, what);
         else
-          device_.launch(SlotOp<uint16_t>{static_cast<uint16_t*>(base), p, n, halves, swap}, halves, what);
+          device_.launch(SlotOp<uint16_t>{static_cast<uint16_t*>(base), p, n, halves, swap, ring}, halves, what);
       }
+    }
     device_.sync();  // outside a step: done before the call returns
   }
 

@@ -29,6 +29,7 @@
 // within a stated tolerance; tests/test_backend_ops.cpp checks both claims.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -152,6 +153,10 @@ struct BackendCapabilities {
   // Whether each op has run when its call returns (host backends), so activations may
   // be read with read_rows inside a step (Sequence::set_attention_input_tap).
   bool executes_immediately = false;
+  // Whether its KV caches keep sliding-window layers as rings (KvCacheShape::ring:
+  // store and attention address a ring layer's entries by cache index); where not, the
+  // model asks for caches without rings.
+  bool window_rings = false;
   // The most bytes one activation may hold (a device's buffer range: Vulkan's
   // maxStorageBufferRange); Backend::max_activation_rows divides it by a row's.
   uint64_t max_activation_bytes = std::numeric_limits<uint64_t>::max();
@@ -306,9 +311,15 @@ class Backend {
   // caches[s] and the part's own rows. Every kernel computes each row as in a step of
   // that part alone. Throws std::invalid_argument unless there is one distinct cache per
   // part and at most capabilities().max_step_sequences parts.
+  // Throws std::length_error where a cache's rings (KvCacheShape::ring) no longer hold
+  // what its part reads (KvCache::check_rings).
   void begin_step(const StepBatch& batch, std::span<KvCache* const> caches) {
     check_step_caches(batch, caches);
     start_step(batch, caches);
+    for (int32_t s = 0; s < batch.n_segments(); ++s) {
+      const StepSegment seg = batch.segment(s);
+      caches[static_cast<size_t>(s)]->note_step(seg.n_past, seg.size);
+    }
   }
   // out[i] = table row batch.tokens()[i], dequantized.
   virtual void embed(const Weight& table, Activation& out) = 0;
@@ -411,6 +422,13 @@ class Backend {
       if (caches[a] == nullptr) throw std::invalid_argument("begin_step: no KV cache for part " + std::to_string(a));
       for (size_t b = 0; b < a; ++b)
         if (caches[a] == caches[b]) throw std::invalid_argument("begin_step: two parts of a step share one KV cache");
+    }
+    for (int32_t s = 0; s < batch.n_segments(); ++s) {
+      const StepSegment seg = batch.segment(s);
+      int32_t min_position = seg.n_past;
+      for (int32_t i = seg.first; i < seg.first + seg.size; ++i)
+        min_position = std::min(min_position, batch.positions()[static_cast<size_t>(i)]);
+      caches[static_cast<size_t>(s)]->check_rings(seg.n_past, seg.size, min_position);
     }
   }
 

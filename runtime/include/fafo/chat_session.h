@@ -152,6 +152,8 @@ class ChatSession {
     CachedPiece rest;          // the new text of the rendering and its tokens
   };
   Prefill plan_prefill(const std::string& prompt) const;
+  // The plan keeping at most `most_pieces` cached pieces.
+  Prefill plan_prefill(const std::string& prompt, size_t most_pieces) const;
   // Tokens of a whole rendering fed from an empty cache (BOS included where added).
   size_t rendering_tokens(const std::string& prompt) const;
   // Renders `messages` with the generation prompt; a template's refusal is a ChatTurnError.

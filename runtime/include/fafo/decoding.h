@@ -162,11 +162,13 @@ struct StepTrace {
   int32_t kv_layers = 0;
   int32_t kv_dense_layers = 0;
   // The KV cache's type ("f32", "q8_0"; "" in an older trace) and the bytes a token
-  // takes in it (every layer's keys and values), and each layer's sliding window (0: a
-  // global layer; empty when the model has none).
+  // takes in it (every layer's keys and values but the rings'), each layer's sliding
+  // window (0: a global layer; empty when the model has none) and the entries its cache
+  // keeps where that is a ring (KvCacheShape::ring; 0: the whole context; empty: no ring).
   std::string kv_type;
   int64_t kv_bytes_per_token = 0;
   std::vector<int32_t> kv_windows;
+  std::vector<int32_t> kv_rings;
   double build_ms = 0.0;
   double forward_ms = 0.0;
   double verify_ms = 0.0;

@@ -53,6 +53,14 @@ class KvInspector {
   virtual float attention_scale() const { return 1.0f / std::sqrt(static_cast<float>(head_dim())); }
   // > 0: the scaled scores are soft-capped, cap * tanh(s / cap) (ModelConfig::attn_softcap).
   virtual float attention_softcap() const { return 0.0f; }
+  // Whether layer `layer` attends the whole context: false for a sliding-window layer,
+  // whose cache may be a ring holding only its window (keys() throws for older entries).
+  // The policies score global layers only (a model of window layers alone: none, and
+  // every entry scores 0).
+  virtual bool global_layer(int32_t layer) const {
+    (void)layer;
+    return true;
+  }
   // Keys (after RoPE) of a layer's committed entries, by logical index, n x kv_dim.
   virtual std::vector<float> keys(int32_t layer, int32_t first, int32_t count) const = 0;
   // Queries (after RoPE) of the rows captured in the last step, rows x (n_head*head_dim).
@@ -101,7 +109,7 @@ struct AttentionScoreOptions {
 
 // Importance of the committed entries [0, n_keys) from the queries captured in the last
 // step: each row's softmax attention over those keys (per head), weighted per row,
-// combined over heads, summed over layers.
+// combined over heads, summed over the global layers (KvInspector::global_layer).
 std::vector<double> attention_scores(const KvInspector& kv, int32_t n_keys, const AttentionScoreOptions& options);
 
 }  // namespace fafo

@@ -90,8 +90,11 @@ class ModelWeights {
   const std::vector<LayerWeights>& layers() const { return layers_; }
 
   // The KV cache shape of a sequence of `n_ctx` entries stored as `type`, for the layers
-  // of device `device` (layer i of that cache is the model's first_layer(device) + i).
-  KvCacheShape kv_cache_shape(int32_t n_ctx, KvCacheType type, int32_t device) const;
+  // of device `device` (layer i of that cache is the model's first_layer(device) + i):
+  // the sliding-window layers' windows, and with ring_step > 0, where the device's
+  // backend keeps rings (BackendCapabilities::window_rings), rings for steps of up to
+  // ring_step tokens (KvCacheShape::ring).
+  KvCacheShape kv_cache_shape(int32_t n_ctx, KvCacheType type, int32_t device, int32_t ring_step = 0) const;
   // An MLA model's latent keys `stored` (count x rank of layer `layer`) as the keys of
   // logical entries first.. (count x kv_dim, rotated by `rope` at their positions).
   std::vector<float> recover_keys(int32_t layer, const std::vector<float>& stored, int32_t first, int32_t count,

@@ -40,6 +40,9 @@ struct OpenOptions {
   BackendSpec backend;                     // which backend, device and threads
   int32_t n_ctx = 0;                       // 0: the model's context length, at most 4096
   KvCacheType kv_type = KvCacheType::F32;  // what the KV cache stores
+  // Sliding-window layers hold the whole context instead of a ring of their window and
+  // a step's tokens (SequenceOptions::ring_step 0; --swa-full).
+  bool swa_full = false;
   // Layers on `backend`; the others (the first ones) run on the cpu backend, each layer's
   // weights and KV cache on its device (fafo/model_weights.h, a layer split). -1: every
   // layer on `backend` (a model that does not fit fails with the sizes); at least the
@@ -95,7 +98,7 @@ OpenedModel open_model(const OpenOptions& options);
 OpenOptions same_placement(const OpenOptions& options, const OpenedModel& opened);
 
 // What the last `layers` layers of `file` take on a device, with the output head, one
-// sequence's KV cache of n_ctx entries (0: the context open_model chooses) and one
+// sequence's KV cache of n_ctx entries (a sliding-window layer's ring where it holds fewer) (0: the context open_model chooses) and one
 // step's buffers, plus a margin (5% and 16 MiB) for what a backend adds: what
 // OpenOptions::kGpuLayersAuto fits into a backend's free memory. 0 for no layer.
 uint64_t device_bytes_for_layers(const GgufFile& file, int32_t layers, int32_t n_ctx, KvCacheType kv_type);

@@ -44,6 +44,10 @@ struct StepRequest {
 struct SequenceOptions {
   int32_t n_ctx = 0;  // KV cache length; 0 uses min(context length of the model, 4096)
   KvCacheType kv_type = KvCacheType::F32;  // F16 halves the cache (values rounded to fp16)
+  // Sliding-window layers keep a ring of window + ring_step - 1 entries (KvCacheShape::
+  // ring) where their backend can, so a step holds at most ring_step tokens; 0: every
+  // layer holds n_ctx entries (--swa-full).
+  int32_t ring_step = StepRunner::kMaxStepTokens;
 };
 
 class Sequence {
@@ -67,11 +71,30 @@ class Sequence {
   const std::shared_ptr<StepRunner>& runner() const { return runner_; }
   int32_t n_ctx() const { return n_ctx_; }
   KvCacheType kv_type() const { return kvs_.front()->shape().type; }
-  // Bytes one token takes in this sequence's KV cache: every layer's keys and values, on
-  // every device of a layer split.
+  // SequenceOptions::ring_step as asked (a cache on a backend without rings has none).
+  int32_t ring_step() const { return ring_step_; }
+  // Bytes one token takes in this sequence's KV cache: every layer's keys and values but
+  // the rings' (KvCacheShape::ring), on every device of a layer split.
   uint64_t kv_bytes_per_token() const {
     uint64_t bytes = 0;
     for (const auto& kv : kvs_) bytes += kv->shape().bytes_per_entry();
+    return bytes;
+  }
+  // Bytes the sliding-window layers' rings take, whatever the context (0: none).
+  uint64_t kv_ring_bytes() const {
+    uint64_t bytes = 0;
+    for (const auto& kv : kvs_) bytes += kv->shape().ring_bytes();
+    return bytes;
+  }
+  // The entries layer `layer`'s cache keeps where it is a ring (KvCacheShape::ring), else 0.
+  int32_t kv_ring_of(int32_t layer) const {
+    const auto [kv, local] = cache_of(layer);
+    return kv.shape().ring(local);
+  }
+  // Bytes the whole KV cache takes: n_ctx() x kv_bytes_per_token() + kv_ring_bytes().
+  uint64_t kv_bytes() const {
+    uint64_t bytes = 0;
+    for (const auto& kv : kvs_) bytes += kv->shape().bytes();
     return bytes;
   }
   // The most rows one step may want logits for (the step itself may be longer): 512,
@@ -116,8 +139,13 @@ class Sequence {
   // Makes the listed rows of the last step (in this order) the next committed entries;
   // their KV entries are moved into place. Their positions must continue the context.
   void commit_rows(const std::vector<int32_t>& rows);
-  // Forgets the context after the first n entries (n <= n_past()).
+  // Forgets the context after the first n entries (n <= n_past()). Throws
+  // std::invalid_argument where reusable(n) < n, changing nothing.
   void truncate(int32_t n);
+  // The longest context of at most n committed entries a step can continue from: n, or
+  // 0 where the sliding-window layers' rings were overwritten past what a step after
+  // entry n reads (a context rewound by more than a step: feed it again from the start).
+  int32_t reusable(int32_t n) const;
 
   // The compression policy whose region COMPRESSED rows read (nullptr: none, the
   // region is empty). Setting it re-selects the region for the current context.
@@ -169,6 +197,7 @@ class Sequence {
   // each; declared after runner_: destroyed before the backends.
   std::vector<std::unique_ptr<KvCache>> kvs_;
   int32_t n_ctx_ = 0;
+  int32_t ring_step_ = 0;
   int32_t n_past_ = 0;
   int32_t last_step_size_ = 0;
   std::vector<int32_t> last_positions_;  // of the last step's tokens (an MLA model checks what it commits)

@@ -259,9 +259,17 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
 // Finds the cached pieces whose texts, in order, start `prompt`, and tokenizes the rest
 // of it. Changes nothing: apply() does.
 ChatSession::Prefill ChatSession::plan_prefill(const std::string& prompt) const {
+  Prefill p = plan_prefill(prompt, pieces_.size());
+  // A cache whose sliding-window rings were overwritten past the kept context (a
+  // conversation rewound by more than a step) is fed again from the start.
+  if (model_.reusable(p.reused) < p.reused) p = plan_prefill(prompt, 0);
+  return p;
+}
+
+ChatSession::Prefill ChatSession::plan_prefill(const std::string& prompt, size_t most_pieces) const {
   Prefill p;
   size_t matched_text = 0;
-  while (p.kept_pieces < pieces_.size() &&
+  while (p.kept_pieces < most_pieces &&
          prompt.compare(matched_text, pieces_[p.kept_pieces].text.size(), pieces_[p.kept_pieces].text) == 0) {
     const CachedPiece& piece = pieces_[p.kept_pieces++];
     matched_text += piece.text.size();

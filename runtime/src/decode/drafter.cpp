@@ -65,6 +65,7 @@ std::vector<int32_t> Drafter::draft(const std::vector<int32_t>& text, int32_t n,
   while (keep < cached_.size() && keep + 1 < text.size() && cached_[keep] == text[keep]) ++keep;
   if (keep + 1 > text.size()) keep = text.size() - 1;  // the last token is always fed again
   seen_text_ = text.size();
+  keep = static_cast<size_t>(model_.reusable(static_cast<int32_t>(keep)));  // 0 where the window rings moved on
   model_.truncate(static_cast<int32_t>(keep));
   cached_.resize(keep);
   const int32_t room = model_.n_ctx() - static_cast<int32_t>(text.size());

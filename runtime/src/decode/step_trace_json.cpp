@@ -112,6 +112,7 @@ json step_trace_to_json(const StepTrace& t) {
     kv["bytes_per_token"] = t.kv_bytes_per_token;
   }
   if (!t.kv_windows.empty()) kv["windows"] = t.kv_windows;
+  if (!t.kv_rings.empty()) kv["rings"] = t.kv_rings;
   return {{"step", t.step},
           {"strategy", strategy_name(t.strategy)},
           {"auto_choice", t.auto_choice},
@@ -157,6 +158,9 @@ void check_step_trace(const StepTrace& t) {
   if (t.kv_windows.size() > static_cast<size_t>(kMaxLayers)) throw std::invalid_argument("kv.windows has more than 4096 layers");
   for (int32_t w : t.kv_windows)
     if (w < 0) throw std::invalid_argument("kv.windows holds a negative window");
+  if (t.kv_rings.size() > static_cast<size_t>(kMaxLayers)) throw std::invalid_argument("kv.rings has more than 4096 layers");
+  for (int32_t r : t.kv_rings)
+    if (r < 0) throw std::invalid_argument("kv.rings holds a negative ring");
   check_length(t.kv_region.size(), "kv.region");
   const int64_t context_after = static_cast<int64_t>(t.n_past) + t.batch_size + 1;
   for (int32_t e : t.kv_region)
@@ -218,6 +222,7 @@ StepTrace step_trace_from_json(const json& j) {
       t.kv_bytes_per_token = integer<int64_t>(kv.at("bytes_per_token"));
     }
     if (kv.contains("windows")) t.kv_windows = ints(kv.at("windows"));
+    if (kv.contains("rings")) t.kv_rings = ints(kv.at("rings"));
   }
   const json& pool = j.at("pool");
   t.pool_keys = integer<int64_t>(pool.at("keys"));

@@ -124,6 +124,9 @@ void TraceRecorder::add_state_after() {
   trace_.kv_windows.clear();
   if (c.sliding_window > 0)
     for (int32_t l = 0; l < c.n_layer; ++l) trace_.kv_windows.push_back(c.window_layer(l) ? c.sliding_window : 0);
+  trace_.kv_rings.clear();
+  if (model_.kv_ring_bytes() > 0)
+    for (int32_t l = 0; l < c.n_layer; ++l) trace_.kv_rings.push_back(model_.kv_ring_of(l));
 }
 
 }  // namespace fafo

@@ -86,6 +86,7 @@ std::vector<double> attention_scores(const KvInspector& kv, int32_t n_keys, cons
   const double cap = kv.attention_softcap();
   std::vector<double> s(static_cast<size_t>(n_keys)), layer(static_cast<size_t>(n_keys)), head(static_cast<size_t>(n_keys));
   for (int32_t l = std::min(o.skip_layers, kv.n_layer() - 1); l < kv.n_layer(); ++l) {
+    if (!kv.global_layer(l)) continue;
     const std::vector<float> q = kv.captured_queries(l);
     const int32_t rows = static_cast<int32_t>(q.size()) / (H * D);
     if (rows == 0) continue;
@@ -231,6 +232,7 @@ class QuestPolicy final : public KvPolicy {
     min_.resize(static_cast<size_t>(kv.n_layer()));
     max_.resize(static_cast<size_t>(kv.n_layer()));
     for (int32_t l = 0; l < kv.n_layer(); ++l) {
+      if (!kv.global_layer(l)) continue;  // ranked by the global layers only
       auto& mn = min_[static_cast<size_t>(l)];
       auto& mx = max_[static_cast<size_t>(l)];
       mn.resize(n_pages * static_cast<size_t>(kv_dim), INFINITY);
@@ -255,6 +257,7 @@ class QuestPolicy final : public KvPolicy {
     const int32_t n_pages = (n + o_.page - 1) / o_.page;
     std::vector<double> score(static_cast<size_t>(n_pages), 0.0);
     for (int32_t l = std::min(o_.dense_layers, kv.n_layer()); l < kv.n_layer(); ++l) {
+      if (!kv.global_layer(l)) continue;
       const std::vector<float> q = kv.captured_queries(l);
       if (q.size() < static_cast<size_t>(H * D)) continue;  // no step captured yet
       for (int32_t p = 0; p < n_pages; ++p)

@@ -321,12 +321,16 @@ int32_t ModelWeights::device_of(int32_t layer) const {
   return n_devices() - 1;
 }
 
-KvCacheShape ModelWeights::kv_cache_shape(int32_t n_ctx, KvCacheType type, int32_t device) const {
+KvCacheShape ModelWeights::kv_cache_shape(int32_t n_ctx, KvCacheType type, int32_t device, int32_t ring_step) const {
   const int32_t first = first_layer(device), count = layer_count(device);
   KvCacheShape shape{count, n_ctx, config_.kv_dim(), type};
   if (config_.mla()) {
     shape.key_dims.assign(config_.mla_rank_k.begin() + first, config_.mla_rank_k.begin() + first + count);
     shape.value_dims.assign(config_.mla_rank_v.begin() + first, config_.mla_rank_v.begin() + first + count);
+  }
+  if (config_.sliding_window > 0) {
+    for (int32_t l = 0; l < count; ++l) shape.windows.push_back(config_.window_of(first + l));
+    if (!config_.mla() && backend(device).capabilities().window_rings) shape.ring_step = std::max(ring_step, 0);
   }
   return shape;
 }

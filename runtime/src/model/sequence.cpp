@@ -30,10 +30,11 @@ Sequence::Sequence(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend
 Sequence::Sequence(std::shared_ptr<StepRunner> runner, const SequenceOptions& options) : runner_(std::move(runner)) {
   if (!runner_) throw std::invalid_argument("Sequence: no step runner");
   n_ctx_ = context_length(runner_->config(), options);
+  ring_step_ = std::max(options.ring_step, 0);
   StepLock lock(runner_->step_mutex());
   const ModelWeights& w = runner_->weights();
   for (int32_t d = 0; d < w.n_devices(); ++d)  // each device holds its layers' part of the cache
-    kvs_.push_back(w.backend(d).create_kv_cache(w.kv_cache_shape(n_ctx_, options.kv_type, d)));
+    kvs_.push_back(w.backend(d).create_kv_cache(w.kv_cache_shape(n_ctx_, options.kv_type, d, options.ring_step)));
   runner_->use_context(n_ctx_);  // last: a sequence that fails to open holds no RoPE factors
 }
 
@@ -91,6 +92,9 @@ void Sequence::prepare_step(StepRequest& request) {
                                 " rows want logits in one step, but the device holds at most " +
                                 std::to_string(max_logit_rows()) + " rows of " + std::to_string(config().n_vocab) +
                                 " logits");
+  int32_t min_position = n_past_;
+  for (int32_t p : batch.positions()) min_position = std::min(min_position, p);
+  for (const auto& kv : kvs_) kv->check_rings(n_past_, batch.size(), min_position);  // this part alone fails
   batch.set_n_past(n_past_);
   last_positions_ = batch.positions();
   if (drop_ && prompt_end_ > 0) batch.compress_all();
@@ -223,6 +227,7 @@ class Sequence::Inspector final : public KvInspector {
   int32_t head_dim() const override { return m_.config().head_dim; }
   float attention_scale() const override { return m_.config().attention_scale(); }
   float attention_softcap() const override { return m_.config().attn_softcap; }
+  bool global_layer(int32_t layer) const override { return m_.config().window_of(layer) == 0; }
   std::vector<float> keys(int32_t layer, int32_t first, int32_t count) const override {
     return m_.committed_keys(layer, first, count);
   }
@@ -273,10 +278,15 @@ void Sequence::set_kv_policy(std::unique_ptr<KvPolicy> policy, bool drop) {
 std::vector<float> Sequence::committed_keys(int32_t layer, int32_t first, int32_t count) {
   if (layer < 0 || layer >= config().n_layer || first < 0 || count < 0 || first + count > n_past_)
     throw std::out_of_range("committed_keys: outside the committed context");
-  std::vector<int32_t> slots;
-  for (int32_t l = first; l < first + count; ++l) slots.push_back(kv_layout().physical_of(l));
   StepLock lock(runner_->step_mutex());
   const auto [kv, local] = cache_of(layer);
+  // A ring (a sliding-window layer's) holds its entries by logical index, and only the last ones.
+  const int32_t ring = kv.shape().ring(local);
+  if (ring > 0 && count > 0 && first < kv.rings_end() - ring)
+    throw std::out_of_range("committed_keys: layer " + std::to_string(layer) + " is a sliding-window layer whose ring " +
+                            "holds only entries " + std::to_string(kv.rings_end() - ring) + " on");
+  std::vector<int32_t> slots;
+  for (int32_t l = first; l < first + count; ++l) slots.push_back(ring > 0 ? l : kv_layout().physical_of(l));
   std::vector<float> stored = kv.read_keys(local, slots);
   if (!config().mla()) return stored;
   return runner_->recover_keys(layer, stored, first, count);
@@ -330,9 +340,17 @@ void Sequence::commit_rows(const std::vector<int32_t>& rows) {
   after_commit();
 }
 
+int32_t Sequence::reusable(int32_t n) const {
+  n = std::clamp(n, 0, n_past_);
+  for (const auto& kv : kvs_) n = std::min(n, kv->reusable(n));
+  return n;
+}
+
 void Sequence::truncate(int32_t n) {
   if (n < 0 || n > n_past_) throw std::invalid_argument("truncate: beyond the committed context");
   StepLock lock(runner_->step_mutex());
+  for (const auto& kv : kvs_)
+    if (kv->reusable(n) < n) kv->truncate(n);  // throws, naming why, before anything changes
   for (const auto& kv : kvs_) kv->truncate(n);
   n_past_ = n;
   if (prompt_end_ > n) prompt_end_ = n;

@@ -52,7 +52,10 @@ namespace {
 // for what a backend adds (alignment, scratch). Each tensor is looked at once.
 class DeviceBytes {
  public:
-  DeviceBytes(const GgufFile& file, const ModelConfig& c, int32_t n_ctx, KvCacheType kv_type, int32_t sequences = 1)
+  // ring_step > 0: the sliding-window layers hold rings (KvCacheShape::ring) of
+  // window + ring_step - 1 entries where that is below n_ctx.
+  DeviceBytes(const GgufFile& file, const ModelConfig& c, int32_t n_ctx, KvCacheType kv_type, int32_t sequences = 1,
+              int32_t ring_step = StepRunner::kMaxStepTokens)
       : layer_(static_cast<size_t>(c.n_layer), 0) {
 
     for (const GgufTensor& t : file.tensors()) {
@@ -69,7 +72,9 @@ class DeviceBytes {
     for (int32_t l = 0; l < c.n_layer; ++l) {
       const int64_t k = c.mla() ? c.mla_rank_k[static_cast<size_t>(l)] : c.kv_dim();
       const int64_t v = c.mla() ? c.mla_rank_v[static_cast<size_t>(l)] : c.kv_dim();
-      layer_[static_cast<size_t>(l)] += static_cast<uint64_t>(std::max(1, sequences)) * static_cast<uint64_t>(n_ctx) *
+      const int64_t ring = c.mla() || ring_step <= 0 || c.window_of(l) == 0 ? 0 : int64_t{c.window_of(l)} + ring_step - 1;
+      const int64_t entries = ring > 0 && ring < n_ctx ? ring : n_ctx;
+      layer_[static_cast<size_t>(l)] += static_cast<uint64_t>(std::max(1, sequences)) * static_cast<uint64_t>(entries) *
                                         (kv_row_bytes(kv_type, static_cast<int32_t>(k)) +
                                          kv_row_bytes(kv_type, static_cast<int32_t>(v)));
     }
@@ -162,7 +167,8 @@ std::shared_ptr<StepRunner> step_runner(const std::shared_ptr<const GgufFile>& f
   if (gpu_layers == OpenOptions::kGpuLayersAuto) {
     const int32_t n_ctx = context_for(options, c);
     const uint64_t free = memory_free(*device);
-    const DeviceBytes bytes(*file, c, n_ctx, options.kv_type, options.sequences);
+    const DeviceBytes bytes(*file, c, n_ctx, options.kv_type, options.sequences,
+                            options.swa_full ? 0 : StepRunner::kMaxStepTokens);
     gpu_layers = bytes.most_that_fit(free);
     if (gpu_layers < n_layer)
       note = "the model needs about " + format_bytes(bytes.last(n_layer)) + " on " + device->name() +
@@ -262,6 +268,7 @@ OpenedModel open_model(const OpenOptions& options) {
   SequenceOptions model_options;
   model_options.n_ctx = options.n_ctx;
   model_options.kv_type = options.kv_type;
+  if (options.swa_full) model_options.ring_step = 0;
   BackendSpec backend = options.backend;
   backend.latent_attention = file->find("fafo.mla.rank_k") != nullptr;  // auto: a backend that runs MLA
   std::string placement_note;
@@ -288,6 +295,7 @@ OpenedModel open_sequence(const OpenedModel& opened) {
   SequenceOptions options;
   options.n_ctx = opened.model->n_ctx();
   options.kv_type = opened.model->kv_type();
+  options.ring_step = opened.model->ring_step();
   auto model = std::make_unique<Sequence>(opened.model->runner(), options);
   auto auto_state = std::make_unique<AutoState>();
   if (opened.auto_state) auto_state->set_step_cost_cache(opened.auto_state->step_cost_cache());
@@ -323,12 +331,14 @@ std::shared_ptr<Sequence> open_draft_model(const DecodingOptions& decoding, cons
   if (!decoding.draft_device.empty()) o.backend.device = decoding.draft_device;
   o.n_ctx = target_model.n_ctx();
   o.kv_type = target.kv_type;
+  o.swa_full = target.swa_full;
   o.cache_dir = "off";
   if (decoding.draft_model_path == "self" && decoding.draft_backend.empty() && decoding.draft_device.empty()) {
     // The target drafting for itself: a second sequence on the loaded weights.
     SequenceOptions options;
     options.n_ctx = target_model.n_ctx();
     options.kv_type = target.kv_type;
+    options.ring_step = target_model.ring_step();
     return std::make_shared<Sequence>(target_model.runner(), options);
   }
   OpenedModel draft = open_model(o);

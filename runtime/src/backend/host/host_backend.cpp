@@ -95,7 +95,8 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
 
   // Any number of sequences per step: attention visits each row's own cache.
   BackendCapabilities capabilities() const override {
-    return {.max_step_sequences = StepBatch::kMaxTokens, .latent_attention = true, .executes_immediately = true};
+    return {.max_step_sequences = StepBatch::kMaxTokens, .latent_attention = true, .executes_immediately = true,
+            .window_rings = true};
   }
   BackendMemory* memory() override { return this; }
 
@@ -314,11 +315,17 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     // Slots each batch token attends: its view of its part's committed prefix (FULL:
     // every entry in logical order; COMPRESSED: the region), then its visible batch
     // tokens (all in its part); in a sliding-window layer only those inside its window.
+    // A ring layer (KvCacheShape::ring) holds each at the ring slot of its cache index
+    // (a committed entry's logical index, a batch token's n_past + j).
     std::vector<std::vector<int32_t>> full(segs.size());
     for (size_t k = 0; k < segs.size(); ++k) {
       if (!segs[k].kv) continue;
       const int32_t n_past = batch_->segment(static_cast<int32_t>(k)).n_past;
-      if (const std::vector<int32_t>* order = segs[k].kv->full_order()) {
+      const KvCacheShape& shape = segs[k].kv->shape();
+      if (shape.ring(layer) > 0) {
+        full[k].resize(static_cast<size_t>(n_past));
+        for (int32_t j = 0; j < n_past; ++j) full[k][static_cast<size_t>(j)] = shape.ring_slot(layer, j);
+      } else if (const std::vector<int32_t>* order = segs[k].kv->full_order()) {
         full[k].assign(order->begin(), order->begin() + n_past);
       } else {
         full[k].resize(static_cast<size_t>(n_past));
@@ -343,14 +350,17 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
         list.assign(prefix.begin() + start, prefix.end());
       } else {
         const KvLayout& layout = sk.kv->layout();
+        const bool ring = sk.kv->shape().ring(layer) > 0;
         const int32_t region = std::min(sk.kv->region_count(), seg.n_past);
-        for (int32_t j = 0; j < region; ++j)
-          if (s.in_window(position, j < layout.size() ? layout.logical_of(j) : j)) list.push_back(j);
+        for (int32_t j = 0; j < region; ++j) {
+          const int32_t logical = j < layout.size() ? layout.logical_of(j) : j;
+          if (s.in_window(position, logical)) list.push_back(ring ? sk.kv->shape().ring_slot(layer, logical) : j);
+        }
         if (traits_.mutation == AttentionMutation::WrongRegionSlot && !list.empty() && region < seg.n_past) list.back() = region;
       }
       for (int32_t j = seg.first; j <= i; ++j)
         if (batch_->sees(i, j) && s.in_window(position, batch_->positions()[static_cast<size_t>(j)]))
-          list.push_back(seg.n_past + j - seg.first);
+          list.push_back(sk.kv->shape().ring_slot(layer, seg.n_past + j - seg.first));
       longest = std::max(longest, static_cast<int32_t>(list.size()));
     }
     // Work items: (row, KV head, part of the row's keys), each for the query heads that

@@ -14,7 +14,7 @@
 namespace fafo::host {
 
 uint64_t HostKvCache::bytes_for(const KvCacheShape& shape) {
-  return static_cast<uint64_t>(shape.capacity) * shape.bytes_per_entry();
+  return shape.bytes();
 }
 
 namespace {
@@ -76,14 +76,14 @@ HostKvCache::HostKvCache(const KvCacheShape& shape, const StepRows& step) : KvCa
     throw std::runtime_error("the KV cache for a context of " + std::to_string(shape.capacity) + " tokens needs " +
                              std::to_string(need / (1 << 30)) + " GiB, more than this machine's memory (" +
                              std::to_string(have / (1 << 30)) + " GiB); use a smaller --ctx-size");
-  const size_t capacity = static_cast<size_t>(shape.capacity);
   for (int32_t l = 0; l < shape.n_layer; ++l) {
+    const size_t entries = static_cast<size_t>(shape.entries(l));  // a ring layer: its ring's
     if (packed()) {
-      packed_keys_.emplace_back(capacity * kv_row_bytes(shape.type, shape.key_dim(l)), uint8_t{0});
-      packed_values_.emplace_back(capacity * kv_row_bytes(shape.type, shape.value_dim(l)), uint8_t{0});
+      packed_keys_.emplace_back(entries * kv_row_bytes(shape.type, shape.key_dim(l)), uint8_t{0});
+      packed_values_.emplace_back(entries * kv_row_bytes(shape.type, shape.value_dim(l)), uint8_t{0});
     } else {
-      keys_.emplace_back(capacity * key_floats(l), 0.0f);
-      values_.emplace_back(capacity * value_floats(l), 0.0f);
+      keys_.emplace_back(entries * key_floats(l), 0.0f);
+      values_.emplace_back(entries * value_floats(l), 0.0f);
     }
   }
 }
@@ -96,7 +96,20 @@ void HostKvCache::check_slot(int32_t slot, const char* what) const {
   if (slot < 0 || slot >= capacity()) throw std::out_of_range(std::string(what) + ": slot outside the cache");
 }
 
-void HostKvCache::store_rows(bool keys, int32_t layer, size_t slot, const float* src, size_t count) {
+void HostKvCache::store_rows(bool keys, int32_t layer, size_t index, const float* src, size_t count) {
+  const size_t width = keys ? key_floats(layer) : value_floats(layer);
+  if (const size_t ring = static_cast<size_t>(shape().ring(layer)); ring > 0) {  // in runs up to the ring's end
+    for (size_t done = 0; done < count;) {
+      const size_t slot = (index + done) % ring, n = std::min(count - done, ring - slot);
+      store_slots(keys, layer, slot, src + done * width, n);
+      done += n;
+    }
+    return;
+  }
+  store_slots(keys, layer, index, src, count);
+}
+
+void HostKvCache::store_slots(bool keys, int32_t layer, size_t slot, const float* src, size_t count) {
   const size_t l = static_cast<size_t>(layer);
   const size_t width = keys ? key_floats(layer) : value_floats(layer);
   if (!packed()) {
@@ -146,6 +159,7 @@ void HostKvCache::write(int32_t layer, int32_t first, int32_t count, const float
   const size_t n = static_cast<size_t>(count), at = static_cast<size_t>(first);
   store_rows(true, layer, at, k, n);
   store_rows(false, layer, at, v, n);
+  note_written(first + count);
 }
 
 std::vector<float> HostKvCache::read_keys(int32_t layer, const std::vector<int32_t>& slots) {
@@ -155,8 +169,9 @@ std::vector<float> HostKvCache::read_keys(int32_t layer, const std::vector<int32
   const Rows rows = keys(layer);
   for (size_t k = 0; k < slots.size(); ++k) {
     check_slot(slots[k], "read_keys");
-    if (rows.f32) std::memcpy(&out[k * n], rows.f32 + static_cast<size_t>(slots[k]) * n, n * sizeof(float));
-    else rows.widen(slots[k], 0, static_cast<int32_t>(n), &out[k * n]);
+    const int32_t at = shape().ring_slot(layer, slots[k]);
+    if (rows.f32) std::memcpy(&out[k * n], rows.f32 + static_cast<size_t>(at) * n, n * sizeof(float));
+    else rows.widen(at, 0, static_cast<int32_t>(n), &out[k * n]);
   }
   return out;
 }
@@ -167,13 +182,17 @@ std::vector<float> HostKvCache::captured_queries(int32_t layer) {
 
 namespace {
 
-// Calls f(data, n) for every layer's keys and values (n: the bytes a slot holds there).
+// Calls f(data, n, layer) for every layer's keys and values (n: the bytes a slot holds
+// there), the ring layers' only with `rings`.
 template <class T, class F>
-void each_store(std::vector<std::vector<T>>& keys, std::vector<std::vector<T>>& values, const KvCacheShape& shape, F f) {
+void each_store(std::vector<std::vector<T>>& keys, std::vector<std::vector<T>>& values, const KvCacheShape& shape,
+                bool rings, F f) {
   const KvCacheType type = std::is_same_v<T, float> ? KvCacheType::F32 : shape.type;
   for (size_t l = 0; l < keys.size(); ++l) {
-    f(reinterpret_cast<uint8_t*>(keys[l].data()), kv_row_bytes(type, shape.key_dim(static_cast<int32_t>(l))));
-    f(reinterpret_cast<uint8_t*>(values[l].data()), kv_row_bytes(type, shape.value_dim(static_cast<int32_t>(l))));
+    const int32_t layer = static_cast<int32_t>(l);
+    if (shape.ring(layer) > 0 && !rings) continue;
+    f(reinterpret_cast<uint8_t*>(keys[l].data()), kv_row_bytes(type, shape.key_dim(layer)), layer);
+    f(reinterpret_cast<uint8_t*>(values[l].data()), kv_row_bytes(type, shape.value_dim(layer)), layer);
   }
 }
 
@@ -183,11 +202,11 @@ void HostKvCache::swap_slots(const SlotPairs& pairs) {
   for (const auto& [a, b] : pairs) {
     check_slot(a, "swap_kv");
     check_slot(b, "swap_kv");
-    const auto swap = [a = static_cast<size_t>(a), b = static_cast<size_t>(b)](auto* data, size_t n) {
+    const auto swap = [a = static_cast<size_t>(a), b = static_cast<size_t>(b)](auto* data, size_t n, int32_t) {
       std::swap_ranges(data + a * n, data + (a + 1) * n, data + b * n);
     };
-    each_store(keys_, values_, shape(), swap);
-    each_store(packed_keys_, packed_values_, shape(), swap);
+    each_store(keys_, values_, shape(), false, swap);  // a ring holds entries by logical index
+    each_store(packed_keys_, packed_values_, shape(), false, swap);
   }
 }
 
@@ -195,11 +214,12 @@ void HostKvCache::move_slots(const SlotPairs& moves) {
   for (const auto& [src, dst] : moves) {
     check_slot(src, "move_kv");
     check_slot(dst, "move_kv");
-    const auto move = [s = static_cast<size_t>(src), d = static_cast<size_t>(dst)](auto* data, size_t n) {
+    const auto move = [&](auto* data, size_t n, int32_t layer) {
+      const size_t s = static_cast<size_t>(shape().ring_slot(layer, src)), d = static_cast<size_t>(shape().ring_slot(layer, dst));
       std::memmove(data + d * n, data + s * n, n);
     };
-    each_store(keys_, values_, shape(), move);
-    each_store(packed_keys_, packed_values_, shape(), move);
+    each_store(keys_, values_, shape(), true, move);
+    each_store(packed_keys_, packed_values_, shape(), true, move);
   }
 }
 

@@ -1,6 +1,6 @@
 // The host backend's KV cache (the cpu backend's): per layer, capacity x kv_dim keys and
 // values in host memory (a latent cache: capacity x key_dim(layer) and capacity x
-// value_dim(layer)): fp32 floats; for an F16 cache fp16 words (half the memory), each
+// value_dim(layer); a ring layer, KvCacheShape::ring: its ring's entries): fp32 floats; for an F16 cache fp16 words (half the memory), each
 // value rounded to the nearest even fp16 as it is stored; for Q8_0 / Q4_0 each entry's
 // row as GGUF blocks (fafo/kv_cache.h). Readers widen or dequantize exactly, so a cache
 // computes with the very values a device's cache of the same type holds.
@@ -38,7 +38,7 @@ class HostKvCache final : public KvCache {
   // The part of the step begun last this cache is for (StepBatch::segment).
   void set_step_segment(int32_t s) { segment_ = s; }
 
-  // A layer's keys or values by physical slot, `row_bytes` a slot: fp32 floats (F32:
+  // A layer's keys or values by physical slot (a ring layer: ring slot), `row_bytes` a slot: fp32 floats (F32:
   // f32 set), or fp16 words or blocks of `type` (packed set).
   struct Rows {
     const float* f32 = nullptr;
@@ -57,8 +57,11 @@ class HostKvCache final : public KvCache {
   void check_layer(int32_t layer, const char* what) const;
   void check_slot(int32_t slot, const char* what) const;
   bool packed() const { return shape().type != KvCacheType::F32; }
-  // Writes `count` entries (rows of the layer's key or value width) at slot `slot`.
-  void store_rows(bool keys, int32_t layer, size_t slot, const float* src, size_t count);
+  // Writes `count` entries (rows of the layer's key or value width) of cache indices
+  // index.. (at their ring slots in a ring layer).
+  void store_rows(bool keys, int32_t layer, size_t index, const float* src, size_t count);
+  // Writes `count` entries at slots slot...
+  void store_slots(bool keys, int32_t layer, size_t slot, const float* src, size_t count);
   Rows rows(const std::vector<std::vector<float>>& f32, const std::vector<std::vector<uint8_t>>& bytes, int32_t layer,
             int32_t width) const {
     const size_t l = static_cast<size_t>(layer);

@@ -57,8 +57,10 @@ class OracleBackend final : public Backend, public BackendMemory {
     const uint64_t recovered = shape.latent() ? 2ull * sizeof(float) * static_cast<uint64_t>(shape.capacity) *
                                                     static_cast<uint64_t>(shape.kv_dim)
                                               : 0;
-    const uint64_t bytes = sizeof(float) * static_cast<uint64_t>(shape.capacity) *
-                               static_cast<uint64_t>(shape.floats_per_entry()) + recovered;
+    uint64_t floats = 0;  // each layer's entries (a ring layer's ring)
+    for (int32_t l = 0; l < shape.n_layer; ++l)
+      floats += static_cast<uint64_t>(shape.entries(l)) * static_cast<uint64_t>(shape.key_dim(l) + shape.value_dim(l));
+    const uint64_t bytes = sizeof(float) * floats + recovered;
     const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
     if (have > 0 && static_cast<double>(bytes) > 0.8 * have)
       throw std::runtime_error("the KV cache for a context of " + std::to_string(shape.capacity) + " tokens needs " +
@@ -95,7 +97,8 @@ class OracleBackend final : public Backend, public BackendMemory {
   // --- a step ---
 
   BackendCapabilities capabilities() const override {
-    return {.max_step_sequences = StepBatch::kMaxTokens, .latent_attention = true, .executes_immediately = true};
+    return {.max_step_sequences = StepBatch::kMaxTokens, .latent_attention = true, .executes_immediately = true,
+            .window_rings = true};
   }
   BackendMemory* memory() override { return this; }
 

@@ -13,17 +13,24 @@ std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_
   const int32_t position = batch.positions()[static_cast<size_t>(row)];
   auto inside = [&](int32_t key_position) { return window <= 0 || position - key_position < window; };
   const KvLayout& layout = kv.layout();
+  // A ring layer finds a committed entry by its logical index and a batch token by its
+  // cache index, each at its ring slot.
+  const KvCacheShape& shape = kv.shape();
+  const bool ring = shape.ring(layer) > 0;
   std::vector<int32_t> slots;
   if (batch.prefix(row) == PrefixView::Full || layer < kv.dense_layers()) {
     for (int32_t l = 0; l < n_past; ++l)
-      if (inside(l)) slots.push_back(l < layout.size() ? layout.physical_of(l) : l);
+      if (inside(l)) slots.push_back(ring ? shape.ring_slot(layer, l) : l < layout.size() ? layout.physical_of(l) : l);
   } else {
     const int32_t region = std::min(kv.region_count(), n_past);
-    for (int32_t s = 0; s < region; ++s)
-      if (inside(s < layout.size() ? layout.logical_of(s) : s)) slots.push_back(s);
+    for (int32_t s = 0; s < region; ++s) {
+      const int32_t l = s < layout.size() ? layout.logical_of(s) : s;
+      if (inside(l)) slots.push_back(ring ? shape.ring_slot(layer, l) : s);
+    }
   }
   for (int32_t j = part.first; j <= row; ++j)
-    if (batch.sees(row, j) && inside(batch.positions()[static_cast<size_t>(j)])) slots.push_back(n_past + j - part.first);
+    if (batch.sees(row, j) && inside(batch.positions()[static_cast<size_t>(j)]))
+      slots.push_back(shape.ring_slot(layer, n_past + j - part.first));
   return slots;
 }
 

@@ -24,7 +24,9 @@ namespace fafo::reference {
 // With window > 0 (a sliding-window layer, AttentionShape::window) only the keys whose
 // positions are inside the row's window stay (a committed entry's position is its
 // logical index: layout.logical_of(slot) for a region slot; a batch token's, its
-// StepBatch position), in the same order.
+// StepBatch position), in the same order. In a ring layer (KvCacheShape::ring) each key
+// is at the ring slot of its cache index (a committed entry's logical index, batch
+// token j's n_past + j - first) instead.
 std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_t layer, int32_t row,
                                int32_t window = 0);
 

@@ -13,9 +13,9 @@ ReferenceKvCache::ReferenceKvCache(const KvCacheShape& shape, std::function<cons
                                    std::function<const float*(const Activation&)> rows)
     : KvCache(shape), step_(std::move(step)), rows_(std::move(rows)) {
   shape.validate();
-  for (int32_t l = 0; l < shape.n_layer; ++l) {
-    keys_.emplace_back(static_cast<size_t>(shape.capacity) * static_cast<size_t>(shape.key_dim(l)), 0.0f);
-    values_.emplace_back(static_cast<size_t>(shape.capacity) * static_cast<size_t>(shape.value_dim(l)), 0.0f);
+  for (int32_t l = 0; l < shape.n_layer; ++l) {  // a ring layer holds its ring's entries
+    keys_.emplace_back(static_cast<size_t>(shape.entries(l)) * static_cast<size_t>(shape.key_dim(l)), 0.0f);
+    values_.emplace_back(static_cast<size_t>(shape.entries(l)) * static_cast<size_t>(shape.value_dim(l)), 0.0f);
   }
   captured_.resize(static_cast<size_t>(shape.n_layer));
 }
@@ -58,10 +58,12 @@ void ReferenceKvCache::store(int32_t layer, const Activation& k, const Activatio
   if (static_cast<size_t>(k.cols) != kd || static_cast<size_t>(v.cols) != vd)
     throw std::invalid_argument("store: rows are not as wide as the cache's layer " + std::to_string(layer));
   const StepSegment part = step_().segment(part_);
-  const size_t first = static_cast<size_t>(part.n_past), rows = static_cast<size_t>(part.size);
-  const size_t from = static_cast<size_t>(part.first);  // the part's first row
-  put(keys_[static_cast<size_t>(layer)], first * kd, rows_(k) + from * kd, rows * kd, kd);
-  put(values_[static_cast<size_t>(layer)], first * vd, rows_(v) + from * vd, rows * vd, vd);
+  for (int32_t i = 0; i < part.size; ++i) {  // row by row: a ring's slots wrap
+    const size_t at = static_cast<size_t>(shape().ring_slot(layer, part.n_past + i));
+    const size_t row = static_cast<size_t>(part.first + i);
+    put(keys_[static_cast<size_t>(layer)], at * kd, rows_(k) + row * kd, kd, kd);
+    put(values_[static_cast<size_t>(layer)], at * vd, rows_(v) + row * vd, vd, vd);
+  }
 }
 
 void ReferenceKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -79,8 +81,12 @@ void ReferenceKvCache::write(int32_t layer, int32_t first, int32_t count, const 
   if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
     throw std::out_of_range("write_kv: outside the cache");
   const size_t kd = static_cast<size_t>(shape().key_dim(layer)), vd = static_cast<size_t>(shape().value_dim(layer));
-  put(keys_[static_cast<size_t>(layer)], static_cast<size_t>(first) * kd, keys, static_cast<size_t>(count) * kd, kd);
-  put(values_[static_cast<size_t>(layer)], static_cast<size_t>(first) * vd, values, static_cast<size_t>(count) * vd, vd);
+  for (int32_t i = 0; i < count; ++i) {
+    const size_t at = static_cast<size_t>(shape().ring_slot(layer, first + i));
+    put(keys_[static_cast<size_t>(layer)], at * kd, keys + static_cast<size_t>(i) * kd, kd, kd);
+    put(values_[static_cast<size_t>(layer)], at * vd, values + static_cast<size_t>(i) * vd, vd, vd);
+  }
+  note_written(first + count);
 }
 
 std::vector<float> ReferenceKvCache::read_keys(int32_t layer, const std::vector<int32_t>& slots) {
@@ -90,7 +96,8 @@ std::vector<float> ReferenceKvCache::read_keys(int32_t layer, const std::vector<
   out.reserve(slots.size() * static_cast<size_t>(kd));
   for (int32_t s : slots) {
     check_slot(s, "read_keys");
-    out.insert(out.end(), key(layer, s), key(layer, s) + kd);
+    const int32_t at = shape().ring_slot(layer, s);
+    out.insert(out.end(), key(layer, at), key(layer, at) + kd);
   }
   return out;
 }
@@ -99,13 +106,15 @@ std::vector<float> ReferenceKvCache::captured_queries(int32_t layer) {
   return layer >= 0 && layer < shape().n_layer ? captured_[static_cast<size_t>(layer)] : std::vector<float>{};
 }
 
-void ReferenceKvCache::each_layer(int32_t a, int32_t b, const std::function<void(float*, float*, size_t)>& op) {
+void ReferenceKvCache::each_layer(int32_t a, int32_t b, bool rings, const std::function<void(float*, float*, size_t)>& op) {
   for (int32_t l = 0; l < shape().n_layer; ++l) {
+    if (shape().ring(l) > 0 && !rings) continue;
+    const size_t x = static_cast<size_t>(shape().ring_slot(l, a)), y = static_cast<size_t>(shape().ring_slot(l, b));
     const size_t kd = static_cast<size_t>(shape().key_dim(l)), vd = static_cast<size_t>(shape().value_dim(l));
     float* k = keys_[static_cast<size_t>(l)].data();
     float* v = values_[static_cast<size_t>(l)].data();
-    op(k + static_cast<size_t>(a) * kd, k + static_cast<size_t>(b) * kd, kd);
-    op(v + static_cast<size_t>(a) * vd, v + static_cast<size_t>(b) * vd, vd);
+    op(k + x * kd, k + y * kd, kd);
+    op(v + x * vd, v + y * vd, vd);
   }
 }
 
@@ -113,7 +122,7 @@ void ReferenceKvCache::swap_slots(const SlotPairs& pairs) {
   for (const auto& [a, b] : pairs) {
     check_slot(a, "swap_kv");
     check_slot(b, "swap_kv");
-    each_layer(a, b, [](float* x, float* y, size_t n) { std::swap_ranges(x, x + n, y); });
+    each_layer(a, b, false, [](float* x, float* y, size_t n) { std::swap_ranges(x, x + n, y); });
   }
 }
 
@@ -121,7 +130,7 @@ void ReferenceKvCache::move_slots(const SlotPairs& moves) {
   for (const auto& [src, dst] : moves) {
     check_slot(src, "move_kv");
     check_slot(dst, "move_kv");
-    each_layer(src, dst, [](float* from, float* to, size_t n) { std::copy_n(from, n, to); });
+    each_layer(src, dst, true, [](float* from, float* to, size_t n) { std::copy_n(from, n, to); });
   }
 }
 

@@ -1,5 +1,6 @@
 // The reference backend's KV cache: per layer, capacity entries of keys and values as
-// fp32 vectors (a latent cache: each layer's latent widths). An F16 cache stores each
+// fp32 vectors (a latent cache: each layer's latent widths; a ring layer: its ring's
+// entries, KvCacheShape::ring). An F16 cache stores each
 // value rounded to fp16 (nearest even) and widened back, the values a device's fp16
 // cache holds.
 #pragma once
@@ -31,7 +32,7 @@ class ReferenceKvCache final : public KvCache {
   // The part of the step begun last this cache is for (StepBatch::segment).
   void set_step_part(int32_t part) { part_ = part; }
 
-  // Entry `slot` of a layer: key_dim(layer) / value_dim(layer) floats.
+  // Entry `slot` of a layer (a ring layer: its ring slot): key_dim(layer) / value_dim(layer) floats.
   const float* key(int32_t layer, int32_t slot) const;
   const float* value(int32_t layer, int32_t slot) const;
 
@@ -43,8 +44,9 @@ class ReferenceKvCache final : public KvCache {
   void put(std::vector<float>& dst, size_t at, const float* src, size_t n, size_t width) const;
   void check_layer(int32_t layer, const char* what) const;
   void check_slot(int32_t slot, const char* what) const;
-  // op(entry a, entry b, floats) on the keys and then the values of every layer.
-  void each_layer(int32_t a, int32_t b, const std::function<void(float*, float*, size_t)>& op);
+  // op(entry a, entry b, floats) on the keys and then the values of every layer; with
+  // `rings`, the ring layers' too, at the ring slots of a and b.
+  void each_layer(int32_t a, int32_t b, bool rings, const std::function<void(float*, float*, size_t)>& op);
 
   std::function<const StepBatch&()> step_;
   std::function<const float*(const Activation&)> rows_;

@@ -35,7 +35,7 @@ struct RopePush {
   uint32_t rows, n_heads, head_dim, n_pairs, stride, neox;
 };
 struct RopeStorePush {
-  uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, neox;
+  uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, neox, ring;
 };
 struct ElementwisePush {
   uint32_t n, cols, op;
@@ -50,12 +50,13 @@ struct AttentionPush {
   float scale, softcap;
   uint32_t window, positions_offset, region_offset;
   uint32_t tile_rows;  // the grouped variant's rows per workgroup
+  uint32_t ring;       // > 0: a ring layer's slots
 };
 struct KvPermutePush {
-  uint32_t n_pairs, words, mode;
+  uint32_t n_pairs, words, mode, ring;
 };
 struct KvStorePush {
-  uint32_t rows, k_width, v_width;
+  uint32_t rows, k_width, v_width, ring;
 };
 struct LatentExpandPush {
   uint32_t T, rank, words, n_head_kv, head_dim, n_pairs, neox, use_order, order_offset;
@@ -300,7 +301,8 @@ void Kernels::rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& 
   require_size(qkv, (uint64_t{a.first_row} + a.rows) * a.stride, "qkv", kernel);
   require_size(table, (uint64_t{a.first_row} + a.rows) * a.n_pairs * 2, "table", kernel);
   const uint64_t entry_words = blocks ? block_words(a.kv_blocks, kv_dim) : a.kv_f16 ? kv_dim / 2 : kv_dim;
-  const uint64_t cache_words = (uint64_t{a.first_slot} + a.rows) * entry_words;
+  if (a.ring > 0 && a.rows > a.ring) throw std::invalid_argument(std::string(kernel) + ": more rows than the ring holds");
+  const uint64_t cache_words = (a.ring > 0 ? uint64_t{a.ring} : uint64_t{a.first_slot} + a.rows) * entry_words;
   require_size(cache_k, cache_words, "cache_k", kernel);
   require_size(cache_v, cache_words, "cache_v", kernel);
   const uint64_t units = blocks ? kv_dim / 64 : a.kv_f16 ? kv_dim / 2 : kv_dim;
@@ -308,7 +310,7 @@ void Kernels::rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& 
   if (items > UINT32_MAX) throw std::invalid_argument(std::string(kernel) + ": too many rows for one dispatch");
   require_size(step_info, 4, "step_info", kernel);
   const RopeStorePush push{a.rows, a.n_head,   a.n_head_kv, a.head_dim,       a.n_pairs,
-                           a.stride, a.k_offset, a.v_offset, a.neox ? 1u : 0u};
+                           a.stride, a.k_offset, a.v_offset, a.neox ? 1u : 0u, a.ring};
   const ComputePipeline& pipeline = blocks       ? block_kernel(a.kv_blocks, kBlockRopeStore)
                                     : a.kv_f16 ? *rope_store_f16_
                                                : *rope_store_;
@@ -400,7 +402,9 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   if (a.kv_f16 && a.kv_dim % 2 != 0) throw std::invalid_argument("attention: an fp16 cache needs an even kv_dim");
   if (a.kv_blocks != KvBlocks::None && a.kv_dim % 64 != 0)
     throw std::invalid_argument("attention: a block cache needs kv_dim a multiple of 64");
-  const uint64_t entries = uint64_t{a.n_past} + a.T;
+  const uint64_t entries = a.ring > 0 ? uint64_t{a.ring} : uint64_t{a.n_past} + a.T;
+  if (a.ring > 0 && (a.window == 0 || a.T > a.ring))
+    throw std::invalid_argument("attention: a ring is a window layer's, and holds the step's rows");
   const uint64_t cache_words = a.kv_blocks != KvBlocks::None ? entries * block_words(a.kv_blocks, a.kv_dim)
                                : a.kv_f16                    ? entries * a.kv_dim / 2
                                                              : entries * a.kv_dim;
@@ -431,7 +435,8 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
   const AttentionPush push{a.T,         a.n_head,       a.n_head_kv,   a.head_dim,     a.kv_dim,
                            a.q_stride,  a.region,       a.dense,       a.use_order,    a.n_parts,
                            a.mask_words, a.flags_offset, a.mask_offset, a.order_offset, a.scale,
-                           a.softcap,   a.window,       a.positions_offset, a.region_offset, tile_rows};
+                           a.softcap,   a.window,       a.positions_offset, a.region_offset, tile_rows,
+                           a.ring};
   if (mapping == AttentionArgs::Mapping::Serial)
     seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push,
                  static_cast<uint32_t>(serial_groups(a)));
@@ -448,16 +453,17 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
 }
 
 void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs,
-                         uint32_t words, bool swap) const {
+                         uint32_t words, bool swap, uint32_t ring) const {
   if (n_pairs == 0 || words == 0) return;
   require_size(pairs, uint64_t{n_pairs} * 2, "pairs", "kv_permute");
-  seq.dispatch(*kv_permute_, {&cache, &pairs}, KvPermutePush{n_pairs, words, swap ? 0u : 1u},
+  seq.dispatch(*kv_permute_, {&cache, &pairs}, KvPermutePush{n_pairs, words, swap ? 0u : 1u, ring},
                groups_for(words, 64, context_));
 }
 
 void Kernels::kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k,
                        const Buffer& cache_v, const Buffer& step_info, uint32_t rows, uint32_t k_width,
-                       uint32_t v_width, uint32_t first_slot, bool f16, uint32_t first_row, KvBlocks blocks) const {
+                       uint32_t v_width, uint32_t first_slot, bool f16, uint32_t first_row, KvBlocks blocks,
+                       uint32_t ring) const {
   if (rows == 0) return;
   if (k_width == 0 || v_width == 0) throw std::invalid_argument("kv_store: the widths must be positive");
   const bool in_blocks = blocks != KvBlocks::None;
@@ -467,13 +473,15 @@ void Kernels::kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, c
   const uint64_t v_words = in_blocks ? block_words(blocks, v_width) : f16 ? (uint64_t{v_width} + 1) / 2 : v_width;
   require_size(k, (uint64_t{first_row} + rows) * k_width, "k", "kv_store");
   require_size(v, (uint64_t{first_row} + rows) * v_width, "v", "kv_store");
-  require_size(cache_k, (uint64_t{first_slot} + rows) * k_words, "cache_k", "kv_store");
-  require_size(cache_v, (uint64_t{first_slot} + rows) * v_words, "cache_v", "kv_store");
+  if (ring > 0 && rows > ring) throw std::invalid_argument("kv_store: more rows than the ring holds");
+  const uint64_t entries = ring > 0 ? uint64_t{ring} : uint64_t{first_slot} + rows;
+  require_size(cache_k, entries * k_words, "cache_k", "kv_store");
+  require_size(cache_v, entries * v_words, "cache_v", "kv_store");
   require_size(step_info, 4, "step_info", "kv_store");
   // One invocation per value, word, or pair of blocks.
   const uint64_t items = in_blocks ? uint64_t{rows} * (k_width / 64) : uint64_t{rows} * std::max(k_words, v_words);
   const ComputePipeline& pipeline = in_blocks ? block_kernel(blocks, kBlockStore) : f16 ? *kv_store_f16_ : *kv_store_;
-  seq.dispatch(pipeline, {&k, &v, &cache_k, &cache_v, &step_info}, KvStorePush{rows, k_width, v_width},
+  seq.dispatch(pipeline, {&k, &v, &cache_k, &cache_v, &step_info}, KvStorePush{rows, k_width, v_width, ring},
                groups_for(items, 64, context_));
 }
 

@@ -58,6 +58,7 @@ class Kernels {
   // the bits of rope(queries), rope(keys) and kv_store.
   struct RopeStoreArgs {
     uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, first_slot;
+    uint32_t ring = 0;  // > 0: a ring layer (KvCacheShape::ring): row r at slot (n_past + r) mod ring
     bool neox = false;
     bool kv_f16 = false;
     KvBlocks kv_blocks = KvBlocks::None;
@@ -102,6 +103,9 @@ class Kernels {
     float softcap = 0.0f;  // > 0: scores soft-capped (AttentionShape::softcap)
     uint32_t window = 0;   // > 0: a sliding-window layer (AttentionShape::window)
     uint32_t positions_offset = 0, region_offset = 0;  // the rows' positions, the region's entries in step_info
+    // > 0: a ring layer (KvCacheShape::ring; a window layer): keys at cache index mod ring,
+    // the caches `ring` entries long.
+    uint32_t ring = 0;
     bool kv_f16 = false;  // keys and values are an fp16 cache (kv_store); else fp32
     KvBlocks kv_blocks = KvBlocks::None;  // or a cache of these blocks (kv_dim a multiple of 64)
     // How an fp16 cache is read: Auto = through 16-bit storage where the device widens
@@ -151,18 +155,20 @@ class Kernels {
 
   // Applies (first, second) slot pairs in order to one cache of `words` 32-bit words per
   // entry (its width for fp32, (width + 1) / 2 for fp16): swap exchanges the two entries,
-  // otherwise first is copied over second. Bits are moved unchanged.
+  // otherwise first is copied over second. Bits are moved unchanged. With ring > 0 (a
+  // ring layer) the pairs are cache indices, at slots index mod ring.
   void kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs, uint32_t words,
-                  bool swap) const;
+                  bool swap, uint32_t ring = 0) const;
 
   // Stores `rows` rows of K (fp32, k_width wide) and V (v_width wide) into slots
   // first_slot.. of the caches: as they are, or (f16) rounded to fp16 to nearest even as
   // fafo::fp32_to_fp16, (width + 1) / 2 words per entry (an odd width's last high half
   // zero), or (blocks) quantized as fafo::quantize_row, block_words(width) words per
-  // entry (equal widths, a multiple of 64).
+  // entry (equal widths, a multiple of 64). With ring > 0 (a ring layer: caches of
+  // `ring` entries) row r goes to slot (first_slot + r) mod ring.
   void kv_store(CommandSequence& seq, const Buffer& k, const Buffer& v, const Buffer& cache_k, const Buffer& cache_v,
                 const Buffer& step_info, uint32_t rows, uint32_t k_width, uint32_t v_width, uint32_t first_slot,
-                bool f16, uint32_t first_row = 0, KvBlocks blocks = KvBlocks::None) const;
+                bool f16, uint32_t first_row = 0, KvBlocks blocks = KvBlocks::None, uint32_t ring = 0) const;
 
   // Multi-head latent attention's recovery (shaders/latent_expand.comp): writes the keys
   // (with `positions` and `rows`, the RoPE tables: rotated) or values (tables null,

@@ -102,7 +102,10 @@ class VulkanBackend final : public Backend,
 
   std::string name() const override { return "vulkan"; }
   BackendCapabilities capabilities() const override {
-    return {.max_step_sequences = StepEncoder::kMaxParts, .latent_attention = true, .max_activation_bytes = max_range_};
+    return {.max_step_sequences = StepEncoder::kMaxParts,
+            .latent_attention = true,
+            .window_rings = true,
+            .max_activation_bytes = max_range_};
   }
   BackendFusions* fusions() override { return this; }
   BackendProfiler* profiler() override { return this; }
@@ -350,6 +353,7 @@ class VulkanBackend final : public Backend,
       a.neox = p.neox;
       a.kv_f16 = kv.f16();
       a.kv_blocks = kv.blocks();
+      a.ring = static_cast<uint32_t>(kv.shape().ring(layer));
       kernels_.rope_store(step(), act(qkv), table, kv.keys(layer), kv.values(layer), encoder_.step_info(part), a);
       if (!kv.captured_rows().empty())
         kv.capture_queries(layer, act(qkv), static_cast<uint32_t>(q_cols), static_cast<uint32_t>(qkv.cols));
@@ -490,6 +494,7 @@ class VulkanBackend final : public Backend,
     a.window = static_cast<uint32_t>(std::max(0, s.window));
     a.positions_offset = encoder_.positions_offset(part);
     a.region_offset = encoder_.region_offset(part);
+    a.ring = static_cast<uint32_t>(kv.shape().ring(layer));
     a.kv_f16 = kv_f16;
     a.kv_blocks = blocks;
     a.first_row = static_cast<uint32_t>(seg.first);

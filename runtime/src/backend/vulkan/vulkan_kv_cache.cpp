@@ -33,8 +33,9 @@ VulkanKvCache::VulkanKvCache(const KvCacheShape& shape, const KvCacheServices& s
   const uint64_t capacity = static_cast<uint64_t>(shape.capacity);
   const uint64_t recovered = shape.latent() ? capacity * static_cast<uint64_t>(shape.kv_dim) * sizeof(float) : 0;
   uint64_t largest = recovered, total = 2 * recovered;
-  for (int32_t l = 0; l < shape.n_layer; ++l) {
-    const uint64_t k_bytes = capacity * key_words(l) * sizeof(uint32_t), v_bytes = capacity * value_words(l) * sizeof(uint32_t);
+  for (int32_t l = 0; l < shape.n_layer; ++l) {  // a ring layer holds its ring's entries
+    const uint64_t entries = static_cast<uint64_t>(shape.entries(l));
+    const uint64_t k_bytes = entries * key_words(l) * sizeof(uint32_t), v_bytes = entries * value_words(l) * sizeof(uint32_t);
     largest = std::max({largest, k_bytes, v_bytes});
     total += k_bytes + v_bytes;
   }
@@ -48,8 +49,9 @@ VulkanKvCache::VulkanKvCache(const KvCacheShape& shape, const KvCacheServices& s
                              gib(s_.allocator.heap_bytes()) +
                              " device memory is left after the weights; use a smaller --ctx-size");
   for (int32_t l = 0; l < shape.n_layer; ++l) {
-    keys_.push_back(s_.allocator.device(capacity * key_words(l) * sizeof(uint32_t), "the KV cache"));
-    values_.push_back(s_.allocator.device(capacity * value_words(l) * sizeof(uint32_t), "the KV cache"));
+    const uint64_t entries = static_cast<uint64_t>(shape.entries(l));
+    keys_.push_back(s_.allocator.device(entries * key_words(l) * sizeof(uint32_t), "the KV cache"));
+    values_.push_back(s_.allocator.device(entries * value_words(l) * sizeof(uint32_t), "the KV cache"));
   }
   if (shape.latent()) {
     recovered_keys_ = s_.allocator.device(recovered, "the KV cache (recovered MLA keys)");
@@ -101,7 +103,7 @@ void VulkanKvCache::store(int32_t layer, const Activation& k, const Activation& 
   s_.kernels.kv_store(s_.step.recording(), s_.step.buffer_of(k), s_.step.buffer_of(v), keys_[l], values_[l],
                       s_.step.step_info(part_), static_cast<uint32_t>(seg.size), static_cast<uint32_t>(k_width),
                       static_cast<uint32_t>(v_width), static_cast<uint32_t>(seg.n_past), f16(),
-                      static_cast<uint32_t>(seg.first), blocks());
+                      static_cast<uint32_t>(seg.first), blocks(), static_cast<uint32_t>(shape().ring(layer)));
 }
 
 void VulkanKvCache::capture_queries(int32_t layer, const Activation& q) {
@@ -166,6 +168,18 @@ void VulkanKvCache::write(int32_t layer, int32_t first, int32_t count, const flo
   if (layer < 0 || layer >= shape().n_layer || first < 0 || count < 0 || first + count > capacity())
     throw std::out_of_range("write_kv: outside the cache");
   if (count == 0) return;
+  note_written(first + count);
+  if (shape().ring(layer) > 0) {  // entry by entry, each at its ring slot (later ones over earlier)
+    const size_t kw = static_cast<size_t>(shape().key_dim(layer)), vw = static_cast<size_t>(shape().value_dim(layer));
+    for (int32_t i = std::max(0, count - shape().ring(layer)); i < count; ++i)
+      write_entries(layer, shape().ring_slot(layer, first + i), 1, k + static_cast<size_t>(i) * kw,
+                    v + static_cast<size_t>(i) * vw);
+    return;
+  }
+  write_entries(layer, first, count, k, v);
+}
+
+void VulkanKvCache::write_entries(int32_t layer, int32_t first, int32_t count, const float* k, const float* v) {
   const size_t l = static_cast<size_t>(layer), n = static_cast<size_t>(count), at = static_cast<size_t>(first);
   const size_t k_words = key_words(layer), v_words = value_words(layer);
   if (!f16() && blocks() == Kernels::KvBlocks::None) {  // an entry is its floats
@@ -190,7 +204,8 @@ std::vector<float> VulkanKvCache::read_keys(int32_t layer, const std::vector<int
   std::vector<VkBufferCopy> regions;
   for (int32_t s : slots) {
     if (s < 0 || s >= capacity()) throw std::out_of_range("read_keys: slot outside the cache");
-    regions.push_back(VkBufferCopy{static_cast<VkDeviceSize>(s) * entry_bytes, regions.size() * entry_bytes, entry_bytes});
+    const VkDeviceSize at = static_cast<VkDeviceSize>(shape().ring_slot(layer, s));
+    regions.push_back(VkBufferCopy{at * entry_bytes, regions.size() * entry_bytes, entry_bytes});
   }
   std::vector<float> out(slots.size() * width);
   if (regions.empty()) return out;
@@ -227,9 +242,13 @@ void VulkanKvCache::permute(const SlotPairs& pairs, bool swap, const char* what)
   pairs_buffer.upload(flat.data(), bytes);
   CommandSequence seq(s_.context, s_.descriptors);
   for (int32_t l = 0; l < shape().n_layer; ++l) {
+    // A ring holds entries by cache index: the region's exchanges leave it alone, a move
+    // goes from ring slot to ring slot.
+    const uint32_t ring = static_cast<uint32_t>(shape().ring(l));
+    if (ring > 0 && swap) continue;
     const size_t i = static_cast<size_t>(l);
-    s_.kernels.kv_permute(seq, keys_[i], pairs_buffer, static_cast<uint32_t>(pairs.size()), key_words(l), swap);
-    s_.kernels.kv_permute(seq, values_[i], pairs_buffer, static_cast<uint32_t>(pairs.size()), value_words(l), swap);
+    s_.kernels.kv_permute(seq, keys_[i], pairs_buffer, static_cast<uint32_t>(pairs.size()), key_words(l), swap, ring);
+    s_.kernels.kv_permute(seq, values_[i], pairs_buffer, static_cast<uint32_t>(pairs.size()), value_words(l), swap, ring);
   }
   seq.submit_and_wait();
 }

@@ -1,4 +1,5 @@
-// The Vulkan backend's KV cache: one K and one V buffer per layer in device memory
+// The Vulkan backend's KV cache: one K and one V buffer per layer in device memory (a
+// ring layer's, KvCacheShape::ring, its ring's entries long)
 // (f32, f16 packed two per 32-bit word, or GGUF's Q8_0 / Q4_0 blocks one after another:
 // shaders/kv_blocks.glsl, kv_dim a multiple of 64 so an entry is whole words), stored into by a step's kv_store (or the
 // backend's rope_store) dispatches, exchanged and moved by the kv_permute kernel in a submission of its own,
@@ -94,6 +95,8 @@ class VulkanKvCache final : public KvCache {
     return static_cast<uint32_t>(f16() ? (width + 1) / 2 : width);
   }
   void check_layer(int32_t layer, const char* what) const;
+  // write() of `count` entries at slots first.. (no ring arithmetic).
+  void write_entries(int32_t layer, int32_t first, int32_t count, const float* k, const float* v);
   void permute(const SlotPairs& pairs, bool swap, const char* what);
 
   KvCacheServices s_;
