@@ -321,10 +321,10 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     for (size_t k = 0; k < segs.size(); ++k) {
       if (!segs[k].kv) continue;
       const int32_t n_past = batch_->segment(static_cast<int32_t>(k)).n_past;
-      const KvCacheShape& shape = segs[k].kv->shape();
-      if (shape.ring(layer) > 0) {
+      if (const int32_t ring = segs[k].kv->shape().ring(layer); ring > 0) {
         full[k].resize(static_cast<size_t>(n_past));
-        for (int32_t j = 0; j < n_past; ++j) full[k][static_cast<size_t>(j)] = shape.ring_slot(layer, j);
+        for (int32_t j = 0, slot = 0; j < n_past; ++j, slot = slot + 1 == ring ? 0 : slot + 1)
+          full[k][static_cast<size_t>(j)] = slot;  // j mod ring
       } else if (const std::vector<int32_t>* order = segs[k].kv->full_order()) {
         full[k].assign(order->begin(), order->begin() + n_past);
       } else {
