@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "fafo/backend_registry.h"
+#include "fafo/chat_session.h"
+#include "fafo/chat_template.h"
 #include "fafo/kv_policy.h"
 #include "fafo/sequence.h"
 #include "test_support.h"
@@ -149,6 +151,36 @@ TEST(WindowRings, PoliciesReadTheGlobalLayersKeys) {
   EXPECT_EQ(p.ring->committed_keys(2, 0, 64), p.full->committed_keys(2, 0, 64));
   EXPECT_EQ(p.ring->committed_keys(0, 50, 14), p.full->committed_keys(0, 50, 14));  // inside the ring: found by index
   EXPECT_THROW(p.ring->committed_keys(0, 0, 10), std::out_of_range);
+}
+
+// A chat whose template renders an earlier reply otherwise than it was generated (as
+// templates that drop a reply's reasoning do) keeps only the prefix before that reply,
+// far behind what the rings hold: the session feeds the conversation again from the
+// start, and the reply is the whole-context session's, which reused the prefix.
+TEST(WindowRings, AChatRewoundPastTheRingsFeedsItsConversationAgain) {
+  const std::string source =
+      "{% for m in messages %}{% if m.role == 'assistant' %}<a>{{ m.content[:2] }}</a>"
+      "{% else %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endif %}{% endfor %}"
+      "{% if add_generation_prompt %}<a>{% endif %}";
+  test::RingAndFull p = test::open_ring_pair("gemma3-tiny", cpu_maker(), KvCacheType::F32, 8, 512);
+  const Tokenizer tok(Vocab::from_gguf(p.ring->file()));
+  GenerationOptions o;
+  o.n_predict = 60;
+  o.stop_at_end_of_generation = false;
+  o.sampling.temperature = 0;
+  o.prefill_chunk = 8;
+  std::vector<ChatTurnResult> turns[2];
+  int i = 0;
+  for (Sequence* m : {p.ring.get(), p.full.get()}) {
+    ChatSession chat(*m, tok, ChatTemplate::from_source(source), chat_template_context(tok), "Be brief.");
+    turns[i].push_back(chat.turn("Tell me a story about a dog", o));
+    turns[i].push_back(chat.turn("And then?", o));
+    ++i;
+  }
+  EXPECT_GT(turns[1][1].reused, 0) << "the whole-context session keeps the prefix";
+  EXPECT_EQ(turns[0][1].reused, 0) << "the ring session feeds everything again";
+  EXPECT_EQ(turns[0][0].generation.ids, turns[1][0].generation.ids);
+  EXPECT_EQ(turns[0][1].generation.ids, turns[1][1].generation.ids);
 }
 
 }  // namespace
