@@ -102,7 +102,7 @@ layout(std430, binding = 2) readonly buffer V { float16_t vc[]; };
 float key_at(uint i) { return float(kc[i]); }
 float value_at(uint i) { return float(vc[i]); }
 #elif KV_F16
-// An fp16 cache: [n_ctx x kv_dim] halves, two per word, low half first; values are
+// An fp16 cache: [entries x kv_dim] halves (n_ctx entries, a ring layer's ring), two per word, low half first; values are
 // widened exactly (shaders/half.glsl), so only the storage differs from fp32.
 layout(std430, binding = 1) readonly buffer K { uint kc[]; };
 layout(std430, binding = 2) readonly buffer V { uint vc[]; };
@@ -120,8 +120,8 @@ float value_at(uint i) {
   return kv_decode(vc[b >> 2], b, vc[at >> 2], at, i);
 }
 #else
-layout(std430, binding = 1) readonly buffer K { float kc[]; };          // [n_ctx x kv_dim]
-layout(std430, binding = 2) readonly buffer V { float vc[]; };          // [n_ctx x kv_dim]
+layout(std430, binding = 1) readonly buffer K { float kc[]; };          // [entries x kv_dim]
+layout(std430, binding = 2) readonly buffer V { float vc[]; };          // [entries x kv_dim]
 float key_at(uint i) { return kc[i]; }
 float value_at(uint i) { return vc[i]; }
 #endif

@@ -8,7 +8,7 @@
 // KvCacheShape::ring) each pair names cache indices, at slots index mod ring.
 layout(local_size_x = 64) in;
 
-layout(std430, binding = 0) buffer Cache { uint cache[]; };     // [n_ctx x words], moved bit for bit
+layout(std430, binding = 0) buffer Cache { uint cache[]; };     // [entries x words], moved bit for bit
 layout(std430, binding = 1) readonly buffer Pairs { int pairs[]; };  // [n_pairs x 2]
 
 layout(push_constant) uniform Params {

@@ -418,6 +418,14 @@ void add_attention(std::vector<OpCase>& cases) {
   windowed.name = "sliding window of 1000, long context split into parts, permuted";
   windowed.window = 1000;
   variants.push_back(windowed);
+  // COMPRESSED rows over a hashed region of 68 entries in a window of 32, no dense layer: on
+  // layer 0 a ring of 62 that the 300 entries have turned over (below), the region's
+  // entries inside the window found by their logical indices.
+  windowed = variants[3];
+  windowed.name = "sliding window of 32, COMPRESSED rows, region 68 of 300, permuted";
+  windowed.window = 32;
+  windowed.permuted = true;  // a hashed region: some of its entries inside the window
+  variants.push_back(windowed);
   // The windowed ones with layer 0 a ring (window + the longest step - 1 entries): the
   // same keys at their ring slots.
   for (size_t i = 0, n = variants.size(); i < n; ++i) {

@@ -65,6 +65,29 @@ TEST(WindowRings, AShapeSizesEachWindowLayersRing) {
   EXPECT_THROW(latent.validate(), std::invalid_argument);
 }
 
+// A ring layer's keys sit at their ring slots for the window the ring was made for only:
+// attention with another window is refused on every backend here.
+TEST(WindowRings, AttentionWithAnotherWindowThanTheRingsIsRefused) {
+  for (const auto& [name, make] : ring_backends()) {
+    const std::unique_ptr<Backend> be = make();
+    KvCacheShape shape{2, 100, 64};
+    shape.windows = {16, 0};
+    shape.ring_step = 8;
+    std::unique_ptr<KvCache> kv = be->create_kv_cache(shape);
+    kv->reset_layout(0, 0, 0);
+    Activation q = be->alloc_activation(8, 128), out = be->alloc_activation(8, 128);
+    StepBatch b = StepBatch::causal({5}, 0);
+    KvCache* caches[] = {kv.get()};
+    be->begin_step(b, caches);
+    const AttentionShape wrong{2, 1, 64, 0.125f, 0.0f, 0};
+    EXPECT_THROW(be->attention(0, q, wrong, out), std::invalid_argument) << name;
+    const AttentionShape other{2, 1, 64, 0.125f, 0.0f, 32};
+    EXPECT_THROW(be->attention(0, q, other, out), std::invalid_argument) << name;
+    EXPECT_NO_THROW(be->attention(1, q, wrong, out)) << name << ": layer 1 holds the whole context";
+    be->finish_step();
+  }
+}
+
 // A model's sequences hold rings on the window layers only, where the backend keeps
 // them, and their bytes are what the shape says; --swa-full (ring_step 0) holds none.
 TEST(WindowRings, TheWindowLayersHoldTheirRingsAndTheMemoryShrinks) {

@@ -76,12 +76,9 @@ int run_serve(ServeArgs& args) {
     // The weights are loaded once; each slot adds its KV cache.
     // (On a layer split: every device's part of the cache, and of the memory in use.)
     const ModelWeights& w = m.runner()->weights();
-    uint64_t kv_bytes = 0, in_use = 0;
-    for (int32_t d = 0; d < w.n_devices(); ++d) {
-      const KvCacheShape kv = w.kv_cache_shape(m.n_ctx(), m.kv_type(), d);
-      kv_bytes += static_cast<uint64_t>(kv.capacity) * kv.bytes_per_entry();
-      in_use += memory_in_use(w.backend(d));
-    }
+    const uint64_t kv_bytes = m.kv_bytes();  // with the sliding-window layers' rings
+    uint64_t in_use = 0;
+    for (int32_t d = 0; d < w.n_devices(); ++d) in_use += memory_in_use(w.backend(d));
     const std::string placement = w.placement();
     if (!served->placement_note.empty()) std::fprintf(stderr, "fafo serve: %s\n", served->placement_note.c_str());
     const std::string memory = in_use > 0 ? ", memory " + format_bytes(in_use) + " with " + std::to_string(args.parallel) +

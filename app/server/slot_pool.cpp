@@ -65,6 +65,7 @@ std::shared_ptr<Sequence> SlotPool::draft_sequence() const {
   SequenceOptions options;
   options.n_ctx = base_draft_->n_ctx();
   options.kv_type = base_draft_->kv_type();
+  options.ring_step = base_draft_->ring_step();  // --swa-full's choice too
   return std::make_shared<Sequence>(base_draft_->runner(), options);
 }
 

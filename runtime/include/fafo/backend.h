@@ -518,6 +518,16 @@ inline void check_tokens_in_vocabulary(const StepBatch& batch, int64_t vocab) {
                               " tokens)");
 }
 
+// The check attention makes of a ring layer (KvCacheShape::ring): its keys sit at their
+// ring slots for the window the ring was made for only, so std::invalid_argument where
+// the shape's window differs (a layer outside the cache is the caller's to refuse).
+inline void check_ring_window(const KvCacheShape& cache, int32_t layer, const AttentionShape& s) {
+  if (cache.ring(layer) > 0 && s.window != cache.windows[static_cast<size_t>(layer)])
+    throw std::invalid_argument("attention: layer " + std::to_string(layer) + "'s KV cache is a ring for a window of " +
+                                std::to_string(cache.windows[static_cast<size_t>(layer)]) + ", not " +
+                                std::to_string(s.window));
+}
+
 // The checks a latent_attention makes of its arguments: std::out_of_range for a layer
 // outside the cache; std::invalid_argument unless the cache is latent and k_up / v_up
 // are F32 weights of kv_dim rows and the layer's key / value width in columns (naming

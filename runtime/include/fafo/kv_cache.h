@@ -1,8 +1,10 @@
 // The KV cache a backend provides beside its compute ops (fafo/backend.h).
 //
 // It holds, per layer, `capacity` entries of kv_dim keys and values in the backend's
-// memory, and everything about where the committed entries are:
-//   - storage: a step's keys and values stored at slots n_past.., entries written,
+// memory (a sliding-window layer's ring fewer: KvCacheShape::ring), and everything about
+// where the committed entries are:
+//   - storage: a step's keys and values stored at slots n_past.. (a ring: their ring
+//     slots), entries written,
 //     exchanged (region <-> rest) and moved (accepted rows into place), keys read back;
 //   - the layout (fafo/kv_layout.h): which physical slots form the compressed region
 //     that COMPRESSED rows read, and the logical order FULL rows visit;
@@ -52,7 +54,7 @@ struct KvCacheShape {
       : n_layer(layers), capacity(entries), kv_dim(width), type(cache_type) {}
 
   int32_t n_layer = 0;
-  int32_t capacity = 0;  // entries per layer (the context length)
+  int32_t capacity = 0;  // entries per layer (the context length; a ring layer holds ring(l))
   int32_t kv_dim = 0;    // n_head_kv * head_dim
   KvCacheType type = KvCacheType::F32;
   // A latent cache (multi-head latent attention, MLA models): each layer's entries are
@@ -150,7 +152,7 @@ class KvCache {
   // Outside a step: writes `count` entries of one layer at physical slots first..
   // (count x key_dim(layer) and count x value_dim(layer) floats; a ring layer: cache
   // indices first.., each at its ring slot, later ones over earlier); benchmarks and
-  // tests set up long contexts with it, and call note_written after.
+  // tests set up long contexts with it (each backend's write calls note_written).
   virtual void write(int32_t layer, int32_t first, int32_t count, const float* keys, const float* values) = 0;
   // Keys of the listed physical slots of one layer (a ring layer: cache indices, each
   // read at its ring slot), as floats (slots.size() x key_dim(layer): latent keys in a

@@ -182,7 +182,7 @@ ChatTurnResult ChatSession::turn(const std::string& user_text, const GenerationO
     }
     try {
       model_.truncate(held);
-    } catch (...) {  // a backend that cannot even do that: the next turn feeds everything
+    } catch (...) {  // window rings overwritten past `held` (or a failing backend): the next turn feeds everything
       pieces_.clear();
     }
   };

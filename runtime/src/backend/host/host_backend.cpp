@@ -173,6 +173,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
       if (!kv) throw std::logic_error("attention: a KV cache of the step was destroyed");
       if (layer < 0 || layer >= kv->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
       if (kv->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
+      check_ring_window(kv->shape(), layer, s);
       const HostKvCache::Rows k = kv->keys(layer), v = kv->values(layer);
       segs.push_back({kv, k.f32, AttendValues{v.f32, kv->shape().kv_dim, s.head_dim, s.head_dim, nullptr, v}, k});
     }
@@ -356,7 +357,11 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
           const int32_t logical = j < layout.size() ? layout.logical_of(j) : j;
           if (s.in_window(position, logical)) list.push_back(ring ? sk.kv->shape().ring_slot(layer, logical) : j);
         }
-        if (traits_.mutation == AttentionMutation::WrongRegionSlot && !list.empty() && region < seg.n_past) list.back() = region;
+        if (traits_.mutation == AttentionMutation::WrongRegionSlot && !list.empty() && region < seg.n_past) {
+          // (In a ring: another committed entry that no step of the case overwrites.)
+          const int32_t newest = ring ? sk.kv->shape().ring_slot(layer, seg.n_past - 1) : region;
+          list.back() = list.back() != newest ? newest : sk.kv->shape().ring_slot(layer, seg.n_past - 2);
+        }
       }
       for (int32_t j = seg.first; j <= i; ++j)
         if (batch_->sees(i, j) && s.in_window(position, batch_->positions()[static_cast<size_t>(j)]))

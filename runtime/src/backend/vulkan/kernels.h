@@ -58,11 +58,11 @@ class Kernels {
   // the bits of rope(queries), rope(keys) and kv_store.
   struct RopeStoreArgs {
     uint32_t rows, n_head, n_head_kv, head_dim, n_pairs, stride, k_offset, v_offset, first_slot;
-    uint32_t ring = 0;  // > 0: a ring layer (KvCacheShape::ring): row r at slot (n_past + r) mod ring
     bool neox = false;
     bool kv_f16 = false;
     KvBlocks kv_blocks = KvBlocks::None;
     uint32_t first_row = 0;
+    uint32_t ring = 0;  // > 0: a ring layer (KvCacheShape::ring): row r at slot (n_past + r) mod ring
   };
   void rope_store(CommandSequence& seq, const Buffer& qkv, const Buffer& table, const Buffer& cache_k,
                   const Buffer& cache_v, const Buffer& step_info, const RopeStoreArgs& a) const;
