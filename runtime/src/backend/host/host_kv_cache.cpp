@@ -214,8 +214,8 @@ void HostKvCache::move_slots(const SlotPairs& moves) {
   for (const auto& [src, dst] : moves) {
     check_slot(src, "move_kv");
     check_slot(dst, "move_kv");
-    const auto move = [&](auto* data, size_t n, int32_t layer) {
-      const size_t s = static_cast<size_t>(shape().ring_slot(layer, src)), d = static_cast<size_t>(shape().ring_slot(layer, dst));
+    const auto move = [this, from = src, to = dst](auto* data, size_t n, int32_t layer) {
+      const size_t s = static_cast<size_t>(shape().ring_slot(layer, from)), d = static_cast<size_t>(shape().ring_slot(layer, to));
       std::memmove(data + d * n, data + s * n, n);
     };
     each_store(keys_, values_, shape(), true, move);
