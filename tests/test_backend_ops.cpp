@@ -494,7 +494,6 @@ TEST(BackendOpsTable, AWrongRegionSlotInCpuAttentionFailsConformance) {
       "sliding window of 64, permuted, COMPRESSED rows, dense first layer, f16 cache",
       "sliding window of 64, permuted, COMPRESSED rows, dense first layer, q4_0 cache",
       "sliding window of 64, permuted, COMPRESSED rows, dense first layer, layer 0 a ring",
-      "sliding window of 64, permuted, COMPRESSED rows, dense first layer, f16 cache, layer 0 a ring",
       "sliding window of 64, permuted, COMPRESSED rows, dense first layer, q4_0 cache, layer 0 a ring",
       "sliding window of 32, COMPRESSED rows, region 68 of 300, permuted",
       "sliding window of 32, COMPRESSED rows, region 68 of 300, permuted, layer 0 a ring",

@@ -117,8 +117,10 @@ TEST(WindowRings, TheRegionOnAWindowLayerIsItsEntriesInsideTheWindow) {
   for (const auto& [name, make] : ring_backends()) test::check_ring_region(make, name);
 }
 
+// (Not on the reference, the slowest: its steps' bits are checked above.)
 TEST(WindowRings, EveryStrategyGivesPlainDecodingsTokens) {
-  for (const auto& [name, make] : ring_backends()) test::check_ring_strategies(make, name);
+  for (const auto& [name, make] : ring_backends())
+    if (name != "reference") test::check_ring_strategies(make, name);
 }
 
 // A rewind within a step's reach (a rejected guess) stays exact; one past the ring is
