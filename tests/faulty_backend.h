@@ -68,6 +68,11 @@ class FaultyBackend final : public Backend {
   void gather_rows(const Activation& src, const std::vector<int32_t>& rows, Activation& dst) override {
     inner_->gather_rows(src, rows, dst);
   }
+  void scatter_add(const Activation& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
+                   Activation& dst) override {
+    inner_->scatter_add(src, rows, weights, dst);
+  }
+  void sync_step() override { inner_->sync_step(); }
   void argmax_rows(const Activation& x) override { inner_->argmax_rows(x); }
   std::vector<int32_t> read_argmax(int64_t n_rows) override { return inner_->read_argmax(n_rows); }
   void top_k_rows(const Activation& x, int32_t k) override { inner_->top_k_rows(x, k); }

@@ -110,6 +110,7 @@ TEST_P(BackendOps, Scale) { run_op("scale"); }
 TEST_P(BackendOps, Softcap) { run_op("softcap"); }
 TEST_P(BackendOps, Add) { run_op("add"); }
 TEST_P(BackendOps, Gather) { run_op("gather"); }
+TEST_P(BackendOps, ScatterAdd) { run_op("scatter_add"); }
 TEST_P(BackendOps, MatmulAdd) { run_op("matmul_add"); }
 TEST_P(BackendOps, MatmulSwiglu) { run_op("matmul_swiglu"); }
 
@@ -378,7 +379,7 @@ TEST(BackendOpsTable, CoversEveryOpOfTheContractAndEveryWeightFormat) {
   for (const OpCase& c : op_table()) ++per_op[c.op];
   for (const char* op : {"embed", "matmul", "rms_norm", "head_norm", "add_bias", "rope", "kv_store", "kv_swap_move",
                          "capture_queries", "attention", "latent_attention", "swiglu", "geglu", "scale", "softcap", "add",
-                         "matmul_add", "matmul_swiglu", "gather", "argmax", "top_k"})
+                         "matmul_add", "matmul_swiglu", "gather", "scatter_add", "argmax", "top_k"})
     EXPECT_GT(per_op[op], 0) << op;
   EXPECT_EQ(per_op["embed"], 13);
   EXPECT_EQ(per_op["matmul"], 26);

@@ -16,11 +16,16 @@ struct Edit {
   std::function<bool(const std::string& name, std::vector<int64_t>& shape, TensorType& type)> tensor;
 };
 
-// Writes a small valid model, then a copy of it with the edits applied; returns the copy's path.
-std::string edited_model(const std::string& name, const Edit& edit) {
-  const auto dir = test::temp_dir("model-err-" + name);
+// A small valid llama model.
+synth::SyntheticConfig small_llama() {
   synth::SyntheticConfig c;
   c.n_layer = 2, c.n_embd = 64, c.n_head = 4, c.n_head_kv = 2, c.n_ff = 96, c.n_vocab = 300, c.n_ctx = 32;
+  return c;
+}
+
+// Writes a small valid model (`c`), then a copy of it with the edits applied; returns the copy's path.
+std::string edited_model(const std::string& name, const Edit& edit, const synth::SyntheticConfig& c = small_llama()) {
+  const auto dir = test::temp_dir("model-err-" + name);
   const std::string src = (dir / "src.gguf").string();
   synth::write_synthetic_model(c, src);
   auto f = GgufFile::open(src);
@@ -77,7 +82,7 @@ TEST(ModelErrors, UnsupportedArchitecture) {
                                             return true;
                                           },
                                           nullptr});
-  EXPECT_HAS(load_error(path), "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)");
+  EXPECT_HAS(load_error(path), "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)");
 }
 
 TEST(ModelErrors, MissingRequiredKey) {
@@ -185,4 +190,30 @@ TEST(ModelErrors, NonFiniteRopeParametersAreRejected) {
                                           },
                                           nullptr});
   EXPECT_HAS(load_error(path), "rope.freq_base must be a positive finite number");
+}
+
+// A mixture-of-experts file whose experts do not add up: more used than there are, a
+// key or the router missing, an expert tensor holding another number of experts.
+TEST(ModelErrors, MixtureOfExpertsFilesThatDoNotAddUp) {
+  synth::SyntheticConfig moe = *synth::preset("qwen3moe-tiny");  // 8 experts of 32, 2 used
+  moe.n_vocab = 300, moe.n_ctx = 32;
+  std::string path = edited_model("moe-used", {[](const std::string& k, GgufValue& v) {
+                                                 if (k == "qwen3moe.expert_used_count") v.v = uint64_t{9};
+                                                 return true;
+                                               },
+                                               nullptr},
+                                  moe);
+  EXPECT_HAS(load_error(path), "expert_used_count 9 is more than expert_count 8");
+  path = edited_model(
+      "moe-key", {[](const std::string& k, GgufValue&) { return k != "qwen3moe.expert_feed_forward_length"; }, nullptr}, moe);
+  EXPECT_HAS(load_error(path), "qwen3moe.expert_feed_forward_length");
+  path = edited_model("moe-router", {nullptr, [](const std::string& n, auto&, auto&) { return n != "blk.0.ffn_gate_inp.weight"; }},
+                      moe);
+  EXPECT_HAS(load_error(path), "missing required tensor 'blk.0.ffn_gate_inp.weight'");
+  path = edited_model("moe-shape", {nullptr, [](const std::string& n, std::vector<int64_t>& shape, auto&) {
+                                      if (n == "blk.1.ffn_down_exps.weight") shape[2] = 7;
+                                      return true;
+                                    }},
+                      moe);
+  EXPECT_HAS(load_error(path), "tensor 'blk.1.ffn_down_exps.weight' has shape [32, 64, 7], expected [32, 64, 8]");
 }

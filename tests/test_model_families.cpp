@@ -199,6 +199,12 @@ TEST(ModelFamilies, Qwen3MatchesLlamaCppOnEveryBackend) {
   check_family("qwen3-tiny");
 }
 
+// Qwen3-MoE: Qwen3's attention; each feed-forward block a mixture of 8 experts of 32
+// hidden units, 2 per token (softmax over the router's logits, the best two, their
+// weights divided by their sum), llama.cpp d32676d7. The strategies then run where a
+// step's rows route to different experts.
+TEST(ModelFamilies, Qwen3MoeMatchesLlamaCppOnEveryBackend) { check_family("qwen3moe-tiny"); }
+
 // Gemma 2: embeddings scaled by sqrt(n_embd), GeGLU, RMSNorms after the attention and
 // the feed-forward blocks, soft-capped attention scores and logits (at 1 and 20 here,
 // where this model's scores and logits reach about 1 and 35: both bend), tied

@@ -56,7 +56,11 @@ int run_info(const InfoArgs& args) {
     std::printf("embedding:     %d\n", c.n_embd);
     std::printf("heads:         %d (KV heads %d, head size %d%s)\n", c.n_head, c.n_head_kv, c.head_dim,
                 c.n_head_kv != c.n_head ? ", GQA" : "");
-    std::printf("feed-forward:  %d\n", c.n_ff);
+    if (c.moe())
+      std::printf("feed-forward:  mixture of experts: %d experts of %d, %d used per token (%.1f%% of the expert weights)\n",
+                  c.n_expert, c.n_ff_exp, c.n_expert_used, 100.0 * c.n_expert_used / c.n_expert);
+    else
+      std::printf("feed-forward:  %d\n", c.n_ff);
     std::printf("vocabulary:    %d\n", c.n_vocab);
     if (c.n_ctx_train_in_file)
       std::printf("context:       %d (trained)\n", c.n_ctx_train);

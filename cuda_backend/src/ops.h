@@ -187,6 +187,21 @@ struct GatherOp {
   }
 };
 
+// dst row rows[k] += weights[k] * src row k, the product and the sum each rounded (the
+// reference's scatter_add); i over rows.size() x cols.
+struct ScatterAddOp {
+  const float* src;
+  float* dst;
+  const int32_t* rows;
+  const float* weights;
+  uint32_t cols;
+  FAFO_HD void operator()(uint32_t i) const {
+    const uint32_t k = i / cols, c = i % cols;
+    float& d = dst[static_cast<uint64_t>(rows[k]) * cols + c];
+    d = add_rn(d, mul_rn(weights[k], src[static_cast<uint64_t>(k) * cols + c]));
+  }
+};
+
 // The index of each row's largest value (scalar::argmax_row: the first of equal ones; -1
 // for a row holding a NaN, -2 for an empty row or one of -inf only); i over rows.
 struct ArgmaxOp {

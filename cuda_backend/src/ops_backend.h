@@ -393,6 +393,25 @@ class OpsBackend final : public Backend,
     gathered_rows_[dst.id] = static_cast<uint32_t>(rows.size());
   }
 
+  void scatter_add(const Activation& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
+                   Activation& dst) override {
+    check_scatter_add(src, rows, weights, dst, batch().size());
+    if (rows.empty()) return;
+    // Uploads are ordered on the stream (and copied into a captured graph), so each
+    // call's rows and weights stay what its launch reads.
+    const int32_t* index = scatter_rows_staging_.put(*device_, rows);
+    const float* w = scatter_weights_staging_.put(*device_, weights);
+    launch(ScatterAddOp{data_of(src), data_of(dst), index, w, static_cast<uint32_t>(dst.cols)},
+           uint64_t{rows.size()} * static_cast<uint64_t>(dst.cols), "scatter_add");
+  }
+
+  // The step's launches so far run (a capture open is ended and run), and the step
+  // goes on: read_rows then reads their results.
+  void sync_step() override {
+    run_open_capture();
+    device_->sync();
+  }
+
   void argmax_rows(const Activation& x) override {
     argmax_n_ = rows_of(x);
     int32_t* out = argmax_staging_.template reserve<int32_t>(*device_, argmax_n_);
@@ -810,7 +829,7 @@ class OpsBackend final : public Backend,
   const StepBatch* batch_ = nullptr;
   std::unordered_map<int32_t, uint32_t> gathered_rows_;
   Staging<Device> token_staging_, mask_staging_, compressed_staging_, order_staging_, position_staging_, region_staging_,
-      gather_staging_, argmax_staging_, argmax_parts_staging_,
+      gather_staging_, scatter_rows_staging_, scatter_weights_staging_, argmax_staging_, argmax_parts_staging_,
       attention_scratch_, split_partials_, q8_staging_, top_k_staging_, half_partials_, int_partials_, normed_staging_;
   const int32_t* tokens_ = nullptr;
   const uint64_t* mask_ = nullptr;

@@ -15,10 +15,10 @@ int main(int argc, char** argv) {
   SyntheticConfig c;
   app.add_option("-o,--out", out, "Output GGUF path")->required();
   app.add_option("--preset", preset_name, "Start from a preset: llama3-8b, llama2-7b, tinyllama-1.1b, qwen2.5-0.5b, qwen3-8b, "
-                 "qwen3-0.6b, phi3-mini, phi3.5-mini, phi4-mini, gemma2-9b, gemma2-2b, gemma3-4b, gemma3-1b, tiny, "
-                 "qwen3-tiny, phi3-tiny, phi4-mini-tiny, gemma2-tiny, gemma3-tiny");
+                 "qwen3-0.6b, phi3-mini, phi3.5-mini, phi4-mini, gemma2-9b, gemma2-2b, gemma3-4b, gemma3-1b, "
+                 "qwen3-30b-a3b, tiny, qwen3-tiny, phi3-tiny, phi4-mini-tiny, gemma2-tiny, gemma3-tiny, qwen3moe-tiny");
   // Values given explicitly override the preset: parse twice (once for the preset).
-  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2, qwen3, phi3, gemma2 or gemma3");
+  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2, qwen3, qwen3moe, phi3, gemma2 or gemma3");
   auto* o_layers = app.add_option("--layers", c.n_layer, "Number of layers");
   auto* o_dim = app.add_option("--dim", c.n_embd, "Embedding size");
   auto* o_heads = app.add_option("--heads", c.n_head, "Attention heads");
@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
                                    "gemma2, gemma3: every Nth layer is global (default: the family's, 2 or 6)");
   auto* o_vocab_from = app.add_option("--vocab-from", c.vocab_from,
                                       "Take the vocabulary (tokenizer.* keys) from this GGUF; --vocab is then its size");
+  auto* o_experts = app.add_option("--experts", c.n_expert, "qwen3moe: experts per layer (default 8)");
+  auto* o_used = app.add_option("--experts-used", c.n_expert_used, "qwen3moe: experts each token uses (default 2)");
+  auto* o_expert_ffn = app.add_option("--expert-ffn", c.n_ff_exp, "qwen3moe: each expert's feed-forward size (default 32)");
   auto* o_name = app.add_option("--name", c.name, "general.name (default: the preset's name, or \"synthetic\")");
   CLI11_PARSE(app, argc, argv);
   if (!preset_name.empty()) {
@@ -67,6 +70,8 @@ int main(int argc, char** argv) {
     keep(o_original, c.rope_original_ctx, given.rope_original_ctx), keep(o_name, c.name, given.name);
     keep(o_vocab_from, c.vocab_from, given.vocab_from);
     keep(o_window, c.sliding_window, given.sliding_window), keep(o_pattern, c.swa_pattern, given.swa_pattern);
+    keep(o_experts, c.n_expert, given.n_expert), keep(o_used, c.n_expert_used, given.n_expert_used);
+    keep(o_expert_ffn, c.n_ff_exp, given.n_ff_exp);
   }
   try {
     validate(c);  // before the head size is printed

@@ -99,6 +99,10 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
     c.arch = "gemma3", c.n_layer = 26, c.n_embd = 1152, c.n_head = 4, c.n_head_kv = 1, c.head_dim = 256, c.n_ff = 6912;
     c.n_vocab = 262144, c.n_ctx = 32768, c.rope_base = 1000000.0f, c.rms_eps = 1e-6f, c.tied_embeddings = true;
     c.sliding_window = 512, c.weight_type = "Q4_K_M";
+  } else if (name == "qwen3-30b-a3b") {  // Qwen3-30B-A3B: 128 experts of 768, 8 per token
+    c.arch = "qwen3moe", c.n_layer = 48, c.n_embd = 2048, c.n_head = 32, c.n_head_kv = 4, c.head_dim = 128;
+    c.n_ff = 6144, c.n_expert = 128, c.n_expert_used = 8, c.n_ff_exp = 768;
+    c.n_vocab = 151936, c.n_ctx = 40960, c.rope_base = 1000000.0f, c.rms_eps = 1e-6f, c.weight_type = "Q4_K_M";
   } else if (name == "tiny") {
     // defaults
   } else if (name == "qwen3-tiny") {  // heads wider than n_embd / n_head, as Qwen3's
@@ -115,6 +119,8 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
     c.arch = "gemma3", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
     c.rope_base = 1000000.0f, c.rope_scaling = "linear", c.rope_scaling_factor = 8.0f;
     c.sliding_window = 16, c.swa_pattern = 2;
+  } else if (name == "qwen3moe-tiny") {  // qwen3-tiny's attention, 8 experts of 32, 2 per token
+    c.arch = "qwen3moe", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
   } else {
     return std::nullopt;
   }
@@ -123,9 +129,11 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
 
 void validate(const SyntheticConfig& c) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("synthetic model: " + what); };
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma2" &&
-      c.arch != "gemma3")
-    bad("architecture must be llama, qwen2, qwen3, phi3, gemma2 or gemma3, not '" + c.arch + "'");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "phi3" &&
+      c.arch != "gemma2" && c.arch != "gemma3")
+    bad("architecture must be llama, qwen2, qwen3, qwen3moe, phi3, gemma2 or gemma3, not '" + c.arch + "'");
+  if (c.arch == "qwen3moe" && !(c.n_expert > 0 && c.n_expert_used > 0 && c.n_expert_used <= c.n_expert && c.n_ff_exp > 0))
+    bad("qwen3moe needs experts (n_expert > 0), 1 .. n_expert of them used and a positive expert width");
   if (c.arch == "gemma2" && !(c.attn_softcap > 0.0f && c.final_softcap > 0.0f && c.sliding_window > 0))
     bad("gemma2's soft-caps and sliding window must be positive");
   if (c.sliding_window < 0 || c.swa_pattern < 0) bad("the sliding window and its pattern must not be negative");
@@ -240,6 +248,11 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
     w.set_f32(a + "rope.scaling.attn_factor",
               static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(c.rope_original_ctx)))));
   }
+  if (c.arch == "qwen3moe") {
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(c.n_expert));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(c.n_expert_used));
+    w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(c.n_ff_exp));
+  }
   if (c.arch == "gemma2") {
     w.set_f32(a + "attn_logit_softcapping", c.attn_softcap);
     w.set_f32(a + "final_logit_softcapping", c.final_softcap);
@@ -311,12 +324,22 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
     }
     matrix(p + "attn_output.weight", q_dim, c.n_embd, 1.0f / std::sqrt(static_cast<float>(q_dim)));
     const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
-    if (c.arch == "qwen3" || c.arch == "gemma3") {
+    if (c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma3") {
       vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.2f);
       vec(p + "attn_q_norm.weight", head_dim, 1.0f, 0.2f);
     }
     if (gemma) vec(p + "post_attention_norm.weight", c.n_embd, 1.0f, 0.02f);
     vec(p + "ffn_norm.weight", c.n_embd, 1.0f, 0.02f);
+    if (c.arch == "qwen3moe") {  // the router (F32, as llama.cpp keeps it), then the experts' 3-D tensors
+      plan.push_back({p + "ffn_gate_inp.weight", {c.n_embd, c.n_expert}, TensorType::F32, 0.0f, in_std, {}});
+      const auto experts = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
+        plan.push_back({name, {cols, rows, c.n_expert}, tensor_type_for(c, name, cols), 0.0f, stddev, {}});
+      };
+      experts(p + "ffn_gate_exps.weight", c.n_embd, c.n_ff_exp, in_std);
+      experts(p + "ffn_down_exps.weight", c.n_ff_exp, c.n_embd, 1.0f / std::sqrt(static_cast<float>(c.n_ff_exp)));
+      experts(p + "ffn_up_exps.weight", c.n_embd, c.n_ff_exp, in_std);
+      continue;
+    }
     if (c.arch == "phi3") {
       matrix(p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff}, in_std);  // the gate's rows, then the up projection's
     } else {
@@ -332,7 +355,8 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
   w.write(path, [&](size_t index, std::vector<uint8_t>& out) {
     const TensorPlan& t = plan[index];
     const int64_t cols = t.shape[0];
-    const int64_t rows = t.shape.size() > 1 ? t.shape[1] : 1;
+    int64_t rows = 1;  // every dimension past the first (a 3-D tensor: its matrices' rows one after another)
+    for (size_t d = 1; d < t.shape.size(); ++d) rows *= t.shape[d];
     const size_t row_bytes = tensor_row_bytes(t.type, cols);
     const uint64_t tensor_seed = c.seed ^ hash_name(t.name);
     auto work = [&](int64_t begin, int64_t end) {
@@ -356,7 +380,11 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
     if (progress) progress(index + 1, plan.size());
   });
   uint64_t total = 0;
-  for (const TensorPlan& t : plan) total += tensor_row_bytes(t.type, t.shape[0]) * static_cast<uint64_t>(t.shape.size() > 1 ? t.shape[1] : 1);
+  for (const TensorPlan& t : plan) {
+    uint64_t rows = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d) rows *= static_cast<uint64_t>(t.shape[d]);
+    total += tensor_row_bytes(t.type, t.shape[0]) * rows;
+  }
   return total;
 }
 

@@ -19,7 +19,8 @@ struct SyntheticConfig {
   // RoPE); "phi3" (attn_qkv.weight and a gate-and-up ffn_up.weight, NEOX RoPE);
   // "gemma2" (post_attention_norm / post_ffw_norm weights, soft-capping and sliding-window
   // metadata, NEOX RoPE; a GeGLU model); "gemma3" (gemma2's blocks with Q/K norms,
-  // without soft-capping)
+  // without soft-capping); "qwen3moe" (qwen3's attention, a mixture of n_expert experts
+  // of n_ff_exp hidden units, n_expert_used per token, in every feed-forward block)
   std::string arch = "llama";
   std::string name = "synthetic";
   int32_t n_layer = 2;
@@ -57,13 +58,14 @@ struct SyntheticConfig {
   float attn_softcap = 50.0f, final_softcap = 30.0f;
   int32_t sliding_window = 4096;
   int32_t swa_pattern = 0;
+  int32_t n_expert = 8, n_expert_used = 2, n_ff_exp = 32;  // qwen3moe
   uint64_t seed = 1;
 };
 
 // Named presets: "llama3-8b", "llama2-7b", "tinyllama-1.1b", "qwen2.5-0.5b", "qwen3-8b",
 // "qwen3-0.6b", "phi3-mini", "phi3.5-mini", "phi4-mini", "gemma2-9b", "gemma2-2b",
-// "gemma3-4b", "gemma3-1b", "tiny", "qwen3-tiny", "phi3-tiny", "phi4-mini-tiny",
-// "gemma2-tiny", "gemma3-tiny".
+// "gemma3-4b", "gemma3-1b", "qwen3-30b-a3b", "tiny", "qwen3-tiny", "phi3-tiny",
+// "phi4-mini-tiny", "gemma2-tiny", "gemma3-tiny", "qwen3moe-tiny".
 std::optional<SyntheticConfig> preset(const std::string& name);
 
 // The type each tensor gets under cfg.weight_type. Throws std::invalid_argument for

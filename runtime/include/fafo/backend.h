@@ -5,15 +5,15 @@
 // provides (fafo/kv_cache.h); part 3 is the registry that names and creates backends
 // (fafo/backend_registry.h).
 //
-// What a new backend implements: the pure virtual methods of class Backend below, 24 of
+// What a new backend implements: the pure virtual methods of class Backend below, 25 of
 // them (memory: upload_weight, alloc_activation, create_kv_cache; a step: start_step,
 // finish_step; the ops: embed, rms_norm, head_norm, matmul, add_bias, rope, attention,
-// gated (SwiGLU, GeGLU), map (scale, soft-cap), add, gather_rows, argmax_rows, top_k_rows; reading
+// gated (SwiGLU, GeGLU), map (scale, soft-cap), add, gather_rows, scatter_add, argmax_rows, top_k_rows; reading
 // back: read_rows, read_argmax, read_top_k; writing: write_rows; name, description), with the conformance
 // table (tests/test_backend_ops.cpp) as the judge; tests/faulty_backend.h is a whole
 // backend of just these (and capabilities(), which it forwards). The rest is optional, each with a default: numerics() (exact),
 // capabilities() (one sequence a step, no MLA...), prepare_weights, latent_attention
-// (MLA models), and three optional parts a backend returns where it has them:
+// (MLA models), sync_step (mixture-of-experts models on backends that record), and three optional parts a backend returns where it has them:
 // fusions() (ops fused into one kernel, which the model takes where a backend has them
 // and replaces by the plain ops where not: run_matmul_norm and its siblings below), profiler()
 // (per-kernel device time) and memory() (a memory limit and what is in use).
@@ -74,6 +74,23 @@ inline void check_rows_fit(const Activation& x, size_t floats) {
   if (x.cols <= 0 || floats % static_cast<size_t>(x.cols) != 0 || floats / static_cast<size_t>(x.cols) > static_cast<size_t>(x.rows))
     throw std::out_of_range("write_rows: " + std::to_string(floats) + " floats are not whole rows of " +
                             std::to_string(x.cols) + " within the " + std::to_string(x.rows) + " rows of the activation");
+}
+
+// The checks every backend's scatter_add makes (its contract above): rows distinct and
+// inside a batch of `batch_rows`, one weight per row, src and dst equally wide.
+inline void check_scatter_add(const Activation& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
+                              const Activation& dst, int64_t batch_rows) {
+  if (weights.size() != rows.size())
+    throw std::invalid_argument("scatter_add: " + std::to_string(weights.size()) + " weights for " +
+                                std::to_string(rows.size()) + " rows");
+  if (src.cols != dst.cols) throw std::invalid_argument("scatter_add: rows of different widths");
+  if (static_cast<int64_t>(rows.size()) > src.rows) throw std::out_of_range("scatter_add: more rows than the source holds");
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(batch_rows, 0)), false);
+  for (int32_t r : rows) {
+    if (r < 0 || r >= batch_rows || r >= dst.rows) throw std::out_of_range("scatter_add: row outside the batch");
+    if (seen[static_cast<size_t>(r)]) throw std::out_of_range("scatter_add: row " + std::to_string(r) + " given twice");
+    seen[static_cast<size_t>(r)] = true;
+  }
 }
 
 // Shape of one layer's attention.
@@ -368,6 +385,15 @@ class Backend {
   // for the rest of the step, kernels that read dst process rows.size() rows instead
   // of the batch size.
   virtual void gather_rows(const Activation& src, const std::vector<int32_t>& rows, Activation& dst) = 0;
+  // dst[rows[i]] += weights[i] * src[i] for each i, element by element: the product
+  // rounded to float, then the sum (no fused multiply-add), so every backend gives the
+  // reference's bits. rows are distinct batch rows; src holds at least rows.size() rows
+  // (a gathered activation). A mixture-of-experts layer adds each expert's outputs into
+  // the residual stream of the rows that chose it, weighted by the router. Throws
+  // std::out_of_range for a row outside the batch or a repeated one, and
+  // std::invalid_argument for weights that do not match rows or widths that differ.
+  virtual void scatter_add(const Activation& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
+                           Activation& dst) = 0;
   // The index of the largest value in each row of x (the batch's rows, or the
   // gathered count), ties to the first index; -1 marks a row holding a NaN and -2 a
   // row of only -inf. Computed in the step (on the device for GPU backends), so a
@@ -381,6 +407,15 @@ class Backend {
   virtual TopK read_top_k(int64_t n_rows) = 0;
   // Runs (or submits and waits for) everything issued since begin_step.
   virtual void finish_step() = 0;
+  // Inside a step: runs everything issued so far, so that read_rows reads its results,
+  // and the step goes on (its batch, its caches and the gathered row counts stay): a
+  // mixture-of-experts layer reads its router's logits there and chooses which products
+  // to issue next. Nothing to do where ops run when called (executes_immediately, the
+  // default's condition); a backend that records its steps overrides it.
+  virtual void sync_step() {
+    if (!capabilities().executes_immediately)
+      throw std::logic_error("the " + name() + " backend cannot read results inside a step (mixture-of-experts models)");
+  }
   // Reads the first n_rows rows of x back to the host (after finish_step).
   virtual std::vector<float> read_rows(const Activation& x, int64_t n_rows) = 0;
   // Outside a step (before begin_step): writes `rows` (whole rows of x.cols floats) into

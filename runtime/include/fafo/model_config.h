@@ -14,7 +14,7 @@
 namespace fafo {
 
 struct ModelConfig {
-  std::string arch;          // "llama", "qwen2", "qwen3", "phi3", "gemma2" or "gemma3"
+  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2" or "gemma3"
   std::string name;          // general.name
   int32_t n_layer = 0;
   int32_t n_embd = 0;
@@ -74,6 +74,12 @@ struct ModelConfig {
   std::vector<int32_t> mla_rank_k, mla_rank_v;
   std::string mla_method;  // "care" or "svd" (fafo.mla.method)
   bool mla() const { return !mla_rank_k.empty(); }
+
+  // Mixture-of-experts feed-forward (qwen3moe): every layer has n_expert experts of
+  // n_ff_exp hidden units (expert_feed_forward_length) and a router (ffn_gate_inp) that
+  // picks n_expert_used of them for each token (fafo/moe_routing.h). 0: a dense model.
+  int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  bool moe() const { return n_expert > 0; }
 
   // Phi-3's fused projections: attn_qkv.weight (the query, key and value rows in one
   // tensor) and ffn_up.weight holding the gate's rows then the up projection's.

@@ -6,7 +6,8 @@
 // (fafo/sequence.h) is one context over a StepRunner.
 //
 // Supported architectures: `llama` (Llama 2/3/3.1/3.2, Mistral, TinyLlama, SmolLM),
-// `qwen2` (QKV bias), `qwen3` (per-head Q/K norms), `phi3` (fused tensors, LongRoPE),
+// `qwen2` (QKV bias), `qwen3` (per-head Q/K norms), `qwen3moe` (Qwen3's attention, a
+// mixture of experts in every feed-forward block), `phi3` (fused tensors, LongRoPE),
 // `gemma2` and `gemma3` (GeGLU, post-norms, soft-caps, sliding windows); `llama` files
 // with multi-head latent attention that fafo-care made.
 #pragma once
@@ -36,6 +37,14 @@ struct LayerWeights {
   // floats in the file.
   Weight k_up, v_up;
   const float* k_up_host = nullptr;
+  // A mixture-of-experts layer (ModelConfig::moe; w_gate, w_up, w_down stay empty): the
+  // router (ffn_gate_inp: n_expert x n_embd) and each expert's gate, up (n_ff_exp x
+  // n_embd) and down (n_embd x n_ff_exp) projections, slices of the file's 3-D tensors.
+  struct Expert {
+    Weight gate, up, down;
+  };
+  Weight ffn_gate_inp;
+  std::vector<Expert> experts;
 };
 
 // One device of a layer split: its backend and how many consecutive layers it holds

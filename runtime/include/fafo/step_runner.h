@@ -84,6 +84,10 @@ class StepRunner {
   // rows written to it to its rows read back (the crossing included); the last device's
   // share is the step's time less these. Empty on one device.
   const std::vector<double>& split_seconds() const { return split_seconds_; }
+  // A mixture-of-experts model: the expert products the last step ran, summed over its
+  // layers (each expert its rows chose, once per layer); a one-token step runs
+  // n_expert_used per layer. 0 for a dense model.
+  int64_t experts_run() const { return experts_run_; }
   // Why the attention inputs cannot be shown on this backend ("" when they can).
   std::string why_no_attention_input_tap() const;
   // An MLA model's latent keys as the keys of logical entries (ModelWeights::recover_keys
@@ -99,6 +103,7 @@ class StepRunner {
   int32_t rope_factor_users_[2] = {0, 0};  // open sequences on the short, the long factors
   mutable std::recursive_mutex step_mutex_;
   std::vector<double> split_seconds_;
+  int64_t experts_run_ = 0;
 };
 
 }  // namespace fafo

@@ -113,6 +113,18 @@ void read_gemma3(const GgufFile& f, ModelConfig& c) {
   if (c.qkv_bias) throw GgufError(f.path(), "gemma3 files with attention biases are not supported");
 }
 
+// qwen3moe: expert_count experts of expert_feed_forward_length hidden units, of which
+// expert_used_count serve each token (as llama.cpp reads them).
+void read_experts(const GgufFile& f, ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  c.n_expert = positive_int(f, a + "expert_count", 4096);
+  c.n_expert_used = positive_int(f, a + "expert_used_count", 4096);
+  if (c.n_expert_used > c.n_expert)
+    throw GgufError(f.path(), "expert_used_count " + std::to_string(c.n_expert_used) + " is more than expert_count " +
+                                  std::to_string(c.n_expert));
+  c.n_ff_exp = positive_int(f, a + "expert_feed_forward_length");
+}
+
 }  // namespace
 
 int64_t ModelConfig::kv_floats_per_token() const {
@@ -125,10 +137,10 @@ int64_t ModelConfig::kv_floats_per_token() const {
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma2" &&
-      c.arch != "gemma3")
-    throw GgufError(f.path(),
-                    "unsupported architecture '" + c.arch + "' (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "phi3" &&
+      c.arch != "gemma2" && c.arch != "gemma3")
+    throw GgufError(f.path(), "unsupported architecture '" + c.arch +
+                                  "' (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)");
   c.name = f.get_string("general.name", "");
   const std::string a = c.arch + ".";
   c.n_layer = positive_int(f, a + "block_count", 4096);
@@ -138,7 +150,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (c.n_head % c.n_head_kv != 0)
     throw GgufError(f.path(), "attention.head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
                                   std::to_string(c.n_head_kv));
-  c.n_ff = positive_int(f, a + "feed_forward_length");
+  if (c.arch == "qwen3moe") read_experts(f, c);
+  // (A mixture-of-experts file's dense width is not used: its layers have only experts.)
+  c.n_ff = c.moe() && !f.find(a + "feed_forward_length") ? c.n_ff_exp : positive_int(f, a + "feed_forward_length");
   c.head_dim = f.find(a + "attention.key_length") ? positive_int(f, a + "attention.key_length", 4096) : c.n_embd / c.n_head;
   if (!f.find(a + "attention.key_length") && c.n_embd % c.n_head != 0)
     throw GgufError(f.path(), "embedding_length is not a multiple of head_count");
@@ -155,7 +169,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (!std::isfinite(c.rope.freq_base) || c.rope.freq_base <= 0.0f)
     throw GgufError(f.path(), "rope.freq_base must be a positive finite number");
   // llama GGUFs store Q/K permuted for the interleaved layout; Qwen's and Phi-3's rotate halves.
-  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "phi3" || c.arch == "gemma2" || c.arch == "gemma3";
+  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "phi3" || c.arch == "gemma2" || c.arch == "gemma3";
   // As llama.cpp reads it: the type defaults to linear; the factor comes from
   // rope.scaling.factor, else the legacy rope.scale_linear; 0 means no scaling.
   // Llama 3.1/3.2 files carry their scaling as a rope_freqs.weight tensor instead (below).
@@ -211,14 +225,14 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   if (f.find_tensor("blk.0.attn_qkv.bias"))
     throw GgufError(f.path(), "attention biases in a fused attn_qkv.bias are not supported");
-  c.qk_norm = c.arch == "qwen3" || c.arch == "gemma3";
+  c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma3";
   if (c.qk_norm && c.rope.n_dims != c.head_dim)
     throw GgufError(f.path(), "rope.dimension_count " + std::to_string(c.rope.n_dims) + " must equal the head size " +
                                   std::to_string(c.head_dim) + " in a " + c.arch + " file");
   if (c.arch == "gemma2") read_gemma2(f, c);
   if (c.arch == "gemma3") read_gemma3(f, c);
   if (f.find("fafo.mla.rank_k") || f.find("fafo.mla.rank_v")) {
-    if (c.sliding_window > 0 || c.gelu_ffn)
+    if (c.sliding_window > 0 || c.gelu_ffn || c.moe())
       throw GgufError(f.path(), "MLA files of a " + c.arch + " model are not supported");
     read_mla(f, c);
   }

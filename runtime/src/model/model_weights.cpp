@@ -61,6 +61,19 @@ class WeightLoader {
                                      "; MLA up-projections must be F32");
     return load(t, cols, rows);
   }
+  // Expert `e` of a 3-D tensor of n_expert matrices of [cols, rows] (ggml order: cols,
+  // rows, experts), as one weight.
+  Weight expert(const GgufTensor& t, int64_t cols, int64_t rows, int64_t n_expert, int64_t e) {
+    if (t.shape.size() != 3 || t.shape[0] != cols || t.shape[1] != rows || t.shape[2] != n_expert) {
+      std::string got;
+      for (int64_t d : t.shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      throw GgufError(f_.path(), "tensor '" + t.name + "' has shape [" + got + "], expected [" + std::to_string(cols) +
+                                     ", " + std::to_string(rows) + ", " + std::to_string(n_expert) + "]");
+    }
+    check_type(t);
+    const size_t matrix_bytes = static_cast<size_t>(rows) * tensor_row_bytes(t.type, cols);
+    return upload(t.type, rows, cols, static_cast<const uint8_t*>(t.data) + static_cast<size_t>(e) * matrix_bytes);
+  }
   Weight optional_vector(const std::string& name, int64_t n) {
     const GgufTensor* t = f_.find_tensor(name);
     return t ? load(*t, n, 1) : Weight{};
@@ -98,6 +111,9 @@ class WeightLoader {
       throw GgufError(f_.path(), "tensor '" + t.name + "' has shape [" + got + "], expected [" + std::to_string(cols) +
                                      (rows == 1 ? "" : ", " + std::to_string(rows)) + "]");
     }
+    check_type(t);
+  }
+  void check_type(const GgufTensor& t) const {
     if (!tensor_type_info(t.type).has_dequantize)
       throw GgufError(f_.path(), "tensor '" + t.name + "' has type " + std::string(tensor_type_name(t.type)) +
                                      ", which fafo cannot compute with");
@@ -257,6 +273,19 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::vector<Dev
     if (c.post_norms) {
       L.attn_post_norm = load.vector(p + "post_attention_norm.weight", c.n_embd);
       L.ffn_post_norm = load.vector(p + "post_ffw_norm.weight", c.n_embd);
+    }
+    if (c.moe()) {
+      // Experts: each a weight of its own (the products run over the rows that chose it).
+      L.ffn_gate_inp = load.matrix(p + "ffn_gate_inp.weight", c.n_embd, c.n_expert);
+      const GgufTensor& gate = file_->require_tensor(p + "ffn_gate_exps.weight");
+      const GgufTensor& up = file_->require_tensor(p + "ffn_up_exps.weight");
+      const GgufTensor& down = file_->require_tensor(p + "ffn_down_exps.weight");
+      for (int32_t e = 0; e < c.n_expert; ++e)
+        L.experts.push_back({load.expert(gate, c.n_embd, c.n_ff_exp, c.n_expert, e),
+                             load.expert(up, c.n_embd, c.n_ff_exp, c.n_expert, e),
+                             load.expert(down, c.n_ff_exp, c.n_embd, c.n_expert, e)});
+      layers_.push_back(L);
+      continue;
     }
     if (c.fused_tensors() && !file_->find_tensor(p + "ffn_gate.weight")) {
       // Phi-3: ffn_up holds the gate's n_ff rows, then the up projection's.

@@ -2,13 +2,14 @@
 // needs (StepRunner, fafo/step_runner.h). It reads top to bottom like llama2.c: embed
 // (scaled: Gemma), then per layer RMSNorm -> QKV (-> per-head Q/K RMSNorm: Qwen3, Gemma 3)
 // -> RoPE -> attention -> output projection (-> RMSNorm: Gemma) -> residual -> RMSNorm ->
-// SwiGLU (GeGLU: Gemma) FFN (-> RMSNorm: Gemma) -> residual; final norm and logits
-// (soft-capped: Gemma 2).
+// SwiGLU (GeGLU: Gemma) FFN (-> RMSNorm: Gemma) -> residual (a mixture of experts:
+// Qwen3-MoE); final norm and logits (soft-capped: Gemma 2).
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <stdexcept>
 
+#include "fafo/moe_routing.h"
 #include "fafo/step_runner.h"
 
 namespace fafo {
@@ -21,6 +22,9 @@ struct StepRunner::Buffers {
   Activation q_normed, k_normed;
   // An MLA model's latent keys and values, one buffer per width its layers use.
   std::map<int64_t, Activation> k_latent, v_latent;
+  // A mixture-of-experts model's router logits, and one expert's rows: its input
+  // (gathered), gate, up and output.
+  Activation router, expert_in, expert_gate, expert_up, expert_out;
 };
 
 StepRunner::StepRunner(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend)
@@ -61,9 +65,17 @@ StepRunner::StepRunner(std::unique_ptr<ModelWeights> weights) : weights_(std::mo
     }
     b.attn = be.alloc_activation(T, q_dim);
     b.proj = be.alloc_activation(T, c.n_embd);
-    b.gate = be.alloc_activation(T, c.n_ff);
-    b.up = be.alloc_activation(T, c.n_ff);
-    b.ffn = be.alloc_activation(T, c.n_embd);
+    if (c.moe()) {
+      b.router = be.alloc_activation(T, c.n_expert);
+      b.expert_in = be.alloc_activation(T, c.n_embd);
+      b.expert_gate = be.alloc_activation(T, c.n_ff_exp);
+      b.expert_up = be.alloc_activation(T, c.n_ff_exp);
+      b.expert_out = be.alloc_activation(T, c.n_embd);
+    } else {
+      b.gate = be.alloc_activation(T, c.n_ff);
+      b.up = be.alloc_activation(T, c.n_ff);
+      b.ffn = be.alloc_activation(T, c.n_embd);
+    }
   }
   Backend& be = w.backend();
   Buffers& b = *buffers_.back();
@@ -153,6 +165,7 @@ void StepRunner::record_step(const StepBatch& batch, std::span<const std::vector
   std::vector<KvCache*> caches(parts.size());
   std::vector<float> hidden;  // the residual stream crossing to the next device
   split_seconds_.assign(static_cast<size_t>(w.n_devices() - 1), 0.0);
+  experts_run_ = 0;
   for (int32_t d = 0; d < w.n_devices(); ++d) {
     const auto device_start = std::chrono::steady_clock::now();
     Backend& be = w.backend(d);
@@ -234,6 +247,26 @@ void StepRunner::record_step(const StepBatch& batch, std::span<const std::vector
         run_matmul_add(be, L.wo, b.attn, b.x, b.proj);
       }
       // Feed-forward block.
+      if (c.moe()) {
+        // A mixture of experts: the router's logits are read back (the step runs to
+        // here), each row picks its experts on the host, and each chosen expert's
+        // products run over the rows that chose it, added into the residual stream
+        // weighted by the router.
+        be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
+        be.matmul(L.ffn_gate_inp, b.xn, b.router);
+        be.sync_step();
+        const MoeRoute route = route_top_k_softmax(be.read_rows(b.router, batch.size()), c.n_expert, c.n_expert_used);
+        const std::vector<ExpertRows> experts = rows_by_expert(route);
+        experts_run_ += static_cast<int64_t>(experts.size());
+        for (const ExpertRows& e : experts) {
+          const LayerWeights::Expert& expert = L.experts[static_cast<size_t>(e.expert)];
+          be.gather_rows(b.xn, e.rows, b.expert_in);
+          run_matmul_swiglu(be, expert.gate, expert.up, b.expert_in, b.expert_gate, b.expert_up);
+          be.matmul(expert.down, b.expert_gate, b.expert_out);
+          be.scatter_add(b.expert_out, e.rows, e.weights, b.x);
+        }
+        continue;
+      }
       if (c.gelu_ffn) {
         be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
         be.matmul(L.w_gate, b.xn, b.gate);

@@ -86,7 +86,8 @@ class DeviceBytes {
     if (const GgufTensor* norm = file.find_tensor("output_norm.weight")) fixed_ += norm->n_bytes;
     const uint64_t q_dim = static_cast<uint64_t>(c.n_head) * static_cast<uint64_t>(c.head_dim);
     const uint64_t widths = 6 * static_cast<uint64_t>(c.n_embd) + 4 * q_dim + 4 * static_cast<uint64_t>(c.kv_dim()) +
-                            2 * static_cast<uint64_t>(c.n_ff) + static_cast<uint64_t>(c.n_vocab);
+                            2 * static_cast<uint64_t>(c.moe() ? c.n_ff_exp : c.n_ff) +
+                            static_cast<uint64_t>(c.n_expert) + static_cast<uint64_t>(c.n_vocab);
     fixed_ += 512 * widths * 4;
   }
   // The last `n` layers (every layer: the embedding there too); 0 for none.

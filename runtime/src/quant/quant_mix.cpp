@@ -56,7 +56,9 @@ TensorType quant_type_for(const std::string& mix_name, const std::string& name, 
     t = m->second;
     if (name == "output.weight" || (tied_embeddings && name == "token_embd.weight"))
       t = row_length % tensor_type_info(TensorType::Q6_K).block_size == 0 ? TensorType::Q6_K : TensorType::Q8_0;
-    if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) && use_more_bits(layer_of(name), n_layer))
+    if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight") ||
+         ends_with(name, "ffn_down_exps.weight")) &&
+        use_more_bits(layer_of(name), n_layer))
       t = TensorType::Q6_K;
     // A fused query-key-value projection (Phi-3) gets one step more, as in llama.cpp.
     if (ends_with(name, "attn_qkv.weight")) t = mix == "Q4_K_M" ? TensorType::Q5_K : TensorType::Q6_K;
@@ -66,7 +68,10 @@ TensorType quant_type_for(const std::string& mix_name, const std::string& name, 
       throw std::invalid_argument("unknown or unsupported weight type '" + mix_name + "' (" + quant_mix_names() + ")");
     t = *parsed;
   }
-  if (ends_with(name, "_norm.weight") || ends_with(name, ".bias") || name == "rope_freqs.weight") return TensorType::F32;
+  // (A mixture of experts' router stays F32, as llama.cpp's quantize leaves it.)
+  if (ends_with(name, "_norm.weight") || ends_with(name, ".bias") || name == "rope_freqs.weight" ||
+      ends_with(name, "ffn_gate_inp.weight"))
+    return TensorType::F32;
   return fit_row(t, row_length);
 }
 

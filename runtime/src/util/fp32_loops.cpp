@@ -4,6 +4,10 @@
 
 namespace fafo::scalar {
 
+void add_scaled(float* dst, const float* src, float w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += w * src[i];
+}
+
 float dot(const float* a, const float* b, int64_t n) {
   // Eight independent partial sums: vectorizable and a fixed summation order.
   float acc[8] = {};

@@ -11,6 +11,9 @@
 
 namespace fafo::scalar {
 
+// dst[i] += w * src[i]: the product rounded to float, then the sum (this file compiles
+// with -ffp-contract=off), as the reference backend's scatter_add.
+void add_scaled(float* dst, const float* src, float w, int64_t n);
 // Eight partial sums in a fixed order.
 float dot(const float* a, const float* b, int64_t n);
 // Rotates one head in place at position `pos`.

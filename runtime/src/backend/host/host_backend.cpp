@@ -488,6 +488,13 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     gathered_rows_[dst.id] = static_cast<int64_t>(rows.size());
   }
 
+  void scatter_add(const Activation& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
+                   Activation& dst) override {
+    check_scatter_add(src, rows, weights, dst, batch_rows());
+    for (size_t k = 0; k < rows.size(); ++k)
+      scalar::add_scaled(row(dst, rows[k]), row(src, static_cast<int64_t>(k)), weights[k], dst.cols);
+  }
+
   void argmax_rows(const Activation& x) override {
     argmax_.clear();
     for (int64_t i = 0; i < rows_of(x); ++i) argmax_.push_back(scalar::argmax_row(row(x, i), x.cols));

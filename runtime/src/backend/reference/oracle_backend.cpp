@@ -255,6 +255,16 @@ class OracleBackend final : public Backend, public BackendMemory {
     gathered_[dst.id] = static_cast<int64_t>(rows.size());
   }
 
+  void scatter_add(const Activation& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
+                   Activation& dst) override {
+    check_scatter_add(src, rows, weights, dst, batch_->size());
+    for (size_t k = 0; k < rows.size(); ++k) {
+      float* d = row(dst, rows[k]);
+      const float* s = row(src, static_cast<int64_t>(k));
+      for (int64_t c = 0; c < dst.cols; ++c) d[c] += weights[k] * s[c];  // -ffp-contract=off: two roundings
+    }
+  }
+
   void argmax_rows(const Activation& x) override {
     argmax_.clear();
     for (int64_t i = 0; i < rows_of(x); ++i) argmax_.push_back(argmax_row(row(x, i), x.cols));

@@ -56,6 +56,7 @@ extern const EmbeddedShader attention_combine;  // shaders/attention_combine.com
 extern const EmbeddedShader attention_combine_q8;  // QUANT=1: the output rounded for an integer product too
 extern const EmbeddedShader kv_permute;         // shaders/kv_permute.comp
 extern const EmbeddedShader argmax;             // shaders/argmax.comp
+extern const EmbeddedShader scatter_add;        // shaders/scatter_add.comp
 extern const EmbeddedShader top_k;              // shaders/top_k.comp
 extern const EmbeddedShader quantize;           // shaders/quantize.comp
 extern const EmbeddedShader quantize_norm;      // shaders/quantize.comp, NORM=1

@@ -64,6 +64,9 @@ struct LatentExpandPush {
 struct TopKPush {
   uint32_t rows, n, k;
 };
+struct ScatterAddPush {
+  uint32_t n, cols, offset;
+};
 struct ArgmaxPush {
   uint32_t rows, n;
 };
@@ -126,7 +129,7 @@ Kernels::Kernels(const Context& context)
   const bool storage16 = context.features().storage_16bit;
   const uint32_t attention_variants = cpu_device_ ? 2 : 3;
   ProgressTask progress("creating Vulkan pipelines",
-                        20 + 2 * attention_variants + (storage16 ? 1 + attention_variants : 0));
+                        21 + 2 * attention_variants + (storage16 ? 1 + attention_variants : 0));
   auto make = [&](const EmbeddedShader& shader, uint32_t n_buffers, uint32_t push_constant_bytes) {
     auto pipeline = std::make_unique<ComputePipeline>(context, shader, n_buffers, push_constant_bytes);
     progress.advance();
@@ -151,9 +154,10 @@ Kernels::Kernels(const Context& context)
   attention_combine_q8_ = make(shaders::attention_combine_q8, 4, sizeof(CombinePush));
   kv_permute_ = make(shaders::kv_permute, 2, sizeof(KvPermutePush));
   argmax_ = make(shaders::argmax, 2, sizeof(ArgmaxPush));
+  scatter_add_ = make(shaders::scatter_add, 3, sizeof(ScatterAddPush));
   top_k_ = make(shaders::top_k, 2, sizeof(TopKPush));
   half_storage_exact_ = storage16 && probe_half_storage(context, progress);
-  if (storage16 && !half_storage_exact_) progress.set_total(20 + 2 * attention_variants + 1);
+  if (storage16 && !half_storage_exact_) progress.set_total(21 + 2 * attention_variants + 1);
   auto attention = [&](const EmbeddedShader& shader) { return make(shader, 5, sizeof(AttentionPush)); };
   attention_[0].f32 = attention(shaders::attention);
   attention_[0].f16_words = attention(shaders::attention_kv_f16);
@@ -384,6 +388,15 @@ void Kernels::softcap(CommandSequence& seq, const Buffer& x, uint32_t n, float c
   if (n == 0) return;
   require_size(x, n, "x", "softcap");
   seq.dispatch(*elementwise_, {&x, &x, &x}, ElementwisePush{n, n, kSoftcap, cap}, groups_for(n, 256, context_));
+}
+
+void Kernels::scatter_add(CommandSequence& seq, const Buffer& src, const Buffer& dst, const Buffer& args, uint32_t n,
+                          uint32_t cols, uint32_t offset) const {
+  if (n == 0) return;
+  const uint32_t total = n * cols;
+  require_size(src, total, "src", "scatter_add");
+  require_size(args, offset + 2 * n, "args", "scatter_add");
+  seq.dispatch(*scatter_add_, {&src, &dst, &args}, ScatterAddPush{n, cols, offset}, groups_for(total, 256, context_));
 }
 
 void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& keys, const Buffer& values,

@@ -142,6 +142,11 @@ class Kernels {
   void attention(CommandSequence& seq, const Buffer& q, const Buffer& keys, const Buffer& values,
                  const Buffer& step_info, const Buffer& partials, const Buffer& out, const AttentionArgs& a) const;
 
+  // dst row args[offset + k] += float(args[offset + n + k]) * src row k, for k < n rows
+  // of `cols` floats (Backend::scatter_add; the rows and weights' bits in `args`).
+  void scatter_add(CommandSequence& seq, const Buffer& src, const Buffer& dst, const Buffer& args, uint32_t n,
+                   uint32_t cols, uint32_t offset) const;
+
   // ids[r] = argmax of row r of x (rows x n): ties to the first index, -1 for a row
   // with a NaN, -2 for a row of only -inf.
   void argmax(CommandSequence& seq, const Buffer& x, const Buffer& ids, uint32_t rows, uint32_t n) const;
@@ -227,6 +232,7 @@ class Kernels {
   std::unique_ptr<ComputePipeline> attention_combine_, attention_combine_q8_;
   std::unique_ptr<ComputePipeline> kv_permute_;
   std::unique_ptr<ComputePipeline> argmax_;
+  std::unique_ptr<ComputePipeline> scatter_add_;
   std::unique_ptr<ComputePipeline> top_k_;
   bool cpu_device_ = false;  // attention's Mapping::Auto picks Serial
 };

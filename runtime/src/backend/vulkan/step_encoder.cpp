@@ -122,6 +122,17 @@ void StepEncoder::finish(std::chrono::milliseconds timeout) {
   gathered_rows_.clear();
 }
 
+void StepEncoder::flush(std::chrono::milliseconds timeout) {
+  if (!seq_) throw std::logic_error("sync_step without begin_step");
+  std::unique_ptr<CommandSequence> seq = std::move(seq_);
+  if (replay_on_)
+    (void)seq->submit_and_wait(replay_, descriptors_.generation(), timeout);  // steps() and replayed() count whole steps
+  else
+    seq->submit_and_wait(timeout);
+  seq_ = std::make_unique<CommandSequence>(context_, descriptors_);
+  seq_->set_profiler(profiler_);
+}
+
 void StepEncoder::abandon() { seq_.reset(); }
 
 CommandSequence& StepEncoder::commands() {

@@ -64,6 +64,10 @@ class StepEncoder {
   // Submits the step's commands once and waits, at most `timeout` (then VulkanError);
   // throws std::logic_error without begin().
   void finish(std::chrono::milliseconds timeout = std::chrono::seconds(120));
+  // Inside a step: submits what was recorded so far and waits (as finish), then records
+  // on into a new command buffer of the same step (its inputs, RoPE tables and gathered
+  // row counts kept). std::logic_error without begin().
+  void flush(std::chrono::milliseconds timeout = std::chrono::seconds(120));
   // Drops the recording, if any, without submitting it.
   void abandon();
   // Times the commands of the steps begun from now on (null: stop timing). Profiled

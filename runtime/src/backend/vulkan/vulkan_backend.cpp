@@ -234,6 +234,7 @@ class VulkanBackend final : public Backend,
     check_step_fits(batch, caches, max_step_rows_);
     encoder_.begin(batch, layouts);
     last_rounding_.reset();  // a new step's commands
+    scatter_words_ = 0;
     for (size_t s = 0; s < kvs.size(); ++s) kvs[s]->set_step_part(static_cast<int32_t>(s));
     kvs_ = std::move(kvs);
   }
@@ -540,6 +541,41 @@ class VulkanBackend final : public Backend,
     encoder_.gathered(dst, static_cast<uint32_t>(rows.size()));
   }
 
+  // Each call's rows and weights go to the next words of one buffer (written by the
+  // host now, read when the step runs); when it is full, what was recorded runs first.
+  void scatter_add(const Activation& src, const std::vector<int32_t>& rows, const std::vector<float>& weights,
+                   Activation& dst) override {
+    check_scatter_add(src, rows, weights, dst, batch().size());
+    if (rows.empty()) return;
+    const uint64_t words = 2 * uint64_t{rows.size()};
+    if ((scatter_words_ + words) * sizeof(uint32_t) > scatter_args_.get().size()) {
+      if (scatter_words_ > 0) sync_step();  // the recorded calls read the words written before
+      scatter_args_.ensure(context_, descriptors_,
+                           std::max<uint64_t>(words, 16 * static_cast<uint64_t>(max_step_rows_)) * sizeof(uint32_t));
+    }
+    std::vector<uint32_t> args(rows.begin(), rows.end());
+    args.resize(static_cast<size_t>(words));
+    std::memcpy(args.data() + rows.size(), weights.data(), weights.size() * sizeof(float));
+    Buffer& buffer = scatter_args_.get();
+    buffer.upload(args.data(), args.size() * sizeof(uint32_t), scatter_words_ * sizeof(uint32_t));
+    kernels_.scatter_add(step(), act(src), act(dst), buffer, static_cast<uint32_t>(rows.size()),
+                         static_cast<uint32_t>(dst.cols), static_cast<uint32_t>(scatter_words_));
+    scatter_words_ += words;
+  }
+
+  // Submits what the step recorded so far and waits; later ops record into a new command
+  // buffer of the same step.
+  void sync_step() override {
+    check_usable();
+    try {
+      encoder_.flush(step_timeout());
+    } catch (const DeviceError& e) {
+      if (e.kind() == DeviceError::Kind::Lost) lost_ = true;
+      throw;
+    }
+    scatter_words_ = 0;
+  }
+
   void argmax_rows(const Activation& x) override {
     const uint32_t rows = rows_of(x);
     const Buffer& ids = argmax_ids_.ensure(context_, descriptors_, std::max<uint64_t>(max_step_rows_, rows) * sizeof(int32_t));
@@ -819,6 +855,8 @@ class VulkanBackend final : public Backend,
   Buffer partials_;
   uint64_t partials_floats_ = 0;
   bool lost_ = false;  // the device was lost: every later step and upload fails
+  ScratchBuffer scatter_args_;  // scatter_add's rows and weights, this command buffer's
+  uint64_t scatter_words_ = 0;  // in use in it
   ScratchBuffer argmax_ids_;
   int64_t argmax_count_ = 0;
   ScratchBuffer top_k_result_;
