@@ -240,18 +240,21 @@ void add_elementwise(std::vector<OpCase>& cases) {
                    },
                    true});
   // scatter_add as a mixture-of-experts layer runs it: a product read back inside the
-  // step (sync_step), then three experts' products, each over the rows routed to it
-  // (gathered into one buffer again and again in the step; one expert's rows in
-  // descending order), added into the residual weighted. Rows route by their index, so
-  // a row's result depends on nothing else.
-  cases.push_back({"scatter_add", "3 experts q8_0 40x64 over routed rows, after sync_step", kSteps,
+  // step (sync_step), then four experts' SwiGLU blocks (gate and up, down), each over the
+  // rows routed to it (gathered into one buffer again and again in the step; one
+  // expert's rows in descending order; the last expert's every row, after experts of
+  // fewer), added into the residual weighted. Rows route by their index, so a row's
+  // result depends on nothing else.
+  cases.push_back({"scatter_add", "4 experts q8_0 32x64 / 40x32 over routed rows, after sync_step", kSteps,
                    [](OpEnv& env, int32_t T, uint32_t salt) {
                      env.ensure_cache(T + 1);
                      Backend& be = env.be();
                      const Weight router = quantized_weight(env, TensorType::F32, 3, 64, 40);
                      StepBatch b = causal_batch(T, 0);
                      be.begin_step(b, env.kv());
-                     Activation x = input(env, "x", 64, 1, T, salt);
+                     // (Inputs small enough that the SwiGLU blocks stay near 1: the 8-bit
+                     // rounding of the integer products then stays within their tolerance.)
+                     Activation x = input(env, "x", 64, 1, T, salt, -0.125f, 0.125f);
                      Activation residual = input(env, "residual", 40, 2, T, salt);
                      Activation logits = env.activation("router", 3);
                      be.matmul(router, x, logits);
@@ -261,13 +264,15 @@ void add_elementwise(std::vector<OpCase>& cases) {
                      read.rows = T;
                      read.cols = 3;
                      read.values = be.read_rows(logits, T);
-                     Activation g = env.activation("expert_in", 64);
-                     Activation y = env.activation("expert_out", 40);
-                     for (int32_t e = 0; e < 3; ++e) {
+                     Activation in = env.activation("expert_in", 64);
+                     Activation gate = env.activation("expert_gate", 32);
+                     Activation up = env.activation("expert_up", 32);
+                     Activation out = env.activation("expert_out", 40);
+                     for (int32_t e = 0; e < 4; ++e) {
                        std::vector<int32_t> rows;
                        std::vector<float> weights;
                        for (int32_t r = 0; r < T; ++r)
-                         if (r % 3 != e) {
+                         if (e == 3 || r % 3 != e) {
                            rows.push_back(r);
                            weights.push_back(0.25f + 0.125f * static_cast<float>((r + e) % 5));
                          }
@@ -276,9 +281,12 @@ void add_elementwise(std::vector<OpCase>& cases) {
                          std::reverse(rows.begin(), rows.end());
                          std::reverse(weights.begin(), weights.end());
                        }
-                       be.gather_rows(x, rows, g);
-                       be.matmul(quantized_weight(env, TensorType::Q8_0, 40, 64, static_cast<uint32_t>(50 + e)), g, y);
-                       be.scatter_add(y, rows, weights, residual);
+                       const auto seed = static_cast<uint32_t>(50 + 3 * e);
+                       be.gather_rows(x, rows, in);
+                       run_matmul_swiglu(be, quantized_weight(env, TensorType::Q8_0, 32, 64, seed),
+                                         quantized_weight(env, TensorType::Q8_0, 32, 64, seed + 1), in, gate, up);
+                       be.matmul(quantized_weight(env, TensorType::Q8_0, 40, 32, seed + 2), gate, out);
+                       be.scatter_add(out, rows, weights, residual);
                      }
                      be.finish_step();
                      return OpOutputs{read, rows_of(be, "scatter_add", residual, T)};

@@ -216,4 +216,12 @@ TEST(ModelErrors, MixtureOfExpertsFilesThatDoNotAddUp) {
                                     }},
                       moe);
   EXPECT_HAS(load_error(path), "tensor 'blk.1.ffn_down_exps.weight' has shape [32, 64, 7], expected [32, 64, 8]");
+  // A llama file with experts (Mixtral's layout): refused as such, not as a missing tensor.
+  path = edited_model("moe-llama", {[](const std::string& k, GgufValue& v) {
+                                      if (k == "general.architecture") v.v = std::string("llama");
+                                      return true;
+                                    },
+                                    nullptr},
+                      moe);
+  EXPECT_HAS(load_error(path), "mixture-of-experts llama files (such as Mixtral) are not supported");
 }

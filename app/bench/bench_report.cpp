@@ -212,6 +212,7 @@ std::string report_csv(const BenchReport& r) {
     }
     for (const StepCost& s : d.step_cost) {
       line("step_cost", s.T, s.ms.mean, s.ms.sd, "ms");
+      if (s.experts_per_layer > 0) line("step_experts_per_layer", s.T, s.experts_per_layer, 0, "experts");
       for (size_t k = 0; k < s.device_ms.size() && k < d.split_devices.size(); ++k)
         line("step_cost_on_" + d.split_devices[k], s.T, s.device_ms[k], 0, "ms");
     }
@@ -243,6 +244,7 @@ nlohmann::json report_json(const BenchReport& r) {
     for (const StepCost& s : d.step_cost) {
       nlohmann::json point = {{"T", s.T}, {"ms", s.ms.mean}, {"sd", s.ms.sd}};
       if (!s.device_ms.empty()) point["device_ms"] = s.device_ms;
+      if (s.experts_per_layer > 0) point["experts_per_layer"] = s.experts_per_layer;
       curve.push_back(point);
     }
     j["step_cost"] = curve;
@@ -299,6 +301,8 @@ BenchReport report_from_json(const nlohmann::json& j) {
                              {field<double>(s, "ms", where + " step_cost"), field<double>(s, "sd", where + " step_cost")},
                              {}});
       if (s.contains("device_ms")) d.step_cost.back().device_ms = field<std::vector<double>>(s, "device_ms", where + " step_cost");
+      if (s.contains("experts_per_layer"))
+        d.step_cost.back().experts_per_layer = field<double>(s, "experts_per_layer", where + " step_cost");
     }
     if (dj.contains("split_devices")) d.split_devices = field<std::vector<std::string>>(dj, "split_devices", where);
     for (const nlohmann::json& s : field<nlohmann::json>(dj, "strategies", where)) {

@@ -24,6 +24,9 @@ struct StepCost {
   // (DeviceResult::split_devices' order; a crossing's read-back in the sender's part, its
   // write in the receiver's). Empty on one device.
   std::vector<double> device_ms = {};
+  // A mixture-of-experts model: the expert products one step ran per layer (a token
+  // runs n_expert_used; a step's rows run each expert one of them chose). 0: dense.
+  double experts_per_layer = 0;
 };
 
 // One decoding strategy over the same prompts (greedy).

@@ -357,10 +357,14 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     result.tg = measure(tps);
     out("| tg%d%s | %.2f ± %.2f |\n", tg, at_depth.c_str(), result.tg.mean, result.tg.sd);
     // Memory-bandwidth efficiency: every weight matrix is read once per generated
-    // token (the embedding table only for its one row, unless the output shares it).
+    // token (the embedding table only for its one row, unless the output shares it; a
+    // mixture of experts' tensors for the n_expert_used experts a token runs).
     double bytes = 0;
-    for (const GgufTensor& t : m.file->tensors())
-      if (t.name != "token_embd.weight" || c.tied_embeddings) bytes += static_cast<double>(t.n_bytes);
+    for (const GgufTensor& t : m.file->tensors()) {
+      if (t.name == "token_embd.weight" && !c.tied_embeddings) continue;
+      const bool experts = c.moe() && t.name.find("_exps.") != std::string::npos;
+      bytes += static_cast<double>(t.n_bytes) * (experts ? static_cast<double>(c.n_expert_used) / c.n_expert : 1.0);
+    }
     result.weight_bytes_per_token = bytes;
     result.effective_gb_per_s = bytes * result.tg.mean / 1e9;
     out("\ntg: %.3f GB of weights read per token -> %.1f GB/s", bytes / 1e9, result.effective_gb_per_s);
@@ -374,6 +378,11 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
     result.split_devices.push_back(weights.device_label(d));
   if (!config.curve.empty()) {
     std::string columns = "| T | ms / step | ms / token | t(T) / t(1) |", rule = "|---:|---:|---:|---:|";
+    const bool moe = model.config().moe();  // the experts a step runs, per layer
+    if (moe) {
+      columns += " experts / layer |";
+      rule += "---:|";
+    }
     for (const std::string& label : result.split_devices) {  // a split: each device's part of the step
       columns += " ms on " + label + " |";
       rule += "---:|";
@@ -398,6 +407,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
       }
       std::vector<double> ms, device_ms(result.split_devices.size(), 0.0);
       const int repetitions = std::max(3, config.repetitions);
+      double experts = 0;
       for (int r = 0; r < repetitions; ++r) {
         out.check_cancel();
         // Every row wants logits, as in a lookahead/FAFO step; like greedy decoding, the
@@ -406,6 +416,7 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
         const auto t0 = std::chrono::steady_clock::now();
         model.forward_argmax(b);
         ms.push_back(seconds_since(t0) * 1e3);
+        experts += static_cast<double>(model.runner()->experts_run()) / model.config().n_layer / repetitions;
         double before_last = 0;  // the last device's part: the step less the others'
         const std::vector<double>& parts = model.runner()->split_seconds();
         for (size_t d = 0; d < parts.size() && d + 1 < device_ms.size(); ++d) {
@@ -417,13 +428,18 @@ DeviceResult run_device_bench(const OpenOptions& open, const BenchConfig& config
       const Measure s = measure(ms);
       if (T == config.curve.front()) t1 = s.mean;
       std::string parts;
+      if (moe) {
+        char cell[32];
+        std::snprintf(cell, sizeof cell, " %.1f |", experts);
+        parts += cell;
+      }
       for (double d : device_ms) {
         char cell[32];
         std::snprintf(cell, sizeof cell, " %.3f |", d);
         parts += cell;
       }
       out("| %d | %.3f ± %.3f | %.4f | %.2f |%s\n", T, s.mean, s.sd, s.mean / T, t1 > 0 ? s.mean / t1 : 0.0, parts.c_str());
-      result.step_cost.push_back({T, s, device_ms});
+      result.step_cost.push_back({T, s, device_ms, moe ? experts : 0.0});
     }
   }
   if (config.profile) {

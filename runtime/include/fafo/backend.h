@@ -84,6 +84,7 @@ inline void check_scatter_add(const Activation& src, const std::vector<int32_t>&
     throw std::invalid_argument("scatter_add: " + std::to_string(weights.size()) + " weights for " +
                                 std::to_string(rows.size()) + " rows");
   if (src.cols != dst.cols) throw std::invalid_argument("scatter_add: rows of different widths");
+  if (src.id == dst.id) throw std::invalid_argument("scatter_add: the source is the destination");
   if (static_cast<int64_t>(rows.size()) > src.rows) throw std::out_of_range("scatter_add: more rows than the source holds");
   std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(batch_rows, 0)), false);
   for (int32_t r : rows) {

@@ -143,6 +143,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                                   "' (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)");
   c.name = f.get_string("general.name", "");
   const std::string a = c.arch + ".";
+  if (c.arch != "qwen3moe" && (f.get_int(a + "expert_count", 0) > 0 || f.find_tensor("blk.0.ffn_gate_inp.weight")))
+    throw GgufError(f.path(), "mixture-of-experts " + c.arch + " files (such as Mixtral) are not supported; of the "
+                              "mixture-of-experts architectures fafo runs qwen3moe");
   c.n_layer = positive_int(f, a + "block_count", 4096);
   c.n_embd = positive_int(f, a + "embedding_length");
   c.n_head = positive_int(f, a + "attention.head_count", 4096);

@@ -85,7 +85,7 @@ class DeviceBytes {
     if (embd && head != embd) embedding_ = embd->n_bytes;
     if (const GgufTensor* norm = file.find_tensor("output_norm.weight")) fixed_ += norm->n_bytes;
     const uint64_t q_dim = static_cast<uint64_t>(c.n_head) * static_cast<uint64_t>(c.head_dim);
-    const uint64_t widths = 6 * static_cast<uint64_t>(c.n_embd) + 4 * q_dim + 4 * static_cast<uint64_t>(c.kv_dim()) +
+    const uint64_t widths = (c.moe() ? 7 : 6) * static_cast<uint64_t>(c.n_embd) + 4 * q_dim + 4 * static_cast<uint64_t>(c.kv_dim()) +
                             2 * static_cast<uint64_t>(c.moe() ? c.n_ff_exp : c.n_ff) +
                             static_cast<uint64_t>(c.n_expert) + static_cast<uint64_t>(c.n_vocab);
     fixed_ += 512 * widths * 4;

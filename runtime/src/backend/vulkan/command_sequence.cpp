@@ -339,7 +339,7 @@ bool CommandSequence::run(ReplayCache* cache, uint64_t generation, std::chrono::
     throw VulkanError("vkWaitForFences: the device did not finish within " + std::to_string(timeout.count()) +
                       " ms");
   check(waited, "vkWaitForFences");
-  if (profiler_) profiler_->collect(dispatches_, barriers_);
+  if (profiler_) profiler_->collect(dispatches_, barriers_, !part_of_step_);
   if (keep) {  // ran to completion: the cache keeps it for the next sequence with this key
     cache->add(std::move(k), commands_, generation);
     commands_ = VK_NULL_HANDLE;

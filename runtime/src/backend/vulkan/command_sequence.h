@@ -72,6 +72,9 @@ class CommandSequence {
   void set_profiler(KernelProfiler* profiler);
   // The weight bytes the last command reads (for the profile's GB/s).
   void note_weight_bytes(double bytes);
+  // The sequence holds part of a step (sync_step ran it): the profiler does not count it
+  // as a step.
+  void mark_part_of_step() { part_of_step_ = true; }
 
   // Records the commands, submits, and waits; throws VulkanError on failure or when the
   // device does not finish within `timeout` (never hangs). Only once per sequence.
@@ -114,6 +117,7 @@ class CommandSequence {
   const Context& context_;
   DescriptorCache* cache_ = nullptr;
   KernelProfiler* profiler_ = nullptr;
+  bool part_of_step_ = false;
   VkDescriptorPool pool_ = VK_NULL_HANDLE;
   VkCommandBuffer commands_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;

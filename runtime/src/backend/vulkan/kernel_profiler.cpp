@@ -74,7 +74,7 @@ void KernelProfiler::add_bytes(double bytes) {
   if (!pending_.empty()) pending_.back().bytes += bytes;
 }
 
-void KernelProfiler::collect(uint32_t dispatches, uint32_t barriers) {
+void KernelProfiler::collect(uint32_t dispatches, uint32_t barriers, bool ends_step) {
   if (!unsupported_.empty() || overflow_ || pending_.empty()) {
     pending_.clear();
     return;
@@ -94,7 +94,7 @@ void KernelProfiler::collect(uint32_t dispatches, uint32_t barriers) {
     k.bytes += pending_[i].bytes;
     profile_.step_seconds += elapsed(i);
   }
-  ++profile_.steps;
+  if (ends_step) ++profile_.steps;
   profile_.dispatches += dispatches;
   profile_.barriers += barriers;
   pending_.clear();

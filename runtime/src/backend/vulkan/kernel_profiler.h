@@ -35,8 +35,9 @@ class KernelProfiler {
   void begin(VkCommandBuffer commands);
   void after(VkCommandBuffer commands, const std::string& name);
   void add_bytes(double bytes);
-  // Once the step's commands have completed: reads the timestamps and adds the step in.
-  void collect(uint32_t dispatches, uint32_t barriers);
+  // Once the step's commands have completed: reads the timestamps and adds them in, and
+  // counts a step where `ends_step` (not for a part of one that sync_step ran).
+  void collect(uint32_t dispatches, uint32_t barriers, bool ends_step = true);
 
   KernelProfile take();
 

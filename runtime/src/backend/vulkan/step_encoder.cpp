@@ -125,10 +125,10 @@ void StepEncoder::finish(std::chrono::milliseconds timeout) {
 void StepEncoder::flush(std::chrono::milliseconds timeout) {
   if (!seq_) throw std::logic_error("sync_step without begin_step");
   std::unique_ptr<CommandSequence> seq = std::move(seq_);
-  if (replay_on_)
-    (void)seq->submit_and_wait(replay_, descriptors_.generation(), timeout);  // steps() and replayed() count whole steps
-  else
-    seq->submit_and_wait(timeout);
+  // Not through the replay cache: a mixture-of-experts step is one part per layer, more
+  // than the cache keeps, so none would be replayed. steps() counts whole steps.
+  seq->mark_part_of_step();
+  seq->submit_and_wait(timeout);
   seq_ = std::make_unique<CommandSequence>(context_, descriptors_);
   seq_->set_profiler(profiler_);
 }
@@ -151,7 +151,10 @@ uint32_t StepEncoder::rows_of(const Activation& a) const {
 }
 
 void StepEncoder::set_rows(const Activation& out, uint32_t rows) {
-  if (rows != static_cast<uint32_t>(batch_->size())) gathered_rows_[out.id] = rows;
+  if (rows != static_cast<uint32_t>(batch_->size()))
+    gathered_rows_[out.id] = rows;
+  else
+    gathered_rows_.erase(out.id);  // a buffer a gather shortened earlier in the step holds the batch's rows again
 }
 
 const Buffer& StepEncoder::rope_table(const RopeParams& p) {

@@ -12,7 +12,9 @@
 //   - the one CommandSequence every op of the step records into (dispatches, copies and
 //     the barriers between them), submitted once by finish(), which waits for the
 //     device: from the command buffer of an earlier step with the same commands when
-//     there is one (ReplayCache; every AR step after the first), else recorded;
+//     there is one (ReplayCache; every AR step after the first), else recorded. A
+//     mixture-of-experts model's step is several: flush() (sync_step) submits what was
+//     recorded so far, without the cache, and recording goes on in a new one;
 //   - the row count of the activations a gather_rows shortened, for the rest of the
 //     step.
 // The ops themselves (what to dispatch with which arguments) are VulkanBackend's.

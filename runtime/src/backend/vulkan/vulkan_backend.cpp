@@ -574,6 +574,7 @@ class VulkanBackend final : public Backend,
       throw;
     }
     scatter_words_ = 0;
+    last_rounding_.reset();  // the new command buffer counts its commands from 0
   }
 
   void argmax_rows(const Activation& x) override {
