@@ -22,6 +22,7 @@
 #include "fafo/model_config.h"
 #include "fafo/moe_routing.h"
 #include "fafo/open_model.h"
+#include "fafo/quant_mix.h"
 #include "fafo/sequence.h"
 #include "fafo/step_runner.h"
 #include "synthetic_model.h"
@@ -100,6 +101,19 @@ TEST(MoeRouting, BadArgumentsAndNanLogitsAreHandled) {
   // A NaN (from a broken model) still gives k distinct experts, without reading past the row.
   const MoeRoute r = route_top_k_softmax(std::vector<float>{NAN, 1.0f, 2.0f, 0.0f}, 4, 3);
   EXPECT_EQ(std::set<int32_t>(r.experts.begin(), r.experts.end()).size(), 3u);
+}
+
+// llama.cpp's Q4_K_M recipe for experts: the router stays F32, ffn_down_exps gets more
+// bits where ffn_down would, and an 8-expert model's attn_k and attn_v are Q8_0.
+TEST(MoeRouting, TheQ4KMMixTreatsExpertsAsLlamaCpp) {
+  EXPECT_EQ(quant_type_for("Q4_K_M", "blk.0.ffn_gate_inp.weight", 2048, 48, false, 128), TensorType::F32);
+  EXPECT_EQ(quant_type_for("Q4_K_M", "blk.0.ffn_down_exps.weight", 768, 48, false, 128), TensorType::Q6_K);
+  EXPECT_EQ(quant_type_for("Q4_K_M", "blk.10.ffn_down_exps.weight", 768, 48, false, 128), TensorType::Q4_K);
+  EXPECT_EQ(quant_type_for("Q4_K_M", "blk.10.ffn_gate_exps.weight", 2048, 48, false, 128), TensorType::Q4_K);
+  EXPECT_EQ(quant_type_for("Q4_K_M", "blk.10.attn_k.weight", 2048, 48, false, 128), TensorType::Q4_K);
+  EXPECT_EQ(quant_type_for("Q4_K_M", "blk.10.attn_k.weight", 4096, 32, false, 8), TensorType::Q8_0);
+  EXPECT_EQ(quant_type_for("Q4_K_M", "blk.10.attn_v.weight", 4096, 32, false, 8), TensorType::Q8_0);
+  EXPECT_EQ(quant_type_for("Q4_K_M", "blk.10.attn_q.weight", 4096, 32, false, 8), TensorType::Q4_K);
 }
 
 // --- whole models ---------------------------------------------------------------------------

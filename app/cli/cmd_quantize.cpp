@@ -77,7 +77,7 @@ int run_quantize(const QuantizeArgs& a) {
   for (const GgufTensor& t : file->tensors()) {
     const bool matrix = t.shape.size() >= 2;
     const TensorType to =
-        matrix ? quant_type_for(a.type, t.name, t.shape[0], config.n_layer, config.tied_embeddings) : t.type;
+        matrix ? quant_type_for(a.type, t.name, t.shape[0], config.n_layer, config.tied_embeddings, config.n_expert) : t.type;
     types.push_back(to);
     w.add_tensor_info(t.name, to, t.shape);
   }

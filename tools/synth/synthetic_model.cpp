@@ -161,7 +161,8 @@ int32_t head_dim_of(const SyntheticConfig& c) { return c.head_dim > 0 ? c.head_d
 
 TensorType tensor_type_for(const SyntheticConfig& c, const std::string& name, int64_t row_length) {
   try {
-    return quant_type_for(c.weight_type, name, row_length, c.n_layer, c.tied_embeddings);
+    return quant_type_for(c.weight_type, name, row_length, c.n_layer, c.tied_embeddings,
+                          c.arch == "qwen3moe" ? c.n_expert : 0);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("synthetic model: ") + e.what());
   }

@@ -17,11 +17,13 @@ const char* quant_mix_names();
 // quantized to `mix`. Norms, biases and rope_freqs stay F32. In the mixes, as llama.cpp:
 // output.weight (and a tied token_embd) is Q6_K, attn_v and ffn_down are Q6_K in the
 // first and last eighth of the layers and every third layer between, the rest is Q4_K
-// (Q4_K_M) or Q5_K (Q5_K_M). A row that is not a whole number of the type's blocks gets
-// the type llama.cpp falls back to (Q4_0 / Q5_0 / Q5_1 / Q8_0 for the K types, else F16).
-// Throws std::invalid_argument naming an unknown `mix` and the names above.
+// (Q4_K_M) or Q5_K (Q5_K_M); a mixture of experts' ffn_down_exps as ffn_down, its
+// router (ffn_gate_inp) F32, and with exactly 8 experts (`n_expert`) attn_k and attn_v
+// Q8_0. A row that is not a whole number of the type's blocks gets the type llama.cpp
+// falls back to (Q4_0 / Q5_0 / Q5_1 / Q8_0 for the K types, else F16). Throws
+// std::invalid_argument naming an unknown `mix` and the names above.
 TensorType quant_type_for(const std::string& mix, const std::string& name, int64_t row_length, int32_t n_layer,
-                          bool tied_embeddings);
+                          bool tied_embeddings, int32_t n_expert = 0);
 
 // llama.cpp's general.file_type for `mix` (its llama_ftype; the single K types are
 // labelled with their _S variants). Throws std::invalid_argument for an unknown mix.

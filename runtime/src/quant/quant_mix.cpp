@@ -48,7 +48,7 @@ TensorType fit_row(TensorType t, int64_t row_length) {
 const char* quant_mix_names() { return "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q4_K_M Q5_K_M"; }
 
 TensorType quant_type_for(const std::string& mix_name, const std::string& name, int64_t row_length, int32_t n_layer,
-                          bool tied_embeddings) {
+                          bool tied_embeddings, int32_t n_expert) {
   static const std::map<std::string, TensorType> mixes = {{"Q4_K_M", TensorType::Q4_K}, {"Q5_K_M", TensorType::Q5_K}};
   const std::string mix = upper(mix_name);
   TensorType t;
@@ -60,6 +60,8 @@ TensorType quant_type_for(const std::string& mix_name, const std::string& name, 
          ends_with(name, "ffn_down_exps.weight")) &&
         use_more_bits(layer_of(name), n_layer))
       t = TensorType::Q6_K;
+    // An 8-expert model's keys and values: Q8_0, as llama.cpp ("trades just ~128MB").
+    if (n_expert == 8 && (ends_with(name, "attn_v.weight") || ends_with(name, "attn_k.weight"))) t = TensorType::Q8_0;
     // A fused query-key-value projection (Phi-3) gets one step more, as in llama.cpp.
     if (ends_with(name, "attn_qkv.weight")) t = mix == "Q4_K_M" ? TensorType::Q5_K : TensorType::Q6_K;
   } else {
