@@ -63,7 +63,7 @@ report=$work/out/report.md
 for section in "1. Environment" "2. The 8B Q4_K_M file" "3. Devices" "4. Op conformance" "5. Greedy text" \
                "6. stories260K" "7a. 8B Q4_K_M bench: cuda" "7b. 8B Q4_K_M bench: vulkan" "8. 8B F16 bench" \
                "7c. PyTorch on the same GPU" "7d. llama.cpp on the same GPU" "8b. Kernel profile" "8c. 8B Q4_K_M split with the CPU" \
-               "8d. 8B Q4_K_M at a long context by KV cache type" "9. Roofline" \
+               "8d. 8B Q4_K_M at a long context by KV cache type" "8e. Qwen3-30B-A3B-shaped Q4_K_M" "9. Roofline" \
                "10. Side by side"; do
   grep -q "^## $section" "$report" || fail "the report has no section '$section'"
 done
@@ -87,6 +87,9 @@ grep -qE '^\| fafo \| 1 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| n/a \| [0
 for kv in f16 q8_0 q4_0; do
   grep -qE "^\| fafo \| $kv \| [0-9.]+ \| [0-9.]+ \|" "$report" || fail "no kv row for fafo $kv"
 done
+# The mixture of experts (qwen3moe-tiny: 2 experts of 8 per token) on the Vulkan device: t(1) runs 2 a layer.
+grep -qE '^\*\*vulkan:0\*\* .*tg8 [0-9.]+ tokens/s' "$report" || fail "no moe tg for vulkan"
+grep -qE '^\| 1 \| [0-9.]+ \| 1\.00 \| 2\.0 \|' "$report" || fail "no moe step-cost row for T=1 with 2 experts a layer"
 grep -qE '^\| vulkan:0 \| fafo \| [0-9]+ \|' "$report" || fail "no projection row for fafo on vulkan"
 grep -qE "^\\| tiny-Q4_K_M.gguf \\| vulkan:0 \\| [0-9.]+ \\|" "$report" || fail "no roofline row for vulkan"
 files=$(find "$work/out" -type f | wc -l)

@@ -32,10 +32,11 @@ from peers import llama_builds, step_peer_llama, step_peer_torch, step_side_by_s
 from common import LOG_LIMIT
 from run import STEPS, Run
 from kv import step_kv
+from moe import step_moe
 from split import step_split
 
 RUN_ORDER = ["env", "devices", "conformance", "greedy", "strategies", "peer-torch", "synth", "bench-cuda", "bench-vulkan",
-             "peer-llama", "f16", "profile", "split", "kv", "roofline", "side-by-side"]
+             "peer-llama", "f16", "profile", "split", "kv", "moe", "roofline", "side-by-side"]
 
 
 def default_peers() -> str | None:
@@ -95,17 +96,18 @@ def main() -> int:
         "profile": step_profile,
         "split": step_split,
         "kv": step_kv,
+        "moe": step_moe,
         "roofline": step_roofline,
         "side-by-side": step_side_by_side,
     }
     minimum = {"env": 5, "synth": 5, "devices": 5, "conformance": 30, "greedy": 10, "strategies": 15,
                "bench-cuda": 30, "bench-vulkan": 30, "peer-torch": 20, "peer-llama": 20, "f16": 60, "profile": 20,
-               "split": 20, "kv": 20, "roofline": 0, "side-by-side": 0}
+               "split": 20, "kv": 20, "moe": 20, "roofline": 0, "side-by-side": 0}
     # The most a step may take of a 420 s budget (scaled with larger budgets), so that
     # one slow step leaves time for the 8B benches after it.
     cap = {"env": 60, "synth": 300, "devices": 30, "conformance": 120, "greedy": 60, "strategies": 45,
            "bench-cuda": 100, "bench-vulkan": 100, "peer-torch": 60, "peer-llama": 90, "f16": 300, "profile": 40,
-           "split": 60, "kv": 60, "roofline": 10, "side-by-side": 10}
+           "split": 60, "kv": 60, "moe": 60, "roofline": 10, "side-by-side": 10}
     # A rehearsal (--quick, --tiny) runs on slow devices (lavapipe), often beside other
     # work: its caps are twice as long; the budget still bounds the whole run.
     scale = max(1.0, args.budget / 420.0) * (2.0 if r.quick else 1.0)

@@ -15,7 +15,7 @@ from pathlib import Path
 from common import kill_group
 
 STEPS = ["env", "synth", "devices", "conformance", "greedy", "strategies", "bench-cuda", "bench-vulkan", "peer-torch",
-         "peer-llama", "f16", "profile", "split", "kv", "roofline", "side-by-side"]
+         "peer-llama", "f16", "profile", "split", "kv", "moe", "roofline", "side-by-side"]
 TITLES = {
     "env": "1. Environment",
     "synth": "2. The 8B Q4_K_M file",
@@ -31,6 +31,7 @@ TITLES = {
     "profile": "8b. Kernel profile (8B Q4_K_M): cuda, then Vulkan",
     "split": "8c. 8B Q4_K_M split with the CPU: --gpu-layers beside llama.cpp's -ngl",
     "kv": "8d. 8B Q4_K_M at a long context by KV cache type: --depth beside llama.cpp's -d",
+    "moe": "8e. Qwen3-30B-A3B-shaped Q4_K_M (8 layers): a mixture of experts' tg and step cost",
     "roofline": "9. Roofline",
     "side-by-side": "10. Side by side: fafo, llama.cpp and PyTorch; strategies projected at 8B",
 }
