@@ -8,6 +8,7 @@
 // back, the buffer's size rounded up to a multiple of 4) and #defines exactly one of
 //     FORMAT_F32 FORMAT_F16 FORMAT_BF16 FORMAT_Q8_0 FORMAT_Q4_0 FORMAT_Q4_1 FORMAT_Q5_0
 //     FORMAT_Q5_1 FORMAT_Q2_K FORMAT_Q3_K FORMAT_Q4_K FORMAT_Q5_K FORMAT_Q6_K
+//     FORMAT_IQ4_NL FORMAT_IQ4_XS FORMAT_MXFP4
 // before including this file. It then provides
 //     QK, BLOCK_BYTES           values and bytes per block (1 and 4/2 for float formats)
 //     DQ_PLAIN_FLOAT            1 for F32/F16/BF16 (any column count), else 0
@@ -22,8 +23,9 @@
 //
 // Portability: only 32-bit loads and integer/float32 arithmetic (no 8/16-bit storage,
 // no float16 arithmetic, no optional feature). Blocks need not be 4-byte aligned (a
-// Q4_0 block is 18 bytes), but every multi-byte field starts at an even byte offset,
-// which the 16- and 32-bit readers rely on. fp16 is decoded by bit manipulation, exact
+// Q4_0 block is 18 bytes), and every multi-byte field starts at an even byte offset,
+// which the 16- and 32-bit readers rely on, except in MXFP4 (17-byte blocks of single
+// bytes: dq_load16_any reads them at any offset). fp16 is decoded by bit manipulation, exact
 // for subnormals, infinities and NaNs whatever the device's denormal mode.
 //
 // Bit-exactness: each value is the same float expression, evaluated in the same
@@ -67,6 +69,17 @@ uvec4 dq_load16(uint off) {
   const uint a = w_words[i], b = w_words[i + 1u], c = w_words[i + 2u], d = w_words[i + 3u];
   const uint e = dq_next_word(i + 3u);
   return uvec4(dq_funnel(a, b, s), dq_funnel(b, c, s), dq_funnel(c, d, s), dq_funnel(d, e, s));
+}
+
+// 16 bytes at any offset.
+uvec4 dq_load16_any(uint off) {
+  const uint i = off >> 2;
+  const uint s = (off & 3u) << 3;
+  const uint a = w_words[i], b = w_words[i + 1u], c = w_words[i + 2u], d = w_words[i + 3u];
+  const uint e = dq_next_word(i + 3u);
+  // (x << 1) << (31 - s) is x << (32 - s), and 0 for s = 0.
+  return uvec4((a >> s) | ((b << 1u) << (31u - s)), (b >> s) | ((c << 1u) << (31u - s)),
+               (c >> s) | ((d << 1u) << (31u - s)), (d >> s) | ((e << 1u) << (31u - s)));
 }
 
 // Byte k (0..15) of 16 loaded bytes.
@@ -115,6 +128,15 @@ float dq_bf16(uint h) { return uintBitsToFloat(h << 16); }
 #elif defined(FORMAT_Q6_K)
 #define QK 256u
 #define BLOCK_BYTES 210u
+#elif defined(FORMAT_IQ4_NL)
+#define QK 32u
+#define BLOCK_BYTES 18u
+#elif defined(FORMAT_IQ4_XS)
+#define QK 256u
+#define BLOCK_BYTES 136u
+#elif defined(FORMAT_MXFP4)
+#define QK 32u
+#define BLOCK_BYTES 17u
 #else
 #error "dequant.glsl: #define one FORMAT_* before including it"
 #endif
@@ -321,6 +343,51 @@ void dq_block_chunk(uint b, uint sub, out float v[16]) {
   [[unroll]] for (uint k = 0u; k < 16u; ++k) {
     const uint q = ((dq_byte(ql, k) >> low_shift) & 0xfu) | (((dq_byte(qh, k) >> (2u * k4)) & 3u) << 4);
     precise float value = scale * float(int(q) - 32);
+    v[k] = value;
+  }
+}
+
+#elif defined(FORMAT_IQ4_NL) || defined(FORMAT_IQ4_XS) || defined(FORMAT_MXFP4)
+// 4-bit codes that index a table of 16 signed bytes (runtime/src/quant/blocks.h), four
+// to a word: IQ4_NL's and IQ4_XS's non-linear grid, MXFP4's doubled fp4 numbers.
+#if defined(FORMAT_MXFP4)
+const uvec4 DQ_TABLE = uvec4(0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu);
+#else
+const uvec4 DQ_TABLE = uvec4(0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
+#endif
+float dq_table_value(uint code) { return float(bitfieldExtract(int(DQ_TABLE[code >> 2]), int((code & 3u) << 3), 8)); }
+
+// Value j (< 16) of a 32-value group is the low nibble of qs[j], value j + 16 the high one.
+//   IQ4_NL: d * table[q], d at 0, qs at 2.
+//   IQ4_XS: (d * (scale6 - 32)) * table[q]; d at 0, the scales' high 2 bits at 2 (bits
+//           2ib..2ib+1 of 16), their low 4 bits in the nibbles of 4..7, qs at 8 (16 bytes
+//           per sub-block of 32).
+//   MXFP4:  table[q] * 2^(e - 128), e the byte at 0, qs at 1.
+void dq_block_chunk(uint b, uint sub, out float v[16]) {
+#if defined(FORMAT_IQ4_NL)
+  const float d = dq_half(dq_u16(b));
+  const uvec4 qs = dq_load16(b + 2u);
+  const uint shift = 4u * sub;
+#elif defined(FORMAT_IQ4_XS)
+  const uint ib = sub >> 1;
+  const uint low4 = (dq_u8(b + 4u + (ib >> 1)) >> (4u * (ib & 1u))) & 0xfu;
+  const uint high2 = (dq_u16(b + 2u) >> (2u * ib)) & 3u;
+  precise float d = dq_half(dq_u16(b)) * float(int(low4 | (high2 << 4)) - 32);
+  const uvec4 qs = dq_load16(b + 8u + 16u * ib);
+  const uint shift = 4u * (sub & 1u);
+#else
+  const uint e = dq_u8(b);
+  const float d = uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+  const uvec4 qs = dq_load16_any(b + 1u);
+  const uint shift = 4u * sub;
+#endif
+  [[unroll]] for (uint k = 0u; k < 16u; ++k) {
+    const float q = dq_table_value((dq_byte(qs, k) >> shift) & 0xfu);
+#if defined(FORMAT_MXFP4)
+    precise float value = q * d;
+#else
+    precise float value = d * q;
+#endif
     v[k] = value;
   }
 }

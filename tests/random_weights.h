@@ -28,6 +28,8 @@ inline std::vector<uint32_t> half_fields(TensorType type) {
     case TensorType::Q4_0:
     case TensorType::Q5_0:
     case TensorType::Q8_0:
+    case TensorType::IQ4_NL:
+    case TensorType::IQ4_XS:
       return {0};
     case TensorType::Q4_1:
     case TensorType::Q5_1:
@@ -73,6 +75,9 @@ inline std::vector<uint8_t> random_block_bytes(TensorType type, uint32_t rows, u
       if ((h & 0x7f80u) == 0x7f80u) h = static_cast<uint16_t>(h & ~0x4000u);
       std::memcpy(&bytes[at], &h, 2);
     }
+  } else if (type == TensorType::MXFP4) {  // exponents 2^-64 .. 2^63: finite products
+    for (size_t block = 0; block < packed; block += tensor_type_info(type).block_bytes)
+      bytes[block] = static_cast<uint8_t>(64 + bytes[block] % 128);
   } else {
     for (size_t block = 0; block < packed; block += tensor_type_info(type).block_bytes)
       for (const uint32_t field : half_fields(type)) finite_half(block + field);

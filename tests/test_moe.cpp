@@ -114,6 +114,13 @@ TEST(MoeRouting, TheQ4KMMixTreatsExpertsAsLlamaCpp) {
   EXPECT_EQ(quant_type_for("Q4_K_M", "blk.10.attn_k.weight", 4096, 32, false, 8), TensorType::Q8_0);
   EXPECT_EQ(quant_type_for("Q4_K_M", "blk.10.attn_v.weight", 4096, 32, false, 8), TensorType::Q8_0);
   EXPECT_EQ(quant_type_for("Q4_K_M", "blk.10.attn_q.weight", 4096, 32, false, 8), TensorType::Q4_K);
+  // MXFP4_MOE (gpt-oss's files): the experts MXFP4, every other matrix Q8_0.
+  EXPECT_EQ(quant_type_for("MXFP4_MOE", "blk.3.ffn_gate_exps.weight", 2880, 24, false, 32), TensorType::MXFP4);
+  EXPECT_EQ(quant_type_for("MXFP4_MOE", "blk.3.ffn_down_exps.weight", 2880, 24, false, 32), TensorType::MXFP4);
+  EXPECT_EQ(quant_type_for("MXFP4_MOE", "blk.3.attn_q.weight", 2880, 24, false, 32), TensorType::Q8_0);
+  EXPECT_EQ(quant_type_for("MXFP4_MOE", "output.weight", 2880, 24, false, 32), TensorType::Q8_0);
+  EXPECT_EQ(quant_type_for("MXFP4_MOE", "blk.3.ffn_gate_inp.weight", 2880, 24, false, 32), TensorType::F32);
+  EXPECT_EQ(quant_type_for("MXFP4_MOE", "blk.3.attn_norm.weight", 2880, 24, false, 32), TensorType::F32);
 }
 
 // --- whole models ---------------------------------------------------------------------------
@@ -180,7 +187,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 // backend's tolerance of the reference's.
 TEST(Moe, ARowsLogitsDoNotDependOnItsStepOnEveryBackend) {
   const std::vector<int32_t> prompt = prompt_of(24);
-  for (const std::string type : {"F32", "Q4_K_M"}) {
+  for (const std::string type : {"F32", "Q4_K_M", "MXFP4_MOE"}) {
     const std::string path = moe_model(type);
     const std::unique_ptr<OpenedModel> reference = open_on(path, "reference");
     std::vector<int64_t> wide_experts;
@@ -210,7 +217,9 @@ TEST(Moe, ARowsLogitsDoNotDependOnItsStepOnEveryBackend) {
       // router's near tie then goes another way than the reference's float products
       // and a token takes another expert (cpu's perplexity is llama.cpp's within 0.05 %
       // on such a file, the reference's within 0.2 %: docs/models.md).
-      if (type == "F32") EXPECT_LE(worst, 20 * std::max(s.runner()->backend().numerics().tolerance, 1e-6));
+      if (type == "F32") {
+        EXPECT_LE(worst, 20 * std::max(s.runner()->backend().numerics().tolerance, 1e-6));
+      }
       std::printf("  %s on %s: 24 logit rows in steps of 24, 1, 5, 7+17 the same bits; %.3g of the reference's\n",
                   type.c_str(), backend.c_str(), worst);
     }

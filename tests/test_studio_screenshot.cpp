@@ -112,8 +112,10 @@ Shot take(const std::string& name, const std::string& args) {
                               fafo::test::shell_quote(layout) + " " + args;
   s.run = fafo::test::run_command(xvfb(dir) + command);
   // Two xvfb-run started at once can still take the same display; the X server then
-  // fails to start, which is the harness's failure, not the studio's: once more.
-  if (s.run.exit_code != 0 && s.run.err.find("xvfb-run: error") != std::string::npos)
+  // fails to start, or xvfb-run fails to remove its temporary folder afterwards (exit
+  // 5): the harness's failures, not the studio's. Up to two more tries.
+  for (int retry = 0; retry < 2 && s.run.exit_code != 0 && s.run.err.find("xvfb-run: error") != std::string::npos;
+       ++retry)
     s.run = fafo::test::run_command(xvfb(dir) + command);
   if (s.run.exit_code != 0) return s;
   s.image.load(png);
@@ -341,7 +343,7 @@ TEST(StudioScreenshot, BenchViewShowsARunOnTwoDevices) {
 TEST(StudioScreenshot, ABadBenchDeviceListFails) {
   REQUIRE_STUDIO();
   const Shot s = take("bench-bad", "--model /nonexistent/m.gguf --bench nosuch");
-  EXPECT_EQ(s.run.exit_code, 1);
+  EXPECT_EQ(s.run.exit_code, 1) << s.run.err;
   EXPECT_NE(s.run.err.find("error: bench: --bench: no backend 'nosuch'"), std::string::npos) << s.run.err;
 }
 

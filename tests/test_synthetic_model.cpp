@@ -100,7 +100,7 @@ static void check_close_to_f32(const std::string& type, bool aligned) {
   static const std::map<std::string, double> bounds = {
       {"F32", 0.0},  {"F16", 0.005}, {"BF16", 0.02}, {"Q8_0", 0.05}, {"Q6_K", 0.1},   {"Q5_0", 0.25},  {"Q5_1", 0.2},
       {"Q5_K", 0.2}, {"Q5_K_M", 0.2}, {"Q4_0", 0.45}, {"Q4_1", 0.4}, {"Q4_K", 0.4}, {"Q4_K_M", 0.35}, {"Q3_K", 0.75},
-      {"Q2_K", 1.2}};
+      {"Q2_K", 1.2}, {"IQ4_NL", 0.4}, {"IQ4_XS", 0.4}, {"MXFP4", 0.6}};
   const double bound = bounds.at(type) + 1e-12;
   EXPECT_LT(rel, bound) << type;
   std::printf("%s (%s rows): relative RMS logit error vs F32 %.4f\n", type.c_str(), aligned ? "256-aligned" : "odd", rel);
@@ -114,7 +114,7 @@ TEST_P(SyntheticFormats, AlignedShapesLoadRunAndStayCloseToF32) { check_close_to
 
 INSTANTIATE_TEST_SUITE_P(EveryFormat, SyntheticFormats,
                          ::testing::Values("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
-                                           "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M"));
+                                           "Q4_K", "Q5_K", "Q6_K", "Q4_K_M", "Q5_K_M", "IQ4_NL", "IQ4_XS", "MXFP4"));
 
 TEST(SyntheticModel, KQuantsAtBlockAlignedShapes) {
   // Rows of 256: K-quant blocks are used as such (no fallback).
@@ -340,7 +340,8 @@ TEST(SyntheticModel, TiedEmbeddingsGetTheOutputTypeInKQuantMixes) {
 TEST(SyntheticModel, FileTypeIdsFollowLlamaCpp) {
   const std::map<std::string, uint32_t> ids = {
       {"F32", 0},   {"F16", 1},   {"Q4_0", 2},  {"Q4_1", 3},  {"Q8_0", 7},    {"Q5_0", 8},    {"Q5_1", 9},
-      {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32}};
+      {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32},
+      {"IQ4_NL", 25}, {"IQ4_XS", 30}, {"MXFP4", 38}, {"MXFP4_MOE", 38}};
   for (const auto& [type, id] : ids) EXPECT_EQ(synth::file_type_id(type), id) << type;
   EXPECT_EQ(synth::file_type_id("q4_k_m"), 15u);
   EXPECT_THROW(synth::file_type_id("Q7_X"), std::invalid_argument);

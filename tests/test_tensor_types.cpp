@@ -30,6 +30,8 @@ TEST(TensorTypeTable, InfoNamesAndSizes) {
       {TensorType::Q5_1, "Q5_1", 32, 24},  {TensorType::Q8_0, "Q8_0", 32, 34},   {TensorType::Q8_1, "Q8_1", 32, 36},
       {TensorType::Q2_K, "Q2_K", 256, 84}, {TensorType::Q3_K, "Q3_K", 256, 110}, {TensorType::Q4_K, "Q4_K", 256, 144},
       {TensorType::Q5_K, "Q5_K", 256, 176}, {TensorType::Q6_K, "Q6_K", 256, 210}, {TensorType::Q8_K, "Q8_K", 256, 292},
+      {TensorType::IQ4_NL, "IQ4_NL", 32, 18}, {TensorType::IQ4_XS, "IQ4_XS", 256, 136},
+      {TensorType::MXFP4, "MXFP4", 32, 17},
   };
   for (const Expected& e : expected) {
     const fafo::TensorTypeInfo* info = fafo::tensor_type_info(static_cast<uint32_t>(e.type));
@@ -54,7 +56,7 @@ TEST(TensorTypeTable, InfoNamesAndSizes) {
 }
 
 TEST(TensorTypeTable, UnknownIdsAreNull) {
-  for (uint32_t id : {4u, 5u, 16u, 17u, 29u, 31u, 39u, 1000u, 0xffffffffu}) {
+  for (uint32_t id : {4u, 5u, 16u, 17u, 29u, 31u, 40u, 1000u, 0xffffffffu}) {
     EXPECT_EQ(fafo::tensor_type_info(id), nullptr) << id;
   }
 }

@@ -37,7 +37,8 @@ namespace fafo::cuda {
 // The weight formats, numbered as GGUF (ggml) type ids.
 enum class Format : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30,
+  MXFP4 = 39,
 };
 
 template <Format F> struct FormatTraits;
@@ -54,6 +55,9 @@ template <> struct FormatTraits<Format::Q3_K> { static constexpr uint32_t block 
 template <> struct FormatTraits<Format::Q4_K> { static constexpr uint32_t block = 256, bytes = 144; };
 template <> struct FormatTraits<Format::Q5_K> { static constexpr uint32_t block = 256, bytes = 176; };
 template <> struct FormatTraits<Format::Q6_K> { static constexpr uint32_t block = 256, bytes = 210; };
+template <> struct FormatTraits<Format::IQ4_NL> { static constexpr uint32_t block = 32, bytes = 18; };
+template <> struct FormatTraits<Format::IQ4_XS> { static constexpr uint32_t block = 256, bytes = 136; };
+template <> struct FormatTraits<Format::MXFP4> { static constexpr uint32_t block = 32, bytes = 17; };
 
 template <Format F>
 constexpr bool is_plain_float = FormatTraits<F>::block == 1;
@@ -270,6 +274,46 @@ FAFO_HD void decode_q6_k(const uint8_t* b, uint32_t sub, float v[16]) {
   }
 }
 
+// The 4-bit codes that index a table of 16 signed bytes (runtime/src/quant/blocks.h),
+// packed eight to a 64-bit word so that a lookup stays in registers: IQ4_NL's and
+// IQ4_XS's non-linear grid, and MXFP4's doubled fp4 numbers.
+template <bool Fp4>
+FAFO_HD float table_value(uint32_t code) {
+  constexpr uint64_t lo = Fp4 ? 0x0c08060403020100ull : 0xf6eaddcfbfad9881ull;
+  constexpr uint64_t hi = Fp4 ? 0xf4f8fafcfdfeff00ull : 0x7159453526190d01ull;
+  const uint64_t word = code < 8 ? lo : hi;
+  return static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(word >> (8 * (code & 7u)))));
+}
+
+// Value j (< 16) of a 32-value group is the low nibble of qs[j], value j + 16 the high one.
+// IQ4_NL: d * table[q]; d at 0, qs at 2.
+FAFO_HD void decode_iq4_nl(const uint8_t* b, uint32_t sub, float v[16]) {
+  const float d = half_bits_to_float(read_u16(b));
+  const uint8_t* qs = b + 2;
+  for (uint32_t k = 0; k < 16; ++k) v[k] = mul_rn(d, table_value<false>((qs[k] >> (4 * sub)) & 0xfu));
+}
+
+// IQ4_XS: 8 sub-blocks of 32, (d * (scale6 - 32)) * table[q]; d at 0, the scales' high
+// 2 bits at 2 (bits 2ib..2ib+1 of 16), their low 4 bits in the nibbles of 4..7, the
+// codes of sub-block ib at 8 + 16 ib.
+FAFO_HD void decode_iq4_xs(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t ib = sub >> 1;
+  const uint32_t low4 = (b[4 + (ib >> 1)] >> (4 * (ib & 1u))) & 0xfu;
+  const uint32_t high2 = (read_u16(b + 2) >> (2 * ib)) & 3u;
+  const float dl = mul_rn(half_bits_to_float(read_u16(b)), static_cast<float>(static_cast<int>(low4 | (high2 << 4)) - 32));
+  const uint8_t* qs = b + 8 + 16 * ib;
+  const uint32_t shift = 4 * (sub & 1u);
+  for (uint32_t k = 0; k < 16; ++k) v[k] = mul_rn(dl, table_value<false>((qs[k] >> shift) & 0xfu));
+}
+
+// MXFP4: table[q] * 2^(e - 128), e the byte at 0 (ggml's reading: 255 is 2^127), qs at 1.
+FAFO_HD void decode_mxfp4(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t e = b[0];
+  const float d = bits_to_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+  const uint8_t* qs = b + 1;
+  for (uint32_t k = 0; k < 16; ++k) v[k] = mul_rn(table_value<true>((qs[k] >> (4 * sub)) & 0xfu), d);
+}
+
 // ---- a row, 16 values at a time ----
 
 template <Format F>
@@ -290,6 +334,9 @@ FAFO_HD void decode_chunk(const uint8_t* row, uint32_t chunk, float v[16]) {
     else if constexpr (F == Format::Q3_K) decode_q3_k(b, sub, v);
     else if constexpr (F == Format::Q4_K) decode_q45_k<false>(b, sub, v);
     else if constexpr (F == Format::Q5_K) decode_q45_k<true>(b, sub, v);
+    else if constexpr (F == Format::IQ4_NL) decode_iq4_nl(b, sub, v);
+    else if constexpr (F == Format::IQ4_XS) decode_iq4_xs(b, sub, v);
+    else if constexpr (F == Format::MXFP4) decode_mxfp4(b, sub, v);
     else decode_q6_k(b, sub, v);
   }
 }
@@ -312,6 +359,9 @@ inline bool with_format(uint32_t type, Fn&& f) {
     case Format::Q4_K: f.template operator()<Format::Q4_K>(); return true;
     case Format::Q5_K: f.template operator()<Format::Q5_K>(); return true;
     case Format::Q6_K: f.template operator()<Format::Q6_K>(); return true;
+    case Format::IQ4_NL: f.template operator()<Format::IQ4_NL>(); return true;
+    case Format::IQ4_XS: f.template operator()<Format::IQ4_XS>(); return true;
+    case Format::MXFP4: f.template operator()<Format::MXFP4>(); return true;
   }
   return false;
 }

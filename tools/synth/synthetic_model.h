@@ -44,9 +44,10 @@ struct SyntheticConfig {
   bool tied_embeddings = false;
   float rms_eps = 1e-5f;
   // "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
-  // "Q4_K", "Q5_K", "Q6_K" (every matrix in that type), or the llama.cpp mixes
-  // "Q4_K_M" / "Q5_K_M" (Q6_K for output, or for token_embd when the embeddings are
-  // tied, and for some attn_v / ffn_down layers).
+  // "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4" (every matrix in that type), or
+  // the llama.cpp mixes "Q4_K_M" / "Q5_K_M" (Q6_K for output, or for token_embd when the
+  // embeddings are tied, and for some attn_v / ffn_down layers) and "MXFP4_MOE" (the
+  // experts MXFP4, the rest Q8_0): fafo/quant_mix.h.
   std::string weight_type = "F32";
   // A GGUF whose tokenizer.* keys the model gets (a real vocabulary: a vocab-only GGUF of
   // llama.cpp's or fafo-convert-tokenizer's); n_vocab is then its token count. Empty: a

@@ -37,7 +37,10 @@ enum class TensorType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 struct TensorTypeInfo {

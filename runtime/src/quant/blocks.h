@@ -122,6 +122,51 @@ struct BlockQ8_K {
   int16_t bsums[kSuperBlock / 16];
 };
 
+// ---- the formats whose 4-bit codes index a table of 16 values ----
+
+// IQ4_NL's values (a non-uniform grid, denser near zero), as llama.cpp's kvalues_iq4nl.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+// MXFP4's values: twice the E2M1 (fp4) numbers 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+// negatives (code 8, the format's -0, reads as 0), so a block's scale is half its power of two.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// IQ4_NL: value j = d * kIq4nlValues[code j]. Nibbles as in Q4_0.
+struct BlockIq4Nl {
+  uint16_t d;
+  uint8_t qs[kLegacyBlock / 2];
+};
+
+// IQ4_XS: 8 sub-blocks of 32. Value v of sub-block ib = d * (scale_ib - 32) *
+// kIq4nlValues[code], scale_ib 6 bits: its low 4 bits are nibble ib % 2 of scales_l[ib / 2],
+// its high 2 bits bits 2ib..2ib+1 of scales_h. The codes of sub-block ib are the nibbles
+// of qs[16 ib .. 16 ib + 15], placed as in Q4_0.
+struct BlockIq4Xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kSuperBlock / 64];
+  uint8_t qs[kSuperBlock / 2];
+};
+
+// MXFP4 (OCP microscaling): value j = kMxfp4Values[code j] * 2^(e - 128), e an E8M0
+// exponent byte. Nibbles as in Q4_0.
+struct BlockMxfp4 {
+  uint8_t e;
+  uint8_t qs[kLegacyBlock / 2];
+};
+
+// Half of 2^(e - 127) as ggml computes it: exact, subnormal for e < 2; e = 255 is 2^127
+// (not NaN).
+inline float e8m0_half_to_fp32(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  return std::bit_cast<float>(bits);
+}
+
+// Biased 6-bit scale ib (0..7) of an IQ4_XS super-block, 0..63 (the signed scale is this - 32).
+inline int unpack_scale_iq4_xs(uint16_t scales_h, const uint8_t* scales_l, int ib) {
+  return ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
+}
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -134,6 +179,9 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIq4Nl) == 18);
+static_assert(sizeof(BlockIq4Xs) == 136);
+static_assert(sizeof(BlockMxfp4) == 17);
 
 // Block i of a packed row, copied out (no alignment requirement on src).
 template <class Block>

@@ -44,6 +44,15 @@ void quantize_q5_k(const float* src, uint8_t* dst, int64_t n_blocks);
 void quantize_q6_k(const float* src, uint8_t* dst, int64_t n_blocks);
 void quantize_q8_k(const float* src, uint8_t* dst, int64_t n_blocks);
 
+// Formats whose 4-bit codes index a table of 16 values (table_formats.cpp): IQ4_NL and
+// MXFP4 in blocks of 32, IQ4_XS in super-blocks of 256.
+void dequantize_iq4_nl(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_iq4_xs(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_mxfp4(const uint8_t* src, float* dst, int64_t n_blocks);
+void quantize_iq4_nl(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_iq4_xs(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_mxfp4(const float* src, uint8_t* dst, int64_t n_blocks);
+
 // Rounds v to the nearest integer (halves away from zero) after clamping it to [lo, hi].
 // NaN maps to lo. Used by every quantizer, so out-of-range or non-finite inputs never
 // reach an undefined float-to-int conversion.

@@ -38,6 +38,7 @@ TensorType fit_row(TensorType t, int64_t row_length) {
     case TensorType::Q4_K: t = TensorType::Q5_0; break;
     case TensorType::Q5_K: t = TensorType::Q5_1; break;
     case TensorType::Q6_K: t = TensorType::Q8_0; break;
+    case TensorType::IQ4_XS: t = TensorType::IQ4_NL; break;
     default: break;
   }
   return row_length % tensor_type_info(t).block_size == 0 ? t : TensorType::F16;
@@ -45,7 +46,9 @@ TensorType fit_row(TensorType t, int64_t row_length) {
 
 }  // namespace
 
-const char* quant_mix_names() { return "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q4_K_M Q5_K_M"; }
+const char* quant_mix_names() {
+  return "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 Q4_K_M Q5_K_M MXFP4_MOE";
+}
 
 TensorType quant_type_for(const std::string& mix_name, const std::string& name, int64_t row_length, int32_t n_layer,
                           bool tied_embeddings, int32_t n_expert) {
@@ -64,6 +67,10 @@ TensorType quant_type_for(const std::string& mix_name, const std::string& name, 
     if (n_expert == 8 && (ends_with(name, "attn_v.weight") || ends_with(name, "attn_k.weight"))) t = TensorType::Q8_0;
     // A fused query-key-value projection (Phi-3) gets one step more, as in llama.cpp.
     if (ends_with(name, "attn_qkv.weight")) t = mix == "Q4_K_M" ? TensorType::Q5_K : TensorType::Q6_K;
+  } else if (mix == "MXFP4_MOE") {
+    // As llama.cpp's MXFP4_MOE (gpt-oss's published layout): the experts MXFP4, every
+    // other matrix, the output included, Q8_0.
+    t = ends_with(name, "_exps.weight") ? TensorType::MXFP4 : TensorType::Q8_0;
   } else {
     const auto parsed = tensor_type_from_name(mix);
     if (!parsed || !tensor_type_info(*parsed).has_quantize || *parsed == TensorType::Q8_1 || *parsed == TensorType::Q8_K)
@@ -80,7 +87,8 @@ TensorType quant_type_for(const std::string& mix_name, const std::string& name, 
 uint32_t quant_file_type(const std::string& mix) {
   static const std::map<std::string, uint32_t> file_types = {
       {"F32", 0},   {"F16", 1},   {"Q4_0", 2},  {"Q4_1", 3},  {"Q8_0", 7},    {"Q5_0", 8},    {"Q5_1", 9},
-      {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32}};
+      {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32},
+      {"IQ4_NL", 25}, {"IQ4_XS", 30}, {"MXFP4", 38}, {"MXFP4_MOE", 38}};
   const auto it = file_types.find(upper(mix));
   if (it == file_types.end()) throw std::invalid_argument("no GGUF file type for '" + mix + "' (" + quant_mix_names() + ")");
   return it->second;

@@ -30,7 +30,10 @@ constexpr std::array kTypes = {
     TensorTypeInfo{TensorType::Q5_K, "Q5_K", quant::kSuperBlock, sizeof(quant::BlockQ5_K), true, true},
     TensorTypeInfo{TensorType::Q6_K, "Q6_K", quant::kSuperBlock, sizeof(quant::BlockQ6_K), true, true},
     TensorTypeInfo{TensorType::Q8_K, "Q8_K", quant::kSuperBlock, sizeof(quant::BlockQ8_K), true, true},
+    TensorTypeInfo{TensorType::IQ4_NL, "IQ4_NL", quant::kLegacyBlock, sizeof(quant::BlockIq4Nl), true, true},
+    TensorTypeInfo{TensorType::IQ4_XS, "IQ4_XS", quant::kSuperBlock, sizeof(quant::BlockIq4Xs), true, true},
     TensorTypeInfo{TensorType::BF16, "BF16", 1, 2, true, true},
+    TensorTypeInfo{TensorType::MXFP4, "MXFP4", quant::kLegacyBlock, sizeof(quant::BlockMxfp4), true, true},
 };
 
 const TensorTypeInfo* find_info(uint32_t id) {
@@ -102,6 +105,9 @@ void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
     case TensorType::Q5_K: quant::dequantize_q5_k(bytes, dst, blocks); return;
     case TensorType::Q6_K: quant::dequantize_q6_k(bytes, dst, blocks); return;
     case TensorType::Q8_K: quant::dequantize_q8_k(bytes, dst, blocks); return;
+    case TensorType::IQ4_NL: quant::dequantize_iq4_nl(bytes, dst, blocks); return;
+    case TensorType::IQ4_XS: quant::dequantize_iq4_xs(bytes, dst, blocks); return;
+    case TensorType::MXFP4: quant::dequantize_mxfp4(bytes, dst, blocks); return;
   }
   throw std::invalid_argument("dequantize_row: unsupported type " + describe(type));
 }
@@ -127,6 +133,9 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
     case TensorType::Q5_K: quant::quantize_q5_k(src, bytes, blocks); return;
     case TensorType::Q6_K: quant::quantize_q6_k(src, bytes, blocks); return;
     case TensorType::Q8_K: quant::quantize_q8_k(src, bytes, blocks); return;
+    case TensorType::IQ4_NL: quant::quantize_iq4_nl(src, bytes, blocks); return;
+    case TensorType::IQ4_XS: quant::quantize_iq4_xs(src, bytes, blocks); return;
+    case TensorType::MXFP4: quant::quantize_mxfp4(src, bytes, blocks); return;
   }
   throw std::invalid_argument("quantize_row: unsupported type " + describe(type));
 }

@@ -1,7 +1,8 @@
 // The fast CPU backend (`--backend cpu`, what `auto` picks without a GPU): the host
 // backend with SIMD matrix products split over the thread pool by panels of weight rows
-// (integer products with 8-bit activations for the K-quants Q4_K/Q5_K/Q6_K and the
-// 32-value formats Q8_0/Q4_0/Q4_1/Q5_0/Q5_1: q8_matmul.h; float products for the other
+// (integer products with 8-bit activations for the K-quants Q4_K/Q5_K/Q6_K, the
+// 32-value formats Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 and the table formats IQ4_NL/IQ4_XS/MXFP4:
+// q8_matmul.h; float products for the other
 // formats: simd_matmul.h), SIMD attention (simd_attention.h) and SIMD SwiGLU/GeGLU
 // (simd_activations.h).
 // Its results are within the tolerances below of the reference's, and T-invariant.
@@ -27,7 +28,8 @@ namespace {
 // lanes with fused multiply-adds), and attention's exp and SwiGLU's and GeGLU's exp and
 // tanh are Highway's; the op-conformance table measures the largest difference.
 constexpr double kTolerance = 1e-4;
-// Products with Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 weights round the activations to 8 bits per
+// Products with Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and MXFP4
+// weights round the activations to 8 bits per
 // block (q8_matmul.h): on the table's inputs (uniform in [-1, 1], 256 to 512 columns)
 // the largest error measured is 0.17 of max(1, |reference|); llama.cpp's CPU backend
 // rounds the same way.

@@ -1,8 +1,8 @@
 // The integer matrix product's per-target code (see q8_matmul.h): the 8-bit products,
-// the weight decoders and the tiled product. Two files instantiate it (q8_matmul.cpp:
-// Q4_K and Q5_K; q8_matmul_q6.cpp: Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1), so that
-// Highway's compilation for every instruction set is spread over two translation
-// units that build in parallel. Included after hwy/highway.h by a file that
+// the weight decoders and the tiled product. Three files instantiate it (q8_matmul.cpp:
+// Q4_K and Q5_K; q8_matmul_q6.cpp: Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1;
+// q8_matmul_table.cpp: IQ4_NL, IQ4_XS, MXFP4), so that Highway's compilation for every
+// instruction set is spread over translation units that build in parallel. Included after hwy/highway.h by a file that
 // foreach_target.h re-includes, once per target, as Highway's "-inl.h" headers are.
 //
 // Built with -ffp-contract=off (runtime/CMakeLists.txt): the only fused multiply-adds
@@ -512,6 +512,148 @@ using Q4_0Int = LegacyInt<quant::BlockQ4_0, false, 8>;
 using Q4_1Int = LegacyInt<quant::BlockQ4_1, false, 0>;
 using Q5_0Int = LegacyInt<quant::BlockQ5_0, true, 16>;
 using Q5_1Int = LegacyInt<quant::BlockQ5_1, true, 0>;
+
+// ---- the formats whose 4-bit codes index a table of 16 signed values ----
+// (quant/blocks.h: IQ4_NL's and IQ4_XS's non-linear grid, MXFP4's doubled fp4 numbers.)
+// The codes are looked up with a byte shuffle and multiplied as Q8_0's signed bytes.
+
+#if HWY_TARGET != HWY_SCALAR
+// The 16 codes' values in a 128-bit vector of bytes, and the values of 16 nibbles.
+template <bool kFp4>
+HWY_INLINE hn::Vec<D8x16> CodeTable() {
+  return hn::LoadU(D8x16(), reinterpret_cast<const uint8_t*>(kFp4 ? quant::kMxfp4Values : quant::kIq4nlValues));
+}
+HWY_INLINE hn::Vec<D8x16> LowNibbles(hn::Vec<D8x16> v) { return hn::And(v, hn::Set(D8x16(), 0x0f)); }
+
+// The piece of signed values built from a block's two 16-byte halves (values 0..15 and
+// 16..31 of a 32-value group), as LegacyInt's.
+template <size_t P>
+HWY_INLINE Q8_0Int::Piece SignedPiece([[maybe_unused]] hn::Vec<D8x16> lo, [[maybe_unused]] hn::Vec<D8x16> hi) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  static_assert(kB == 32 && P == 0);
+  const V8 u = hn::Combine(D8(), hi, lo);
+#else
+  static_assert(kB == 16);
+  const V8 u = P == 0 ? lo : hi;
+#endif
+  const VI8 v = hn::BitCast(DI8(), u);
+  return {hn::BitCast(D8(), hn::Abs(v)), v};
+}
+#endif
+
+// IQ4_NL (kFp4 false: d the block's fp16 scale) and MXFP4 (kFp4: d half the block's
+// power of two, 2^(e - 128)): 32 codes, value = d * table[code].
+template <bool kFp4>
+struct TableInt {
+  using Block = std::conditional_t<kFp4, quant::BlockMxfp4, quant::BlockIq4Nl>;
+  static constexpr int64_t kValues = quant::kLegacyBlock, kBytes = sizeof(Block);
+  static constexpr Corr kCorr = Corr::kNone;
+  using Piece = Q8_0Int::Piece;
+  float d;
+#if HWY_TARGET == HWY_SCALAR
+  HWY_ALIGN uint8_t w[quant::kLegacyBlock];  // the values' bytes
+#else
+  hn::Vec<D8x16> lo, hi;  // values 0..15 and 16..31
+#endif
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    if constexpr (kFp4) d = quant::e8m0_half_to_fp32(b[offsetof(Block, e)]);
+    else d = LoadHalf(b + offsetof(Block, d));
+    const uint8_t* qs = b + offsetof(Block, qs);
+#if HWY_TARGET == HWY_SCALAR
+    const int8_t* table = kFp4 ? quant::kMxfp4Values : quant::kIq4nlValues;
+    for (size_t j = 0; j < 16; ++j) {
+      w[j] = static_cast<uint8_t>(table[qs[j] & 0x0f]);
+      w[j + 16] = static_cast<uint8_t>(table[qs[j] >> 4]);
+    }
+#else
+    const auto table = CodeTable<kFp4>();
+    const auto v = hn::LoadU(D8x16(), qs);
+    lo = hn::TableLookupBytes(table, LowNibbles(v));
+    hi = hn::TableLookupBytes(table, hn::ShiftRight<4>(v));
+#endif
+  }
+  template <size_t P>
+  HWY_INLINE Piece Weights() const {
+#if HWY_TARGET == HWY_SCALAR
+    const VI8 v = hn::BitCast(DI8(), hn::Load(D8(), w + P * kB));
+    return {hn::BitCast(D8(), hn::Abs(v)), v};
+#else
+    return SignedPiece<P>(lo, hi);
+#endif
+  }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    return hn::Set(D16(), 1);
+  }
+  // Values of magnitude at most 127 times |x| <= 127, twice, fit MulPairs' 16 bits.
+  static HWY_INLINE VI Accumulate(const Piece& p, V16 scale, VI8 x, VI acc, VI& acc1) {
+    return Q8_0Int::Accumulate(p, scale, x, acc, acc1);
+  }
+};
+
+// IQ4_XS: 8 sub-blocks of 32 codes into IQ4_NL's table; each sub-block's 6-bit scale
+// minus 32 multiplies its pairs' sums in 16 bits (as a K-quant's scale), d the fp16 factor.
+struct Iq4XsInt {
+  static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(quant::BlockIq4Xs);
+  static constexpr Corr kCorr = Corr::kNone;
+  using Piece = Q8_0Int::Piece;
+  float d;
+  Scales8 sc;
+#if HWY_TARGET == HWY_SCALAR
+  HWY_ALIGN uint8_t w[quant::kSuperBlock];  // the values' bytes
+#else
+  const uint8_t* qs;
+  hn::Vec<D8x16> table;
+#endif
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    d = LoadHalf(b + offsetof(quant::BlockIq4Xs, d));
+    uint16_t scales_h;
+    std::memcpy(&scales_h, b + offsetof(quant::BlockIq4Xs, scales_h), 2);
+    const uint8_t* scales_l = b + offsetof(quant::BlockIq4Xs, scales_l);
+    HWY_ALIGN int8_t scales[16] = {};
+    for (int ib = 0; ib < 8; ++ib)
+      scales[ib] = static_cast<int8_t>(quant::unpack_scale_iq4_xs(scales_h, scales_l, ib) - 32);
+    const uint8_t* q = b + offsetof(quant::BlockIq4Xs, qs);
+#if HWY_TARGET == HWY_SCALAR
+    for (size_t j = 0; j < 8; ++j) sc.v[j] = scales[j];
+    for (size_t ib = 0; ib < 8; ++ib)
+      for (size_t j = 0; j < 16; ++j) {
+        w[32 * ib + j] = static_cast<uint8_t>(quant::kIq4nlValues[q[16 * ib + j] & 0x0f]);
+        w[32 * ib + j + 16] = static_cast<uint8_t>(quant::kIq4nlValues[q[16 * ib + j] >> 4]);
+      }
+#else
+    sc.dup = Widen8Dup<false>(hn::Load(hn::Full128<int8_t>(), scales));
+    qs = q;
+    table = CodeTable<false>();
+#endif
+  }
+  template <size_t P>
+  HWY_INLINE Piece Weights() const {
+#if HWY_TARGET == HWY_SCALAR
+    const VI8 v = hn::BitCast(DI8(), hn::Load(D8(), w + P * kB));
+    return {hn::BitCast(D8(), hn::Abs(v)), v};
+#else
+    constexpr size_t v = P * kB, ib = v / 32;
+    const auto raw = hn::LoadU(D8x16(), qs + 16 * ib);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // a piece is a whole sub-block
+    return SignedPiece<0>(hn::TableLookupBytes(table, LowNibbles(raw)),
+                          hn::TableLookupBytes(table, hn::ShiftRight<4>(raw)));
+#else  // values 0..15 of a sub-block (its low nibbles), then 16..31
+    const auto codes = (v % 32) / 16 == 0 ? LowNibbles(raw) : hn::ShiftRight<4>(raw);
+    const VI8 s = hn::BitCast(DI8(), hn::TableLookupBytes(table, codes));
+    return {hn::BitCast(D8(), hn::Abs(s)), s};
+#endif
+#endif
+  }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    return sc.Get<P * kB / 32>();
+  }
+  // Pairs' sums are at most 2 x 127 x 127; times a scale of at most 32 in 32 bits.
+  static HWY_INLINE VI Accumulate(const Piece& p, V16 scale, VI8 x, VI acc, VI& acc1) {
+    return MulScaleAdd(MulPairs(p.abs, SignOf(x, p.sign)), scale, acc, acc1);
+  }
+};
 
 template <class F, size_t... kPieces>
 HWY_INLINE void ForEachPieceImpl(F&& f, std::index_sequence<kPieces...>) {

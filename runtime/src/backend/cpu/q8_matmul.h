@@ -1,5 +1,6 @@
 // The `cpu` backend's integer matrix product for block-quantized weights (Q4_K, Q5_K,
-// Q6_K, and the 32-value formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), as llama.cpp computes it:
+// Q6_K, the 32-value formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, and the table formats
+// IQ4_NL, IQ4_XS, MXFP4), as llama.cpp computes it:
 // each activation row is rounded to 8 bits per block (one float scale per 256 values;
 // per 32 for the 32-value formats' rows of other widths), and a weight block's dot
 // product with it is summed exactly in integers (pairs of 8-bit products in 16 bits,
@@ -60,5 +61,10 @@ void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const Qua
 // (q8_matmul_q6.cpp; x already checked).
 void q8_matmul_rows_q6(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                        int64_t out_stride, int64_t panel_rows);
+
+// q8_matmul_rows' product for IQ4_NL, IQ4_XS and MXFP4 (q8_matmul_table.cpp; x already
+// checked).
+void q8_matmul_rows_table(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
+                          int64_t out_stride, int64_t panel_rows);
 
 }  // namespace fafo::cpu

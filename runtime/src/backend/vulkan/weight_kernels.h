@@ -189,7 +189,7 @@ class WeightKernels {
   }
 
   // Whether matmul and embed read `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-  // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
+  // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4.
   static bool supports(TensorType type);
   // Whether matmul has integer products (MatmulVariant::int8) for `type`.
   static bool has_int8(TensorType type);
