@@ -525,21 +525,35 @@ HWY_INLINE hn::Vec<D8x16> CodeTable() {
 }
 HWY_INLINE hn::Vec<D8x16> LowNibbles(hn::Vec<D8x16> v) { return hn::And(v, hn::Set(D8x16(), 0x0f)); }
 
-// The piece of signed values built from a block's two 16-byte halves (values 0..15 and
-// 16..31 of a 32-value group), as LegacyInt's.
-template <size_t P>
-HWY_INLINE Q8_0Int::Piece SignedPiece([[maybe_unused]] hn::Vec<D8x16> lo, [[maybe_unused]] hn::Vec<D8x16> hi) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  static_assert(kB == 32 && P == 0);
-  const V8 u = hn::Combine(D8(), hi, lo);
-#else
-  static_assert(kB == 16);
-  const V8 u = P == 0 ? lo : hi;
-#endif
-  const VI8 v = hn::BitCast(DI8(), u);
+// The values of the 32 codes in 16 bytes of nibbles, in a 256-bit piece: values 0..15
+// (the low nibbles) in the lower half, 16..31 (the high ones) in the upper: the bytes
+// loaded into both halves, the upper half's shifted by 4 (a per-lane shift), one table
+// lookup.
+template <bool kFp4>
+HWY_INLINE Q8_0Int::Piece TablePiece(const uint8_t* qs) {
+  const hn::Repartition<uint32_t, D8> d32;
+  alignas(32) static constexpr uint32_t kShifts[8] = {0, 0, 0, 0, 4, 4, 4, 4};
+  const auto raw = hn::BitCast(d32, hn::LoadDup128(D8(), qs));
+  const V8 codes = hn::And(hn::BitCast(D8(), hn::Shr(raw, hn::Load(d32, kShifts))), hn::Set(D8(), 0x0f));
+  const V8 table =
+      hn::LoadDup128(D8(), reinterpret_cast<const uint8_t*>(kFp4 ? quant::kMxfp4Values : quant::kIq4nlValues));
+  const VI8 v = hn::BitCast(DI8(), hn::TableLookupBytes(table, codes));
   return {hn::BitCast(D8(), hn::Abs(v)), v};
 }
 #endif
+
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2)
+// Piece P (of two of 16 bytes) of the values in a block's two 16-byte halves (values
+// 0..15 and 16..31 of a 32-value group).
+template <size_t P>
+HWY_INLINE Q8_0Int::Piece SignedPiece(hn::Vec<D8x16> lo, hn::Vec<D8x16> hi) {
+  static_assert(kB == 16);
+  const VI8 v = hn::BitCast(DI8(), P == 0 ? lo : hi);
+  return {hn::BitCast(D8(), hn::Abs(v)), v};
+}
+#endif
+#endif  // HWY_TARGET != HWY_SCALAR
 
 // IQ4_NL (kFp4 false: d the block's fp16 scale) and MXFP4 (kFp4: d half the block's
 // power of two, 2^(e - 128)): 32 codes, value = d * table[code].
@@ -552,6 +566,8 @@ struct TableInt {
   float d;
 #if HWY_TARGET == HWY_SCALAR
   HWY_ALIGN uint8_t w[quant::kLegacyBlock];  // the values' bytes
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  Piece piece;  // the whole block
 #else
   hn::Vec<D8x16> lo, hi;  // values 0..15 and 16..31
 #endif
@@ -565,6 +581,8 @@ struct TableInt {
       w[j] = static_cast<uint8_t>(table[qs[j] & 0x0f]);
       w[j + 16] = static_cast<uint8_t>(table[qs[j] >> 4]);
     }
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    piece = TablePiece<kFp4>(qs);
 #else
     const auto table = CodeTable<kFp4>();
     const auto v = hn::LoadU(D8x16(), qs);
@@ -577,6 +595,9 @@ struct TableInt {
 #if HWY_TARGET == HWY_SCALAR
     const VI8 v = hn::BitCast(DI8(), hn::Load(D8(), w + P * kB));
     return {hn::BitCast(D8(), hn::Abs(v)), v};
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    static_assert(P == 0);
+    return piece;
 #else
     return SignedPiece<P>(lo, hi);
 #endif
@@ -603,28 +624,44 @@ struct Iq4XsInt {
   HWY_ALIGN uint8_t w[quant::kSuperBlock];  // the values' bytes
 #else
   const uint8_t* qs;
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2)
   hn::Vec<D8x16> table;
+#endif
 #endif
   HWY_INLINE void Prepare(const uint8_t* b) {
     d = LoadHalf(b + offsetof(quant::BlockIq4Xs, d));
-    uint16_t scales_h;
-    std::memcpy(&scales_h, b + offsetof(quant::BlockIq4Xs, scales_h), 2);
-    const uint8_t* scales_l = b + offsetof(quant::BlockIq4Xs, scales_l);
-    HWY_ALIGN int8_t scales[16] = {};
-    for (int ib = 0; ib < 8; ++ib)
-      scales[ib] = static_cast<int8_t>(quant::unpack_scale_iq4_xs(scales_h, scales_l, ib) - 32);
+    // The eight 6-bit scales as bytes, in a word's lanes: sub-block ib's low 4 bits are
+    // nibble ib % 2 of scales_l[ib / 2], its high 2 bits bits 2ib..2ib+1 of scales_h.
+    uint16_t h16;
+    uint32_t l32;
+    std::memcpy(&h16, b + offsetof(quant::BlockIq4Xs, scales_h), 2);
+    std::memcpy(&l32, b + offsetof(quant::BlockIq4Xs, scales_l), 4);
+    uint64_t lo = l32;  // bytes 0..3 to the even bytes, then each byte's nibbles to two bytes
+    lo = (lo | (lo << 16)) & 0x0000ffff0000ffffull;
+    lo = (lo | (lo << 8)) & 0x00ff00ff00ff00ffull;
+    lo = (lo & 0x000f000f000f000full) | ((lo & 0x00f000f000f000f0ull) << 4);
+    uint64_t hi = h16;  // 2-bit fields to bytes
+    hi = (hi | (hi << 24)) & 0x000000ff000000ffull;
+    hi = (hi | (hi << 12)) & 0x000f000f000f000full;
+    hi = (hi | (hi << 6)) & 0x0303030303030303ull;
+    // Minus 32 in each byte (no byte is below 0 or above 63: no borrow across bytes).
+    const uint64_t biased = lo | (hi << 4);
+    const uint64_t words = ((biased | 0x8080808080808080ull) - 0x2020202020202020ull) ^ 0x8080808080808080ull;
     const uint8_t* q = b + offsetof(quant::BlockIq4Xs, qs);
 #if HWY_TARGET == HWY_SCALAR
-    for (size_t j = 0; j < 8; ++j) sc.v[j] = scales[j];
+    for (size_t j = 0; j < 8; ++j) sc.v[j] = static_cast<int8_t>(words >> (8 * j));
     for (size_t ib = 0; ib < 8; ++ib)
       for (size_t j = 0; j < 16; ++j) {
         w[32 * ib + j] = static_cast<uint8_t>(quant::kIq4nlValues[q[16 * ib + j] & 0x0f]);
         w[32 * ib + j + 16] = static_cast<uint8_t>(quant::kIq4nlValues[q[16 * ib + j] >> 4]);
       }
 #else
-    sc.dup = Widen8Dup<false>(hn::Load(hn::Full128<int8_t>(), scales));
+    // Built in registers (a vector loaded from bytes just stored would wait for them).
+    sc.dup = Widen8Dup<false>(hn::BitCast(hn::Full128<int8_t>(), hn::Set(hn::Full128<uint64_t>(), words)));
     qs = q;
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2)
     table = CodeTable<false>();
+#endif
 #endif
   }
   template <size_t P>
@@ -634,11 +671,10 @@ struct Iq4XsInt {
     return {hn::BitCast(D8(), hn::Abs(v)), v};
 #else
     constexpr size_t v = P * kB, ib = v / 32;
-    const auto raw = hn::LoadU(D8x16(), qs + 16 * ib);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // a piece is a whole sub-block
-    return SignedPiece<0>(hn::TableLookupBytes(table, LowNibbles(raw)),
-                          hn::TableLookupBytes(table, hn::ShiftRight<4>(raw)));
+    return TablePiece<false>(qs + 16 * ib);
 #else  // values 0..15 of a sub-block (its low nibbles), then 16..31
+    const auto raw = hn::LoadU(D8x16(), qs + 16 * ib);
     const auto codes = (v % 32) / 16 == 0 ? LowNibbles(raw) : hn::ShiftRight<4>(raw);
     const VI8 s = hn::BitCast(DI8(), hn::TableLookupBytes(table, codes));
     return {hn::BitCast(D8(), hn::Abs(s)), s};
