@@ -410,6 +410,18 @@ struct Q8_0Int {
   }
 };
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// The 32 codes in 16 bytes of nibbles as a 256-bit vector of bytes: codes 0..15 (the low
+// nibbles) in the lower half, 16..31 (the high ones) in the upper; the bytes loaded into
+// both halves, the upper half's shifted by 4 (a per-lane shift), then masked.
+HWY_INLINE V8 NibbleCodes(const uint8_t* qs) {
+  const hn::Repartition<uint32_t, D8> d32;
+  alignas(32) static constexpr uint32_t kShifts[8] = {0, 0, 0, 0, 4, 4, 4, 4};
+  const auto raw = hn::BitCast(d32, hn::LoadDup128(D8(), qs));
+  return hn::And(hn::BitCast(D8(), hn::Shr(raw, hn::Load(d32, kShifts))), hn::Set(D8(), 0x0f));
+}
+#endif
+
 // The 32-value formats Q4_0, Q4_1, Q5_0 and Q5_1: a block's codes (0..15, or 0..31 with
 // the fifth bit: bit 4 of value j is bit j of the 32-bit qh; low nibbles are values
 // 0..15, high nibbles 16..31), decoded once in Prepare and kept in registers.
@@ -426,6 +438,8 @@ struct LegacyInt {
   float d, m = 0.0f;
 #if HWY_TARGET == HWY_SCALAR
   HWY_ALIGN uint8_t w[quant::kLegacyBlock];
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  V8 u;  // the block's 32 values (NibbleCodes' order)
 #else
   hn::Vec<D8x16> lo, hi;  // values 0..15 and 16..31
 #endif
@@ -445,10 +459,14 @@ struct LegacyInt {
       w[j + 16] = static_cast<uint8_t>(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - kOffset);
     }
 #else
-    const D8x16 d8;
+    [[maybe_unused]] const D8x16 d8;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    u = NibbleCodes(qs);
+#else
     const auto v = hn::LoadU(d8, qs);
     lo = hn::And(v, hn::Set(d8, 0x0f));
     hi = hn::ShiftRight<4>(v);
+#endif
     if constexpr (kFifth) {
       // Bit j of a 16-bit half of qh as 16 or 0 in byte j: each byte takes the half's
       // byte j / 8, then tests bit j % 8.
@@ -461,12 +479,20 @@ struct LegacyInt {
         const auto bytes = hn::TableLookupBytes(hn::BitCast(d8, hn::Set(d16, static_cast<uint16_t>(half))), byte_of);
         return hn::IfThenElseZero(hn::TestBit(bytes, bit_of), hn::Set(d8, 16));
       };
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+      u = hn::Or(u, hn::Combine(D8(), fifth(qh >> 16), fifth(qh & 0xffffu)));
+#else
       lo = hn::Or(lo, fifth(qh & 0xffffu));
       hi = hn::Or(hi, fifth(qh >> 16));
+#endif
     }
-    if constexpr (kSigned) {
-      lo = hn::Sub(lo, hn::Set(d8, kOffset));  // wraps to the signed byte's two's complement
+    if constexpr (kSigned) {  // wraps to the signed byte's two's complement
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+      u = hn::Sub(u, hn::Set(D8(), kOffset));
+#else
+      lo = hn::Sub(lo, hn::Set(d8, kOffset));
       hi = hn::Sub(hi, hn::Set(d8, kOffset));
+#endif
     }
 #endif
   }
@@ -476,7 +502,6 @@ struct LegacyInt {
     const V8 u = hn::Load(D8(), w + P * kB);
 #elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
     static_assert(kB == 32 && P == 0);  // one piece of the whole block
-    const V8 u = hn::Combine(D8(), hi, lo);
 #else
     static_assert(kB == 16);  // D8 is 128 bits: two pieces
     const V8 u = P == 0 ? lo : hi;
@@ -526,16 +551,11 @@ HWY_INLINE hn::Vec<D8x16> CodeTable() {
 HWY_INLINE hn::Vec<D8x16> LowNibbles(hn::Vec<D8x16> v) { return hn::And(v, hn::Set(D8x16(), 0x0f)); }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// The values of the 32 codes in 16 bytes of nibbles, in a 256-bit piece: values 0..15
-// (the low nibbles) in the lower half, 16..31 (the high ones) in the upper: the bytes
-// loaded into both halves, the upper half's shifted by 4 (a per-lane shift), one table
-// lookup.
+// The values of the 32 codes in 16 bytes of nibbles, in a 256-bit piece (NibbleCodes'
+// order): one table lookup.
 template <bool kFp4>
 HWY_INLINE Q8_0Int::Piece TablePiece(const uint8_t* qs) {
-  const hn::Repartition<uint32_t, D8> d32;
-  alignas(32) static constexpr uint32_t kShifts[8] = {0, 0, 0, 0, 4, 4, 4, 4};
-  const auto raw = hn::BitCast(d32, hn::LoadDup128(D8(), qs));
-  const V8 codes = hn::And(hn::BitCast(D8(), hn::Shr(raw, hn::Load(d32, kShifts))), hn::Set(D8(), 0x0f));
+  const V8 codes = NibbleCodes(qs);
   const V8 table =
       hn::LoadDup128(D8(), reinterpret_cast<const uint8_t*>(kFp4 ? quant::kMxfp4Values : quant::kIq4nlValues));
   const VI8 v = hn::BitCast(DI8(), hn::TableLookupBytes(table, codes));
