@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace fafo {
@@ -57,6 +58,11 @@ const TensorTypeInfo* tensor_type_info(uint32_t ggml_type_id);
 // Info for a type; throws std::invalid_argument for a value outside the table.
 const TensorTypeInfo& tensor_type_info(TensorType type);
 std::string_view tensor_type_name(TensorType type);
+// ggml's name for a type id fafo does not read ("IQ3_S" for 21, "IQ2_XXS" for 16, ...),
+// for error messages; empty for ids ggml does not define and for fafo's own types.
+std::string_view unsupported_ggml_type_name(uint32_t ggml_type_id);
+// The names of the weight formats fafo reads, space-separated ("F32 F16 ... MXFP4").
+std::string weight_type_names();
 // Case-insensitive lookup by name ("q4_k", "F16", "bf16").
 std::optional<TensorType> tensor_type_from_name(std::string_view name);
 

@@ -226,7 +226,13 @@ class GgufParser {
     const uint64_t type_at = pos_;
     const uint32_t type = read_u32("tensor type");
     const TensorTypeInfo* info = tensor_type_info(type);
-    if (!info) fail(type_at, "tensor '" + t.name + "': unknown tensor type id " + std::to_string(type));
+    if (!info) {
+      const std::string_view known = unsupported_ggml_type_name(type);
+      if (!known.empty())
+        fail(type_at, "tensor '" + t.name + "' is " + std::string(known) + " (ggml type " + std::to_string(type) +
+                          "), a weight format fafo does not read (it reads " + weight_type_names() + ")");
+      fail(type_at, "tensor '" + t.name + "': unknown tensor type id " + std::to_string(type));
+    }
     t.type = info->type;
     if (t.shape[0] % info->block_size != 0)
       fail(type_at, "tensor '" + t.name + "': row length " + std::to_string(t.shape[0]) + " is not a multiple of the " +

@@ -69,6 +69,40 @@ const TensorTypeInfo& tensor_type_info(TensorType type) {
 
 std::string_view tensor_type_name(TensorType type) { return tensor_type_info(type).name; }
 
+std::string_view unsupported_ggml_type_name(uint32_t id) {
+  if (find_info(id)) return {};
+  // ggml's type ids (ggml.h) that GGUF files may hold and fafo does not read.
+  static constexpr std::array<std::pair<uint32_t, std::string_view>, 16> kOthers = {{{16, "IQ2_XXS"},
+                                                                                   {17, "IQ2_XS"},
+                                                                                   {18, "IQ3_XXS"},
+                                                                                   {19, "IQ1_S"},
+                                                                                   {21, "IQ3_S"},
+                                                                                   {22, "IQ2_S"},
+                                                                                   {24, "I8"},
+                                                                                   {25, "I16"},
+                                                                                   {26, "I32"},
+                                                                                   {27, "I64"},
+                                                                                   {28, "F64"},
+                                                                                   {29, "IQ1_M"},
+                                                                                   {34, "TQ1_0"},
+                                                                                   {35, "TQ2_0"},
+                                                                                   {40, "NVFP4"},
+                                                                                   {41, "Q1_0"}}};
+  for (const auto& [other, name] : kOthers)
+    if (other == id) return name;
+  return {};
+}
+
+std::string weight_type_names() {
+  std::string names;
+  for (const TensorTypeInfo& info : kTypes) {
+    if (info.type == TensorType::Q8_1 || info.type == TensorType::Q8_K) continue;  // activation formats
+    if (!names.empty()) names += ' ';
+    names += info.name;
+  }
+  return names;
+}
+
 std::optional<TensorType> tensor_type_from_name(std::string_view name) {
   for (const TensorTypeInfo& info : kTypes) {
     const bool same = std::equal(name.begin(), name.end(), info.name.begin(), info.name.end(), [](char a, char b) {
