@@ -185,19 +185,27 @@ class CudaDevice {
     cudaFree(p);
     budget_.give(bytes);
   }
-  // While capturing, the data is copied into pinned host memory that lives until the
-  // step has run, and the copy to the device becomes a node of the graph.
+  // While capturing, and for small uploads (a step's row lists and weights: at most
+  // kStagedUploadBytes), the data is copied into pinned host memory and the copy is not
+  // waited for: the stream orders it before the launches that read the destination,
+  // and the pinned memory is reused only after the stream has drained (sync) or, while
+  // capturing, after the step has run; the copy becomes a node of a captured graph. A
+  // mixture of experts' layer uploads three such lists per expert: waiting for each
+  // had stalled the stream three times per expert. Larger uploads (weights at load) go
+  // straight from `src` and are waited for (the host data may go away on return).
+  static constexpr size_t kStagedUploadBytes = size_t{64} << 10;
   void upload(void* dst, const void* src, size_t bytes) {
     select();
-    if (capturing_) {
+    if (capturing_ || bytes <= kStagedUploadBytes) {
       void* staged = pinned(bytes);
       std::memcpy(staged, src, bytes);
       check(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpy to the device");
       node("copy");
+      if (!capturing_) staged_pending_ = true;
       return;
     }
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpy to the device");
-    sync();  // the host data may go away when this returns
+    sync();
   }
   void download(void* dst, const void* src, size_t bytes) {
     not_capturing("a download");
@@ -214,6 +222,7 @@ class CudaDevice {
   // From here to end_capture the stream's work is captured into a graph, not run.
   void begin_capture() {
     if (capturing_) throw std::logic_error("begin_capture: already capturing");
+    if (staged_pending_) sync();  // staged copies not yet run still read the pinned memory
     select();
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
     capturing_ = true;
@@ -314,6 +323,10 @@ class CudaDevice {
     not_capturing("a wait for the device");
     select();
     check(cudaStreamSynchronize(stream_), "a step");
+    // Every staged copy has run: the pinned memory is free again.
+    pinned_used_ = 0;
+    pinned_at_ = 0;
+    staged_pending_ = false;
   }
 
   // Profiling: while on, each launch is bracketed by two events (reused across steps);
@@ -391,8 +404,8 @@ class CudaDevice {
   void not_capturing(const char* what) const {
     if (capturing_) throw std::logic_error(std::string(what) + " inside a captured step (its launches have not run)");
   }
-  // `bytes` of pinned host memory for a captured upload, valid until the next capture
-  // begins (chunks of at least 1 MiB, kept).
+  // `bytes` of pinned host memory for a staged upload, valid until the next sync or the
+  // next capture begins (chunks of at least 1 MiB, kept).
   void* pinned(size_t bytes) {
     bytes = (bytes + 255) / 256 * 256;
     while (pinned_at_ < pinned_.size()) {
@@ -419,6 +432,7 @@ class CudaDevice {
   std::vector<std::pair<void*, size_t>> freed_;  // freed while capturing, with their bytes
   std::vector<void*> pinned_;
   std::vector<size_t> pinned_bytes_;
+  bool staged_pending_ = false;  // staged uploads outside a capture since the last sync
   size_t pinned_at_ = 0, pinned_used_ = 0;
   int index_ = 0;
   bool int8_mma_ = false;

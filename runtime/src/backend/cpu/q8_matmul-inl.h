@@ -410,6 +410,13 @@ struct Q8_0Int {
   }
 };
 
+// Signed weight bytes as Q8_0's piece: their magnitudes and the bytes (for the signs).
+HWY_INLINE Q8_0Int::Piece SignedPieceOf(VI8 v) { return {hn::BitCast(D8(), hn::Abs(v)), v}; }
+// The piece of kB signed weight bytes stored at p.
+HWY_INLINE Q8_0Int::Piece SignedPieceAt(const uint8_t* p) {
+  return SignedPieceOf(hn::BitCast(DI8(), hn::LoadU(D8(), p)));
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 // The 32 codes in 16 bytes of nibbles as a 256-bit vector of bytes: codes 0..15 (the low
 // nibbles) in the lower half, 16..31 (the high ones) in the upper; the bytes loaded into
@@ -507,8 +514,7 @@ struct LegacyInt {
     const V8 u = P == 0 ? lo : hi;
 #endif
     if constexpr (kSigned) {
-      const VI8 v = hn::BitCast(DI8(), u);
-      return Piece{hn::BitCast(D8(), hn::Abs(v)), v};
+      return SignedPieceOf(hn::BitCast(DI8(), u));
     } else {
       return u;
     }
@@ -558,8 +564,7 @@ HWY_INLINE Q8_0Int::Piece TablePiece(const uint8_t* qs) {
   const V8 codes = NibbleCodes(qs);
   const V8 table =
       hn::LoadDup128(D8(), reinterpret_cast<const uint8_t*>(kFp4 ? quant::kMxfp4Values : quant::kIq4nlValues));
-  const VI8 v = hn::BitCast(DI8(), hn::TableLookupBytes(table, codes));
-  return {hn::BitCast(D8(), hn::Abs(v)), v};
+  return SignedPieceOf(hn::BitCast(DI8(), hn::TableLookupBytes(table, codes)));
 }
 #endif
 
@@ -569,8 +574,7 @@ HWY_INLINE Q8_0Int::Piece TablePiece(const uint8_t* qs) {
 template <size_t P>
 HWY_INLINE Q8_0Int::Piece SignedPiece(hn::Vec<D8x16> lo, hn::Vec<D8x16> hi) {
   static_assert(kB == 16);
-  const VI8 v = hn::BitCast(DI8(), P == 0 ? lo : hi);
-  return {hn::BitCast(D8(), hn::Abs(v)), v};
+  return SignedPieceOf(hn::BitCast(DI8(), P == 0 ? lo : hi));
 }
 #endif
 #endif  // HWY_TARGET != HWY_SCALAR
@@ -613,8 +617,7 @@ struct TableInt {
   template <size_t P>
   HWY_INLINE Piece Weights() const {
 #if HWY_TARGET == HWY_SCALAR
-    const VI8 v = hn::BitCast(DI8(), hn::Load(D8(), w + P * kB));
-    return {hn::BitCast(D8(), hn::Abs(v)), v};
+    return SignedPieceAt(w + P * kB);
 #elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
     static_assert(P == 0);
     return piece;
@@ -687,8 +690,7 @@ struct Iq4XsInt {
   template <size_t P>
   HWY_INLINE Piece Weights() const {
 #if HWY_TARGET == HWY_SCALAR
-    const VI8 v = hn::BitCast(DI8(), hn::Load(D8(), w + P * kB));
-    return {hn::BitCast(D8(), hn::Abs(v)), v};
+    return SignedPieceAt(w + P * kB);
 #else
     constexpr size_t v = P * kB, ib = v / 32;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2  // a piece is a whole sub-block
@@ -696,8 +698,7 @@ struct Iq4XsInt {
 #else  // values 0..15 of a sub-block (its low nibbles), then 16..31
     const auto raw = hn::LoadU(D8x16(), qs + 16 * ib);
     const auto codes = (v % 32) / 16 == 0 ? LowNibbles(raw) : hn::ShiftRight<4>(raw);
-    const VI8 s = hn::BitCast(DI8(), hn::TableLookupBytes(table, codes));
-    return {hn::BitCast(D8(), hn::Abs(s)), s};
+    return SignedPieceOf(hn::BitCast(DI8(), hn::TableLookupBytes(table, codes)));
 #endif
 #endif
   }
