@@ -25,7 +25,10 @@
 // no float16 arithmetic, no optional feature). Blocks need not be 4-byte aligned (a
 // Q4_0 block is 18 bytes), and every multi-byte field starts at an even byte offset,
 // which the 16- and 32-bit readers rely on, except in MXFP4 (17-byte blocks of single
-// bytes: dq_load16_any reads them at any offset). fp16 is decoded by bit manipulation, exact
+// bytes: dq_load16_any reads them at any offset). MXFP4's scale is a subnormal float
+// for exponent bytes below 2, and its products are for bytes up to 5 (scales near
+// 2^-123, which real weights do not have): those are exact only on devices that keep
+// float32 denormals. fp16 is decoded by bit manipulation, exact
 // for subnormals, infinities and NaNs whatever the device's denormal mode.
 //
 // Bit-exactness: each value is the same float expression, evaluated in the same

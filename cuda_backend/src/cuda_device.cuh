@@ -273,6 +273,7 @@ class CudaDevice {
       exec = &graphs.keep(topology_, GraphExec(made), replacing);
     }
     check(cudaGraphLaunch(exec->get(), stream_), "cudaGraphLaunch");
+    staged_pending_ = true;  // its copies read the pinned memory until the stream drains
   }
   // Whether a failed call broke the capture (cudaStreamEndCapture would only report it).
   bool capture_broken() {
@@ -416,6 +417,16 @@ class CudaDevice {
       }
       ++pinned_at_;
       pinned_used_ = 0;
+    }
+    // Outside a capture, staged copies still in flight hold the chunks: rather than grow
+    // the arena without end (many small uploads between two syncs), wait for them and
+    // start over in the first chunk.
+    if (!capturing_ && staged_pending_) {
+      sync();
+      if (!pinned_.empty() && bytes <= pinned_bytes_[0]) {
+        pinned_used_ = bytes;
+        return pinned_[0];
+      }
     }
     void* chunk = nullptr;
     const size_t size = std::max<size_t>(bytes, size_t{1} << 20);
