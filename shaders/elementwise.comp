@@ -6,6 +6,8 @@
 //   3 GEGLU   out[i] = gelu(a[i]) * b[i]       (GELU's tanh form, tanh's argument clamped to [-10, 10])
 //   4 SCALE   out[i] = a[i] * p.value
 //   5 SOFTCAP out[i] = p.value * tanh(a[i] / p.value)   (the argument clamped as GEGLU's)
+//   6 SWIGLU_OAI out[i] = g / (1 + exp(-1.702 g)) * (u + 1), g = min(a[i], 7),
+//                u = clamp(b[i], -7, 7)   (gpt-oss; GatedActivation::SwigluOai)
 // Buffers are declared without readonly/writeonly because out may alias a.
 layout(local_size_x = 256) in;
 
@@ -37,6 +39,11 @@ void main() {
       y[i] = 0.5 * av * (1.0 + tanh(clamp(inner, -10.0, 10.0))) * b[i];
     } else if (p.op == 4) {
       y[i] = av * p.value;
+    } else if (p.op == 6) {
+      // (Comparisons, not min and clamp, so a NaN stays NaN as in std::min / std::clamp.)
+      const float g = 7.0 < av ? 7.0 : av, bv = b[i];
+      const float u = bv < -7.0 ? -7.0 : (7.0 < bv ? 7.0 : bv);
+      y[i] = g / (1.0 + exp(-1.702 * g)) * (u + 1.0);
     } else {
       y[i] = p.value * tanh(clamp(av / p.value, -10.0, 10.0));
     }

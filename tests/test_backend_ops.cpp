@@ -106,6 +106,7 @@ TEST_P(BackendOps, LatentAttention) {
 }
 TEST_P(BackendOps, Swiglu) { run_op("swiglu"); }
 TEST_P(BackendOps, Geglu) { run_op("geglu"); }
+TEST_P(BackendOps, SwigluOai) { run_op("swiglu_oai"); }
 TEST_P(BackendOps, Scale) { run_op("scale"); }
 TEST_P(BackendOps, Softcap) { run_op("softcap"); }
 TEST_P(BackendOps, Add) { run_op("add"); }
@@ -378,7 +379,7 @@ TEST(BackendOpsTable, CoversEveryOpOfTheContractAndEveryWeightFormat) {
   std::map<std::string, int> per_op;
   for (const OpCase& c : op_table()) ++per_op[c.op];
   for (const char* op : {"embed", "matmul", "rms_norm", "head_norm", "add_bias", "rope", "kv_store", "kv_swap_move",
-                         "capture_queries", "attention", "latent_attention", "swiglu", "geglu", "scale", "softcap", "add",
+                         "capture_queries", "attention", "latent_attention", "swiglu", "swiglu_oai", "geglu", "scale", "softcap", "add",
                          "matmul_add", "matmul_swiglu", "gather", "scatter_add", "argmax", "top_k"})
     EXPECT_GT(per_op[op], 0) << op;
   // Every weight format fafo reads (all of its types but the activation formats Q8_1 and

@@ -173,6 +173,19 @@ void add_elementwise(std::vector<OpCase>& cases) {
                      be.finish_step();
                      return OpOutputs{rows_of(be, "swiglu", out, T)};
                    }});
+  // gpt-oss's clamped SwiGLU: gates and ups past the clamps at 7 both ways.
+  cases.push_back({"swiglu_oai", "n=45", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
+                     env.ensure_cache(T + 1);
+                     Backend& be = env.be();
+                     StepBatch b = causal_batch(T, 0);
+                     be.begin_step(b, env.kv());
+                     Activation g = input(env, "x", 45, 1, T, salt, -12.0f, 12.0f);
+                     Activation u = input(env, "y", 45, 2, T, salt, -9.0f, 9.0f);
+                     Activation out = env.activation("out", 45);
+                     be.gated(GatedActivation::SwigluOai, g, u, out);
+                     be.finish_step();
+                     return OpOutputs{rows_of(be, "swiglu_oai", out, T)};
+                   }});
   // Gemma's ops: the GeGLU gate over the tanh's saturation (|x| up to 12), the
   // embedding scale, and soft-capping of values far past the cap and near it.
   cases.push_back({"geglu", "n=45", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
@@ -352,6 +365,7 @@ struct AttentionVariant {
   // > 0: layer 0's cache is a ring for steps of this many tokens (KvCacheShape::ring; a
   // window of `window`), layer 1's the whole context with the same window.
   int32_t ring_step = 0;
+  bool sinks = false;  // AttentionShape::sinks (gpt-oss): a hashed sink per head, from -1 to 3
 };
 
 OpOutputs run_attention(OpEnv& env, const AttentionVariant& v, int32_t T, uint32_t salt) {
@@ -394,7 +408,7 @@ OpOutputs run_attention(OpEnv& env, const AttentionVariant& v, int32_t T, uint32
   }
   b.set_n_past(v.n_past);
   const AttentionShape shape{v.n_head,  v.n_head_kv, v.head_dim, 1.0f / std::sqrt(static_cast<float>(v.head_dim)),
-                             v.softcap, v.window};
+                             v.softcap, v.window,    v.sinks ? vector_weight(env, v.n_head, 31, -1.0f, 3.0f) : Weight{}};
   be.begin_step(b, env.kv());
   Activation q = input(env, "q", q_dim, 7, T, salt, -1.5f, 1.5f);
   Activation k = input(env, "k", kv_dim, 8, T, salt, -1.5f, 1.5f);
@@ -471,6 +485,21 @@ void add_attention(std::vector<OpCase>& cases) {
   windowed.name = "sliding window of 1000, long context split into parts, permuted";
   windowed.window = 1000;
   variants.push_back(windowed);
+  // Attention sinks (gpt-oss; scores here are within about 1 of 0, so sinks from -1 to 3
+  // take from none to most of the weight): one step's keys, a long row split into parts
+  // (combined with the sink once), and COMPRESSED rows in a window over a q8_0 cache.
+  for (size_t i : {1u, 6u}) {
+    AttentionVariant v = variants[i];
+    v.name = "sinks, " + v.name;
+    v.sinks = true;
+    variants.push_back(v);
+  }
+  AttentionVariant sunk = variants[4];
+  sunk.name = "sinks, sliding window of 64, permuted, COMPRESSED rows, q8_0 cache";
+  sunk.sinks = true;
+  sunk.window = 64;
+  sunk.type = KvCacheType::Q8_0;
+  variants.push_back(sunk);
   // COMPRESSED rows over a hashed region of 68 entries in a window of 32, no dense layer: on
   // layer 0 a ring of 62 that the 300 entries have turned over (below), the region's
   // entries inside the window found by their logical indices.

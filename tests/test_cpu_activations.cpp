@@ -21,9 +21,11 @@ namespace {
 
 using fafo::cpu::GatedActivation;
 
-float scalar_act(GatedActivation act, float x) {
-  return act == GatedActivation::Silu ? fafo::scalar::silu(x) : fafo::scalar::gelu_tanh(x);
+float scalar_gated(GatedActivation act, float gate, float up) {
+  if (act == GatedActivation::SwigluOai) return fafo::scalar::swiglu_oai(gate, up);
+  return (act == GatedActivation::Silu ? fafo::scalar::silu(gate) : fafo::scalar::gelu_tanh(gate)) * up;
 }
+constexpr GatedActivation kActivations[] = {GatedActivation::Silu, GatedActivation::GeluTanh, GatedActivation::SwigluOai};
 
 // Gates from -120 to 120 (past exp's range both ways), some tiny, the special values and
 // the largest magnitudes.
@@ -58,12 +60,14 @@ TEST(CpuActivations, CloseToTheScalarFormulasOnEveryInstructionSet) {
   const std::vector<float> g = gates(n);
   std::vector<float> up(static_cast<size_t>(n), 1.0f), out(static_cast<size_t>(n));
   for (size_t i = 0; i < up.size(); i += 5) up[i] = -2.5f;
+  for (size_t i = 0; i < up.size(); i += 7) up[i] = 9.0f;  // past SwigluOai's clamp of the up values
+  for (size_t i = 0; i < up.size(); i += 11) up[i] = -8.0f;
   for (const std::string& target : fafo::cpu::simd_targets()) {
     fafo::cpu::use_simd_target(target);
-    for (const GatedActivation act : {GatedActivation::Silu, GatedActivation::GeluTanh}) {
+    for (const GatedActivation act : kActivations) {
       fafo::cpu::gated_simd(act, g.data(), up.data(), out.data(), n);
       for (int64_t i = 0; i < n; ++i) {
-        const float want = scalar_act(act, g[static_cast<size_t>(i)]) * up[static_cast<size_t>(i)];
+        const float want = scalar_gated(act, g[static_cast<size_t>(i)], up[static_cast<size_t>(i)]);
         const float got = out[static_cast<size_t>(i)];
         if (std::isnan(want)) {
           EXPECT_TRUE(std::isnan(got)) << target << " value " << i;
@@ -86,7 +90,7 @@ TEST(CpuActivations, AValueGetsTheSameBitsHoweverTheRowIsSplit) {
   const std::vector<float> up(static_cast<size_t>(n), 0.75f);
   for (const std::string& target : fafo::cpu::simd_targets()) {
     fafo::cpu::use_simd_target(target);
-    for (const GatedActivation act : {GatedActivation::Silu, GatedActivation::GeluTanh}) {
+    for (const GatedActivation act : kActivations) {
       std::vector<float> whole(static_cast<size_t>(n)), parts(static_cast<size_t>(n));
       fafo::cpu::gated_simd(act, g.data(), up.data(), whole.data(), n);
       for (const int64_t piece : {int64_t{1}, int64_t{3}, int64_t{7}, int64_t{13}, int64_t{100}}) {

@@ -189,12 +189,14 @@ TEST(CudaEmulated, WindowRingsGiveTheWholeContextCachesBits) {
 // LongRoPE; phi4-mini: part of each head rotated, with the attention factor; gemma2:
 // soft-capped scores and logits, GeGLU, post-norms, a window of 24 on layer 0; gemma3:
 // Q/K norms, a window of 16 and its own RoPE on layer 0; qwen3moe: a mixture of 8
-// experts, 2 per token, read inside the step): the CUDA backend's logits are
+// experts, 2 per token, read inside the step; gpt-oss: biases, sinks, a window of 16,
+// YaRN, experts with biases and the clamped SwiGLU): the CUDA backend's logits are
 // the cpu backend's within the tolerance at every position of a prompt, and every
 // strategy's greedy ids equal plain decoding's over 40 positions (past both windows).
 // (Both against llama.cpp: tests/test_model_families.cpp.)
 TEST(CudaEmulated, ModelFamiliesGiveTheCpuBackendsLogitsAndEveryStrategyPlainDecodingsIds) {
-  for (const std::string preset : {"qwen3-tiny", "phi3-tiny", "phi4-mini-tiny", "gemma2-tiny", "gemma3-tiny", "qwen3moe-tiny"}) {
+  for (const std::string preset : {"qwen3-tiny", "phi3-tiny", "phi4-mini-tiny", "gemma2-tiny", "gemma3-tiny", "qwen3moe-tiny",
+                                   "gpt-oss-tiny"}) {
     SCOPED_TRACE(preset);
     std::optional<fafo::synth::SyntheticConfig> c = fafo::synth::preset(preset);
     ASSERT_TRUE(c);

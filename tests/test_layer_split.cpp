@@ -170,12 +170,12 @@ TEST(LayerSplit, TheRegionIsTheSameOnEveryDevice) {
 // The other families on two cpu devices, at every boundary: tied embeddings uploaded
 // again for the head (Qwen3, Gemma), per-head Q/K norms (Qwen3, Gemma 3), fused tensors
 // and LongRoPE (Phi-3), the embedding scale, soft-caps and sliding windows (Gemma 2, 3),
-// a mixture of experts (Qwen3-MoE) give one device's bits.
+// a mixture of experts (Qwen3-MoE; gpt-oss's biases and sinks) give one device's bits.
 TEST(LayerSplit, EveryFamilyOnTwoCpuDevicesGivesTheBitsOfOne) {
   const auto dir = test::temp_dir("layer-split-families");
   std::vector<int32_t> prompt;
   for (int32_t i = 0; i < 24; ++i) prompt.push_back(3 + (i * 37) % 250);
-  for (const char* name : {"qwen3-tiny", "phi3-tiny", "gemma2-tiny", "gemma3-tiny", "qwen3moe-tiny"}) {
+  for (const char* name : {"qwen3-tiny", "phi3-tiny", "gemma2-tiny", "gemma3-tiny", "qwen3moe-tiny", "gpt-oss-tiny"}) {
     std::optional<synth::SyntheticConfig> c = synth::preset(name);
     ASSERT_TRUE(c.has_value()) << name;
     const std::string path = (dir / (std::string(name) + ".gguf")).string();

@@ -205,6 +205,14 @@ TEST(ModelFamilies, Qwen3MatchesLlamaCppOnEveryBackend) {
 // step's rows route to different experts.
 TEST(ModelFamilies, Qwen3MoeMatchesLlamaCppOnEveryBackend) { check_family("qwen3moe-tiny"); }
 
+// gpt-oss: biases on the query, key, value and output projections; a sink per head in
+// each row's softmax; a sliding window of 16 on layer 0 (period 2); NEOX RoPE with YaRN
+// (factor 32 from 4096, base 150,000: the ramp falls inside the 16 pairs); a router with
+// a bias whose 4 largest of 8 logits are weighted by their softmax; experts with biases
+// and the clamped SwiGLU (gates and ups wide enough to reach the clamps at 7),
+// llama.cpp d32676d7.
+TEST(ModelFamilies, GptOssMatchesLlamaCppOnEveryBackend) { check_family("gpt-oss-tiny"); }
+
 // Gemma 2: embeddings scaled by sqrt(n_embd), GeGLU, RMSNorms after the attention and
 // the feed-forward blocks, soft-capped attention scores and logits (at 1 and 20 here,
 // where this model's scores and logits reach about 1 and 35: both bend), tied

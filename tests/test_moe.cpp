@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <set>
@@ -93,6 +94,26 @@ TEST(MoeRouting, RowsByExpertListEachChosenExpertOnceInAscendingOrder) {
   EXPECT_EQ(by[2].weights, (std::vector<float>{0.3f, 0.5f}));
 }
 
+// gpt-oss: the k largest logits (ties: the lower index; a NaN below every number), then
+// the softmax of those k, row by row.
+TEST(MoeRouting, TheBestKLogitsThenTheirSoftmax) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.25f, nan, 2.0f,  // row 0
+                                     nan,  nan,  nan,   -3.0f, nan, nan};  // row 1: one number
+  const MoeRoute r = route_top_k_then_softmax(logits, 6, 3);
+  ASSERT_EQ(r.rows(), 2);
+  EXPECT_EQ(std::vector<int32_t>(r.experts.begin(), r.experts.begin() + 3), (std::vector<int32_t>{1, 5, 3}));
+  const double total = 2.0 * std::exp(2.0) + std::exp(1.25);
+  EXPECT_NEAR(r.weights[0], std::exp(2.0) / total, 1e-6);
+  EXPECT_EQ(r.weights[0], r.weights[1]);
+  EXPECT_NEAR(r.weights[2], std::exp(1.25) / total, 1e-6);
+  EXPECT_EQ(r.experts[3], 3);  // the number first, then the NaNs by index
+  EXPECT_EQ(r.experts[4], 0);
+  EXPECT_EQ(r.experts[5], 1);
+  EXPECT_THROW(route_top_k_then_softmax(logits, 6, 7), std::invalid_argument);
+  EXPECT_THROW(route_top_k_then_softmax(std::vector<float>{1.0f, 2.0f, 3.0f}, 2, 1), std::invalid_argument);
+}
+
 TEST(MoeRouting, BadArgumentsAndNanLogitsAreHandled) {
   const std::vector<float> four = {1, 2, 3, 4};
   EXPECT_THROW(route_top_k_softmax(four, 4, 0), std::invalid_argument);
@@ -125,13 +146,13 @@ TEST(MoeRouting, TheQ4KMMixTreatsExpertsAsLlamaCpp) {
 
 // --- whole models ---------------------------------------------------------------------------
 
-// qwen3moe-tiny with 16 experts, 4 per token, in `type`.
-std::string moe_model(const std::string& type) {
-  std::optional<synth::SyntheticConfig> c = synth::preset("qwen3moe-tiny");
+// qwen3moe-tiny (or gpt-oss-tiny) with 16 experts, 4 per token, in `type`.
+std::string moe_model(const std::string& type, const std::string& preset = "qwen3moe-tiny") {
+  std::optional<synth::SyntheticConfig> c = synth::preset(preset);
   c->n_expert = 16;
   c->n_expert_used = 4;
   c->weight_type = type;
-  const std::string path = (test::temp_dir("moe-" + type) / "m.gguf").string();
+  const std::string path = (test::temp_dir("moe-" + preset + "-" + type) / "m.gguf").string();
   synth::write_synthetic_model(*c, path);
   return path;
 }
@@ -184,11 +205,19 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // A 24-token step's rows choose many experts (counted); each row's logits are its bits
 // in steps of 1, of 5 and of 7 + 17 on the same backend, and (F32 weights) within the
-// backend's tolerance of the reference's.
+// backend's tolerance of the reference's. qwen3moe, and gpt-oss (its router's bias and
+// softmax of the chosen, the experts' biases, the clamped SwiGLU, sinks, a window of 16
+// that the 24 positions pass).
 TEST(Moe, ARowsLogitsDoNotDependOnItsStepOnEveryBackend) {
   const std::vector<int32_t> prompt = prompt_of(24);
-  for (const std::string type : {"F32", "Q4_K_M", "MXFP4_MOE"}) {
-    const std::string path = moe_model(type);
+  const std::pair<const char*, const char*> models[] = {{"qwen3moe-tiny", "F32"},
+                                                        {"qwen3moe-tiny", "Q4_K_M"},
+                                                        {"qwen3moe-tiny", "MXFP4_MOE"},
+                                                        {"gpt-oss-tiny", "F32"},
+                                                        {"gpt-oss-tiny", "MXFP4_MOE"}};
+  for (const auto& [preset, type_name] : models) {
+    const std::string type = std::string(preset) + " " + type_name;
+    const std::string path = moe_model(type_name, preset);
     const std::unique_ptr<OpenedModel> reference = open_on(path, "reference");
     std::vector<int64_t> wide_experts;
     const std::vector<float> want = logits_in_steps(*reference->model, prompt, {24}, &wide_experts);
@@ -217,7 +246,7 @@ TEST(Moe, ARowsLogitsDoNotDependOnItsStepOnEveryBackend) {
       // router's near tie then goes another way than the reference's float products
       // and a token takes another expert (cpu's perplexity is llama.cpp's within 0.05 %
       // on such a file, the reference's within 0.2 %: docs/models.md).
-      if (type == "F32") {
+      if (std::string(type_name) == "F32") {
         EXPECT_LE(worst, 20 * std::max(s.runner()->backend().numerics().tolerance, 1e-6));
       }
       std::printf("  %s on %s: 24 logit rows in steps of 24, 1, 5, 7+17 the same bits; %.3g of the reference's\n",
@@ -239,11 +268,13 @@ std::vector<int32_t> greedy(const OpenedModel& m, Strategy s, const std::string&
 }
 
 // Multi-token steps route each row on its own: every strategy and policy gives plain
-// decoding's ids, with Q4_K_M experts and a q8_0 cache, on cpu and Vulkan.
+// decoding's ids, with Q4_K_M experts (gpt-oss: MXFP4) and a q8_0 cache, on cpu and
+// Vulkan.
 TEST(Moe, EveryStrategyGivesPlainDecodingsIds) {
-  const std::string path = moe_model("Q4_K_M");
+  for (const auto& [preset, type] : {std::pair{"qwen3moe-tiny", "Q4_K_M"}, std::pair{"gpt-oss-tiny", "MXFP4_MOE"}})
   for (const std::string backend : {"cpu", "vulkan"}) {
-    SCOPED_TRACE(backend);
+    SCOPED_TRACE(std::string(preset) + " on " + backend);
+    const std::string path = moe_model(type, preset);
     const std::unique_ptr<OpenedModel> m = open_on(path, backend, KvCacheType::Q8_0);
     if (!m) continue;
     const std::vector<int32_t> ar = greedy(*m, Strategy::Ar, "stream");

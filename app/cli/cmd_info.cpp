@@ -57,8 +57,11 @@ int run_info(const InfoArgs& args) {
     std::printf("heads:         %d (KV heads %d, head size %d%s)\n", c.n_head, c.n_head_kv, c.head_dim,
                 c.n_head_kv != c.n_head ? ", GQA" : "");
     if (c.moe())
-      std::printf("feed-forward:  mixture of experts: %d experts of %d, %d used per token (%.1f%% of the expert weights)\n",
-                  c.n_expert, c.n_ff_exp, c.n_expert_used, 100.0 * c.n_expert_used / c.n_expert);
+      std::printf("feed-forward:  mixture of experts: %d experts of %d, %d used per token (%.1f%% of the expert weights)%s\n",
+                  c.n_expert, c.n_ff_exp, c.n_expert_used, 100.0 * c.n_expert_used / c.n_expert,
+                  c.moe_softmax_of_chosen ? "; the router's best logits weighted by their softmax, experts with biases "
+                                            "and a clamped SwiGLU"
+                                          : "");
     else
       std::printf("feed-forward:  %d\n", c.n_ff);
     std::printf("vocabulary:    %d\n", c.n_vocab);
@@ -70,12 +73,16 @@ int run_info(const InfoArgs& args) {
     std::printf("RoPE:          %s, %d dims, base %g, scaling %s%s\n", c.rope.neox ? "neox" : "normal", c.rope.n_dims,
                 static_cast<double>(c.rope.freq_base), c.rope_scaling.c_str(),
                 f.find_tensor("rope_freqs.weight") ? " (rope_freqs tensor)" : "");
+    if (c.rope_scaling == "yarn")
+      std::printf("YaRN:          factor %g from a trained context of %d; cos and sin scaled by %g\n",
+                  static_cast<double>(c.rope_factor), c.rope_original_ctx, static_cast<double>(c.rope.attn_factor));
     if (!c.rope_factors_short.empty())
       std::printf("LongRoPE:      short factors for contexts of up to %d, long ones past it\n", c.rope_original_ctx);
     if (c.rope_attn_factor != 1.0f)
       std::printf("RoPE factor:   %g on the rotated queries and keys\n", static_cast<double>(c.rope_attn_factor));
-    std::printf("output:        %s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
-                c.qkv_bias ? ", QKV bias" : "");
+    std::printf("output:        %s%s%s\n", c.tied_embeddings ? "tied to token_embd" : "separate output.weight",
+                c.qkv_bias ? ", QKV bias" : "", c.attn_out_bias ? ", attention output bias" : "");
+    if (c.attention_sinks) std::printf("attn sinks:    one per head, an extra logit in each row's softmax\n");
     if (c.qk_norm) std::printf("Q/K norms:     an RMSNorm of each query and key head before RoPE\n");
     if (c.gelu_ffn || c.post_norms)
       std::printf("blocks:        %s feed-forward%s\n", c.gelu_ffn ? "GeGLU" : "SwiGLU",

@@ -277,20 +277,23 @@ struct AttentionBlockOp {
 
 // Merges AttentionBlockOp's parts of each (row, head): with M the largest max of the
 // parts that saw a key, out[d] = sum_p acc_p[d] e_p / sum_p l_p e_p, e_p = exp(m_p - M),
-// in part order; i over rows x n_head x head_dim, the rows from t0.
+// in part order; i over rows x n_head x head_dim, the rows from t0. A head's sink
+// (AttentionOp::sinks) is one more logit: M is taken over it and exp(sink - M) starts
+// the denominator.
 struct AttentionCombineOp {
   const float* partials;  // AttentionBlockOp's, for the rows from t0
   float* out;
   uint32_t n_head, head_dim, n_parts, out_stride;
   uint32_t t0 = 0;
+  const float* sinks = nullptr;  // [n_head], or null
   FAFO_HD void operator()(uint32_t i) const {
     const uint32_t d = i % head_dim, h = (i / head_dim) % n_head, r = i / (head_dim * n_head), t = t0 + r;
     const uint32_t stride = head_dim + 2;
     const float* p = partials + (static_cast<uint64_t>(r) * n_head + h) * n_parts * stride;
-    float m = -INFINITY;
+    float m = sinks ? sinks[h] : -INFINITY;
     for (uint32_t k = 0; k < n_parts; ++k)
       if (p[k * stride + 1] > 0.0f) m = max_f(m, p[k * stride]);
-    float total = 0.0f, sum = 0.0f;
+    float total = sinks ? exp_f(sub_rn(sinks[h], m)) : 0.0f, sum = 0.0f;
     for (uint32_t k = 0; k < n_parts; ++k) {
       const float l = p[k * stride + 1];
       if (!(l > 0.0f)) continue;

@@ -124,6 +124,24 @@ struct SwigluOp {
   float* out;
   FAFO_HD void operator()(uint32_t i) const { out[i] = swiglu_value(g[i], u[i]); }
 };
+// gpt-oss's clamped SwiGLU (GatedActivation::SwigluOai): g / (1 + exp(-1.702 g)) * (u + 1)
+// with g = min(gate, 7), u = clamp(up, -7, 7).
+struct SwigluOaiOp {
+  const float* g;
+  const float* u;
+  float* out;
+  static constexpr float kAlpha = 1.702f, kLimit = 7.0f;  // fafo::kSwigluOaiAlpha, kSwigluOaiLimit
+  FAFO_HD void operator()(uint32_t i) const {
+    // (As std::min and std::clamp: a NaN stays NaN.)
+    const float gate = kLimit < g[i] ? kLimit : g[i];
+    const float up = u[i] < -kLimit ? -kLimit : kLimit < u[i] ? kLimit : u[i];
+#if defined(__CUDA_ARCH__)
+    out[i] = __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, exp_f(__fmul_rn(-kAlpha, gate)))), __fadd_rn(up, 1.0f));
+#else
+    out[i] = gate / (1.0f + exp_f(-kAlpha * gate)) * (up + 1.0f);
+#endif
+  }
+};
 
 FAFO_HD float tanh_f(float x) {
 #if defined(__CUDA_ARCH__)
@@ -310,6 +328,9 @@ struct AttentionOp {
   // > 0: a ring layer (KvCacheShape::ring, a window layer's): the entry of cache index i
   // (a committed entry's logical index, batch token j's n_past + j) at slot i mod ring.
   uint32_t ring = 0;
+  // The heads' sinks (AttentionShape::sinks, [n_head]): one more logit per row's
+  // softmax, with no value; null without.
+  const float* sinks = nullptr;
 
   // A key's score from its dot product with the query.
   FAFO_HD float score_of(float dot) const {
@@ -366,7 +387,7 @@ struct AttentionOp {
     const float* qh = q + static_cast<uint64_t>(t) * q_stride + static_cast<uint64_t>(h) * head_dim;
     float* a = acc + static_cast<uint64_t>(i) * head_dim;
     const uint32_t n_prefix = prefix_count(t);
-    float m = -INFINITY;
+    float m = sinks ? sinks[h] : -INFINITY;
     for (uint32_t k = 0; k < n_prefix; ++k) {
       if (!in_window(t, k, n_prefix)) continue;
       const float s = score(qh, prefix_slot(t, k), kv_off);
@@ -378,7 +399,7 @@ struct AttentionOp {
         m = s > m ? s : m;
       }
     for (uint32_t d = 0; d < head_dim; ++d) a[d] = 0.0f;
-    float l = 0.0f;
+    float l = sinks ? exp_f(sub_rn(sinks[h], m)) : 0.0f;
     auto add_key = [&](uint32_t slot) {
       const float e = exp_f(sub_rn(score(qh, slot, kv_off), m));
       l = add_rn(l, e);

@@ -349,6 +349,7 @@ class OpsBackend final : public Backend,
                      static_cast<uint32_t>(std::max(0, kv->region_count())), s.scale, layer < kv->dense_layers(), kv->format(),
                      s.softcap, positions_ + first, region_positions_ + region_at_[static_cast<size_t>(part)], s.window,
                      static_cast<uint32_t>(kv->shape().ring(layer))};
+      op.sinks = s.sinks ? weight(s.sinks).memory.template as<float>() : nullptr;
       // The warp kernels stage a head's part of each entry: whole blocks in a block format.
       if (kernels_ != CudaKernels::Plain && s.head_dim <= static_cast<int32_t>(AttentionBlockOp<1>::kDimsPerLane * kLanes) &&
           (!kv_blocks(kv->format()) || s.head_dim % 32 == 0))
@@ -359,10 +360,13 @@ class OpsBackend final : public Backend,
     set_rows(out, T);
   }
 
+  static_assert(SwigluOaiOp::kAlpha == kSwigluOaiAlpha && SwigluOaiOp::kLimit == kSwigluOaiLimit);
   void gated(GatedActivation act, const Activation& gate, const Activation& up, Activation& out) override {
     const uint64_t n = uint64_t{rows_of(gate)} * static_cast<uint64_t>(gate.cols);
     if (act == GatedActivation::Silu)
       launch(SwigluOp{data_of(gate), data_of(up), data_of(out)}, n, "swiglu");
+    else if (act == GatedActivation::SwigluOai)
+      launch(SwigluOaiOp{data_of(gate), data_of(up), data_of(out)}, n, "swiglu_oai");
     else
       launch(GegluOp{data_of(gate), data_of(up), data_of(out)}, n, "geglu");
     set_rows(out, rows_of(gate));
@@ -579,7 +583,8 @@ class OpsBackend final : public Backend,
         case 2: run.template operator()<2>(); break;
         default: run.template operator()<1>(); break;
       }
-      launch(AttentionCombineOp{partials, op.out, op.n_head, op.head_dim, static_cast<uint32_t>(n_parts), op.out_stride, t0},
+      launch(AttentionCombineOp{partials, op.out, op.n_head, op.head_dim, static_cast<uint32_t>(n_parts), op.out_stride, t0,
+                                op.sinks},
              uint64_t{rows} * op.n_head * op.head_dim, "attention_combine");
     }
   }

@@ -16,9 +16,10 @@ int main(int argc, char** argv) {
   app.add_option("-o,--out", out, "Output GGUF path")->required();
   app.add_option("--preset", preset_name, "Start from a preset: llama3-8b, llama2-7b, tinyllama-1.1b, qwen2.5-0.5b, qwen3-8b, "
                  "qwen3-0.6b, phi3-mini, phi3.5-mini, phi4-mini, gemma2-9b, gemma2-2b, gemma3-4b, gemma3-1b, "
-                 "qwen3-30b-a3b, tiny, qwen3-tiny, phi3-tiny, phi4-mini-tiny, gemma2-tiny, gemma3-tiny, qwen3moe-tiny");
+                 "qwen3-30b-a3b, gpt-oss-20b, tiny, qwen3-tiny, phi3-tiny, phi4-mini-tiny, gemma2-tiny, gemma3-tiny, "
+                 "qwen3moe-tiny, gpt-oss-tiny");
   // Values given explicitly override the preset: parse twice (once for the preset).
-  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2, qwen3, qwen3moe, phi3, gemma2 or gemma3");
+  auto* o_arch = app.add_option("--arch", c.arch, "llama, qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma2 or gemma3");
   auto* o_layers = app.add_option("--layers", c.n_layer, "Number of layers");
   auto* o_dim = app.add_option("--dim", c.n_embd, "Embedding size");
   auto* o_heads = app.add_option("--heads", c.n_head, "Attention heads");
@@ -31,22 +32,24 @@ int main(int argc, char** argv) {
   auto* o_base = app.add_option("--rope-base", c.rope_base, "RoPE frequency base");
   auto* o_scaling = app.add_option("--rope-scaling", c.rope_scaling,
                                    "none, linear (rope.scaling.* metadata), llama3 (a rope_freqs.weight tensor, "
-                                   "as in the Hub's Llama 3.1/3.2 GGUFs) or longrope (phi3: short and long factors)");
+                                   "as in the Hub's Llama 3.1/3.2 GGUFs), longrope (phi3: short and long factors) or yarn "
+                                   "(rope.scaling.* metadata with the original context)");
   auto* o_original = app.add_option("--rope-original-ctx", c.rope_original_ctx,
-                                    "longrope: the context up to which the short factors hold (default 4096)");
+                                    "longrope: the context up to which the short factors hold; yarn: the context "
+                                    "trained before scaling (default 4096)");
   auto* o_factor = app.add_option("--rope-factor", c.rope_scaling_factor, "RoPE scaling factor (default 8)");
   auto* o_tied = app.add_flag("--tied", c.tied_embeddings, "Tie the output matrix to the token embeddings");
   auto* o_type = app.add_option("-t,--type", c.weight_type,
                                 "Weight format: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4, or the mixes Q4_K_M Q5_K_M MXFP4_MOE");
   auto* o_seed = app.add_option("--seed", c.seed, "Random seed");
-  auto* o_window = app.add_option("--sliding-window", c.sliding_window, "gemma2, gemma3: the local layers' window");
+  auto* o_window = app.add_option("--sliding-window", c.sliding_window, "gemma2, gemma3, gpt-oss: the local layers' window");
   auto* o_pattern = app.add_option("--swa-pattern", c.swa_pattern,
                                    "gemma2, gemma3: every Nth layer is global (default: the family's, 2 or 6)");
   auto* o_vocab_from = app.add_option("--vocab-from", c.vocab_from,
                                       "Take the vocabulary (tokenizer.* keys) from this GGUF; --vocab is then its size");
-  auto* o_experts = app.add_option("--experts", c.n_expert, "qwen3moe: experts per layer (default 8)");
-  auto* o_used = app.add_option("--experts-used", c.n_expert_used, "qwen3moe: experts each token uses (default 2)");
-  auto* o_expert_ffn = app.add_option("--expert-ffn", c.n_ff_exp, "qwen3moe: each expert's feed-forward size (default 32)");
+  auto* o_experts = app.add_option("--experts", c.n_expert, "qwen3moe, gpt-oss: experts per layer (default 8)");
+  auto* o_used = app.add_option("--experts-used", c.n_expert_used, "qwen3moe, gpt-oss: experts each token uses (default 2)");
+  auto* o_expert_ffn = app.add_option("--expert-ffn", c.n_ff_exp, "qwen3moe, gpt-oss: each expert's feed-forward size (default 32)");
   auto* o_name = app.add_option("--name", c.name, "general.name (default: the preset's name, or \"synthetic\")");
   CLI11_PARSE(app, argc, argv);
   if (!preset_name.empty()) {

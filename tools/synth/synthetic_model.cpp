@@ -16,6 +16,9 @@ namespace fafo::synth {
 
 namespace {
 
+// Whether the architecture's feed-forward blocks are mixtures of experts.
+bool has_experts(const SyntheticConfig& c) { return c.arch == "qwen3moe" || c.arch == "gpt-oss"; }
+
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -103,6 +106,11 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
     c.arch = "qwen3moe", c.n_layer = 48, c.n_embd = 2048, c.n_head = 32, c.n_head_kv = 4, c.head_dim = 128;
     c.n_ff = 6144, c.n_expert = 128, c.n_expert_used = 8, c.n_ff_exp = 768;
     c.n_vocab = 151936, c.n_ctx = 40960, c.rope_base = 1000000.0f, c.rms_eps = 1e-6f, c.weight_type = "Q4_K_M";
+  } else if (name == "gpt-oss-20b") {  // 32 experts of 2880, 4 per token; a window of 128 on even layers; YaRN x32
+    c.arch = "gpt-oss", c.n_layer = 24, c.n_embd = 2880, c.n_head = 64, c.n_head_kv = 8, c.head_dim = 64;
+    c.n_ff = 2880, c.n_expert = 32, c.n_expert_used = 4, c.n_ff_exp = 2880, c.n_vocab = 201088, c.n_ctx = 131072;
+    c.rope_base = 150000.0f, c.rope_scaling = "yarn", c.rope_scaling_factor = 32.0f, c.rope_original_ctx = 4096;
+    c.sliding_window = 128, c.weight_type = "MXFP4_MOE";
   } else if (name == "tiny") {
     // defaults
   } else if (name == "qwen3-tiny") {  // heads wider than n_embd / n_head, as Qwen3's
@@ -121,6 +129,10 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
     c.sliding_window = 16, c.swa_pattern = 2;
   } else if (name == "qwen3moe-tiny") {  // qwen3-tiny's attention, 8 experts of 32, 2 per token
     c.arch = "qwen3moe", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
+  } else if (name == "gpt-oss-tiny") {  // gpt-oss-20b's rules: 8 experts of 32, 4 per token, a window of 16, YaRN
+    c.arch = "gpt-oss", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.n_expert = 8, c.n_expert_used = 4;
+    c.rope_base = 150000.0f, c.rope_scaling = "yarn", c.rope_scaling_factor = 32.0f, c.rope_original_ctx = 4096;
+    c.sliding_window = 16;
   } else {
     return std::nullopt;
   }
@@ -129,11 +141,12 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
 
 void validate(const SyntheticConfig& c) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("synthetic model: " + what); };
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "phi3" &&
-      c.arch != "gemma2" && c.arch != "gemma3")
-    bad("architecture must be llama, qwen2, qwen3, qwen3moe, phi3, gemma2 or gemma3, not '" + c.arch + "'");
-  if (c.arch == "qwen3moe" && !(c.n_expert > 0 && c.n_expert_used > 0 && c.n_expert_used <= c.n_expert && c.n_ff_exp > 0))
-    bad("qwen3moe needs experts (n_expert > 0), 1 .. n_expert of them used and a positive expert width");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "gpt-oss" &&
+      c.arch != "phi3" && c.arch != "gemma2" && c.arch != "gemma3")
+    bad("architecture must be llama, qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma2 or gemma3, not '" + c.arch + "'");
+  if (has_experts(c) && !(c.n_expert > 0 && c.n_expert_used > 0 && c.n_expert_used <= c.n_expert && c.n_ff_exp > 0))
+    bad(c.arch + " needs experts (n_expert > 0), 1 .. n_expert of them used and a positive expert width");
+  if (c.arch == "gpt-oss" && c.sliding_window <= 0) bad("gpt-oss's sliding window must be positive");
   if (c.arch == "gemma2" && !(c.attn_softcap > 0.0f && c.final_softcap > 0.0f && c.sliding_window > 0))
     bad("gemma2's soft-caps and sliding window must be positive");
   if (c.sliding_window < 0 || c.swa_pattern < 0) bad("the sliding window and its pattern must not be negative");
@@ -147,8 +160,10 @@ void validate(const SyntheticConfig& c) {
     bad("the rotated dimensions must be even and at most the head size (0: the whole head)");
   if (c.n_head % c.n_head_kv != 0) bad("heads must be a multiple of KV heads");
   if (c.n_vocab < 259) bad("vocab must be at least 259 (3 special tokens + 256 byte tokens)");
-  if (c.rope_scaling != "none" && c.rope_scaling != "linear" && c.rope_scaling != "llama3" && c.rope_scaling != "longrope")
-    bad("rope scaling must be none, linear, llama3 or longrope");
+  if (c.rope_scaling != "none" && c.rope_scaling != "linear" && c.rope_scaling != "llama3" && c.rope_scaling != "longrope" &&
+      c.rope_scaling != "yarn")
+    bad("rope scaling must be none, linear, llama3, longrope or yarn");
+  if (c.rope_scaling == "yarn" && !(c.rope_original_ctx > 0)) bad("yarn needs a positive original context");
   if (c.rope_scaling == "longrope" && c.arch != "phi3") bad("longrope scaling is phi3's");
   if (c.rope_scaling == "longrope" && !(c.rope_original_ctx > 0 && c.rope_original_ctx < c.n_ctx))
     bad("longrope needs an original context between 1 and the context length");
@@ -162,7 +177,7 @@ int32_t head_dim_of(const SyntheticConfig& c) { return c.head_dim > 0 ? c.head_d
 TensorType tensor_type_for(const SyntheticConfig& c, const std::string& name, int64_t row_length) {
   try {
     return quant_type_for(c.weight_type, name, row_length, c.n_layer, c.tied_embeddings,
-                          c.arch == "qwen3moe" ? c.n_expert : 0);
+                          has_experts(c) ? c.n_expert : 0);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("synthetic model: ") + e.what());
   }
@@ -243,13 +258,19 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
     w.set_string(a + "rope.scaling.type", "linear");
     w.set_f32(a + "rope.scaling.factor", c.rope_scaling_factor);
   }
+  if (c.rope_scaling == "yarn") {
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_f32(a + "rope.scaling.factor", c.rope_scaling_factor);
+    w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(c.rope_original_ctx));
+  }
   if (c.rope_scaling == "longrope") {
     const double scale = static_cast<double>(c.n_ctx) / c.rope_original_ctx;
     w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(c.rope_original_ctx));
     w.set_f32(a + "rope.scaling.attn_factor",
               static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(c.rope_original_ctx)))));
   }
-  if (c.arch == "qwen3moe") {
+  if (c.arch == "gpt-oss") w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+  if (has_experts(c)) {
     w.set_u32(a + "expert_count", static_cast<uint32_t>(c.n_expert));
     w.set_u32(a + "expert_used_count", static_cast<uint32_t>(c.n_expert_used));
     w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(c.n_ff_exp));
@@ -318,12 +339,31 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
       matrix(p + "attn_k.weight", c.n_embd, kv_dim, in_std);
       matrix(p + "attn_v.weight", c.n_embd, kv_dim, in_std);
     }
-    if (c.arch == "qwen2") {
+    if (c.arch == "qwen2" || c.arch == "gpt-oss") {
       vec(p + "attn_q.bias", q_dim, 0.0f, 0.02f);
       vec(p + "attn_k.bias", kv_dim, 0.0f, 0.02f);
       vec(p + "attn_v.bias", kv_dim, 0.0f, 0.02f);
     }
     matrix(p + "attn_output.weight", q_dim, c.n_embd, 1.0f / std::sqrt(static_cast<float>(q_dim)));
+    if (c.arch == "gpt-oss") {
+      // The output bias, the heads' sinks (logits near those of the scores), the block's
+      // norm; the router and its bias (F32); the experts' 3-D tensors and their biases, a
+      // row per expert.
+      vec(p + "attn_output.bias", c.n_embd, 0.0f, 0.02f);
+      vec(p + "attn_sinks.weight", c.n_head, 0.0f, 1.0f);
+      vec(p + "post_attention_norm.weight", c.n_embd, 1.0f, 0.02f);
+      plan.push_back({p + "ffn_gate_inp.weight", {c.n_embd, c.n_expert}, TensorType::F32, 0.0f, in_std, {}});
+      plan.push_back({p + "ffn_gate_inp.bias", {c.n_expert}, TensorType::F32, 0.0f, 0.1f, {}});
+      const auto experts = [&](const std::string& name, int64_t cols, int64_t rows, float stddev) {
+        plan.push_back({name + ".weight", {cols, rows, c.n_expert}, tensor_type_for(c, name + ".weight", cols), 0.0f, stddev, {}});
+        plan.push_back({name + ".bias", {rows, c.n_expert}, TensorType::F32, 0.0f, 0.1f, {}});
+      };
+      // Gates and ups wide enough that the activation's clamps at 7 come into play.
+      experts(p + "ffn_gate_exps", c.n_embd, c.n_ff_exp, 4.0f * in_std);
+      experts(p + "ffn_down_exps", c.n_ff_exp, c.n_embd, 1.0f / std::sqrt(static_cast<float>(c.n_ff_exp)));
+      experts(p + "ffn_up_exps", c.n_embd, c.n_ff_exp, 4.0f * in_std);
+      continue;
+    }
     const bool gemma = c.arch == "gemma2" || c.arch == "gemma3";
     if (c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma3") {
       vec(p + "attn_k_norm.weight", head_dim, 1.0f, 0.2f);

@@ -20,7 +20,9 @@ struct SyntheticConfig {
   // "gemma2" (post_attention_norm / post_ffw_norm weights, soft-capping and sliding-window
   // metadata, NEOX RoPE; a GeGLU model); "gemma3" (gemma2's blocks with Q/K norms,
   // without soft-capping); "qwen3moe" (qwen3's attention, a mixture of n_expert experts
-  // of n_ff_exp hidden units, n_expert_used per token, in every feed-forward block)
+  // of n_ff_exp hidden units, n_expert_used per token, in every feed-forward block);
+  // "gpt-oss" (attention biases and sinks, a sliding window on even layers, experts with
+  // biases and the clamped SwiGLU, a router with a bias)
   std::string arch = "llama";
   std::string name = "synthetic";
   int32_t n_layer = 2;
@@ -37,7 +39,8 @@ struct SyntheticConfig {
   // tensor of per-pair divisors, as the Hub's Llama 3.1/3.2 GGUFs carry it (no metadata).
   // "longrope" (phi3 only): rope_factors_short/long.weight tensors, original context
   // rope_original_ctx, attention factor sqrt(1 + ln(n_ctx / original) / ln(original)),
-  // as llama.cpp's converter writes Phi-3.5's.
+  // as llama.cpp's converter writes Phi-3.5's. "yarn": rope.scaling.type/factor and
+  // original_context_length metadata (rope_original_ctx).
   std::string rope_scaling = "none";
   int32_t rope_original_ctx = 4096;
   float rope_scaling_factor = 8.0f;  // > 0
@@ -59,14 +62,15 @@ struct SyntheticConfig {
   float attn_softcap = 50.0f, final_softcap = 30.0f;
   int32_t sliding_window = 4096;
   int32_t swa_pattern = 0;
-  int32_t n_expert = 8, n_expert_used = 2, n_ff_exp = 32;  // qwen3moe
+  int32_t n_expert = 8, n_expert_used = 2, n_ff_exp = 32;  // qwen3moe, gpt-oss
   uint64_t seed = 1;
 };
 
 // Named presets: "llama3-8b", "llama2-7b", "tinyllama-1.1b", "qwen2.5-0.5b", "qwen3-8b",
 // "qwen3-0.6b", "phi3-mini", "phi3.5-mini", "phi4-mini", "gemma2-9b", "gemma2-2b",
-// "gemma3-4b", "gemma3-1b", "qwen3-30b-a3b", "tiny", "qwen3-tiny", "phi3-tiny",
-// "phi4-mini-tiny", "gemma2-tiny", "gemma3-tiny", "qwen3moe-tiny".
+// "gemma3-4b", "gemma3-1b", "qwen3-30b-a3b", "gpt-oss-20b", "tiny", "qwen3-tiny",
+// "phi3-tiny", "phi4-mini-tiny", "gemma2-tiny", "gemma3-tiny", "qwen3moe-tiny",
+// "gpt-oss-tiny".
 std::optional<SyntheticConfig> preset(const std::string& name);
 
 // The type each tensor gets under cfg.weight_type. Throws std::invalid_argument for

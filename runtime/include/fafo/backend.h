@@ -105,12 +105,20 @@ struct AttentionShape {
   // at positions p - window + 1 .. p of those its view and mask give it (a committed
   // entry's position is its logical index; a batch token's, its StepBatch position).
   int32_t window = 0;
+  // Where present (gpt-oss's attn_sinks: F32, one value per query head), each row's
+  // softmax over its keys has one more logit, the head's sink, which takes a share of
+  // the weight and adds nothing to the output: out = sum_k e^(s_k) v_k / (e^(sink) +
+  // sum_k e^(s_k)). Empty: none.
+  Weight sinks{};
   // Whether a key at position `key` is inside the window of a row at `row`.
   bool in_window(int32_t row, int32_t key) const { return window <= 0 || row - key < window; }
 };
 
-// The gated feed-forward activations (Backend::gated): SwiGLU's SiLU, GeGLU's GELU.
-enum class GatedActivation : uint8_t { Silu, GeluTanh };
+// The gated feed-forward activations (Backend::gated): SwiGLU's SiLU, GeGLU's GELU, and
+// gpt-oss's clamped SwiGLU (SwigluOai: out = g * sigmoid(1.702 g) * (u + 1) with g =
+// min(gate, 7) and u = clamp(up, -7, 7), as llama.cpp's ggml_swiglu_oai).
+enum class GatedActivation : uint8_t { Silu, GeluTanh, SwigluOai };
+inline constexpr float kSwigluOaiAlpha = 1.702f, kSwigluOaiLimit = 7.0f;
 // The element-wise maps with one parameter (Backend::map).
 enum class ElementMap : uint8_t { Scale, Softcap };
 

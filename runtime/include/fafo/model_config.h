@@ -14,7 +14,7 @@
 namespace fafo {
 
 struct ModelConfig {
-  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2" or "gemma3"
+  std::string arch;  // "llama", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "phi3", "gemma2" or "gemma3"
   std::string name;          // general.name
   int32_t n_layer = 0;
   int32_t n_embd = 0;
@@ -32,7 +32,11 @@ struct ModelConfig {
   // (LongRoPE's factors are not here: the StepRunner puts the set its sequences use in
   // its own copy, StepRunner::rope_of).
   RopeParams rope;
-  std::string rope_scaling;  // "none" or "linear" (rope.freq_scale)
+  // "none", "linear" (rope.freq_scale) or "yarn" (folded into rope.freq_factors and
+  // rope.attn_factor at load: model_config.cpp's apply_yarn; rope_original_ctx holds
+  // rope.scaling.original_context_length).
+  std::string rope_scaling;
+  float rope_factor = 1.0f;  // rope.scaling.factor (1: none)
   bool tied_embeddings = false;
   bool qkv_bias = false;
   // Each layer normalizes every query and key head (attn_q_norm / attn_k_norm, one
@@ -55,7 +59,7 @@ struct ModelConfig {
   float query_pre_attn_scalar = 0.0f;
   float attn_softcap = 0.0f, final_softcap = 0.0f;
   bool gelu_ffn = false, post_norms = false;
-  // Sliding-window layers (Gemma 2 and 3): with sliding_window > 0, layer l attends
+  // Sliding-window layers (Gemma 2 and 3, gpt-oss): with sliding_window > 0, layer l attends
   // only the last sliding_window positions when l % swa_period < swa_period - 1 (every
   // layer when swa_period is 0), as llama.cpp's set_swa_pattern; those layers rotate by
   // rope_swa (Gemma 3: base 10,000, no scaling), the others by rope.
@@ -80,6 +84,17 @@ struct ModelConfig {
   // picks n_expert_used of them for each token (fafo/moe_routing.h). 0: a dense model.
   int32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   bool moe() const { return n_expert > 0; }
+  // gpt-oss: the router's k largest logits pick the experts and the softmax of those k
+  // weights them (moe_softmax_of_chosen; else qwen3moe's softmax of all, the chosen
+  // renormalized); the router and each expert's gate, up and down projections add a
+  // bias (expert_biases); the experts' activation is the clamped SwiGLU (swiglu_oai_ffn).
+  bool moe_softmax_of_chosen = false, expert_biases = false, swiglu_oai_ffn = false;
+  // gpt-oss: attn_output.bias (attn_out_bias) and a sink per query head (attn_sinks.weight:
+  // AttentionShape::sinks).
+  bool attn_out_bias = false, attention_sinks = false;
+  // The name of the norm before each feed-forward block (blk.N.<name>.weight): "ffn_norm",
+  // or gpt-oss's "post_attention_norm".
+  std::string ffn_norm_name = "ffn_norm";
 
   // Phi-3's fused projections: attn_qkv.weight (the query, key and value rows in one
   // tensor) and ffn_up.weight holding the gate's rows then the up projection's.

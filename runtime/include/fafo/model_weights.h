@@ -31,6 +31,8 @@ struct LayerWeights {
   Weight attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, w_gate, w_up, w_down;
   Weight q_norm, k_norm;                 // ModelConfig::qk_norm: one head's gains each
   Weight attn_post_norm, ffn_post_norm;  // ModelConfig::post_norms
+  Weight bo;                             // ModelConfig::attn_out_bias: attn_output.bias
+  Weight attn_sinks;                     // ModelConfig::attention_sinks: one per query head
   bool fused_qkv = false;
   // MLA layers (ModelConfig::mla): wk and wv are the latent down-projections (rank x
   // n_embd), k_up and v_up the F32 up-projections (kv_dim x rank); k_up_host is k_up's
@@ -40,10 +42,13 @@ struct LayerWeights {
   // A mixture-of-experts layer (ModelConfig::moe; w_gate, w_up, w_down stay empty): the
   // router (ffn_gate_inp: n_expert x n_embd) and each expert's gate, up (n_ff_exp x
   // n_embd) and down (n_embd x n_ff_exp) projections, slices of the file's 3-D tensors.
+  // gpt-oss (ModelConfig::expert_biases): each projection's bias (gate_b, up_b: n_ff_exp;
+  // down_b: n_embd) and the router's (ffn_gate_inp_b: n_expert).
   struct Expert {
     Weight gate, up, down;
+    Weight gate_b{}, up_b{}, down_b{};
   };
-  Weight ffn_gate_inp;
+  Weight ffn_gate_inp, ffn_gate_inp_b;
   std::vector<Expert> experts;
 };
 

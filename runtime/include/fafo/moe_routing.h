@@ -1,4 +1,4 @@
-// A mixture-of-experts layer's routing (qwen3moe): which experts each token's feed-forward
+// A mixture-of-experts layer's routing (qwen3moe, gpt-oss): which experts each token's feed-forward
 // block runs and with what weights, from the router's logits (ffn_gate_inp times the
 // token's normalized hidden state). Computed on the host, one row at a time, so a
 // token routes the same whatever else its step holds (T-invariance): the logits come
@@ -26,6 +26,12 @@ struct MoeRoute {
 // their probabilities are divided by their sum (at least 2^-14). Throws
 // std::invalid_argument unless 1 <= k <= n_expert and logits holds whole rows.
 MoeRoute route_top_k_softmax(std::span<const float> logits, int32_t n_expert, int32_t k, bool normalize = true);
+
+// As llama.cpp's build_moe_ffn with LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT (gpt-oss):
+// the k largest logits choose the experts (equal logits: the lower index first; NaN
+// below every number), weighted by the softmax of those k logits. Throws as
+// route_top_k_softmax.
+MoeRoute route_top_k_then_softmax(std::span<const float> logits, int32_t n_expert, int32_t k);
 
 // One expert's share of a step: the rows that chose it (ascending) and their weights.
 struct ExpertRows {

@@ -113,6 +113,29 @@ void read_gemma3(const GgufFile& f, ModelConfig& c) {
   if (c.qkv_bias) throw GgufError(f.path(), "gemma3 files with attention biases are not supported");
 }
 
+// gpt-oss, as llama.cpp defines it: qwen3moe's expert keys; attention with biases (the
+// query, key and value ones where the file has them, attn_output.bias) and a sink per head (attn_sinks.weight), scaled
+// by 1 / sqrt(head_dim); a sliding window (attention.sliding_window, which it requires)
+// on the even layers (period 2, or attention.sliding_window_pattern), rotating as the
+// others (NEOX with YaRN: rope.freq_base_swa where the file gives one); the feed-forward
+// block's norm named post_attention_norm; a router with a bias whose k largest logits
+// pick the experts, weighted by the softmax of those k (not of all of them); experts with
+// biases and the clamped SwiGLU (GatedActivation::SwigluOai); its own output.weight.
+void read_gpt_oss(const GgufFile& f, ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  c.attn_out_bias = true;
+  c.attention_sinks = true;
+  c.swiglu_oai_ffn = true;
+  c.moe_softmax_of_chosen = true;
+  c.expert_biases = true;
+  c.ffn_norm_name = "post_attention_norm";
+  f.require_int(a + "attention.sliding_window");
+  read_sliding_window(f, c, 0, 2, c.rope.freq_base, c.rope.freq_scale);
+  c.rope_swa.freq_factors = c.rope.freq_factors;  // YaRN's, which every layer takes
+  if (c.rope_scaling == "yarn" && c.rope_swa.freq_base != c.rope.freq_base)
+    throw GgufError(f.path(), "a gpt-oss file with YaRN and its own rope.freq_base_swa is not supported");
+}
+
 // qwen3moe: expert_count experts of expert_feed_forward_length hidden units, of which
 // expert_used_count serve each token (as llama.cpp reads them).
 void read_experts(const GgufFile& f, ModelConfig& c) {
@@ -123,6 +146,34 @@ void read_experts(const GgufFile& f, ModelConfig& c) {
     throw GgufError(f.path(), "expert_used_count " + std::to_string(c.n_expert_used) + " is more than expert_count " +
                                   std::to_string(c.n_expert));
   c.n_ff_exp = positive_int(f, a + "expert_feed_forward_length");
+}
+
+// YaRN (rope.scaling.type "yarn"), as llama.cpp applies it to the architectures fafo
+// reads (ext_factor 1, beta_fast 32, beta_slow 1; ggml's rope_yarn): pair i's angle is
+// theta_i * (s (1 - r_i) + r_i), with s = freq_scale (1 / factor) and r_i the ramp
+// 1 - clamp((i - low) / max(0.001, high - low), 0, 1) between the correction dimensions
+// low = floor(d(32)) and high = ceil(d(1)), d(b) = n_dims ln(n_ctx_orig / (2 pi b)) /
+// (2 ln base), clamped to [0, n_dims - 1]; cos and sin are scaled by 1 + 0.1 ln(factor)
+// (factor > 1; times rope.scaling.attn_factor). Here the angle's factor becomes a divisor
+// of freq_factors and the scale attn_factor, so every backend's RoPE applies it.
+void apply_yarn(RopeParams& r, int32_t n_ctx_orig, float file_attn_factor) {
+  const float s = r.freq_scale, base = r.freq_base;
+  const int n_dims = r.n_dims;
+  const auto corr_dim = [&](float n_rot) {
+    return static_cast<float>(n_dims) * std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2.0f * static_cast<float>(M_PI))) /
+           (2.0f * std::log(base));
+  };
+  const float low = std::max(0.0f, std::floor(corr_dim(32.0f)));
+  const float high = std::min(static_cast<float>(n_dims - 1), std::ceil(corr_dim(1.0f)));
+  if (r.freq_factors.empty()) r.freq_factors.assign(static_cast<size_t>(n_dims / 2), 1.0f);
+  for (int i = 0; i < n_dims / 2; ++i) {
+    const float y = (static_cast<float>(i) - low) / std::max(0.001f, high - low);
+    const float ramp = 1.0f - std::min(1.0f, std::max(0.0f, y));
+    r.freq_factors[static_cast<size_t>(i)] /= s * (1.0f - ramp) + ramp;
+  }
+  const float factor = 1.0f / s;
+  r.attn_factor = file_attn_factor * (factor > 1.0f ? 1.0f + 0.1f * std::log(factor) : 1.0f);
+  r.freq_scale = 1.0f;
 }
 
 }  // namespace
@@ -137,15 +188,16 @@ int64_t ModelConfig::kv_floats_per_token() const {
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "phi3" &&
+  const bool experts = c.arch == "qwen3moe" || c.arch == "gpt-oss";
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && !experts && c.arch != "phi3" &&
       c.arch != "gemma2" && c.arch != "gemma3")
     throw GgufError(f.path(), "unsupported architecture '" + c.arch +
-                                  "' (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)");
+                                  "' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma2, gemma3)");
   c.name = f.get_string("general.name", "");
   const std::string a = c.arch + ".";
-  if (c.arch != "qwen3moe" && (f.get_int(a + "expert_count", 0) > 0 || f.find_tensor("blk.0.ffn_gate_inp.weight")))
+  if (!experts && (f.get_int(a + "expert_count", 0) > 0 || f.find_tensor("blk.0.ffn_gate_inp.weight")))
     throw GgufError(f.path(), "mixture-of-experts " + c.arch + " files (such as Mixtral) are not supported; of the "
-                              "mixture-of-experts architectures fafo runs qwen3moe");
+                              "mixture-of-experts architectures fafo runs qwen3moe and gpt-oss");
   c.n_layer = positive_int(f, a + "block_count", 4096);
   c.n_embd = positive_int(f, a + "embedding_length");
   c.n_head = positive_int(f, a + "attention.head_count", 4096);
@@ -153,7 +205,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (c.n_head % c.n_head_kv != 0)
     throw GgufError(f.path(), "attention.head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
                                   std::to_string(c.n_head_kv));
-  if (c.arch == "qwen3moe") read_experts(f, c);
+  if (experts) read_experts(f, c);
   // (A mixture-of-experts file's dense width is not used: its layers have only experts.)
   c.n_ff = c.moe() && !f.find(a + "feed_forward_length") ? c.n_ff_exp : positive_int(f, a + "feed_forward_length");
   c.head_dim = f.find(a + "attention.key_length") ? positive_int(f, a + "attention.key_length", 4096) : c.n_embd / c.n_head;
@@ -172,7 +224,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (!std::isfinite(c.rope.freq_base) || c.rope.freq_base <= 0.0f)
     throw GgufError(f.path(), "rope.freq_base must be a positive finite number");
   // llama GGUFs store Q/K permuted for the interleaved layout; Qwen's and Phi-3's rotate halves.
-  c.rope.neox = c.arch == "qwen2" || c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "phi3" || c.arch == "gemma2" || c.arch == "gemma3";
+  c.rope.neox = c.arch != "llama";  // qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma2, gemma3
   // As llama.cpp reads it: the type defaults to linear; the factor comes from
   // rope.scaling.factor, else the legacy rope.scale_linear; 0 means no scaling.
   // Llama 3.1/3.2 files carry their scaling as a rope_freqs.weight tensor instead (below).
@@ -181,6 +233,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (factor == 0.0) factor = f.get_float(a + "rope.scale_linear", 1.0);
   if (!std::isfinite(factor) || factor < 0.0) throw GgufError(f.path(), "rope.scaling.factor must be a finite number >= 0");
   if (factor == 0.0) factor = 1.0;
+  c.rope_factor = static_cast<float>(factor);
   // LongRoPE (Phi-3): per-pair factors in two tensors, chosen by the context size
   // (StepRunner::use_context), and an attention factor.
   const GgufTensor* short_factors = f.find_tensor("rope_factors_short.weight");
@@ -214,10 +267,17 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (!std::isfinite(c.rope_attn_factor) || c.rope_attn_factor <= 0.0f)
     throw GgufError(f.path(), "rope.scaling.attn_factor must be a positive finite number");
   c.rope.attn_factor = c.rope_attn_factor;  // on the rotated dimensions (Phi-4-mini rotates 3/4 of each head)
-  if (c.rope_scaling == "linear") {
+  if (c.rope_scaling == "linear" || c.rope_scaling == "yarn") {
     c.rope.freq_scale = static_cast<float>(1.0 / factor);
   } else if (c.rope_scaling != "none") {
-    throw GgufError(f.path(), "unsupported rope.scaling.type '" + c.rope_scaling + "' (supported: none, linear)");
+    throw GgufError(f.path(), "unsupported rope.scaling.type '" + c.rope_scaling + "' (supported: none, linear, yarn)");
+  }
+  if (c.rope_scaling == "yarn") {
+    if (!c.rope_factors_short.empty()) throw GgufError(f.path(), "YaRN and LongRoPE factors in one file");
+    c.rope_original_ctx = f.find(a + "rope.scaling.original_context_length")
+                              ? positive_int(f, a + "rope.scaling.original_context_length", 1 << 24)
+                              : c.n_ctx_train;
+    apply_yarn(c.rope, c.rope_original_ctx, c.rope_attn_factor);
   }
 
   const GgufTensor& embd = f.require_tensor("token_embd.weight");
@@ -234,8 +294,9 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                                   std::to_string(c.head_dim) + " in a " + c.arch + " file");
   if (c.arch == "gemma2") read_gemma2(f, c);
   if (c.arch == "gemma3") read_gemma3(f, c);
+  if (c.arch == "gpt-oss") read_gpt_oss(f, c);
   if (f.find("fafo.mla.rank_k") || f.find("fafo.mla.rank_v")) {
-    if (c.sliding_window > 0 || c.gelu_ffn || c.moe())
+    if (c.sliding_window > 0 || c.gelu_ffn || c.moe() || c.attention_sinks)
       throw GgufError(f.path(), "MLA files of a " + c.arch + " model are not supported");
     read_mla(f, c);
   }

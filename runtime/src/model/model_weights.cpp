@@ -74,6 +74,21 @@ class WeightLoader {
     const size_t matrix_bytes = static_cast<size_t>(rows) * tensor_row_bytes(t.type, cols);
     return upload(t.type, rows, cols, static_cast<const uint8_t*>(t.data) + static_cast<size_t>(e) * matrix_bytes);
   }
+  // Row `e` of a [n, n_expert] tensor (an expert's bias), as a vector.
+  Weight expert_vector(const GgufTensor& t, int64_t n, int64_t n_expert, int64_t e) {
+    check(t, n, n_expert);
+    return upload(t.type, 1, n, static_cast<const uint8_t*>(t.data) + static_cast<size_t>(e) * tensor_row_bytes(t.type, n));
+  }
+  // A vector whose values must be finite numbers (attention sinks).
+  Weight finite_vector(const std::string& name, int64_t n) {
+    const GgufTensor& t = f_.require_tensor(name);
+    check(t, n, 1);
+    std::vector<float> values(static_cast<size_t>(n));
+    dequantize_row(t.type, t.data, values.data(), n);
+    for (float v : values)
+      if (!std::isfinite(v)) throw GgufError(f_.path(), "tensor '" + name + "' holds a value that is not a finite number");
+    return upload(t.type, 1, n, t.data);
+  }
   Weight optional_vector(const std::string& name, int64_t n) {
     const GgufTensor* t = f_.find_tensor(name);
     return t ? load(*t, n, 1) : Weight{};
@@ -264,12 +279,14 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::vector<Dev
       }
     }
     L.wo = load.matrix(p + "attn_output.weight", q_dim, c.n_embd);
+    if (c.attn_out_bias) L.bo = load.vector(p + "attn_output.bias", c.n_embd);
+    if (c.attention_sinks) L.attn_sinks = load.finite_vector(p + "attn_sinks.weight", c.n_head);
     if (c.qk_norm) {
       L.q_norm = load.vector(p + "attn_q_norm.weight", c.head_dim);
       L.k_norm = load.vector(p + "attn_k_norm.weight", c.head_dim);
     }
     }
-    L.ffn_norm = load.vector(p + "ffn_norm.weight", c.n_embd);
+    L.ffn_norm = load.vector(p + c.ffn_norm_name + ".weight", c.n_embd);
     if (c.post_norms) {
       L.attn_post_norm = load.vector(p + "post_attention_norm.weight", c.n_embd);
       L.ffn_post_norm = load.vector(p + "post_ffw_norm.weight", c.n_embd);
@@ -280,10 +297,18 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::vector<Dev
       const GgufTensor& gate = file_->require_tensor(p + "ffn_gate_exps.weight");
       const GgufTensor& up = file_->require_tensor(p + "ffn_up_exps.weight");
       const GgufTensor& down = file_->require_tensor(p + "ffn_down_exps.weight");
-      for (int32_t e = 0; e < c.n_expert; ++e)
-        L.experts.push_back({load.expert(gate, c.n_embd, c.n_ff_exp, c.n_expert, e),
-                             load.expert(up, c.n_embd, c.n_ff_exp, c.n_expert, e),
-                             load.expert(down, c.n_ff_exp, c.n_embd, c.n_expert, e)});
+      if (c.expert_biases) L.ffn_gate_inp_b = load.vector(p + "ffn_gate_inp.bias", c.n_expert);
+      for (int32_t e = 0; e < c.n_expert; ++e) {
+        LayerWeights::Expert x{load.expert(gate, c.n_embd, c.n_ff_exp, c.n_expert, e),
+                               load.expert(up, c.n_embd, c.n_ff_exp, c.n_expert, e),
+                               load.expert(down, c.n_ff_exp, c.n_embd, c.n_expert, e)};
+        if (c.expert_biases) {
+          x.gate_b = load.expert_vector(file_->require_tensor(p + "ffn_gate_exps.bias"), c.n_ff_exp, c.n_expert, e);
+          x.up_b = load.expert_vector(file_->require_tensor(p + "ffn_up_exps.bias"), c.n_ff_exp, c.n_expert, e);
+          x.down_b = load.expert_vector(file_->require_tensor(p + "ffn_down_exps.bias"), c.n_embd, c.n_expert, e);
+        }
+        L.experts.push_back(x);
+      }
       layers_.push_back(L);
       continue;
     }

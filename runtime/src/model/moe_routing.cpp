@@ -56,6 +56,45 @@ MoeRoute route_top_k_softmax(std::span<const float> logits, int32_t n_expert, in
   return route;
 }
 
+MoeRoute route_top_k_then_softmax(std::span<const float> logits, int32_t n_expert, int32_t k) {
+  if (n_expert < 1 || k < 1 || k > n_expert)
+    throw std::invalid_argument("route_top_k_then_softmax: " + std::to_string(k) + " of " + std::to_string(n_expert) +
+                                " experts");
+  if (logits.size() % static_cast<size_t>(n_expert) != 0)
+    throw std::invalid_argument("route_top_k_then_softmax: the logits are not whole rows of " + std::to_string(n_expert));
+  const size_t n_rows = logits.size() / static_cast<size_t>(n_expert);
+  MoeRoute route;
+  route.k = k;
+  route.experts.reserve(n_rows * static_cast<size_t>(k));
+  route.weights.reserve(n_rows * static_cast<size_t>(k));
+  std::vector<int32_t> order(static_cast<size_t>(n_expert));
+  std::vector<float> chosen(static_cast<size_t>(k));
+  for (size_t r = 0; r < n_rows; ++r) {
+    const float* row = logits.data() + r * static_cast<size_t>(n_expert);
+    // (A NaN logit ranks below every number: the order stays strict.)
+    const auto ranked = [&](int32_t e) { return std::isnan(row[e]) ? -INFINITY : row[e]; };
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      const float la = ranked(a), lb = ranked(b);
+      return la > lb || (la == lb && a < b);
+    });
+    // The softmax of the chosen logits, as ggml's CPU softmax: exp(x - max) summed in
+    // double, times 1 / sum.
+    const float max = row[order[0]];
+    double sum = 0.0;
+    for (int32_t j = 0; j < k; ++j) {
+      chosen[static_cast<size_t>(j)] = std::exp(row[order[static_cast<size_t>(j)]] - max);
+      sum += chosen[static_cast<size_t>(j)];
+    }
+    const float scale = static_cast<float>(1.0 / sum);
+    for (int32_t j = 0; j < k; ++j) {
+      route.experts.push_back(order[static_cast<size_t>(j)]);
+      route.weights.push_back(chosen[static_cast<size_t>(j)] * scale);
+    }
+  }
+  return route;
+}
+
 std::vector<ExpertRows> rows_by_expert(const MoeRoute& route) {
   std::map<int32_t, ExpertRows> by_expert;
   for (int32_t r = 0; r < route.rows(); ++r)

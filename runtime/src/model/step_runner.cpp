@@ -3,7 +3,7 @@
 // (scaled: Gemma), then per layer RMSNorm -> QKV (-> per-head Q/K RMSNorm: Qwen3, Gemma 3)
 // -> RoPE -> attention -> output projection (-> RMSNorm: Gemma) -> residual -> RMSNorm ->
 // SwiGLU (GeGLU: Gemma) FFN (-> RMSNorm: Gemma) -> residual (a mixture of experts:
-// Qwen3-MoE); final norm and logits (soft-capped: Gemma 2).
+// Qwen3-MoE, gpt-oss); final norm and logits (soft-capped: Gemma 2).
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -194,7 +194,8 @@ void StepRunner::record_step(const StepBatch& batch, std::span<const std::vector
     }
     for (int32_t l = first; l < first + w.layer_count(d); ++l) {
       const LayerWeights& L = w.layer(l);
-      const AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.attention_scale(), c.attn_softcap, c.window_of(l)};
+      const AttentionShape shape{c.n_head,        c.n_head_kv,     c.head_dim, c.attention_scale(),
+                                 c.attn_softcap,  c.window_of(l),  L.attn_sinks};
       const RopeParams& rope = rope_of(l);
       // Attention block.
       if (c.mla()) {
@@ -243,6 +244,10 @@ void StepRunner::record_step(const StepBatch& batch, std::span<const std::vector
         be.matmul(L.wo, b.attn, b.proj);
         be.rms_norm(b.proj, L.attn_post_norm, c.rms_eps, b.xn);
         be.add(b.x, b.xn);
+      } else if (c.attn_out_bias) {
+        be.matmul(L.wo, b.attn, b.proj);
+        be.add_bias(L.bo, b.proj);
+        be.add(b.x, b.proj);
       } else {
         run_matmul_add(be, L.wo, b.attn, b.x, b.proj);
       }
@@ -252,17 +257,35 @@ void StepRunner::record_step(const StepBatch& batch, std::span<const std::vector
         // here), each row picks its experts on the host, and each chosen expert's
         // products run over the rows that chose it, added into the residual stream
         // weighted by the router.
+        // (gpt-oss: the router and every projection add a bias, the k largest logits
+        // are weighted by their softmax, and the activation is the clamped SwiGLU.)
         be.rms_norm(b.x, L.ffn_norm, c.rms_eps, b.xn);
         be.matmul(L.ffn_gate_inp, b.xn, b.router);
+        if (c.expert_biases) be.add_bias(L.ffn_gate_inp_b, b.router);
         be.sync_step();
-        const MoeRoute route = route_top_k_softmax(be.read_rows(b.router, batch.size()), c.n_expert, c.n_expert_used);
+        const std::vector<float> router = be.read_rows(b.router, batch.size());
+        const MoeRoute route = c.moe_softmax_of_chosen ? route_top_k_then_softmax(router, c.n_expert, c.n_expert_used)
+                                                       : route_top_k_softmax(router, c.n_expert, c.n_expert_used);
         const std::vector<ExpertRows> experts = rows_by_expert(route);
         experts_run_ += static_cast<int64_t>(experts.size());
         for (const ExpertRows& e : experts) {
           const LayerWeights::Expert& expert = L.experts[static_cast<size_t>(e.expert)];
           be.gather_rows(b.xn, e.rows, b.expert_in);
-          run_matmul_swiglu(be, expert.gate, expert.up, b.expert_in, b.expert_gate, b.expert_up);
-          be.matmul(expert.down, b.expert_gate, b.expert_out);
+          if (c.expert_biases || c.swiglu_oai_ffn) {
+            be.matmul(expert.gate, b.expert_in, b.expert_gate);
+            be.matmul(expert.up, b.expert_in, b.expert_up);
+            if (c.expert_biases) {
+              be.add_bias(expert.gate_b, b.expert_gate);
+              be.add_bias(expert.up_b, b.expert_up);
+            }
+            be.gated(c.swiglu_oai_ffn ? GatedActivation::SwigluOai : GatedActivation::Silu, b.expert_gate, b.expert_up,
+                     b.expert_gate);
+            be.matmul(expert.down, b.expert_gate, b.expert_out);
+            if (c.expert_biases) be.add_bias(expert.down_b, b.expert_out);
+          } else {
+            run_matmul_swiglu(be, expert.gate, expert.up, b.expert_in, b.expert_gate, b.expert_up);
+            be.matmul(expert.down, b.expert_gate, b.expert_out);
+          }
           be.scatter_add(b.expert_out, e.rows, e.weights, b.x);
         }
         continue;

@@ -33,24 +33,41 @@ HWY_INLINE VF Activate(DF df, VF x) {
   }
 }
 
+// The activation of a gate and up vector: act(gate) * up, or gpt-oss's clamped SwiGLU
+// g * sigmoid(1.702 g) * (u + 1) with g = min(gate, 7), u = clamp(up, -7, 7) (as
+// scalar::swiglu_oai: g / (1 + exp(-1.702 g)); exp's argument is at least -11.9).
+template <GatedActivation kAct, class DF, class VF = hn::Vec<DF>>
+HWY_INLINE VF Gate(DF df, VF gate, VF up) {
+  if constexpr (kAct == GatedActivation::SwigluOai) {
+    // As std::min and std::clamp, so a NaN stays NaN.
+    const VF limit = hn::Set(df, kSwigluOaiLimit), low = hn::Neg(limit);
+    const VF g = hn::IfThenElse(hn::Lt(limit, gate), limit, gate);
+    const VF u = hn::IfThenElse(hn::Lt(up, low), low, hn::IfThenElse(hn::Lt(limit, up), limit, up));
+    const VF e = hn::Exp(df, hn::Min(hn::Mul(hn::Set(df, -kSwigluOaiAlpha), g), hn::Set(df, 100.0f)));
+    return hn::Mul(hn::Div(g, hn::Add(hn::Set(df, 1.0f), e)), hn::Add(u, hn::Set(df, 1.0f)));
+  } else {
+    return hn::Mul(Activate<kAct>(df, gate), up);
+  }
+}
+
 template <GatedActivation kAct>
 void GatedWith(const float* gate, const float* up, float* out, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
-  for (; i + N <= n; i += N)
-    hn::StoreU(hn::Mul(Activate<kAct>(df, hn::LoadU(df, gate + i)), hn::LoadU(df, up + i)), df, out + i);
+  for (; i + N <= n; i += N) hn::StoreU(Gate<kAct>(df, hn::LoadU(df, gate + i), hn::LoadU(df, up + i)), df, out + i);
   if (i < n) {  // the last values in a padded vector, so they take the same lanes' arithmetic
     HWY_ALIGN float g[hn::MaxLanes(df)] = {}, u[hn::MaxLanes(df)] = {}, o[hn::MaxLanes(df)];
     std::copy(gate + i, gate + n, g);
     std::copy(up + i, up + n, u);
-    hn::Store(hn::Mul(Activate<kAct>(df, hn::Load(df, g)), hn::Load(df, u)), df, o);
+    hn::Store(Gate<kAct>(df, hn::Load(df, g), hn::Load(df, u)), df, o);
     std::copy(o, o + (n - i), out + i);
   }
 }
 
 void GatedImpl(GatedActivation act, const float* gate, const float* up, float* out, int64_t n) {
   if (act == GatedActivation::Silu) GatedWith<GatedActivation::Silu>(gate, up, out, n);
+  else if (act == GatedActivation::SwigluOai) GatedWith<GatedActivation::SwigluOai>(gate, up, out, n);
   else GatedWith<GatedActivation::GeluTanh>(gate, up, out, n);
 }
 

@@ -202,6 +202,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     if (!kv) throw std::logic_error("latent_attention: a KV cache of the step was destroyed");
     const KvCacheShape& shape = kv->shape();
     check_latent_attention(shape, layer, k_up, v_up);
+    if (s.sinks) throw std::invalid_argument("latent_attention: attention sinks in a latent layer");
     const HostWeight& ku = weights_.at(static_cast<size_t>(k_up.id)).file;
     const HostWeight& vu = weights_.at(static_cast<size_t>(v_up.id)).file;
     const int32_t kv_dim = shape.kv_dim, rk = shape.key_dim(layer), rv = shape.value_dim(layer);
@@ -428,7 +429,9 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
         }
       }
     });
-    // Each (row, head): its parts combined, then (latent values) up-projected.
+    // Each (row, head): its parts combined (with the head's sink), then (latent values)
+    // up-projected.
+    const float* sinks = s.sinks ? weights_.at(static_cast<size_t>(s.sinks.id)).dense.data() : nullptr;
     const int64_t combine_cost = int64_t{widest} * (s.head_dim + 1);
     pool_.parallel_for(int64_t{T} * s.n_head, grain_for(combine_cost), [&](int64_t b, int64_t e, int) {
       std::vector<float> latent(width);
@@ -441,7 +444,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
         float* o = row(out, i) + h * s.head_dim;
         const float* part_accs = accs.data() + static_cast<size_t>(p0) * width;
         if (!V.up) {
-          scalar::combine_parts(parts.data() + p0, part_accs, p1 - p0, V.width, o);
+          scalar::combine_parts(parts.data() + p0, part_accs, p1 - p0, V.width, o, sinks ? sinks[h] : -INFINITY);
         } else {
           scalar::combine_parts(parts.data() + p0, part_accs, p1 - p0, V.width, latent.data());
           scalar::up_project(V.up + static_cast<int64_t>(h / group) * s.head_dim * V.width, latent.data(), s.head_dim, V.width, o);

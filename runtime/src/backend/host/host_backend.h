@@ -44,7 +44,9 @@ class HostKernels {
   // its inputs (the host backend splits a step's values over threads at any point).
   virtual void gated(GatedActivation act, const float* gate, const float* up, float* out, int64_t n) const {
     for (int64_t i = 0; i < n; ++i)
-      out[i] = (act == GatedActivation::Silu ? scalar::silu(gate[i]) : scalar::gelu_tanh(gate[i])) * up[i];
+      out[i] = act == GatedActivation::SwigluOai
+                   ? scalar::swiglu_oai(gate[i], up[i])
+                   : (act == GatedActivation::Silu ? scalar::silu(gate[i]) : scalar::gelu_tanh(gate[i])) * up[i];
   }
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;

@@ -19,6 +19,12 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(std::clamp(inner, -10.0f, 10.0f)));
 }
 
+float swiglu_oai(float gate, float up) {
+  const float g = std::min(gate, kSwigluOaiLimit);
+  const float u = std::clamp(up, -kSwigluOaiLimit, kSwigluOaiLimit);
+  return g / (1.0f + std::exp(-kSwigluOaiAlpha * g)) * (u + 1.0f);
+}
+
 float soft_cap(float x, float cap) { return cap * std::tanh(std::clamp(x / cap, -10.0f, 10.0f)); }
 
 int32_t argmax_row(const float* x, int64_t n) {
@@ -47,10 +53,11 @@ AttentionPart attend_head_part(const float* q, const KvRows& keys, const KvRows&
   return part;
 }
 
-void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t width, float* out) {
-  float max = -INFINITY;
+void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t width, float* out,
+                   float sink) {
+  float max = sink;  // -inf without one
   for (int32_t p = 0; p < n_parts; ++p) max = std::max(max, parts[p].max);
-  double total = 0.0;
+  double total = sink == -INFINITY ? 0.0 : std::exp(sink - max);
   std::fill(out, out + width, 0.0f);
   for (int32_t p = 0; p < n_parts; ++p) {
     if (parts[p].sum == 0.0) continue;

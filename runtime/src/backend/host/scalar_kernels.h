@@ -16,6 +16,8 @@ void rms_norm_row(const float* x, const float* gain, float eps, float* out, int6
 float silu(float x);
 // GELU by its tanh approximation (tanh's argument clamped to [-10, 10]).
 float gelu_tanh(float x);
+// gpt-oss's clamped SwiGLU of one gate and up value (GatedActivation::SwigluOai).
+float swiglu_oai(float gate, float up);
 using fafo::GatedActivation;  // fafo/backend.h
 // cap * tanh(x / cap), tanh's argument clamped to [-10, 10].
 float soft_cap(float x, float cap);
@@ -53,7 +55,9 @@ struct ScoreMap {
 };
 AttentionPart attend_head_part(const float* q, const KvRows& keys, const KvRows& values, const int32_t* slots,
                                int32_t n_keys, ScoreMap score, float* scratch, float* acc);
-// out = the softmax-weighted values of all parts (accs: n_parts x width).
-void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t width, float* out);
+// out = the softmax-weighted values of all parts (accs: n_parts x width); a finite
+// `sink` (AttentionShape::sinks) is one more logit of the softmax, with no value.
+void combine_parts(const AttentionPart* parts, const float* accs, int32_t n_parts, int32_t width, float* out,
+                   float sink = -INFINITY);
 
 }  // namespace fafo::scalar

@@ -174,11 +174,12 @@ class OracleBackend final : public Backend, public BackendMemory {
       const float* K = kv.key(layer, 0);
       const float* V = kv.value(layer, 0);
       const std::vector<int32_t> slots = keys_seen(*batch_, kv, layer, i, s.window);
+      const float* sinks = s.sinks ? weight(s.sinks).vector.data() : nullptr;
       for (int32_t h = 0; h < s.n_head; ++h) {
         const int64_t kv_head = h / (s.n_head / s.n_head_kv);
         attend_head(row(q, i) + int64_t{h} * s.head_dim, HeadRows{K, kv_dim, kv_head * s.head_dim, s.head_dim},
                     HeadRows{V, kv_dim, kv_head * s.head_dim, s.head_dim}, slots, s.scale, s.softcap,
-                    row(out, i) + int64_t{h} * s.head_dim);
+                    row(out, i) + int64_t{h} * s.head_dim, sinks ? sinks[h] : -INFINITY);
       }
     }
   }
@@ -194,6 +195,7 @@ class OracleBackend final : public Backend, public BackendMemory {
       const StepSegment seg = batch_->segment(part);
       const KvCacheShape& shape = kv.shape();
       check_latent_attention(shape, layer, k_up, v_up);
+      if (s.sinks) throw std::invalid_argument("latent_attention: attention sinks in a latent layer");
       const int32_t kv_dim = shape.kv_dim, key_rank = shape.key_dim(layer), value_rank = shape.value_dim(layer);
       if (int64_t{s.n_head_kv} * s.head_dim != kv_dim) throw std::invalid_argument("latent_attention: n_head_kv * head_dim != kv_dim");
       const auto* Ku = reinterpret_cast<const float*>(weight(k_up).data);
@@ -229,8 +231,9 @@ class OracleBackend final : public Backend, public BackendMemory {
   void gated(GatedActivation act, const Activation& gate, const Activation& up, Activation& out) override {
     for (int64_t i = 0; i < rows_of(gate); ++i)
       for (int64_t c = 0; c < gate.cols; ++c) {
-        const float g = row(gate, i)[c];
-        row(out, i)[c] = (act == GatedActivation::Silu ? silu(g) : gelu_tanh(g)) * row(up, i)[c];
+        const float g = row(gate, i)[c], u = row(up, i)[c];
+        row(out, i)[c] = act == GatedActivation::SwigluOai ? swiglu_oai(g, u)
+                                                           : (act == GatedActivation::Silu ? silu(g) : gelu_tanh(g)) * u;
       }
     set_rows(out, rows_of(gate));
   }

@@ -35,15 +35,15 @@ std::vector<int32_t> keys_seen(const StepBatch& batch, const KvCache& kv, int32_
 }
 
 void attend_head(const float* q, const HeadRows& keys, const HeadRows& values, const std::vector<int32_t>& slots,
-                 float scale, float softcap, float* out) {
+                 float scale, float softcap, float* out, float sink) {
   std::vector<float> score(slots.size());
-  float max = -INFINITY;
+  float max = sink;  // -inf without one
   for (size_t k = 0; k < slots.size(); ++k) {
     score[k] = dot(q, keys.at(slots[k]), keys.width) * scale;
     if (softcap > 0.0f) score[k] = soft_cap(score[k], softcap);
     max = std::max(max, score[k]);
   }
-  double total = 0;
+  double total = sink == -INFINITY ? 0.0 : std::exp(sink - max);
   std::fill(out, out + values.width, 0.0f);
   for (size_t k = 0; k < slots.size(); ++k) {
     const float w = std::exp(score[k] - max);

@@ -3,6 +3,7 @@
 // slots it sees, then one softmax over exactly those keys. No parts, no combine.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -41,8 +42,10 @@ struct HeadRows {
 // One head's attention over `slots`: out[d] = sum_k w_k v_k[d] / sum_k w_k with
 // w_k = exp(s_k - max_k s_k) and s_k = dot(q, key_k) * scale, soft-capped (softcap *
 // tanh(s_k / softcap)) where softcap > 0. The weights are fp32, their sum is taken in
-// double, and the weighted values are divided once, through one fp32 reciprocal.
+// double, and the weighted values are divided once, through one fp32 reciprocal. A
+// finite `sink` (AttentionShape::sinks) is one more logit in the softmax, with no value:
+// the max is taken over it too and exp(sink - max) joins the sum.
 void attend_head(const float* q, const HeadRows& keys, const HeadRows& values, const std::vector<int32_t>& slots,
-                 float scale, float softcap, float* out);
+                 float scale, float softcap, float* out, float sink = -INFINITY);
 
 }  // namespace fafo::reference

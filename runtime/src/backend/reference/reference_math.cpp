@@ -42,6 +42,12 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(std::clamp(inner, -10.0f, 10.0f)));
 }
 
+float swiglu_oai(float gate, float up) {
+  const float g = std::min(gate, kSwigluOaiLimit);
+  const float u = std::clamp(up, -kSwigluOaiLimit, kSwigluOaiLimit);
+  return g / (1.0f + std::exp(-kSwigluOaiAlpha * g)) * (u + 1.0f);
+}
+
 float soft_cap(float x, float cap) { return cap * std::tanh(std::clamp(x / cap, -10.0f, 10.0f)); }
 
 int32_t argmax_row(const float* x, int64_t n) {

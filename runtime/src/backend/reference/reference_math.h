@@ -20,6 +20,8 @@ void rope_head(float* head, int32_t position, const RopeParams& p);
 float silu(float x);
 // GELU by its tanh approximation (tanh's argument clamped to [-10, 10]).
 float gelu_tanh(float x);
+// gpt-oss's clamped SwiGLU of one gate and up value (GatedActivation::SwigluOai).
+float swiglu_oai(float gate, float up);
 // cap * tanh(x / cap), tanh's argument clamped to [-10, 10].
 float soft_cap(float x, float cap);
 // The index of the largest of n values, ties to the first; -1 when one is NaN, -2 when

@@ -42,7 +42,7 @@ struct ElementwisePush {
   float value;  // SCALE's factor, SOFTCAP's cap
 };
 struct CombinePush {
-  uint32_t T, n_head, head_dim, n_parts, out_stride, q8_stride;
+  uint32_t T, n_head, head_dim, n_parts, out_stride, q8_stride, has_sinks;
 };
 struct AttentionPush {
   uint32_t T, n_head, n_head_kv, head_dim, kv_dim, q_stride, region, dense, use_order, n_parts, mask_words,
@@ -74,7 +74,7 @@ struct QuantizePush {
   uint32_t T, cols, x_stride, out_stride;
   float eps;
 };
-enum ElementwiseOp : uint32_t { kAdd = 0, kBias = 1, kSwiglu = 2, kGeglu = 3, kScale = 4, kSoftcap = 5 };
+enum ElementwiseOp : uint32_t { kAdd = 0, kBias = 1, kSwiglu = 2, kGeglu = 3, kScale = 4, kSoftcap = 5, kSwigluOai = 6 };
 
 // Workgroups for a grid-stride loop over n items, wg_size per workgroup.
 uint32_t groups_for(uint64_t n, uint32_t wg_size, const Context& context) {
@@ -150,8 +150,8 @@ Kernels::Kernels(const Context& context)
   latent_values_[1] = make(shaders::latent_expand_values_kv_f16, 4, sizeof(LatentExpandPush));
   rope_store_ = make(shaders::rope_store, 5, sizeof(RopeStorePush));
   rope_store_f16_ = make(shaders::rope_store_kv_f16, 5, sizeof(RopeStorePush));
-  attention_combine_ = make(shaders::attention_combine, 3, sizeof(CombinePush));
-  attention_combine_q8_ = make(shaders::attention_combine_q8, 4, sizeof(CombinePush));
+  attention_combine_ = make(shaders::attention_combine, 4, sizeof(CombinePush));
+  attention_combine_q8_ = make(shaders::attention_combine_q8, 5, sizeof(CombinePush));
   kv_permute_ = make(shaders::kv_permute, 2, sizeof(KvPermutePush));
   argmax_ = make(shaders::argmax, 2, sizeof(ArgmaxPush));
   scatter_add_ = make(shaders::scatter_add, 3, sizeof(ScatterAddPush));
@@ -370,6 +370,15 @@ void Kernels::quantize_rows(CommandSequence& seq, const Buffer& x, const Buffer&
   seq.dispatch(*quantize_, {&x, &out}, push, groups_for(blocks, 32, context_));
 }
 
+void Kernels::swiglu_oai(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out,
+                         uint32_t n) const {
+  if (n == 0) return;
+  require_size(gate, n, "gate", "swiglu_oai");
+  require_size(up, n, "up", "swiglu_oai");
+  require_size(out, n, "out", "swiglu_oai");
+  seq.dispatch(*elementwise_, {&gate, &up, &out}, ElementwisePush{n, n, kSwigluOai, 0.0f}, groups_for(n, 256, context_));
+}
+
 void Kernels::geglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const {
   if (n == 0) return;
   require_size(gate, n, "gate", "geglu");
@@ -434,6 +443,7 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
       throw std::invalid_argument("attention: rounded_stride is less than a rounded row's words");
     require_size(*a.rounded, (uint64_t{a.first_row} + a.T) * a.rounded_stride, "rounded", "attention");
   }
+  if (a.sinks) require_size(*a.sinks, a.n_head, "sinks", "attention");
   const uint32_t* max_groups = context_.properties().limits.maxComputeWorkGroupCount;
   const AttentionArgs::Mapping mapping = attention_mapping(a);
   const bool grouped = mapping == AttentionArgs::Mapping::Grouped;
@@ -458,11 +468,13 @@ void Kernels::attention(CommandSequence& seq, const Buffer& q, const Buffer& key
                  (a.T + tile_rows - 1) / tile_rows);
   else
     seq.dispatch(attention_pipeline(a), {&q, &keys, &values, &step_info, &partials}, push, a.n_parts, a.n_head, a.T);
-  const CombinePush combine{a.T, a.n_head, a.head_dim, a.n_parts, a.out_stride, a.rounded_stride};
+  const CombinePush combine{a.T,          a.n_head,         a.head_dim, a.n_parts, a.out_stride, a.rounded_stride,
+                            a.sinks ? 1u : 0u};
+  const Buffer* sinks = a.sinks ? a.sinks : &partials;  // (bound unread without sinks)
   if (a.rounded)
-    seq.dispatch(*attention_combine_q8_, {&partials, &out, &step_info, a.rounded}, combine, a.n_head, a.T);
+    seq.dispatch(*attention_combine_q8_, {&partials, &out, &step_info, sinks, a.rounded}, combine, a.n_head, a.T);
   else
-    seq.dispatch(*attention_combine_, {&partials, &out, &step_info}, combine, a.n_head, a.T);
+    seq.dispatch(*attention_combine_, {&partials, &out, &step_info, sinks}, combine, a.n_head, a.T);
 }
 
 void Kernels::kv_permute(CommandSequence& seq, const Buffer& cache, const Buffer& pairs, uint32_t n_pairs,

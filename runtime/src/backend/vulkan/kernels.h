@@ -87,6 +87,8 @@ class Kernels {
   // out = gelu_tanh(gate) * up; x *= factor; x = cap * tanh(x / cap) (Backend::gated's
   // GeluTanh, Backend::map's Scale and Softcap); n floats.
   void geglu(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
+  // out = gpt-oss's clamped SwiGLU of gate and up (GatedActivation::SwigluOai); n floats.
+  void swiglu_oai(CommandSequence& seq, const Buffer& gate, const Buffer& up, const Buffer& out, uint32_t n) const;
   void scale(CommandSequence& seq, const Buffer& x, uint32_t n, float factor) const;
   void softcap(CommandSequence& seq, const Buffer& x, uint32_t n, float cap) const;
 
@@ -127,6 +129,8 @@ class Kernels {
     // = n_head * head_dim.
     const Buffer* rounded = nullptr;
     uint32_t rounded_stride = 0;
+    // The heads' sinks (AttentionShape::sinks: n_head floats), or none.
+    const Buffer* sinks = nullptr;
   };
   // Whether 16-bit storage is enabled and a probe at construction found that the device
   // widens all 65536 half bit patterns exactly (subnormals kept, NaN payloads kept).

@@ -404,6 +404,7 @@ class VulkanBackend final : public Backend,
     const KvCacheShape& shape = kv.shape();
     const StepSegment seg = batch().segment(part);
     check_latent_attention(shape, layer, k_up, v_up);
+    if (s.sinks) throw std::invalid_argument("latent_attention: attention sinks in a latent layer");
     const DeviceWeight& ku = weight(k_up);
     const DeviceWeight& vu = weight(v_up);
     const int32_t kv_dim = shape.kv_dim, rk = shape.key_dim(layer), rv = shape.value_dim(layer);
@@ -494,6 +495,7 @@ class VulkanBackend final : public Backend,
     a.order_offset = encoder_.order_offset(part);
     a.scale = s.scale;
     a.softcap = s.softcap;
+    a.sinks = s.sinks ? &vector(s.sinks) : nullptr;
     a.window = static_cast<uint32_t>(std::max(0, s.window));
     a.positions_offset = encoder_.positions_offset(part);
     a.region_offset = encoder_.region_offset(part);
@@ -511,6 +513,8 @@ class VulkanBackend final : public Backend,
     const uint32_t n = rows_of(gate) * static_cast<uint32_t>(gate.cols);
     if (fn == GatedActivation::Silu)
       kernels_.swiglu(step(), act(gate), act(up), act(out), n);
+    else if (fn == GatedActivation::SwigluOai)
+      kernels_.swiglu_oai(step(), act(gate), act(up), act(out), n);
     else
       kernels_.geglu(step(), act(gate), act(up), act(out), n);
     set_rows(out, rows_of(gate));
