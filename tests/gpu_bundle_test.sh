@@ -90,6 +90,8 @@ done
 # The mixture of experts (qwen3moe-tiny: 2 experts of 8 per token) on the Vulkan device: t(1) runs 2 a layer.
 grep -qE '^\*\*vulkan:0\*\* .*tg8 [0-9.]+ tokens/s' "$report" || fail "no moe tg for vulkan"
 grep -qE '^\| 1 \| [0-9.]+ \| 1\.00 \| 2\.0 \|' "$report" || fail "no moe step-cost row for T=1 with 2 experts a layer"
+# gpt-oss-tiny greedy on the Vulkan device: every strategy's text is the cpu backend's plain decoding's.
+grep -qE '^\| vulkan:0 \| yes \| yes \| yes \| yes \|' "$report" || fail "gpt-oss-tiny's greedy texts on vulkan are not cpu's"
 grep -qE '^\| vulkan:0 \| fafo \| [0-9]+ \|' "$report" || fail "no projection row for fafo on vulkan"
 grep -qE "^\\| tiny-Q4_K_M.gguf \\| vulkan:0 \\| [0-9.]+ \\|" "$report" || fail "no roofline row for vulkan"
 files=$(find "$work/out" -type f | wc -l)

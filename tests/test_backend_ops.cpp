@@ -508,7 +508,9 @@ TEST(BackendOpsTable, AWrongRegionSlotInCpuAttentionFailsConformance) {
       "sliding window of 32, COMPRESSED rows, region 68 of 300, permuted",
       "sliding window of 32, COMPRESSED rows, region 68 of 300, permuted, layer 0 a ring",
       "FAFO-like: COMPRESSED rows, region 68 of 300, q8_0 cache", "FAFO-like: COMPRESSED rows, region 68 of 300, q4_0 cache",
-      "permuted logical order, dense first layer, q8_0 cache", "permuted logical order, dense first layer, q4_0 cache"};
+      "permuted logical order, dense first layer, q8_0 cache", "permuted logical order, dense first layer, q4_0 cache",
+      "sinks, sliding window of 64, permuted, COMPRESSED rows, q8_0 cache",
+      "sinks, sliding window of 64, permuted, COMPRESSED rows, q8_0 cache, layer 0 a ring"};
   std::set<std::string> caught;
   for (const OpCase& c : op_table()) {
     if (c.op != "attention" && c.op != "latent_attention") continue;

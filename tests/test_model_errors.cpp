@@ -82,7 +82,7 @@ TEST(ModelErrors, UnsupportedArchitecture) {
                                             return true;
                                           },
                                           nullptr});
-  EXPECT_HAS(load_error(path), "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, qwen3moe, phi3, gemma2, gemma3)");
+  EXPECT_HAS(load_error(path), "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma2, gemma3)");
 }
 
 TEST(ModelErrors, MissingRequiredKey) {
@@ -224,4 +224,30 @@ TEST(ModelErrors, MixtureOfExpertsFilesThatDoNotAddUp) {
                                     nullptr},
                       moe);
   EXPECT_HAS(load_error(path), "mixture-of-experts llama files (such as Mixtral) are not supported");
+}
+
+// gpt-oss's own parts: the sliding window it requires, a head's sinks, an expert's bias
+// row of the wrong width, an unknown RoPE scaling.
+TEST(ModelErrors, GptOssFilesThatDoNotAddUp) {
+  synth::SyntheticConfig oss = *synth::preset("gpt-oss-tiny");  // 8 experts of 32, 4 heads
+  oss.n_vocab = 300, oss.n_ctx = 32;
+  std::string path =
+      edited_model("oss-window", {[](const std::string& k, GgufValue&) { return k != "gpt-oss.attention.sliding_window"; }, nullptr},
+                   oss);
+  EXPECT_HAS(load_error(path), "missing required key 'gpt-oss.attention.sliding_window'");
+  path = edited_model("oss-sinks", {nullptr, [](const std::string& n, auto&, auto&) { return n != "blk.1.attn_sinks.weight"; }}, oss);
+  EXPECT_HAS(load_error(path), "missing required tensor 'blk.1.attn_sinks.weight'");
+  path = edited_model("oss-bias", {nullptr, [](const std::string& n, std::vector<int64_t>& shape, auto&) {
+                                     if (n == "blk.0.ffn_up_exps.bias") shape[0] = 31;
+                                     return true;
+                                   }},
+                      oss);
+  EXPECT_HAS(load_error(path), "tensor 'blk.0.ffn_up_exps.bias' has shape [31, 8], expected [32, 8]");
+  path = edited_model("oss-rope", {[](const std::string& k, GgufValue& v) {
+                                     if (k == "gpt-oss.rope.scaling.type") v.v = std::string("longrope2");
+                                     return true;
+                                   },
+                                   nullptr},
+                      oss);
+  EXPECT_HAS(load_error(path), "unsupported rope.scaling.type 'longrope2' (supported: none, linear, yarn)");
 }

@@ -4,7 +4,9 @@ qwen3moe-tiny with --tiny), written here by fafo-synth, then `fafo bench` on the
 device of each GPU backend: pp, tg, and the step cost t(T) with the experts a step runs
 per layer (a step's rows route to different experts: the MoE step-cost curve). Each
 MoE layer reads its router's logits back inside the step (Backend::sync_step): this
-step prices that."""
+step prices that. Then gpt-oss-tiny (MXFP4 experts with biases and the clamped SwiGLU,
+attention sinks, a window of 16, YaRN), greedy for 40 tokens with every strategy on each
+GPU backend: each strategy's text must be the cpu backend's plain decoding's."""
 from __future__ import annotations
 
 from common import bench_json, tail
@@ -19,6 +21,44 @@ def moe_shape(r: Run) -> tuple[str, list[str]]:
     if r.quick:
         return "qwen3-30b-a3b-2layers.gguf", ["--preset", "qwen3-30b-a3b", "--layers", "2", "--vocab", "32000"]
     return "qwen3-30b-a3b-8layers.gguf", ["--preset", "qwen3-30b-a3b", "--layers", "8"]
+
+
+GPT_OSS_STRATEGIES = ["ar", "jacobi", "lookahead", "fafo"]
+
+
+def gpt_oss_greedy(r: Run, targets: list) -> tuple[bool, list[str]]:
+    """gpt-oss-tiny's greedy texts on the GPU backends against the cpu backend's AR text."""
+    path = r.work / "gpt-oss-tiny-mxfp4.gguf"
+    if not path.exists():
+        code, text = r.run([str(r.bin / "fafo-synth"), "--preset", "gpt-oss-tiny", "-t", "MXFP4_MOE", "-o", str(path)],
+                           min(60.0, r.left()), "gpt-oss synth")
+        if code != 0:
+            return False, [f"- gpt-oss-tiny: **fafo-synth failed** (exit {code})", "", tail(text), ""]
+    lines = ["gpt-oss-tiny (MXFP4_MOE), greedy, 40 tokens, each strategy against the cpu backend's plain decoding:", "",
+             "| backend | " + " | ".join(GPT_OSS_STRATEGIES) + " |", "|---|" + "---|" * len(GPT_OSS_STRATEGIES)]
+    want, ok = None, True
+    for backend, d in [("cpu", None)] + targets:
+        label = backend if d is None else f"{backend}:{d['index']}"
+        cells = []
+        for strategy in GPT_OSS_STRATEGIES if d is not None else ["ar"]:
+            argv = [str(r.bin / "fafo"), "run", "-m", str(path), "-p", "a b c d e f g", "-n", "40", "--temp", "0",
+                    "--ignore-eos", "--json", "--strategy", strategy, "--backend", backend]
+            if d is not None:
+                argv += ["--device", str(d["index"])]
+            code, text = r.run(argv, min(60.0, r.left()), f"gpt-oss {label} {strategy}")
+            try:
+                got = bench_json(text).get("text")
+            except ValueError:
+                got = None
+            if d is None:
+                want = got
+                cells.append("plain decoding" if got is not None else f"**failed (exit {code})**")
+            else:
+                same = got is not None and got == want
+                cells.append("yes" if same else ("**no**" if got is not None else f"**failed (exit {code})**"))
+            ok = ok and got is not None and got == want
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return ok, lines + [""]
 
 
 def step_moe(r: Run) -> tuple[str, str]:
@@ -58,4 +98,8 @@ def step_moe(r: Run) -> tuple[str, str]:
             lines += [f"| {c['T']} | {c['ms']:.2f} | {c['ms'] / t1:.2f} | {c.get('experts_per_layer', 0):.1f} |"
                       for c in costs]
         lines.append("")
+    same, more = gpt_oss_greedy(r, targets)
+    lines += more
+    if not same and status == "ok":
+        status = "FAILED: gpt-oss-tiny's greedy texts differ"
     return status, "\n".join(lines)

@@ -6,6 +6,8 @@ variables), which tests/test_chat_template.cpp compares fafo's interpreter with.
 
   tools/peer/render_template.py --config ../shared/tokenizers/qwen3-from-npm/tokenizer_config.json \
       --name qwen3 --out tests/data/templates/qwen3.json
+  tools/peer/render_template.py --config gpt-oss-tokenizer_config.json --name gpt-oss --embed \
+      --out tests/data/templates/gpt-oss.json   # a template ../shared lacks, kept in the data
 
 The environment is the one ../shared/golden/templates/renderings.json names:
 ImmutableSandboxedEnvironment(trim_blocks, lstrip_blocks, loopcontrols), tojson,
@@ -53,6 +55,8 @@ def main():
     ap.add_argument("--config", required=True, help="a tokenizer_config.json holding chat_template")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--embed", action="store_true",
+                    help="keep the template in the output (for a template ../shared does not hold)")
     a = ap.parse_args()
     config = json.load(open(a.config))
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
@@ -74,6 +78,8 @@ def main():
                     renderings[key] = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
     doc = {"jinja2_version": jinja2.__version__, "template_from": a.config.split("shared/")[-1], "bos_token": bos,
            "eos_token": eos, "conversations": CONVERSATIONS, "variants": VARIANTS, "renderings": renderings}
+    if a.embed:
+        doc["chat_template"] = config["chat_template"]
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1, ensure_ascii=False)
         f.write("\n")
