@@ -161,45 +161,27 @@ void add_elementwise(std::vector<OpCase>& cases) {
                      be.finish_step();
                      return OpOutputs{rows_of(be, "add_bias", x, T)};
                    }});
-  cases.push_back({"swiglu", "n=45", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
-                     env.ensure_cache(T + 1);
-                     Backend& be = env.be();
-                     StepBatch b = causal_batch(T, 0);
-                     be.begin_step(b, env.kv());
-                     Activation g = input(env, "x", 45, 1, T, salt, -6.0f, 6.0f);
-                     Activation u = input(env, "y", 45, 2, T, salt);
-                     Activation out = env.activation("out", 45);
-                     be.gated(GatedActivation::Silu, g, u, out);
-                     be.finish_step();
-                     return OpOutputs{rows_of(be, "swiglu", out, T)};
-                   }});
+  // A gated activation of 45 gates in [-gate, gate] and ups in [-up, up].
+  const auto gated = [&](const char* op, GatedActivation act, float gate, float up) {
+    cases.push_back({op, "n=45", kSteps, [=](OpEnv& env, int32_t T, uint32_t salt) {
+                       env.ensure_cache(T + 1);
+                       Backend& be = env.be();
+                       StepBatch b = causal_batch(T, 0);
+                       be.begin_step(b, env.kv());
+                       Activation g = input(env, "x", 45, 1, T, salt, -gate, gate);
+                       Activation u = input(env, "y", 45, 2, T, salt, -up, up);
+                       Activation out = env.activation("out", 45);
+                       be.gated(act, g, u, out);
+                       be.finish_step();
+                       return OpOutputs{rows_of(be, op, out, T)};
+                     }});
+  };
+  gated("swiglu", GatedActivation::Silu, 6.0f, 1.0f);
   // gpt-oss's clamped SwiGLU: gates and ups past the clamps at 7 both ways.
-  cases.push_back({"swiglu_oai", "n=45", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
-                     env.ensure_cache(T + 1);
-                     Backend& be = env.be();
-                     StepBatch b = causal_batch(T, 0);
-                     be.begin_step(b, env.kv());
-                     Activation g = input(env, "x", 45, 1, T, salt, -12.0f, 12.0f);
-                     Activation u = input(env, "y", 45, 2, T, salt, -9.0f, 9.0f);
-                     Activation out = env.activation("out", 45);
-                     be.gated(GatedActivation::SwigluOai, g, u, out);
-                     be.finish_step();
-                     return OpOutputs{rows_of(be, "swiglu_oai", out, T)};
-                   }});
+  gated("swiglu_oai", GatedActivation::SwigluOai, 12.0f, 9.0f);
   // Gemma's ops: the GeGLU gate over the tanh's saturation (|x| up to 12), the
   // embedding scale, and soft-capping of values far past the cap and near it.
-  cases.push_back({"geglu", "n=45", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
-                     env.ensure_cache(T + 1);
-                     Backend& be = env.be();
-                     StepBatch b = causal_batch(T, 0);
-                     be.begin_step(b, env.kv());
-                     Activation g = input(env, "x", 45, 1, T, salt, -12.0f, 12.0f);
-                     Activation u = input(env, "y", 45, 2, T, salt);
-                     Activation out = env.activation("out", 45);
-                     be.gated(GatedActivation::GeluTanh, g, u, out);
-                     be.finish_step();
-                     return OpOutputs{rows_of(be, "geglu", out, T)};
-                   }});
+  gated("geglu", GatedActivation::GeluTanh, 12.0f, 1.0f);
   cases.push_back({"scale", "n=45 by 48", kSteps, [](OpEnv& env, int32_t T, uint32_t salt) {
                      env.ensure_cache(T + 1);
                      Backend& be = env.be();

@@ -10,17 +10,26 @@
 
 namespace fafo {
 
-MoeRoute route_top_k_softmax(std::span<const float> logits, int32_t n_expert, int32_t k, bool normalize) {
+namespace {
+// An empty route of k experts per row for the rows of `logits`; throws
+// std::invalid_argument (naming `fn`) unless 1 <= k <= n_expert and the logits are whole rows.
+MoeRoute empty_route(const char* fn, std::span<const float> logits, int32_t n_expert, int32_t k) {
   if (n_expert < 1 || k < 1 || k > n_expert)
-    throw std::invalid_argument("route_top_k_softmax: " + std::to_string(k) + " of " + std::to_string(n_expert) +
-                                " experts");
+    throw std::invalid_argument(std::string(fn) + ": " + std::to_string(k) + " of " + std::to_string(n_expert) + " experts");
   if (logits.size() % static_cast<size_t>(n_expert) != 0)
-    throw std::invalid_argument("route_top_k_softmax: the logits are not whole rows of " + std::to_string(n_expert));
+    throw std::invalid_argument(std::string(fn) + ": the logits are not whole rows of " + std::to_string(n_expert));
   const size_t n_rows = logits.size() / static_cast<size_t>(n_expert);
   MoeRoute route;
   route.k = k;
   route.experts.reserve(n_rows * static_cast<size_t>(k));
   route.weights.reserve(n_rows * static_cast<size_t>(k));
+  return route;
+}
+}  // namespace
+
+MoeRoute route_top_k_softmax(std::span<const float> logits, int32_t n_expert, int32_t k, bool normalize) {
+  MoeRoute route = empty_route("route_top_k_softmax", logits, n_expert, k);
+  const size_t n_rows = logits.size() / static_cast<size_t>(n_expert);
   std::vector<float> probs(static_cast<size_t>(n_expert));
   std::vector<int32_t> order(static_cast<size_t>(n_expert));
   for (size_t r = 0; r < n_rows; ++r) {
@@ -57,16 +66,8 @@ MoeRoute route_top_k_softmax(std::span<const float> logits, int32_t n_expert, in
 }
 
 MoeRoute route_top_k_then_softmax(std::span<const float> logits, int32_t n_expert, int32_t k) {
-  if (n_expert < 1 || k < 1 || k > n_expert)
-    throw std::invalid_argument("route_top_k_then_softmax: " + std::to_string(k) + " of " + std::to_string(n_expert) +
-                                " experts");
-  if (logits.size() % static_cast<size_t>(n_expert) != 0)
-    throw std::invalid_argument("route_top_k_then_softmax: the logits are not whole rows of " + std::to_string(n_expert));
+  MoeRoute route = empty_route("route_top_k_then_softmax", logits, n_expert, k);
   const size_t n_rows = logits.size() / static_cast<size_t>(n_expert);
-  MoeRoute route;
-  route.k = k;
-  route.experts.reserve(n_rows * static_cast<size_t>(k));
-  route.weights.reserve(n_rows * static_cast<size_t>(k));
   std::vector<int32_t> order(static_cast<size_t>(n_expert));
   std::vector<float> chosen(static_cast<size_t>(k));
   for (size_t r = 0; r < n_rows; ++r) {
