@@ -40,7 +40,8 @@ void main() {
     } else if (p.op == 4) {
       y[i] = av * p.value;
     } else if (p.op == 6) {
-      // (Comparisons, not min and clamp, so a NaN stays NaN as in std::min / std::clamp.)
+      // (Comparisons as std::min and std::clamp make them, not min and clamp, whose result
+      // for a NaN GLSL leaves undefined.)
       const float g = 7.0 < av ? 7.0 : av, bv = b[i];
       const float u = bv < -7.0 ? -7.0 : (7.0 < bv ? 7.0 : bv);
       y[i] = g / (1.0 + exp(-1.702 * g)) * (u + 1.0);

@@ -226,6 +226,20 @@ TEST(ModelErrors, MixtureOfExpertsFilesThatDoNotAddUp) {
   EXPECT_HAS(load_error(path), "mixture-of-experts llama files (such as Mixtral) are not supported");
 }
 
+// YaRN on a Gemma file's window layers (whose own RoPE scaling fafo does not work out
+// with YaRN): refused, not run with the wrong angles.
+TEST(ModelErrors, YarnOnGemmaWindowLayersIsAClearError) {
+  synth::SyntheticConfig g = *synth::preset("gemma3-tiny");  // linear scaling by 8, a window of 16
+  g.n_vocab = 300, g.n_ctx = 32;
+  const std::string path = edited_model("gemma-yarn", {[](const std::string& k, GgufValue& v) {
+                                                         if (k == "gemma3.rope.scaling.type") v.v = std::string("yarn");
+                                                         return true;
+                                                       },
+                                                       nullptr},
+                                        g);
+  EXPECT_HAS(load_error(path), "YaRN scaling (rope.scaling.type yarn) in a gemma3 file with sliding-window layers is not supported");
+}
+
 // gpt-oss's own parts: the sliding window it requires, a head's sinks, an expert's bias
 // row of the wrong width, an unknown RoPE scaling.
 TEST(ModelErrors, GptOssFilesThatDoNotAddUp) {

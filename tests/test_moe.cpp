@@ -94,7 +94,7 @@ TEST(MoeRouting, RowsByExpertListEachChosenExpertOnceInAscendingOrder) {
   EXPECT_EQ(by[2].weights, (std::vector<float>{0.3f, 0.5f}));
 }
 
-// gpt-oss: the k largest logits (ties: the lower index; a NaN below every number), then
+// gpt-oss: the k largest logits (ties: the lower index; a NaN ranks as -inf), then
 // the softmax of those k, row by row.
 TEST(MoeRouting, TheBestKLogitsThenTheirSoftmax) {
   const float nan = std::numeric_limits<float>::quiet_NaN();

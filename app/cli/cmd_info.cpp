@@ -96,8 +96,12 @@ int run_info(const InfoArgs& args) {
     if (c.sliding_window > 0) {
       int32_t local = 0;
       for (int32_t l = 0; l < c.n_layer; ++l) local += c.window_layer(l) ? 1 : 0;
-      std::printf("sliding window: %d tokens on %d of %d layers (RoPE base %g, scale %g there)\n", c.sliding_window, local,
-                  c.n_layer, static_cast<double>(c.rope_swa.freq_base), static_cast<double>(c.rope_swa.freq_scale));
+      if (c.rope_scaling == "yarn")  // (gpt-oss: the window layers rotate as the others, YaRN included)
+        std::printf("sliding window: %d tokens on %d of %d layers (RoPE as the others there)\n", c.sliding_window, local,
+                    c.n_layer);
+      else
+        std::printf("sliding window: %d tokens on %d of %d layers (RoPE base %g, scale %g there)\n", c.sliding_window,
+                    local, c.n_layer, static_cast<double>(c.rope_swa.freq_base), static_cast<double>(c.rope_swa.freq_scale));
     }
     const int64_t plain_floats = int64_t{2} * c.n_layer * c.kv_dim();
     if (c.mla()) {

@@ -337,6 +337,7 @@ class OpsBackend final : public Backend,
       if (!kv) throw std::logic_error("attention: a KV cache of the step was destroyed");
       if (layer < 0 || layer >= kv->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
       check_ring_window(kv->shape(), layer, s);
+      check_attention_sinks(s);
       const StepSegment seg = batch().segment(part);
       const size_t first = static_cast<size_t>(seg.first);
       const int64_t order_at = order_at_[static_cast<size_t>(part)];

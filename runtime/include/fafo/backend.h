@@ -572,6 +572,14 @@ inline void check_ring_window(const KvCacheShape& cache, int32_t layer, const At
                                 std::to_string(s.window));
 }
 
+// The check attention makes of a shape's sinks: std::invalid_argument unless they are
+// one value per query head.
+inline void check_attention_sinks(const AttentionShape& s) {
+  if (s.sinks && (s.sinks.rows != 1 || s.sinks.cols != s.n_head))
+    throw std::invalid_argument("attention: " + std::to_string(s.sinks.rows) + " x " + std::to_string(s.sinks.cols) +
+                                " sinks for " + std::to_string(s.n_head) + " heads (one per head)");
+}
+
 // The checks a latent_attention makes of its arguments: std::out_of_range for a layer
 // outside the cache; std::invalid_argument unless the cache is latent and k_up / v_up
 // are F32 weights of kv_dim rows and the layer's key / value width in columns (naming

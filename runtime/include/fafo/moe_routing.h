@@ -28,8 +28,8 @@ struct MoeRoute {
 MoeRoute route_top_k_softmax(std::span<const float> logits, int32_t n_expert, int32_t k, bool normalize = true);
 
 // As llama.cpp's build_moe_ffn with LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT (gpt-oss):
-// the k largest logits choose the experts (equal logits: the lower index first; NaN
-// below every number), weighted by the softmax of those k logits. Throws as
+// the k largest logits choose the experts (equal logits: the lower index first; a NaN
+// ranks as -inf), weighted by the softmax of those k logits. Throws as
 // route_top_k_softmax.
 MoeRoute route_top_k_then_softmax(std::span<const float> logits, int32_t n_expert, int32_t k);
 

@@ -65,6 +65,11 @@ void read_sliding_window(const GgufFile& f, ModelConfig& c, int32_t default_wind
       throw GgufError(f.path(), "key '" + a + "attention.sliding_window_pattern' has invalid value " + v->summary());
     c.swa_period = static_cast<int32_t>(v->as_int());
   }
+  // (YaRN is folded into c.rope's factors by now; the window layers' own scaling of it is
+  // not worked out: refused where they could differ, gpt-oss handling its own.)
+  if (c.rope_scaling == "yarn" && c.arch != "gpt-oss" && c.sliding_window > 0)
+    throw GgufError(f.path(), "YaRN scaling (rope.scaling.type yarn) in a " + c.arch +
+                                  " file with sliding-window layers is not supported");
   c.rope_swa = c.rope;
   c.rope_swa.freq_factors.clear();  // rope_freqs.weight divides the global layers' frequencies only
   c.rope_swa.freq_base = positive_float(f, a + "rope.freq_base_swa", base_swa);
@@ -131,7 +136,7 @@ void read_gpt_oss(const GgufFile& f, ModelConfig& c) {
   c.ffn_norm_name = "post_attention_norm";
   f.require_int(a + "attention.sliding_window");
   read_sliding_window(f, c, 0, 2, c.rope.freq_base, c.rope.freq_scale);
-  c.rope_swa.freq_factors = c.rope.freq_factors;  // YaRN's, which every layer takes
+  c.rope_swa.freq_factors = c.rope.freq_factors;  // YaRN's, which every layer takes (gpt-oss has no rope_freqs)
   if (c.rope_scaling == "yarn" && c.rope_swa.freq_base != c.rope.freq_base)
     throw GgufError(f.path(), "a gpt-oss file with YaRN and its own rope.freq_base_swa is not supported");
 }
@@ -154,7 +159,8 @@ void read_experts(const GgufFile& f, ModelConfig& c) {
 // 1 - clamp((i - low) / max(0.001, high - low), 0, 1) between the correction dimensions
 // low = floor(d(32)) and high = ceil(d(1)), d(b) = n_dims ln(n_ctx_orig / (2 pi b)) /
 // (2 ln base), clamped to [0, n_dims - 1]; cos and sin are scaled by 1 + 0.1 ln(factor)
-// (factor > 1; times rope.scaling.attn_factor). Here the angle's factor becomes a divisor
+// where factor > 1, else 1, times rope.scaling.attn_factor (llama.cpp's yarn_attn_factor,
+// get_mscale(factor) / (1 + 0.1 ln factor), times the kernel's 1 + 0.1 ln factor). Here the angle's factor becomes a divisor
 // of freq_factors and the scale attn_factor, so every backend's RoPE applies it.
 void apply_yarn(RopeParams& r, int32_t n_ctx_orig, float file_attn_factor) {
   const float s = r.freq_scale, base = r.freq_base;

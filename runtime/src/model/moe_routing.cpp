@@ -72,7 +72,7 @@ MoeRoute route_top_k_then_softmax(std::span<const float> logits, int32_t n_exper
   std::vector<float> chosen(static_cast<size_t>(k));
   for (size_t r = 0; r < n_rows; ++r) {
     const float* row = logits.data() + r * static_cast<size_t>(n_expert);
-    // (A NaN logit ranks below every number: the order stays strict.)
+    // (A NaN logit ranks as -inf: the order stays strict.)
     const auto ranked = [&](int32_t e) { return std::isnan(row[e]) ? -INFINITY : row[e]; };
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {

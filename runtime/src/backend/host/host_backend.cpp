@@ -174,6 +174,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
       if (layer < 0 || layer >= kv->shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
       if (kv->shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
       check_ring_window(kv->shape(), layer, s);
+      check_attention_sinks(s);
       const HostKvCache::Rows k = kv->keys(layer), v = kv->values(layer);
       segs.push_back({kv, k.f32, AttendValues{v.f32, kv->shape().kv_dim, s.head_dim, s.head_dim, nullptr, v}, k});
     }

@@ -170,6 +170,7 @@ class OracleBackend final : public Backend, public BackendMemory {
       if (layer < 0 || layer >= kv.shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
       if (kv.shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
       check_ring_window(kv.shape(), layer, s);
+      check_attention_sinks(s);
       const int32_t kv_dim = kv.shape().kv_dim;
       const float* K = kv.key(layer, 0);
       const float* V = kv.value(layer, 0);

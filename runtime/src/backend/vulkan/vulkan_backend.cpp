@@ -376,6 +376,7 @@ class VulkanBackend final : public Backend,
       if (kv.shape().latent()) throw std::invalid_argument("attention: the KV cache is latent (use latent_attention)");
       if (layer < 0 || layer >= kv.shape().n_layer) throw std::out_of_range("attention: layer outside the KV cache");
       check_ring_window(kv.shape(), layer, s);
+      check_attention_sinks(s);
       attend(part, layer, q, s, kv.keys(layer), kv.values(layer), kv.f16(), kv.blocks(), out, q8);
     }
     if (q8) last_rounding_ = Rounding{&act(out), nullptr, 0.0f, rows_of(out), cols, step().command_count()};
