@@ -297,15 +297,22 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::vector<Dev
       const GgufTensor& gate = file_->require_tensor(p + "ffn_gate_exps.weight");
       const GgufTensor& up = file_->require_tensor(p + "ffn_up_exps.weight");
       const GgufTensor& down = file_->require_tensor(p + "ffn_down_exps.weight");
-      if (c.expert_biases) L.ffn_gate_inp_b = load.vector(p + "ffn_gate_inp.bias", c.n_expert);
+      // gpt-oss: the router's bias and each projection's, a row per expert.
+      const GgufTensor* biases[3] = {nullptr, nullptr, nullptr};
+      if (c.expert_biases) {
+        L.ffn_gate_inp_b = load.vector(p + "ffn_gate_inp.bias", c.n_expert);
+        biases[0] = &file_->require_tensor(p + "ffn_gate_exps.bias");
+        biases[1] = &file_->require_tensor(p + "ffn_up_exps.bias");
+        biases[2] = &file_->require_tensor(p + "ffn_down_exps.bias");
+      }
       for (int32_t e = 0; e < c.n_expert; ++e) {
         LayerWeights::Expert x{load.expert(gate, c.n_embd, c.n_ff_exp, c.n_expert, e),
                                load.expert(up, c.n_embd, c.n_ff_exp, c.n_expert, e),
                                load.expert(down, c.n_ff_exp, c.n_embd, c.n_expert, e)};
         if (c.expert_biases) {
-          x.gate_b = load.expert_vector(file_->require_tensor(p + "ffn_gate_exps.bias"), c.n_ff_exp, c.n_expert, e);
-          x.up_b = load.expert_vector(file_->require_tensor(p + "ffn_up_exps.bias"), c.n_ff_exp, c.n_expert, e);
-          x.down_b = load.expert_vector(file_->require_tensor(p + "ffn_down_exps.bias"), c.n_embd, c.n_expert, e);
+          x.gate_b = load.expert_vector(*biases[0], c.n_ff_exp, c.n_expert, e);
+          x.up_b = load.expert_vector(*biases[1], c.n_ff_exp, c.n_expert, e);
+          x.down_b = load.expert_vector(*biases[2], c.n_embd, c.n_expert, e);
         }
         L.experts.push_back(x);
       }
