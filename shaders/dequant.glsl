@@ -8,7 +8,8 @@
 // back, the buffer's size rounded up to a multiple of 4) and #defines exactly one of
 //     FORMAT_F32 FORMAT_F16 FORMAT_BF16 FORMAT_Q8_0 FORMAT_Q4_0 FORMAT_Q4_1 FORMAT_Q5_0
 //     FORMAT_Q5_1 FORMAT_Q2_K FORMAT_Q3_K FORMAT_Q4_K FORMAT_Q5_K FORMAT_Q6_K
-//     FORMAT_IQ4_NL FORMAT_IQ4_XS FORMAT_MXFP4
+//     FORMAT_IQ4_NL FORMAT_IQ4_XS FORMAT_MXFP4 FORMAT_IQ2_XXS FORMAT_IQ2_XS FORMAT_IQ3_XXS
+//     FORMAT_IQ3_S
 // before including this file. It then provides
 //     QK, BLOCK_BYTES           values and bytes per block (1 and 4/2 for float formats)
 //     DQ_PLAIN_FLOAT            1 for F32/F16/BF16 (any column count), else 0
@@ -140,6 +141,18 @@ float dq_bf16(uint h) { return uintBitsToFloat(h << 16); }
 #elif defined(FORMAT_MXFP4)
 #define QK 32u
 #define BLOCK_BYTES 17u
+#elif defined(FORMAT_IQ2_XXS)
+#define QK 256u
+#define BLOCK_BYTES 66u
+#elif defined(FORMAT_IQ2_XS)
+#define QK 256u
+#define BLOCK_BYTES 74u
+#elif defined(FORMAT_IQ3_XXS)
+#define QK 256u
+#define BLOCK_BYTES 98u
+#elif defined(FORMAT_IQ3_S)
+#define QK 256u
+#define BLOCK_BYTES 110u
 #else
 #error "dequant.glsl: #define one FORMAT_* before including it"
 #endif
@@ -394,6 +407,9 @@ void dq_block_chunk(uint b, uint sub, out float v[16]) {
     v[k] = value;
   }
 }
+
+#elif defined(FORMAT_IQ2_XXS) || defined(FORMAT_IQ2_XS) || defined(FORMAT_IQ3_XXS) || defined(FORMAT_IQ3_S)
+#include "dequant_grid.glsl"
 #endif
 
 void dq_row_chunk(uint row_off, uint chunk, out float v[16]) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend_ops_harness.h"
+#include "random_weights.h"
 #include "fafo/backend.h"
 #include "fafo/backend_registry.h"
 #include "fafo/cuda_backend.h"
@@ -48,7 +49,7 @@ inline std::vector<uint8_t> quantized_rows(TensorType type, int64_t rows, int64_
   for (int64_t r = 0; r < rows; ++r) {
     const float scale = hashed_value(seed, r, -1, 0.05f, 3.0f);
     for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = hashed_value(seed, r, c) * scale;
-    quantize_row(type, row.data(), out.data() + static_cast<size_t>(r) * row_bytes, cols);
+    quantize_for_test(type, row.data(), out.data() + static_cast<size_t>(r) * row_bytes, cols);
   }
   return out;
 }

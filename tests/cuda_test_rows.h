@@ -18,7 +18,7 @@ using fafo::TensorType;
 inline constexpr TensorType kFormats[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0,
                                    TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
                                    TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
-                                   TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4};
+                                   TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4, TensorType::IQ2_XXS, TensorType::IQ2_XS, TensorType::IQ3_XXS, TensorType::IQ3_S};
 
 inline std::string name_of(TensorType t) { return std::string(fafo::tensor_type_name(t)); }
 
@@ -31,7 +31,7 @@ inline std::vector<uint8_t> test_rows(TensorType type, uint32_t rows, uint32_t c
   std::vector<float> row(cols);
   for (uint32_t r = 0; r < rows; ++r) {
     for (float& v : row) v = value(rng) * static_cast<float>(r + 1);
-    fafo::quantize_row(type, row.data(), bytes.data() + r * row_bytes, cols);
+    fafo::test::quantize_for_test(type, row.data(), bytes.data() + r * row_bytes, cols);
   }
   const std::vector<uint8_t> random = fafo::test::random_block_bytes(type, rows, cols, seed + 1);
   bytes.insert(bytes.end(), random.begin(), random.end());

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "../tools/synth/codebook_rows.h"
 #include "fafo/tensor_type.h"
 
 namespace fafo::test {
@@ -30,6 +31,10 @@ inline std::vector<uint32_t> half_fields(TensorType type) {
     case TensorType::Q8_0:
     case TensorType::IQ4_NL:
     case TensorType::IQ4_XS:
+    case TensorType::IQ2_XXS:
+    case TensorType::IQ2_XS:
+    case TensorType::IQ3_XXS:
+    case TensorType::IQ3_S:
       return {0};
     case TensorType::Q4_1:
     case TensorType::Q5_1:
@@ -83,6 +88,12 @@ inline std::vector<uint8_t> random_block_bytes(TensorType type, uint32_t rows, u
       for (const uint32_t field : half_fields(type)) finite_half(block + field);
   }
   return bytes;
+}
+
+// quantize_row for the formats fafo writes; for the codebook formats, which it only reads,
+// random codes at the row's magnitude (tools/synth/codebook_rows.h).
+inline void quantize_for_test(TensorType type, const float* x, void* out, int64_t cols) {
+  synth::write_row(type, x, out, cols);
 }
 
 }  // namespace fafo::test

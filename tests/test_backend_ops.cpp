@@ -389,7 +389,7 @@ TEST(BackendOpsTable, CoversEveryOpOfTheContractAndEveryWeightFormat) {
     const TensorTypeInfo* info = tensor_type_info(id);
     formats += info != nullptr && info->type != TensorType::Q8_1 && info->type != TensorType::Q8_K;
   }
-  EXPECT_EQ(formats, 16);
+  EXPECT_EQ(formats, 20);
   EXPECT_EQ(per_op["embed"], formats);
   EXPECT_EQ(per_op["matmul"], 2 * formats);
   std::printf("  %zu cases\n", op_table().size());

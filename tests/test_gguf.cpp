@@ -276,9 +276,9 @@ TEST(GgufErrors, UnknownTensorType) {
   EXPECT_ERROR_HAS(msg, "unknown tensor type id 77");
   // A format ggml defines and fafo does not read is named, with the ones fafo reads.
   RawGguf iq;
-  iq.header(3, 1, 0).tensor_info("blk.0.attn_q.weight", {256}, 21, 0).pad(32).data(128);
-  const std::string named = open_error(iq.write("iq3s.gguf"));
-  EXPECT_ERROR_HAS(named, "tensor 'blk.0.attn_q.weight' is IQ3_S (ggml type 21), a weight format fafo does not read");
+  iq.header(3, 1, 0).tensor_info("blk.0.attn_q.weight", {256}, 22, 0).pad(32).data(128);
+  const std::string named = open_error(iq.write("iq2s.gguf"));
+  EXPECT_ERROR_HAS(named, "tensor 'blk.0.attn_q.weight' is IQ2_S (ggml type 22), a weight format fafo does not read");
   EXPECT_ERROR_HAS(named, "(it reads F32 F16 ");
   EXPECT_ERROR_HAS(named, " MXFP4)");
 }

@@ -31,7 +31,9 @@ TEST(TensorTypeTable, InfoNamesAndSizes) {
       {TensorType::Q2_K, "Q2_K", 256, 84}, {TensorType::Q3_K, "Q3_K", 256, 110}, {TensorType::Q4_K, "Q4_K", 256, 144},
       {TensorType::Q5_K, "Q5_K", 256, 176}, {TensorType::Q6_K, "Q6_K", 256, 210}, {TensorType::Q8_K, "Q8_K", 256, 292},
       {TensorType::IQ4_NL, "IQ4_NL", 32, 18}, {TensorType::IQ4_XS, "IQ4_XS", 256, 136},
-      {TensorType::MXFP4, "MXFP4", 32, 17},
+      {TensorType::MXFP4, "MXFP4", 32, 17},   {TensorType::IQ2_XXS, "IQ2_XXS", 256, 66},
+      {TensorType::IQ2_XS, "IQ2_XS", 256, 74}, {TensorType::IQ3_XXS, "IQ3_XXS", 256, 98},
+      {TensorType::IQ3_S, "IQ3_S", 256, 110},
   };
   for (const Expected& e : expected) {
     const fafo::TensorTypeInfo* info = fafo::tensor_type_info(static_cast<uint32_t>(e.type));
@@ -56,20 +58,20 @@ TEST(TensorTypeTable, InfoNamesAndSizes) {
 }
 
 TEST(TensorTypeTable, UnknownIdsAreNull) {
-  for (uint32_t id : {4u, 5u, 16u, 17u, 29u, 31u, 40u, 1000u, 0xffffffffu}) {
+  for (uint32_t id : {4u, 5u, 19u, 22u, 29u, 31u, 40u, 1000u, 0xffffffffu}) {
     EXPECT_EQ(fafo::tensor_type_info(id), nullptr) << id;
   }
 }
 
 TEST(TensorTypeTable, UnsupportedTypesThrow) {
-  const auto iq2_xxs = static_cast<TensorType>(16);
+  const auto iq2_s = static_cast<TensorType>(22);  // IQ2_S
   std::vector<float> values(256);
   std::vector<uint8_t> bytes(1024);
-  EXPECT_THROW(fafo::tensor_type_info(iq2_xxs), std::invalid_argument);
-  EXPECT_THROW(fafo::tensor_type_name(iq2_xxs), std::invalid_argument);
-  EXPECT_THROW(fafo::tensor_row_bytes(iq2_xxs, 256), std::invalid_argument);
-  EXPECT_THROW(fafo::dequantize_row(iq2_xxs, bytes.data(), values.data(), 256), std::invalid_argument);
-  EXPECT_THROW(fafo::quantize_row(iq2_xxs, values.data(), bytes.data(), 256), std::invalid_argument);
+  EXPECT_THROW(fafo::tensor_type_info(iq2_s), std::invalid_argument);
+  EXPECT_THROW(fafo::tensor_type_name(iq2_s), std::invalid_argument);
+  EXPECT_THROW(fafo::tensor_row_bytes(iq2_s, 256), std::invalid_argument);
+  EXPECT_THROW(fafo::dequantize_row(iq2_s, bytes.data(), values.data(), 256), std::invalid_argument);
+  EXPECT_THROW(fafo::quantize_row(iq2_s, values.data(), bytes.data(), 256), std::invalid_argument);
   try {
     fafo::dequantize_row(static_cast<TensorType>(4), bytes.data(), values.data(), 32);
     FAIL() << "no exception";

@@ -27,6 +27,7 @@
 #include "backend/vulkan/vulkan_error.h"
 #include "backend/vulkan/weight_kernels.h"
 #include "fafo/tensor_type.h"
+#include "random_weights.h"
 #include "test_support.h"
 #include "vulkan_test_support.h"
 
@@ -241,7 +242,7 @@ std::vector<uint8_t> random_weights(TensorType type, uint32_t rows, uint32_t col
   for (uint32_t r = 0; r < rows; ++r) {
     const float s = scale(rng);
     for (float& v : row) v = value(rng) * s;
-    fafo::quantize_row(type, row.data(), bytes.data() + r * row_bytes, cols);
+    fafo::test::quantize_for_test(type, row.data(), bytes.data() + r * row_bytes, cols);
   }
   return bytes;
 }

@@ -100,7 +100,7 @@ Weights quantized_weights(TensorType type, uint32_t rows, uint32_t cols, uint32_
   for (uint32_t r = 0; r < rows; ++r) {
     const float s = scale(rng);
     for (float& v : row) v = value(rng) * s;
-    fafo::quantize_row(type, row.data(), w.bytes.data() + r * row_bytes, cols);
+    fafo::test::quantize_for_test(type, row.data(), w.bytes.data() + r * row_bytes, cols);
   }
   dequantize_all(w);
   return w;

@@ -23,7 +23,7 @@ inline constexpr TensorType kAllWeightFormats[] = {
     TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
     TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
     TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
-    TensorType::MXFP4};
+    TensorType::MXFP4, TensorType::IQ2_XXS, TensorType::IQ2_XS, TensorType::IQ3_XXS, TensorType::IQ3_S};
 
 // A device buffer holding a copy of `bytes` bytes at `data`.
 inline vulkan::Buffer make_buffer(const vulkan::Context& ctx, const void* data, size_t bytes) {

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../../shaders/iq_grids.inc"
+
 #if defined(__CUDACC__)
 #define FAFO_HD __host__ __device__ __forceinline__
 #else
@@ -37,8 +39,8 @@ namespace fafo::cuda {
 // The weight formats, numbered as GGUF (ggml) type ids.
 enum class Format : uint32_t {
   F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30,
-  MXFP4 = 39,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18,
+  IQ4_NL = 20, IQ3_S = 21, IQ4_XS = 23, BF16 = 30, MXFP4 = 39,
 };
 
 template <Format F> struct FormatTraits;
@@ -58,6 +60,10 @@ template <> struct FormatTraits<Format::Q6_K> { static constexpr uint32_t block 
 template <> struct FormatTraits<Format::IQ4_NL> { static constexpr uint32_t block = 32, bytes = 18; };
 template <> struct FormatTraits<Format::IQ4_XS> { static constexpr uint32_t block = 256, bytes = 136; };
 template <> struct FormatTraits<Format::MXFP4> { static constexpr uint32_t block = 32, bytes = 17; };
+template <> struct FormatTraits<Format::IQ2_XXS> { static constexpr uint32_t block = 256, bytes = 66; };
+template <> struct FormatTraits<Format::IQ2_XS> { static constexpr uint32_t block = 256, bytes = 74; };
+template <> struct FormatTraits<Format::IQ3_XXS> { static constexpr uint32_t block = 256, bytes = 98; };
+template <> struct FormatTraits<Format::IQ3_S> { static constexpr uint32_t block = 256, bytes = 110; };
 
 template <Format F>
 constexpr bool is_plain_float = FormatTraits<F>::block == 1;
@@ -314,6 +320,118 @@ FAFO_HD void decode_mxfp4(const uint8_t* b, uint32_t sub, float v[16]) {
   for (uint32_t k = 0; k < 16; ++k) v[k] = mul_rn(table_value<true>((qs[k] >> (4 * sub)) & 0xfu), d);
 }
 
+// ---- the codebook formats IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S (runtime/src/quant/blocks.h) ----
+// Their codebooks are the packed entries of shaders/iq_grids.inc (level indices, 2 bits a
+// value for IQ2, 3 for IQ3), kept in device memory on the GPU; a value's level is
+// arithmetic: IQ2 8, 25, 43; IQ3_XXS 4 + 8 l (62 for l = 7); IQ3_S 2 l + 1.
+
+#if defined(__CUDACC__)
+static __device__ const uint16_t kIq2xxsGridDevice[] = {FAFO_IQ2XXS_GRID};
+static __device__ const uint16_t kIq2xsGridDevice[] = {FAFO_IQ2XS_GRID};
+static __device__ const uint16_t kIq3xxsGridDevice[] = {FAFO_IQ3XXS_GRID};
+static __device__ const uint16_t kIq3sGridDevice[] = {FAFO_IQ3S_GRID};
+#endif
+inline constexpr uint16_t kIq2xxsGridHost[] = {FAFO_IQ2XXS_GRID};
+inline constexpr uint16_t kIq2xsGridHost[] = {FAFO_IQ2XS_GRID};
+inline constexpr uint16_t kIq3xxsGridHost[] = {FAFO_IQ3XXS_GRID};
+inline constexpr uint16_t kIq3sGridHost[] = {FAFO_IQ3S_GRID};
+
+#if defined(__CUDA_ARCH__)
+#define FAFO_GRID(name, i) name##Device[i]
+#else
+#define FAFO_GRID(name, i) name##Host[i]
+#endif
+
+// The 8 signs of a vector from its 7 stored bits: the 8th makes the count of minus signs even.
+FAFO_HD uint32_t iq2_signs(uint32_t seven) {
+  seven &= 127u;
+#if defined(__CUDA_ARCH__)
+  const uint32_t parity = __popc(seven) & 1u;
+#else
+  uint32_t parity = 0;
+  for (uint32_t x = seven; x != 0; x &= x - 1) parity ^= 1u;
+#endif
+  return seven | (parity << 7);
+}
+
+FAFO_HD float iq2_level(uint32_t l) { return l == 0 ? 8.0f : (l == 1 ? 25.0f : 43.0f); }
+FAFO_HD float iq3xxs_level(uint32_t l) { return l == 7 ? 62.0f : static_cast<float>(4 + 8 * l); }
+FAFO_HD float iq3s_level(uint32_t l) { return static_cast<float>(2 * l + 1); }
+
+// One value: (db * level) * (+-1), ggml's order (a NaN keeps its sign).
+FAFO_HD float signed_grid_value(float db, float level, uint32_t signs, uint32_t j) {
+  return mul_rn(mul_rn(db, level), (signs >> j) & 1u ? -1.0f : 1.0f);
+}
+
+// A 16-value chunk is vectors 2 (sub & 1) and 2 (sub & 1) + 1 of group sub / 2.
+// IQ2_XXS: per group two words at 2 + 8 ib: four 8-bit indices; 4 x 7 sign bits and the
+// scale s in the top 4 bits. db = (d * (0.5 + s)) * 0.25.
+FAFO_HD void decode_iq2_xxs(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t ib = sub >> 1;
+  const uint32_t indices = read_u32(b + 2 + 8 * ib), rest = read_u32(b + 6 + 8 * ib);
+  const float d = half_bits_to_float(read_u16(b));
+  const float db = mul_rn(mul_rn(d, add_rn(0.5f, static_cast<float>(rest >> 28))), 0.25f);
+  FAFO_UNROLL for (uint32_t t = 0; t < 2; ++t) {
+    const uint32_t l = 2 * (sub & 1u) + t;
+    const uint32_t entry = FAFO_GRID(kIq2xxsGrid, (indices >> (8 * l)) & 0xffu);
+    const uint32_t signs = iq2_signs(rest >> (7 * l));
+    FAFO_UNROLL for (uint32_t j = 0; j < 8; ++j) v[8 * t + j] = signed_grid_value(db, iq2_level((entry >> (2 * j)) & 3u), signs, j);
+  }
+}
+
+// IQ2_XS: 16 bits per vector at 2 + 2 (4 ib + l): a 9-bit index, 7 sign bits; the
+// group's two 4-bit scales at 66 + ib (the low one for vectors 0 and 1).
+FAFO_HD void decode_iq2_xs(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t ib = sub >> 1, half = sub & 1u;
+  const float d = half_bits_to_float(read_u16(b));
+  const uint32_t s = (b[66 + ib] >> (4 * half)) & 0xfu;
+  const float db = mul_rn(mul_rn(d, add_rn(0.5f, static_cast<float>(s))), 0.25f);
+  FAFO_UNROLL for (uint32_t t = 0; t < 2; ++t) {
+    const uint32_t q = read_u16(b + 2 + 2 * (4 * ib + 2 * half + t));
+    const uint32_t entry = FAFO_GRID(kIq2xsGrid, q & 511u);
+    const uint32_t signs = iq2_signs(q >> 9);
+    FAFO_UNROLL for (uint32_t j = 0; j < 8; ++j) v[8 * t + j] = signed_grid_value(db, iq2_level((entry >> (2 * j)) & 3u), signs, j);
+  }
+}
+
+// IQ3_XXS: half-vector indices at 2 + 8 ib + 2 l (+1); the group's word of signs and
+// scale at 66 + 4 ib. db = (d * (0.5 + s)) * 0.5.
+FAFO_HD void decode_iq3_xxs(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t ib = sub >> 1;
+  const uint32_t word = read_u32(b + 66 + 4 * ib);
+  const float d = half_bits_to_float(read_u16(b));
+  const float db = mul_rn(mul_rn(d, add_rn(0.5f, static_cast<float>(word >> 28))), 0.5f);
+  FAFO_UNROLL for (uint32_t t = 0; t < 2; ++t) {
+    const uint32_t l = 2 * (sub & 1u) + t;
+    const uint32_t first = FAFO_GRID(kIq3xxsGrid, b[2 + 8 * ib + 2 * l]);
+    const uint32_t second = FAFO_GRID(kIq3xxsGrid, b[3 + 8 * ib + 2 * l]);
+    const uint32_t entry = first | (second << 12);
+    const uint32_t signs = iq2_signs(word >> (7 * l));
+    FAFO_UNROLL for (uint32_t j = 0; j < 8; ++j) v[8 * t + j] = signed_grid_value(db, iq3xxs_level((entry >> (3 * j)) & 7u), signs, j);
+  }
+}
+
+// IQ3_S: half-vector indices' low 8 bits at 2 + 8 ib + 2 l (+1), their 9th bits in the
+// byte at 66 + ib (bit k for half-vector k); vector l's 8 sign bits at 74 + 4 ib + l;
+// the 4-bit scales at 106 + ib / 2. db = d * (1 + 2 s).
+FAFO_HD void decode_iq3_s(const uint8_t* b, uint32_t sub, float v[16]) {
+  const uint32_t ib = sub >> 1;
+  const float d = half_bits_to_float(read_u16(b));
+  const uint32_t s = (b[106 + (ib >> 1)] >> (4 * (ib & 1u))) & 0xfu;
+  const float db = mul_rn(d, static_cast<float>(1 + 2 * static_cast<int>(s)));
+  const uint32_t qh = b[66 + ib];
+  FAFO_UNROLL for (uint32_t t = 0; t < 2; ++t) {
+    const uint32_t l = 2 * (sub & 1u) + t;
+    const uint32_t first = FAFO_GRID(kIq3sGrid, b[2 + 8 * ib + 2 * l] | (((qh >> (2 * l)) & 1u) << 8));
+    const uint32_t second = FAFO_GRID(kIq3sGrid, b[3 + 8 * ib + 2 * l] | (((qh >> (2 * l + 1)) & 1u) << 8));
+    const uint32_t entry = first | (second << 12);
+    const uint32_t signs = b[74 + 4 * ib + l];
+    FAFO_UNROLL for (uint32_t j = 0; j < 8; ++j) v[8 * t + j] = signed_grid_value(db, iq3s_level((entry >> (3 * j)) & 7u), signs, j);
+  }
+}
+
+#undef FAFO_GRID
+
 // ---- a row, 16 values at a time ----
 
 template <Format F>
@@ -337,6 +455,10 @@ FAFO_HD void decode_chunk(const uint8_t* row, uint32_t chunk, float v[16]) {
     else if constexpr (F == Format::IQ4_NL) decode_iq4_nl(b, sub, v);
     else if constexpr (F == Format::IQ4_XS) decode_iq4_xs(b, sub, v);
     else if constexpr (F == Format::MXFP4) decode_mxfp4(b, sub, v);
+    else if constexpr (F == Format::IQ2_XXS) decode_iq2_xxs(b, sub, v);
+    else if constexpr (F == Format::IQ2_XS) decode_iq2_xs(b, sub, v);
+    else if constexpr (F == Format::IQ3_XXS) decode_iq3_xxs(b, sub, v);
+    else if constexpr (F == Format::IQ3_S) decode_iq3_s(b, sub, v);
     else decode_q6_k(b, sub, v);
   }
 }
@@ -362,6 +484,10 @@ inline bool with_format(uint32_t type, Fn&& f) {
     case Format::IQ4_NL: f.template operator()<Format::IQ4_NL>(); return true;
     case Format::IQ4_XS: f.template operator()<Format::IQ4_XS>(); return true;
     case Format::MXFP4: f.template operator()<Format::MXFP4>(); return true;
+    case Format::IQ2_XXS: f.template operator()<Format::IQ2_XXS>(); return true;
+    case Format::IQ2_XS: f.template operator()<Format::IQ2_XS>(); return true;
+    case Format::IQ3_XXS: f.template operator()<Format::IQ3_XXS>(); return true;
+    case Format::IQ3_S: f.template operator()<Format::IQ3_S>(); return true;
   }
   return false;
 }

@@ -7,7 +7,7 @@ synthetic model, the reference tests/test_model_families.cpp compares fafo with.
       [--vocab vocab/ggml-vocab-phi-3.gguf | --vocab-convert tokenizers/qwen3-from-npm/tokenizer.json \
        --convert build/tools/convert_tokenizer/fafo-convert-tokenizer] --out tests/data/families/qwen3-tiny.json
 
-Writes the model with fafo-synth (the preset, F32 weights, seed 1, the vocabulary
+Writes the model with fafo-synth (the preset, F32 weights unless --type, seed 1, the vocabulary
 given: what the test writes), draws 5 sequences of 64 token ids (a fixed seed), runs llama_logits.cpp on
 them (teacher-forced, F32 KV cache) and keeps, for every position, llama.cpp's 8
 largest logits with their token ids (best first; ties: the lower id first).
@@ -39,13 +39,18 @@ def main():
     ap.add_argument("--logit-tolerance", type=float,
                     help="the largest logit difference the test allows for this family (default 1e-3)")
     ap.add_argument("--tolerance-reason", help="why this family needs a wider one than 1e-3")
+    ap.add_argument("--type", default="F32",
+                    help="fafo-synth's weight type (default F32; the codebook formats: random codes)")
+    ap.add_argument("--argmax-margin", type=float,
+                    help="compare the argmax only where llama.cpp's top two logits are further apart "
+                         "than this (default 1e-3); for weights whose products llama.cpp rounds")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "m.gguf")
         # general.name "synthetic": llama.cpp gives a file named like Phi-3 attributes of
         # Phi-3's special tokens, which a synthetic vocabulary lacks (names change no logit).
-        synth = [a.synth, "--preset", a.preset, "--type", "F32", "--name", "synthetic", "-o", model]
+        synth = [a.synth, "--preset", a.preset, "--type", a.type, "--name", "synthetic", "-o", model]
         vocab = {}
         if a.vocab:
             synth += ["--vocab-from", os.path.join(a.shared, a.vocab)]
@@ -79,7 +84,7 @@ def main():
         top.append(rows)
     doc = {
         "preset": a.preset,
-        "weights": "F32",
+        "weights": a.type,
         "n_ctx": a.ctx,
         "vocab": vocab,
         "n_vocab": n_vocab,
@@ -92,6 +97,8 @@ def main():
     if a.logit_tolerance is not None:
         doc["logit_tolerance"] = a.logit_tolerance
         doc["tolerance_reason"] = a.tolerance_reason or ""
+    if a.argmax_margin is not None:
+        doc["argmax_margin"] = a.argmax_margin
     with open(a.out, "w") as f:
         json.dump(doc, f, separators=(",", ":"))
         f.write("\n")

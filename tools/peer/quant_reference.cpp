@@ -1,7 +1,7 @@
 // quant-reference: what ggml's own code does with a weight format, for checking fafo's
 // quantizer and dequantizer bit for bit (tests/data/quant/<FORMAT>.json). Built outside
 // this repository against a llama.cpp checkout (not part of fafo's build):
-//   c++ -O2 -std=c++17 tools/peer/quant_reference.cpp -I$LLAMA/ggml/include \
+//   c++ -O2 -std=c++20 tools/peer/quant_reference.cpp -I$LLAMA/ggml/include \
 //       -L$LLAMA/build/bin -lggml-base -Wl,-rpath,$LLAMA/build/bin -o quant-reference
 //   quant-reference FORMAT LLAMA_COMMIT > FORMAT.json
 // It writes, as hex strings of little-endian bytes:
@@ -10,7 +10,13 @@
 //   blocks: those rows quantized by ggml_quantize_chunk (no importance matrix), as
 //     llama-quantize does; dequantized: the blocks through the type's to_float;
 //   random_blocks: 4,096 values' worth of blocks of random bytes (every code, scale and exponent byte,
-//     fp16 infinities and NaNs included); random_dequantized: their to_float values.
+//     fp16 infinities and NaNs included); random_dequantized: their to_float values;
+//   many_random: the SHA-256 of the to_float values (float32 bits, little endian) of
+//     1,048,576 values' worth of random bytes, splitmix64 from the seed given (each
+//     output's top byte), so a test can make the same bytes: enough to reach every entry
+//     of the codebook formats' tables.
+// The formats whose quantizer requires an importance matrix (IQ2_XXS, IQ2_XS) are
+// quantized with one of all ones ("imatrix": "ones" in the output).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +25,7 @@
 #include <vector>
 
 #include "ggml.h"
+#include "../../tests/sha256.h"
 
 namespace {
 
@@ -83,7 +90,9 @@ int main(int argc, char** argv) {
   ggml_quantize_init(type);
   const size_t row_bytes = ggml_row_size(type, cols);
   std::vector<uint8_t> blocks(row_bytes * rows);
-  ggml_quantize_chunk(type, input.data(), blocks.data(), 0, rows, cols, nullptr);
+  const bool needs_imatrix = ggml_quantize_requires_imatrix(type);
+  const std::vector<float> ones(static_cast<size_t>(cols), 1.0f);
+  ggml_quantize_chunk(type, input.data(), blocks.data(), 0, rows, cols, needs_imatrix ? ones.data() : nullptr);
   const auto* traits = ggml_get_type_traits(type);
   std::vector<float> dequantized(input.size());
   traits->to_float(blocks.data(), dequantized.data(), rows * cols);
@@ -94,8 +103,20 @@ int main(int argc, char** argv) {
   std::vector<float> random_dequantized(static_cast<size_t>(n_random * traits->blck_size));
   traits->to_float(random_blocks.data(), random_dequantized.data(), static_cast<int64_t>(random_dequantized.size()));
 
+  const uint64_t many_seed = 0x243f6a8885a308d3ull;
+  g_state = many_seed;
+  const int64_t many_values = 1 << 20;
+  std::vector<uint8_t> many_blocks(traits->type_size * (many_values / traits->blck_size));
+  for (auto& b : many_blocks) b = static_cast<uint8_t>(next_u64() >> 56);
+  std::vector<float> many(static_cast<size_t>(many_values));
+  traits->to_float(many_blocks.data(), many.data(), many_values);
+
   std::printf("{\n  \"format\": \"%s\",\n  \"llama_cpp_commit\": \"%s\",\n  \"rows\": %lld,\n  \"cols\": %lld,\n",
               name.c_str(), argv[2], static_cast<long long>(rows), static_cast<long long>(cols));
+  if (needs_imatrix) std::printf("  \"imatrix\": \"ones\",\n");
+  std::printf("  \"many_random\": {\"seed\": %llu, \"values\": %lld, \"sha256\": \"%s\"},\n",
+              static_cast<unsigned long long>(many_seed), static_cast<long long>(many_values),
+              fafo::test::sha256_hex(many.data(), many.size() * 4).c_str());
   std::printf("  \"input\": \"%s\",\n", hex(input.data(), input.size() * 4).c_str());
   std::printf("  \"blocks\": \"%s\",\n", hex(blocks.data(), blocks.size()).c_str());
   std::printf("  \"dequantized\": \"%s\",\n", hex(dequantized.data(), dequantized.size() * 4).c_str());

@@ -10,6 +10,7 @@
 
 #include "fafo/gguf.h"
 #include "fafo/quant_mix.h"
+#include "codebook_rows.h"
 #include "synthetic_vocab.h"
 
 namespace fafo::synth {
@@ -113,6 +114,8 @@ std::optional<SyntheticConfig> preset(const std::string& name) {
     c.sliding_window = 128, c.weight_type = "MXFP4_MOE";
   } else if (name == "tiny") {
     // defaults
+  } else if (name == "grid-tiny") {  // rows of 256 and 512: whole super-blocks (the codebook formats' tests)
+    c.n_embd = 256, c.n_ff = 512, c.n_head = 4, c.n_head_kv = 2;
   } else if (name == "qwen3-tiny") {  // heads wider than n_embd / n_head, as Qwen3's
     c.arch = "qwen3", c.n_head = 4, c.n_head_kv = 2, c.head_dim = 32, c.rms_eps = 1e-6f, c.tied_embeddings = true;
   } else if (name == "phi3-tiny") {  // LongRoPE from 256 positions on
@@ -176,6 +179,17 @@ int32_t head_dim_of(const SyntheticConfig& c) { return c.head_dim > 0 ? c.head_d
 
 TensorType tensor_type_for(const SyntheticConfig& c, const std::string& name, int64_t row_length) {
   try {
+    // A codebook format fafo reads but does not write: random codes (codebook_rows.h) for
+    // every matrix llama.cpp's --pure would give it, IQ4_NL for rows that are not whole
+    // super-blocks (as llama.cpp falls back), F32 where any mix keeps F32.
+    const auto only_read = tensor_type_from_name(c.weight_type);
+    if (only_read && codebook_max_per_d(*only_read) > 0.0f) {
+      const TensorType plain = quant_type_for("Q8_0", name, row_length, c.n_layer, c.tied_embeddings,
+                                              has_experts(c) ? c.n_expert : 0);
+      if (plain == TensorType::F32) return plain;
+      if (row_length % tensor_type_info(*only_read).block_size == 0) return *only_read;
+      return row_length % tensor_type_info(TensorType::IQ4_NL).block_size == 0 ? TensorType::IQ4_NL : TensorType::F16;
+    }
     return quant_type_for(c.weight_type, name, row_length, c.n_layer, c.tied_embeddings,
                           has_experts(c) ? c.n_expert : 0);
   } catch (const std::invalid_argument& e) {
@@ -407,7 +421,7 @@ uint64_t write_synthetic_model(const SyntheticConfig& config, const std::string&
           std::copy_n(t.values.begin() + static_cast<std::ptrdiff_t>(r * cols), cols, values.begin());
         else
           fill_normal(tensor_seed + static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull, t.mean, t.stddev, values.data(), cols);
-        quantize_row(t.type, values.data(), out.data() + static_cast<size_t>(r) * row_bytes, cols);
+        synth::write_row(t.type, values.data(), out.data() + static_cast<size_t>(r) * row_bytes, cols);
       }
     };
     std::vector<std::thread> threads;

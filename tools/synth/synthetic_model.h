@@ -47,7 +47,9 @@ struct SyntheticConfig {
   bool tied_embeddings = false;
   float rms_eps = 1e-5f;
   // "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
-  // "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4" (every matrix in that type), or
+  // "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4" (every matrix in that type;
+  // also "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ3_S", which fafo does not quantize to: random
+  // codes at the weights' magnitude, tools/synth/codebook_rows.h), or
   // the llama.cpp mixes "Q4_K_M" / "Q5_K_M" (Q6_K for output, or for token_embd when the
   // embeddings are tied, and for some attn_v / ffn_down layers) and "MXFP4_MOE" (the
   // experts MXFP4, the rest Q8_0): fafo/quant_mix.h.
@@ -70,7 +72,7 @@ struct SyntheticConfig {
 // "qwen3-0.6b", "phi3-mini", "phi3.5-mini", "phi4-mini", "gemma2-9b", "gemma2-2b",
 // "gemma3-4b", "gemma3-1b", "qwen3-30b-a3b", "gpt-oss-20b", "tiny", "qwen3-tiny",
 // "phi3-tiny", "phi4-mini-tiny", "gemma2-tiny", "gemma3-tiny", "qwen3moe-tiny",
-// "gpt-oss-tiny".
+// "gpt-oss-tiny", "grid-tiny".
 std::optional<SyntheticConfig> preset(const std::string& name);
 
 // The type each tensor gets under cfg.weight_type. Throws std::invalid_argument for

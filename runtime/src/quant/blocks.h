@@ -167,6 +167,50 @@ inline int unpack_scale_iq4_xs(uint16_t scales_h, const uint8_t* scales_l, int i
   return ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0f) | (((scales_h >> (2 * ib)) & 3) << 4);
 }
 
+// ---- the codebook ("grid") formats: 8 values share one index into a codebook ----
+// (iq_grids.h holds the codebooks; grid_formats.cpp decodes them.) Every format keeps one
+// fp16 d per 256 values and 8 groups of 32; a group's 32 values are 4 vectors of 8, each
+// read from the codebook and given signs (7 sign bits stored, the 8th the parity that
+// makes an even number of minus signs, or 8 stored bits in IQ3_S).
+
+// IQ2_XXS (2.06 bits a value): per group ib, qs[4 ib .. 4 ib + 3] as two 32-bit words:
+// the first word's four bytes are the four vectors' indices into the 256-entry codebook,
+// the second's bits 7l..7l+6 the signs of vector l and its top 4 bits the group's scale s;
+// value = (d * (0.5 + s)) * 0.25 * grid value.
+struct BlockIq2Xxs {
+  uint16_t d;
+  uint16_t qs[kSuperBlock / 8];
+};
+
+// IQ2_XS (2.31 bits a value): qs[4 ib + l] is vector l of group ib, 9 bits of index into
+// the 512-entry codebook and 7 sign bits above them; scales[ib] two 4-bit scales, the low
+// one for vectors 0 and 1, the high one for 2 and 3 (value as IQ2_XXS).
+struct BlockIq2Xs {
+  uint16_t d;
+  uint16_t qs[kSuperBlock / 8];
+  uint8_t scales[kSuperBlock / 32];
+};
+
+// IQ3_XXS (3.06 bits a value): qs[0 .. 63] are the indices of 64 half-vectors of 4 values
+// (the 256-entry codebook), two per vector; then per group a 32-bit word laid out as the
+// second word of IQ2_XXS (signs, 4-bit scale s); value = (d * (0.5 + s)) * 0.5 * grid value.
+struct BlockIq3Xxs {
+  uint16_t d;
+  uint8_t qs[3 * kSuperBlock / 8];
+};
+
+// IQ3_S (3.44 bits a value): 64 half-vector indices of 9 bits into the 512-entry codebook,
+// the low 8 in qs, the 9th bits in qh (qh[ib] bit k for half-vector k of group ib); signs[4 ib
+// + l] the 8 signs of vector l of group ib, one bit each; scales[ib / 2] two 4-bit scales
+// (the low for the even group); value = (d * (1 + 2 s)) * grid value.
+struct BlockIq3S {
+  uint16_t d;
+  uint8_t qs[kSuperBlock / 4];
+  uint8_t qh[kSuperBlock / 32];
+  uint8_t signs[kSuperBlock / 8];
+  uint8_t scales[kSuperBlock / 64];
+};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -182,6 +226,10 @@ static_assert(sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockIq4Nl) == 18);
 static_assert(sizeof(BlockIq4Xs) == 136);
 static_assert(sizeof(BlockMxfp4) == 17);
+static_assert(sizeof(BlockIq2Xxs) == 66);
+static_assert(sizeof(BlockIq2Xs) == 74);
+static_assert(sizeof(BlockIq3Xxs) == 98);
+static_assert(sizeof(BlockIq3S) == 110);
 
 // Block i of a packed row, copied out (no alignment requirement on src).
 template <class Block>

@@ -53,6 +53,12 @@ void quantize_iq4_nl(const float* src, uint8_t* dst, int64_t n_blocks);
 void quantize_iq4_xs(const float* src, uint8_t* dst, int64_t n_blocks);
 void quantize_mxfp4(const float* src, uint8_t* dst, int64_t n_blocks);
 
+// Codebook formats, 256-value super-blocks (grid_formats.cpp); fafo reads them only.
+void dequantize_iq2_xxs(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_iq2_xs(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_iq3_xxs(const uint8_t* src, float* dst, int64_t n_blocks);
+void dequantize_iq3_s(const uint8_t* src, float* dst, int64_t n_blocks);
+
 // Rounds v to the nearest integer (halves away from zero) after clamping it to [lo, hi].
 // NaN maps to lo. Used by every quantizer, so out-of-range or non-finite inputs never
 // reach an undefined float-to-int conversion.

@@ -38,7 +38,11 @@ TensorType fit_row(TensorType t, int64_t row_length) {
     case TensorType::Q4_K: t = TensorType::Q5_0; break;
     case TensorType::Q5_K: t = TensorType::Q5_1; break;
     case TensorType::Q6_K: t = TensorType::Q8_0; break;
-    case TensorType::IQ4_XS: t = TensorType::IQ4_NL; break;
+    case TensorType::IQ4_XS:
+    case TensorType::IQ2_XXS:
+    case TensorType::IQ2_XS:
+    case TensorType::IQ3_XXS:
+    case TensorType::IQ3_S: t = TensorType::IQ4_NL; break;
     default: break;
   }
   return row_length % tensor_type_info(t).block_size == 0 ? t : TensorType::F16;
@@ -73,6 +77,10 @@ TensorType quant_type_for(const std::string& mix_name, const std::string& name, 
     t = ends_with(name, "_exps.weight") ? TensorType::MXFP4 : TensorType::Q8_0;
   } else {
     const auto parsed = tensor_type_from_name(mix);
+    if (parsed && tensor_type_info(*parsed).has_dequantize && !tensor_type_info(*parsed).has_quantize)
+      throw std::invalid_argument("fafo reads " + mix + " files but does not write " + mix +
+                                  ": llama.cpp's quantizer for it searches its codebook with an importance matrix "
+                                  "(llama-quantize --imatrix); fafo writes " + quant_mix_names());
     if (!parsed || !tensor_type_info(*parsed).has_quantize || *parsed == TensorType::Q8_1 || *parsed == TensorType::Q8_K)
       throw std::invalid_argument("unknown or unsupported weight type '" + mix_name + "' (" + quant_mix_names() + ")");
     t = *parsed;
@@ -88,7 +96,9 @@ uint32_t quant_file_type(const std::string& mix) {
   static const std::map<std::string, uint32_t> file_types = {
       {"F32", 0},   {"F16", 1},   {"Q4_0", 2},  {"Q4_1", 3},  {"Q8_0", 7},    {"Q5_0", 8},    {"Q5_1", 9},
       {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32},
-      {"IQ4_NL", 25}, {"IQ4_XS", 30}, {"MXFP4", 38}, {"MXFP4_MOE", 38}};
+      {"IQ4_NL", 25}, {"IQ4_XS", 30}, {"MXFP4", 38}, {"MXFP4_MOE", 38},
+      // formats fafo reads only (fafo-synth writes random codes in them)
+      {"IQ2_XXS", 19}, {"IQ2_XS", 20}, {"IQ3_XXS", 23}, {"IQ3_S", 26}};
   const auto it = file_types.find(upper(mix));
   if (it == file_types.end()) throw std::invalid_argument("no GGUF file type for '" + mix + "' (" + quant_mix_names() + ")");
   return it->second;

@@ -30,6 +30,10 @@ constexpr std::array kTypes = {
     TensorTypeInfo{TensorType::Q5_K, "Q5_K", quant::kSuperBlock, sizeof(quant::BlockQ5_K), true, true},
     TensorTypeInfo{TensorType::Q6_K, "Q6_K", quant::kSuperBlock, sizeof(quant::BlockQ6_K), true, true},
     TensorTypeInfo{TensorType::Q8_K, "Q8_K", quant::kSuperBlock, sizeof(quant::BlockQ8_K), true, true},
+    TensorTypeInfo{TensorType::IQ2_XXS, "IQ2_XXS", quant::kSuperBlock, sizeof(quant::BlockIq2Xxs), true, false},
+    TensorTypeInfo{TensorType::IQ2_XS, "IQ2_XS", quant::kSuperBlock, sizeof(quant::BlockIq2Xs), true, false},
+    TensorTypeInfo{TensorType::IQ3_XXS, "IQ3_XXS", quant::kSuperBlock, sizeof(quant::BlockIq3Xxs), true, false},
+    TensorTypeInfo{TensorType::IQ3_S, "IQ3_S", quant::kSuperBlock, sizeof(quant::BlockIq3S), true, false},
     TensorTypeInfo{TensorType::IQ4_NL, "IQ4_NL", quant::kLegacyBlock, sizeof(quant::BlockIq4Nl), true, true},
     TensorTypeInfo{TensorType::IQ4_XS, "IQ4_XS", quant::kSuperBlock, sizeof(quant::BlockIq4Xs), true, true},
     TensorTypeInfo{TensorType::BF16, "BF16", 1, 2, true, true},
@@ -72,11 +76,7 @@ std::string_view tensor_type_name(TensorType type) { return tensor_type_info(typ
 std::string_view unsupported_ggml_type_name(uint32_t id) {
   if (find_info(id)) return {};
   // ggml's type ids (ggml.h) that GGUF files may hold and fafo does not read.
-  static constexpr std::array<std::pair<uint32_t, std::string_view>, 16> kOthers = {{{16, "IQ2_XXS"},
-                                                                                   {17, "IQ2_XS"},
-                                                                                   {18, "IQ3_XXS"},
-                                                                                   {19, "IQ1_S"},
-                                                                                   {21, "IQ3_S"},
+  static constexpr std::array<std::pair<uint32_t, std::string_view>, 12> kOthers = {{{19, "IQ1_S"},
                                                                                    {22, "IQ2_S"},
                                                                                    {24, "I8"},
                                                                                    {25, "I16"},
@@ -139,6 +139,10 @@ void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
     case TensorType::Q5_K: quant::dequantize_q5_k(bytes, dst, blocks); return;
     case TensorType::Q6_K: quant::dequantize_q6_k(bytes, dst, blocks); return;
     case TensorType::Q8_K: quant::dequantize_q8_k(bytes, dst, blocks); return;
+    case TensorType::IQ2_XXS: quant::dequantize_iq2_xxs(bytes, dst, blocks); return;
+    case TensorType::IQ2_XS: quant::dequantize_iq2_xs(bytes, dst, blocks); return;
+    case TensorType::IQ3_XXS: quant::dequantize_iq3_xxs(bytes, dst, blocks); return;
+    case TensorType::IQ3_S: quant::dequantize_iq3_s(bytes, dst, blocks); return;
     case TensorType::IQ4_NL: quant::dequantize_iq4_nl(bytes, dst, blocks); return;
     case TensorType::IQ4_XS: quant::dequantize_iq4_xs(bytes, dst, blocks); return;
     case TensorType::MXFP4: quant::dequantize_mxfp4(bytes, dst, blocks); return;
@@ -167,6 +171,10 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
     case TensorType::Q5_K: quant::quantize_q5_k(src, bytes, blocks); return;
     case TensorType::Q6_K: quant::quantize_q6_k(src, bytes, blocks); return;
     case TensorType::Q8_K: quant::quantize_q8_k(src, bytes, blocks); return;
+    case TensorType::IQ2_XXS:
+    case TensorType::IQ2_XS:
+    case TensorType::IQ3_XXS:
+    case TensorType::IQ3_S: break;  // read only (has_quantize is false)
     case TensorType::IQ4_NL: quant::quantize_iq4_nl(src, bytes, blocks); return;
     case TensorType::IQ4_XS: quant::quantize_iq4_xs(src, bytes, blocks); return;
     case TensorType::MXFP4: quant::quantize_mxfp4(src, bytes, blocks); return;

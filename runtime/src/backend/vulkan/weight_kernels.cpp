@@ -12,7 +12,9 @@
 #include "backend/vulkan/command_sequence.h"
 #include "backend/vulkan/context.h"
 #include "backend/vulkan/pipeline.h"
+#include "backend/vulkan/transfer.h"
 #include "fafo/progress.h"
+#include "quant/iq_grids.h"
 
 namespace fafo::vulkan {
 
@@ -115,9 +117,21 @@ WeightKernels::WeightKernels(const Context& context)
     first = end;
   }
   tiles_ = find_matrix_tiles();
+  std::vector<uint32_t> words;
+  for (const std::span<const uint16_t> packed :
+       {std::span<const uint16_t>(quant::grid_detail::kIq2xxsPacked), std::span<const uint16_t>(quant::grid_detail::kIq2xsPacked),
+        std::span<const uint16_t>(quant::grid_detail::kIq3xxsPacked), std::span<const uint16_t>(quant::grid_detail::kIq3sPacked)})
+    words.insert(words.end(), packed.begin(), packed.end());
+  codebooks_ = std::make_unique<Buffer>(context_, words.size() * sizeof(uint32_t), Memory::Device);
+  Transfer(context_).upload(*codebooks_, words.data(), words.size() * sizeof(uint32_t));
 }
 
 WeightKernels::~WeightKernels() = default;
+
+bool WeightKernels::reads_codebook(TensorType type) {
+  return type == TensorType::IQ2_XXS || type == TensorType::IQ2_XS || type == TensorType::IQ3_XXS ||
+         type == TensorType::IQ3_S;
+}
 
 bool WeightKernels::subgroup_fits(const WeightShader& shader) const {
   return subgroup_size_ != 0 && (32 * shader.rows_per_group) % subgroup_size_ == 0;
@@ -231,7 +245,7 @@ void WeightKernels::prepare_candidates(const std::vector<TunedShape>& shapes) co
 
 std::unique_ptr<ComputePipeline> WeightKernels::make_pipeline(const WeightShader& v, uint32_t rows) const {
   const bool embed = v.key.kind == WeightShaderKey::Kind::Embed;
-  const uint32_t bindings = v.key.norm ? 4 : 3;
+  const uint32_t bindings = reads_codebook(v.type) ? 5 : v.key.norm ? 4 : 3;
   const uint32_t push = embed ? sizeof(EmbedPush) : sizeof(WeightMatmulPush);
   PipelineOptions options = v.key.subgroup ? subgroup_options_ : PipelineOptions{};
   if (rows != 0 && rows != v.rows_per_group) {
@@ -426,7 +440,10 @@ void WeightKernels::product(CommandSequence& seq, TensorType type, const Buffer&
   const uint32_t groups_y = std::min(ceil_div(s.T, key.tile), cap(max_groups[1], v.max_groups_y));
   const WeightMatmulPush push{s.T,          s.rows,    s.cols, s.x_stride, s.out_stride, s.out_offset,
                         row_bytes,    s.accumulate ? 1u : 0u, norm.eps};
-  if (norm.gain)
+  if (reads_codebook(type))
+    seq.dispatch(*chosen.pipeline, {&x, &w, &out, norm.gain ? norm.gain : codebooks_.get(), codebooks_.get()}, push,
+                 groups_x, groups_y);
+  else if (norm.gain)
     seq.dispatch(*chosen.pipeline, {&x, &w, &out, norm.gain}, push, groups_x, groups_y);
   else
     seq.dispatch(*chosen.pipeline, {&x, &w, &out}, push, groups_x, groups_y);
@@ -554,7 +571,11 @@ void WeightKernels::embed(CommandSequence& seq, TensorType type, const Buffer& t
   const uint32_t groups =
       std::min(ceil_div(items, kWorkgroupSize), context_.properties().limits.maxComputeWorkGroupCount[0]);
   const Chosen chosen = variant(f, WeightShaderKey{}, kernel);
-  seq.dispatch(*chosen.pipeline, {&tokens, &table, &out}, EmbedPush{T, cols, first_row, n_rows, row_bytes}, groups);
+  const EmbedPush push{T, cols, first_row, n_rows, row_bytes};
+  if (reads_codebook(type))
+    seq.dispatch(*chosen.pipeline, {&tokens, &table, &out, codebooks_.get(), codebooks_.get()}, push, groups);
+  else
+    seq.dispatch(*chosen.pipeline, {&tokens, &table, &out}, push, groups);
 }
 
 }  // namespace fafo::vulkan

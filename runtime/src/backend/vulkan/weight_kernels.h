@@ -277,7 +277,15 @@ class WeightKernels {
                const Buffer& out, const MatmulShape& s, const MatmulVariant& variant, const InputNorm& norm,
                bool gated, const char* kernel) const;
 
+  // The binding list of a product or lookup of `type`: the codebook formats' shaders read
+  // their codebook at binding 4 (shaders/dequant_grid.glsl); binding 3 is then the norm's
+  // gain or, unused, the codebooks again.
+  static bool reads_codebook(TensorType type);
+
   const Context& context_;
+  // The codebooks of IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S as shaders/iq_grids.inc packs them,
+  // one word per entry, back to back (6 KiB), uploaded once.
+  std::unique_ptr<Buffer> codebooks_;
   bool cpu_device_ = false;  // Auto picks WholeRows
   bool dot_ = false;         // uses_dot()
   MatrixTilesUse tiles_use_ = MatrixTilesUse::Auto;
