@@ -13,8 +13,8 @@
 //   IQ3_S:   half-vector indices' low 8 bits at 2 + 8 ib + 2 l (+1), their 9th bits in
 //            the byte at 66 + ib; vector l's 8 sign bits at 74 + 4 ib + l; 4-bit scales at
 //            106 + ib / 2 (the low one for even groups); db = d * (1 + 2 s).
-// The 8th sign of a 7-bit set makes the count of minus signs even. value = (db * level)
-// * (+-1), ggml's order. (Their speed on real GPUs is not measured yet.)
+// The 8th sign of a 7-bit set makes the count of minus signs even. value = db * level
+// with its sign bit flipped for a minus (ggml's (db * level) * -1 as GCC compiles it). (Their speed on real GPUs is not measured yet.)
 #include "iq_grids.inc"
 // The codebooks, packed one entry per word (WeightKernels uploads them once, back to
 // back: IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S), and this format's first entry among them. A
@@ -89,8 +89,8 @@ void dq_block_chunk(uint b, uint sub, out float v[16]) {
 #else
       const float level = dq_grid_level((entry >> (3u * j)) & 7u);
 #endif
-      precise float value = (db * level) * (((signs >> j) & 1u) != 0u ? -1.0 : 1.0);
-      v[8u * t + j] = value;
+      precise float value = db * level;
+      v[8u * t + j] = uintBitsToFloat(floatBitsToUint(value) ^ (((signs >> j) & 1u) << 31));
     }
   }
 }

@@ -358,9 +358,10 @@ FAFO_HD float iq2_level(uint32_t l) { return l == 0 ? 8.0f : (l == 1 ? 25.0f : 4
 FAFO_HD float iq3xxs_level(uint32_t l) { return l == 7 ? 62.0f : static_cast<float>(4 + 8 * l); }
 FAFO_HD float iq3s_level(uint32_t l) { return static_cast<float>(2 * l + 1); }
 
-// One value: (db * level) * (+-1), ggml's order (a NaN keeps its sign).
+// One value: db * level, its sign bit flipped where bit j of the signs is set (ggml's
+// (db * level) * -1.f as GCC compiles it: a NaN's sign flips too).
 FAFO_HD float signed_grid_value(float db, float level, uint32_t signs, uint32_t j) {
-  return mul_rn(mul_rn(db, level), (signs >> j) & 1u ? -1.0f : 1.0f);
+  return bits_to_float(float_bits(mul_rn(db, level)) ^ (((signs >> j) & 1u) << 31));
 }
 
 // A 16-value chunk is vectors 2 (sub & 1) and 2 (sub & 1) + 1 of group sub / 2.

@@ -4,7 +4,8 @@
 //   IQ2_XXS, IQ2_XS: ((d * (0.5 + s)) * 0.25 * grid) * (+-1)
 //   IQ3_XXS:         ((d * (0.5 + s)) * 0.5 * grid) * (+-1)
 //   IQ3_S:           ((d * (1 + 2 s)) * grid) * (+-1)
-// The sign is a multiplication by -1 or 1, not a negation, as in ggml: a NaN keeps its sign.
+// A minus sign flips the sign bit of (db * grid), as ggml's compiled code does (see
+// put_vector), a NaN's included.
 //
 // fafo does not write these formats: llama.cpp's quantizers for them search the codebook
 // with an importance matrix (required for the IQ2 ones), which fafo quantize does not take.
@@ -22,9 +23,17 @@ namespace {
 
 constexpr int kGroups = kSuperBlock / 32;
 
-// Writes the 8 values of one vector: (db * grid value j) times the sign of bit j.
+// Writes the 8 values of one vector: db times grid value j, its sign bit flipped where
+// bit j of the signs is set. ggml writes (db * g) * (+-1.f), which GCC compiles to the
+// same flip (x * -1 as -x), so a NaN's sign flips too; branch-free so that it vectorizes.
 inline void put_vector(float db, uint64_t entry, uint32_t signs, float* y) {
-  for (int j = 0; j < 8; ++j) y[j] = db * static_cast<float>(grid_byte(entry, j)) * ((signs >> j) & 1u ? -1.f : 1.f);
+  for (int j = 0; j < 8; ++j) {
+    const float v = db * static_cast<float>((entry >> (8 * j)) & 0xffu);
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    bits ^= ((signs >> j) & 1u) << 31;
+    std::memcpy(&y[j], &bits, sizeof bits);
+  }
 }
 
 // The same from two half-vector entries of 4 values each (the IQ3 codebooks).
