@@ -17,6 +17,7 @@
 
 #include "fafo/quant_mix.h"
 #include "fafo/tensor_type.h"
+#include "hex_data.h"
 #include "sha256.h"
 #include "test_support.h"
 
@@ -24,13 +25,6 @@ namespace {
 namespace grid_test {
 
 using fafo::TensorType;
-
-std::vector<uint8_t> bytes_from_hex(const std::string& s) {
-  auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  std::vector<uint8_t> out(s.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(nibble(s[2 * i]) << 4 | nibble(s[2 * i + 1]));
-  return out;
-}
 
 // The first position where the bits differ, and how many do.
 std::string bit_differences(const std::vector<float>& got, const std::vector<uint8_t>& want_bytes) {
@@ -71,8 +65,8 @@ TEST_P(GridFormats, DequantizeReadsLlamaCppsBits) {
   const nlohmann::json j = data();
   for (const auto& [blocks_key, values_key] :
        {std::pair{"blocks", "dequantized"}, std::pair{"random_blocks", "random_dequantized"}}) {
-    const std::vector<uint8_t> blocks = bytes_from_hex(j[blocks_key]);
-    const std::vector<uint8_t> want = bytes_from_hex(j[values_key]);
+    const std::vector<uint8_t> blocks = fafo::test::from_hex(j[blocks_key]);
+    const std::vector<uint8_t> want = fafo::test::from_hex(j[values_key]);
     ASSERT_FALSE(want.empty());
     std::vector<float> got(want.size() / 4);
     ASSERT_EQ(blocks.size(), fafo::tensor_row_bytes(type(), static_cast<int64_t>(got.size())));

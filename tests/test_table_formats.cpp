@@ -23,6 +23,7 @@
 #include "fafo/gguf.h"
 #include "fafo/step_batch.h"
 #include "fafo/tensor_type.h"
+#include "hex_data.h"
 #include "model_fixtures.h"
 #include "sha256.h"
 #include "test_support.h"
@@ -31,19 +32,8 @@ namespace {
 
 using fafo::TensorType;
 
-std::vector<uint8_t> from_hex(const std::string& s) {
-  auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  std::vector<uint8_t> out(s.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(nibble(s[2 * i]) << 4 | nibble(s[2 * i + 1]));
-  return out;
-}
-
-std::vector<float> floats_from_hex(const std::string& s) {
-  const std::vector<uint8_t> bytes = from_hex(s);
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
-}
+using fafo::test::floats_from_hex;
+using fafo::test::from_hex;
 
 uint32_t bits_of(float f) {
   uint32_t b;

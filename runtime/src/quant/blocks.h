@@ -231,6 +231,13 @@ static_assert(sizeof(BlockIq2Xs) == 74);
 static_assert(sizeof(BlockIq3Xxs) == 98);
 static_assert(sizeof(BlockIq3S) == 110);
 
+// The 32-bit little-endian word at p (no alignment requirement).
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+}
+
 // Block i of a packed row, copied out (no alignment requirement on src).
 template <class Block>
 Block load_block(const uint8_t* src, int64_t i) {

@@ -41,12 +41,6 @@ inline void put_halves(float db, uint64_t first, uint64_t second, uint32_t signs
   put_vector(db, first | (second << 32), signs, y);
 }
 
-uint32_t word_at(const uint8_t* p) {
-  uint32_t w;
-  std::memcpy(&w, p, sizeof w);
-  return w;
-}
-
 }  // namespace
 
 void dequantize_iq2_xxs(const uint8_t* src, float* dst, int64_t n_blocks) {
@@ -55,7 +49,7 @@ void dequantize_iq2_xxs(const uint8_t* src, float* dst, int64_t n_blocks) {
     const float d = fp16_to_fp32(block.d);
     const auto* qs = reinterpret_cast<const uint8_t*>(block.qs);
     for (int ib = 0; ib < kGroups; ++ib) {
-      const uint32_t indices = word_at(qs + 8 * ib), rest = word_at(qs + 8 * ib + 4);
+      const uint32_t indices = load_u32(qs + 8 * ib), rest = load_u32(qs + 8 * ib + 4);
       const float db = d * (0.5f + static_cast<float>(rest >> 28)) * 0.25f;
       for (int l = 0; l < 4; ++l, dst += 8)
         put_vector(db, kIq2xxsGrid[(indices >> (8 * l)) & 0xffu], iq2_signs(rest >> (7 * l)), dst);
@@ -85,7 +79,7 @@ void dequantize_iq3_xxs(const uint8_t* src, float* dst, int64_t n_blocks) {
     const uint8_t* qs = block.qs;
     const uint8_t* scales_and_signs = block.qs + kSuperBlock / 4;
     for (int ib = 0; ib < kGroups; ++ib, qs += 8) {
-      const uint32_t word = word_at(scales_and_signs + 4 * ib);
+      const uint32_t word = load_u32(scales_and_signs + 4 * ib);
       const float db = d * (0.5f + static_cast<float>(word >> 28)) * 0.5f;
       for (int l = 0; l < 4; ++l, dst += 8)
         put_halves(db, kIq3xxsGrid[qs[2 * l]], kIq3xxsGrid[qs[2 * l + 1]], iq2_signs(word >> (7 * l)), dst);

@@ -90,12 +90,6 @@ FiveBitPair five_bit_codes(const uint8_t* qs, uint32_t qh, int j) {
   return {low, high};
 }
 
-uint32_t load_qh(const uint8_t* qh) {
-  uint32_t bits;
-  std::memcpy(&bits, qh, sizeof bits);
-  return bits;
-}
-
 }  // namespace
 
 // ---- dequantization ----
@@ -131,7 +125,7 @@ void dequantize_q5_0(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i, dst += kLegacyBlock) {
     const auto block = load_block<BlockQ5_0>(src, i);
     const float d = fp16_to_fp32(block.d);
-    const uint32_t qh = load_qh(block.qh);
+    const uint32_t qh = load_u32(block.qh);
     for (int j = 0; j < kHalf; ++j) {
       const FiveBitPair q = five_bit_codes(block.qs, qh, j);
       dst[j] = static_cast<float>(q.low - 16) * d;
@@ -145,7 +139,7 @@ void dequantize_q5_1(const uint8_t* src, float* dst, int64_t n_blocks) {
     const auto block = load_block<BlockQ5_1>(src, i);
     const float d = fp16_to_fp32(block.d);
     const float m = fp16_to_fp32(block.m);
-    const uint32_t qh = load_qh(block.qh);
+    const uint32_t qh = load_u32(block.qh);
     for (int j = 0; j < kHalf; ++j) {
       const FiveBitPair q = five_bit_codes(block.qs, qh, j);
       dst[j] = static_cast<float>(q.low) * d + m;
