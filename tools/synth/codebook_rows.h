@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <stdexcept>
+#include <string>
 
 #include "fafo/tensor_type.h"
 
@@ -32,6 +33,9 @@ inline void codebook_row(TensorType type, const float* x, uint8_t* out, int64_t 
   const TensorTypeInfo& info = tensor_type_info(type);
   const float per_d = codebook_max_per_d(type);
   if (per_d == 0.0f) throw std::invalid_argument("codebook_row: " + std::string(info.name) + " is not a codebook format");
+  if (cols % info.block_size != 0)
+    throw std::invalid_argument("codebook_row: " + std::to_string(cols) + " values is not a whole number of " +
+                                std::string(info.name) + " blocks of " + std::to_string(info.block_size));
   uint32_t seed = 0x9e3779b9u;
   for (int64_t c = 0; c < cols; ++c) {
     uint32_t bits;
