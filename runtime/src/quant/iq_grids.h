@@ -50,7 +50,4 @@ constexpr uint8_t iq2_signs(uint32_t seven) {
   return static_cast<uint8_t>(seven | ((std::popcount(seven) & 1u) << 7));
 }
 
-// Value j (0..7 or 0..3) of a codebook entry.
-constexpr uint32_t grid_byte(uint64_t entry, int j) { return static_cast<uint32_t>(entry >> (8 * j)) & 0xffu; }
-
 }  // namespace fafo::quant
