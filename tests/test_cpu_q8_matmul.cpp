@@ -14,6 +14,7 @@
 #include "backend/cpu/q8_matmul.h"
 #include "backend/cpu/simd_matmul.h"
 #include "fafo/tensor_type.h"
+#include "random_weights.h"
 #include "test_support.h"
 
 using namespace fafo;
@@ -41,7 +42,7 @@ Matrix random_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed)
   for (int64_t r = 0; r < rows; ++r) {
     const float scale = 0.1f + static_cast<float>(r % 7);  // rows of different magnitudes
     for (auto& v : row) v = normal(rng) * scale;
-    quantize_row(type, row.data(), m.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
+    test::quantize_for_test(type, row.data(), m.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
     dequantize_row(type, m.bytes.data() + static_cast<size_t>(r) * row_bytes, m.dequantized.data() + r * cols, cols);
   }
   return m;
@@ -66,8 +67,10 @@ uint32_t float_bits(float f) {
   return u;
 }
 
-const TensorType kTypes[] = {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q8_0,
-                             TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1};
+const TensorType kTypes[] = {TensorType::Q4_K,    TensorType::Q5_K,   TensorType::Q6_K,    TensorType::Q8_0,
+                             TensorType::Q4_0,    TensorType::Q4_1,   TensorType::Q5_0,    TensorType::Q5_1,
+                             TensorType::IQ4_NL,  TensorType::IQ4_XS, TensorType::MXFP4,   TensorType::IQ2_XXS,
+                             TensorType::IQ2_XS,  TensorType::IQ3_XXS, TensorType::IQ3_S};
 
 // Formats of 32-value blocks: activation blocks of 32 where the row is not a multiple of 256.
 bool legacy(TensorType type) { return tensor_type_info(type).block_size == 32; }

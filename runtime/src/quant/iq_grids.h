@@ -50,4 +50,11 @@ constexpr uint8_t iq2_signs(uint32_t seven) {
   return static_cast<uint8_t>(seven | ((std::popcount(seven) & 1u) << 7));
 }
 
+// iq2_signs of every 7-bit value, for decoders that look it up.
+inline constexpr std::array<uint8_t, 128> kIq2SignBytes = [] {
+  std::array<uint8_t, 128> t{};
+  for (uint32_t i = 0; i < 128; ++i) t[i] = iq2_signs(i);
+  return t;
+}();
+
 }  // namespace fafo::quant

@@ -28,8 +28,8 @@ namespace {
 // lanes with fused multiply-adds), and attention's exp and SwiGLU's and GeGLU's exp and
 // tanh are Highway's; the op-conformance table measures the largest difference.
 constexpr double kTolerance = 1e-4;
-// Products with Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS and MXFP4
-// weights round the activations to 8 bits per
+// Products with Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4,
+// IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S weights round the activations to 8 bits per
 // block (q8_matmul.h): on the table's inputs (uniform in [-1, 1], 256 to 512 columns)
 // the largest error measured is 0.17 of max(1, |reference|); llama.cpp's CPU backend
 // rounds the same way.

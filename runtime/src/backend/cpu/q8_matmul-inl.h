@@ -1,7 +1,8 @@
 // The integer matrix product's per-target code (see q8_matmul.h): the 8-bit products,
 // the weight decoders and the tiled product. Three files instantiate it (q8_matmul.cpp:
 // Q4_K and Q5_K; q8_matmul_q6.cpp: Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1;
-// q8_matmul_table.cpp: IQ4_NL, IQ4_XS, MXFP4), so that Highway's compilation for every
+// q8_matmul_table.cpp: IQ4_NL, IQ4_XS, MXFP4; q8_matmul_grid.cpp: IQ2_XXS, IQ2_XS,
+// IQ3_XXS, IQ3_S), so that Highway's compilation for every
 // instruction set is spread over translation units that build in parallel. Included after hwy/highway.h by a file that
 // foreach_target.h re-includes, once per target, as Highway's "-inl.h" headers are.
 //
@@ -27,6 +28,7 @@
 #include "backend/cpu/simd_matmul.h"
 #include "fafo/tensor_type.h"
 #include "quant/blocks.h"
+#include "quant/iq_grids.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 // Per-target helpers, after highway.h:
@@ -707,6 +709,169 @@ struct Iq4XsInt {
     return sc.Get<P * kB / 32>();
   }
   // Pairs' sums are at most 2 x 127 x 127; times a scale of at most 32 in 32 bits.
+  static HWY_INLINE VI Accumulate(const Piece& p, V16 scale, VI8 x, VI acc, VI& acc1) {
+    return MulScaleAdd(MulPairs(p.abs, SignOf(x, p.sign)), scale, acc, acc1);
+  }
+};
+
+// ---- the codebook formats IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S ----
+// (quant/grid_formats.cpp.) A block is 32 vectors of 8 values, value = d * f * (2s + 1)
+// * grid value * sign, f = 1/8 (IQ2), 1/4 (IQ3_XXS), 1 (IQ3_S): the float factor is d * f
+// (exact: a power of two), the integer scale (2s + 1) <= 31 of each sub-block (IQ2_XS:
+// of each 16 values) multiplies its pairs' sums in 16 bits, as a K-quant's scale. A
+// vector's 8 grid values (at most 62) are the bytes of its 64-bit codebook entry and its
+// 8 signs one byte: a piece's magnitudes are its vectors' entries, its signs +-1 bytes.
+
+enum class Codebook { kIq2Xxs, kIq2Xs, kIq3Xxs, kIq3S };
+
+#if HWY_TARGET != HWY_SCALAR
+// The vectors' codebook entries as one piece of bytes (entry i: bytes 8i .. 8i + 7).
+template <size_t N>
+HWY_INLINE V8 EntryBytes(const uint64_t (&e)[N]) {
+  static_assert(N * 8 == kB);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  return V8{_mm256_set_epi64x(static_cast<long long>(e[3]), static_cast<long long>(e[2]),
+                              static_cast<long long>(e[1]), static_cast<long long>(e[0]))};
+#elif HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128
+  return V8{_mm_set_epi64x(static_cast<long long>(e[1]), static_cast<long long>(e[0]))};
+#else
+  const hn::Full64<uint64_t> d64;
+  return hn::BitCast(D8(), hn::Combine(hn::Full128<uint64_t>(), hn::Set(d64, e[1]), hn::Set(d64, e[0])));
+#endif
+}
+
+// Sign bytes: byte i of the piece is -1 where bit i % 8 of byte i / 8 of `bits` is set,
+// else +1. Each byte takes its vector's byte of `bits` (in every 128-bit block: the
+// upper block of a 256-bit piece holds vectors 2 and 3), then tests its bit.
+HWY_INLINE VI8 SignBytes(uint32_t bits) {
+  alignas(32) static constexpr uint8_t kByteOf[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                      2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  alignas(32) static constexpr uint8_t kBitOf[32] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
+                                                     1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+  const hn::Repartition<uint32_t, D8> d32;
+  const V8 spread = hn::TableLookupBytes(hn::BitCast(D8(), hn::Set(d32, bits)), hn::Load(D8(), kByteOf));
+  const auto negative = hn::TestBit(spread, hn::Load(D8(), kBitOf));
+  return hn::BitCast(DI8(), hn::Or(hn::VecFromMask(D8(), negative), hn::Set(D8(), 1)));
+}
+#endif
+
+template <Codebook kC>
+struct GridInt {
+  using Block = std::conditional_t<
+      kC == Codebook::kIq2Xxs, quant::BlockIq2Xxs,
+      std::conditional_t<kC == Codebook::kIq2Xs, quant::BlockIq2Xs,
+                         std::conditional_t<kC == Codebook::kIq3Xxs, quant::BlockIq3Xxs, quant::BlockIq3S>>>;
+  static constexpr int64_t kValues = quant::kSuperBlock, kBytes = sizeof(Block);
+  static constexpr Corr kCorr = Corr::kNone;
+  static constexpr bool kPerSixteen = kC == Codebook::kIq2Xs;  // a scale per 16 values
+  static constexpr float kFactor = kC == Codebook::kIq3S ? 1.0f : kC == Codebook::kIq3Xxs ? 0.25f : 0.125f;
+  using Piece = Q8_0Int::Piece;
+  float d;
+  const uint8_t* qs;  // the block's bytes after d
+  Scales8 sc[kPerSixteen ? 2 : 1];
+#if HWY_TARGET == HWY_SCALAR
+  HWY_ALIGN uint8_t w[quant::kSuperBlock];  // the values' signed bytes
+#endif
+
+  // Vector k's codebook entry (8 values, one a byte) and its 8 sign bits.
+  HWY_INLINE uint64_t Entry(size_t k) const {
+    if constexpr (kC == Codebook::kIq2Xxs) {
+      return quant::kIq2xxsGrid[qs[8 * (k / 4) + k % 4]];
+    } else if constexpr (kC == Codebook::kIq2Xs) {
+      return quant::kIq2xsGrid[(qs[2 * k] | (uint32_t{qs[2 * k + 1]} << 8)) & 511u];
+    } else if constexpr (kC == Codebook::kIq3Xxs) {
+      return quant::kIq3xxsGrid[qs[2 * k]] | (quant::kIq3xxsGrid[qs[2 * k + 1]] << 32);
+    } else {
+      const uint32_t high = qs[offsetof(Block, qh) - 2 + k / 4] >> (2 * (k % 4));
+      return quant::kIq3sGrid[qs[2 * k] | ((high & 1u) << 8)] |
+             (quant::kIq3sGrid[qs[2 * k + 1] | ((high & 2u) << 7)] << 32);
+    }
+  }
+  HWY_INLINE uint32_t Signs(size_t k) const {
+    if constexpr (kC == Codebook::kIq2Xxs) {
+      return quant::kIq2SignBytes[(quant::load_u32(qs + 8 * (k / 4) + 4) >> (7 * (k % 4))) & 127u];
+    } else if constexpr (kC == Codebook::kIq2Xs) {
+      return quant::kIq2SignBytes[qs[2 * k + 1] >> 1];
+    } else if constexpr (kC == Codebook::kIq3Xxs) {
+      return quant::kIq2SignBytes[(quant::load_u32(qs + 64 + 4 * (k / 4)) >> (7 * (k % 4))) & 127u];
+    } else {
+      return qs[offsetof(Block, signs) - 2 + k];
+    }
+  }
+
+  HWY_INLINE void Prepare(const uint8_t* b) {
+    static_assert(offsetof(Block, d) == 0);
+    d = LoadHalf(b) * kFactor;
+    qs = b + 2;
+    // The scales (2s + 1) as bytes, in order: 8 (a sub-block's) or 16 (IQ2_XS: 16 values').
+    uint64_t odd[2] = {0, 0};
+    if constexpr (kC == Codebook::kIq2Xxs || kC == Codebook::kIq3Xxs) {
+      // s is the top 4 bits of each sub-block's 32-bit word of signs
+      for (size_t ib = 0; ib < 8; ++ib)
+        odd[0] |= static_cast<uint64_t>(qs[(kC == Codebook::kIq2Xxs ? 8 * ib + 4 : 64 + 4 * ib) + 3] >> 4) << (8 * ib);
+    } else {
+      // 4-bit scales, two a byte, the low one first: each byte's nibbles to two bytes
+      constexpr size_t kAt = offsetof(Block, scales) - 2;
+      uint64_t lo;
+      if constexpr (kPerSixteen) {
+        std::memcpy(&lo, qs + kAt, 8);
+        const uint64_t hi = (lo >> 4) & 0x0f0f0f0f0f0f0f0full;
+        lo &= 0x0f0f0f0f0f0f0f0full;
+        for (size_t j = 0; j < 16; ++j)
+          odd[j / 8] |= ((((j % 2) ? hi : lo) >> (8 * (j / 2))) & 0xffu) << (8 * (j % 8));
+      } else {
+        uint32_t l32;
+        std::memcpy(&l32, qs + kAt, 4);
+        lo = l32;
+        lo = (lo | (lo << 16)) & 0x0000ffff0000ffffull;
+        lo = (lo | (lo << 8)) & 0x00ff00ff00ff00ffull;
+        odd[0] = (lo & 0x000f000f000f000full) | ((lo & 0x00f000f000f000f0ull) << 4);
+      }
+    }
+    for (auto& o : odd) o = (o << 1) | 0x0101010101010101ull;  // 2s + 1: no carry out of a byte
+#if HWY_TARGET == HWY_SCALAR
+    for (size_t j = 0; j < (kPerSixteen ? 16 : 8); ++j) sc[j / 8].v[j % 8] = static_cast<int16_t>((odd[j / 8] >> (8 * (j % 8))) & 0xff);
+    for (size_t k = 0; k < 32; ++k) {
+      const uint64_t e = Entry(k);
+      const uint32_t s = Signs(k);
+      for (size_t i = 0; i < 8; ++i) {
+        const auto v = static_cast<int>((e >> (8 * i)) & 0xffu);
+        w[8 * k + i] = static_cast<uint8_t>(((s >> i) & 1u) ? -v : v);
+      }
+    }
+#else
+    const hn::Full128<uint64_t> d64;
+    const auto scales = hn::BitCast(hn::Full128<int8_t>(), hn::InterleaveLower(d64, hn::Set(d64, odd[0]), hn::Set(d64, odd[1])));
+    sc[0].dup = Widen8Dup<false>(scales);
+    if constexpr (kPerSixteen) sc[1].dup = Widen8Dup<true>(scales);
+#endif
+  }
+  template <size_t P>
+  HWY_INLINE Piece Weights() const {
+#if HWY_TARGET == HWY_SCALAR
+    return SignedPieceAt(w + P * kB);
+#else
+    constexpr size_t kV = kB / 8, k0 = P * kV;
+    uint64_t e[kV];
+    uint32_t s = 0;
+    for (size_t i = 0; i < kV; ++i) {
+      e[i] = Entry(k0 + i);
+      s |= Signs(k0 + i) << (8 * i);
+    }
+    return {EntryBytes(e), SignBytes(s)};
+#endif
+  }
+  template <size_t P>
+  HWY_INLINE V16 Scale() const {
+    if constexpr (kPerSixteen) {
+      constexpr size_t j = P * kB / 16;
+      if constexpr (kB == 32) return sc[j / 8].template Get<j % 8, j % 8 + 1>();  // a piece spans two scales
+      else return sc[j / 8].template Get<j % 8>();
+    } else {
+      return sc[0].template Get<P * kB / 32>();
+    }
+  }
+  // Pairs' sums are at most 2 x 62 x 127; times a scale of at most 31 in 32 bits.
   static HWY_INLINE VI Accumulate(const Piece& p, V16 scale, VI8 x, VI acc, VI& acc1) {
     return MulScaleAdd(MulPairs(p.abs, SignOf(x, p.sign)), scale, acc, acc1);
   }

@@ -108,6 +108,7 @@ void QuantizedActivations::resize(int64_t n_rows, int64_t n_cols, int64_t n_bloc
 int64_t q8_activation_block(TensorType type, int64_t cols) {
   switch (type) {
     case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: case TensorType::IQ4_XS:
+    case TensorType::IQ2_XXS: case TensorType::IQ2_XS: case TensorType::IQ3_XXS: case TensorType::IQ3_S:
       return quant::kSuperBlock;
     case TensorType::Q8_0: case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
     case TensorType::IQ4_NL: case TensorType::MXFP4:
@@ -135,6 +136,11 @@ void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const Qua
                     int64_t out_stride) {
   if (q8_activation_block(w.type, w.cols) != x.block || w.cols != x.cols || x.cols % x.block != 0)
     throw std::logic_error("q8_matmul_rows: activations rounded for another format or width");
+  if (w.type == TensorType::IQ2_XXS || w.type == TensorType::IQ2_XS || w.type == TensorType::IQ3_XXS ||
+      w.type == TensorType::IQ3_S) {
+    q8_matmul_rows_grid(w, r0, r1, x, out, out_stride, matmul_panel_rows(w.cols));
+    return;
+  }
   if (w.type == TensorType::IQ4_NL || w.type == TensorType::IQ4_XS || w.type == TensorType::MXFP4) {
     q8_matmul_rows_table(w, r0, r1, x, out, out_stride, matmul_panel_rows(w.cols));
     return;

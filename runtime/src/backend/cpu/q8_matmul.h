@@ -1,6 +1,7 @@
 // The `cpu` backend's integer matrix product for block-quantized weights (Q4_K, Q5_K,
-// Q6_K, the 32-value formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, and the table formats
-// IQ4_NL, IQ4_XS, MXFP4), as llama.cpp computes it:
+// Q6_K, the 32-value formats Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the table formats IQ4_NL,
+// IQ4_XS, MXFP4 and the codebook formats IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S), as llama.cpp
+// computes it:
 // each activation row is rounded to 8 bits per block (one float scale per 256 values;
 // per 32 for the 32-value formats' rows of other widths), and a weight block's dot
 // product with it is summed exactly in integers (pairs of 8-bit products in 16 bits,
@@ -43,7 +44,7 @@ struct QuantizedActivations {
 };
 
 // The activation block the integer product of `type` over `cols` columns needs: 256
-// for the K-quants, and for the 32-value formats where cols allows it (8 weight blocks
+// for the K-quants, IQ4_XS and the codebook formats, and for the 32-value formats where cols allows it (8 weight blocks
 // then share one activation scale: less float work per block), else 32; 0 where the format
 // has none (its product takes float activations: simd_matmul.h).
 int64_t q8_activation_block(TensorType type, int64_t cols);
@@ -66,5 +67,10 @@ void q8_matmul_rows_q6(const host::HostWeight& w, int64_t r0, int64_t r1, const 
 // checked).
 void q8_matmul_rows_table(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                           int64_t out_stride, int64_t panel_rows);
+
+// q8_matmul_rows' product for IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S (q8_matmul_grid.cpp; x
+// already checked).
+void q8_matmul_rows_grid(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
+                         int64_t out_stride, int64_t panel_rows);
 
 }  // namespace fafo::cpu
