@@ -50,10 +50,18 @@ constexpr uint8_t iq2_signs(uint32_t seven) {
   return static_cast<uint8_t>(seven | ((std::popcount(seven) & 1u) << 7));
 }
 
-// iq2_signs of every 7-bit value, for decoders that look it up.
-inline constexpr std::array<uint8_t, 128> kIq2SignBytes = [] {
-  std::array<uint8_t, 128> t{};
-  for (uint32_t i = 0; i < 128; ++i) t[i] = iq2_signs(i);
+// A vector's 8 signs as bytes, +1 (0x01) or -1 (0xff), byte j from bit j: from the 8 bits
+// (kSignBytes8, IQ3_S) or from the 7 stored ones (kSignBytes7, through iq2_signs), for
+// decoders that multiply by them.
+inline constexpr std::array<uint64_t, 256> kSignBytes8 = [] {
+  std::array<uint64_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i)
+    for (int j = 0; j < 8; ++j) t[i] |= uint64_t{((i >> j) & 1u) ? 0xffu : 0x01u} << (8 * j);
+  return t;
+}();
+inline constexpr std::array<uint64_t, 128> kSignBytes7 = [] {
+  std::array<uint64_t, 128> t{};
+  for (uint32_t i = 0; i < 128; ++i) t[i] = kSignBytes8[iq2_signs(i)];
   return t;
 }();
 

@@ -720,12 +720,13 @@ struct Iq4XsInt {
 // (exact: a power of two), the integer scale (2s + 1) <= 31 of each sub-block (IQ2_XS:
 // of each 16 values) multiplies its pairs' sums in 16 bits, as a K-quant's scale. A
 // vector's 8 grid values (at most 62) are the bytes of its 64-bit codebook entry and its
-// 8 signs one byte: a piece's magnitudes are its vectors' entries, its signs +-1 bytes.
+// signs 8 bytes of +-1 from a table: a piece's magnitudes are its vectors' entries.
 
 enum class Codebook { kIq2Xxs, kIq2Xs, kIq3Xxs, kIq3S };
 
 #if HWY_TARGET != HWY_SCALAR
-// The vectors' codebook entries as one piece of bytes (entry i: bytes 8i .. 8i + 7).
+// Eight bytes a vector (codebook entries, sign bytes) as one piece (vector i: bytes 8i ..
+// 8i + 7).
 template <size_t N>
 HWY_INLINE V8 EntryBytes(const uint64_t (&e)[N]) {
   static_assert(N * 8 == kB);
@@ -740,19 +741,6 @@ HWY_INLINE V8 EntryBytes(const uint64_t (&e)[N]) {
 #endif
 }
 
-// Sign bytes: byte i of the piece is -1 where bit i % 8 of byte i / 8 of `bits` is set,
-// else +1. Each byte takes its vector's byte of `bits` (in every 128-bit block: the
-// upper block of a 256-bit piece holds vectors 2 and 3), then tests its bit.
-HWY_INLINE VI8 SignBytes(uint32_t bits) {
-  alignas(32) static constexpr uint8_t kByteOf[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                      2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
-  alignas(32) static constexpr uint8_t kBitOf[32] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128,
-                                                     1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-  const hn::Repartition<uint32_t, D8> d32;
-  const V8 spread = hn::TableLookupBytes(hn::BitCast(D8(), hn::Set(d32, bits)), hn::Load(D8(), kByteOf));
-  const auto negative = hn::TestBit(spread, hn::Load(D8(), kBitOf));
-  return hn::BitCast(DI8(), hn::Or(hn::VecFromMask(D8(), negative), hn::Set(D8(), 1)));
-}
 #endif
 
 template <Codebook kC>
@@ -773,7 +761,7 @@ struct GridInt {
   HWY_ALIGN uint8_t w[quant::kSuperBlock];  // the values' signed bytes
 #endif
 
-  // Vector k's codebook entry (8 values, one a byte) and its 8 sign bits.
+  // Vector k's codebook entry (8 values, one a byte) and its 8 signs as +-1 bytes.
   HWY_INLINE uint64_t Entry(size_t k) const {
     if constexpr (kC == Codebook::kIq2Xxs) {
       return quant::kIq2xxsGrid[qs[8 * (k / 4) + k % 4]];
@@ -787,15 +775,15 @@ struct GridInt {
              (quant::kIq3sGrid[qs[2 * k + 1] | ((high & 2u) << 7)] << 32);
     }
   }
-  HWY_INLINE uint32_t Signs(size_t k) const {
+  HWY_INLINE uint64_t Signs(size_t k) const {
     if constexpr (kC == Codebook::kIq2Xxs) {
-      return quant::kIq2SignBytes[(quant::load_u32(qs + 8 * (k / 4) + 4) >> (7 * (k % 4))) & 127u];
+      return quant::kSignBytes7[(quant::load_u32(qs + 8 * (k / 4) + 4) >> (7 * (k % 4))) & 127u];
     } else if constexpr (kC == Codebook::kIq2Xs) {
-      return quant::kIq2SignBytes[qs[2 * k + 1] >> 1];
+      return quant::kSignBytes7[qs[2 * k + 1] >> 1];
     } else if constexpr (kC == Codebook::kIq3Xxs) {
-      return quant::kIq2SignBytes[(quant::load_u32(qs + 64 + 4 * (k / 4)) >> (7 * (k % 4))) & 127u];
+      return quant::kSignBytes7[(quant::load_u32(qs + 64 + 4 * (k / 4)) >> (7 * (k % 4))) & 127u];
     } else {
-      return qs[offsetof(Block, signs) - 2 + k];
+      return quant::kSignBytes8[qs[offsetof(Block, signs) - 2 + k]];
     }
   }
 
@@ -832,11 +820,10 @@ struct GridInt {
 #if HWY_TARGET == HWY_SCALAR
     for (size_t j = 0; j < (kPerSixteen ? 16 : 8); ++j) sc[j / 8].v[j % 8] = static_cast<int16_t>((odd[j / 8] >> (8 * (j % 8))) & 0xff);
     for (size_t k = 0; k < 32; ++k) {
-      const uint64_t e = Entry(k);
-      const uint32_t s = Signs(k);
+      const uint64_t e = Entry(k), s = Signs(k);
       for (size_t i = 0; i < 8; ++i) {
         const auto v = static_cast<int>((e >> (8 * i)) & 0xffu);
-        w[8 * k + i] = static_cast<uint8_t>(((s >> i) & 1u) ? -v : v);
+        w[8 * k + i] = static_cast<uint8_t>(((s >> (8 * i)) & 0xffu) == 0xffu ? -v : v);
       }
     }
 #else
@@ -852,13 +839,12 @@ struct GridInt {
     return SignedPieceAt(w + P * kB);
 #else
     constexpr size_t kV = kB / 8, k0 = P * kV;
-    uint64_t e[kV];
-    uint32_t s = 0;
+    uint64_t e[kV], s[kV];
     for (size_t i = 0; i < kV; ++i) {
       e[i] = Entry(k0 + i);
-      s |= Signs(k0 + i) << (8 * i);
+      s[i] = Signs(k0 + i);
     }
-    return {EntryBytes(e), SignBytes(s)};
+    return {EntryBytes(e), hn::BitCast(DI8(), EntryBytes(s))};
 #endif
   }
   template <size_t P>
