@@ -21,7 +21,7 @@ TEST(CliQuantize, EveryTypeKeepsTheModelUsable) {
   const auto original = fafo::GgufFile::open(model.string());
   const std::string run = " -p 'Once upon a time' -n 24 --temp 0 --json --strategy ar";
   const auto plain = nlohmann::json::parse(run_fafo("run -m " + fafo::test::shell_quote(model) + run).out);
-  for (const std::string type : {"F16", "Q8_0", "Q4_0", "Q4_K_M"}) {
+  for (const std::string type : {"F16", "Q8_0", "Q4_0", "Q4_K_M", "IQ3_S"}) {  // IQ3_S: IQ4_NL for rows of 64
     const auto out = dir / (type + ".gguf");
     const auto q = run_fafo("quantize " + fafo::test::shell_quote(model) + " " + fafo::test::shell_quote(out) + " " + type);
     ASSERT_EQ(q.exit_code, 0) << q.err;
@@ -50,6 +50,17 @@ TEST(CliQuantize, EveryTypeKeepsTheModelUsable) {
     ASSERT_EQ(d.exit_code, 0) << d.err;
     EXPECT_EQ(nlohmann::json::parse(d.out)["ids"], plain["ids"]) << type;
   }
+}
+
+// llama-quantize requires an importance matrix for IQ3_XXS; fafo writes ggml's
+// quantization without one and says so.
+TEST(CliQuantize, Iq3XxsWithoutAnImportanceMatrixIsWrittenWithANote) {
+  FAFO_REQUIRE_SHARED(model, "models/stories260K.gguf");
+  const auto dir = fafo::test::temp_dir("cli-quantize-iq3");
+  const auto q = run_fafo("quantize " + fafo::test::shell_quote(model) + " " + fafo::test::shell_quote(dir / "q.gguf") + " IQ3_XXS");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_HAS(q.err, "importance matrix");
+  EXPECT_EQ(fafo::GgufFile::open((dir / "q.gguf").string())->find("general.file_type")->as_uint(), 23u);
 }
 
 TEST(CliQuantize, BadRequestsAreClearErrors) {

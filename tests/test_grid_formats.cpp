@@ -3,11 +3,14 @@
 // code; the file names the llama.cpp commit) holds blocks ggml quantized from rows of
 // floats and blocks of random bytes, with the values ggml's to_float reads from them, and
 // the hash of the values of a million random values' worth of blocks (every codebook entry
-// many times over). fafo's dequantize_row must read the same bits. Then the documented
-// layouts on hand-made blocks, independent of that data, and the refusal to write them.
+// many times over). fafo's dequantize_row must read the same bits, and its quantize_row
+// write llama.cpp's blocks (IQ3_XXS, IQ3_S) or refuse (IQ2_XXS, IQ2_XS). Then the
+// documented layouts on hand-made blocks, independent of that data.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -84,10 +87,55 @@ TEST_P(GridFormats, EveryCodebookEntryReadsLlamaCppsBits) {
   EXPECT_EQ(fafo::test::sha256_hex(got.data(), got.size() * 4), many["sha256"].get<std::string>()) << GetParam();
 }
 
-TEST_P(GridFormats, FafoReadsButDoesNotWriteThem) {
+// llama.cpp d32676d7's IQ3_S blocks from fafo's, where a group of 32 values is all zeros:
+// llama.cpp then does not move on its pointers to the indices and signs, so the later
+// groups' bytes sit one group early for each zero group before them (the tail stays
+// zero); fafo writes each group in its place (grid_quantize.cpp).
+void llama_cpp_iq3_s_zero_groups(const float* x, int64_t cols, std::vector<uint8_t>& blocks) {
+  constexpr size_t kBlock = 110, kQs = 2, kSigns = 74;
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    uint8_t* block = blocks.data() + b * kBlock;
+    const std::vector<uint8_t> own(block, block + kBlock);
+    std::fill(block + kQs, block + kQs + 64, 0);
+    std::fill(block + kSigns, block + kSigns + 32, 0);
+    size_t at = 0;
+    for (size_t g = 0; g < 8; ++g) {
+      const float* xg = x + b * 256 + 32 * static_cast<int64_t>(g);
+      if (std::all_of(xg, xg + 32, [](float v) { return v == 0.0f; })) continue;
+      std::copy_n(own.begin() + static_cast<std::ptrdiff_t>(kQs + 8 * g), 8, block + kQs + 8 * at);
+      std::copy_n(own.begin() + static_cast<std::ptrdiff_t>(kSigns + 4 * g), 4, block + kSigns + 4 * at);
+      ++at;
+    }
+  }
+}
+
+// ggml quantizes to IQ3_XXS and IQ3_S without an importance matrix: fafo writes its
+// blocks, byte for byte (for IQ3_S rows with a group of zeros, in its places: above). The IQ2 formats need one in llama.cpp: fafo refuses them, saying so.
+TEST_P(GridFormats, QuantizeWritesLlamaCppsBlocksOrRefusesTheIq2Ones) {
   const fafo::TensorTypeInfo& info = fafo::tensor_type_info(type());
+  const bool writes = type() == TensorType::IQ3_XXS || type() == TensorType::IQ3_S;
   EXPECT_TRUE(info.has_dequantize);
-  EXPECT_FALSE(info.has_quantize);
+  ASSERT_EQ(info.has_quantize, writes);
+  if (writes) {
+    const nlohmann::json j = data();
+    const int64_t rows = j["rows"], cols = j["cols"];
+    const std::vector<uint8_t> input = fafo::test::from_hex(j["input"]);
+    const std::vector<uint8_t> want = fafo::test::from_hex(j["blocks"]);
+    const size_t row_bytes = fafo::tensor_row_bytes(type(), cols);
+    ASSERT_EQ(input.size(), static_cast<size_t>(rows * cols) * 4);
+    ASSERT_EQ(want.size(), static_cast<size_t>(rows) * row_bytes);
+    std::vector<float> x(input.size() / 4);
+    std::memcpy(x.data(), input.data(), input.size());
+    std::vector<uint8_t> got(row_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      fafo::quantize_row(type(), x.data() + r * cols, got.data(), cols);
+      if (type() == TensorType::IQ3_S) llama_cpp_iq3_s_zero_groups(x.data() + r * cols, cols, got);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin() + static_cast<std::ptrdiff_t>(r * row_bytes)))
+          << GetParam() << ": row " << r << " quantizes to other blocks than llama.cpp's";
+    }
+    EXPECT_EQ(fafo::quant_type_for(GetParam(), "blk.0.attn_q.weight", 256, 4, false), type());
+    return;
+  }
   std::vector<float> x(256, 0.5f);
   std::vector<uint8_t> out(info.block_bytes);
   EXPECT_THROW(fafo::quantize_row(type(), x.data(), out.data(), 256), std::invalid_argument);
@@ -96,6 +144,36 @@ TEST_P(GridFormats, FafoReadsButDoesNotWriteThem) {
     ADD_FAILURE() << "quantizing to " << GetParam() << " was accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("does not write"), std::string::npos) << e.what();
+  }
+}
+
+// Rows fafo quantizes come back near their values, a group of zeros inside a block
+// included (the groups after it stay in their places). Independent of llama.cpp's data.
+TEST(GridQuantize, Iq3RowsComeBackNearTheirValues) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const TensorType type : {TensorType::IQ3_XXS, TensorType::IQ3_S}) {
+    const int64_t cols = 1024;
+    std::vector<float> x(cols), back(cols);
+    for (float& v : x) v = normal(rng) * 0.02f;
+    std::fill(x.begin() + 288, x.begin() + 320, 0.0f);  // group 1 of block 1 all zeros
+    std::vector<uint8_t> packed(fafo::tensor_row_bytes(type, cols));
+    fafo::quantize_row(type, x.data(), packed.data(), cols);
+    fafo::dequantize_row(type, packed.data(), back.data(), cols);
+    double err2 = 0, x2 = 0;
+    for (int64_t i = 0; i < cols; ++i) {
+      err2 += (back[i] - x[i]) * static_cast<double>(back[i] - x[i]);
+      x2 += x[i] * static_cast<double>(x[i]);
+    }
+    // 3 bits a value: llama.cpp's own relative RMS error on Gaussian rows is about 0.2.
+    EXPECT_LT(std::sqrt(err2 / x2), 0.3) << fafo::tensor_type_name(type);
+    // The groups after the zero group are in their own places: block 1's last group fits.
+    double tail_err2 = 0, tail_x2 = 0;
+    for (int64_t i = 480; i < 512; ++i) {
+      tail_err2 += (back[i] - x[i]) * static_cast<double>(back[i] - x[i]);
+      tail_x2 += x[i] * static_cast<double>(x[i]);
+    }
+    EXPECT_LT(std::sqrt(tail_err2 / tail_x2), 0.4) << fafo::tensor_type_name(type);
   }
 }
 

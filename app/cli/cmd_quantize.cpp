@@ -64,6 +64,11 @@ int run_quantize(const QuantizeArgs& a) {
   quant_type_for(a.type, "blk.0.attn_q.weight", 256, 1, false);
   quant_file_type(a.type);
   app::require_readable_file(a.input);
+  if (tensor_type_from_name(a.type) == TensorType::IQ3_XXS)
+    std::fprintf(stderr,
+                 "fafo: note: IQ3_XXS without an importance matrix, which llama-quantize requires for it: fafo writes "
+                 "ggml's own quantization without one (as llama.cpp's quantize_iq3_xxs with no weights), which keeps "
+                 "less of the model; IQ3_S needs none\n");
   std::error_code ec;
   if (std::filesystem::equivalent(a.input, a.output, ec))
     throw std::runtime_error("the output would overwrite the input (" + a.output + ")");

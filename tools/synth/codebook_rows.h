@@ -1,6 +1,6 @@
-// Rows of the codebook formats (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S), which fafo reads but
-// does not write, at a row's magnitude: fafo-synth's weights in those formats and the
-// backend tests' (tests/random_weights.h). Not a quantization: each 256-value super-block's
+// Rows of the codebook formats IQ2_XXS and IQ2_XS, which fafo reads but does not write
+// (llama.cpp quantizes to them only with an importance matrix), at a row's magnitude:
+// fafo-synth's weights in those formats and the backend tests' (tests/random_weights.h). Not a quantization: each 256-value super-block's
 // codes, signs and scales are random bytes (seeded by the row's values), its fp16 d set so
 // that its largest possible |value| (largest scale times largest level) is the largest |x|
 // of those 256 values. Header-only so that every test binary can use it.
@@ -23,8 +23,6 @@ inline float codebook_max_per_d(TensorType type) {
   switch (type) {
     case TensorType::IQ2_XXS:
     case TensorType::IQ2_XS: return 15.5f * 0.25f * 43.0f;
-    case TensorType::IQ3_XXS: return 15.5f * 0.5f * 62.0f;
-    case TensorType::IQ3_S: return 31.0f * 15.0f;
     default: return 0.0f;
   }
 }
@@ -53,7 +51,7 @@ inline void codebook_row(TensorType type, const float* x, uint8_t* out, int64_t 
   }
 }
 
-// quantize_row for the formats fafo writes, codebook_row for the codebook formats.
+// quantize_row for the formats fafo writes, codebook_row for the IQ2 ones.
 inline void write_row(TensorType type, const float* x, void* out, int64_t cols) {
   if (tensor_type_info(type).has_quantize) quantize_row(type, x, out, cols);
   else codebook_row(type, x, static_cast<uint8_t*>(out), cols);

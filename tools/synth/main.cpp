@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   auto* o_factor = app.add_option("--rope-factor", c.rope_scaling_factor, "RoPE scaling factor (default 8)");
   auto* o_tied = app.add_flag("--tied", c.tied_embeddings, "Tie the output matrix to the token embeddings");
   auto* o_type = app.add_option("-t,--type", c.weight_type,
-                                "Weight format: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4, or the mixes Q4_K_M Q5_K_M MXFP4_MOE; also IQ2_XXS IQ2_XS IQ3_XXS IQ3_S as random codes (fafo reads these formats but does not quantize to them)");
+                                "Weight format: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ3_XXS IQ3_S IQ4_NL IQ4_XS MXFP4, or the mixes Q4_K_M Q5_K_M MXFP4_MOE; also IQ2_XXS IQ2_XS as random codes (fafo reads these formats but does not quantize to them)");
   auto* o_seed = app.add_option("--seed", c.seed, "Random seed");
   auto* o_window = app.add_option("--sliding-window", c.sliding_window, "gemma2, gemma3, gpt-oss: the local layers' window");
   auto* o_pattern = app.add_option("--swa-pattern", c.swa_pattern,

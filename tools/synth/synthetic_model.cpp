@@ -179,7 +179,7 @@ int32_t head_dim_of(const SyntheticConfig& c) { return c.head_dim > 0 ? c.head_d
 
 TensorType tensor_type_for(const SyntheticConfig& c, const std::string& name, int64_t row_length) {
   try {
-    // A codebook format fafo reads but does not write: random codes (codebook_rows.h) for
+    // A codebook format fafo reads but does not write (IQ2_XXS, IQ2_XS): random codes (codebook_rows.h) for
     // every matrix llama.cpp's --pure would give it, IQ4_NL for rows that are not whole
     // super-blocks (as llama.cpp falls back), F32 where any mix keeps F32.
     const auto only_read = tensor_type_from_name(c.weight_type);

@@ -47,8 +47,8 @@ struct SyntheticConfig {
   bool tied_embeddings = false;
   float rms_eps = 1e-5f;
   // "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
-  // "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4" (every matrix in that type;
-  // also "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ3_S", which fafo does not quantize to: random
+  // "Q4_K", "Q5_K", "Q6_K", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS", "MXFP4" (every matrix
+  // in that type; also "IQ2_XXS", "IQ2_XS", which fafo does not quantize to: random
   // codes at the weights' magnitude, tools/synth/codebook_rows.h), or
   // the llama.cpp mixes "Q4_K_M" / "Q5_K_M" (Q6_K for output, or for token_embd when the
   // embeddings are tied, and for some attn_v / ffn_down layers) and "MXFP4_MOE" (the

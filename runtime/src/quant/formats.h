@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace fafo::quant {
 
@@ -53,11 +54,24 @@ void quantize_iq4_nl(const float* src, uint8_t* dst, int64_t n_blocks);
 void quantize_iq4_xs(const float* src, uint8_t* dst, int64_t n_blocks);
 void quantize_mxfp4(const float* src, uint8_t* dst, int64_t n_blocks);
 
-// Codebook formats, 256-value super-blocks (grid_formats.cpp); fafo reads them only.
+// Codebook formats, 256-value super-blocks (grid_formats.cpp; fafo writes the IQ3 ones:
+// grid_quantize.cpp).
 void dequantize_iq2_xxs(const uint8_t* src, float* dst, int64_t n_blocks);
 void dequantize_iq2_xs(const uint8_t* src, float* dst, int64_t n_blocks);
 void dequantize_iq3_xxs(const uint8_t* src, float* dst, int64_t n_blocks);
 void dequantize_iq3_s(const uint8_t* src, float* dst, int64_t n_blocks);
+void quantize_iq3_xxs(const float* src, uint8_t* dst, int64_t n_blocks);
+void quantize_iq3_s(const float* src, uint8_t* dst, int64_t n_blocks);
+
+// Rounds v to the nearest integer, halves to even, through the float's mantissa (ggml's
+// nearest_int, which llama.cpp's non-linear quantizers use); callers keep |v| well below
+// 2^22 (beyond, and for NaN, the result is some integer, never undefined behaviour).
+inline int nearest_int_even(float v) {
+  const float shifted = v + 12582912.f;
+  int32_t bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  return (bits & 0x007fffff) - 0x00400000;
+}
 
 // Rounds v to the nearest integer (halves away from zero) after clamping it to [lo, hi].
 // NaN maps to lo. Used by every quantizer, so out-of-range or non-finite inputs never

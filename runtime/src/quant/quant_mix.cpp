@@ -51,7 +51,8 @@ TensorType fit_row(TensorType t, int64_t row_length) {
 }  // namespace
 
 const char* quant_mix_names() {
-  return "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 Q4_K_M Q5_K_M MXFP4_MOE";
+  return "F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ3_XXS IQ3_S IQ4_NL IQ4_XS MXFP4 Q4_K_M Q5_K_M "
+         "MXFP4_MOE";
 }
 
 TensorType quant_type_for(const std::string& mix_name, const std::string& name, int64_t row_length, int32_t n_layer,
@@ -96,9 +97,9 @@ uint32_t quant_file_type(const std::string& mix) {
   static const std::map<std::string, uint32_t> file_types = {
       {"F32", 0},   {"F16", 1},   {"Q4_0", 2},  {"Q4_1", 3},  {"Q8_0", 7},    {"Q5_0", 8},    {"Q5_1", 9},
       {"Q2_K", 10}, {"Q3_K", 11}, {"Q4_K", 14}, {"Q5_K", 16}, {"Q6_K", 18}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"BF16", 32},
-      {"IQ4_NL", 25}, {"IQ4_XS", 30}, {"MXFP4", 38}, {"MXFP4_MOE", 38},
+      {"IQ4_NL", 25}, {"IQ4_XS", 30}, {"MXFP4", 38}, {"MXFP4_MOE", 38}, {"IQ3_XXS", 23}, {"IQ3_S", 26},
       // formats fafo reads only (fafo-synth writes random codes in them)
-      {"IQ2_XXS", 19}, {"IQ2_XS", 20}, {"IQ3_XXS", 23}, {"IQ3_S", 26}};
+      {"IQ2_XXS", 19}, {"IQ2_XS", 20}};
   const auto it = file_types.find(upper(mix));
   if (it == file_types.end()) throw std::invalid_argument("no GGUF file type for '" + mix + "' (" + quant_mix_names() + ")");
   return it->second;

@@ -47,15 +47,6 @@ int best_table_index(const int8_t* values, float x) {
   return x - values[hi - 1] < values[hi] - x ? hi - 1 : hi;
 }
 
-// Round to nearest (ties to even) through the float's mantissa, as ggml's nearest_int;
-// callers keep |v| well below 2^22.
-int nearest_int_even(float v) {
-  const float shifted = v + 12582912.f;
-  int32_t bits;
-  std::memcpy(&bits, &shifted, sizeof bits);
-  return (bits & 0x007fffff) - 0x00400000;
-}
-
 void pack_table_codes(const uint8_t* codes, uint8_t* qs) {
   for (int j = 0; j < kCodePairs; ++j) qs[j] = static_cast<uint8_t>(codes[j] | (codes[j + kCodePairs] << 4));
 }

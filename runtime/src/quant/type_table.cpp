@@ -32,8 +32,8 @@ constexpr std::array kTypes = {
     TensorTypeInfo{TensorType::Q8_K, "Q8_K", quant::kSuperBlock, sizeof(quant::BlockQ8_K), true, true},
     TensorTypeInfo{TensorType::IQ2_XXS, "IQ2_XXS", quant::kSuperBlock, sizeof(quant::BlockIq2Xxs), true, false},
     TensorTypeInfo{TensorType::IQ2_XS, "IQ2_XS", quant::kSuperBlock, sizeof(quant::BlockIq2Xs), true, false},
-    TensorTypeInfo{TensorType::IQ3_XXS, "IQ3_XXS", quant::kSuperBlock, sizeof(quant::BlockIq3Xxs), true, false},
-    TensorTypeInfo{TensorType::IQ3_S, "IQ3_S", quant::kSuperBlock, sizeof(quant::BlockIq3S), true, false},
+    TensorTypeInfo{TensorType::IQ3_XXS, "IQ3_XXS", quant::kSuperBlock, sizeof(quant::BlockIq3Xxs), true, true},
+    TensorTypeInfo{TensorType::IQ3_S, "IQ3_S", quant::kSuperBlock, sizeof(quant::BlockIq3S), true, true},
     TensorTypeInfo{TensorType::IQ4_NL, "IQ4_NL", quant::kLegacyBlock, sizeof(quant::BlockIq4Nl), true, true},
     TensorTypeInfo{TensorType::IQ4_XS, "IQ4_XS", quant::kSuperBlock, sizeof(quant::BlockIq4Xs), true, true},
     TensorTypeInfo{TensorType::BF16, "BF16", 1, 2, true, true},
@@ -172,9 +172,9 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
     case TensorType::Q6_K: quant::quantize_q6_k(src, bytes, blocks); return;
     case TensorType::Q8_K: quant::quantize_q8_k(src, bytes, blocks); return;
     case TensorType::IQ2_XXS:
-    case TensorType::IQ2_XS:
-    case TensorType::IQ3_XXS:
-    case TensorType::IQ3_S: break;  // read only (has_quantize is false)
+    case TensorType::IQ2_XS: break;  // read only (has_quantize is false)
+    case TensorType::IQ3_XXS: quant::quantize_iq3_xxs(src, bytes, blocks); return;
+    case TensorType::IQ3_S: quant::quantize_iq3_s(src, bytes, blocks); return;
     case TensorType::IQ4_NL: quant::quantize_iq4_nl(src, bytes, blocks); return;
     case TensorType::IQ4_XS: quant::quantize_iq4_xs(src, bytes, blocks); return;
     case TensorType::MXFP4: quant::quantize_mxfp4(src, bytes, blocks); return;
