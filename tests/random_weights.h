@@ -90,7 +90,7 @@ inline std::vector<uint8_t> random_block_bytes(TensorType type, uint32_t rows, u
   return bytes;
 }
 
-// quantize_row for the formats fafo writes; for the codebook formats, which it only reads,
+// quantize_row for the formats fafo writes; for IQ2_XXS and IQ2_XS, which it only reads,
 // random codes at the row's magnitude (tools/synth/codebook_rows.h).
 inline void quantize_for_test(TensorType type, const float* x, void* out, int64_t cols) {
   synth::write_row(type, x, out, cols);

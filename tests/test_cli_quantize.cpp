@@ -1,11 +1,16 @@
 // `fafo quantize`: a model written in another type or mix keeps its metadata and
 // vocabulary, has each tensor in the type the mix asks for, runs, and can draft for the
 // original; bad requests are clear errors that leave no file behind.
+#include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "fafo/gguf.h"
 #include "fafo/quant_mix.h"
+#include "fafo/tensor_type.h"
+#include "synthetic_model.h"
 #include "test_support.h"
 
 namespace {
@@ -61,6 +66,42 @@ TEST(CliQuantize, Iq3XxsWithoutAnImportanceMatrixIsWrittenWithANote) {
   ASSERT_EQ(q.exit_code, 0) << q.err;
   EXPECT_HAS(q.err, "importance matrix");
   EXPECT_EQ(fafo::GgufFile::open((dir / "q.gguf").string())->find("general.file_type")->as_uint(), 23u);
+}
+
+// A model whose rows are whole 256-value blocks (fafo-synth's grid-tiny, F32): every
+// matrix `fafo quantize` writes in IQ3_XXS or IQ3_S holds the bytes quantize_row writes
+// for the original rows (which tests/test_grid_formats.cpp checks against llama.cpp's).
+TEST(CliQuantize, Iq3MatricesAreTheQuantizersRows) {
+  std::optional<fafo::synth::SyntheticConfig> c = fafo::synth::preset("grid-tiny");
+  ASSERT_TRUE(c);
+  const auto dir = fafo::test::temp_dir("cli-quantize-iq3-rows");
+  const std::string model = (dir / "f32.gguf").string();
+  fafo::synth::write_synthetic_model(*c, model);
+  const auto original = fafo::GgufFile::open(model);
+  for (const fafo::TensorType type : {fafo::TensorType::IQ3_XXS, fafo::TensorType::IQ3_S}) {
+    const std::string name(fafo::tensor_type_name(type));
+    const auto out = dir / (name + ".gguf");
+    const auto q = run_fafo("quantize " + fafo::test::shell_quote(model) + " " + fafo::test::shell_quote(out) + " " + name);
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    const auto file = fafo::GgufFile::open(out.string());
+    int matrices = 0;
+    for (const auto& t : file->tensors()) {
+      if (t.type != type) continue;
+      const auto* o = original->find_tensor(t.name);
+      ASSERT_NE(o, nullptr) << t.name;
+      ASSERT_EQ(o->type, fafo::TensorType::F32) << t.name;
+      const int64_t cols = t.shape[0];
+      const size_t row_bytes = fafo::tensor_row_bytes(type, cols);
+      std::vector<uint8_t> want(row_bytes);
+      const auto* x = reinterpret_cast<const float*>(o->data);
+      for (int64_t r = 0; r < t.n_rows(); ++r) {
+        fafo::quantize_row(type, x + r * cols, want.data(), cols);
+        ASSERT_TRUE(std::equal(want.begin(), want.end(), t.data + r * row_bytes)) << name << " " << t.name << " row " << r;
+      }
+      ++matrices;
+    }
+    EXPECT_GE(matrices, 7) << name;  // at least each layer's projections
+  }
 }
 
 TEST(CliQuantize, BadRequestsAreClearErrors) {

@@ -7,8 +7,8 @@
 // A minus sign flips the sign bit of (db * grid), as ggml's compiled code does (see
 // put_vector), a NaN's included.
 //
-// fafo does not write these formats: llama.cpp's quantizers for them search the codebook
-// with an importance matrix (required for the IQ2 ones), which fafo quantize does not take.
+// fafo writes the IQ3 ones (grid_quantize.cpp), not the IQ2 ones: llama.cpp quantizes to
+// those only with an importance matrix, which fafo quantize does not take.
 #include <cstdint>
 #include <cstring>
 

@@ -3,8 +3,9 @@
 // quant_weights), the same float operations in the same order, so fafo writes llama.cpp's
 // bits (tests/test_grid_formats.cpp compares them). Per group of 32 values, each weighted
 // by its square:
-//   - the signs come out (IQ3_XXS: a vector of 8 with an odd count of minus signs keeps
-//     its least weighted value negative instead, since its 8th sign bit is implied);
+//   - the signs come out (IQ3_XXS: in a vector of 8 with an odd count of minus signs,
+//     since its 8th sign bit is implied by parity, the least weighted value's sign bit
+//     is flipped and its fit target negated);
 //   - 31 (IQ3_XXS) or 19 (IQ3_S) trial scales around max / 15: each value's level l
 //     (0..7, value 2l + 1 times the scale) rounded, each 4 levels looked up in the
 //     codebook or, off it, replaced by the nearest entry by weighted error among those
@@ -231,7 +232,7 @@ void quantize_iq3_xxs(const float* src, uint8_t* dst, int64_t n_blocks) {
             s |= 1u << i;
           }
         }
-        if (flips % 2) {  // the least weighted value keeps its sign against the parity
+        if (flips % 2) {  // the least weighted value is stored with the other sign: its fit target negated
           int imin = 0;
           float least = weight[8 * k] * xb[8 * k] * xb[8 * k];
           for (int i = 1; i < 8; ++i) {

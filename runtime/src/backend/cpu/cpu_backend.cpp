@@ -1,8 +1,8 @@
 // The fast CPU backend (`--backend cpu`, what `auto` picks without a GPU): the host
 // backend with SIMD matrix products split over the thread pool by panels of weight rows
 // (integer products with 8-bit activations for the K-quants Q4_K/Q5_K/Q6_K, the
-// 32-value formats Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 and the table formats IQ4_NL/IQ4_XS/MXFP4:
-// q8_matmul.h; float products for the other
+// 32-value formats Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, the table formats IQ4_NL/IQ4_XS/MXFP4 and
+// the codebook formats IQ2_XXS/IQ2_XS/IQ3_XXS/IQ3_S: q8_matmul.h; float products for the other
 // formats: simd_matmul.h), SIMD attention (simd_attention.h) and SIMD SwiGLU/GeGLU
 // (simd_activations.h).
 // Its results are within the tolerances below of the reference's, and T-invariant.
