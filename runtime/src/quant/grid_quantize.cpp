@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "fafo/tensor_type.h"
 #include "quant/blocks.h"
 #include "quant/formats.h"
 #include "quant/iq_grids.h"
