@@ -51,6 +51,9 @@ exclude+='|^Moe\.EveryStrategyGivesPlainDecodingsIds$'
 # sanitizers: they run once, as graphs, in BackendOps.CudaEmulatedWithStepGraphs (which
 # ctest starts first: its COST), not again launch by launch (the plain build runs both).
 exclude+='|^EveryBackendAndDevice/BackendOps\.Attention/cuda_emulated_'
+# The reference's attention rows against a second reference (four minutes under the
+# sanitizers): the reference's attention runs there as the oracle of the cpu rows.
+exclude+='|^EveryBackendAndDevice/BackendOps\.Attention/reference_'
 # ThreadPool.ThreadCreationFailureIsAnError caps the address space just above what the
 # process maps, so that a thread cannot be made; ASan maps each new thread's fake stack
 # (detect_stack_use_after_return) first and aborts instead.

@@ -50,8 +50,9 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=420.0, help="seconds for the whole run (default 420)")
     parser.add_argument("--quick", action="store_true", help="small sizes: a 2-layer 8B-shaped file, pp64, tg16, curve 1,8")
     parser.add_argument("--tiny", action="store_true",
-                        help="--quick with a toy model (dim 256) for the benches: the rehearsal on a machine without a GPU, "
-                             "whose CPU Vulkan driver (lavapipe) reads an 8B-shaped layer at ~0.2 GB/s")
+                        help="--quick with a toy model (dim 256) for the benches and only the RmsNorm rows of the op table: "
+                             "the rehearsal on a machine without a GPU, whose CPU Vulkan driver (lavapipe) reads an "
+                             "8B-shaped layer at ~0.2 GB/s")
     parser.add_argument("--steps", help=f"only these steps, comma-separated: {','.join(STEPS)}")
     parser.add_argument("--peers", default=default_peers(),
                         help="the llama.cpp builds to run beside fafo: a folder holding llama-cuda/llama-bench, "
