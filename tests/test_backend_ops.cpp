@@ -245,6 +245,55 @@ TEST_P(BackendOps, MatmulAddIsTheProductThenTheAdd) {
     }
   }
 }
+// matmuls (a step's experts' products at once) gives each product's bits alone, on every
+// backend: products of integer formats only (the cpu backend's one dispatch) and with a
+// float format among them, several with one weight, rows that are no multiple of a
+// panel, one- and multi-token steps.
+TEST_P(BackendOps, MatmulsGiveEachProductsBits) {
+  OpEnv& env = target();
+  Backend& be = env.be();
+  const int64_t cols = 256;
+  struct Product {
+    TensorType type;
+    int64_t rows;
+  };
+  const std::vector<std::vector<Product>> sets = {
+      {{TensorType::Q4_K, 37}, {TensorType::Q8_0, 300}, {TensorType::IQ4_NL, 5}, {TensorType::Q4_K, 37}},
+      {{TensorType::Q6_K, 64}, {TensorType::F16, 33}, {TensorType::Q4_0, 129}}};
+  for (size_t s = 0; s < sets.size(); ++s) {
+    std::vector<Weight> weights;
+    for (size_t i = 0; i < sets[s].size(); ++i)  // the two Q4_K products share their weight
+      weights.push_back(i == 3 ? weights[0] : quantized_weight(env, sets[s][i].type, sets[s][i].rows, cols, 60 + static_cast<uint32_t>(i)));
+    for (const int32_t T : {1, 5, 12}) {
+      env.ensure_cache(T + 1);
+      auto run = [&](bool together) {
+        StepBatch b = causal_batch(T, 0);
+        be.begin_step(b, env.kv());
+        std::vector<Activation> xs, outs;
+        for (size_t i = 0; i < weights.size(); ++i) {
+          xs.push_back(input(env, "matmuls_x" + std::to_string(i), cols, 70 + static_cast<uint32_t>(i), T, 0));
+          outs.push_back(env.activation("matmuls_out" + std::to_string(i), sets[s][i].rows));
+        }
+        if (together) {
+          std::vector<Backend::MatmulJob> jobs;
+          for (size_t i = 0; i < weights.size(); ++i) jobs.push_back({&weights[i], &xs[i], &outs[i]});
+          be.matmuls(jobs);
+        } else {
+          for (size_t i = 0; i < weights.size(); ++i) be.matmul(weights[i], xs[i], outs[i]);
+        }
+        be.finish_step();
+        std::vector<float> all;
+        for (const Activation& o : outs) {
+          const std::vector<float> r = be.read_rows(o, T);
+          all.insert(all.end(), r.begin(), r.end());
+        }
+        return all;
+      };
+      ASSERT_TRUE(same_bits_everywhere(run(true), run(false))) << "set " << s << " T=" << T;
+    }
+  }
+}
+
 // write_rows, the residual stream arriving from the device before in a layer split: the
 // rows written before a step are what its ops read, bit for bit (x + y computed from
 // them), and a partial row or more rows than the activation holds are refused.

@@ -186,6 +186,10 @@ struct BackendCapabilities {
   // The most bytes one activation may hold (a device's buffer range: Vulkan's
   // maxStorageBufferRange); Backend::max_activation_rows divides it by a row's.
   uint64_t max_activation_bytes = std::numeric_limits<uint64_t>::max();
+  // Whether Backend::matmuls runs its products together (one dispatch over the threads
+  // for the host backends) rather than one by one; the model then gives a step's
+  // experts their own activations, to hand their products over at once.
+  bool batches_matmuls = false;
 };
 
 // What the device spent on each kernel over the steps profiled (BackendProfiler),
@@ -357,6 +361,17 @@ class Backend {
   virtual void head_norm(const Activation& x, int32_t n_heads, const Weight& gain, float eps, Activation& out) = 0;
   // out[i] = W x[i]: out is [T x w.rows], x is [T x w.cols].
   virtual void matmul(const Weight& w, const Activation& x, Activation& out) = 0;
+  // Several products at once: matmul(*w, *x, *out) for each job, with the values of
+  // those calls one by one (the default makes them). No job's out may be another's x
+  // or out.
+  struct MatmulJob {
+    const Weight* w;
+    const Activation* x;
+    Activation* out;
+  };
+  virtual void matmuls(const std::vector<MatmulJob>& jobs) {
+    for (const MatmulJob& j : jobs) matmul(*j.w, *j.x, *j.out);
+  }
   // x[i] += bias (a 1 x cols weight).
   virtual void add_bias(const Weight& bias, Activation& x) = 0;
   // Rotates each head of x (n_heads heads of head_dim) by the batch positions.

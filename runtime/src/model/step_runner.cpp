@@ -8,11 +8,62 @@
 #include <chrono>
 #include <map>
 #include <stdexcept>
+#include <vector>
 
 #include "fafo/moe_routing.h"
 #include "fafo/step_runner.h"
 
 namespace fafo {
+
+// One expert's rows of a step: its input (gathered), gate, up and output.
+struct ExpertActivations {
+  Activation in, gate, up, out;
+};
+
+namespace {
+
+// The largest step whose experts run in groups (smaller ones are where a product per
+// expert costs the most next to its work).
+constexpr int64_t kGroupedRows = 16;
+
+// A mixture-of-experts block in groups of sets.size() experts: each group's gate and up
+// products handed to the backend at once (Backend::matmuls), then its down products;
+// the same ops per expert as one by one, and the outputs added into x in the same
+// (ascending expert) order, so the same values.
+void run_expert_groups(Backend& be, const ModelConfig& c, const LayerWeights& L, const Activation& xn, Activation& x,
+                       std::vector<ExpertActivations>& sets, const std::vector<ExpertRows>& experts) {
+  std::vector<Backend::MatmulJob> jobs;
+  for (size_t e0 = 0; e0 < experts.size(); e0 += sets.size()) {
+    const size_t n = std::min(sets.size(), experts.size() - e0);
+    jobs.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const LayerWeights::Expert& expert = L.experts[static_cast<size_t>(experts[e0 + i].expert)];
+      be.gather_rows(xn, experts[e0 + i].rows, sets[i].in);
+      jobs.push_back({&expert.gate, &sets[i].in, &sets[i].gate});
+      jobs.push_back({&expert.up, &sets[i].in, &sets[i].up});
+    }
+    be.matmuls(jobs);
+    jobs.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const LayerWeights::Expert& expert = L.experts[static_cast<size_t>(experts[e0 + i].expert)];
+      if (c.expert_biases) {
+        be.add_bias(expert.gate_b, sets[i].gate);
+        be.add_bias(expert.up_b, sets[i].up);
+      }
+      be.gated(c.swiglu_oai_ffn ? GatedActivation::SwigluOai : GatedActivation::Silu, sets[i].gate, sets[i].up,
+               sets[i].gate);
+      jobs.push_back({&expert.down, &sets[i].gate, &sets[i].out});
+    }
+    be.matmuls(jobs);
+    for (size_t i = 0; i < n; ++i) {
+      const LayerWeights::Expert& expert = L.experts[static_cast<size_t>(experts[e0 + i].expert)];
+      if (c.expert_biases) be.add_bias(expert.down_b, sets[i].out);
+      be.scatter_add(sets[i].out, experts[e0 + i].rows, experts[e0 + i].weights, x);
+    }
+  }
+}
+
+}  // namespace
 
 struct StepRunner::Buffers {
   // qkv holds the [queries | keys | values] of the layers whose projections are fused;
@@ -25,6 +76,10 @@ struct StepRunner::Buffers {
   // A mixture-of-experts model's router logits, and one expert's rows: its input
   // (gathered), gate, up and output.
   Activation router, expert_in, expert_gate, expert_up, expert_out;
+  // Where the backend batches products (BackendCapabilities::batches_matmuls): the
+  // activations of the other experts of a step of up to kGroupedRows tokens, so that
+  // n_expert_used experts' products go to the backend at once.
+  std::vector<ExpertActivations> expert_sets;
 };
 
 StepRunner::StepRunner(std::shared_ptr<const GgufFile> file, std::unique_ptr<Backend> backend)
@@ -71,6 +126,11 @@ StepRunner::StepRunner(std::unique_ptr<ModelWeights> weights) : weights_(std::mo
       b.expert_gate = be.alloc_activation(T, c.n_ff_exp);
       b.expert_up = be.alloc_activation(T, c.n_ff_exp);
       b.expert_out = be.alloc_activation(T, c.n_embd);
+      if (be.capabilities().batches_matmuls)
+        for (int32_t i = 0; i < c.n_expert_used; ++i)
+          b.expert_sets.push_back({be.alloc_activation(kGroupedRows, c.n_embd), be.alloc_activation(kGroupedRows, c.n_ff_exp),
+                                   be.alloc_activation(kGroupedRows, c.n_ff_exp),
+                                   be.alloc_activation(kGroupedRows, c.n_embd)});
     } else {
       b.gate = be.alloc_activation(T, c.n_ff);
       b.up = be.alloc_activation(T, c.n_ff);
@@ -268,6 +328,10 @@ void StepRunner::record_step(const StepBatch& batch, std::span<const std::vector
                                                        : route_top_k_softmax(router, c.n_expert, c.n_expert_used);
         const std::vector<ExpertRows> experts = rows_by_expert(route);
         experts_run_ += static_cast<int64_t>(experts.size());
+        if (!b.expert_sets.empty() && static_cast<int64_t>(batch.size()) <= kGroupedRows) {
+          run_expert_groups(be, c, L, b.xn, b.x, b.expert_sets, experts);
+          continue;
+        }
         for (const ExpertRows& e : experts) {
           const LayerWeights::Expert& expert = L.experts[static_cast<size_t>(e.expert)];
           be.gather_rows(b.xn, e.rows, b.expert_in);

@@ -100,7 +100,47 @@ class CpuKernels final : public host::HostKernels {
     });
   }
 
+  // Integer products (a step's experts): each job's activations rounded on their own,
+  // then the panels of every job in one dispatch over the threads, each panel as
+  // matmul computes it (a result depends only on its weight row and its activation
+  // row). Other formats go one by one.
+  void matmuls(const std::vector<Matmul>& jobs, ThreadPool& pool) override {
+    const bool integer = std::all_of(jobs.begin(), jobs.end(), [](const Matmul& j) {
+      const int64_t block = cpu::q8_activation_block(j.w->type, j.w->cols);
+      return block > 0 && j.w->cols % block == 0 && !cpu::rounds_activations_to_half(j.w->type);
+    });
+    if (!integer || jobs.size() < 2) {
+      HostKernels::matmuls(jobs, pool);
+      return;
+    }
+    if (job_acts_.size() < jobs.size()) job_acts_.resize(jobs.size());
+    std::vector<int64_t> first_panel(jobs.size() + 1, 0);  // job i's panels: [first_panel[i], first_panel[i + 1])
+    int64_t cost = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const Matmul& j = jobs[i];
+      job_acts_[i].resize(j.T, j.w->cols, cpu::q8_activation_block(j.w->type, j.w->cols));
+      cpu::quantize_activations(j.x, j.x_stride, 0, j.T, job_acts_[i]);
+      const int64_t panel = cpu::matmul_panel_rows(j.w->cols);
+      first_panel[i + 1] = first_panel[i] + (j.w->rows + panel - 1) / panel;
+      cost += j.w->rows * j.w->cols * std::max<int64_t>(j.T, 4);
+    }
+    const int64_t n_panels = first_panel.back();
+    // At least ~256K multiply-adds per chunk, as matmul's.
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) * n_panels / std::max<int64_t>(1, cost));
+    pool.parallel_for(n_panels, grain, [&](int64_t b, int64_t e, int) {
+      for (int64_t p = b; p < e; ++p) {
+        const size_t i = static_cast<size_t>(std::upper_bound(first_panel.begin(), first_panel.end(), p) -
+                                             first_panel.begin() - 1);
+        const Matmul& j = jobs[i];
+        const int64_t panel = cpu::matmul_panel_rows(j.w->cols), r0 = (p - first_panel[i]) * panel;
+        cpu::q8_matmul_rows(*j.w, r0, std::min(j.w->rows, r0 + panel), job_acts_[i], j.out, j.out_stride);
+      }
+    });
+  }
+  bool batches_matmuls() const override { return true; }
+
  private:
+  std::vector<cpu::QuantizedActivations> job_acts_;  // matmuls' jobs' activations, rounded
   std::vector<std::vector<float>> scratch_;  // one panel of decoded weight rows per thread (float products)
   cpu::QuantizedActivations acts_;          // the step's activations rounded to 8 bits
   std::vector<uint16_t> half_;              // ... or to fp16 (F16 weights)

@@ -96,7 +96,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
   // Any number of sequences per step: attention visits each row's own cache.
   BackendCapabilities capabilities() const override {
     return {.max_step_sequences = StepBatch::kMaxTokens, .latent_attention = true, .executes_immediately = true,
-            .window_rings = true};
+            .window_rings = true, .batches_matmuls = kernels_->batches_matmuls()};
   }
   BackendMemory* memory() override { return this; }
 
@@ -153,6 +153,16 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     const int64_t T = rows_of(x);
     kernels_->matmul(w.file, row(x, 0), x.cols, T, row(out, 0), out.cols, pool_);
     set_rows(out, T);
+  }
+
+  void matmuls(const std::vector<MatmulJob>& jobs) override {
+    std::vector<HostKernels::Matmul> host;
+    host.reserve(jobs.size());
+    for (const MatmulJob& j : jobs)
+      host.push_back({&weights_.at(static_cast<size_t>(j.w->id)).file, row(*j.x, 0), j.x->cols, rows_of(*j.x),
+                      row(*j.out, 0), j.out->cols});
+    kernels_->matmuls(host, pool_);
+    for (const MatmulJob& j : jobs) set_rows(*j.out, rows_of(*j.x));
   }
 
   void add_bias(const Weight& bias, Activation& x) override {

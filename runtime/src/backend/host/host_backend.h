@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/host/host_kv_cache.h"
 #include "backend/host/scalar_kernels.h"
@@ -50,6 +51,19 @@ class HostKernels {
   }
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;
+  // Several products, each with matmul's values (the default calls it for each), and
+  // whether the kernels run them together (Backend::matmuls, batches_matmuls).
+  struct Matmul {
+    const HostWeight* w;
+    const float* x;
+    int64_t x_stride, T;
+    float* out;
+    int64_t out_stride;
+  };
+  virtual void matmuls(const std::vector<Matmul>& jobs, ThreadPool& pool) {
+    for (const Matmul& j : jobs) matmul(*j.w, j.x, j.x_stride, j.T, j.out, j.out_stride, pool);
+  }
+  virtual bool batches_matmuls() const { return false; }
   virtual void attend_group_part(const float* q, int32_t n_heads, const scalar::KvRows& keys, const scalar::KvRows& values,
                                  const int32_t* slots, int32_t n_keys, scalar::ScoreMap score, float* scratch,
                                  scalar::AttentionPart* parts, float* accs) const {
