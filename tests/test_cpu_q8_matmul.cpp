@@ -3,6 +3,7 @@
 // rounded activations is exact up to float rounding (checked against a float64 sum over
 // the reference's dequantized weights), on every instruction set, and the same bits for
 // every step size.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -223,4 +224,35 @@ TEST(CpuQ8Matmul, ActivationsRoundedForAnotherFormatAreRefused) {
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q5_1, 1152), 32);  // Gemma 3 1B's Q5_K_M rows
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q4_0, 4096), 256);
   EXPECT_EQ(cpu::q8_activation_block(TensorType::Q4_1, 96), 32);
+}
+
+TEST(CpuQ8Matmul, VnnisQuadProductsGiveTheBitsOfThePairProducts) {
+  // With VNNI (AVX3_DL) the 32-value formats of signed values sum four products into a
+  // 32-bit lane in one instruction (vpdpbusd); AVX3 sums the same four in pairs of 16
+  // bits, then the pairs. Each lane holds the same integer either way, so the results
+  // must be the same bits.
+  const std::vector<std::string> targets = cpu::simd_targets();
+  if (std::find(targets.begin(), targets.end(), "AVX3_DL") == targets.end() ||
+      std::find(targets.begin(), targets.end(), "AVX3") == targets.end())
+    GTEST_SKIP() << "this CPU has no AVX-512 with VNNI";
+  const int64_t rows = 19, T = 11;
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q5_0, TensorType::IQ4_NL, TensorType::MXFP4})
+    for (const int64_t cols : {int64_t{96}, int64_t{512}}) {
+      SCOPED_TRACE(std::string(tensor_type_name(type)) + " cols " + std::to_string(cols));
+      const Matrix m = random_matrix(type, rows, cols, 13);
+      std::vector<float> x = activations(T, cols, 17);
+      x[5] = 1000.0f;  // a block whose largest value rounds to 127
+      x[static_cast<size_t>(cols + 7)] = -1000.0f;  // ... and to -127
+      cpu::QuantizedActivations q;
+      q.resize(T, cols, cpu::q8_activation_block(type, cols));
+      cpu::quantize_activations(x.data(), cols, 0, T, q);
+      std::vector<float> pairs(static_cast<size_t>(T * rows)), vnni(pairs.size());
+      cpu::use_simd_target("AVX3");
+      cpu::q8_matmul_rows(m.weight(), 0, rows, q, pairs.data(), rows);
+      cpu::use_simd_target("AVX3_DL");
+      cpu::q8_matmul_rows(m.weight(), 0, rows, q, vnni.data(), rows);
+      cpu::use_simd_target("");
+      for (size_t i = 0; i < pairs.size(); ++i)
+        ASSERT_EQ(float_bits(vnni[i]), float_bits(pairs[i])) << "token " << i / rows << " row " << i % rows;
+    }
 }

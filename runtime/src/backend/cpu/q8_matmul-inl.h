@@ -412,6 +412,11 @@ struct Q8_0Int {
   }
 };
 
+// |w| * (x with w's sign) in pairs of 16 bits, times each pair's integer scale into 32
+// bits (the formats with sub-block scales: IQ4_XS, the codebook formats).
+HWY_INLINE VI AccumulateScaled(const Q8_0Int::Piece& w, V16 scale, VI8 x, VI acc, VI& acc1) {
+  return MulScaleAdd(MulPairs(w.abs, SignOf(x, w.sign)), scale, acc, acc1);
+}
 // Signed weight bytes as Q8_0's piece: their magnitudes and the bytes (for the signs).
 HWY_INLINE Q8_0Int::Piece SignedPieceOf(VI8 v) { return {hn::BitCast(D8(), hn::Abs(v)), v}; }
 // The piece of kB signed weight bytes stored at p.
@@ -710,7 +715,7 @@ struct Iq4XsInt {
   }
   // Pairs' sums are at most 2 x 127 x 127; times a scale of at most 32 in 32 bits.
   static HWY_INLINE VI Accumulate(const Piece& p, V16 scale, VI8 x, VI acc, VI& acc1) {
-    return MulScaleAdd(MulPairs(p.abs, SignOf(x, p.sign)), scale, acc, acc1);
+    return AccumulateScaled(p, scale, x, acc, acc1);
   }
 };
 
@@ -859,7 +864,7 @@ struct GridInt {
   }
   // Pairs' sums are at most 2 x 62 x 127; times a scale of at most 31 in 32 bits.
   static HWY_INLINE VI Accumulate(const Piece& p, V16 scale, VI8 x, VI acc, VI& acc1) {
-    return MulScaleAdd(MulPairs(p.abs, SignOf(x, p.sign)), scale, acc, acc1);
+    return AccumulateScaled(p, scale, x, acc, acc1);
   }
 };
 
