@@ -12,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/q8_groups.h"
 #include "backend/cpu/q8_matmul.h"
 #include "backend/cpu/simd_matmul.h"
 #include "fafo/tensor_type.h"
+#include "quant/blocks.h"
 #include "random_weights.h"
 #include "test_support.h"
 
@@ -27,13 +29,17 @@ struct Matrix {
   int64_t rows, cols;
   std::vector<uint8_t> bytes;
   std::vector<float> dequantized;  // the reference's floats, row by row
-  host::HostWeight weight() const {
-    return host::HostWeight{type, rows, cols, bytes.data(), tensor_row_bytes(type, cols)};
+  std::vector<uint8_t> groups;     // the rows in groups of 8 (q8_groups.h), for the formats that have them
+  // The file's rows, or (grouped) the groups the cpu backend makes at load.
+  host::HostWeight weight(bool grouped = false) const {
+    return host::HostWeight{type, rows, cols, bytes.data(), tensor_row_bytes(type, cols), grouped ? groups.data() : nullptr};
   }
+  // Both ways of reading the matrix where it has groups, else the file's rows.
+  std::vector<bool> layouts() const { return groups.empty() ? std::vector<bool>{false} : std::vector<bool>{false, true}; }
 };
 
 Matrix random_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
-  Matrix m{type, rows, cols, {}, {}};
+  Matrix m{type, rows, cols, {}, {}, {}};
   const size_t row_bytes = tensor_row_bytes(type, cols);
   m.bytes.resize(row_bytes * static_cast<size_t>(rows));
   m.dequantized.resize(static_cast<size_t>(rows * cols));
@@ -46,6 +52,7 @@ Matrix random_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed)
     test::quantize_for_test(type, row.data(), m.bytes.data() + static_cast<size_t>(r) * row_bytes, cols);
     dequantize_row(type, m.bytes.data() + static_cast<size_t>(r) * row_bytes, m.dequantized.data() + r * cols, cols);
   }
+  m.groups = cpu::group_rows(m.weight());
   return m;
 }
 
@@ -127,8 +134,10 @@ TEST(CpuQ8Matmul, ProductsAreExactOverTheRoundedActivationsOnEveryInstructionSet
       cpu::QuantizedActivations q;
       q.resize(T, cols, cpu::q8_activation_block(type, cols));
       cpu::quantize_activations(x.data(), cols, 0, T, q);
+      for (const bool grouped : m.layouts()) {
+      SCOPED_TRACE(grouped ? "rows in groups" : "the file's rows");
       std::vector<float> out(static_cast<size_t>(T * rows));
-      cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows);
+      cpu::q8_matmul_rows(m.weight(grouped), 0, rows, q, out.data(), rows);
       for (int64_t t = 0; t < T; ++t)
         for (int64_t r = 0; r < rows; ++r) {
           double want = 0.0, magnitude = 0.0;
@@ -151,6 +160,7 @@ TEST(CpuQ8Matmul, ProductsAreExactOverTheRoundedActivationsOnEveryInstructionSet
         }
         EXPECT_NEAR(out[static_cast<size_t>(r)], want, 0.02 * magnitude) << tensor_type_name(type) << " row " << r;
       }
+      }
     }
   }
   cpu::use_simd_target("");
@@ -168,20 +178,26 @@ TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBitsOnEveryInstructionSet) {
       if (!legacy(type) && cols == 96) continue;
       const Matrix m = random_matrix(type, rows, cols, 11);
       const std::vector<float> x = activations(T, cols, 5);
-      std::vector<float> all(static_cast<size_t>(T * rows));
       cpu::QuantizedActivations q;
       q.resize(T, cols, cpu::q8_activation_block(type, cols));
       cpu::quantize_activations(x.data(), cols, 0, T, q);
-      cpu::q8_matmul_rows(m.weight(), 0, rows, q, all.data(), rows);
-      for (int64_t n = 1; n < T; ++n) {
-        cpu::QuantizedActivations part;
-        part.resize(n, cols, cpu::q8_activation_block(type, cols));
-        cpu::quantize_activations(x.data(), cols, 0, n, part);
-        std::vector<float> out(static_cast<size_t>(n * rows));
-        cpu::q8_matmul_rows(m.weight(), 0, rows, part, out.data(), rows);
-        for (int64_t i = 0; i < n * rows; ++i)
-          ASSERT_EQ(float_bits(out[static_cast<size_t>(i)]), float_bits(all[static_cast<size_t>(i)]))
-              << target << " " << tensor_type_name(type) << " T=" << n << " token " << i / rows << " row " << i % rows;
+      for (const bool grouped : m.layouts()) {
+        SCOPED_TRACE(grouped ? "rows in groups" : "the file's rows");
+        const host::HostWeight w = m.weight(grouped);
+        std::vector<float> all(static_cast<size_t>(T * rows));
+        cpu::q8_matmul_rows(w, 0, rows, q, all.data(), rows);
+        for (int64_t n = 1; n < T; ++n) {
+          cpu::QuantizedActivations part;
+          part.resize(n, cols, cpu::q8_activation_block(type, cols));
+          cpu::quantize_activations(x.data(), cols, 0, n, part);
+          std::vector<float> out(static_cast<size_t>(n * rows));
+          // In two ranges of rows, split inside a group of 8.
+          cpu::q8_matmul_rows(w, 0, 13, part, out.data(), rows);
+          cpu::q8_matmul_rows(w, 13, rows, part, out.data(), rows);
+          for (int64_t i = 0; i < n * rows; ++i)
+            ASSERT_EQ(float_bits(out[static_cast<size_t>(i)]), float_bits(all[static_cast<size_t>(i)]))
+                << target << " " << tensor_type_name(type) << " T=" << n << " token " << i / rows << " row " << i % rows;
+        }
       }
     }
   }
@@ -190,8 +206,10 @@ TEST(CpuQ8Matmul, EveryStepSizeGivesTheSameBitsOnEveryInstructionSet) {
 
 TEST(CpuQ8Matmul, NonFiniteActivationsGiveNaNInTheirRowOnly) {
   const int64_t rows = 5, T = 3, cols = 256;
-  for (const TensorType type : {TensorType::Q4_K, TensorType::Q5_1}) {  // Q5_1: through its mins too
-    SCOPED_TRACE(tensor_type_name(type));
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q5_1, TensorType::Q4_0})  // Q5_1: through its mins too
+  for (const bool grouped : {false, true}) {  // Q4_0: its rows in groups too
+    if (grouped && type != TensorType::Q4_0) continue;
+    SCOPED_TRACE(std::string(tensor_type_name(type)) + (grouped ? " in groups" : ""));
     const Matrix m = random_matrix(type, rows, cols, 2);
     std::vector<float> x = activations(T, cols, 9);
     x[static_cast<size_t>(cols + 17)] = std::numeric_limits<float>::infinity();
@@ -200,7 +218,7 @@ TEST(CpuQ8Matmul, NonFiniteActivationsGiveNaNInTheirRowOnly) {
     q.resize(T, cols, 256);
     cpu::quantize_activations(x.data(), cols, 0, T, q);
     std::vector<float> out(static_cast<size_t>(T * rows));
-    cpu::q8_matmul_rows(m.weight(), 0, rows, q, out.data(), rows);
+    cpu::q8_matmul_rows(m.weight(grouped), 0, rows, q, out.data(), rows);
     for (int64_t r = 0; r < rows; ++r) {
       EXPECT_TRUE(std::isfinite(out[static_cast<size_t>(r)]));
       EXPECT_TRUE(std::isnan(out[static_cast<size_t>(rows + r)]));
@@ -246,13 +264,56 @@ TEST(CpuQ8Matmul, VnnisQuadProductsGiveTheBitsOfThePairProducts) {
       cpu::QuantizedActivations q;
       q.resize(T, cols, cpu::q8_activation_block(type, cols));
       cpu::quantize_activations(x.data(), cols, 0, T, q);
-      std::vector<float> pairs(static_cast<size_t>(T * rows)), vnni(pairs.size());
-      cpu::use_simd_target("AVX3");
-      cpu::q8_matmul_rows(m.weight(), 0, rows, q, pairs.data(), rows);
-      cpu::use_simd_target("AVX3_DL");
-      cpu::q8_matmul_rows(m.weight(), 0, rows, q, vnni.data(), rows);
-      cpu::use_simd_target("");
-      for (size_t i = 0; i < pairs.size(); ++i)
-        ASSERT_EQ(float_bits(vnni[i]), float_bits(pairs[i])) << "token " << i / rows << " row " << i % rows;
+      for (const bool grouped : m.layouts()) {
+        SCOPED_TRACE(grouped ? "rows in groups" : "the file's rows");
+        std::vector<float> pairs(static_cast<size_t>(T * rows)), vnni(pairs.size());
+        cpu::use_simd_target("AVX3");
+        cpu::q8_matmul_rows(m.weight(grouped), 0, rows, q, pairs.data(), rows);
+        cpu::use_simd_target("AVX3_DL");
+        cpu::q8_matmul_rows(m.weight(grouped), 0, rows, q, vnni.data(), rows);
+        cpu::use_simd_target("");
+        for (size_t i = 0; i < pairs.size(); ++i)
+          ASSERT_EQ(float_bits(vnni[i]), float_bits(pairs[i])) << "token " << i / rows << " row " << i % rows;
+      }
     }
+}
+
+TEST(CpuQ8Matmul, GroupsReadEveryMxfp4Exponent) {
+  // MXFP4's scale 2^(e - 129) is made from the exponent byte in vector lanes where the
+  // rows are in groups (e = 0 and 1 give subnormal floats, 254 overflows the product).
+  // One block per row, so each output is the block's integer sum times (d * dx): the same
+  // bits as those three numbers multiplied here.
+  const int64_t rows = 8, cols = 32;
+  const uint8_t exponents[rows] = {0, 1, 2, 3, 100, 127, 128, 254};
+  const size_t row_bytes = tensor_row_bytes(TensorType::MXFP4, cols);
+  std::vector<uint8_t> bytes(row_bytes * rows);
+  std::mt19937 rng(4);
+  for (int64_t r = 0; r < rows; ++r) {
+    bytes[static_cast<size_t>(r) * row_bytes] = exponents[r];
+    for (size_t i = 1; i < row_bytes; ++i) bytes[static_cast<size_t>(r) * row_bytes + i] = static_cast<uint8_t>(rng());
+  }
+  host::HostWeight w{TensorType::MXFP4, rows, cols, bytes.data(), row_bytes, nullptr};
+  const std::vector<uint8_t> groups = cpu::group_rows(w);
+  ASSERT_EQ(groups.size(), static_cast<size_t>(cpu::group_block_bytes(1, 16)));
+  w.groups = groups.data();
+  const std::vector<float> x = activations(1, cols, 8);
+  for (const std::string& target : cpu::simd_targets()) {
+    cpu::use_simd_target(target);
+    cpu::QuantizedActivations q;
+    q.resize(1, cols, cpu::q8_activation_block(TensorType::MXFP4, cols));
+    cpu::quantize_activations(x.data(), cols, 0, 1, q);
+    std::vector<float> out(rows);
+    cpu::q8_matmul_rows(w, 0, rows, q, out.data(), rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* qs = bytes.data() + static_cast<size_t>(r) * row_bytes + 1;
+      int32_t sum = 0;
+      for (int64_t j = 0; j < 16; ++j)
+        sum += quant::kMxfp4Values[qs[j] & 0x0f] * q.q[static_cast<size_t>(j)] +
+               quant::kMxfp4Values[qs[j] >> 4] * q.q[static_cast<size_t>(j + 16)];
+      const float want = static_cast<float>(sum) * (quant::e8m0_half_to_fp32(exponents[r]) * q.d[0]);
+      EXPECT_EQ(float_bits(out[static_cast<size_t>(r)]), float_bits(want))
+          << target << " e " << int{exponents[r]} << ": " << out[static_cast<size_t>(r)] << " against " << want;
+    }
+  }
+  cpu::use_simd_target("");
 }

@@ -186,9 +186,10 @@ struct BackendCapabilities {
   // The most bytes one activation may hold (a device's buffer range: Vulkan's
   // maxStorageBufferRange); Backend::max_activation_rows divides it by a row's.
   uint64_t max_activation_bytes = std::numeric_limits<uint64_t>::max();
-  // Whether Backend::matmuls runs its products together (one dispatch over the threads
-  // for the host backends) rather than one by one; the model then gives a step's
-  // experts their own activations, to hand their products over at once.
+  // Whether Backend::matmuls runs its products together rather than one by one (the
+  // cpu backend: two or more products of integer formats in one dispatch over the
+  // threads); the model then gives each expert of a step of up to 16 tokens activations
+  // of its own, to hand a group's products over at once.
   bool batches_matmuls = false;
 };
 

@@ -76,9 +76,10 @@ struct StepRunner::Buffers {
   // A mixture-of-experts model's router logits, and one expert's rows: its input
   // (gathered), gate, up and output.
   Activation router, expert_in, expert_gate, expert_up, expert_out;
-  // Where the backend batches products (BackendCapabilities::batches_matmuls): the
-  // activations of the other experts of a step of up to kGroupedRows tokens, so that
-  // n_expert_used experts' products go to the backend at once.
+  // Where the backend batches products (BackendCapabilities::batches_matmuls): one set
+  // of rows for each expert of a group (n_expert_used sets of kGroupedRows rows: its
+  // input, gate, up and output), used in steps of up to kGroupedRows tokens, so that a
+  // group's products go to the backend at once.
   std::vector<ExpertActivations> expert_sets;
 };
 
@@ -194,6 +195,7 @@ BackendCapabilities StepRunner::capabilities() const {
     all.max_step_sequences = std::min(all.max_step_sequences, c.max_step_sequences);
     all.latent_attention = all.latent_attention && c.latent_attention;
     all.executes_immediately = all.executes_immediately && c.executes_immediately;
+    all.batches_matmuls = all.batches_matmuls && c.batches_matmuls;
   }
   return all;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/q8_groups.h"
 #include "backend/cpu/q8_matmul.h"
 #include "backend/cpu/simd_activations.h"
 #include "backend/cpu/simd_attention.h"
@@ -54,6 +55,9 @@ class CpuKernels final : public host::HostKernels {
                   float* out) const override {
     cpu::widen_kv_rows_simd(rows, slots, count, first, n, out);
   }
+
+  // Q4_0, IQ4_NL, MXFP4 and Q8_0 rows in groups of 8 (q8_groups.h).
+  std::vector<uint8_t> arrange(const host::HostWeight& w) const override { return cpu::group_rows(w); }
 
   void matmul(const host::HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
               ThreadPool& pool) override {

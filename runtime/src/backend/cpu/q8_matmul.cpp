@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "backend/cpu/q8_matmul.h"
+#include "backend/cpu/q8_groups.h"
 
 // Arrays of vectors (the tiles' accumulators) need vectors of a size known when compiling.
 #ifndef HWY_DISABLED_TARGETS
@@ -136,6 +137,10 @@ void q8_matmul_rows(const host::HostWeight& w, int64_t r0, int64_t r1, const Qua
                     int64_t out_stride) {
   if (q8_activation_block(w.type, w.cols) != x.block || w.cols != x.cols || x.cols % x.block != 0)
     throw std::logic_error("q8_matmul_rows: activations rounded for another format or width");
+  if (w.groups != nullptr) {
+    q8_matmul_groups(w, r0, r1, x, out, out_stride, matmul_panel_rows(w.cols));
+    return;
+  }
   if (w.type == TensorType::IQ2_XXS || w.type == TensorType::IQ2_XS || w.type == TensorType::IQ3_XXS ||
       w.type == TensorType::IQ3_S) {
     q8_matmul_rows_grid(w, r0, r1, x, out, out_stride, matmul_panel_rows(w.cols));

@@ -27,8 +27,9 @@ namespace fafo::host {
 namespace {
 
 struct StoredWeight {
-  HostWeight file;           // in place in the mapped file
-  std::vector<float> dense;  // dequantized copy for small vectors (norm gains, biases)
+  HostWeight file;             // in place in the mapped file (and file.groups: arranged)
+  std::vector<float> dense;    // dequantized copy for small vectors (norm gains, biases)
+  std::vector<uint8_t> arranged;  // the kernels' copy of the rows (HostKernels::arrange)
 };
 
 class HostBackend final : public Backend, public BackendMemory, public StepRows {
@@ -48,10 +49,19 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     count_memory(static_cast<uint64_t>(rows) * tensor_row_bytes(type, cols) +
                      (rows == 1 ? static_cast<uint64_t>(cols) * sizeof(float) : 0),
                  "a weight");
-    StoredWeight w{HostWeight{type, rows, cols, static_cast<const uint8_t*>(data), tensor_row_bytes(type, cols)}, {}};
+    StoredWeight w{HostWeight{type, rows, cols, static_cast<const uint8_t*>(data), tensor_row_bytes(type, cols)}, {}, {}};
     if (rows == 1) {
       w.dense.resize(static_cast<size_t>(cols));
       dequantize_row(type, data, w.dense.data(), cols);
+    } else {
+      // The kernels' copy is memory of its own, beside the file's pages (which the
+      // embedding gather still reads).
+      std::vector<uint8_t> arranged = kernels_->arrange(w.file);
+      if (!arranged.empty()) {
+        count_memory(arranged.size(), "a weight's arranged rows");
+        w.arranged = std::move(arranged);
+        w.file.groups = w.arranged.data();
+      }
     }
     weights_.push_back(std::move(w));
     return Weight{static_cast<int32_t>(weights_.size() - 1), type, rows, cols};

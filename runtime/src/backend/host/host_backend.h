@@ -21,12 +21,15 @@ namespace fafo::host {
 
 using scalar::GatedActivation;
 
-// A weight matrix as the file stores it: `rows` rows of `row_bytes` bytes each.
+// A weight matrix as the file stores it: `rows` rows of `row_bytes` bytes each; and,
+// where the kernels keep one (HostKernels::arrange), a copy of the rows in a layout of
+// their own for their products.
 struct HostWeight {
   TensorType type = TensorType::F32;
   int64_t rows = 0, cols = 0;
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
+  const uint8_t* groups = nullptr;  // the kernels' copy, or null
 };
 
 // out[t * out_stride + r] = dot(weight row r, x + t * x_stride) for t < T and every row.
@@ -51,6 +54,12 @@ class HostKernels {
   }
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;
+  // The copy of a matrix's rows that matmul reads from HostWeight::groups, made once
+  // when the weight is loaded; empty (the default) where matmul reads the file's rows.
+  virtual std::vector<uint8_t> arrange(const HostWeight& w) const {
+    (void)w;
+    return {};
+  }
   // Several products, each with matmul's values (the default calls it for each), and
   // whether the kernels run them together (Backend::matmuls, batches_matmuls).
   struct Matmul {
