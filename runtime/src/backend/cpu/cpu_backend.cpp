@@ -56,7 +56,7 @@ class CpuKernels final : public host::HostKernels {
     cpu::widen_kv_rows_simd(rows, slots, count, first, n, out);
   }
 
-  // Q4_0, IQ4_NL, MXFP4 and Q8_0 rows in groups of 8 (q8_groups.h).
+  // Q4_0, IQ4_NL, MXFP4, Q8_0 and Q5_0 rows in groups of 8 (q8_groups.h).
   std::vector<uint8_t> arrange(const host::HostWeight& w) const override { return cpu::group_rows(w); }
 
   void matmul(const host::HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,

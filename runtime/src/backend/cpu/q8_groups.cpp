@@ -3,10 +3,12 @@
 //
 // Built with -ffp-contract=off (runtime/CMakeLists.txt), as q8_matmul-inl.h says.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/q8_groups.h"
@@ -40,8 +42,9 @@ static_assert(kLanes * 4 == kB && kRowVecs * kLanes == static_cast<size_t>(kGrou
 
 // A group block's 8 scales: ScaleOf(p, r) is row r's, Scales(p, v) the floats of rows
 // v * kLanes .. (v + 1) * kLanes - 1; kScaleBytes per row.
-struct HalfScales {  // fp16 d (Q4_0, IQ4_NL)
+struct HalfScales {  // fp16 d (Q4_0, IQ4_NL, Q8_0, Q5_0)
   static constexpr int64_t kScaleBytes = 2;
+  static constexpr int64_t kHighBytes = 0;  // per row: Q5_0's fifth bits (Q5_0Group)
   static float ScaleOf(const uint8_t* p, int64_t r) { return LoadHalf(p + 2 * r); }
 #if HWY_TARGET != HWY_SCALAR
   static HWY_INLINE VF Scales(const uint8_t* p, size_t v) {
@@ -52,6 +55,7 @@ struct HalfScales {  // fp16 d (Q4_0, IQ4_NL)
 };
 struct E8m0Scales {  // MXFP4's exponent byte e: d = 2^(e - 129), half the block's power of two
   static constexpr int64_t kScaleBytes = 1;
+  static constexpr int64_t kHighBytes = 0;
   static float ScaleOf(const uint8_t* p, int64_t r) { return quant::e8m0_half_to_fp32(p[r]); }
 #if HWY_TARGET != HWY_SCALAR
   // quant::e8m0_half_to_fp32's bits: (e - 1) << 23, or 0x200000 << e below e = 2.
@@ -66,21 +70,28 @@ struct E8m0Scales {  // MXFP4's exponent byte e: d = 2^(e - 129), half the block
 #endif
 };
 
-// The codes of a group's chunk as weights. Nibble formats (kCodeBytes 16): Lo gives the
-// low nibbles' (values 4k..4k+3 of each row), Hi the high ones' (16 + 4k ..); byte
-// formats (kCodeBytes 32): Lo gives the bytes' (values 4k..4k+3). Accumulate adds the products of 4
-// weights with 4 activation bytes into each row's 32-bit lane; kOffset is what was added
-// to every weight so that it is an unsigned byte (subtracted as kOffset times the
-// block's activation sum). ValueOf is a code's weight, for the scalar fallback.
-struct Q4_0Group : HalfScales {
-  static constexpr int64_t kCodeBytes = 16;
-  static constexpr int32_t kOffset = 8;  // the codes 0..15 are the values plus 8
-  static int32_t ValueOf(uint8_t code) { return static_cast<int32_t>(code) - 8; }
+// A table of 16 signed values, each plus kPlus, as unsigned bytes.
+template <int kPlus>
+constexpr std::array<uint8_t, 16> Plus(const int8_t (&values)[16]) {
+  std::array<uint8_t, 16> t{};
+  for (size_t i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(values[i] + kPlus);
+  return t;
+}
+
+// How a chunk's weights meet 4 activation bytes in each row's 32-bit lane (Accumulate).
+// UnsignedQuads: unsigned weights, with VNNI four products at once (any byte: four
+// products with |x| <= 127 fit 32 bits), elsewhere in pairs of 16 bits (weights small
+// enough for the pairs to fit). SignedPairs: signed weights as Q8_0's file-row product
+// takes them (magnitudes times the activations with their signs), in pairs.
+// kQuadsOfAnyByte: whether UnsignedQuads takes any unsigned byte (VNNI).
+#if HWY_TARGET == HWY_AVX3_DL
+constexpr bool kQuadsOfAnyByte = true;
+#else
+constexpr bool kQuadsOfAnyByte = false;
+#endif
 #if HWY_TARGET != HWY_SCALAR
+struct UnsignedQuads {
   using Piece = V8;
-  static HWY_INLINE Piece Lo(V8 c) { return hn::And(c, hn::Set(D8(), 0x0f)); }
-  static HWY_INLINE Piece Hi(V8 c) { return hn::ShiftRight<4>(c); }
-  // Codes of at most 15 times |x| <= 127, twice, fit MulPairs' 16 bits.
   static HWY_INLINE VI Accumulate(Piece w, VI8 x, VI acc, VI& acc1) {
 #if HWY_TARGET == HWY_AVX3_DL
     (void)acc1;
@@ -89,118 +100,108 @@ struct Q4_0Group : HalfScales {
     return MulScaleAdd(MulPairs(w, x), hn::Set(D16(), 1), acc, acc1);
 #endif
   }
-#endif
 };
-
-// IQ4_NL's codes index its table of 16 signed values. With VNNI the table holds the
-// values plus 128 (unsigned bytes, 1..241: four products with |x| <= 127 fit 32 bits);
-// elsewhere the signed values are multiplied as Q8_0's (magnitudes times the
-// activations with their signs), whose pairs fit 16 bits.
-struct Iq4NlGroup : HalfScales {
-  static constexpr int64_t kCodeBytes = 16;
-  static int32_t ValueOf(uint8_t code) { return quant::kIq4nlValues[code]; }
-#if HWY_TARGET == HWY_AVX3_DL
-  static constexpr int32_t kOffset = 128;
-  using Piece = V8;
-  static HWY_INLINE V8 Table() {
-    alignas(16) static constexpr uint8_t kPlus128[16] = {
-        static_cast<uint8_t>(quant::kIq4nlValues[0] + 128),  static_cast<uint8_t>(quant::kIq4nlValues[1] + 128),
-        static_cast<uint8_t>(quant::kIq4nlValues[2] + 128),  static_cast<uint8_t>(quant::kIq4nlValues[3] + 128),
-        static_cast<uint8_t>(quant::kIq4nlValues[4] + 128),  static_cast<uint8_t>(quant::kIq4nlValues[5] + 128),
-        static_cast<uint8_t>(quant::kIq4nlValues[6] + 128),  static_cast<uint8_t>(quant::kIq4nlValues[7] + 128),
-        static_cast<uint8_t>(quant::kIq4nlValues[8] + 128),  static_cast<uint8_t>(quant::kIq4nlValues[9] + 128),
-        static_cast<uint8_t>(quant::kIq4nlValues[10] + 128), static_cast<uint8_t>(quant::kIq4nlValues[11] + 128),
-        static_cast<uint8_t>(quant::kIq4nlValues[12] + 128), static_cast<uint8_t>(quant::kIq4nlValues[13] + 128),
-        static_cast<uint8_t>(quant::kIq4nlValues[14] + 128), static_cast<uint8_t>(quant::kIq4nlValues[15] + 128)};
-    return hn::LoadDup128(D8(), kPlus128);
-  }
-  static HWY_INLINE Piece Lo(V8 c) { return hn::TableLookupBytes(Table(), hn::And(c, hn::Set(D8(), 0x0f))); }
-  static HWY_INLINE Piece Hi(V8 c) { return hn::TableLookupBytes(Table(), hn::ShiftRight<4>(c)); }
-  static HWY_INLINE VI Accumulate(Piece w, VI8 x, VI acc, VI& acc1) {
-    (void)acc1;
-    return DotQuadsAdd(acc, w, x);
-  }
-#elif HWY_TARGET != HWY_SCALAR
-  static constexpr int32_t kOffset = 0;
+struct SignedPairs {
   using Piece = Q8_0Int::Piece;
-  static HWY_INLINE V8 Table() {
-    const hn::Full128<uint8_t> d16;
-    const auto t = hn::LoadU(d16, reinterpret_cast<const uint8_t*>(quant::kIq4nlValues));
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-    return hn::Combine(D8(), t, t);
-#else
-    return t;
-#endif
-  }
-  static HWY_INLINE Piece Lo(V8 c) {
-    return SignedPieceOf(hn::BitCast(DI8(), hn::TableLookupBytes(Table(), hn::And(c, hn::Set(D8(), 0x0f)))));
-  }
-  static HWY_INLINE Piece Hi(V8 c) {
-    return SignedPieceOf(hn::BitCast(DI8(), hn::TableLookupBytes(Table(), hn::ShiftRight<4>(c))));
-  }
+  static HWY_INLINE Piece Of(V8 bytes) { return SignedPieceOf(hn::BitCast(DI8(), bytes)); }
   static HWY_INLINE VI Accumulate(const Piece& w, VI8 x, VI acc, VI& acc1) {
     return AccumulateScaled(w, hn::Set(D16(), 1), x, acc, acc1);
   }
-#else
-  static constexpr int32_t kOffset = 0;
-#endif
 };
+#else
+struct UnsignedQuads {};
+struct SignedPairs {};
+#endif
+// Signed weights: as unsigned bytes plus 128 where the quads take any byte.
+using SignedWeights = std::conditional_t<kQuadsOfAnyByte, UnsignedQuads, SignedPairs>;
 
-// MXFP4's codes index its table of doubled fp4 values, -12..12: held plus 12 (unsigned
-// bytes of at most 24, whose pairs of products fit 16 bits on every instruction set).
-struct Mxfp4Group : E8m0Scales {
+// The codes of a group's chunk as weights. Nibble formats (kCodeBytes 16): Lo gives the
+// low nibbles' (values 4k..4k+3 of each row), Hi the high ones' (16 + 4k ..); byte
+// formats (kCodeBytes 32): Lo gives the bytes' (values 4k..4k+3). kOffset is what was
+// added to every weight so that it is an unsigned byte (subtracted as kOffset times the
+// block's activation sum). ValueOf is a code's weight, for the scalar fallback.
+struct Q4_0Group : HalfScales, UnsignedQuads {
   static constexpr int64_t kCodeBytes = 16;
-  static constexpr int32_t kOffset = 12;
-  static int32_t ValueOf(uint8_t code) { return quant::kMxfp4Values[code]; }
+  static constexpr int32_t kOffset = 8;  // the codes 0..15 are the values plus 8
+  static int32_t ValueOf(uint8_t code) { return static_cast<int32_t>(code) - 8; }
 #if HWY_TARGET != HWY_SCALAR
-  using Piece = V8;
-  static HWY_INLINE V8 Table() {
-    alignas(16) static constexpr uint8_t kPlus12[16] = {
-        static_cast<uint8_t>(quant::kMxfp4Values[0] + 12),  static_cast<uint8_t>(quant::kMxfp4Values[1] + 12),
-        static_cast<uint8_t>(quant::kMxfp4Values[2] + 12),  static_cast<uint8_t>(quant::kMxfp4Values[3] + 12),
-        static_cast<uint8_t>(quant::kMxfp4Values[4] + 12),  static_cast<uint8_t>(quant::kMxfp4Values[5] + 12),
-        static_cast<uint8_t>(quant::kMxfp4Values[6] + 12),  static_cast<uint8_t>(quant::kMxfp4Values[7] + 12),
-        static_cast<uint8_t>(quant::kMxfp4Values[8] + 12),  static_cast<uint8_t>(quant::kMxfp4Values[9] + 12),
-        static_cast<uint8_t>(quant::kMxfp4Values[10] + 12), static_cast<uint8_t>(quant::kMxfp4Values[11] + 12),
-        static_cast<uint8_t>(quant::kMxfp4Values[12] + 12), static_cast<uint8_t>(quant::kMxfp4Values[13] + 12),
-        static_cast<uint8_t>(quant::kMxfp4Values[14] + 12), static_cast<uint8_t>(quant::kMxfp4Values[15] + 12)};
-    return hn::LoadDup128(D8(), kPlus12);
-  }
-  static HWY_INLINE Piece Lo(V8 c) { return hn::TableLookupBytes(Table(), hn::And(c, hn::Set(D8(), 0x0f))); }
-  static HWY_INLINE Piece Hi(V8 c) { return hn::TableLookupBytes(Table(), hn::ShiftRight<4>(c)); }
-  static HWY_INLINE VI Accumulate(Piece w, VI8 x, VI acc, VI& acc1) { return Q4_0Group::Accumulate(w, x, acc, acc1); }
+  static HWY_INLINE V8 Lo(V8 c) { return hn::And(c, hn::Set(D8(), 0x0f)); }
+  static HWY_INLINE V8 Hi(V8 c) { return hn::ShiftRight<4>(c); }
 #endif
 };
 
-// Q8_0's signed bytes: with VNNI, plus 128 (the sign bit flipped) as unsigned bytes;
-// elsewhere multiplied as the file-row product multiplies them (magnitudes times the
-// activations with their signs), whose pairs fit 16 bits.
-struct Q8_0Group : HalfScales {
+// The formats whose 4-bit codes index a table of 16 signed values, as weights plus
+// kPlus (unsigned bytes) or, where kPlus is 0, signed (SignedPairs).
+template <const int8_t (&kValues)[16], int kPlus, class Products>
+struct TableGroup : Products {
+  static constexpr int64_t kCodeBytes = 16;
+  static constexpr int32_t kOffset = kPlus;
+  static int32_t ValueOf(uint8_t code) { return kValues[code]; }
+#if HWY_TARGET != HWY_SCALAR
+  static HWY_INLINE typename Products::Piece Weights(V8 codes) {
+    alignas(16) static constexpr std::array<uint8_t, 16> kTable = Plus<kPlus>(kValues);
+    const V8 w = hn::TableLookupBytes(hn::LoadDup128(D8(), kTable.data()), codes);
+    if constexpr (kPlus == 0) return SignedPairs::Of(w);
+    else return w;
+  }
+  static HWY_INLINE typename Products::Piece Lo(V8 c) { return Weights(hn::And(c, hn::Set(D8(), 0x0f))); }
+  static HWY_INLINE typename Products::Piece Hi(V8 c) { return Weights(hn::ShiftRight<4>(c)); }
+#endif
+};
+
+// IQ4_NL: values -127..113, plus 128 where the quads take any byte, else signed.
+struct Iq4NlGroup : HalfScales, TableGroup<quant::kIq4nlValues, kQuadsOfAnyByte ? 128 : 0, SignedWeights> {};
+// MXFP4: doubled fp4 values -12..12, plus 12 (bytes of at most 24, whose pairs of
+// products fit 16 bits on every instruction set).
+struct Mxfp4Group : E8m0Scales, TableGroup<quant::kMxfp4Values, 12, UnsignedQuads> {};
+
+// Q8_0's signed bytes: plus 128 (the sign bit flipped) where the quads take any byte,
+// else signed.
+struct Q8_0Group : HalfScales, SignedWeights {
   static constexpr int64_t kCodeBytes = 32;
+  static constexpr int32_t kOffset = kQuadsOfAnyByte ? 128 : 0;
   static int32_t ValueOf(uint8_t code) { return static_cast<int8_t>(code); }
-#if HWY_TARGET == HWY_AVX3_DL
-  static constexpr int32_t kOffset = 128;
-  using Piece = V8;
-  static HWY_INLINE Piece Lo(V8 c) { return hn::Xor(c, hn::Set(D8(), 0x80)); }
-  static HWY_INLINE VI Accumulate(Piece w, VI8 x, VI acc, VI& acc1) {
-    (void)acc1;
-    return DotQuadsAdd(acc, w, x);
-  }
-#elif HWY_TARGET != HWY_SCALAR
-  static constexpr int32_t kOffset = 0;
-  using Piece = Q8_0Int::Piece;
-  static HWY_INLINE Piece Lo(V8 c) { return SignedPieceOf(hn::BitCast(DI8(), c)); }
-  static HWY_INLINE VI Accumulate(const Piece& w, VI8 x, VI acc, VI& acc1) {
-    return AccumulateScaled(w, hn::Set(D16(), 1), x, acc, acc1);
-  }
+#if HWY_TARGET != HWY_SCALAR
+  static HWY_INLINE SignedWeights::Piece Lo(V8 c) {
+#if HWY_TARGET == HWY_AVX3_DL  // kQuadsOfAnyByte
+    return hn::Xor(c, hn::Set(D8(), 0x80));
 #else
-  static constexpr int32_t kOffset = 0;
+    return SignedPairs::Of(c);
+#endif
+  }
+#endif
+};
+
+// Q5_0: Q4_0's nibbles plus a fifth bit per value (bit j of the row's 32-bit qh for
+// value j, stored after the scales, row r's word at 4r): codes 0..31, the values plus
+// 16, whose pairs of products fit 16 bits.
+struct Q5_0Group : HalfScales, UnsignedQuads {
+  static constexpr int64_t kHighBytes = 4, kCodeBytes = 16;
+  static constexpr int32_t kOffset = 16;
+  static int32_t ValueOf(uint8_t code) { return static_cast<int32_t>(code) - 16; }
+  static int32_t HighBit(const uint8_t* high, int64_t r, int64_t j) { return (high[4 * r + j / 8] >> (j % 8)) & 1; }
+#if HWY_TARGET != HWY_SCALAR
+  using DU = hn::RebindToUnsigned<D32>;
+  using High = hn::Vec<DU>;
+  static HWY_INLINE High HighWords(const uint8_t* high, size_t v) {
+    return hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(high) + v * kLanes);
+  }
+  // Bits `shift` .. `shift` + 3 of each lane's word as bit 4 of the lane's 4 bytes (the
+  // nibble times 0x00204081 puts bit i at bit 9i; no two products overlap).
+  static HWY_INLINE V8 FifthBits(High qh, int shift) {
+    const DU du;
+    const auto nibble = hn::And(hn::ShiftRightSame(qh, shift), hn::Set(du, 0x0fu));
+    const auto spread = hn::And(hn::Mul(nibble, hn::Set(du, 0x00204081u)), hn::Set(du, 0x01010101u));
+    return hn::BitCast(D8(), hn::ShiftLeft<4>(spread));
+  }
+  static HWY_INLINE V8 Lo(V8 c) { return Q4_0Group::Lo(c); }
+  static HWY_INLINE V8 Hi(V8 c) { return Q4_0Group::Hi(c); }
 #endif
 };
 
 template <class Dec>
 constexpr int64_t GroupBlockBytes() {
-  return group_block_bytes(Dec::kScaleBytes, Dec::kCodeBytes);
+  return group_block_bytes(Dec::kScaleBytes, Dec::kHighBytes + Dec::kCodeBytes);
 }
 
 // The block's 32 activation bytes' sum (the halves' 16-value sums).
@@ -221,7 +222,8 @@ template <class Dec, size_t NT>
 HWY_INLINE void GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t blocks, int64_t per_act, float* sums) {
   const DF df;
   const D32 di;
-  constexpr int64_t kCodes = Dec::kScaleBytes * kGroupRows;  // where the chunks start
+  constexpr int64_t kHigh = Dec::kScaleBytes * kGroupRows;  // where Q5_0's fifth bits start
+  constexpr int64_t kCodes = kHigh + Dec::kHighBytes * kGroupRows;  // where the chunks start
   VF acc[NT][kRowVecs];
   for (size_t t = 0; t < NT; ++t)
     for (size_t v = 0; v < kRowVecs; ++v) acc[t][v] = hn::Zero(df);
@@ -242,7 +244,12 @@ HWY_INLINE void GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t bl
         }
         for (size_t v = 0; v < kRowVecs; ++v) {
           const V8 c = hn::LoadU(D8(), p + kCodes + 32 * k + static_cast<int64_t>(v * kB));
-          const typename Dec::Piece lo = Dec::Lo(c), hi = Dec::Hi(c);
+          typename Dec::Piece lo = Dec::Lo(c), hi = Dec::Hi(c);
+          if constexpr (Dec::kHighBytes > 0) {
+            const auto qh = Dec::HighWords(p + kHigh, v);
+            lo = hn::Or(lo, Dec::FifthBits(qh, static_cast<int>(4 * k)));
+            hi = hn::Or(hi, Dec::FifthBits(qh, static_cast<int>(16 + 4 * k)));
+          }
           for (size_t t = 0; t < NT; ++t) {
             s0[t][v] = Dec::Accumulate(lo, xl[t], s0[t][v], s1[t][v]);
             s0[t][v] = Dec::Accumulate(hi, xh[t], s0[t][v], s1[t][v]);
@@ -277,7 +284,7 @@ HWY_INLINE void GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t bl
 template <class Dec, size_t NT>
 HWY_INLINE void GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t blocks, int64_t per_act, float* sums) {
   float acc[NT][kGroupRows] = {};
-  constexpr int64_t kCodes = Dec::kScaleBytes * kGroupRows;
+  constexpr int64_t kHigh = Dec::kScaleBytes * kGroupRows, kCodes = kHigh + Dec::kHighBytes * kGroupRows;
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* p = group + b * GroupBlockBytes<Dec>();
     const int64_t c0 = b * quant::kLegacyBlock;
@@ -288,7 +295,12 @@ HWY_INLINE void GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t bl
         for (int64_t k = 0; k < Dec::kCodeBytes / 4; ++k)
           for (int64_t j = 0; j < 4; ++j) {
             const uint8_t byte = p[kCodes + 32 * k + 4 * r + j];
-            if constexpr (Dec::kCodeBytes == 16)
+            if constexpr (Dec::kHighBytes > 0) {
+              const int32_t lo = (byte & 0x0f) | (Dec::HighBit(p + kHigh, r, 4 * k + j) << 4);
+              const int32_t hi = (byte >> 4) | (Dec::HighBit(p + kHigh, r, 16 + 4 * k + j) << 4);
+              s += Dec::ValueOf(static_cast<uint8_t>(lo)) * x.q[t][c0 + 4 * k + j] +
+                   Dec::ValueOf(static_cast<uint8_t>(hi)) * x.q[t][c0 + 16 + 4 * k + j];
+            } else if constexpr (Dec::kCodeBytes == 16)
               s += Dec::ValueOf(byte & 0x0f) * x.q[t][c0 + 4 * k + j] + Dec::ValueOf(byte >> 4) * x.q[t][c0 + 16 + 4 * k + j];
             else
               s += Dec::ValueOf(byte) * x.q[t][c0 + 4 * k + j];
@@ -370,6 +382,7 @@ bool Q8MatmulGroupsImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const
     case TensorType::IQ4_NL: GroupsWith<Iq4NlGroup>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::MXFP4: GroupsWith<Mxfp4Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::Q8_0: GroupsWith<Q8_0Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
+    case TensorType::Q5_0: GroupsWith<Q5_0Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     default: return false;
   }
 }
@@ -384,19 +397,24 @@ namespace fafo::cpu {
 HWY_EXPORT(Q8MatmulGroupsImpl);
 
 bool multiplies_in_groups(TensorType type) {
-  return type == TensorType::Q4_0 || type == TensorType::IQ4_NL || type == TensorType::MXFP4 || type == TensorType::Q8_0;
+  return type == TensorType::Q4_0 || type == TensorType::IQ4_NL || type == TensorType::MXFP4 ||
+         type == TensorType::Q8_0 || type == TensorType::Q5_0;
 }
 
 std::vector<uint8_t> group_rows(const host::HostWeight& w) {
   if (!multiplies_in_groups(w.type) || w.rows <= 0 || w.cols % quant::kLegacyBlock != 0) return {};
-  // Each source block: its scale (scale bytes), then its codes (code bytes).
+  // Each source block: its scale (scale bytes), Q5_0's fifth bits (high bytes), then its
+  // codes (code bytes).
   static_assert(sizeof(quant::BlockQ4_0) == 18 && sizeof(quant::BlockIq4Nl) == 18 && sizeof(quant::BlockMxfp4) == 17 &&
-                sizeof(quant::BlockQ8_0) == 34 && offsetof(quant::BlockQ4_0, qs) == 2 &&
-                offsetof(quant::BlockIq4Nl, qs) == 2 && offsetof(quant::BlockMxfp4, qs) == 1 &&
-                offsetof(quant::BlockQ8_0, qs) == 2);
-  const int64_t scale_bytes = w.type == TensorType::MXFP4 ? 1 : 2, code_bytes = w.type == TensorType::Q8_0 ? 32 : 16;
-  const int64_t block_bytes = scale_bytes + code_bytes, group_block = group_block_bytes(scale_bytes, code_bytes);
-  const int64_t codes = scale_bytes * kGroupRows;
+                sizeof(quant::BlockQ8_0) == 34 && sizeof(quant::BlockQ5_0) == 22 &&
+                offsetof(quant::BlockQ4_0, qs) == 2 && offsetof(quant::BlockIq4Nl, qs) == 2 &&
+                offsetof(quant::BlockMxfp4, qs) == 1 && offsetof(quant::BlockQ8_0, qs) == 2 &&
+                offsetof(quant::BlockQ5_0, qh) == 2 && offsetof(quant::BlockQ5_0, qs) == 6);
+  const int64_t scale_bytes = w.type == TensorType::MXFP4 ? 1 : 2, high_bytes = w.type == TensorType::Q5_0 ? 4 : 0;
+  const int64_t code_bytes = w.type == TensorType::Q8_0 ? 32 : 16;
+  const int64_t block_bytes = scale_bytes + high_bytes + code_bytes;
+  const int64_t group_block = group_block_bytes(scale_bytes, high_bytes + code_bytes);
+  const int64_t high = scale_bytes * kGroupRows, codes = high + high_bytes * kGroupRows;
   const int64_t blocks = w.cols / quant::kLegacyBlock, groups = (w.rows + kGroupRows - 1) / kGroupRows;
   std::vector<uint8_t> out(static_cast<size_t>(groups * blocks * group_block), 0);
   for (int64_t g = 0; g < groups; ++g)
@@ -406,8 +424,9 @@ std::vector<uint8_t> group_rows(const host::HostWeight& w) {
         const uint8_t* src = row + b * block_bytes;
         uint8_t* dst = out.data() + (g * blocks + b) * group_block;
         std::memcpy(dst + scale_bytes * r, src, static_cast<size_t>(scale_bytes));
+        if (high_bytes > 0) std::memcpy(dst + high + high_bytes * r, src + scale_bytes, static_cast<size_t>(high_bytes));
         for (int64_t k = 0; k < code_bytes / 4; ++k)
-          std::memcpy(dst + codes + 32 * k + 4 * r, src + scale_bytes + 4 * k, 4);
+          std::memcpy(dst + codes + 32 * k + 4 * r, src + scale_bytes + high_bytes + 4 * k, 4);
       }
     }
   return out;

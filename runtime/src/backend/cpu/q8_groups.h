@@ -1,11 +1,12 @@
-// The cpu backend's own layout of Q4_0, IQ4_NL, MXFP4 and Q8_0 matrices, made when a
+// The cpu backend's own layout of Q4_0, IQ4_NL, MXFP4, Q8_0 and Q5_0 matrices, made when a
 // weight is loaded (as llama.cpp repacks its Q4_0 rows): rows in groups of 8, so one
 // vector instruction multiplies 4 activation bytes with 4 codes of each of 8 rows, each
 // 32-bit lane summing one row's products.
 //
 // Layout: group g holds rows 8g .. 8g + 7 (rows past the matrix's end: scale 0, codes
 // 0), its 32-value blocks in order, group_block_bytes each: the 8 rows' scales (fp16 d,
-// 16 bytes; MXFP4: the exponent bytes e, 8 bytes), then the rows' code bytes in chunks
+// 16 bytes; MXFP4: the exponent bytes e, 8 bytes), Q5_0's 32-bit words of fifth bits
+// (row r's at 4r, 32 bytes), then the rows' code bytes in chunks
 // of 32, chunk k holding row r's code bytes 4k .. 4k + 3 at 4r: 4 chunks of nibbles
 // (values 4k .. 4k + 3 in the low nibbles, 16 + 4k .. 16 + 4k + 3 in the high ones) or,
 // for Q8_0, 8 chunks of bytes (values 4k .. 4k + 3).
@@ -26,12 +27,14 @@
 namespace fafo::cpu {
 
 constexpr int64_t kGroupRows = 8;
-// A group's block: the rows' scales of `scale_bytes` each, then their `code_bytes` each.
+// A group's block: the rows' scales of `scale_bytes` each, then their `code_bytes` each
+// (Q5_0: its fifth bits and nibbles).
 constexpr int64_t group_block_bytes(int64_t scale_bytes, int64_t code_bytes) {
   return (scale_bytes + code_bytes) * kGroupRows;
 }
 
-// Whether matrices of `type` are multiplied in groups of rows (Q4_0, IQ4_NL, MXFP4, Q8_0).
+// Whether matrices of `type` are multiplied in groups of rows (Q4_0, IQ4_NL, MXFP4, Q8_0,
+// Q5_0).
 bool multiplies_in_groups(TensorType type);
 
 // w's rows in groups (the layout above); empty where the format has none.
