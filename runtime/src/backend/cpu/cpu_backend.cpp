@@ -57,7 +57,15 @@ class CpuKernels final : public host::HostKernels {
   }
 
   // Q4_0, IQ4_NL, MXFP4, Q8_0 and Q5_0 rows in groups of 8 (q8_groups.h).
-  std::vector<uint8_t> arrange(const host::HostWeight& w) const override { return cpu::group_rows(w); }
+  std::vector<uint8_t> arrange(const host::HostWeight& w, ThreadPool& pool) const override {
+    std::vector<uint8_t> out(cpu::grouped_bytes(w));
+    if (out.empty()) return out;
+    const int64_t groups = (w.rows + cpu::kGroupRows - 1) / cpu::kGroupRows;
+    pool.parallel_for(groups, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, w.cols / 32)), [&](int64_t b, int64_t e, int) {
+      cpu::group_rows(w, b, e, out.data());
+    });
+    return out;
+  }
 
   void matmul(const host::HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
               ThreadPool& pool) override {

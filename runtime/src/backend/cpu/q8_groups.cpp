@@ -401,8 +401,15 @@ bool multiplies_in_groups(TensorType type) {
          type == TensorType::Q8_0 || type == TensorType::Q5_0;
 }
 
-std::vector<uint8_t> group_rows(const host::HostWeight& w) {
-  if (!multiplies_in_groups(w.type) || w.rows <= 0 || w.cols % quant::kLegacyBlock != 0) return {};
+namespace {
+
+// A format's block in the file and in a group: scale, Q5_0's fifth bits and code bytes per row.
+struct GroupFormat {
+  int64_t scale_bytes, high_bytes, code_bytes;
+  int64_t group_block() const { return group_block_bytes(scale_bytes, high_bytes + code_bytes); }
+};
+
+GroupFormat group_format(TensorType type) {
   // Each source block: its scale (scale bytes), Q5_0's fifth bits (high bytes), then its
   // codes (code bytes).
   static_assert(sizeof(quant::BlockQ4_0) == 18 && sizeof(quant::BlockIq4Nl) == 18 && sizeof(quant::BlockMxfp4) == 17 &&
@@ -410,25 +417,41 @@ std::vector<uint8_t> group_rows(const host::HostWeight& w) {
                 offsetof(quant::BlockQ4_0, qs) == 2 && offsetof(quant::BlockIq4Nl, qs) == 2 &&
                 offsetof(quant::BlockMxfp4, qs) == 1 && offsetof(quant::BlockQ8_0, qs) == 2 &&
                 offsetof(quant::BlockQ5_0, qh) == 2 && offsetof(quant::BlockQ5_0, qs) == 6);
-  const int64_t scale_bytes = w.type == TensorType::MXFP4 ? 1 : 2, high_bytes = w.type == TensorType::Q5_0 ? 4 : 0;
-  const int64_t code_bytes = w.type == TensorType::Q8_0 ? 32 : 16;
-  const int64_t block_bytes = scale_bytes + high_bytes + code_bytes;
-  const int64_t group_block = group_block_bytes(scale_bytes, high_bytes + code_bytes);
-  const int64_t high = scale_bytes * kGroupRows, codes = high + high_bytes * kGroupRows;
-  const int64_t blocks = w.cols / quant::kLegacyBlock, groups = (w.rows + kGroupRows - 1) / kGroupRows;
-  std::vector<uint8_t> out(static_cast<size_t>(groups * blocks * group_block), 0);
-  for (int64_t g = 0; g < groups; ++g)
+  return {type == TensorType::MXFP4 ? 1 : 2, type == TensorType::Q5_0 ? 4 : 0, type == TensorType::Q8_0 ? 32 : 16};
+}
+
+}  // namespace
+
+size_t grouped_bytes(const host::HostWeight& w) {
+  if (!multiplies_in_groups(w.type) || w.rows <= 0 || w.cols % quant::kLegacyBlock != 0) return 0;
+  const int64_t groups = (w.rows + kGroupRows - 1) / kGroupRows;
+  return static_cast<size_t>(groups * (w.cols / quant::kLegacyBlock) * group_format(w.type).group_block());
+}
+
+void group_rows(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* out) {
+  const GroupFormat f = group_format(w.type);
+  const int64_t block_bytes = f.scale_bytes + f.high_bytes + f.code_bytes, group_block = f.group_block();
+  const int64_t high = f.scale_bytes * kGroupRows, codes = high + f.high_bytes * kGroupRows;
+  const int64_t blocks = w.cols / quant::kLegacyBlock;
+  for (int64_t g = g0; g < g1; ++g) {
+    std::memset(out + g * blocks * group_block, 0, static_cast<size_t>(blocks * group_block));
     for (int64_t r = 0; r < kGroupRows && g * kGroupRows + r < w.rows; ++r) {
       const uint8_t* row = w.data + static_cast<size_t>(g * kGroupRows + r) * w.row_bytes;
       for (int64_t b = 0; b < blocks; ++b) {
         const uint8_t* src = row + b * block_bytes;
-        uint8_t* dst = out.data() + (g * blocks + b) * group_block;
-        std::memcpy(dst + scale_bytes * r, src, static_cast<size_t>(scale_bytes));
-        if (high_bytes > 0) std::memcpy(dst + high + high_bytes * r, src + scale_bytes, static_cast<size_t>(high_bytes));
-        for (int64_t k = 0; k < code_bytes / 4; ++k)
-          std::memcpy(dst + codes + 32 * k + 4 * r, src + scale_bytes + high_bytes + 4 * k, 4);
+        uint8_t* dst = out + (g * blocks + b) * group_block;
+        std::memcpy(dst + f.scale_bytes * r, src, static_cast<size_t>(f.scale_bytes));
+        if (f.high_bytes > 0) std::memcpy(dst + high + f.high_bytes * r, src + f.scale_bytes, static_cast<size_t>(f.high_bytes));
+        for (int64_t k = 0; k < f.code_bytes / 4; ++k)
+          std::memcpy(dst + codes + 32 * k + 4 * r, src + f.scale_bytes + f.high_bytes + 4 * k, 4);
       }
     }
+  }
+}
+
+std::vector<uint8_t> group_rows(const host::HostWeight& w) {
+  std::vector<uint8_t> out(grouped_bytes(w));
+  if (!out.empty()) group_rows(w, 0, (w.rows + kGroupRows - 1) / kGroupRows, out.data());
   return out;
 }
 

@@ -17,6 +17,7 @@
 // token tile, panel and thread count: T-invariant.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -37,7 +38,11 @@ constexpr int64_t group_block_bytes(int64_t scale_bytes, int64_t code_bytes) {
 // Q5_0).
 bool multiplies_in_groups(TensorType type);
 
-// w's rows in groups (the layout above); empty where the format has none.
+// The bytes of w's rows in groups; 0 where the format has none.
+size_t grouped_bytes(const host::HostWeight& w);
+// Writes groups [g0, g1) of w's rows (the layout above) into `out` (grouped_bytes(w) long).
+void group_rows(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* out);
+// w's rows in groups; empty where the format has none.
 std::vector<uint8_t> group_rows(const host::HostWeight& w);
 
 // q8_matmul_rows' product over w.groups (x already checked): out[t * out_stride + r] for

@@ -56,7 +56,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
     } else {
       // The kernels' copy is memory of its own, beside the file's pages (which the
       // embedding gather still reads).
-      std::vector<uint8_t> arranged = kernels_->arrange(w.file);
+      std::vector<uint8_t> arranged = kernels_->arrange(w.file, pool_);
       if (!arranged.empty()) {
         count_memory(arranged.size(), "a weight's arranged rows");
         w.arranged = std::move(arranged);

@@ -55,9 +55,11 @@ class HostKernels {
   virtual void matmul(const HostWeight& w, const float* x, int64_t x_stride, int64_t T, float* out, int64_t out_stride,
                       ThreadPool& pool) = 0;
   // The copy of a matrix's rows that matmul reads from HostWeight::groups, made once
-  // when the weight is loaded; empty (the default) where matmul reads the file's rows.
-  virtual std::vector<uint8_t> arrange(const HostWeight& w) const {
+  // when the weight is loaded (over the pool's threads); empty (the default) where
+  // matmul reads the file's rows.
+  virtual std::vector<uint8_t> arrange(const HostWeight& w, ThreadPool& pool) const {
     (void)w;
+    (void)pool;
     return {};
   }
   // Several products, each with matmul's values (the default calls it for each), and
