@@ -63,7 +63,9 @@ struct E8m0Scales {  // MXFP4's exponent byte e: d = 2^(e - 129), half the block
     const hn::RebindToUnsigned<D32> du;
     const auto e = hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, decltype(du)>(), p + v * kLanes));
     const auto one = hn::Set(du, 1u);
-    const auto bits = hn::IfThenElse(hn::Lt(e, hn::Set(du, 2u)), hn::Shl(hn::Set(du, 0x00200000u), e),
+    // (The shift takes min(e, 1): a lane whose e is larger takes the other value, and a
+    // shift by 32 or more is undefined in the portable targets' C++.)
+    const auto bits = hn::IfThenElse(hn::Lt(e, hn::Set(du, 2u)), hn::Shl(hn::Set(du, 0x00200000u), hn::Min(e, one)),
                                      hn::ShiftLeft<23>(hn::Sub(e, one)));
     return hn::BitCast(DF(), bits);
   }
@@ -187,7 +189,7 @@ struct Q5_0Group : HalfScales, UnsignedQuads {
     return hn::LoadU(DU(), reinterpret_cast<const uint32_t*>(high) + v * kLanes);
   }
   // Bits `shift` .. `shift` + 3 of each lane's word as bit 4 of the lane's 4 bytes (the
-  // nibble times 0x00204081 puts bit i at bit 9i; no two products overlap).
+  // nibble times 0x00204081 puts bit i at bit 8i; no two products overlap).
   static HWY_INLINE V8 FifthBits(High qh, int shift) {
     const DU du;
     const auto nibble = hn::And(hn::ShiftRightSame(qh, shift), hn::Set(du, 0x0fu));

@@ -46,9 +46,9 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
   Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
     check_usable();
     // Counted as the bytes a device would hold, though the file's pages are used in place.
-    count_memory(static_cast<uint64_t>(rows) * tensor_row_bytes(type, cols) +
-                     (rows == 1 ? static_cast<uint64_t>(cols) * sizeof(float) : 0),
-                 "a weight");
+    const uint64_t bytes = static_cast<uint64_t>(rows) * tensor_row_bytes(type, cols) +
+                           (rows == 1 ? static_cast<uint64_t>(cols) * sizeof(float) : 0);
+    count_memory(bytes, "a weight");
     StoredWeight w{HostWeight{type, rows, cols, static_cast<const uint8_t*>(data), tensor_row_bytes(type, cols)}, {}, {}};
     if (rows == 1) {
       w.dense.resize(static_cast<size_t>(cols));
@@ -58,7 +58,12 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
       // embedding gather still reads).
       std::vector<uint8_t> arranged = kernels_->arrange(w.file, pool_);
       if (!arranged.empty()) {
-        count_memory(arranged.size(), "a weight's arranged rows");
+        try {
+          count_memory(arranged.size(), "a weight's arranged rows");
+        } catch (...) {
+          memory_in_use_ -= bytes;  // the weight is not kept
+          throw;
+        }
         w.arranged = std::move(arranged);
         w.file.groups = w.arranged.data();
       }
