@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "backend/cpu/q8_groups.h"
 #include "backend/cpu/q8_matmul.h"
 #include "backend/cpu/simd_matmul.h"
+#include "fafo/backend.h"
 #include "fafo/tensor_type.h"
 #include "quant/blocks.h"
 #include "random_weights.h"
@@ -316,4 +318,95 @@ TEST(CpuQ8Matmul, GroupsReadEveryMxfp4Exponent) {
     }
   }
   cpu::use_simd_target("");
+}
+
+TEST(CpuQ8Matmul, GroupsReadEveryQ4KScaleAndMin) {
+  // Q4_K's rows in groups keep each sub-block's 6-bit scale and min unpacked and its codes
+  // in chunks. Random bytes everywhere (every scale and min value), two super-blocks per
+  // row of which one has d = dmin = 0, and in the other either dmin = 0 (the output is the
+  // exact integer sum of scale x products times d * dx) or d = 0 (minus the exact sum of
+  // min x activation sums times dmin * dx): the same bits as computed here, on every
+  // instruction set. 13 rows: the second group is partly past the matrix's end.
+  const int64_t rows = 13, cols = 512;
+  const size_t row_bytes = tensor_row_bytes(TensorType::Q4_K, cols);
+  ASSERT_EQ(row_bytes, 2 * sizeof(quant::BlockQ4_K));
+  const std::vector<float> x = activations(3, cols, 21);
+  for (const bool mins : {false, true})
+  for (const int64_t used : {0, 1}) {  // the super-block that holds the values; the other's d and dmin are 0
+    SCOPED_TRACE((mins ? "d = 0: the mins" : "dmin = 0: the scales and codes") + std::string(", super-block ") +
+                 std::to_string(used));
+    std::vector<uint8_t> bytes(row_bytes * rows);
+    std::mt19937 rng(mins ? 5 : 6);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < 2; ++b) {
+        auto* block = reinterpret_cast<quant::BlockQ4_K*>(bytes.data() + static_cast<size_t>(r) * row_bytes) + b;
+        const uint16_t half = static_cast<uint16_t>(0x2000 + (rng() & 0x0fff));  // finite, 2^-7 .. 2^-5
+        block->d = mins || b != used ? 0 : half;
+        block->dmin = mins && b == used ? half : 0;
+      }
+    host::HostWeight w{TensorType::Q4_K, rows, cols, bytes.data(), row_bytes, nullptr};
+    const std::vector<uint8_t> groups = cpu::group_rows(w);
+    ASSERT_EQ(groups.size(), static_cast<size_t>(2 * 2 * cpu::kK4GroupBlockBytes));
+    w.groups = groups.data();
+    for (const std::string& target : cpu::simd_targets()) {
+      cpu::use_simd_target(target);
+      const int64_t T = 3;
+      cpu::QuantizedActivations q;
+      q.resize(T, cols, cpu::q8_activation_block(TensorType::Q4_K, cols));
+      cpu::quantize_activations(x.data(), cols, 0, T, q);
+      std::vector<float> out(static_cast<size_t>(T * rows));
+      cpu::q8_matmul_rows(w, 0, rows, q, out.data(), rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto* block = reinterpret_cast<const quant::BlockQ4_K*>(bytes.data() + static_cast<size_t>(r) * row_bytes) + used;
+        uint8_t scale[8], min[8];
+        quant::unpack_scales_mins_k4(block->scales, scale, min);
+        for (int64_t t = 0; t < T; ++t) {
+          const int8_t* xq = q.q.data() + t * cols + used * 256;
+          int32_t sum = 0;
+          for (int64_t j = 0; j < 8; ++j) {
+            int32_t sub = 0, xsum = 0;
+            for (int64_t l = 0; l < 32; ++l) {
+              const uint8_t byte = block->qs[32 * (j / 2) + l];
+              sub += ((j & 1) ? byte >> 4 : byte & 0x0f) * xq[32 * j + l];
+              xsum += xq[32 * j + l];
+            }
+            sum += mins ? min[j] * xsum : scale[j] * sub;
+          }
+          const float dx = q.d[static_cast<size_t>(t * 2 + used)];
+          // (From +0, as the kernel's sums start and the other super-block leaves them: a
+          // zero product gives +0.)
+          const float want = mins ? 0.0f - static_cast<float>(sum) * (fp16_to_fp32(block->dmin) * dx)
+                                  : 0.0f + static_cast<float>(sum) * (fp16_to_fp32(block->d) * dx);
+          EXPECT_EQ(float_bits(out[static_cast<size_t>(t * rows + r)]), float_bits(want))
+              << target << " row " << r << " token " << t << ": " << out[static_cast<size_t>(t * rows + r)] << " against "
+              << want;
+        }
+      }
+    }
+    cpu::use_simd_target("");
+  }
+}
+
+TEST(CpuQ8Matmul, TheBackendArrangesTheMatricesItMultipliesNotTheTablesItOnlyGathers) {
+  // A matrix uploaded for products keeps a copy of its rows in groups, counted as memory
+  // of its own; an embedding table that is not also the output head (upload_table) does
+  // not; a format without groups counts the same either way.
+  std::vector<Matrix> matrices;  // (the backend keeps pointers to their bytes: they outlive it)
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q4_0, TensorType::F16})
+    matrices.push_back(random_matrix(type, 16, 256, 3));
+  const std::unique_ptr<Backend> be = make_cpu_backend(1);
+  ASSERT_NE(be->memory(), nullptr);
+  for (const Matrix& m : matrices) {
+    const TensorType type = m.type;
+    SCOPED_TRACE(tensor_type_name(type));
+    const uint64_t file_bytes = m.bytes.size();
+    ASSERT_EQ(m.groups.size(), cpu::multiplies_in_groups(type) ? cpu::grouped_bytes(m.weight()) : 0u);
+    uint64_t before = be->memory()->memory_in_use();
+    be->upload_weight(type, m.rows, m.cols, m.bytes.data());
+    EXPECT_EQ(be->memory()->memory_in_use() - before, file_bytes + m.groups.size());
+    before = be->memory()->memory_in_use();
+    be->upload_table(type, m.rows, m.cols, m.bytes.data());
+    EXPECT_EQ(be->memory()->memory_in_use() - before, file_bytes);
+  }
 }

@@ -306,6 +306,12 @@ class Backend {
   // Makes a weight resident. `data` stays valid for the backend's lifetime (it may
   // point into a memory-mapped file, which the CPU backend uses in place).
   virtual Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) = 0;
+  // A matrix that only embed() reads (an embedding table not also the output head): the
+  // backend may skip what it prepares for products (the cpu backend's rows in groups).
+  // A product over it still works, the slower way. By default upload_weight.
+  virtual Weight upload_table(TensorType type, int64_t rows, int64_t cols, const void* data) {
+    return upload_weight(type, rows, cols, data);
+  }
   // The types of the matrices (weights of more than one row) a model is about to upload,
   // named before its first upload_weight so that the backend can prepare for them all at
   // once: the Vulkan backend creates their pipelines there, as one wait with its

@@ -25,6 +25,14 @@ class WeightLoader {
   Weight matrix(const std::string& name, int64_t cols, int64_t rows) { return load(f_.require_tensor(name), cols, rows); }
   Weight matrix(const GgufTensor& t, int64_t cols, int64_t rows) { return load(t, cols, rows); }
   Weight vector(const std::string& name, int64_t n) { return load(f_.require_tensor(name), n, 1); }
+  // A matrix that only embed() reads (Backend::upload_table).
+  Weight table(const std::string& name, int64_t cols, int64_t rows) {
+    const GgufTensor& t = f_.require_tensor(name);
+    check(t, cols, rows);
+    const Weight w = b_.upload_table(t.type, rows, cols, t.data);
+    progress_.advance(static_cast<uint64_t>(rows) * tensor_row_bytes(t.type, cols));
+    return w;
+  }
   // Tensors of one type, each `cols` wide, as one weight: their rows in the order given
   // (a vector counts as one row of its own width, and vectors are joined into one row).
   struct Part {
@@ -212,7 +220,10 @@ ModelWeights::ModelWeights(std::shared_ptr<const GgufFile> file, std::vector<Dev
   // The embedding on the first device (where a step begins), the output head on the last.
   WeightLoader first(*file_, *backends_.front(), progress);
   WeightLoader last(*file_, *backends_.back(), progress);
-  token_embd_ = first.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  // The embedding is multiplied too only where it is the output head on the same device.
+  const bool embd_is_output = c.tied_embeddings && backends_.size() == 1;
+  token_embd_ = embd_is_output ? first.matrix("token_embd.weight", c.n_embd, c.n_vocab)
+                               : first.table("token_embd.weight", c.n_embd, c.n_vocab);
   output_norm_ = last.vector("output_norm.weight", c.n_embd);
   if (!c.tied_embeddings)
     output_ = last.matrix("output.weight", c.n_embd, c.n_vocab);

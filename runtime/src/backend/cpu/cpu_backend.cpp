@@ -56,7 +56,7 @@ class CpuKernels final : public host::HostKernels {
     cpu::widen_kv_rows_simd(rows, slots, count, first, n, out);
   }
 
-  // Q4_0, IQ4_NL, MXFP4, Q8_0 and Q5_0 rows in groups of 8 (q8_groups.h).
+  // Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0 and Q4_K rows in groups of 8 (q8_groups.h).
   std::vector<uint8_t> arrange(const host::HostWeight& w, ThreadPool& pool) const override {
     std::vector<uint8_t> out(cpu::grouped_bytes(w));
     if (out.empty()) return out;

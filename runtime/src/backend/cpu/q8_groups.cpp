@@ -42,7 +42,8 @@ static_assert(kLanes * 4 == kB && kRowVecs * kLanes == static_cast<size_t>(kGrou
 
 // A group block's 8 scales: ScaleOf(p, r) is row r's, Scales(p, v) the floats of rows
 // v * kLanes .. (v + 1) * kLanes - 1; kScaleBytes per row.
-struct HalfScales {  // fp16 d (Q4_0, IQ4_NL, Q8_0, Q5_0)
+struct HalfScales {  // fp16 d (Q4_0, IQ4_NL, Q8_0, Q5_0; Q4_K's d and dmin)
+  static constexpr int64_t kValues = quant::kLegacyBlock;  // values per block
   static constexpr int64_t kScaleBytes = 2;
   static constexpr int64_t kHighBytes = 0;  // per row: Q5_0's fifth bits (Q5_0Group)
   static float ScaleOf(const uint8_t* p, int64_t r) { return LoadHalf(p + 2 * r); }
@@ -54,6 +55,7 @@ struct HalfScales {  // fp16 d (Q4_0, IQ4_NL, Q8_0, Q5_0)
 #endif
 };
 struct E8m0Scales {  // MXFP4's exponent byte e: d = 2^(e - 129), half the block's power of two
+  static constexpr int64_t kValues = quant::kLegacyBlock;
   static constexpr int64_t kScaleBytes = 1;
   static constexpr int64_t kHighBytes = 0;
   static float ScaleOf(const uint8_t* p, int64_t r) { return quant::e8m0_half_to_fp32(p[r]); }
@@ -201,9 +203,18 @@ struct Q5_0Group : HalfScales, UnsignedQuads {
 #endif
 };
 
+// Q4_K (q8_groups.h's layout of its super-blocks): codes 0..15 with a scale per 32
+// values, and a min per 32 values times dmin subtracted.
+struct Q4KGroup : HalfScales {
+  static constexpr int64_t kValues = quant::kSuperBlock;
+  static constexpr int64_t kDmin = kK4GroupDmin, kScales = kK4GroupScales, kMins = kK4GroupMins,
+                           kCodes = kK4GroupCodes, kBlockBytes = kK4GroupBlockBytes;
+};
+
 template <class Dec>
 constexpr int64_t GroupBlockBytes() {
-  return group_block_bytes(Dec::kScaleBytes, Dec::kHighBytes + Dec::kCodeBytes);
+  if constexpr (Dec::kValues == quant::kSuperBlock) return Dec::kBlockBytes;
+  else return group_block_bytes(Dec::kScaleBytes, Dec::kHighBytes + Dec::kCodeBytes);
 }
 
 // The block's 32 activation bytes' sum (the halves' 16-value sums).
@@ -281,6 +292,78 @@ HWY_INLINE void GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t bl
   for (size_t t = 0; t < NT; ++t)
     for (size_t v = 0; v < kRowVecs; ++v) hn::StoreU(acc[t][v], df, sums + t * kGroupRows + v * kLanes);
 }
+
+// Q4_K's group block: one group x NT tokens, sums[t * 8 + r] = dot(row r, token t). Per
+// output (a lane), per super-block: the exact integer sum over its 8 sub-blocks of
+// scale x (codes . activations) and the one of min x (the sub-block's activation sum),
+// as floats times (d * dx) and (dmin * dx), one multiply-add each, super-blocks in order.
+// A sub-block's 32 products of codes below 16 sum in 16-bit pairs (at most 8 x 2 x 15 x
+// 127 = 30480) before its scale multiplies them into 32 bits.
+template <size_t NT>
+HWY_INLINE void K4GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t blocks, float* sums) {
+  const DF df;
+  const D32 di;
+  const hn::RebindToUnsigned<D32> du;
+  VF acc[NT][kRowVecs];
+  for (size_t t = 0; t < NT; ++t)
+    for (size_t v = 0; v < kRowVecs; ++v) acc[t][v] = hn::Zero(df);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = group + b * Q4KGroup::kBlockBytes;
+    const int64_t c0 = b * quant::kSuperBlock;
+    VI s0[NT][kRowVecs], s1[NT][kRowVecs];
+    for (size_t t = 0; t < NT; ++t)
+      for (size_t v = 0; v < kRowVecs; ++v) s0[t][v] = s1[t][v] = hn::Zero(di);
+    for (int64_t j = 0; j < 8; ++j) {  // sub-block j: the low (even j) or high nibbles of pair j / 2
+      V16 scale[kRowVecs];  // each row's scale in both 16-bit halves of its lane
+      for (size_t v = 0; v < kRowVecs; ++v) {
+        const auto sc = hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, decltype(du)>(), p + Q4KGroup::kScales + 8 * j +
+                                                                                           static_cast<int64_t>(v * kLanes)));
+        scale[v] = hn::BitCast(D16(), hn::Or(sc, hn::ShiftLeft<16>(sc)));
+      }
+      V16 pairs[NT][kRowVecs];
+      for (size_t t = 0; t < NT; ++t)
+        for (size_t v = 0; v < kRowVecs; ++v) pairs[t][v] = hn::Zero(D16());
+      const uint8_t* chunks = p + Q4KGroup::kCodes + 256 * (j / 2);
+      for (int64_t k = 0; k < 8; ++k)
+        for (size_t v = 0; v < kRowVecs; ++v) {
+          const V8 c = hn::LoadU(D8(), chunks + 32 * k + static_cast<int64_t>(v * kB));
+          const V8 w = (j & 1) ? hn::ShiftRight<4>(c) : hn::And(c, hn::Set(D8(), 0x0f));
+          for (size_t t = 0; t < NT; ++t)
+            pairs[t][v] = hn::Add(pairs[t][v], MulPairs(w, QuadOf(x.q[t] + c0 + 32 * j + 4 * k)));
+        }
+      for (size_t t = 0; t < NT; ++t)
+        for (size_t v = 0; v < kRowVecs; ++v) s0[t][v] = MulScaleAdd(pairs[t][v], scale[v], s0[t][v], s1[t][v]);
+    }
+    VF d[kRowVecs], dmin[kRowVecs];
+    for (size_t v = 0; v < kRowVecs; ++v) {
+      d[v] = Q4KGroup::Scales(p, v);
+      dmin[v] = Q4KGroup::Scales(p + Q4KGroup::kDmin, v);
+    }
+    for (size_t t = 0; t < NT; ++t) {
+      // The sub-blocks' activation sums, two to a 32-bit word: (sub 2i, sub 2i + 1).
+      VI m0[kRowVecs], m1[kRowVecs];
+      for (size_t v = 0; v < kRowVecs; ++v) m0[v] = m1[v] = hn::Zero(di);
+      const int16_t* s16 = x.s[t] + c0 / 16;
+      for (int64_t i = 0; i < 4; ++i) {
+        const uint32_t lo = static_cast<uint16_t>(BlockSum(s16, 2 * i)), hi = static_cast<uint16_t>(BlockSum(s16, 2 * i + 1));
+        const V16 bsums = hn::BitCast(D16(), hn::Set(du, lo | (hi << 16)));
+        for (size_t v = 0; v < kRowVecs; ++v) {
+          const V16 mins = hn::PromoteTo(D16(), hn::LoadU(hn::Rebind<uint8_t, D16>(), p + Q4KGroup::kMins + 16 * i +
+                                                                                          static_cast<int64_t>(v * kG)));
+          m0[v] = hn::ReorderWidenMulAccumulate(di, mins, bsums, m0[v], m1[v]);
+        }
+      }
+      const VF dx = hn::Set(df, x.d[t][b]);
+      for (size_t v = 0; v < kRowVecs; ++v) {
+        acc[t][v] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(s0[t][v], s1[t][v])), hn::Mul(d[v], dx), acc[t][v]);
+        acc[t][v] = hn::NegMulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(m0[v], m1[v])), hn::Mul(dmin[v], dx),
+                                  acc[t][v]);
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t)
+    for (size_t v = 0; v < kRowVecs; ++v) hn::StoreU(acc[t][v], df, sums + t * kGroupRows + v * kLanes);
+}
 #else
 // The same arithmetic one value at a time: the weights as signed integers (no offset).
 template <class Dec, size_t NT>
@@ -314,6 +397,36 @@ HWY_INLINE void GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t bl
   for (size_t t = 0; t < NT; ++t)
     for (int64_t r = 0; r < kGroupRows; ++r) sums[t * kGroupRows + static_cast<size_t>(r)] = acc[t][r];
 }
+
+template <size_t NT>
+HWY_INLINE void K4GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t blocks, float* sums) {
+  float acc[NT][kGroupRows] = {};
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = group + b * Q4KGroup::kBlockBytes;
+    const int64_t c0 = b * quant::kSuperBlock;
+    for (int64_t r = 0; r < kGroupRows; ++r) {
+      const float d = Q4KGroup::ScaleOf(p, r), dmin = Q4KGroup::ScaleOf(p + Q4KGroup::kDmin, r);
+      for (size_t t = 0; t < NT; ++t) {
+        int32_t s = 0, m = 0;
+        for (int64_t j = 0; j < 8; ++j) {
+          int32_t sub = 0;
+          for (int64_t k = 0; k < 8; ++k)
+            for (int64_t i = 0; i < 4; ++i) {
+              const uint8_t byte = p[Q4KGroup::kCodes + 256 * (j / 2) + 32 * k + 4 * r + i];
+              sub += ((j & 1) ? byte >> 4 : byte & 0x0f) * x.q[t][c0 + 32 * j + 4 * k + i];
+            }
+          s += sub * p[Q4KGroup::kScales + 8 * j + r];
+          m += p[Q4KGroup::kMins + 16 * (j / 2) + 2 * r + (j & 1)] * BlockSum(x.s[t] + c0 / 16, j);
+        }
+        const float dx = x.d[t][b];
+        acc[t][r] = acc[t][r] + static_cast<float>(s) * (d * dx);
+        acc[t][r] = acc[t][r] - static_cast<float>(m) * (dmin * dx);
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t)
+    for (int64_t r = 0; r < kGroupRows; ++r) sums[t * kGroupRows + static_cast<size_t>(r)] = acc[t][r];
+}
 #endif
 
 // Groups [g0, g1) against tokens [t0, t0 + NT); rows outside [r0, r1) are not written.
@@ -321,10 +434,12 @@ template <class Dec, size_t NT>
 void GroupRows(const host::HostWeight& w, int64_t g0, int64_t g1, int64_t r0, int64_t r1, const QuantizedActivations& x,
                int64_t t0, float* out, int64_t out_stride) {
   const ActTile<NT> xt = MakeActTile<NT>(x, t0);
-  const int64_t blocks = w.cols / quant::kLegacyBlock, per_act = x.block / quant::kLegacyBlock;
+  const int64_t blocks = w.cols / Dec::kValues, per_act = x.block / Dec::kValues;
   for (int64_t g = g0; g < g1; ++g) {
     float sums[NT * kGroupRows];
-    GroupTile<Dec, NT>(w.groups + g * blocks * GroupBlockBytes<Dec>(), xt, blocks, per_act, sums);
+    const uint8_t* group = w.groups + g * blocks * GroupBlockBytes<Dec>();
+    if constexpr (Dec::kValues == quant::kSuperBlock) K4GroupTile<NT>(group, xt, blocks, sums);
+    else GroupTile<Dec, NT>(group, xt, blocks, per_act, sums);
     const int64_t first = std::max(r0, g * kGroupRows), last = std::min(r1, (g + 1) * kGroupRows);
     for (int64_t r = first; r < last; ++r)
       for (size_t t = 0; t < NT; ++t)
@@ -385,6 +500,7 @@ bool Q8MatmulGroupsImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const
     case TensorType::MXFP4: GroupsWith<Mxfp4Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::Q8_0: GroupsWith<Q8_0Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::Q5_0: GroupsWith<Q5_0Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
+    case TensorType::Q4_K: GroupsWith<Q4KGroup>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     default: return false;
   }
 }
@@ -400,7 +516,7 @@ HWY_EXPORT(Q8MatmulGroupsImpl);
 
 bool multiplies_in_groups(TensorType type) {
   return type == TensorType::Q4_0 || type == TensorType::IQ4_NL || type == TensorType::MXFP4 ||
-         type == TensorType::Q8_0 || type == TensorType::Q5_0;
+         type == TensorType::Q8_0 || type == TensorType::Q5_0 || type == TensorType::Q4_K;
 }
 
 namespace {
@@ -422,15 +538,50 @@ GroupFormat group_format(TensorType type) {
   return {type == TensorType::MXFP4 ? 1 : 2, type == TensorType::Q5_0 ? 4 : 0, type == TensorType::Q8_0 ? 32 : 16};
 }
 
+// Q4_K's super-blocks in groups (q8_groups.h).
+void group_rows_k4(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* out) {
+  static_assert(sizeof(quant::BlockQ4_K) == 144 && kK4GroupBlockBytes == 8 * 148);
+  const int64_t blocks = w.cols / quant::kSuperBlock;
+  for (int64_t g = g0; g < g1; ++g) {
+    std::memset(out + g * blocks * kK4GroupBlockBytes, 0, static_cast<size_t>(blocks * kK4GroupBlockBytes));
+    for (int64_t r = 0; r < kGroupRows && g * kGroupRows + r < w.rows; ++r) {
+      const uint8_t* row = w.data + static_cast<size_t>(g * kGroupRows + r) * w.row_bytes;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const auto* src = reinterpret_cast<const quant::BlockQ4_K*>(row) + b;
+        uint8_t* dst = out + (g * blocks + b) * kK4GroupBlockBytes;
+        std::memcpy(dst + 2 * r, &src->d, 2);
+        std::memcpy(dst + kK4GroupDmin + 2 * r, &src->dmin, 2);
+        uint8_t scales[8], mins[8];
+        quant::unpack_scales_mins_k4(src->scales, scales, mins);
+        for (int64_t j = 0; j < 8; ++j) {
+          dst[kK4GroupScales + 8 * j + r] = scales[j];
+          dst[kK4GroupMins + 16 * (j / 2) + 2 * r + (j & 1)] = mins[j];
+        }
+        for (int64_t i = 0; i < 4; ++i)
+          for (int64_t k = 0; k < 8; ++k)
+            std::memcpy(dst + kK4GroupCodes + 256 * i + 32 * k + 4 * r, src->qs + 32 * i + 4 * k, 4);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 size_t grouped_bytes(const host::HostWeight& w) {
-  if (!multiplies_in_groups(w.type) || w.rows <= 0 || w.cols % quant::kLegacyBlock != 0) return 0;
+  if (!multiplies_in_groups(w.type) || w.rows <= 0) return 0;
   const int64_t groups = (w.rows + kGroupRows - 1) / kGroupRows;
+  if (w.type == TensorType::Q4_K)
+    return w.cols % quant::kSuperBlock != 0 ? 0
+                                            : static_cast<size_t>(groups * (w.cols / quant::kSuperBlock) * kK4GroupBlockBytes);
+  if (w.cols % quant::kLegacyBlock != 0) return 0;
   return static_cast<size_t>(groups * (w.cols / quant::kLegacyBlock) * group_format(w.type).group_block());
 }
 
 void group_rows(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* out) {
+  if (w.type == TensorType::Q4_K) {
+    group_rows_k4(w, g0, g1, out);
+    return;
+  }
   const GroupFormat f = group_format(w.type);
   const int64_t block_bytes = f.scale_bytes + f.high_bytes + f.code_bytes, group_block = f.group_block();
   const int64_t high = f.scale_bytes * kGroupRows, codes = high + f.high_bytes * kGroupRows;

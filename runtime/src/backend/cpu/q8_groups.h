@@ -1,7 +1,7 @@
-// The cpu backend's own layout of Q4_0, IQ4_NL, MXFP4, Q8_0 and Q5_0 matrices, made when a
-// weight is loaded (as llama.cpp repacks its Q4_0 rows): rows in groups of 8, so one
-// vector instruction multiplies 4 activation bytes with 4 codes of each of 8 rows, each
-// 32-bit lane summing one row's products.
+// The cpu backend's own layout of Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0 and Q4_K matrices, made
+// when a weight is loaded (as llama.cpp repacks its Q4_0 and Q4_K rows): rows in groups
+// of 8, so one vector instruction multiplies 4 activation bytes with 4 codes of each of 8
+// rows, each 32-bit lane summing one row's products.
 //
 // Layout: group g holds rows 8g .. 8g + 7 (rows past the matrix's end: scale 0, codes
 // 0), its 32-value blocks in order, group_block_bytes each: the 8 rows' scales (fp16 d,
@@ -11,10 +11,19 @@
 // (values 4k .. 4k + 3 in the low nibbles, 16 + 4k .. 16 + 4k + 3 in the high ones) or,
 // for Q8_0, 8 chunks of bytes (values 4k .. 4k + 3).
 //
+// Q4_K's 256-value super-blocks (kK4GroupBlockBytes each): the 8 rows' fp16 d (16
+// bytes), their fp16 dmin (16 bytes), the scales of the 8 sub-blocks of 32 values
+// unpacked to bytes (sub-block j's of row r at 8j + r), the mins by pairs of sub-blocks
+// (sub-blocks 2i and 2i + 1 of row r at 16i + 2r and 16i + 2r + 1), then per pair of
+// sub-blocks 8 chunks of 32 bytes, chunk k holding row r's code bytes 32i + 4k .. + 3 at
+// 4r (low nibbles: sub-block 2i's values 4k .. 4k + 3; high nibbles: sub-block 2i + 1's).
+//
 // Numerics (q8_matmul.h's contract, another float expression): each output is one
 // lane; per block the exact integer sum of its 32 products, converted to float, times
-// (d * dx) added in one multiply-add, blocks in order. The same for every step size,
-// token tile, panel and thread count: T-invariant.
+// (d * dx) added in one multiply-add, blocks in order (Q4_K: per super-block the exact
+// sum over its sub-blocks of scale times products, times d * dx, then the one of min
+// times the activations' sums, times dmin * dx, subtracted). The same for every step
+// size, token tile, panel and thread count: T-invariant.
 #pragma once
 
 #include <cstddef>
@@ -34,8 +43,12 @@ constexpr int64_t group_block_bytes(int64_t scale_bytes, int64_t code_bytes) {
   return (scale_bytes + code_bytes) * kGroupRows;
 }
 
+// Where Q4_K's super-block in a group keeps its parts (the layout above).
+constexpr int64_t kK4GroupDmin = 2 * kGroupRows, kK4GroupScales = 4 * kGroupRows, kK4GroupMins = 12 * kGroupRows,
+                  kK4GroupCodes = 20 * kGroupRows, kK4GroupBlockBytes = kK4GroupCodes + 128 * kGroupRows;
+
 // Whether matrices of `type` are multiplied in groups of rows (Q4_0, IQ4_NL, MXFP4, Q8_0,
-// Q5_0).
+// Q5_0, Q4_K).
 bool multiplies_in_groups(TensorType type);
 
 // The bytes of w's rows in groups; 0 where the format has none.

@@ -44,32 +44,10 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
   BackendNumerics numerics() const override { return traits_.numerics; }
 
   Weight upload_weight(TensorType type, int64_t rows, int64_t cols, const void* data) override {
-    check_usable();
-    // Counted as the bytes a device would hold, though the file's pages are used in place.
-    const uint64_t bytes = static_cast<uint64_t>(rows) * tensor_row_bytes(type, cols) +
-                           (rows == 1 ? static_cast<uint64_t>(cols) * sizeof(float) : 0);
-    count_memory(bytes, "a weight");
-    StoredWeight w{HostWeight{type, rows, cols, static_cast<const uint8_t*>(data), tensor_row_bytes(type, cols)}, {}, {}};
-    if (rows == 1) {
-      w.dense.resize(static_cast<size_t>(cols));
-      dequantize_row(type, data, w.dense.data(), cols);
-    } else {
-      // The kernels' copy is memory of its own, beside the file's pages (which the
-      // embedding gather still reads).
-      std::vector<uint8_t> arranged = kernels_->arrange(w.file, pool_);
-      if (!arranged.empty()) {
-        try {
-          count_memory(arranged.size(), "a weight's arranged rows");
-        } catch (...) {
-          memory_in_use_ -= bytes;  // the weight is not kept
-          throw;
-        }
-        w.arranged = std::move(arranged);
-        w.file.groups = w.arranged.data();
-      }
-    }
-    weights_.push_back(std::move(w));
-    return Weight{static_cast<int32_t>(weights_.size() - 1), type, rows, cols};
+    return upload(type, rows, cols, data, true);
+  }
+  Weight upload_table(TensorType type, int64_t rows, int64_t cols, const void* data) override {
+    return upload(type, rows, cols, data, false);
   }
 
   Activation alloc_activation(int64_t max_rows, int64_t cols) override {
@@ -585,6 +563,38 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
   }
 
  private:
+  // A weight, and (arrange) the kernels' copy of its rows where they keep one.
+  Weight upload(TensorType type, int64_t rows, int64_t cols, const void* data, bool arrange) {
+    check_usable();
+    // Counted as the bytes a device would hold, though the file's pages are used in place.
+    const uint64_t bytes = static_cast<uint64_t>(rows) * tensor_row_bytes(type, cols) +
+                           (rows == 1 ? static_cast<uint64_t>(cols) * sizeof(float) : 0);
+    count_memory(bytes, "a weight");
+    uint64_t counted = bytes;
+    try {
+      StoredWeight w{HostWeight{type, rows, cols, static_cast<const uint8_t*>(data), tensor_row_bytes(type, cols)}, {}, {}};
+      if (rows == 1) {
+        w.dense.resize(static_cast<size_t>(cols));
+        dequantize_row(type, data, w.dense.data(), cols);
+      } else if (arrange) {
+        // The kernels' copy is memory of its own, beside the file's pages (which the
+        // embedding gather still reads).
+        std::vector<uint8_t> arranged = kernels_->arrange(w.file, pool_);
+        if (!arranged.empty()) {
+          count_memory(arranged.size(), "a weight's arranged rows");
+          counted += arranged.size();
+          w.arranged = std::move(arranged);
+          w.file.groups = w.arranged.data();
+        }
+      }
+      weights_.push_back(std::move(w));
+    } catch (...) {
+      memory_in_use_ -= counted;  // the weight is not kept (a limit reached, or no memory for the copy)
+      throw;
+    }
+    return Weight{static_cast<int32_t>(weights_.size() - 1), type, rows, cols};
+  }
+
   const StepBatch& step_batch() const override { return *batch_; }
   const float* data_of(const Activation& a) const override {
     return activations_.at(static_cast<size_t>(a.id)).data();
