@@ -7,8 +7,10 @@
 // (simd_activations.h).
 // Its results are within the tolerances below of the reference's, and T-invariant.
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -56,8 +58,14 @@ class CpuKernels final : public host::HostKernels {
     cpu::widen_kv_rows_simd(rows, slots, count, first, n, out);
   }
 
-  // Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0 and Q4_K rows in groups of 8 (q8_groups.h).
+  // Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0 and Q4_K rows in groups of 8 (q8_groups.h); none
+  // where FAFO_CPU_NO_GROUPS=1 (the file's rows, and no copy: less memory, slower prompts).
   std::vector<uint8_t> arrange(const host::HostWeight& w, ThreadPool& pool) const override {
+    static const bool no_groups = [] {
+      const char* v = std::getenv("FAFO_CPU_NO_GROUPS");
+      return v != nullptr && std::string_view(v) == "1";
+    }();
+    if (no_groups) return {};
     std::vector<uint8_t> out(cpu::grouped_bytes(w));
     if (out.empty()) return out;
     const int64_t groups = (w.rows + cpu::kGroupRows - 1) / cpu::kGroupRows;
