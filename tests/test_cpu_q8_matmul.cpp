@@ -393,7 +393,7 @@ TEST(CpuQ8Matmul, TheBackendArrangesTheMatricesItMultipliesNotTheTablesItOnlyGat
   // of its own; an embedding table that is not also the output head (upload_table) does
   // not; a format without groups counts the same either way.
   std::vector<Matrix> matrices;  // (the backend keeps pointers to their bytes: they outlive it)
-  for (const TensorType type : {TensorType::Q4_K, TensorType::Q4_0, TensorType::F16})
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_0, TensorType::F16})
     matrices.push_back(random_matrix(type, 16, 256, 3));
   const std::unique_ptr<Backend> be = make_cpu_backend(1);
   ASSERT_NE(be->memory(), nullptr);
@@ -408,5 +408,58 @@ TEST(CpuQ8Matmul, TheBackendArrangesTheMatricesItMultipliesNotTheTablesItOnlyGat
     before = be->memory()->memory_in_use();
     be->upload_table(type, m.rows, m.cols, m.bytes.data());
     EXPECT_EQ(be->memory()->memory_in_use() - before, file_bytes);
+  }
+}
+
+TEST(CpuQ8Matmul, GroupsReadEveryQ6KCodeAndScale) {
+  // Q6_K's rows in groups keep its 16 signed scales by pairs and its low and high code
+  // bytes in chunks. Random bytes everywhere (every scale from -128 to 127, every code),
+  // two super-blocks per row of which one has d = 0: the output is the exact integer sum
+  // of scale x (code - 32) x activation times d * dx, the same bits as computed here, on
+  // every instruction set. 13 rows: the second group is partly past the matrix's end.
+  const int64_t rows = 13, cols = 512, T = 3;
+  const size_t row_bytes = tensor_row_bytes(TensorType::Q6_K, cols);
+  ASSERT_EQ(row_bytes, 2 * sizeof(quant::BlockQ6_K));
+  const std::vector<float> x = activations(T, cols, 23);
+  for (const int64_t used : {0, 1}) {
+    SCOPED_TRACE("super-block " + std::to_string(used));
+    std::vector<uint8_t> bytes(row_bytes * rows);
+    std::mt19937 rng(7);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < 2; ++b) {
+        auto* block = reinterpret_cast<quant::BlockQ6_K*>(bytes.data() + static_cast<size_t>(r) * row_bytes) + b;
+        block->d = b == used ? static_cast<uint16_t>(0x1800 + (rng() & 0x0fff)) : 0;  // finite, 2^-9 .. 2^-7
+      }
+    host::HostWeight w{TensorType::Q6_K, rows, cols, bytes.data(), row_bytes, nullptr};
+    const std::vector<uint8_t> groups = cpu::group_rows(w);
+    ASSERT_EQ(groups.size(), static_cast<size_t>(2 * 2 * cpu::kK6GroupBlockBytes));
+    w.groups = groups.data();
+    for (const std::string& target : cpu::simd_targets()) {
+      cpu::use_simd_target(target);
+      cpu::QuantizedActivations q;
+      q.resize(T, cols, cpu::q8_activation_block(TensorType::Q6_K, cols));
+      cpu::quantize_activations(x.data(), cols, 0, T, q);
+      std::vector<float> out(static_cast<size_t>(T * rows));
+      cpu::q8_matmul_rows(w, 0, rows, q, out.data(), rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto* block = reinterpret_cast<const quant::BlockQ6_K*>(bytes.data() + static_cast<size_t>(r) * row_bytes) + used;
+        for (int64_t t = 0; t < T; ++t) {
+          const int8_t* xq = q.q.data() + t * cols + used * 256;
+          int32_t sum = 0;
+          for (int64_t v = 0; v < 256; ++v) {  // v = 128h + 32k + l
+            const int64_t h = v / 128, k = (v % 128) / 32, l = v % 32;
+            const uint8_t low = block->ql[64 * h + 32 * (k % 2) + l];
+            const int32_t code = (k < 2 ? low & 0x0f : low >> 4) | (((block->qh[32 * h + l] >> (2 * k)) & 3) << 4);
+            sum += block->scales[v / 16] * (code - 32) * xq[v];
+          }
+          const float want = 0.0f + static_cast<float>(sum) * (fp16_to_fp32(block->d) * q.d[static_cast<size_t>(t * 2 + used)]);
+          EXPECT_EQ(float_bits(out[static_cast<size_t>(t * rows + r)]), float_bits(want))
+              << target << " row " << r << " token " << t << ": " << out[static_cast<size_t>(t * rows + r)] << " against "
+              << want;
+        }
+      }
+    }
+    cpu::use_simd_target("");
   }
 }

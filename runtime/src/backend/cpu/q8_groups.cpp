@@ -211,6 +211,14 @@ struct Q4KGroup : HalfScales {
                            kCodes = kK4GroupCodes, kBlockBytes = kK4GroupBlockBytes;
 };
 
+// Q6_K (q8_groups.h's layout): 6-bit codes, the values plus 32, with a signed scale per
+// 16 values; the offset is subtracted as 32 times the scales times the activations' sums.
+struct Q6KGroup : HalfScales {
+  static constexpr int64_t kValues = quant::kSuperBlock;
+  static constexpr int64_t kScales = kK6GroupScales, kLow = kK6GroupLow, kHigh = kK6GroupHigh,
+                           kBlockBytes = kK6GroupBlockBytes;
+};
+
 template <class Dec>
 constexpr int64_t GroupBlockBytes() {
   if constexpr (Dec::kValues == quant::kSuperBlock) return Dec::kBlockBytes;
@@ -364,6 +372,85 @@ HWY_INLINE void K4GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t 
   for (size_t t = 0; t < NT; ++t)
     for (size_t v = 0; v < kRowVecs; ++v) hn::StoreU(acc[t][v], df, sums + t * kGroupRows + v * kLanes);
 }
+
+// Q6_K's group block: one group x NT tokens, sums[t * 8 + r] = dot(row r, token t). Per
+// output (a lane), per super-block: the exact integer sum of scale x code x activation
+// (codes 0..63 in 16-bit pairs of at most 16002, each pair times its 16 values' scale
+// into 32 bits) minus 32 x the sum of scale x the 16 values' activation sum, as a float
+// times (d * dx) in one multiply-add, super-blocks in order.
+template <size_t NT>
+HWY_INLINE void K6GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t blocks, float* sums) {
+  const DF df;
+  const D32 di;
+  const hn::RebindToUnsigned<D32> du;
+  const hn::Rebind<int8_t, D16> d8to16;
+  VF acc[NT][kRowVecs];
+  for (size_t t = 0; t < NT; ++t)
+    for (size_t v = 0; v < kRowVecs; ++v) acc[t][v] = hn::Zero(df);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = group + b * Q6KGroup::kBlockBytes;
+    const auto* scales = reinterpret_cast<const int8_t*>(p + Q6KGroup::kScales);
+    const int64_t c0 = b * quant::kSuperBlock;
+    VI s0[NT][kRowVecs], s1[NT][kRowVecs];
+    for (size_t t = 0; t < NT; ++t)
+      for (size_t v = 0; v < kRowVecs; ++v) s0[t][v] = s1[t][v] = hn::Zero(di);
+    // Values 32m .. 32m + 31 (sub-blocks 2m and 2m + 1): their low 4 bits are the low (k
+    // < 2) or high nibbles of the low codes' pair 2h + k % 2, their high 2 bits bits 2k,
+    // 2k + 1 of the high codes of half h (m = 4h + k).
+    auto values = [&](auto m_constant) {
+      constexpr int m = decltype(m_constant)::value, h = m / 4, k = m % 4;
+      V16 even[kRowVecs], odd[kRowVecs];  // each row's scale of sub-block 2m (2m + 1) in both halves of its lane
+      for (size_t v = 0; v < kRowVecs; ++v) {
+        const auto pairs = hn::BitCast(du, hn::PromoteTo(D16(), hn::LoadU(d8to16, scales + 16 * m + static_cast<int64_t>(v * kG))));
+        even[v] = hn::BitCast(D16(), hn::Or(hn::And(pairs, hn::Set(du, 0x0000ffffu)), hn::ShiftLeft<16>(pairs)));
+        odd[v] = hn::BitCast(D16(), hn::Or(hn::And(pairs, hn::Set(du, 0xffff0000u)), hn::ShiftRight<16>(pairs)));
+      }
+      const uint8_t* low = p + Q6KGroup::kLow + 256 * (2 * h + k % 2);
+      const uint8_t* high = p + Q6KGroup::kHigh + 256 * h;
+      for (int64_t c = 0; c < 8; ++c)
+        for (size_t v = 0; v < kRowVecs; ++v) {
+          const V8 l = hn::LoadU(D8(), low + 32 * c + static_cast<int64_t>(v * kB));
+          const V8 nibbles = k < 2 ? hn::And(l, hn::Set(D8(), 0x0f)) : hn::ShiftRight<4>(l);
+          const V8 codes = hn::Or(nibbles, MoveBits<2 * k, 4>(hn::LoadU(D8(), high + 32 * c + static_cast<int64_t>(v * kB)),
+                                                              static_cast<uint8_t>(3 << (2 * k))));
+          for (size_t t = 0; t < NT; ++t)
+            s0[t][v] = MulScaleAdd(MulPairs(codes, QuadOf(x.q[t] + c0 + 32 * m + 4 * c)), c < 4 ? even[v] : odd[v], s0[t][v],
+                                   s1[t][v]);
+        }
+    };
+    values(std::integral_constant<int, 0>());
+    values(std::integral_constant<int, 1>());
+    values(std::integral_constant<int, 2>());
+    values(std::integral_constant<int, 3>());
+    values(std::integral_constant<int, 4>());
+    values(std::integral_constant<int, 5>());
+    values(std::integral_constant<int, 6>());
+    values(std::integral_constant<int, 7>());
+    VF d[kRowVecs];
+    for (size_t v = 0; v < kRowVecs; ++v) d[v] = Q6KGroup::Scales(p, v);
+    for (size_t t = 0; t < NT; ++t) {
+      // The offset's sum: sub-blocks 2m and 2m + 1's activation sums, two to a 32-bit word.
+      VI o0[kRowVecs], o1[kRowVecs];
+      for (size_t v = 0; v < kRowVecs; ++v) o0[v] = o1[v] = hn::Zero(di);
+      const int16_t* s16 = x.s[t] + c0 / 16;
+      for (int64_t m = 0; m < 8; ++m) {
+        const uint32_t lo = static_cast<uint16_t>(s16[2 * m]), hi = static_cast<uint16_t>(s16[2 * m + 1]);
+        const V16 bsums = hn::BitCast(D16(), hn::Set(du, lo | (hi << 16)));
+        for (size_t v = 0; v < kRowVecs; ++v)
+          o0[v] = hn::ReorderWidenMulAccumulate(
+              di, hn::PromoteTo(D16(), hn::LoadU(d8to16, scales + 16 * m + static_cast<int64_t>(v * kG))), bsums, o0[v], o1[v]);
+      }
+      const VF dx = hn::Set(df, x.d[t][b]);
+      for (size_t v = 0; v < kRowVecs; ++v) {
+        const VI s = hn::Sub(hn::RearrangeToOddPlusEven(s0[t][v], s1[t][v]),
+                             hn::ShiftLeft<5>(hn::RearrangeToOddPlusEven(o0[v], o1[v])));
+        acc[t][v] = hn::MulAdd(hn::ConvertTo(df, s), hn::Mul(d[v], dx), acc[t][v]);
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t)
+    for (size_t v = 0; v < kRowVecs; ++v) hn::StoreU(acc[t][v], df, sums + t * kGroupRows + v * kLanes);
+}
 #else
 // The same arithmetic one value at a time: the weights as signed integers (no offset).
 template <class Dec, size_t NT>
@@ -427,6 +514,37 @@ HWY_INLINE void K4GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t 
   for (size_t t = 0; t < NT; ++t)
     for (int64_t r = 0; r < kGroupRows; ++r) sums[t * kGroupRows + static_cast<size_t>(r)] = acc[t][r];
 }
+
+template <size_t NT>
+HWY_INLINE void K6GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t blocks, float* sums) {
+  float acc[NT][kGroupRows] = {};
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = group + b * Q6KGroup::kBlockBytes;
+    const int64_t c0 = b * quant::kSuperBlock;
+    for (int64_t r = 0; r < kGroupRows; ++r) {
+      const float d = Q6KGroup::ScaleOf(p, r);
+      for (size_t t = 0; t < NT; ++t) {
+        int32_t s = 0, offset = 0;
+        for (int64_t m = 0; m < 8; ++m) {
+          const int64_t h = m / 4, k = m % 4;
+          for (int64_t c = 0; c < 8; ++c)
+            for (int64_t i = 0; i < 4; ++i) {
+              const uint8_t l = p[Q6KGroup::kLow + 256 * (2 * h + k % 2) + 32 * c + 4 * r + i];
+              const uint8_t hb = p[Q6KGroup::kHigh + 256 * h + 32 * c + 4 * r + i];
+              const int32_t code = (k < 2 ? l & 0x0f : l >> 4) | (((hb >> (2 * k)) & 3) << 4);
+              const int32_t scale = static_cast<int8_t>(p[Q6KGroup::kScales + 16 * m + 2 * r + (c < 4 ? 0 : 1)]);
+              s += scale * code * x.q[t][c0 + 32 * m + 4 * c + i];
+            }
+          for (int64_t e = 0; e < 2; ++e)
+            offset += static_cast<int8_t>(p[Q6KGroup::kScales + 16 * m + 2 * r + e]) * x.s[t][c0 / 16 + 2 * m + e];
+        }
+        acc[t][r] = acc[t][r] + static_cast<float>(s - 32 * offset) * (d * x.d[t][b]);
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t)
+    for (int64_t r = 0; r < kGroupRows; ++r) sums[t * kGroupRows + static_cast<size_t>(r)] = acc[t][r];
+}
 #endif
 
 // Groups [g0, g1) against tokens [t0, t0 + NT); rows outside [r0, r1) are not written.
@@ -438,7 +556,8 @@ void GroupRows(const host::HostWeight& w, int64_t g0, int64_t g1, int64_t r0, in
   for (int64_t g = g0; g < g1; ++g) {
     float sums[NT * kGroupRows];
     const uint8_t* group = w.groups + g * blocks * GroupBlockBytes<Dec>();
-    if constexpr (Dec::kValues == quant::kSuperBlock) K4GroupTile<NT>(group, xt, blocks, sums);
+    if constexpr (std::is_same_v<Dec, Q4KGroup>) K4GroupTile<NT>(group, xt, blocks, sums);
+    else if constexpr (std::is_same_v<Dec, Q6KGroup>) K6GroupTile<NT>(group, xt, blocks, sums);
     else GroupTile<Dec, NT>(group, xt, blocks, per_act, sums);
     const int64_t first = std::max(r0, g * kGroupRows), last = std::min(r1, (g + 1) * kGroupRows);
     for (int64_t r = first; r < last; ++r)
@@ -501,6 +620,7 @@ bool Q8MatmulGroupsImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const
     case TensorType::Q8_0: GroupsWith<Q8_0Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::Q5_0: GroupsWith<Q5_0Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::Q4_K: GroupsWith<Q4KGroup>(w, r0, r1, x, out, out_stride, panel_rows); return true;
+    case TensorType::Q6_K: GroupsWith<Q6KGroup>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     default: return false;
   }
 }
@@ -516,7 +636,7 @@ HWY_EXPORT(Q8MatmulGroupsImpl);
 
 bool multiplies_in_groups(TensorType type) {
   return type == TensorType::Q4_0 || type == TensorType::IQ4_NL || type == TensorType::MXFP4 ||
-         type == TensorType::Q8_0 || type == TensorType::Q5_0 || type == TensorType::Q4_K;
+         type == TensorType::Q8_0 || type == TensorType::Q5_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
 }
 
 namespace {
@@ -538,31 +658,56 @@ GroupFormat group_format(TensorType type) {
   return {type == TensorType::MXFP4 ? 1 : 2, type == TensorType::Q5_0 ? 4 : 0, type == TensorType::Q8_0 ? 32 : 16};
 }
 
+// Each group of [g0, g1) zeroed (rows past the matrix's end stay so), then
+// place(r, b, row, group_block) for block b of each of its rows r, `row` the row's bytes
+// in the file and `group_block` where the group keeps that block (block_bytes each).
+template <class Place>
+void place_blocks(const host::HostWeight& w, int64_t g0, int64_t g1, int64_t blocks, int64_t block_bytes, uint8_t* out,
+                  Place place) {
+  for (int64_t g = g0; g < g1; ++g) {
+    std::memset(out + g * blocks * block_bytes, 0, static_cast<size_t>(blocks * block_bytes));
+    for (int64_t r = 0; r < kGroupRows && g * kGroupRows + r < w.rows; ++r) {
+      const uint8_t* row = w.data + static_cast<size_t>(g * kGroupRows + r) * w.row_bytes;
+      for (int64_t b = 0; b < blocks; ++b) place(r, b, row, out + (g * blocks + b) * block_bytes);
+    }
+  }
+}
+
 // Q4_K's super-blocks in groups (q8_groups.h).
 void group_rows_k4(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* out) {
   static_assert(sizeof(quant::BlockQ4_K) == 144 && kK4GroupBlockBytes == 8 * 148);
-  const int64_t blocks = w.cols / quant::kSuperBlock;
-  for (int64_t g = g0; g < g1; ++g) {
-    std::memset(out + g * blocks * kK4GroupBlockBytes, 0, static_cast<size_t>(blocks * kK4GroupBlockBytes));
-    for (int64_t r = 0; r < kGroupRows && g * kGroupRows + r < w.rows; ++r) {
-      const uint8_t* row = w.data + static_cast<size_t>(g * kGroupRows + r) * w.row_bytes;
-      for (int64_t b = 0; b < blocks; ++b) {
-        const auto* src = reinterpret_cast<const quant::BlockQ4_K*>(row) + b;
-        uint8_t* dst = out + (g * blocks + b) * kK4GroupBlockBytes;
-        std::memcpy(dst + 2 * r, &src->d, 2);
-        std::memcpy(dst + kK4GroupDmin + 2 * r, &src->dmin, 2);
-        uint8_t scales[8], mins[8];
-        quant::unpack_scales_mins_k4(src->scales, scales, mins);
-        for (int64_t j = 0; j < 8; ++j) {
-          dst[kK4GroupScales + 8 * j + r] = scales[j];
-          dst[kK4GroupMins + 16 * (j / 2) + 2 * r + (j & 1)] = mins[j];
-        }
-        for (int64_t i = 0; i < 4; ++i)
-          for (int64_t k = 0; k < 8; ++k)
-            std::memcpy(dst + kK4GroupCodes + 256 * i + 32 * k + 4 * r, src->qs + 32 * i + 4 * k, 4);
-      }
-    }
-  }
+  place_blocks(w, g0, g1, w.cols / quant::kSuperBlock, kK4GroupBlockBytes, out,
+               [](int64_t r, int64_t b, const uint8_t* row, uint8_t* dst) {
+                 const auto* src = reinterpret_cast<const quant::BlockQ4_K*>(row) + b;
+                 std::memcpy(dst + 2 * r, &src->d, 2);
+                 std::memcpy(dst + kK4GroupDmin + 2 * r, &src->dmin, 2);
+                 uint8_t scales[8], mins[8];
+                 quant::unpack_scales_mins_k4(src->scales, scales, mins);
+                 for (int64_t j = 0; j < 8; ++j) {
+                   dst[kK4GroupScales + 8 * j + r] = scales[j];
+                   dst[kK4GroupMins + 16 * (j / 2) + 2 * r + (j & 1)] = mins[j];
+                 }
+                 for (int64_t i = 0; i < 4; ++i)
+                   for (int64_t k = 0; k < 8; ++k)
+                     std::memcpy(dst + kK4GroupCodes + 256 * i + 32 * k + 4 * r, src->qs + 32 * i + 4 * k, 4);
+               });
+}
+
+// Q6_K's super-blocks in groups (q8_groups.h).
+void group_rows_k6(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* out) {
+  static_assert(sizeof(quant::BlockQ6_K) == 210 && kK6GroupBlockBytes == 8 * 210);
+  place_blocks(w, g0, g1, w.cols / quant::kSuperBlock, kK6GroupBlockBytes, out,
+               [](int64_t r, int64_t b, const uint8_t* row, uint8_t* dst) {
+                 const auto* src = reinterpret_cast<const quant::BlockQ6_K*>(row) + b;
+                 std::memcpy(dst + 2 * r, &src->d, 2);
+                 for (int64_t m = 0; m < 8; ++m)
+                   for (int64_t e = 0; e < 2; ++e)
+                     dst[kK6GroupScales + 16 * m + 2 * r + e] = static_cast<uint8_t>(src->scales[2 * m + e]);
+                 for (int64_t c = 0; c < 32; ++c)  // 4 pairs of low codes, 2 halves of high codes, 8 chunks each
+                   std::memcpy(dst + kK6GroupLow + 32 * c + 4 * r, src->ql + 4 * c, 4);
+                 for (int64_t c = 0; c < 16; ++c)
+                   std::memcpy(dst + kK6GroupHigh + 32 * c + 4 * r, src->qh + 4 * c, 4);
+               });
 }
 
 }  // namespace
@@ -570,9 +715,11 @@ void group_rows_k4(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* o
 size_t grouped_bytes(const host::HostWeight& w) {
   if (!multiplies_in_groups(w.type) || w.rows <= 0) return 0;
   const int64_t groups = (w.rows + kGroupRows - 1) / kGroupRows;
-  if (w.type == TensorType::Q4_K)
-    return w.cols % quant::kSuperBlock != 0 ? 0
-                                            : static_cast<size_t>(groups * (w.cols / quant::kSuperBlock) * kK4GroupBlockBytes);
+  if (w.type == TensorType::Q4_K || w.type == TensorType::Q6_K)
+    return w.cols % quant::kSuperBlock != 0
+               ? 0
+               : static_cast<size_t>(groups * (w.cols / quant::kSuperBlock) *
+                                     (w.type == TensorType::Q4_K ? kK4GroupBlockBytes : kK6GroupBlockBytes));
   if (w.cols % quant::kLegacyBlock != 0) return 0;
   return static_cast<size_t>(groups * (w.cols / quant::kLegacyBlock) * group_format(w.type).group_block());
 }
@@ -582,24 +729,22 @@ void group_rows(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* out)
     group_rows_k4(w, g0, g1, out);
     return;
   }
-  const GroupFormat f = group_format(w.type);
-  const int64_t block_bytes = f.scale_bytes + f.high_bytes + f.code_bytes, group_block = f.group_block();
-  const int64_t high = f.scale_bytes * kGroupRows, codes = high + f.high_bytes * kGroupRows;
-  const int64_t blocks = w.cols / quant::kLegacyBlock;
-  for (int64_t g = g0; g < g1; ++g) {
-    std::memset(out + g * blocks * group_block, 0, static_cast<size_t>(blocks * group_block));
-    for (int64_t r = 0; r < kGroupRows && g * kGroupRows + r < w.rows; ++r) {
-      const uint8_t* row = w.data + static_cast<size_t>(g * kGroupRows + r) * w.row_bytes;
-      for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t* src = row + b * block_bytes;
-        uint8_t* dst = out + (g * blocks + b) * group_block;
-        std::memcpy(dst + f.scale_bytes * r, src, static_cast<size_t>(f.scale_bytes));
-        if (f.high_bytes > 0) std::memcpy(dst + high + f.high_bytes * r, src + f.scale_bytes, static_cast<size_t>(f.high_bytes));
-        for (int64_t k = 0; k < f.code_bytes / 4; ++k)
-          std::memcpy(dst + codes + 32 * k + 4 * r, src + f.scale_bytes + f.high_bytes + 4 * k, 4);
-      }
-    }
+  if (w.type == TensorType::Q6_K) {
+    group_rows_k6(w, g0, g1, out);
+    return;
   }
+  const GroupFormat f = group_format(w.type);
+  const int64_t block_bytes = f.scale_bytes + f.high_bytes + f.code_bytes;
+  const int64_t high = f.scale_bytes * kGroupRows, codes = high + f.high_bytes * kGroupRows;
+  place_blocks(w, g0, g1, w.cols / quant::kLegacyBlock, f.group_block(), out,
+               [&](int64_t r, int64_t b, const uint8_t* row, uint8_t* dst) {
+                 const uint8_t* src = row + b * block_bytes;
+                 std::memcpy(dst + f.scale_bytes * r, src, static_cast<size_t>(f.scale_bytes));
+                 if (f.high_bytes > 0)
+                   std::memcpy(dst + high + f.high_bytes * r, src + f.scale_bytes, static_cast<size_t>(f.high_bytes));
+                 for (int64_t k = 0; k < f.code_bytes / 4; ++k)
+                   std::memcpy(dst + codes + 32 * k + 4 * r, src + f.scale_bytes + f.high_bytes + 4 * k, 4);
+               });
 }
 
 std::vector<uint8_t> group_rows(const host::HostWeight& w) {
