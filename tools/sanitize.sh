@@ -16,9 +16,8 @@ cmake --build "$build"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # Left out: the tests that check output equality over many prompts, strategies, policies
-# and parameters (the plain build runs them; under the sanitizers, with Highway's
-# portable kernels, each takes from 20 seconds to minutes, and they repeat the code paths
-# the other tests reach), and CliChat.CtrlC..., which waits a minute for an unbounded
+# and parameters (the plain build runs them; under the sanitizers each takes from 20
+# seconds to minutes, and they repeat the code paths the other tests reach), and CliChat.CtrlC..., which waits a minute for an unbounded
 # reply to fill a 4096-token context. FAFO_SANITIZE_ALL=1 runs everything.
 exclude='^(CorpusDecoding|CudaEmulated|Decoding|DraftDecoding|AutoStrategy|CliChatStrategies)\.|PolicyGeneration\.'
 exclude+='|^Generator\.TopKSampling|^BackendOpsTable\.CpuResultsDoNotDependOnTheThreadCount|^CpuAttention\.LongContext'
