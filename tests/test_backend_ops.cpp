@@ -59,8 +59,14 @@ class BackendOps : public ::testing::TestWithParam<Target> {
   }
   // Runs every case of `op` and fails with the first mismatch of each case.
   void run_op(const std::string& op) {
+    // vulkan_int8 differs from vulkan in the products, and in rounding an attention output
+    // for the product after it where a model has such a weight (vulkan_backend.cpp; run
+    // by VulkanBackend.IntegerProductsKeepEveryStrategyEqualToAr): the other ops' rows
+    // would repeat the vulkan rows.
     if (GetParam().backend == "vulkan_tiles" && op.rfind("matmul", 0) != 0)
       GTEST_SKIP() << "vulkan_tiles differs from vulkan_int8 only in its products";
+    if (GetParam().backend == "vulkan_int8" && op.rfind("matmul", 0) != 0)
+      GTEST_SKIP() << "vulkan_int8 differs from vulkan only in its products";
     OpEnv& env = target();
     const BackendNumerics numerics = env.be().numerics();
     int n_cases = 0;

@@ -1,0 +1,5 @@
+# Included by ctest after the discovered gtest cases (tests/CMakeLists.txt), in the
+# sanitizer job's build (tools/sanitize.sh): its costliest cases, in seconds under ASan +
+# UBSan on a 2-core machine, so that ctest -j starts them first. Without this one, started
+# last (a fresh build has no timings of its own), it ran alone at the end of the job.
+set_tests_properties(EveryBackendAndDevice/BackendOps.Attention/cpu_0 PROPERTIES COST 140)
