@@ -11,6 +11,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/q8_groups.h"
@@ -320,16 +321,20 @@ TEST(CpuQ8Matmul, GroupsReadEveryMxfp4Exponent) {
   cpu::use_simd_target("");
 }
 
-TEST(CpuQ8Matmul, GroupsReadEveryQ4KScaleAndMin) {
-  // Q4_K's rows in groups keep each sub-block's 6-bit scale and min unpacked and its codes
-  // in chunks. Random bytes everywhere (every scale and min value), two super-blocks per
-  // row of which one has d = dmin = 0, and in the other either dmin = 0 (the output is the
-  // exact integer sum of scale x products times d * dx) or d = 0 (minus the exact sum of
-  // min x activation sums times dmin * dx): the same bits as computed here, on every
-  // instruction set. 13 rows: the second group is partly past the matrix's end.
+// Q4_K's or Q5_K's rows in groups keep each sub-block's 6-bit scale and min unpacked and
+// its codes (Q5_K: and their fifth bits) in chunks. Random bytes everywhere (every scale,
+// min, code and fifth bit), two super-blocks per row of which one has d = dmin = 0, and in
+// the other either dmin = 0 (the output is the exact integer sum of scale x products
+// times d * dx) or d = 0 (minus the exact sum of min x activation sums times dmin * dx):
+// the same bits as computed here, on every instruction set. 13 rows: the second group is
+// partly past the matrix's end.
+namespace {
+template <class Block>
+void groups_read_every_k4_scale_and_min(TensorType type, int64_t group_block_bytes) {
+  constexpr bool kFifthBits = std::is_same_v<Block, quant::BlockQ5_K>;
   const int64_t rows = 13, cols = 512;
-  const size_t row_bytes = tensor_row_bytes(TensorType::Q4_K, cols);
-  ASSERT_EQ(row_bytes, 2 * sizeof(quant::BlockQ4_K));
+  const size_t row_bytes = tensor_row_bytes(type, cols);
+  ASSERT_EQ(row_bytes, 2 * sizeof(Block));
   const std::vector<float> x = activations(3, cols, 21);
   for (const bool mins : {false, true})
   for (const int64_t used : {0, 1}) {  // the super-block that holds the values; the other's d and dmin are 0
@@ -340,25 +345,25 @@ TEST(CpuQ8Matmul, GroupsReadEveryQ4KScaleAndMin) {
     for (auto& b : bytes) b = static_cast<uint8_t>(rng());
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t b = 0; b < 2; ++b) {
-        auto* block = reinterpret_cast<quant::BlockQ4_K*>(bytes.data() + static_cast<size_t>(r) * row_bytes) + b;
+        auto* block = reinterpret_cast<Block*>(bytes.data() + static_cast<size_t>(r) * row_bytes) + b;
         const uint16_t half = static_cast<uint16_t>(0x2000 + (rng() & 0x0fff));  // finite, 2^-7 .. 2^-5
         block->d = mins || b != used ? 0 : half;
         block->dmin = mins && b == used ? half : 0;
       }
-    host::HostWeight w{TensorType::Q4_K, rows, cols, bytes.data(), row_bytes, nullptr};
+    host::HostWeight w{type, rows, cols, bytes.data(), row_bytes, nullptr};
     const std::vector<uint8_t> groups = cpu::group_rows(w);
-    ASSERT_EQ(groups.size(), static_cast<size_t>(2 * 2 * cpu::kK4GroupBlockBytes));
+    ASSERT_EQ(groups.size(), static_cast<size_t>(2 * 2 * group_block_bytes));
     w.groups = groups.data();
     for (const std::string& target : cpu::simd_targets()) {
       cpu::use_simd_target(target);
       const int64_t T = 3;
       cpu::QuantizedActivations q;
-      q.resize(T, cols, cpu::q8_activation_block(TensorType::Q4_K, cols));
+      q.resize(T, cols, cpu::q8_activation_block(type, cols));
       cpu::quantize_activations(x.data(), cols, 0, T, q);
       std::vector<float> out(static_cast<size_t>(T * rows));
       cpu::q8_matmul_rows(w, 0, rows, q, out.data(), rows);
       for (int64_t r = 0; r < rows; ++r) {
-        const auto* block = reinterpret_cast<const quant::BlockQ4_K*>(bytes.data() + static_cast<size_t>(r) * row_bytes) + used;
+        const auto* block = reinterpret_cast<const Block*>(bytes.data() + static_cast<size_t>(r) * row_bytes) + used;
         uint8_t scale[8], min[8];
         quant::unpack_scales_mins_k4(block->scales, scale, min);
         for (int64_t t = 0; t < T; ++t) {
@@ -368,7 +373,9 @@ TEST(CpuQ8Matmul, GroupsReadEveryQ4KScaleAndMin) {
             int32_t sub = 0, xsum = 0;
             for (int64_t l = 0; l < 32; ++l) {
               const uint8_t byte = block->qs[32 * (j / 2) + l];
-              sub += ((j & 1) ? byte >> 4 : byte & 0x0f) * xq[32 * j + l];
+              int32_t code = (j & 1) ? byte >> 4 : byte & 0x0f;
+              if constexpr (kFifthBits) code += ((block->qh[l] >> j) & 1) * 16;
+              sub += code * xq[32 * j + l];
               xsum += xq[32 * j + l];
             }
             sum += mins ? min[j] * xsum : scale[j] * sub;
@@ -387,13 +394,22 @@ TEST(CpuQ8Matmul, GroupsReadEveryQ4KScaleAndMin) {
     cpu::use_simd_target("");
   }
 }
+}  // namespace
+
+TEST(CpuQ8Matmul, GroupsReadEveryQ4KScaleAndMin) {
+  groups_read_every_k4_scale_and_min<quant::BlockQ4_K>(TensorType::Q4_K, cpu::kK4GroupBlockBytes);
+}
+
+TEST(CpuQ8Matmul, GroupsReadEveryQ5KScaleMinAndFifthBit) {
+  groups_read_every_k4_scale_and_min<quant::BlockQ5_K>(TensorType::Q5_K, cpu::kK5GroupBlockBytes);
+}
 
 TEST(CpuQ8Matmul, TheBackendArrangesTheMatricesItMultipliesNotTheTablesItOnlyGathers) {
   // A matrix uploaded for products keeps a copy of its rows in groups, counted as memory
   // of its own; an embedding table that is not also the output head (upload_table) does
   // not; a format without groups counts the same either way.
   std::vector<Matrix> matrices;  // (the backend keeps pointers to their bytes: they outlive it)
-  for (const TensorType type : {TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_0, TensorType::F16})
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q4_0, TensorType::F16})
     matrices.push_back(random_matrix(type, 16, 256, 3));
   const std::unique_ptr<Backend> be = make_cpu_backend(1);
   ASSERT_NE(be->memory(), nullptr);

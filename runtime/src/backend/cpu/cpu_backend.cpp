@@ -58,7 +58,7 @@ class CpuKernels final : public host::HostKernels {
     cpu::widen_kv_rows_simd(rows, slots, count, first, n, out);
   }
 
-  // Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0 and Q4_K rows in groups of 8 (q8_groups.h); none
+  // Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K rows in groups of 8 (q8_groups.h); none
   // where FAFO_CPU_NO_GROUPS=1 (the file's rows, and no copy: less memory, slower prompts).
   std::vector<uint8_t> arrange(const host::HostWeight& w, ThreadPool& pool) const override {
     static const bool no_groups = [] {

@@ -209,6 +209,14 @@ struct Q4KGroup : HalfScales {
   static constexpr int64_t kValues = quant::kSuperBlock;
   static constexpr int64_t kDmin = kK4GroupDmin, kScales = kK4GroupScales, kMins = kK4GroupMins,
                            kCodes = kK4GroupCodes, kBlockBytes = kK4GroupBlockBytes;
+  static constexpr bool kFifthBits = false;
+};
+
+// Q5_K: Q4_K's layout and arithmetic with a fifth bit per code (codes 0..31), kept before
+// the nibbles.
+struct Q5KGroup : Q4KGroup {
+  static constexpr int64_t kHigh = kK5GroupHigh, kCodes = kK5GroupCodes, kBlockBytes = kK5GroupBlockBytes;
+  static constexpr bool kFifthBits = true;
 };
 
 // Q6_K (q8_groups.h's layout): 6-bit codes, the values plus 32, with a signed scale per
@@ -301,13 +309,14 @@ HWY_INLINE void GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t bl
     for (size_t v = 0; v < kRowVecs; ++v) hn::StoreU(acc[t][v], df, sums + t * kGroupRows + v * kLanes);
 }
 
-// Q4_K's group block: one group x NT tokens, sums[t * 8 + r] = dot(row r, token t). Per
-// output (a lane), per super-block: the exact integer sum over its 8 sub-blocks of
-// scale x (codes . activations) and the one of min x (the sub-block's activation sum),
-// as floats times (d * dx) and (dmin * dx), one multiply-add each, super-blocks in order.
-// A sub-block's 32 products of codes below 16 sum in 16-bit pairs (at most 8 x 2 x 15 x
-// 127 = 30480) before its scale multiplies them into 32 bits.
-template <size_t NT>
+// Q4_K's and Q5_K's group block (Dec: Q4KGroup, Q5KGroup): one group x NT tokens,
+// sums[t * 8 + r] = dot(row r, token t). Per output (a lane), per super-block: the exact
+// integer sum over its 8 sub-blocks of scale x (codes . activations) and the one of min
+// x (the sub-block's activation sum), as floats times (d * dx) and (dmin * dx), one
+// multiply-add each, super-blocks in order. A sub-block's products sum in 16-bit pairs
+// before its scale multiplies them into 32 bits: all 32 for codes below 16 (at most 8 x 2
+// x 15 x 127 = 30480), 16 at a time for Q5_K's below 32 (4 x 2 x 31 x 127 = 31496).
+template <class Dec, size_t NT>
 HWY_INLINE void K4GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t blocks, float* sums) {
   const DF df;
   const D32 di;
@@ -315,8 +324,9 @@ HWY_INLINE void K4GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t 
   VF acc[NT][kRowVecs];
   for (size_t t = 0; t < NT; ++t)
     for (size_t v = 0; v < kRowVecs; ++v) acc[t][v] = hn::Zero(df);
+  constexpr int64_t kPairSteps = Dec::kFifthBits ? 4 : 8;  // chunks summed in 16 bits before the scale
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* p = group + b * Q4KGroup::kBlockBytes;
+    const uint8_t* p = group + b * Dec::kBlockBytes;
     const int64_t c0 = b * quant::kSuperBlock;
     VI s0[NT][kRowVecs], s1[NT][kRowVecs];
     for (size_t t = 0; t < NT; ++t)
@@ -328,19 +338,26 @@ HWY_INLINE void K4GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t 
                                                                                            static_cast<int64_t>(v * kLanes)));
         scale[v] = hn::BitCast(D16(), hn::Or(sc, hn::ShiftLeft<16>(sc)));
       }
-      V16 pairs[NT][kRowVecs];
-      for (size_t t = 0; t < NT; ++t)
-        for (size_t v = 0; v < kRowVecs; ++v) pairs[t][v] = hn::Zero(D16());
-      const uint8_t* chunks = p + Q4KGroup::kCodes + 256 * (j / 2);
-      for (int64_t k = 0; k < 8; ++k)
-        for (size_t v = 0; v < kRowVecs; ++v) {
-          const V8 c = hn::LoadU(D8(), chunks + 32 * k + static_cast<int64_t>(v * kB));
-          const V8 w = (j & 1) ? hn::ShiftRight<4>(c) : hn::And(c, hn::Set(D8(), 0x0f));
-          for (size_t t = 0; t < NT; ++t)
-            pairs[t][v] = hn::Add(pairs[t][v], MulPairs(w, QuadOf(x.q[t] + c0 + 32 * j + 4 * k)));
-        }
-      for (size_t t = 0; t < NT; ++t)
-        for (size_t v = 0; v < kRowVecs; ++v) s0[t][v] = MulScaleAdd(pairs[t][v], scale[v], s0[t][v], s1[t][v]);
+      const uint8_t* chunks = p + Dec::kCodes + 256 * (j / 2);
+      for (int64_t k0 = 0; k0 < 8; k0 += kPairSteps) {
+        V16 pairs[NT][kRowVecs];
+        for (size_t t = 0; t < NT; ++t)
+          for (size_t v = 0; v < kRowVecs; ++v) pairs[t][v] = hn::Zero(D16());
+        for (int64_t k = k0; k < k0 + kPairSteps; ++k)
+          for (size_t v = 0; v < kRowVecs; ++v) {
+            const V8 c = hn::LoadU(D8(), chunks + 32 * k + static_cast<int64_t>(v * kB));
+            V8 w = (j & 1) ? hn::ShiftRight<4>(c) : hn::And(c, hn::Set(D8(), 0x0f));
+            if constexpr (Dec::kFifthBits) {  // bit j of each byte to bit 4 (16-bit shifts: within each byte there)
+              const V16 h = hn::BitCast(D16(), hn::LoadU(D8(), p + Q5KGroup::kHigh + 32 * k + static_cast<int64_t>(v * kB)));
+              const V16 moved = j <= 4 ? hn::ShiftLeftSame(h, static_cast<int>(4 - j)) : hn::ShiftRightSame(h, static_cast<int>(j - 4));
+              w = hn::Or(w, hn::And(hn::BitCast(D8(), moved), hn::Set(D8(), 0x10)));
+            }
+            for (size_t t = 0; t < NT; ++t)
+              pairs[t][v] = hn::Add(pairs[t][v], MulPairs(w, QuadOf(x.q[t] + c0 + 32 * j + 4 * k)));
+          }
+        for (size_t t = 0; t < NT; ++t)
+          for (size_t v = 0; v < kRowVecs; ++v) s0[t][v] = MulScaleAdd(pairs[t][v], scale[v], s0[t][v], s1[t][v]);
+      }
     }
     VF d[kRowVecs], dmin[kRowVecs];
     for (size_t v = 0; v < kRowVecs; ++v) {
@@ -485,11 +502,11 @@ HWY_INLINE void GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t bl
     for (int64_t r = 0; r < kGroupRows; ++r) sums[t * kGroupRows + static_cast<size_t>(r)] = acc[t][r];
 }
 
-template <size_t NT>
+template <class Dec, size_t NT>
 HWY_INLINE void K4GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t blocks, float* sums) {
   float acc[NT][kGroupRows] = {};
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* p = group + b * Q4KGroup::kBlockBytes;
+    const uint8_t* p = group + b * Dec::kBlockBytes;
     const int64_t c0 = b * quant::kSuperBlock;
     for (int64_t r = 0; r < kGroupRows; ++r) {
       const float d = Q4KGroup::ScaleOf(p, r), dmin = Q4KGroup::ScaleOf(p + Q4KGroup::kDmin, r);
@@ -499,8 +516,10 @@ HWY_INLINE void K4GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t 
           int32_t sub = 0;
           for (int64_t k = 0; k < 8; ++k)
             for (int64_t i = 0; i < 4; ++i) {
-              const uint8_t byte = p[Q4KGroup::kCodes + 256 * (j / 2) + 32 * k + 4 * r + i];
-              sub += ((j & 1) ? byte >> 4 : byte & 0x0f) * x.q[t][c0 + 32 * j + 4 * k + i];
+              const uint8_t byte = p[Dec::kCodes + 256 * (j / 2) + 32 * k + 4 * r + i];
+              int32_t code = (j & 1) ? byte >> 4 : byte & 0x0f;
+              if constexpr (Dec::kFifthBits) code |= ((p[Q5KGroup::kHigh + 32 * k + 4 * r + i] >> j) & 1) << 4;
+              sub += code * x.q[t][c0 + 32 * j + 4 * k + i];
             }
           s += sub * p[Q4KGroup::kScales + 8 * j + r];
           m += p[Q4KGroup::kMins + 16 * (j / 2) + 2 * r + (j & 1)] * BlockSum(x.s[t] + c0 / 16, j);
@@ -556,7 +575,7 @@ void GroupRows(const host::HostWeight& w, int64_t g0, int64_t g1, int64_t r0, in
   for (int64_t g = g0; g < g1; ++g) {
     float sums[NT * kGroupRows];
     const uint8_t* group = w.groups + g * blocks * GroupBlockBytes<Dec>();
-    if constexpr (std::is_same_v<Dec, Q4KGroup>) K4GroupTile<NT>(group, xt, blocks, sums);
+    if constexpr (std::is_same_v<Dec, Q4KGroup> || std::is_same_v<Dec, Q5KGroup>) K4GroupTile<Dec, NT>(group, xt, blocks, sums);
     else if constexpr (std::is_same_v<Dec, Q6KGroup>) K6GroupTile<NT>(group, xt, blocks, sums);
     else GroupTile<Dec, NT>(group, xt, blocks, per_act, sums);
     const int64_t first = std::max(r0, g * kGroupRows), last = std::min(r1, (g + 1) * kGroupRows);
@@ -620,6 +639,7 @@ bool Q8MatmulGroupsImpl(const host::HostWeight& w, int64_t r0, int64_t r1, const
     case TensorType::Q8_0: GroupsWith<Q8_0Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::Q5_0: GroupsWith<Q5_0Group>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::Q4_K: GroupsWith<Q4KGroup>(w, r0, r1, x, out, out_stride, panel_rows); return true;
+    case TensorType::Q5_K: GroupsWith<Q5KGroup>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     case TensorType::Q6_K: GroupsWith<Q6KGroup>(w, r0, r1, x, out, out_stride, panel_rows); return true;
     default: return false;
   }
@@ -636,7 +656,8 @@ HWY_EXPORT(Q8MatmulGroupsImpl);
 
 bool multiplies_in_groups(TensorType type) {
   return type == TensorType::Q4_0 || type == TensorType::IQ4_NL || type == TensorType::MXFP4 ||
-         type == TensorType::Q8_0 || type == TensorType::Q5_0 || type == TensorType::Q4_K || type == TensorType::Q6_K;
+         type == TensorType::Q8_0 || type == TensorType::Q5_0 || type == TensorType::Q4_K || type == TensorType::Q5_K ||
+         type == TensorType::Q6_K;
 }
 
 namespace {
@@ -673,12 +694,17 @@ void place_blocks(const host::HostWeight& w, int64_t g0, int64_t g1, int64_t blo
   }
 }
 
-// Q4_K's super-blocks in groups (q8_groups.h).
+// Q4_K's and Q5_K's super-blocks in groups (q8_groups.h).
+template <class Block>
 void group_rows_k4(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* out) {
   static_assert(sizeof(quant::BlockQ4_K) == 144 && kK4GroupBlockBytes == 8 * 148);
-  place_blocks(w, g0, g1, w.cols / quant::kSuperBlock, kK4GroupBlockBytes, out,
+  static_assert(sizeof(quant::BlockQ5_K) == 176 && kK5GroupBlockBytes == 8 * 180);
+  constexpr bool kFifthBits = std::is_same_v<Block, quant::BlockQ5_K>;
+  place_blocks(w, g0, g1, w.cols / quant::kSuperBlock, kFifthBits ? kK5GroupBlockBytes : kK4GroupBlockBytes, out,
                [](int64_t r, int64_t b, const uint8_t* row, uint8_t* dst) {
-                 const auto* src = reinterpret_cast<const quant::BlockQ4_K*>(row) + b;
+                 const auto* src = reinterpret_cast<const Block*>(row) + b;
+                 if constexpr (kFifthBits)
+                   for (int64_t k = 0; k < 8; ++k) std::memcpy(dst + kK5GroupHigh + 32 * k + 4 * r, src->qh + 4 * k, 4);
                  std::memcpy(dst + 2 * r, &src->d, 2);
                  std::memcpy(dst + kK4GroupDmin + 2 * r, &src->dmin, 2);
                  uint8_t scales[8], mins[8];
@@ -689,7 +715,8 @@ void group_rows_k4(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* o
                  }
                  for (int64_t i = 0; i < 4; ++i)
                    for (int64_t k = 0; k < 8; ++k)
-                     std::memcpy(dst + kK4GroupCodes + 256 * i + 32 * k + 4 * r, src->qs + 32 * i + 4 * k, 4);
+                     std::memcpy(dst + (kFifthBits ? kK5GroupCodes : kK4GroupCodes) + 256 * i + 32 * k + 4 * r,
+                                 src->qs + 32 * i + 4 * k, 4);
                });
 }
 
@@ -715,18 +742,24 @@ void group_rows_k6(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* o
 size_t grouped_bytes(const host::HostWeight& w) {
   if (!multiplies_in_groups(w.type) || w.rows <= 0) return 0;
   const int64_t groups = (w.rows + kGroupRows - 1) / kGroupRows;
-  if (w.type == TensorType::Q4_K || w.type == TensorType::Q6_K)
+  if (w.type == TensorType::Q4_K || w.type == TensorType::Q5_K || w.type == TensorType::Q6_K)
     return w.cols % quant::kSuperBlock != 0
                ? 0
                : static_cast<size_t>(groups * (w.cols / quant::kSuperBlock) *
-                                     (w.type == TensorType::Q4_K ? kK4GroupBlockBytes : kK6GroupBlockBytes));
+                                     (w.type == TensorType::Q4_K   ? kK4GroupBlockBytes
+                                      : w.type == TensorType::Q5_K ? kK5GroupBlockBytes
+                                                                   : kK6GroupBlockBytes));
   if (w.cols % quant::kLegacyBlock != 0) return 0;
   return static_cast<size_t>(groups * (w.cols / quant::kLegacyBlock) * group_format(w.type).group_block());
 }
 
 void group_rows(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* out) {
   if (w.type == TensorType::Q4_K) {
-    group_rows_k4(w, g0, g1, out);
+    group_rows_k4<quant::BlockQ4_K>(w, g0, g1, out);
+    return;
+  }
+  if (w.type == TensorType::Q5_K) {
+    group_rows_k4<quant::BlockQ5_K>(w, g0, g1, out);
     return;
   }
   if (w.type == TensorType::Q6_K) {

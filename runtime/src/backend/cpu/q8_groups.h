@@ -1,4 +1,4 @@
-// The cpu backend's own layout of Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0, Q4_K and Q6_K matrices,
+// The cpu backend's own layout of Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K matrices,
 // made when a weight is loaded (as llama.cpp repacks its Q4_0 and Q4_K rows): rows in groups
 // of 8, so one vector instruction multiplies 4 activation bytes with 4 codes of each of 8
 // rows, each 32-bit lane summing one row's products.
@@ -17,6 +17,9 @@
 // (sub-blocks 2i and 2i + 1 of row r at 16i + 2r and 16i + 2r + 1), then per pair of
 // sub-blocks 8 chunks of 32 bytes, chunk k holding row r's code bytes 32i + 4k .. + 3 at
 // 4r (low nibbles: sub-block 2i's values 4k .. 4k + 3; high nibbles: sub-block 2i + 1's).
+// Q5_K's (kK5GroupBlockBytes each): Q4_K's with the fifth bits' 32 bytes a row before the
+// codes, in chunks of 32, chunk k holding row r's bytes 4k .. 4k + 3 of qh at 4r (bit j of
+// qh[l]: value 32j + l's fifth bit).
 // Q6_K's (kK6GroupBlockBytes each, the file's 210 bytes a row): the 8 rows' fp16 d, the
 // 16 signed scales by pairs of sub-blocks of 16 values (sub-blocks 2m and 2m + 1 of row r
 // at 16m + 2r and 16m + 2r + 1), then the low codes' 128 bytes a row and the high codes'
@@ -26,7 +29,8 @@
 // lane; per block the exact integer sum of its 32 products, converted to float, times
 // (d * dx) added in one multiply-add, blocks in order (Q4_K: per super-block the exact
 // sum over its sub-blocks of scale times products, times d * dx, then the one of min
-// times the activations' sums, times dmin * dx, subtracted; Q6_K: per super-block the
+// times the activations' sums, times dmin * dx, subtracted; Q5_K the same with its codes
+// of 5 bits; Q6_K: per super-block the
 // exact sum of scale times (code - 32) times activation, times d * dx). The same for every step
 // size, token tile, panel and thread count: T-invariant.
 #pragma once
@@ -48,14 +52,16 @@ constexpr int64_t group_block_bytes(int64_t scale_bytes, int64_t code_bytes) {
   return (scale_bytes + code_bytes) * kGroupRows;
 }
 
-// Where Q4_K's and Q6_K's super-blocks in a group keep their parts (the layout above).
+// Where Q4_K's, Q5_K's and Q6_K's super-blocks in a group keep their parts (the layout above).
 constexpr int64_t kK4GroupDmin = 2 * kGroupRows, kK4GroupScales = 4 * kGroupRows, kK4GroupMins = 12 * kGroupRows,
                   kK4GroupCodes = 20 * kGroupRows, kK4GroupBlockBytes = kK4GroupCodes + 128 * kGroupRows;
+constexpr int64_t kK5GroupHigh = kK4GroupCodes, kK5GroupCodes = kK5GroupHigh + 32 * kGroupRows,
+                  kK5GroupBlockBytes = kK5GroupCodes + 128 * kGroupRows;
 constexpr int64_t kK6GroupScales = 2 * kGroupRows, kK6GroupLow = 18 * kGroupRows, kK6GroupHigh = 146 * kGroupRows,
                   kK6GroupBlockBytes = kK6GroupHigh + 64 * kGroupRows;
 
 // Whether matrices of `type` are multiplied in groups of rows (Q4_0, IQ4_NL, MXFP4, Q8_0,
-// Q5_0, Q4_K, Q6_K).
+// Q5_0, Q4_K, Q5_K, Q6_K).
 bool multiplies_in_groups(TensorType type);
 
 // The bytes of w's rows in groups; 0 where the format has none.
