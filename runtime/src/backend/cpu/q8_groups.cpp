@@ -223,8 +223,7 @@ struct Q5KGroup : Q4KGroup {
 // 16 values; the offset is subtracted as 32 times the scales times the activations' sums.
 struct Q6KGroup : HalfScales {
   static constexpr int64_t kValues = quant::kSuperBlock;
-  static constexpr int64_t kScales = kK6GroupScales, kLow = kK6GroupLow, kHigh = kK6GroupHigh,
-                           kBlockBytes = kK6GroupBlockBytes;
+  static constexpr int64_t kScales = kK6GroupScales, kBlockBytes = kK6GroupBlockBytes;
 };
 
 template <class Dec>
@@ -422,8 +421,8 @@ HWY_INLINE void K6GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t 
         even[v] = hn::BitCast(D16(), hn::Or(hn::And(pairs, hn::Set(du, 0x0000ffffu)), hn::ShiftLeft<16>(pairs)));
         odd[v] = hn::BitCast(D16(), hn::Or(hn::And(pairs, hn::Set(du, 0xffff0000u)), hn::ShiftRight<16>(pairs)));
       }
-      const uint8_t* low = p + Q6KGroup::kLow + 256 * (2 * h + k % 2);
-      const uint8_t* high = p + Q6KGroup::kHigh + 256 * h;
+      const uint8_t* low = p + k6_group_low(8 * (2 * h + k % 2));
+      const uint8_t* high = p + k6_group_high(8 * h);
       for (int64_t c = 0; c < 8; ++c)
         for (size_t v = 0; v < kRowVecs; ++v) {
           const V8 l = hn::LoadU(D8(), low + 32 * c + static_cast<int64_t>(v * kB));
@@ -548,8 +547,8 @@ HWY_INLINE void K6GroupTile(const uint8_t* group, const ActTile<NT>& x, int64_t 
           const int64_t h = m / 4, k = m % 4;
           for (int64_t c = 0; c < 8; ++c)
             for (int64_t i = 0; i < 4; ++i) {
-              const uint8_t l = p[Q6KGroup::kLow + 256 * (2 * h + k % 2) + 32 * c + 4 * r + i];
-              const uint8_t hb = p[Q6KGroup::kHigh + 256 * h + 32 * c + 4 * r + i];
+              const uint8_t l = p[k6_group_low(8 * (2 * h + k % 2) + c) + 4 * r + i];
+              const uint8_t hb = p[k6_group_high(8 * h + c) + 4 * r + i];
               const int32_t code = (k < 2 ? l & 0x0f : l >> 4) | (((hb >> (2 * k)) & 3) << 4);
               const int32_t scale = static_cast<int8_t>(p[Q6KGroup::kScales + 16 * m + 2 * r + (c < 4 ? 0 : 1)]);
               s += scale * code * x.q[t][c0 + 32 * m + 4 * c + i];
@@ -731,9 +730,9 @@ void group_rows_k6(const host::HostWeight& w, int64_t g0, int64_t g1, uint8_t* o
                    for (int64_t e = 0; e < 2; ++e)
                      dst[kK6GroupScales + 16 * m + 2 * r + e] = static_cast<uint8_t>(src->scales[2 * m + e]);
                  for (int64_t c = 0; c < 32; ++c)  // 4 pairs of low codes, 2 halves of high codes, 8 chunks each
-                   std::memcpy(dst + kK6GroupLow + 32 * c + 4 * r, src->ql + 4 * c, 4);
+                   std::memcpy(dst + k6_group_low(c) + 4 * r, src->ql + 4 * c, 4);
                  for (int64_t c = 0; c < 16; ++c)
-                   std::memcpy(dst + kK6GroupHigh + 32 * c + 4 * r, src->qh + 4 * c, 4);
+                   std::memcpy(dst + k6_group_high(c) + 4 * r, src->qh + 4 * c, 4);
                });
 }
 

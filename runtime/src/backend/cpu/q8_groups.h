@@ -22,8 +22,10 @@
 // qh[l]: value 32j + l's fifth bit).
 // Q6_K's (kK6GroupBlockBytes each, the file's 210 bytes a row): the 8 rows' fp16 d, the
 // 16 signed scales by pairs of sub-blocks of 16 values (sub-blocks 2m and 2m + 1 of row r
-// at 16m + 2r and 16m + 2r + 1), then the low codes' 128 bytes a row and the high codes'
-// 64 in chunks of 32 (chunk c holding row r's bytes 4c .. 4c + 3 of ql, then of qh, at 4r).
+// at 16m + 2r and 16m + 2r + 1), then the codes in chunks of 32 (chunk c of ql or qh
+// holding row r's bytes 4c .. 4c + 3 at 4r), by halves of the super-block, each half h
+// the 16 chunks of ql's bytes 64h .. 64h + 63 then the 8 of qh's 32h .. 32h + 31 (a half's
+// low and high codes one after the other: kept apart, a one-token step ran slower).
 //
 // Numerics (q8_matmul.h's contract, another float expression): each output is one
 // lane; per block the exact integer sum of its 32 products, converted to float, times
@@ -57,8 +59,13 @@ constexpr int64_t kK4GroupDmin = 2 * kGroupRows, kK4GroupScales = 4 * kGroupRows
                   kK4GroupCodes = 20 * kGroupRows, kK4GroupBlockBytes = kK4GroupCodes + 128 * kGroupRows;
 constexpr int64_t kK5GroupHigh = kK4GroupCodes, kK5GroupCodes = kK5GroupHigh + 32 * kGroupRows,
                   kK5GroupBlockBytes = kK5GroupCodes + 128 * kGroupRows;
-constexpr int64_t kK6GroupScales = 2 * kGroupRows, kK6GroupLow = 18 * kGroupRows, kK6GroupHigh = 146 * kGroupRows,
-                  kK6GroupBlockBytes = kK6GroupHigh + 64 * kGroupRows;
+constexpr int64_t kK6GroupScales = 2 * kGroupRows, kK6GroupCodes = 18 * kGroupRows,
+                  kK6GroupHalfBytes = 96 * kGroupRows, kK6GroupBlockBytes = kK6GroupCodes + 2 * kK6GroupHalfBytes;
+// Where Q6_K's chunk c of ql (0 .. 31) and of qh (0 .. 15) are in a group's super-block.
+constexpr int64_t k6_group_low(int64_t c) { return kK6GroupCodes + (c / 16) * kK6GroupHalfBytes + 32 * (c % 16); }
+constexpr int64_t k6_group_high(int64_t c) {
+  return kK6GroupCodes + (c / 8) * kK6GroupHalfBytes + 64 * kGroupRows + 32 * (c % 8);
+}
 
 // Whether matrices of `type` are multiplied in groups of rows (Q4_0, IQ4_NL, MXFP4, Q8_0,
 // Q5_0, Q4_K, Q5_K, Q6_K).
