@@ -148,8 +148,8 @@ struct Target {
 // Every backend and device of the registry, each Vulkan device also with its integer
 // products on ("vulkan_int8": the default on GPUs, off on CPU devices such as lavapipe)
 // and with them in the matrix tiles' plain-loop form for steps over 8 tokens
-// ("vulkan_tiles": GPUs with cooperative matrices run the instructions in vulkan_int8;
-// only the products' ops), and the CUDA backend's code with its kernels run on the host
+// ("vulkan_tiles": GPUs with cooperative matrices run the instructions in vulkan_int8);
+// both only for the ops with products of block-quantized weights (BackendOps::run_op), and the CUDA backend's code with its kernels run on the host
 // ("cuda_emulated": the CUDA backend's step logic, where no GPU exists).
 inline std::vector<Target> all_targets() {
   std::vector<Target> out;

@@ -3,7 +3,11 @@
 # Mesa shader cache, nearly all of it compiling pipelines. A fresh build has no timings of
 # its own, so without these ctest -j started them wherever they fell and the longest ran
 # alone at the end of the suite.
-set_tests_properties(VulkanWeightKernels.EveryVariantAndTokenCountGivesEachTokenTheMatVecBits PROPERTIES COST 330)
+set_tests_properties(VulkanEveryVariant.EveryVariantAndTokenCountGivesEachTokenTheMatVecBitsInFormats1To5
+                     VulkanEveryVariant.EveryVariantAndTokenCountGivesEachTokenTheMatVecBitsInFormats6To10
+                     VulkanEveryVariant.EveryVariantAndTokenCountGivesEachTokenTheMatVecBitsInFormats11To15
+                     VulkanEveryVariant.EveryVariantAndTokenCountGivesEachTokenTheMatVecBitsInFormats16To20
+                     PROPERTIES COST 150)
 set_tests_properties(VulkanBackend.MatrixTilesGiveTheLogitsOfTheOtherKernels PROPERTIES COST 170)
 set_tests_properties(VulkanMatmulShapes.MatmulMatchesTheCpuForEveryShapeAndTokenCountInFormats1To5
                      VulkanMatmulShapes.MatmulMatchesTheCpuForEveryShapeAndTokenCountInFormats6To10

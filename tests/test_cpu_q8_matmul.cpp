@@ -404,6 +404,49 @@ TEST(CpuQ8Matmul, GroupsReadEveryQ5KScaleMinAndFifthBit) {
   groups_read_every_k4_scale_and_min<quant::BlockQ5_K>(TensorType::Q5_K, cpu::kK5GroupBlockBytes);
 }
 
+TEST(CpuQ8Matmul, GroupsSumTheLargestCodesWithoutOverflow) {
+  // Every code at its largest (Q4_K 15, Q5_K 31), every scale 63, against activations all
+  // at +127 or all at -127: the 16-bit sums inside each sub-block are at their bounds
+  // (30,480 and 31,496; Q5_K's chunks summed 8 at a time would wrap), and the output is the
+  // exact integer sum times d * dx, on every instruction set.
+  const int64_t rows = 8, cols = 256, T = 2;
+  std::vector<float> x(static_cast<size_t>(T * cols), 1.0f);
+  std::fill(x.begin() + cols, x.end(), -1.0f);
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q5_K}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const size_t row_bytes = tensor_row_bytes(type, cols);
+    std::vector<uint8_t> bytes(row_bytes * rows, 0xff);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint16_t d = 0x2c00, dmin = 0;  // d = 1/16
+      std::memcpy(bytes.data() + static_cast<size_t>(r) * row_bytes, &d, 2);
+      std::memcpy(bytes.data() + static_cast<size_t>(r) * row_bytes + 2, &dmin, 2);
+    }
+    host::HostWeight w{type, rows, cols, bytes.data(), row_bytes, nullptr};
+    const std::vector<uint8_t> groups = cpu::group_rows(w);
+    ASSERT_FALSE(groups.empty());
+    w.groups = groups.data();
+    const int32_t code = type == TensorType::Q5_K ? 31 : 15;
+    for (const std::string& target : cpu::simd_targets()) {
+      cpu::use_simd_target(target);
+      cpu::QuantizedActivations q;
+      q.resize(T, cols, cpu::q8_activation_block(type, cols));
+      cpu::quantize_activations(x.data(), cols, 0, T, q);
+      std::vector<float> out(static_cast<size_t>(T * rows));
+      cpu::q8_matmul_rows(w, 0, rows, q, out.data(), rows);
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(q.q[static_cast<size_t>(t * cols)], t == 0 ? 127 : -127);
+        const int32_t sum = 8 * 63 * 32 * code * q.q[static_cast<size_t>(t * cols)];
+        const float want = 0.0f + static_cast<float>(sum) * (fp16_to_fp32(0x2c00) * q.d[static_cast<size_t>(t)]);
+        for (int64_t r = 0; r < rows; ++r)
+          EXPECT_EQ(float_bits(out[static_cast<size_t>(t * rows + r)]), float_bits(want))
+              << target << " row " << r << " token " << t << ": " << out[static_cast<size_t>(t * rows + r)] << " against "
+              << want;
+      }
+    }
+    cpu::use_simd_target("");
+  }
+}
+
 TEST(CpuQ8Matmul, TheBackendArrangesTheMatricesItMultipliesNotTheTablesItOnlyGathers) {
   // A matrix uploaded for products keeps a copy of its rows in groups, counted as memory
   // of its own; an embedding table that is not also the output head (upload_table) does
