@@ -86,6 +86,21 @@ const TensorType kTypes[] = {TensorType::Q4_K,    TensorType::Q5_K,   TensorType
 // Formats of 32-value blocks: activation blocks of 32 where the row is not a multiple of 256.
 bool legacy(TensorType type) { return tensor_type_info(type).block_size == 32; }
 
+// T rows of x (w.cols floats each) rounded to 8 bits for w, and w's product over them on
+// the current instruction set (out[t * w.rows + r]).
+struct RoundedProduct {
+  cpu::QuantizedActivations q;
+  std::vector<float> out;
+};
+RoundedProduct rounded_product(const host::HostWeight& w, const std::vector<float>& x, int64_t T) {
+  RoundedProduct p;
+  p.q.resize(T, w.cols, cpu::q8_activation_block(w.type, w.cols));
+  cpu::quantize_activations(x.data(), w.cols, 0, T, p.q);
+  p.out.resize(static_cast<size_t>(T * w.rows));
+  cpu::q8_matmul_rows(w, 0, w.rows, p.q, p.out.data(), w.rows);
+  return p;
+}
+
 }  // namespace
 
 TEST(CpuQ8Matmul, ActivationsRoundToEightBitsPerBlock) {
@@ -357,11 +372,7 @@ void groups_read_every_k4_scale_and_min(TensorType type, int64_t group_block_byt
     for (const std::string& target : cpu::simd_targets()) {
       cpu::use_simd_target(target);
       const int64_t T = 3;
-      cpu::QuantizedActivations q;
-      q.resize(T, cols, cpu::q8_activation_block(type, cols));
-      cpu::quantize_activations(x.data(), cols, 0, T, q);
-      std::vector<float> out(static_cast<size_t>(T * rows));
-      cpu::q8_matmul_rows(w, 0, rows, q, out.data(), rows);
+      const auto [q, out] = rounded_product(w, x, T);
       for (int64_t r = 0; r < rows; ++r) {
         const auto* block = reinterpret_cast<const Block*>(bytes.data() + static_cast<size_t>(r) * row_bytes) + used;
         uint8_t scale[8], min[8];
@@ -428,11 +439,7 @@ TEST(CpuQ8Matmul, GroupsSumTheLargestCodesWithoutOverflow) {
     const int32_t code = type == TensorType::Q5_K ? 31 : 15;
     for (const std::string& target : cpu::simd_targets()) {
       cpu::use_simd_target(target);
-      cpu::QuantizedActivations q;
-      q.resize(T, cols, cpu::q8_activation_block(type, cols));
-      cpu::quantize_activations(x.data(), cols, 0, T, q);
-      std::vector<float> out(static_cast<size_t>(T * rows));
-      cpu::q8_matmul_rows(w, 0, rows, q, out.data(), rows);
+      const auto [q, out] = rounded_product(w, x, T);
       for (int64_t t = 0; t < T; ++t) {
         ASSERT_EQ(q.q[static_cast<size_t>(t * cols)], t == 0 ? 127 : -127);
         const int32_t sum = 8 * 63 * 32 * code * q.q[static_cast<size_t>(t * cols)];
