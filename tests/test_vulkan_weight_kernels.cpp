@@ -412,7 +412,8 @@ std::vector<NamedVariant> variants_with_tiles(std::initializer_list<uint32_t> ti
 // every variant with all 256 tokens, and the automatic choice for every T, must reproduce
 // it bit for bit. The table and codebook formats (IQ4_NL onwards) differ from the others
 // only in their decoder, which every tile shares: they take the SplitRows tiles 1 and 8
-// (the other tiles are each a lavapipe pipeline per format to compile). Each case takes
+// (the other tiles are each a lavapipe pipeline per format to compile); the portable
+// reduction runs at every tile only for kEveryTilePortableFormats. Each case takes
 // five of the formats: all 20 in one compiled about 260 pipelines, 331 s on a cold
 // lavapipe shader cache on 2 cores, and past ctest's 600 s on the same machine on a slower
 // day (ten in one: 415 s there).
@@ -460,6 +461,10 @@ void VulkanEveryVariant::gives_each_token_the_mat_vec_bits(size_t first_format) 
     std::vector<Run> runs;
     CommandSequence seq(*context_);
     for (const NamedVariant& v : decoder_only ? variants_with_tiles({1, 8}) : all_variants()) {
+      // The portable reduction at tile 1 only, but for kEveryTilePortableFormats.
+      if (v.variant.reduction == fafo::vulkan::MatmulReduction::Portable && v.variant.tile != 1 &&
+          !fafo::test::every_tile_portable(type))
+        continue;
       runs.push_back({v.name + ", T 256", kMaxT, sentinel_buffer(*context_, layout.words(kMaxT, rows))});
       kernels_->matmul(seq, type, bw, bx, runs.back().out, shape(kMaxT), v.variant);
     }

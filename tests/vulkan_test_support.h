@@ -25,6 +25,20 @@ inline constexpr TensorType kAllWeightFormats[] = {
     TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
     TensorType::MXFP4, TensorType::IQ2_XXS, TensorType::IQ2_XS, TensorType::IQ3_XXS, TensorType::IQ3_S};
 
+// The formats whose products the tests run with the portable reduction (shared memory
+// instead of subgroup shuffles) at every SplitRows tile; the others take it at one tile.
+// The reduction joins each lane's partial sums whatever the format: what differs between
+// formats is how many lanes hold a sum, which follows the block (1, 32 or 256 values) and
+// the decoder's chunk. One of each block size, and a codebook decoder. Each (format, tile)
+// is a lavapipe pipeline to compile, a second or more on a cold shader cache.
+inline constexpr TensorType kEveryTilePortableFormats[] = {TensorType::F32, TensorType::Q8_0, TensorType::Q4_K,
+                                                           TensorType::IQ3_S};
+inline bool every_tile_portable(TensorType type) {
+  for (const TensorType t : kEveryTilePortableFormats)
+    if (t == type) return true;
+  return false;
+}
+
 // A device buffer holding a copy of `bytes` bytes at `data`.
 inline vulkan::Buffer make_buffer(const vulkan::Context& ctx, const void* data, size_t bytes) {
   vulkan::Buffer b(ctx, bytes);

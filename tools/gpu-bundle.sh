@@ -102,10 +102,12 @@ fi
   (cd "$root" && find . -type f -printf '%P\t%s\n' | sort | awk -F'\t' '{printf "  %-48s %10d\n", $1, $2}')
 } > "$root/MANIFEST"
 
-# tar | xz -9: xz's 64 MiB dictionary finds the SPIR-V the programs share.
+# tar | xz with a 64 MiB dictionary, which finds the SPIR-V the programs share, and
+# preset 1's fast match finder: 13.6 MB in 12 s of one core where -9 made 11.3 MB in
+# 61 s (137 MB of files, 2026-12-01).
 archive=$out/fafo-gpu.tar.xz
 tmp_archive=$stage/fafo-gpu.tar.xz
-tar -C "$stage" --owner=0 --group=0 -cf - fafo-gpu | xz -9 -T1 > "$tmp_archive"
+tar -C "$stage" --owner=0 --group=0 -cf - fafo-gpu | xz --lzma2=preset=1,dict=64MiB -T1 > "$tmp_archive"
 size=$(stat -c %s "$tmp_archive")
 if [ "$size" -gt $((max_mib * 1024 * 1024)) ]; then
   die "the bundle would be $((size / 1024 / 1024)) MiB, over the $max_mib MiB limit (nothing written)"
