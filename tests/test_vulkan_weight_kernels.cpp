@@ -412,8 +412,8 @@ std::vector<NamedVariant> variants_with_tiles(std::initializer_list<uint32_t> ti
 // every variant with all 256 tokens, and the automatic choice for every T, must reproduce
 // it bit for bit. The table and codebook formats (IQ4_NL onwards) differ from the others
 // only in their decoder, which every tile shares: they take the SplitRows tiles 1 and 8
-// (the other tiles are each a lavapipe pipeline per format to compile); the portable
-// reduction runs at every tile only for kEveryTilePortableFormats. Each case takes
+// (the other tiles are each a lavapipe pipeline per format to compile). The portable
+// reduction runs at tile 1 only, but for kEveryTilePortableFormats. Each case takes
 // five of the formats: all 20 in one compiled about 260 pipelines, 331 s on a cold
 // lavapipe shader cache on 2 cores, and past ctest's 600 s on the same machine on a slower
 // day (ten in one: 415 s there).
