@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,9 +38,7 @@ inline constexpr TensorType kAllWeightFormats[] = {
 inline constexpr TensorType kEveryTilePortableFormats[] = {TensorType::F32, TensorType::Q8_0, TensorType::Q4_K,
                                                            TensorType::IQ3_S};
 inline bool every_tile_portable(TensorType type) {
-  for (const TensorType t : kEveryTilePortableFormats)
-    if (t == type) return true;
-  return false;
+  return std::ranges::find(kEveryTilePortableFormats, type) != std::end(kEveryTilePortableFormats);
 }
 
 // A device buffer holding a copy of `bytes` bytes at `data`.
