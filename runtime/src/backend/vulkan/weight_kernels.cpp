@@ -365,7 +365,7 @@ WeightShaderKey WeightKernels::choose(const MatmulShape& s, const MatmulVariant&
     if (v.reduction == MatmulReduction::Subgroup)
       throw std::invalid_argument(std::string(kernel) + ": the WholeRows mapping has no subgroup variant");
     key.kind = WeightShaderKey::Kind::WholeRows;
-    key.tile = smallest_holding(v.int8 ? std::span<const uint32_t>(kWholeRowsTiles).first(2) : kWholeRowsTiles);
+    key.tile = smallest_holding(kWholeRowsTiles);
     return key;
   }
   key.kind = WeightShaderKey::Kind::SplitRows;

@@ -130,8 +130,8 @@ class WeightKernels {
   // largest tile is repeated (one more pass over the weights per tile).
   static constexpr std::array<uint32_t, 6> kTokenTiles = {1, 2, 4, 8, 16, 32};
   // The WholeRows variants' tokens per pass over the weights (the smallest that holds a
-  // step's tokens is used; more than 32 tokens take passes of 32).
-  static constexpr std::array<uint32_t, 3> kWholeRowsTiles = {1, 8, 32};
+  // step's tokens is used; more than 8 tokens take passes of 8).
+  static constexpr std::array<uint32_t, 2> kWholeRowsTiles = {1, 8};
   // The most tokens a product with an InputNorm takes (its variants' largest tile).
   static constexpr uint32_t kMaxNormTokens = 8;
   // The most tokens an integer product takes before Auto moves it to matrix tiles.
