@@ -52,7 +52,8 @@
 // The token loops are unrolled to TILE_T with the tokens past T skipped by a uniform
 // branch, so every array index is a constant and the sums stay in registers (indexed at
 // run time, lavapipe keeps them in memory: 5.7 times slower at T = 1); the host takes
-// the smallest of the TILE_T variants (1, 8, 32) that holds the step's tokens. On lavapipe it is up to ~3.5 times faster
+// the smallest of the TILE_T variants (1, 8) that holds the step's tokens, and wider
+// steps take passes of 8 (runtime/CMakeLists.txt says why not 32). On lavapipe it is up to ~3.5 times faster
 // than split rows (T >= 3); on a GPU its token arrays would live in slow scratch memory.
 //
 // Gated (-DGATED=1, both mappings): W holds 2 x rows rows, the gate projection's then
@@ -75,8 +76,6 @@
 // (shaders/int_units.glsl) u = lane, lane + 32, ... instead of 16-value chunks, adds
 // each unit's value by int_units.glsl's expression, and the 32 lane sums meet by the
 // same tree: the CUDA backend's IntMatmulWarpOp in the same order, so the same bits.
-// Whole rows take tiles of 1 and 8 tokens here (runtime/CMakeLists.txt: the 32-token
-// integer variant computed zeros on lavapipe from 15 tokens on).
 //
 // Rows past `rows` in the last workgroup are computed from a clamped row and never
 // written; workgroups stride over row blocks (x) and token tiles (y), so any size fits
