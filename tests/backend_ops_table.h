@@ -151,18 +151,24 @@ struct Target {
 // ("vulkan_tiles": GPUs with cooperative matrices run the instructions in vulkan_int8);
 // both only for the ops with products of block-quantized weights (BackendOps::run_op), and the CUDA backend's code with its kernels run on the host
 // ("cuda_emulated": the CUDA backend's step logic, where no GPU exists).
-inline std::vector<Target> all_targets() {
-  std::vector<Target> out;
-  for (const BackendInfo& b : backend_registry())
-    for (const BackendDevice& d : b.devices()) {
-      out.push_back({b.name, d.index, d.name});
-      if (b.name == "vulkan") {
-        out.push_back({"vulkan_int8", d.index, d.name});
-        out.push_back({"vulkan_tiles", d.index, d.name});
+// Listed once per process: gtest evaluates a suite's generator once per TEST_P, and each
+// listing of the Vulkan devices creates an instance, which loads every installed driver
+// (28 instances in each test_backend_ops process, most of its start-up).
+inline const std::vector<Target>& all_targets() {
+  static const std::vector<Target> targets = [] {
+    std::vector<Target> out;
+    for (const BackendInfo& b : backend_registry())
+      for (const BackendDevice& d : b.devices()) {
+        out.push_back({b.name, d.index, d.name});
+        if (b.name == "vulkan") {
+          out.push_back({"vulkan_int8", d.index, d.name});
+          out.push_back({"vulkan_tiles", d.index, d.name});
+        }
       }
-    }
-  out.push_back({"cuda_emulated", 0, "host"});
-  return out;
+    out.push_back({"cuda_emulated", 0, "host"});
+    return out;
+  }();
+  return targets;
 }
 
 inline std::unique_ptr<Backend> make_target(const Target& t) {
