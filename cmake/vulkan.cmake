@@ -45,12 +45,33 @@ if(FAFO_HAVE_VULKAN)
   endif()
 endif()
 
+# The variants without DOT4 are compiled by fafo-compile-shaders (tools/compile_shaders),
+# all of them in one process, where glslang's development files are found (glslang-dev):
+# glslangValidator spends about 0.2 s of each run building glslang's built-in tables, over
+# a thousand variants took minutes of the build's CPU time that way, and the tool compiles
+# a variant in a few milliseconds, to the same bytes. Without them, each variant is its
+# own glslangValidator run.
+set(FAFO_SHADER_BATCH OFF)
+if(FAFO_HAVE_VULKAN)
+  find_package(Threads REQUIRED)
+  find_package(glslang CONFIG QUIET)
+  if(glslang_FOUND AND TARGET glslang::glslang AND TARGET glslang::SPIRV AND TARGET glslang::glslang-default-resource-limits)
+    set(FAFO_SHADER_BATCH ON)
+    add_executable(fafo-compile-shaders ${PROJECT_SOURCE_DIR}/tools/compile_shaders/compile_shaders.cpp)
+    target_link_libraries(fafo-compile-shaders PRIVATE fafo_warnings glslang::glslang glslang::SPIRV
+                          glslang::glslang-default-resource-limits)
+  else()
+    message(STATUS "fafo: glslang's development files (glslang-dev) not found; "
+                   "each shader variant is compiled by its own glslangValidator run")
+  endif()
+endif()
 # fafo_add_shader(<target> NAME <symbol> SOURCE <file.comp> [DEFINES A=1 B ...])
 # Compiles one GLSL compute shader (one variant: the DEFINES become -D flags) into
 # SPIR-V at build time, written by glslang as a C array (shaders/<symbol>.spv.h), and
 # lists it for fafo_embed_shaders(<target>), which defines it in <target> as
 # fafo::vulkan::shaders::<symbol> (declared in runtime/src/backend/vulkan/embedded_shaders.h).
-# One process per variant: the shader compiler's.
+# With FAFO_SHADER_BATCH, the variant is a line of the target's manifest, which
+# fafo_embed_shaders() gives to fafo-compile-shaders; else one glslangValidator run.
 # With DOT4, the shader is compiled with -DDOT4=1 and tools/spirv_dot4.py then gives it
 # the integer dot product instruction (needs FAFO_SPIRV_DOT4).
 function(fafo_add_shader target)
@@ -86,6 +107,12 @@ function(fafo_add_shader target)
       DEPENDS ${spv} ${script}
       COMMENT "spirv_dot4: ${arg_NAME}"
       VERBATIM)
+  elseif(FAFO_SHADER_BATCH)
+    string(JOIN " " defines ${arg_DEFINES})
+    set_property(GLOBAL APPEND_STRING PROPERTY FAFO_SHADER_MANIFEST_${target}
+                 "fafo_spirv_${arg_NAME}\t${source_abs}\t${header}\t${defines}\n")
+    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_BATCH_HEADERS_${target} ${header})
+    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DIRS_${target} ${source_dir})
   else()
     add_custom_command(
       OUTPUT ${header}
@@ -108,6 +135,27 @@ function(fafo_embed_shaders target)
   get_property(names GLOBAL PROPERTY FAFO_SHADERS_${target})
   list(LENGTH names count)
   set(out_dir ${CMAKE_CURRENT_BINARY_DIR}/shaders)
+  get_property(manifest GLOBAL PROPERTY FAFO_SHADER_MANIFEST_${target})
+  if(manifest)
+    # Every batched variant in one run, again whenever a shader source or include changes.
+    get_property(batch_headers GLOBAL PROPERTY FAFO_SHADER_BATCH_HEADERS_${target})
+    get_property(dirs GLOBAL PROPERTY FAFO_SHADER_DIRS_${target})
+    list(REMOVE_DUPLICATES dirs)
+    set(globs "")
+    foreach(dir ${dirs})
+      list(APPEND globs ${dir}/*.comp ${dir}/*.glsl)
+    endforeach()
+    file(GLOB shader_files CONFIGURE_DEPENDS ${globs})
+    list(LENGTH batch_headers batch_count)
+    set(manifest_file ${out_dir}/variants.tsv)
+    file(GENERATE OUTPUT ${manifest_file} CONTENT "${manifest}")
+    add_custom_command(
+      OUTPUT ${batch_headers}
+      COMMAND fafo-compile-shaders ${manifest_file}
+      DEPENDS fafo-compile-shaders ${manifest_file} ${shader_files}
+      COMMENT "fafo-compile-shaders: ${batch_count} shader variants of ${target}"
+      VERBATIM)
+  endif()
   math(EXPR last_part "${arg_PARTS} - 1")
   foreach(part RANGE ${last_part})
     set(includes "")

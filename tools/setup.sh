@@ -17,8 +17,9 @@ packages=(
   # the GPU bundle (tools/gpu-bundle.sh): xz, strip and objdump
   xz-utils binutils
   # Vulkan: loader + headers, Mesa's CPU driver (lavapipe), validation layers, shader compiler
+  # (glslang-dev: its library, for tools/compile_shaders)
   libvulkan-dev vulkan-tools mesa-vulkan-drivers vulkan-validationlayers
-  glslang-tools spirv-tools
+  glslang-tools glslang-dev spirv-tools
   # app: GLFW, Dear ImGui (static lib with glfw/opengl3/vulkan backends), stb, OpenGL, headless X
   libglfw3-dev libimgui-dev libstb-dev libgl-dev libgl1-mesa-dri xvfb xauth
   # libraries used by the runtime and CLI (suffix arrays for corpus indexes: libdivsufsort)
