@@ -46,22 +46,28 @@ if(FAFO_HAVE_VULKAN)
 endif()
 
 # The variants without DOT4 are compiled by fafo-compile-shaders (tools/compile_shaders),
-# all of them in one process, where glslang's development files are found (glslang-dev):
-# glslangValidator spends about 0.2 s of each run building glslang's built-in tables, over
-# a thousand variants took minutes of the build's CPU time that way, and the tool compiles
-# a variant in a few milliseconds, to the same bytes. Without them, each variant is its
-# own glslangValidator run.
+# all of them in one process, where glslang's development files are found (glslang-dev)
+# in glslangValidator's version: a glslangValidator run takes about 0.25 s, 0.2 of it
+# building glslang's built-in tables, over a thousand variants took minutes of the
+# build's CPU time that way, and the tool compiles a variant in a few milliseconds, to the
+# same bytes. Otherwise (and in sanitizer builds, whose flags every program of the build
+# gets) each variant is its own glslangValidator run.
 set(FAFO_SHADER_BATCH OFF)
-if(FAFO_HAVE_VULKAN)
+if(FAFO_HAVE_VULKAN AND NOT FAFO_SANITIZE)
   find_package(Threads REQUIRED)
   find_package(glslang CONFIG QUIET)
-  if(glslang_FOUND AND TARGET glslang::glslang AND TARGET glslang::SPIRV AND TARGET glslang::glslang-default-resource-limits)
+  set(validator_version "")
+  if(glslang_FOUND)
+    execute_process(COMMAND ${FAFO_GLSLANG} --version OUTPUT_VARIABLE validator_version ERROR_QUIET)
+  endif()
+  if(glslang_FOUND AND TARGET glslang::glslang AND TARGET glslang::SPIRV AND TARGET glslang::glslang-default-resource-limits
+     AND validator_version MATCHES "Glslang Version: [0-9]+:${glslang_VERSION}[\n ]")
     set(FAFO_SHADER_BATCH ON)
     add_executable(fafo-compile-shaders ${PROJECT_SOURCE_DIR}/tools/compile_shaders/compile_shaders.cpp)
     target_link_libraries(fafo-compile-shaders PRIVATE fafo_warnings glslang::glslang glslang::SPIRV
                           glslang::glslang-default-resource-limits)
   else()
-    message(STATUS "fafo: glslang's development files (glslang-dev) not found; "
+    message(STATUS "fafo: glslang's development files (glslang-dev) in ${FAFO_GLSLANG}'s version not found; "
                    "each shader variant is compiled by its own glslangValidator run")
   endif()
 endif()
@@ -137,13 +143,14 @@ function(fafo_embed_shaders target)
   set(out_dir ${CMAKE_CURRENT_BINARY_DIR}/shaders)
   get_property(manifest GLOBAL PROPERTY FAFO_SHADER_MANIFEST_${target})
   if(manifest)
-    # Every batched variant in one run, again whenever a shader source or include changes.
+    # Every batched variant in one run, again whenever a file in a source's folder changes
+    # (the tool resolves includes there: shaders/*.glsl, shaders/iq_grids.inc).
     get_property(batch_headers GLOBAL PROPERTY FAFO_SHADER_BATCH_HEADERS_${target})
     get_property(dirs GLOBAL PROPERTY FAFO_SHADER_DIRS_${target})
     list(REMOVE_DUPLICATES dirs)
     set(globs "")
     foreach(dir ${dirs})
-      list(APPEND globs ${dir}/*.comp ${dir}/*.glsl)
+      list(APPEND globs ${dir}/*)
     endforeach()
     file(GLOB shader_files CONFIGURE_DEPENDS ${globs})
     list(LENGTH batch_headers batch_count)

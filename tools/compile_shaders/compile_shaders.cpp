@@ -53,8 +53,10 @@ std::string folder_of(const std::string& path) {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-// `#include "x"` as glslangValidator's DirStackFileIncluder resolves it: the including
-// file's folder first, then the top source's.
+// An include (quoted or not) by its path relative to the including file's folder, else to
+// the top source's: what glslangValidator's DirStackFileIncluder finds for fafo's
+// shaders, which include files of their own folder by name (it also searches the
+// folders of every file up the include chain and takes absolute paths).
 class Includer : public glslang::TShader::Includer {
  public:
   explicit Includer(std::string source_dir) : source_dir_(std::move(source_dir)) {}
@@ -120,8 +122,10 @@ bool compile(const Variant& v) {
     ok = program.link(messages);
   }
   if (!ok) {
-    std::fprintf(stderr, "fafo-compile-shaders: %s (%s %s) does not compile:\n%s%s\n", v.name.c_str(), v.source.c_str(),
-                 preamble.c_str(), shader.getInfoLog(), program.getInfoLog());
+    std::string defines;
+    for (const std::string& d : v.defines) defines += " -D" + d;
+    std::fprintf(stderr, "fafo-compile-shaders: %s (%s%s) does not compile:\n%s%s\n", v.name.c_str(), v.source.c_str(),
+                 defines.c_str(), shader.getInfoLog(), program.getInfoLog());
     return false;
   }
   std::vector<unsigned int> spirv;
