@@ -45,13 +45,15 @@ if(FAFO_HAVE_VULKAN)
   endif()
 endif()
 
-# The variants without DOT4 are compiled by fafo-compile-shaders (tools/compile_shaders),
-# all of them in one process, where glslang's development files are found (glslang-dev)
+# The variants are compiled by fafo-compile-shaders (tools/compile_shaders), all of them
+# in one process (the DOT4 ones to SPIR-V modules, then rewritten by one
+# tools/spirv_dot4.py run), where glslang's development files are found (glslang-dev)
 # in glslangValidator's version: a glslangValidator run takes about 0.25 s, 0.2 of it
 # building glslang's built-in tables, over a thousand variants took minutes of the
 # build's CPU time that way, and the tool compiles a variant in a few milliseconds, to the
 # same bytes. Otherwise (and in sanitizer builds, whose flags every program of the build
-# gets) each variant is its own glslangValidator run.
+# gets) each variant is its own glslangValidator run (and DOT4 variant its own
+# tools/spirv_dot4.py run).
 set(FAFO_SHADER_BATCH OFF)
 if(FAFO_HAVE_VULKAN AND NOT FAFO_SANITIZE)
   find_package(Threads REQUIRED)
@@ -95,7 +97,20 @@ function(fafo_add_shader target)
   get_filename_component(source_abs ${arg_SOURCE} ABSOLUTE)
   get_filename_component(source_dir ${source_abs} DIRECTORY)
   file(MAKE_DIRECTORY ${out_dir})
-  if(arg_DOT4)
+  if(arg_DOT4 AND FAFO_SHADER_BATCH)
+    # Compiled with the batch to ${arg_NAME}.spv, then rewritten with the other DOT4
+    # variants of the target in one tools/spirv_dot4.py run.
+    string(JOIN " " defines ${arg_DEFINES} DOT4=1)
+    set(spv ${out_dir}/${arg_NAME}.spv)
+    set_property(GLOBAL APPEND_STRING PROPERTY FAFO_SHADER_MANIFEST_${target}
+                 "fafo_spirv_${arg_NAME}\t${source_abs}\t${spv}\t${defines}\n")
+    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_BATCH_OUTPUTS_${target} ${spv})
+    set_property(GLOBAL APPEND_STRING PROPERTY FAFO_SHADER_DOT4_MANIFEST_${target}
+                 "${spv}\t${header}\tfafo_spirv_${arg_NAME}\n")
+    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DOT4_HEADERS_${target} ${header})
+    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DOT4_MODULES_${target} ${spv})
+    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DIRS_${target} ${source_dir})
+  elseif(arg_DOT4)
     set(spv ${out_dir}/${arg_NAME}.spv)
     set(script ${PROJECT_SOURCE_DIR}/tools/spirv_dot4.py)
     add_custom_command(
@@ -117,7 +132,7 @@ function(fafo_add_shader target)
     string(JOIN " " defines ${arg_DEFINES})
     set_property(GLOBAL APPEND_STRING PROPERTY FAFO_SHADER_MANIFEST_${target}
                  "fafo_spirv_${arg_NAME}\t${source_abs}\t${header}\t${defines}\n")
-    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_BATCH_HEADERS_${target} ${header})
+    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_BATCH_OUTPUTS_${target} ${header})
     set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DIRS_${target} ${source_dir})
   else()
     add_custom_command(
@@ -145,7 +160,7 @@ function(fafo_embed_shaders target)
   if(manifest)
     # Every batched variant in one run, again whenever a file in a source's folder changes
     # (the tool resolves includes there: shaders/*.glsl, shaders/iq_grids.inc).
-    get_property(batch_headers GLOBAL PROPERTY FAFO_SHADER_BATCH_HEADERS_${target})
+    get_property(batch_outputs GLOBAL PROPERTY FAFO_SHADER_BATCH_OUTPUTS_${target})
     get_property(dirs GLOBAL PROPERTY FAFO_SHADER_DIRS_${target})
     list(REMOVE_DUPLICATES dirs)
     set(globs "")
@@ -153,14 +168,31 @@ function(fafo_embed_shaders target)
       list(APPEND globs ${dir}/*)
     endforeach()
     file(GLOB shader_files CONFIGURE_DEPENDS ${globs})
-    list(LENGTH batch_headers batch_count)
+    list(LENGTH batch_outputs batch_count)
     set(manifest_file ${out_dir}/variants.tsv)
     file(GENERATE OUTPUT ${manifest_file} CONTENT "${manifest}")
     add_custom_command(
-      OUTPUT ${batch_headers}
+      OUTPUT ${batch_outputs}
       COMMAND fafo-compile-shaders ${manifest_file}
       DEPENDS fafo-compile-shaders ${manifest_file} ${shader_files}
       COMMENT "fafo-compile-shaders: ${batch_count} shader variants of ${target}"
+      VERBATIM)
+  endif()
+  get_property(dot4_manifest GLOBAL PROPERTY FAFO_SHADER_DOT4_MANIFEST_${target})
+  if(dot4_manifest)
+    # The batch's DOT4 modules given the dot product instruction, all in one run.
+    get_property(dot4_headers GLOBAL PROPERTY FAFO_SHADER_DOT4_HEADERS_${target})
+    get_property(dot4_modules GLOBAL PROPERTY FAFO_SHADER_DOT4_MODULES_${target})
+    list(LENGTH dot4_headers dot4_count)
+    set(dot4_file ${out_dir}/dot4_variants.tsv)
+    file(GENERATE OUTPUT ${dot4_file} CONTENT "${dot4_manifest}")
+    set(script ${PROJECT_SOURCE_DIR}/tools/spirv_dot4.py)
+    add_custom_command(
+      OUTPUT ${dot4_headers}
+      COMMAND ${Python3_EXECUTABLE} ${script} --manifest ${dot4_file}
+              --spirv-dis ${FAFO_SPIRV_DIS} --spirv-as ${FAFO_SPIRV_AS} --spirv-val ${FAFO_SPIRV_VAL}
+      DEPENDS ${dot4_modules} ${dot4_file} ${script}
+      COMMENT "spirv_dot4: ${dot4_count} DOT4 variants of ${target}"
       VERBATIM)
   endif()
   math(EXPR last_part "${arg_PARTS} - 1")

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# ctest ShaderVariants.BatchedCompilerWritesGlslangValidatorsBytes: the headers that
-# fafo-compile-shaders wrote for the build (tools/compile_shaders; its manifest lists every
-# batched variant) are byte for byte what glslangValidator writes with the same flags, for
-# the first variant of each source and every 25th of the manifest; and the tool fails
-# clearly on a variant that does not compile and on a malformed manifest.
+# ctest ShaderVariants.BatchedCompilerWritesGlslangValidatorsBytes: the headers (and the
+# DOT4 variants' SPIR-V modules) that fafo-compile-shaders wrote for the build
+# (tools/compile_shaders; its manifest lists every batched variant) are byte for byte what
+# glslangValidator writes with the same flags, for the first variant of each source and
+# every 25th of the manifest; the DOT4 headers that tools/spirv_dot4.py --manifest wrote
+# in one run are those it writes for each module alone (a sample); and both tools fail
+# clearly on bad input.
 #
-#   tests/compile_shaders_test.sh TOOL MANIFEST GLSLANGVALIDATOR
+#   tests/compile_shaders_test.sh TOOL MANIFEST GLSLANGVALIDATOR [DOT4_MANIFEST SPIRV_DIS SPIRV_AS SPIRV_VAL]
 set -uo pipefail
-tool=$1 manifest=$2 glslang=$3
+tool=$1 manifest=$2 glslang=$3 dot4_manifest=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -20,7 +22,8 @@ while IFS=$'\t' read -r name source header defines; do
   [ $first -eq 1 ] || [ $(((n - 1) % 25)) -eq 0 ] || continue
   flags=()
   for d in $defines; do flags+=("-D$d"); done
-  if ! "$glslang" --quiet --target-env vulkan1.2 -V "${flags[@]}" -I"$(dirname "$source")" --vn "$name" -o "$tmp/expected.h" "$source"; then
+  case "$header" in *.spv) ;; *) flags+=(--vn "$name") ;; esac
+  if ! "$glslang" --quiet --target-env vulkan1.2 -V "${flags[@]}" -I"$(dirname "$source")" -o "$tmp/expected.h" "$source"; then
     fail "glslangValidator does not compile $name"
     continue
   fi
@@ -44,6 +47,31 @@ printf 'only\ttwo fields\n' > "$tmp/malformed.tsv"
 out=$("$tool" "$tmp/malformed.tsv" 2>&1); code=$?
 [ $code -eq 2 ] || fail "a malformed manifest: exit $code, not 2"
 grep -q "malformed.tsv:1" <<< "$out" || fail "the error does not name the manifest's line: $out"
+
+# The DOT4 headers of the one spirv_dot4.py run against a run for each module alone:
+# every 10th, and a bad manifest line (exit 2) and a missing module (exit 1, named).
+if [ -n "$dot4_manifest" ]; then
+  script=$(dirname "$0")/../tools/spirv_dot4.py
+  spirv=(--spirv-dis "$5" --spirv-as "$6" --spirv-val "$7")
+  n=0 checked=0
+  while IFS=$'\t' read -r spv header name; do
+    n=$((n + 1))
+    [ $(((n - 1) % 10)) -eq 0 ] || continue
+    python3 "$script" "$spv" "$tmp/dot4.h" "$name" "${spirv[@]}" || { fail "spirv_dot4.py does not rewrite $spv alone"; continue; }
+    cmp -s "$tmp/dot4.h" "$header" || fail "$header is not what spirv_dot4.py writes for $spv alone"
+    grep -q "OpSDot" <("$5" "$spv" 2>/dev/null) && fail "$spv already has OpSDot before the rewrite"
+    checked=$((checked + 1))
+  done < "$dot4_manifest"
+  echo "compared $checked of the $n DOT4 headers with spirv_dot4.py's output for each alone"
+  [ $checked -ge 5 ] || fail "only $checked DOT4 headers compared"
+  printf 'only\ttwo\n' > "$tmp/bad_dot4.tsv"
+  out=$(python3 "$script" --manifest "$tmp/bad_dot4.tsv" "${spirv[@]}" 2>&1); code=$?
+  [ $code -eq 2 ] && grep -q "bad_dot4.tsv:1" <<< "$out" || fail "a malformed DOT4 manifest: exit $code, $out"
+  printf '%s/missing.spv\t%s/missing.h\tmissing\n' "$tmp" "$tmp" > "$tmp/missing.tsv"
+  out=$(python3 "$script" --manifest "$tmp/missing.tsv" "${spirv[@]}" 2>&1); code=$?
+  [ $code -eq 1 ] && grep -q "missing.spv" <<< "$out" || fail "a missing DOT4 module: exit $code, $out"
+  [ ! -e "$tmp/missing.h" ] || fail "a header was written for a missing module"
+fi
 
 [ $fails -eq 0 ] && echo "fafo-compile-shaders: all checks passed"
 exit $((fails > 0))

@@ -11,12 +11,18 @@ The result is assembled and validated by SPIRV-Tools and written as the C array 
 --vn would write.
 
 Usage: spirv_dot4.py <in.spv> <out.spv.h> <array name> [--spirv-dis P --spirv-as P --spirv-val P]
+       spirv_dot4.py --manifest <file> [--spirv-dis P ...]
+The manifest lists one shader a line, <in.spv> <tab> <out.spv.h> <tab> <array name>, all
+rewritten in one run (the build's DOT4 variants: one Python start instead of one each),
+as many at a time as there are cores; a failure names its shader and exits 1.
 """
 import argparse
+import os
 import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 FUNCTION = "iu_sdot4(u1;u1;"
@@ -79,22 +85,61 @@ def c_array(words: bytes, name: str) -> str:
             f"const uint32_t {name}[] = {{\n\t" + ",\n\t".join(rows) + "\n};\n")
 
 
+def convert(tools: argparse.Namespace, src: str, out: str, name: str) -> None:
+    dis = subprocess.run([tools.spirv_dis, "--raw-id", src], check=True, capture_output=True, text=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        asm, spv = Path(tmp) / "dot4.spvasm", Path(tmp) / "dot4.spv"
+        asm.write_text(rewrite(dis))
+        subprocess.run([tools.spirv_as, "--target-env", TARGET_ENV, str(asm), "-o", str(spv)], check=True)
+        subprocess.run([tools.spirv_val, "--target-env", TARGET_ENV, str(spv)], check=True)
+        Path(out).write_text(c_array(spv.read_bytes(), name))
+
+
+def convert_listed(tools: argparse.Namespace, manifest: str) -> int:
+    jobs = []
+    for number, line in enumerate(Path(manifest).read_text().splitlines(), 1):
+        if not line:
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3 or not all(fields):
+            print(f"spirv_dot4: {manifest}:{number}: expected <in.spv> <tab> <out.spv.h> <tab> <array name>",
+                  file=sys.stderr)
+            return 2
+        jobs.append(fields)
+
+    def one(job: list) -> str:
+        try:
+            convert(tools, *job)
+            return ""
+        except (subprocess.CalledProcessError, SystemExit, OSError) as e:
+            Path(job[1]).unlink(missing_ok=True)
+            detail = e.stderr if isinstance(e, subprocess.CalledProcessError) and e.stderr else str(e)
+            return f"spirv_dot4: {job[0]}: {detail}"
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        errors = [e for e in pool.map(one, jobs) if e]
+    for e in errors:
+        print(e, file=sys.stderr)
+    return 1 if errors else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("input")
-    p.add_argument("output")
-    p.add_argument("name")
+    p.add_argument("input", nargs="?")
+    p.add_argument("output", nargs="?")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--manifest")
     p.add_argument("--spirv-dis", default="spirv-dis")
     p.add_argument("--spirv-as", default="spirv-as")
     p.add_argument("--spirv-val", default="spirv-val")
     a = p.parse_args()
-    dis = subprocess.run([a.spirv_dis, "--raw-id", a.input], check=True, capture_output=True, text=True).stdout
-    with tempfile.TemporaryDirectory() as tmp:
-        asm, spv = Path(tmp) / "dot4.spvasm", Path(tmp) / "dot4.spv"
-        asm.write_text(rewrite(dis))
-        subprocess.run([a.spirv_as, "--target-env", TARGET_ENV, str(asm), "-o", str(spv)], check=True)
-        subprocess.run([a.spirv_val, "--target-env", TARGET_ENV, str(spv)], check=True)
-        Path(a.output).write_text(c_array(spv.read_bytes(), a.name))
+    if a.manifest:
+        if a.input:
+            p.error("--manifest takes no other shader")
+        return convert_listed(a, a.manifest)
+    if not a.name:
+        p.error("expected <in.spv> <out.spv.h> <array name>, or --manifest <file>")
+    convert(a, a.input, a.output, a.name)
     return 0
 
 

@@ -7,11 +7,13 @@
 // (tests/compile_shaders_test.sh compares a sample with glslangValidator's).
 //
 // Usage: fafo-compile-shaders MANIFEST
-// Each line of MANIFEST: NAME <tab> SOURCE <tab> HEADER <tab> DEFINES, where NAME is the
+// Each line of MANIFEST: NAME <tab> SOURCE <tab> OUTPUT <tab> DEFINES, where NAME is the
 // array's name (glslangValidator's --vn) and DEFINES space-separated NAME or NAME=VALUE
-// (its -D). Includes resolve against
-// the including file's folder, then the SOURCE's. Exit status 1 at the first variant that
-// does not compile (with glslang's log and the variant's name), 2 for bad usage.
+// (its -D). An OUTPUT ending in .spv gets the binary module instead of the header, as
+// glslangValidator writes it without --vn (tools/spirv_dot4.py rewrites those). Includes
+// resolve against the including file's folder, then the SOURCE's. Exit status 1 at the
+// first variant that does not compile (with glslang's log and the variant's name), 2 for
+// bad usage.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -26,7 +28,7 @@
 namespace {
 
 struct Variant {
-  std::string name, source, header;
+  std::string name, source, output;
   std::vector<std::string> defines;
 };
 
@@ -134,12 +136,16 @@ bool compile(const Variant& v) {
   glslang::GlslangToSpv(*program.getIntermediate(EShLangCompute), spirv, &logger, &options);
   const std::string messages_text = logger.getAllMessages();
   if (!messages_text.empty()) std::fprintf(stderr, "fafo-compile-shaders: %s: %s", v.name.c_str(), messages_text.c_str());
-  // glslang's own writer (glslangValidator's --vn output, byte for byte), which reports a
-  // file it cannot open only on stdout: a header that is not there afterwards is that.
-  std::remove(v.header.c_str());
-  glslang::OutputSpvHex(spirv, v.header.c_str(), v.name.c_str());
-  if (!std::ifstream(v.header)) {
-    std::fprintf(stderr, "fafo-compile-shaders: %s: cannot write %s\n", v.name.c_str(), v.header.c_str());
+  // glslang's own writers (glslangValidator's output, byte for byte), which report a file
+  // they cannot open only on stdout: an output that is not there afterwards is that.
+  std::remove(v.output.c_str());
+  const std::string suffix = ".spv";
+  if (v.output.size() > suffix.size() && v.output.compare(v.output.size() - suffix.size(), suffix.size(), suffix) == 0)
+    glslang::OutputSpvBin(spirv, v.output.c_str());
+  else
+    glslang::OutputSpvHex(spirv, v.output.c_str(), v.name.c_str());
+  if (!std::ifstream(v.output)) {
+    std::fprintf(stderr, "fafo-compile-shaders: %s: cannot write %s\n", v.name.c_str(), v.output.c_str());
     return false;
   }
   return true;
@@ -164,7 +170,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> fields = split(line, '\t');
     if (fields.size() == 3 && line.back() == '\t') fields.emplace_back();  // no defines
     if (fields.size() != 4 || fields[0].empty() || fields[1].empty() || fields[2].empty()) {
-      std::fprintf(stderr, "fafo-compile-shaders: %s:%d: expected NAME<tab>SOURCE<tab>HEADER<tab>DEFINES\n", argv[1], number);
+      std::fprintf(stderr, "fafo-compile-shaders: %s:%d: expected NAME<tab>SOURCE<tab>OUTPUT<tab>DEFINES\n", argv[1], number);
       return 2;
     }
     variants.push_back({fields[0], fields[1], fields[2], split(fields[3], ' ')});
