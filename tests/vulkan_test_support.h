@@ -29,8 +29,9 @@ inline constexpr TensorType kAllWeightFormats[] = {
 
 // The formats whose products the tests run with the portable reduction (shared memory
 // instead of subgroup shuffles) at every SplitRows tile the test runs (IQ3_S's decoder:
-// tiles 1 and 8 in VulkanEveryVariant); the others take it at tile 1 there, and at
-// tiles 1 and 32 (the automatic ones of T 1 and 33) in VulkanSubgroupMatmul.
+// tiles 1 and 8 in VulkanEveryVariant); the others take it at tile 1 only, there and in
+// VulkanSubgroupMatmul (against the subgroup variant at the automatic tiles of T 1 and
+// 33: 1 and 32).
 // The reduction joins each lane's partial sums whatever the format: what differs between
 // formats is how many lanes hold a sum, which follows the block (1, 32 or 256 values) and
 // the decoder's chunk. One of each block size, and a codebook decoder. Each (format, tile)
