@@ -1070,11 +1070,21 @@ void AllTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, co
 }
 
 // Steps of up to kFusedMaxT tokens stream the rows once; larger ones take the rows in
-// panels of `panel_rows` (kept in cache while every token tile passes over them).
+// panels of `panel_rows` (kept in cache while every token tile passes over them). The
+// scalar fallback takes one row and one token at a time: the same arithmetic per output
+// as any tile, and one tile shape to compile where its pieces are single bytes, each
+// piece its own template instance (256 per K-quant block): its six tile shapes took 118
+// of the 298 s that compiling q8_matmul_grid.cpp for every target took.
 template <class Dec>
 void ProductWith(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                  int64_t out_stride, int64_t panel_rows) {
   const int64_t blocks = w.cols / Dec::kValues;
+#if HWY_TARGET == HWY_SCALAR
+  (void)panel_rows;
+  for (int64_t t = 0; t < x.rows; ++t)
+    IntRows<Dec, 1, 1>(w.data, w.row_bytes, r0, r1, x, t, blocks, out, out_stride, false);
+  return;
+#endif
   if (x.rows == 1) {
     IntRows<Dec, 1, 1>(w.data, w.row_bytes, r0, r1, x, 0, blocks, out, out_stride, false);
     return;
