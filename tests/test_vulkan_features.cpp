@@ -286,10 +286,10 @@ TEST_F(VulkanSubgroupMatmul, SubgroupVariantGivesThePortableBitsForEveryFormatSh
         const Buffer bx = make_buffer(*context_, x.data(), x.size() * sizeof(float));
         const uint32_t out_stride = rows + 5, out_offset = 2;
 
-        // Pairs of runs, portable then subgroup: the automatic tile for each T, every
-        // tile for T = 33, and workgroups capped to 1 x 1 (each loops over every row
-        // block and token tile: shared memory reused across blocks). The subgroup variant
-        // at every tile runs for every format in VulkanEveryVariant.
+        // Pairs of runs, portable then subgroup: the automatic tile for each T (but see
+        // below), every tile for T = 33, and workgroups capped to 1 x 1 (each loops over
+        // every row block and token tile: shared memory reused across blocks). The
+        // subgroup variant at every tile runs for every format in VulkanEveryVariant.
         struct Run {
           std::string name;
           uint32_t T;
@@ -306,8 +306,8 @@ TEST_F(VulkanSubgroupMatmul, SubgroupVariantGivesThePortableBitsForEveryFormatSh
         std::vector<Run> runs;
         for (const uint32_t T : {1u, 3u, 9u, 32u, 33u})
           if (every_tile || T == 1 || T == 33)
-            runs.push_back({"T " + std::to_string(T), T, MatmulVariant{0, MatmulMapping::SplitRows},
-                            every_tile || T == 1 ? 0u : 1u});
+            runs.push_back({"T " + std::to_string(T) + (every_tile || T == 1 ? "" : " (portable at tile 1)"), T,
+                            MatmulVariant{0, MatmulMapping::SplitRows}, every_tile || T == 1 ? 0u : 1u});
         if (every_tile) {
           for (const uint32_t tile : WeightKernels::kTokenTiles)
             runs.push_back({"T 33 tile " + std::to_string(tile), 33, MatmulVariant{tile, MatmulMapping::SplitRows}});

@@ -92,7 +92,10 @@ def convert(tools: argparse.Namespace, src: str, out: str, name: str) -> None:
         asm.write_text(rewrite(dis))
         subprocess.run([tools.spirv_as, "--target-env", TARGET_ENV, str(asm), "-o", str(spv)], check=True)
         subprocess.run([tools.spirv_val, "--target-env", TARGET_ENV, str(spv)], check=True)
-        Path(out).write_text(c_array(spv.read_bytes(), name))
+        # Whole or not at all: a failed run leaves no header that looks current.
+        partial = Path(out + ".partial")
+        partial.write_text(c_array(spv.read_bytes(), name))
+        os.replace(partial, out)
 
 
 def convert_listed(tools: argparse.Namespace, manifest: str) -> int:
@@ -107,17 +110,18 @@ def convert_listed(tools: argparse.Namespace, manifest: str) -> int:
             return 2
         jobs.append(fields)
 
-    def one(job: list) -> str:
+    def convert_job(job: list) -> str:
         try:
             convert(tools, *job)
             return ""
-        except (subprocess.CalledProcessError, SystemExit, OSError) as e:
+        except (Exception, SystemExit) as e:  # every shader's error reported, none a traceback
             Path(job[1]).unlink(missing_ok=True)
+            Path(job[1] + ".partial").unlink(missing_ok=True)
             detail = e.stderr if isinstance(e, subprocess.CalledProcessError) and e.stderr else str(e)
             return f"spirv_dot4: {job[0]}: {detail}"
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        errors = [e for e in pool.map(one, jobs) if e]
+        errors = [e for e in pool.map(convert_job, jobs) if e]
     for e in errors:
         print(e, file=sys.stderr)
     return 1 if errors else 0

@@ -1,6 +1,7 @@
 // fafo-compile-shaders: compiles a list of GLSL compute shader variants to SPIR-V in one
 // process, each written as glslangValidator writes it with `-V --target-env vulkan1.2
-// -D... --vn NAME` (a C array in a header, cmake/vulkan.cmake embeds it). glslangValidator
+// -D... --vn NAME` (a C array in a header, cmake/vulkan.cmake embeds it), or without --vn
+// (the binary module, for tools/spirv_dot4.py to rewrite). glslangValidator
 // spends about 0.2 s of each run building glslang's built-in symbol tables, and the
 // Vulkan backend has over a thousand variants; here the tables are built once and a
 // variant takes a few milliseconds. Same library, same options: the same words
@@ -170,7 +171,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> fields = split(line, '\t');
     if (fields.size() == 3 && line.back() == '\t') fields.emplace_back();  // no defines
     if (fields.size() != 4 || fields[0].empty() || fields[1].empty() || fields[2].empty()) {
-      std::fprintf(stderr, "fafo-compile-shaders: %s:%d: expected NAME<tab>SOURCE<tab>OUTPUT<tab>DEFINES\n", argv[1], number);
+      std::fprintf(stderr, "fafo-compile-shaders: %s:%d: expected NAME<tab>SOURCE<tab>OUTPUT<tab>DEFINES\n", argv[1],
+                   number);
       return 2;
     }
     variants.push_back({fields[0], fields[1], fields[2], split(fields[3], ' ')});

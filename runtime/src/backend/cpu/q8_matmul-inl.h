@@ -1038,7 +1038,8 @@ void IntRows(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, cons
 
 // Rows x tokens per tile for steps of more than kFusedMaxT tokens; smaller steps read
 // one row at a time against all their tokens (a single sequential stream). The tiles
-// fit the register budget: 32 vector registers on AVX-512 and NEON, 16 elsewhere.
+// fit the register budget: 32 vector registers on AVX-512 and NEON, 16 on the other
+// SIMD targets (the scalar fallback uses no tiles: ProductWith).
 #if HWY_TARGET <= HWY_AVX3 || HWY_ARCH_ARM
 constexpr size_t kRows = 1, kTokens = 8;
 constexpr int64_t kFusedMaxT = 8;
@@ -1073,8 +1074,8 @@ void AllTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, co
 // panels of `panel_rows` (kept in cache while every token tile passes over them). The
 // scalar fallback takes one row and one token at a time: the same arithmetic per output
 // as any tile, and one tile shape to compile where its pieces are single bytes, each
-// piece its own template instance (256 per K-quant block): its six tile shapes took 118
-// of the 298 s that compiling q8_matmul_grid.cpp for every target took.
+// piece its own template instance (256 per K-quant block): compiled alone, the scalar
+// target of q8_matmul_grid.cpp took 118 s with the six tile shapes, 13 s with one.
 template <class Dec>
 void ProductWith(const host::HostWeight& w, int64_t r0, int64_t r1, const QuantizedActivations& x, float* out,
                  int64_t out_stride, int64_t panel_rows) {
@@ -1083,8 +1084,7 @@ void ProductWith(const host::HostWeight& w, int64_t r0, int64_t r1, const Quanti
   (void)panel_rows;
   for (int64_t t = 0; t < x.rows; ++t)
     IntRows<Dec, 1, 1>(w.data, w.row_bytes, r0, r1, x, t, blocks, out, out_stride, false);
-  return;
-#endif
+#else
   if (x.rows == 1) {
     IntRows<Dec, 1, 1>(w.data, w.row_bytes, r0, r1, x, 0, blocks, out, out_stride, false);
     return;
@@ -1096,6 +1096,7 @@ void ProductWith(const host::HostWeight& w, int64_t r0, int64_t r1, const Quanti
   for (int64_t p0 = r0; p0 < r1; p0 += panel_rows)
     AllTokens<Dec, kRows, kTokens>(w.data, w.row_bytes, p0, std::min(r1, p0 + panel_rows), x, blocks, out, out_stride,
                                    false);
+#endif
 }
 }  // namespace HWY_NAMESPACE
 }  // namespace fafo::cpu
