@@ -594,24 +594,13 @@ constexpr size_t kGroupTokens = 4;
 constexpr size_t kGroupTokens = 2;
 #endif
 
-// Tokens [t, t + n) (n < NT) in one tile of n tokens.
-template <class Dec, size_t NT>
-void FewTokens(const host::HostWeight& w, int64_t g0, int64_t g1, int64_t r0, int64_t r1, const QuantizedActivations& x,
-               int64_t t, int64_t n, float* out, int64_t out_stride) {
-  if constexpr (NT > 1) {
-    if (n == static_cast<int64_t>(NT) - 1) GroupRows<Dec, NT - 1>(w, g0, g1, r0, r1, x, t, out, out_stride);
-    else FewTokens<Dec, NT - 1>(w, g0, g1, r0, r1, x, t, n, out, out_stride);
-  }
-}
-
-// Token tiles of kGroupTokens (the last one smaller) over groups [g0, g1).
+// Token tiles of kGroupTokens (the last one smaller: ForTokenTiles) over groups [g0, g1).
 template <class Dec>
 void AllTokens(const host::HostWeight& w, int64_t g0, int64_t g1, int64_t r0, int64_t r1, const QuantizedActivations& x,
                float* out, int64_t out_stride) {
-  int64_t t = 0;
-  for (; t + static_cast<int64_t>(kGroupTokens) <= x.rows; t += kGroupTokens)
-    GroupRows<Dec, kGroupTokens>(w, g0, g1, r0, r1, x, t, out, out_stride);
-  if (t < x.rows) FewTokens<Dec, kGroupTokens>(w, g0, g1, r0, r1, x, t, x.rows - t, out, out_stride);
+  ForTokenTiles<kGroupTokens>(x.rows, [&](auto tokens, int64_t t) {
+    GroupRows<Dec, decltype(tokens)::value>(w, g0, g1, r0, r1, x, t, out, out_stride);
+  });
 }
 
 // Steps of up to kGroupTokens tokens stream the groups once; larger ones take them in

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cpu/q8_matmul.h"
@@ -1048,26 +1049,32 @@ constexpr size_t kRows = 2, kTokens = 2;
 constexpr int64_t kFusedMaxT = 4;
 #endif
 
-// Tokens [t, x.rows) (fewer than NT) in one tile of as many tokens.
-template <class Dec, size_t R, size_t NT>
-void LastTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, const QuantizedActivations& x,
-                int64_t t, int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
+// The last `left` tokens (fewer than NT) from token t: tile(integral_constant<left>, t).
+template <size_t NT, class F>
+void LastTokenTile(int64_t left, int64_t t, F& tile) {
   if constexpr (NT > 1) {
-    if (x.rows - t == static_cast<int64_t>(NT) - 1)
-      IntRows<Dec, R, NT - 1>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
-    else
-      LastTokens<Dec, R, NT - 1>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
+    if (left == static_cast<int64_t>(NT) - 1) tile(std::integral_constant<size_t, NT - 1>{}, t);
+    else LastTokenTile<NT - 1>(left, t, tile);
   }
+}
+
+// Tokens [0, n) in tiles of NT, the last one of exactly the tokens left:
+// tile(std::integral_constant<size_t, tokens>{}, first token) for each (the integer
+// products' and the groups' token tiles).
+template <size_t NT, class F>
+void ForTokenTiles(int64_t n, F&& tile) {
+  int64_t t = 0;
+  for (; t + static_cast<int64_t>(NT) <= n; t += NT) tile(std::integral_constant<size_t, NT>{}, t);
+  if (t < n) LastTokenTile<NT>(n - t, t, tile);
 }
 
 // Token tiles of NT (the last one smaller) outer, row tiles of R inner.
 template <class Dec, size_t R, size_t NT>
 void AllTokens(const uint8_t* base, size_t row_bytes, int64_t r0, int64_t r1, const QuantizedActivations& x,
                int64_t blocks, float* out, int64_t out_stride, bool prefetch) {
-  int64_t t = 0;
-  for (; t + static_cast<int64_t>(NT) <= x.rows; t += NT)
-    IntRows<Dec, R, NT>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
-  if (t < x.rows) LastTokens<Dec, R, NT>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
+  ForTokenTiles<NT>(x.rows, [&](auto tokens, int64_t t) {
+    IntRows<Dec, R, decltype(tokens)::value>(base, row_bytes, r0, r1, x, t, blocks, out, out_stride, prefetch);
+  });
 }
 
 // Steps of up to kFusedMaxT tokens stream the rows once; larger ones take the rows in
