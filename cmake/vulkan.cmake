@@ -97,18 +97,23 @@ function(fafo_add_shader target)
   get_filename_component(source_abs ${arg_SOURCE} ABSOLUTE)
   get_filename_component(source_dir ${source_abs} DIRECTORY)
   file(MAKE_DIRECTORY ${out_dir})
-  if(arg_DOT4 AND FAFO_SHADER_BATCH)
-    # Compiled with the batch to ${arg_NAME}.spv, then rewritten with the other DOT4
-    # variants of the target in one tools/spirv_dot4.py run.
-    string(JOIN " " defines ${arg_DEFINES} DOT4=1)
-    set(spv ${out_dir}/${arg_NAME}.spv)
+  if(FAFO_SHADER_BATCH)
+    # A line of the target's manifest; a DOT4 variant is compiled to ${arg_NAME}.spv and
+    # then rewritten with the other DOT4 variants of the target in one tools/spirv_dot4.py run.
+    set(batch_defines ${arg_DEFINES})
+    set(batch_output ${header})
+    if(arg_DOT4)
+      list(APPEND batch_defines DOT4=1)
+      set(batch_output ${out_dir}/${arg_NAME}.spv)
+      set_property(GLOBAL APPEND_STRING PROPERTY FAFO_SHADER_DOT4_MANIFEST_${target}
+                   "${batch_output}\t${header}\tfafo_spirv_${arg_NAME}\n")
+      set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DOT4_HEADERS_${target} ${header})
+      set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DOT4_MODULES_${target} ${batch_output})
+    endif()
+    string(JOIN " " defines ${batch_defines})
     set_property(GLOBAL APPEND_STRING PROPERTY FAFO_SHADER_MANIFEST_${target}
-                 "fafo_spirv_${arg_NAME}\t${source_abs}\t${spv}\t${defines}\n")
-    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_BATCH_OUTPUTS_${target} ${spv})
-    set_property(GLOBAL APPEND_STRING PROPERTY FAFO_SHADER_DOT4_MANIFEST_${target}
-                 "${spv}\t${header}\tfafo_spirv_${arg_NAME}\n")
-    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DOT4_HEADERS_${target} ${header})
-    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DOT4_MODULES_${target} ${spv})
+                 "fafo_spirv_${arg_NAME}\t${source_abs}\t${batch_output}\t${defines}\n")
+    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_BATCH_OUTPUTS_${target} ${batch_output})
     set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DIRS_${target} ${source_dir})
   elseif(arg_DOT4)
     set(spv ${out_dir}/${arg_NAME}.spv)
@@ -128,12 +133,6 @@ function(fafo_add_shader target)
       DEPENDS ${spv} ${script}
       COMMENT "spirv_dot4: ${arg_NAME}"
       VERBATIM)
-  elseif(FAFO_SHADER_BATCH)
-    string(JOIN " " defines ${arg_DEFINES})
-    set_property(GLOBAL APPEND_STRING PROPERTY FAFO_SHADER_MANIFEST_${target}
-                 "fafo_spirv_${arg_NAME}\t${source_abs}\t${header}\t${defines}\n")
-    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_BATCH_OUTPUTS_${target} ${header})
-    set_property(GLOBAL APPEND PROPERTY FAFO_SHADER_DIRS_${target} ${source_dir})
   else()
     add_custom_command(
       OUTPUT ${header}
