@@ -454,6 +454,47 @@ TEST(CpuQ8Matmul, GroupsSumTheLargestCodesWithoutOverflow) {
   }
 }
 
+TEST(CpuQ8Matmul, CodebookProductsReadEveryIndexBitAndSign) {
+  // Blocks of random bytes (d = 1 kept finite): every codebook index, IQ3_S's 9th index
+  // bits, every sign bit and scale, as the x86 targets gather the IQ3 entries and spread
+  // the IQ3_S signs in vector lanes, and the others read them one vector at a time. Each
+  // output against the reference's values times the rounded activations, summed exactly.
+  const int64_t rows = 16, cols = 512, T = 3;
+  const std::vector<float> x = activations(T, cols, 21);
+  for (const TensorType type : {TensorType::IQ2_XXS, TensorType::IQ2_XS, TensorType::IQ3_XXS, TensorType::IQ3_S}) {
+    SCOPED_TRACE(tensor_type_name(type));
+    const size_t row_bytes = tensor_row_bytes(type, cols), block_bytes = row_bytes / (cols / 256);
+    std::vector<uint8_t> bytes(row_bytes * rows);
+    std::mt19937 rng(17);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    for (size_t at = 0; at < bytes.size(); at += block_bytes) {
+      const uint16_t one = 0x3c00;
+      std::memcpy(bytes.data() + at, &one, 2);
+    }
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      dequantize_row(type, bytes.data() + static_cast<size_t>(r) * row_bytes, values.data() + r * cols, cols);
+    const host::HostWeight w{type, rows, cols, bytes.data(), row_bytes, nullptr};
+    for (const std::string& target : cpu::simd_targets()) {
+      cpu::use_simd_target(target);
+      const auto [q, out] = rounded_product(w, x, T);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          double want = 0.0, magnitude = 0.0;
+          for (int64_t c = 0; c < cols; ++c) {
+            const double p = static_cast<double>(values[static_cast<size_t>(r * cols + c)]) * q.q[static_cast<size_t>(t * cols + c)] *
+                             q.d[static_cast<size_t>(t * (cols / q.block) + c / q.block)];
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          EXPECT_NEAR(out[static_cast<size_t>(t * rows + r)], want, 1e-6 * magnitude)
+              << target << " row " << r << " token " << t;
+        }
+    }
+    cpu::use_simd_target("");
+  }
+}
+
 TEST(CpuQ8Matmul, TheBackendArrangesTheMatricesItMultipliesNotTheTablesItOnlyGathers) {
   // A matrix uploaded for products keeps a copy of its rows in groups, counted as memory
   // of its own; an embedding table that is not also the output head (upload_table) does
