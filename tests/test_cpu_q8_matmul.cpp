@@ -516,6 +516,18 @@ TEST(CpuQ8Matmul, TheBackendArrangesTheMatricesItMultipliesNotTheTablesItOnlyGat
     be->upload_table(type, m.rows, m.cols, m.bytes.data());
     EXPECT_EQ(be->memory()->memory_in_use() - before, file_bytes);
   }
+  // --no-repack (BackendSpec::repack false): the file's rows alone, no copy.
+  BackendSpec spec;
+  spec.name = "cpu";
+  spec.threads = 1;
+  spec.repack = false;
+  const std::unique_ptr<Backend> plain = make_backend(spec);
+  for (const Matrix& m : matrices) {
+    SCOPED_TRACE(tensor_type_name(m.type));
+    const uint64_t before = plain->memory()->memory_in_use();
+    plain->upload_weight(m.type, m.rows, m.cols, m.bytes.data());
+    EXPECT_EQ(plain->memory()->memory_in_use() - before, m.bytes.size());
+  }
 }
 
 TEST(CpuQ8Matmul, GroupsReadEveryQ6KCodeAndScale) {

@@ -27,6 +27,11 @@ void add_backend_flags(CLI::App* cmd, BackendSpec& backend, KvCacheType& kv_type
                   "first discrete GPU, else integrated, else any; cuda's: GPU 0)");
   cmd->add_option("-t,--threads", backend.threads, "CPU threads (0 = all cores)")->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  cmd->add_flag(
+      "--no-repack", [&backend](int64_t) { backend.repack = false; },
+      "cpu backend: multiply the file's rows as they are (as llama.cpp's --no-repack), instead of a copy of the Q4_0, "
+      "Q5_0, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K and Q6_K matrices arranged in groups of 8 rows at load: the memory of "
+      "the file alone, slower prompts");
   cmd->add_option_function<std::string>(
          "--memory-limit",
          [&backend](const std::string& text) {

@@ -628,6 +628,9 @@ struct BackendSpec {
   int threads = 0;            // host threads (0 = every hardware thread)
   uint64_t memory_limit = 0;  // bytes the backend may allocate (--memory-limit); 0 = the device's own
   bool latent_attention = false;  // for an MLA model: "auto" skips backends that cannot run one
+  // cpu: matrices of the formats it multiplies in groups of 8 rows get that copy at load
+  // (faster prompts); false (--no-repack): the file's rows as they are, no copy.
+  bool repack = true;
 };
 
 // Backend names this build can create, in registration order (fafo/backend_registry.h).
@@ -641,8 +644,9 @@ std::string default_backend_name(bool latent_attention = false);
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
 
 // The fast CPU backend (`cpu`: SIMD matrix products with token tiles, within a stated
-// tolerance of the reference). n_threads <= 0 uses every hardware thread.
-std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0);
+// tolerance of the reference). n_threads <= 0 uses every hardware thread; repack as
+// BackendSpec::repack.
+std::unique_ptr<Backend> make_cpu_backend(int n_threads = 0, bool repack = true);
 // The fp32 reference backend (`reference`), the oracle of tests/test_backend_ops.cpp.
 std::unique_ptr<Backend> make_reference_backend(int n_threads = 0);
 

@@ -143,6 +143,7 @@ std::vector<DevicePart> split_devices(const OpenOptions& options, const ModelCon
   for (const SplitPart& p : split) {
     BackendSpec spec{p.backend, p.device, options.backend.threads};
     spec.latent_attention = latent;
+    spec.repack = options.backend.repack;
     if (p.backend != "cpu") spec.memory_limit = options.backend.memory_limit;
     devices.push_back(DevicePart{make_backend(spec), p.layers < 0 ? c.n_layer - static_cast<int32_t>(given) : p.layers});
   }
@@ -183,6 +184,7 @@ std::shared_ptr<StepRunner> step_runner(const std::shared_ptr<const GgufFile>& f
   if (gpu_layers >= n_layer) return std::make_shared<StepRunner>(file, std::move(device));
   BackendSpec cpu{"cpu", "", backend.threads};
   cpu.latent_attention = backend.latent_attention;
+  cpu.repack = backend.repack;
   if (gpu_layers == 0) return std::make_shared<StepRunner>(file, make_backend(cpu));
   std::vector<DevicePart> devices;
   devices.push_back(DevicePart{make_backend(cpu), n_layer - gpu_layers});

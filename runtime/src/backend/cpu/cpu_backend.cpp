@@ -43,6 +43,8 @@ constexpr double kHalfMatmulTolerance = 0.01;
 
 class CpuKernels final : public host::HostKernels {
  public:
+  explicit CpuKernels(bool repack) : repack_(repack) {}
+
   void gated(host::GatedActivation act, const float* gate, const float* up, float* out, int64_t n) const override {
     cpu::gated_simd(act, gate, up, out, n);
   }
@@ -59,13 +61,14 @@ class CpuKernels final : public host::HostKernels {
   }
 
   // Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K rows in groups of 8 (q8_groups.h); none
-  // where FAFO_CPU_NO_GROUPS=1 (the file's rows, and no copy: less memory, slower prompts).
+  // without repack_ (--no-repack) or where FAFO_CPU_NO_GROUPS=1 (the file's rows, and no copy:
+  // less memory, slower prompts).
   std::vector<uint8_t> arrange(const host::HostWeight& w, ThreadPool& pool) const override {
     static const bool no_groups = [] {
       const char* v = std::getenv("FAFO_CPU_NO_GROUPS");
       return v != nullptr && std::string_view(v) == "1";
     }();
-    if (no_groups) return {};
+    if (no_groups || !repack_) return {};
     std::vector<uint8_t> out(cpu::grouped_bytes(w));
     if (out.empty()) return out;
     const int64_t groups = (w.rows + cpu::kGroupRows - 1) / cpu::kGroupRows;
@@ -165,20 +168,23 @@ class CpuKernels final : public host::HostKernels {
   cpu::QuantizedActivations acts_;          // the step's activations rounded to 8 bits
   std::vector<uint16_t> half_;              // ... or to fp16 (F16 weights)
   std::vector<float> rounded_;              // the same fp16 values as floats
+  bool repack_;                             // arrange() makes the groups (BackendSpec::repack)
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return cpu::make_cpu_backend(n_threads, host::AttentionMutation::None); }
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool repack) {
+  return cpu::make_cpu_backend(n_threads, host::AttentionMutation::None, repack);
+}
 
 namespace cpu {
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads, host::AttentionMutation mutation) {
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, host::AttentionMutation mutation, bool repack) {
   return host::make_host_backend(n_threads,
                                  {"cpu", std::string("CPU backend (") + simd_target_name() + " SIMD)",
                                   BackendNumerics{false, kTolerance, kRoundedMatmulTolerance, kHalfMatmulTolerance}, true,
                                   mutation},
-                                 std::make_unique<CpuKernels>());
+                                 std::make_unique<CpuKernels>(repack));
 }
 
 }  // namespace cpu
@@ -199,7 +205,7 @@ BackendInfo cpu_backend_info() {
   };
   info.create = [](const BackendSpec& spec) {
     check_host_device("cpu", spec.device);
-    return make_cpu_backend(spec.threads);
+    return make_cpu_backend(spec.threads, spec.repack);
   };
   return info;
 }

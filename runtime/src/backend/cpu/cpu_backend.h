@@ -10,6 +10,6 @@
 
 namespace fafo::cpu {
 
-std::unique_ptr<Backend> make_cpu_backend(int n_threads, host::AttentionMutation mutation);
+std::unique_ptr<Backend> make_cpu_backend(int n_threads, host::AttentionMutation mutation, bool repack = true);
 
 }  // namespace fafo::cpu

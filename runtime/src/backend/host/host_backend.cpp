@@ -581,7 +581,7 @@ class HostBackend final : public Backend, public BackendMemory, public StepRows 
         // embedding gather still reads).
         std::vector<uint8_t> arranged = kernels_->arrange(w.file, pool_);
         if (!arranged.empty()) {
-          count_memory(arranged.size(), "a weight's arranged rows");
+          count_memory(arranged.size(), "a copy of a weight's rows in groups (none with --no-repack)");
           counted += arranged.size();
           w.arranged = std::move(arranged);
           w.file.groups = w.arranged.data();
