@@ -456,9 +456,8 @@ TEST(CpuQ8Matmul, GroupsSumTheLargestCodesWithoutOverflow) {
 
 TEST(CpuQ8Matmul, CodebookProductsReadEveryIndexBitAndSign) {
   // Blocks of random bytes (d = 1 kept finite): every codebook index, IQ3_S's 9th index
-  // bits, every sign bit and scale, as the x86 targets gather the IQ3 entries and spread
-  // the IQ3_S signs in vector lanes, and the others read them one vector at a time. Each
-  // output against the reference's values times the rounded activations, summed exactly.
+  // bits, every sign bit and scale, on every instruction set. Each output against the
+  // reference's values times the rounded activations, summed exactly.
   const int64_t rows = 16, cols = 512, T = 3;
   const std::vector<float> x = activations(T, cols, 21);
   for (const TensorType type : {TensorType::IQ2_XXS, TensorType::IQ2_XS, TensorType::IQ3_XXS, TensorType::IQ3_S}) {

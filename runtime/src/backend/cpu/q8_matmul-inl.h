@@ -845,40 +845,6 @@ struct GridInt {
     return SignedPieceAt(w + P * kB);
 #else
     constexpr size_t kV = kB / 8, k0 = P * kV;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-    if constexpr (kC == Codebook::kIq3S || kC == Codebook::kIq3Xxs) {
-      // The piece's 4 vectors are 8 half-entries of 4 bytes: their 8 indices (the bytes
-      // qs[8P ..], IQ3_S's 9th bits from its qh byte P: bit j for half-entry j) in 32-bit
-      // lanes, the entries in one gather (the grid's 64-bit words, the low 4 bytes each).
-      __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * P)));
-      const long long* grid;
-      if constexpr (kC == Codebook::kIq3S) {
-        const __m256i high = _mm256_set1_epi32(qs[offsetof(Block, qh) - 2 + P]);
-        idx = _mm256_or_si256(idx, _mm256_and_si256(_mm256_sllv_epi32(high, _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1)),
-                                                     _mm256_set1_epi32(0x100)));
-        grid = reinterpret_cast<const long long*>(quant::kIq3sGrid.data());
-      } else {
-        grid = reinterpret_cast<const long long*>(quant::kIq3xxsGrid.data());
-      }
-      const V8 entries{_mm256_i32gather_epi32(reinterpret_cast<const int*>(grid), idx, 8)};
-      if constexpr (kC == Codebook::kIq3S) {
-        // Vector k's sign byte to 8 bytes of -1 (bit i set) or +1: byte 8k + i of the piece
-        // tests bit i of sign byte k.
-        uint32_t four;
-        std::memcpy(&four, qs + offsetof(Block, signs) - 2 + 4 * P, 4);
-        const __m256i spread = _mm256_shuffle_epi8(
-            _mm256_set1_epi32(static_cast<int>(four)),
-            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-        const __m256i bits = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bits), bits);
-        return {entries, VI8{_mm256_or_si256(set, _mm256_set1_epi8(1))}};
-      } else {
-        uint64_t s[kV];
-        for (size_t i = 0; i < kV; ++i) s[i] = Signs(k0 + i);
-        return {entries, hn::BitCast(DI8(), EntryBytes(s))};
-      }
-    }
-#endif
     uint64_t e[kV], s[kV];
     for (size_t i = 0; i < kV; ++i) {
       e[i] = Entry(k0 + i);
