@@ -122,6 +122,30 @@ TEST(SplitPlacement, LayerCountsAreCheckedAgainstTheModel) {
   EXPECT_HAS(test::open_model_error(options), "nosuch");
 }
 
+// --no-repack reaches every cpu part of a split and the cpu part of --gpu-layers: each
+// backend's description says so (the file's rows, no copy in groups).
+TEST(SplitPlacement, NoRepackReachesEveryCpuPart) {
+  FAFO_REQUIRE_SHARED(model_path, "models/stories260K.gguf");
+  for (const bool repack : {true, false}) {
+    OpenOptions options = stories_on("cpu");
+    options.backend.repack = repack;
+    options.split = parse_split("cpu=2,reference=1,cpu");
+    const OpenedModel split = open_model(options);
+    const ModelWeights& w = split.model->runner()->weights();
+    ASSERT_EQ(w.n_devices(), 3);
+    for (const int32_t d : {0, 2})
+      EXPECT_EQ(w.backend(d).description().find("--no-repack") != std::string::npos, !repack) << w.backend(d).description();
+    options = stories_on("reference");
+    options.backend.repack = repack;
+    options.gpu_layers = 2;
+    const OpenedModel layered = open_model(options);
+    const ModelWeights& lw = layered.model->runner()->weights();
+    ASSERT_EQ(lw.n_devices(), 2);
+    EXPECT_EQ(lw.backend(0).name(), "cpu");
+    EXPECT_EQ(lw.backend(0).description().find("--no-repack") != std::string::npos, !repack) << lw.backend(0).description();
+  }
+}
+
 // The default is auto: a model that fits goes whole to the device, one that does not is
 // split and the note says why; -1 insists on every layer there and fails with the sizes.
 TEST(SplitPlacement, TheDefaultSplitsAModelThatDoesNotFitTheDevice) {

@@ -228,7 +228,10 @@ std::string strategies_problem(const std::vector<std::string>& strategies, bool 
 
 DeviceResult run_target_bench(OpenOptions open, const BenchTarget& target, const BenchConfig& config,
                               const BenchObserver& observer) {
-  open.backend = target.spec;
+  // The target's backend, device and threads; the rest as given (--no-repack, --memory-limit).
+  open.backend.name = target.spec.name;
+  open.backend.device = target.spec.device;
+  open.backend.threads = target.spec.threads;
   DeviceResult r;
   try {
     r = run_device_bench(open, config, observer);

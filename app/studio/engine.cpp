@@ -139,7 +139,8 @@ std::shared_ptr<const OpenedModel> Engine::loaded_model(const OpenOptions& o) co
   const OpenOptions& mine = open_options_;
   const bool same = model_ && o.path == mine.path && o.backend.name == mine.backend.name &&
                     o.backend.device == mine.backend.device && o.backend.threads == mine.backend.threads &&
-                    o.backend.memory_limit == mine.backend.memory_limit && o.n_ctx == mine.n_ctx &&
+                    o.backend.memory_limit == mine.backend.memory_limit && o.backend.repack == mine.backend.repack &&
+                    o.n_ctx == mine.n_ctx &&
                     o.kv_type == mine.kv_type && o.chat_template == mine.chat_template &&
                     o.gpu_layers == mine.gpu_layers && o.split == mine.split;
   return same ? model_ : nullptr;

@@ -61,14 +61,10 @@ class CpuKernels final : public host::HostKernels {
   }
 
   // Q4_0, IQ4_NL, MXFP4, Q8_0, Q5_0, Q4_K, Q5_K and Q6_K rows in groups of 8 (q8_groups.h); none
-  // without repack_ (--no-repack) or where FAFO_CPU_NO_GROUPS=1 (the file's rows, and no copy:
-  // less memory, slower prompts).
+  // without repack_ (--no-repack or FAFO_CPU_NO_GROUPS=1: the file's rows, and no copy: less
+  // memory, slower prompts).
   std::vector<uint8_t> arrange(const host::HostWeight& w, ThreadPool& pool) const override {
-    static const bool no_groups = [] {
-      const char* v = std::getenv("FAFO_CPU_NO_GROUPS");
-      return v != nullptr && std::string_view(v) == "1";
-    }();
-    if (no_groups || !repack_) return {};
+    if (!repack_) return {};
     std::vector<uint8_t> out(cpu::grouped_bytes(w));
     if (out.empty()) return out;
     const int64_t groups = (w.rows + cpu::kGroupRows - 1) / cpu::kGroupRows;
@@ -180,8 +176,16 @@ std::unique_ptr<Backend> make_cpu_backend(int n_threads, bool repack) {
 namespace cpu {
 
 std::unique_ptr<Backend> make_cpu_backend(int n_threads, host::AttentionMutation mutation, bool repack) {
+  static const bool no_groups = [] {
+    const char* v = std::getenv("FAFO_CPU_NO_GROUPS");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  repack = repack && !no_groups;
+  // Without the groups the description says so: it names the backend in bench reports and
+  // keys the step costs kept between runs (prompts cost about twice as much).
   return host::make_host_backend(n_threads,
-                                 {"cpu", std::string("CPU backend (") + simd_target_name() + " SIMD)",
+                                 {"cpu", std::string("CPU backend (") + simd_target_name() + " SIMD" +
+                                             (repack ? ")" : ", the file's rows: --no-repack)"),
                                   BackendNumerics{false, kTolerance, kRoundedMatmulTolerance, kHalfMatmulTolerance}, true,
                                   mutation},
                                  std::make_unique<CpuKernels>(repack));
