@@ -3,7 +3,8 @@
 // IntUnit) in GLSL, so both give the same bits on a device with fused multiply-adds.
 //
 // A row is cut into units (Q8_0: a block of 32; Q6_K: a run of 32 values, its two
-// signed sub-block scales; Q4_K/Q5_K: a pair of sub-blocks of 32, 64 values). A unit's
+// signed sub-block scales; Q4_K/Q5_K: a pair of sub-blocks of 32, 64 values; Q4_0,
+// IQ4_NL, MXFP4: a block of 32 4-bit codes; IQ4_XS: a sub-block of 32 of them). A unit's
 // weights are IU_WORDS words of four signed bytes (word k: values 4k..4k + 3); its
 // IU_SUMS integer sums are the dot products of words [i IU_WORDS_PER_SUM, +
 // IU_WORDS_PER_SUM) with the rounded activations' bytes at the same values (exact: four
@@ -16,7 +17,8 @@
 //
 // The including shader declares the weights as `w_words[]` (dequant.glsl's readers)
 // and the rounded activations as `xq[]`, and #defines one of FORMAT_Q8_0, FORMAT_Q6_K,
-// FORMAT_Q4_K, FORMAT_Q5_K, then includes dequant.glsl and this file.
+// FORMAT_Q4_K, FORMAT_Q5_K, FORMAT_Q4_0, FORMAT_IQ4_NL, FORMAT_IQ4_XS, FORMAT_MXFP4,
+// then includes dequant.glsl and this file.
 #ifndef FAFO_INT_UNITS_GLSL
 #define FAFO_INT_UNITS_GLSL
 
@@ -32,14 +34,23 @@
 #define IU_VALUES 64u
 #define IU_SUMS 2u
 #define IU_WORDS_PER_SUM 8u
+#elif defined(FORMAT_Q4_0) || defined(FORMAT_IQ4_NL) || defined(FORMAT_IQ4_XS) || defined(FORMAT_MXFP4)
+#define IU_CODES 1  // groups of 32 4-bit codes, one scale each
+#define IU_VALUES 32u
+#define IU_SUMS 1u
+#define IU_WORDS_PER_SUM 8u
 #else
-#error "integer products: Q8_0, Q6_K, Q4_K or Q5_K"
+#error "integer products: Q8_0, Q6_K, Q4_K, Q5_K, Q4_0, IQ4_NL, IQ4_XS or MXFP4"
+#endif
+#ifndef IU_CODES
+#define IU_CODES 0
 #endif
 #define IU_WORDS (IU_VALUES / 4u)
 #define IU_BLOCKS (IU_VALUES / 32u)  // activation blocks a unit spans
 
-// A unit's scales: Q8_0 f.x = d; Q6_K f.x = d, i = (sc_a, sc_b); Q4_K/Q5_K f = (d sc_0,
-// d sc_1, dmin m_0, dmin m_1), each product formed once (exact in a float).
+// A unit's scales: Q8_0 and the 4-bit codes f.x = d; Q6_K f.x = d, i = (sc_a, sc_b);
+// Q4_K/Q5_K f = (d sc_0, d sc_1, dmin m_0, dmin m_1), each product formed once (exact in
+// a float).
 struct IuScales {
   vec4 f;
   ivec2 i;
@@ -70,6 +81,23 @@ int iu_dot4(uint a, uint b, int c) {
 // Each byte b (0..63) of w as the signed byte b - 32 (no borrow crosses bytes).
 uint iu_minus_32(uint w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
 
+#if IU_CODES
+// A word of four codes (bytes 0..15) as four signed weights: Q4_0 code - 8, the others
+// table[code] (dequant.glsl's DQ_TABLE, four entries to a word).
+uint iu_code_bytes(uint c) {
+#if defined(FORMAT_Q4_0)
+  return ((c | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
+#else
+  uint r = 0u;
+  [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+    const uint code = (c >> (8u * k)) & 0xfu;
+    r |= ((DQ_TABLE[code >> 2] >> ((code & 3u) << 3)) & 0xffu) << (8u * k);
+  }
+  return r;
+#endif
+}
+#endif
+
 // Unit u of the row at byte row_off: its words and scales.
 void iu_load(uint row_off, uint u, out uint wd[IU_WORDS], out IuScales sc) {
   sc.f = vec4(0.0);
@@ -88,6 +116,29 @@ void iu_load(uint row_off, uint u, out uint wd[IU_WORDS], out IuScales sc) {
   }
   sc.f.x = dq_half(dq_u16(b + 208u));
   sc.i = ivec2(dq_i8(b + 192u + 8u * h + 2u * k4), dq_i8(b + 192u + 8u * h + 2u * k4 + 1u));
+#elif IU_CODES
+  // Value j < 16 of the group is the low nibble of code byte j, value j + 16 the high one.
+#if defined(FORMAT_IQ4_XS)
+  const uint b = row_off + 136u * (u / 8u), ib = u % 8u;
+  const uvec4 codes = dq_load16(b + 8u + 16u * ib);
+  const uint low4 = (dq_u8(b + 4u + (ib >> 1)) >> (4u * (ib & 1u))) & 0xfu;
+  const uint high2 = (dq_u16(b + 2u) >> (2u * ib)) & 3u;
+  precise float d = dq_half(dq_u16(b)) * float(int(low4 | (high2 << 4)) - 32);
+  sc.f.x = d;
+#elif defined(FORMAT_MXFP4)
+  const uint b = row_off + 17u * u;
+  const uvec4 codes = dq_load16_any(b + 1u);
+  const uint e = dq_u8(b);
+  sc.f.x = uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+#else
+  const uint b = row_off + 18u * u;
+  const uvec4 codes = dq_load16(b + 2u);
+  sc.f.x = dq_half(dq_u16(b));
+#endif
+  [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+    wd[k] = iu_code_bytes(codes[k] & 0x0f0f0f0fu);
+    wd[4u + k] = iu_code_bytes((codes[k] >> 4) & 0x0f0f0f0fu);
+  }
 #else
 #if defined(FORMAT_Q5_K)
   const uint b = row_off + 176u * (u / 4u);
@@ -140,7 +191,7 @@ void iu_sums(uint wd[IU_WORDS], uint q0, out int sums[IU_SUMS]) {
 // acc plus the unit's value (int_ops.h's IntUnit::add_to), with the activation blocks'
 // scales xd[b] and d sum xs[b] for b < IU_BLOCKS.
 float iu_add_to(float acc, IuScales sc, int sums[IU_SUMS], float xd[IU_BLOCKS], float xs[IU_BLOCKS]) {
-#if defined(FORMAT_Q8_0)
+#if defined(FORMAT_Q8_0) || IU_CODES
   precise float dd = sc.f.x * xd[0];
   precise float r = fma(dd, float(sums[0]), acc);
   return r;

@@ -287,7 +287,7 @@ CmF add_unit(CmF acc, uint r0, uint c0) {
   // cooperative-matrix specs leave each type's layout to the device): the integer
   // expression is computed on integer fragments, then converted element by element (as
   // int_units.glsl converts it) to a float fragment that meets only float ones.
-#if defined(FORMAT_Q8_0) || defined(FORMAT_Q6_K)
+#if !defined(FORMAT_Q4_K) && !defined(FORMAT_Q5_K)  // one scale a row (Q6_K: and two integer ones)
   const CmF d = row_f(RS(0u) + r0);
   const CmF xd = token_f(TS_XD(0u) + c0);
 #if defined(FORMAT_Q6_K)

@@ -295,9 +295,9 @@ TEST(CudaIntOps, NearestQuotientIsTheNearestIntegerTiesToEven) {
   EXPECT_EQ(fafo::cuda::nearest_quotient(127.0f, 1.0f), 127);
 }
 
-// The integer products of Q4_K, Q5_K, Q6_K and Q8_0 rows (fafo's quantizers on random
-// floats, and random bytes): each unit's value (IntUnit: its integer sums, then its
-// scales) is the exact dot product of the decoded weights with the rounded activations
+// The integer products of Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS and MXFP4 rows
+// (fafo's quantizers on random floats, and random bytes): each unit's value (IntUnit:
+// its integer sums, then its scales) is the exact dot product of the decoded weights with the rounded activations
 // (q * d) within a few roundings; IntMatmulWarpOp's warps give int_row_dot's bits for
 // every token whatever the step size (T-invariant), accumulate onto the output, and the
 // gated form gives silu(gate) * up of the two rows' products; the tensor-core kernel of
@@ -308,15 +308,16 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
   fafo::cuda::HostDevice device;
   std::mt19937 rng(19);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q4_0,
+                                TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4})
     for (const bool long_rows : {false, true}) {
     SCOPED_TRACE(std::string(name_of(type)) + (long_rows ? ", long rows" : ""));
     ASSERT_TRUE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(type)));
     // 40 rows: the tensor-core kernel's blocks of 32 rows (gated: 16), one partial. Long
     // rows: 264 or 266 units, over 8 a lane sum.
     const uint32_t unit_values = type == TensorType::Q4_K || type == TensorType::Q5_K ? 64 : 32;
-    const uint32_t cols = long_rows ? (type == TensorType::Q8_0 ? 266 * 32 : 264 * unit_values)
-                                    : (type == TensorType::Q8_0 ? 24 * 32 : 3 * 256);
+    const bool block32 = fafo::tensor_type_info(type).block_size == 32;
+    const uint32_t cols = long_rows ? (block32 ? 266 * 32 : 264 * unit_values) : (block32 ? 24 * 32 : 3 * 256);
     const uint32_t rows = 40, T_max = long_rows ? 70 : 130;
     const std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 23);
     const uint64_t row_bytes = fafo::tensor_row_bytes(type, cols);
@@ -420,7 +421,8 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
       }
     });
   }
-  EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::Q4_0)));
+  EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::Q4_1)));
+  EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::IQ3_S)));
   EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::F16)));
 }
 
@@ -434,7 +436,8 @@ TEST(CudaIntOps, UnitsJoinALaneSumByTheirFusedExpression) {
   std::mt19937 rng(41);
   std::uniform_real_distribution<float> scale(0.0f, 0.05f), partial(-3.0f, 3.0f);
   const auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q6_K, TensorType::Q4_K, TensorType::Q5_K}) {
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q6_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q4_0,
+                                TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
     SCOPED_TRACE(name_of(type));
     const uint32_t rows = 64, cols = 4 * 256;
     const std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 43);
@@ -442,7 +445,9 @@ TEST(CudaIntOps, UnitsJoinALaneSumByTheirFusedExpression) {
     fafo::cuda::with_format(static_cast<uint32_t>(type), [&]<Format F>() {
       if constexpr (fafo::cuda::has_int_product<F>) {
         using Unit = fafo::cuda::IntUnit<F>;
-        const int32_t largest = 32 * (F == Format::Q4_K ? 15 : 31) * 127;  // of a sum over 32 (Q6_K, Q8_0: 16 or 32) values
+        // Of a sum over 32 (Q6_K: 16) values; IQ4's table reaches 127.
+        const bool table = F == Format::IQ4_NL || F == Format::IQ4_XS || F == Format::MXFP4;
+        const int32_t largest = 32 * (F == Format::Q4_K ? 15 : table ? 127 : 31) * 127;
         std::uniform_int_distribution<int32_t> sum(-largest, largest);
         uint32_t checked = 0;
         for (uint32_t r = 0; r < rows; ++r)
@@ -468,6 +473,18 @@ TEST(CudaIntOps, UnitsJoinALaneSumByTheirFusedExpression) {
                 const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b + 208));
                 const int32_t sc_a = static_cast<int8_t>(b[192 + 8 * h + 2 * k4]), sc_b = static_cast<int8_t>(b[192 + 8 * h + 2 * k4 + 1]);
                 want = std::fma(d * x.d[0], static_cast<float>(sc_a * sums[0] + sc_b * sums[1]), acc);
+              } else if constexpr (F == Format::Q4_0 || F == Format::IQ4_NL) {
+                const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(row + 18 * u));
+                want = std::fma(d * x.d[0], static_cast<float>(sums[0]), acc);
+              } else if constexpr (F == Format::IQ4_XS) {
+                const uint8_t* b = row + 136 * (u / 8);
+                const uint32_t ib = u % 8;
+                const int32_t ls = static_cast<int32_t>(((b[4 + ib / 2] >> (4 * (ib % 2))) & 15) | (((fafo::cuda::read_u16(b + 2) >> (2 * ib)) & 3) << 4));
+                const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b)) * static_cast<float>(ls - 32);
+                want = std::fma(d * x.d[0], static_cast<float>(sums[0]), acc);
+              } else if constexpr (F == Format::MXFP4) {
+                const float d = std::ldexp(1.0f, static_cast<int>(row[17 * u]) - 128);
+                want = std::fma(d * x.d[0], static_cast<float>(sums[0]), acc);
               } else {
                 const uint8_t* b = row + (F == Format::Q4_K ? 144 : 176) * (u / 4);
                 const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b));

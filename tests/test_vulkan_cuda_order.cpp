@@ -110,38 +110,24 @@ TEST_F(VulkanOrder, RowDotGivesTheVulkanMatmulBitsForEveryFormat) {
   }
 }
 
-// The Vulkan integer products (Kernels::quantize_rows, WeightKernels::matmul with
-// MatmulVariant::int8) are the CUDA backend's: the rounded activations bit for bit
-// (normalized first, those of rms_norm's rows: 2,560 columns, three workgroups a row)
-// (exact halves x = (n + 1/2) d and their neighbours included: d = 1 for a block whose
-// largest magnitude is 127; a zero block), and each product int_row_dot's order, with
-// the device's multiply-add fused or rounded (the same one throughout), for every
-// mapping (split rows portable and with subgroups where the device has them, whole
-// rows; split rows also by the integer dot product instruction where the device has it:
-// lavapipe does) and step sizes across tiles (1, 3, 9, 33); the gated form is the plain
-// products' SwiGLU (Kernels::swiglu) and an accumulating one adds the product. Rows of
-// 80 units (Q8_0, Q6_K) or 40 (Q4_K, Q5_K): lanes of one and of two units.
-TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
-#if FAFO_SPIRV_DOT4
-  EXPECT_EQ(kernels_->uses_dot(), context_->features().integer_dot_product);  // lavapipe has the feature
-#else
-  EXPECT_FALSE(kernels_->uses_dot());  // built without spirv-tools or python3: no such variants
-#endif
+// The check below for `types` at step sizes `steps`.
+void integer_products_give_the_cuda_bits(const fafo::vulkan::Context& context, fafo::vulkan::WeightKernels& weight_kernels,
+                                         std::initializer_list<TensorType> types, std::initializer_list<uint32_t> steps) {
   using fafo::vulkan::MatmulMapping;
   using fafo::vulkan::MatmulReduction;
-  fafo::vulkan::Kernels kernels(*context_);
+  fafo::vulkan::Kernels kernels(context);
   fafo::cuda::HostDevice device;
   std::mt19937 rng(8);
   std::uniform_real_distribution<float> value(-3.0f, 3.0f);
   const uint32_t cols = 2560, rows = 6, words = fafo::vulkan::Kernels::q8_row_words(cols), blocks = cols / 32;
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+  for (const TensorType type : types) {
     SCOPED_TRACE(name_of(type));
     ASSERT_TRUE(fafo::vulkan::WeightKernels::has_int8(type));
     std::vector<uint8_t> bytes = test_rows(type, rows, cols, 21);  // 2 x rows: gate, then up
     const size_t row_bytes = fafo::tensor_row_bytes(type, cols);
     bytes.resize(fafo::vulkan::WeightKernels::weight_bytes(type, 2 * rows, cols), 0);  // gated: 2 x rows
-    const Buffer bw = upload(*context_, bytes.data(), bytes.size());
-    for (const uint32_t T : {1u, 3u, 9u, 33u}) {
+    const Buffer bw = upload(context, bytes.data(), bytes.size());
+    for (const uint32_t T : steps) {
       SCOPED_TRACE("T " + std::to_string(T));
       std::vector<float> x(size_t{T} * cols);
       for (float& v : x) v = value(rng);
@@ -154,10 +140,10 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
       if (T > 1)
         for (uint32_t k = 0; k < 32; ++k) x[cols + 64 + k] = 0.0f;  // row 1, block 2
       // The rounding: the Vulkan kernel's words against QuantizeRowsOp's q, d and d sum.
-      const Buffer bx = upload(*context_, x.data(), x.size() * sizeof(float));
-      const Buffer bq(*context_, size_t{T} * words * 4);
+      const Buffer bx = upload(context, x.data(), x.size() * sizeof(float));
+      const Buffer bq(context, size_t{T} * words * 4);
       {
-        CommandSequence seq(*context_);
+        CommandSequence seq(context);
         kernels.quantize_rows(seq, bx, bq, T, cols, cols);
         seq.submit_and_wait();
       }
@@ -181,10 +167,10 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
       {
         std::vector<float> gain(cols);
         for (float& g : gain) g = value(rng);
-        const Buffer bg = upload(*context_, gain.data(), gain.size() * sizeof(float));
-        const Buffer fused(*context_, size_t{T} * words * 4), apart(*context_, size_t{T} * words * 4),
-            normed(*context_, x.size() * sizeof(float));
-        CommandSequence seq(*context_);
+        const Buffer bg = upload(context, gain.data(), gain.size() * sizeof(float));
+        const Buffer fused(context, size_t{T} * words * 4), apart(context, size_t{T} * words * 4),
+            normed(context, x.size() * sizeof(float));
+        CommandSequence seq(context);
         kernels.quantize_rows(seq, bx, fused, T, cols, cols, &bg, 1e-5f);
         kernels.rms_norm(seq, bx, bg, normed, T, cols, 1e-5f);
         kernels.quantize_rows(seq, normed, apart, T, cols, cols);
@@ -205,10 +191,10 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
       // The products, each mapping.
       std::vector<std::pair<MatmulMapping, MatmulReduction>> mappings = {{MatmulMapping::WholeRows, MatmulReduction::Auto},
                                                                         {MatmulMapping::SplitRows, MatmulReduction::Portable}};
-      if (kernels_->has_subgroup_variant(1)) mappings.push_back({MatmulMapping::SplitRows, MatmulReduction::Subgroup});
+      if (weight_kernels.has_subgroup_variant(1)) mappings.push_back({MatmulMapping::SplitRows, MatmulReduction::Subgroup});
       mappings.push_back({MatmulMapping::MatrixTiles, MatmulReduction::Auto});  // plain loops here
       std::vector<std::pair<MatmulMapping, MatmulReduction>> with_dot;  // split rows: also by the dot instruction
-      if (kernels_->uses_dot())
+      if (weight_kernels.uses_dot())
         for (const auto& m : mappings)
           if (m.first == MatmulMapping::SplitRows) with_dot.push_back(m);
       const size_t plain = mappings.size();
@@ -229,25 +215,25 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
         if (mapping == MatmulMapping::SplitRows) variant.dot = dot;
         if (mapping == MatmulMapping::MatrixTiles) variant.matrix = false;
         const fafo::vulkan::MatmulShape shape{T, rows, cols, words, rows, 0};
-        const Buffer out(*context_, size_t{T} * rows * 4), up(*context_, size_t{T} * rows * 4),
-            gated(*context_, size_t{T} * rows * 4), silu(*context_, size_t{T} * rows * 4);
+        const Buffer out(context, size_t{T} * rows * 4), up(context, size_t{T} * rows * 4),
+            gated(context, size_t{T} * rows * 4), silu(context, size_t{T} * rows * 4);
         std::vector<float> base(size_t{T} * rows);
         for (float& v : base) v = value(rng);
-        const Buffer sum = upload(*context_, base.data(), base.size() * 4);
+        const Buffer sum = upload(context, base.data(), base.size() * 4);
         {
-          CommandSequence seq(*context_);
-          kernels_->matmul(seq, type, bw, bq, out, shape, variant);
+          CommandSequence seq(context);
+          weight_kernels.matmul(seq, type, bw, bq, out, shape, variant);
           fafo::vulkan::MatmulShape add = shape;
           add.accumulate = true;
-          kernels_->matmul(seq, type, bw, bq, sum, add, variant);
+          weight_kernels.matmul(seq, type, bw, bq, sum, add, variant);
           seq.submit_and_wait();
         }
         {
           // The up projection's rows (rows .. 2 rows - 1 of the weight) alone, then the gated product.
-          const Buffer bu = upload(*context_, bytes.data() + rows * row_bytes, bytes.size() - rows * row_bytes);
-          CommandSequence seq(*context_);
-          kernels_->matmul(seq, type, bu, bq, up, shape, variant);
-          kernels_->matmul_gated(seq, type, bw, bq, gated, shape, variant);
+          const Buffer bu = upload(context, bytes.data() + rows * row_bytes, bytes.size() - rows * row_bytes);
+          CommandSequence seq(context);
+          weight_kernels.matmul(seq, type, bu, bq, up, shape, variant);
+          weight_kernels.matmul_gated(seq, type, bw, bq, gated, shape, variant);
           kernels.swiglu(seq, out, up, silu, T * rows);
           seq.submit_and_wait();
         }
@@ -283,6 +269,35 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
   }
 }
 
+// The Vulkan integer products (Kernels::quantize_rows, WeightKernels::matmul with
+// MatmulVariant::int8) are the CUDA backend's: the rounded activations bit for bit
+// (normalized first, those of rms_norm's rows: 2,560 columns, three workgroups a row)
+// (exact halves x = (n + 1/2) d and their neighbours included: d = 1 for a block whose
+// largest magnitude is 127; a zero block), and each product int_row_dot's order, with
+// the device's multiply-add fused or rounded (the same one throughout), for every
+// mapping (split rows portable and with subgroups where the device has them, whole
+// rows; split rows also by the integer dot product instruction where the device has it:
+// lavapipe does) and step sizes across tiles (1, 3, 9, 33); the gated form is the plain
+// products' SwiGLU (Kernels::swiglu) and an accumulating one adds the product. Rows of
+// 80 units (Q8_0, Q6_K) or 40 (Q4_K, Q5_K): lanes of one and of two units.
+TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
+#if FAFO_SPIRV_DOT4
+  EXPECT_EQ(kernels_->uses_dot(), context_->features().integer_dot_product);  // lavapipe has the feature
+#else
+  EXPECT_FALSE(kernels_->uses_dot());  // built without spirv-tools or python3: no such variants
+#endif
+  integer_products_give_the_cuda_bits(*context_, *kernels_, {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K},
+                                      {1u, 3u, 9u, 33u});
+}
+
+// The same for the groups of 4-bit codes (one scale each, a table or code - 8: units of
+// 32 values as Q8_0's), at a one-token step and one over a 32-token tile (the matrix
+// tiles' two token tiles): 80 units a row.
+TEST_F(VulkanOrder, IntegerProductsOfFourBitCodesGiveTheCudaBits) {
+  integer_products_give_the_cuda_bits(*context_, *kernels_,
+                                      {TensorType::Q4_0, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}, {1u, 33u});
+}
+
 // The matrix tiles (shaders/matmul_tiles.comp; here their plain-loop form, on a GPU with
 // cooperative matrices also the instructions) give the whole-rows integer products' bits
 // (IntegerProductsGiveTheCudaBits ties those to CUDA's) for every shape a tile meets:
@@ -314,7 +329,7 @@ TEST_F(VulkanOrder, MatrixTilesGiveTheOtherMappingsBitsForEveryShape) {
     v.mapping = MatmulMapping::MatrixTiles;
     EXPECT_NE(message(v, TensorType::Q4_K).find("is for integer products"), std::string::npos);
     v.int8 = true;
-    EXPECT_NE(message(v, TensorType::Q4_0).find("no integer products for Q4_0"), std::string::npos);
+    EXPECT_NE(message(v, TensorType::Q4_1).find("no integer products for Q4_1"), std::string::npos);
     v.tile = 16;
     EXPECT_NE(message(v, TensorType::Q4_K).find("tiles of 32 tokens, not 16"), std::string::npos);
     v.tile = 0;

@@ -1,15 +1,16 @@
 // The CUDA backend's integer products: the warp kernels' product for weights in Q4_K,
-// Q5_K, Q6_K and Q8_0 (has_int_product), for every step size, as llama.cpp's CUDA
-// backend multiplies them:
+// Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS and MXFP4 (has_int_product), for every step
+// size, as llama.cpp's CUDA backend multiplies them:
 //   1. QuantizeRowsOp rounds each activation row to 8 bits per block of 32 values
 //      (d = max |x| RN(1 / 127), q = the integer nearest to x / d, and d times the
 //      block's sum of q: no division, so every device rounds alike), after the
 //      RMSNorm when one is fused (the bits of RmsNormWarpOp's values);
 //   2. IntMatmulWarpOp: a warp per weight row and tile of up to 8 tokens; the row is cut
 //      into units (IntUnit: a Q8_0 block, a Q6_K run of 32 values, a pair of Q4_K/Q5_K
-//      sub-blocks of 32), lane l takes units l, l + 32, ...; a unit's dot products with
-//      the rounded activations are integer sums (dot4: four byte products at a time,
-//      __dp4a on the GPU), exact in any order; lane l adds each unit's value to its sum
+//      sub-blocks of 32, a group of 32 4-bit codes), lane l takes units l, l + 32, ...;
+//      a unit's dot products with the rounded activations are integer sums (dot4: four
+//      byte products at a time, __dp4a on the GPU), exact in any order; lane l adds each
+//      unit's value to its sum
 //      in unit order by one fixed float expression of those sums and the scales
 //      (IntUnit::add_to: fused multiply-adds), and the warp adds the 32 lane sums by
 //      dot_order.h's tree.
@@ -37,7 +38,8 @@ constexpr uint32_t kQ8Block = 32;  // activation values per rounding block
 
 // The formats with an integer product.
 template <Format F>
-constexpr bool has_int_product = F == Format::Q4_K || F == Format::Q5_K || F == Format::Q6_K || F == Format::Q8_0;
+constexpr bool has_int_product = F == Format::Q4_K || F == Format::Q5_K || F == Format::Q6_K || F == Format::Q8_0 ||
+                                  F == Format::Q4_0 || F == Format::IQ4_NL || F == Format::IQ4_XS || F == Format::MXFP4;
 inline bool has_int_product_for(uint32_t type) {
   bool yes = false;
   with_format(type, [&]<Format F>() { yes = has_int_product<F>; });
@@ -134,6 +136,70 @@ FAFO_HD void load_words32_a2(const uint8_t* p, uint32_t out[8]) {
 
 // Each byte b (0..63) of w as the signed byte b - 32 (no borrow crosses bytes).
 FAFO_HD uint32_t bytes_minus_32(uint32_t w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
+// Each byte b (0..15) of w as the signed byte b - 8.
+FAFO_HD uint32_t bytes_minus_8(uint32_t w) { return ((w | 0x80808080u) - 0x08080808u) ^ 0x80808080u; }
+
+// Bytes of the pool y:x (x's bytes 0..3, then y's) picked by the four selectors (0..7)
+// in the low nibbles of s's bytes 0..3: __byte_perm's default mode on the GPU, the same
+// selection on the host.
+FAFO_HD uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t pool = (uint64_t{y} << 32) | x;
+  uint32_t r = 0;
+  for (uint32_t k = 0; k < 4; ++k) r |= static_cast<uint32_t>((pool >> (8 * ((s >> (4 * k)) & 7u))) & 0xffu) << (8 * k);
+  return r;
+#endif
+}
+
+// Each byte (a code 0..15) of c replaced by entry c of a table of 16 signed bytes
+// (block_decode.h's table_value: IQ4_NL's and IQ4_XS's non-linear grid, or with Fp4
+// MXFP4's doubled fp4 numbers), held four to a word: two byte permutations pick entry
+// c & 7 from the table's low and high halves, bit 3 of the code chooses.
+template <bool Fp4>
+FAFO_HD uint32_t table_bytes(uint32_t c) {
+  constexpr uint32_t t0 = Fp4 ? 0x03020100u : 0xbfad9881u, t1 = Fp4 ? 0x0c080604u : 0xf6eaddcfu;
+  constexpr uint32_t t2 = Fp4 ? 0xfdfeff00u : 0x26190d01u, t3 = Fp4 ? 0xf4f8fafcu : 0x71594535u;
+  const uint32_t low3 = c & 0x07070707u;
+  const uint32_t packed = low3 | (low3 >> 4);  // codes 0 and 1 in bits 0..7, 2 and 3 in 16..23
+  const uint32_t selector = (packed & 0xffu) | ((packed >> 8) & 0xff00u);
+  const uint32_t low = byte_perm(t0, t1, selector), high = byte_perm(t2, t3, selector);
+  const uint32_t high_mask = ((c >> 3) & 0x01010101u) * 0xffu;
+  return (low & ~high_mask) | (high & high_mask);
+}
+
+// A 32-value group whose value j < 16 is the low nibble of byte j of its 16 code bytes
+// (as four words) and value j + 16 the high nibble: word k < 4 of the unit is the low
+// nibbles of code word k, word 4 + k the high ones.
+FAFO_HD void nibble_words(const uint32_t codes[4], uint32_t out[8]) {
+  FAFO_UNROLL
+  for (uint32_t k = 0; k < 4; ++k) {
+    out[k] = codes[k] & 0x0f0f0f0fu;
+    out[4 + k] = (codes[k] >> 4) & 0x0f0f0f0fu;
+  }
+}
+// The four words of 16 code bytes at p aligned to 4 (Aligned4) or to 2.
+template <bool Aligned4>
+FAFO_HD void code_words(const uint8_t* p, uint32_t out[4]) {
+  FAFO_UNROLL
+  for (uint32_t k = 0; k < 4; ++k) out[k] = Aligned4 ? load_word4(p + 4 * k) : load_word2(p + 4 * k);
+}
+// The four words of 16 bytes at any address (MXFP4's codes follow a 1-byte scale in
+// 17-byte blocks): the aligned words at or below p shifted into place, and the bytes
+// past the last aligned word read one by one, so nothing past p + 16 is read.
+FAFO_HD void code_words_a1(const uint8_t* p, uint32_t out[4]) {
+  const uint32_t misaligned = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 3u);
+  const uint8_t* a = p - misaligned;
+  uint32_t w[5];
+  FAFO_UNROLL
+  for (uint32_t k = 0; k < 4; ++k) w[k] = load_word4(a + 4 * k);
+  w[4] = 0;
+  for (uint32_t i = 0; i < misaligned; ++i) w[4] |= uint32_t{a[16 + i]} << (8 * i);
+  FAFO_UNROLL
+  for (uint32_t k = 0; k < 4; ++k)
+    out[k] = static_cast<uint32_t>(((uint64_t{w[k + 1]} << 32) | w[k]) >> (8 * misaligned));
+}
 
 // RN(1 / 127): a block's scale is its largest magnitude times this (one rounding,
 // the same on every device: Vulkan's division is not correctly rounded, its product is).
@@ -334,6 +400,74 @@ struct IntUnit<Format::Q6_K> {
     return mul_add<M>(mul_rn(w.d, x.d[0]), int_to_float(w.sc_a * sums[0] + w.sc_b * sums[1]), acc);
   }
 };
+
+// The 32-value groups of 4-bit codes, one scale each: acc = fma(d * d_x, sum, acc) as
+// Q8_0 (d * d_x exact unless it underflows), the weights being
+//   Q4_0:   code - 8, d the half at 0, codes at 2 (18-byte blocks);
+//   IQ4_NL: table[code] (table_bytes), as Q4_0's layout;
+//   IQ4_XS: table[code], unit u sub-block u % 8 of a 136-byte block of 256, d = the half
+//           at 0 times its 6-bit scale - 32 (exact), codes at 8 + 16 (u % 8);
+//   MXFP4:  table[code] (doubled fp4 numbers), d = 2^(e - 128) for the byte e at 0,
+//           codes at 1 (17-byte blocks).
+template <Format F>
+struct IntUnitNibbles {
+  static constexpr uint32_t kValues = 32, kSums = 1, kWordsPerSum = 8;
+  struct Scales {
+    float d;
+  };
+  static FAFO_HD const uint8_t* codes(const uint8_t* row, uint32_t u) {
+    if constexpr (F == Format::IQ4_XS) return row + 136ull * (u / 8) + 8 + 16 * (u % 8);
+    else if constexpr (F == Format::MXFP4) return row + 17ull * u + 1;
+    else return row + 18ull * u + 2;
+  }
+  static FAFO_HD uint32_t signed_word(uint32_t nibbles) {
+    if constexpr (F == Format::Q4_0) return bytes_minus_8(nibbles);
+    else return table_bytes<F == Format::MXFP4>(nibbles);
+  }
+  // The unit's 16 code bytes as four words: IQ4_XS's at offsets of 8 in blocks of 136
+  // (aligned to 4), MXFP4's at any offset, Q4_0's and IQ4_NL's at even ones.
+  static FAFO_HD void code_words_of(const uint8_t* row, uint32_t u, uint32_t c[4]) {
+    if constexpr (F == Format::MXFP4) code_words_a1(codes(row, u), c);
+    else code_words<F == Format::IQ4_XS>(codes(row, u), c);
+  }
+  static FAFO_HD void words(const uint8_t* row, uint32_t u, uint32_t out[kValues / 4]) {
+    uint32_t c[4], n[8];
+    code_words_of(row, u, c);
+    nibble_words(c, n);
+    FAFO_UNROLL
+    for (uint32_t k = 0; k < 8; ++k) out[k] = signed_word(n[k]);
+  }
+  static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) {
+    uint32_t c[4];
+    code_words_of(row, u, c);
+    return signed_word(k < 4 ? c[k] & 0x0f0f0f0fu : (c[k - 4] >> 4) & 0x0f0f0f0fu);
+  }
+  static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) {
+    if constexpr (F == Format::IQ4_XS) {
+      const uint8_t* b = row + 136ull * (u / 8);
+      const uint32_t ib = u % 8;
+      const uint32_t low4 = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xfu, high2 = (read_u16(b + 2) >> (2 * ib)) & 3u;
+      return Scales{mul_rn(half_bits_to_float(read_u16(b)), int_to_float(static_cast<int32_t>(low4 | (high2 << 4)) - 32))};
+    } else if constexpr (F == Format::MXFP4) {
+      const uint32_t e = row[17ull * u];
+      return Scales{bits_to_float(e < 2 ? 0x00200000u << e : (e - 1) << 23)};
+    } else {
+      return Scales{half_bits_to_float(read_u16(row + 18ull * u))};
+    }
+  }
+  template <MulAdd M = MulAdd::Fused, class X>
+  static FAFO_HD float add_to(float acc, const Scales& w, const int32_t sums[kSums], const X& x) {
+    return mul_add<M>(mul_rn(w.d, x.d[0]), int_to_float(sums[0]), acc);
+  }
+};
+template <>
+struct IntUnit<Format::Q4_0> : IntUnitNibbles<Format::Q4_0> {};
+template <>
+struct IntUnit<Format::IQ4_NL> : IntUnitNibbles<Format::IQ4_NL> {};
+template <>
+struct IntUnit<Format::IQ4_XS> : IntUnitNibbles<Format::IQ4_XS> {};
+template <>
+struct IntUnit<Format::MXFP4> : IntUnitNibbles<Format::MXFP4> {};
 
 // Q4_K and Q5_K: sub-blocks j = 2i and 2i + 1 of a block (64 values: the low then the
 // high nibbles of 32 bytes; Q5_K's fifth bit from qh bit j). Sub-block j's value is

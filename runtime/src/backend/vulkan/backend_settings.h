@@ -19,7 +19,7 @@ struct BackendSettings {
   bool fuse_norm = true;       // products of up to 8 tokens fuse their RMSNorm
   bool fuse_norm_off = false;  // turned off (not left off by default): integer products' too
   bool replay = true;          // FAFO_VULKAN_REPLAY=0: off
-  bool int8 = false;           // integer products for Q8_0, Q4_K, Q5_K, Q6_K weights
+  bool int8 = false;           // integer products (WeightKernels::has_int8's formats)
   MatrixTilesUse tiles = MatrixTilesUse::Auto;  // Off where int8 is off
   Kernels::AttentionArgs::Mapping attention = Kernels::AttentionArgs::Mapping::Auto;
   bool tune = false;        // tune the products' rows per workgroup

@@ -5,8 +5,8 @@
 // backend/vulkan/weight_shader_table.h. A format's pipelines are created by prepare()
 // (the backend calls it before uploading a model's weights, for all of their formats:
 // the variants the automatic choice uses on this device: split rows on a GPU, whole rows
-// on a CPU device, each plain, gated and with a fused RMSNorm, or for Q8_0, Q4_K, Q5_K and
-// Q6_K with integer products where the backend uses them (MatmulVariant::int8: with the
+// on a CPU device, each plain, gated and with a fused RMSNorm, or for the formats with
+// integer products (has_int8) where the backend uses them (MatmulVariant::int8: with the
 // dot product instruction on split rows where the device and the build have it); several
 // at once, on up to 16 threads); variants asked for explicitly (tests) are created on
 // first use.
@@ -102,7 +102,7 @@ struct MatmulVariant {
   uint32_t max_groups_y = 0;
   // SplitRows only (WholeRows needs no optional feature and takes only Auto or Portable).
   MatmulReduction reduction = MatmulReduction::Auto;
-  // Integer products (Q8_0, Q4_K, Q5_K, Q6_K: has_int8): x holds the activations rounded
+  // Integer products (has_int8: Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, IQ4_XS, MXFP4): x holds the activations rounded
   // to 8 bits by Kernels::quantize_rows, x_stride in words (Kernels::q8_row_words); the
   // CUDA backend's integer products in the same order, so the same bits (shaders/
   // matmul.comp). No InputNorm (the norm goes before the rounding).
