@@ -3,8 +3,9 @@
 // IntUnit) in GLSL, so both give the same bits on a device with fused multiply-adds.
 //
 // A row is cut into units (Q8_0: a block of 32; Q6_K: a run of 32 values, its two
-// signed sub-block scales; Q4_K/Q5_K: a pair of sub-blocks of 32, 64 values; Q4_0,
-// IQ4_NL, MXFP4: a block of 32 4-bit codes; IQ4_XS: a sub-block of 32 of them). A unit's
+// signed sub-block scales, as Q3_K's; Q4_K/Q5_K: a pair of sub-blocks of 32, 64 values;
+// Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4: a block of 32 codes; IQ4_XS: a sub-block of 32
+// of them). A unit's
 // weights are IU_WORDS words of four signed bytes (word k: values 4k..4k + 3); its
 // IU_SUMS integer sums are the dot products of words [i IU_WORDS_PER_SUM, +
 // IU_WORDS_PER_SUM) with the rounded activations' bytes at the same values (exact: four
@@ -16,9 +17,8 @@
 // cols / 32 blocks' scales d, then each block's d times its sum of q (floats as bits).
 //
 // The including shader declares the weights as `w_words[]` (dequant.glsl's readers)
-// and the rounded activations as `xq[]`, and #defines one of FORMAT_Q8_0, FORMAT_Q6_K,
-// FORMAT_Q4_K, FORMAT_Q5_K, FORMAT_Q4_0, FORMAT_IQ4_NL, FORMAT_IQ4_XS, FORMAT_MXFP4,
-// then includes dequant.glsl and this file.
+// and the rounded activations as `xq[]`, and #defines one of the FORMAT_s above, then
+// includes dequant.glsl and this file.
 #ifndef FAFO_INT_UNITS_GLSL
 #define FAFO_INT_UNITS_GLSL
 
@@ -26,7 +26,7 @@
 #define IU_VALUES 32u
 #define IU_SUMS 1u
 #define IU_WORDS_PER_SUM 8u
-#elif defined(FORMAT_Q6_K)
+#elif defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K)
 #define IU_VALUES 32u
 #define IU_SUMS 2u
 #define IU_WORDS_PER_SUM 4u
@@ -34,23 +34,30 @@
 #define IU_VALUES 64u
 #define IU_SUMS 2u
 #define IU_WORDS_PER_SUM 8u
-#elif defined(FORMAT_Q4_0) || defined(FORMAT_IQ4_NL) || defined(FORMAT_IQ4_XS) || defined(FORMAT_MXFP4)
-#define IU_CODES 1  // groups of 32 4-bit codes, one scale each
+#elif defined(FORMAT_Q4_0) || defined(FORMAT_Q5_0) || defined(FORMAT_IQ4_NL) || defined(FORMAT_IQ4_XS) || \
+    defined(FORMAT_MXFP4) || defined(FORMAT_Q4_1) || defined(FORMAT_Q5_1)
+#define IU_CODES 1  // blocks of 32 4- or 5-bit codes, one scale each (and a minimum: IU_MIN)
+#if defined(FORMAT_Q4_1) || defined(FORMAT_Q5_1)
+#define IU_MIN 1
+#endif
 #define IU_VALUES 32u
 #define IU_SUMS 1u
 #define IU_WORDS_PER_SUM 8u
 #else
-#error "integer products: Q8_0, Q6_K, Q4_K, Q5_K, Q4_0, IQ4_NL, IQ4_XS or MXFP4"
+#error "integer products: Q8_0, Q6_K, Q3_K, Q4_K, Q5_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS or MXFP4"
 #endif
 #ifndef IU_CODES
 #define IU_CODES 0
 #endif
+#ifndef IU_MIN
+#define IU_MIN 0
+#endif
 #define IU_WORDS (IU_VALUES / 4u)
 #define IU_BLOCKS (IU_VALUES / 32u)  // activation blocks a unit spans
 
-// A unit's scales: Q8_0 and the 4-bit codes f.x = d; Q6_K f.x = d, i = (sc_a, sc_b);
-// Q4_K/Q5_K f = (d sc_0, d sc_1, dmin m_0, dmin m_1), each product formed once (exact in
-// a float).
+// A unit's scales: Q8_0 and the codes f.x = d (Q4_1/Q5_1: f.y = m); Q6_K and Q3_K
+// f.x = d, i = (sc_a, sc_b); Q4_K/Q5_K f = (d sc_0, d sc_1, dmin m_0, dmin m_1), each
+// product formed once (exact in a float).
 struct IuScales {
   vec4 f;
   ivec2 i;
@@ -82,11 +89,16 @@ int iu_dot4(uint a, uint b, int c) {
 uint iu_minus_32(uint w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
 
 #if IU_CODES
-// A word of four codes (bytes 0..15) as four signed weights: Q4_0 code - 8, the others
-// table[code] (dequant.glsl's DQ_TABLE, four entries to a word).
+// A word of four codes (bytes 0..31) as four signed weights: Q4_0 code - 8, Q5_0
+// code - 16, Q4_1/Q5_1 the code, the others table[code] (dequant.glsl's DQ_TABLE, four
+// entries to a word).
 uint iu_code_bytes(uint c) {
 #if defined(FORMAT_Q4_0)
   return ((c | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
+#elif defined(FORMAT_Q5_0)
+  return ((c | 0x80808080u) - 0x10101010u) ^ 0x80808080u;
+#elif IU_MIN
+  return c;
 #else
   uint r = 0u;
   [[unroll]] for (uint k = 0u; k < 4u; ++k) {
@@ -116,8 +128,26 @@ void iu_load(uint row_off, uint u, out uint wd[IU_WORDS], out IuScales sc) {
   }
   sc.f.x = dq_half(dq_u16(b + 208u));
   sc.i = ivec2(dq_i8(b + 192u + 8u * h + 2u * k4), dq_i8(b + 192u + 8u * h + 2u * k4 + 1u));
+#elif defined(FORMAT_Q3_K)
+  // Half h, plane p: value j from bits 2p of qs[32 + 32h + j] and bit 4h + p of
+  // hmask[j] (weight low - 4 + 4 bit); sub-blocks 2 (u % 8) and + 1, 6-bit scales - 32.
+  const uint b = row_off + 110u * (u / 8u);
+  const uint h = (u % 8u) / 4u, pl = u % 4u;
+  [[unroll]] for (uint k = 0u; k < 8u; ++k) {
+    const uint low = (dq_u32(b + 32u + 32u * h + 4u * k) >> (2u * pl)) & 0x03030303u;
+    const uint hb = (dq_u32(b + 4u * k) >> (4u * h + pl)) & 0x01010101u;
+    wd[k] = (((low | (hb << 2)) | 0x80808080u) - 0x04040404u) ^ 0x80808080u;
+  }
+  sc.f.x = dq_half(dq_u16(b + 108u));
+  [[unroll]] for (uint j = 0u; j < 2u; ++j) {
+    const uint s = 2u * (u % 8u) + j;
+    const uint low4 = s < 8u ? dq_u8(b + 96u + s) & 0xfu : dq_u8(b + 96u + s - 8u) >> 4;
+    const uint high2 = (dq_u8(b + 104u + (s & 3u)) >> (2u * (s >> 2))) & 3u;
+    sc.i[j] = int(low4 | (high2 << 4)) - 32;
+  }
 #elif IU_CODES
-  // Value j < 16 of the group is the low nibble of code byte j, value j + 16 the high one.
+  // Value j < 16 of the block is the low nibble of code byte j, value j + 16 the high
+  // one; Q5_0/Q5_1's fifth bits are bits j and j + 16 of qh.
 #if defined(FORMAT_IQ4_XS)
   const uint b = row_off + 136u * (u / 8u), ib = u % 8u;
   const uvec4 codes = dq_load16(b + 8u + 16u * ib);
@@ -130,14 +160,33 @@ void iu_load(uint row_off, uint u, out uint wd[IU_WORDS], out IuScales sc) {
   const uvec4 codes = dq_load16_any(b + 1u);
   const uint e = dq_u8(b);
   sc.f.x = uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
+#elif defined(FORMAT_Q4_1)
+  const uint b = row_off + 20u * u;
+  const uvec4 codes = dq_load16(b + 4u);
+  sc.f.x = dq_half(dq_u16(b));
+  sc.f.y = dq_half(dq_u16(b + 2u));
+#elif defined(FORMAT_Q5_1)
+  const uint b = row_off + 24u * u;
+  const uvec4 codes = dq_load16(b + 8u);
+  const uint qh = dq_u32(b + 4u);
+  sc.f.x = dq_half(dq_u16(b));
+  sc.f.y = dq_half(dq_u16(b + 2u));
+#elif defined(FORMAT_Q5_0)
+  const uint b = row_off + 22u * u;
+  const uvec4 codes = dq_load16(b + 6u);
+  const uint qh = dq_u32(b + 2u);
+  sc.f.x = dq_half(dq_u16(b));
 #else
   const uint b = row_off + 18u * u;
   const uvec4 codes = dq_load16(b + 2u);
   sc.f.x = dq_half(dq_u16(b));
 #endif
-  [[unroll]] for (uint k = 0u; k < 4u; ++k) {
-    wd[k] = iu_code_bytes(codes[k] & 0x0f0f0f0fu);
-    wd[4u + k] = iu_code_bytes((codes[k] >> 4) & 0x0f0f0f0fu);
+  [[unroll]] for (uint k = 0u; k < 8u; ++k) {
+    uint c = (k < 4u ? codes[k] : codes[k - 4u] >> 4) & 0x0f0f0f0fu;
+#if defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+    c |= (((((qh >> (4u * k)) & 0xfu) * 0x00204081u) & 0x01010101u) << 4);  // bits 4k..4k + 3 of qh, one a byte
+#endif
+    wd[k] = iu_code_bytes(c);
   }
 #else
 #if defined(FORMAT_Q5_K)
@@ -194,8 +243,11 @@ float iu_add_to(float acc, IuScales sc, int sums[IU_SUMS], float xd[IU_BLOCKS], 
 #if defined(FORMAT_Q8_0) || IU_CODES
   precise float dd = sc.f.x * xd[0];
   precise float r = fma(dd, float(sums[0]), acc);
+#if IU_MIN
+  r = fma(sc.f.y, xs[0], r);
+#endif
   return r;
-#elif defined(FORMAT_Q6_K)
+#elif defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K)
   precise float dd = sc.f.x * xd[0];
   precise float r = fma(dd, float(sc.i.x * sums[0] + sc.i.y * sums[1]), acc);
   return r;

@@ -70,8 +70,8 @@
 // over the workgroup's invocations, meeting in shared memory; whole rows (no barriers on
 // CPU devices) compute them all in every invocation.
 //
-// Integer products (-DINT8=1, Q8_0, Q6_K, Q4_K, Q5_K and the 4-bit codes of Q4_0,
-// IQ4_NL, IQ4_XS and MXFP4; both mappings, every tile, gated; no NORM): x (binding 0) holds the activations rounded to 8 bits
+// Integer products (-DINT8=1, int_units.glsl's formats: the block formats but Q2_K and
+// the IQ2/IQ3 codebooks; both mappings, every tile, gated; no NORM): x (binding 0) holds the activations rounded to 8 bits
 // (shaders/quantize.comp; x_stride in words), a lane takes the row's integer units
 // (shaders/int_units.glsl) u = lane, lane + 32, ... instead of 16-value chunks, adds
 // each unit's value by int_units.glsl's expression, and the 32 lane sums meet by the

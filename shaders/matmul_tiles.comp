@@ -1,6 +1,6 @@
 #version 450
 // Integer products for wide steps in matrix tiles: the product of shaders/matmul.comp
-// with INT8=1 (Q8_0, Q6_K, Q4_K, Q5_K weights times activations rounded to 8 bits by
+// with INT8=1 (int_units.glsl's formats' weights times activations rounded to 8 bits by
 // shaders/quantize.comp), the same bits, computed by tiles of TILE_ROWS weight rows x
 // TILE_TOKENS tokens so that each weight byte is read once per 32 tokens of a step, and
 // each unit's integer sums are matrix products (M x K weights times K x N activations,
@@ -28,7 +28,7 @@
 // tiles give the split-rows kernel's bits, and steps of any size may mix both.
 //
 // Per unit: the tile's TILE_ROWS rows' unit (iu_load) go to shared memory as IU_SUMS
-// matrices of the unit's words, each zero outside its sum's values (Q6_K's sums cover
+// matrices of the unit's words, each zero outside its sum's values (Q6_K's and Q3_K's sums cover
 // 16 values: its two sums are two products over the same 32 values), the tokens' bytes
 // as a K x TILE_TOKENS column-major matrix; the row scales and the tokens' block scales
 // beside them, read back as broadcast fragments (stride 0). Each of the SUBGROUPS
@@ -104,7 +104,7 @@ const uint SUM_WINDOWS = max(IU_WORDS_PER_SUM / WIN_WORDS, 1u);  // products per
 shared uint s_a[IU_SUMS * TILE_ROWS * IU_WORDS];  // [sum][row][word]: the unit's bytes
 shared uint s_b[TILE_TOKENS * IU_WORDS];          // [token][word]
 shared float s_rs[4u * TILE_ROWS];                // row scales (see stage_unit)
-shared int s_ri[2u * TILE_ROWS];                  // Q6_K's integer sub-block scales
+shared int s_ri[2u * TILE_ROWS];                  // Q6_K's and Q3_K's integer sub-block scales
 shared float s_ts[2u * IU_BLOCKS * TILE_TOKENS];  // [xd | xs][block][token]
 shared float s_out[TILE_ROWS * TILE_TOKENS];      // the roots, row-major
 
@@ -228,7 +228,8 @@ CmF cm_add(CmF a, CmF b) {
 #define TS_XS(b) ((IU_BLOCKS + (b)) * TILE_TOKENS) // their d sum of block b
 
 // Unit u of the tile's rows and tokens into shared memory. Rows: tile row i is weight
-// row row_of(i). s_rs: Q8_0 and Q6_K d; Q4_K/Q5_K d sc_j (k = j) and -dmin m_j (k = 2 + j).
+// row row_of(i). s_rs: d (k = 0; Q4_1/Q5_1: m at k = 1); Q4_K/Q5_K d sc_j (k = j) and
+// -dmin m_j (k = 2 + j).
 void stage_unit(uint u, uint lid, uint block, uint t0, uint n_active) {
   if (lid < TILE_ROWS) {
 #if GATED
@@ -253,6 +254,7 @@ void stage_unit(uint u, uint lid, uint block, uint t0, uint n_active) {
     s_rs[RS(3u) + lid] = -sc.f[3];
 #else
     s_rs[RS(0u) + lid] = sc.f.x;
+    s_rs[RS(1u) + lid] = sc.f.y;  // Q4_1/Q5_1's minimum (0 elsewhere, unread)
     s_ri[lid] = sc.i.x;
     s_ri[TILE_ROWS + lid] = sc.i.y;
 #endif
@@ -287,10 +289,10 @@ CmF add_unit(CmF acc, uint r0, uint c0) {
   // cooperative-matrix specs leave each type's layout to the device): the integer
   // expression is computed on integer fragments, then converted element by element (as
   // int_units.glsl converts it) to a float fragment that meets only float ones.
-#if !defined(FORMAT_Q4_K) && !defined(FORMAT_Q5_K)  // one scale a row (Q6_K: and two integer ones)
+#if !defined(FORMAT_Q4_K) && !defined(FORMAT_Q5_K)  // one scale a row (Q6_K, Q3_K: and two integer ones)
   const CmF d = row_f(RS(0u) + r0);
   const CmF xd = token_f(TS_XD(0u) + c0);
-#if defined(FORMAT_Q6_K)
+#if defined(FORMAT_Q6_K) || defined(FORMAT_Q3_K)
   const CmI sa = row_i(r0), sb = row_i(TILE_ROWS + r0);
   CmI si = sums[0];
   [[unroll]] for (uint i = 0u; i < CM_LEN(si); ++i)
@@ -299,9 +301,15 @@ CmF add_unit(CmF acc, uint r0, uint c0) {
 #else
   const CmF sf = to_float(sums[0]);
 #endif
+#if IU_MIN
+  const CmF m = row_f(RS(1u) + r0), xs = token_f(TS_XS(0u) + c0);
+#endif
   [[unroll]] for (uint i = 0u; i < CM_LEN(acc); ++i) {
     precise float dd = CM_EL(d, i) * CM_EL(xd, i);
     precise float r = fma(dd, CM_EL(sf, i), CM_EL(acc, i));
+#if IU_MIN
+    r = fma(CM_EL(m, i), CM_EL(xs, i), r);
+#endif
     CM_EL(acc, i) = r;
   }
 #else

@@ -15,6 +15,8 @@ set_tests_properties(VulkanMatmulShapes.MatmulMatchesTheCpuForEveryShapeAndToken
                      VulkanMatmulShapes.MatmulMatchesTheCpuForEveryShapeAndTokenCountInFormats16To20
                      PROPERTIES COST 150)
 set_tests_properties(VulkanOrder.IntegerProductsGiveTheCudaBits PROPERTIES COST 125)
+set_tests_properties(VulkanOrder.IntegerProductsOfFourBitCodesGiveTheCudaBits PROPERTIES COST 45)
+set_tests_properties(VulkanOrder.IntegerProductsOfQ3KAndTheLegacyFormatsGiveTheCudaBits PROPERTIES COST 45)
 set_tests_properties(VulkanWeightKernels.FusedGateAndNormGiveTheBitsOfTheSeparateKernels PROPERTIES COST 125)
 set_tests_properties(VulkanSubgroupMatmul.SubgroupVariantGivesThePortableBitsForEveryFormatShapeAndTokenCount
                      PROPERTIES COST 120)

@@ -295,8 +295,8 @@ TEST(CudaIntOps, NearestQuotientIsTheNearestIntegerTiesToEven) {
   EXPECT_EQ(fafo::cuda::nearest_quotient(127.0f, 1.0f), 127);
 }
 
-// The integer products of Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS and MXFP4 rows
-// (fafo's quantizers on random floats, and random bytes): each unit's value (IntUnit:
+// The integer products of Q4_K, Q5_K, Q6_K, Q8_0, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+// IQ4_XS and MXFP4 rows (fafo's quantizers on random floats, and random bytes): each unit's value (IntUnit:
 // its integer sums, then its scales) is the exact dot product of the decoded weights with the rounded activations
 // (q * d) within a few roundings; IntMatmulWarpOp's warps give int_row_dot's bits for
 // every token whatever the step size (T-invariant), accumulate onto the output, and the
@@ -308,8 +308,9 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
   fafo::cuda::HostDevice device;
   std::mt19937 rng(19);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q4_0,
-                                TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4})
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q3_K,
+                                TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
+                                TensorType::IQ4_XS, TensorType::MXFP4})
     for (const bool long_rows : {false, true}) {
     SCOPED_TRACE(std::string(name_of(type)) + (long_rows ? ", long rows" : ""));
     ASSERT_TRUE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(type)));
@@ -421,23 +422,26 @@ TEST(CudaIntOps, IntegerProductsAreTheExactBlockSumsInAFixedOrder) {
       }
     });
   }
-  EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::Q4_1)));
+  EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::Q2_K)));
   EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::IQ3_S)));
   EXPECT_FALSE(fafo::cuda::has_int_product_for(static_cast<uint32_t>(TensorType::F16)));
 }
 
 // A unit's value joins a lane's sum by IntUnit::add_to's fused multiply-adds, written
-// out here from the block's bytes: Q8_0 fma(d * d_x, sum, acc); Q6_K fma(d * d_x,
-// sc_a * sum_a + sc_b * sum_b, acc); Q4_K/Q5_K per sub-block fma(d_x, (d * sc) * sum,
-// acc) then fma(-(dmin * m), d_x * s_x, acc), where d * sc and dmin * m are exact; over
+// out here from the block's bytes: Q8_0 (and Q4_0, Q5_0, IQ4_NL, IQ4_XS, MXFP4 with
+// their d) fma(d * d_x, sum, acc); Q4_1/Q5_1 that, then fma(m, d_x * s_x, acc); Q6_K and
+// Q3_K fma(d * d_x, sc_a * sum_a + sc_b * sum_b, acc); Q4_K/Q5_K per sub-block
+// fma(d_x, (d * sc) * sum, acc) then fma(-(dmin * m), d_x * s_x, acc), where d * sc and
+// dmin * m are exact; over
 // random blocks (infinite and NaN scales among them) and sums up to their largest
 // magnitudes, the same bits.
 TEST(CudaIntOps, UnitsJoinALaneSumByTheirFusedExpression) {
   std::mt19937 rng(41);
   std::uniform_real_distribution<float> scale(0.0f, 0.05f), partial(-3.0f, 3.0f);
   const auto same = [](float a, float b) { return std::isnan(a) ? std::isnan(b) : std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q6_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q4_0,
-                                TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q6_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q3_K,
+                                TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::IQ4_NL,
+                                TensorType::IQ4_XS, TensorType::MXFP4}) {
     SCOPED_TRACE(name_of(type));
     const uint32_t rows = 64, cols = 4 * 256;
     const std::vector<uint8_t> bytes = test_rows(type, rows / 2, cols, 43);
@@ -473,9 +477,24 @@ TEST(CudaIntOps, UnitsJoinALaneSumByTheirFusedExpression) {
                 const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b + 208));
                 const int32_t sc_a = static_cast<int8_t>(b[192 + 8 * h + 2 * k4]), sc_b = static_cast<int8_t>(b[192 + 8 * h + 2 * k4 + 1]);
                 want = std::fma(d * x.d[0], static_cast<float>(sc_a * sums[0] + sc_b * sums[1]), acc);
-              } else if constexpr (F == Format::Q4_0 || F == Format::IQ4_NL) {
-                const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(row + 18 * u));
+              } else if constexpr (F == Format::Q3_K) {
+                const uint8_t* b = row + 110 * (u / 8);
+                const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b + 108));
+                int32_t sc[2];
+                for (uint32_t k = 0; k < 2; ++k) {  // sub-blocks 2 (u % 8) and 2 (u % 8) + 1 of 16
+                  const uint32_t sub = 2 * (u % 8) + k;
+                  const uint32_t low4 = sub < 8 ? b[96 + sub] & 15 : b[96 + sub - 8] >> 4;
+                  sc[k] = static_cast<int32_t>(low4 | (((b[104 + sub % 4] >> (2 * (sub / 4))) & 3) << 4)) - 32;
+                }
+                want = std::fma(d * x.d[0], static_cast<float>(sc[0] * sums[0] + sc[1] * sums[1]), acc);
+              } else if constexpr (F == Format::Q4_0 || F == Format::IQ4_NL || F == Format::Q5_0) {
+                const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(row + (F == Format::Q5_0 ? 22 : 18) * u));
                 want = std::fma(d * x.d[0], static_cast<float>(sums[0]), acc);
+              } else if constexpr (F == Format::Q4_1 || F == Format::Q5_1) {
+                const uint8_t* b = row + (F == Format::Q4_1 ? 20 : 24) * u;
+                const float d = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b));
+                const float m = fafo::cuda::half_bits_to_float(fafo::cuda::read_u16(b + 2));
+                want = std::fma(m, x.s[0], std::fma(d * x.d[0], static_cast<float>(sums[0]), acc));
               } else if constexpr (F == Format::IQ4_XS) {
                 const uint8_t* b = row + 136 * (u / 8);
                 const uint32_t ib = u % 8;

@@ -290,12 +290,19 @@ TEST_F(VulkanOrder, IntegerProductsGiveTheCudaBits) {
                                       {1u, 3u, 9u, 33u});
 }
 
-// The same for the groups of 4-bit codes (one scale each, a table or code - 8: units of
+// The same for the blocks of 4-bit codes (one scale each, a table or code - 8: units of
 // 32 values as Q8_0's), at a one-token step and one over a 32-token tile (the matrix
 // tiles' two token tiles): 80 units a row.
 TEST_F(VulkanOrder, IntegerProductsOfFourBitCodesGiveTheCudaBits) {
   integer_products_give_the_cuda_bits(*context_, *kernels_,
                                       {TensorType::Q4_0, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}, {1u, 33u});
+}
+
+// And for Q3_K (as Q6_K: two sub-blocks of 16 with integer scales), Q5_0 (a fifth bit
+// from qh) and Q4_1/Q5_1 (a minimum times the activations' block sums).
+TEST_F(VulkanOrder, IntegerProductsOfQ3KAndTheLegacyFormatsGiveTheCudaBits) {
+  integer_products_give_the_cuda_bits(*context_, *kernels_,
+                                      {TensorType::Q3_K, TensorType::Q5_0, TensorType::Q4_1, TensorType::Q5_1}, {1u, 33u});
 }
 
 // The matrix tiles (shaders/matmul_tiles.comp; here their plain-loop form, on a GPU with
@@ -329,7 +336,7 @@ TEST_F(VulkanOrder, MatrixTilesGiveTheOtherMappingsBitsForEveryShape) {
     v.mapping = MatmulMapping::MatrixTiles;
     EXPECT_NE(message(v, TensorType::Q4_K).find("is for integer products"), std::string::npos);
     v.int8 = true;
-    EXPECT_NE(message(v, TensorType::Q4_1).find("no integer products for Q4_1"), std::string::npos);
+    EXPECT_NE(message(v, TensorType::Q2_K).find("no integer products for Q2_K"), std::string::npos);
     v.tile = 16;
     EXPECT_NE(message(v, TensorType::Q4_K).find("tiles of 32 tokens, not 16"), std::string::npos);
     v.tile = 0;

@@ -109,7 +109,7 @@ BackendInfo cuda_backend_info() {
   info.name = "cuda";
   info.display_name = "CUDA";
   info.summary =
-      "NVIDIA GPUs through CUDA (warp kernels, integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights; "
+      "NVIDIA GPUs through CUDA (warp kernels, integer products for block-quantized weights but Q2_K, IQ2 and IQ3; "
       "FAFO_CUDA_KERNELS=warp or plain: float products with the Vulkan backend's bits; auto's first choice where it "
       "finds a GPU: 2.6x the Vulkan backend's tokens/s at 8B Q4_K_M on an H200)";
   info.auto_rank = 2;  // above Vulkan's: measured faster at every step size (docs/gpu/2026-11-28-H200.md)

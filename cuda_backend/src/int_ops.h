@@ -1,13 +1,13 @@
-// The CUDA backend's integer products: the warp kernels' product for weights in Q4_K,
-// Q5_K, Q6_K, Q8_0, Q4_0, IQ4_NL, IQ4_XS and MXFP4 (has_int_product), for every step
+// The CUDA backend's integer products: the warp kernels' product for weights in every
+// format but Q2_K, the codebook ones and plain floats (has_int_product), for every step
 // size, as llama.cpp's CUDA backend multiplies them:
 //   1. QuantizeRowsOp rounds each activation row to 8 bits per block of 32 values
 //      (d = max |x| RN(1 / 127), q = the integer nearest to x / d, and d times the
 //      block's sum of q: no division, so every device rounds alike), after the
 //      RMSNorm when one is fused (the bits of RmsNormWarpOp's values);
 //   2. IntMatmulWarpOp: a warp per weight row and tile of up to 8 tokens; the row is cut
-//      into units (IntUnit: a Q8_0 block, a Q6_K run of 32 values, a pair of Q4_K/Q5_K
-//      sub-blocks of 32, a group of 32 4-bit codes), lane l takes units l, l + 32, ...;
+//      into units (IntUnit: a Q8_0 block, a Q6_K or Q3_K run of 32 values, a pair of
+//      Q4_K/Q5_K sub-blocks of 32, a block of 32 4- or 5-bit codes), lane l takes units l, l + 32, ...;
 //      a unit's dot products with the rounded activations are integer sums (dot4: four
 //      byte products at a time, __dp4a on the GPU), exact in any order; lane l adds each
 //      unit's value to its sum
@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #if !defined(__CUDA_ARCH__)
 #include <cmath>
 #endif
@@ -39,7 +40,8 @@ constexpr uint32_t kQ8Block = 32;  // activation values per rounding block
 // The formats with an integer product.
 template <Format F>
 constexpr bool has_int_product = F == Format::Q4_K || F == Format::Q5_K || F == Format::Q6_K || F == Format::Q8_0 ||
-                                  F == Format::Q4_0 || F == Format::IQ4_NL || F == Format::IQ4_XS || F == Format::MXFP4;
+                                  F == Format::Q3_K || F == Format::Q4_0 || F == Format::Q4_1 || F == Format::Q5_0 ||
+                                  F == Format::Q5_1 || F == Format::IQ4_NL || F == Format::IQ4_XS || F == Format::MXFP4;
 inline bool has_int_product_for(uint32_t type) {
   bool yes = false;
   with_format(type, [&]<Format F>() { yes = has_int_product<F>; });
@@ -68,8 +70,9 @@ FAFO_HD int32_t dot4(uint32_t a, uint32_t b, int32_t c) {
 #endif
 }
 
-// Four bytes from an address aligned to 4 (a Q4_K/Q5_K block's quants, the rounded
-// activations) or only to 2 (Q8_0 and Q6_K blocks, whose sizes are even).
+// Four bytes from an address aligned to 4 (a Q4_K/Q5_K block's quants, Q4_1/Q5_1/IQ4_XS
+// codes, the rounded activations) or only to 2 (Q8_0, Q6_K, Q3_K, Q4_0, Q5_0 and IQ4_NL
+// blocks, whose sizes are even).
 FAFO_HD uint32_t load_word4(const void* p) {
 #if defined(__CUDA_ARCH__)
   return *static_cast<const uint32_t*>(p);
@@ -116,7 +119,7 @@ FAFO_HD uint32_t funnel_right(uint32_t lo, uint32_t hi, uint32_t shift) {
 #endif
 }
 
-// The eight words of 32 bytes from p, aligned to 2 (a run of a Q6_K or Q8_0 block), by
+// The eight words of 32 bytes from p, aligned to 2 (a run of a Q6_K, Q3_K or Q8_0 block), by
 // eight 4-byte loads from the aligned word at or below p and the run's last two bytes,
 // put together by funnel shifts of 0 or 16 bits, instead of sixteen 2-byte loads; the
 // same on the host. Nothing past the run is read; where p is not aligned to 4 the two
@@ -136,8 +139,12 @@ FAFO_HD void load_words32_a2(const uint8_t* p, uint32_t out[8]) {
 
 // Each byte b (0..63) of w as the signed byte b - 32 (no borrow crosses bytes).
 FAFO_HD uint32_t bytes_minus_32(uint32_t w) { return ((w | 0x80808080u) - 0x20202020u) ^ 0x80808080u; }
-// Each byte b (0..15) of w as the signed byte b - 8.
+// Each byte b of w as the signed byte b - 8 (b < 16), b - 16 (b < 32) or b - 4 (b < 8).
 FAFO_HD uint32_t bytes_minus_8(uint32_t w) { return ((w | 0x80808080u) - 0x08080808u) ^ 0x80808080u; }
+FAFO_HD uint32_t bytes_minus_16(uint32_t w) { return ((w | 0x80808080u) - 0x10101010u) ^ 0x80808080u; }
+FAFO_HD uint32_t bytes_minus_4(uint32_t w) { return ((w | 0x80808080u) - 0x04040404u) ^ 0x80808080u; }
+// Bits 0..3 of n at bits 0, 8, 16 and 24 (the products of n's bits do not overlap).
+FAFO_HD uint32_t spread_bits4(uint32_t n) { return (n * 0x00204081u) & 0x01010101u; }
 
 // Bytes of the pool y:x (x's bytes 0..3, then y's) picked by the four selectors (0..7)
 // in the low nibbles of s's bytes 0..3: __byte_perm's default mode on the GPU, the same
@@ -401,73 +408,158 @@ struct IntUnit<Format::Q6_K> {
   }
 };
 
-// The 32-value groups of 4-bit codes, one scale each: acc = fma(d * d_x, sum, acc) as
-// Q8_0 (d * d_x exact unless it underflows), the weights being
+// The blocks of 32 4- or 5-bit codes with one scale (and Q4_1/Q5_1: a minimum): value
+// j < 16 of a block is the low nibble of code byte j, value j + 16 the high one, and
+// Q5_0/Q5_1's fifth bits are bits j and j + 16 of the 32-bit qh; the weights are
 //   Q4_0:   code - 8, d the half at 0, codes at 2 (18-byte blocks);
+//   Q5_0:   code - 16, d at 0, qh at 2, codes at 6 (22-byte blocks);
+//   Q4_1:   d * code + m, d at 0, m at 2, codes at 4 (20-byte blocks);
+//   Q5_1:   d * code + m, d at 0, m at 2, qh at 4, codes at 8 (24-byte blocks);
 //   IQ4_NL: table[code] (table_bytes), as Q4_0's layout;
 //   IQ4_XS: table[code], unit u sub-block u % 8 of a 136-byte block of 256, d = the half
 //           at 0 times its 6-bit scale - 32 (exact), codes at 8 + 16 (u % 8);
 //   MXFP4:  table[code] (doubled fp4 numbers), d = 2^(e - 128) for the byte e at 0,
 //           codes at 1 (17-byte blocks).
+// A token adds acc = fma(d * d_x, sum, acc) as Q8_0, then with a minimum
+// acc = fma(m, d_x * s_x, acc) (the m of every weight times the rounded activations: m
+// times d_x's block sum of q, Q8Rows::s).
 template <Format F>
-struct IntUnitNibbles {
+struct IntUnitCodes {
+  static constexpr bool kMin = F == Format::Q4_1 || F == Format::Q5_1;
+  static constexpr bool kFifthBit = F == Format::Q5_0 || F == Format::Q5_1;
   static constexpr uint32_t kValues = 32, kSums = 1, kWordsPerSum = 8;
-  struct Scales {
+  struct ScalesD {
     float d;
   };
-  static FAFO_HD const uint8_t* codes(const uint8_t* row, uint32_t u) {
-    if constexpr (F == Format::IQ4_XS) return row + 136ull * (u / 8) + 8 + 16 * (u % 8);
-    else if constexpr (F == Format::MXFP4) return row + 17ull * u + 1;
-    else return row + 18ull * u + 2;
+  struct ScalesDM {
+    float d, m;
+  };
+  using Scales = std::conditional_t<kMin, ScalesDM, ScalesD>;
+  static constexpr uint64_t kBlockBytes = F == Format::Q4_0 || F == Format::IQ4_NL ? 18
+                                          : F == Format::Q4_1                      ? 20
+                                          : F == Format::Q5_0                      ? 22
+                                          : F == Format::Q5_1                      ? 24
+                                          : F == Format::MXFP4                     ? 17
+                                                                                   : 136;
+  static FAFO_HD const uint8_t* block(const uint8_t* row, uint32_t u) {
+    return F == Format::IQ4_XS ? row + 136ull * (u / 8) : row + kBlockBytes * u;
   }
-  static FAFO_HD uint32_t signed_word(uint32_t nibbles) {
+  static FAFO_HD const uint8_t* codes(const uint8_t* row, uint32_t u) {
+    if constexpr (F == Format::IQ4_XS) return block(row, u) + 8 + 16 * (u % 8);
+    else if constexpr (F == Format::MXFP4) return block(row, u) + 1;
+    else return block(row, u) + (kFifthBit ? 4 : 0) + (kMin ? 4 : 2);
+  }
+  // Word k's four weights from its four codes' low 4 bits and qh (kFifthBit).
+  static FAFO_HD uint32_t signed_word(uint32_t nibbles, uint32_t qh, uint32_t k) {
+    if constexpr (kFifthBit) nibbles |= spread_bits4((qh >> (4 * k)) & 0xfu) << 4;
     if constexpr (F == Format::Q4_0) return bytes_minus_8(nibbles);
+    else if constexpr (F == Format::Q5_0) return bytes_minus_16(nibbles);
+    else if constexpr (F == Format::Q4_1 || F == Format::Q5_1) return nibbles;
     else return table_bytes<F == Format::MXFP4>(nibbles);
   }
-  // The unit's 16 code bytes as four words: IQ4_XS's at offsets of 8 in blocks of 136
-  // (aligned to 4), MXFP4's at any offset, Q4_0's and IQ4_NL's at even ones.
+  static FAFO_HD uint32_t qh_of(const uint8_t* row, uint32_t u) {
+    if constexpr (!kFifthBit) return 0;
+    else if constexpr (kMin) return load_word4(block(row, u) + 4);
+    else return load_word2(block(row, u) + 2);
+  }
+  // The unit's 16 code bytes as four words: aligned to 4 in IQ4_XS, Q4_1 and Q5_1 blocks,
+  // to 2 in Q4_0, Q5_0 and IQ4_NL ones, at any offset in MXFP4's.
   static FAFO_HD void code_words_of(const uint8_t* row, uint32_t u, uint32_t c[4]) {
     if constexpr (F == Format::MXFP4) code_words_a1(codes(row, u), c);
-    else code_words<F == Format::IQ4_XS>(codes(row, u), c);
+    else code_words<F == Format::IQ4_XS || F == Format::Q4_1 || F == Format::Q5_1>(codes(row, u), c);
   }
   static FAFO_HD void words(const uint8_t* row, uint32_t u, uint32_t out[kValues / 4]) {
     uint32_t c[4], n[8];
     code_words_of(row, u, c);
     nibble_words(c, n);
+    const uint32_t qh = qh_of(row, u);
     FAFO_UNROLL
-    for (uint32_t k = 0; k < 8; ++k) out[k] = signed_word(n[k]);
+    for (uint32_t k = 0; k < 8; ++k) out[k] = signed_word(n[k], qh, k);
   }
   static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) {
     uint32_t c[4];
     code_words_of(row, u, c);
-    return signed_word(k < 4 ? c[k] & 0x0f0f0f0fu : (c[k - 4] >> 4) & 0x0f0f0f0fu);
+    return signed_word(k < 4 ? c[k] & 0x0f0f0f0fu : (c[k - 4] >> 4) & 0x0f0f0f0fu, qh_of(row, u), k);
   }
   static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) {
+    const uint8_t* b = block(row, u);
     if constexpr (F == Format::IQ4_XS) {
-      const uint8_t* b = row + 136ull * (u / 8);
       const uint32_t ib = u % 8;
       const uint32_t low4 = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0xfu, high2 = (read_u16(b + 2) >> (2 * ib)) & 3u;
       return Scales{mul_rn(half_bits_to_float(read_u16(b)), int_to_float(static_cast<int32_t>(low4 | (high2 << 4)) - 32))};
     } else if constexpr (F == Format::MXFP4) {
-      const uint32_t e = row[17ull * u];
+      const uint32_t e = b[0];
       return Scales{bits_to_float(e < 2 ? 0x00200000u << e : (e - 1) << 23)};
+    } else if constexpr (kMin) {
+      return Scales{half_bits_to_float(read_u16(b)), half_bits_to_float(read_u16(b + 2))};
     } else {
-      return Scales{half_bits_to_float(read_u16(row + 18ull * u))};
+      return Scales{half_bits_to_float(read_u16(b))};
     }
   }
   template <MulAdd M = MulAdd::Fused, class X>
   static FAFO_HD float add_to(float acc, const Scales& w, const int32_t sums[kSums], const X& x) {
-    return mul_add<M>(mul_rn(w.d, x.d[0]), int_to_float(sums[0]), acc);
+    acc = mul_add<M>(mul_rn(w.d, x.d[0]), int_to_float(sums[0]), acc);
+    if constexpr (kMin) acc = mul_add<M>(w.m, x.s[0], acc);
+    return acc;
   }
 };
 template <>
-struct IntUnit<Format::Q4_0> : IntUnitNibbles<Format::Q4_0> {};
+struct IntUnit<Format::Q4_0> : IntUnitCodes<Format::Q4_0> {};
 template <>
-struct IntUnit<Format::IQ4_NL> : IntUnitNibbles<Format::IQ4_NL> {};
+struct IntUnit<Format::Q4_1> : IntUnitCodes<Format::Q4_1> {};
 template <>
-struct IntUnit<Format::IQ4_XS> : IntUnitNibbles<Format::IQ4_XS> {};
+struct IntUnit<Format::Q5_0> : IntUnitCodes<Format::Q5_0> {};
 template <>
-struct IntUnit<Format::MXFP4> : IntUnitNibbles<Format::MXFP4> {};
+struct IntUnit<Format::Q5_1> : IntUnitCodes<Format::Q5_1> {};
+template <>
+struct IntUnit<Format::IQ4_NL> : IntUnitCodes<Format::IQ4_NL> {};
+template <>
+struct IntUnit<Format::IQ4_XS> : IntUnitCodes<Format::IQ4_XS> {};
+template <>
+struct IntUnit<Format::MXFP4> : IntUnitCodes<Format::MXFP4> {};
+
+// Q3_K: 32 values (half h = u % 8 / 4, plane p = u % 4 of a 110-byte block of 256), the
+// sub-blocks a = 2 (u % 8) and a + 1 of 16 with 6-bit scales - 32, weights
+// ((qs >> 2p) & 3) - 4 + 4 * (bit 4h + p of hmask); value j of the unit is from
+// qs[32 + 32h + j] and hmask[j]. As Q6_K: acc = fma(d * d_x, sc_a * sum_a + sc_b * sum_b, acc).
+template <>
+struct IntUnit<Format::Q3_K> {
+  static constexpr uint32_t kValues = 32, kSums = 2, kWordsPerSum = 4;
+  struct Scales {
+    float d;
+    int32_t sc_a, sc_b;
+  };
+  static FAFO_HD uint32_t assemble(uint32_t q, uint32_t hm, uint32_t u) {
+    const uint32_t h = (u % 8) / 4, p = u % 4;
+    return bytes_minus_4(((q >> (2 * p)) & 0x03030303u) | (((hm >> (4 * h + p)) & 0x01010101u) << 2));
+  }
+  static FAFO_HD uint32_t word(const uint8_t* row, uint32_t u, uint32_t k) {
+    const uint8_t* b = row + 110ull * (u / 8);
+    return assemble(load_word2(b + 32 + 32 * ((u % 8) / 4) + 4 * k), load_word2(b + 4 * k), u);
+  }
+  static FAFO_HD void words(const uint8_t* row, uint32_t u, uint32_t out[kValues / 4]) {
+    const uint8_t* b = row + 110ull * (u / 8);
+    uint32_t q[8], hm[8];
+    load_words32_a2(b + 32 + 32 * ((u % 8) / 4), q);
+    load_words32_a2(b, hm);
+    FAFO_UNROLL
+    for (uint32_t k = 0; k < 8; ++k) out[k] = assemble(q[k], hm[k], u);
+  }
+  static FAFO_HD int32_t scale_of(const uint8_t* b, uint32_t s) {
+    const uint32_t low4 = s < 8 ? b[96 + s] & 0xfu : b[96 + s - 8] >> 4;
+    const uint32_t high2 = (b[104 + (s & 3u)] >> (2 * (s >> 2))) & 3u;
+    return static_cast<int32_t>(low4 | (high2 << 4)) - 32;
+  }
+  static FAFO_HD Scales scales(const uint8_t* row, uint32_t u) {
+    const uint8_t* b = row + 110ull * (u / 8);
+    const uint32_t a = 2 * (u % 8);
+    return Scales{half_bits_to_float(read_u16(b + 108)), scale_of(b, a), scale_of(b, a + 1)};
+  }
+  template <MulAdd M = MulAdd::Fused, class X>
+  static FAFO_HD float add_to(float acc, const Scales& w, const int32_t sums[kSums], const X& x) {
+    return mul_add<M>(mul_rn(w.d, x.d[0]), int_to_float(w.sc_a * sums[0] + w.sc_b * sums[1]), acc);
+  }
+};
 
 // Q4_K and Q5_K: sub-blocks j = 2i and 2i + 1 of a block (64 values: the low then the
 // high nibbles of 32 bytes; Q5_K's fifth bit from qh bit j). Sub-block j's value is

@@ -3,7 +3,7 @@
 // (host_device.h: the same kernels run on the CPU, for tests where there is no GPU).
 // Every op launches one kernel (or copies): the matrix products, RMSNorm and attention
 // from the kernel set chosen at creation (CudaKernels::Fast: warp_ops.h with int_ops.h's
-// integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights; Warp: warp_ops.h alone; Plain:
+// integer products for weights in every block format but Q2_K and the IQ2/IQ3 codebooks; Warp: warp_ops.h alone; Plain:
 // ops.h; Warp and Plain give the same bits for products and norms, Fast's integer
 // products are within rounded_matmul_tolerance, attention within the tolerance), the
 // other ops from ops.h; a step's launches run in order on the device and finish_step()

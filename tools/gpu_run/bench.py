@@ -84,7 +84,7 @@ def bench_model(r: Run, backend: str, kind: str, key: str, profile: bool = False
             parts[1:1] = ["warp t(T)", "graphs t(T)", "wide16 t(T)", "wide32 t(T)"]
         elif backend == "vulkan":
             # Side by side: float products for every format (FAFO_VULKAN_INT8=0; the default on
-            # GPUs is integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights), and the wide
+            # GPUs is integer products for the block formats but Q2_K, IQ2 and IQ3), and the wide
             # steps' integer products without matrix tiles (FAFO_VULKAN_TILES=0; the default
             # takes them where the device has 8-bit cooperative matrices), and attention by one
             # head per workgroup (FAFO_VULKAN_ATTENTION=workgroup; the default groups a KV head's

@@ -18,7 +18,7 @@ namespace fafo::cuda {
 // The kernels the backend runs its matrix products, RMSNorms and attention with:
 //   - Fast (the default): the warp kernels (cuda_backend/src/warp_ops.h: a warp per
 //     output row and up to 8 tokens, per RMSNorm row, per (attention part, group of
-//     query heads, row)), with integer products for Q4_K, Q5_K, Q6_K and Q8_0 weights
+//     query heads, row)), with integer products for weights in every block format but Q2_K and the IQ2/IQ3 codebooks
 //     (int_ops.h: activations rounded to 8 bits per block of 32, exact integer block
 //     sums, as llama.cpp's CUDA backend does; within the rounded-product tolerance),
 //     and tensor-core products for F16 weights (half_mma_ops.h: activations rounded to

@@ -114,8 +114,8 @@ class VulkanBackend final : public Backend,
   // not the CPU reference's operation order, so results differ in the last bits
   // (tests/test_backend_ops.cpp prints the largest difference per case); every kernel
   // is T-invariant.
-  // With integer products (int8_), those of Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, IQ4_XS
-  // and MXFP4 weights round the activations to 8 bits: the CUDA backend's tolerance for them.
+  // With integer products (int8_), those of weights in every block format but Q2_K and
+  // the codebook ones round the activations to 8 bits: the CUDA backend's tolerance for them.
   BackendNumerics numerics() const override { return BackendNumerics{false, 1e-4, int8_ ? kInt8Tolerance : 0.0}; }
   static constexpr double kInt8Tolerance = 0.25;
   std::string description() const override {
@@ -125,7 +125,7 @@ class VulkanBackend final : public Backend,
     // turned off by FAFO_VULKAN_FEATURES (backend/vulkan/devices.h).
     return "Vulkan device " + std::to_string(context_.device_index()) + ": " + context_.device_name() + " (" +
            (t >= 0 && t <= 4 ? types[t] : "other") + ", " + gib(allocator_.heap_bytes()) + "); " + weight_kernels_.describe() +
-           (int8_ ? std::string(", integer products for Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, IQ4_XS, MXFP4 weights") +
+           (int8_ ? std::string(", integer products (block formats but Q2_K, IQ2, IQ3)") +
                         (weight_kernels_.uses_dot() && !cpu_device_ ? " (dot product instruction)" : "")
                   : std::string()) +
            (tuning_ ? "; rows per workgroup tuned per product shape for this device" : "") +

@@ -57,7 +57,7 @@ struct VulkanBackendOptions {
   // Submit a step whose commands equal an earlier step's from that step's command
   // buffer instead of recording it again (StepEncoder); off: record every step.
   bool replay = true;
-  // Integer products for Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, IQ4_XS and MXFP4 weights:
+  // Integer products for weights in every block format but Q2_K and the codebook ones:
   // the activations rounded to 8 bits (Kernels::quantize_rows) and multiplied as the CUDA backend does, bit for bit
   // where the device fuses multiply-adds (within BackendNumerics::rounded_matmul_tolerance
   // of the reference). nullopt: FAFO_VULKAN_INT8 (0 or 1) where set, else on GPUs and off

@@ -390,7 +390,7 @@ void WeightKernels::product(CommandSequence& seq, TensorType type, const Buffer&
   require_cols(type, s.cols, kernel);
   if (v.int8 && !has_int8(type))
     throw std::invalid_argument(std::string(kernel) + ": no integer products for " + type_name(type) +
-                                " weights (Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, IQ4_XS and MXFP4 have them)");
+                                " weights (every block format but Q2_K and the IQ2/IQ3 codebooks has them)");
   if (gated && s.accumulate) throw std::invalid_argument(std::string(kernel) + ": the gated product does not accumulate");
   const WeightShaderKey key = final_key(f, s, v, gated, norm.gain != nullptr, kernel);
   if (s.T == 0 || s.rows == 0) return;

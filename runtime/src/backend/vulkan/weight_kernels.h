@@ -102,7 +102,7 @@ struct MatmulVariant {
   uint32_t max_groups_y = 0;
   // SplitRows only (WholeRows needs no optional feature and takes only Auto or Portable).
   MatmulReduction reduction = MatmulReduction::Auto;
-  // Integer products (has_int8: Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, IQ4_XS, MXFP4): x holds the activations rounded
+  // Integer products (has_int8: every block format but Q2_K and the codebook ones): x holds the activations rounded
   // to 8 bits by Kernels::quantize_rows, x_stride in words (Kernels::q8_row_words); the
   // CUDA backend's integer products in the same order, so the same bits (shaders/
   // matmul.comp). No InputNorm (the norm goes before the rounding).
