@@ -40,6 +40,23 @@
 #if defined(FORMAT_Q4_1) || defined(FORMAT_Q5_1)
 #define IU_MIN 1
 #endif
+#if defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+#define IU_FIFTH_BIT 1  // a 32-bit qh just before the codes
+#endif
+// The legacy blocks' sizes and where their codes start.
+#if defined(FORMAT_Q4_1)
+#define IU_BLOCK_BYTES 20u
+#define IU_CODES_AT 4u
+#elif defined(FORMAT_Q5_1)
+#define IU_BLOCK_BYTES 24u
+#define IU_CODES_AT 8u
+#elif defined(FORMAT_Q5_0)
+#define IU_BLOCK_BYTES 22u
+#define IU_CODES_AT 6u
+#elif defined(FORMAT_Q4_0) || defined(FORMAT_IQ4_NL)
+#define IU_BLOCK_BYTES 18u
+#define IU_CODES_AT 2u
+#endif
 #define IU_VALUES 32u
 #define IU_SUMS 1u
 #define IU_WORDS_PER_SUM 8u
@@ -51,6 +68,9 @@
 #endif
 #ifndef IU_MIN
 #define IU_MIN 0
+#endif
+#ifndef IU_FIFTH_BIT
+#define IU_FIFTH_BIT 0
 #endif
 #define IU_WORDS (IU_VALUES / 4u)
 #define IU_BLOCKS (IU_VALUES / 32u)  // activation blocks a unit spans
@@ -160,30 +180,21 @@ void iu_load(uint row_off, uint u, out uint wd[IU_WORDS], out IuScales sc) {
   const uvec4 codes = dq_load16_any(b + 1u);
   const uint e = dq_u8(b);
   sc.f.x = uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23);
-#elif defined(FORMAT_Q4_1)
-  const uint b = row_off + 20u * u;
-  const uvec4 codes = dq_load16(b + 4u);
-  sc.f.x = dq_half(dq_u16(b));
-  sc.f.y = dq_half(dq_u16(b + 2u));
-#elif defined(FORMAT_Q5_1)
-  const uint b = row_off + 24u * u;
-  const uvec4 codes = dq_load16(b + 8u);
-  const uint qh = dq_u32(b + 4u);
-  sc.f.x = dq_half(dq_u16(b));
-  sc.f.y = dq_half(dq_u16(b + 2u));
-#elif defined(FORMAT_Q5_0)
-  const uint b = row_off + 22u * u;
-  const uvec4 codes = dq_load16(b + 6u);
-  const uint qh = dq_u32(b + 2u);
-  sc.f.x = dq_half(dq_u16(b));
 #else
-  const uint b = row_off + 18u * u;
-  const uvec4 codes = dq_load16(b + 2u);
+  // The half d at 0, then Q4_1/Q5_1's half m, Q5_0/Q5_1's qh, the codes.
+  const uint b = row_off + IU_BLOCK_BYTES * u;
+  const uvec4 codes = dq_load16(b + IU_CODES_AT);
   sc.f.x = dq_half(dq_u16(b));
+#if IU_MIN
+  sc.f.y = dq_half(dq_u16(b + 2u));
+#endif
+#if IU_FIFTH_BIT
+  const uint qh = dq_u32(b + IU_CODES_AT - 4u);
+#endif
 #endif
   [[unroll]] for (uint k = 0u; k < 8u; ++k) {
     uint c = (k < 4u ? codes[k] : codes[k - 4u] >> 4) & 0x0f0f0f0fu;
-#if defined(FORMAT_Q5_0) || defined(FORMAT_Q5_1)
+#if IU_FIFTH_BIT
     c |= (((((qh >> (4u * k)) & 0xfu) * 0x00204081u) & 0x01010101u) << 4);  // bits 4k..4k + 3 of qh, one a byte
 #endif
     wd[k] = iu_code_bytes(c);
